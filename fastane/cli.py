@@ -1,0 +1,37 @@
+"""The ``fastane`` command line: ``fastane demo | disasm | ...``.
+
+Each subcommand lives in the module that owns its subject and exposes
+``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when
+their subcommand runs, so ``fastane --help`` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help)
+COMMANDS = {
+    "demo": ("fastane.demo", "show the ANE accumulator saturating where a CPU would not, and throughput"),
+    "disasm": ("fastane.td.disasm", "disassemble task descriptors (.hwx, corpus .bin, raw TD)"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fastane", description="Apple Neural Engine (M1) emulator")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_) in COMMANDS.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    args, rest = parser.parse_known_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    module = importlib.import_module(COMMANDS[args.command][0])
+    cmd = argparse.ArgumentParser(prog=f"fastane {args.command}",
+                                  description=COMMANDS[args.command][1])
+    module.add_arguments(cmd)
+    return int(module.run(cmd.parse_args(rest)) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

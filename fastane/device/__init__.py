@@ -1,0 +1,1 @@
+"""fastane.device"""

@@ -1,0 +1,33 @@
+"""fastane's exception and warning hierarchy.
+
+User input errors are plain ``ValueError``/``TypeError`` (as numpy raises them).
+Malformed programs and device faults derive from :class:`FastaneError`.
+"""
+
+
+class FastaneError(Exception):
+    """Base class of every fastane-specific error."""
+
+
+class SaturationError(FastaneError, FloatingPointError):
+    """A MAC accumulator clamped at the Q16.16 limits under ``errstate(saturation="raise")``."""
+
+
+class SaturationWarning(RuntimeWarning):
+    """A MAC accumulator clamped at the Q16.16 limits (the default is to warn)."""
+
+
+class LUTRangeError(FastaneError, FloatingPointError):
+    """An input fell outside a LUT's table range under ``errstate(lut_range="raise")``."""
+
+
+class LUTRangeWarning(RuntimeWarning):
+    """An input fell outside a LUT's table range (ignored by default)."""
+
+
+class TDError(FastaneError, ValueError):
+    """A task descriptor or program is malformed (bad packet header, field overflow...)."""
+
+
+class DeviceFault(FastaneError):
+    """The emulated device faulted while running a program (bad BAR, DMA out of range...)."""

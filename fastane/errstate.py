@@ -1,0 +1,75 @@
+"""``fastane.errstate``: how saturation and LUT range events are surfaced.
+
+Works like :func:`numpy.errstate`: a context manager (also usable as a decorator) that
+sets, for the current thread/context, what happens when an event is counted:
+``"ignore"``, ``"warn"`` (a :class:`~fastane.SaturationWarning`) or ``"raise"``
+(a :class:`~fastane.SaturationError`).  Defaults: saturation warns, LUT range ignored.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import warnings
+
+from .errors import LUTRangeError, LUTRangeWarning, SaturationError, SaturationWarning
+
+_ACTIONS = ("ignore", "warn", "raise")
+_DEFAULT = {"saturation": "warn", "lut_range": "ignore"}
+_state: contextvars.ContextVar[dict] = contextvars.ContextVar("fastane_errstate", default=_DEFAULT)
+_KINDS = {
+    "saturation": (SaturationWarning, SaturationError),
+    "lut_range": (LUTRangeWarning, LUTRangeError),
+}
+
+
+def geterr() -> dict:
+    """The current settings, e.g. ``{"saturation": "warn", "lut_range": "ignore"}``."""
+    return dict(_state.get())
+
+
+def _updated(kwargs: dict, caller: str) -> dict:
+    new = dict(_state.get())
+    for kind, action in kwargs.items():
+        if kind not in _DEFAULT:
+            raise TypeError(f"{caller}() got an unexpected keyword argument '{kind}'")
+        if action not in _ACTIONS:
+            raise ValueError(f"invalid action {action!r} for {kind}; expected one of {_ACTIONS}")
+        new[kind] = action
+    return new
+
+
+def seterr(**kwargs) -> dict:
+    """Set actions for the current context; returns the previous settings."""
+    old = geterr()
+    _state.set(_updated(kwargs, "seterr"))
+    return old
+
+
+class errstate(contextlib.ContextDecorator):
+    """Context manager for event handling: ``with fastane.errstate(saturation="raise"):``."""
+
+    def __init__(self, **kwargs):
+        _updated(kwargs, "errstate")  # validate eagerly
+        self._kwargs = kwargs
+        self._tokens = []
+
+    def __enter__(self):
+        self._tokens.append(_state.set(_updated(self._kwargs, "errstate")))
+        return self
+
+    def __exit__(self, *exc):
+        _state.reset(self._tokens.pop())
+        return False
+
+
+def report(kind: str, count: int, what: str) -> None:
+    """Surface ``count`` events of ``kind`` according to the current errstate."""
+    if count <= 0:
+        return
+    action = _state.get()[kind]
+    if action == "ignore":
+        return
+    warning, error = _KINDS[kind]
+    if action == "raise":
+        raise error(what)
+    warnings.warn(what, warning, stacklevel=3)

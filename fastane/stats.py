@@ -1,0 +1,55 @@
+"""Counters of one run: what every engine moved and did.
+
+A :class:`Stats` is filled by the blocks that do the work (the MAC array counts MACs
+and saturated outputs, each DMA engine its bytes, the NE its LUT range events) and is
+aggregated per task and per program.  The roofline model reads it back.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Stats:
+    """Counters of a run.  ``a + b`` adds every counter; ``tasks_detail`` concatenates."""
+
+    tasks: int = 0
+    macs: int = 0
+    #: outputs whose accumulator clamped at the Q16.16 limits at least once
+    saturated: int = 0
+    #: outputs that read out as NaN (a NaN operand, or inf * 0)
+    nan_outputs: int = 0
+    #: NE LUT inputs below / above the table range
+    lut_underflow: int = 0
+    lut_overflow: int = 0
+    #: elementwise operations of the planar engine
+    planar_ops: int = 0
+    #: bytes moved by each DMA engine
+    control_dma_bytes: int = 0
+    kernel_dma_bytes: int = 0
+    tile_dma_src_bytes: int = 0
+    tile_dma_dst_bytes: int = 0
+    #: per-task Stats, in execution order (empty for a single-task record)
+    tasks_detail: list = field(default_factory=list)
+
+    @property
+    def dram_bytes(self) -> int:
+        """Bytes moved between DRAM and the ANE by all DMA engines."""
+        return (self.control_dma_bytes + self.kernel_dma_bytes
+                + self.tile_dma_src_bytes + self.tile_dma_dst_bytes)
+
+    def __add__(self, other: "Stats") -> "Stats":
+        if not isinstance(other, Stats):
+            return NotImplemented
+        out = Stats()
+        for f in dataclasses.fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            setattr(out, f.name, a + b)
+        return out
+
+    def as_dict(self) -> dict:
+        """Counters as a plain dict (JSON-ready), ``tasks_detail`` included."""
+        d = dataclasses.asdict(self)
+        d["dram_bytes"] = self.dram_bytes
+        return d

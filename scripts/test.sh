@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set up a virtual environment (if needed), install fastane with its test extra, run
+# the tests.  The README's test command.  FASTANE_CORPUS points the corpus tests at the
+# real M1 programs (default: ../shared/corpus beside this checkout, when present).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test]'
+if [ -z "${FASTANE_CORPUS:-}" ] && [ -d ../shared/corpus ]; then
+  export FASTANE_CORPUS="$(cd ../shared/corpus && pwd)"
+fi
+exec .venv/bin/python -m pytest -q "$@"

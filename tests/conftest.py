@@ -1,0 +1,22 @@
+"""Shared fixtures.  The corpus of real M1 programs is found through FASTANE_CORPUS."""
+import os
+from pathlib import Path
+
+import pytest
+
+
+def _corpus_dir():
+    env = os.environ.get("FASTANE_CORPUS")
+    return Path(env) if env else None
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    """Path of the corpus (``../shared/corpus``); skips when FASTANE_CORPUS is not set."""
+    path = _corpus_dir()
+    if path is None:
+        pytest.skip("FASTANE_CORPUS is not set: point it at the shared corpus of real M1 programs "
+                    "(scripts/test.sh sets it to ../shared/corpus when that exists)")
+    if not (path / "aneregs.json").is_file():
+        pytest.skip(f"FASTANE_CORPUS={path} does not hold the corpus (no aneregs.json there)")
+    return path
