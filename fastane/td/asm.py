@@ -1,0 +1,144 @@
+"""The assembler side: TDs from a high-level description.
+
+:func:`conv_td` builds the TD of one convolution task (one image, the whole output in one tile)
+the way Apple's compiler lays out the seed's 1x1 convolution (``corpus/seed-conv1x1.td``):
+strides from SPEC 5 (row = round_up(W * bytes, 64), plane = round_up(row * H, 64), depth =
+plane * C), output channels spread over the 16 NE cores (KernelDMASrc channel k feeds core k),
+the L2 source followed by the L2 result.  Defaults not implied by the description (event masks,
+cache hints, L2 aliasing, words the bit map leaves unnamed) are the seed's values.
+"""
+from __future__ import annotations
+
+import math
+import struct
+
+from .codec import TaskDescriptor
+
+FMT_CODES = {"uint8": 0, "u8": 0, "int8": 1, "i8": 1, "fp16": 2, "float16": 2, "f16": 2}
+FMT_BYTES = {0: 1, 1: 1, 2: 2}
+NONLINEAR_CODES = {"identity": 0, "none": 0, None: 0, "relu": 1, "lut": 2}
+CORES = 16
+
+# raw bits of words the bit map names no field for, as the seed's conv TD has them
+# (0x12c and 0x140 are 1 in every corpus TD, 0x148 0x2041, 0x170 0x8880: probably 3-D
+# dimensions/kernel sizes and DMA settings; 0x2c and 0xf4..0x120: KernelDMASrc settings).
+_SEED_RAW = {0x02C: 0x40, 0x0F4: 0x80, 0x0F8: 0x80, 0x0FC: 0x80, 0x100: 0x80, 0x114: 0x40,
+             0x118: 0x40, 0x11C: 0x40, 0x120: 0x40, 0x12C: 0x1, 0x140: 0x1, 0x148: 0x2041,
+             0x15C: 0x1, 0x170: 0x8880, 0x1AC: 0x100, 0x244: 0x100000}
+
+
+def _fmt(f) -> int:
+    if isinstance(f, int) and f in FMT_BYTES:
+        return f
+    code = FMT_CODES.get(str(f).lower())
+    if code is None:
+        raise ValueError(f"unknown format {f!r}: use 'uint8', 'int8' or 'fp16' (codes 0, 1, 2)")
+    return code
+
+
+def _fp16_bits(x: float) -> int:
+    try:
+        return struct.unpack("<H", struct.pack("<e", float(x)))[0]
+    except OverflowError:
+        raise ValueError(f"{x!r} does not fit in fp16") from None
+
+
+def _pair(v, what: str) -> tuple[int, int]:
+    a, b = (v, v) if isinstance(v, int) else tuple(v)
+    if a < 1 or b < 1:
+        raise ValueError(f"{what} must be >= 1, got {v!r}")
+    return a, b
+
+
+def _ru(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def conv_td(x_shape, y_shape, *, kernel=(1, 1), stride=(1, 1), groups: int = 1,
+            src: int = 4, dst: int = 5, kernel_slot: int = 1,
+            in_fmt="fp16", out_fmt="fp16", kernel_fmt="fp16",
+            post_scale: float = 1.0, nonlinear="identity", tile_height: int | None = None,
+            nid: int = 1, eon: bool = True, log_events: int = 0x42A) -> TaskDescriptor:
+    """The TD of a convolution ``x_shape`` (N, C, H, W) -> ``y_shape`` (N, Cout, Hout, Wout).
+
+    ``kernel``/``stride`` are (height, width) or an int; no padding.  ``src``, ``dst`` and
+    ``kernel_slot`` are the BAR slots of the input, output and weights (weights laid out per core:
+    core k holds output channels [k*m, (k+1)*m), m = ceil(Cout / 16), at k * round_up(m * Cin/groups
+    * Kh * Kw * bytes, 64) in the kernel slot).  Formats: 'uint8', 'int8', 'fp16' (or 0, 1, 2).
+    ``nonlinear``: 'identity', 'relu' or 'lut'; ``post_scale`` goes to NE.PostScale as fp16.
+    ``conv_td((1, 8, 4, 1), (1, 3, 4, 1))`` is the seed's 1x1 convolution, byte for byte.
+    """
+    n, c, h, w = x_shape
+    n2, cout, hout, wout = y_shape
+    kh, kw = _pair(kernel, "kernel")
+    sy, sx = _pair(stride, "stride")
+    if n != 1 or n2 != 1:
+        raise ValueError(f"one TD convolves one image (N = 1), got N = {n} -> {n2}")
+    if min(c, h, w, cout) < 1 or groups < 1 or c % groups or cout % groups:
+        raise ValueError(f"bad channels/groups: C={c}, Cout={cout}, groups={groups}")
+    if h < kh or w < kw or (hout, wout) != ((h - kh) // sy + 1, (w - kw) // sx + 1):
+        raise ValueError(f"output {hout}x{wout} does not follow from input {h}x{w}, kernel "
+                         f"{kh}x{kw}, stride {sy}x{sx} (expected {(h - kh) // sy + 1}x{(w - kw) // sx + 1})")
+    fi, fo, fk = _fmt(in_fmt), _fmt(out_fmt), _fmt(kernel_fmt)
+    if nonlinear not in NONLINEAR_CODES:
+        raise ValueError(f"nonlinear must be one of 'identity', 'relu', 'lut', not {nonlinear!r}")
+
+    per_core = -(-cout // CORES)                 # output channels per NE core
+    cores = -(-cout // per_core)
+    active_ne = math.ceil(math.log2(cores))
+    coeff = _ru(per_core * (c // groups) * kh * kw * FMT_BYTES[fk], 64) >> 6
+    in_row = _ru(w * FMT_BYTES[fi], 64)
+    in_plane = _ru(in_row * h, 64)
+    out_row = _ru(wout * FMT_BYTES[fo], 64)
+    out_plane = _ru(out_row * hout, 64)
+    l2_ch = -(-w * FMT_BYTES[fi] // 16)          # L2 strides and addresses count 16-byte units
+    l2_row = c * l2_ch
+
+    td = TaskDescriptor()
+    for off, bits in _SEED_RAW.items():
+        td.words[off // 4] |= bits
+    td.words[0x1F4 // 4] = td.words[0x1F8 // 4] = l2_row << 4
+    v = {
+        "Header.EON": int(eon), "Header.LogEvents": log_events, "Header.DebugLogEvents": 0xFFF86A,
+        "Header.SPL": 1, "Header.TSR": 1, "Header.TSE": 1, "Header.SrcLoc": 1, "Header.DstLoc": 1,
+        "Header.RBase0": src, "Header.RBE0": 1, "Header.WBase": dst, "Header.WBE": 1,
+        "Header.ENE": active_ne + 1, "Header.KBase0": kernel_slot, "Header.KBE0": 1,
+        "Common.InDim.Win": w, "Common.InDim.Hin": h, "Common.ChCfg.InFmt": fi,
+        "Common.ChCfg.OutFmt": fo, "Common.Cin.Cin": c, "Common.Cout.Cout": cout,
+        "Common.OutDim.Wout": wout, "Common.OutDim.Hout": hout, "Common.ConvCfg.Kw": kw,
+        "Common.ConvCfg.Kh": kh, "Common.ConvCfg.Sx": sx, "Common.ConvCfg.Sy": sy,
+        "Common.ConvCfg.Ox": 1, "Common.ConvCfg.Oy": 1, "Common.GroupConvCfg.NumGroups": groups,
+        "Common.GroupConvCfg.UnicastCin": 1, "Common.TileCfg.TileHeight": tile_height or hout,
+        "Common.Cfg.SmallSourceMode": 1, "Common.Cfg.ShPref": 4, "Common.Cfg.ShMin": 4,
+        "Common.Cfg.ShMax": 4, "Common.Cfg.ActiveNE": active_ne, "Common.Cfg.AccDoubleBufEn": 1,
+        "Common.TaskInfo.NID": nid,
+        "TileDMASrc.DMAConfig.En": 1, "TileDMASrc.DMAConfig.CacheHint": 2,
+        "TileDMASrc.DMAConfig.CacheHintReuse": 14, "TileDMASrc.DMAConfig.CacheHintNoReuse": 12,
+        "TileDMASrc.RowStride.Stride": in_row >> 6, "TileDMASrc.PlaneStride.PlaneStride": in_plane >> 6,
+        "TileDMASrc.DepthStride.Stride": c * in_plane >> 6, "TileDMASrc.GroupStride.Stride": c * in_plane >> 6,
+        "TileDMASrc.Fmt.FmtMode": 1, "TileDMASrc.Fmt.Truncate": 3, "TileDMASrc.Fmt.MemFmt": fi,
+        "TileDMASrc.Fmt.Interleave": 1,
+        "L2.SourceCfg.SourceType": 2, "L2.SourceChannelStride.Stride": l2_ch,
+        "L2.SourceRowStride.Stride": l2_row, "L2.ResultCfg.ResultType": 2,
+        "L2.ResultCfg.L2BfrMode": 1, "L2.ResultBase.Addr": h * l2_row,
+        "NE.KernelCfg.KernelFmt": fk, "NE.KernelCfg.PalettizedBits": 8, "NE.MACCfg.BinaryPoint": 28,
+        "NE.MACCfg.NonlinearMode": NONLINEAR_CODES[nonlinear], "NE.PostScale.PostScale": _fp16_bits(post_scale),
+        "TileDMADst.DMAConfig.En": 1, "TileDMADst.DMAConfig.CacheHint": 3,
+        "TileDMADst.DMAConfig.L2BfrMode": 1, "TileDMADst.RowStride.RowStride": out_row >> 6,
+        "TileDMADst.PlaneStride.PlaneStride": out_plane >> 6,
+        "TileDMADst.DepthStride.DepthStride": cout * out_plane >> 6,
+        "TileDMADst.GroupStride.GroupStride": cout * out_plane >> 6,
+        "TileDMADst.Fmt.FmtMode": 1, "TileDMADst.Fmt.Truncate": 3, "TileDMADst.Fmt.MemFmt": fo,
+        "TileDMADst.Fmt.ZeroPadLast": 1, "TileDMADst.Fmt.ZeroPadFirst": 1, "TileDMADst.Fmt.Interleave": 1,
+    }
+    for cfg in ("SourceCfg", "ResultCfg"):      # L2 source and result: DMA format/interleave, aliasing
+        for k in ("AliasConvSrc", "AliasConvRslt", "DMAFmt", "DMAInterleave", "AliasPlanarSrc",
+                  "AliasPlanarRslt"):
+            v[f"L2.{cfg}.{k}"] = 1
+    for k in range(CORES):                      # KernelDMASrc channel k feeds NE core k
+        v[f"KernelDMASrc.CoeffDMAConfig[{k}].CacheHint"] = 2
+        v[f"KernelDMASrc.CoeffBfrSize[{k}].MemBfrSize"] = coeff
+        if k < cores:
+            v[f"KernelDMASrc.CoeffDMAConfig[{k}].En"] = 1
+            v[f"KernelDMASrc.CoeffBaseAddr[{k}].Addr"] = k * coeff
+    return td.update(v)
