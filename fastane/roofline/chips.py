@@ -1,0 +1,310 @@
+"""The chips the roofline model knows: every figure with its source and its kind.
+
+A :class:`Figure` is one number with its unit, its *kind* and its *source*:
+
+``"marketing"``
+    Apple's own headline figure (TOP/s, memory bandwidth).  Not a measurement.
+``"measured"``
+    measured on real hardware by someone named in ``source``.
+``"derived"``
+    computed from other figures (the formula is in ``note``): the implied clock, a
+    measurement borrowed from another chip and scaled, a bandwidth computed from the
+    memory type.
+``"assumption"``
+    fastane's own guess where nothing is known; change it in :class:`Chip` or in
+    :class:`fastane.roofline.model.ModelParams` to explore.
+
+Marketing and measured numbers are separate fields and are never mixed: the roofline
+*ridge point* uses marketing figures (``peak_ops_fp16 / dram_bw``, 11e12 / 68e9 = 161.76
+OP/byte on the M1, SPEC section 8); the *time model* uses the measured DMA engine
+bandwidths (KernelDMA 37.99 GB/s, TileDMA 59.08 GB/s, measured on an M3; seed
+``m1-ane-reverse-engineering.txt``, section "DRAM Throughput").
+
+Sources, abbreviated in the table below:
+
+- ``SPEC 1`` / ``SPEC 8``: /work/shared/SPEC.md sections 1 and 8 (``docs/roofline.md``
+  repeats the figures).
+- ``seed m1-ane``: seed ``m1-ane-reverse-engineering.txt`` (eiln, "retrospective
+  reverse engineering of the M1 ANE"), section "DRAM Throughput".
+- ``anemll-bench``: ANE read bandwidth measured with anemll-bench, as quoted in SPEC 8.
+- ``maderix``: "Inside the M4 Apple Neural Engine, Part 2: ANE Benchmarks"
+  (maderix.substack.com, 2026): the M4's 38 TOPS counts INT8 and is twice the FP16
+  rate of about 19 TFLOP/s; about 0.095 ms of XPC + IOKit overhead per request.
+- ``Apple``: Apple newsroom announcements of each chip (M1 Pro/Max Oct 2021, M1 Ultra
+  Mar 2022, A16 Sep 2022, A17 Pro Sep 2023, M4 Pro/Max Oct 2024).
+
+Per-task limits (KMem 16 x 64 KiB, L2 2 MiB, TD 0x274 bytes) are the M1's (SPEC 1, 5);
+fastane assumes every chip here has the same ones, which is unknown beyond the M1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+__all__ = ["Figure", "Chip", "CHIPS", "get", "names", "M3_KERNEL_DMA", "M3_TILE_DMA",
+           "M3_ANE_READ", "DISPATCH_PER_TASK_S", "with_figures"]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number with its unit, kind (marketing/measured/derived/assumption) and source."""
+
+    value: float
+    unit: str
+    kind: str
+    source: str
+    note: str = ""
+
+    def __post_init__(self):
+        if self.kind not in ("marketing", "measured", "derived", "assumption"):
+            raise ValueError(f"unknown kind of figure {self.kind!r}")
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+    def as_dict(self) -> dict:
+        d = {"value": self.value, "unit": self.unit, "kind": self.kind, "source": self.source}
+        if self.note:
+            d["note"] = self.note
+        return d
+
+
+# -- the measurements every other chip borrows ----------------------------------------
+#: KernelDMA (DRAM -> KMem) sustained read bandwidth, measured on an M3 (seed m1-ane).
+M3_KERNEL_DMA = Figure(37.99e9, "B/s", "measured", "seed m1-ane (M3): KernelDMA 37.99 GB/s")
+#: TileDMA (DRAM -> L2) sustained read bandwidth, measured on an M3 (seed m1-ane).
+M3_TILE_DMA = Figure(59.08e9, "B/s", "measured", "seed m1-ane (M3): TileDMA 59.08 GB/s")
+#: the M3's ANE read bandwidth by anemll-bench: the scale the two above are borrowed by.
+M3_ANE_READ = Figure(63e9, "B/s", "measured", "anemll-bench via SPEC 8: M3 63 GB/s")
+#: time a task costs beyond max(compute, DMA): nobody has measured it per task.
+DISPATCH_PER_TASK_S = Figure(
+    1e-6, "s", "assumption", "fastane assumption",
+    "per task descriptor: ControlDMA of 0x274 bytes plus pipeline fill/drain, taken as "
+    "1 us (~2,700 cycles at the implied 2.69 GHz); unmeasured. The only measured "
+    "dispatch figure is per *request* (~0.095 ms XPC + IOKit on an M4, maderix), which "
+    "is host-side and not per task")
+
+
+@dataclass(frozen=True)
+class Chip:
+    """The figures of one chip's ANE.  Fields that are ``None`` are unknown."""
+
+    key: str
+    name: str
+    cores: Figure
+    lanes_fp16: Figure
+    #: the headline TOP/s exactly as marketed (precision in ``peak_marketing_precision``)
+    peak_marketing: Figure
+    peak_marketing_precision: str
+    #: the FP16 rate the model uses (== peak_marketing where that figure is FP16)
+    peak_ops_fp16: Figure
+    #: DRAM bandwidth of the SoC as marketed (or derived from the memory type for A-series)
+    dram_bw: Figure
+    #: measured ANE read bandwidth (anemll-bench), None where nobody measured it
+    ane_read_bw: Figure | None
+    kernel_dma_bw: Figure
+    tile_dma_bw: Figure
+    dispatch_s: Figure = DISPATCH_PER_TASK_S
+    aliases: tuple = field(default=(), compare=False)
+
+    @property
+    def clock_hz(self) -> Figure:
+        """Clock implied by peak FP16 rate / (2 ops x FP16 lanes); a derived number."""
+        hz = self.peak_ops_fp16.value / (2 * self.lanes_fp16.value)
+        return Figure(hz, "Hz", "derived", "implied",
+                      f"{self.peak_ops_fp16.value:.4g} OP/s / (2 x {self.lanes_fp16.value:g} "
+                      "lanes): implied by the peak figure, not a measured clock"
+                      + ("; implausibly high for this lane count, so this chip likely has "
+                         "more lanes per core than the M1 (unknown)" if hz > 3.2e9 else ""))
+
+    @property
+    def ridge_point(self) -> float:
+        """Roofline ridge point in OP/byte: marketing peak FP16 / marketing DRAM bandwidth."""
+        return self.peak_ops_fp16.value / self.dram_bw.value
+
+    def figures(self) -> dict:
+        """Every figure of the chip as a JSON-ready dict (value, unit, kind, source)."""
+        out = {}
+        for name in ("cores", "lanes_fp16", "peak_marketing", "peak_ops_fp16", "dram_bw",
+                     "ane_read_bw", "kernel_dma_bw", "tile_dma_bw", "dispatch_s"):
+            fig = getattr(self, name)
+            out[name] = None if fig is None else fig.as_dict()
+        out["peak_marketing"]["precision"] = self.peak_marketing_precision
+        out["clock_hz"] = self.clock_hz.as_dict()
+        out["ridge_point"] = self.ridge_point
+        return out
+
+
+def _borrowed_dma(read_bw: Figure | None, proxy: str, dram: Figure) -> tuple[Figure, Figure]:
+    """KernelDMA and TileDMA bandwidths borrowed from the M3 measurement.
+
+    Scaled by ``read_bw / 63 GB/s`` (this chip's anemll-bench read bandwidth over the
+    M3's), capped at the chip's DRAM bandwidth.  ``proxy`` names whose read bandwidth
+    ``read_bw`` is when the chip has no measurement of its own.
+    """
+    out = []
+    for base, what in ((M3_KERNEL_DMA, "KernelDMA"), (M3_TILE_DMA, "TileDMA")):
+        scale = read_bw.value / M3_ANE_READ.value
+        value = min(base.value * scale, dram.value)
+        note = (f"borrowed: {what} measured on an M3 ({base.value / 1e9:.2f} GB/s, seed m1-ane) "
+                f"x {proxy} ANE read {read_bw.value / 1e9:g} GB/s / M3 63 GB/s (anemll-bench)")
+        if value < base.value * scale:
+            note += f", capped at DRAM {dram.value / 1e9:g} GB/s"
+        out.append(Figure(value, "B/s", "derived", "seed m1-ane + anemll-bench", note))
+    return out[0], out[1]
+
+
+def _fig(v, unit, kind, source, note=""):
+    return Figure(v, unit, kind, source, note)
+
+
+def _chip(key, name, *, cores, peak, precision, peak_fp16=None, dram, read=None,
+          proxy_read=None, proxy_name="", aliases=(), lanes_per_core=128):
+    """Build a chip.  ``read`` is its own measured read bandwidth; ``proxy_read`` another
+    chip's, used only to borrow the DMA bandwidths (and never reported as its own)."""
+    if key == "m1":
+        lanes = _fig(cores.value * lanes_per_core, "lanes", "measured", "SPEC 1 (seed m1-ane)",
+                     "16 cores x 128 FP16 MAC lanes, found by reverse engineering")
+    else:
+        lanes = _fig(cores.value * lanes_per_core, "lanes", "assumption", "SPEC 1 (M1)",
+                     f"{cores.value:g} cores x {lanes_per_core} FP16 lanes: the M1's lanes "
+                     "per core, assumed for this chip")
+    if peak_fp16 is None:
+        peak_fp16 = peak
+    if key == "m3":
+        kdma, tdma = M3_KERNEL_DMA, M3_TILE_DMA
+    else:
+        src = read if read is not None else proxy_read
+        who = name if read is not None else proxy_name
+        kdma, tdma = _borrowed_dma(src, who, dram)
+    return Chip(key=key, name=name, cores=cores, lanes_fp16=lanes, peak_marketing=peak,
+                peak_marketing_precision=precision, peak_ops_fp16=peak_fp16, dram_bw=dram,
+                ane_read_bw=read, kernel_dma_bw=kdma, tile_dma_bw=tdma, aliases=aliases)
+
+
+def _tops(v, kind="marketing", source="SPEC 8", note=""):
+    return _fig(v * 1e12, "OP/s", kind, source, note)
+
+
+def _gbs(v, kind="marketing", source="SPEC 8", note=""):
+    return _fig(v * 1e9, "B/s", kind, source, note)
+
+
+def _cores(n, source):
+    return _fig(n, "cores", "marketing", source)
+
+
+_ANEMLL = "anemll-bench via SPEC 8"
+_LPDDR4X = ("not an Apple figure: LPDDR4X-4266 on a 64-bit bus as reported by teardowns "
+            "(4266e6 x 8 B)")
+_LPDDR5 = ("not an Apple figure: LPDDR5-6400 on a 64-bit bus as reported by teardowns "
+           "(6400e6 x 8 B)")
+
+_m1_read = _gbs(61, "measured", _ANEMLL)
+_m1max_read = _gbs(55, "measured", _ANEMLL)
+_m2_read = _gbs(60, "measured", _ANEMLL)
+_m3_read = _gbs(63, "measured", _ANEMLL)
+
+CHIPS: dict[str, Chip] = {c.key: c for c in [
+    _chip("m1", "M1", cores=_cores(16, "SPEC 1"), peak=_tops(11, source="SPEC 1, SPEC 8"),
+          precision="fp16", dram=_gbs(68, note="68.25 GB/s LPDDR4X-4266, 128-bit"),
+          read=_m1_read),
+    _chip("m1-pro", "M1 Pro", cores=_cores(16, "Apple (Oct 2021)"),
+          peak=_tops(11, source="Apple (Oct 2021)",
+                     note="same 16-core ANE as the M1; the 11 TOP/s is the M1's figure"),
+          precision="fp16", dram=_gbs(200, source="Apple (Oct 2021)"),
+          proxy_read=_m1max_read, proxy_name="M1 Max (same ANE)", aliases=("m1pro",)),
+    _chip("m1-max", "M1 Max", cores=_cores(16, "Apple (Oct 2021)"),
+          peak=_tops(11, source="Apple (Oct 2021)",
+                     note="same 16-core ANE as the M1; the 11 TOP/s is the M1's figure"),
+          precision="fp16", dram=_gbs(400, source="Apple (Oct 2021)"),
+          read=_m1max_read, aliases=("m1max",)),
+    _chip("m1-ultra", "M1 Ultra", cores=_cores(32, "Apple (Mar 2022)"),
+          peak=_tops(22, source="SPEC 8"), precision="fp16",
+          dram=_gbs(800, source="Apple (Mar 2022)"),
+          proxy_read=_gbs(110, "derived", _ANEMLL, "2 x M1 Max 55 GB/s (two dies, two ANEs)"),
+          proxy_name="2 x M1 Max", aliases=("m1ultra",)),
+    _chip("m2", "M2", cores=_cores(16, "Apple (Jun 2022)"), peak=_tops(15.8), precision="fp16",
+          dram=_gbs(100), read=_m2_read),
+    _chip("m3", "M3", cores=_cores(16, "Apple (Oct 2023)"), peak=_tops(18), precision="fp16",
+          dram=_gbs(100), read=_m3_read),
+    _chip("m4", "M4", cores=_cores(16, "Apple (May 2024)"),
+          peak=_tops(38, note="likely INT8 (SPEC 8)"), precision="int8",
+          peak_fp16=_tops(19, "measured", "maderix",
+                          "FP16 ~19 TFLOP/s measured; the 38 TOPS headline doubles it (INT8)"),
+          dram=_gbs(120), read=_gbs(64, "measured", _ANEMLL)),
+    _chip("m4-pro", "M4 Pro", cores=_cores(16, "Apple (Oct 2024)"),
+          peak=_tops(38, source="Apple (Oct 2024)", note="likely INT8, as the M4's"),
+          precision="int8",
+          peak_fp16=_tops(19, "derived", "maderix",
+                          "borrowed: the M4's measured ~19 TFLOP/s FP16 (same 16-core ANE)"),
+          dram=_gbs(273, source="Apple (Oct 2024)"), read=_gbs(126, "measured", _ANEMLL),
+          aliases=("m4pro",)),
+    _chip("m4-max", "M4 Max", cores=_cores(16, "Apple (Oct 2024)"),
+          peak=_tops(38, source="Apple (Oct 2024)", note="likely INT8, as the M4's"),
+          precision="int8",
+          peak_fp16=_tops(19, "derived", "maderix",
+                          "borrowed: the M4's measured ~19 TFLOP/s FP16 (same 16-core ANE)"),
+          dram=_gbs(546, source="Apple (Oct 2024)", note="16-core-CPU M4 Max; the 14-core has 410"),
+          read=_gbs(119, "measured", _ANEMLL), aliases=("m4max",)),
+    _chip("a14", "A14 Bionic", cores=_cores(16, "Apple (Sep 2020)"),
+          peak=_tops(11, source="SPEC 8"), precision="fp16",
+          dram=_gbs(34.1, "derived", "memory type", _LPDDR4X),
+          proxy_read=_m1_read, proxy_name="M1 (same ANE)"),
+    _chip("a15", "A15 Bionic", cores=_cores(16, "Apple (Sep 2021)"),
+          peak=_tops(15.8, source="SPEC 8"), precision="fp16",
+          dram=_gbs(34.1, "derived", "memory type", _LPDDR4X),
+          proxy_read=_m2_read, proxy_name="M2 (same ANE generation)"),
+    _chip("a16", "A16 Bionic", cores=_cores(16, "Apple (Sep 2022)"),
+          peak=_tops(17, source="Apple (Sep 2022)", note="'nearly 17 trillion operations/s'"),
+          precision="fp16",
+          dram=_gbs(51.2, "derived", "memory type", _LPDDR5),
+          proxy_read=_m2_read, proxy_name="M2 (closest measured generation)"),
+    _chip("a17-pro", "A17 Pro", cores=_cores(16, "Apple (Sep 2023)"),
+          peak=_tops(35, source="Apple (Sep 2023)",
+                     note="likely INT8: twice the M3's 18 on the same ANE generation"),
+          precision="int8",
+          peak_fp16=_tops(17.5, "derived", "fastane",
+                          "35 TOPS / 2, assuming the INT8 headline doubles the FP16 rate as "
+                          "on the M4 (maderix)"),
+          dram=_gbs(51.2, "derived", "memory type", _LPDDR5),
+          proxy_read=_m3_read, proxy_name="M3 (same ANE generation)", aliases=("a17",)),
+]}
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace(" ", "-").replace("_", "-").replace("bionic", "").strip("-")
+
+
+_INDEX = {}
+for _c in CHIPS.values():
+    for _n in (_c.key, _c.name, *_c.aliases):
+        _INDEX[_norm(_n)] = _c
+        _INDEX[_norm(_n).replace("-", "")] = _c
+
+
+def names() -> list[str]:
+    """Keys of the known chips, in table order."""
+    return list(CHIPS)
+
+
+def get(name: "str | Chip") -> Chip:
+    """The chip called ``name`` (``"m1"``, ``"M1 Max"``, ``"m4-pro"``, ``"a17"`` ...)."""
+    if isinstance(name, Chip):
+        return name
+    key = _norm(str(name))
+    chip = _INDEX.get(key) or _INDEX.get(key.replace("-", ""))
+    if chip is None:
+        raise ValueError(f"unknown chip {name!r}; known chips: {', '.join(CHIPS)}")
+    return chip
+
+
+def with_figures(chip: "str | Chip", **figures) -> Chip:
+    """A copy of ``chip`` with some figures replaced (floats become assumption figures)."""
+    chip = get(chip)
+    upd = {}
+    for k, v in figures.items():
+        if not isinstance(v, Figure):
+            old = getattr(chip, k)
+            v = Figure(float(v), old.unit if old is not None else "", "assumption", "user")
+        upd[k] = v
+    return replace(chip, **upd)

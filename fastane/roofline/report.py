@@ -1,0 +1,318 @@
+"""Roofline reports: a text table, a JSON dict and a log-log plot; the ``fastane roofline``
+command.
+
+    >>> from fastane.roofline import report
+    >>> r = report.analyze("gpt2", chip="m1")
+    >>> print(report.table(r))                       # per layer and total
+    >>> report.to_json([r])                          # JSON-ready dict
+    >>> report.plot([r], "roofline.png")             # needs matplotlib
+
+``fastane roofline [WORKLOAD ...] --chip m1 [--json] [--plot FILE.png]``; with no
+workload it reports :data:`DEFAULT_WORKLOADS`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from .. import workloads as _workloads
+from . import chips as _chips
+from .model import DEFAULT_PARAMS, Estimate, ModelParams, WorkloadPlan, estimate, plan_workload, \
+    tokens_per_s_bound
+
+__all__ = ["Result", "analyze", "table", "tokens_table", "tokens_per_s", "to_json", "plot",
+           "add_arguments", "run", "DEFAULT_WORKLOADS"]
+
+#: what ``fastane roofline`` reports when given no workload: a decode step, a vision net
+DEFAULT_WORKLOADS = ("gpt2", "resnet50")
+
+
+@dataclass
+class Result:
+    """A workload planned and estimated on one chip."""
+
+    workload: _workloads.Workload
+    plan: WorkloadPlan
+    chip: _chips.Chip
+    params: ModelParams
+    layers: list          # Estimate per layer (no program overhead)
+    total: Estimate       # the whole program (with the program overhead)
+    plan_s: float         # seconds the planning took
+
+    @property
+    def is_decode(self) -> bool:
+        return self.workload.phase == "decode"
+
+
+def analyze(workload, chip="m1", params: ModelParams = DEFAULT_PARAMS, planner=None,
+            plan: WorkloadPlan | None = None) -> Result:
+    """Plan ``workload`` (a name or a :class:`~fastane.workloads.Workload`) and estimate it
+    on ``chip``.  ``planner`` replaces the analytic per-layer plan (see
+    :func:`~fastane.roofline.model.plan_workload`); ``plan`` reuses an existing plan."""
+    if isinstance(workload, str):
+        workload = _workloads.get(workload)
+    chip = _chips.get(chip)
+    t0 = time.perf_counter()
+    if plan is None:
+        plan = plan_workload(workload, planner=planner)
+    plan_s = time.perf_counter() - t0
+    layers = [estimate(lp.stats, chip, params, name=lp.name, program=False) for lp in plan.layers]
+    total = estimate(plan.tasks, chip, params, name=workload.name, program=True)
+    return Result(workload, plan, chip, params, layers, total, plan_s)
+
+
+def _si(x: float, unit: str = "", digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    for p, s in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= p:
+            return f"{x / p:.{digits}g} {s}{unit}"
+    return f"{x:.{digits}g} {unit}".rstrip()
+
+
+def _t(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.1f} us"
+
+
+def tokens_per_s(result: Result, chips=None) -> dict:
+    """Decode tokens/s of ``result``'s plan on each chip: the model's prediction and three
+    upper bounds (marketing DRAM, measured ANE read, and bandwidth / 2P for P fp16
+    weight parameters)."""
+    chips = [_chips.get(c) for c in (chips or _chips.names())]
+    tok = max(1, result.workload.tokens)
+    two_p = 2 * result.workload.weight_params
+    out = {}
+    for c in chips:
+        est = estimate(result.plan.tasks, c, result.params) if c.key != result.chip.key else result.total
+        out[c.key] = {
+            "model": tok / est.time_s,
+            "bound_dram": tok * tokens_per_s_bound(est.dram_bytes, c, "dram"),
+            "bound_ane_read": tok * tokens_per_s_bound(est.dram_bytes, c, "ane_read"),
+            "bound_2p": tok * c.dram_bw.value / two_p if two_p else math.nan,
+        }
+    return out
+
+
+def tokens_table(result: Result, chips=None) -> str:
+    """Text table of :func:`tokens_per_s` over chips."""
+    rows = tokens_per_s(result, chips)
+    lines = [f"tokens/s of {result.workload.name} ({result.workload.weight_params / 1e6:.0f} M "
+             f"fp16 weight parameters, {result.total.dram_bytes / 1e6:.1f} MB DRAM traffic a step)",
+             f"  {'chip':10s} {'model':>9s} {'<= ANE read':>12s} {'<= DRAM':>9s} {'<= DRAM/2P':>11s}"]
+    for key, r in rows.items():
+        fmt = lambda v: "-" if math.isnan(v) else f"{v:.1f}"  # noqa: E731
+        lines.append(f"  {_chips.get(key).name:10s} {fmt(r['model']):>9s} "
+                     f"{fmt(r['bound_ane_read']):>12s} {fmt(r['bound_dram']):>9s} "
+                     f"{fmt(r['bound_2p']):>11s}")
+    lines.append("  model: the time model (DMA engines, dispatch, 1 ms program overhead); "
+                 "bounds: bandwidth / bytes (measured ANE read, marketing DRAM) and "
+                 "marketing DRAM / 2P")
+    return "\n".join(lines)
+
+
+def table(result: Result, layers: bool = True) -> str:
+    """The report as text: per layer (unless ``layers=False``) and total."""
+    r, c, tot = result, result.chip, result.total
+    head = [
+        f"{r.workload.name}: {r.workload.description}",
+        f"chip {c.name}: peak {_si(c.peak_ops_fp16.value, 'OP/s')} FP16 ({c.peak_ops_fp16.kind}), "
+        f"DRAM {_si(c.dram_bw.value, 'B/s')} ({c.dram_bw.kind}), ridge {c.ridge_point:.1f} OP/B; "
+        f"KernelDMA {_si(c.kernel_dma_bw.value, 'B/s')}, TileDMA {_si(c.tile_dma_bw.value, 'B/s')} "
+        f"({c.kernel_dma_bw.kind})",
+    ]
+    w = max([len(lp.name) for lp in r.plan.layers] + [5])
+    cols = (f"{'layer':{w}s}  {'shape':44s} {'tasks':>6s} {'MMAC':>10s} {'DRAM MB':>9s} "
+            f"{'OP/B':>8s} {'bound':>7s} {'time':>11s} {'%roof':>6s}")
+    body = []
+    if layers:
+        body.append(cols)
+        for lp, e in zip(r.plan.layers, r.layers):
+            body.append(f"{lp.name:{w}s}  {lp.layer.shape_str()[:44]:44s} {e.tasks:6d} "
+                        f"{e.macs / 1e6:10.2f} {e.dram_bytes / 1e6:9.3f} {e.intensity:8.2f} "
+                        f"{e.bound:>7s} {_t(e.time_s):>11s} {e.pct_of_roof:6.1f}")
+    else:
+        body.append(cols)
+    body.append(f"{'TOTAL':{w}s}  {f'{len(r.plan.layers)} layers':44s} {tot.tasks:6d} "
+                f"{tot.macs / 1e6:10.2f} {tot.dram_bytes / 1e6:9.3f} {tot.intensity:8.2f} "
+                f"{tot.bound:>7s} {_t(tot.time_s):>11s} {tot.pct_of_roof:6.1f}")
+    foot = [
+        f"traffic: KernelDMA {tot.kernel_dma_bytes / 1e6:.1f} MB, TileDMA src "
+        f"{tot.tile_dma_src_bytes / 1e6:.1f} MB, dst {tot.tile_dma_dst_bytes / 1e6:.1f} MB, "
+        f"ControlDMA {tot.control_dma_bytes / 1e6:.3f} MB ({tot.tasks} TDs x 0x274 B)",
+        f"time {_t(tot.time_s)} = tasks {_t(tot.time_s - tot.overhead_s)} (compute {_t(tot.compute_s)}, "
+        f"DMA {_t(tot.dma_s)}, dispatch {_t(tot.dispatch_s)}; {tot.dma_bound_tasks} of {tot.tasks} "
+        f"tasks DMA-bound) + program overhead {_t(tot.overhead_s)}",
+        f"{_si(tot.attained_ops, 'OP/s')} attained, {tot.pct_of_roof:.1f}% of the roof "
+        f"({_si(tot.roof_ops, 'OP/s')} at {tot.intensity:.2f} OP/B, {tot.bound}-bound); "
+        f"limited by {tot.limiter}; planned in {r.plan_s * 1e3:.1f} ms",
+    ]
+    if r.workload.tokens:
+        foot.append(f"{r.workload.tokens / tot.time_s:.1f} tokens/s on {c.name} "
+                    f"({r.workload.phase}, {r.workload.tokens} token{'s' if r.workload.tokens > 1 else ''} a run)")
+    return "\n".join(head + body + foot)
+
+
+def to_json(results, chips_for_tokens=None) -> dict:
+    """A JSON-ready dict of one or more results (same chip assumed for the header)."""
+    if isinstance(results, Result):
+        results = [results]
+    out = {"chip": None, "params": None, "workloads": []}
+    for r in results:
+        out["chip"] = {"key": r.chip.key, "name": r.chip.name, **r.chip.figures()}
+        out["params"] = asdict(r.params)
+        wl = {
+            "name": r.workload.name, "description": r.workload.description,
+            "phase": r.workload.phase, "tokens": r.workload.tokens,
+            "weight_params": r.workload.weight_params, "plan_seconds": r.plan_s,
+            "total": r.total.as_dict(),
+            "layers": [{"layer": lp.name, "kind": lp.layer.kind, "shape": lp.layer.shape_str(),
+                        "activation": getattr(lp.layer, "activation", None), **e.as_dict()}
+                       for lp, e in zip(r.plan.layers, r.layers)],
+        }
+        if r.workload.tokens:
+            wl["tokens_per_s"] = r.workload.tokens / r.total.time_s
+        if r.is_decode:
+            wl["tokens_per_s_by_chip"] = tokens_per_s(r, chips_for_tokens)
+        out["workloads"].append(wl)
+    return out
+
+
+def plot(results, path, title: str | None = None):
+    """Log-log roofline of ``results`` (one chip) to ``path`` (PNG): the roofs, the ridge
+    point, one dot per layer and a star per workload total.  Needs matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise RuntimeError("the roofline plot needs matplotlib: pip install 'fastane[plot]' "
+                           "(or pip install matplotlib)") from e
+    import numpy as np
+
+    if isinstance(results, Result):
+        results = [results]
+    chip = results[0].chip
+    peak, bw = chip.peak_ops_fp16.value, chip.dram_bw.value
+    xs = [e.intensity for r in results for e in r.layers + [r.total] if e.dram_bytes]
+    lo = min([0.1] + [x for x in xs if x > 0]) / 2
+    hi = max([chip.ridge_point * 20] + xs) * 2
+    x = np.logspace(np.log10(lo), np.log10(hi), 400)
+    fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
+    ax.loglog(x, np.minimum(peak, x * bw), color="black", lw=2,
+              label=f"roof: {peak / 1e12:g} TOP/s FP16, DRAM {bw / 1e9:g} GB/s ({chip.dram_bw.kind})")
+    if chip.ane_read_bw is not None:
+        b = chip.ane_read_bw.value
+        ax.loglog(x, np.minimum(peak, x * b), color="gray", ls="--", lw=1.2,
+                  label=f"ANE read {b / 1e9:g} GB/s (measured, anemll-bench)")
+    kb = chip.kernel_dma_bw.value
+    ax.loglog(x, np.minimum(peak, x * kb), color="gray", ls=":", lw=1.2,
+              label=f"KernelDMA {kb / 1e9:.1f} GB/s ({chip.kernel_dma_bw.kind})")
+    ridge = chip.ridge_point
+    ax.axvline(ridge, color="tab:red", ls="-.", lw=1)
+    ax.plot([ridge], [peak], "o", color="tab:red", ms=8)
+    ax.annotate(f"ridge {ridge:.1f} OP/B", (ridge, peak), textcoords="offset points",
+                xytext=(8, -16), color="tab:red")
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, r in enumerate(results):
+        col = colors[i % len(colors)]
+        pts = [(e.intensity, e.attained_ops) for e in r.layers if e.dram_bytes and e.time_s]
+        if pts:
+            ax.scatter(*zip(*pts), s=14, alpha=0.6, color=col, label=f"{r.workload.name}: layers")
+        t = r.total
+        ax.scatter([t.intensity], [t.attained_ops], marker="*", s=220, color=col,
+                   edgecolors="black", zorder=5,
+                   label=f"{r.workload.name}: total ({_si(t.attained_ops, 'OP/s')}, {_t(t.time_s)})")
+    ax.set_xlabel("arithmetic intensity (OP per byte of DRAM traffic)")
+    ax.set_ylabel("attained OP/s (model)")
+    ax.set_title(title or f"fastane roofline, {chip.name} ANE")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(min([peak / 1e5] + [e.attained_ops for r in results for e in r.layers
+                                    if e.attained_ops > 0]) / 2, peak * 3)
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+# ------------------------------------------------------------------------------ CLI
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``fastane roofline``."""
+    parser.add_argument("workloads", nargs="*", metavar="WORKLOAD",
+                        help=f"built-in workloads (default: {' '.join(DEFAULT_WORKLOADS)}); "
+                             "--list shows them")
+    parser.add_argument("--chip", default="m1",
+                        help=f"chip to model (default m1): {', '.join(_chips.names())}")
+    parser.add_argument("--json", action="store_true", help="print a JSON report instead of tables")
+    parser.add_argument("--plot", metavar="FILE.png", help="write a log-log roofline plot (needs matplotlib)")
+    parser.add_argument("--summary", action="store_true", help="totals only, no per-layer rows")
+    parser.add_argument("--list", action="store_true", help="list workloads and chips, then exit")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def run(args) -> int:
+    """Run ``fastane roofline`` with parsed ``args``; returns the exit status."""
+    if args.list:
+        print("workloads:")
+        for n in _workloads.names():
+            print("  " + _workloads.describe(n))
+        print("chips:")
+        for c in _chips.CHIPS.values():
+            print(f"  {c.key:9s} {c.name:11s} {c.peak_ops_fp16.value / 1e12:5.1f} TOP/s FP16, "
+                  f"DRAM {c.dram_bw.value / 1e9:6.1f} GB/s, ridge {c.ridge_point:6.1f} OP/B")
+        return 0
+    try:
+        chip = _chips.get(args.chip)
+        names = args.workloads or list(DEFAULT_WORKLOADS)
+        wls = [_workloads.get(n) for n in names]
+    except ValueError as e:
+        print(f"fastane roofline: {e}", file=sys.stderr)
+        return 2
+    results = []
+    for i, w in enumerate(wls, 1):
+        if not args.quiet:
+            print(f"[{i}/{len(wls)}] planning {w.name} ({len(w)} layers) ...", end="",
+                  file=sys.stderr, flush=True)
+        r = analyze(w, chip)
+        if not args.quiet:
+            print(f" {r.total.tasks} tasks in {r.plan_s:.2f} s", file=sys.stderr, flush=True)
+        results.append(r)
+    if args.json:
+        print(json.dumps(to_json(results), indent=1))
+    else:
+        for r in results:
+            print(table(r, layers=not args.summary))
+            if r.is_decode:
+                print()
+                print(tokens_table(r))
+            print()
+    if args.plot:
+        try:
+            plot(results, args.plot)
+        except RuntimeError as e:
+            print(f"fastane roofline: {e}", file=sys.stderr)
+            return 1
+        if not args.quiet:
+            print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="fastane roofline",
+                                     description="roofline model of workloads on the Apple Neural Engine")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

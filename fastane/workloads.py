@@ -1,0 +1,401 @@
+"""Layer shapes of reference models (no weights), for the roofline model.
+
+Every layer is one of three kinds, each with a ``name``:
+
+:class:`Conv2d`
+    NCHW convolution, batch 1 (``cin, cout, h, w`` of the *input*, kernel, stride,
+    symmetric zero padding, groups) with an optional fused activation.
+:class:`Matmul`
+    ``B`` independent products ``(M x K) @ (K x N)``.  The right operand is the one the
+    ANE loads into KMem (KernelDMA): a weight matrix when ``weights=True``, an
+    activation (the KV cache in attention) when ``weights=False``.  ``B`` counts products
+    with *different* right operands (attention heads); tokens that share a weight go in
+    ``M``.  On the ANE a matmul runs as a 1x1 convolution with ``K`` input channels,
+    ``N`` output channels and ``M`` positions along the row (W).
+:class:`Eltwise`
+    planar-engine work with no MACs (residual adds, norms, softmax, pooling): ``n_inputs``
+    tensors of ``in_shape`` (C, H, W) in, one of ``out_shape`` out, ``ops_per_out``
+    elementwise operations per output element.
+
+A :class:`Workload` is a named tuple of layers; :func:`get` and :func:`names` look them
+up.  The per-task plan of a workload (how it splits into task descriptors) is
+:func:`fastane.roofline.model.plan_workload`.
+
+Conventions (stated once here, repeated in ``docs/roofline.md``):
+
+- fp16 everywhere (2 bytes an element, weights included).
+- Transformers: activations are laid out (C = hidden, H = 1, W = tokens).  "decode" is
+  one new token attending to a KV cache of ``kv_len`` positions (the new one included);
+  "prefill" runs ``seq`` tokens at once and attends to all ``seq`` positions (no causal
+  skipping: the ANE computes the full score matrix).  The lm_head of a prefill runs on
+  the last token only (what generation needs).  Grouped-query attention puts the
+  ``n_heads / n_kv`` query heads sharing one KV head into ``M`` of one matmul, so
+  ``B = n_kv``.  Embedding look-ups, rotary embeddings, biases and the CPU side are not
+  modelled.
+- Fused activations (ReLU, GELU, SiLU, tanh ...) run in the NE stage of the MAC task at
+  no extra cost; activations that need a second operand (SwiGLU's ``silu(g) * u``) are
+  an :class:`Eltwise`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+__all__ = ["Conv2d", "Matmul", "Eltwise", "Workload", "get", "names", "describe",
+           "resnet50", "mobilenetv2", "vit_b16", "bert_base", "gpt2", "llama"]
+
+
+@dataclass(frozen=True)
+class Conv2d:
+    """A 2-D convolution, batch 1: input (cin, h, w) -> output (cout, hout, wout)."""
+
+    name: str
+    cin: int
+    cout: int
+    h: int
+    w: int
+    kh: int = 1
+    kw: int = 1
+    stride: int = 1
+    pad: int = 0
+    groups: int = 1
+    activation: str | None = None
+    kind = "conv2d"
+
+    def __post_init__(self):
+        for f in ("cin", "cout", "h", "w", "kh", "kw", "stride", "groups"):
+            if int(getattr(self, f)) < 1:
+                raise ValueError(f"{self.name}: {f} must be >= 1, got {getattr(self, f)}")
+        if self.pad < 0:
+            raise ValueError(f"{self.name}: pad must be >= 0")
+        if self.cin % self.groups or self.cout % self.groups:
+            raise ValueError(f"{self.name}: cin={self.cin} and cout={self.cout} must be "
+                             f"multiples of groups={self.groups}")
+        if self.hout < 1 or self.wout < 1:
+            raise ValueError(f"{self.name}: kernel {self.kh}x{self.kw} larger than the padded input")
+
+    @property
+    def hout(self) -> int:
+        return (self.h + 2 * self.pad - self.kh) // self.stride + 1
+
+    @property
+    def wout(self) -> int:
+        return (self.w + 2 * self.pad - self.kw) // self.stride + 1
+
+    @property
+    def macs(self) -> int:
+        return self.cout * self.hout * self.wout * (self.cin // self.groups) * self.kh * self.kw
+
+    @property
+    def weight_params(self) -> int:
+        return self.cout * (self.cin // self.groups) * self.kh * self.kw
+
+    def shape_str(self) -> str:
+        g = f" g{self.groups}" if self.groups > 1 else ""
+        return (f"conv {self.kh}x{self.kw}/{self.stride}{g} {self.cin}x{self.h}x{self.w}"
+                f"->{self.cout}x{self.hout}x{self.wout}")
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """``B`` products (M x K) @ (K x N); the right operand goes to KMem."""
+
+    name: str
+    B: int
+    M: int
+    K: int
+    N: int
+    activation: str | None = None
+    weights: bool = True
+    kind = "matmul"
+
+    def __post_init__(self):
+        for f in ("B", "M", "K", "N"):
+            if int(getattr(self, f)) < 1:
+                raise ValueError(f"{self.name}: {f} must be >= 1, got {getattr(self, f)}")
+
+    @property
+    def macs(self) -> int:
+        return self.B * self.M * self.K * self.N
+
+    @property
+    def weight_params(self) -> int:
+        return self.B * self.K * self.N if self.weights else 0
+
+    def shape_str(self) -> str:
+        b = f"{self.B}x" if self.B > 1 else ""
+        return f"matmul {b}({self.M}x{self.K})@({self.K}x{self.N})"
+
+
+@dataclass(frozen=True)
+class Eltwise:
+    """Planar-engine work: ``n_inputs`` tensors of ``in_shape`` -> one of ``out_shape``."""
+
+    name: str
+    op: str
+    in_shape: tuple
+    out_shape: tuple | None = None
+    n_inputs: int = 1
+    ops_per_out: int = 1
+    kind = "eltwise"
+
+    def __post_init__(self):
+        if self.out_shape is None:
+            object.__setattr__(self, "out_shape", tuple(self.in_shape))
+        for shape in (self.in_shape, self.out_shape):
+            if len(shape) != 3 or min(shape) < 1:
+                raise ValueError(f"{self.name}: shapes are (C, H, W) of positive sizes, got {shape}")
+
+    macs = 0
+    weight_params = 0
+
+    @property
+    def planar_ops(self) -> int:
+        return prod(self.out_shape) * self.ops_per_out
+
+    def shape_str(self) -> str:
+        c, h, w = self.in_shape
+        s = f"{self.op} {self.n_inputs}x{c}x{h}x{w}"
+        if tuple(self.out_shape) != tuple(self.in_shape):
+            s += "->" + "x".join(map(str, self.out_shape))
+        return s
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named sequence of layers."""
+
+    name: str
+    description: str
+    layers: tuple
+    #: "inference" (vision, encoder), "prefill" or "decode"
+    phase: str = "inference"
+    #: tokens produced (decode) or processed (prefill) per run; 0 for non-token models
+    tokens: int = 0
+    source: str = ""
+
+    @property
+    def macs(self) -> int:
+        return sum(layer.macs for layer in self.layers)
+
+    @property
+    def weight_params(self) -> int:
+        """Parameters the run reads as KMem weights (fp16: 2 bytes each)."""
+        return sum(layer.weight_params for layer in self.layers)
+
+    def __len__(self):
+        return len(self.layers)
+
+
+# --------------------------------------------------------------------------- vision
+
+def resnet50(image: int = 224) -> Workload:
+    """ResNet-50 v1.5 (torchvision: the stride-2 sits on the 3x3 conv), batch 1."""
+    L = []
+    s = image
+    L.append(Conv2d("conv1", 3, 64, s, s, 7, 7, 2, 3, activation="relu"))
+    s = L[-1].hout
+    L.append(Eltwise("maxpool", "maxpool3x3/2", (64, s, s), (64, (s - 1) // 2 + 1, (s - 1) // 2 + 1),
+                     ops_per_out=9))
+    s = (s - 1) // 2 + 1
+    cin = 64
+    for stage, (width, blocks, stride) in enumerate([(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)],
+                                                    start=1):
+        for b in range(blocks):
+            st = stride if b == 0 else 1
+            p = f"layer{stage}.{b}"
+            L.append(Conv2d(f"{p}.conv1", cin, width, s, s, 1, 1, 1, 0, activation="relu"))
+            L.append(Conv2d(f"{p}.conv2", width, width, s, s, 3, 3, st, 1, activation="relu"))
+            so = L[-1].hout
+            L.append(Conv2d(f"{p}.conv3", width, 4 * width, so, so))
+            if b == 0:
+                L.append(Conv2d(f"{p}.downsample", cin, 4 * width, s, s, 1, 1, st, 0))
+            L.append(Eltwise(f"{p}.add_relu", "add+relu", (4 * width, so, so), n_inputs=2))
+            cin, s = 4 * width, so
+    L.append(Eltwise("avgpool", "avgpool", (cin, s, s), (cin, 1, 1), ops_per_out=s * s))
+    L.append(Matmul("fc", 1, 1, cin, 1000))
+    return Workload("resnet50", f"ResNet-50 v1.5, {image}x{image}, batch 1", tuple(L),
+                    source="He et al. 2015; torchvision resnet50")
+
+
+def mobilenetv2(image: int = 224) -> Workload:
+    """MobileNetV2 1.0, batch 1 (ReLU6 fused into the convs)."""
+    L = []
+    s = image
+    L.append(Conv2d("features.0", 3, 32, s, s, 3, 3, 2, 1, activation="relu6"))
+    s, cin = L[-1].hout, 32
+    idx = 1
+    for t, c, n, st in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                        (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
+        for i in range(n):
+            stride = st if i == 0 else 1
+            hid = cin * t
+            p = f"features.{idx}"
+            if t != 1:
+                L.append(Conv2d(f"{p}.expand", cin, hid, s, s, activation="relu6"))
+            L.append(Conv2d(f"{p}.dw", hid, hid, s, s, 3, 3, stride, 1, groups=hid, activation="relu6"))
+            so = L[-1].hout
+            L.append(Conv2d(f"{p}.project", hid, c, so, so))
+            if stride == 1 and cin == c:
+                L.append(Eltwise(f"{p}.add", "add", (c, so, so), n_inputs=2))
+            cin, s = c, so
+            idx += 1
+    L.append(Conv2d(f"features.{idx}", cin, 1280, s, s, activation="relu6"))
+    L.append(Eltwise("avgpool", "avgpool", (1280, s, s), (1280, 1, 1), ops_per_out=s * s))
+    L.append(Matmul("classifier", 1, 1, 1280, 1000))
+    return Workload("mobilenetv2", f"MobileNetV2 1.0, {image}x{image}, batch 1", tuple(L),
+                    source="Sandler et al. 2018; torchvision mobilenet_v2")
+
+
+# --------------------------------------------------------------------- transformers
+
+def _block(L, p, *, d, n_heads, n_kv, head_dim, ffn, seq, kv_len, gated, act, norm,
+           fused_qkv):
+    """One pre-norm (or post-norm: same layers) transformer block."""
+    qd, kvd = n_heads * head_dim, n_kv * head_dim
+    group = n_heads // n_kv
+    L.append(Eltwise(f"{p}.{norm}1", norm, (d, 1, seq), ops_per_out=4))
+    if fused_qkv:
+        L.append(Matmul(f"{p}.attn.qkv", 1, seq, d, qd + 2 * kvd))
+    else:
+        L.append(Matmul(f"{p}.attn.q_proj", 1, seq, d, qd))
+        L.append(Matmul(f"{p}.attn.k_proj", 1, seq, d, kvd))
+        L.append(Matmul(f"{p}.attn.v_proj", 1, seq, d, kvd))
+    L.append(Matmul(f"{p}.attn.scores", n_kv, group * seq, head_dim, kv_len, weights=False))
+    L.append(Eltwise(f"{p}.attn.softmax", "softmax", (n_heads * seq, 1, kv_len), ops_per_out=4))
+    L.append(Matmul(f"{p}.attn.values", n_kv, group * seq, kv_len, head_dim, weights=False))
+    L.append(Matmul(f"{p}.attn.o_proj", 1, seq, qd, d))
+    L.append(Eltwise(f"{p}.residual1", "add", (d, 1, seq), n_inputs=2))
+    L.append(Eltwise(f"{p}.{norm}2", norm, (d, 1, seq), ops_per_out=4))
+    if gated:
+        L.append(Matmul(f"{p}.mlp.gate_proj", 1, seq, d, ffn, activation=act))
+        L.append(Matmul(f"{p}.mlp.up_proj", 1, seq, d, ffn))
+        L.append(Eltwise(f"{p}.mlp.gate_mul", "mul", (ffn, 1, seq), n_inputs=2))
+        L.append(Matmul(f"{p}.mlp.down_proj", 1, seq, ffn, d))
+    else:
+        L.append(Matmul(f"{p}.mlp.fc1", 1, seq, d, ffn, activation=act))
+        L.append(Matmul(f"{p}.mlp.fc2", 1, seq, ffn, d))
+    L.append(Eltwise(f"{p}.residual2", "add", (d, 1, seq), n_inputs=2))
+
+
+def _transformer(name, desc, *, n_layers, d, n_heads, n_kv=None, head_dim=None, ffn, vocab,
+                 seq, kv_len, gated=False, act="gelu", norm="layernorm", fused_qkv=False,
+                 lm_tokens=None, phase, tokens, source, head=None, prefix=None):
+    n_kv = n_kv or n_heads
+    head_dim = head_dim or d // n_heads
+    L = list(prefix or [])
+    for i in range(n_layers):
+        _block(L, f"layers.{i}", d=d, n_heads=n_heads, n_kv=n_kv, head_dim=head_dim, ffn=ffn,
+               seq=seq, kv_len=kv_len, gated=gated, act=act, norm=norm, fused_qkv=fused_qkv)
+    L.append(Eltwise(f"final_{norm}", norm, (d, 1, seq), ops_per_out=4))
+    if vocab:
+        L.append(Matmul("lm_head", 1, lm_tokens if lm_tokens is not None else seq, d, vocab))
+    if head is not None:
+        L.append(head)
+    return Workload(name, desc, tuple(L), phase=phase, tokens=tokens, source=source)
+
+
+def vit_b16(image: int = 224) -> Workload:
+    """ViT-B/16 (16x16 patches -> 196 + [CLS] = 197 tokens), classification head on [CLS]."""
+    g = image // 16
+    seq = g * g + 1
+    patch = Conv2d("patch_embed", 3, 768, image, image, 16, 16, 16, 0)
+    return _transformer("vit-b16", f"ViT-B/16, {image}x{image} ({seq} tokens), batch 1",
+                        n_layers=12, d=768, n_heads=12, ffn=3072, vocab=0, seq=seq, kv_len=seq,
+                        fused_qkv=True, phase="inference", tokens=0,
+                        source="Dosovitskiy et al. 2020; timm vit_base_patch16_224",
+                        prefix=[patch], head=Matmul("head", 1, 1, 768, 1000))
+
+
+def bert_base(seq: int = 128) -> Workload:
+    """BERT-base encoder (12 x 768, 12 heads) over ``seq`` tokens, pooler on [CLS]."""
+    return _transformer(f"bert-base-{seq}" if seq != 128 else "bert-base",
+                        f"BERT-base encoder, sequence {seq}, batch 1",
+                        n_layers=12, d=768, n_heads=12, ffn=3072, vocab=0, seq=seq, kv_len=seq,
+                        phase="inference", tokens=seq,
+                        source="Devlin et al. 2018; HF bert-base-uncased",
+                        head=Matmul("pooler", 1, 1, 768, 768, activation="tanh"))
+
+
+_GPT2 = {  # name: (layers, d_model, heads)
+    "gpt2": (12, 768, 12, "GPT-2 124M"),
+    "gpt2-xl": (48, 1600, 25, "GPT-2 1.5B (gpt2-xl)"),
+}
+
+
+def gpt2(size: str = "gpt2", phase: str = "decode", seq: int = 512) -> Workload:
+    """GPT-2 (``"gpt2"`` 124M or ``"gpt2-xl"`` 1.5B): one decode step with a KV cache of
+    ``seq`` positions, or the prefill of ``seq`` tokens.  lm_head is tied to the embedding
+    (50257 x d) and is read every step."""
+    n_layers, d, heads, label = _GPT2[size]
+    dec = phase == "decode"
+    name = size if dec else f"{size}-prefill"
+    desc = (f"{label}, decode of 1 token with a KV cache of {seq}" if dec
+            else f"{label}, prefill of {seq} tokens (lm_head on the last token)")
+    return _transformer(name, desc, n_layers=n_layers, d=d, n_heads=heads, ffn=4 * d,
+                        vocab=50257, seq=1 if dec else seq, kv_len=seq, fused_qkv=True,
+                        lm_tokens=1, phase=phase, tokens=1 if dec else seq,
+                        source="Radford et al. 2019; HF gpt2 / gpt2-xl config")
+
+
+def llama(phase: str = "decode", seq: int = 512) -> Workload:
+    """Llama-3.2-1B (16 layers, d 2048, 32 query / 8 KV heads of 64, SwiGLU 8192, vocab
+    128256, lm_head tied to the embedding): one decode step with a KV cache of ``seq``, or
+    the prefill of ``seq`` tokens."""
+    dec = phase == "decode"
+    name = "llama-3.2-1b" if dec else "llama-3.2-1b-prefill"
+    desc = ("Llama-3.2-1B, decode of 1 token with a KV cache of %d" % seq if dec
+            else "Llama-3.2-1B, prefill of %d tokens (lm_head on the last token)" % seq)
+    return _transformer(name, desc, n_layers=16, d=2048, n_heads=32, n_kv=8, head_dim=64,
+                        ffn=8192, vocab=128256, seq=1 if dec else seq, kv_len=seq, gated=True,
+                        act="silu", norm="rmsnorm", lm_tokens=1, phase=phase,
+                        tokens=1 if dec else seq,
+                        source="Meta Llama-3.2-1B config.json (hidden 2048, 16 layers, 32/8 heads, "
+                               "intermediate 8192, vocab 128256, tied embeddings)")
+
+
+_BUILDERS = {
+    "resnet50": resnet50,
+    "mobilenetv2": mobilenetv2,
+    "vit-b16": vit_b16,
+    "bert-base": lambda: bert_base(128),
+    "bert-base-512": lambda: bert_base(512),
+    "gpt2": lambda: gpt2("gpt2", "decode"),
+    "gpt2-prefill": lambda: gpt2("gpt2", "prefill"),
+    "gpt2-xl": lambda: gpt2("gpt2-xl", "decode"),
+    "gpt2-xl-prefill": lambda: gpt2("gpt2-xl", "prefill"),
+    "llama-3.2-1b": lambda: llama("decode"),
+    "llama-3.2-1b-prefill": lambda: llama("prefill"),
+}
+_ALIASES = {
+    "resnet-50": "resnet50", "mobilenet-v2": "mobilenetv2", "mobilenet_v2": "mobilenetv2",
+    "vit": "vit-b16", "vit-b/16": "vit-b16", "vit_b16": "vit-b16", "bert": "bert-base",
+    "bert-base-128": "bert-base", "gpt2-decode": "gpt2", "gpt2-124m": "gpt2",
+    "gpt2-1.5b": "gpt2-xl", "gpt2-xl-decode": "gpt2-xl", "gpt2-1.5b-prefill": "gpt2-xl-prefill",
+    "llama": "llama-3.2-1b", "llama-3.2-1b-decode": "llama-3.2-1b", "llama3.2-1b": "llama-3.2-1b",
+    "llama-prefill": "llama-3.2-1b-prefill",
+}
+_CACHE: dict = {}
+
+
+def names() -> list[str]:
+    """Names of the built-in workloads."""
+    return list(_BUILDERS)
+
+
+def get(name: str) -> Workload:
+    """The built-in workload called ``name`` (see :func:`names`; a few aliases work)."""
+    key = str(name).strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in _BUILDERS:
+        raise ValueError(f"unknown workload {name!r}; known: {', '.join(_BUILDERS)}")
+    if key not in _CACHE:
+        _CACHE[key] = _BUILDERS[key]()
+    return _CACHE[key]
+
+
+def describe(name: str) -> str:
+    """One line: name, description, layers, MACs and weight parameters."""
+    w = get(name)
+    return (f"{w.name}: {w.description}; {len(w)} layers, {w.macs / 1e9:.3f} GMAC, "
+            f"{w.weight_params / 1e6:.1f} M weight parameters")

@@ -1,0 +1,210 @@
+"""The analytic task plan: KMem and L2 limits, traffic = sum of the tasks, hand cases."""
+import math
+import time
+
+import pytest
+
+from fastane import workloads
+from fastane.roofline import model
+from fastane.roofline.model import M1_LIMITS, plan_conv, plan_matmul, tile_conv
+from fastane.stats import Stats
+from fastane.workloads import Conv2d, Eltwise, Matmul
+
+KMEM = 16 * 64 * 1024   # 1 MiB
+KMEM_CORE = 64 * 1024
+L2 = 2 * 1024 * 1024
+TD = 0x274
+
+
+def _row(w):
+    return (2 * w + 63) // 64 * 64
+
+
+@pytest.fixture(scope="module")
+def plans():
+    return {n: model.plan_workload(n) for n in workloads.names()}
+
+
+def test_every_task_fits_kmem_and_l2(plans):
+    for name, plan in plans.items():
+        for lp in plan.layers:
+            for t in lp.stats.tasks_detail:
+                assert t.tasks == 1
+                assert t.control_dma_bytes == TD
+                assert t.kernel_dma_bytes <= KMEM, (name, lp.name)
+                assert t.tile_dma_src_bytes + t.tile_dma_dst_bytes <= L2, (name, lp.name)
+
+
+def test_each_core_kernel_share_fits_64k():
+    for name in workloads.names():
+        for layer in workloads.get(name).layers:
+            if isinstance(layer, Eltwise):
+                continue
+            conv = model.matmul_as_conv(layer) if isinstance(layer, Matmul) else layer
+            t = tile_conv(conv)
+            per_core = math.ceil(t.cout_t / 16) * t.cin_t * conv.kh * conv.kw * 2
+            assert per_core <= KMEM_CORE, (name, layer.name, t)
+
+
+def test_tasks_add_up_to_the_layer(plans):
+    for name, plan in plans.items():
+        for lp in plan.layers:
+            assert lp.stats.macs == lp.layer.macs, (name, lp.name)
+            assert lp.stats.tasks == len(lp.stats.tasks_detail)
+            if isinstance(lp.layer, Eltwise):
+                assert lp.stats.planar_ops == lp.layer.planar_ops
+
+
+def test_decode_matmul_by_hand():
+    # (1 x 4096) @ (4096 x 4096): one output channel's kernel is 4096 x 2 = 8 KiB, so a
+    # core holds 8 and a task 16 x 8 = 128 channels (1 MiB): 4096 / 128 = 32 tasks.
+    tasks = plan_matmul(Matmul("m", 1, 1, 4096, 4096))
+    assert len(tasks) == 32
+    assert all(t.kernel_dma_bytes == 128 * 4096 * 2 for t in tasks)     # 1 MiB each
+    assert all(t.tile_dma_src_bytes == 4096 * 64 for t in tasks)        # x re-read per group
+    assert all(t.tile_dma_dst_bytes == 128 * 64 for t in tasks)
+    s = model.sum_stats(tasks)
+    assert s.kernel_dma_bytes == 32 * 2**20                     # 32 MiB = the weights once
+    assert s.tile_dma_src_bytes == 32 * 256 * 1024              # 8 MiB of padded activations
+    assert s.tile_dma_dst_bytes == 4096 * 64                    # 256 KiB
+    assert s.control_dma_bytes == 32 * 628
+    assert s.macs == 4096 * 4096
+
+
+def test_small_conv_is_one_task_by_hand():
+    # 3x3, 64 -> 64, 56 x 56, pad 1: kernel 64 x 64 x 9 x 2 = 73,728 B fits one group;
+    # a row is 56 x 2 = 112 B -> 128 B; in + out = 64 x 58 x 128 + 64 x 56 x 128 < 2 MiB
+    (t,) = plan_conv(Conv2d("c", 64, 64, 56, 56, 3, 3, 1, 1))
+    assert t.kernel_dma_bytes == 73_728
+    assert t.tile_dma_src_bytes == 64 * 56 * 128 == 458_752     # rows clipped at the border
+    assert t.tile_dma_dst_bytes == 458_752
+    assert t.macs == 64 * 56 * 56 * 64 * 9 == 115_605_504
+
+
+def _hand_traffic(conv: Conv2d, t):
+    """Traffic of conv under tiling t, by explicit loops (no numpy, no shared code)."""
+    cin_pg, cout_pg = conv.cin // conv.groups, conv.cout // conv.groups
+    kk = conv.kh * conv.kw
+    # kernel groups: (output channels, conv groups read)
+    groups = []
+    if t.groups_t:
+        g = 0
+        while g < conv.groups:
+            n = min(t.groups_t, conv.groups - g)
+            groups.append((n * cout_pg, n))
+            g += n
+    else:
+        for _ in range(conv.groups):
+            c = 0
+            while c < cout_pg:
+                n = min(t.cout_t, cout_pg - c)
+                groups.append((n, 1))
+                c += n
+    chunks, c = [], 0
+    while c < cin_pg:
+        chunks.append(min(t.cin_t, cin_pg - c))
+        c += chunks[-1]
+    kernel = src = dst = tasks = planar = 0
+    for cout, ng in groups:
+        for y0 in range(0, conv.hout, t.th):
+            th = min(t.th, conv.hout - y0)
+            lo = max(0, y0 * conv.stride - conv.pad)
+            hi = min(conv.h - 1, (y0 + th - 1) * conv.stride - conv.pad + conv.kh - 1)
+            for x0 in range(0, conv.wout, t.tw):
+                tw = min(t.tw, conv.wout - x0)
+                clo = max(0, x0 * conv.stride - conv.pad)
+                chi = min(conv.w - 1, (x0 + tw - 1) * conv.stride - conv.pad + conv.kw - 1)
+                for cc in chunks:
+                    m = -(-cout // 16)                      # channels per core (lane)
+                    lanes = -(-cout // m)
+                    kernel += lanes * ((m * cc * kk * 2 + 63) // 64 * 64)
+                    src += ng * cc * (hi - lo + 1) * _row(chi - clo + 1)
+                    dst += cout * th * _row(tw)
+                    tasks += 1
+                for _ in range(len(chunks) - 1):            # partial sums: read 2, write 1
+                    src += 2 * cout * th * _row(tw)
+                    dst += cout * th * _row(tw)
+                    planar += cout * th * tw
+    return kernel, src, dst, planar
+
+
+@pytest.mark.parametrize("conv", [
+    Conv2d("c3s2", 128, 256, 56, 56, 3, 3, 2, 1),
+    Conv2d("c7s2", 3, 64, 224, 224, 7, 7, 2, 3),
+    Conv2d("big", 256, 512, 56, 56, 3, 3, 1, 1),        # several groups and tiles
+    Conv2d("dw", 960, 960, 14, 14, 3, 3, 1, 1, groups=960),
+    Conv2d("g4", 64, 128, 30, 30, 3, 3, 1, 1, groups=4),
+    Conv2d("wide", 2048, 2048, 1, 512),                 # prefill-like: column tiles
+    Conv2d("splitk", 40000, 64, 1, 3),                  # 40000 x 2 B > 64 KiB: split-K
+], ids=lambda c: c.name)
+def test_traffic_of_a_tiled_conv_equals_the_sum_of_its_tasks(conv):
+    t = tile_conv(conv)
+    tasks = plan_conv(conv)
+    kernel, src, dst, planar = _hand_traffic(conv, t)
+    s = model.sum_stats(tasks)
+    assert (s.kernel_dma_bytes, s.tile_dma_src_bytes, s.tile_dma_dst_bytes) == (kernel, src, dst)
+    assert s.planar_ops == planar
+    assert s.dram_bytes == kernel + src + dst + len(tasks) * TD
+    assert s.macs == conv.macs
+
+
+def test_kernel_bytes_follow_the_kernel_dma_lane_layout():
+    # Cout 3, Cin 8, 1x1 (the seed conv): 3 lanes of one channel, each buffer 16 B -> 64 B
+    (t,) = plan_conv(Conv2d("seed", 8, 3, 4, 1))
+    assert t.kernel_dma_bytes == 3 * 64
+    # Cout 40, Cin 100, 3x3: m = ceil(40 / 16) = 3 channels a lane, ceil(40 / 3) = 14 lanes,
+    # each round_up(3 x 100 x 9 x 2 = 5400, 64) = 5440 B
+    (t,) = plan_conv(Conv2d("c", 100, 40, 8, 8, 3, 3, 1, 1))
+    assert t.kernel_dma_bytes == 14 * 5440
+    kernel_dma = pytest.importorskip("fastane.device.kernel_dma")
+    assert t.kernel_dma_bytes == sum(b and kernel_dma.lane_stride(40, 100, 3, 3)
+                                     for b in kernel_dma.lane_bytes(40, 100, 3, 3))
+
+
+def test_split_k_when_one_channel_exceeds_a_core():
+    conv = Conv2d("splitk", 40000, 64, 1, 3)
+    t = tile_conv(conv)
+    assert t.ks == 2 and t.cin_t == 20000                # 20000 x 2 B = 40,000 B <= 64 KiB
+    tasks = plan_conv(conv)
+    assert sum(1 for x in tasks if x.planar_ops) == len(tasks) // 3   # one add per 2 partials
+
+
+def test_eltwise_tasks_fit_l2_and_cover_the_tensor():
+    el = Eltwise("add", "add", (256, 56, 56), n_inputs=2)
+    tasks = model.plan_eltwise(el)
+    s = model.sum_stats(tasks)
+    assert s.tile_dma_src_bytes == 2 * 256 * 56 * 128
+    assert s.tile_dma_dst_bytes == 256 * 56 * 128
+    assert all(x.tile_dma_src_bytes + x.tile_dma_dst_bytes <= L2 for x in tasks)
+    huge = Eltwise("row", "add", (1, 1, 3_000_000), n_inputs=2)      # one channel > L2
+    tasks = model.plan_eltwise(huge)
+    assert len(tasks) > 1 and all(x.tile_dma_src_bytes + x.tile_dma_dst_bytes <= L2 for x in tasks)
+    assert model.sum_stats(tasks).planar_ops == 3_000_000
+
+
+def test_planner_can_be_swapped():
+    calls = []
+
+    def fake(layer):
+        calls.append(layer.name)
+        return [Stats(tasks=1, macs=layer.macs, control_dma_bytes=TD)]
+
+    p = model.plan_workload("resnet50", planner=fake)
+    assert p.stats.macs == workloads.get("resnet50").macs
+    assert len(calls) < len(p.layers)        # identical layers are planned once
+
+
+def test_planning_is_fast():
+    model._tile_conv.cache_clear()            # cold: no tiling remembered from other tests
+    t0 = time.perf_counter()
+    model.plan_workload("llama-3.2-1b")
+    t_llama = time.perf_counter() - t0
+    model._tile_conv.cache_clear()
+    t0 = time.perf_counter()
+    model.plan_workload("resnet50")
+    t_resnet = time.perf_counter() - t0
+    assert t_llama < 1.0 and t_resnet < 2.0, (t_llama, t_resnet)
+
+
+def test_limits_are_the_m1s():
+    assert M1_LIMITS.kmem_bytes == KMEM and M1_LIMITS.l2_bytes == L2 and M1_LIMITS.td_bytes == TD

@@ -1,0 +1,93 @@
+"""Reports: text table, JSON, plot, and the ``fastane roofline`` command."""
+import argparse
+import json
+import sys
+
+import pytest
+
+from fastane.roofline import report
+
+
+def _run(argv):
+    p = argparse.ArgumentParser()
+    report.add_arguments(p)
+    return report.run(p.parse_args(argv))
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return report.analyze("gpt2", "m1")
+
+
+def test_table_has_layers_total_and_ridge(gpt2):
+    text = report.table(gpt2)
+    assert "ridge 161.8 OP/B" in text
+    assert "TOTAL" in text and "layers.11.mlp.fc2" in text
+    assert "tokens/s" in text
+    short = report.table(gpt2, layers=False)
+    assert "layers.11.mlp.fc2" not in short and "TOTAL" in short
+
+
+def test_total_is_the_sum_of_layers(gpt2):
+    tot = gpt2.total
+    assert tot.macs == sum(e.macs for e in gpt2.layers)
+    assert tot.dram_bytes == sum(e.dram_bytes for e in gpt2.layers)
+    assert tot.time_s == pytest.approx(sum(e.time_s for e in gpt2.layers) + 1e-3)
+
+
+def test_json_is_serialisable(gpt2):
+    d = report.to_json(gpt2)
+    text = json.dumps(d)
+    back = json.loads(text)
+    assert back["chip"]["key"] == "m1"
+    assert back["chip"]["ridge_point"] == pytest.approx(161.7647, rel=1e-4)
+    wl = back["workloads"][0]
+    assert wl["name"] == "gpt2" and len(wl["layers"]) == len(gpt2.layers)
+    assert set(wl["tokens_per_s_by_chip"]) >= {"m1", "m4-max", "a17-pro"}
+    assert wl["total"]["bound"] == "memory"
+
+
+def test_cli_default_and_json(capsys):
+    assert _run(["--summary", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    for name in report.DEFAULT_WORKLOADS:
+        assert f"{name}:" in out
+    assert _run(["gpt2", "--chip", "m4", "--json", "--quiet"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["chip"]["key"] == "m4"
+
+
+def test_cli_progress_goes_to_stderr(capsys):
+    assert _run(["mobilenetv2", "--summary"]) == 0
+    cap = capsys.readouterr()
+    assert "planning mobilenetv2" in cap.err and "planning" not in cap.out
+
+
+def test_cli_errors_and_list(capsys):
+    assert _run(["nosuchnet"]) == 2
+    assert "unknown workload" in capsys.readouterr().err
+    assert _run(["gpt2", "--chip", "m9"]) == 2
+    assert _run(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "llama-3.2-1b" in out and "m4-max" in out
+
+
+def test_plot_writes_a_png(tmp_path, gpt2):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "roof.png"
+    report.plot([gpt2, report.analyze("resnet50", "m1")], str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_says_so(tmp_path, gpt2, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(RuntimeError, match="needs matplotlib"):
+        report.plot(gpt2, str(tmp_path / "x.png"))
+
+
+def test_fastane_cli_runs_roofline_once_registered(capsys):
+    from fastane import cli
+    if "roofline" not in cli.COMMANDS:
+        pytest.skip("the lead registers `roofline` in fastane.cli.COMMANDS")
+    assert cli.main(["roofline", "gpt2", "--summary", "--quiet"]) == 0
+    assert "tokens/s" in capsys.readouterr().out
