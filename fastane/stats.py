@@ -6,6 +6,7 @@ aggregated per task and per program.  The roofline model reads it back.
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 from dataclasses import dataclass, field
 
@@ -53,3 +54,16 @@ class Stats:
         d = dataclasses.asdict(self)
         d["dram_bytes"] = self.dram_bytes
         return d
+
+
+_last: contextvars.ContextVar[Stats] = contextvars.ContextVar("fastane_last_stats", default=Stats())
+
+
+def last_stats() -> Stats:
+    """Counters of the last fastane call made in this thread/context."""
+    return _last.get()
+
+
+def record(stats: Stats) -> None:
+    """Make ``stats`` what :func:`last_stats` returns in this context."""
+    _last.set(stats)

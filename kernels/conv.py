@@ -1,0 +1,95 @@
+"""2-D convolution on the MAC array's arithmetic (SPEC section 2).
+
+Entry point (fixed interface)::
+
+    acc, flag = conv2d_q16(x, w, sy, sx, dy, dx, pad_top, pad_left, oh, ow, groups, trunc)
+
+``x``: float64[N, C, H, W] and ``w``: float64[CO, C // groups, KH, KW], C-contiguous,
+exact fp16 values.  Output pixel ``(oy, ox)`` reads ``x`` at row
+``oy*sy + ky*dy - pad_top`` and column ``ox*sx + kx*dx - pad_left``; pixels outside
+``x`` are zero operands (so, like any zero, a padded pixel times an infinite weight is
+a NaN product).  Each output sums, in this time order, over the input channel of its
+group, then the kernel row, then the kernel column, on the saturating Q16.16
+accumulator of :mod:`fastane.kernels.mac`.  ``acc``: float64[N, CO, oh, ow] in grid
+units, ``flag``: int8[N, CO, oh, ow], exactly as ``matmul_q16`` returns them.
+
+How: the input is unfolded (im2col) into ``[C/groups * KH * KW, oh * ow]`` per image
+and group, with rows in the time order ``(c * KH + ky) * KW + kx``; the conv is then
+the matmul ``w[g] @ cols`` whose ``k = 0..K-1`` order is exactly the conv's order, so
+:func:`fastane.kernels.mac.matmul_q16_into` (its fast path, bounds and exact path)
+applies unchanged.  Images are unfolded a chunk at a time to bound memory; a 1x1,
+stride-1, unpadded conv needs no unfolding at all.
+"""
+import numpy as np
+from numba import njit, prange
+
+from .mac import matmul_q16_into
+
+# Unfold at most this many float64 elements at a time (32 MiB), but at least one image.
+CHUNK_ELEMENTS = 1 << 22
+
+
+@njit(parallel=True, cache=True)
+def _im2col(x, n0, n1, groups, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols):
+    """cols[n - n0, g, (c*KH + ky)*KW + kx, oy*ow + ox] = x[n, g*CG + c, y, x], or 0
+    outside ``x`` (y = oy*sy + ky*dy - pad_top, x = ox*sx + kx*dx - pad_left)."""
+    CG = x.shape[1] // groups
+    H = x.shape[2]
+    W = x.shape[3]
+    for t in prange((n1 - n0) * groups * CG):
+        nl = t // (groups * CG)
+        g = (t // CG) % groups
+        c = t % CG
+        src = x[n0 + nl, g * CG + c]
+        for ky in range(KH):
+            for kx in range(KW):
+                row = cols[nl, g, (c * KH + ky) * KW + kx]
+                x0 = kx * dx - pad_left  # input column of ox = 0
+                lo = 0 if x0 >= 0 else min(ow, (-x0 + sx - 1) // sx)  # first ox inside
+                hi = 0 if W - 1 - x0 < 0 else min(ow, (W - 1 - x0) // sx + 1)  # past the last
+                hi = max(hi, lo)
+                for oy in range(oh):
+                    y = oy * sy + ky * dy - pad_top
+                    dst = row[oy * ow:(oy + 1) * ow]
+                    if y < 0 or y >= H:
+                        dst[:] = 0.0
+                        continue
+                    line = src[y]
+                    for ox in range(lo):
+                        dst[ox] = 0.0
+                    for ox in range(lo, hi):
+                        dst[ox] = line[ox * sx + x0]
+                    for ox in range(hi, ow):
+                        dst[ox] = 0.0
+
+
+def conv2d_q16(x, w, sy, sx, dy, dx, pad_top, pad_left, oh, ow, groups, trunc):
+    """NCHW conv2d on the Q16.16 accumulator; returns ``(acc, flag)`` (see module doc)."""
+    N, C, H, W = x.shape
+    CO, CG, KH, KW = w.shape
+    G = groups
+    COG = CO // G
+    KC = CG * KH * KW
+    P = oh * ow
+    acc = np.empty((N, CO, oh, ow))
+    flag = np.empty((N, CO, oh, ow), np.int8)
+    if acc.size == 0:
+        return acc, flag
+    plain = KH == 1 and KW == 1 and sy == 1 and sx == 1 and pad_top == 0 and pad_left == 0 \
+        and oh == H and ow == W
+    chunk = max(1, min(N, CHUNK_ELEMENTS // max(1, G * KC * P)))
+    wg = w.reshape(G, COG, KC)
+    for n0 in range(0, N, chunk):
+        n1 = min(N, n0 + chunk)
+        nb = (n1 - n0) * G
+        if plain:
+            cols = x[n0:n1].reshape(nb, KC, P)  # a view: the input already is the matrix
+        else:
+            cols = np.empty((n1 - n0, G, KC, P))
+            _im2col(x, n0, n1, G, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols)
+            cols = cols.reshape(nb, KC, P)
+        ia = np.tile(np.arange(G, dtype=np.int64), n1 - n0)
+        ib = np.arange(nb, dtype=np.int64)
+        matmul_q16_into(wg, cols, ia, ib, trunc, acc[n0:n1].reshape(nb, COG, P),
+                        flag[n0:n1].reshape(nb, COG, P))
+    return acc, flag

@@ -1,0 +1,503 @@
+"""The MAC array's arithmetic (SPEC section 2): fp16 products, a saturating Q16.16
+accumulator in a fixed time order, fp16 readout.
+
+Entry points (fixed interface, used by the front end and the device engine)::
+
+    acc, flag = matmul_q16(a, b, ia, ib, trunc)
+    readout(acc, flag, out)
+
+``a``: float64[BA, M, K] and ``b``: float64[BB, K, N], C-contiguous, holding exact fp16
+values; ``ia``/``ib``: int64[B] map each output batch to its ``a``/``b`` batch (so
+broadcasting costs no copies).  ``acc``: float64[B, M, N], the accumulator in grid units
+(``2**-16``; integer-valued), NaN where a NaN product occurred; ``flag``: int8[B, M, N],
+0 never clamped, +1 most recent clamp at the top, -1 at the bottom.
+
+Arithmetic, exactly as SPEC 2 decides:
+
+* each product ``a*b`` is exact (22 significant bits), then rounded to the Q16.16 grid:
+  half to even by default; with ``trunc=True`` by truncation, which here means **floor
+  in two's complement** (the low bits are dropped: -1.5 grid steps become -2);
+* the accumulator is signed Q16.16: ``[-2**31, 2**31 - 1]`` grid units.  It adds the
+  rounded products for ``k = 0..K-1`` in that order and clamps at every step; a clamp
+  sets the output's sticky flag to the direction of that clamp (+1 top, -1 bottom);
+* a NaN product (NaN operand, or ``inf * 0``) makes the output NaN; an infinite product
+  saturates the accumulator in its sign (clamp and flag).
+
+How it is computed (all bit-identical to that serial definition):
+
+* each ``a`` value is scaled by ``2**16`` as the kernels load it (exact, and free: ``a``
+  values are broadcast scalars), so a product ``p`` comes out in grid units;
+  ``(p + 1.5*2**52) - 1.5*2**52`` rounds ``p`` half to even for ``|p| < 2**51`` (every
+  finite fp16 product: ``65504**2 * 2**16 < 2**49``), and with ``fastmath={'contract'}``
+  the first addition becomes one FMA, which is exact for the same reason (the product
+  ``a*b`` itself is exact, so fusing changes nothing);
+* **fast path.**  A row is safe when no partial sum can leave the range:
+  ``|partial sum| <= sum_k |round(p_k)| <= sum_k |a_ik||b_kj| * 2**16 + K``, so when that
+  bound (with a relative margin of ``2**-20`` for its own float error, which is at most
+  about ``K * 2**-53``) stays at most ``2**31 - 1``, no step clamps and every partial sum
+  is an integer below ``2**31``: float64 adds them exactly in any order.  The fast kernel
+  then sums four products at a time: ``t0 = fma(a0, b0, M)`` and
+  ``t1 = fma(-a1, b1, M)`` hold ``M + r0`` and ``M - r1`` exactly, and ``t0 - t1 = r0 + r1``
+  exactly (Sterbenz), so two products cost two FMAs and one subtraction;
+* bounds, cheapest first: per row ``sum_k |a_ik| * max|b|``; for rows that fail it, per
+  element ``min(sum_k|a_ik| * max_k|b_kj|, max_k|a_ik| * sum_k|b_kj|)``; for elements
+  that still fail, ``|A| @ |B|`` with BLAS (single-threaded, so that OpenBLAS's spinning
+  threads cannot steal the cores of Numba's threads).  NaN or inf operands make every
+  bound NaN or inf, so they always take the exact path;
+* **exact path.**  Elements that may clamp are recomputed in the serial order with the
+  per-step clamp: whole rows (vectorized across the row) when many of a row's elements
+  need it, one element at a time otherwise.
+
+Kernels assume valid input (shapes, dtypes, contiguity, index ranges): validation
+belongs to the front end.
+"""
+
+import contextlib
+
+import numpy as np
+from numba import njit, prange
+
+from .fp16 import round_f16
+
+ACC_MAX = 2.0**31 - 1.0  # grid units (2**-16): 32768 - 2**-16
+ACC_MIN = -(2.0**31)  # -32768
+SCALE = 65536.0  # 2**16: a values are scaled by it so products come out in grid units
+MAGIC = 1.5 * 2.0**52  # (t + MAGIC) - MAGIC == round-half-even(t) for |t| < 2**51
+BOUND_MARGIN = 1.0 + 2.0**-20  # covers the float error of the bounds for K < 2**30
+# Row/column/depth blocking of the fast and exact kernels (measured on a 2-core Zen 3).
+ROWS_PER_TILE = 32
+COLS_PER_TILE = 1024
+DEPTH_PER_TILE = 16
+# A row goes to the vectorized exact kernel when more than 1/FIX_RATIO of its elements
+# need the exact path; otherwise those elements are recomputed one at a time.
+FIX_RATIO = 8
+
+
+# ---------------------------------------------------------------- inner loops (inlined)
+@njit(fastmath={"contract"}, inline="always")
+def _rne4x2(c, d, b0, b1, b2, b3, a0, a1, a2, a3, e0, e1, e2, e3):
+    """Two rows += four products each, rounded half to even (a1, a3, e1, e3 negated)."""
+    for j in range(c.size):
+        x0 = b0[j]
+        x1 = b1[j]
+        x2 = b2[j]
+        x3 = b3[j]
+        c[j] += ((a0 * x0 + MAGIC) - (a1 * x1 + MAGIC)) + ((a2 * x2 + MAGIC) - (a3 * x3 + MAGIC))
+        d[j] += ((e0 * x0 + MAGIC) - (e1 * x1 + MAGIC)) + ((e2 * x2 + MAGIC) - (e3 * x3 + MAGIC))
+
+
+@njit(fastmath={"contract"}, inline="always")
+def _rne4(c, b0, b1, b2, b3, a0, a1, a2, a3):
+    """One row += four products, rounded half to even (a1, a3 negated)."""
+    for j in range(c.size):
+        c[j] += ((a0 * b0[j] + MAGIC) - (a1 * b1[j] + MAGIC)) + ((a2 * b2[j] + MAGIC) - (a3 * b3[j] + MAGIC))
+
+
+@njit(fastmath={"contract"}, inline="always")
+def _rne1(c, b0, a0):
+    for j in range(c.size):
+        c[j] += (a0 * b0[j] + MAGIC) - MAGIC
+
+
+@njit(inline="always")
+def _floor4x2(c, d, b0, b1, b2, b3, a0, a1, a2, a3, e0, e1, e2, e3):
+    for j in range(c.size):
+        x0 = b0[j]
+        x1 = b1[j]
+        x2 = b2[j]
+        x3 = b3[j]
+        c[j] += (np.floor(a0 * x0) + np.floor(a1 * x1)) + (np.floor(a2 * x2) + np.floor(a3 * x3))
+        d[j] += (np.floor(e0 * x0) + np.floor(e1 * x1)) + (np.floor(e2 * x2) + np.floor(e3 * x3))
+
+
+@njit(inline="always")
+def _floor4(c, b0, b1, b2, b3, a0, a1, a2, a3):
+    for j in range(c.size):
+        c[j] += (np.floor(a0 * b0[j]) + np.floor(a1 * b1[j])) + (np.floor(a2 * b2[j]) + np.floor(a3 * b3[j]))
+
+
+@njit(inline="always")
+def _floor1(c, b0, a0):
+    for j in range(c.size):
+        c[j] += np.floor(a0 * b0[j])
+
+
+@njit(fastmath={"contract"}, inline="always")
+def _round_product(p, trunc):
+    """``p`` (a product in grid units) rounded to the grid: floor or half to even."""
+    if trunc:
+        return np.floor(p)
+    return (p + MAGIC) - MAGIC
+
+
+@njit(fastmath={"contract"}, inline="always")
+def _clamp_rne(c, f, b0, a0):
+    """One exact, clamped step for a row segment: c += round(a0*b0), flags in f (float)."""
+    for j in range(c.size):
+        s = c[j] + ((a0 * b0[j] + MAGIC) - MAGIC)
+        f[j] = 1.0 if s > ACC_MAX else (-1.0 if s < ACC_MIN else f[j])
+        c[j] = min(max(s, ACC_MIN), ACC_MAX) if s == s else s
+
+
+@njit(inline="always")
+def _clamp_floor(c, f, b0, a0):
+    for j in range(c.size):
+        s = c[j] + np.floor(a0 * b0[j])
+        f[j] = 1.0 if s > ACC_MAX else (-1.0 if s < ACC_MIN else f[j])
+        c[j] = min(max(s, ACC_MIN), ACC_MAX) if s == s else s
+
+
+# ---------------------------------------------------------------- kernels
+@njit(parallel=True, fastmath={"contract"}, cache=True)
+def _fast_rows(a, b, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile, depth_per_tile):
+    """acc[rb[p], ri[p], :] = sum_k round(a*b) in any order, for rows that cannot clamp.
+
+    Each ``a`` scalar is scaled by 2**16 as it is loaded (exact), so products come out in
+    grid units.  Rows are taken from the list (rb, ri); two
+    consecutive rows sharing their ``b`` batch are computed together (one load of b
+    feeds both).  Tiles of rows x columns run in parallel; depth is blocked for cache.
+    """
+    K = a.shape[2]
+    N = b.shape[2]
+    L = rb.size
+    nj = (N + cols_per_tile - 1) // cols_per_tile
+    nt = (L + rows_per_tile - 1) // rows_per_tile
+    for t in prange(nt * nj):
+        p0 = (t // nj) * rows_per_tile
+        p1 = min(L, p0 + rows_per_tile)
+        j0 = (t % nj) * cols_per_tile
+        j1 = min(N, j0 + cols_per_tile)
+        for p in range(p0, p1):
+            acc[rb[p], ri[p], j0:j1] = 0.0
+        for k0 in range(0, K, depth_per_tile):
+            k1 = min(K, k0 + depth_per_tile)
+            p = p0
+            while p < p1:
+                n = rb[p]
+                bb = b[ib[n]]
+                ar = a[ia[n], ri[p]]
+                c = acc[n, ri[p], j0:j1]
+                pair = p + 1 < p1 and ib[rb[p + 1]] == ib[n]
+                er = ar
+                d = c
+                if pair:
+                    n2 = rb[p + 1]
+                    er = a[ia[n2], ri[p + 1]]
+                    d = acc[n2, ri[p + 1], j0:j1]
+                k = k0
+                while k + 4 <= k1:
+                    b0 = bb[k, j0:j1]
+                    b1 = bb[k + 1, j0:j1]
+                    b2 = bb[k + 2, j0:j1]
+                    b3 = bb[k + 3, j0:j1]
+                    if trunc:
+                        if pair:
+                            _floor4x2(c, d, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * SCALE,
+                                      ar[k + 2] * SCALE, ar[k + 3] * SCALE, er[k] * SCALE,
+                                      er[k + 1] * SCALE, er[k + 2] * SCALE, er[k + 3] * SCALE)
+                        else:
+                            _floor4(c, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * SCALE,
+                                    ar[k + 2] * SCALE, ar[k + 3] * SCALE)
+                    else:
+                        if pair:
+                            _rne4x2(c, d, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * -SCALE,
+                                    ar[k + 2] * SCALE, ar[k + 3] * -SCALE, er[k] * SCALE,
+                                    er[k + 1] * -SCALE, er[k + 2] * SCALE, er[k + 3] * -SCALE)
+                        else:
+                            _rne4(c, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * -SCALE,
+                                  ar[k + 2] * SCALE, ar[k + 3] * -SCALE)
+                    k += 4
+                while k < k1:
+                    b0 = bb[k, j0:j1]
+                    if trunc:
+                        _floor1(c, b0, ar[k] * SCALE)
+                        if pair:
+                            _floor1(d, b0, er[k] * SCALE)
+                    else:
+                        _rne1(c, b0, ar[k] * SCALE)
+                        if pair:
+                            _rne1(d, b0, er[k] * SCALE)
+                    k += 1
+                p += 2 if pair else 1
+
+
+@njit(parallel=True, fastmath={"contract"}, cache=True)
+def _exact_rows(a, b, ia, ib, rb, ri, trunc, acc, flag, rows_per_tile, cols_per_tile, depth_per_tile):
+    """The serial definition for whole rows: k = 0..K-1, clamp and flag at every step.
+
+    Vectorized across the row (each column is an independent accumulator); the flags
+    live in a float64 tile buffer so the step vectorizes, and are stored as int8 at the end.
+    """
+    K = a.shape[2]
+    N = b.shape[2]
+    L = rb.size
+    nj = (N + cols_per_tile - 1) // cols_per_tile
+    nt = (L + rows_per_tile - 1) // rows_per_tile
+    for t in prange(nt * nj):
+        p0 = (t // nj) * rows_per_tile
+        p1 = min(L, p0 + rows_per_tile)
+        j0 = (t % nj) * cols_per_tile
+        j1 = min(N, j0 + cols_per_tile)
+        fb = np.zeros((p1 - p0, j1 - j0))
+        for p in range(p0, p1):
+            acc[rb[p], ri[p], j0:j1] = 0.0
+        for k0 in range(0, K, depth_per_tile):
+            k1 = min(K, k0 + depth_per_tile)
+            for p in range(p0, p1):
+                n = rb[p]
+                bb = b[ib[n]]
+                ar = a[ia[n], ri[p]]
+                c = acc[n, ri[p], j0:j1]
+                f = fb[p - p0]
+                for k in range(k0, k1):
+                    if trunc:
+                        _clamp_floor(c, f, bb[k, j0:j1], ar[k] * SCALE)
+                    else:
+                        _clamp_rne(c, f, bb[k, j0:j1], ar[k] * SCALE)
+        for p in range(p0, p1):
+            fl = flag[rb[p], ri[p], j0:j1]
+            f = fb[p - p0]
+            for j in range(fl.size):
+                fl[j] = np.int8(f[j])
+
+
+@njit(parallel=True, fastmath={"contract"}, cache=True)
+def _exact_elements(a, b, ia, ib, eb, ei, ej, trunc, acc, flag):
+    """The serial definition, one output element at a time: (eb[q], ei[q], ej[q])."""
+    K = a.shape[2]
+    for q in prange(eb.size):
+        n = eb[q]
+        i = ei[q]
+        j = ej[q]
+        ar = a[ia[n], i]
+        bb = b[ib[n]]
+        s = 0.0
+        f = 0
+        for k in range(K):
+            s += _round_product((ar[k] * SCALE) * bb[k, j], trunc)
+            if s > ACC_MAX:
+                s = ACC_MAX
+                f = 1
+            elif s < ACC_MIN:
+                s = ACC_MIN
+                f = -1
+        acc[n, i, j] = s
+        flag[n, i, j] = f
+
+
+# ---------------------------------------------------------------- bounds
+@njit(inline="always")
+def _nan_max(m, v):
+    """max(m, v) where a NaN, once seen, stays (v > m is False for NaN either side)."""
+    return v if (v > m or v != v) else m
+
+
+@njit(parallel=True, cache=True)
+def _row_abs_stats(a, rsum, rmax):
+    """rsum[n, i] = sum_k |a[n, i, k]|, rmax[n, i] = max_k |a[n, i, k]| (NaN propagates)."""
+    BA, M, K = a.shape
+    for t in prange(BA * M):
+        r = a[t // M, t % M]
+        s = 0.0
+        m = 0.0
+        for k in range(K):
+            v = abs(r[k])
+            s += v
+            m = _nan_max(m, v)
+        rsum[t // M, t % M] = s
+        rmax[t // M, t % M] = m
+
+
+@njit(parallel=True, cache=True)
+def _col_abs_stats(b, csum, cmax):
+    """csum[n, j] = sum_k |b[n, k, j]|, cmax[n, j] = max_k |b[n, k, j]| (NaN propagates)."""
+    BB, K, N = b.shape
+    for n in prange(BB):
+        s = csum[n]
+        m = cmax[n]
+        s[:] = 0.0
+        m[:] = 0.0
+        for k in range(K):
+            r = b[n, k]
+            for j in range(N):
+                v = abs(r[j])
+                s[j] += v
+                m[j] = _nan_max(m[j], v)
+
+
+@njit(cache=True)
+def _abs_max(b, out):
+    """out[n] = max |b[n]| (NaN propagates)."""
+    for n in range(b.shape[0]):
+        x = b[n].ravel()
+        m = 0.0
+        for t in range(x.size):
+            v = abs(x[t])
+            m = _nan_max(m, v)
+        out[n] = m
+
+
+@njit(cache=True)
+def _safe(bound, K):
+    """True when ``bound`` >= sum_k |a_k b_k| (in value units) proves that no step clamps:
+    the rounded products then sum to at most ``bound * 2**16 + K`` grid units."""
+    return bound * (SCALE * BOUND_MARGIN) + K <= ACC_MAX  # False for NaN
+
+
+@njit(cache=True)
+def _coarse_unsafe(rsum, bmax, ia, ib, K, unsafe_rows):
+    """unsafe_rows[n, i]: the row bound sum_k|a_ik| * max|b| does not prove safety."""
+    count = 0
+    for n in range(unsafe_rows.shape[0]):
+        for i in range(unsafe_rows.shape[1]):
+            u = not _safe(rsum[ia[n], i] * bmax[ib[n]], K)
+            unsafe_rows[n, i] = u
+            count += u
+    return count
+
+
+@njit(cache=True)
+def _element_unsafe(rsum, rmax, csum, cmax, ia, ib, K, unsafe_rows, unsafe):
+    """unsafe[n, i, j] for the rows flagged in unsafe_rows, by the two per-element bounds."""
+    N = unsafe.shape[2]
+    for n in range(unsafe.shape[0]):
+        for i in range(unsafe.shape[1]):
+            if not unsafe_rows[n, i]:
+                continue
+            rs = rsum[ia[n], i]
+            rm = rmax[ia[n], i]
+            cs = csum[ib[n]]
+            cm = cmax[ib[n]]
+            for j in range(N):
+                unsafe[n, i, j] = not (_safe(rs * cm[j], K) or _safe(rm * cs[j], K))
+
+
+_BLAS_CONTROLLER = []  # [threadpoolctl.ThreadpoolController] once created (or [None])
+
+
+def _blas_single_thread():
+    """A context manager limiting numpy's BLAS to one thread (no-op without threadpoolctl)."""
+    if not _BLAS_CONTROLLER:
+        try:
+            from threadpoolctl import ThreadpoolController
+            _BLAS_CONTROLLER.append(ThreadpoolController())
+        except ImportError:  # pragma: no cover - speed only, never correctness
+            _BLAS_CONTROLLER.append(None)
+    ctl = _BLAS_CONTROLLER[0]
+    return contextlib.nullcontext() if ctl is None else ctl.limit(limits=1, user_api="blas")
+
+
+def _blas_refine(a, b, ia, ib, K, unsafe):
+    """Clear unsafe[n, i, j] where the exact-order bound (|A| @ |B|)[i, j] proves safety.
+
+    Runs numpy's BLAS single-threaded (threadpoolctl): OpenBLAS threads keep spinning
+    after a call and would take both cores from Numba's threads.
+    """
+    with _blas_single_thread():
+        abs_b = {}
+        for n in range(unsafe.shape[0]):
+            rows = np.flatnonzero(unsafe[n].any(axis=1))
+            if rows.size == 0:
+                continue
+            key = int(ib[n])
+            if key not in abs_b:
+                abs_b[key] = np.abs(b[key])
+            with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 -> NaN: unsafe
+                bound = np.abs(a[ia[n]][rows]) @ abs_b[key]
+                safe = bound * (SCALE * BOUND_MARGIN) + K <= ACC_MAX
+            unsafe[n, rows] &= ~safe
+
+
+# ---------------------------------------------------------------- entry points
+def matmul_q16_into(a, b, ia, ib, trunc, acc, flag):
+    """:func:`matmul_q16` writing into ``acc`` (float64[B, M, N]) and ``flag`` (int8).
+
+    Returns how the work was split: ``(fast rows, exact rows, exact single elements)``
+    (a row on the fast path may also have single elements recomputed exactly).
+    """
+    B = ia.shape[0]
+    BA, M, K = a.shape
+    N = b.shape[2]
+    trunc = bool(trunc)
+    flag[...] = 0
+    if B * M * N == 0:
+        return 0, 0, 0
+    if K == 0:
+        acc[...] = 0.0
+        return B * M, 0, 0
+    rsum = np.empty((BA, M))
+    rmax = np.empty((BA, M))
+    _row_abs_stats(a, rsum, rmax)
+    bmax = np.empty(b.shape[0])
+    _abs_max(b, bmax)
+    unsafe_rows = np.empty((B, M), np.bool_)
+    if _coarse_unsafe(rsum, bmax, ia, ib, K, unsafe_rows) == 0:
+        rb, ri = np.divmod(np.arange(B * M, dtype=np.int64), M)
+        _fast_rows(a, b, ia, ib, rb, ri, trunc, acc, ROWS_PER_TILE, COLS_PER_TILE, DEPTH_PER_TILE)
+        return B * M, 0, 0
+    csum = np.empty((b.shape[0], N))
+    cmax = np.empty((b.shape[0], N))
+    _col_abs_stats(b, csum, cmax)
+    unsafe = np.zeros((B, M, N), np.bool_)
+    _element_unsafe(rsum, rmax, csum, cmax, ia, ib, K, unsafe_rows, unsafe)
+    if unsafe.any():
+        _blas_refine(a, b, ia, ib, K, unsafe)
+    count = unsafe.sum(axis=2)
+    exact_row = count * FIX_RATIO > N
+    rb, ri = np.nonzero(~exact_row)
+    n_fast = rb.size
+    if rb.size:
+        _fast_rows(a, b, ia, ib, rb.astype(np.int64), ri.astype(np.int64), trunc, acc,
+                   ROWS_PER_TILE, COLS_PER_TILE, DEPTH_PER_TILE)
+    rb, ri = np.nonzero(exact_row)
+    n_exact = rb.size
+    if rb.size:
+        _exact_rows(a, b, ia, ib, rb.astype(np.int64), ri.astype(np.int64), trunc, acc, flag,
+                    ROWS_PER_TILE, COLS_PER_TILE, DEPTH_PER_TILE)
+    eb, ei, ej = np.nonzero(unsafe & ~exact_row[:, :, None])
+    if eb.size:
+        _exact_elements(a, b, ia, ib, eb.astype(np.int64), ei.astype(np.int64), ej.astype(np.int64),
+                        trunc, acc, flag)
+    return n_fast, n_exact, eb.size
+
+
+def matmul_q16(a, b, ia, ib, trunc):
+    """Batched fp16 matmul on the Q16.16 accumulator; returns ``(acc, flag)``.
+
+    ``a``: float64[BA, M, K], ``b``: float64[BB, K, N] (C-contiguous, exact fp16 values);
+    ``ia``, ``ib``: int64[B], output batch -> ``a`` / ``b`` batch; ``trunc``: round the
+    products by floor instead of half to even.  ``acc``: float64[B, M, N] in grid units
+    (integer-valued; NaN where a NaN product occurred); ``flag``: int8[B, M, N]
+    (0 never clamped, +1 / -1 most recent clamp at the top / bottom).
+    """
+    B = ia.shape[0]
+    M = a.shape[1]
+    N = b.shape[2]
+    acc = np.empty((B, M, N))
+    flag = np.empty((B, M, N), np.int8)
+    matmul_q16_into(a, b, ia, ib, trunc, acc, flag)
+    return acc, flag
+
+
+@njit(cache=True)
+def readout(acc, flag, out):
+    """Accumulators to exact fp16 values (as float64) in ``out`` (C-contiguous, any ndim).
+
+    NaN stays NaN (it wins over the flag); a flagged output reads +inf (most recent
+    clamp at the top) or -inf (at the bottom) whatever the accumulator holds; otherwise
+    ``acc / 2**16`` (exact) rounds to fp16 half to even, in float64 (never float32,
+    which would round twice).
+    """
+    x = acc.reshape(acc.size)
+    f = flag.reshape(flag.size)
+    y = out.reshape(out.size)
+    for t in range(x.size):
+        v = x[t]
+        if v != v:
+            y[t] = v
+        elif f[t] > 0:
+            y[t] = np.inf
+        elif f[t] < 0:
+            y[t] = -np.inf
+        else:
+            y[t] = round_f16(v * (1.0 / SCALE))
