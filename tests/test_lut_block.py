@@ -1,0 +1,185 @@
+"""Coefficient block codec, table generators, registry, and error bounds of every table."""
+import math
+
+import numpy as np
+import pytest
+
+from fastane import TDError, lut
+from fastane import activations as act
+
+ALL16 = np.arange(0x10000, dtype=np.uint32).astype(np.uint16).view(np.float16)
+X16 = ALL16[np.isfinite(ALL16)]
+XF = X16.astype(np.float64)
+
+
+# ------------------------------------------------------------------------------ codec
+@pytest.mark.parametrize("name", lut.table_names())
+def test_roundtrip_words_and_bytes(name):
+    blk = lut.get_block(name)
+    w = blk.to_words()
+    assert w.dtype == np.uint16 and w.size == lut.WORDS
+    assert lut.CoeffBlock.from_words(w) == blk
+    raw = blk.to_bytes()
+    assert len(raw) == lut.BLOCK_BYTES and raw[2 * lut.WORDS:] == bytes(0x80 - 86)
+    assert lut.CoeffBlock.from_bytes(b"\xaa" * 0x100 + raw, offset=0x100) == blk
+
+
+def test_word_positions():
+    blk = lut.get_block("selu")
+    w = blk.to_words()
+    assert (w[0], w[1], w[2], w[3]) == (0xC800, 0x7C00, 0xBF08, 0x7C00)
+    assert (w[37], w[38], w[39], w[40], w[41], w[42]) == (0, 0xBF08, 0x3C34, 0, 2, 2)
+    atan = lut.get_block("atan_high")
+    assert atan.R == -1 and atan.to_words()[41] == 0xFFFF
+    assert lut.get_block("relu6").R == 64 and lut.get_block("relu6").to_words()[41] == 0x40
+
+
+def test_properties_and_describe():
+    blk = lut.get_block("reciprocal")
+    assert blk.mode == 7 and blk.symmetry == "odd" and blk.mode_word == 0x67
+    assert lut.get_block("sqrt").symmetry == "positive"
+    assert lut.get_block("exp").symmetry == "none" and lut.get_block("exp").mode == 10
+    assert "reciprocal" in blk.describe() and "R=6" in blk.describe()
+    assert blk.knot_values[0] == 2.0 and blk.knot_values[32] == 1.0
+
+
+def test_decode_errors():
+    good = lut.get_block("tanh").to_words()
+    with pytest.raises(TDError, match="43 words"):
+        lut.CoeffBlock.from_words(good[:40])
+    with pytest.raises(TDError, match="past the end"):
+        lut.CoeffBlock.from_bytes(bytes(50))
+    for bad_mode in (0x68, 0x6B, 0x10, 0x160):
+        w = good.copy()
+        w[42] = bad_mode
+        with pytest.raises(TDError, match="unsupported LUT mode"):
+            lut.CoeffBlock.from_words(w)
+    w = good.copy()
+    w[41] = 0x10000 - 30  # R = -30
+    with pytest.raises(TDError, match="R = -30"):
+        lut.CoeffBlock.from_words(w)
+
+
+def test_constructor_errors():
+    with pytest.raises(ValueError, match="33 knots"):
+        lut.CoeffBlock.from_values(0, 1, 0, 1, np.zeros(32))
+    with pytest.raises(ValueError, match="symmetry"):
+        lut.CoeffBlock.from_values(0, 1, 0, 1, np.zeros(33), symmetry="even")
+    with pytest.raises(ValueError, match="unknown LUT mode"):
+        lut.CoeffBlock.from_values(0, 1, 0, 1, np.zeros(33), mode=8)
+    with pytest.raises(ValueError, match="bit pattern"):
+        lut.CoeffBlock(0x10000, 0, 0, 0, (0,) * 33)
+    with pytest.raises(ValueError, match="unknown LUT table"):
+        lut.get_block("softplus")
+    with pytest.raises(TypeError):
+        lut.get_block(3)
+
+
+def test_registry_aliases_and_lut_table():
+    assert lut.get_block("silu") is lut.get_block("sigmoid")
+    assert lut.get_block("exp") is lut.get_block("exp2")
+    assert lut.get_block("inv") is lut.get_block("reciprocal")
+    t = lut.lut_table("exp")
+    assert t.dtype == np.uint16 and t.shape == (33,)
+    assert act.lut_table is lut.lut_table
+    assert set(lut.APPLE_IDENTICAL) <= set(lut.table_names())
+
+
+# ------------------------------------------------------------------------ generators
+def test_generated_knots_follow_their_formulas():
+    i = np.arange(33)
+    r16 = lambda v: np.asarray(v, np.float64).astype(np.float16).view(np.uint16).tolist()
+    assert lut.lut_table("tanh").tolist() == r16(np.tanh(i / 8))
+    # sigmoid(x) - 0.5 = tanh(x/2)/2: the same patterns, one binade lower
+    sig, th = lut.lut_table("sigmoid"), lut.lut_table("tanh")
+    assert sig[0] == 0 and (sig[1:].astype(int) == th[1:].astype(int) - 0x400).all()
+    assert lut.lut_table("exp2").tolist() == r16(2.0 ** (i / 32))
+    assert lut.lut_table("reciprocal").tolist() == r16(1.0 / (0.5 + i / 64))
+    assert lut.lut_table("log2").tolist() == r16(np.log2(0.5 + i / 64))
+    assert lut.lut_table("sqrt")[8:].tolist() == r16(np.sqrt(i[8:] / 16))
+    assert lut.lut_table("rsqrt")[8:].tolist() == r16(1 / np.sqrt(i[8:] / 16))
+    assert (lut.lut_table("rsqrt")[:8] == 0).all()
+    assert lut.get_block("leaky_relu").slope_left == 0x211F  # fp16(0.01)
+    assert lut.get_block("rrelu").slope_left == 0x3355  # fp16((1/8 + 1/3) / 2)
+    sig_blk = lut.get_block("sigmoid")
+    assert (sig_blk.slope_right, sig_blk.icpt_right) == (0x0800, 0x37FB)
+
+
+def test_gelu_fit_is_close_to_apple():
+    fit = lut.gelu_block(fit=True)
+    apple = lut.get_block("gelu")
+    same = sum(a == b for a, b in zip(fit.knots, apple.knots))
+    assert same == 23
+    diff = np.abs(fit.knot_values - apple.knot_values).max()
+    assert diff < 8e-5
+    assert fit.to_words()[[0, 1, 2, 3, 37, 38, 39, 40, 41, 42]].tolist() == \
+        apple.to_words()[[0, 1, 2, 3, 37, 38, 39, 40, 41, 42]].tolist()
+
+
+# ------------------------------------------------------------- error bounds (all fp16)
+def _erf(v):
+    return np.vectorize(math.erf, otypes=[float])(v)
+
+
+_AL, _SC = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def _blk(name):
+    return lambda x: lut.get_block(name)(x)
+
+
+# name: (function on fp16 array, meaning, domain mask, max abs error, max rel error)
+# abs bound over the domain where the meaning is finite; rel bound where |meaning| >= 2**-14.
+BOUNDS = {
+    "tanh": (act.tanh, np.tanh, None, 1.7e-3, 5.9e-3),
+    "sigmoid_stage": (_blk("sigmoid"), lambda x: 1 / (1 + np.exp(-x)) - 0.5, None, 8.3e-4, 5.9e-3),
+    "sigmoid": (act.sigmoid, lambda x: 1 / (1 + np.exp(-x)), None, 1.1e-3, None),
+    "silu": (act.silu, lambda x: x / (1 + np.exp(-x)), None, 3.7e-3, None),
+    "gelu": (act.gelu, lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2))), None, 6.2e-3, None),
+    "exp2": (act.exp2, np.exp2, None, None, 8.7e-4),
+    "exp": (act.exp, np.exp, None, None, 5.4e-3),
+    "reciprocal": (act.reciprocal, lambda x: 1 / x, lambda x: x != 0, None, 8.4e-4),
+    "rsqrt": (act.rsqrt, lambda x: 1 / np.sqrt(x), lambda x: x > 0, None, 1.45e-3),
+    "sqrt": (act.sqrt, np.sqrt, lambda x: x >= 0, None, 9.3e-4),
+    "log2": (act.log2, np.log2, lambda x: x > 0, 8e-3, 1.4e-2),
+    "relu6": (act.relu6, lambda x: np.clip(x, 0, 6), None, 0.0, 0.0),
+    "hardtanh": (act.hardtanh, lambda x: np.clip(x, -1, 1), None, 0.0, 0.0),
+    "leaky_relu": (act.leaky_relu, lambda x: np.where(x >= 0, x, 0.01 * x), None, None, 7e-4),
+    "rrelu": (_blk("rrelu"), lambda x: np.where(x >= 0, x, x * (1 / 8 + 1 / 3) / 2), None, None,
+              6.6e-4),
+    "selu_neg": (act.selu, lambda x: _SC * _AL * np.expm1(x), lambda x: x <= 0, 1.25e-2, None),
+    "selu_pos": (act.selu, lambda x: _SC * x, lambda x: x > 0, None, 5.6e-4),
+    "sign": (act.sign, np.sign, None, 0.0, 0.0),
+    "relu_lut": (_blk("relu"), lambda x: np.maximum(x, 0), None, 0.0, 0.0),
+    "step": (_blk("step"), lambda x: (x > 0).astype(float), None, 0.0, 0.0),
+    "fraction": (_blk("fraction"), lambda x: x - np.trunc(x), None, 0.0, 0.0),
+    "integer": (_blk("integer"), np.trunc, None, 0.0, 0.0),
+    "atan_low": (_blk("atan_low"), lambda x: np.sign(x) * np.arctan(np.minimum(np.abs(x), 2)),
+                 None, 8.8e-4, 2e-3),
+    "atan": (lambda x: (_blk("atan_low")(x).astype(float) + _blk("atan_high")(x).astype(float)
+                        ).astype(np.float16), np.arctan, None, 3.35e-2, 2.8e-2),
+    "ceil": (lambda x: (_blk("integer")(x).astype(float) + _blk("step")(_blk("fraction")(x))
+                        .astype(float)).astype(np.float16), np.ceil, None, 0.0, 0.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDS))
+def test_error_bound_over_all_finite_fp16(name):
+    fn, meaning, dom, abs_bound, rel_bound = BOUNDS[name]
+    with np.errstate(all="ignore"):
+        y = np.asarray(fn(X16)).astype(np.float64)
+        ref = meaning(XF)
+        m = np.isfinite(ref) & (np.ones_like(XF, bool) if dom is None else dom(XF))
+        # where the meaning rounds to an fp16 infinity, the table must give it too
+        ref16 = ref.astype(np.float16).astype(np.float64)
+        big = m & ~np.isfinite(ref16)
+        assert np.array_equal(y[big], ref16[big])
+        m &= np.isfinite(ref16)
+        assert np.isfinite(y[m]).all()
+        err = np.abs(y[m] - ref[m])
+        if abs_bound is not None:
+            assert err.max() <= abs_bound, (name, err.max(), XF[m][np.argmax(err)])
+        if rel_bound is not None:
+            r = m & (np.abs(ref) >= 2.0**-14)
+            rel = np.abs(y[r] - ref[r]) / np.abs(ref[r])
+            assert rel.max() <= rel_bound, (name, rel.max(), XF[r][np.argmax(rel)])
