@@ -1,0 +1,187 @@
+"""KernelDMA: the 16 coefficient lanes, DRAM -> the 16 x 64 KiB kernel memories (KMem).
+
+Lane ``l`` (``KernelDMASrc.CoeffDMAConfig[l].En``) copies ``CoeffBfrSize[l].MemBfrSize``
+x 64 bytes from byte ``CoeffBaseAddr[l].Addr`` x 64 of its kernel BAR slot into the KMem
+of core ``l``.  **Decision**: the lane's 2-bit ``CrH`` field selects which of the TD's four
+kernel slots it reads (``Header.KBase{CrH}``, which must be enabled by ``KBE{CrH}``).
+
+**Decision: the weight layout in KMem** (shared with the TD builder,
+:func:`fastane.td.conv_td`; the seed 1x1 convolution, Cout = 3, Cin = 8, enables lanes
+0, 1, 2 with one 64-byte buffer each at kernel offsets 0, 64, 128):
+
+* the output channels are dealt to the cores in blocks: with ``m = ceil(Cout / 16)``,
+  core/lane ``l`` holds channels ``[l*m, min((l+1)*m, Cout))``; ``ceil(Cout / m)`` lanes
+  are enabled, the rest disabled;
+* a lane's bytes are its channels' kernels one after another, each ``Cin / groups x Kh
+  x Kw`` weights in the TD's ``NE.KernelCfg.KernelFmt`` (fp16, int8 or uint8) in (input
+  channel, kernel row, kernel column) order -- the MAC's accumulation order; the lane's
+  buffer is zero-padded to a multiple of 64 bytes, ``coeff = round_up(m * Cin/groups *
+  Kh * Kw * bytes, 64)``;
+* lane ``l`` reads ``coeff`` bytes at kernel-slot offset ``l * coeff``
+  (``CoeffBaseAddr[l] = l * coeff / 64``, ``CoeffBfrSize[l] = coeff / 64``).
+
+:func:`pack_weights` produces those bytes and the lane registers for a TD builder;
+:func:`unpack_weights` is what the MAC block reads back out of KMem.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .buffers import FORMATS
+from .faults import BARFault, KMemOverflow
+from .memory import ALIGN, round_up
+
+LANES = 16
+#: bytes of kernel memory per core
+KMEM_BYTES = 64 << 10
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One enabled coefficient lane: where it reads (slot, byte offset) and how much."""
+
+    lane: int
+    slot: int
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class KernelDMAPlan:
+    lanes: tuple  # of Lane
+    #: absolute indices into unified memory, one per lane (checked)
+    sources: tuple
+
+    @property
+    def nbytes(self) -> int:
+        return sum(lane.nbytes for lane in self.lanes)
+
+
+def plan(regs: dict, bars, what: str = "KernelDMA") -> KernelDMAPlan:
+    """Decode and bounds-check the lanes of a TD's register file (no data moves)."""
+    lanes, sources = [], []
+    for lane in range(LANES):
+        if not regs[f"KernelDMASrc.CoeffDMAConfig[{lane}].En"]:
+            continue
+        k = regs[f"KernelDMASrc.CoeffDMAConfig[{lane}].CrH"]
+        if not regs[f"Header.KBE{k}"]:
+            raise BARFault(f"{what} lane {lane} reads kernel slot KBase{k}, which is not enabled "
+                           f"(Header.KBE{k} = 0)", lane=lane, slot=regs[f"Header.KBase{k}"])
+        slot = regs[f"Header.KBase{k}"]
+        offset = regs[f"KernelDMASrc.CoeffBaseAddr[{lane}].Addr"] * ALIGN
+        nbytes = regs[f"KernelDMASrc.CoeffBfrSize[{lane}].MemBfrSize"] * ALIGN
+        if nbytes > KMEM_BYTES:
+            raise KMemOverflow(f"{what} lane {lane} loads {nbytes:#x} bytes into a "
+                               f"{KMEM_BYTES:#x}-byte KMem", lane=lane, nbytes=nbytes)
+        sources.append(bars.resolve(slot, offset, nbytes, f"{what} lane {lane}"))
+        lanes.append(Lane(lane, slot, offset, nbytes))
+    return KernelDMAPlan(tuple(lanes), tuple(sources))
+
+
+class KMem:
+    """The 16 kernel memories, with what each lane last loaded."""
+
+    def __init__(self):
+        self.data = np.zeros((LANES, KMEM_BYTES), dtype=np.uint8)
+        self.loaded = [0] * LANES  # bytes valid in each core's KMem
+
+    def load(self, p: KernelDMAPlan, memory: np.ndarray) -> int:
+        """Run the lanes of plan ``p`` against the unified-memory bytes; bytes moved."""
+        self.loaded = [0] * LANES
+        for lane, src in zip(p.lanes, p.sources):
+            self.data[lane.lane, :lane.nbytes] = memory[src:src + lane.nbytes]
+            self.loaded[lane.lane] = lane.nbytes
+        return p.nbytes
+
+
+# -- the weight layout --------------------------------------------------------------------
+def channels_per_core(cout: int) -> int:
+    """``m``: output channels per core (the block size of the layout)."""
+    return -(-cout // LANES)
+
+
+def lane_channels(cout: int, lane: int) -> range:
+    """The output channels core ``lane`` holds."""
+    m = channels_per_core(cout)
+    return range(lane * m, min((lane + 1) * m, cout))
+
+
+def lane_stride(cout: int, cin_per_group: int, kh: int, kw: int, fmt: int = 2) -> int:
+    """``coeff``: the bytes of one lane's buffer, padded to 64."""
+    m = channels_per_core(cout)
+    return round_up(m * cin_per_group * kh * kw * FORMATS[fmt].itemsize, ALIGN)
+
+
+def lane_bytes(cout: int, cin_per_group: int, kh: int, kw: int, fmt: int = 2) -> list[int]:
+    """Bytes of kernel each of the 16 cores reads from its KMem (0 = lane unused)."""
+    per = cin_per_group * kh * kw * FORMATS[fmt].itemsize
+    m = channels_per_core(cout)
+    return [max(0, min(m, cout - lane * m)) * per for lane in range(LANES)]
+
+
+def check_fits(cout: int, cin_per_group: int, kh: int, kw: int, fmt: int = 2) -> None:
+    """Raise :class:`KMemOverflow` if a lane's share of the kernel exceeds its 64 KiB."""
+    need = lane_stride(cout, cin_per_group, kh, kw, fmt)
+    if need > KMEM_BYTES:
+        raise KMemOverflow(f"a kernel of {cout} x {cin_per_group} x {kh} x {kw} needs {need:#x} "
+                           f"bytes in one core's KMem (capacity {KMEM_BYTES:#x}); split Cout "
+                           f"or Cin across tasks", nbytes=need)
+
+
+def pack_weights(w, fmt: int = 2, base: int = 0) -> tuple[bytes, dict]:
+    """Weights ``[Cout, Cin/groups, Kh, Kw]`` -> (kernel bytes, TD field values of the lanes).
+
+    ``base`` is the byte offset of these bytes in the kernel BAR slot (a multiple of 64).
+    Returns the bytes (``coeff`` bytes per enabled lane) and the ``KernelDMASrc`` fields
+    (``CoeffDMAConfig[l].En``, ``CoeffBaseAddr[l].Addr``, ``CoeffBfrSize[l].MemBfrSize``)
+    to write into the TD; every lane's ``MemBfrSize`` is ``coeff / 64``, as in the
+    compiler's TDs.
+    """
+    w = np.asarray(w)
+    if w.ndim != 4 or min(w.shape) < 1:
+        raise ValueError(f"weights must be a non-empty [Cout, Cin/groups, Kh, Kw], got shape {w.shape}")
+    if base % ALIGN:
+        raise ValueError(f"kernel base offset {base} is not a multiple of {ALIGN}")
+    cout, cin_g, kh, kw = w.shape
+    check_fits(cout, cin_g, kh, kw, fmt)
+    coeff = lane_stride(cout, cin_g, kh, kw, fmt)
+    flat = np.ascontiguousarray(w.astype(FORMATS[fmt]))
+    out = bytearray()
+    fields = {}
+    for lane in range(LANES):
+        chans = lane_channels(cout, lane)
+        fields[f"KernelDMASrc.CoeffDMAConfig[{lane}].En"] = int(len(chans) > 0)
+        fields[f"KernelDMASrc.CoeffBaseAddr[{lane}].Addr"] = (base + len(out)) // ALIGN if chans else 0
+        fields[f"KernelDMASrc.CoeffBfrSize[{lane}].MemBfrSize"] = coeff // ALIGN
+        if chans:
+            block = flat[chans.start:chans.stop].tobytes()
+            out += block + bytes(coeff - len(block))
+    return bytes(out), fields
+
+
+def unpack_weights(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt: int = 2) -> np.ndarray:
+    """The ``[Cout, Cin/groups, Kh, Kw]`` weights (float64, exact) the cores hold in KMem."""
+    dtype = FORMATS[fmt]
+    per = cin_g * kh * kw * dtype.itemsize
+    w = np.empty((cout, cin_g * kh * kw), dtype=np.float64)
+    m = channels_per_core(cout)
+    for lane in range(-(-cout // m)):
+        lo, hi = lane * m, min((lane + 1) * m, cout)
+        w[lo:hi] = kmem.data[lane, :(hi - lo) * per].view(dtype).reshape(hi - lo, -1)
+    return w.reshape(cout, cin_g, kh, kw)
+
+
+def check_loaded(p: KernelDMAPlan, cout: int, cin_g: int, kh: int, kw: int, fmt: int = 2,
+                 what: str = "MAC") -> None:
+    """Fault unless every core the convolution uses had its kernel loaded by KernelDMA."""
+    loaded = {lane.lane: lane.nbytes for lane in p.lanes}
+    for lane, need in enumerate(lane_bytes(cout, cin_g, kh, kw, fmt)):
+        if need > KMEM_BYTES:
+            raise KMemOverflow(f"{what}: core {lane} needs {need:#x} bytes of kernel, more than "
+                               f"its {KMEM_BYTES:#x}-byte KMem", lane=lane, nbytes=need)
+        if need and loaded.get(lane, 0) < need:
+            raise KMemOverflow(f"{what}: core {lane} reads {need:#x} bytes of kernel "
+                               f"({cout} x {cin_g} x {kh} x {kw}), but KernelDMA loaded only "
+                               f"{loaded.get(lane, 0):#x} into its KMem", lane=lane, nbytes=need)

@@ -1,0 +1,146 @@
+"""The MAC array: each core reduces its rows against its kernel (SPEC 2).
+
+The geometry comes from the ``Common`` registers: ``Cin``, ``Cout``, ``InDim``/``OutDim``,
+``ConvCfg.Kw/Kh`` (kernel), ``Sx/Sy`` (stride), ``Px/Py`` (left/top zero padding; the
+right/bottom padding is whatever ``Wout``/``Hout`` imply), ``GroupConvCfg.NumGroups``.
+**Decisions** where the bit map is silent: ``ConvCfg.Ox/Oy`` are the dilation (every
+corpus TD has 1; 0 reads as 1); the MAC mode is
+
+* ``NE.MACCfg.KernelMode = 0`` and ``OpMode = 0``: convolution with the weights in KMem
+  (the seed, conv/gemm .hwx);
+* ``KernelMode = 1`` (``OpMode`` 0 or 4): no weights, the source passes through to the NE
+  unchanged (elementwise programs of the corpus: relu, the LUT activations, concat); this
+  needs ``Cin = Cout``, a 1x1 kernel and stride 1; KMem then holds NE coefficients.
+
+The arithmetic is the MAC kernels' (``fastane.kernels.conv.conv2d_q16`` and
+``fastane.kernels.mac.readout``); this block checks geometry, counts MACs and reads
+back the saturation flags.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .faults import DecodeFault, UnsupportedTask
+
+CONV, PASSTHROUGH = "conv", "passthrough"
+FP16 = 2
+#: below this many MACs a task's kernels run on one thread
+SERIAL_MACS = 1 << 20
+
+
+@dataclass(frozen=True)
+class Geometry:
+    mode: str
+    cin: int
+    hin: int
+    win: int
+    cout: int
+    hout: int
+    wout: int
+    kh: int
+    kw: int
+    sy: int
+    sx: int
+    dy: int
+    dx: int
+    pad_top: int
+    pad_left: int
+    groups: int
+    in_fmt: int
+    out_fmt: int
+    kernel_fmt: int
+
+    @property
+    def cin_g(self) -> int:
+        return self.cin // self.groups
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates the task performs (0 when nothing is multiplied)."""
+        if self.mode != CONV:
+            return 0
+        return self.cout * self.hout * self.wout * self.cin_g * self.kh * self.kw
+
+
+def geometry(regs: dict, what: str) -> Geometry:
+    """Decode and check the task geometry from the register file."""
+    r = regs
+    g = Geometry(
+        mode=CONV if r["NE.MACCfg.KernelMode"] == 0 else PASSTHROUGH,
+        cin=r["Common.Cin.Cin"], hin=r["Common.InDim.Hin"], win=r["Common.InDim.Win"],
+        cout=r["Common.Cout.Cout"], hout=r["Common.OutDim.Hout"], wout=r["Common.OutDim.Wout"],
+        kh=r["Common.ConvCfg.Kh"], kw=r["Common.ConvCfg.Kw"],
+        sy=r["Common.ConvCfg.Sy"], sx=r["Common.ConvCfg.Sx"],
+        dy=r["Common.ConvCfg.Oy"] or 1, dx=r["Common.ConvCfg.Ox"] or 1,
+        pad_top=r["Common.ConvCfg.Py"], pad_left=r["Common.ConvCfg.Px"],
+        groups=r["Common.GroupConvCfg.NumGroups"],
+        in_fmt=r["Common.ChCfg.InFmt"], out_fmt=r["Common.ChCfg.OutFmt"],
+        kernel_fmt=r["NE.KernelCfg.KernelFmt"])
+    dims = dict(Cin=g.cin, Hin=g.hin, Win=g.win, Cout=g.cout, Hout=g.hout, Wout=g.wout,
+                Kh=g.kh, Kw=g.kw, Sy=g.sy, Sx=g.sx, NumGroups=g.groups)
+    zero = [k for k, v in dims.items() if v < 1]
+    if zero:
+        raise DecodeFault(f"{what}: {', '.join(zero)} must be at least 1 ({dims})")
+    op = r["NE.MACCfg.OpMode"]
+    if g.mode == CONV and op != 0:
+        raise UnsupportedTask(f"{what}: NE.MACCfg.OpMode = {op} with a kernel is not emulated", op_mode=op)
+    if g.mode == PASSTHROUGH and op not in (0, 4):
+        raise UnsupportedTask(f"{what}: NE.MACCfg.OpMode = {op} is not emulated", op_mode=op)
+    if g.in_fmt != FP16 or g.out_fmt != FP16 or (g.mode == CONV and g.kernel_fmt != FP16):
+        raise UnsupportedTask(f"{what}: only the FP16 datapath is emulated (InFmt {g.in_fmt}, "
+                              f"OutFmt {g.out_fmt}, KernelFmt {g.kernel_fmt}; 2 = FP16)")
+    if g.cin % g.groups or g.cout % g.groups:
+        raise DecodeFault(f"{what}: Cin {g.cin} and Cout {g.cout} must be multiples of "
+                          f"NumGroups {g.groups}")
+    if regs["L2.L2Cfg.PaddingMode"] != 0:
+        raise UnsupportedTask(f"{what}: L2.L2Cfg.PaddingMode = {regs['L2.L2Cfg.PaddingMode']} "
+                              f"(only 0, zero padding, is emulated)")
+    if g.mode == PASSTHROUGH:
+        if (g.cin, g.hin, g.win) != (g.cout, g.hout, g.wout) or (g.kh, g.kw, g.sy, g.sx) != (1, 1, 1, 1):
+            raise UnsupportedTask(f"{what}: a kernel-less task must map Cin x Hin x Win = "
+                                  f"{g.cin}x{g.hin}x{g.win} onto the same output shape with a 1x1 "
+                                  f"kernel (got {g.cout}x{g.hout}x{g.wout}, kernel {g.kh}x{g.kw})")
+        return g
+    # every output window must start inside the padded input, and the first one cover it
+    for name, n_out, n_in, s, k, d, pad in (("rows", g.hout, g.hin, g.sy, g.kh, g.dy, g.pad_top),
+                                            ("columns", g.wout, g.win, g.sx, g.kw, g.dx, g.pad_left)):
+        span = (k - 1) * d + 1
+        if pad >= span or (n_out - 1) * s - pad >= n_in:
+            raise DecodeFault(f"{what}: {n_out} output {name} (stride {s}, kernel {k}, dilation "
+                              f"{d}, padding {pad}) read windows outside the {n_in} input {name}")
+    return g
+
+
+@contextlib.contextmanager
+def _serial_if_small(macs: int):
+    """Run the kernels on one thread for small tasks: launching a parallel region costs
+    more than the work, and on a loaded machine a descheduled worker thread stalls it
+    for a whole scheduler slice (measured: p90 of a tiny TD 17 ms with 2 threads,
+    0.5 ms with 1).  ``numba.set_num_threads`` only affects the calling thread."""
+    if macs >= SERIAL_MACS:
+        yield
+        return
+    import numba
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(old)
+
+
+def run(g: Geometry, x: np.ndarray, w: np.ndarray | None, trunc: bool = False):
+    """``(values, saturated, nan_outputs)``: fp16 values (float64) ``[1, Cout, Hout, Wout]``."""
+    if g.mode == PASSTHROUGH:
+        return x, 0, int(np.isnan(x).sum())
+    from fastane.kernels.conv import conv2d_q16
+    from fastane.kernels.mac import readout
+    with _serial_if_small(g.macs):
+        acc, flag = conv2d_q16(x, w, g.sy, g.sx, g.dy, g.dx, g.pad_top, g.pad_left, g.hout,
+                               g.wout, g.groups, trunc)
+    values = np.empty(acc.shape, dtype=np.float64)
+    readout(acc, flag, values)
+    return values, int(np.count_nonzero(flag)), int(np.isnan(values).sum())
