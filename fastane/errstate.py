@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
+import sys
 import warnings
 
 from .errors import LUTRangeError, LUTRangeWarning, SaturationError, SaturationWarning
@@ -72,4 +74,15 @@ def report(kind: str, count: int, what: str) -> None:
     warning, error = _KINDS[kind]
     if action == "raise":
         raise error(what)
-    warnings.warn(what, warning, stacklevel=3)
+    warnings.warn(what, warning, stacklevel=_user_stacklevel())
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _user_stacklevel() -> int:
+    """The stacklevel of the first frame outside fastane (so warnings point at user code)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
