@@ -23,44 +23,64 @@ stride-1, unpadded conv needs no unfolding at all.
 import numpy as np
 from numba import njit, prange
 
-from .mac import matmul_q16_into
+from .mac import _claim, _nan_max, _threads_for, _workers, matmul_q16_into
 
 # Unfold at most this many float64 elements at a time (32 MiB), but at least one image.
 CHUNK_ELEMENTS = 1 << 22
 
 
-@njit(parallel=True, cache=True)
-def _im2col(x, n0, n1, groups, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols):
-    """cols[n - n0, g, (c*KH + ky)*KW + kx, oy*ow + ox] = x[n, g*CG + c, y, x], or 0
-    outside ``x`` (y = oy*sy + ky*dy - pad_top, x = ox*sx + kx*dx - pad_left)."""
+@njit(inline="always")
+def _unfold_channel(x, n0, groups, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols, tmax, t):
+    """One task of :func:`_im2col`: input channel ``t`` = (image - n0, group, channel)."""
     CG = x.shape[1] // groups
     H = x.shape[2]
     W = x.shape[3]
-    for t in prange((n1 - n0) * groups * CG):
-        nl = t // (groups * CG)
-        g = (t // CG) % groups
-        c = t % CG
-        src = x[n0 + nl, g * CG + c]
-        for ky in range(KH):
-            for kx in range(KW):
-                row = cols[nl, g, (c * KH + ky) * KW + kx]
-                x0 = kx * dx - pad_left  # input column of ox = 0
-                lo = 0 if x0 >= 0 else min(ow, (-x0 + sx - 1) // sx)  # first ox inside
-                hi = 0 if W - 1 - x0 < 0 else min(ow, (W - 1 - x0) // sx + 1)  # past the last
-                hi = max(hi, lo)
-                for oy in range(oh):
-                    y = oy * sy + ky * dy - pad_top
-                    dst = row[oy * ow:(oy + 1) * ow]
-                    if y < 0 or y >= H:
-                        dst[:] = 0.0
-                        continue
-                    line = src[y]
-                    for ox in range(lo):
-                        dst[ox] = 0.0
-                    for ox in range(lo, hi):
-                        dst[ox] = line[ox * sx + x0]
-                    for ox in range(hi, ow):
-                        dst[ox] = 0.0
+    nl = t // (groups * CG)
+    g = (t // CG) % groups
+    c = t % CG
+    src = x[n0 + nl, g * CG + c]
+    m = 0.0
+    for ky in range(KH):
+        for kx in range(KW):
+            row = cols[nl, g, (c * KH + ky) * KW + kx]
+            x0 = kx * dx - pad_left  # input column of ox = 0
+            lo = 0 if x0 >= 0 else min(ow, (-x0 + sx - 1) // sx)  # first ox inside
+            hi = 0 if W - 1 - x0 < 0 else min(ow, (W - 1 - x0) // sx + 1)  # past the last
+            hi = max(hi, lo)
+            for oy in range(oh):
+                y = oy * sy + ky * dy - pad_top
+                dst = row[oy * ow:(oy + 1) * ow]
+                if y < 0 or y >= H:
+                    dst[:] = 0.0
+                    continue
+                line = src[y]
+                for ox in range(lo):
+                    dst[ox] = 0.0
+                for ox in range(lo, hi):
+                    v = line[ox * sx + x0]
+                    dst[ox] = v
+                    m = _nan_max(m, abs(v))
+                for ox in range(hi, ow):
+                    dst[ox] = 0.0
+    tmax[t] = m
+
+
+@njit(parallel=True, cache=True)
+def _im2col(x, n0, n1, groups, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols, tmax, workers):
+    """cols[n - n0, g, (c*KH + ky)*KW + kx, oy*ow + ox] = x[n, g*CG + c, y, x], or 0
+    outside ``x`` (y = oy*sy + ky*dy - pad_top, x = ox*sx + kx*dx - pad_left).
+
+    ``tmax[((n - n0)*groups + g)*CG + c]``: max |value| written for that input channel
+    (NaN if one is NaN), for the matmul's bound on ``max |b|``.  Tasks (one per input
+    channel) are handed out through the work queue of :mod:`fastane.kernels.mac`."""
+    ntasks = (n1 - n0) * x.shape[1]
+    counter = np.zeros(1, np.int64)
+    for _ in prange(workers):
+        while True:
+            t = _claim(counter)
+            if t >= ntasks:
+                break
+            _unfold_channel(x, n0, groups, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols, tmax, t)
 
 
 def conv2d_q16(x, w, sy, sx, dy, dx, pad_top, pad_left, oh, ow, groups, trunc):
@@ -84,12 +104,17 @@ def conv2d_q16(x, w, sy, sx, dy, dx, pad_top, pad_left, oh, ow, groups, trunc):
         nb = (n1 - n0) * G
         if plain:
             cols = x[n0:n1].reshape(nb, KC, P)  # a view: the input already is the matrix
+            bmax = None
         else:
             cols = np.empty((n1 - n0, G, KC, P))
-            _im2col(x, n0, n1, G, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols)
+            tmax = np.empty(nb * CG)
+            with _threads_for(nb * COG * P * KC):  # as the matmul that follows
+                _im2col(x, n0, n1, G, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols, tmax,
+                        _workers())
             cols = cols.reshape(nb, KC, P)
+            bmax = tmax.reshape(nb, CG).max(axis=1)  # NaN propagates
         ia = np.tile(np.arange(G, dtype=np.int64), n1 - n0)
         ib = np.arange(nb, dtype=np.int64)
         matmul_q16_into(wg, cols, ia, ib, trunc, acc[n0:n1].reshape(nb, COG, P),
-                        flag[n0:n1].reshape(nb, COG, P))
+                        flag[n0:n1].reshape(nb, COG, P), bmax)
     return acc, flag

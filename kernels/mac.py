@@ -36,9 +36,14 @@ How it is computed (all bit-identical to that serial definition):
   bound (with a relative margin of ``2**-20`` for its own float error, which is at most
   about ``K * 2**-53``) stays at most ``2**31 - 1``, no step clamps and every partial sum
   is an integer below ``2**31``: float64 adds them exactly in any order.  The fast kernel
-  then sums four products at a time: ``t0 = fma(a0, b0, M)`` and
-  ``t1 = fma(-a1, b1, M)`` hold ``M + r0`` and ``M - r1`` exactly, and ``t0 - t1 = r0 + r1``
-  exactly (Sterbenz), so two products cost two FMAs and one subtraction;
+  (ikj order, vectorized across the output row, two rows per pass sharing the loads of
+  ``b``, tiles of rows x columns in parallel, depth blocked for cache) adds four
+  products per step, paired: ``t0 = fma(a0, b0, MAGIC)`` and ``t1 = fma(-a1, b1, MAGIC)``
+  hold ``MAGIC + r0`` and ``MAGIC - r1`` exactly, and ``t0 - t1 = r0 + r1`` exactly
+  (Sterbenz: both lie in ``[2**52, 2**53]``), so two products cost two FMAs and one
+  subtraction.  Outputs with at most ``NARROW_COLS`` columns use dot products with four
+  independent partial sums instead (same pairing).  With ``trunc`` the products are
+  floored one by one (``np.floor``), then summed the same way;
 * bounds, cheapest first: per row ``sum_k |a_ik| * max|b|``; for rows that fail it, per
   element ``min(sum_k|a_ik| * max_k|b_kj|, max_k|a_ik| * sum_k|b_kj|)``; for elements
   that still fail, ``|A| @ |B|`` with BLAS (single-threaded, so that OpenBLAS's spinning
@@ -46,16 +51,24 @@ How it is computed (all bit-identical to that serial definition):
   bound NaN or inf, so they always take the exact path;
 * **exact path.**  Elements that may clamp are recomputed in the serial order with the
   per-step clamp: whole rows (vectorized across the row) when many of a row's elements
-  need it, one element at a time otherwise.
+  need it, one element at a time otherwise;
+* **threads.**  The parallel kernels hand out tiles through a shared atomic counter (a
+  work queue: a thread that loses its core does fewer tiles instead of stalling the
+  call); work below ``SERIAL_MACS`` multiply-adds runs on the calling thread alone.
+  Numpy's BLAS (for the bound only) runs single-threaded.
 
 Kernels assume valid input (shapes, dtypes, contiguity, index ranges): validation
-belongs to the front end.
+belongs to the front end.  ``matmul_q16`` is a Python function that plans the work and
+calls the Numba kernels (``@njit(cache=True)``, nopython); call it from Python.
 """
 
 import contextlib
 
+import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from .fp16 import round_f16
 
@@ -68,6 +81,10 @@ BOUND_MARGIN = 1.0 + 2.0**-20  # covers the float error of the bounds for K < 2*
 ROWS_PER_TILE = 32
 COLS_PER_TILE = 1024
 DEPTH_PER_TILE = 16
+# Outputs this narrow (columns) take dot products instead of row tiles on the fast path.
+NARROW_COLS = 8
+# Work below this many multiply-adds runs on the calling thread alone (see _threads_for).
+SERIAL_MACS = 1 << 20
 # A row goes to the vectorized exact kernel when more than 1/FIX_RATIO of its elements
 # need the exact path; otherwise those elements are recomputed one at a time.
 FIX_RATIO = 8
@@ -147,142 +164,282 @@ def _clamp_floor(c, f, b0, a0):
         c[j] = min(max(s, ACC_MIN), ACC_MAX) if s == s else s
 
 
+# ---------------------------------------------------------------- work queue
+@intrinsic
+def _claim(typingctx, counter):
+    """``counter[0] += 1`` atomically (an int64 array); returns the value before."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [context.get_constant(types.intp, 0)])
+        return builder.atomic_rmw("add", ptr, context.get_constant(types.int64, 1), "monotonic")
+    return types.int64(counter), codegen
+
+
+def _workers():
+    """Worker count for the kernels' work queues: Numba's current thread count."""
+    return numba.get_num_threads()
+
+
+@contextlib.contextmanager
+def _threads_for(macs):
+    """Run small work (fewer than SERIAL_MACS multiply-adds) on the calling thread alone:
+    a parallel region costs a thread hand-off, and on a busy machine a worker thread
+    waiting for a core can hold the whole call up for a scheduler slice."""
+    if macs >= SERIAL_MACS:
+        yield
+        return
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(old)
+
+
+# The parallel kernels below hand their tasks out through a shared counter: each of the
+# ``workers`` prange iterations (one per thread) claims the next task until none are
+# left.  Numba's own prange split is static; on a shared machine where one thread loses
+# its core for a while, the other thread then does the remaining tasks instead of
+# waiting for it.  Every task writes its own outputs only.
+
+
 # ---------------------------------------------------------------- kernels
+@njit(fastmath={"contract"}, inline="always")
+def _fast_tile(a, b, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth_per_tile):
+    """Rows rb/ri[p0:p1], columns j0:j1 of the fast path (see _fast_rows)."""
+    K = a.shape[2]
+    for p in range(p0, p1):
+        acc[rb[p], ri[p], j0:j1] = 0.0
+    for k0 in range(0, K, depth_per_tile):
+        k1 = min(K, k0 + depth_per_tile)
+        p = p0
+        while p < p1:
+            n = rb[p]
+            bb = b[ib[n]]
+            ar = a[ia[n], ri[p]]
+            c = acc[n, ri[p], j0:j1]
+            pair = p + 1 < p1 and ib[rb[p + 1]] == ib[n]
+            er = ar
+            d = c
+            if pair:
+                n2 = rb[p + 1]
+                er = a[ia[n2], ri[p + 1]]
+                d = acc[n2, ri[p + 1], j0:j1]
+            k = k0
+            while k + 4 <= k1:
+                b0 = bb[k, j0:j1]
+                b1 = bb[k + 1, j0:j1]
+                b2 = bb[k + 2, j0:j1]
+                b3 = bb[k + 3, j0:j1]
+                if trunc:
+                    if pair:
+                        _floor4x2(c, d, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * SCALE,
+                                  ar[k + 2] * SCALE, ar[k + 3] * SCALE, er[k] * SCALE,
+                                  er[k + 1] * SCALE, er[k + 2] * SCALE, er[k + 3] * SCALE)
+                    else:
+                        _floor4(c, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * SCALE,
+                                ar[k + 2] * SCALE, ar[k + 3] * SCALE)
+                else:
+                    if pair:
+                        _rne4x2(c, d, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * -SCALE,
+                                ar[k + 2] * SCALE, ar[k + 3] * -SCALE, er[k] * SCALE,
+                                er[k + 1] * -SCALE, er[k + 2] * SCALE, er[k + 3] * -SCALE)
+                    else:
+                        _rne4(c, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * -SCALE,
+                              ar[k + 2] * SCALE, ar[k + 3] * -SCALE)
+                k += 4
+            while k < k1:
+                b0 = bb[k, j0:j1]
+                if trunc:
+                    _floor1(c, b0, ar[k] * SCALE)
+                    if pair:
+                        _floor1(d, b0, er[k] * SCALE)
+                else:
+                    _rne1(c, b0, ar[k] * SCALE)
+                    if pair:
+                        _rne1(d, b0, er[k] * SCALE)
+                k += 1
+            p += 2 if pair else 1
+
+
 @njit(parallel=True, fastmath={"contract"}, cache=True)
-def _fast_rows(a, b, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile, depth_per_tile):
+def _fast_rows(a, b, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile, depth_per_tile, workers):
     """acc[rb[p], ri[p], :] = sum_k round(a*b) in any order, for rows that cannot clamp.
 
     Each ``a`` scalar is scaled by 2**16 as it is loaded (exact), so products come out in
-    grid units.  Rows are taken from the list (rb, ri); two
-    consecutive rows sharing their ``b`` batch are computed together (one load of b
-    feeds both).  Tiles of rows x columns run in parallel; depth is blocked for cache.
+    grid units.  Rows are taken from the list (rb, ri); two consecutive rows sharing their
+    ``b`` batch are computed together (one load of ``b`` feeds both).  Tiles of rows x
+    columns are the tasks of the work queue; depth is blocked for cache.
     """
-    K = a.shape[2]
     N = b.shape[2]
     L = rb.size
     nj = (N + cols_per_tile - 1) // cols_per_tile
-    nt = (L + rows_per_tile - 1) // rows_per_tile
-    for t in prange(nt * nj):
-        p0 = (t // nj) * rows_per_tile
-        p1 = min(L, p0 + rows_per_tile)
-        j0 = (t % nj) * cols_per_tile
-        j1 = min(N, j0 + cols_per_tile)
-        for p in range(p0, p1):
-            acc[rb[p], ri[p], j0:j1] = 0.0
-        for k0 in range(0, K, depth_per_tile):
-            k1 = min(K, k0 + depth_per_tile)
-            p = p0
-            while p < p1:
-                n = rb[p]
-                bb = b[ib[n]]
-                ar = a[ia[n], ri[p]]
-                c = acc[n, ri[p], j0:j1]
-                pair = p + 1 < p1 and ib[rb[p + 1]] == ib[n]
-                er = ar
-                d = c
-                if pair:
-                    n2 = rb[p + 1]
-                    er = a[ia[n2], ri[p + 1]]
-                    d = acc[n2, ri[p + 1], j0:j1]
-                k = k0
-                while k + 4 <= k1:
-                    b0 = bb[k, j0:j1]
-                    b1 = bb[k + 1, j0:j1]
-                    b2 = bb[k + 2, j0:j1]
-                    b3 = bb[k + 3, j0:j1]
-                    if trunc:
-                        if pair:
-                            _floor4x2(c, d, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * SCALE,
-                                      ar[k + 2] * SCALE, ar[k + 3] * SCALE, er[k] * SCALE,
-                                      er[k + 1] * SCALE, er[k + 2] * SCALE, er[k + 3] * SCALE)
-                        else:
-                            _floor4(c, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * SCALE,
-                                    ar[k + 2] * SCALE, ar[k + 3] * SCALE)
-                    else:
-                        if pair:
-                            _rne4x2(c, d, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * -SCALE,
-                                    ar[k + 2] * SCALE, ar[k + 3] * -SCALE, er[k] * SCALE,
-                                    er[k + 1] * -SCALE, er[k + 2] * SCALE, er[k + 3] * -SCALE)
-                        else:
-                            _rne4(c, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * -SCALE,
-                                  ar[k + 2] * SCALE, ar[k + 3] * -SCALE)
-                    k += 4
-                while k < k1:
-                    b0 = bb[k, j0:j1]
-                    if trunc:
-                        _floor1(c, b0, ar[k] * SCALE)
-                        if pair:
-                            _floor1(d, b0, er[k] * SCALE)
-                    else:
-                        _rne1(c, b0, ar[k] * SCALE)
-                        if pair:
-                            _rne1(d, b0, er[k] * SCALE)
-                    k += 1
-                p += 2 if pair else 1
+    ntasks = ((L + rows_per_tile - 1) // rows_per_tile) * nj
+    counter = np.zeros(1, np.int64)
+    for _ in prange(workers):
+        while True:
+            t = _claim(counter)
+            if t >= ntasks:
+                break
+            p0 = (t // nj) * rows_per_tile
+            j0 = (t % nj) * cols_per_tile
+            _fast_tile(a, b, ia, ib, rb, ri, trunc, acc, p0, min(L, p0 + rows_per_tile),
+                       j0, min(N, j0 + cols_per_tile), depth_per_tile)
+
+
+@njit(fastmath={"contract"}, inline="always")
+def _dot_fast(ar, bb, j, trunc):
+    """sum_k round(ar[k] * 2**16 * bb[k, j]) in any order: four independent partial sums."""
+    K = ar.size
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    k = 0
+    if trunc:
+        while k + 8 <= K:
+            s0 += np.floor(ar[k] * SCALE * bb[k, j]) + np.floor(ar[k + 1] * SCALE * bb[k + 1, j])
+            s1 += np.floor(ar[k + 2] * SCALE * bb[k + 2, j]) + np.floor(ar[k + 3] * SCALE * bb[k + 3, j])
+            s2 += np.floor(ar[k + 4] * SCALE * bb[k + 4, j]) + np.floor(ar[k + 5] * SCALE * bb[k + 5, j])
+            s3 += np.floor(ar[k + 6] * SCALE * bb[k + 6, j]) + np.floor(ar[k + 7] * SCALE * bb[k + 7, j])
+            k += 8
+        while k < K:
+            s0 += np.floor(ar[k] * SCALE * bb[k, j])
+            k += 1
+    else:
+        while k + 8 <= K:
+            s0 += (ar[k] * SCALE * bb[k, j] + MAGIC) - (ar[k + 1] * -SCALE * bb[k + 1, j] + MAGIC)
+            s1 += (ar[k + 2] * SCALE * bb[k + 2, j] + MAGIC) - (ar[k + 3] * -SCALE * bb[k + 3, j] + MAGIC)
+            s2 += (ar[k + 4] * SCALE * bb[k + 4, j] + MAGIC) - (ar[k + 5] * -SCALE * bb[k + 5, j] + MAGIC)
+            s3 += (ar[k + 6] * SCALE * bb[k + 6, j] + MAGIC) - (ar[k + 7] * -SCALE * bb[k + 7, j] + MAGIC)
+            k += 8
+        while k < K:
+            s0 += (ar[k] * SCALE * bb[k, j] + MAGIC) - MAGIC
+            k += 1
+    return (s0 + s1) + (s2 + s3)
 
 
 @njit(parallel=True, fastmath={"contract"}, cache=True)
-def _exact_rows(a, b, ia, ib, rb, ri, trunc, acc, flag, rows_per_tile, cols_per_tile, depth_per_tile):
+def _fast_dots(a, b, ia, ib, rb, ri, trunc, acc, workers):
+    """:func:`_fast_rows` for narrow outputs (few columns): one dot product per element
+    (four independent partial sums, the same pairing).  Tasks: 16 rows.  Only for rows
+    that cannot clamp (any order is exact)."""
+    N = b.shape[2]
+    L = rb.size
+    ntasks = (L + 15) // 16
+    counter = np.zeros(1, np.int64)
+    for _ in prange(workers):
+        while True:
+            t = _claim(counter)
+            if t >= ntasks:
+                break
+            for p in range(t * 16, min(L, t * 16 + 16)):
+                n = rb[p]
+                i = ri[p]
+                ar = a[ia[n], i]
+                bb = b[ib[n]]
+                for j in range(N):
+                    acc[n, i, j] = _dot_fast(ar, bb, j, trunc)
+
+
+def _fast(a, b, ia, ib, rb, ri, trunc, acc):
+    """The fast path for the rows (rb, ri): row tiles, or dot products when N is narrow."""
+    if b.shape[2] <= NARROW_COLS:
+        _fast_dots(a, b, ia, ib, rb, ri, trunc, acc, _workers())
+    else:
+        _fast_rows(a, b, ia, ib, rb, ri, trunc, acc, ROWS_PER_TILE, COLS_PER_TILE, DEPTH_PER_TILE,
+                   _workers())
+
+
+@njit(fastmath={"contract"}, inline="always")
+def _exact_tile(a, b, ia, ib, rb, ri, trunc, acc, flag, p0, p1, j0, j1, depth_per_tile):
+    """Rows rb/ri[p0:p1], columns j0:j1 of the exact row path (see _exact_rows)."""
+    K = a.shape[2]
+    fb = np.zeros((p1 - p0, j1 - j0))
+    for p in range(p0, p1):
+        acc[rb[p], ri[p], j0:j1] = 0.0
+    for k0 in range(0, K, depth_per_tile):
+        k1 = min(K, k0 + depth_per_tile)
+        for p in range(p0, p1):
+            n = rb[p]
+            bb = b[ib[n]]
+            ar = a[ia[n], ri[p]]
+            c = acc[n, ri[p], j0:j1]
+            f = fb[p - p0]
+            for k in range(k0, k1):
+                if trunc:
+                    _clamp_floor(c, f, bb[k, j0:j1], ar[k] * SCALE)
+                else:
+                    _clamp_rne(c, f, bb[k, j0:j1], ar[k] * SCALE)
+    for p in range(p0, p1):
+        fl = flag[rb[p], ri[p], j0:j1]
+        f = fb[p - p0]
+        for j in range(fl.size):
+            fl[j] = np.int8(f[j])
+
+
+@njit(parallel=True, fastmath={"contract"}, cache=True)
+def _exact_rows(a, b, ia, ib, rb, ri, trunc, acc, flag, rows_per_tile, cols_per_tile, depth_per_tile,
+                workers):
     """The serial definition for whole rows: k = 0..K-1, clamp and flag at every step.
 
     Vectorized across the row (each column is an independent accumulator); the flags
-    live in a float64 tile buffer so the step vectorizes, and are stored as int8 at the end.
+    live in a float64 tile buffer so the step vectorizes, and are stored as int8 at the
+    end.  Tiles of rows x columns are the tasks of the work queue.
     """
-    K = a.shape[2]
     N = b.shape[2]
     L = rb.size
     nj = (N + cols_per_tile - 1) // cols_per_tile
-    nt = (L + rows_per_tile - 1) // rows_per_tile
-    for t in prange(nt * nj):
-        p0 = (t // nj) * rows_per_tile
-        p1 = min(L, p0 + rows_per_tile)
-        j0 = (t % nj) * cols_per_tile
-        j1 = min(N, j0 + cols_per_tile)
-        fb = np.zeros((p1 - p0, j1 - j0))
-        for p in range(p0, p1):
-            acc[rb[p], ri[p], j0:j1] = 0.0
-        for k0 in range(0, K, depth_per_tile):
-            k1 = min(K, k0 + depth_per_tile)
-            for p in range(p0, p1):
-                n = rb[p]
-                bb = b[ib[n]]
-                ar = a[ia[n], ri[p]]
-                c = acc[n, ri[p], j0:j1]
-                f = fb[p - p0]
-                for k in range(k0, k1):
-                    if trunc:
-                        _clamp_floor(c, f, bb[k, j0:j1], ar[k] * SCALE)
-                    else:
-                        _clamp_rne(c, f, bb[k, j0:j1], ar[k] * SCALE)
-        for p in range(p0, p1):
-            fl = flag[rb[p], ri[p], j0:j1]
-            f = fb[p - p0]
-            for j in range(fl.size):
-                fl[j] = np.int8(f[j])
+    ntasks = ((L + rows_per_tile - 1) // rows_per_tile) * nj
+    counter = np.zeros(1, np.int64)
+    for _ in prange(workers):
+        while True:
+            t = _claim(counter)
+            if t >= ntasks:
+                break
+            p0 = (t // nj) * rows_per_tile
+            j0 = (t % nj) * cols_per_tile
+            _exact_tile(a, b, ia, ib, rb, ri, trunc, acc, flag, p0, min(L, p0 + rows_per_tile),
+                        j0, min(N, j0 + cols_per_tile), depth_per_tile)
+
+
+@njit(fastmath={"contract"}, inline="always")
+def _dot_exact(ar, bb, j, trunc):
+    """The serial definition for one output: returns (accumulator, flag)."""
+    s = 0.0
+    f = 0
+    for k in range(ar.size):
+        s += _round_product((ar[k] * SCALE) * bb[k, j], trunc)
+        if s > ACC_MAX:
+            s = ACC_MAX
+            f = 1
+        elif s < ACC_MIN:
+            s = ACC_MIN
+            f = -1
+    return s, f
 
 
 @njit(parallel=True, fastmath={"contract"}, cache=True)
-def _exact_elements(a, b, ia, ib, eb, ei, ej, trunc, acc, flag):
-    """The serial definition, one output element at a time: (eb[q], ei[q], ej[q])."""
-    K = a.shape[2]
-    for q in prange(eb.size):
-        n = eb[q]
-        i = ei[q]
-        j = ej[q]
-        ar = a[ia[n], i]
-        bb = b[ib[n]]
-        s = 0.0
-        f = 0
-        for k in range(K):
-            s += _round_product((ar[k] * SCALE) * bb[k, j], trunc)
-            if s > ACC_MAX:
-                s = ACC_MAX
-                f = 1
-            elif s < ACC_MIN:
-                s = ACC_MIN
-                f = -1
-        acc[n, i, j] = s
-        flag[n, i, j] = f
+def _exact_elements(a, b, ia, ib, eb, ei, ej, trunc, acc, flag, workers):
+    """The serial definition, one output element at a time: (eb[q], ei[q], ej[q]).
+    Tasks: 16 elements."""
+    L = eb.size
+    ntasks = (L + 15) // 16
+    counter = np.zeros(1, np.int64)
+    for _ in prange(workers):
+        while True:
+            t = _claim(counter)
+            if t >= ntasks:
+                break
+            for q in range(t * 16, min(L, t * 16 + 16)):
+                n = eb[q]
+                s, f = _dot_exact(a[ia[n], ei[q]], b[ib[n]], ej[q], trunc)
+                acc[n, ei[q], ej[q]] = s
+                flag[n, ei[q], ej[q]] = f
 
 
 # ---------------------------------------------------------------- bounds
@@ -292,20 +449,24 @@ def _nan_max(m, v):
     return v if (v > m or v != v) else m
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def _row_abs_stats(a, rsum, rmax):
-    """rsum[n, i] = sum_k |a[n, i, k]|, rmax[n, i] = max_k |a[n, i, k]| (NaN propagates)."""
+    """rsum[n, i] = sum_k |a[n, i, k]|, rmax[n, i] = max_k |a[n, i, k]| (NaN propagates).
+
+    Serial on purpose: one pass over ``a`` is cheap next to the matmul, and a parallel
+    region costs a thread hand-off (and, on a busy machine, a scheduler slice)."""
     BA, M, K = a.shape
-    for t in prange(BA * M):
-        r = a[t // M, t % M]
-        s = 0.0
-        m = 0.0
-        for k in range(K):
-            v = abs(r[k])
-            s += v
-            m = _nan_max(m, v)
-        rsum[t // M, t % M] = s
-        rmax[t // M, t % M] = m
+    for n in range(BA):
+        for i in range(M):
+            r = a[n, i]
+            s = 0.0
+            m = 0.0
+            for k in range(K):
+                v = abs(r[k])
+                s += v
+                m = _nan_max(m, v)
+            rsum[n, i] = s
+            rmax[n, i] = m
 
 
 @njit(parallel=True, cache=True)
@@ -345,8 +506,14 @@ def _safe(bound, K):
 
 
 @njit(cache=True)
-def _coarse_unsafe(rsum, bmax, ia, ib, K, unsafe_rows):
-    """unsafe_rows[n, i]: the row bound sum_k|a_ik| * max|b| does not prove safety."""
+def _plan_rows(a, b, ia, ib, bmax, have_bmax, rsum, rmax, unsafe_rows):
+    """Row statistics of ``a``, ``max|b|`` per batch (unless given), and the cheap row bound:
+    unsafe_rows[n, i] when sum_k|a_ik| * max|b| does not prove that no step clamps.
+    Returns the number of unsafe rows.  (One call: a tiny matmul pays one dispatch.)"""
+    _row_abs_stats(a, rsum, rmax)
+    if not have_bmax:
+        _abs_max(b, bmax)
+    K = a.shape[2]
     count = 0
     for n in range(unsafe_rows.shape[0]):
         for i in range(unsafe_rows.shape[1]):
@@ -409,8 +576,11 @@ def _blas_refine(a, b, ia, ib, K, unsafe):
 
 
 # ---------------------------------------------------------------- entry points
-def matmul_q16_into(a, b, ia, ib, trunc, acc, flag):
+def matmul_q16_into(a, b, ia, ib, trunc, acc, flag, bmax=None):
     """:func:`matmul_q16` writing into ``acc`` (float64[B, M, N]) and ``flag`` (int8).
+
+    ``bmax``: optional float64[BB], ``max |b[n]|`` per ``b`` batch (NaN if ``b[n]`` holds a
+    NaN) when the caller already has it (the conv kernel computes it while unfolding).
 
     Returns how the work was split: ``(fast rows, exact rows, exact single elements)``
     (a row on the fast path may also have single elements recomputed exactly).
@@ -425,15 +595,23 @@ def matmul_q16_into(a, b, ia, ib, trunc, acc, flag):
     if K == 0:
         acc[...] = 0.0
         return B * M, 0, 0
+    with _threads_for(B * M * N * K):
+        return _matmul_planned(a, b, ia, ib, trunc, acc, flag, bmax)
+
+
+def _matmul_planned(a, b, ia, ib, trunc, acc, flag, bmax):
+    B = ia.shape[0]
+    BA, M, K = a.shape
+    N = b.shape[2]
     rsum = np.empty((BA, M))
     rmax = np.empty((BA, M))
-    _row_abs_stats(a, rsum, rmax)
-    bmax = np.empty(b.shape[0])
-    _abs_max(b, bmax)
+    have_bmax = bmax is not None
+    if not have_bmax:
+        bmax = np.empty(b.shape[0])
     unsafe_rows = np.empty((B, M), np.bool_)
-    if _coarse_unsafe(rsum, bmax, ia, ib, K, unsafe_rows) == 0:
+    if _plan_rows(a, b, ia, ib, bmax, have_bmax, rsum, rmax, unsafe_rows) == 0:
         rb, ri = np.divmod(np.arange(B * M, dtype=np.int64), M)
-        _fast_rows(a, b, ia, ib, rb, ri, trunc, acc, ROWS_PER_TILE, COLS_PER_TILE, DEPTH_PER_TILE)
+        _fast(a, b, ia, ib, rb, ri, trunc, acc)
         return B * M, 0, 0
     csum = np.empty((b.shape[0], N))
     cmax = np.empty((b.shape[0], N))
@@ -447,17 +625,16 @@ def matmul_q16_into(a, b, ia, ib, trunc, acc, flag):
     rb, ri = np.nonzero(~exact_row)
     n_fast = rb.size
     if rb.size:
-        _fast_rows(a, b, ia, ib, rb.astype(np.int64), ri.astype(np.int64), trunc, acc,
-                   ROWS_PER_TILE, COLS_PER_TILE, DEPTH_PER_TILE)
+        _fast(a, b, ia, ib, rb.astype(np.int64), ri.astype(np.int64), trunc, acc)
     rb, ri = np.nonzero(exact_row)
     n_exact = rb.size
     if rb.size:
         _exact_rows(a, b, ia, ib, rb.astype(np.int64), ri.astype(np.int64), trunc, acc, flag,
-                    ROWS_PER_TILE, COLS_PER_TILE, DEPTH_PER_TILE)
+                    ROWS_PER_TILE, COLS_PER_TILE, DEPTH_PER_TILE, _workers())
     eb, ei, ej = np.nonzero(unsafe & ~exact_row[:, :, None])
     if eb.size:
         _exact_elements(a, b, ia, ib, eb.astype(np.int64), ei.astype(np.int64), ej.astype(np.int64),
-                        trunc, acc, flag)
+                        trunc, acc, flag, _workers())
     return n_fast, n_exact, eb.size
 
 

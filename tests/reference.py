@@ -159,7 +159,7 @@ def ref_matmul(a16, b16, trunc: bool = False) -> np.ndarray:
     return _to_f16_array(out, (M, N))
 
 
-def _pad_pairs(padding):
+def pad_pairs(padding):
     """int | (ph, pw) | ((top, bottom), (left, right)) -> ((top, bottom), (left, right))."""
     if isinstance(padding, int):
         return (padding, padding), (padding, padding)
@@ -180,7 +180,7 @@ def ref_conv2d(x16, w16, stride=1, padding=0, dilation=1, groups=1, trunc: bool 
     CO, CG, KH, KW = Wt.shape
     sy, sx = (stride, stride) if isinstance(stride, int) else stride
     dy, dx = (dilation, dilation) if isinstance(dilation, int) else dilation
-    (pt, pb), (pl, pr) = _pad_pairs(padding)
+    (pt, pb), (pl, pr) = pad_pairs(padding)
     oh = (H + pt + pb - dy * (KH - 1) - 1) // sy + 1
     ow = (Wd + pl + pr - dx * (KW - 1) - 1) // sx + 1
     cog = CO // groups
@@ -211,4 +211,4 @@ def ref_readout_value(acc: int, flag: int = 0, nan: bool = False) -> np.float16:
 
 
 __all__ = ["decode_f16", "product_on_grid", "accumulate", "f16_bits_of_fraction", "readout_bits",
-           "ref_matmul", "ref_conv2d", "ref_readout_value", "ACC_MIN", "ACC_MAX", "GRID"]
+           "ref_matmul", "ref_conv2d", "ref_readout_value", "pad_pairs", "ACC_MIN", "ACC_MAX", "GRID"]

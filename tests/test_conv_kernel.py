@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastane.kernels import conv, mac
-from reference import _pad_pairs, ref_conv2d
+from reference import pad_pairs, ref_conv2d
 
 F16 = np.float16
 
@@ -17,7 +17,7 @@ def f16(x):
 def kernel_conv(x16, w16, stride=1, padding=0, dilation=1, groups=1, trunc=False, with_acc=False):
     sy, sx = (stride, stride) if isinstance(stride, int) else stride
     dy, dx = (dilation, dilation) if isinstance(dilation, int) else dilation
-    (pt, pb), (pl, pr) = _pad_pairs(padding)
+    (pt, pb), (pl, pr) = pad_pairs(padding)
     _, _, H, W = x16.shape
     _, _, KH, KW = w16.shape
     oh = (H + pt + pb - dy * (KH - 1) - 1) // sy + 1
@@ -133,6 +133,19 @@ def test_nan_and_inf_in_conv():
     assert np.isnan(ref_conv2d(x, w, padding=1)[0, 1, 0, 0])
 
 
+def test_unread_pixels_do_not_matter():
+    """Stride 2 with a 1x1 kernel skips odd pixels: a NaN or huge value there never meets a
+    weight, so it must not change the result (nor push the bound to the exact path)."""
+    rng = np.random.default_rng(43)
+    x = f16(rng.uniform(-2, 2, (1, 2, 5, 5)))
+    w = f16(rng.uniform(-2, 2, (3, 2, 1, 1)))
+    clean = kernel_conv(x, w, stride=2)
+    x[0, 0, 1, 1], x[0, 1, 3, 2] = np.nan, 65504.0
+    assert_same_f16(kernel_conv(x, w, stride=2), clean)
+    assert_same_f16(ref_conv2d(x, w, stride=2), clean)
+    assert np.isfinite(clean).all()
+
+
 def test_chunked_unfolding_matches_one_chunk(monkeypatch):
     rng = np.random.default_rng(51)
     x = f16(rng.uniform(-200, 200, (5, 4, 8, 7)))
@@ -162,6 +175,16 @@ def test_conv_near_the_bound_uses_fast_and_exact_paths(monkeypatch):
     check(x, w, padding=1)
     n_fast, n_exact, n_elements = calls[0]
     assert n_fast > 0 and n_exact + n_elements > 0, calls
+
+
+@pytest.mark.parametrize("threshold", [0, 1 << 62])  # always threads / never threads
+def test_threaded_and_single_thread_conv_agree(monkeypatch, threshold):
+    monkeypatch.setattr(mac, "SERIAL_MACS", threshold)
+    rng = np.random.default_rng(71)
+    x = f16(rng.uniform(-1, 1, (2, 6, 9, 8)) * 2.0 ** rng.integers(-6, 11, (2, 6, 9, 8)))
+    w = f16(rng.uniform(-1, 1, (4, 3, 3, 3)) * 2.0 ** rng.integers(-6, 9, (4, 3, 3, 3)))
+    want = check(x, w, padding=((1, 0), (2, 1)), stride=(2, 1), groups=2)
+    assert np.isinf(want).any() and np.isfinite(want).any()
 
 
 @st.composite

@@ -278,16 +278,18 @@ def _force(kernel, a16, b16, trunc):
     acc, flag = np.full((1, M, N), 12345.0), np.zeros((1, M, N), np.int8)
     rb, ri = np.zeros(M, np.int64), np.arange(M, dtype=np.int64)
     if kernel == "fast":
-        mac._fast_rows(a, b, z, z, rb, ri, trunc, acc, 4, 8, 8)  # small tiles: many tile edges
+        mac._fast_rows(a, b, z, z, rb, ri, trunc, acc, 4, 8, 8, 3)  # small tiles: many tile edges
+    elif kernel == "dots":
+        mac._fast_dots(a, b, z, z, rb, ri, trunc, acc, 3)
     elif kernel == "rows":
-        mac._exact_rows(a, b, z, z, rb, ri, trunc, acc, flag, 4, 8, 8)
+        mac._exact_rows(a, b, z, z, rb, ri, trunc, acc, flag, 4, 8, 8, 3)
     else:
         eb, ei, ej = (x.astype(np.int64).ravel() for x in np.indices((1, M, N)))
-        mac._exact_elements(a, b, z, z, eb, ei, ej, trunc, acc, flag)
+        mac._exact_elements(a, b, z, z, eb, ei, ej, trunc, acc, flag, 3)
     return readout16(acc, flag)[0]
 
 
-@pytest.mark.parametrize("M, K, N", [(1, 1, 1), (3, 5, 7), (5, 19, 23), (10, 37, 9), (2, 64, 17)])
+@pytest.mark.parametrize("M, K, N", [(1, 1, 1), (3, 5, 7), (5, 19, 23), (10, 37, 9), (2, 64, 17), (4, 8, 2), (3, 17, 1)])
 @pytest.mark.parametrize("trunc", [False, True])
 def test_each_kernel_alone_matches_reference_on_safe_inputs(M, K, N, trunc):
     """The fast kernel's any-order sums (paired products) equal the serial definition."""
@@ -295,7 +297,7 @@ def test_each_kernel_alone_matches_reference_on_safe_inputs(M, K, N, trunc):
     a = f16(rng.standard_normal((M, K)) * 2.0 ** rng.integers(-14, 3, (M, K)))
     b = f16(rng.standard_normal((K, N)) * 2.0 ** rng.integers(-14, 3, (K, N)))
     want = ref_matmul(a, b, trunc)
-    for kernel in ("fast", "rows", "elements"):
+    for kernel in ("fast", "dots", "rows", "elements"):
         assert_same_f16(_force(kernel, a, b, trunc), want)
 
 
@@ -349,6 +351,27 @@ def test_fast_path_right_below_the_bound():
     assert (n_fast, n_exact, n_elements) == (2, 0, 0)
     assert_same_f16(got, ref_matmul(a, b))
     assert got[0, 0] == F16(32736.0) and got[0, 1] == F16(-32736.0)
+
+
+@pytest.mark.parametrize("threshold", [0, 1 << 62])  # always threads / never threads
+def test_threaded_and_single_thread_runs_agree(monkeypatch, threshold):
+    """Small work runs on one thread (SERIAL_MACS); force both ways on mixed inputs."""
+    monkeypatch.setattr(mac, "SERIAL_MACS", threshold)
+    rng = np.random.default_rng(77)
+    a16 = f16(rng.uniform(-1, 1, (3, 37, 70)) * 2.0 ** rng.integers(-10, 9, (3, 37, 70)))
+    b16 = f16(rng.uniform(-1, 1, (2, 70, 45)) * 2.0 ** rng.integers(-10, 7, (2, 70, 45)))
+    b16[1, 3, 4] = np.inf
+    ia, ib = np.array([0, 1, 2, 2], np.int64), np.array([1, 0, 0, 1], np.int64)
+    for trunc in (False, True):
+        acc, flag = mac.matmul_q16(a16.astype(np.float64), b16.astype(np.float64), ia, ib, trunc)
+        got = readout16(acc, flag)
+        for n in range(4):
+            assert_same_f16(got[n], ref_matmul(a16[ia[n]], b16[ib[n]], trunc))
+    assert np.isinf(got).any() and np.isfinite(got).any()
+    narrow = f16(rng.uniform(-3, 3, (1, 70, 3)))  # the dot-product kernel
+    acc, flag = mac.matmul_q16(a16[:1].astype(np.float64), narrow.astype(np.float64),
+                               np.zeros(1, np.int64), np.zeros(1, np.int64), False)
+    assert_same_f16(readout16(acc, flag)[0], ref_matmul(a16[0], narrow[0]))
 
 
 # ------------------------------------------------------------------ readout
