@@ -4,7 +4,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fastane.device import Device, UnsupportedTask
+from fastane.device import Device
 from fastane.td import load_program
 
 SHAPE = (1, 1, 2560, 1600)   # every eiln kernel: fp16 1600 x 2560, 500-tile buffers
@@ -53,15 +53,16 @@ def without_events(s):
     return dataclasses.replace(s, lut_underflow=0, lut_overflow=0, tasks_detail=[])
 
 
-def test_planar_program_is_counted_not_computed(dev, corpus, x):
+def test_planar_program_is_counted_and_computed(dev, corpus, x):
     program = load(corpus, "binary", "add")
     assert {s: t.role for s, t in dev.tensors(program).items()} == {4: "output", 5: "input",
                                                                     6: "input"}
     s = dev.run(program, stats_only=True).stats
     assert s.planar_ops == 1600 * 2560 and s.macs == 0
     assert s.tile_dma_src_bytes == 2 * 2560 * 3200 and s.tile_dma_dst_bytes == 2560 * 3200
-    with pytest.raises(UnsupportedTask, match="planar"):
-        dev.run(program, {5: x, 6: x})
+    out = dev.run(program, {5: x, 6: x})      # the planar engine (tests/test_planar_corpus.py)
+    assert np.array_equal(out[4], (x.astype(np.float64) * 2).astype(np.float16))
+    assert out.stats == s
 
 
 def test_l2_model_reproduces_the_corpus_result_bases(corpus):

@@ -181,6 +181,6 @@ def test_unsupported_modes(dev, seed, corpus):
     td = seed.tds[0].copy().update({"Common.ChCfg.InFmt": 1, "TileDMASrc.Fmt.MemFmt": 1})
     assert_faults(dev, Program.from_tds([td], kernel=seed.kernel), {4: src, 5: dst},
                   UnsupportedTask, "FP16")
-    td = seed.tds[0].copy().update({"L2.ResultCfg.ResultType": 0})
+    td = seed.tds[0].copy().update({"L2.ResultCfg.ResultType": 1})   # 0 is the L2 vector type
     assert_faults(dev, Program.from_tds([td], kernel=seed.kernel), {4: src, 5: dst},
                   UnsupportedTask, "ResultType")

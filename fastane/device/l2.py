@@ -20,8 +20,13 @@
   result an earlier task left in L2 at ``SourceBase`` (reading an address no task wrote,
   or a tensor of another shape, is an :class:`L2Fault`).  ``ResultType``: 2 = the result
   goes to DRAM through TileDMADst; 3 = it stays in L2 at ``ResultBase`` (and displaces
-  whatever it overlaps).  Types 0 and 1 (planar and reduction programs of the corpus)
-  are not emulated yet (:class:`UnsupportedTask`).
+  whatever it overlaps).  Type 0 (source and result) is an L2 *vector*: the compact
+  layout the corpus's softmax/norm chains use for one value per row (16- or 32-byte row
+  strides); functionally it is the same as 3, a tensor kept at an L2 address.  A planar
+  task may read a ``(1, C, H, 1)`` vector as a ``(1, C, H, W)`` operand broadcast along
+  the row (``Common.Broadcast.Src0``), and a planar row reduction keeps a
+  ``(1, 1, NumGroups, 1)`` vector, group g at ``ResultBase + g x ResultGroupStride``.
+  Type 1 never occurs in the corpus and is not emulated (:class:`UnsupportedTask`).
 * Functionally, fastane keeps each resident result as a whole tensor keyed by its L2
   address; the bytes-level streaming is not needed for the values.
 """
@@ -36,8 +41,10 @@ from .memory import round_up
 
 L2_BYTES = 2 << 20
 L2_UNIT = 16
-DRAM, L2 = 2, 3
-SOURCE_TYPES = {DRAM: "DRAM", L2: "L2"}
+VECTOR, DRAM, L2 = 0, 2, 3
+SOURCE_TYPES = {VECTOR: "L2 vector", DRAM: "DRAM", L2: "L2"}
+#: the types whose data stays in L2
+IN_L2 = (VECTOR, L2)
 
 
 @dataclass(frozen=True)
@@ -65,10 +72,12 @@ def plan(regs: dict, conv, in_bytes: int, out_bytes: int, resident: dict, what: 
     st, rt = regs["L2.SourceCfg.SourceType"], regs["L2.ResultCfg.ResultType"]
     if st not in SOURCE_TYPES:
         raise UnsupportedTask(f"{what}: L2.SourceCfg.SourceType = {st} is not emulated "
-                              f"(2 = DRAM via TileDMASrc, 3 = a result kept in L2)", source_type=st)
+                              f"(2 = DRAM via TileDMASrc, 3 = a result kept in L2, 0 = an L2 "
+                              f"vector)", source_type=st)
     if rt not in SOURCE_TYPES:
         raise UnsupportedTask(f"{what}: L2.ResultCfg.ResultType = {rt} is not emulated "
-                              f"(2 = DRAM via TileDMADst, 3 = keep in L2)", result_type=rt)
+                              f"(2 = DRAM via TileDMADst, 3 = keep in L2, 0 = an L2 vector)",
+                              result_type=rt)
     tile = regs["Common.TileCfg.TileHeight"] or conv.hout
     ch_stride = regs["L2.SourceChannelStride.Stride"] * L2_UNIT
     strip = min(conv.win, ch_stride // in_bytes) if ch_stride else conv.win
@@ -77,20 +86,33 @@ def plan(regs: dict, conv, in_bytes: int, out_bytes: int, resident: dict, what: 
     source = (regs["L2.SourceBase.Addr"] * L2_UNIT, rows_in * src_row)
     res_row = (regs["L2.ConvResultRowStride.Stride"] * L2_UNIT
                or conv.cout * round_up(min(conv.wout, strip) * out_bytes, L2_UNIT))
-    rows_out = conv.hout if rt == L2 else min(tile, conv.hout)
+    rows_out = conv.hout if rt in IN_L2 else min(tile, conv.hout)
     result = (regs["L2.ResultBase.Addr"] * L2_UNIT, rows_out * res_row)
+    shape_out = (1, conv.cout, conv.hout, conv.wout)
+    groups = getattr(conv, "reduce_groups", 0)   # a planar row reduction: one value per group
+    if groups:
+        if rt not in IN_L2:
+            raise UnsupportedTask(f"{what}: a row reduction with ResultType = {rt}: every corpus "
+                                  f"reduction keeps its values in L2 (type 0); their DRAM layout is "
+                                  f"unknown", result_type=rt)
+        step = regs.get("L2.ResultGroupStride.Stride", 0) * L2_UNIT or L2_UNIT
+        result = (result[0], groups * step)
+        shape_out = (1, 1, groups, 1)
     _check(what, "source", *source)
     _check(what, "result", *result)
     shape_in = (1, conv.cin, conv.hin, conv.win)
-    if st == L2:
+    if st in IN_L2:
         held = resident.get(source[0])
         if held is None:
-            raise L2Fault(f"{what}: SourceType = 3 reads L2 at {source[0]:#x}, where no earlier "
+            raise L2Fault(f"{what}: SourceType = {st} reads L2 at {source[0]:#x}, where no earlier "
                           f"task left a result", addr=source[0])
-        if held[0] != shape_in:
+        ok = {shape_in}
+        if getattr(conv, "src_broadcast", False):
+            ok.add(shape_in[:3] + (1,))
+        if held[0] not in ok:
             raise L2Fault(f"{what}: the result in L2 at {source[0]:#x} is {held[0]}, the task reads "
-                          f"{shape_in}", addr=source[0])
-    return L2Plan(st, rt, source, result, shape_in, (1, conv.cout, conv.hout, conv.wout))
+                          f"{' or '.join(map(str, sorted(ok)))}", addr=source[0])
+    return L2Plan(st, rt, source, result, shape_in, shape_out)
 
 
 def keep(resident: dict, addr: int, shape: tuple, nbytes: int, value=None) -> None:

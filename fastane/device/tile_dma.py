@@ -33,6 +33,9 @@ _STRIDES = {
     "TileDMADst": ("RowStride.RowStride", "PlaneStride.PlaneStride", "DepthStride.DepthStride",
                    "GroupStride.GroupStride"),
 }
+#: TileDMASrc's second register set (a planar task's second operand, from RBase1): the
+#: first set's layout 0x14 bytes on, unnamed in the bit map (see fastane.device.planar)
+_STRIDES["TileDMASrc1"] = _STRIDES["TileDMASrc"]
 
 
 @dataclass(frozen=True)
@@ -54,13 +57,15 @@ class TileDMAPlan:
     @property
     def nbytes(self) -> int:
         """Bytes moved: every row in whole 64-byte bursts."""
-        c, h, w = self.shape
-        return c * h * round_up(w * self.dtype.itemsize, ALIGN)
+        *outer, w = self.shape
+        return int(np.prod(outer)) * round_up(w * self.dtype.itemsize, ALIGN)
 
 
 def plan(regs: dict, bars, engine: str, slot_field: str, enable_field: str,
-         c: int, h: int, w: int, what: str) -> TileDMAPlan:
-    """Decode and bounds-check one TileDMA transfer of a C x H x W tensor."""
+         c: int, h: int, w: int, what: str, groups: int = 1) -> TileDMAPlan:
+    """Decode and bounds-check one TileDMA transfer of a C x H x W tensor (``groups`` > 1:
+    that many tensors ``GroupStride`` apart, shape ``(groups, C, H, W)``; planar row
+    reductions read their rows this way)."""
     if not regs[enable_field]:
         raise BARFault(f"{what}: {engine} uses BAR slot {regs[slot_field]}, which the TD does not "
                        f"enable ({enable_field} = 0)", slot=regs[slot_field])
@@ -71,19 +76,48 @@ def plan(regs: dict, bars, engine: str, slot_field: str, enable_field: str,
     itemsize = FORMATS[fmt].itemsize
     shape = (c, h, w)
     strides = (plane, row, itemsize)
+    if groups > 1:
+        shape = (groups,) + shape
+        strides = (regs[f"{engine}.{_STRIDES[engine][3]}"] * ALIGN,) + strides
     base = regs[f"{engine}.BaseAddr.Addr"] * ALIGN
     span = dma.extent(shape, strides, itemsize, ALIGN)
     slot = regs[slot_field]
-    index = bars.resolve(slot, base, span, f"{what}: {engine} ({c}x{h}x{w}, "
+    index = bars.resolve(slot, base, span, f"{what}: {engine} ({'x'.join(map(str, shape))}, "
                                            f"row {row:#x} plane {plane:#x})")
     return TileDMAPlan(engine, slot, base, shape, strides, fmt, index, span,
                        bool(regs.get("TileDMADst.Fmt.ZeroPadLast", 1)) if engine == "TileDMADst" else True)
 
 
-def plan_src(regs: dict, bars, c: int, h: int, w: int, what: str, second: bool = False) -> TileDMAPlan:
-    """TileDMASrc from ``RBase0`` (or ``RBase1``, a planar task's second operand)."""
-    k = "1" if second else "0"
-    return plan(regs, bars, "TileDMASrc", f"Header.RBase{k}", f"Header.RBE{k}", c, h, w, what)
+def plan_src(regs: dict, bars, c: int, h: int, w: int, what: str, second: bool = False,
+             groups: int = 1) -> TileDMAPlan:
+    """TileDMASrc from ``RBase0``, or from ``RBase1`` through the second register set
+    (``TileDMASrc1.*``: a planar task's second operand)."""
+    if second:
+        return plan(regs, bars, "TileDMASrc1", "Header.RBase1", "Header.RBE1", c, h, w, what, groups)
+    return plan(regs, bars, "TileDMASrc", "Header.RBase0", "Header.RBE0", c, h, w, what, groups)
+
+
+def dram_reads(regs: dict) -> list:
+    """What TileDMASrc reads from DRAM for one TD: ``[(slot, engine, (C, H, W), groups)]``.
+
+    Source 0 when ``SourceType`` is 2 (DRAM); a planar task's second operand whenever
+    ``RBE1`` is set (it has its own register set, ``TileDMASrc1``).  A planar row
+    reduction reads ``NumGroups`` rows at ``GroupStride``.
+    """
+    from . import planar
+    shape = (regs["Common.Cin.Cin"], regs["Common.InDim.Hin"], regs["Common.InDim.Win"])
+    is_planar = planar.is_planar(regs)
+    reduce = is_planar and regs.get("Common.Cfg.TaskType", 0) == planar.TASK_REDUCE
+    groups = max(regs["Common.GroupConvCfg.NumGroups"], 1) if reduce else 1
+    reads = []
+    if regs["L2.SourceCfg.SourceType"] == 2 and regs["Header.RBE0"]:
+        reads.append((regs["Header.RBase0"], "TileDMASrc", shape, groups))
+    if regs["Header.RBE1"]:
+        if is_planar:
+            reads.append((regs["Header.RBase1"], "TileDMASrc1", shape, 1))
+        elif regs["L2.SourceCfg.SourceType"] == 2:
+            reads.append((regs["Header.RBase1"], "TileDMASrc", shape, 1))
+    return reads
 
 
 def plan_dst(regs: dict, bars, c: int, h: int, w: int, what: str) -> TileDMAPlan:

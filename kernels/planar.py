@@ -1,0 +1,188 @@
+"""The planar engine's arithmetic: elementwise ops and row reductions on fp16 values.
+
+Values travel as float64 holding exact fp16 values (what TileDMASrc and L2 hand over);
+results are written as fp16 bit patterns (uint16; NaN is always the quiet NaN 0x7e00).
+
+**Arithmetic (fastane's decision, docs/device.md "Planar engine")** -- every stage rounds
+once, to nearest even, to fp16:
+
+1. operand scale: ``a' = round16(s0 * a)`` for the RBase0 operand (``s0`` = high half of
+   Planar word 2; skipped when ``s0 == 1``, where it is the identity);
+2. the operation: ``y = round16(op(a', b))`` -- the exact result of add, subtract,
+   multiply, max, min, abs (the sum or product of two fp16 values is exact in float64,
+   so rounding the float64 result is the correctly rounded fp16 operation);
+   a reduction's exact sum / max over the row, rounded once; the reciprocal flag then
+   rounds ``1 / y`` once more;
+3. output affine: ``out = round16(s * y + c)`` in one rounding (``s``, ``c`` = high and
+   low halves of Planar word 1; ``s * y`` is exact and the sum is rounded by the exact
+   four-term rounding of :mod:`fastane.kernels.lut`); skipped when ``(s, c) = (1, 0)``,
+   and an offset of 0 adds nothing (``-0`` stays ``-0``).
+
+IEEE rules otherwise: NaN in, NaN out; ``inf - inf``, ``0 * inf`` -> NaN; overflow past
+65504 rounds to inf; subnormals are kept (no flush to zero).  max/min: NaN if either
+operand is NaN; ``max(-0, +0) = +0``, ``min(-0, +0) = -0``.
+
+Kernels assume valid input (shapes, codes); the front end is ``fastane.device.planar``.
+"""
+import numpy as np
+from numba import njit, prange
+
+from .fp16 import f16_to_f64, f64_to_f16, round_f16
+from .lut import round_sum_f16
+
+#: elementwise operation codes (the kernel's own; ``fastane.device.planar`` maps Word 0)
+OP_PASS = 0     # scale/offset only
+OP_ADD = 1
+OP_SUB = 2      # a - b
+OP_MUL = 3
+OP_MAX = 4
+OP_MIN = 5
+OP_ABS = 6
+#: reduction codes
+RED_SUM = 0
+RED_MAX = 1
+
+_SCALE = 2.0**24     # fp16 values are integer multiples of 2**-24
+_INV_SCALE = 2.0**-24
+
+
+@njit(cache=True, inline="always")
+def _signbit(x):
+    return np.float64(x).view(np.int64) < 0
+
+
+@njit(cache=True, inline="always")
+def affine(y, s, c):
+    """``round16(s * y + c)`` for an exact fp16 value ``y`` and fp16 ``s``, ``c``."""
+    if s == 1.0 and c == 0.0:
+        return y
+    t = s * y                      # exact: two 11-bit significands
+    if c == 0.0:
+        return round_f16(t)
+    r = t + c
+    if r - r != 0.0:               # inf or NaN: IEEE arithmetic decides
+        return round_f16(r)
+    bb = r - t                     # two-sum: is the float64 sum exact?
+    if (t - (r - bb)) + (c - bb) == 0.0:
+        return round_f16(r)
+    return f16_to_f64(round_sum_f16(t, c, 0.0, 0.0))
+
+
+@njit(cache=True, inline="always")
+def apply_op(op, a, b):
+    """``round16(op(a, b))`` for exact fp16 values ``a``, ``b``."""
+    if op == OP_ADD:
+        return round_f16(a + b)
+    if op == OP_SUB:
+        return round_f16(a - b)
+    if op == OP_MUL:
+        return round_f16(a * b)
+    if op == OP_MAX or op == OP_MIN:
+        if a != a or b != b:
+            return np.nan
+        if a == b:                 # equal values; only the zeros differ (by sign)
+            neg = _signbit(a) and _signbit(b) if op == OP_MAX else _signbit(a) or _signbit(b)
+            if a == 0.0:
+                return -0.0 if neg else 0.0
+            return a
+        if op == OP_MAX:
+            return a if a > b else b
+        return a if a < b else b
+    if op == OP_ABS:
+        return abs(a)
+    return a
+
+
+def _eltwise(a, b, op, s0, s, c, out):
+    """Elementwise over rows: ``a`` (R, Wa), ``b`` (R, Wb) with ``Wa``/``Wb`` equal to
+    ``out``'s W or 1 (broadcast along the row); ``b`` is ignored by unary ops.
+    ``out``: uint16 (R, W) fp16 patterns.  Returns the number of NaN outputs."""
+    rows, width = out.shape
+    wa = a.shape[1]
+    wb = b.shape[1]
+    nans = 0
+    for r in prange(rows):
+        n = 0
+        for w in range(width):
+            x = a[r, w if wa != 1 else 0]
+            if s0 != 1.0:
+                x = round_f16(x * s0)
+            y = b[r, w if wb != 1 else 0] if wb > 0 else 0.0
+            v = affine(apply_op(op, x, y), s, c)
+            out[r, w] = f64_to_f16(v)
+            if v != v:
+                n += 1
+        nans += n
+    return nans
+
+
+@njit(cache=True, inline="always")
+def _sum_row(a, r, s0):
+    """Exact sum of row ``r`` (each element first scaled by ``s0``), rounded once."""
+    acc = np.int64(0)
+    pinf = False
+    ninf = False
+    for w in range(a.shape[1]):
+        x = a[r, w]
+        if s0 != 1.0:
+            x = round_f16(x * s0)
+        if x != x:
+            return np.nan
+        if x - x != 0.0:           # +-inf
+            if x > 0.0:
+                pinf = True
+            else:
+                ninf = True
+            continue
+        acc += np.int64(x * _SCALE)  # exact: an integer below 2**40
+    if pinf and ninf:
+        return np.nan
+    if pinf:
+        return np.inf
+    if ninf:
+        return -np.inf
+    hi = np.float64(acc)
+    lo = np.float64(acc - np.int64(hi))
+    return f16_to_f64(round_sum_f16(hi * _INV_SCALE, lo * _INV_SCALE, 0.0, 0.0))
+
+
+@njit(cache=True, inline="always")
+def _max_row(a, r, s0):
+    m = -np.inf
+    for w in range(a.shape[1]):
+        x = a[r, w]
+        if s0 != 1.0:
+            x = round_f16(x * s0)
+        if x != x:
+            return np.nan
+        if x > m or (x == m and x == 0.0 and not _signbit(x)):
+            m = x
+    return m
+
+
+def _reduce(a, kind, s0, recip, s, c, out):
+    """Row reductions: ``out[r]`` = sum or max of ``a[r, :]`` (then ``1/.`` when
+    ``recip``, then the output affine), as fp16 patterns.  Returns the NaN count."""
+    rows = a.shape[0]
+    nans = 0
+    for r in prange(rows):
+        if kind == RED_MAX:
+            y = _max_row(a, r, s0)
+        else:
+            y = _sum_row(a, r, s0)
+        if recip:
+            if y == 0.0:
+                y = -np.inf if _signbit(y) else np.inf
+            else:                    # 1/h of an fp16 h is never near an fp16 tie
+                y = round_f16(1.0 / y)
+        v = affine(y, s, c)
+        out[r] = f64_to_f16(v)
+        if v != v:
+            nans += 1
+    return nans
+
+
+eltwise_serial = njit(cache=True)(_eltwise)
+eltwise_parallel = njit(cache=True, parallel=True)(_eltwise)
+reduce_serial = njit(cache=True)(_reduce)
+reduce_parallel = njit(cache=True, parallel=True)(_reduce)
