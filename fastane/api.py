@@ -7,8 +7,11 @@ docs/numerics.md) and returns ``np.float16`` arrays, as the ANE would.  Saturate
 outputs are surfaced through :func:`fastane.errstate`; the counters of the last call on
 this thread are returned by :func:`last_stats`.
 
-This module only validates, reshapes and dispatches: the arithmetic lives in
-``fastane.kernels``.
+This module only validates and reshapes: every call is lowered to a program of task
+descriptors (:mod:`fastane.compiler`, cached by shapes and options) and run on the
+emulated device (:func:`fastane.compiler.default_device`), the same engine that runs
+Apple's compiled programs; its Stats are the device's.  A matmul is a 1x1 convolution
+in the (B, C, 1, S) layout; bias and activation run fused in the NE stage.
 """
 from __future__ import annotations
 
@@ -17,9 +20,9 @@ import operator
 
 import numpy as np
 
+from . import compiler as _compiler
+from . import lut as _lut
 from .errstate import report as _report
-from .kernels import conv as _conv
-from .kernels import mac as _mac
 from .stats import Stats, last_stats, record
 
 __all__ = ["matmul", "linear", "conv1d", "conv2d", "last_stats"]
@@ -29,7 +32,7 @@ _MATMUL_SIG = "(n?,k),(k,m?)->(n?,m?)"
 
 # ---------------------------------------------------------------------------- operands
 def _fp16_operand(x, func: str, name: str) -> np.ndarray:
-    """``x`` rounded to fp16 (RNE) and returned as exact float64 values, C-contiguous."""
+    """``x`` rounded to fp16 (RNE), as a float16 array."""
     arr = np.asarray(x)
     kind = arr.dtype.kind
     if kind == "c":
@@ -39,25 +42,55 @@ def _fp16_operand(x, func: str, name: str) -> np.ndarray:
     if arr.dtype != np.float16:
         with np.errstate(over="ignore"):  # large values become +-inf, as in an fp16 model
             arr = arr.astype(np.float16)
-    return arr.astype(np.float64, order="C")
+    return arr
 
 
-def _finish(func: str, acc: np.ndarray, flag: np.ndarray, macs: int) -> np.ndarray:
-    """Read the accumulators out to fp16, record Stats and surface saturation."""
-    y = np.empty(acc.shape, np.float64)
-    _mac.readout(acc.reshape(-1), flag.reshape(-1), y.reshape(-1))
-    isnan = np.isnan(acc)
-    nan = int(np.count_nonzero(isnan))
-    saturated = int(np.count_nonzero((flag != 0) & ~isnan))
-    record(Stats(tasks=1, macs=macs, saturated=saturated, nan_outputs=nan))
-    _report("saturation", saturated,
-                     f"{func}: {saturated} of {acc.size} outputs saturated the Q16.16 accumulator "
-                     f"(a partial sum left [-32768, 32768)); they read out as +-inf")
-    return y
+def _finish(func: str, stats: Stats, size: int) -> None:
+    """Record the device's Stats of the call and surface saturations and LUT range events."""
+    record(stats)
+    _report("saturation", stats.saturated,
+            f"{func}: {stats.saturated} of {size} outputs saturated the Q16.16 accumulator "
+            f"(a partial sum left [-32768, 32768)); they read out as +-inf")
+    lut = stats.lut_underflow + stats.lut_overflow
+    if lut:
+        _report("lut_range", lut,
+                f"{func}: {lut} input(s) of the fused activation outside the LUT table range "
+                f"({stats.lut_underflow} below, {stats.lut_overflow} above)")
 
 
-def _store(result64: np.ndarray, out, func: str) -> np.ndarray:
-    res = result64.astype(np.float16)
+def _no_reduction(shape, bias16, channel_axis: int, stage) -> np.ndarray:
+    """The result of an empty reduction (K = 0): readout 0, then the NE stage (bias,
+    PostScale, nonlinearity) on the host -- there is no task to run: a TD needs Cin >= 1."""
+    shape = tuple(shape)
+    if math.prod(shape) == 0:
+        return np.zeros(shape, np.float16)
+    ax = channel_axis % len(shape)
+    y = np.zeros((math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1:])))
+    nl = {"identity": 0, "relu": 1, "lut": 2}[stage.nonlinear]
+    bits = _lut.ne_post(y, None if bias16 is None else bias16.astype(np.float64), stage.post_scale,
+                        nl, stage.block)
+    return bits.view(np.float16).reshape(shape)
+
+
+def _stage(activation, func: str):
+    """The NE stage of ``activation`` (errors name the function)."""
+    try:
+        return _compiler.ne_stage(activation)
+    except (ValueError, NotImplementedError, TypeError) as exc:
+        raise type(exc)(f"{func}: {exc}") from None
+
+
+def _bias_operand(bias, channels: int, func: str) -> np.ndarray | None:
+    if bias is None:
+        return None
+    b = _fp16_operand(bias, func, "bias")
+    if b.shape != (channels,):
+        raise ValueError(f"{func}: bias must have shape ({channels},), got {b.shape}")
+    return b
+
+
+def _store(result: np.ndarray, out, func: str) -> np.ndarray:
+    res = np.asarray(result, dtype=np.float16)
     if out is None:
         return res
     if not isinstance(out, np.ndarray):
@@ -71,13 +104,17 @@ def _store(result64: np.ndarray, out, func: str) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- matmul
-def matmul(a, b, out=None) -> np.ndarray:
+def matmul(a, b, out=None, *, activation=None) -> np.ndarray:
     """Matrix product of ``a`` and ``b`` as the ANE computes it; ``np.matmul`` semantics.
 
     Batch dimensions broadcast, a 1-D operand is promoted to a matrix and the added
     dimension is removed afterwards, scalars are rejected.  Operands are rounded to fp16;
     the sum over ``k`` runs in order ``k = 0..K-1`` in a saturating Q16.16 accumulator.
+    ``activation`` (keyword): a fused NE activation (see :func:`conv2d`).
     Returns ``np.float16`` (written into ``out`` when given).
+
+    Runs on the device as a 1x1 convolution in the (B, C, 1, S) layout (``Cin = K``,
+    ``Cout = N``, ``S = M``, weights ``b^T``; see :func:`fastane.compiler.matmul`).
     """
     a16 = _fp16_operand(a, "matmul", "a")
     b16 = _fp16_operand(b, "matmul", "b")
@@ -97,17 +134,20 @@ def matmul(a, b, out=None) -> np.ndarray:
     except ValueError:
         raise ValueError(f"matmul: operands could not be broadcast together: batch dimensions "
                          f"{A.shape[:-2]} of a {a16.shape} and {B.shape[:-2]} of b {b16.shape}") from None
+    stage = _stage(activation, "matmul")
     nb = math.prod(batch)
-    ia = np.broadcast_to(np.arange(math.prod(A.shape[:-2])).reshape(A.shape[:-2]), batch).reshape(-1)
-    ib = np.broadcast_to(np.arange(math.prod(B.shape[:-2])).reshape(B.shape[:-2]), batch).reshape(-1)
-    A3 = A.reshape((math.prod(A.shape[:-2]), M, K))
-    B3 = B.reshape((math.prod(B.shape[:-2]), K, N))
     if nb * M * N == 0 or K == 0:
-        acc = np.zeros((nb, M, N))
-        flag = np.zeros((nb, M, N), np.int8)
+        y = _no_reduction((nb, M, N), None, -1, stage)
+        _finish("matmul", Stats(), y.size)
     else:
-        acc, flag = _mac.matmul_q16(A3, B3, ia.astype(np.int64), ib.astype(np.int64), False)
-    y = _finish("matmul", acc, flag, nb * M * N * K).reshape(batch + (M, N))
+        ia = np.broadcast_to(np.arange(math.prod(A.shape[:-2])).reshape(A.shape[:-2]), batch).reshape(-1)
+        ib = np.broadcast_to(np.arange(math.prod(B.shape[:-2])).reshape(B.shape[:-2]), batch).reshape(-1)
+        A3 = A.reshape((math.prod(A.shape[:-2]), M, K))
+        B3 = B.reshape((math.prod(B.shape[:-2]), K, N))
+        y, stats, _ = _compiler.matmul(A3, B3, ia.astype(np.int64), ib.astype(np.int64),
+                                       activation=activation, stats_only=False)
+        _finish("matmul", stats, y.size)
+    y = y.reshape(batch + (M, N))
     if a_vec:
         y = y[..., 0, :]
     if b_vec:
@@ -115,11 +155,12 @@ def matmul(a, b, out=None) -> np.ndarray:
     return _store(y, out, "matmul")
 
 
-def linear(x, weight, bias=None) -> np.ndarray:
-    """``x @ weight.T + bias`` as the ANE computes it (PyTorch ``nn.functional.linear``).
+def linear(x, weight, bias=None, activation=None) -> np.ndarray:
+    """``activation(x @ weight.T + bias)`` as the ANE computes it (PyTorch ``nn.functional.linear``).
 
     ``weight`` has shape ``(out_features, in_features)``; ``x`` has shape
-    ``(..., in_features)``.  The bias is added in fp16 after readout (rounded once).
+    ``(..., in_features)``.  The bias is added in fp16 after readout (rounded once), then
+    the activation (see :func:`conv2d`), both fused in the NE stage of the tasks.
     """
     w = np.asarray(weight)
     if w.ndim != 2:
@@ -128,20 +169,22 @@ def linear(x, weight, bias=None) -> np.ndarray:
     if x_arr.ndim == 0 or x_arr.shape[-1] != w.shape[1]:
         raise ValueError(f"linear: x has shape {x_arr.shape}, expected (..., {w.shape[1]}) to match "
                          f"weight of shape {w.shape}")
-    y = matmul(x_arr, w.T)
-    if bias is not None:
-        y = _add_bias(y, bias, w.shape[0], axis=-1, func="linear")
-    return y
-
-
-def _add_bias(y16: np.ndarray, bias, channels: int, axis: int, func: str) -> np.ndarray:
-    """fp16 ``y + bias`` along ``axis``, rounded once to fp16 (the NE's bias stage)."""
-    b = _fp16_operand(bias, func, "bias")
-    if b.shape != (channels,):
-        raise ValueError(f"{func}: bias must have shape ({channels},), got {b.shape}")
-    shape = [1] * y16.ndim
-    shape[axis] = channels
-    return (y16.astype(np.float64) + b.reshape(shape)).astype(np.float16)
+    w16 = _fp16_operand(w, "linear", "weight")
+    x16 = _fp16_operand(x_arr, "linear", "x")
+    N, K = w16.shape
+    b16 = _bias_operand(bias, N, "linear")
+    stage = _stage(activation, "linear")
+    batch = x16.shape[:-1]
+    M = math.prod(batch)
+    if M * N == 0 or K == 0:
+        y = _no_reduction((M, N), b16, -1, stage)
+        _finish("linear", Stats(), y.size)
+    else:
+        y, stats, _ = _compiler.matmul(x16.reshape(1, M, K), w16.T[None], np.zeros(1, np.int64),
+                                       np.zeros(1, np.int64), bias16=b16, activation=activation,
+                                       stats_only=False)
+        _finish("linear", stats, y.size)
+    return y.reshape(batch + (N,))
 
 
 # ---------------------------------------------------------------------------- convolution
@@ -180,8 +223,14 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     ``bias``: ``(CO,)``; ``stride``, ``dilation``: int or pair; ``padding``: int, pair,
     ``"valid"`` or ``"same"`` (zeros).  Each output sums over input channel (within its
     group), then kernel row, then kernel column, in a saturating Q16.16 accumulator; the
-    bias is added in fp16 after readout.  ``activation``: ``None`` or ``"relu"``.
-    Returns ``np.float16``.
+    bias is added in fp16 after readout.  ``activation``: ``None``, ``"relu"`` or an
+    activation of :mod:`fastane.activations` that is one NE stage (``"tanh"``, ``"gelu"``,
+    ``"exp"``, ``"exp2"``, ``"relu6"``, ``"hardtanh"``, ``"leaky_relu"``, ``"selu"``,
+    ``"sign"``, ``"reciprocal"``, ``"rsqrt"``, ``"sqrt"``, ``"log2"``; or a
+    :class:`fastane.lut.CoeffBlock`), applied to the biased fp16 value exactly as the
+    function of that name would; ``"sigmoid"``/``"silu"`` need a planar-engine task and
+    raise ``NotImplementedError``.  Bias and activation run fused in the NE stage of the
+    tasks.  Returns ``np.float16``.
     """
     func = "conv2d"
     x16 = _fp16_operand(x, func, "input")
@@ -212,19 +261,15 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     if oh <= 0 or ow <= 0:
         raise ValueError(f"{func}: the padded input ({H + pt + pb}x{W + pl + pr}) is smaller than the "
                          f"dilated kernel ({d[0] * (KH - 1) + 1}x{d[1] * (KW - 1) + 1})")
-    if activation not in (None, "relu"):
-        raise NotImplementedError(f"{func}: activation={activation!r} is not implemented yet "
-                                  "(None and 'relu' are)")
+    stage = _stage(activation, func)
+    b16 = _bias_operand(bias, CO, func)
     if N * CO * oh * ow == 0 or CG * KH * KW == 0:
-        acc = np.zeros((N, CO, oh, ow))
-        flag = np.zeros(acc.shape, np.int8)
+        y = _no_reduction((N, CO, oh, ow), b16, 1, stage)
+        _finish(func, Stats(), y.size)
     else:
-        acc, flag = _conv.conv2d_q16(x16, w16, s[0], s[1], d[0], d[1], pt, pl, oh, ow, groups, False)
-    y = _finish(func, acc, flag, N * CO * oh * ow * CG * KH * KW).astype(np.float16)
-    if bias is not None:
-        y = _add_bias(y, bias, CO, axis=1, func=func)
-    if activation == "relu":
-        y = np.where(y > 0, y, np.where(np.isnan(y), y, np.float16(0)))
+        y, stats, _ = _compiler.conv2d(x16, w16, b16, s, ((pt, pb), (pl, pr)), d, groups, activation,
+                                       stats_only=False)
+        _finish(func, stats, y.size)
     return y[0] if unbatched else y
 
 

@@ -22,6 +22,8 @@ from . import l2 as l2mod
 from .buffers import FORMATS
 from .engine import Engine
 from .memory import ALIGN, DEFAULT_SIZE, BARTable, Region, UnifiedMemory
+from .planar import registers as planar_regs
+from .tile_dma import dram_reads
 from .taskmanager import Task, TaskManager
 
 
@@ -237,7 +239,8 @@ class Device:
                 for slot, t in slots.items():
                     if t.role == "output":
                         raw = self.memory.view(regions[slot].iova, regions[slot].size)
-                        out[slot] = np.ascontiguousarray(t.view(raw)).reshape(t.shape)
+                        # a copy: the region is freed (and reused) when the run ends
+                        out[slot] = np.array(t.view(raw), order="C").reshape(t.shape)
         finally:
             for region in regions.values():
                 self.memory.free(region)
@@ -281,15 +284,16 @@ def tensor_slots(program: Program) -> dict[int, TensorSlot]:
     extents: dict[int, int] = {}
     written: set[int] = set()
     for td in program.tds:
-        r = td
-        st, rt = r["L2.SourceCfg.SourceType"], r["L2.ResultCfg.ResultType"]
+        r = planar_regs(td)
+        rt = r["L2.ResultCfg.ResultType"]
         accesses = []
-        if st == l2mod.DRAM:
-            for k in ("0", "1"):
-                if r[f"Header.RBE{k}"]:
-                    accesses.append(("read", r[f"Header.RBase{k}"], "TileDMASrc",
-                                     (r["Common.Cin.Cin"], r["Common.InDim.Hin"], r["Common.InDim.Win"]),
-                                     ("RowStride.Stride", "PlaneStride.PlaneStride")))
+        src_strides = ("RowStride.Stride", "PlaneStride.PlaneStride")
+        for slot, eng, (c, h, w), groups in dram_reads(r):
+            if groups > 1:   # a planar row reduction: rows GroupStride apart, one per group
+                accesses.append(("read", slot, eng, (c, groups, w), ("GroupStride.Stride",
+                                                                     "PlaneStride.PlaneStride")))
+            else:
+                accesses.append(("read", slot, eng, (c, h, w), src_strides))
         if rt == l2mod.DRAM and r["Header.WBE"]:
             accesses.append(("write", r["Header.WBase"], "TileDMADst",
                              (r["Common.Cout.Cout"], r["Common.OutDim.Hout"], r["Common.OutDim.Wout"]),

@@ -15,6 +15,7 @@ except the counters that depend on the data (saturated, nan_outputs, lut_*), whi
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from .memory import BARTable, UnifiedMemory
 
 #: the longest chain followed when the pushed TD count is 0 (unknown)
 MAX_CHAIN = 0xFFFF
+#: checked plans kept by :meth:`Engine.plan` (chains)
+PLAN_CACHE = 256
 _FMT_BYTES = {0: 1, 1: 1, 2: 2}
 
 
@@ -47,6 +50,8 @@ class TaskPlan:
     src: object = None
     dst: object = None
     is_planar: bool = False
+    planar: object = None      # planar.PlanarConfig of a planar task
+    src1: object = None        # a planar task's second operand (TileDMA plan or L2 operand)
     stats: Stats = dataclasses.field(default_factory=Stats)
 
 
@@ -54,7 +59,7 @@ class TaskPlan:
 def decode(raw: bytes) -> dict:
     """ControlDMA: TD bytes -> register file ``{canonical field name: value}`` (read-only;
     cached by content, so re-running a program skips the decode)."""
-    return TaskDescriptor.from_bytes(raw).fields()
+    return planar.registers(TaskDescriptor.from_bytes(raw))
 
 
 class Engine:
@@ -64,6 +69,7 @@ class Engine:
         self.memory = memory
         self.kmem = kernel_dma.KMem()
         self.l2 = l2.L2Memory()
+        self._plans = collections.OrderedDict()   # checked plans of DRAM-to-DRAM chains
 
     # ------------------------------------------------------------------ ControlDMA
     def fetch(self, addr: int, td_size: int, td_count: int, bars: BARTable) -> list:
@@ -112,41 +118,61 @@ class Engine:
     # ------------------------------------------------------------------ planning
     def plan(self, addr: int, td_size: int, td_count: int, bars: BARTable,
              stats_only: bool = False) -> list[TaskPlan]:
-        """Fetch, decode and check the whole chain; nothing moves yet."""
+        """Fetch, decode and check the whole chain; nothing moves yet.
+
+        The checked plan of a chain that streams DRAM to DRAM (no L2-resident source or
+        result, no planar task) depends only on its register files and its BAR regions:
+        it is kept (:data:`PLAN_CACHE` chains), so re-running a program with the same
+        buffers re-fetches and re-decodes its TDs but skips the block checks."""
         chain = self.fetch(addr, td_size, td_count, bars)
+        key = None
+        if all(r["L2.SourceCfg.SourceType"] == l2.DRAM and r["L2.ResultCfg.ResultType"] == l2.DRAM
+               and not planar.is_planar(r) for _, r in chain):
+            # the register files are decode()'s cached dicts, kept alive by the cached plans
+            key = (tuple((a, id(r)) for a, r in chain), stats_only,
+                   tuple((s.iova, s.size) if s is not None else None for s in bars.slots))
+            hit = self._plans.get(key)
+            if hit is not None:
+                self._plans.move_to_end(key)
+                return hit
         resident = {a: v for a, v in self.l2.resident.items() if stats_only or v[2] is not None}
-        return [self._plan_task(i, a, regs, bars, resident, stats_only)
-                for i, (a, regs) in enumerate(chain)]
+        plans = [self._plan_task(i, a, regs, bars, resident, stats_only)
+                 for i, (a, regs) in enumerate(chain)]
+        if key is not None:
+            self._plans[key] = plans
+            if len(self._plans) > PLAN_CACHE:
+                self._plans.popitem(last=False)
+        return plans
 
     def _plan_task(self, index, addr, regs, bars, resident, stats_only) -> TaskPlan:
         what = f"TD {index} (NID {regs['Header.NID']}) at {addr:#x}"
         if planar.is_planar(regs):
-            if not stats_only:
-                planar.check_computable(regs, what)
-            g = _planar_geometry(regs)
-            p = TaskPlan(index, addr, regs, what, g, is_planar=True)
+            cfg = planar.config(regs, what, strict=not stats_only)
+            g = planar.geometry(regs, cfg, what, strict=not stats_only)
+            p = TaskPlan(index, addr, regs, what, g, is_planar=True, planar=cfg)
         else:
             g = mac.geometry(regs, what)
             p = TaskPlan(index, addr, regs, what, g, ne=ne.config(regs, what))
         p.kdma = kernel_dma.plan(regs, bars, f"{what}: KernelDMA")
         if g.mode == mac.CONV:
             kernel_dma.check_loaded(p.kdma, g.cout, g.cin_g, g.kh, g.kw, g.kernel_fmt, f"{what}: MAC")
+        if p.ne is not None:
+            ne.check_loaded(p.ne, p.kdma, f"{what}: NE")
         p.l2 = l2.plan(regs, g, _FMT_BYTES[g.in_fmt], _FMT_BYTES[g.out_fmt], resident, what)
         if p.l2.source_type == l2.DRAM:
             if not regs["TileDMASrc.DMAConfig.En"]:
                 raise DecodeFault(f"{what}: SourceType 2 (DRAM) with TileDMASrc disabled")
-            p.src = tile_dma.plan_src(regs, bars, g.cin, g.hin, g.win, what)
+            p.src = (planar.plan_source(regs, bars, g, what) if p.is_planar
+                     else tile_dma.plan_src(regs, bars, g.cin, g.hin, g.win, what))
+        if p.is_planar:     # the second operand, checked before this task's result lands in L2
+            p.src1 = planar.plan_second(p.planar, regs, bars, g, resident, what)
         if p.l2.result_type == l2.DRAM:
             if not regs["TileDMADst.DMAConfig.En"]:
                 raise DecodeFault(f"{what}: ResultType 2 (DRAM) with TileDMADst disabled")
             p.dst = tile_dma.plan_dst(regs, bars, g.cout, g.hout, g.wout, what)
         else:
             l2.keep(resident, p.l2.result[0], p.l2.shape_out, p.l2.result[1], True)
-        src_bytes = p.src.nbytes if p.src else 0
-        if p.is_planar and regs["Header.RBE1"] and p.src is not None:
-            # the second operand: same geometry and strides from slot RBase1
-            second = tile_dma.plan_src(regs, bars, g.cin, g.hin, g.win, what, second=True)
-            src_bytes += second.nbytes
+        src_bytes = (p.src.nbytes if p.src else 0) + (p.src1.nbytes if p.src1 else 0)
         p.stats = Stats(tasks=1, macs=g.macs, planar_ops=planar.ops(regs) if p.is_planar else 0,
                         control_dma_bytes=TD_SIZE, kernel_dma_bytes=p.kdma.nbytes,
                         tile_dma_src_bytes=src_bytes, tile_dma_dst_bytes=p.dst.nbytes if p.dst else 0)
@@ -166,11 +192,15 @@ class Engine:
         g = p.geometry
         self.kmem.load(p.kdma, data)
         x = tile_dma.read(p.src, data) if p.src is not None else self.l2.read(p.l2.source[0])
-        w = None
-        if g.mode == mac.CONV:
-            w = kernel_dma.unpack_weights(self.kmem, g.cout, g.cin_g, g.kh, g.kw, g.kernel_fmt)
-        values, saturated, nans = mac.run(g, x, w)
-        values, lut_under, lut_over = ne.run(p.ne, values, self.kmem)
+        if p.is_planar:
+            values, nans = planar.run(p.planar, g, x, planar.read_operand(p.src1, data, self.l2))
+            saturated = lut_under = lut_over = 0
+        else:
+            w = None
+            if g.mode == mac.CONV:
+                w = kernel_dma.unpack_weights(self.kmem, g.cout, g.cin_g, g.kh, g.kw, g.kernel_fmt)
+            values, saturated, nans = mac.run(g, x, w)
+            values, lut_under, lut_over = ne.run(p.ne, values, self.kmem, as_fp16=p.dst is not None)
         if p.dst is not None:
             tile_dma.write(p.dst, data, values)
         else:
@@ -182,31 +212,3 @@ class Engine:
                 stats_only: bool = False) -> Stats:
         """Plan (all checks), then run, the chain pushed at ``addr``."""
         return self.run(self.plan(addr, td_size, td_count, bars, stats_only), stats_only)
-
-
-@dataclass(frozen=True)
-class _PlanarGeometry:
-    cin: int
-    hin: int
-    win: int
-    cout: int
-    hout: int
-    wout: int
-    in_fmt: int
-    out_fmt: int
-    kh: int = 1
-    kw: int = 1
-    sy: int = 1
-    dy: int = 1
-    groups: int = 1
-    kernel_fmt: int = 2
-    mode: str = "planar"
-    macs: int = 0
-
-
-def _planar_geometry(regs: dict) -> _PlanarGeometry:
-    return _PlanarGeometry(regs["Common.Cin.Cin"], regs["Common.InDim.Hin"], regs["Common.InDim.Win"],
-                           regs["Common.Cout.Cout"], regs["Common.OutDim.Hout"],
-                           regs["Common.OutDim.Wout"],
-                           regs["Common.ChCfg.InFmt"] if regs["Common.ChCfg.InFmt"] in _FMT_BYTES else 2,
-                           regs["Common.ChCfg.OutFmt"] if regs["Common.ChCfg.OutFmt"] in _FMT_BYTES else 2)

@@ -133,7 +133,9 @@ def _serial_if_small(macs: int):
 
 
 def run(g: Geometry, x: np.ndarray, w: np.ndarray | None, trunc: bool = False):
-    """``(values, saturated, nan_outputs)``: fp16 values (float64) ``[1, Cout, Hout, Wout]``."""
+    """``(values, saturated, nan_outputs)``: fp16 values (float64) ``[1, Cout, Hout, Wout]``;
+    ``saturated`` counts the outputs that read out as +-inf because their accumulator
+    clamped (a NaN output is counted in ``nan_outputs`` only)."""
     if g.mode == PASSTHROUGH:
         return x, 0, int(np.isnan(x).sum())
     from fastane.kernels.conv import conv2d_q16
@@ -143,4 +145,9 @@ def run(g: Geometry, x: np.ndarray, w: np.ndarray | None, trunc: bool = False):
                                g.wout, g.groups, trunc)
     values = np.empty(acc.shape, dtype=np.float64)
     readout(acc, flag, values)
-    return values, int(np.count_nonzero(flag)), int(np.isnan(values).sum())
+    nan = np.isnan(values)
+    nans = int(np.count_nonzero(nan))
+    saturated = int(np.count_nonzero(flag))
+    if saturated and nans:  # a NaN output reads NaN whatever its flag: not a saturation
+        saturated -= int(np.count_nonzero(flag[nan]))
+    return values, saturated, nans

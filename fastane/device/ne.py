@@ -1,15 +1,26 @@
 """The NE block: post-MAC bias, scale and nonlinearity (SPEC 3).
 
-Order (SPEC decision): accumulator readout -> + ``AccBias`` (when ``MACCfg.BiasMode``
-is 1; fp16, round to nearest even) -> x ``PostScale`` (fp16, RNE; 0x3c00 = 1.0 is the
+Order (SPEC decision): accumulator readout -> + bias (when ``MACCfg.BiasMode`` is 1;
+fp16, round to nearest even) -> x ``PostScale`` (fp16, RNE; 0x3c00 = 1.0 is the
 identity) -> ``MACCfg.NonlinearMode`` (0 identity, 1 ReLU, 2 LUT).  **Decisions**:
-``PostScale`` always applies (``PostScaleMode`` is 0 in every corpus TD); ``AccBias`` is
-one fp16 value for every output channel; the integer-path fields
-``AccBiasShift``/``PostRightShift`` must be 0 on the FP16 path.
+``PostScale`` always applies (``PostScaleMode`` is 0 in every corpus TD); the integer-path
+fields ``AccBiasShift``/``PostRightShift`` must be 0 on the FP16 path; the bias is
 
-The arithmetic is ``fastane.kernels.ne.ne_post``; this block decodes the registers and,
-for the LUT, finds the table: the coefficient block KernelDMA loaded into core 0's KMem
-(its first 0x80 bytes, 43 little-endian u16 words), unpacked by ``fastane.lut``.
+* ``MACCfg.MatrixBiasEn = 0``: ``AccBias``, one fp16 value for every output channel;
+* ``MACCfg.MatrixBiasEn = 1`` (**hypothesis**; no corpus program has it): one fp16 value
+  per output channel, read from KMem.
+
+**Decision: the NE coefficients in KMem.**  Each core's KMem holds, in this order, its
+output channels' kernels (``w = round_up(m x Cin/groups x Kh x Kw x bytes, 64)`` bytes,
+``m = ceil(Cout / 16)``, the KernelDMA layout; 0 bytes when ``KernelMode = 1``), then with
+``MatrixBiasEn`` its ``m`` channels' biases (fp16, ``b = round_up(2m, 64)`` bytes), then,
+on core 0 only, the 0x80-byte LUT coefficient block when ``NonlinearMode = 2`` (at ``w +
+b``).  A kernel-less LUT task (every corpus LUT program) thus finds its table at the start
+of core 0's KMem; a convolution with a fused LUT finds it after core 0's kernel.  The
+table (43 little-endian u16 words) is unpacked by ``fastane.lut``.
+
+The arithmetic is ``fastane.kernels.ne.ne_post``; this block decodes the registers and
+finds the bias vector and the table in KMem.
 """
 from __future__ import annotations
 
@@ -18,7 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .faults import UnsupportedTask
+from .faults import KMemOverflow, UnsupportedTask
+from .kernel_dma import LANES, channels_per_core, lane_stride
+from .memory import ALIGN, round_up
 
 IDENTITY, RELU, LUT = 0, 1, 2
 #: bytes of the LUT coefficient block at the start of core 0's KMem
@@ -31,6 +44,13 @@ class NEConfig:
     acc_bias: int        # fp16 bits
     post_scale: int      # fp16 bits
     nonlinear: int
+    #: per-channel bias from KMem (MatrixBiasEn with BiasMode)
+    bias_vector: bool = False
+    cout: int = 0
+    #: output channels per core, and the KMem byte offsets of the bias vector and the LUT
+    per_core: int = 1
+    bias_offset: int = 0
+    lut_offset: int = 0
 
     @staticmethod
     def f16(bits: int) -> float:
@@ -39,12 +59,22 @@ class NEConfig:
 
 def config(regs: dict, what: str) -> NEConfig:
     """Decode and check the NE registers."""
-    for name in ("NE.AccBias.AccBiasShift", "NE.PostScale.PostRightShift", "NE.MACCfg.MatrixBiasEn",
+    for name in ("NE.AccBias.AccBiasShift", "NE.PostScale.PostRightShift",
                  "NE.KernelCfg.PalettizedEn", "NE.KernelCfg.SparseFmt"):
         if regs[name]:
             raise UnsupportedTask(f"{what}: {name} = {regs[name]} is not emulated on the FP16 path")
+    cout = regs["Common.Cout.Cout"]
+    m = channels_per_core(max(cout, 1))
+    vector = bool(regs["NE.MACCfg.BiasMode"] and regs["NE.MACCfg.MatrixBiasEn"])
+    wbytes = 0
+    if regs["NE.MACCfg.KernelMode"] == 0:
+        groups = max(regs["Common.GroupConvCfg.NumGroups"], 1)
+        wbytes = lane_stride(cout, regs["Common.Cin.Cin"] // groups, regs["Common.ConvCfg.Kh"],
+                             regs["Common.ConvCfg.Kw"], regs["NE.KernelCfg.KernelFmt"] % 3)
+    bbytes = round_up(2 * m, ALIGN) if vector else 0
     cfg = NEConfig(regs["NE.MACCfg.BiasMode"], regs["NE.AccBias.AccBias"],
-                   regs["NE.PostScale.PostScale"], regs["NE.MACCfg.NonlinearMode"])
+                   regs["NE.PostScale.PostScale"], regs["NE.MACCfg.NonlinearMode"],
+                   vector, cout, m, wbytes, wbytes + bbytes)
     if cfg.nonlinear not in (IDENTITY, RELU, LUT):
         raise UnsupportedTask(f"{what}: NE.MACCfg.NonlinearMode = {cfg.nonlinear} is not defined")
     if cfg.nonlinear == LUT and _lut_unpacker() is None:
@@ -65,22 +95,54 @@ def _lut_unpacker():
 _NO_LUT = (np.zeros(41), np.zeros(3, dtype=np.int64))
 
 
-def run(cfg: NEConfig, values: np.ndarray, kmem=None):
+def needs(cfg: NEConfig) -> dict:
+    """KMem the NE reads: ``{core: (bytes from the start of its KMem, what)}``."""
+    need = {}
+    if cfg.bias_vector:
+        for lane in range(min(LANES, -(-cfg.cout // cfg.per_core))):
+            n = min(cfg.per_core, cfg.cout - lane * cfg.per_core)
+            need[lane] = (cfg.bias_offset + 2 * n, "bias vector")
+    if cfg.nonlinear == LUT:
+        need[0] = (cfg.lut_offset + LUT_BLOCK, "LUT block")
+    return need
+
+
+def check_loaded(cfg: NEConfig, kdma, what: str = "NE") -> None:
+    """Fault unless KernelDMA loaded the bias vector and LUT block the NE reads."""
+    loaded = {lane.lane: lane.nbytes for lane in kdma.lanes}
+    for lane, (need, part) in needs(cfg).items():
+        if loaded.get(lane, 0) < need:
+            raise KMemOverflow(f"{what}: core {lane} reads its {part} up to byte {need:#x} of its "
+                               f"KMem, but KernelDMA loaded only {loaded.get(lane, 0):#x}",
+                               lane=lane, nbytes=need)
+
+
+def run(cfg: NEConfig, values: np.ndarray, kmem=None, as_fp16: bool = False):
     """``(values, lut_underflow, lut_overflow)`` after bias, scale and nonlinearity.
 
-    ``values``: float64 ``[1, C, H, W]`` holding exact fp16 values; the result likewise.
+    ``values``: float64 ``[1, C, H, W]`` holding exact fp16 values; the result likewise,
+    or float16 with ``as_fp16`` (what TileDMADst writes: no conversion round trip).
     """
     from fastane.kernels.ne import ne_post
     n, c, h, w = values.shape
     y = np.ascontiguousarray(values).reshape(n, c, h * w)
-    bias = np.full(c, cfg.f16(cfg.acc_bias)) if cfg.bias_mode else np.zeros(0)
+    if cfg.bias_vector:
+        m, off = cfg.per_core, cfg.bias_offset
+        lanes = -(-c // m)
+        bias = kmem.data[:lanes, off:off + 2 * m].copy().view("<f2").reshape(-1)[:c].astype(np.float64)
+    elif cfg.bias_mode:
+        bias = np.full(c, cfg.f16(cfg.acc_bias))
+    else:
+        bias = np.zeros(0)
     if cfg.nonlinear == LUT:
-        words = kmem.data[0, :LUT_BLOCK].view("<u2")
+        words = kmem.data[0, cfg.lut_offset:cfg.lut_offset + LUT_BLOCK].view("<u2")
         lutf, luti = _lut_unpacker()(words)
     else:
         lutf, luti = _NO_LUT
     out = np.empty(y.shape, dtype=np.uint16)
     counts = np.zeros(2, dtype=np.int64)
     ne_post(y, bias, cfg.f16(cfg.post_scale), cfg.nonlinear, lutf, luti, out, counts)
-    result = out.view(np.float16).astype(np.float64).reshape(values.shape)
+    result = out.view(np.float16).reshape(values.shape)
+    if not as_fp16:
+        result = result.astype(np.float64)
     return result, int(counts[0]), int(counts[1])

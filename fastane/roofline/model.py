@@ -433,13 +433,20 @@ def plan_workload(workload: "Workload | str", limits: Limits = M1_LIMITS,
                   planner=None) -> WorkloadPlan:
     """Plan every layer of ``workload`` (a :class:`Workload` or a name).
 
-    ``planner(layer) -> list[Stats]`` replaces :func:`plan_layer` (for instance by the
-    real lowering run in stats-only mode); identical layers are planned once.
+    ``planner``: ``None`` or ``"analytic"`` (this module's :func:`plan_layer`),
+    ``"lowered"`` (:func:`fastane.compiler.plan_layer`: each Conv2d/Matmul layer lowered to
+    TDs and run on a stats-only device; Eltwise layers stay analytic), or any
+    ``planner(layer) -> list[Stats]``.  Identical layers are planned once.
     """
     if isinstance(workload, str):
         from .. import workloads
         workload = workloads.get(workload)
-    planner = planner or (lambda layer: plan_layer(layer, limits))
+    if planner == "lowered":
+        from ..compiler import plan_layer as planner
+    elif planner in (None, "analytic"):
+        planner = (lambda layer: plan_layer(layer, limits))
+    elif not callable(planner):
+        raise ValueError(f"planner must be 'analytic', 'lowered' or a callable, got {planner!r}")
     memo: dict = {}
     out = WorkloadPlan(workload)
     for layer in workload.layers:

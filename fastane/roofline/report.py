@@ -51,8 +51,9 @@ class Result:
 def analyze(workload, chip="m1", params: ModelParams = DEFAULT_PARAMS, planner=None,
             plan: WorkloadPlan | None = None) -> Result:
     """Plan ``workload`` (a name or a :class:`~fastane.workloads.Workload`) and estimate it
-    on ``chip``.  ``planner`` replaces the analytic per-layer plan (see
-    :func:`~fastane.roofline.model.plan_workload`); ``plan`` reuses an existing plan."""
+    on ``chip``.  ``planner``: ``"analytic"`` (the default here), ``"lowered"`` (the real
+    lowering, counted on a stats-only device: what ``fastane roofline`` uses) or a callable
+    (see :func:`~fastane.roofline.model.plan_workload`); ``plan`` reuses an existing plan."""
     if isinstance(workload, str):
         workload = _workloads.get(workload)
     chip = _chips.get(chip)
@@ -258,6 +259,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--summary", action="store_true", help="totals only, no per-layer rows")
     parser.add_argument("--list", action="store_true", help="list workloads and chips, then exit")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--analytic", action="store_true",
+                        help="plan layers with the analytic model instead of lowering them to TDs "
+                             "and counting them on a stats-only device (the default)")
 
 
 def run(args) -> int:
@@ -283,9 +287,10 @@ def run(args) -> int:
         if not args.quiet:
             print(f"[{i}/{len(wls)}] planning {w.name} ({len(w)} layers) ...", end="",
                   file=sys.stderr, flush=True)
-        r = analyze(w, chip)
+        planner = "analytic" if args.analytic else "lowered"
+        r = analyze(w, chip, planner=planner)
         if not args.quiet:
-            print(f" {r.total.tasks} tasks in {r.plan_s:.2f} s", file=sys.stderr, flush=True)
+            print(f" {r.total.tasks} tasks in {r.plan_s:.2f} s ({planner})", file=sys.stderr, flush=True)
         results.append(r)
     if args.json:
         print(json.dumps(to_json(results), indent=1))

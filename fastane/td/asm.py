@@ -1,7 +1,7 @@
 """The assembler side: TDs from a high-level description.
 
-:func:`conv_td` builds the TD of one convolution task (one image, the whole output in one tile)
-the way Apple's compiler lays out the seed's 1x1 convolution (``corpus/seed-conv1x1.td``):
+:func:`conv_td` builds the TD of one convolution task (one image, one tile: by default the whole
+tensors, or a tile of larger ones through base offsets and strides) the way Apple's compiler lays out the seed's 1x1 convolution (``corpus/seed-conv1x1.td``):
 strides from SPEC 5 (row = round_up(W * bytes, 64), plane = round_up(row * H, 64), depth =
 plane * C), output channels spread over the 16 NE cores (KernelDMASrc channel k feeds core k),
 the L2 source followed by the L2 result.  Defaults not implied by the description (event masks,
@@ -9,8 +9,10 @@ cache hints, L2 aliasing, words the bit map leaves unnamed) are the seed's value
 """
 from __future__ import annotations
 
+import functools
 import math
 import struct
+from dataclasses import dataclass
 
 from .codec import TaskDescriptor
 
@@ -18,6 +20,8 @@ FMT_CODES = {"uint8": 0, "u8": 0, "int8": 1, "i8": 1, "fp16": 2, "float16": 2, "
 FMT_BYTES = {0: 1, 1: 1, 2: 2}
 NONLINEAR_CODES = {"identity": 0, "none": 0, None: 0, "relu": 1, "lut": 2}
 CORES = 16
+#: bytes of a LUT coefficient block in KMem (43 u16 words, zero padded)
+LUT_BLOCK = 0x80
 
 # raw bits of words the bit map names no field for, as the seed's conv TD has them
 # (0x12c and 0x140 are 1 in every corpus TD, 0x148 0x2041, 0x170 0x8880: probably 3-D
@@ -54,43 +58,135 @@ def _ru(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def conv_td(x_shape, y_shape, *, kernel=(1, 1), stride=(1, 1), groups: int = 1,
-            src: int = 4, dst: int = 5, kernel_slot: int = 1,
-            in_fmt="fp16", out_fmt="fp16", kernel_fmt="fp16",
+def _pads(padding, what: str = "padding") -> tuple[tuple[int, int], tuple[int, int]]:
+    """``((top, bottom), (left, right))`` from an int, ``(py, px)`` or the full form."""
+    if isinstance(padding, int):
+        padding = (padding, padding)
+    a, b = padding
+    if isinstance(a, int) and isinstance(b, int):
+        pads = ((a, a), (b, b))
+    else:
+        pads = (tuple(a), tuple(b))
+    if any(len(p) != 2 for p in pads) or min(min(p) for p in pads) < 0:
+        raise ValueError(f"{what} must be >= 0: an int, (py, px) or ((top, bottom), (left, right)), "
+                         f"got {padding!r}")
+    return pads
+
+
+@dataclass(frozen=True)
+class KernelLayout:
+    """Where one task's coefficients sit in its kernel BAR slot (the KMem layout the device
+    reads, docs/device.md): output channels dealt to the cores in blocks of ``m``; core
+    ``l``'s buffer is its channels' kernels (``wbytes``, padded to 64), then the bias vector
+    (``bbytes``: ``m`` fp16 values padded to 64, with a per-channel bias), then, on core 0
+    only, the 0x80-byte LUT coefficient block (``lut_bytes``).  Core ``l`` reads
+    ``sizes[l]`` bytes at ``base + offsets[l]``."""
+
+    cout: int
+    per_channel: int        # kernel bytes of one output channel (Cin/groups x Kh x Kw x bytes)
+    m: int                  # output channels per core
+    lanes: int              # cores used
+    wbytes: int
+    bbytes: int
+    lut_bytes: int
+    offsets: tuple
+    sizes: tuple
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole layout in the kernel slot."""
+        return self.offsets[-1] + self.sizes[-1]
+
+    @property
+    def core_bytes(self) -> int:
+        """The most any core loads (core 0: it holds the LUT block)."""
+        return max(self.sizes)
+
+
+@functools.lru_cache(maxsize=1024)
+def kernel_layout(cout: int, per_channel: int, bias_vector: bool = False, lut: bool = False) -> KernelLayout:
+    """The :class:`KernelLayout` of ``cout`` output channels of ``per_channel`` bytes each."""
+    m = -(-cout // CORES)
+    lanes = -(-cout // m)
+    wbytes = _ru(m * per_channel, 64)
+    bbytes = _ru(2 * m, 64) if bias_vector else 0
+    lut_bytes = LUT_BLOCK if lut else 0
+    first = wbytes + bbytes + lut_bytes
+    rest = wbytes + bbytes
+    offsets = tuple(0 if k == 0 else first + (k - 1) * rest for k in range(lanes))
+    sizes = tuple(first if k == 0 else rest for k in range(lanes))
+    return KernelLayout(cout, per_channel, m, lanes, wbytes, bbytes, lut_bytes, offsets, sizes)
+
+
+def conv_td(x_shape, y_shape, *, kernel=(1, 1), stride=(1, 1), padding=0, dilation=(1, 1),
+            groups: int = 1, src: int = 4, dst: int = 5, kernel_slot: int = 1,
+            in_fmt="fp16", out_fmt="fp16", kernel_fmt="fp16", bias=None,
             post_scale: float = 1.0, nonlinear="identity", tile_height: int | None = None,
-            nid: int = 1, eon: bool = True, log_events: int = 0x42A) -> TaskDescriptor:
+            src_base: int = 0, src_strides=None, dst_base: int = 0, dst_strides=None,
+            kernel_base: int = 0, nid: int = 1, eon: bool = True,
+            log_events: int = 0x42A) -> TaskDescriptor:
     """The TD of a convolution ``x_shape`` (N, C, H, W) -> ``y_shape`` (N, Cout, Hout, Wout).
 
-    ``kernel``/``stride`` are (height, width) or an int; no padding.  ``src``, ``dst`` and
-    ``kernel_slot`` are the BAR slots of the input, output and weights (weights laid out per core:
-    core k holds output channels [k*m, (k+1)*m), m = ceil(Cout / 16), at k * round_up(m * Cin/groups
-    * Kh * Kw * bytes, 64) in the kernel slot).  Formats: 'uint8', 'int8', 'fp16' (or 0, 1, 2).
-    ``nonlinear``: 'identity', 'relu' or 'lut'; ``post_scale`` goes to NE.PostScale as fp16.
-    ``conv_td((1, 8, 4, 1), (1, 3, 4, 1))`` is the seed's 1x1 convolution, byte for byte.
+    ``kernel``/``stride``/``dilation`` are (height, width) or an int.  ``padding``: an int,
+    ``(py, px)`` (symmetric) or ``((top, bottom), (left, right))`` zeros; the TD holds the
+    top/left padding (``ConvCfg.Py/Px``) and the bottom/right padding follows from the
+    output size; dilation goes to ``ConvCfg.Oy/Ox``.  ``src``, ``dst`` and ``kernel_slot``
+    are the BAR slots of the input, output and weights; the weights are laid out per core
+    (:func:`kernel_layout`: core k holds output channels [k*m, (k+1)*m), m = ceil(Cout / 16))
+    at ``kernel_base`` in the kernel slot.  Formats: 'uint8', 'int8', 'fp16' (or 0, 1, 2).
+
+    The NE stage: ``bias`` None (no bias), a number (``AccBias``, one value for every
+    channel) or ``"channel"`` (``MatrixBiasEn``: one fp16 value per output channel, stored
+    in KMem after each core's kernels); ``post_scale`` goes to ``NE.PostScale`` as fp16;
+    ``nonlinear``: 'identity', 'relu' or 'lut' (the 0x80-byte coefficient block follows
+    core 0's kernels and biases in KMem).
+
+    The tensors: ``src_base``/``dst_base`` are byte offsets in their slots and
+    ``src_strides``/``dst_strides`` ``(row, plane)`` byte strides (multiples of 64; default:
+    SPEC 5's dense layout of the shapes given), so a task can read or write one tile of a
+    larger tensor.  ``conv_td((1, 8, 4, 1), (1, 3, 4, 1))`` is the seed's 1x1 convolution,
+    byte for byte.
     """
     n, c, h, w = x_shape
     n2, cout, hout, wout = y_shape
     kh, kw = _pair(kernel, "kernel")
     sy, sx = _pair(stride, "stride")
+    dy, dx = _pair(dilation, "dilation")
+    (pt, pb), (pl, pr) = _pads(padding)
     if n != 1 or n2 != 1:
         raise ValueError(f"one TD convolves one image (N = 1), got N = {n} -> {n2}")
     if min(c, h, w, cout) < 1 or groups < 1 or c % groups or cout % groups:
         raise ValueError(f"bad channels/groups: C={c}, Cout={cout}, groups={groups}")
-    if h < kh or w < kw or (hout, wout) != ((h - kh) // sy + 1, (w - kw) // sx + 1):
+    span_h, span_w = (kh - 1) * dy + 1, (kw - 1) * dx + 1
+    exp_h = (h + pt + pb - span_h) // sy + 1
+    exp_w = (w + pl + pr - span_w) // sx + 1
+    if h + pt + pb < span_h or w + pl + pr < span_w or (hout, wout) != (exp_h, exp_w):
         raise ValueError(f"output {hout}x{wout} does not follow from input {h}x{w}, kernel "
-                         f"{kh}x{kw}, stride {sy}x{sx} (expected {(h - kh) // sy + 1}x{(w - kw) // sx + 1})")
+                         f"{kh}x{kw}, stride {sy}x{sx}, dilation {dy}x{dx}, padding "
+                         f"{((pt, pb), (pl, pr))} (expected {exp_h}x{exp_w})")
     fi, fo, fk = _fmt(in_fmt), _fmt(out_fmt), _fmt(kernel_fmt)
     if nonlinear not in NONLINEAR_CODES:
         raise ValueError(f"nonlinear must be one of 'identity', 'relu', 'lut', not {nonlinear!r}")
+    vector = isinstance(bias, str)
+    if vector and bias != "channel":
+        raise ValueError(f"bias must be None, a number or 'channel', not {bias!r}")
+    for name, base in (("src_base", src_base), ("dst_base", dst_base), ("kernel_base", kernel_base)):
+        if base < 0 or base % 64:
+            raise ValueError(f"{name} must be a non-negative multiple of 64, got {base}")
 
-    per_core = -(-cout // CORES)                 # output channels per NE core
-    cores = -(-cout // per_core)
-    active_ne = math.ceil(math.log2(cores))
-    coeff = _ru(per_core * (c // groups) * kh * kw * FMT_BYTES[fk], 64) >> 6
-    in_row = _ru(w * FMT_BYTES[fi], 64)
-    in_plane = _ru(in_row * h, 64)
-    out_row = _ru(wout * FMT_BYTES[fo], 64)
-    out_plane = _ru(out_row * hout, 64)
+    lay = kernel_layout(cout, (c // groups) * kh * kw * FMT_BYTES[fk], vector,
+                        NONLINEAR_CODES[nonlinear] == 2)
+    active_ne = math.ceil(math.log2(lay.lanes))
+    in_row, in_plane = src_strides or (None, None)
+    in_row = in_row if in_row is not None else _ru(w * FMT_BYTES[fi], 64)
+    in_plane = in_plane if in_plane is not None else _ru(in_row * h, 64)
+    out_row, out_plane = dst_strides or (None, None)
+    out_row = out_row if out_row is not None else _ru(wout * FMT_BYTES[fo], 64)
+    out_plane = out_plane if out_plane is not None else _ru(out_row * hout, 64)
+    for name, v in (("src row", in_row), ("src plane", in_plane), ("dst row", out_row),
+                    ("dst plane", out_plane)):
+        if v % 64 or v <= 0:
+            raise ValueError(f"{name} stride {v} is not a positive multiple of 64 bytes (SPEC 5)")
     l2_ch = -(-w * FMT_BYTES[fi] // 16)          # L2 strides and addresses count 16-byte units
     l2_row = c * l2_ch
 
@@ -107,13 +203,15 @@ def conv_td(x_shape, y_shape, *, kernel=(1, 1), stride=(1, 1), groups: int = 1,
         "Common.ChCfg.OutFmt": fo, "Common.Cin.Cin": c, "Common.Cout.Cout": cout,
         "Common.OutDim.Wout": wout, "Common.OutDim.Hout": hout, "Common.ConvCfg.Kw": kw,
         "Common.ConvCfg.Kh": kh, "Common.ConvCfg.Sx": sx, "Common.ConvCfg.Sy": sy,
-        "Common.ConvCfg.Ox": 1, "Common.ConvCfg.Oy": 1, "Common.GroupConvCfg.NumGroups": groups,
+        "Common.ConvCfg.Px": pl, "Common.ConvCfg.Py": pt,
+        "Common.ConvCfg.Ox": dx, "Common.ConvCfg.Oy": dy, "Common.GroupConvCfg.NumGroups": groups,
         "Common.GroupConvCfg.UnicastCin": 1, "Common.TileCfg.TileHeight": tile_height or hout,
         "Common.Cfg.SmallSourceMode": 1, "Common.Cfg.ShPref": 4, "Common.Cfg.ShMin": 4,
         "Common.Cfg.ShMax": 4, "Common.Cfg.ActiveNE": active_ne, "Common.Cfg.AccDoubleBufEn": 1,
         "Common.TaskInfo.NID": nid,
         "TileDMASrc.DMAConfig.En": 1, "TileDMASrc.DMAConfig.CacheHint": 2,
         "TileDMASrc.DMAConfig.CacheHintReuse": 14, "TileDMASrc.DMAConfig.CacheHintNoReuse": 12,
+        "TileDMASrc.BaseAddr.Addr": src_base >> 6,
         "TileDMASrc.RowStride.Stride": in_row >> 6, "TileDMASrc.PlaneStride.PlaneStride": in_plane >> 6,
         "TileDMASrc.DepthStride.Stride": c * in_plane >> 6, "TileDMASrc.GroupStride.Stride": c * in_plane >> 6,
         "TileDMASrc.Fmt.FmtMode": 1, "TileDMASrc.Fmt.Truncate": 3, "TileDMASrc.Fmt.MemFmt": fi,
@@ -122,9 +220,12 @@ def conv_td(x_shape, y_shape, *, kernel=(1, 1), stride=(1, 1), groups: int = 1,
         "L2.SourceRowStride.Stride": l2_row, "L2.ResultCfg.ResultType": 2,
         "L2.ResultCfg.L2BfrMode": 1, "L2.ResultBase.Addr": h * l2_row,
         "NE.KernelCfg.KernelFmt": fk, "NE.KernelCfg.PalettizedBits": 8, "NE.MACCfg.BinaryPoint": 28,
+        "NE.MACCfg.BiasMode": int(bias is not None), "NE.MACCfg.MatrixBiasEn": int(vector),
+        "NE.AccBias.AccBias": _fp16_bits(bias) if bias is not None and not vector else 0,
         "NE.MACCfg.NonlinearMode": NONLINEAR_CODES[nonlinear], "NE.PostScale.PostScale": _fp16_bits(post_scale),
         "TileDMADst.DMAConfig.En": 1, "TileDMADst.DMAConfig.CacheHint": 3,
-        "TileDMADst.DMAConfig.L2BfrMode": 1, "TileDMADst.RowStride.RowStride": out_row >> 6,
+        "TileDMADst.DMAConfig.L2BfrMode": 1, "TileDMADst.BaseAddr.Addr": dst_base >> 6,
+        "TileDMADst.RowStride.RowStride": out_row >> 6,
         "TileDMADst.PlaneStride.PlaneStride": out_plane >> 6,
         "TileDMADst.DepthStride.DepthStride": cout * out_plane >> 6,
         "TileDMADst.GroupStride.GroupStride": cout * out_plane >> 6,
@@ -135,10 +236,11 @@ def conv_td(x_shape, y_shape, *, kernel=(1, 1), stride=(1, 1), groups: int = 1,
         for k in ("AliasConvSrc", "AliasConvRslt", "DMAFmt", "DMAInterleave", "AliasPlanarSrc",
                   "AliasPlanarRslt"):
             v[f"L2.{cfg}.{k}"] = 1
+    rest = lay.wbytes + lay.bbytes
     for k in range(CORES):                      # KernelDMASrc channel k feeds NE core k
         v[f"KernelDMASrc.CoeffDMAConfig[{k}].CacheHint"] = 2
-        v[f"KernelDMASrc.CoeffBfrSize[{k}].MemBfrSize"] = coeff
-        if k < cores:
+        v[f"KernelDMASrc.CoeffBfrSize[{k}].MemBfrSize"] = (lay.sizes[0] if k == 0 else rest) >> 6
+        if k < lay.lanes:
             v[f"KernelDMASrc.CoeffDMAConfig[{k}].En"] = 1
-            v[f"KernelDMASrc.CoeffBaseAddr[{k}].Addr"] = k * coeff
+            v[f"KernelDMASrc.CoeffBaseAddr[{k}].Addr"] = (kernel_base + lay.offsets[k]) >> 6
     return td.update(v)
