@@ -39,10 +39,24 @@ def _fp16_operand(x, func: str, name: str) -> np.ndarray:
         raise TypeError(f"{func}: {name} has complex dtype {arr.dtype}; the ANE has no complex arithmetic")
     if kind not in "biuf":
         raise TypeError(f"{func}: {name} must be a real numeric array, got dtype {arr.dtype}")
+    if kind == "f" and arr.dtype.itemsize > 8:
+        arr = _round_to_odd_f64(arr)
     if arr.dtype != np.float16:
         with np.errstate(over="ignore"):  # large values become +-inf, as in an fp16 model
             arr = arr.astype(np.float16)
     return arr
+
+
+def _round_to_odd_f64(x: np.ndarray) -> np.ndarray:
+    """Extended-precision ``x`` to float64 rounded to odd, so that the later rounding to
+    fp16 (11 bits << 53) is the single correct rounding of ``x`` (no double rounding)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        hi = x.astype(np.float64)
+        toward_zero = np.abs(hi.astype(x.dtype)) > np.abs(x)
+        hi = np.where(toward_zero, np.nextafter(hi, 0.0), hi)
+        inexact = np.isfinite(hi) & (hi.astype(x.dtype) != x)
+    bits = hi.view(np.uint64)
+    return np.where(inexact, bits | np.uint64(1), bits).view(np.float64)
 
 
 def _finish(func: str, stats: Stats, size: int) -> None:
@@ -67,9 +81,12 @@ def _no_reduction(shape, bias16, channel_axis: int, stage) -> np.ndarray:
     ax = channel_axis % len(shape)
     y = np.zeros((math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1:])))
     nl = {"identity": 0, "relu": 1, "lut": 2}[stage.nonlinear]
+    if stage.post:      # sigmoid/silu: the biased zeros through the activation's own program
+        nl = 0
     bits = _lut.ne_post(y, None if bias16 is None else bias16.astype(np.float64), stage.post_scale,
                         nl, stage.block)
-    return bits.view(np.float16).reshape(shape)
+    z = bits.view(np.float16).reshape(shape)
+    return _compiler.elementwise(z, stage.name)[0] if stage.post else z
 
 
 def _stage(activation, func: str):
@@ -92,7 +109,7 @@ def _bias_operand(bias, channels: int, func: str) -> np.ndarray | None:
 def _store(result: np.ndarray, out, func: str) -> np.ndarray:
     res = np.asarray(result, dtype=np.float16)
     if out is None:
-        return res
+        return res[()] if res.ndim == 0 else res  # a scalar for 1-D @ 1-D, as np.matmul
     if not isinstance(out, np.ndarray):
         raise TypeError(f"{func}: out must be a numpy array, got {type(out).__name__}")
     if out.shape != res.shape:
@@ -228,11 +245,15 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     ``"exp"``, ``"exp2"``, ``"relu6"``, ``"hardtanh"``, ``"leaky_relu"``, ``"selu"``,
     ``"sign"``, ``"reciprocal"``, ``"rsqrt"``, ``"sqrt"``, ``"log2"``; or a
     :class:`fastane.lut.CoeffBlock`), applied to the biased fp16 value exactly as the
-    function of that name would; ``"sigmoid"``/``"silu"`` need a planar-engine task and
-    raise ``NotImplementedError``.  Bias and activation run fused in the NE stage of the
-    tasks.  Returns ``np.float16``.
+    function of that name would.  Bias and activation run fused in the NE stage of the
+    tasks; ``"sigmoid"`` and ``"silu"`` (also as the function of that name would) add
+    planar-engine tasks after each convolution task, their intermediates kept in L2
+    (docs/compiler.md).  Returns ``np.float16``.
     """
-    func = "conv2d"
+    return _conv2d("conv2d", x, weight, bias, stride, padding, dilation, groups, activation)
+
+
+def _conv2d(func, x, weight, bias, stride, padding, dilation, groups, activation) -> np.ndarray:
     x16 = _fp16_operand(x, func, "input")
     w16 = _fp16_operand(weight, func, "weight")
     if w16.ndim != 4:
@@ -243,11 +264,16 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
         x16 = x16[None]
     if x16.ndim != 4:
         raise ValueError(f"{func}: expected 3-D (unbatched) or 4-D (batched) input, got shape {np.shape(x)}")
-    groups = operator.index(groups)
+    try:
+        groups = operator.index(groups)
+    except TypeError:
+        raise TypeError(f"{func}: groups must be an int, got {groups!r}") from None
     if groups < 1:
         raise ValueError(f"{func}: groups must be a positive integer, got {groups}")
     N, C, H, W = x16.shape
     CO, CG, KH, KW = w16.shape
+    if KH == 0 or KW == 0:
+        raise ValueError(f"{func}: the kernel must be at least 1x1, got weight of shape {w16.shape}")
     if CO % groups:
         raise ValueError(f"{func}: out_channels ({CO}) must be divisible by groups ({groups})")
     if C != CG * groups:
@@ -286,14 +312,19 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     if wa.ndim != 3:
         raise ValueError(f"{func}: expected a 3-D weight (out_channels, in_channels/groups, k), got shape {wa.shape}")
 
-    def widen(v, name, height_value):  # an int or 1-tuple along L -> (H value, L value)
-        if np.ndim(v) == 0:
-            return (height_value, v)
-        if len(v) != 1:
+    def widen(v, name, height_value, minimum):  # an int or 1-tuple along L -> (H, L)
+        vals = (v,) if np.ndim(v) == 0 else tuple(v)
+        if len(vals) != 1:
             raise ValueError(f"{func}: {name} must be an int or a 1-tuple, got {v!r}")
-        return (height_value, v[0])
+        try:
+            val = operator.index(vals[0])
+        except TypeError:
+            raise TypeError(f"{func}: {name} must be an int or a 1-tuple, got {v!r}") from None
+        if val < minimum:
+            raise ValueError(f"{func}: {name} must be >= {minimum}, got {v!r}")
+        return (height_value, val)
 
-    pad = padding if isinstance(padding, str) else widen(padding, "padding", 0)
-    y = conv2d(xa[..., None, :], wa[..., None, :], bias=bias, stride=widen(stride, "stride", 1),
-               padding=pad, dilation=widen(dilation, "dilation", 1), groups=groups, activation=activation)
+    pad = padding if isinstance(padding, str) else widen(padding, "padding", 0, 0)
+    y = _conv2d(func, xa[..., None, :], wa[..., None, :], bias, widen(stride, "stride", 1, 1),
+                pad, widen(dilation, "dilation", 1, 1), groups, activation)
     return y[..., 0, :]

@@ -529,8 +529,14 @@ def ne_post(y, bias=None, scale=1.0, nonlinear=0, block=None, out=None, counts=N
     lutf, luti = (block or get_block("identity")).kernel_args()
     if out is None:
         out = np.empty(y.shape, dtype=np.uint16)
+    elif not (isinstance(out, np.ndarray) and out.shape == y.shape and out.dtype == np.uint16
+              and out.flags.writeable):
+        raise ValueError(f"out must be a writeable uint16 array of shape {y.shape}")
     if counts is None:
         counts = np.zeros(2, dtype=np.int64)
+    elif not (isinstance(counts, np.ndarray) and counts.dtype == np.int64 and counts.ndim == 1
+              and counts.size >= 2 and counts.flags.writeable):
+        raise ValueError("counts must be a writeable 1-D int64 array of at least 2 elements")
     _kne.ne_post(y, b, float(scale), int(nonlinear), lutf, luti, out, counts)
     return out
 

@@ -260,7 +260,7 @@ def _table_terms(knots, u):
     return t0, p, pe
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _line(slope, icpt, x):
     """fp16 pattern of ``slope * x + icpt``; a zero slope contributes 0 (also at inf)."""
     if slope == 0.0:
@@ -271,7 +271,7 @@ def _line(slope, icpt, x):
     return round_sum_f16(p, icpt, 0.0, 0.0)  # slope * x is exact (22 bits)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _scaled(t0, t1, t2, n):
     """fp16 pattern of (t0 + t1 + t2) * 2**n, exact then rounded once."""
     if n > 60:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Set up a virtual environment (if needed), install fastane with its test extra, run
-# the tests.  The README's test command.  FASTANE_CORPUS points the corpus tests at the
-# real M1 programs (default: ../shared/corpus beside this checkout, when present).
+# The README's test command: set up a virtual environment (if needed), install fastane
+# with its test extra, smoke-run the benchmarks, run the tests.  FASTANE_CORPUS points
+# the corpus tests at the real M1 programs (default: ../shared/corpus beside this
+# checkout, when present).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -11,4 +12,7 @@ PY=${PYTHON:-python3}
 if [ -z "${FASTANE_CORPUS:-}" ] && [ -d ../shared/corpus ]; then
   export FASTANE_CORPUS="$(cd ../shared/corpus && pwd)"
 fi
+# A smoke run of the benchmarks (each once, untimed) first, so that a broken benchmark
+# fails here; then the unit tests.
+.venv/bin/python -m pytest -q bench --benchmark-disable
 exec .venv/bin/python -m pytest -q "$@"

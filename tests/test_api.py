@@ -37,9 +37,28 @@ def test_matmul_shapes_and_values_follow_numpy(sa, sb):
     np.testing.assert_array_equal(got, want)
 
 
-def test_matmul_scalar_result_is_0d():
+def test_matmul_of_two_vectors_is_a_scalar_like_numpy():
     got = fastane.matmul(np.ones(3), np.ones(3))
-    assert got.shape == () and got.dtype == np.float16 and float(got) == 3.0
+    assert isinstance(got, np.float16) and got == 3.0
+    assert np.isscalar(np.matmul(np.ones(3), np.ones(3)))
+
+
+def test_extended_precision_inputs_round_once():
+    # 1 + 2**-11 + 2**-60 lies just above the tie between fp16 1.0 and 1.0009765625:
+    # one correct rounding gives 1.0009765625; rounding to float64 first (the tie) gives 1.0
+    x = np.longdouble(1) + np.longdouble(2.0**-11) + np.longdouble(2.0**-60)
+    if x == np.longdouble(1) + np.longdouble(2.0**-11):
+        pytest.skip("this platform's long double has no more precision than float64")
+    assert fastane.matmul(np.array([[x]]), np.array([[1.0]]))[0, 0] == np.float16(1.0009765625)
+
+
+def test_conv_argument_errors_name_the_function():
+    with pytest.raises(ValueError, match=r"conv1d: stride must be >= 1, got 0"):
+        fastane.conv1d(np.ones((1, 2, 8)), np.ones((3, 2, 3)), stride=0)
+    with pytest.raises(TypeError, match="conv2d: groups must be an int"):
+        fastane.conv2d(np.ones((1, 2, 8, 8)), np.ones((2, 1, 3, 3)), groups=2.0)
+    with pytest.raises(ValueError, match="at least 1x1"):
+        fastane.conv2d(np.ones((1, 2, 8, 8)), np.ones((3, 2, 0, 3)))
 
 
 @pytest.mark.parametrize("sa,sb,msg", [

@@ -144,3 +144,11 @@ def test_program_load_is_cached_and_unloadable(dev, corpus):
     assert dev.memory.allocations == []
     with pytest.raises(TypeError):
         dev.load(b"not a program")
+
+
+@pytest.mark.parametrize("bad", [np.ones((1, 8, 4, 1), complex), np.full((1, 8, 4, 1), "1"),
+                                 np.full((1, 8, 4, 1), None, object)])
+def test_run_rejects_non_real_inputs(dev, corpus, bad):
+    program = seed_program(corpus, np.ones((3, 8, 1, 1), F16))
+    with pytest.raises(TypeError, match="real numeric"):
+        dev.run(program, {4: bad})

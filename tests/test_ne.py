@@ -145,3 +145,15 @@ def test_fold_affine_per_channel_and_errors():
     with pytest.raises(ValueError, match="per output channel"):
         lut.fold_affine(W, None, [1.0, 2.0], 0.0)
     assert float(lut.fold_affine(1.0, 0.0, 1.0, 1e-9)[1]) == 0.0  # b' rounds to fp16 once
+
+
+def test_front_end_checks_out_and_counts_before_the_kernel_writes():
+    y = np.zeros((1, 1, 4096))
+    small = np.zeros(8, np.uint16)
+    with pytest.raises(ValueError, match="out must be"):
+        lut.ne_post(y, out=small)
+    with pytest.raises(ValueError, match="out must be"):
+        lut.ne_post(y, out=np.zeros((1, 1, 4096), np.float16))
+    with pytest.raises(ValueError, match="counts must be"):
+        lut.ne_post(y, counts=np.zeros(4, np.int64)[:1])
+    assert not small.any()

@@ -260,3 +260,17 @@ def test_operand_faults(dev):
     mul = planar_td("mul", (1, 5, 37), source_type=0, source_base=0, src1=5, nid=2)
     assert_faults(dev, Program.from_tds([red, mul]), L2Fault, r"is \(1, 1, 5, 1\), the task reads "
                                                                r"\(1, 1, 5, 37\)")
+
+
+def test_row_reduction_from_l2_is_refused_before_anything_runs():
+    """A reduction whose rows would come from L2 has no known layout: refused at plan time."""
+    w = 64
+    t0 = planar_td("scale", (1, 1, w), result_type=3, result_base=0x1000, nid=1)
+    t1 = planar_td("sum", (1, 1, w), groups=4, source_type=3, source_base=0x1000, result_type=0,
+                   result_base=0x2000, nid=2)
+    t2 = planar_td("scale", (1, 4, 1), source_type=0, source_base=0x2000, nid=3)
+    prog = Program.from_tds([t0, t1, t2])
+    dev = Device(memory_size=16 << 20)
+    inputs = {s: np.ones(t.shape, np.float16) for s, t in dev.tensors(prog).items() if t.role == "input"}
+    with pytest.raises(UnsupportedTask, match="row reduction reading its rows from L2"):
+        dev.run(prog, inputs)

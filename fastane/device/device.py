@@ -221,6 +221,8 @@ class Device:
         for slot, x in inputs.items():
             t = slots[slot]
             x = np.asarray(x)
+            if x.dtype.kind not in "biuf":
+                raise TypeError(f"input for slot {slot} must be a real numeric array, got dtype {x.dtype}")
             if x.shape != t.shape and x.shape != t.shape[1:]:
                 raise ValueError(f"input for slot {slot} has shape {x.shape}; the program reads "
                                  f"{t.shape}")

@@ -333,6 +333,9 @@ def geometry(regs: dict, cfg: PlanarConfig, what: str, strict: bool = True) -> P
         problem = (f"a row reduction of Cin x Hin = {dims['Cin']}x{dims['Hin']} per group: every "
                    f"corpus reduction has one row (1x1) per group, and where the values of several "
                    f"rows would go in L2 is unknown")
+    elif cfg.reduce and r["L2.SourceCfg.SourceType"] == 3:
+        problem = ("a row reduction reading its rows from L2 (SourceType 3): every corpus "
+                   "reduction streams its rows from DRAM, and how grouped rows sit in L2 is unknown")
     elif not cfg.reduce and g != 1:
         problem = (f"an elementwise planar task with NumGroups = {g}: every corpus elementwise task "
                    f"has one group, and how groups would be addressed is unknown")
