@@ -15,6 +15,7 @@ in the (B, C, 1, S) layout; bias and activation run fused in the NE stage.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 
@@ -89,6 +90,15 @@ def _no_reduction(shape, bias16, channel_axis: int, stage) -> np.ndarray:
     return _compiler.elementwise(z, stage.name)[0] if stage.post else z
 
 
+@contextlib.contextmanager
+def _named(func: str):
+    """Prefix what the lowering refuses (limits of the hardware) with the user's function."""
+    try:
+        yield
+    except NotImplementedError as exc:
+        raise NotImplementedError(f"{func}: {exc}") from None
+
+
 def _stage(activation, func: str):
     """The NE stage of ``activation`` (errors name the function)."""
     try:
@@ -132,6 +142,8 @@ def matmul(a, b, out=None, *, activation=None) -> np.ndarray:
 
     Runs on the device as a 1x1 convolution in the (B, C, 1, S) layout (``Cin = K``,
     ``Cout = N``, ``S = M``, weights ``b^T``; see :func:`fastane.compiler.matmul`).
+    ``K`` is at most 32,768: one output channel's weights must fit one core's 64 KiB of
+    KMem, and fastane does not split a reduction across tasks (``NotImplementedError``).
     """
     a16 = _fp16_operand(a, "matmul", "a")
     b16 = _fp16_operand(b, "matmul", "b")
@@ -161,8 +173,9 @@ def matmul(a, b, out=None, *, activation=None) -> np.ndarray:
         ib = np.broadcast_to(np.arange(math.prod(B.shape[:-2])).reshape(B.shape[:-2]), batch).reshape(-1)
         A3 = A.reshape((math.prod(A.shape[:-2]), M, K))
         B3 = B.reshape((math.prod(B.shape[:-2]), K, N))
-        y, stats, _ = _compiler.matmul(A3, B3, ia.astype(np.int64), ib.astype(np.int64),
-                                       activation=activation, stats_only=False)
+        with _named("matmul"):
+            y, stats, _ = _compiler.matmul(A3, B3, ia.astype(np.int64), ib.astype(np.int64),
+                                           activation=activation, stats_only=False)
         _finish("matmul", stats, y.size)
     y = y.reshape(batch + (M, N))
     if a_vec:
@@ -197,9 +210,10 @@ def linear(x, weight, bias=None, activation=None) -> np.ndarray:
         y = _no_reduction((M, N), b16, -1, stage)
         _finish("linear", Stats(), y.size)
     else:
-        y, stats, _ = _compiler.matmul(x16.reshape(1, M, K), w16.T[None], np.zeros(1, np.int64),
-                                       np.zeros(1, np.int64), bias16=b16, activation=activation,
-                                       stats_only=False)
+        with _named("linear"):
+            y, stats, _ = _compiler.matmul(x16.reshape(1, M, K), w16.T[None], np.zeros(1, np.int64),
+                                           np.zeros(1, np.int64), bias16=b16, activation=activation,
+                                           stats_only=False)
         _finish("linear", stats, y.size)
     return y.reshape(batch + (N,))
 
@@ -293,8 +307,9 @@ def _conv2d(func, x, weight, bias, stride, padding, dilation, groups, activation
         y = _no_reduction((N, CO, oh, ow), b16, 1, stage)
         _finish(func, Stats(), y.size)
     else:
-        y, stats, _ = _compiler.conv2d(x16, w16, b16, s, ((pt, pb), (pl, pr)), d, groups, activation,
-                                       stats_only=False)
+        with _named(func):
+            y, stats, _ = _compiler.conv2d(x16, w16, b16, s, ((pt, pb), (pl, pr)), d, groups,
+                                           activation, stats_only=False)
         _finish(func, stats, y.size)
     return y[0] if unbatched else y
 

@@ -273,3 +273,8 @@ def test_api_matches_reference_on_hard_inputs():
         got = fastane.conv2d(x, w, stride=(2, 1), padding=1, dilation=(1, 2), groups=2)
     want = ref_conv2d(x, w, stride=(2, 1), padding=((1, 1), (1, 1)), dilation=(1, 2), groups=2)
     np.testing.assert_array_equal(bits(got), bits(want))
+
+
+def test_reduction_too_long_for_one_core_is_refused_with_the_function_name():
+    with pytest.raises(NotImplementedError, match="^matmul: .*64 KiB"):
+        fastane.matmul(np.ones((2, 40000)), np.ones((40000, 3)))
