@@ -15,6 +15,9 @@ the same MAC kernels called directly (pytest-benchmark).
   (a few tasks), not 32 of them.
 * ``test_stats_only``: the lowering run stats-only over a whole workload (every cache
   cleared first), the planner behind ``fastane roofline``.
+* ``test_activation``: ``fastane.tanh`` and ``fastane.silu`` on 1000 and 2**20 elements
+  (elementwise programs on the device) against the NE kernel called directly, as
+  ``fastane.activations`` computed before the one path; interleaved medians.
 """
 from __future__ import annotations
 
@@ -157,3 +160,43 @@ def test_stats_only(benchmark, smoke, note, name, budget_s):
         benchmark.extra_info.update(seconds=med, tasks=st.tasks)
         note(f"stats-only lowering of {name}: {med:.3f} s (median, cold caches; budget "
              f"{budget_s} s), {st.tasks} tasks")
+
+
+# ---------------------------------------------------------------------------- activations
+def _direct_activation(x16, name):
+    """What ``fastane.activations`` did before the one path: the NE kernel called directly
+    on the flattened fp16 input (``ne_post``), then, for sigmoid/silu, the planar chain in
+    numpy (``round16(L + 0.5)``, ``round16(x * s)``)."""
+    from fastane import lut
+    from fastane.kernels import ne
+    table, scale = compiler.SINGLE_STAGE.get(name, ("sigmoid", 1.0))
+    lutf, luti = lut.get_block(table).kernel_args()
+    y = x16.astype(np.float64).reshape(1, 1, -1)
+    res = np.empty(y.shape, np.uint16)
+    ne.ne_post(y, np.zeros(0), scale, 2, lutf, luti, res, np.zeros(2, np.int64))
+    r = res.view(np.float16).reshape(x16.shape)
+    if name in ("sigmoid", "silu"):
+        r = (r.astype(np.float64) + 0.5).astype(np.float16)
+    if name == "silu":
+        with np.errstate(invalid="ignore", over="ignore"):
+            r = (x16.astype(np.float64) * r.astype(np.float64)).astype(np.float16)
+    return r
+
+
+@pytest.mark.parametrize("name,n", [("tanh", 1000), ("tanh", 1 << 20), ("silu", 1000), ("silu", 1 << 20)])
+def test_activation(benchmark, smoke, note, name, n):
+    """Per-call cost of an activation through its elementwise program on the device
+    (``fastane.tanh``: one NE task per tile; ``fastane.silu``: NE task, planar +0.5, planar
+    multiply) against the NE kernel called directly, as the activations did before."""
+    x16 = (np.random.default_rng(n).standard_normal(n) * 4).astype(np.float16)
+    fn = getattr(fastane, name)
+    with fastane.errstate(lut_range="ignore"):
+        y = fn(x16)
+    tasks = fastane.last_stats().tasks
+    assert np.array_equal(y.view(np.uint16), _direct_activation(x16, name).view(np.uint16))
+    rounds = 1 if smoke else (301 if n < 10000 else 15)
+    med = _interleaved({"device": lambda: fn(x16), "direct": lambda: _direct_activation(x16, name)}, rounds)
+    benchmark.extra_info.update(tasks=tasks, **{f"{k}_ms": v * 1e3 for k, v in med.items()})
+    benchmark.pedantic(lambda: fn(x16), rounds=1 if smoke else 11, iterations=1)
+    note(f"{name} on {n} elements: {tasks} task(s), device {med['device'] * 1e3:.3f} ms, direct kernel "
+         f"{med['direct'] * 1e3:.3f} ms (x{med['device'] / med['direct']:.1f}), interleaved medians")

@@ -1,20 +1,26 @@
-"""Activations on numpy arrays, computed the way the ANE's NE block computes them.
+"""Activations on numpy arrays, computed the way the ANE computes them: on the device.
 
 Every function behaves like a unary numpy ufunc: any shape, any real dtype (rounded to
 fp16 first, round half to even, as Core ML does for an fp16 model), ``out=`` supported,
-an ``np.float16`` result (a scalar for a scalar input).  The arithmetic is the NE
-post-MAC pipeline of :mod:`fastane.kernels.ne`: PostScale, then ReLU (``relu``) or the
-33-knot LUT with the coefficient block Apple's compiler uses (:mod:`fastane.lut`).
-Where Apple's programs add planar-engine tasks around the LUT, the same fp16 chain is
-emulated (each step rounded once to fp16):
+an ``np.float16`` result (a scalar for a scalar input).  Nothing is computed here: each
+call is lowered to an elementwise program of task descriptors (cached by size and
+activation) and run on the default device, the engine that runs Apple's programs
+(:func:`fastane.compiler.elementwise`, docs/compiler.md "Elementwise programs"), as
+Apple's compiler builds them (corpus ``unary/tanh.bin``, ``unary/sigmoid.bin``,
+``activation/silu.bin``):
 
-* ``sigmoid(x) = round(L(x) + 0.5)``, ``L`` the odd table of ``sigmoid - 0.5``;
-* ``silu(x) = round(x * round(L(x) + 0.5))``;
-* ``exp(x) = exp2_table(round(x * 0x3dc5))`` (PostScale = fp16 log2(e)).
+* ``relu`` and every one-table activation: one NE task per tile (``KernelMode = 1``: the
+  input passes the MAC array unchanged), ``NonlinearMode`` 1 (ReLU) or 2 (the 33-knot
+  LUT with the coefficient block Apple's compiler uses, :mod:`fastane.lut`) after
+  ``PostScale`` -- ``exp(x) = exp2_table(round(x * 0x3dc5))`` (PostScale = fp16 log2 e);
+* ``sigmoid(x) = round(L(x) + 0.5)``: the NE task with ``L``, the odd table of
+  ``sigmoid - 0.5``, then a planar task adding 0.5;
+* ``silu(x) = round(x * round(L(x) + 0.5))``: the same, then a planar multiply by ``x``.
 
-Inputs outside a table's range are counted (``Stats.lut_underflow``/``lut_overflow``,
-read back with :func:`last_stats`) and surfaced through ``fastane.errstate(lut_range=...)``
-(ignored by default).
+Each step rounds once to fp16.  The Stats (:func:`last_stats`) are the device's: tasks,
+DMA bytes, ``planar_ops``, and the inputs outside a table's range
+(``lut_underflow``/``lut_overflow``), which are also surfaced through
+``fastane.errstate(lut_range=...)`` (ignored by default).
 """
 from __future__ import annotations
 
@@ -23,8 +29,8 @@ import numbers
 
 import numpy as np
 
+from . import compiler as _compiler
 from . import lut as _lut
-from .kernels import ne as _kne
 from .lut import lut_table
 from .errstate import report as _report
 from .stats import Stats, last_stats, record
@@ -33,8 +39,6 @@ __all__ = ["relu", "tanh", "sigmoid", "silu", "gelu", "exp", "exp2", "relu6", "h
            "leaky_relu", "selu", "sign", "reciprocal", "rsqrt", "sqrt", "log2", "lut_table",
            "last_stats"]
 
-_NO_BIAS = np.zeros(0)
-_EXP_SCALE = float(np.uint16(0x3DC5).view(np.float16))  # round_fp16(log2(e))
 
 
 # ------------------------------------------------------------------------- plumbing
@@ -86,38 +90,14 @@ def _finish(func, res16, out, stats, under, over):
     return res16[()] if res16.ndim == 0 else res16
 
 
-def _ne(x16: np.ndarray, nonlinear: int, block, scale: float = 1.0):
-    """NE pipeline on fp16 ``x16``: returns (float16 result, underflows, overflows)."""
-    y = x16.astype(np.float64).reshape(1, 1, -1)
-    res = np.empty(y.shape, dtype=np.uint16)
-    counts = np.zeros(2, dtype=np.int64)
-    lutf, luti = (block or _lut.get_block("identity")).kernel_args()
-    _kne.ne_post(y, _NO_BIAS, scale, nonlinear, lutf, luti, res, counts)
-    return res.view(np.float16).reshape(x16.shape), int(counts[0]), int(counts[1])
-
-
-def _run(func, x, out, block, scale=1.0, nonlinear=2, planar=None):
+def _run(func, x, out, activation):
+    """``activation`` of ``x`` through its elementwise program on the default device."""
     x16 = _as_fp16(x, func)
     out = _check_out(out, x16.shape, func)
-    r, under, over = _ne(x16, nonlinear, block, scale)
-    tasks, planar_ops = 1, 0
-    if planar is not None:
-        r, n_tasks = planar(x16, r)
-        tasks += n_tasks
-        planar_ops = n_tasks * x16.size
-    stats = Stats(tasks=tasks, lut_underflow=under, lut_overflow=over, planar_ops=planar_ops)
-    return _finish(func, r, out, stats, under, over)
-
-
-def _plus_half(x16, r):
-    """Planar task 'scale 1.0, offset 0.5': round_fp16(r + 0.5) (exact in float64)."""
-    return (r.astype(np.float64) + 0.5).astype(np.float16), 1
-
-
-def _times_x_plus_half(x16, r):
-    s = (r.astype(np.float64) + 0.5).astype(np.float16)
-    with np.errstate(invalid="ignore", over="ignore"):
-        return (x16.astype(np.float64) * s.astype(np.float64)).astype(np.float16), 2
+    if x16.size == 0:
+        return _finish(func, np.empty(x16.shape, np.float16), out, Stats(), 0, 0)
+    r, stats, _ = _compiler.elementwise(x16, activation)
+    return _finish(func, r, out, stats, stats.lut_underflow, stats.lut_overflow)
 
 
 def _real_param(v, func: str, name: str) -> float:
@@ -132,25 +112,22 @@ def _real_param(v, func: str, name: str) -> float:
 # ---------------------------------------------------------------------- activations
 def relu(x, /, out=None):
     """max(x, 0) through the NE's ReLU (NonlinearMode 1; NaN stays NaN, -0 gives +0)."""
-    x16 = _as_fp16(x, "relu")
-    out = _check_out(out, x16.shape, "relu")
-    r, _, _ = _ne(x16, 1, None)
-    return _finish("relu", r, out, Stats(tasks=1), 0, 0)
+    return _run("relu", x, out, "relu")
 
 
 def tanh(x, /, out=None):
     """tanh(x) by Apple's table: knots round_fp16(tanh(i/8)), odd, 1.0 beyond |x| = 4."""
-    return _run("tanh", x, out, _lut.get_block("tanh"))
+    return _run("tanh", x, out, "tanh")
 
 
 def sigmoid(x, /, out=None):
     """1/(1 + exp(-x)): the odd table of sigmoid - 0.5 (R = 2), then a planar +0.5."""
-    return _run("sigmoid", x, out, _lut.get_block("sigmoid"), planar=_plus_half)
+    return _run("sigmoid", x, out, "sigmoid")
 
 
 def silu(x, /, out=None):
     """x * sigmoid(x) as Apple computes it: round(x * round(L(x) + 0.5)), three tasks."""
-    return _run("silu", x, out, _lut.get_block("sigmoid"), planar=_times_x_plus_half)
+    return _run("silu", x, out, "silu")
 
 
 def gelu(x, /, out=None):
@@ -158,7 +135,7 @@ def gelu(x, /, out=None):
 
     Note: Apple's knot at 0 is -7.54e-4 (a least-squares table), so ``gelu(0)`` is not 0.
     """
-    return _run("gelu", x, out, _lut.get_block("gelu"))
+    return _run("gelu", x, out, "gelu")
 
 
 def exp(x, /, out=None):
@@ -167,17 +144,17 @@ def exp(x, /, out=None):
     The fp16 rounding of ``x * log2(e)`` limits the relative accuracy for large ``|x|``
     (about ``|x| * 2**-11 * ln 2``), as on the ANE.
     """
-    return _run("exp", x, out, _lut.get_block("exp2"), scale=_EXP_SCALE)
+    return _run("exp", x, out, "exp")
 
 
 def exp2(x, /, out=None):
     """2**x by the exponent-mode table 2**(i/32): 0 below -25, inf above 16."""
-    return _run("exp2", x, out, _lut.get_block("exp2"))
+    return _run("exp2", x, out, "exp2")
 
 
 def relu6(x, /, out=None):
     """min(max(x, 0), 6) by Apple's relu6 block (range clamp, no table)."""
-    return _run("relu6", x, out, _lut.get_block("relu6"))
+    return _run("relu6", x, out, "relu6")
 
 
 def hardtanh(x, /, min_val=-1.0, max_val=1.0, out=None):
@@ -187,7 +164,7 @@ def hardtanh(x, /, min_val=-1.0, max_val=1.0, out=None):
     if not float(np.float16(lo)) < float(np.float16(hi)):
         raise ValueError(f"hardtanh: min_val ({min_val}) must be below max_val ({max_val}) "
                          "after rounding to fp16")
-    blk = _lut.get_block("hardtanh") if (lo, hi) == (-1.0, 1.0) else _lut.hardtanh_block(lo, hi)
+    blk = "hardtanh" if (lo, hi) == (-1.0, 1.0) else _lut.hardtanh_block(lo, hi)
     return _run("hardtanh", x, out, blk)
 
 
@@ -196,37 +173,36 @@ def leaky_relu(x, /, negative_slope=0.01, out=None):
     slope = _real_param(negative_slope, "leaky_relu", "negative_slope")
     if not math.isfinite(slope):
         raise ValueError(f"leaky_relu: negative_slope must be finite, got {negative_slope}")
-    blk = (_lut.get_block("leaky_relu") if slope == 0.01
-           else _lut.leaky_relu_block(slope))
+    blk = "leaky_relu" if slope == 0.01 else _lut.leaky_relu_block(slope)
     return _run("leaky_relu", x, out, blk)
 
 
 def selu(x, /, out=None):
     """SELU by Apple's block: table over [-8, 0] (fp16 chain), 1.0508 * x above 0."""
-    return _run("selu", x, out, _lut.get_block("selu"))
+    return _run("selu", x, out, "selu")
 
 
 def sign(x, /, out=None):
     """sign(x): -1, 0 (keeping the sign of zero), 1; NaN stays NaN."""
-    return _run("sign", x, out, _lut.get_block("sign"))
+    return _run("sign", x, out, "sign")
 
 
 def reciprocal(x, /, out=None):
     """1/x by the mantissa-mode table (odd): 1/(+-0) = +-inf, 1/inf = 0."""
-    return _run("reciprocal", x, out, _lut.get_block("reciprocal"))
+    return _run("reciprocal", x, out, "reciprocal")
 
 
 def rsqrt(x, /, out=None):
     """1/sqrt(x) by the even-exponent mantissa table; negative inputs give +inf (Apple's
     block maps x < 0 to its value at 0)."""
-    return _run("rsqrt", x, out, _lut.get_block("rsqrt"))
+    return _run("rsqrt", x, out, "rsqrt")
 
 
 def sqrt(x, /, out=None):
     """sqrt(x) by the even-exponent mantissa table; negative inputs give 0."""
-    return _run("sqrt", x, out, _lut.get_block("sqrt"))
+    return _run("sqrt", x, out, "sqrt")
 
 
 def log2(x, /, out=None):
     """log2(x) = exponent + table(mantissa); log2(0) = -inf, negative inputs give -inf."""
-    return _run("log2", x, out, _lut.get_block("log2"))
+    return _run("log2", x, out, "log2")

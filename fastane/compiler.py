@@ -47,6 +47,14 @@ runs on its own buffers), binds the program's slots to buffers it keeps per prog
 (so a repeated call only rewrites inputs and weights), and returns the output and the
 device's Stats.  Lowered programs are cached by :class:`Conv` (an LRU of
 :data:`CACHE_SIZE`), so repeated calls do not lower again.
+
+**Activations** (:mod:`fastane.activations`) are :class:`Eltwise` calls: :func:`elementwise`
+lowers them to elementwise programs as Apple's compiler builds them (an NE task with
+``KernelMode = 1`` and the activation's table, then for sigmoid a planar +0.5 and for silu
+a planar multiply by the input) over the flattened tensor, cut into tiles that fit L2 and
+the TD limits, cached in the same LRU.  ``activation="sigmoid"``/``"silu"`` after a
+convolution append the same chain to each convolution task, intermediates kept in L2
+(:func:`_post_chain`).  docs/compiler.md, section 9.
 """
 from __future__ import annotations
 
@@ -63,13 +71,14 @@ from . import lut as _lut
 from .kernels import layout as _klayout
 from .stats import Stats
 from .td import BarSlot, Program
-from .td.asm import LUT_BLOCK, KernelLayout, conv_td, kernel_layout
+from .td.asm import LUT_BLOCK, KernelLayout, conv_td, eltwise_td, kernel_layout
 from .td.fields import BY_NAME, TD_SIZE
 
 __all__ = ["Conv", "NEStage", "Tiling", "Lowered", "Limits", "LIMITS", "ne_stage", "tile", "lower",
            "execute", "conv2d", "matmul", "fold", "default_device", "set_default_device",
            "cache_info", "cache_clear", "plan_layer", "layer_conv", "KernelGroup", "SLOT_TD",
-           "SLOT_KERNEL", "SLOT_OUTPUT", "SLOT_INPUT"]
+           "SLOT_KERNEL", "SLOT_OUTPUT", "SLOT_INPUT", "Eltwise", "LoweredEltwise", "elementwise",
+           "SLOT_INTERMEDIATE"]
 
 #: BAR slots of a lowered program (SPEC 6's convention: 0 TDs, 1 kernel, 4.. outputs, then inputs)
 SLOT_TD, SLOT_KERNEL, SLOT_OUTPUT, SLOT_INPUT = 0, 1, 4, 5
@@ -115,10 +124,25 @@ class NEStage:
     nonlinear: str = "identity"
     block: object = None
     post_scale: float = 1.0
+    #: the tasks after the NE stage (:data:`MULTI_STAGE`): None, "sigmoid" (a planar task
+    #: adding 0.5 to the LUT's output) or "silu" (the NE stage only adds the bias; then an
+    #: elementwise LUT task, the planar +0.5 and a planar multiply by the NE stage's output)
+    post: str | None = None
 
     @property
     def lut(self) -> bool:
         return self.nonlinear == "lut"
+
+    @property
+    def out_tiles(self) -> int:
+        """Output-sized tensors a task's chain holds in L2 at once (the kept intermediates
+        and the result on its way out)."""
+        return {None: 1, "sigmoid": 2, "silu": 4}[self.post]
+
+    @property
+    def post_tasks(self) -> int:
+        """TDs after each NE-stage task."""
+        return {None: 0, "sigmoid": 1, "silu": 3}[self.post]
 
 
 _EXP_SCALE = float(np.uint16(0x3DC5).view(np.float16))   # fp16 log2(e), as fastane.exp
@@ -129,16 +153,19 @@ SINGLE_STAGE = {
     "selu": ("selu", 1.0), "sign": ("sign", 1.0), "reciprocal": ("reciprocal", 1.0),
     "rsqrt": ("rsqrt", 1.0), "sqrt": ("sqrt", 1.0), "log2": ("log2", 1.0),
 }
-#: activations Apple's programs finish on the planar engine, which the lowering does not emit
+#: activations Apple's programs finish on the planar engine (corpus unary/sigmoid.bin,
+#: activation/silu.bin): name -> the chain the lowering emits after the NE stage
 MULTI_STAGE = {
-    "sigmoid": "the sigmoid - 0.5 table, then a planar task adding 0.5",
-    "silu": "the sigmoid - 0.5 table, then planar tasks adding 0.5 and multiplying by x",
+    "sigmoid": "the sigmoid - 0.5 table in the NE stage, then a planar task adding 0.5",
+    "silu": "the NE stage's output z kept in L2, the sigmoid - 0.5 table on z (an elementwise NE "
+            "task), a planar task adding 0.5, and a planar multiply by z",
 }
 
 
 def ne_stage(activation) -> NEStage:
     """The :class:`NEStage` of ``activation``: None, ``"relu"``, a single-stage LUT
-    activation of :mod:`fastane.activations` (:data:`SINGLE_STAGE`), or a
+    activation of :mod:`fastane.activations` (:data:`SINGLE_STAGE`), ``"sigmoid"`` or
+    ``"silu"`` (an NE stage followed by planar tasks, :data:`MULTI_STAGE`), or a
     :class:`fastane.lut.CoeffBlock` (a table of your own)."""
     if activation is None:
         return NEStage("identity")
@@ -152,12 +179,11 @@ def ne_stage(activation) -> NEStage:
     if activation in SINGLE_STAGE:
         table, scale = SINGLE_STAGE[activation]
         return NEStage(activation, "lut", _lut.get_block(table), scale)
-    if activation in MULTI_STAGE:
-        raise NotImplementedError(
-            f"activation={activation!r} is not one NE stage: Apple's programs compute it as "
-            f"{MULTI_STAGE[activation]}, and the lowering does not emit planar-engine tasks yet; "
-            f"apply fastane.{activation} to the result instead")
-    known = ", ".join(["None", "'relu'"] + [repr(k) for k in SINGLE_STAGE])
+    if activation == "sigmoid":
+        return NEStage("sigmoid", "lut", _lut.get_block("sigmoid"), 1.0, post="sigmoid")
+    if activation == "silu":
+        return NEStage("silu", "identity", None, 1.0, post="silu")
+    known = ", ".join(["None", "'relu'"] + [repr(k) for k in (*SINGLE_STAGE, *MULTI_STAGE)])
     raise ValueError(f"unknown activation {activation!r}; fused activations: {known} "
                      f"(or a fastane.lut.CoeffBlock)")
 
@@ -279,8 +305,8 @@ def _core_capacity(per_channel: int, bias: bool, lut: bool, lim: Limits) -> int:
 
 def _candidates(c: Conv, lim: Limits, cmax: int, below_min: bool = False) -> list:
     """(cout_t, groups_t) kernel-group sizes to try, largest first: halving down to
-    ``min_group`` channels, or with ``below_min`` the sizes below that (a fallback when
-    none of the first fits L2)."""
+    ``min_group`` channels, or with ``below_min`` the sizes below that, and parts of one
+    conv group where whole groups were tried (a fallback when none of the first fits L2)."""
     G, cout_pg = c.groups, c.cout_g
     out, small = [], []
     if cout_pg <= cmax:                                   # whole conv groups per task
@@ -289,6 +315,12 @@ def _candidates(c: Conv, lim: Limits, cmax: int, below_min: bool = False) -> lis
         while g >= 1:
             (small if out and out[-1][0] <= lim.min_group else out).append((g * cout_pg, g))
             g //= 2
+        # fallback: parts of one conv group (when even one whole group's output tiles do
+        # not fit L2, e.g. with the intermediates a planar chain keeps there)
+        k = cout_pg // 2
+        while k >= 1:
+            small.append((k, 0))
+            k //= 2
     else:                                                 # part of one conv group
         k = cmax if cmax < lim.min_group else cmax // lim.min_group * lim.min_group
         while k >= 1:
@@ -337,16 +369,21 @@ def _cost(c: Conv, cout_t: int, groups_t: int, th: int, tw: int, stage: NEStage,
         lay = kernel_layout(ct, per, c.bias, stage.lut)
         total += count * (ntiles * sum(lay.sizes) + cit * src_tile + ct * dst_tile)
         tasks += count * ntiles
+    # the planar tasks after each NE stage (intermediates stay in L2): their TDs, and
+    # silu's LUT block loaded once more per task
+    total += tasks * (stage.post_tasks * TD_SIZE + (LUT_BLOCK if stage.post == "silu" else 0))
     return total + tasks * TD_SIZE, tasks
 
 
-def _fits(c: Conv, lim: Limits, cin_task: int, cout_task: int, th: int, tw: int) -> bool:
+def _fits(c: Conv, lim: Limits, cin_task: int, cout_task: int, th: int, tw: int, out_tiles: int = 1) -> bool:
+    """The input tile and ``out_tiles`` output-sized tiles (the result, and the
+    intermediates a planar chain keeps in L2) fit L2 together."""
     sh, sw = c.span
     rows = min((th - 1) * c.stride[0] + sh, c.h)
     cols = min((tw - 1) * c.stride[1] + sw, c.w)
     if max(rows, cols, th, tw) > lim.max_hw:
         return False
-    return cin_task * rows * _ru(cols * 2) + cout_task * th * _ru(tw * 2) <= lim.l2_bytes
+    return cin_task * rows * _ru(cols * 2) + out_tiles * cout_task * th * _ru(tw * 2) <= lim.l2_bytes
 
 
 def _largest(lo: int, hi: int, ok) -> int:
@@ -362,15 +399,16 @@ def _largest(lo: int, hi: int, ok) -> int:
     return lo
 
 
-def _tile_for(c: Conv, lim: Limits, cin_task: int, cout_task: int):
+def _tile_for(c: Conv, lim: Limits, cin_task: int, cout_task: int, out_tiles: int = 1):
     """The largest tile that fits L2: full rows first, else columns (multiples of 32) of one row."""
     ho, wo = c.hout, c.wout
     if wo <= lim.max_hw:
-        th = _largest(1, ho, lambda t: _fits(c, lim, cin_task, cout_task, t, wo))
+        th = _largest(1, ho, lambda t: _fits(c, lim, cin_task, cout_task, t, wo, out_tiles))
         if th >= 1:
             return th, wo
     a = lim.col_align
-    j = _largest(1, min(wo, lim.max_hw) // a, lambda j: _fits(c, lim, cin_task, cout_task, 1, j * a))
+    j = _largest(1, min(wo, lim.max_hw) // a,
+                 lambda j: _fits(c, lim, cin_task, cout_task, 1, j * a, out_tiles))
     return (1, j * a) if j >= 1 else None
 
 
@@ -424,7 +462,7 @@ def _search(c: Conv, lim: Limits, stage: NEStage):
     for below_min in (False, True):
         for cout_t, groups_t in _candidates(c, lim, cmax, below_min):
             cin_task = groups_t * c.cin_g if groups_t else c.cin_g
-            t = _tile_for(c, lim, cin_task, cout_t)
+            t = _tile_for(c, lim, cin_task, cout_t, stage.out_tiles)
             if t is None:
                 continue
             cost = _cost(c, cout_t, groups_t, t[0], t[1], stage, lim)
@@ -485,17 +523,36 @@ class Lowered:
 
     @property
     def n_tasks(self) -> int:
-        return len(self.tasks)
+        """TDs of the program(s): one per row of ``tasks``, plus the planar chain after each
+        (sigmoid, silu)."""
+        return len(self.tasks) * self.tds_per_task
+
+    @property
+    def tds_per_task(self) -> int:
+        """TDs per row of ``tasks``: the convolution, then its planar chain."""
+        return 1 + self.stage.post_tasks
+
+    @property
+    def lut_offset(self) -> int:
+        """Where silu's separate LUT task finds its block in the kernel slot (after every
+        kernel group)."""
+        return self.groups[-1].offset + self.groups[-1].layout.nbytes if self.groups else 0
 
     @property
     def bars(self) -> dict:
         return self.programs[0].bars
 
+    def buffer_sizes(self) -> dict:
+        """Bytes of the BAR slots a run binds: ``{slot: bytes}``."""
+        return {SLOT_INPUT: self.in_layout.nbytes, SLOT_OUTPUT: self.out_layout.nbytes,
+                SLOT_KERNEL: self.kernel_bytes}
+
     def describe(self) -> str:
         c = self.conv
+        post = f", then {self.stage.post_tasks} planar-chain TDs each ({self.stage.post})" if self.stage.post else ""
         return (f"conv {c.cin}x{c.h}x{c.w} -> {c.cout}x{c.hout}x{c.wout} (k {c.kh}x{c.kw}, "
                 f"s {c.stride}, g {c.groups}, n {c.n}): {self.n_tasks} tasks, "
-                f"{self.tiling.describe()}")
+                f"{self.tiling.describe()}{post}")
 
     # -------------------------------------------------------------- data placement
     def input_view(self, raw: np.ndarray) -> np.ndarray:
@@ -586,6 +643,9 @@ class Lowered:
             if block is not None:
                 off = base + (lay.wbytes + lay.bbytes) // 2
                 k16[off:off + LUT_BLOCK // 2] = block
+        if self.stage.post == "silu":       # the table of the elementwise LUT task
+            off = self.lut_offset // 2
+            k16[off:off + LUT_BLOCK // 2] = np.frombuffer(_lut.get_block("sigmoid").to_bytes(), np.float16)
 
 
 def _patcher(names):
@@ -608,15 +668,16 @@ def _set(words, wsm, value):
     words[w] = (words[w] & ~(m << s) & 0xFFFFFFFF) | (value << s)
 
 
-def lower(conv: Conv, limits: Limits = LIMITS) -> Lowered:
-    """Lower ``conv`` to TDs (cached: the same :class:`Conv` gives the same object)."""
+def lower(conv, limits: Limits = LIMITS):
+    """Lower a :class:`Conv` (to a :class:`Lowered`) or an :class:`Eltwise` (to a
+    :class:`LoweredEltwise`) to TDs (cached: the same call gives the same object)."""
     with _CACHE_LOCK:
         hit = _CACHE.get((conv, limits))
         if hit is not None:
             _CACHE.move_to_end((conv, limits))
             _STATS["hits"] += 1
             return hit
-    low = _lower(conv, limits)
+    low = _lower_eltwise(conv, limits) if isinstance(conv, Eltwise) else _lower(conv, limits)
     with _CACHE_LOCK:
         hit = _CACHE.get((conv, limits))
         if hit is not None:          # another thread lowered it meanwhile
@@ -661,7 +722,10 @@ def _lower(conv: Conv, lim: Limits) -> Lowered:
     ob, (op, orow) = out_layout.batch_stride, (out_layout.plane_stride, out_layout.row_stride)
     templates = {}
     words_list = []
-    for i, row in enumerate(tasks.tolist()):
+    per_task = 1 + stage.post_tasks
+    chunk = MAX_CHAIN // per_task * per_task     # a task's planar chain never spans two chains
+    lut_off = (groups[-1].offset + groups[-1].layout.nbytes) if groups else 0
+    for row in tasks.tolist():
         n, k, oy0, th, r0, rows, padt, ox0, tw, c0, cols, padl = row
         g = groups[k]
         padb = (oy0 + th - 1) * c.stride[0] - c.pad[0][0] + sh - (r0 + rows)
@@ -669,33 +733,66 @@ def _lower(conv: Conv, lim: Limits) -> Lowered:
         key = (g.cout, g.cin, g.groups, rows, cols, th, tw, padt, padb, padl, padr)
         tpl = templates.get(key)
         if tpl is None:
-            tpl = conv_td((1, g.cin, rows, cols), (1, g.cout, th, tw), kernel=(c.kh, c.kw),
-                          stride=c.stride, dilation=c.dilation, padding=((padt, padb), (padl, padr)),
-                          groups=g.groups, src=SLOT_INPUT, dst=SLOT_OUTPUT, kernel_slot=SLOT_KERNEL,
-                          bias=bias, post_scale=stage.post_scale, nonlinear=nonlinear,
-                          src_strides=(ir, ip), dst_strides=(orow, op), nid=1, eon=False)
-            tpl = (tpl.words, g.layout.offsets)
+            td = conv_td((1, g.cin, rows, cols), (1, g.cout, th, tw), kernel=(c.kh, c.kw),
+                         stride=c.stride, dilation=c.dilation, padding=((padt, padb), (padl, padr)),
+                         groups=g.groups, src=SLOT_INPUT, dst=SLOT_OUTPUT, kernel_slot=SLOT_KERNEL,
+                         bias=bias, post_scale=stage.post_scale, nonlinear=nonlinear,
+                         src_strides=(ir, ip), dst_strides=(orow, op), nid=1, eon=False)
+            post = _post_chain(td, stage, (g.cout, th, tw), (orow, op), lut_off) if stage.post else []
+            tpl = ([td.words] + [p.words for p in post], g.layout.offsets)
             templates[key] = tpl
-        words = list(tpl[0])
         src = n * ib + g.ci0 * ip + r0 * ir + c0 * 2
         dst = n * ob + g.co0 * op + oy0 * orow + ox0 * 2
+        words = list(tpl[0][0])
         _set(words, _SRC_BASE, src >> 6)
-        _set(words, _DST_BASE, dst >> 6)
+        if not stage.post:
+            _set(words, _DST_BASE, dst >> 6)
         for lane, off in enumerate(tpl[1]):
             _set(words, _COEFF_BASE[lane], (g.offset + off) >> 6)
-        _set(words, _TID, i % MAX_CHAIN)
-        _set(words, _LNID, int(i % MAX_CHAIN > 0))
-        words_list.append(words)
+        chain = [words] + [list(w) for w in tpl[0][1:]]
+        if stage.post:
+            _set(chain[-1], _DST_BASE, dst >> 6)   # the last planar task writes the output tile
+        for words in chain:
+            j = len(words_list) % chunk
+            _set(words, _TID, j)
+            _set(words, _LNID, int(j > 0))
+            words_list.append(words)
 
-    kernel_bytes = max(offset, _ALIGN)
+    kernel_bytes = max(offset + (LUT_BLOCK if stage.post == "silu" else 0), _ALIGN)
     bars = {SLOT_TD: None, SLOT_KERNEL: BarSlot(SLOT_KERNEL, "kernel", kernel_bytes, "weights"),
             SLOT_OUTPUT: BarSlot(SLOT_OUTPUT, "output", out_layout.nbytes, "y"),
             SLOT_INPUT: BarSlot(SLOT_INPUT, "input", in_layout.nbytes, "x")}
     programs = []
-    for s in range(0, len(words_list), MAX_CHAIN):
-        chunk = words_list[s:s + MAX_CHAIN]
-        programs.append(_program(chunk, bars, f"conv{c.cin}x{c.h}x{c.w}-{c.cout}"))
+    for s in range(0, len(words_list), chunk):
+        programs.append(_program(words_list[s:s + chunk], bars, f"conv{c.cin}x{c.h}x{c.w}-{c.cout}"))
     return Lowered(conv, c, t, stage, groups, tasks, programs, in_layout, out_layout, kernel_bytes)
+
+
+def _post_chain(td, stage: NEStage, shape, dst_strides, lut_off: int) -> list:
+    """The tasks after a convolution task ``td`` whose NE stage is ``stage`` (sigmoid or
+    silu; ``td`` is changed to keep its result in L2).  ``shape`` = the output tile (C, H,
+    W); intermediates stay in L2 after the convolution's source window, one whole tile
+    each; the last task writes the tile to the output slot (its base is patched per task).
+
+    * sigmoid: the convolution (bias, then the sigmoid - 0.5 table) keeps ``L`` in L2; a
+      planar task writes ``round16(L + 0.5)``;
+    * silu: the convolution (bias only) keeps ``z``; an elementwise NE task keeps
+      ``L(z)``; a planar task keeps ``s = round16(L + 0.5)``; a planar multiply writes
+      ``round16(z * s)`` (Apple's silu program on ``z``: it multiplies its input by the
+      sigmoid)."""
+    c, h, w = shape
+    tile = c * h * _ru(2 * w, 16)                       # one output tile in L2 (16-byte rows)
+    r0 = td["L2.ResultBase.Addr"] << 4                  # right after the convolution's source
+    td.update({"L2.ResultCfg.ResultType": 3, "Header.WBase": 0, "Header.WBE": 0,
+               "TileDMADst.DMAConfig.En": 0})
+    common = dict(dst=SLOT_OUTPUT, dst_strides=dst_strides, src_in_l2=True, eon=False)
+    if stage.post == "sigmoid":
+        return [eltwise_td(shape, op="scale", offset=0.5, l2_src=r0, l2_dst=r0 + tile, **common)]
+    r1, r2, r3 = r0 + tile, r0 + 2 * tile, r0 + 3 * tile
+    return [eltwise_td(shape, nonlinear="lut", kernel_slot=SLOT_KERNEL, kernel_base=lut_off,
+                       l2_src=r0, l2_dst=r1, keep=True, **common),
+            eltwise_td(shape, op="scale", offset=0.5, l2_src=r1, l2_dst=r2, keep=True, **common),
+            eltwise_td(shape, op="mul", src1_in_l2=True, l2_src=r0, l2_src1=r2, l2_dst=r3, **common)]
 
 
 def _program(words_list, bars, name) -> Program:
@@ -734,6 +831,180 @@ def _check_conv(c: Conv) -> None:
         raise ValueError(f"Cin {c.cin} and Cout {c.cout} must be multiples of groups {c.groups}")
     if c.hout < 1 or c.wout < 1:
         raise ValueError(f"the padded input is smaller than the dilated kernel: {c}")
+
+
+# ============================================================================ elementwise programs
+#: BAR slot of an elementwise program's intermediate tensor (silu's sigmoid, as in Apple's
+#: activation/silu.bin)
+SLOT_INTERMEDIATE = 3
+#: narrowest row a long tensor is cut into when looking for a width that divides it
+ELT_MIN_WIDTH = 1024
+_SRC1_BASE = (0x188 // 4, 6, (1 << 26) - 1)     # TileDMASrc1.BaseAddr (fastane.device.planar.UNNAMED)
+
+
+@dataclass(frozen=True)
+class Eltwise:
+    """One activation over ``n`` fp16 elements: the call :func:`lower` turns into an
+    elementwise program (``activation`` as for :func:`ne_stage`).  Hashable: the cache key."""
+
+    n: int
+    activation: object = None
+
+
+@dataclass(eq=False)
+class LoweredEltwise:
+    """An activation lowered to elementwise TDs (see :func:`elementwise`).
+
+    The ``n`` elements sit flat and dense in the input slot (and likewise in the output
+    and intermediate slots): the tasks see them as ``(1, 1, rows, width)`` tiles of
+    ``width``-element rows (a multiple of 32 when there are several rows, so every row
+    is whole 64-byte bursts and every tile starts on one), plus, when ``width`` does not
+    divide ``n``, one ``(1, 1, 1, rem)`` tile for the rest.  Each tile runs the chain of
+    ``tds_per_tile`` TDs; ``tiles`` lists ``(first element, rows, width)``.
+    """
+
+    op: Eltwise
+    stage: NEStage
+    block: object                # the LUT block the NE task reads (None: relu / identity)
+    width: int
+    rows: int
+    rem: int
+    tiles: list
+    tds_per_tile: int
+    programs: list
+    nbytes: int                  # bytes of the input, output (and intermediate) slots
+    kernel_bytes: int
+    _free: dict = dataclasses.field(default_factory=dict, repr=False)
+    _devices: dict = dataclasses.field(default_factory=dict, repr=False)
+    _active: int = dataclasses.field(default=0, repr=False)
+    _evicted: bool = dataclasses.field(default=False, repr=False)
+    _lock: object = dataclasses.field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def program(self) -> Program:
+        """The (first) program: ``fastane disasm`` prints ``program.to_bytes()``."""
+        return self.programs[0]
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.tiles) * self.tds_per_tile
+
+    @property
+    def bars(self) -> dict:
+        return self.programs[0].bars
+
+    def describe(self) -> str:
+        shape = f"{self.rows} x {self.width}" + (f" + {self.rem}" if self.rem else "")
+        return (f"{self.stage.name} on {self.op.n} elements ({shape}): {self.n_tasks} tasks, "
+                f"{len(self.tiles)} tiles of {self.tds_per_tile} TD(s)")
+
+    def buffer_sizes(self) -> dict:
+        sizes = {SLOT_INPUT: self.nbytes, SLOT_OUTPUT: self.nbytes, SLOT_KERNEL: self.kernel_bytes}
+        if self.stage.post == "silu":
+            sizes[SLOT_INTERMEDIATE] = self.nbytes
+        return sizes
+
+    def input_view(self, raw: np.ndarray) -> np.ndarray:
+        """The ``n`` input elements (flat fp16) as a view of the input slot's bytes."""
+        return raw[:2 * self.op.n].view(np.float16)
+
+    def write_input(self, raw: np.ndarray, x) -> None:
+        x = np.asarray(x)
+        self.input_view(raw).reshape(x.shape)[...] = x
+
+    def output_view(self, raw: np.ndarray) -> np.ndarray:
+        return raw[:2 * self.op.n].view(np.float16)
+
+    def pack(self, raw: np.ndarray, weight=None, bias=None) -> None:
+        """Write the LUT block where the NE task's KernelDMA lane 0 reads it (slot offset 0)."""
+        if self.block is not None:
+            raw[:LUT_BLOCK] = np.frombuffer(self.block.to_bytes(), np.uint8)
+
+    def with_weights(self, weight=None, bias=None) -> list:
+        """The programs with their kernel bytes (the LUT block) filled in."""
+        raw = np.zeros(self.kernel_bytes, np.uint8)
+        self.pack(raw)
+        return [dataclasses.replace(p, kernel=raw.tobytes()) for p in self.programs]
+
+
+def _flat_shape(n: int, width_max: int, lim: Limits) -> tuple:
+    """``(width, rows, rem)`` with ``n = rows x width + rem``: one row when it fits,
+    else the widest multiple of 32 (>= :data:`ELT_MIN_WIDTH`) dividing ``n``, else the
+    widest row and a remainder."""
+    if n <= width_max:
+        return n, 1, 0
+    a = lim.col_align
+    top = width_max // a * a
+    for w in range(top, min(ELT_MIN_WIDTH, top) - 1, -a):
+        if n % w == 0:
+            return w, n // w, 0
+    return top, n // top, n % top
+
+
+def _lower_eltwise(op: Eltwise, lim: Limits) -> LoweredEltwise:
+    """The program of an activation (see :func:`elementwise`)."""
+    if op.n < 1:
+        raise ValueError(f"cannot lower an activation of {op.n} elements")
+    stage = ne_stage(op.activation)
+    k = 2 if stage.post is None else 3          # tensors a tile's chain holds in L2 at once
+    width_max = min(lim.max_hw, lim.l2_bytes // (k * _ALIGN) * (_ALIGN // 2))
+    if width_max < 1:
+        raise NotImplementedError(f"no row of an elementwise task fits the {_size(lim.l2_bytes)} L2")
+    width, rows, rem = _flat_shape(op.n, width_max, lim)
+    th = min(rows, lim.max_hw, lim.l2_bytes // (k * _ru(2 * width)))
+    ntiles = -(-rows // th)
+    th = -(-rows // ntiles)                     # balanced tiles
+    tiles = [(r0 * width, min(th, rows - r0), width) for r0 in range(0, rows, th)]
+    if rem:
+        tiles.append((rows * width, 1, rem))
+    block = stage.block if stage.post != "silu" else _lut.get_block("sigmoid")
+    nonlinear = stage.nonlinear if stage.post != "silu" else "lut"
+    per = 1 + {None: 0, "sigmoid": 1, "silu": 2}[stage.post]
+    chunk = MAX_CHAIN // per * per
+    templates, words_list = {}, []
+    for e0, h, w in tiles:
+        tpl = templates.get((h, w))
+        if tpl is None:
+            shape = (1, h, w)
+            t = h * _ru(2 * w, 16)                 # one tile in L2
+            ne = dict(nonlinear=nonlinear, post_scale=stage.post_scale, kernel_slot=SLOT_KERNEL,
+                      src=SLOT_INPUT, l2_src=0, eon=False)
+            if stage.post is None:
+                tds = [eltwise_td(shape, dst=SLOT_OUTPUT, **ne)]
+            elif stage.post == "sigmoid":          # unary/sigmoid.bin
+                tds = [eltwise_td(shape, keep=True, l2_dst=t, **ne),
+                       eltwise_td(shape, op="scale", offset=0.5, src_in_l2=True, l2_src=t, dst=SLOT_OUTPUT,
+                                  l2_dst=2 * t, eon=False)]
+            else:                                  # activation/silu.bin
+                tds = [eltwise_td(shape, keep=True, l2_dst=t, **ne),
+                       eltwise_td(shape, op="scale", offset=0.5, src_in_l2=True, l2_src=t,
+                                  dst=SLOT_INTERMEDIATE, l2_dst=2 * t, eon=False),
+                       eltwise_td(shape, op="mul", src=SLOT_INPUT, src1=SLOT_INTERMEDIATE, dst=SLOT_OUTPUT,
+                                  l2_src=0, l2_src1=t, l2_dst=2 * t, eon=False)]
+            tpl = templates[(h, w)] = [td.words for td in tds]
+        base = (2 * e0) >> 6
+        for i, tw in enumerate(tpl):
+            words = list(tw)
+            if i == 0 or (stage.post == "silu" and i == 2):
+                _set(words, _SRC_BASE, base)
+            if stage.post == "silu" and i == 2:
+                _set(words, _SRC1_BASE, base)
+            if i == len(tpl) - 1 or stage.post == "silu" and i == 1:
+                _set(words, _DST_BASE, base)
+            j = len(words_list) % chunk
+            _set(words, _TID, j)
+            _set(words, _LNID, int(j > 0))
+            words_list.append(words)
+    nbytes = max(_ru(2 * op.n), _ALIGN)
+    kernel_bytes = LUT_BLOCK if block is not None else _ALIGN
+    bars = {SLOT_TD: None, SLOT_KERNEL: BarSlot(SLOT_KERNEL, "kernel", kernel_bytes, "lut"),
+            SLOT_OUTPUT: BarSlot(SLOT_OUTPUT, "output", nbytes, "y"),
+            SLOT_INPUT: BarSlot(SLOT_INPUT, "input", nbytes, "x")}
+    if stage.post == "silu":
+        bars[SLOT_INTERMEDIATE] = BarSlot(SLOT_INTERMEDIATE, "intermediate", nbytes, "sigmoid")
+    programs = [_program(words_list[s:s + chunk], bars, f"{stage.name}{op.n}")
+                for s in range(0, len(words_list), chunk)]
+    return LoweredEltwise(op, stage, block, width, rows, rem, tiles, per, programs, nbytes, kernel_bytes)
 
 
 # ============================================================================ the program cache
@@ -812,8 +1083,7 @@ def _acquire(low: Lowered, dev, stats_only: bool) -> _Binding:
         free = low._free.get(id(dev))
         if free and not stats_only:
             return free.pop()
-    sizes = {SLOT_INPUT: low.in_layout.nbytes, SLOT_OUTPUT: low.out_layout.nbytes,
-             SLOT_KERNEL: low.kernel_bytes}
+    sizes = low.buffer_sizes()
     regions = {}
     try:
         for slot, size in sizes.items():
@@ -1013,6 +1283,30 @@ def matmul(a3, b3, ia, ib, *, bias16=None, activation=None, device=None, stats_o
         bias = None if bias16 is None else np.tile(np.asarray(bias16).reshape(-1), B)
         y, st = execute(low, fill, _transposed(rhs).reshape(B * N, K, 1, 1), bias,
                         device=device, stats_only=stats_only, read=read)
+    return y, st, low
+
+
+def elementwise(x16, activation, *, device=None, stats_only=None, limits: Limits = LIMITS):
+    """``(y, Stats, LoweredEltwise)``: ``activation`` (a name of :mod:`fastane.activations`,
+    ``"relu"``, or a :class:`fastane.lut.CoeffBlock`) applied to the fp16 array ``x16`` (any
+    shape, at least one element) by an elementwise program on the device.
+
+    The lowering follows Apple's elementwise programs (corpus ``unary/tanh.bin``,
+    ``unary/sigmoid.bin``, ``activation/silu.bin``), per tile of the flattened tensor:
+
+    * relu and every single-stage LUT activation: **one NE task**, ``KernelMode = 1`` (the
+      input passes the MAC array unchanged), ``NonlinearMode`` 1 (relu) or 2 with the
+      activation's 43-word block in core 0's KMem, ``PostScale`` (exp: 0x3dc5), DRAM to DRAM;
+    * sigmoid: the NE task with the sigmoid - 0.5 table keeps its result in L2, then a
+      **planar task** (Word 0 = 0x0, scale 1, offset 0.5) writes ``round16(L + 0.5)``;
+    * silu: as sigmoid, but the planar +0.5 writes the sigmoid to an intermediate slot (3),
+      and a **planar multiply** (0x80004) of the input (slot 5) by it (slot 3) writes the
+      output, as Apple's silu program does.
+    """
+    x16 = np.asarray(x16)
+    low = lower(Eltwise(int(x16.size), activation), limits)
+    y, st = execute(low, x16, device=device, stats_only=stats_only,
+                    read=lambda v: v.reshape(x16.shape).copy())
     return y, st, low
 
 
