@@ -824,6 +824,10 @@ def _layout(n, c, h, w):
     return AneLayout.of((n, c, h, w))
 
 
+#: bytes a 32-bit IOVA can address
+IOVA_LIMIT = 1 << 32
+
+
 def _check_conv(c: Conv) -> None:
     if min(c.n, c.cin, c.h, c.w, c.cout, c.kh, c.kw, c.groups) < 1:
         raise ValueError(f"cannot lower an empty convolution: {c}")
@@ -831,6 +835,13 @@ def _check_conv(c: Conv) -> None:
         raise ValueError(f"Cin {c.cin} and Cout {c.cout} must be multiples of groups {c.groups}")
     if c.hout < 1 or c.wout < 1:
         raise ValueError(f"the padded input is smaller than the dilated kernel: {c}")
+    # The ANE addresses at most 4 GiB (32-bit IOVAs): refuse before planning (and before
+    # allocating task tables sized by the geometry).
+    padded = c.n * c.cin * (c.h + sum(c.pad[0])) * (c.w + sum(c.pad[1])) * 2
+    result = c.n * c.cout * c.hout * c.wout * 2
+    if max(padded, result) > IOVA_LIMIT:
+        raise ValueError(f"the padded input ({padded} bytes) or the output ({result} bytes) exceeds "
+                         f"the {IOVA_LIMIT >> 30} GiB the ANE can address: {c}")
 
 
 # ============================================================================ elementwise programs

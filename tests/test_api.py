@@ -278,3 +278,9 @@ def test_api_matches_reference_on_hard_inputs():
 def test_reduction_too_long_for_one_core_is_refused_with_the_function_name():
     with pytest.raises(NotImplementedError, match="^matmul: .*64 KiB"):
         fastane.matmul(np.ones((2, 40000)), np.ones((40000, 3)))
+
+
+@pytest.mark.parametrize("kw", [dict(padding=10**6), dict(dilation=2**40, padding=2**40)])
+def test_absurd_geometry_is_refused_before_any_allocation(kw):
+    with pytest.raises(ValueError, match="GiB the ANE can address"):
+        fastane.conv2d(np.ones((1, 2, 8, 8)), np.ones((3, 2, 3, 3)), **kw)
