@@ -8,7 +8,7 @@ from reference import ref_conv2d, ref_matmul
 from test_lut_reference import ref_ne
 
 import fastane
-from fastane import compiler
+from fastane import activations, compiler
 from fastane.compiler import Conv, Limits
 from fastane.device import Device
 from fastane.device import l2 as l2mod
