@@ -200,3 +200,59 @@ def test_activation(benchmark, smoke, note, name, n):
     benchmark.pedantic(lambda: fn(x16), rounds=1 if smoke else 11, iterations=1)
     note(f"{name} on {n} elements: {tasks} task(s), device {med['device'] * 1e3:.3f} ms, direct kernel "
          f"{med['direct'] * 1e3:.3f} ms (x{med['device'] / med['direct']:.1f}), interleaved medians")
+
+
+# ---------------------------------------------------------------------------- larger calls
+def test_matmul_1024(benchmark, smoke, note):
+    """``fastane.matmul`` at 1024^3 (a few tasks: kernel groups x column tiles) in GMAC/s,
+    against ``matmul_q16`` + ``readout`` on prepared float64 operands; interleaved medians."""
+    rng = np.random.default_rng(2)
+    a16 = rng.standard_normal((1024, 1024)).astype(np.float16)
+    b16 = rng.standard_normal((1024, 1024)).astype(np.float16)
+    a, b = a16.astype(np.float64)[None], b16.astype(np.float64)[None]
+    z = np.zeros(1, np.int64)
+    out = np.empty(1024 * 1024)
+
+    def kernel():
+        acc, flag = mac.matmul_q16(a, b, z, z, False)
+        mac.readout(acc.reshape(-1), flag.reshape(-1), out)
+
+    y = fastane.matmul(a16, b16)
+    tasks = fastane.last_stats().tasks
+    kernel()
+    assert np.array_equal(y.view(np.uint16), out.reshape(1024, 1024).astype(np.float16).view(np.uint16))
+    med = _interleaved({"device": lambda: fastane.matmul(a16, b16), "kernel": kernel}, 1 if smoke else 9)
+    macs = 1024 ** 3
+    benchmark.extra_info.update(tasks=tasks, **{f"{k}_ms": v * 1e3 for k, v in med.items()},
+                                **{f"{k}_gmacs": macs / v / 1e9 for k, v in med.items()})
+    benchmark.pedantic(lambda: fastane.matmul(a16, b16), rounds=1 if smoke else 5, iterations=1)
+    note(f"matmul 1024^3: {tasks} task(s), device {macs / med['device'] / 1e9:.2f} GMAC/s "
+         f"({med['device'] * 1e3:.1f} ms), kernel alone {macs / med['kernel'] / 1e9:.2f} GMAC/s "
+         f"({100 * (med['device'] / med['kernel'] - 1):+.1f}%), interleaved medians")
+
+
+def test_conv_resnet50_3x3(benchmark, smoke, note):
+    """ResNet-50's 3x3 layer (1x64x56x56, 64 filters, padding 1) through ``fastane.conv2d``
+    against ``conv2d_q16`` + ``readout`` on prepared float64 operands; interleaved medians."""
+    from fastane.kernels import conv
+    rng = np.random.default_rng(3)
+    x16 = rng.standard_normal((1, 64, 56, 56)).astype(np.float16)
+    w16 = (rng.standard_normal((64, 64, 3, 3)) * 0.1).astype(np.float16)
+    x, w = x16.astype(np.float64), w16.astype(np.float64)
+    out = np.empty((1, 64, 56, 56))
+
+    def kernel():
+        acc, flag = conv.conv2d_q16(x, w, 1, 1, 1, 1, 1, 1, 56, 56, 1, False)
+        mac.readout(acc, flag, out)
+
+    y = fastane.conv2d(x16, w16, padding=1)
+    tasks = fastane.last_stats().tasks
+    kernel()
+    assert np.array_equal(y.view(np.uint16), out.astype(np.float16).view(np.uint16))
+    med = _interleaved({"device": lambda: fastane.conv2d(x16, w16, padding=1), "kernel": kernel},
+                       1 if smoke else 21)
+    benchmark.extra_info.update(tasks=tasks, **{f"{k}_ms": v * 1e3 for k, v in med.items()})
+    benchmark.pedantic(lambda: fastane.conv2d(x16, w16, padding=1), rounds=1 if smoke else 11, iterations=1)
+    note(f"resnet-50 3x3 conv 64x56x56 -> 64: {tasks} task(s), device {med['device'] * 1e3:.2f} ms, "
+         f"kernel alone {med['kernel'] * 1e3:.2f} ms ({100 * (med['device'] / med['kernel'] - 1):+.1f}%), "
+         f"interleaved medians")

@@ -12,6 +12,15 @@ DMA ranges against their regions, KMem and L2 capacity, L2 sources -- computing 
 task's byte and MAC counts from its registers alone.  Only then does :meth:`Engine.run`
 move data and call the kernels.  A stats-only run stops after planning: same Stats,
 except the counters that depend on the data (saturated, nan_outputs, lut_*), which stay 0.
+
+The fused path (a convolution streaming fp16 DRAM to DRAM: every task the numpy API
+lowers) moves no byte twice: TileDMASrc decodes the fp16 input straight into the MAC
+kernels' float64 operand (the input, or its im2col unfolding) together with the max |x|
+their bound needs; the weights decoded out of KMem are kept while KMem holds the same
+bytes; the accumulator readout, the NE stage (bias, PostScale, ReLU or LUT) and
+TileDMADst are one pass writing fp16 patterns into the destination layout.  The results
+and counters are bit for bit those of the block-by-block path, which the other tasks
+(planar, kernel-less, L2-resident) take.
 """
 from __future__ import annotations
 
@@ -19,6 +28,8 @@ import collections
 import dataclasses
 import functools
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..errors import TDError
 from ..stats import Stats
@@ -32,6 +43,12 @@ from .memory import BARTable, UnifiedMemory
 MAX_CHAIN = 0xFFFF
 #: checked plans kept by :meth:`Engine.plan` (chains)
 PLAN_CACHE = 256
+#: decoded weight sets kept by :meth:`Engine._weights`, and the bytes they may hold in all
+#: (float64 weights plus the KMem bytes they came from)
+WEIGHT_CACHE = 8
+WEIGHT_CACHE_BYTES = 64 << 20
+#: the largest scratch buffer :meth:`Engine._scratch` keeps (bytes)
+SCRATCH_BYTES = 64 << 20
 _FMT_BYTES = {0: 1, 1: 1, 2: 2}
 
 
@@ -52,6 +69,7 @@ class TaskPlan:
     is_planar: bool = False
     planar: object = None      # planar.PlanarConfig of a planar task
     src1: object = None        # a planar task's second operand (TileDMA plan or L2 operand)
+    fast: object = None        # the fused path's windows (see _fast_path); False: not taken
     stats: Stats = dataclasses.field(default_factory=Stats)
 
 
@@ -70,47 +88,53 @@ class Engine:
         self.kmem = kernel_dma.KMem()
         self.l2 = l2.L2Memory()
         self._plans = collections.OrderedDict()   # checked plans of DRAM-to-DRAM chains
+        self._wcache = []                          # decoded weights: [key, KMem bytes, w, generation]
+        self._buffers = {}                         # scratch of the fused path: name -> bytes
 
     # ------------------------------------------------------------------ ControlDMA
     def fetch(self, addr: int, td_size: int, td_count: int, bars: BARTable) -> list:
         """Follow the chain from ``addr``: ``[(addr, register file), ...]`` (checked)."""
         limit = td_count or MAX_CHAIN
         chain, seen, cur, size = [], set(), addr, td_size
+        known = (0, 0)      # an allocation [start, end) already found to hold a TD
+        data = self.memory.data
         while True:
-            where = f"TD {len(chain)} at {cur:#x}"
             if cur in seen:
-                raise ChainFault(f"{where}: the chain loops back to an earlier TD", addr=cur)
+                raise ChainFault(f"{_where(chain, cur)}: the chain loops back to an earlier TD", addr=cur)
             if len(chain) >= limit:
                 raise ChainFault(f"the chain from {addr:#x} did not reach EON within the {limit} "
                                  f"TDs pushed (TM_INFO count)", addr=addr, count=limit)
             seen.add(cur)
             if size != TD_SIZE:
-                raise DecodeFault(f"{where}: TD size {size:#x} is not the M1 TD size {TD_SIZE:#x}",
-                                  addr=cur)
-            region = self.memory.region_of(cur)
-            if region is None or region.size < size:
-                raise DMARangeFault(f"ControlDMA: {where} (+{size:#x} bytes) is not inside mapped "
-                                    f"memory", addr=cur)
+                raise DecodeFault(f"{_where(chain, cur)}: TD size {size:#x} is not the M1 TD size "
+                                  f"{TD_SIZE:#x}", addr=cur)
+            if not known[0] <= cur <= known[1] - size:    # else: inside the same allocation
+                region = self.memory.region_of(cur)
+                if region is None or region.size < size:
+                    raise DMARangeFault(f"ControlDMA: {_where(chain, cur)} (+{size:#x} bytes) is not "
+                                        f"inside mapped memory", addr=cur)
+                known = (cur, region.end)
             off = self.memory.offset(cur, size, "ControlDMA")
             try:
-                regs = decode(self.memory.data[off:off + size].tobytes())
+                regs = decode(data[off:off + size].tobytes())
             except TDError as exc:
-                raise DecodeFault(f"ControlDMA: {where} is malformed: {exc}", addr=cur) from exc
+                raise DecodeFault(f"ControlDMA: {_where(chain, cur)} is malformed: {exc}", addr=cur) from exc
             chain.append((cur, regs))
             if regs["Header.EON"]:
                 return chain
             if regs["Header.NextSize"] == 0:
-                raise ChainFault(f"{where}: neither EON nor a next TD (NextSize = 0): the chain "
-                                 f"never ends", addr=cur)
+                raise ChainFault(f"{_where(chain[:-1], cur)}: neither EON nor a next TD (NextSize = 0): "
+                                 f"the chain never ends", addr=cur)
             size = (regs["Header.NextSize"] + 1) * 4
             nxt = regs["Header.NextPointer"]
             if regs["Header.TBE"]:
                 slot = regs["Header.TBase"]
                 region = bars[slot]
                 if region is None:
-                    raise BARFault(f"{where}: the next TD is in BAR slot {slot} (TBase), which is "
-                                   f"not mapped", slot=slot)
-                bars.resolve(slot, nxt, size, f"{where}: NextPointer {nxt:#x}")
+                    raise BARFault(f"{_where(chain[:-1], cur)}: the next TD is in BAR slot {slot} "
+                                   f"(TBase), which is not mapped", slot=slot)
+                if nxt < 0 or nxt + size > region.size:     # the checks of bars.resolve, which raises
+                    bars.resolve(slot, nxt, size, f"{_where(chain[:-1], cur)}: NextPointer {nxt:#x}")
                 cur = region.iova + nxt
             else:
                 cur = addr + nxt
@@ -181,34 +205,161 @@ class Engine:
     # ------------------------------------------------------------------ running
     def run(self, plans: list[TaskPlan], stats_only: bool = False) -> Stats:
         """Run checked plans; the program's Stats with one ``tasks_detail`` entry per TD."""
-        details = [self._run_task(p) if not stats_only else dataclasses.replace(p.stats)
-                   for p in plans]
-        total = sum(details, Stats())
+        if stats_only:      # nothing moves: the counts are the plans' (copied)
+            details = [_copy(p.stats) for p in plans]
+        else:
+            details = [self._run_task(p) for p in plans]
+        total = _sum(details)
         total.tasks_detail = details
         return total
 
     def _run_task(self, p: TaskPlan) -> Stats:
         data = self.memory.data
-        g = p.geometry
         self.kmem.load(p.kdma, data)
-        x = tile_dma.read(p.src, data) if p.src is not None else self.l2.read(p.l2.source[0])
+        fast = p.fast
+        if fast is None:
+            fast = p.fast = _fast_path(p, data)
+        if fast:
+            return self._run_fast(p, *fast)
+        g = p.geometry
+        cmax = None
+        if p.src is not None:
+            x, cmax = tile_dma.read_max(p.src, data)
+        else:
+            x = self.l2.read(p.l2.source[0])
         if p.is_planar:
             values, nans = planar.run(p.planar, g, x, planar.read_operand(p.src1, data, self.l2))
             saturated = lut_under = lut_over = 0
+        elif g.mode == mac.CONV:
+            acc, flag = mac.accumulate(g, x, self._weights(g), cmax)
+            window = tile_dma.fp16_window(p.dst, data) if p.dst is not None else None
+            if window is not None:      # readout, NE and TileDMADst in one pass
+                nans, saturated, lut_under, lut_over = ne.finish(p.ne, acc, flag, self.kmem, window)
+                return _events(p.stats, saturated, nans, lut_under, lut_over)
+            values, saturated, nans = mac.read_out(acc, flag)
+            values, lut_under, lut_over = ne.run(p.ne, values, self.kmem, as_fp16=p.dst is not None)
         else:
-            w = None
-            if g.mode == mac.CONV:
-                w = kernel_dma.unpack_weights(self.kmem, g.cout, g.cin_g, g.kh, g.kw, g.kernel_fmt)
-            values, saturated, nans = mac.run(g, x, w)
+            values, saturated, nans = mac.run(g, x, None)
             values, lut_under, lut_over = ne.run(p.ne, values, self.kmem, as_fp16=p.dst is not None)
         if p.dst is not None:
             tile_dma.write(p.dst, data, values)
         else:
             self.l2.keep(p.l2.result[0], values, p.l2.result[1])
-        return dataclasses.replace(p.stats, saturated=saturated, nan_outputs=nans,
-                                   lut_underflow=lut_under, lut_overflow=lut_over)
+        return _events(p.stats, saturated, nans, lut_under, lut_over)
+
+    def _run_fast(self, p: TaskPlan, src16, plane, row, window) -> Stats:
+        """A convolution from DRAM to DRAM in fp16: TileDMASrc decodes straight into the
+        MAC kernels' operand (the input, or its im2col unfolding, with max |x|), the MAC
+        kernels accumulate, and the readout, the NE stage and TileDMADst write the fp16
+        results in one pass.  The operand and the accumulators are kept buffers."""
+        g = p.geometry
+        acc, flag = mac.accumulate_fp16(g, src16, plane, row, self._weights(g), self._scratch)
+        nans, saturated, lut_under, lut_over = ne.finish(p.ne, acc, flag, self.kmem, window)
+        return _events(p.stats, saturated, nans, lut_under, lut_over)
+
+    def _scratch(self, name: str, shape: tuple, dtype) -> np.ndarray:
+        """A C-contiguous ``shape`` array from a buffer kept for the fused path (the MAC's
+        operand and accumulators live only within one task, and one task runs at a time).
+        Fresh multi-megabyte arrays would be new pages, faulted in by the MAC kernels'
+        threads at once; kept ones stay mapped.  Buffers above :data:`SCRATCH_BYTES` are
+        not kept."""
+        n = 1
+        for d in shape:
+            n *= d
+        nbytes = n * np.dtype(dtype).itemsize
+        buf = self._buffers.get(name)
+        if buf is None or buf.size < nbytes:
+            buf = np.empty(max(nbytes, 64), np.uint8)
+            if nbytes <= SCRATCH_BYTES:
+                self._buffers[name] = buf
+        return buf[:nbytes].view(dtype).reshape(shape)
+
+    def _weights(self, g) -> np.ndarray:
+        """The ``[Cout, Cin/groups, Kh, Kw]`` float64 weights the cores hold in KMem.
+
+        Decoding them costs a pass over every weight; a program run again with the same
+        weights finds them decoded: the last :data:`WEIGHT_CACHE` decodes are kept with
+        the KMem bytes they came from, and reused when KMem holds exactly those bytes
+        again (compared byte for byte, not hashed; a copy and a compare cost about a
+        tenth of the decode)."""
+        key = (g.cout, g.cin_g, g.kh, g.kw, g.kernel_fmt)
+        cache = self._wcache
+        gen = self.kmem.generation
+        if cache and cache[0][0] == key and cache[0][3] == gen:
+            return cache[0][2]        # KMem has not changed since these were decoded
+        used = kernel_dma.used_bytes(self.kmem, *key)
+        for i, entry in enumerate(cache):
+            if entry[0] == key and entry[1] == used:
+                entry[3] = gen
+                if i:
+                    cache.insert(0, cache.pop(i))
+                return entry[2]
+        w = kernel_dma.unpack_weights(self.kmem, *key)
+        if len(used) + w.nbytes > WEIGHT_CACHE_BYTES:
+            return w
+        cache.insert(0, [key, used, w, gen])
+        total = 0
+        for i, (_, snap, kept, _g) in enumerate(cache):
+            total += len(snap) + kept.nbytes
+            if i >= WEIGHT_CACHE or total > WEIGHT_CACHE_BYTES:
+                del cache[i:]
+                break
+        return w
 
     def execute(self, addr: int, td_size: int, td_count: int, bars: BARTable,
                 stats_only: bool = False) -> Stats:
         """Plan (all checks), then run, the chain pushed at ``addr``."""
         return self.run(self.plan(addr, td_size, td_count, bars, stats_only), stats_only)
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Stats) if f.name != "tasks_detail")
+# _copy and _events build Stats positionally, in this order
+assert _FIELDS == ("tasks", "macs", "saturated", "nan_outputs", "lut_underflow", "lut_overflow",
+                   "planar_ops", "control_dma_bytes", "kernel_dma_bytes", "tile_dma_src_bytes",
+                   "tile_dma_dst_bytes"), _FIELDS
+
+
+def _copy(s: Stats) -> Stats:
+    """A copy of a task's Stats (no ``tasks_detail``)."""
+    return Stats(s.tasks, s.macs, s.saturated, s.nan_outputs, s.lut_underflow, s.lut_overflow,
+                 s.planar_ops, s.control_dma_bytes, s.kernel_dma_bytes, s.tile_dma_src_bytes,
+                 s.tile_dma_dst_bytes)
+
+
+def _where(chain: list, cur: int) -> str:
+    """How a fault names the TD at ``cur``, the ``len(chain)``-th of the chain."""
+    return f"TD {len(chain)} at {cur:#x}"
+
+
+def _fast_path(p: TaskPlan, memory: np.ndarray):
+    """For a convolution streaming fp16 from DRAM to DRAM: ``(source window as uint16,
+    plane, row (elements), destination window)`` -- the checked byte ranges of
+    the plan, viewed once (a cached plan keeps them); else False."""
+    if p.is_planar or p.geometry.mode != mac.CONV or p.src is None or p.dst is None:
+        return False
+    s = p.src
+    if s.fmt != 2 or len(s.shape) != 3 or s.strides[2] != 2 or s.index % 2 \
+            or s.strides[0] % 2 or s.strides[1] % 2:
+        return False
+    window = tile_dma.fp16_window(p.dst, memory)
+    if window is None:
+        return False
+    src16 = memory[s.index:s.index + s.extent].view(np.uint16)
+    c, h, w = s.shape
+    plane, row = s.strides[0] // 2, s.strides[1] // 2
+    if c and h and (c - 1) * plane + (h - 1) * row + w > src16.size:
+        return False
+    return src16, plane, row, window
+
+
+def _events(s: Stats, saturated: int, nans: int, lut_under: int, lut_over: int) -> Stats:
+    """A task's planned Stats with the counters that depend on the data."""
+    return Stats(s.tasks, s.macs, saturated, nans, lut_under, lut_over, s.planar_ops,
+                 s.control_dma_bytes, s.kernel_dma_bytes, s.tile_dma_src_bytes, s.tile_dma_dst_bytes)
+
+
+def _sum(details: list) -> Stats:
+    """The sum of per-task Stats (``Stats.__add__`` field by field, without its overhead)."""
+    if len(details) == 1:
+        return _copy(details[0])
+    return Stats(*(sum(getattr(d, name) for d in details) for name in _FIELDS))

@@ -25,10 +25,11 @@ kernel slots it reads (``Header.KBase{CrH}``, which must be enabled by ``KBE{CrH
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from fastane.kernels import dma as _kdma
 from fastane.kernels.fp16 import f16_bits_to_f64_array
 
 from .buffers import FORMATS
@@ -55,6 +56,8 @@ class KernelDMAPlan:
     lanes: tuple  # of Lane
     #: absolute indices into unified memory, one per lane (checked)
     sources: tuple
+    #: (lanes, sources, sizes) in int64 words for the copy kernel, or False (first load)
+    _arrays: object = field(default=None, compare=False, repr=False)
 
     @property
     def nbytes(self) -> int:
@@ -83,18 +86,38 @@ def plan(regs: dict, bars, what: str = "KernelDMA") -> KernelDMAPlan:
 
 
 class KMem:
-    """The 16 kernel memories, with what each lane last loaded."""
+    """The 16 kernel memories, with what each lane last loaded.
+
+    ``generation`` counts the loads that changed a byte of KMem: what was read out of it
+    (the decoded weights) is still what it holds while the generation is the same."""
 
     def __init__(self):
         self.data = np.zeros((LANES, KMEM_BYTES), dtype=np.uint8)
         self.loaded = [0] * LANES  # bytes valid in each core's KMem
+        self.generation = 0
 
     def load(self, p: KernelDMAPlan, memory: np.ndarray) -> int:
         """Run the lanes of plan ``p`` against the unified-memory bytes; bytes moved."""
-        self.loaded = [0] * LANES
-        for lane, src in zip(p.lanes, p.sources):
-            self.data[lane.lane, :lane.nbytes] = memory[src:src + lane.nbytes]
-            self.loaded[lane.lane] = lane.nbytes
+        self.loaded = loaded = [0] * LANES
+        if not p.lanes:
+            return 0
+        arrays = p._arrays
+        if arrays is None:      # the lanes in int64 words, if they are whole words
+            words = all(src % 8 == 0 and lane.nbytes % 8 == 0 for lane, src in zip(p.lanes, p.sources))
+            arrays = words and (np.array([lane.lane for lane in p.lanes], np.int64),
+                                np.array(p.sources, np.int64) // 8,
+                                np.array([lane.nbytes for lane in p.lanes], np.int64) // 8)
+            object.__setattr__(p, "_arrays", arrays)
+        if arrays and memory.ctypes.data % 8 == 0:
+            # every lane is 64-byte aligned and sized: one pass that copies and compares
+            if _kdma.load_lanes(memory.view(np.int64), *arrays, self.data.view(np.int64)):
+                self.generation += 1
+        else:
+            for lane, src in zip(p.lanes, p.sources):
+                self.data[lane.lane, :lane.nbytes] = memory[src:src + lane.nbytes]
+            self.generation += 1
+        for lane in p.lanes:
+            loaded[lane.lane] = lane.nbytes
         return p.nbytes
 
 
@@ -178,6 +201,17 @@ def unpack_weights(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt: int
         else:
             w[lo:hi] = kmem.data[lane, :(hi - lo) * per].view(dtype).reshape(hi - lo, -1)
     return w.reshape(cout, cin_g, kh, kw)
+
+
+def used_bytes(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt: int = 2) -> bytes:
+    """A copy of the KMem bytes the MAC reads for a ``[Cout, Cin/groups, Kh, Kw]`` kernel
+    (each lane's channels, lane after lane): what its decoded weights depend on."""
+    per = cin_g * kh * kw * FORMATS[fmt].itemsize
+    m = channels_per_core(cout)
+    full = cout // m
+    rest = (cout - full * m) * per
+    head = kmem.data[:full, :m * per].tobytes()
+    return head + kmem.data[full, :rest].tobytes() if rest else head
 
 
 def check_loaded(p: KernelDMAPlan, cout: int, cin_g: int, kh: int, kw: int, fmt: int = 2,

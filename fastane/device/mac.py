@@ -23,6 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fastane.kernels import conv as _kconv
+from fastane.kernels import dma as _kdma
+from fastane.kernels import mac as _kmac
+
 from .faults import DecodeFault, UnsupportedTask
 
 CONV, PASSTHROUGH = "conv", "passthrough"
@@ -132,22 +136,114 @@ def _serial_if_small(macs: int):
         numba.set_num_threads(old)
 
 
-def run(g: Geometry, x: np.ndarray, w: np.ndarray | None, trunc: bool = False):
-    """``(values, saturated, nan_outputs)``: fp16 values (float64) ``[1, Cout, Hout, Wout]``;
-    ``saturated`` counts the outputs that read out as +-inf because their accumulator
-    clamped (a NaN output is counted in ``nan_outputs`` only)."""
-    if g.mode == PASSTHROUGH:
-        return x, 0, int(np.isnan(x).sum())
-    from fastane.kernels.conv import conv2d_q16
-    from fastane.kernels.mac import readout
-    with _serial_if_small(g.macs):
-        acc, flag = conv2d_q16(x, w, g.sy, g.sx, g.dy, g.dx, g.pad_top, g.pad_left, g.hout,
-                               g.wout, g.groups, trunc)
+def plain(g: Geometry) -> bool:
+    """A 1x1, stride-1, unpadded convolution: the input already is the matmul operand."""
+    return (g.kh == 1 and g.kw == 1 and g.sy == 1 and g.sx == 1 and g.pad_top == 0
+            and g.pad_left == 0 and g.hout == g.hin and g.wout == g.win)
+
+
+_ARANGE: dict = {}
+
+
+def _arange(n: int) -> np.ndarray:
+    a = _ARANGE.get(n)
+    if a is None:
+        a = _ARANGE[n] = np.arange(n, dtype=np.int64)
+        a.flags.writeable = False
+    return a
+
+
+#: |fp16| of each magnitude pattern 0..0x7fff (NaN above 0x7c00)
+_MAGNITUDES = np.arange(0x8000, dtype=np.uint16).view(np.float16).astype(np.float64)
+
+
+def _max_abs(cmax: np.ndarray, groups: int) -> np.ndarray:
+    """Per group, max |x| (NaN when the group holds a NaN) from the per-channel largest
+    magnitude patterns ``cmax`` (fp16 magnitudes order like their bit patterns)."""
+    if groups == 1:
+        return _MAGNITUDES[[int(cmax.max())]]
+    return _MAGNITUDES[cmax.reshape(groups, -1).max(axis=1)]
+
+
+def accumulate(g: Geometry, x: np.ndarray, w: np.ndarray, cmax=None, trunc: bool = False, out=None):
+    """``(acc, flag)`` of the convolution, ``[1, Cout, Hout, Wout]`` each (the MAC kernels'
+    accumulators and clamp flags, :func:`fastane.kernels.conv.conv2d_q16`).
+
+    ``cmax``: per input channel, the largest magnitude pattern of ``x`` (what
+    :func:`fastane.device.tile_dma.read_max` returns).  For a plain 1x1 convolution the
+    accumulation is the matmul ``w[g] @ x[g]`` per group, exactly what ``conv2d_q16``
+    runs; it is then called directly (``matmul_q16_into``) with ``max |x|`` per group taken
+    from ``cmax`` instead of another pass over ``x`` -- the same bound, so the same
+    fast/exact split and the same bits.  ``out``: C-contiguous ``(acc, flag)`` arrays to
+    write them into (used on that path only)."""
+    if cmax is not None and plain(g) and x.flags.c_contiguous and w.flags.c_contiguous:
+        G, P = g.groups, g.hout * g.wout
+        cog = g.cout // G
+        if out is None:
+            acc = np.empty((1, g.cout, g.hout, g.wout))
+            flag = np.empty((1, g.cout, g.hout, g.wout), np.int8)
+        else:
+            acc, flag = out
+        idx = _arange(G)
+        _kmac.matmul_q16_into(w.reshape(G, cog, g.cin_g), x.reshape(G, g.cin_g, P), idx, idx, trunc,
+                              acc.reshape(G, cog, P), flag.reshape(G, cog, P), _max_abs(cmax, G))
+        return acc, flag
+    return _kconv.conv2d_q16(x, w, g.sy, g.sx, g.dy, g.dx, g.pad_top, g.pad_left, g.hout, g.wout,
+                             g.groups, trunc)
+
+
+def accumulate_fp16(g: Geometry, src16: np.ndarray, plane: int, row: int, w: np.ndarray, buffer,
+                    trunc: bool = False):
+    """``(acc, flag)`` of the convolution of the fp16 tensor TileDMASrc reads
+    (``src16[c*plane + y*row + x]``, the checked window as uint16), the decode fused into
+    building the MAC kernels' operand: the input itself for a plain 1x1 convolution
+    (:func:`fastane.kernels.dma.gather_f16`), else its im2col unfolding
+    (:func:`fastane.kernels.dma.unfold_f16`), then ``matmul_q16_into`` per group -- the
+    calls ``conv2d_q16`` makes for one image, with the same operand, the same ``max |x|``
+    bound and so the same bits.  ``buffer(name, shape, dtype)`` provides the arrays
+    (the engine's kept scratch buffers)."""
+    G, P = g.groups, g.hout * g.wout
+    cog, kc = g.cout // G, g.cin_g * g.kh * g.kw
+    acc = buffer("acc", (1, g.cout, g.hout, g.wout), np.float64)
+    flag = buffer("flag", (1, g.cout, g.hout, g.wout), np.int8)
+    if plain(g):
+        x = buffer("x", (1, g.cin, g.hin, g.win), np.float64)
+        cmax = np.empty(g.cin, np.int64)
+        _kdma.gather_f16(src16, plane, row, x[0], cmax)
+        cols = x.reshape(G, g.cin_g, P)
+        bmax = _max_abs(cmax, G)
+    else:
+        cols = buffer("cols", (G, kc, P), np.float64)
+        tmax = np.empty(g.cin)
+        with _kmac._threads_for(g.macs):     # as conv2d_q16 runs its unfolding
+            _kdma.unfold_f16(src16, plane, row, g.hin, g.win, g.cin_g, g.kh, g.kw, g.sy, g.sx, g.dy,
+                             g.dx, g.pad_top, g.pad_left, g.hout, g.wout, cols, tmax, _kmac._workers())
+        bmax = tmax.reshape(G, g.cin_g).max(axis=1)      # NaN propagates
+    idx = _arange(G)
+    _kmac.matmul_q16_into(w.reshape(G, cog, kc), cols, idx, idx, trunc, acc.reshape(G, cog, P),
+                          flag.reshape(G, cog, P), bmax)
+    return acc, flag
+
+
+def read_out(acc: np.ndarray, flag: np.ndarray):
+    """``(values, saturated, nan_outputs)``: the accumulators read out to fp16 values
+    (float64, :func:`fastane.kernels.mac.readout`) and the counts of outputs that read
+    out as +-inf because their accumulator clamped, and as NaN (not a saturation)."""
     values = np.empty(acc.shape, dtype=np.float64)
-    readout(acc, flag, values)
+    _kmac.readout(acc, flag, values)
     nan = np.isnan(values)
     nans = int(np.count_nonzero(nan))
     saturated = int(np.count_nonzero(flag))
     if saturated and nans:  # a NaN output reads NaN whatever its flag: not a saturation
         saturated -= int(np.count_nonzero(flag[nan]))
     return values, saturated, nans
+
+
+def run(g: Geometry, x: np.ndarray, w: np.ndarray | None, trunc: bool = False):
+    """``(values, saturated, nan_outputs)``: fp16 values (float64) ``[1, Cout, Hout, Wout]``;
+    ``saturated`` counts the outputs that read out as +-inf because their accumulator
+    clamped (a NaN output is counted in ``nan_outputs`` only).  (The engine fuses the
+    readout into the NE stage when the result goes to DRAM: :func:`fastane.device.ne.finish`.)"""
+    if g.mode == PASSTHROUGH:
+        return x, 0, int(np.isnan(x).sum())
+    return read_out(*accumulate(g, x, w, None, trunc))

@@ -24,10 +24,13 @@ finds the bias vector and the table in KMem.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 
 import numpy as np
+
+from fastane.kernels import ne as _kne
 
 from .faults import KMemOverflow, UnsupportedTask
 from .kernel_dma import LANES, channels_per_core, lane_stride
@@ -93,6 +96,13 @@ def _lut_unpacker():
 
 
 _NO_LUT = (np.zeros(41), np.zeros(3, dtype=np.int64))
+_NO_BIAS = np.zeros(0)
+
+
+@functools.lru_cache(maxsize=64)
+def _lut_args(raw: bytes):
+    """``fastane.lut.from_words`` of a coefficient block's bytes (cached by content)."""
+    return _lut_unpacker()(np.frombuffer(raw, "<u2"))
 
 
 def needs(cfg: NEConfig) -> dict:
@@ -117,15 +127,9 @@ def check_loaded(cfg: NEConfig, kdma, what: str = "NE") -> None:
                                lane=lane, nbytes=need)
 
 
-def run(cfg: NEConfig, values: np.ndarray, kmem=None, as_fp16: bool = False):
-    """``(values, lut_underflow, lut_overflow)`` after bias, scale and nonlinearity.
-
-    ``values``: float64 ``[1, C, H, W]`` holding exact fp16 values; the result likewise,
-    or float16 with ``as_fp16`` (what TileDMADst writes: no conversion round trip).
-    """
-    from fastane.kernels.ne import ne_post
-    n, c, h, w = values.shape
-    y = np.ascontiguousarray(values).reshape(n, c, h * w)
+def _coefficients(cfg: NEConfig, c: int, kmem):
+    """``(bias float64[C] or [0], scale, lutf, luti)``: what the NE reads from its
+    registers and KMem for ``c`` output channels."""
     if cfg.bias_vector:
         m, off = cfg.per_core, cfg.bias_offset
         lanes = -(-c // m)
@@ -133,16 +137,52 @@ def run(cfg: NEConfig, values: np.ndarray, kmem=None, as_fp16: bool = False):
     elif cfg.bias_mode:
         bias = np.full(c, cfg.f16(cfg.acc_bias))
     else:
-        bias = np.zeros(0)
+        bias = _NO_BIAS
     if cfg.nonlinear == LUT:
-        words = kmem.data[0, cfg.lut_offset:cfg.lut_offset + LUT_BLOCK].view("<u2")
-        lutf, luti = _lut_unpacker()(words)
+        lutf, luti = _lut_args(kmem.data[0, cfg.lut_offset:cfg.lut_offset + LUT_BLOCK].tobytes())
     else:
         lutf, luti = _NO_LUT
+    return bias, _f16(cfg.post_scale), lutf, luti
+
+
+@functools.lru_cache(maxsize=256)
+def _f16(bits: int) -> float:
+    return NEConfig.f16(bits)
+
+
+def run(cfg: NEConfig, values: np.ndarray, kmem=None, as_fp16: bool = False):
+    """``(values, lut_underflow, lut_overflow)`` after bias, scale and nonlinearity.
+
+    ``values``: float64 ``[1, C, H, W]`` holding exact fp16 values; the result likewise,
+    or float16 with ``as_fp16`` (what TileDMADst writes: no conversion round trip).
+    """
+    n, c, h, w = values.shape
+    y = np.ascontiguousarray(values).reshape(n, c, h * w)
+    bias, scale, lutf, luti = _coefficients(cfg, c, kmem)
     out = np.empty(y.shape, dtype=np.uint16)
     counts = np.zeros(2, dtype=np.int64)
-    ne_post(y, bias, cfg.f16(cfg.post_scale), cfg.nonlinear, lutf, luti, out, counts)
+    _kne.ne_post(y, bias, scale, cfg.nonlinear, lutf, luti, out, counts)
     result = out.view(np.float16).reshape(values.shape)
     if not as_fp16:
         result = result.astype(np.float64)
     return result, int(counts[0]), int(counts[1])
+
+
+def finish(cfg: NEConfig, acc: np.ndarray, flag: np.ndarray, kmem, window) -> tuple:
+    """The accumulator readout, this stage and TileDMADst in one pass: the fp16 results
+    of ``acc``/``flag`` (``[1, C, H, W]``, the MAC kernels' output) go straight into the
+    destination ``window`` (:func:`fastane.device.tile_dma.fp16_window`), bit for bit
+    what ``mac.run`` -> :func:`run` -> ``tile_dma.write`` produce.
+
+    Returns ``(nan_outputs, saturated, lut_underflow, lut_overflow)``."""
+    _, c, h, w = acc.shape
+    bias, scale, lutf, luti = _coefficients(cfg, c, kmem)
+    counts = np.zeros(4, dtype=np.int64)
+    out16, plane, row, wpad = window
+    if cfg.nonlinear == LUT:
+        _kne.readout_post(acc.reshape(c, h, w), flag.reshape(c, h, w), bias, scale, cfg.nonlinear,
+                          lutf, luti, out16, plane, row, wpad, counts)
+    else:       # identity or ReLU: the branch-free kernel
+        _kne.readout_fast(acc.reshape(c, h, w), flag.reshape(c, h, w), bias, scale,
+                          cfg.nonlinear == RELU, out16, plane, row, wpad, counts)
+    return int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3])

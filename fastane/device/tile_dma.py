@@ -126,10 +126,48 @@ def plan_dst(regs: dict, bars, c: int, h: int, w: int, what: str) -> TileDMAPlan
 
 def read(p: TileDMAPlan, memory: np.ndarray) -> np.ndarray:
     """TileDMASrc: the tensor as float64 ``[1, C, H, W]`` (exact for every format)."""
-    return dma.gather(memory, p.index, p.shape, p.strides, p.dtype)[None]
+    return read_max(p, memory)[0]
+
+
+def read_max(p: TileDMAPlan, memory: np.ndarray):
+    """TileDMASrc: ``(values float64 [1, C, H, W], cmax)``.  For an fp16 tensor the
+    values are decoded in one pass (``fastane.kernels.dma.gather_fp16``) and ``cmax`` is
+    each channel's largest magnitude pattern (``bits & 0x7fff``: the MAC kernels' bound on
+    max |x| comes with it, see :func:`fastane.device.mac.accumulate`); otherwise numpy's
+    cast and ``cmax`` None."""
+    if p.fmt == 2 and len(p.shape) == 3:
+        got = dma.gather_fp16(memory, p.index, p.shape, p.strides)
+        if got is not None:
+            return got[0][None], got[1]
+    return dma.gather(memory, p.index, p.shape, p.strides, p.dtype)[None], None
 
 
 def write(p: TileDMAPlan, memory: np.ndarray, values: np.ndarray) -> None:
     """TileDMADst: write ``values`` ``[1, C, H, W]`` (exact in the format) to DRAM."""
     dma.scatter(memory, p.index, values.reshape(p.shape), p.strides, p.dtype,
                 zero_tail=p.zero_tail, burst=ALIGN)
+
+
+def fp16_window(p: TileDMAPlan, memory: np.ndarray):
+    """TileDMADst of an fp16 ``(C, H, W)`` tensor as the NE writes it directly:
+    ``(uint16 window, plane, row, wpad)`` -- the checked bytes ``[index, index + extent)``
+    as fp16 patterns, the strides in elements, and the row length the DMA writes
+    (``W`` rounded up to whole bursts with ``ZeroPadLast``, else ``W``) -- or None when the
+    layout does not allow it (another format, odd strides)."""
+    if p.fmt != 2 or len(p.shape) != 3:
+        return None
+    c, h, w = p.shape
+    plane, row, item = p.strides
+    if item != 2 or p.index % 2 or plane % 2 or row % 2:
+        return None
+    wpad = round_up(w * 2, ALIGN) // 2 if p.zero_tail else w
+    plane, row = plane // 2, row // 2
+    # rows (with their burst tails) that overlap each other depend on the order of the
+    # writes: those go through write(), which keeps numpy's order
+    if (h > 1 and row < wpad) or (c > 1 and plane < (h - 1) * row + wpad):
+        return None
+    win = memory[p.index:p.index + p.extent].view(np.uint16)
+    # the plan's extent covers every row's last burst: check the kernel's indexing
+    if c and h and (c - 1) * plane + (h - 1) * row + wpad > win.size:
+        return None
+    return win, plane, row, wpad

@@ -1,0 +1,201 @@
+"""The device's fused fast paths are bit-identical to the unfused kernels they replace:
+the branch-free fp16 decode of TileDMASrc, the readout + NE stage writing fp16 patterns
+straight into the destination layout, the blocked layout transposes, the KMem weight
+cache, and the plain 1x1 accumulation with the bound taken from the gather."""
+import numpy as np
+import pytest
+
+import fastane
+from fastane import compiler, lut
+from fastane.device import Device
+from fastane.kernels import dma, fp16, layout, mac
+from fastane.kernels import ne as kne
+
+F16 = np.float16
+ALL16 = np.arange(1 << 16, dtype=np.uint16)
+
+
+def test_branch_free_decode_matches_on_every_pattern():
+    want = np.empty(1 << 16)
+    fp16.f16_bits_to_f64_array(ALL16, want)
+    got = np.empty(1 << 16)
+    dma.decode_f16(ALL16, got)
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))      # NaN payloads too
+
+
+def test_branch_free_encode_matches():
+    from numba import njit
+
+    @njit
+    def enc(x, out):
+        for i in range(x.size):
+            out[i] = kne.f64_to_f16_nb(x[i])
+
+    @njit
+    def ref(x, out):
+        for i in range(x.size):
+            out[i] = fp16.f64_to_f16(x[i])
+
+    rng = np.random.default_rng(0)
+    exact = ALL16.view(F16).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        nxt = np.nextafter(exact, np.inf)
+        prv = np.nextafter(exact, -np.inf)
+        mid = (exact[:-1] + exact[1:]) / 2      # ties (and NaN/inf neighbours)
+    wide = rng.standard_normal(200000) * np.exp2(rng.integers(-40, 20, 200000))
+    x = np.concatenate([exact, nxt, prv, mid, wide, [65519.99, 65520.0, 65536.0, 1e300, -1e300,
+                                                     2.0**-25, -2.0**-25, 2.0**-26, 5e-324]])
+    got = np.empty(x.size, np.int64)
+    want = np.empty(x.size, np.int64)
+    enc(x, got)
+    ref(x, want)
+    assert np.array_equal(got, want)
+
+
+def _acc(rng, shape):
+    """Accumulators as the MAC kernels return them: grid units, NaN, clamps; flags."""
+    acc = np.round(rng.standard_normal(shape) * np.exp2(rng.integers(0, 31, shape)))
+    acc = np.clip(acc, -2.0**31, 2.0**31 - 1)
+    flat = acc.reshape(-1)
+    flat[:8] = [np.nan, 0.0, -0.0, 2.0**31 - 1, -2.0**31, 1.0, -1.0, 65520.0 * 65536]
+    flag = np.where(rng.random(shape) < 0.05, rng.choice([-1, 1], shape), 0).astype(np.int8)
+    flag.reshape(-1)[:4] = [1, -1, 1, -1]                    # a flagged NaN is not a saturation
+    return acc, flag
+
+
+CASES = [(0, None, 1.0, False), (0, None, 1.0, True), (1, None, 1.0, False), (1, None, 1.0, True),
+         (0, None, 0.5, True), (1, None, -3.0, True), (0, None, 0.0, False), (1, None, np.inf, True),
+         (2, "gelu", 1.0, True), (2, "exp2", 1.4423828125, False), (2, "reciprocal", 0.25, True)]
+
+
+@pytest.mark.parametrize("nonlinear,name,scale,with_bias", CASES)
+@pytest.mark.parametrize("zero_tail", [True, False])
+def test_fused_readout_ne_is_readout_then_ne(nonlinear, name, scale, with_bias, zero_tail):
+    rng = np.random.default_rng(nonlinear * 10 + with_bias)
+    C, H, W = 5, 3, 37
+    acc, flag = _acc(rng, (C, H, W))
+    bias = np.zeros(0)
+    if with_bias:
+        bias = rng.integers(0, 1 << 16, C).astype(np.uint16).view(F16).astype(np.float64)
+        bias[:2] = [np.inf, 0.5]
+    lutf, luti = (lut.get_block(name).kernel_args() if name else (np.zeros(41), np.zeros(3, np.int64)))
+    # the unfused pipeline
+    vals = np.empty(acc.shape)
+    mac.readout(acc, flag, vals)
+    want = np.empty((C, H, W), np.uint16)
+    c2 = np.zeros(2, np.int64)
+    kne.ne_post(vals.reshape(1, C, H * W), bias, scale, nonlinear, lutf, luti, want.reshape(1, C, H * W), c2)
+    nans = int(np.isnan(vals).sum())
+    sat = int(((flag != 0) & ~np.isnan(vals)).sum())
+    # the fused kernels, into a strided destination (rows of 64 bytes, planes of 4 rows)
+    plane, row = 4 * 64 // 2 * 2, 64 // 2 * 2
+    wpad = 64 if zero_tail else W
+    out = np.full(C * plane, 0xABCD, np.uint16)
+    counts = np.zeros(4, np.int64)
+    if nonlinear == 2:
+        kne.readout_post(acc, flag, bias, scale, nonlinear, lutf, luti, out, plane, row, wpad, counts)
+    else:
+        kne.readout_fast(acc, flag, bias, scale, nonlinear == 1, out, plane, row, wpad, counts)
+        p = np.full(C * plane, 0xABCD, np.uint16)
+        c3 = np.zeros(4, np.int64)
+        kne.readout_post(acc, flag, bias, scale, nonlinear, lutf, luti, p, plane, row, wpad, c3)
+        assert np.array_equal(p, out) and np.array_equal(c3, counts)
+    grid = out.reshape(C, plane // row, row)
+    assert np.array_equal(grid[:, :H, :W], want)
+    assert np.all(grid[:, :H, W:wpad] == 0) and np.all(grid[:, :H, wpad:] == 0xABCD)
+    assert np.all(grid[:, H:] == 0xABCD)
+    assert list(counts) == [nans, sat, int(c2[0]), int(c2[1])]
+
+
+def test_gather_decodes_and_bounds():
+    rng = np.random.default_rng(3)
+    mem = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
+    mem[1000:1002] = [0x00, 0x7E]                             # a NaN in channel 0
+    shape, strides = (3, 4, 20), (512, 128, 2)
+    x, cmax = dma.gather_fp16(mem, 128, shape, strides)
+    view = np.ndarray(shape, np.uint16, buffer=mem[128:], strides=strides)
+    want = np.empty(view.size)
+    fp16.f16_bits_to_f64_array(np.ascontiguousarray(view).reshape(-1), want)
+    assert np.array_equal(x.reshape(-1).view(np.int64), want.view(np.int64))
+    assert np.array_equal(cmax, (view & 0x7FFF).reshape(3, -1).max(axis=1))
+    assert dma.gather_fp16(mem, 127, shape, strides) is None      # odd: the numpy path
+
+
+@pytest.mark.parametrize("shape", [(4, 8), (3, 5), (64, 36), (2, 12, 20), (40, 1030)])
+def test_transpose_all_paths(shape, monkeypatch):
+    rng = np.random.default_rng(4)
+    src = rng.integers(0, 1 << 16, shape, dtype=np.uint16).view(F16)
+    want = np.swapaxes(src, -1, -2).view(np.uint16)
+    for parallel_min in (1 << 30, 1):
+        monkeypatch.setattr(layout, "PARALLEL_MIN", parallel_min)
+        monkeypatch.setattr(layout, "KERNEL_MIN", 1)
+        dst = np.empty(want.shape, F16)
+        layout.transpose(src, dst)
+        assert np.array_equal(dst.view(np.uint16), want)
+        # into 64-byte rows (the slot layout), from a transposed view
+        buf = np.zeros(want.shape[:-1] + (want.shape[-1] + 32,), F16)
+        layout.transpose(np.swapaxes(np.ascontiguousarray(np.swapaxes(src, -1, -2)), -1, -2),
+                         buf[..., :want.shape[-1]])
+        assert np.array_equal(buf[..., :want.shape[-1]].view(np.uint16), want)
+        assert not buf[..., want.shape[-1]:].view(np.uint16).any()
+
+
+@pytest.fixture
+def device():
+    old = compiler.default_device()
+    dev = Device(memory_size=64 << 20)
+    compiler.set_default_device(dev)
+    yield dev
+    compiler.set_default_device(old)
+
+
+def test_weight_cache_sees_new_weights(device):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((6, 40)).astype(F16)
+    b = rng.standard_normal((40, 24)).astype(F16)
+    y1 = fastane.matmul(a, b)
+    assert device.engine._wcache                           # decoded once, kept
+    b2 = b.copy()
+    b2[39, 23] = -b2[39, 23] if b2[39, 23] else F16(1)     # one weight, last lane's last byte
+    y2 = fastane.matmul(a, b2)
+    y3 = fastane.matmul(a, b)
+    ref = lambda u, v: (u.astype(np.float64) @ v.astype(np.float64)).astype(F16)  # noqa: E731
+    assert np.array_equal(y1, y3) and not np.array_equal(y1, y2)
+    assert np.array_equal(y2[:, :23], y1[:, :23])
+    assert np.allclose(y2.astype(float), ref(a, b2).astype(float), rtol=1e-2, atol=1e-2)
+
+
+def test_plain_accumulation_with_nan_and_saturation(device):
+    a = np.ones((3, 300), F16)
+    b = np.full((300, 5), 128.0, F16)
+    a[1, 7] = np.nan
+    b[3, 4] = np.inf
+    with fastane.errstate(saturation="ignore"):
+        y = fastane.matmul(a, b)
+    st = fastane.last_stats()
+    assert np.isnan(y[1]).all() and np.isinf(y[0]).all()
+    assert st.nan_outputs == 5 and st.saturated == 10
+
+
+CONVS = [  # (N, C, H, W), (CO, C/groups, KH, KW), stride, padding, dilation, groups
+    ((1, 3, 9, 11), (4, 3, 3, 3), 1, 1, 1, 1),
+    ((2, 4, 8, 7), (6, 2, 3, 2), (2, 1), (1, 0), 1, 2),
+    ((1, 6, 10, 10), (6, 1, 3, 3), 1, 2, 2, 6),          # depthwise, dilated
+    ((1, 5, 12, 9), (3, 5, 5, 1), (3, 2), (2, 0), (1, 1), 1),
+    ((1, 8, 4, 4), (5, 8, 1, 1), 2, 0, 1, 1),            # 1x1 with a stride: unfolded
+]
+
+
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", CONVS)
+def test_unfolded_conv_from_fp16_is_the_reference(device, xs, ws, stride, padding, dilation, groups):
+    from reference import ref_conv2d
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x = (rng.standard_normal(xs) * 30).astype(F16)
+    w = (rng.standard_normal(ws) * 30).astype(F16)
+    x.reshape(-1)[[3, 17]] = [np.inf, np.nan]
+    with fastane.errstate(saturation="ignore"):
+        got = fastane.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    pad = (padding, padding) if isinstance(padding, int) else padding
+    want = ref_conv2d(x, w, stride=stride, padding=tuple((p, p) for p in pad), dilation=dilation,
+                      groups=groups)
+    assert np.array_equal(got.view(np.uint16), np.asarray(want, F16).view(np.uint16))
