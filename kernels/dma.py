@@ -56,7 +56,7 @@ def scatter(mem, offset, values, strides, dtype, zero_tail=True, burst=64):
 # The device's TileDMA moves fp16 tensors; the MAC kernels want float64.  These kernels
 # read the checked window as uint16 bit patterns and decode them without branches (the
 # loops vectorize), bit-identical to ``fastane.kernels.fp16.f16_to_f64`` on all 65,536
-# patterns, NaN payloads included (tests/test_fp16.py style check in tests/test_dma.py).
+# patterns, NaN payloads included (tests/test_device_fastpath.py).
 
 _REBIAS = np.int64(1008 << 52)            # fp16 exponent bias 15 -> float64's 1023
 _SUB_BASE = np.int64(1009 << 52)          # float64 pattern of 2**-14
@@ -126,37 +126,6 @@ def gather_fp16(mem, offset, shape, strides):
     if out.size:
         gather_f16(win.view(np.uint16), plane // 2, row // 2, out, cmax)
     return out, cmax
-
-
-@njit(cache=True, boundscheck=False)
-def _same_words(a, b):
-    """Whether two int64 arrays ``(R, N)`` (rows contiguous) are equal: XORs OR-ed per
-    512-word chunk (vectorized), so a difference stops the scan after one chunk."""
-    R, N = a.shape
-    for r in range(R):
-        x = a[r]
-        y = b[r]
-        for c0 in range(0, N, 512):
-            d = np.int64(0)
-            for k in range(c0, min(N, c0 + 512)):
-                d |= x[k] ^ y[k]
-            if d != 0:
-                return False
-    return True
-
-
-def same_bytes(a, b):
-    """Whether two uint8 arrays of the same shape ``(R, N)`` (rows contiguous, 8-byte
-    aligned) hold the same bytes; equal data costs one streaming pass."""
-    if a.shape != b.shape:
-        return False
-    n8 = a.shape[1] // 8 * 8
-    if n8 and a.ctypes.data % 8 == 0 and b.ctypes.data % 8 == 0 \
-            and a.strides[0] % 8 == 0 and b.strides[0] % 8 == 0:
-        if not _same_words(a[:, :n8].view(np.int64), b[:, :n8].view(np.int64)):
-            return False
-        a, b = a[:, n8:], b[:, n8:]
-    return bool(np.array_equal(a, b))
 
 
 @njit(cache=True, boundscheck=False)
