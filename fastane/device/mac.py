@@ -18,7 +18,6 @@ back the saturation flags.
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,8 +30,6 @@ from .faults import DecodeFault, UnsupportedTask
 
 CONV, PASSTHROUGH = "conv", "passthrough"
 FP16 = 2
-#: below this many MACs a task's kernels run on one thread
-SERIAL_MACS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -116,24 +113,6 @@ def geometry(regs: dict, what: str) -> Geometry:
             raise DecodeFault(f"{what}: {n_out} output {name} (stride {s}, kernel {k}, dilation "
                               f"{d}, padding {pad}) read windows outside the {n_in} input {name}")
     return g
-
-
-@contextlib.contextmanager
-def _serial_if_small(macs: int):
-    """Run the kernels on one thread for small tasks: launching a parallel region costs
-    more than the work, and on a loaded machine a descheduled worker thread stalls it
-    for a whole scheduler slice (measured: p90 of a tiny TD 17 ms with 2 threads,
-    0.5 ms with 1).  ``numba.set_num_threads`` only affects the calling thread."""
-    if macs >= SERIAL_MACS:
-        yield
-        return
-    import numba
-    old = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(old)
 
 
 def plain(g: Geometry) -> bool:

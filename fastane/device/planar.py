@@ -33,7 +33,7 @@ from .faults import DecodeFault, L2Fault, L2Overflow, UnsupportedTask
 
 WORDS = tuple(f"Planar.Word[{i}]" for i in range(4))
 FP16 = 2
-#: below this many elements a task's kernel runs on one thread (see mac._serial_if_small)
+#: below this many elements a task's kernel runs on one thread (as kernels.mac._threads_for does for the MAC array)
 SERIAL_ELEMENTS = 1 << 18
 L2_BYTES = 2 << 20
 L2_UNIT = 16
