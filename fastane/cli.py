@@ -15,6 +15,7 @@ COMMANDS = {
     "demo": ("fastane.demo", "show the ANE accumulator saturating where a CPU would not, and throughput"),
     "disasm": ("fastane.td.disasm", "disassemble task descriptors (.hwx, corpus .bin, raw TD)"),
     "roofline": ("fastane.roofline.report", "roofline model of workloads on the ANE (table, JSON, plot)"),
+    "bench": ("fastane.bench", "run the benchmark suite; store runs and compare them as in-run ratios"),
 }
 
 

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 from .. import workloads as _workloads
 from . import chips as _chips
+from . import compare as _compare
 from .model import DEFAULT_PARAMS, Estimate, ModelParams, WorkloadPlan, estimate, plan_workload, \
     tokens_per_s_bound
 
@@ -259,6 +260,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--summary", action="store_true", help="totals only, no per-layer rows")
     parser.add_argument("--list", action="store_true", help="list workloads and chips, then exit")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--compare", metavar="OLD.json",
+                        help="compare with a stored `fastane roofline --json` report: per-layer and total "
+                             "changes; exit 1 when a workload's time or DRAM traffic grew beyond --fail-above")
+    parser.add_argument("--fail-above", type=float, default=0.0, metavar="PCT",
+                        help="regression threshold for --compare, percent (default 0: any growth)")
     parser.add_argument("--analytic", action="store_true",
                         help="plan layers with the analytic model instead of lowering them to TDs "
                              "and counting them on a stats-only device (the default)")
@@ -276,6 +282,11 @@ def run(args) -> int:
                   f"DRAM {c.dram_bw.value / 1e9:6.1f} GB/s, ridge {c.ridge_point:6.1f} OP/B")
         return 0
     try:
+        old = None
+        if args.compare:
+            if not (args.fail_above >= 0 and math.isfinite(args.fail_above)):
+                raise ValueError(f"--fail-above must be a finite percentage >= 0, got {args.fail_above}")
+            old = _compare.load(args.compare)
         chip = _chips.get(args.chip)
         names = args.workloads or list(DEFAULT_WORKLOADS)
         wls = [_workloads.get(n) for n in names]
@@ -292,6 +303,10 @@ def run(args) -> int:
         if not args.quiet:
             print(f" {r.total.tasks} tasks in {r.plan_s:.2f} s ({planner})", file=sys.stderr, flush=True)
         results.append(r)
+    if old is not None:
+        cmp = _compare.compare(old, to_json(results), args.fail_above)
+        print(json.dumps(cmp, indent=1) if args.json else _compare.format_comparison(cmp))
+        return 1 if cmp["regressed"] else 0
     if args.json:
         print(json.dumps(to_json(results), indent=1))
     else:
