@@ -32,7 +32,8 @@ import numpy as np
 from . import compiler as _compiler
 from . import lut as _lut
 from .lut import lut_table
-from .errstate import report as _report
+from .errstate import report_events
+from .operands import fp16_operand
 from .stats import Stats, last_stats, record
 
 __all__ = ["relu", "tanh", "sigmoid", "silu", "gelu", "exp", "exp2", "relu6", "hardtanh",
@@ -42,20 +43,6 @@ __all__ = ["relu", "tanh", "sigmoid", "silu", "gelu", "exp", "exp2", "relu6", "h
 
 
 # ------------------------------------------------------------------------- plumbing
-def _as_fp16(x, func: str) -> np.ndarray:
-    arr = np.asarray(x)
-    kind = arr.dtype.kind
-    if kind == "c":
-        raise TypeError(f"{func}: complex input (dtype {arr.dtype}) is not supported; "
-                        "the ANE has no complex arithmetic")
-    if kind not in "biuf":
-        raise TypeError(f"{func}: input must be a real numeric array, got dtype {arr.dtype}")
-    if arr.dtype != np.float16:
-        with np.errstate(over="ignore", invalid="ignore"):
-            arr = arr.astype(np.float16)
-    return arr
-
-
 def _check_out(out, shape, func: str):
     if isinstance(out, tuple):
         if len(out) != 1:
@@ -78,12 +65,9 @@ def _check_out(out, shape, func: str):
     return out
 
 
-def _finish(func, res16, out, stats, under, over):
+def _finish(func, res16, out, stats):
     record(stats)
-    if under or over:
-        _report("lut_range", under + over,
-                         f"{func}: {under + over} input(s) outside the LUT table range "
-                         f"({under} below, {over} above)")
+    report_events(stats, func)
     if out is not None:
         out[...] = res16
         return out
@@ -92,17 +76,19 @@ def _finish(func, res16, out, stats, under, over):
 
 def _run(func, x, out, activation):
     """``activation`` of ``x`` through its elementwise program on the default device."""
-    x16 = _as_fp16(x, func)
+    x16 = fp16_operand(x, func, "input")
     out = _check_out(out, x16.shape, func)
     if x16.size == 0:
-        return _finish(func, np.empty(x16.shape, np.float16), out, Stats(), 0, 0)
+        return _finish(func, np.empty(x16.shape, np.float16), out, Stats())
     r, stats, _ = _compiler.elementwise(x16, activation)
-    return _finish(func, r, out, stats, stats.lut_underflow, stats.lut_overflow)
+    return _finish(func, r, out, stats)
 
 
 def _real_param(v, func: str, name: str) -> float:
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
         raise TypeError(f"{func}: {name} must be a real number, got {type(v).__name__}")
+    if isinstance(v, np.floating) and v.dtype.itemsize > 8:  # rounded once, not via float64
+        v = fp16_operand(v, func, name)
     v = float(v)
     if math.isnan(v):
         raise ValueError(f"{func}: {name} must not be NaN")

@@ -23,7 +23,8 @@ import numpy as np
 
 from . import compiler as _compiler
 from . import lut as _lut
-from .errstate import report as _report
+from .errstate import report_events
+from .operands import fp16_operand as _fp16_operand
 from .stats import Stats, last_stats, record
 
 __all__ = ["matmul", "linear", "conv1d", "conv2d", "last_stats"]
@@ -32,45 +33,10 @@ _MATMUL_SIG = "(n?,k),(k,m?)->(n?,m?)"
 
 
 # ---------------------------------------------------------------------------- operands
-def _fp16_operand(x, func: str, name: str) -> np.ndarray:
-    """``x`` rounded to fp16 (RNE), as a float16 array."""
-    arr = np.asarray(x)
-    kind = arr.dtype.kind
-    if kind == "c":
-        raise TypeError(f"{func}: {name} has complex dtype {arr.dtype}; the ANE has no complex arithmetic")
-    if kind not in "biuf":
-        raise TypeError(f"{func}: {name} must be a real numeric array, got dtype {arr.dtype}")
-    if kind == "f" and arr.dtype.itemsize > 8:
-        arr = _round_to_odd_f64(arr)
-    if arr.dtype != np.float16:
-        with np.errstate(over="ignore"):  # large values become +-inf, as in an fp16 model
-            arr = arr.astype(np.float16)
-    return arr
-
-
-def _round_to_odd_f64(x: np.ndarray) -> np.ndarray:
-    """Extended-precision ``x`` to float64 rounded to odd, so that the later rounding to
-    fp16 (11 bits << 53) is the single correct rounding of ``x`` (no double rounding)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        hi = x.astype(np.float64)
-        toward_zero = np.abs(hi.astype(x.dtype)) > np.abs(x)
-        hi = np.where(toward_zero, np.nextafter(hi, 0.0), hi)
-        inexact = np.isfinite(hi) & (hi.astype(x.dtype) != x)
-    bits = hi.view(np.uint64)
-    return np.where(inexact, bits | np.uint64(1), bits).view(np.float64)
-
-
 def _finish(func: str, stats: Stats, size: int) -> None:
     """Record the device's Stats of the call and surface saturations and LUT range events."""
     record(stats)
-    _report("saturation", stats.saturated,
-            f"{func}: {stats.saturated} of {size} outputs saturated the Q16.16 accumulator "
-            f"(a partial sum left [-32768, 32768)); they read out as +-inf")
-    lut = stats.lut_underflow + stats.lut_overflow
-    if lut:
-        _report("lut_range", lut,
-                f"{func}: {lut} input(s) of the fused activation outside the LUT table range "
-                f"({stats.lut_underflow} below, {stats.lut_overflow} above)")
+    report_events(stats, func, size)
 
 
 def _no_reduction(shape, bias16, channel_axis: int, stage) -> np.ndarray:

@@ -64,10 +64,25 @@ class errstate(contextlib.ContextDecorator):
         return False
 
 
-def report(kind: str, count: int, what: str) -> None:
-    """Surface ``count`` events of ``kind`` according to the current errstate."""
-    if count <= 0:
-        return
+def report_events(stats, func: str, outputs: int | None = None) -> None:
+    """Surface the saturation and LUT range events counted in ``stats`` (a
+    :class:`~fastane.Stats`) according to the current errstate: the one place where event
+    counts become warnings or errors (the numpy API, the activations and ``Device.run``
+    all call it).  ``func`` names the caller in the message; ``outputs``, when given, is
+    the number of output elements.  A warning points at the first frame outside fastane.
+    """
+    sat = stats.saturated
+    if sat > 0:
+        of = f" of {outputs} outputs" if outputs is not None else " output(s)"
+        _surface("saturation", f"{func}: {sat}{of} saturated the Q16.16 accumulator (a partial "
+                               f"sum left [-32768, 32768)); they read out as +-inf")
+    under, over = stats.lut_underflow, stats.lut_overflow
+    if under + over > 0:
+        _surface("lut_range", f"{func}: {under + over} input(s) outside the LUT table range "
+                              f"({under} below, {over} above)")
+
+
+def _surface(kind: str, what: str) -> None:
     action = _state.get()[kind]
     if action == "ignore":
         return

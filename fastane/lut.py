@@ -38,6 +38,7 @@ import numpy as np
 from .errors import TDError
 from .kernels import lut as _klut
 from .kernels import ne as _kne
+from .operands import fp16_operand
 
 __all__ = [
     "BLOCK_BYTES", "WORDS", "CoeffBlock", "from_words", "get_block", "table_names", "lut_table",
@@ -199,7 +200,7 @@ class CoeffBlock:
 
     def __call__(self, x, out=None) -> np.ndarray:
         """Evaluate the table on fp16-rounded ``x``; returns float16 (range events ignored)."""
-        x16 = np.asarray(x, dtype=np.float64).astype(np.float16)
+        x16 = fp16_operand(x, "CoeffBlock", "x")
         res = np.empty(x16.shape, dtype=np.uint16)
         lutf, luti = self.kernel_args()
         _klut.lut_apply(x16.astype(np.float64).ravel(), res.reshape(-1), lutf, luti,

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errstate import report
+from ..errstate import report_events
+from ..operands import fp16_operand, real_operand
 from ..stats import Stats
 from ..td import Program
 from ..td.fields import TD_SIZE
@@ -220,9 +221,9 @@ class Device:
         arrays = {}
         for slot, x in inputs.items():
             t = slots[slot]
-            x = np.asarray(x)
-            if x.dtype.kind not in "biuf":
-                raise TypeError(f"input for slot {slot} must be a real numeric array, got dtype {x.dtype}")
+            # fp16 slots: the one rounding of every front end; other formats: a cast
+            x = (fp16_operand if t.dtype == np.float16 else real_operand)(
+                x, "Device.run", f"input for slot {slot}")
             if x.shape != t.shape and x.shape != t.shape[1:]:
                 raise ValueError(f"input for slot {slot} has shape {x.shape}; the program reads "
                                  f"{t.shape}")
@@ -247,12 +248,7 @@ class Device:
             for region in regions.values():
                 self.memory.free(region)
         out.stats = stats
-        if stats.saturated:
-            report("saturation", stats.saturated,
-                   f"{stats.saturated} output(s) saturated the Q16.16 accumulator")
-        if stats.lut_underflow or stats.lut_overflow:
-            report("lut_range", stats.lut_underflow + stats.lut_overflow,
-                   f"{stats.lut_underflow + stats.lut_overflow} LUT input(s) out of range")
+        report_events(stats, "Device.run")
         return out
 
     # ------------------------------------------------------------------ registers and events

@@ -1,0 +1,68 @@
+"""Operands from the user to fp16: the one place where fastane rounds an input.
+
+Every entry point (the numpy API, the activations, :meth:`fastane.device.Device.run`)
+turns what the user passes into a real numpy array with :func:`real_operand` and rounds it
+to fp16 with :func:`fp16_operand`.  The rule (SPEC section 2, decision 1;
+docs/numerics.md "Operands"): **one rounding to fp16, to nearest, ties to even**, from the
+value the user gave, whatever its dtype:
+
+* float16 passes unchanged; bool, integers, float32 and float64 (and Python scalars and
+  sequences, which numpy makes int64/float64) round once (numpy's casts to float16 are
+  direct, correctly rounded conversions; every integer whose fp16 rounding is finite is
+  exact in float64);
+* extended precision (``np.longdouble`` wider than float64) is first narrowed to float64
+  *rounded to odd*, which makes the following rounding to fp16 the single correct
+  rounding of the original value (53 bits >= 11 + 2), never a double rounding;
+* values beyond the fp16 range become +-inf, NaN stays NaN (no numpy warning);
+* complex, object (a Python int beyond 64 bits is one), string, bytes, datetime and
+  structured dtypes are refused with a :class:`TypeError` that names the function and
+  the operand.
+
+This module sits at the bottom of the import order (it imports numpy only), so the device
+and the front ends share it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["real_operand", "fp16_operand"]
+
+
+def real_operand(x, func: str, name: str) -> np.ndarray:
+    """``x`` as a numpy array of a real dtype (bool, integer or float); else TypeError."""
+    try:
+        arr = np.asarray(x)
+    except ValueError as exc:  # a ragged sequence
+        raise ValueError(f"{func}: {name} is not a rectangular array ({exc})") from None
+    kind = arr.dtype.kind
+    if kind == "c":
+        raise TypeError(f"{func}: {name} must be a real numeric array, got complex dtype "
+                        f"{arr.dtype} (the ANE has no complex arithmetic)")
+    if kind not in "biuf":
+        hint = " (a Python int beyond 64 bits is one: pass it as a float)" if kind == "O" else ""
+        raise TypeError(f"{func}: {name} must be a real numeric array, got dtype {arr.dtype}{hint}")
+    return arr
+
+
+def fp16_operand(x, func: str, name: str) -> np.ndarray:
+    """``x`` rounded once to fp16 (to nearest, ties to even), as a float16 array."""
+    arr = real_operand(x, func, name)
+    if arr.dtype == np.float16:
+        return arr
+    if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
+        arr = _round_to_odd_f64(arr)
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond the range: +-inf, as in an fp16 model
+        return arr.astype(np.float16)
+
+
+def _round_to_odd_f64(x: np.ndarray) -> np.ndarray:
+    """Extended-precision ``x`` to float64 rounded to odd: truncated toward zero, the last
+    bit set when inexact, so the later rounding to fp16 (11 bits << 53) is the single
+    correct rounding of ``x``."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        hi = x.astype(np.float64)
+        toward_zero = np.abs(hi.astype(x.dtype)) > np.abs(x)
+        hi = np.where(toward_zero, np.nextafter(hi, 0.0), hi)
+        inexact = np.isfinite(hi) & (hi.astype(x.dtype) != x)
+    bits = hi.view(np.uint64)
+    return np.where(inexact, bits | np.uint64(1), bits).view(np.float64)
