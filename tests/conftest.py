@@ -4,6 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from fastane import compiler
+from fastane.device import Device
+
 
 def _corpus_dir():
     env = os.environ.get("FASTANE_CORPUS")
@@ -20,3 +23,13 @@ def corpus() -> Path:
     if not (path / "aneregs.json").is_file():
         pytest.skip(f"FASTANE_CORPUS={path} does not hold the corpus (no aneregs.json there)")
     return path
+
+
+@pytest.fixture
+def device():
+    """A fresh default device for the test (the previous one is restored after)."""
+    old = compiler.default_device()
+    dev = Device(memory_size=64 << 20)
+    compiler.set_default_device(dev)
+    yield dev
+    compiler.set_default_device(old)

@@ -1,22 +1,57 @@
-"""Shared helpers of the device tests: reference convolutions and TD builders."""
+"""Shared helpers of the tests: fp16 bit views and comparisons, reference convolutions, TD
+builders, the driver's register sequence, fault checks.  (Fixtures: tests/conftest.py.)"""
 import dataclasses
 import inspect
 
 import numpy as np
+import pytest
 
-from fastane.device import pack_weights
+from fastane import DeviceFault
+from fastane.device import Task, pack_weights
 from fastane.kernels.conv import conv2d_q16
 from fastane.kernels.mac import readout
 from fastane.td import Program, TaskDescriptor, conv_td, load_program
 from fastane.device.taskmanager import (QUEUE_PRIORITIES, TM_ADDR, TM_INFO, TM_IRQ_ACK,
-                                        TM_IRQ_EN1, TM_IRQ_EN2, TM_IRQ_EVTC, TM_IRQ_INFO,
+                                        TM_ERROR1, TM_IRQ_EN1, TM_IRQ_EN2, TM_IRQ_EVTC, TM_IRQ_INFO,
                                         TM_IRQ_TMST, TM_IRQ_UNK1, TM_IRQ_UNK2, TM_IS_IDLE, TM_PUSH,
                                         TM_STATUS, TM_TQ_EN, TQ_ADDR1, TQ_BAR1, TQ_NID1, TQ_PRTY,
-                                        TQ_SIZE1, TQ_STATUS, TQ_STRIDE)
+                                        TQ_SIZE1, TQ_STATUS, TQ_STRIDE, fault_code)
 from fastane.td.fields import TD_STRIDE
 
 F16 = np.float16
 TD_SIZE = 0x274
+
+
+def bits(x):
+    """The fp16 bit patterns of ``x`` (uint16)."""
+    return np.asarray(x, F16).view(np.uint16)
+
+
+def assert_same_f16(got, want):
+    """Same shape, NaN at the same places, every other element the same fp16 pattern."""
+    got, want = np.asarray(got, F16), np.asarray(want, F16)
+    assert got.shape == want.shape
+    gn, wn = np.isnan(got), np.isnan(want)
+    assert np.array_equal(gn, wn), f"NaN positions differ: got {np.argwhere(gn)[:5]}, want {np.argwhere(wn)[:5]}"
+    g, w = got.view(np.uint16)[~gn], want.view(np.uint16)[~wn]
+    bad = np.flatnonzero(g != w)
+    assert bad.size == 0, f"{bad.size} of {g.size} differ, e.g. got {[hex(v) for v in g[bad[:5]]]} want {[hex(v) for v in w[bad[:5]]]}"
+
+
+def assert_submit_faults(dev, program, bars, exc, match=None):
+    """Submit; the task faults with ``exc``; memory and L2 are exactly as before, TM_ERROR1
+    holds the fault's code.  Returns the fault."""
+    dev.load(program)
+    before, l2 = dev.memory.data.copy(), dict(dev.engine.l2.resident)
+    task = dev.submit(program, bars)
+    assert task.status == Task.FAULTED
+    with pytest.raises(exc, match=match) as info:
+        task.wait()
+    assert isinstance(info.value, DeviceFault)
+    assert np.array_equal(dev.memory.data, before), "a faulting program wrote memory"
+    assert dev.engine.l2.resident == l2
+    assert dev.read32(0x20000 + TM_ERROR1) == fault_code(info.value)
+    return info.value
 
 
 def tq(qid, reg):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import fastane
+from device_helpers import bits
 from reference import ref_conv2d, ref_matmul
 
 rng = np.random.default_rng(1234)
@@ -17,10 +18,6 @@ rng = np.random.default_rng(1234)
 
 def small_ints(*shape):
     return rng.integers(-4, 5, size=shape).astype(np.float64)
-
-
-def bits(x):
-    return np.asarray(x, np.float16).view(np.uint16)
 
 
 @pytest.mark.parametrize("sa,sb", [

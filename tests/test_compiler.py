@@ -4,6 +4,7 @@ import threading
 
 import numpy as np
 import pytest
+from device_helpers import bits
 from reference import ref_conv2d, ref_matmul
 from test_lut_reference import ref_ne
 
@@ -24,10 +25,6 @@ F16 = np.float16
 #: the pure-Python reference can check every path (the device still checks the real ones)
 SMALL = Limits(kmem_core_bytes=256, l2_bytes=8192)
 TINY = Limits(kmem_core_bytes=128, l2_bytes=4096)
-
-
-def bits(x):
-    return np.asarray(x, F16).view(np.uint16)
 
 
 def f16(rng, shape, scale=4.0):

@@ -5,6 +5,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from device_helpers import bits
 from planar_helpers import ref_eltwise
 from reference import ref_conv2d, ref_matmul
 from test_lut_reference import QNAN, bits_to_float, ref_ne, round_fraction
@@ -25,20 +26,6 @@ ACTS = ["relu", "tanh", "sigmoid", "silu", "gelu", "exp", "exp2", "relu6", "hard
 NE_STAGE = {"relu": (1, None, 1.0), "exp": (2, "exp2", bits_to_float(0x3DC5)),
             "sigmoid": (2, "sigmoid", 1.0), "silu": (2, "sigmoid", 1.0)}
 SMALL = Limits(kmem_core_bytes=512, l2_bytes=8192)
-
-
-def bits(x):
-    return np.asarray(x, F16).view(np.uint16)
-
-
-@pytest.fixture
-def device():
-    """A fresh default device for the test (the previous one is restored after)."""
-    old = compiler.default_device()
-    dev = Device(memory_size=64 << 20)
-    compiler.set_default_device(dev)
-    yield dev
-    compiler.set_default_device(old)
 
 
 def ref_bits(name, xb: int) -> int:

@@ -5,6 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastane.kernels import conv, mac
+from device_helpers import assert_same_f16
 from reference import pad_pairs, ref_conv2d
 
 F16 = np.float16
@@ -29,16 +30,6 @@ def kernel_conv(x16, w16, stride=1, padding=0, dilation=1, groups=1, trunc=False
     out = np.empty(acc.shape)
     mac.readout(acc, flag, out)
     return (out.astype(F16), acc, flag) if with_acc else out.astype(F16)
-
-
-def assert_same_f16(got, want):
-    got, want = np.asarray(got, F16), np.asarray(want, F16)
-    assert got.shape == want.shape
-    gn, wn = np.isnan(got), np.isnan(want)
-    assert np.array_equal(gn, wn), f"NaN positions differ: got {np.argwhere(gn)[:5]}, want {np.argwhere(wn)[:5]}"
-    g, w = got.view(np.uint16)[~gn], want.view(np.uint16)[~wn]
-    bad = np.flatnonzero(g != w)
-    assert bad.size == 0, f"{bad.size} of {g.size} differ, e.g. got {[hex(v) for v in g[bad[:5]]]} want {[hex(v) for v in w[bad[:5]]]}"
 
 
 def check(x16, w16, trunc=False, **kw):

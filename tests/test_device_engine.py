@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from device_helpers import F16, l2_chain, padded_conv_td, ref_conv, seed_program
+from device_helpers import F16, bits, l2_chain, padded_conv_td, ref_conv, seed_program
 
 from fastane import SaturationError, SaturationWarning, errstate
 from fastane.device import AneLayout, Device, pack_weights, unpack_weights
@@ -16,10 +16,6 @@ from fastane.td import Program, conv_td
 @pytest.fixture(scope="module")
 def dev():
     return Device(memory_size=32 << 20)
-
-
-def bits(a):
-    return np.asarray(a, F16).view(np.uint16)
 
 
 # -- the seed --------------------------------------------------------------------------------

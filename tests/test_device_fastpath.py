@@ -140,15 +140,6 @@ def test_transpose_all_paths(shape, monkeypatch):
         assert not buf[..., want.shape[-1]:].view(np.uint16).any()
 
 
-@pytest.fixture
-def device():
-    old = compiler.default_device()
-    dev = Device(memory_size=64 << 20)
-    compiler.set_default_device(dev)
-    yield dev
-    compiler.set_default_device(old)
-
-
 def test_weight_cache_sees_new_weights(device):
     rng = np.random.default_rng(5)
     a = rng.standard_normal((6, 40)).astype(F16)

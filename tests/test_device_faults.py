@@ -4,12 +4,11 @@ import dataclasses
 
 import numpy as np
 import pytest
-from device_helpers import F16, l2_chain, looping_program, seed_program
+from device_helpers import F16, assert_submit_faults, l2_chain, looping_program, seed_program
 
-from fastane import DeviceFault
 from fastane.device import (BARFault, ChainFault, DecodeFault, Device, DMARangeFault, KMemOverflow,
-                            L2Fault, L2Overflow, Task, UnsupportedTask, pack_weights)
-from fastane.device.taskmanager import TM_ERROR1, TM_IRQ_EVTC, fault_code
+                            L2Fault, L2Overflow, UnsupportedTask, pack_weights)
+from fastane.device.taskmanager import TM_IRQ_EVTC
 from fastane.td import Program, conv_td
 
 
@@ -31,18 +30,9 @@ def io(dev, n_in=0x4000, n_out=0x4000):
 
 def assert_faults(dev, program, bars, exc, match=None):
     """Submit; the task faults with ``exc``; memory and L2 are exactly as before."""
-    dev.load(program)
-    before, l2 = dev.memory.data.copy(), dict(dev.engine.l2.resident)
-    task = dev.submit(program, bars)
-    assert task.status == Task.FAULTED
-    with pytest.raises(exc, match=match) as info:
-        task.wait()
-    assert isinstance(info.value, DeviceFault)
-    assert np.array_equal(dev.memory.data, before), "a faulting program wrote memory"
-    assert dev.engine.l2.resident == l2
-    assert dev.read32(0x20000 + TM_ERROR1) == fault_code(info.value)
+    fault = assert_submit_faults(dev, program, bars, exc, match)
     assert dev.read32(0x20000 + TM_IRQ_EVTC(1)) >= 1
-    return info.value
+    return fault
 
 
 def test_unmapped_bar(dev, seed):

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from fastane.kernels import mac
+from device_helpers import assert_same_f16
 from reference import ACC_MAX, ACC_MIN, ref_matmul, ref_readout_value
 
 F16 = np.float16
@@ -36,16 +37,6 @@ def split_matmul(a16, b16, trunc=False):
     z = np.zeros(1, np.int64)
     split = mac.matmul_q16_into(a, b, z, z, trunc, acc, flag)
     return readout16(acc, flag)[0], split
-
-
-def assert_same_f16(got, want):
-    got, want = np.asarray(got, F16), np.asarray(want, F16)
-    assert got.shape == want.shape
-    gn, wn = np.isnan(got), np.isnan(want)
-    assert np.array_equal(gn, wn), f"NaN positions differ: got {np.argwhere(gn)[:5]}, want {np.argwhere(wn)[:5]}"
-    g, w = got.view(np.uint16)[~gn], want.view(np.uint16)[~wn]
-    bad = np.flatnonzero(g != w)
-    assert bad.size == 0, f"{bad.size} of {g.size} differ, e.g. got {[hex(x) for x in g[bad[:5]]]} want {[hex(x) for x in w[bad[:5]]]}"
 
 
 def f16(x):

@@ -2,6 +2,7 @@
 (DESIGN.md, "One path for data"); its Stats are the device's."""
 import numpy as np
 import pytest
+from device_helpers import bits
 from reference import ref_conv2d, ref_matmul
 
 import fastane
@@ -11,20 +12,6 @@ from fastane.device.engine import Engine
 
 F16 = np.float16
 TD = 0x274
-
-
-def bits(x):
-    return np.asarray(x, F16).view(np.uint16)
-
-
-@pytest.fixture
-def device():
-    """A fresh default device for the test (the previous one is restored after)."""
-    old = compiler.default_device()
-    dev = Device(memory_size=64 << 20)
-    compiler.set_default_device(dev)
-    yield dev
-    compiler.set_default_device(old)
 
 
 CALLS = {

@@ -6,12 +6,11 @@ import dataclasses
 
 import numpy as np
 import pytest
+from device_helpers import assert_submit_faults
 from planar_helpers import F16, bits, dense, planar_td, ref_eltwise
 
-from fastane import DeviceFault
-from fastane.device import (DecodeFault, Device, DMARangeFault, L2Fault, L2Overflow, Task,
+from fastane.device import (DecodeFault, Device, DMARangeFault, L2Fault, L2Overflow,
                             UnsupportedTask, planar)
-from fastane.device.taskmanager import TM_ERROR1, fault_code
 from fastane.td import Program
 
 SHAPE = (3, 5, 37)          # C, H, W: rows of 74 bytes, padded to 128 by the DMA
@@ -151,18 +150,10 @@ def assert_faults(dev, program, exc, match, inputs=None):
     regions = {s: dev.alloc(max(t.nbytes, 0x4000), f"s{s}") for s, t in slots.items()}
     for r in regions.values():
         dev.memory.view(r.iova, r.size)[:] = 0x3C
-    before, l2 = dev.memory.data.copy(), dict(dev.engine.l2.resident)
-    task = dev.submit(loaded, regions)
-    assert task.status == Task.FAULTED
-    with pytest.raises(exc, match=match) as info:
-        task.wait()
-    assert isinstance(info.value, DeviceFault)
-    assert np.array_equal(dev.memory.data, before), "a faulting program wrote memory"
-    assert dev.engine.l2.resident == l2
-    assert dev.read32(0x20000 + TM_ERROR1) == fault_code(info.value)
+    fault = assert_submit_faults(dev, loaded, regions, exc, match)
     for r in regions.values():
         dev.free(r)
-    return info.value
+    return fault
 
 
 def with_words(td, **w):
