@@ -25,7 +25,7 @@ from .engine import Engine
 from .memory import ALIGN, DEFAULT_SIZE, BARTable, Region, UnifiedMemory
 from .planar import registers as planar_regs
 from .tile_dma import dram_reads
-from .taskmanager import Task, TaskManager
+from .taskmanager import EVENT_FIFO_DEPTH, HISTORY_SIZE, Task, TaskManager
 
 
 @dataclass
@@ -79,13 +79,17 @@ class Device:
     """An emulated M1 ANE.
 
     ``memory_size``: bytes of emulated DRAM (pages are committed only when touched);
-    ``stats_only``: the default for runs: plan and count, but compute nothing.
+    ``stats_only``: the default for runs: plan and count, but compute nothing;
+    ``history_size``, ``event_depth``: how many completed tasks the task manager keeps in
+    its history and how many events each IRQ FIFO holds (bounded, so a long-running
+    process holds constant memory; :mod:`fastane.device.taskmanager`).
     """
 
-    def __init__(self, memory_size: int = DEFAULT_SIZE, stats_only: bool = False):
+    def __init__(self, memory_size: int = DEFAULT_SIZE, stats_only: bool = False,
+                 history_size: int = HISTORY_SIZE, event_depth: int = EVENT_FIFO_DEPTH):
         self.memory = UnifiedMemory(memory_size)
         self.engine = Engine(self.memory)
-        self.tm = TaskManager(self._execute)
+        self.tm = TaskManager(self._execute, history_size, event_depth)
         self.stats_only = stats_only
         #: Stats of everything the device ran
         self.stats = Stats()

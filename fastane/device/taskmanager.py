@@ -16,6 +16,12 @@ one TD chain at a time, through the ``executor`` the :class:`~fastane.device.Dev
 provides.  Completions and faults go to the IRQ event FIFOs (line 0: done, line 1: fault)
 and the error registers.
 
+State is bounded, so a process that submits millions of tasks holds constant memory:
+:attr:`TaskManager.history` keeps the last :data:`HISTORY_SIZE` completed tasks, and each
+event FIFO holds at most :data:`EVENT_FIFO_DEPTH` events (when a FIFO is full, its oldest
+event is dropped and counted in :attr:`TaskManager.events_dropped`).  Both are constructor
+arguments (``0`` keeps none).
+
 Execution model: the emulated hardware runs in the thread that pushes (or waits), right
 after the push, unless the TM is held (:meth:`TaskManager.hold`): then pushes accumulate
 and run, by priority, when the hold ends.  So priorities and ping-pong order are
@@ -51,6 +57,12 @@ TM_COMMITTED, TM_STATUS = 0x44, 0x54
 TM_ERROR1, TM_ERROR2, TM_ERROR3 = 0x58, 0x5C, 0x60
 TM_IRQ_EN1, TM_IRQ_ACK, TM_IRQ_EN2 = 0x68, 0x6C, 0x70
 IRQ_LINES = 2
+
+#: completed tasks :attr:`TaskManager.history` keeps (the oldest drop out first)
+HISTORY_SIZE = 512
+#: events each IRQ event FIFO holds (fastane's decision: the M1's depth is not known); when
+#: a FIFO is full, a new event drops the oldest one
+EVENT_FIFO_DEPTH = 512
 
 
 def TM_IRQ_EVTC(line): return 0x14 + line * 0x14  # noqa: E302,E704  events waiting
@@ -210,9 +222,15 @@ class TaskManager:
 
     ``executor(task) -> Stats`` runs one pushed chain (``task.addr``, ``task.td_size``,
     ``task.td_count``, ``task.bars``); it raises a :class:`DeviceFault` on a fault.
+    ``history_size``: completed tasks kept in :attr:`history`; ``event_depth``: events each
+    IRQ FIFO holds (see the module docstring).
     """
 
-    def __init__(self, executor):
+    def __init__(self, executor, history_size: int = HISTORY_SIZE,
+                 event_depth: int = EVENT_FIFO_DEPTH):
+        for name, v in (("history_size", history_size), ("event_depth", event_depth)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {v!r}")
         self.executor = executor
         self._lock = threading.RLock()
         self._exec_lock = threading.RLock()
@@ -226,11 +244,18 @@ class TaskManager:
         self._pending: list[Task] = []
         self.tm = {TM_ADDR: 0, TM_INFO: 0, TM_TQ_EN: 0, TM_COMMITTED: 0, TM_ERROR1: 0,
                    TM_ERROR2: 0, TM_ERROR3: 0, TM_IRQ_EN1: 0, TM_IRQ_ACK: 0, TM_IRQ_EN2: 0}
-        self.events = tuple(collections.deque() for _ in range(IRQ_LINES))
+        self.events = tuple(collections.deque(maxlen=event_depth) for _ in range(IRQ_LINES))
+        #: per line: events dropped because the FIFO was full
+        self.events_dropped = [0] * IRQ_LINES
         self._latched = [Event(line, 0, 0, 0, 0, 0, 0) for line in range(IRQ_LINES)]
-        #: every completed task, in execution order (an observable log)
-        self.history: list[Task] = []
+        self._history: collections.deque[Task] = collections.deque(maxlen=history_size)
         self._callbacks = []
+
+    @property
+    def history(self) -> list[Task]:
+        """The last ``history_size`` completed tasks, in execution order (a copy)."""
+        with self._lock:
+            return list(self._history)
 
     # ------------------------------------------------------------------ registers
     def read32(self, offset: int) -> int:
@@ -435,12 +460,15 @@ class TaskManager:
             code = 0 if error is None else fault_code(error)
             event = Event(0 if error is None else 1, task.qid, task.nid, task.slot, task.addr,
                           code, task.seq)
-            self.events[event.line].append(event)
+            fifo = self.events[event.line]
+            if len(fifo) == fifo.maxlen:
+                self.events_dropped[event.line] += 1
+            fifo.append(event)
             if error is not None:
                 self.tm[TM_ERROR1] = code
                 self.tm[TM_ERROR2] = task.addr
                 self.tm[TM_ERROR3] = (task.nid & 0xFF) << 8 | task.qid
-            self.history.append(task)
+            self._history.append(task)
             callbacks, task._callbacks = task._callbacks, []
             callbacks = list(self._callbacks) + callbacks
             self._refill(q)
@@ -517,5 +545,5 @@ class TaskManager:
             self._push(q.qid, task.priority, task, slot_index=i)
 
     def __repr__(self) -> str:
-        return (f"TaskManager({len(self._pending)} pending, {len(self.history)} completed"
+        return (f"TaskManager({len(self._pending)} pending, {len(self._history)} in history"
                 f"{', held' if self.held else ''})")
