@@ -71,7 +71,8 @@ from . import lut as _lut
 from .kernels import layout as _klayout
 from .stats import Stats
 from .td import BarSlot, Program
-from .td.asm import LUT_BLOCK, KernelLayout, conv_td, eltwise_td, kernel_layout
+from .m1 import LUT_BLOCK, KernelLayout, kernel_layout
+from .td.asm import conv_td, eltwise_td
 from .td.fields import BY_NAME, TD_SIZE
 
 __all__ = ["Conv", "NEStage", "Tiling", "Lowered", "Limits", "LIMITS", "ne_stage", "tile", "lower",

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import TDError
+from .m1 import LUT_BLOCK, LUT_WORDS
 from .kernels import lut as _klut
 from .kernels import ne as _kne
 from .operands import fp16_operand
@@ -51,8 +52,8 @@ __all__ = [
 ]
 
 #: words of the coefficient block that carry meaning, and the block's size in KMem
-WORDS = 43
-BLOCK_BYTES = 0x80
+WORDS = LUT_WORDS
+BLOCK_BYTES = LUT_BLOCK
 
 SYMMETRY_NONE, SYMMETRY_ODD, SYMMETRY_POSITIVE = "none", "odd", "positive"
 _SYM_BITS = {0x00: SYMMETRY_NONE, 0x60: SYMMETRY_ODD, 0xC0: SYMMETRY_POSITIVE}

@@ -23,13 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .memory import ALIGN, aligned_bytes, round_up
+from ..m1 import ALIGN, DTYPES, round_up
+from .memory import aligned_bytes
 
 #: the innermost dimension is padded to a multiple of this many elements
 PAD_ELEMENTS = 16
 
-#: ANE element formats (InFmt/OutFmt/KernelFmt/MemFmt codes) -> numpy dtypes
-FORMATS = {0: np.dtype(np.uint8), 1: np.dtype(np.int8), 2: np.dtype(np.float16)}
+#: ANE element formats (InFmt/OutFmt/KernelFmt/MemFmt codes) -> numpy dtypes (fastane.m1)
+FORMATS = DTYPES
 
 
 def padded_shape(shape) -> tuple:

@@ -32,15 +32,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import TDError
+from ..m1 import FORMATS, MAX_CHAIN, TD_SIZE
 from ..stats import Stats
 from ..td import TaskDescriptor
-from ..td.fields import TD_SIZE
 from . import kernel_dma, l2, mac, ne, planar, tile_dma
 from .faults import BARFault, ChainFault, DecodeFault, DMARangeFault
 from .memory import BARTable, UnifiedMemory, aligned_bytes
 
-#: the longest chain followed when the pushed TD count is 0 (unknown)
-MAX_CHAIN = 0xFFFF
+# the longest chain followed when the pushed TD count is 0 (unknown): fastane.m1.MAX_CHAIN
 #: checked plans kept by :meth:`Engine.plan` (chains)
 PLAN_CACHE = 256
 #: decoded weight sets kept by :meth:`Engine._weights`, and the bytes they may hold in all
@@ -49,7 +48,6 @@ WEIGHT_CACHE = 8
 WEIGHT_CACHE_BYTES = 64 << 20
 #: the largest scratch buffer :meth:`Engine._scratch` keeps (bytes)
 SCRATCH_BYTES = 64 << 20
-_FMT_BYTES = {0: 1, 1: 1, 2: 2}
 
 
 @dataclass
@@ -182,7 +180,7 @@ class Engine:
             kernel_dma.check_loaded(p.kdma, g.cout, g.cin_g, g.kh, g.kw, g.kernel_fmt, f"{what}: MAC")
         if p.ne is not None:
             ne.check_loaded(p.ne, p.kdma, f"{what}: NE")
-        p.l2 = l2.plan(regs, g, _FMT_BYTES[g.in_fmt], _FMT_BYTES[g.out_fmt], resident, what)
+        p.l2 = l2.plan(regs, g, FORMATS[g.in_fmt], FORMATS[g.out_fmt], resident, what)
         if p.l2.source_type == l2.DRAM:
             if not regs["TileDMASrc.DMAConfig.En"]:
                 raise DecodeFault(f"{what}: SourceType 2 (DRAM) with TileDMASrc disabled")

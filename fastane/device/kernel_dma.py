@@ -32,13 +32,12 @@ import numpy as np
 from fastane.kernels import dma as _kdma
 from fastane.kernels.fp16 import f16_bits_to_f64_array
 
-from .buffers import FORMATS
+from ..m1 import ALIGN, CORES, DTYPES, KMEM_CORE_BYTES, channels_per_core, kernel_layout
 from .faults import BARFault, KMemOverflow
-from .memory import ALIGN, round_up
 
-LANES = 16
-#: bytes of kernel memory per core
-KMEM_BYTES = 64 << 10
+#: KernelDMA lanes (one per NE core) and the kernel memory of each core (fastane.m1)
+LANES = CORES
+KMEM_BYTES = KMEM_CORE_BYTES
 
 
 @dataclass(frozen=True)
@@ -122,11 +121,6 @@ class KMem:
 
 
 # -- the weight layout --------------------------------------------------------------------
-def channels_per_core(cout: int) -> int:
-    """``m``: output channels per core (the block size of the layout)."""
-    return -(-cout // LANES)
-
-
 def lane_channels(cout: int, lane: int) -> range:
     """The output channels core ``lane`` holds."""
     m = channels_per_core(cout)
@@ -135,13 +129,12 @@ def lane_channels(cout: int, lane: int) -> range:
 
 def lane_stride(cout: int, cin_per_group: int, kh: int, kw: int, fmt: int = 2) -> int:
     """``coeff``: the bytes of one lane's buffer, padded to 64."""
-    m = channels_per_core(cout)
-    return round_up(m * cin_per_group * kh * kw * FORMATS[fmt].itemsize, ALIGN)
+    return kernel_layout(cout, cin_per_group * kh * kw * DTYPES[fmt].itemsize).wbytes if cout > 0 else 0
 
 
 def lane_bytes(cout: int, cin_per_group: int, kh: int, kw: int, fmt: int = 2) -> list[int]:
     """Bytes of kernel each of the 16 cores reads from its KMem (0 = lane unused)."""
-    per = cin_per_group * kh * kw * FORMATS[fmt].itemsize
+    per = cin_per_group * kh * kw * DTYPES[fmt].itemsize
     m = channels_per_core(cout)
     return [max(0, min(m, cout - lane * m)) * per for lane in range(LANES)]
 
@@ -172,7 +165,7 @@ def pack_weights(w, fmt: int = 2, base: int = 0) -> tuple[bytes, dict]:
     cout, cin_g, kh, kw = w.shape
     check_fits(cout, cin_g, kh, kw, fmt)
     coeff = lane_stride(cout, cin_g, kh, kw, fmt)
-    flat = np.ascontiguousarray(w.astype(FORMATS[fmt]))
+    flat = np.ascontiguousarray(w.astype(DTYPES[fmt]))
     out = bytearray()
     fields = {}
     for lane in range(LANES):
@@ -188,7 +181,7 @@ def pack_weights(w, fmt: int = 2, base: int = 0) -> tuple[bytes, dict]:
 
 def unpack_weights(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt: int = 2) -> np.ndarray:
     """The ``[Cout, Cin/groups, Kh, Kw]`` weights (float64, exact) the cores hold in KMem."""
-    dtype = FORMATS[fmt]
+    dtype = DTYPES[fmt]
     per = cin_g * kh * kw * dtype.itemsize
     w = np.empty((cout, cin_g * kh * kw), dtype=np.float64)
     m = channels_per_core(cout)
@@ -206,7 +199,7 @@ def unpack_weights(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt: int
 def used_bytes(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt: int = 2) -> bytes:
     """A copy of the KMem bytes the MAC reads for a ``[Cout, Cin/groups, Kh, Kw]`` kernel
     (each lane's channels, lane after lane): what its decoded weights depend on."""
-    per = cin_g * kh * kw * FORMATS[fmt].itemsize
+    per = cin_g * kh * kw * DTYPES[fmt].itemsize
     m = channels_per_core(cout)
     full = cout // m
     rest = (cout - full * m) * per

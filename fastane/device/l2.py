@@ -36,11 +36,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..m1 import L2_BYTES, L2_UNIT, round_up
 from .faults import L2Fault, L2Overflow, UnsupportedTask
-from .memory import round_up
 
-L2_BYTES = 2 << 20
-L2_UNIT = 16
 VECTOR, DRAM, L2 = 0, 2, 3
 SOURCE_TYPES = {VECTOR: "L2 vector", DRAM: "DRAM", L2: "L2"}
 #: the types whose data stays in L2

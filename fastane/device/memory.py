@@ -15,23 +15,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..m1 import ALIGN, NUM_BARS, TILE, round_up
 from .faults import BARFault, DMARangeFault
 
-#: allocation unit of unified memory (bytes)
-TILE = 0x4000
-#: DMA alignment (bytes): every stride and base address is a multiple of it
-ALIGN = 64
-#: BAR slots per task
-NUM_BARS = 32
 #: default size of the emulated DRAM window (pages are only committed when touched)
 DEFAULT_SIZE = 256 << 20
 #: IOVA of the first byte (non-zero, so that address 0 is never valid)
 DEFAULT_BASE = 0x1000_0000
-
-
-def round_up(n: int, m: int) -> int:
-    """``n`` rounded up to a multiple of ``m``."""
-    return -(-int(n) // m) * m
 
 
 def aligned_bytes(nbytes: int, align: int = ALIGN, zero: bool = True) -> np.ndarray:

@@ -33,12 +33,9 @@ import numpy as np
 from fastane.kernels import ne as _kne
 
 from .faults import KMemOverflow, UnsupportedTask
-from .kernel_dma import LANES, channels_per_core, lane_stride
-from .memory import ALIGN, round_up
+from ..m1 import CORES, DTYPES, LUT_BLOCK, kernel_layout
 
 IDENTITY, RELU, LUT = 0, 1, 2
-#: bytes of the LUT coefficient block at the start of core 0's KMem
-LUT_BLOCK = 0x80
 
 
 @dataclass(frozen=True)
@@ -67,17 +64,16 @@ def config(regs: dict, what: str) -> NEConfig:
         if regs[name]:
             raise UnsupportedTask(f"{what}: {name} = {regs[name]} is not emulated on the FP16 path")
     cout = regs["Common.Cout.Cout"]
-    m = channels_per_core(max(cout, 1))
     vector = bool(regs["NE.MACCfg.BiasMode"] and regs["NE.MACCfg.MatrixBiasEn"])
-    wbytes = 0
-    if regs["NE.MACCfg.KernelMode"] == 0:
+    per = 0                 # an elementwise task (KernelMode 1) holds no kernels
+    if regs["NE.MACCfg.KernelMode"] == 0 and cout > 0:
         groups = max(regs["Common.GroupConvCfg.NumGroups"], 1)
-        wbytes = lane_stride(cout, regs["Common.Cin.Cin"] // groups, regs["Common.ConvCfg.Kh"],
-                             regs["Common.ConvCfg.Kw"], regs["NE.KernelCfg.KernelFmt"] % 3)
-    bbytes = round_up(2 * m, ALIGN) if vector else 0
+        per = (regs["Common.Cin.Cin"] // groups * regs["Common.ConvCfg.Kh"] * regs["Common.ConvCfg.Kw"]
+               * DTYPES[regs["NE.KernelCfg.KernelFmt"] % 3].itemsize)
+    lay = kernel_layout(max(cout, 1), per, vector)
     cfg = NEConfig(regs["NE.MACCfg.BiasMode"], regs["NE.AccBias.AccBias"],
                    regs["NE.PostScale.PostScale"], regs["NE.MACCfg.NonlinearMode"],
-                   vector, cout, m, wbytes, wbytes + bbytes)
+                   vector, cout, lay.m, lay.bias_offset, lay.lut_offset)
     if cfg.nonlinear not in (IDENTITY, RELU, LUT):
         raise UnsupportedTask(f"{what}: NE.MACCfg.NonlinearMode = {cfg.nonlinear} is not defined")
     if cfg.nonlinear == LUT and _lut_unpacker() is None:
@@ -109,7 +105,7 @@ def needs(cfg: NEConfig) -> dict:
     """KMem the NE reads: ``{core: (bytes from the start of its KMem, what)}``."""
     need = {}
     if cfg.bias_vector:
-        for lane in range(min(LANES, -(-cfg.cout // cfg.per_core))):
+        for lane in range(min(CORES, -(-cfg.cout // cfg.per_core))):
             n = min(cfg.per_core, cfg.cout - lane * cfg.per_core)
             need[lane] = (cfg.bias_offset + 2 * n, "bias vector")
     if cfg.nonlinear == LUT:

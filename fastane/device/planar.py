@@ -29,90 +29,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..m1 import FP16, L2_BYTES, L2_UNIT
+from ..td.planar import (ABS, BINARY, BINOP, BINOPS, OPCODES, RECIP, RED_MAX, SUBTRACT, TASK_REDUCE,
+                         UNNAMED, WORDS, is_planar, operation, registers, set_unnamed,
+                         unnamed_fields, words)
+from . import tile_dma
 from .faults import DecodeFault, L2Fault, L2Overflow, UnsupportedTask
 
-WORDS = tuple(f"Planar.Word[{i}]" for i in range(4))
-FP16 = 2
 #: below this many elements a task's kernel runs on one thread (as kernels.mac._threads_for does for the MAC array)
 SERIAL_ELEMENTS = 1 << 18
-L2_BYTES = 2 << 20
-L2_UNIT = 16
-
-#: fastane's readings of TD bits the recovered bit map leaves unnamed, as
-#: ``name -> (byte offset, bit, width)`` like the bit map's own entries.  They are
-#: decisions from the corpus (docs/device.md, "Planar engine"); the engine adds them to
-#: every decoded register file (:func:`registers`).
-UNNAMED = {
-    # ChCfg bits [3:2]: the second operand's format (2 on every binary planar TD, 0 else)
-    "Common.ChCfg.Src1InFmt": (0x130, 2, 2),
-    # 0x158 bit 0 / bit 4: source 0 / source 1 is a per-row vector broadcast along W
-    "Common.Broadcast.Src0": (0x158, 0, 1),
-    "Common.Broadcast.Src1": (0x158, 4, 1),
-    # Common.Cfg bits [7:4] (0x15c): 0 NE task, 2 planar unary, 3 planar binary, 5 reduction
-    "Common.Cfg.TaskType": (0x15C, 4, 4),
-    # TileDMASrc's second register set (source 1): the first set's layout, 0x14 bytes on
-    "TileDMASrc1.BaseAddr.Addr": (0x188, 6, 26),
-    "TileDMASrc1.RowStride.Stride": (0x18C, 6, 26),
-    "TileDMASrc1.PlaneStride.PlaneStride": (0x190, 6, 26),
-    "TileDMASrc1.DepthStride.Stride": (0x194, 6, 26),
-    "TileDMASrc1.GroupStride.Stride": (0x198, 6, 26),
-    "TileDMASrc1.Fmt.MemFmt": (0x1A9, 4, 2),
-    # L2's source-1 window (16-byte units like SourceBase/strides) and the result's
-    # group stride (where a reduction puts group g's value)
-    "L2.Source1Base.Addr": (0x1FC, 4, 17),
-    "L2.Source1ChannelStride.Stride": (0x200, 4, 17),
-    "L2.Source1RowStride.Stride": (0x204, 4, 17),
-    "L2.ResultGroupStride.Stride": (0x224, 4, 17),
-}
-_UNNAMED_WSM = tuple((name, off // 4, (off % 4) * 8 + bit, (1 << width) - 1)
-                     for name, (off, bit, width) in UNNAMED.items())
-
-# Word 0 bits
-_BINARY = 1 << 19
-_SUBTRACT = 1 << 18
-_BINOP = 0b11 << 2
-_ABS = 1 << 6
-_RED_MAX = 1 << 1
-_RECIP = 1 << 12
-_BINOPS = ("add", "mul", "max", "min")
-TASK_REDUCE = 5
-
-
-def unnamed_fields(words) -> dict:
-    """``{name: value}`` of the :data:`UNNAMED` registers, from a TD's 157 words."""
-    return {name: (words[i] >> s) & m for name, i, s, m in _UNNAMED_WSM}
-
-
-def registers(td) -> dict:
-    """The register file of a :class:`~fastane.td.TaskDescriptor` as the engine sees it:
-    every named field plus the :data:`UNNAMED` registers."""
-    regs = td.fields()
-    regs.update(unnamed_fields(td.words))
-    return regs
-
-
-def set_unnamed(td, values: dict | None = None, **kw):
-    """Write :data:`UNNAMED` registers of ``td`` in place (keyword form: dots -> ``_``,
-    e.g. ``TileDMASrc1_RowStride_Stride=50``); returns ``td``."""
-    alias = {n.replace(".", "_"): n for n in UNNAMED}
-    for name, v in {**(values or {}), **{alias.get(k, k): v for k, v in kw.items()}}.items():
-        if name not in UNNAMED:
-            raise KeyError(f"{name!r} is not one of fastane's unnamed registers ({', '.join(UNNAMED)})")
-        off, bit, width = UNNAMED[name]
-        if not 0 <= int(v) < 1 << width:
-            raise ValueError(f"{name} is {width} bits wide; {v} does not fit")
-        i, s, m = off // 4, (off % 4) * 8 + bit, (1 << width) - 1
-        td.words[i] = (td.words[i] & ~(m << s) & 0xFFFFFFFF) | int(v) << s
-    return td
-
-
-def is_planar(regs: dict) -> bool:
-    return any(regs.get(w, 0) for w in WORDS)
-
-
-def operation(regs: dict) -> tuple:
-    return tuple(regs.get(w, 0) for w in WORDS)
-
 
 def ops(regs: dict) -> int:
     """Elements a planar task processes: ``NumGroups x Cout x Hout x Wout`` (for a row
@@ -123,25 +48,6 @@ def ops(regs: dict) -> int:
 
 def _f16(bits: int) -> float:
     return float(np.uint16(bits).view(np.float16))
-
-
-def _f16_bits(x: float) -> int:
-    return int(np.array(x, np.float16).view(np.uint16))
-
-
-#: Word 0 of each operation; the reductions need ``Common.Cfg.TaskType`` = 5 as well
-OPCODES = {"scale": 0x0, "abs": _ABS, "add": _BINARY, "mul": _BINARY | 1 << 2,
-           "max": _BINARY | 2 << 2, "min": _BINARY | 3 << 2, "sub": _BINARY | _SUBTRACT,
-           "sum": 0x0, "max-reduce": _RED_MAX, "recip-sum": _RECIP}
-
-
-def words(name: str, out_scale: float = 1.0, offset: float = 0.0, in_scale: float = 1.0) -> tuple:
-    """The four Planar words of operation ``name`` (:data:`OPCODES`): ``out = out_scale *
-    op(in_scale * a, b) + offset``, every value rounded to fp16 (word 3 = fp32 1.0)."""
-    if name not in OPCODES:
-        raise ValueError(f"unknown planar operation {name!r} (one of {', '.join(OPCODES)})")
-    return (OPCODES[name], _f16_bits(out_scale) << 16 | _f16_bits(offset), _f16_bits(in_scale) << 16,
-            0x3F800000)
 
 
 # ---------------------------------------------------------------------------- decode
@@ -181,36 +87,36 @@ def _words_text(words) -> str:
 def _decode_op(w0: int, reduce: bool):
     """``(name, binary, problem)`` of Word 0; ``problem`` says why it is not emulated."""
     if reduce:
-        known = _RED_MAX | _RECIP
+        known = RED_MAX | RECIP
         if w0 & ~known:
             return "?", False, (f"Word[0] bits {w0 & ~known:#x} in a row reduction (Common.Cfg."
                                 f"TaskType 5) have no known meaning (reductions: 0x0 sum, 0x2 max, "
                                 f"0x1000 sum then reciprocal)")
-        if w0 == _RED_MAX | _RECIP:
+        if w0 == RED_MAX | RECIP:
             return "?", False, ("Word[0] = 0x1002 (reciprocal of a max reduction) was never "
                                 "observed; its meaning is not established")
-        return {0: "sum", _RED_MAX: "max-reduce", _RECIP: "recip-sum"}[w0], False, None
-    known = _BINARY | _SUBTRACT | _BINOP | _ABS
+        return {0: "sum", RED_MAX: "max-reduce", RECIP: "recip-sum"}[w0], False, None
+    known = BINARY | SUBTRACT | BINOP | ABS
     if w0 & ~known:
         extra = w0 & ~known
         hint = (" (0x2 and 0x1000 are reduction codes: they need Common.Cfg.TaskType 5)"
-                if extra & (_RED_MAX | _RECIP) else "")
-        return "?", bool(w0 & _BINARY), (f"Word[0] bits {extra:#x} have no known meaning for an "
+                if extra & (RED_MAX | RECIP) else "")
+        return "?", bool(w0 & BINARY), (f"Word[0] bits {extra:#x} have no known meaning for an "
                                          f"elementwise planar task{hint}")
-    if w0 & _BINARY:
-        if w0 & _ABS:
+    if w0 & BINARY:
+        if w0 & ABS:
             return "?", True, "Word[0] combines abs (0x40) with a binary operation (0x80000): never observed"
-        k = (w0 & _BINOP) >> 2
-        if w0 & _SUBTRACT:
+        k = (w0 & BINOP) >> 2
+        if w0 & SUBTRACT:
             if k:
                 return "?", True, (f"Word[0] = {w0:#x}: the subtract bit (0x40000) with "
-                                   f"{_BINOPS[k]} was never observed")
+                                   f"{BINOPS[k]} was never observed")
             return "sub", True, None
-        return _BINOPS[k], True, None
-    if w0 & (_SUBTRACT | _BINOP):
-        return "?", False, (f"Word[0] = {w0:#x}: bits {w0 & (_SUBTRACT | _BINOP):#x} select a binary "
+        return BINOPS[k], True, None
+    if w0 & (SUBTRACT | BINOP):
+        return "?", False, (f"Word[0] = {w0:#x}: bits {w0 & (SUBTRACT | BINOP):#x} select a binary "
                             f"operation, but the binary bit 0x80000 is clear")
-    return ("abs" if w0 & _ABS else "scale"), False, None
+    return ("abs" if w0 & ABS else "scale"), False, None
 
 
 def config(regs: dict, what: str, strict: bool = True) -> PlanarConfig:
@@ -361,14 +267,12 @@ class L2Operand:
 def plan_source(regs: dict, bars, g: PlanarGeometry, what: str):
     """TileDMASrc of source 0 (``RBase0``): for a row reduction, ``NumGroups`` rows at
     ``GroupStride`` (the group is the outermost dimension)."""
-    from . import tile_dma
     return tile_dma.plan_src(regs, bars, g.cin, g.hin, g.win, what, groups=g.groups if g.reduce else 1)
 
 
 def plan_second(cfg: PlanarConfig, regs: dict, bars, g: PlanarGeometry, resident: dict, what: str):
     """Source 1 of a binary operation: a TileDMASrc plan (``RBase1``, the second register
     set) or an :class:`L2Operand` (checked against the results resident in L2)."""
-    from . import tile_dma
     if not cfg.binary:
         return None
     shape = (1, g.cin, g.hin, g.win)
@@ -401,7 +305,6 @@ def read_operand(op, memory: np.ndarray, l2mem):
         return None
     if isinstance(op, L2Operand):
         return l2mem.read(op.addr)
-    from . import tile_dma
     return tile_dma.read(op, memory)
 
 

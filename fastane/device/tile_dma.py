@@ -23,6 +23,7 @@ import numpy as np
 
 from fastane.kernels import dma
 
+from ..td.planar import TASK_REDUCE, is_planar
 from .buffers import FORMATS
 from .faults import BARFault, UnsupportedTask
 from .memory import ALIGN, round_up
@@ -104,16 +105,15 @@ def dram_reads(regs: dict) -> list:
     ``RBE1`` is set (it has its own register set, ``TileDMASrc1``).  A planar row
     reduction reads ``NumGroups`` rows at ``GroupStride``.
     """
-    from . import planar
     shape = (regs["Common.Cin.Cin"], regs["Common.InDim.Hin"], regs["Common.InDim.Win"])
-    is_planar = planar.is_planar(regs)
-    reduce = is_planar and regs.get("Common.Cfg.TaskType", 0) == planar.TASK_REDUCE
+    planar = is_planar(regs)
+    reduce = planar and regs.get("Common.Cfg.TaskType", 0) == TASK_REDUCE
     groups = max(regs["Common.GroupConvCfg.NumGroups"], 1) if reduce else 1
     reads = []
     if regs["L2.SourceCfg.SourceType"] == 2 and regs["Header.RBE0"]:
         reads.append((regs["Header.RBase0"], "TileDMASrc", shape, groups))
     if regs["Header.RBE1"]:
-        if is_planar:
+        if planar:
             reads.append((regs["Header.RBase1"], "TileDMASrc1", shape, 1))
         elif regs["L2.SourceCfg.SourceType"] == 2:
             reads.append((regs["Header.RBase1"], "TileDMASrc", shape, 1))

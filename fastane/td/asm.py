@@ -11,24 +11,22 @@ cache hints, L2 aliasing, words the bit map leaves unnamed) are the seed's value
 do (corpus ``unary/tanh.bin``, ``unary/sigmoid.bin``, ``activation/silu.bin``): an NE task
 with ``KernelMode = 1`` (the source passes the MAC array to the NE: PostScale, ReLU or the
 LUT block from KMem), or a planar task (the four Planar words and the registers the bit map
-leaves unnamed, :data:`fastane.device.planar.UNNAMED`), with sources and result in DRAM or
+leaves unnamed, :data:`fastane.td.planar.UNNAMED`), with sources and result in DRAM or
 kept in L2.
 """
 from __future__ import annotations
 
-import functools
 import math
 import struct
-from dataclasses import dataclass
 
+from ..m1 import CORES, FORMATS, L2_UNIT, LUT_BLOCK, kernel_layout
+from ..m1 import round_up as _ru
 from .codec import TaskDescriptor
+from .planar import PLANAR_BINARY, PLANAR_UNARY
+from .planar import words as planar_words
 
 FMT_CODES = {"uint8": 0, "u8": 0, "int8": 1, "i8": 1, "fp16": 2, "float16": 2, "f16": 2}
-FMT_BYTES = {0: 1, 1: 1, 2: 2}
 NONLINEAR_CODES = {"identity": 0, "none": 0, None: 0, "relu": 1, "lut": 2}
-CORES = 16
-#: bytes of a LUT coefficient block in KMem (43 u16 words, zero padded)
-LUT_BLOCK = 0x80
 
 # raw bits of words the bit map names no field for, as the seed's conv TD has them
 # (0x12c and 0x140 are 1 in every corpus TD, 0x148 0x2041, 0x170 0x8880: probably 3-D
@@ -39,7 +37,7 @@ _SEED_RAW = {0x02C: 0x40, 0x0F4: 0x80, 0x0F8: 0x80, 0x0FC: 0x80, 0x100: 0x80, 0x
 
 
 def _fmt(f) -> int:
-    if isinstance(f, int) and f in FMT_BYTES:
+    if isinstance(f, int) and f in FORMATS:
         return f
     code = FMT_CODES.get(str(f).lower())
     if code is None:
@@ -61,10 +59,6 @@ def _pair(v, what: str) -> tuple[int, int]:
     return a, b
 
 
-def _ru(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
 def _pads(padding, what: str = "padding") -> tuple[tuple[int, int], tuple[int, int]]:
     """``((top, bottom), (left, right))`` from an int, ``(py, px)`` or the full form."""
     if isinstance(padding, int):
@@ -78,51 +72,6 @@ def _pads(padding, what: str = "padding") -> tuple[tuple[int, int], tuple[int, i
         raise ValueError(f"{what} must be >= 0: an int, (py, px) or ((top, bottom), (left, right)), "
                          f"got {padding!r}")
     return pads
-
-
-@dataclass(frozen=True)
-class KernelLayout:
-    """Where one task's coefficients sit in its kernel BAR slot (the KMem layout the device
-    reads, docs/device.md): output channels dealt to the cores in blocks of ``m``; core
-    ``l``'s buffer is its channels' kernels (``wbytes``, padded to 64), then the bias vector
-    (``bbytes``: ``m`` fp16 values padded to 64, with a per-channel bias), then, on core 0
-    only, the 0x80-byte LUT coefficient block (``lut_bytes``).  Core ``l`` reads
-    ``sizes[l]`` bytes at ``base + offsets[l]``."""
-
-    cout: int
-    per_channel: int        # kernel bytes of one output channel (Cin/groups x Kh x Kw x bytes)
-    m: int                  # output channels per core
-    lanes: int              # cores used
-    wbytes: int
-    bbytes: int
-    lut_bytes: int
-    offsets: tuple
-    sizes: tuple
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the whole layout in the kernel slot."""
-        return self.offsets[-1] + self.sizes[-1]
-
-    @property
-    def core_bytes(self) -> int:
-        """The most any core loads (core 0: it holds the LUT block)."""
-        return max(self.sizes)
-
-
-@functools.lru_cache(maxsize=1024)
-def kernel_layout(cout: int, per_channel: int, bias_vector: bool = False, lut: bool = False) -> KernelLayout:
-    """The :class:`KernelLayout` of ``cout`` output channels of ``per_channel`` bytes each."""
-    m = -(-cout // CORES)
-    lanes = -(-cout // m)
-    wbytes = _ru(m * per_channel, 64)
-    bbytes = _ru(2 * m, 64) if bias_vector else 0
-    lut_bytes = LUT_BLOCK if lut else 0
-    first = wbytes + bbytes + lut_bytes
-    rest = wbytes + bbytes
-    offsets = tuple(0 if k == 0 else first + (k - 1) * rest for k in range(lanes))
-    sizes = tuple(first if k == 0 else rest for k in range(lanes))
-    return KernelLayout(cout, per_channel, m, lanes, wbytes, bbytes, lut_bytes, offsets, sizes)
 
 
 def conv_td(x_shape, y_shape, *, kernel=(1, 1), stride=(1, 1), padding=0, dilation=(1, 1),
@@ -181,20 +130,20 @@ def conv_td(x_shape, y_shape, *, kernel=(1, 1), stride=(1, 1), padding=0, dilati
         if base < 0 or base % 64:
             raise ValueError(f"{name} must be a non-negative multiple of 64, got {base}")
 
-    lay = kernel_layout(cout, (c // groups) * kh * kw * FMT_BYTES[fk], vector,
+    lay = kernel_layout(cout, (c // groups) * kh * kw * FORMATS[fk], vector,
                         NONLINEAR_CODES[nonlinear] == 2)
     active_ne = math.ceil(math.log2(lay.lanes))
     in_row, in_plane = src_strides or (None, None)
-    in_row = in_row if in_row is not None else _ru(w * FMT_BYTES[fi], 64)
+    in_row = in_row if in_row is not None else _ru(w * FORMATS[fi], 64)
     in_plane = in_plane if in_plane is not None else _ru(in_row * h, 64)
     out_row, out_plane = dst_strides or (None, None)
-    out_row = out_row if out_row is not None else _ru(wout * FMT_BYTES[fo], 64)
+    out_row = out_row if out_row is not None else _ru(wout * FORMATS[fo], 64)
     out_plane = out_plane if out_plane is not None else _ru(out_row * hout, 64)
     for name, v in (("src row", in_row), ("src plane", in_plane), ("dst row", out_row),
                     ("dst plane", out_plane)):
         if v % 64 or v <= 0:
             raise ValueError(f"{name} stride {v} is not a positive multiple of 64 bytes (SPEC 5)")
-    l2_ch = -(-w * FMT_BYTES[fi] // 16)          # L2 strides and addresses count 16-byte units
+    l2_ch = -(-w * FORMATS[fi] // L2_UNIT)     # L2 strides and addresses count 16-byte units
     l2_row = c * l2_ch
 
     td = TaskDescriptor()
@@ -253,9 +202,6 @@ def conv_td(x_shape, y_shape, *, kernel=(1, 1), stride=(1, 1), padding=0, dilati
     return td.update(v)
 
 
-#: planar-engine operations :func:`eltwise_td` can emit (``fastane.device.planar.OPCODES``)
-PLANAR_UNARY = ("scale", "abs")
-PLANAR_BINARY = ("add", "sub", "mul", "max", "min")
 # raw bits of unnamed words as Apple's elementwise programs have them (unary/tanh.bin,
 # unary/sigmoid.bin TD1): the KernelDMASrc and NE raw bits only on NE tasks
 _ELT_RAW = {0x12C: 0x1, 0x140: 0x1, 0x148: 0x2041, 0x15C: 0x1, 0x170: 0x8880, 0x1AC: 0x100}
@@ -294,7 +240,7 @@ def eltwise_td(shape, *, op=None, out_scale: float = 1.0, offset: float = 0.0, i
       ``kernel_base`` of ``kernel_slot`` to the start of core 0's KMem).
     * ``op`` a planar operation (:data:`PLANAR_UNARY`, :data:`PLANAR_BINARY`): a **planar
       task**, ``out = out_scale * op(in_scale * a, b) + offset`` (the four Planar words of
-      :func:`fastane.device.planar.words`, and the registers the bit map leaves unnamed:
+      :func:`fastane.td.planar.words`, and the registers the bit map leaves unnamed:
       ``Common.Cfg.TaskType`` 2 or 3, the second operand's format and its TileDMASrc/L2
       registers; docs/device.md, "Planar engine").
 
@@ -308,7 +254,6 @@ def eltwise_td(shape, *, op=None, out_scale: float = 1.0, offset: float = 0.0, i
     (``ResultType`` 3).  L2 addresses are bytes (multiples of 16); by default the windows
     follow each other from ``l2_src`` (one whole tensor each: ``TileHeight`` = H).
     """
-    from ..device import planar as _planar
     c, h, w = shape
     if min(c, h, w) < 1:
         raise ValueError(f"an elementwise task needs C, H, W >= 1, got {shape}")
@@ -326,7 +271,7 @@ def eltwise_td(shape, *, op=None, out_scale: float = 1.0, offset: float = 0.0, i
                           ("l2_src1", l2_src1 or 0, 16), ("l2_dst", l2_dst or 0, 16)):
         if base < 0 or base % m:
             raise ValueError(f"{name} must be a non-negative multiple of {m}, got {base}")
-    ch16 = _ru(2 * w, 16)                       # one channel row in L2 (16-byte units below)
+    ch16 = _ru(2 * w, L2_UNIT)                  # one channel row in L2 (16-byte units below)
     tensor_l2 = c * h * ch16
     if l2_src1 is None:
         l2_src1 = l2_src + tensor_l2
@@ -347,10 +292,10 @@ def eltwise_td(shape, *, op=None, out_scale: float = 1.0, offset: float = 0.0, i
         "Common.ConvCfg.Ox": 1, "Common.ConvCfg.Oy": 1, "Common.GroupConvCfg.NumGroups": 1,
         "Common.GroupConvCfg.UnicastCin": 1, "Common.TileCfg.TileHeight": tile_height or h,
         "Common.TaskInfo.NID": nid, "Header.NID": nid,
-        "L2.SourceCfg.SourceType": 3 if src_in_l2 else 2, "L2.SourceBase.Addr": l2_src >> 4,
-        "L2.SourceChannelStride.Stride": ch16 >> 4, "L2.SourceRowStride.Stride": c * ch16 >> 4,
-        "L2.ResultCfg.ResultType": 3 if keep else 2, "L2.ResultBase.Addr": l2_dst >> 4,
-        "L2.ConvResultChannelStride.Stride": ch16 >> 4, "L2.ConvResultRowStride.Stride": c * ch16 >> 4,
+        "L2.SourceCfg.SourceType": 3 if src_in_l2 else 2, "L2.SourceBase.Addr": l2_src // L2_UNIT,
+        "L2.SourceChannelStride.Stride": ch16 // L2_UNIT, "L2.SourceRowStride.Stride": c * ch16 // L2_UNIT,
+        "L2.ResultCfg.ResultType": 3 if keep else 2, "L2.ResultBase.Addr": l2_dst // L2_UNIT,
+        "L2.ConvResultChannelStride.Stride": ch16 // L2_UNIT, "L2.ConvResultRowStride.Stride": c * ch16 // L2_UNIT,
     }
     if op is None:
         v.update({"Common.Cfg.ShPref": 4, "Common.Cfg.ShMin": 4, "Common.Cfg.ShMax": 4,
@@ -364,7 +309,7 @@ def eltwise_td(shape, *, op=None, out_scale: float = 1.0, offset: float = 0.0, i
                       "KernelDMASrc.CoeffBaseAddr[0].Addr": kernel_base >> 6,
                       "KernelDMASrc.CoeffBfrSize[0].MemBfrSize": LUT_BLOCK >> 6})
     else:
-        for i, word in enumerate(_planar.words(op, out_scale, offset, in_scale)):
+        for i, word in enumerate(planar_words(op, out_scale, offset, in_scale)):
             v[f"Planar.Word[{i}]"] = word
     if not src_in_l2:
         row, plane = _layout3(shape, src_strides, "src")
@@ -396,8 +341,8 @@ def eltwise_td(shape, *, op=None, out_scale: float = 1.0, offset: float = 0.0, i
     if op is not None:
         unnamed = {"Common.Cfg.TaskType": 3 if binary else 2, "Common.ChCfg.Src1InFmt": 2 if binary else 0}
         if binary:
-            unnamed.update({"L2.Source1Base.Addr": l2_src1 >> 4, "L2.Source1ChannelStride.Stride": ch16 >> 4,
-                            "L2.Source1RowStride.Stride": c * ch16 >> 4})
+            unnamed.update({"L2.Source1Base.Addr": l2_src1 // L2_UNIT, "L2.Source1ChannelStride.Stride": ch16 // L2_UNIT,
+                            "L2.Source1RowStride.Stride": c * ch16 // L2_UNIT})
             if not src1_in_l2:
                 row, plane = _layout3(shape, src1_strides, "src1")
                 td.update({"Header.RBase1": src1, "Header.RBE1": 1})
@@ -407,5 +352,5 @@ def eltwise_td(shape, *, op=None, out_scale: float = 1.0, offset: float = 0.0, i
                                 "TileDMASrc1.DepthStride.Stride": c * plane >> 6,
                                 "TileDMASrc1.GroupStride.Stride": c * plane >> 6,
                                 "TileDMASrc1.Fmt.MemFmt": 2})
-        _planar.set_unnamed(td, unnamed)
+        td.update(unnamed)
     return td

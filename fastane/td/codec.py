@@ -14,7 +14,7 @@ import struct
 from typing import Iterator, Mapping
 
 from ..errors import TDError
-from .fields import BY_NAME, TD_FIELDS, TD_SIZE, TD_WORDS, Field
+from .fields import BY_NAME, TD_FIELDS, TD_SIZE, TD_WORDS, UNNAMED_BY_NAME, Field
 
 # section, byte offset of its packet header (None: the TD header has none), header word, words
 LAYOUT: tuple[tuple[str, int, int | None, int], ...] = (
@@ -132,7 +132,7 @@ for _s, _off, _hdr in _PACKETS:
 
 def lookup(name: str) -> Field:
     """The :class:`Field` for a canonical name (or its keyword alias); KeyError with a hint otherwise."""
-    f = BY_NAME.get(name) or BY_NAME.get(_ALIASES.get(name, ""))
+    f = BY_NAME.get(name) or BY_NAME.get(_ALIASES.get(name, "")) or UNNAMED_BY_NAME.get(name)
     if f is None:
         close = difflib.get_close_matches(name, list(BY_NAME) + list(_ALIASES), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-TD_SIZE = 0x274     # bytes of one M1 TD (157 words)
+from ..m1 import TD_SIZE, TD_STRIDE
+
 TD_WORDS = TD_SIZE // 4
-TD_STRIDE = 0x300   # distance between consecutive TDs of a chain
 
 
 class Field(NamedTuple):
@@ -322,3 +322,36 @@ TD_FIELDS: tuple[Field, ...] = FIELDS + PLANAR_WORDS
 
 BY_NAME: dict[str, Field] = {f.name: f for f in TD_FIELDS}
 """Canonical name -> :class:`Field`."""
+
+# fastane's readings of TD bits the recovered bit map leaves unnamed, ``(name, byte
+# offset, bit, width)`` like the rows above.  They are decisions from the corpus
+# (docs/device.md, "Planar engine"); :class:`~fastane.td.TaskDescriptor` reads and writes
+# them by name like the named fields, and the engine adds them to every decoded register
+# file (:func:`fastane.td.planar.registers`).
+_UNNAMED_TABLE = (
+    # ChCfg bits [3:2]: the second operand's format (2 on every binary planar TD, 0 else)
+    ('Common.ChCfg.Src1InFmt', 0x130, 2, 2),
+    # 0x158 bit 0 / bit 4: source 0 / source 1 is a per-row vector broadcast along W
+    ('Common.Broadcast.Src0', 0x158, 0, 1),
+    ('Common.Broadcast.Src1', 0x158, 4, 1),
+    # Common.Cfg bits [7:4] (0x15c): 0 NE task, 2 planar unary, 3 planar binary, 5 reduction
+    ('Common.Cfg.TaskType', 0x15C, 4, 4),
+    # TileDMASrc's second register set (source 1): the first set's layout, 0x14 bytes on
+    ('TileDMASrc1.BaseAddr.Addr', 0x188, 6, 26),
+    ('TileDMASrc1.RowStride.Stride', 0x18C, 6, 26),
+    ('TileDMASrc1.PlaneStride.PlaneStride', 0x190, 6, 26),
+    ('TileDMASrc1.DepthStride.Stride', 0x194, 6, 26),
+    ('TileDMASrc1.GroupStride.Stride', 0x198, 6, 26),
+    ('TileDMASrc1.Fmt.MemFmt', 0x1A9, 4, 2),
+    # L2's source-1 window (16-byte units like SourceBase/strides) and the result's
+    # group stride (where a reduction puts group g's value)
+    ('L2.Source1Base.Addr', 0x1FC, 4, 17),
+    ('L2.Source1ChannelStride.Stride', 0x200, 4, 17),
+    ('L2.Source1RowStride.Stride', 0x204, 4, 17),
+    ('L2.ResultGroupStride.Stride', 0x224, 4, 17),
+)
+
+UNNAMED_FIELDS: tuple[Field, ...] = tuple(_field(*row) for row in _UNNAMED_TABLE)
+"""The registers fastane reads from bits the bit map leaves unnamed (not in :data:`TD_FIELDS`)."""
+
+UNNAMED_BY_NAME: dict[str, Field] = {f.name: f for f in UNNAMED_FIELDS}

@@ -20,20 +20,13 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..errors import TDError
+from ..m1 import FORMATS, TILE, round_up
 from .codec import TaskDescriptor
 from .fields import TD_SIZE, TD_STRIDE, TD_WORDS
 
-TILE = 0x4000           # DRAM buffers are whole 0x4000-byte tiles
 KERNEL_ALIGN = 0x80     # the kernel region of a corpus .bin starts at round_up(tsk_size, 0x80)
 ROLES = ("td", "kernel", "input", "output", "intermediate")
 _TILE_TYPES = {"TILE_CMD": "td", "TILE_SRC": "input", "TILE_DST": "output", "TILE_ITM": "intermediate"}
-_FMT_BYTES = {0: 1, 1: 1, 2: 2}
-
-
-def round_up(x: int, m: int) -> int:
-    """``x`` rounded up to a multiple of ``m``."""
-    return -(-x // m) * m
-
 
 @dataclass(frozen=True)
 class BarSlot:
@@ -159,7 +152,7 @@ _DMA_STRIDES = {"TileDMASrc": ("RowStride.Stride", "PlaneStride.PlaneStride", "D
 def _extent(td: TaskDescriptor, dma: str, c: int, h: int, w: int, fmt: int) -> int:
     """Bytes a TileDMA engine spans in its slot: base + the largest of its strides x counts."""
     row, plane, depth = (td[f"{dma}.{k}"] << 6 for k in _DMA_STRIDES[dma])
-    return (td[f"{dma}.BaseAddr.Addr"] << 6) + max(depth, plane * c, row * h, w * _FMT_BYTES.get(fmt, 2))
+    return (td[f"{dma}.BaseAddr.Addr"] << 6) + max(depth, plane * c, row * h, w * FORMATS.get(fmt, 2))
 
 
 def plan_bars(tds: Sequence[TaskDescriptor], td_size: int, kernel_size: int) -> dict[int, BarSlot]:
