@@ -28,9 +28,9 @@ import numpy as np
 import pytest
 
 import fastane
-from fastane import compiler
+from fastane import lower
 from fastane.kernels import mac
-from fastane.roofline import model
+from fastane.roofline import plan as rplan
 
 
 def _direct_matmul(a16, b16):
@@ -143,10 +143,9 @@ def test_attention_batched(benchmark, smoke, note):
 
 
 def _plan_cold(name):
-    compiler.cache_clear()
-    compiler._tile.cache_clear()
-    model._tile_conv.cache_clear()
-    return model.plan_workload(name, planner=compiler.plan_layer)
+    lower.cache_clear()
+    lower.tiler._tile.cache_clear()
+    return rplan.plan_workload(name)
 
 
 @pytest.mark.parametrize("name,budget_s", [("llama-3.2-1b", 1.0), ("resnet50", 2.0)])
@@ -169,7 +168,7 @@ def _direct_activation(x16, name):
     numpy (``round16(L + 0.5)``, ``round16(x * s)``)."""
     from fastane import lut
     from fastane.kernels import ne
-    table, scale = compiler.SINGLE_STAGE.get(name, ("sigmoid", 1.0))
+    table, scale = lower.problems.SINGLE_STAGE.get(name, ("sigmoid", 1.0))
     lutf, luti = lut.get_block(table).kernel_args()
     y = x16.astype(np.float64).reshape(1, 1, -1)
     res = np.empty(y.shape, np.uint16)

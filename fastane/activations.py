@@ -5,7 +5,7 @@ fp16 first, round half to even, as Core ML does for an fp16 model), ``out=`` sup
 an ``np.float16`` result (a scalar for a scalar input).  Nothing is computed here: each
 call is lowered to an elementwise program of task descriptors (cached by size and
 activation) and run on the default device, the engine that runs Apple's programs
-(:func:`fastane.compiler.elementwise`, docs/compiler.md "Elementwise programs"), as
+(:func:`fastane.lower.run_eltwise`, docs/lower.md "Elementwise programs"), as
 Apple's compiler builds them (corpus ``unary/tanh.bin``, ``unary/sigmoid.bin``,
 ``activation/silu.bin``):
 
@@ -29,7 +29,7 @@ import numbers
 
 import numpy as np
 
-from . import compiler as _compiler
+from . import lower as _lower
 from . import lut as _lut
 from .lut import lut_table
 from .errstate import report_events
@@ -80,7 +80,7 @@ def _run(func, x, out, activation):
     out = _check_out(out, x16.shape, func)
     if x16.size == 0:
         return _finish(func, np.empty(x16.shape, np.float16), out, Stats())
-    r, stats, _ = _compiler.elementwise(x16, activation)
+    r, stats, _ = _lower.run_eltwise(x16, activation)
     return _finish(func, r, out, stats)
 
 

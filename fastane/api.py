@@ -8,8 +8,8 @@ outputs are surfaced through :func:`fastane.errstate`; the counters of the last 
 this thread are returned by :func:`last_stats`.
 
 This module only validates and reshapes: every call is lowered to a program of task
-descriptors (:mod:`fastane.compiler`, cached by shapes and options) and run on the
-emulated device (:func:`fastane.compiler.default_device`), the same engine that runs
+descriptors (:mod:`fastane.lower`, cached by shapes and options) and run on the
+emulated device (:func:`fastane.lower.default_device`), the same engine that runs
 Apple's compiled programs; its Stats are the device's.  A matmul is a 1x1 convolution
 in the (B, C, 1, S) layout; bias and activation run fused in the NE stage.
 """
@@ -21,7 +21,7 @@ import operator
 
 import numpy as np
 
-from . import compiler as _compiler
+from . import lower as _lower
 from . import lut as _lut
 from .errstate import report_events
 from .operands import fp16_operand as _fp16_operand
@@ -53,7 +53,7 @@ def _no_reduction(shape, bias16, channel_axis: int, stage) -> np.ndarray:
     bits = _lut.ne_post(y, None if bias16 is None else bias16.astype(np.float64), stage.post_scale,
                         nl, stage.block)
     z = bits.view(np.float16).reshape(shape)
-    return _compiler.elementwise(z, stage.name)[0] if stage.post else z
+    return _lower.run_eltwise(z, stage.name)[0] if stage.post else z
 
 
 @contextlib.contextmanager
@@ -68,7 +68,7 @@ def _named(func: str):
 def _stage(activation, func: str):
     """The NE stage of ``activation`` (errors name the function)."""
     try:
-        return _compiler.ne_stage(activation)
+        return _lower.ne_stage(activation)
     except (ValueError, NotImplementedError, TypeError) as exc:
         raise type(exc)(f"{func}: {exc}") from None
 
@@ -107,7 +107,7 @@ def matmul(a, b, out=None, *, activation=None) -> np.ndarray:
     Returns ``np.float16`` (written into ``out`` when given).
 
     Runs on the device as a 1x1 convolution in the (B, C, 1, S) layout (``Cin = K``,
-    ``Cout = N``, ``S = M``, weights ``b^T``; see :func:`fastane.compiler.matmul`).
+    ``Cout = N``, ``S = M``, weights ``b^T``; see :func:`fastane.lower.run_matmul`).
     ``K`` is at most 32,768: one output channel's weights must fit one core's 64 KiB of
     KMem, and fastane does not split a reduction across tasks (``NotImplementedError``).
     """
@@ -140,7 +140,7 @@ def matmul(a, b, out=None, *, activation=None) -> np.ndarray:
         A3 = A.reshape((math.prod(A.shape[:-2]), M, K))
         B3 = B.reshape((math.prod(B.shape[:-2]), K, N))
         with _named("matmul"):
-            y, stats, _ = _compiler.matmul(A3, B3, ia.astype(np.int64), ib.astype(np.int64),
+            y, stats, _ = _lower.run_matmul(A3, B3, ia.astype(np.int64), ib.astype(np.int64),
                                            activation=activation, stats_only=False)
         _finish("matmul", stats, y.size)
     y = y.reshape(batch + (M, N))
@@ -177,7 +177,7 @@ def linear(x, weight, bias=None, activation=None) -> np.ndarray:
         _finish("linear", Stats(), y.size)
     else:
         with _named("linear"):
-            y, stats, _ = _compiler.matmul(x16.reshape(1, M, K), w16.T[None], np.zeros(1, np.int64),
+            y, stats, _ = _lower.run_matmul(x16.reshape(1, M, K), w16.T[None], np.zeros(1, np.int64),
                                            np.zeros(1, np.int64), bias16=b16, activation=activation,
                                            stats_only=False)
         _finish("linear", stats, y.size)
@@ -228,7 +228,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     function of that name would.  Bias and activation run fused in the NE stage of the
     tasks; ``"sigmoid"`` and ``"silu"`` (also as the function of that name would) add
     planar-engine tasks after each convolution task, their intermediates kept in L2
-    (docs/compiler.md).  Returns ``np.float16``.
+    (docs/lower.md).  Returns ``np.float16``.
     """
     return _conv2d("conv2d", x, weight, bias, stride, padding, dilation, groups, activation)
 
@@ -274,7 +274,7 @@ def _conv2d(func, x, weight, bias, stride, padding, dilation, groups, activation
         _finish(func, Stats(), y.size)
     else:
         with _named(func):
-            y, stats, _ = _compiler.conv2d(x16, w16, b16, s, ((pt, pb), (pl, pr)), d, groups,
+            y, stats, _ = _lower.run_conv(x16, w16, b16, s, ((pt, pb), (pl, pr)), d, groups,
                                            activation, stats_only=False)
         _finish(func, stats, y.size)
     return y[0] if unbatched else y

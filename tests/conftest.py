@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from fastane import compiler
+from fastane import lower
 from fastane.device import Device
 
 
@@ -28,8 +28,8 @@ def corpus() -> Path:
 @pytest.fixture
 def device():
     """A fresh default device for the test (the previous one is restored after)."""
-    old = compiler.default_device()
+    old = lower.default_device()
     dev = Device(memory_size=64 << 20)
-    compiler.set_default_device(dev)
+    lower.set_default_device(dev)
     yield dev
-    compiler.set_default_device(old)
+    lower.set_default_device(old)

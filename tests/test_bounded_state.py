@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fastane
-from fastane import compiler
+from fastane import lower
 from fastane.device import Device
 from fastane.device.taskmanager import EVENT_FIFO_DEPTH, HISTORY_SIZE, TaskManager
 
@@ -67,14 +67,14 @@ def test_many_calls_hold_constant_memory():
     """Thousands of calls after a warm-up leave no more than a few KiB behind.  Without
     the bounds each call would keep its Task (payload, Stats, events: about 1.5 KiB), i.e.
     megabytes here.  Small bounds keep the warm-up short."""
-    old = compiler.default_device()
-    compiler.set_default_device(Device(memory_size=32 << 20, history_size=16, event_depth=16))
+    old = lower.default_device()
+    lower.set_default_device(Device(memory_size=32 << 20, history_size=16, event_depth=16))
     try:
         a, b = np.ones((8, 8), F16), np.ones((8, 8), F16)
         x = np.linspace(-4, 4, 64).astype(F16)
-        (program,) = compiler.lower(compiler.Conv(1, 1, 1, 8, 1)).with_weights(np.ones((1, 1, 1, 1), F16))
+        (program,) = lower.build(lower.Conv(1, 1, 1, 8, 1)).with_weights(np.ones((1, 1, 1, 1), F16))
         dev = Device(memory_size=8 << 20, history_size=16, event_depth=16)
-        xin = {compiler.SLOT_INPUT: np.ones((1, 1, 1, 8))}
+        xin = {lower.lowered.SLOT_INPUT: np.ones((1, 1, 1, 8))}
         bound = 48 << 10
         grew = {
             "matmul": _growth(lambda: fastane.matmul(a, b), 300, 2000),
@@ -82,7 +82,7 @@ def test_many_calls_hold_constant_memory():
             "Device.run": _growth(lambda: dev.run(program, xin), 300, 1000),
         }
         assert all(g < bound for g in grew.values()), grew
-        assert len(compiler.default_device().tm.history) == 16 and len(dev.tm.history) == 16
+        assert len(lower.default_device().tm.history) == 16 and len(dev.tm.history) == 16
         assert len(dev.tm.events[0]) == 16 and dev.tm.events_dropped[0] == 1300 - 16
     finally:
-        compiler.set_default_device(old)
+        lower.set_default_device(old)

@@ -1,4 +1,4 @@
-"""The lowering (fastane.compiler): tiling, TDs that decode and respect the limits, results
+"""The lowering (fastane.lower): tiling, TDs that decode and respect the limits, results
 bit-identical to the reference, the program cache, the fused NE stage, the folding golden."""
 import threading
 
@@ -9,8 +9,9 @@ from reference import ref_conv2d, ref_matmul
 from test_lut_reference import ref_ne
 
 import fastane
-from fastane import activations, compiler
-from fastane.compiler import Conv, Limits
+from fastane import activations, lower
+from fastane.lower import Conv
+from fastane.m1 import Limits
 from fastane.device import Device
 from fastane.device import l2 as l2mod
 from fastane.device import mac as macmod
@@ -61,9 +62,9 @@ def check_program(low):
             assert lanes and max(lanes) <= KMEM_BYTES and sum(lanes) <= LANES * KMEM_BYTES
             plan = l2mod.plan(regs, g, 2, 2, {}, f"TD {i}")          # raises L2Overflow
             assert plan.result[0] + plan.result[1] <= 2 << 20
-            assert regs["Header.RBase0"] == compiler.SLOT_INPUT
-            assert regs["Header.WBase"] == compiler.SLOT_OUTPUT
-            assert regs["Header.KBase0"] == compiler.SLOT_KERNEL
+            assert regs["Header.RBase0"] == lower.lowered.SLOT_INPUT
+            assert regs["Header.WBase"] == lower.lowered.SLOT_OUTPUT
+            assert regs["Header.KBase0"] == lower.lowered.SLOT_KERNEL
             assert regs["Header.EON"] == (i == len(tds) - 1)
     assert n == low.n_tasks
     return n
@@ -81,33 +82,33 @@ def check_program(low):
     Conv(2, 64, 30, 1000, 64, 3, 3, pad=((1, 1), (1, 1)), bias=True, activation="tanh"),
 ])
 def test_lowered_programs_decode_and_respect_the_limits(conv):
-    low = compiler.lower(conv)
+    low = lower.build(conv)
     n = check_program(low)
     assert low.n_tasks == n >= 1
     # and the device accepts every task (stats-only: it checks KMem, L2, DMA ranges)
-    _, st = compiler.execute(low, device=compiler._plan_device(), stats_only=True)
+    _, st = lower.execute(low, device=lower.stats_device(), stats_only=True)
     assert st.tasks == n and st.macs == conv.macs
     assert st.control_dma_bytes == 0x274 * n
 
 
 def test_tiling_rules():
-    lm = compiler.tile(Conv.matmul(1, 2048, 128256))
+    lm = lower.plan_tiling(Conv.matmul(1, 2048, 128256))
     assert (lm.cout_t, lm.th, lm.tw) == (256, 1, 1)             # 16 ch x 4 KiB per core
-    col = compiler.tile(Conv.matmul(600, 4096, 16))
+    col = lower.plan_tiling(Conv.matmul(600, 4096, 16))
     assert col.th == 1 and col.tw < 600 and col.tw % 32 == 0     # 64-byte aligned column tiles
-    assert compiler.tile(Conv(1, 3, 224, 224, 768, 16, 16, (16, 16))).mode == "im2col"
-    assert compiler.tile(Conv(1, 3, 9, 9, 4, 3, 3, pad=((3, 3), (0, 0)))).mode == "padded"
-    assert compiler.tile(Conv(1, 3, 9, 9, 4, 3, 3, pad=((1, 1), (2, 2)))).mode == "direct"
+    assert lower.plan_tiling(Conv(1, 3, 224, 224, 768, 16, 16, (16, 16))).mode == "im2col"
+    assert lower.plan_tiling(Conv(1, 3, 9, 9, 4, 3, 3, pad=((3, 3), (0, 0)))).mode == "padded"
+    assert lower.plan_tiling(Conv(1, 3, 9, 9, 4, 3, 3, pad=((1, 1), (2, 2)))).mode == "direct"
     # the LUT block and a bias vector take KMem: 4 KiB kernels no longer fit 16 per core
-    assert compiler.tile(Conv.matmul(1, 2048, 8192, activation="tanh")).cout_t == 240
-    assert compiler.tile(Conv.matmul(1, 2048, 8192, bias=True)).cout_t == 240
+    assert lower.plan_tiling(Conv.matmul(1, 2048, 8192, activation="tanh")).cout_t == 240
+    assert lower.plan_tiling(Conv.matmul(1, 2048, 8192, bias=True)).cout_t == 240
     # attention heads stay together: one grouped task
-    assert compiler.lower(Conv.matmul(4, 64, 512, groups=8)).n_tasks == 1
+    assert lower.build(Conv.matmul(4, 64, 512, groups=8)).n_tasks == 1
 
 
 def test_reduction_is_never_split():
     with pytest.raises(NotImplementedError, match="does not fit a core's 64 KiB KMem.*numerics"):
-        compiler.tile(Conv(1, 4096, 3, 3, 8, 3, 3))               # 72 KiB for one channel
+        lower.plan_tiling(Conv(1, 4096, 3, 3, 8, 3, 3))               # 72 KiB for one channel
     with pytest.raises(NotImplementedError, match="KMem"):
         fastane.matmul(np.ones((1, 40000), F16), np.ones((40000, 1), F16))
     x = np.ones((1, 16384, 1, 1), F16)
@@ -131,7 +132,7 @@ def test_tiled_conv_is_bit_identical_to_the_reference(kw):
     w = f16(rng, (40, 4 // kw["groups"], 3, 2))
     x[0, 1, 2, 3] = np.inf                                    # NaN products, saturations
     x[1, 0, 0, 0] = 3000
-    y, st, low = compiler.conv2d(x, w, None, kw["stride"], kw["pad"], kw["dil"], kw["groups"],
+    y, st, low = lower.run_conv(x, w, None, kw["stride"], kw["pad"], kw["dil"], kw["groups"],
                                  limits=TINY)
     want = ref_conv2d(x, w, stride=kw["stride"], padding=kw["pad"], dilation=kw["dil"],
                       groups=kw["groups"])
@@ -148,12 +149,12 @@ def test_tiled_conv_with_the_real_limits():
     rng = np.random.default_rng(3)
     x = f16(rng, (1, 2048, 20, 3), 1.0)
     w = f16(rng, (272, 2048, 1, 1), 0.05)
-    y, st, low = compiler.conv2d(x, w)
+    y, st, low = lower.run_conv(x, w)
     assert len(low.groups) == 2 and low.tiling.th < 20 and low.n_tasks == 4
     assert np.array_equal(bits(y), bits(kernel_conv(x, w)))
     # a matmul whose rows need 64-byte aligned column tiles
     a, b = f16(rng, (600, 4096), 1.0), f16(rng, (4096, 16), 0.1)
-    y, st, low = compiler.matmul(a[None], b[None], np.zeros(1, np.int64), np.zeros(1, np.int64))
+    y, st, low = lower.run_matmul(a[None], b[None], np.zeros(1, np.int64), np.zeros(1, np.int64))
     assert low.tiling.tw < 600 and low.n_tasks > 1
     assert np.array_equal(bits(y[0]), bits(kernel_conv(a.T[None, :, None, :], b.T[:, :, None, None])[0, :, 0, :].T))
 
@@ -168,7 +169,7 @@ def test_matmul_layouts_are_bit_identical_to_the_reference():
              (a[:1], b, z3 * 0, z3, lambda i: (a[0], b[i])),      # a shared: roles swap
              (a, b, z3, z3, lambda i: (a[i], b[i]))]              # grouped: one group a product
     for a3, b3, ia, ib, pick in cases:
-        y, st, low = compiler.matmul(a3, b3, ia, ib, limits=SMALL)
+        y, st, low = lower.run_matmul(a3, b3, ia, ib, limits=SMALL)
         want = np.stack([ref_matmul(*pick(i)) for i in range(3)])
         assert np.array_equal(bits(y), bits(want))
 
@@ -188,14 +189,14 @@ def test_attention_batch_is_a_grouped_task():
 # ------------------------------------------------------------------------------ the NE stage
 def ref_activation(act, z):
     """The NE stage of ``act`` on fp16 ``z`` by the exact-fraction reference (fp16 array)."""
-    st = compiler.ne_stage(act)
+    st = lower.ne_stage(act)
     nl = {"identity": 0, "relu": 1, "lut": 2}[st.nonlinear]
     words = st.block.to_words() if st.block is not None else None
     out = [ref_ne(float(v), None, st.post_scale, nl, words) for v in z.ravel()]
     return np.array(out, np.uint16).view(F16).reshape(z.shape)
 
 
-@pytest.mark.parametrize("act", ["relu"] + list(compiler.SINGLE_STAGE))
+@pytest.mark.parametrize("act", ["relu"] + list(lower.problems.SINGLE_STAGE))
 def test_fused_bias_and_activation_match_an_independent_computation(act):
     """readout -> + bias (fp16, RNE) -> the activation, by the exact-fraction reference."""
     rng = np.random.default_rng(sum(map(ord, act)))
@@ -208,7 +209,7 @@ def test_fused_bias_and_activation_match_an_independent_computation(act):
     assert np.array_equal(bits(y), bits(want))
     # the same through linear, with tiles and kernel groups
     xl, wl, bl = f16(rng, (7, 33), 0.3), f16(rng, (50, 33), 0.3), f16(rng, (50,), 1.0)
-    low_y, _, low = compiler.matmul(xl[None], wl.T[None], np.zeros(1, np.int64), np.zeros(1, np.int64),
+    low_y, _, low = lower.run_matmul(xl[None], wl.T[None], np.zeros(1, np.int64), np.zeros(1, np.int64),
                                     bias16=bl, activation=act, limits=Limits(kmem_core_bytes=320))
     want = ref_activation(act, (ref_matmul(xl, wl.T).astype(np.float64) + bl).astype(F16))
     assert len(low.groups) > 1
@@ -229,7 +230,7 @@ def test_multi_stage_activations_and_unknown_names():
 
 
 def test_ne_registers_and_kmem_layout():
-    low = compiler.lower(Conv(1, 8, 4, 4, 40, bias=True, activation="gelu"))
+    low = lower.build(Conv(1, 8, 4, 4, 40, bias=True, activation="gelu"))
     td = low.program.tds[0]
     assert (td["NE.MACCfg.BiasMode"], td["NE.MACCfg.MatrixBiasEn"], td["NE.MACCfg.NonlinearMode"]) == (1, 1, 2)
     lay = low.groups[0].layout
@@ -238,7 +239,7 @@ def test_ne_registers_and_kmem_layout():
     assert td["KernelDMASrc.CoeffBfrSize[0].MemBfrSize"] * 64 == 64 + 64 + 0x80
     assert td["KernelDMASrc.CoeffBfrSize[1].MemBfrSize"] * 64 == 128
     assert td["KernelDMASrc.CoeffBaseAddr[1].Addr"] * 64 == 256
-    exp = compiler.lower(Conv(1, 8, 4, 4, 4, activation="exp")).program.tds[0]
+    exp = lower.build(Conv(1, 8, 4, 4, 4, activation="exp")).program.tds[0]
     assert exp["NE.PostScale.PostScale"] == 0x3DC5                # fp16 log2(e), then the exp2 table
 
 
@@ -248,15 +249,15 @@ def test_folding_golden_through_the_compiler():
     w = np.full((1, 1, 1, 1), 4, F16)
     b = np.array([-2], F16)
     dev = Device(memory_size=16 << 20)
-    y, st, low = compiler.conv2d(x, w, b, activation="relu", affine=(0.5, 1.0), device=dev)
+    y, st, low = lower.run_conv(x, w, b, activation="relu", affine=(0.5, 1.0), device=dev)
     assert np.array_equal(y, np.maximum(2 * x.astype(np.float64), 0).astype(F16))
     # what the program's KMem holds: the folded weight 2.0 and bias 0.0
     binding = low._free[id(dev)][0]
-    k16 = binding.raw[compiler.SLOT_KERNEL].view(F16)
+    k16 = binding.raw[lower.lowered.SLOT_KERNEL].view(F16)
     lay = low.groups[0].layout
     assert k16[0] == 2.0 and k16[lay.wbytes // 2] == 0.0
     assert low.program.tds[0]["NE.MACCfg.NonlinearMode"] == 1
-    assert compiler.fold(w, b, 0.5, 1.0)[0].item() == 2.0 and compiler.fold(w, b, 0.5, 1.0)[1].item() == 0.0
+    assert lower.fold(w, b, 0.5, 1.0)[0].item() == 2.0 and lower.fold(w, b, 0.5, 1.0)[1].item() == 0.0
 
 
 # ------------------------------------------------------------------------------ cache, threads
@@ -264,30 +265,30 @@ def test_program_cache_is_hit_on_repeat_calls():
     rng = np.random.default_rng(9)
     x, w = f16(rng, (1, 5, 6, 7)), f16(rng, (9, 5, 3, 3))
     fastane.conv2d(x, w, padding=1)
-    before = compiler.cache_info()
+    before = lower.cache_info()
     conv = Conv(1, 5, 6, 7, 9, 3, 3, pad=((1, 1), (1, 1)))
-    low = compiler.lower(conv)
-    dev = compiler.default_device()
+    low = lower.build(conv)
+    dev = lower.default_device()
     loaded = dev.load(low.program)
     for _ in range(3):
         x2, w2 = f16(rng, x.shape), f16(rng, w.shape)             # new data, same shapes
         y = fastane.conv2d(x2, w2, padding=1)
         assert np.array_equal(bits(y), bits(kernel_conv(x2, w2, pad=((1, 1), (1, 1)))))
-    after = compiler.cache_info()
+    after = lower.cache_info()
     assert after["misses"] == before["misses"] and after["hits"] >= before["hits"] + 4
-    assert compiler.lower(conv) is low and dev.load(low.program) is loaded   # not re-loaded
+    assert lower.build(conv) is low and dev.load(low.program) is loaded   # not re-loaded
     assert len(low._free[id(dev)]) == 1                           # one set of buffers, reused
 
 
 def test_cache_eviction_frees_device_memory(monkeypatch):
-    monkeypatch.setattr(compiler, "CACHE_SIZE", 2)
+    monkeypatch.setattr(lower.cache, "CACHE_SIZE", 2)
     dev = Device(memory_size=64 << 20)
     free0 = dev.memory.available
     for c in range(3, 8):
         x = np.ones((1, c, 4, 4), F16)
-        compiler.conv2d(x, np.ones((2, c, 1, 1), F16), device=dev)
-    assert compiler.cache_info()["size"] <= 2
-    compiler.cache_clear()
+        lower.run_conv(x, np.ones((2, c, 1, 1), F16), device=dev)
+    assert lower.cache_info()["size"] <= 2
+    lower.cache_clear()
     assert dev.memory.available == free0
 
 
@@ -318,7 +319,7 @@ def test_threads_share_the_default_device():
 
 
 def test_disasm_prints_a_lowered_program(tmp_path, capsys):
-    low = compiler.lower(Conv(1, 4, 9, 9, 20, 3, 3, pad=((1, 1), (1, 1)), bias=True, activation="relu"),
+    low = lower.build(Conv(1, 4, 9, 9, 20, 3, 3, pad=((1, 1), (1, 1)), bias=True, activation="relu"),
                          SMALL)
     path = tmp_path / "conv.bin"
     path.write_bytes(low.program.to_bytes())

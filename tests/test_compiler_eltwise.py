@@ -1,5 +1,5 @@
-"""Activations as elementwise programs on the device (fastane.compiler.elementwise), and
-sigmoid/silu fused after convolutions as NE + planar tasks (docs/compiler.md, section 7)."""
+"""Activations as elementwise programs on the device (fastane.lower.run_eltwise), and
+sigmoid/silu fused after convolutions as NE + planar tasks (docs/lower.md, section 7)."""
 import dataclasses
 from fractions import Fraction
 
@@ -11,8 +11,9 @@ from reference import ref_conv2d, ref_matmul
 from test_lut_reference import QNAN, bits_to_float, ref_ne, round_fraction
 
 import fastane
-from fastane import activations, compiler, lut
-from fastane.compiler import Conv, Eltwise, Limits
+from fastane import activations, lower, lut
+from fastane.lower import Conv, Eltwise
+from fastane.m1 import Limits
 from fastane.device import Device
 from fastane.device import planar as planarmod
 from fastane.device.engine import Engine
@@ -106,14 +107,14 @@ def test_tiles_rows_and_remainders_are_bit_identical(name):
     x = (rng.standard_normal(5003) * 5).astype(F16)
     with fastane.errstate(lut_range="ignore"):
         one = getattr(fastane, name)(x)
-        y, st, low = compiler.elementwise(x, name, limits=Limits(l2_bytes=6144))
+        y, st, low = lower.run_eltwise(x, name, limits=Limits(l2_bytes=6144))
     assert len(low.tiles) > 3 and low.rem and st.tasks == low.n_tasks
     assert np.array_equal(bits(y), bits(one))
     big = (rng.standard_normal((3, 16384 * 2 + 77)) * 5).astype(F16)
     with fastane.errstate(lut_range="ignore"):
         got = getattr(fastane, name)(big)
-        want, _, other = compiler.elementwise(big.reshape(-1), name, limits=Limits(l2_bytes=1 << 17))
-    assert len(other.tiles) > len(compiler.lower(Eltwise(big.size, name)).tiles) > 1
+        want, _, other = lower.run_eltwise(big.reshape(-1), name, limits=Limits(l2_bytes=1 << 17))
+    assert len(other.tiles) > len(lower.build(Eltwise(big.size, name)).tiles) > 1
     assert np.array_equal(bits(got).reshape(-1), bits(want).reshape(-1))
 
 
@@ -141,7 +142,7 @@ def test_there_is_no_second_path(device, monkeypatch):
 def test_programs_follow_apples_elementwise_programs(tmp_path, capsys):
     from fastane.cli import main
     for name, ntd in (("tanh", 1), ("relu", 1), ("exp", 1), ("sigmoid", 2), ("silu", 3)):
-        low = compiler.lower(Eltwise(1000, name))
+        low = lower.build(Eltwise(1000, name))
         assert low.n_tasks == len(low.program.tds) == ntd
         td0 = low.program.tds[0]
         assert (td0["NE.MACCfg.KernelMode"], td0["NE.MACCfg.OpMode"]) == (1, 4)
@@ -160,11 +161,11 @@ def test_programs_follow_apples_elementwise_programs(tmp_path, capsys):
             cfg = planarmod.config(td1, "TD 1")
             assert (cfg.name, cfg.out_scale, cfg.offset) == ("scale", 1.0, 0.5)
             assert "Word[1]=0x3c003800 (fp16 1, 0.5)" in out
-    low = compiler.lower(Eltwise(1000, "silu"))
+    low = lower.build(Eltwise(1000, "silu"))
     td2 = planarmod.registers(low.program.tds[2])
     assert planarmod.config(td2, "TD 2").name == "mul" and "Word[0]=0x80004" in out
     assert (td2["Header.RBase0"], td2["Header.RBase1"], td2["Header.WBase"]) == (5, 3, 4)
-    assert low.bars[compiler.SLOT_INTERMEDIATE].role == "intermediate"
+    assert low.bars[lower.lowered.SLOT_INTERMEDIATE].role == "intermediate"
 
 
 def test_the_silu_program_matches_apples(corpus):
@@ -172,7 +173,7 @@ def test_the_silu_program_matches_apples(corpus):
     the computation of activation/silu.bin, TD for TD; and Apple's program, run on the
     device, computes exactly fastane.silu / sigmoid / tanh."""
     apple = load_program(corpus / "m1-kernels" / "activation" / "silu.bin")
-    low = compiler.lower(Eltwise(2560 * 1600, "silu"))
+    low = lower.build(Eltwise(2560 * 1600, "silu"))
     assert len(low.program.tds) == low.n_tasks and low.n_tasks % 3 == 0
     keys = ["Header.RBE0", "Header.RBase0", "Header.RBE1", "Header.RBase1", "Header.WBE",
             "Header.KBE0", "L2.SourceCfg.SourceType", "L2.ResultCfg.ResultType", "NE.MACCfg.OpMode",
@@ -215,8 +216,8 @@ def test_stats_are_what_the_dma_registers_imply(device):
     st = fastane.last_stats()
     assert (st.tasks, st.tile_dma_src_bytes, st.tile_dma_dst_bytes) == (1, 80000, 80000)
     # stats-only: the same counts
-    low = compiler.lower(Eltwise(1000, "silu"))
-    _, counted = compiler.execute(low, device=device, stats_only=True)
+    low = lower.build(Eltwise(1000, "silu"))
+    _, counted = lower.execute(low, device=device, stats_only=True)
     fastane.silu(x)
     assert dataclasses.replace(counted, tasks_detail=[]) == \
         dataclasses.replace(fastane.last_stats(), tasks_detail=[], lut_overflow=0, lut_underflow=0)
@@ -225,30 +226,29 @@ def test_stats_are_what_the_dma_registers_imply(device):
 def test_the_program_cache_is_hit_on_repeat(device):
     x = np.arange(777, dtype=F16)
     fastane.sigmoid(x)
-    before = compiler.cache_info()
-    low = compiler.lower(Eltwise(777, "sigmoid"))
+    before = lower.cache_info()
+    low = lower.build(Eltwise(777, "sigmoid"))
     loaded = device.load(low.program)
     for k in range(3):
         y = fastane.sigmoid(x - k)
         assert np.array_equal(bits(y), bits(fastane.sigmoid((x - k).reshape(7, 111)).reshape(-1)))
-    after = compiler.cache_info()
+    after = lower.cache_info()
     assert after["misses"] == before["misses"] and after["hits"] >= before["hits"] + 4
-    assert compiler.lower(Eltwise(777, "sigmoid")) is low and device.load(low.program) is loaded
+    assert lower.build(Eltwise(777, "sigmoid")) is low and device.load(low.program) is loaded
     assert len(low._free[id(device)]) == 1                       # one set of buffers, reused
     blk = lut.hardtanh_block(-2.0, 3.0)                           # parameters are part of the key
-    assert compiler.lower(Eltwise(777, blk)) is not compiler.lower(Eltwise(777, "hardtanh"))
+    assert lower.build(Eltwise(777, blk)) is not lower.build(Eltwise(777, "hardtanh"))
 
 
-def test_long_programs_split_between_tile_chains(monkeypatch):
-    monkeypatch.setattr(compiler, "MAX_CHAIN", 7)
+def test_long_programs_split_between_tile_chains():
     x = (np.random.default_rng(8).standard_normal(3001) * 4).astype(F16)
-    y, st, low = compiler.elementwise(x, "silu", limits=Limits(l2_bytes=3072))
+    y, st, low = lower.run_eltwise(x, "silu", limits=Limits(l2_bytes=3072, max_chain=7))
     assert len(low.programs) > 1 and all(len(p.tds) % 3 == 0 for p in low.programs)
     assert st.tasks == low.n_tasks and np.array_equal(bits(y), bits(fastane.silu(x)))
     # a convolution's planar chain stays in the chain of its convolution task
     rng = np.random.default_rng(9)
     xc, wc = rng.standard_normal((3, 3, 5, 6)).astype(F16), rng.standard_normal((5, 3, 1, 1)).astype(F16)
-    y, st, low = compiler.conv2d(xc, wc, activation="silu")
+    y, st, low = lower.run_conv(xc, wc, activation="silu", limits=Limits(max_chain=7))
     assert [len(p.tds) for p in low.programs] == [4] * 3 and st.tasks == 12
     with fastane.errstate(lut_range="ignore"):
         assert np.array_equal(bits(y), bits(fastane.silu(fastane.conv2d(xc, wc))))
@@ -275,7 +275,7 @@ def test_conv_linear_matmul_with_sigmoid_and_silu(act):
     per = {"sigmoid": 2, "silu": 4}[act]
     assert st.tasks == 2 * per and st.planar_ops == 2 * 40 * 7 * 5 * (per // 2)
     # tiled: kernel groups and row tiles, each followed by its planar chain
-    y2, st2, low = compiler.conv2d(x, w, b, pad=((1, 1), (1, 1)), activation=act, limits=SMALL)
+    y2, st2, low = lower.run_conv(x, w, b, pad=((1, 1), (1, 1)), activation=act, limits=SMALL)
     assert len(low.groups) > 1 and low.tiling.th < 7 and st2.tasks == low.n_tasks == len(low.tasks) * per
     assert np.array_equal(bits(y2), bits(y))
     # conv1d, linear (bias), matmul in its three layouts
@@ -298,7 +298,7 @@ def test_conv_linear_matmul_with_sigmoid_and_silu(act):
 
 
 def test_fused_chain_registers_and_stats(capsys, tmp_path):
-    low = compiler.lower(Conv(1, 8, 6, 6, 20, 3, 3, pad=((1, 1), (1, 1)), bias=True, activation="silu"))
+    low = lower.build(Conv(1, 8, 6, 6, 20, 3, 3, pad=((1, 1), (1, 1)), bias=True, activation="silu"))
     tds = [planarmod.registers(t) for t in low.program.tds]
     assert len(tds) == 4 and low.tds_per_task == 4
     conv, ne, half, mul = tds
@@ -310,7 +310,7 @@ def test_fused_chain_registers_and_stats(capsys, tmp_path):
     assert planarmod.config(half, "h").name == "scale" and planarmod.config(mul, "m").name == "mul"
     assert (mul["L2.SourceBase.Addr"], mul["L2.Source1Base.Addr"]) == (conv["L2.ResultBase.Addr"],
                                                                        half["L2.ResultBase.Addr"])
-    assert (mul["Header.RBE0"], mul["Header.RBE1"], mul["Header.WBase"]) == (0, 0, compiler.SLOT_OUTPUT)
+    assert (mul["Header.RBE0"], mul["Header.RBE1"], mul["Header.WBase"]) == (0, 0, lower.lowered.SLOT_OUTPUT)
     # the L2 windows of the chain: z, L(z), s and the output staging follow the source
     tile = 20 * 6 * 16          # 20 channels x 6 rows x (6 fp16: one 16-byte L2 row) bytes
     bases = [t["L2.ResultBase.Addr"] * 16 for t in tds]
@@ -318,7 +318,7 @@ def test_fused_chain_registers_and_stats(capsys, tmp_path):
     assert max(bases) + tile <= 2 << 20
     x = np.random.default_rng(1).standard_normal((1, 8, 6, 6)).astype(F16)
     w = np.random.default_rng(2).standard_normal((20, 8, 3, 3)).astype(F16)
-    _, st = compiler.execute(low, x, w, np.zeros(20, F16))
+    _, st = lower.execute(low, x, w, np.zeros(20, F16))
     assert st.tile_dma_src_bytes == 8 * 6 * 64 and st.tile_dma_dst_bytes == 20 * 6 * 64   # intermediates stay in L2
     assert st.kernel_dma_bytes == sum(low.groups[0].layout.sizes) + 0x80 and st.planar_ops == 2 * 20 * 36
     path = tmp_path / "conv_silu.bin"

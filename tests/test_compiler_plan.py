@@ -1,14 +1,18 @@
-"""The lowering as the roofline's planner: stats-only runs of real TDs vs the analytic plan,
-traffic of tiled programs, stats-only vs computing Stats."""
+"""The lowering as the roofline's planner: stats-only runs of real TDs, traffic of tiled
+programs, stats-only vs computing Stats.
+
+(Until issue 9 this file also compared the lowered plan with an analytic tiler; that tiler
+is gone: the roofline plans by lowering only, tests/test_roofline_plan.py.)"""
 import dataclasses
 
 import numpy as np
 import pytest
 
-from fastane import compiler, workloads
-from fastane.compiler import Conv
+from fastane import lower, workloads
+from fastane.lower import Conv
 from fastane.device import Device
-from fastane.roofline import model
+from fastane.m1 import Limits
+from fastane.roofline import plan as rplan
 from fastane.workloads import Conv2d, Matmul
 
 COUNTERS = ("tasks", "macs", "control_dma_bytes", "kernel_dma_bytes", "tile_dma_src_bytes",
@@ -23,66 +27,36 @@ def counts(st):
 @pytest.fixture(scope="module")
 def plans():
     names = ("resnet50", "mobilenetv2", "bert-base", "llama-3.2-1b", "vit-b16")
-    return {n: (model.plan_workload(n, planner="lowered"), model.plan_workload(n)) for n in names}
+    return {n: rplan.plan_workload(n) for n in names}
 
 
-def test_resnet50_lowered_equals_the_analytic_plan_exactly(plans):
-    lowered, analytic = plans["resnet50"]
-    for lo, an in zip(lowered.layers, analytic.layers):
-        assert counts(lo.stats) == counts(an.stats), lo.name
-        assert [counts(t) for t in lo.stats.tasks_detail] == [counts(t) for t in an.stats.tasks_detail]
-
-
-def test_lowered_and_analytic_agree_on_totals(plans):
-    """MACs exactly; per layer, bytes exactly where the rules coincide, else the stated
-    relation (docs/roofline.md, "The analytic plan and the lowering")."""
-    for name, (lowered, analytic) in plans.items():
-        assert lowered.stats.macs == analytic.stats.macs == lowered.workload.macs, name
-        ratio = lowered.stats.dram_bytes / analytic.stats.dram_bytes
-        assert 0.995 < ratio < 1.01, (name, ratio)
-        for lo, an in zip(lowered.layers, analytic.layers):
-            layer, a, b = lo.layer, lo.stats, an.stats
-            assert a.macs == b.macs and a.planar_ops == b.planar_ops, lo.name
+def test_each_layer_is_its_lowered_program_counted(plans):
+    """Per layer: the plan's tasks are the Stats of the layer's lowered program run on a
+    stats-only device (one per TD), MACs exactly the layer's."""
+    for name, plan in plans.items():
+        assert plan.stats.macs == plan.workload.macs, name
+        for lp in plan.layers:
+            layer, a = lp.layer, lp.stats
             if not isinstance(layer, (Conv2d, Matmul)):
-                assert counts(a) == counts(b), lo.name         # planar: the analytic plan
+                assert not lp.lowered and a.tasks == 0, lp.name     # planar: not lowered, said so
                 continue
-            conv = compiler.layer_conv(layer)
-            t = compiler.tile(conv)
-            lut = compiler.ne_stage(conv.activation).lut
-            batched = isinstance(layer, Matmul) and layer.B > 1
-            if t.mode == "im2col":
-                # the unfolded input: Cin x Kh x Kw planes of Hout x Wout pixels, in one row
-                assert a.tile_dma_dst_bytes < b.tile_dma_dst_bytes, lo.name
-            elif batched:
-                # one grouped task (or a few) for all B products: fewer TDs, the same tiles
-                assert a.tasks < b.tasks, lo.name
-                assert (a.tile_dma_src_bytes, a.tile_dma_dst_bytes) == (b.tile_dma_src_bytes,
-                                                                        b.tile_dma_dst_bytes), lo.name
-                assert a.control_dma_bytes == 0x274 * a.tasks
-            elif lut and a.tasks == b.tasks:
-                # the LUT block rides in core 0's KMem: 0x80 bytes more KernelDMA per task
-                assert a.kernel_dma_bytes == b.kernel_dma_bytes + 0x80 * a.tasks, lo.name
-                assert dataclasses.replace(a, kernel_dma_bytes=0, tasks_detail=[]) == \
-                    dataclasses.replace(b, kernel_dma_bytes=0, tasks_detail=[])
-            elif lut:
-                # ... and when the kernels filled a core's 64 KiB, one channel per core less
-                assert a.tasks > b.tasks and a.dram_bytes > b.dram_bytes, lo.name
-            else:
-                assert counts(a) == counts(b), lo.name
+            low = lower.build(rplan.layer_conv(layer))
+            assert a.macs == layer.macs and a.tasks == low.n_tasks == len(a.tasks_detail), lp.name
+            assert a.control_dma_bytes == 0x274 * a.tasks
 
 
 def test_the_silu_gate_is_planned_as_its_lut_stage():
     gate = next(l for l in workloads.get("llama-3.2-1b").layers if l.name.endswith("gate_proj"))
-    conv = compiler.layer_conv(gate)
-    assert compiler.ne_stage(conv.activation).lut
-    assert compiler.tile(conv).cout_t == 240          # 15 x 4 KiB kernels + the LUT per core
+    conv = rplan.layer_conv(gate)
+    assert lower.ne_stage(conv.activation).lut
+    assert lower.plan_tiling(conv).cout_t == 240          # 15 x 4 KiB kernels + the LUT per core
 
 
 def test_traffic_of_a_tiled_conv_is_the_sum_of_its_tasks():
     conv = Conv(2, 256, 30, 200, 300, 3, 3, pad=((1, 1), (1, 1)), bias=True, activation="gelu")
-    low = compiler.lower(conv)
+    low = lower.build(conv)
     assert len(low.groups) > 1 and low.tiling.th < conv.hout
-    _, st = compiler.execute(low, device=compiler._plan_device(), stats_only=True)
+    _, st = lower.execute(low, device=lower.stats_device(), stats_only=True)
     d = st.tasks_detail
     assert len(d) == st.tasks == low.n_tasks
     for k in COUNTERS:
@@ -107,12 +81,12 @@ def test_stats_only_equals_computing_except_data_dependent_counters():
     x = (rng.standard_normal((1, 16, 20, 70)) * 30).astype(np.float16)
     w = (rng.standard_normal((40, 16, 3, 3)) * 30).astype(np.float16)
     b = rng.standard_normal(40).astype(np.float16)
-    small = compiler.Limits(kmem_core_bytes=2048, l2_bytes=64 << 10)
+    small = Limits(kmem_core_bytes=2048, l2_bytes=64 << 10)
     dev = Device(memory_size=64 << 20)
-    y, real, low = compiler.conv2d(x, w, b, pad=((1, 1), (1, 1)), activation="tanh", device=dev,
+    y, real, low = lower.run_conv(x, w, b, pad=((1, 1), (1, 1)), activation="tanh", device=dev,
                                    limits=small)
     assert low.n_tasks >= 4 and real.saturated > 0 and real.lut_overflow > 0
-    _, counted = compiler.execute(low, device=dev, stats_only=True)
+    _, counted = lower.execute(low, device=dev, stats_only=True)
     assert counted.tasks_detail and len(counted.tasks_detail) == len(real.tasks_detail)
     for c, r in zip(counted.tasks_detail, real.tasks_detail):
         assert counts(c) == counts(r)
@@ -120,15 +94,17 @@ def test_stats_only_equals_computing_except_data_dependent_counters():
     assert counts(counted) == counts(real)
 
 
-def test_roofline_cli_uses_the_lowering_by_default(capsys):
+def test_roofline_cli_uses_the_lowering(capsys):
     from fastane.roofline import report
     import argparse
     p = argparse.ArgumentParser()
     report.add_arguments(p)
     assert report.run(p.parse_args(["bert-base", "--summary"])) == 0
     err = capsys.readouterr().err
-    assert "(lowered)" in err
-    assert report.run(p.parse_args(["bert-base", "--summary", "--analytic"])) == 0
-    assert "(analytic)" in capsys.readouterr().err
+    assert "(lowered" in err
+    assert report.run(p.parse_args(["bert-base", "--summary", "--analytic"])) == 2
+    assert "--analytic was removed" in capsys.readouterr().err
     with pytest.raises(ValueError, match="planner"):
-        model.plan_workload("gpt2", planner="magic")
+        rplan.plan_workload("gpt2", planner="magic")
+    with pytest.raises(ValueError, match="analytic planner was removed"):
+        rplan.plan_workload("gpt2", planner="analytic")

@@ -6,7 +6,7 @@ from device_helpers import bits
 from reference import ref_conv2d, ref_matmul
 
 import fastane
-from fastane import compiler
+from fastane import lower
 from fastane.device import Device
 from fastane.device.engine import Engine
 
@@ -70,13 +70,13 @@ def test_saturation_reported_from_the_device_stats(device):
 
 
 def test_a_stats_only_default_device_still_computes():
-    old = compiler.default_device()
-    compiler.set_default_device(Device(memory_size=16 << 20, stats_only=True))
+    old = lower.default_device()
+    lower.set_default_device(Device(memory_size=16 << 20, stats_only=True))
     try:
         y = fastane.matmul(np.ones((2, 3)), np.ones((3, 4)))
         assert np.all(y == 3) and fastane.last_stats().tasks == 1
     finally:
-        compiler.set_default_device(old)
+        lower.set_default_device(old)
 
 
 def test_empty_reductions_need_no_task(device):
@@ -93,13 +93,13 @@ def test_a_lowered_program_runs_like_a_corpus_program():
     x = (r.standard_normal((1, 5, 6, 7)) * 4).astype(F16)
     w = (r.standard_normal((9, 5, 3, 3)) * 4).astype(F16)
     b = r.standard_normal(9).astype(F16)
-    low = compiler.lower(compiler.Conv(1, 5, 6, 7, 9, 3, 3, pad=((1, 1), (1, 1)), bias=True,
+    low = lower.build(lower.Conv(1, 5, 6, 7, 9, 3, 3, pad=((1, 1), (1, 1)), bias=True,
                                        activation="relu"))
     (program,) = low.with_weights(w, b)
     assert low.n_tasks == 1 and len(program.kernel) == low.kernel_bytes
-    out = Device(memory_size=16 << 20).run(program, {compiler.SLOT_INPUT: x})
+    out = Device(memory_size=16 << 20).run(program, {lower.lowered.SLOT_INPUT: x})
     z = (ref_conv2d(x, w, padding=1).astype(np.float64) + b[None, :, None, None]).astype(F16)
     want = np.where(z > 0, z, F16(0))                      # ReLU (no NaN here)
-    assert np.array_equal(bits(out[compiler.SLOT_OUTPUT]), bits(want))
+    assert np.array_equal(bits(out[lower.lowered.SLOT_OUTPUT]), bits(want))
     api = fastane.conv2d(x, w, b, padding=1, activation="relu")   # the API: same bits, same Stats
     assert np.array_equal(bits(api), bits(want)) and out.stats == fastane.last_stats()

@@ -1,12 +1,18 @@
-"""The analytic task plan: KMem and L2 limits, traffic = sum of the tasks, hand cases."""
+"""The roofline's plan (every layer lowered and counted on a stats-only device): KMem and
+L2 limits, traffic = sum of the tasks, hand cases, and the layers it cannot lower.
+
+(Until issue 9 these tests ran against an analytic tiler in fastane.roofline.model; it is
+gone, and the same assertions now hold for the lowered plan.  Split-K and the planar
+Eltwise layers, which only the analytic tiler planned, are reported as not lowered.)"""
 import math
 import time
+from types import SimpleNamespace
 
 import pytest
 
-from fastane import workloads
+from fastane import lower, m1, workloads
 from fastane.roofline import model
-from fastane.roofline.model import M1_LIMITS, plan_conv, plan_matmul, tile_conv
+from fastane.roofline import plan as rplan
 from fastane.stats import Stats
 from fastane.workloads import Conv2d, Eltwise, Matmul
 
@@ -20,14 +26,30 @@ def _row(w):
     return (2 * w + 63) // 64 * 64
 
 
+def plan_conv(conv):
+    return rplan.plan_layer(conv)
+
+
+def plan_matmul(mm):
+    return rplan.plan_layer(mm)
+
+
+def tile_conv(conv):
+    """The lowering's tiling of a workload layer, with the reduction chunk the hand count
+    below takes (the lowering never splits it: one chunk of Cin / groups)."""
+    c = rplan.layer_conv(conv)
+    t = lower.plan_tiling(c)
+    return SimpleNamespace(cout_t=t.cout_t, groups_t=t.groups_t, th=t.th, tw=t.tw, cin_t=c.cin_g, mode=t.mode)
+
+
 @pytest.fixture(scope="module")
 def plans():
-    return {n: model.plan_workload(n) for n in workloads.names()}
+    return {n: rplan.plan_workload(n) for n in workloads.names()}
 
 
 def test_every_task_fits_kmem_and_l2(plans):
     for name, plan in plans.items():
-        for lp in plan.layers:
+        for lp in plan.lowered:
             for t in lp.stats.tasks_detail:
                 assert t.tasks == 1
                 assert t.control_dma_bytes == TD
@@ -40,19 +62,18 @@ def test_each_core_kernel_share_fits_64k():
         for layer in workloads.get(name).layers:
             if isinstance(layer, Eltwise):
                 continue
-            conv = model.matmul_as_conv(layer) if isinstance(layer, Matmul) else layer
-            t = tile_conv(conv)
+            conv = rplan.layer_conv(layer)
+            t = tile_conv(layer)
             per_core = math.ceil(t.cout_t / 16) * t.cin_t * conv.kh * conv.kw * 2
             assert per_core <= KMEM_CORE, (name, layer.name, t)
 
 
 def test_tasks_add_up_to_the_layer(plans):
     for name, plan in plans.items():
-        for lp in plan.layers:
+        for lp in plan.lowered:
             assert lp.stats.macs == lp.layer.macs, (name, lp.name)
             assert lp.stats.tasks == len(lp.stats.tasks_detail)
-            if isinstance(lp.layer, Eltwise):
-                assert lp.stats.planar_ops == lp.layer.planar_ops
+        assert plan.stats.macs == plan.workload.macs     # the planar layers have no MACs
 
 
 def test_decode_matmul_by_hand():
@@ -135,7 +156,6 @@ def _hand_traffic(conv: Conv2d, t):
     Conv2d("dw", 960, 960, 14, 14, 3, 3, 1, 1, groups=960),
     Conv2d("g4", 64, 128, 30, 30, 3, 3, 1, 1, groups=4),
     Conv2d("wide", 2048, 2048, 1, 512),                 # prefill-like: column tiles
-    Conv2d("splitk", 40000, 64, 1, 3),                  # 40000 x 2 B > 64 KiB: split-K
 ], ids=lambda c: c.name)
 def test_traffic_of_a_tiled_conv_equals_the_sum_of_its_tasks(conv):
     t = tile_conv(conv)
@@ -161,25 +181,26 @@ def test_kernel_bytes_follow_the_kernel_dma_lane_layout():
                                      for b in kernel_dma.lane_bytes(40, 100, 3, 3))
 
 
-def test_split_k_when_one_channel_exceeds_a_core():
+def test_split_k_is_not_lowered_and_says_why():
+    # 40000 x 2 B > 64 KiB: one output channel's kernel does not fit a core; the lowering
+    # does not split the reduction (it would change the numerics), so the plan says so
     conv = Conv2d("splitk", 40000, 64, 1, 3)
-    t = tile_conv(conv)
-    assert t.ks == 2 and t.cin_t == 20000                # 20000 x 2 B = 40,000 B <= 64 KiB
-    tasks = plan_conv(conv)
-    assert sum(1 for x in tasks if x.planar_ops) == len(tasks) // 3   # one add per 2 partials
+    with pytest.raises(rplan.NotLowered, match="does not fit a core's 64 KiB KMem"):
+        plan_conv(conv)
+    w = workloads.Workload("w", "one split-K layer", (conv, Conv2d("ok", 8, 3, 4, 1)))
+    p = rplan.plan_workload(w)
+    assert [lp.name for lp in p.not_lowered] == ["splitk"] and "split the reduction" in p.not_lowered[0].not_lowered
+    assert p.stats.tasks == 1 and p.stats.macs == Conv2d("ok", 8, 3, 4, 1).macs
 
 
-def test_eltwise_tasks_fit_l2_and_cover_the_tensor():
+def test_eltwise_layers_are_reported_not_lowered():
     el = Eltwise("add", "add", (256, 56, 56), n_inputs=2)
-    tasks = model.plan_eltwise(el)
-    s = model.sum_stats(tasks)
-    assert s.tile_dma_src_bytes == 2 * 256 * 56 * 128
-    assert s.tile_dma_dst_bytes == 256 * 56 * 128
-    assert all(x.tile_dma_src_bytes + x.tile_dma_dst_bytes <= L2 for x in tasks)
-    huge = Eltwise("row", "add", (1, 1, 3_000_000), n_inputs=2)      # one channel > L2
-    tasks = model.plan_eltwise(huge)
-    assert len(tasks) > 1 and all(x.tile_dma_src_bytes + x.tile_dma_dst_bytes <= L2 for x in tasks)
-    assert model.sum_stats(tasks).planar_ops == 3_000_000
+    with pytest.raises(rplan.NotLowered, match="planar engine"):
+        rplan.plan_layer(el)
+    p = rplan.plan_workload("resnet50")
+    assert {lp.layer.kind for lp in p.not_lowered} == {"eltwise"}
+    assert len(p.not_lowered) == sum(isinstance(x, Eltwise) for x in p.workload.layers)
+    assert all(lp.stats.tasks == 0 for lp in p.not_lowered)
 
 
 def test_planner_can_be_swapped():
@@ -189,22 +210,28 @@ def test_planner_can_be_swapped():
         calls.append(layer.name)
         return [Stats(tasks=1, macs=layer.macs, control_dma_bytes=TD)]
 
-    p = model.plan_workload("resnet50", planner=fake)
+    p = rplan.plan_workload("resnet50", planner=fake)
     assert p.stats.macs == workloads.get("resnet50").macs
     assert len(calls) < len(p.layers)        # identical layers are planned once
 
 
+def _cold():
+    lower.cache_clear()                       # cold: no program or tiling remembered from other tests
+    lower.tiler._tile.cache_clear()
+
+
 def test_planning_is_fast():
-    model._tile_conv.cache_clear()            # cold: no tiling remembered from other tests
+    rplan.plan_workload("resnet50")           # the stats-only device and the kernels' first calls
+    _cold()
     t0 = time.perf_counter()
-    model.plan_workload("llama-3.2-1b")
+    rplan.plan_workload("llama-3.2-1b")
     t_llama = time.perf_counter() - t0
-    model._tile_conv.cache_clear()
+    _cold()
     t0 = time.perf_counter()
-    model.plan_workload("resnet50")
+    rplan.plan_workload("resnet50")
     t_resnet = time.perf_counter() - t0
     assert t_llama < 1.0 and t_resnet < 2.0, (t_llama, t_resnet)
 
 
 def test_limits_are_the_m1s():
-    assert M1_LIMITS.kmem_bytes == KMEM and M1_LIMITS.l2_bytes == L2 and M1_LIMITS.td_bytes == TD
+    assert m1.LIMITS.kmem_bytes == KMEM and m1.LIMITS.l2_bytes == L2 and m1.TD_SIZE == TD

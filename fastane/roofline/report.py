@@ -21,9 +21,10 @@ from dataclasses import asdict, dataclass
 
 from .. import workloads as _workloads
 from . import chips as _chips
+from ..m1 import TD_SIZE
 from . import compare as _compare
-from .model import DEFAULT_PARAMS, Estimate, ModelParams, WorkloadPlan, estimate, plan_workload, \
-    tokens_per_s_bound
+from .model import DEFAULT_PARAMS, Estimate, ModelParams, estimate, tokens_per_s_bound
+from .plan import WorkloadPlan, plan_workload
 
 __all__ = ["Result", "analyze", "table", "tokens_table", "tokens_per_s", "to_json", "plot",
            "add_arguments", "run", "DEFAULT_WORKLOADS"]
@@ -40,7 +41,7 @@ class Result:
     plan: WorkloadPlan
     chip: _chips.Chip
     params: ModelParams
-    layers: list          # Estimate per layer (no program overhead)
+    layers: list          # Estimate per lowered layer (plan.lowered; no program overhead)
     total: Estimate       # the whole program (with the program overhead)
     plan_s: float         # seconds the planning took
 
@@ -51,10 +52,12 @@ class Result:
 
 def analyze(workload, chip="m1", params: ModelParams = DEFAULT_PARAMS, planner=None,
             plan: WorkloadPlan | None = None) -> Result:
-    """Plan ``workload`` (a name or a :class:`~fastane.workloads.Workload`) and estimate it
-    on ``chip``.  ``planner``: ``"analytic"`` (the default here), ``"lowered"`` (the real
-    lowering, counted on a stats-only device: what ``fastane roofline`` uses) or a callable
-    (see :func:`~fastane.roofline.model.plan_workload`); ``plan`` reuses an existing plan."""
+    """Plan ``workload`` (a name or a :class:`~fastane.workloads.Workload`) by lowering
+    every layer and counting it on a stats-only device, and estimate it on ``chip``
+    (what ``fastane roofline`` reports).  ``planner``: see
+    :func:`~fastane.roofline.plan.plan_workload`; ``plan`` reuses an existing plan.
+    Layers that could not be lowered are in ``result.plan.not_lowered`` (with the reason)
+    and not in the totals."""
     if isinstance(workload, str):
         workload = _workloads.get(workload)
     chip = _chips.get(chip)
@@ -62,7 +65,7 @@ def analyze(workload, chip="m1", params: ModelParams = DEFAULT_PARAMS, planner=N
     if plan is None:
         plan = plan_workload(workload, planner=planner)
     plan_s = time.perf_counter() - t0
-    layers = [estimate(lp.stats, chip, params, name=lp.name, program=False) for lp in plan.layers]
+    layers = [estimate(lp.stats, chip, params, name=lp.name, program=False) for lp in plan.lowered]
     total = estimate(plan.tasks, chip, params, name=workload.name, program=True)
     return Result(workload, plan, chip, params, layers, total, plan_s)
 
@@ -133,22 +136,26 @@ def table(result: Result, layers: bool = True) -> str:
     w = max([len(lp.name) for lp in r.plan.layers] + [5])
     cols = (f"{'layer':{w}s}  {'shape':44s} {'tasks':>6s} {'MMAC':>10s} {'DRAM MB':>9s} "
             f"{'OP/B':>8s} {'bound':>7s} {'time':>11s} {'%roof':>6s}")
-    body = []
+    body = [cols]
     if layers:
-        body.append(cols)
-        for lp, e in zip(r.plan.layers, r.layers):
+        est = dict(zip(map(id, r.plan.lowered), r.layers))
+        for lp in r.plan.layers:
+            e = est.get(id(lp))
+            if e is None:
+                body.append(f"{lp.name:{w}s}  {lp.layer.shape_str()[:44]:44s} not lowered: {lp.not_lowered}")
+                continue
             body.append(f"{lp.name:{w}s}  {lp.layer.shape_str()[:44]:44s} {e.tasks:6d} "
                         f"{e.macs / 1e6:10.2f} {e.dram_bytes / 1e6:9.3f} {e.intensity:8.2f} "
                         f"{e.bound:>7s} {_t(e.time_s):>11s} {e.pct_of_roof:6.1f}")
-    else:
-        body.append(cols)
-    body.append(f"{'TOTAL':{w}s}  {f'{len(r.plan.layers)} layers':44s} {tot.tasks:6d} "
+    n_low, n_not = len(r.plan.lowered), len(r.plan.not_lowered)
+    counted = f"{n_low} layers" + (f" ({n_not} not lowered, not counted)" if n_not else "")
+    body.append(f"{'TOTAL':{w}s}  {counted:44s} {tot.tasks:6d} "
                 f"{tot.macs / 1e6:10.2f} {tot.dram_bytes / 1e6:9.3f} {tot.intensity:8.2f} "
                 f"{tot.bound:>7s} {_t(tot.time_s):>11s} {tot.pct_of_roof:6.1f}")
     foot = [
         f"traffic: KernelDMA {tot.kernel_dma_bytes / 1e6:.1f} MB, TileDMA src "
         f"{tot.tile_dma_src_bytes / 1e6:.1f} MB, dst {tot.tile_dma_dst_bytes / 1e6:.1f} MB, "
-        f"ControlDMA {tot.control_dma_bytes / 1e6:.3f} MB ({tot.tasks} TDs x 0x274 B)",
+        f"ControlDMA {tot.control_dma_bytes / 1e6:.3f} MB ({tot.tasks} TDs x {TD_SIZE:#x} B)",
         f"time {_t(tot.time_s)} = tasks {_t(tot.time_s - tot.overhead_s)} (compute {_t(tot.compute_s)}, "
         f"DMA {_t(tot.dma_s)}, dispatch {_t(tot.dispatch_s)}; {tot.dma_bound_tasks} of {tot.tasks} "
         f"tasks DMA-bound) + program overhead {_t(tot.overhead_s)}",
@@ -156,6 +163,10 @@ def table(result: Result, layers: bool = True) -> str:
         f"({_si(tot.roof_ops, 'OP/s')} at {tot.intensity:.2f} OP/B, {tot.bound}-bound); "
         f"limited by {tot.limiter}; planned in {r.plan_s * 1e3:.1f} ms",
     ]
+    if n_not:
+        kinds = sorted({lp.layer.kind for lp in r.plan.not_lowered})
+        foot.append(f"not lowered: {n_not} of {len(r.plan.layers)} layers ({', '.join(kinds)}; the reason "
+                    f"is on each row): their work is not in the totals above")
     if r.workload.tokens:
         foot.append(f"{r.workload.tokens / tot.time_s:.1f} tokens/s on {c.name} "
                     f"({r.workload.phase}, {r.workload.tokens} token{'s' if r.workload.tokens > 1 else ''} a run)")
@@ -177,7 +188,10 @@ def to_json(results, chips_for_tokens=None) -> dict:
             "total": r.total.as_dict(),
             "layers": [{"layer": lp.name, "kind": lp.layer.kind, "shape": lp.layer.shape_str(),
                         "activation": getattr(lp.layer, "activation", None), **e.as_dict()}
-                       for lp, e in zip(r.plan.layers, r.layers)],
+                       for lp, e in zip(r.plan.lowered, r.layers)],
+            # layers the lowering could not take: not estimated, not in "total"
+            "not_lowered": [{"layer": lp.name, "kind": lp.layer.kind, "shape": lp.layer.shape_str(),
+                             "reason": lp.not_lowered} for lp in r.plan.not_lowered],
         }
         if r.workload.tokens:
             wl["tokens_per_s"] = r.workload.tokens / r.total.time_s
@@ -265,9 +279,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "changes; exit 1 when a workload's time or DRAM traffic grew beyond --fail-above")
     parser.add_argument("--fail-above", type=float, default=0.0, metavar="PCT",
                         help="regression threshold for --compare, percent (default 0: any growth)")
-    parser.add_argument("--analytic", action="store_true",
-                        help="plan layers with the analytic model instead of lowering them to TDs "
-                             "and counting them on a stats-only device (the default)")
+    # removed: the roofline plans by lowering only; the flag is kept to say so
+    parser.add_argument("--analytic", action="store_true", help=argparse.SUPPRESS)
 
 
 def run(args) -> int:
@@ -281,6 +294,11 @@ def run(args) -> int:
             print(f"  {c.key:9s} {c.name:11s} {c.peak_ops_fp16.value / 1e12:5.1f} TOP/s FP16, "
                   f"DRAM {c.dram_bw.value / 1e9:6.1f} GB/s, ridge {c.ridge_point:6.1f} OP/B")
         return 0
+    if args.analytic:
+        print("fastane roofline: --analytic was removed: every layer is planned by lowering it to TDs "
+              "and counting them on a stats-only device; layers that cannot be lowered are reported "
+              "as such (docs/roofline.md)", file=sys.stderr)
+        return 2
     try:
         old = None
         if args.compare:
@@ -298,10 +316,11 @@ def run(args) -> int:
         if not args.quiet:
             print(f"[{i}/{len(wls)}] planning {w.name} ({len(w)} layers) ...", end="",
                   file=sys.stderr, flush=True)
-        planner = "analytic" if args.analytic else "lowered"
-        r = analyze(w, chip, planner=planner)
+        r = analyze(w, chip)
         if not args.quiet:
-            print(f" {r.total.tasks} tasks in {r.plan_s:.2f} s ({planner})", file=sys.stderr, flush=True)
+            nl = len(r.plan.not_lowered)
+            print(f" {r.total.tasks} tasks in {r.plan_s:.2f} s (lowered"
+                  + (f"; {nl} layers not lowered" if nl else "") + ")", file=sys.stderr, flush=True)
         results.append(r)
     if old is not None:
         cmp = _compare.compare(old, to_json(results), args.fail_above)

@@ -91,14 +91,17 @@ class Program:
 
     @classmethod
     def from_tds(cls, tds: Sequence[TaskDescriptor], kernel: bytes = b"",
-                 bars: Mapping[int, BarSlot] | None = None, name: str = "") -> "Program":
+                 bars: Mapping[int, BarSlot | None] | None = None, name: str = "",
+                 copy: bool = True) -> "Program":
         """Chain ``tds`` into a program: 0x300 apart, NextPointer/NextSize/TBE set, EON on the last.
 
-        The TDs are copied; the BAR plan is derived from them when not given.
+        The TDs are copied (unless ``copy=False``: then they are chained in place); the BAR
+        plan is derived from them when not given, and a slot ``bars`` maps to None is the
+        TD stream's own slot (its size filled in).
         """
         if not tds:
             raise TDError("a program needs at least one TD")
-        tds = [td.copy() for td in tds]
+        tds = [td.copy() for td in tds] if copy else list(tds)
         for i, td in enumerate(tds):
             last = i == len(tds) - 1
             td.update({"Header.NextPointer": 0 if last else TD_STRIDE * (i + 1),
@@ -108,7 +111,10 @@ class Program:
         stream = bytearray(offsets[-1] + TD_SIZE)
         for off, td in zip(offsets, tds):
             stream[off:off + TD_SIZE] = td.to_bytes()
-        bars = dict(bars) if bars is not None else plan_bars(tds, len(stream), len(kernel))
+        if bars is None:
+            bars = plan_bars(tds, len(stream), len(kernel))
+        else:
+            bars = {s: b if b is not None else BarSlot(s, "td", len(stream), "tds") for s, b in bars.items()}
         return cls(tds, offsets, bytes(stream), bytes(kernel), bars, name)
 
 

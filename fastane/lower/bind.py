@@ -1,0 +1,116 @@
+"""Buffer bindings: the device buffers a lowered program runs on, kept per program and
+device for reuse, freed when the program leaves the cache (after its last run).
+docs/lower.md, section 5.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+__all__ = ["Binding", "Bound"]
+
+
+@dataclass
+class Binding:
+    """Buffers of one program on one device: input, output and kernel regions."""
+
+    device: object
+    regions: dict          # slot -> Region
+    raw: dict              # slot -> uint8 view of the region
+
+    def free(self) -> None:
+        for r in self.regions.values():
+            self.device.free(r)
+
+
+class Bound:
+    """What a lowered program keeps on devices: the programs it loaded, bindings free for
+    reuse (per device), runs in flight, and whether the cache dropped it.  A subclass has
+    ``programs`` and ``buffer_sizes()``."""
+
+    def __post_init__(self):
+        self._free = {}            # {id(device): [Binding, ...]}
+        self._devices = {}         # {id(device): device} the programs were loaded on
+        self._active = 0
+        self._evicted = False
+        self._lock = threading.Lock()
+
+    def acquire(self, dev, stats_only: bool, reclaim=None) -> Binding:
+        """A binding on ``dev`` (a kept one, or new buffers; in stats-only mode never
+        written).  ``reclaim(dev)`` is called once when unified memory is full."""
+        with self._lock:
+            self._active += 1
+            self._devices[id(dev)] = dev
+            free = self._free.get(id(dev))
+            if free and not stats_only:
+                return free.pop()
+        regions = {}
+        try:
+            for slot, size in self.buffer_sizes().items():
+                regions[slot] = _alloc(dev, size, f"{self.program.name}:{slot}", not stats_only, reclaim)
+        except BaseException:
+            for r in regions.values():
+                dev.free(r)
+            self._done()
+            raise
+        raw = {s: dev.memory.view(r.iova, r.size) for s, r in regions.items()}
+        return Binding(dev, regions, raw)
+
+    def release(self, b: Binding, keep: bool) -> None:
+        """The run on ``b`` ended: keep ``b`` for the next run, or free it."""
+        if keep:
+            with self._lock:
+                if not self._evicted:
+                    self._free.setdefault(id(b.device), []).append(b)
+                    b = None
+        if b is not None:
+            b.free()
+        self._done()
+
+    def drop_free(self, dev) -> None:
+        """Free the bindings kept on ``dev``."""
+        with self._lock:
+            free = self._free.pop(id(dev), [])
+        for b in free:
+            b.free()
+
+    def release_all(self) -> None:
+        """The program left the cache: free its buffers and programs now, or after its last run."""
+        with self._lock:
+            self._evicted = True
+            cleanup = self._active == 0
+        if cleanup:
+            self._cleanup()
+
+    def _done(self) -> None:
+        with self._lock:
+            self._active -= 1
+            cleanup = self._evicted and self._active == 0
+        if cleanup:
+            self._cleanup()
+
+    def _cleanup(self) -> None:
+        with self._lock:
+            bindings = [b for bs in self._free.values() for b in bs]
+            devices = list(self._devices.values())
+            self._free.clear()
+            self._devices.clear()
+        for b in bindings:
+            b.free()
+        for dev in devices:
+            for p in self.programs:
+                dev.unload(p)
+
+
+def _alloc(dev, size, name, zero, reclaim):
+    try:
+        return dev.memory.alloc(size, name, zero=zero)
+    except MemoryError:
+        if reclaim is None:
+            raise
+        reclaim(dev)            # make room: drop the buffers cached programs keep on dev
+        try:
+            return dev.memory.alloc(size, name, zero=zero)
+        except MemoryError as exc:
+            raise MemoryError(f"{name}: {size:#x} bytes do not fit the device's unified memory "
+                              f"({dev.memory.size >> 20} MiB; {exc})") from None

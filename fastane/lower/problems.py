@@ -1,0 +1,184 @@
+"""The problems the lowering takes: a convolution (:class:`Conv`; a matmul is a 1x1
+convolution), an activation over a tensor (:class:`Eltwise`), and what the NE does after
+the readout (:class:`NEStage`, :func:`ne_stage`; :func:`fold` folds an affine after a
+convolution into its weights).  docs/lower.md, sections 1 and 9.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import lut as _lut
+
+__all__ = ["Conv", "Eltwise", "NEStage", "ne_stage", "fold", "SINGLE_STAGE", "MULTI_STAGE",
+           "check_conv", "IOVA_LIMIT"]
+
+
+@dataclass(frozen=True)
+class NEStage:
+    """What the NE does after the readout: ``nonlinear`` is "identity", "relu" or "lut"
+    (with ``block``), after an fp16 ``post_scale``."""
+
+    name: str
+    nonlinear: str = "identity"
+    block: object = None
+    post_scale: float = 1.0
+    #: the tasks after the NE stage (:data:`MULTI_STAGE`): None, "sigmoid" (a planar task
+    #: adding 0.5 to the LUT's output) or "silu" (the NE stage only adds the bias; then an
+    #: elementwise LUT task, the planar +0.5 and a planar multiply by the NE stage's output)
+    post: str | None = None
+
+    @property
+    def lut(self) -> bool:
+        return self.nonlinear == "lut"
+
+    @property
+    def out_tiles(self) -> int:
+        """Output-sized tensors a task's chain holds in L2 at once (the kept intermediates
+        and the result on its way out)."""
+        return {None: 1, "sigmoid": 2, "silu": 4}[self.post]
+
+    @property
+    def post_tasks(self) -> int:
+        """TDs after each NE-stage task."""
+        return {None: 0, "sigmoid": 1, "silu": 3}[self.post]
+
+
+_EXP_SCALE = float(np.uint16(0x3DC5).view(np.float16))   # fp16 log2(e), as fastane.exp
+#: activations that are one NE stage: name -> (LUT table, PostScale); "relu" is NonlinearMode 1
+SINGLE_STAGE = {
+    "tanh": ("tanh", 1.0), "gelu": ("gelu", 1.0), "exp": ("exp2", _EXP_SCALE), "exp2": ("exp2", 1.0),
+    "relu6": ("relu6", 1.0), "hardtanh": ("hardtanh", 1.0), "leaky_relu": ("leaky_relu", 1.0),
+    "selu": ("selu", 1.0), "sign": ("sign", 1.0), "reciprocal": ("reciprocal", 1.0),
+    "rsqrt": ("rsqrt", 1.0), "sqrt": ("sqrt", 1.0), "log2": ("log2", 1.0),
+}
+#: activations Apple's programs finish on the planar engine (corpus unary/sigmoid.bin,
+#: activation/silu.bin): name -> the chain the lowering emits after the NE stage
+MULTI_STAGE = {
+    "sigmoid": "the sigmoid - 0.5 table in the NE stage, then a planar task adding 0.5",
+    "silu": "the NE stage's output z kept in L2, the sigmoid - 0.5 table on z (an elementwise NE "
+            "task), a planar task adding 0.5, and a planar multiply by z",
+}
+
+
+def ne_stage(activation) -> NEStage:
+    """The :class:`NEStage` of ``activation``: None, ``"relu"``, a single-stage LUT
+    activation of :mod:`fastane.activations` (:data:`SINGLE_STAGE`), ``"sigmoid"`` or
+    ``"silu"`` (an NE stage followed by planar tasks, :data:`MULTI_STAGE`), or a
+    :class:`fastane.lut.CoeffBlock` (a table of your own)."""
+    if activation is None:
+        return NEStage("identity")
+    if isinstance(activation, _lut.CoeffBlock):
+        return NEStage("lut", "lut", activation, 1.0)
+    if not isinstance(activation, str):
+        raise TypeError(f"activation must be None, a name or a fastane.lut.CoeffBlock, "
+                        f"got {type(activation).__name__}")
+    if activation == "relu":
+        return NEStage("relu", "relu")
+    if activation in SINGLE_STAGE:
+        table, scale = SINGLE_STAGE[activation]
+        return NEStage(activation, "lut", _lut.get_block(table), scale)
+    if activation == "sigmoid":
+        return NEStage("sigmoid", "lut", _lut.get_block("sigmoid"), 1.0, post="sigmoid")
+    if activation == "silu":
+        return NEStage("silu", "identity", None, 1.0, post="silu")
+    known = ", ".join(["None", "'relu'"] + [repr(k) for k in (*SINGLE_STAGE, *MULTI_STAGE)])
+    raise ValueError(f"unknown activation {activation!r}; fused activations: {known} "
+                     f"(or a fastane.lut.CoeffBlock)")
+
+
+def fold(weight, bias, scale, shift):
+    """Fold an affine ``scale * z + shift`` after a convolution into its weights and bias
+    (SPEC 3, compile-time): ``W' = scale * W``, ``b' = scale * b + shift``, rounded once to
+    fp16 (:func:`fastane.lut.fold_affine`).  Returns ``(W', b')`` as float16."""
+    w2, b2 = _lut.fold_affine(weight, bias, scale, shift)
+    return np.asarray(w2, np.float16), np.asarray(b2, np.float16).reshape(-1)
+
+
+
+@dataclass(frozen=True)
+class Conv:
+    """One convolution to lower: ``n`` images ``(cin, h, w)`` -> ``(cout, hout, wout)``.
+
+    ``pad = ((top, bottom), (left, right))`` zeros; ``bias``: a per-channel bias is added
+    in the NE; ``activation``: see :func:`ne_stage`.  Hashable: the program cache key.
+    """
+
+    n: int
+    cin: int
+    h: int
+    w: int
+    cout: int
+    kh: int = 1
+    kw: int = 1
+    stride: tuple = (1, 1)
+    dilation: tuple = (1, 1)
+    pad: tuple = ((0, 0), (0, 0))
+    groups: int = 1
+    bias: bool = False
+    activation: object = None
+
+    @property
+    def span(self) -> tuple:
+        return ((self.kh - 1) * self.dilation[0] + 1, (self.kw - 1) * self.dilation[1] + 1)
+
+    @property
+    def hout(self) -> int:
+        return (self.h + sum(self.pad[0]) - self.span[0]) // self.stride[0] + 1
+
+    @property
+    def wout(self) -> int:
+        return (self.w + sum(self.pad[1]) - self.span[1]) // self.stride[1] + 1
+
+    @property
+    def cin_g(self) -> int:
+        return self.cin // self.groups
+
+    @property
+    def cout_g(self) -> int:
+        return self.cout // self.groups
+
+    @property
+    def macs(self) -> int:
+        return self.n * self.cout * self.hout * self.wout * self.cin_g * self.kh * self.kw
+
+    @classmethod
+    def matmul(cls, M: int, K: int, N: int, groups: int = 1, bias: bool = False,
+               activation=None) -> "Conv":
+        """``groups`` products ``(M, K) @ (K, N)`` as one 1x1 convolution in the (B, C, 1, S)
+        layout: ``Cin = groups * K``, ``Cout = groups * N``, ``S = M`` along W."""
+        return cls(1, groups * K, 1, M, groups * N, groups=groups, bias=bias, activation=activation)
+
+
+
+@dataclass(frozen=True)
+class Eltwise:
+    """One activation over ``n`` fp16 elements: the call :func:`lower` turns into an
+    elementwise program (``activation`` as for :func:`ne_stage`).  Hashable: the cache key."""
+
+    n: int
+    activation: object = None
+
+
+
+#: bytes a 32-bit IOVA can address
+IOVA_LIMIT = 1 << 32
+
+
+def check_conv(c: Conv) -> None:
+    if min(c.n, c.cin, c.h, c.w, c.cout, c.kh, c.kw, c.groups) < 1:
+        raise ValueError(f"cannot lower an empty convolution: {c}")
+    if c.cin % c.groups or c.cout % c.groups:
+        raise ValueError(f"Cin {c.cin} and Cout {c.cout} must be multiples of groups {c.groups}")
+    if c.hout < 1 or c.wout < 1:
+        raise ValueError(f"the padded input is smaller than the dilated kernel: {c}")
+    # The ANE addresses at most 4 GiB (32-bit IOVAs): refuse before planning (and before
+    # allocating task tables sized by the geometry).
+    padded = c.n * c.cin * (c.h + sum(c.pad[0])) * (c.w + sum(c.pad[1])) * 2
+    result = c.n * c.cout * c.hout * c.wout * 2
+    if max(padded, result) > IOVA_LIMIT:
+        raise ValueError(f"the padded input ({padded} bytes) or the output ({result} bytes) exceeds "
+                         f"the {IOVA_LIMIT >> 30} GiB the ANE can address: {c}")
+

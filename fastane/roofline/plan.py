@@ -1,0 +1,141 @@
+"""The roofline's plan, by lowering: every layer of a workload is lowered to TDs
+(:mod:`fastane.lower`, the one tiler) and its program is run on a stats-only device,
+which counts what each task's engines move without computing (~0.1 s per network).
+
+A layer the lowering cannot take is not estimated some other way: its
+:class:`LayerPlan` says why (``not_lowered``), and the plan's totals leave it out
+(:attr:`WorkloadPlan.not_lowered` lists them; the report shows each one and the count).
+That is the case for
+
+* planar-engine layers (:class:`~fastane.workloads.Eltwise`: adds, pooling, norms,
+  softmax): the lowering does not emit planar programs for them yet;
+* a convolution or matmul past a hardware limit (``NotImplementedError`` from the tiler:
+  one output channel's kernel beyond a core's KMem, which would need the reduction split
+  across tasks; ``MemoryError``: buffers beyond the planning device's address space).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import lower as _lower
+from .. import lut as _lut
+from .. import workloads as _wl
+from ..stats import Stats
+from .model import sum_stats
+
+__all__ = ["LayerPlan", "WorkloadPlan", "plan_layer", "plan_workload", "layer_conv", "sum_stats",
+           "NotLowered"]
+
+#: activations a workload names that are not one NE stage -> the NE stage they start with
+_FIRST_STAGE = {"silu": "sigmoid", "sigmoid": "sigmoid"}
+
+
+class NotLowered(Exception):
+    """A layer the lowering cannot take (the message says why)."""
+
+
+def layer_conv(layer) -> _lower.Conv:
+    """The :class:`~fastane.lower.Conv` a workload layer (:class:`~fastane.workloads.Conv2d`
+    or :class:`~fastane.workloads.Matmul`) lowers to.
+
+    Activations that need the planar engine (silu, sigmoid) are planned as their first,
+    NE stage (the sigmoid - 0.5 table): the workloads describe them as fused, and their
+    planar tasks are not counted.
+    """
+    if not isinstance(layer, (_wl.Conv2d, _wl.Matmul)):
+        raise NotLowered(f"{layer.kind} layers ({getattr(layer, 'op', type(layer).__name__)}) run on the "
+                         f"planar engine, which the lowering does not emit programs for yet")
+    act = layer.activation
+    if act in _FIRST_STAGE:
+        act = _lut.get_block(_FIRST_STAGE[act])
+    if isinstance(layer, _wl.Conv2d):
+        p = layer.pad
+        return _lower.Conv(1, layer.cin, layer.h, layer.w, layer.cout, layer.kh, layer.kw,
+                           (layer.stride, layer.stride), (1, 1), ((p, p), (p, p)), layer.groups, False, act)
+    return _lower.Conv.matmul(layer.M, layer.K, layer.N, layer.B, False, act)
+
+
+def plan_layer(layer) -> list:
+    """Per-task Stats of a workload layer, lowered and counted on a stats-only device.
+    Raises :class:`NotLowered` (with the reason) for a layer the lowering cannot take."""
+    conv = layer_conv(layer)
+    try:
+        low = _lower.build(conv)
+        _, st = _lower.execute(low, device=_lower.stats_device(), stats_only=True)
+    except NotImplementedError as e:
+        raise NotLowered(str(e)) from None
+    except MemoryError as e:
+        raise NotLowered(f"its buffers do not fit the planning device's address space ({e})") from None
+    return list(st.tasks_detail)
+
+
+@dataclass
+class LayerPlan:
+    """A layer and the Stats of its tasks (``stats.tasks_detail`` holds one per task), or,
+    when it was not lowered, why (``not_lowered``; ``stats`` is then empty)."""
+
+    layer: object
+    stats: Stats
+    not_lowered: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.layer.name
+
+    @property
+    def lowered(self) -> bool:
+        return self.not_lowered is None
+
+
+@dataclass
+class WorkloadPlan:
+    """The per-layer plans of a workload; ``stats`` and ``tasks`` add up the lowered ones."""
+
+    workload: object
+    layers: list = field(default_factory=list)
+
+    @property
+    def lowered(self) -> list:
+        """The layers that were lowered (the ones the totals count)."""
+        return [lp for lp in self.layers if lp.lowered]
+
+    @property
+    def not_lowered(self) -> list:
+        """The layers that were not, each with its reason."""
+        return [lp for lp in self.layers if not lp.lowered]
+
+    @property
+    def stats(self) -> Stats:
+        return sum_stats(self.tasks)
+
+    @property
+    def tasks(self) -> list:
+        return [t for lp in self.lowered for t in lp.stats.tasks_detail]
+
+
+def plan_workload(workload, planner=None) -> WorkloadPlan:
+    """Plan every layer of ``workload`` (a :class:`~fastane.workloads.Workload` or a name)
+    by lowering it (:func:`plan_layer`; ``planner``: None or ``"lowered"``, or any
+    ``planner(layer) -> list[Stats]`` that raises :class:`NotLowered` where it cannot).
+    Identical layers are planned once."""
+    if isinstance(workload, str):
+        workload = _wl.get(workload)
+    if planner in (None, "lowered"):
+        planner = plan_layer
+    elif planner == "analytic":
+        raise ValueError("the analytic planner was removed: the roofline plans every layer by lowering "
+                         "it to TDs and counting them on a stats-only device (docs/roofline.md)")
+    elif not callable(planner):
+        raise ValueError(f"planner must be 'lowered' or a callable, got {planner!r}")
+    memo: dict = {}
+    out = WorkloadPlan(workload)
+    for layer in workload.layers:
+        key = (type(layer).__name__,) + tuple(v for k, v in vars(layer).items() if k != "name")
+        if key not in memo:
+            try:
+                memo[key] = (planner(layer), None)
+            except NotLowered as e:
+                memo[key] = ([], str(e))
+        tasks, reason = memo[key]
+        out.layers.append(LayerPlan(layer, sum_stats(tasks), reason))
+    return out
