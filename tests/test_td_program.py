@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from fastane.errors import TDError
 from fastane.td import (TD_SIZE, HwxError, Program, TaskDescriptor, conv_td, load_program,
                         parse_hwx)
-from fastane.td.hwx import is_hwx, load_hwx
+from fastane.td.hwx import is_hwx
+from fastane.td.program import load_hwx
 from fastane.td.program import load_bin, parse_chain
 
 # ---------------------------------------------------------------- a synthetic .hwx (no corpus needed)

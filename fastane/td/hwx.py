@@ -6,7 +6,8 @@ Layout (read from the corpus files; see docs/td.md): a 32-byte ``mach_header_64`
 ``__FVMLIB`` segment per input/output tensor, not backed by file bytes), ``LC_LOADFVMLIB``
 (tensor names), ``LC_THREAD`` (flavor 1: the 32-slot BAR table and the TD address/size/count;
 flavor 3: one tensor descriptor each), ``LC_IDENT`` (compiler version and options) and
-``LC_SYMTAB``.  Everything is located through those commands; no offset is assumed.
+``LC_SYMTAB``.  Everything is located through those commands; no offset is assumed.  This
+module parses the container only; :func:`fastane.td.program.load_hwx` makes it a Program.
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import struct
 from dataclasses import dataclass, field
 
 from ..errors import TDError
-from .fields import TD_SIZE
 
 MAGICS = {0xBEEFFACE: "ANE hwx", 0xFEEDFACF: "Mach-O 64"}
 LC_SYMTAB, LC_THREAD, LC_LOADFVMLIB, LC_IDENT, LC_SEGMENT_64 = 0x2, 0x4, 0x6, 0x8, 0x19
@@ -206,45 +206,3 @@ def _command(hwx: Hwx, cmd: int, body: bytes, off: int, data: bytes) -> None:
                 raise HwxError(f"symbol #{k}: string index {strx:#x} past the string table ({strsize:#x})")
             if typ & 0x0E == 0x0E and not typ & 0xE0:       # N_SECT, not a debugging (stab) entry
                 hwx.symbols[_cstr(data[stroff + strx:stroff + strsize])] = value
-
-
-def load_hwx(data, name: str = "", source: str | None = None):
-    """A :class:`~fastane.td.program.Program` from .hwx bytes.
-
-    The TD stream is ``__TEXT,__text``, the kernel/coefficient bytes ``__TEXT,__const``; the BAR
-    plan comes from the flavor-1 thread state (each slot's address falls in a section: the TD
-    stream, the kernel, or a named ``__FVMLIB`` tensor), roles of tensors from what the TDs do.
-    """
-    from .program import BarSlot, Program, parse_chain, plan_bars
-    hwx = parse_hwx(data)
-    text = hwx.section("__TEXT", "__text")
-    if text is None or text.data is None:
-        raise HwxError("no __TEXT,__text section with file bytes: the .hwx holds no TD stream")
-    const = hwx.section("__TEXT", "__const")
-    kernel = const.data if const is not None and const.data is not None else b""
-    tds, offsets = parse_chain(text.data, base=text.offset)
-    info = hwx.td_info()
-    if info is not None and info[2] != len(tds):
-        raise HwxError(f"the thread state announces {info[2]} TDs, the chain in __text has {len(tds)}")
-    derived = plan_bars(tds, len(text.data), len(kernel))
-    bars = {}
-    for slot, addr in sorted(hwx.bar_table().items()):
-        s = hwx.section_at(addr)
-        if s is None:
-            raise HwxError(f"BAR slot {slot} address {addr:#x} lies in no section")
-        if s is text:
-            bars[slot] = BarSlot(slot, "td", len(text.data))
-        elif s is const:
-            bars[slot] = BarSlot(slot, "kernel", len(kernel))
-        else:
-            tensor = hwx.name_of(addr)
-            role = derived[slot].role if slot in derived and derived[slot].role != "td" else \
-                "output" if tensor and "@output" in tensor else "input"
-            bars[slot] = BarSlot(slot, role, s.size, tensor)
-    if not bars:
-        bars = derived
-    meta = {"ident": hwx.ident, "symbols": hwx.symbols, "tensors": hwx.tensors(), "cputype": hwx.cputype,
-            "cpusubtype": hwx.cpusubtype, "text": (text.addr, text.offset, text.size),
-            "const": (const.addr, const.offset, const.size) if const else None}
-    return Program(tds, offsets, text.data[:offsets[-1] + TD_SIZE], kernel, bars, name, source,
-                   td_base=text.offset, meta=meta)

@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 from ..errors import TDError
 from ..m1 import FORMATS, TILE, round_up
 from .codec import TaskDescriptor
+from .hwx import HwxError, is_hwx, parse_hwx
 from .fields import TD_SIZE, TD_STRIDE, TD_WORDS
 
 KERNEL_ALIGN = 0x80     # the kernel region of a corpus .bin starts at round_up(tsk_size, 0x80)
@@ -272,6 +273,47 @@ def load_bin(data: bytes, meta: Mapping | None = None, name: str = "", source: s
                    meta=dict(meta, notes=notes))
 
 
+def load_hwx(data, name: str = "", source: str | None = None):
+    """A :class:`~fastane.td.program.Program` from .hwx bytes.
+
+    The TD stream is ``__TEXT,__text``, the kernel/coefficient bytes ``__TEXT,__const``; the BAR
+    plan comes from the flavor-1 thread state (each slot's address falls in a section: the TD
+    stream, the kernel, or a named ``__FVMLIB`` tensor), roles of tensors from what the TDs do.
+    """
+    hwx = parse_hwx(data)
+    text = hwx.section("__TEXT", "__text")
+    if text is None or text.data is None:
+        raise HwxError("no __TEXT,__text section with file bytes: the .hwx holds no TD stream")
+    const = hwx.section("__TEXT", "__const")
+    kernel = const.data if const is not None and const.data is not None else b""
+    tds, offsets = parse_chain(text.data, base=text.offset)
+    info = hwx.td_info()
+    if info is not None and info[2] != len(tds):
+        raise HwxError(f"the thread state announces {info[2]} TDs, the chain in __text has {len(tds)}")
+    derived = plan_bars(tds, len(text.data), len(kernel))
+    bars = {}
+    for slot, addr in sorted(hwx.bar_table().items()):
+        s = hwx.section_at(addr)
+        if s is None:
+            raise HwxError(f"BAR slot {slot} address {addr:#x} lies in no section")
+        if s is text:
+            bars[slot] = BarSlot(slot, "td", len(text.data))
+        elif s is const:
+            bars[slot] = BarSlot(slot, "kernel", len(kernel))
+        else:
+            tensor = hwx.name_of(addr)
+            role = derived[slot].role if slot in derived and derived[slot].role != "td" else \
+                "output" if tensor and "@output" in tensor else "input"
+            bars[slot] = BarSlot(slot, role, s.size, tensor)
+    if not bars:
+        bars = derived
+    meta = {"ident": hwx.ident, "symbols": hwx.symbols, "tensors": hwx.tensors(), "cputype": hwx.cputype,
+            "cpusubtype": hwx.cpusubtype, "text": (text.addr, text.offset, text.size),
+            "const": (const.addr, const.offset, const.size) if const else None}
+    return Program(tds, offsets, text.data[:offsets[-1] + TD_SIZE], kernel, bars, name, source,
+                   td_base=text.offset, meta=meta)
+
+
 def load_program(path, meta: Mapping | bool | None = None) -> Program:
     """Load a program from ``path``: an ``.hwx`` Mach-O, a corpus ``.bin`` or a raw TD file.
 
@@ -281,7 +323,6 @@ def load_program(path, meta: Mapping | bool | None = None) -> Program:
     folder up) and uses the entry naming it; False ignores metadata.
     Raises :class:`~fastane.errors.TDError` for a malformed file, OSError if it cannot be read.
     """
-    from .hwx import is_hwx, load_hwx
     path = Path(path)
     data = path.read_bytes()
     if is_hwx(data) or path.suffix.lower() == ".hwx":

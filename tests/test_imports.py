@@ -1,0 +1,170 @@
+"""The import contract: imports flow one way, and no module imports itself in a circle.
+
+    cli, demo  ->  fastane (the public names)  ->  front end (api, activations, model)
+      ->  roofline  ->  lower  ->  device  ->  td, lut  ->  base (errors, errstate, stats),
+      workloads  ->  m1, kernels
+
+Every module of fastane (and of ``kernels/``, installed as ``fastane.kernels``) is parsed
+with :mod:`ast`; every import counts, at module level or inside a function (and
+``importlib.import_module("fastane...")`` with a literal name).  A module may import a
+module of its own group, or of a group of a lower rank (:data:`RANKS`).  ``fastane.kernels``
+imports nothing of fastane but ``fastane.m1``: kernels are pure functions over arrays.
+The base modules (errors, errstate, stats) may be imported by anything above the kernels.
+A top-level module or package not listed in :data:`RANKS` (a new front end) counts as
+the front end: it may import anything below, and nothing below may import it.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: group -> rank; imports go to the same group or to a lower rank
+RANKS = {
+    "m1": 0, "kernels": 0,
+    "base": 1, "workloads": 1,
+    "td": 2, "lut": 2,
+    "device": 3,
+    "lower": 4,
+    "roofline": 5,
+    "frontend": 6,
+    "package": 7,            # fastane/__init__.py: the public names
+    "app": 8,                # the command line and its demo, on the public names
+}
+#: top-level names of fastane -> group (anything else: "frontend")
+GROUPS = {"m1": "m1", "kernels": "kernels", "errors": "base", "errstate": "base", "stats": "base",
+          "workloads": "workloads", "td": "td", "lut": "lut", "device": "device", "lower": "lower",
+          "roofline": "roofline", "": "package", "cli": "app", "demo": "app"}
+
+
+def modules() -> dict:
+    """``{dotted name: path}`` of every module of fastane and fastane.kernels."""
+    out = {}
+    for base, pkg in ((ROOT / "fastane", "fastane"), (ROOT / "kernels", "fastane.kernels")):
+        for path in sorted(base.rglob("*.py")):
+            parts = list(path.relative_to(base).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([pkg] + parts)] = path
+    return out
+
+
+def _resolve(mod: str, is_pkg: bool, level: int, name: str | None) -> str:
+    if not level:
+        return name or ""
+    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+    base = base[:len(base) - (level - 1)]
+    return ".".join(base + ([name] if name else []))
+
+
+def imports_of(mod: str, source: str, is_pkg: bool, known) -> set:
+    """The fastane modules ``mod`` imports (``from X import y`` counts as X.y when that is a
+    module, else as X)."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(mod, is_pkg, node.level, node.module)
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            targets = [node.args[0].value]
+        for t in targets:
+            while t and t not in known:          # import a.b.c: the deepest fastane module named
+                t = t.rpartition(".")[0]
+            if t.startswith("fastane") and t != mod:
+                out.add(t)
+    return out
+
+
+def graph() -> dict:
+    mods = modules()
+    return {m: imports_of(m, p.read_text(), p.name == "__init__.py", mods) for m, p in mods.items()}
+
+
+def group(mod: str) -> str:
+    if mod.startswith("fastane.kernels"):
+        return "kernels"
+    top = mod.split(".")[1] if mod.count(".") else ""
+    return GROUPS.get(top, "frontend")
+
+
+def violations(g: dict) -> list:
+    """Imports against the layer order, as ``(importer, imported, why)``."""
+    bad = []
+    for a, targets in g.items():
+        ga = group(a)
+        for b in sorted(targets):
+            gb = group(b)
+            if ga == "kernels" and gb not in ("kernels", "m1"):
+                bad.append((a, b, "fastane.kernels imports nothing of fastane but fastane.m1"))
+            elif ga != gb and RANKS[gb] >= RANKS[ga]:
+                bad.append((a, b, f"{ga} (rank {RANKS[ga]}) may not import {gb} (rank {RANKS[gb]})"))
+    return bad
+
+
+def cycles(g: dict) -> list:
+    """Every module that lies on an import circle, with one circle through it."""
+    found, state, stack = [], {}, []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(g.get(m, ())):
+            if state.get(n) == 1:
+                found.append(stack[stack.index(n):] + [n])
+            elif n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(g):
+        if m not in state:
+            visit(m)
+    return found
+
+
+@pytest.fixture(scope="module")
+def g():
+    return graph()
+
+
+def test_every_module_is_seen(g):
+    for m in ("fastane.m1", "fastane.kernels.mac", "fastane.td.asm", "fastane.device.engine",
+              "fastane.lower.emit", "fastane.roofline.plan", "fastane.api", "fastane"):
+        assert m in g, m
+    assert "fastane.m1" in g["fastane.td.asm"] and "fastane.lower" in g["fastane.roofline.plan"]
+    assert "fastane.td.planar" in g["fastane.device.tile_dma"]
+    assert "fastane.lut" in g["fastane.device.ne"]            # importlib.import_module("fastane.lut")
+
+
+def test_m1_is_the_bottom(g):
+    assert g["fastane.m1"] == set()
+
+
+def test_imports_flow_one_way(g):
+    bad = violations(g)
+    assert not bad, "\n".join(f"{a} imports {b}: {why}" for a, b, why in bad)
+
+
+def test_no_import_circles(g):
+    found = cycles(g)
+    assert not found, "\n".join(" -> ".join(c) for c in found)
+
+
+def test_a_planted_bad_import_is_caught(g):
+    """The checks are not vacuous: an upward import and a circle are both found."""
+    planted = {m: set(t) for m, t in g.items()}
+    planted["fastane.td.asm"].add("fastane.device.planar")          # td -> device: upward
+    assert ("fastane.td.asm", "fastane.device.planar") in [(a, b) for a, b, _ in violations(planted)]
+    planted["fastane.kernels.fp16"] = {"fastane.stats"}              # a kernel importing the front
+    assert any(a == "fastane.kernels.fp16" for a, _, _ in violations(planted))
+    planted["fastane.td.codec"].add("fastane.td.program")            # td.program -> td.codec -> back
+    assert any("fastane.td.codec" in c for c in cycles(planted))
+    src = "def f():\n    from ..device import planar\n"                # function-level, relative
+    assert imports_of("fastane.td.asm", src, False, g) == {"fastane.device.planar"}
