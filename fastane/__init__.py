@@ -10,3 +10,19 @@ from .td import Program, TaskDescriptor, load_program
 from .device import Device
 
 __version__ = "0.1.0"
+
+#: the public names (modules such as fastane.lower, fastane.td, fastane.device and
+#: fastane.roofline are imported by name, not re-exported)
+__all__ = [
+    # the numpy surface and the activations
+    "matmul", "linear", "conv1d", "conv2d",
+    "relu", "tanh", "sigmoid", "gelu", "silu", "exp", "exp2", "log2", "sqrt", "rsqrt", "reciprocal",
+    "relu6", "hardtanh", "leaky_relu", "selu", "sign", "lut_table",
+    # events, counters and errors
+    "errstate", "geterr", "seterr", "Stats", "last_stats",
+    "FastaneError", "TDError", "DeviceFault", "SaturationError", "SaturationWarning",
+    "LUTRangeError", "LUTRangeWarning",
+    # programs and the device
+    "Program", "TaskDescriptor", "load_program", "Device",
+    "__version__",
+]

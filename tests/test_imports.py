@@ -168,3 +168,21 @@ def test_a_planted_bad_import_is_caught(g):
     assert any("fastane.td.codec" in c for c in cycles(planted))
     src = "def f():\n    from ..device import planar\n"                # function-level, relative
     assert imports_of("fastane.td.asm", src, False, g) == {"fastane.device.planar"}
+
+
+def test_public_surface():
+    import types
+
+    import fastane
+    import fastane.lower
+    for mod in (fastane, fastane.lower):
+        assert len(mod.__all__) == len(set(mod.__all__))
+        for name in mod.__all__:
+            assert hasattr(mod, name), (mod.__name__, name)
+            assert not isinstance(getattr(mod, name), types.ModuleType), (mod.__name__, name)
+    ns = {}
+    exec("from fastane import *", ns)
+    assert set(ns) - {"__builtins__"} == set(fastane.__all__)
+    assert len(fastane.lower.__all__) <= 16
+    # no name of the lowering shadows a different public function of the same name
+    assert not set(fastane.lower.__all__) & set(fastane.__all__)
