@@ -19,7 +19,7 @@ Every layer is one of three kinds, each with a ``name``:
 
 A :class:`Workload` is a named tuple of layers; :func:`get` and :func:`names` look them
 up.  The per-task plan of a workload (how it splits into task descriptors) is
-:func:`fastane.roofline.model.plan_workload`.
+:func:`fastane.roofline.plan.plan_workload`.
 
 Conventions (stated once here, repeated in ``docs/roofline.md``):
 

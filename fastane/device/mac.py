@@ -26,10 +26,10 @@ from fastane.kernels import conv as _kconv
 from fastane.kernels import dma as _kdma
 from fastane.kernels import mac as _kmac
 
+from ..m1 import FP16
 from .faults import DecodeFault, UnsupportedTask
 
 CONV, PASSTHROUGH = "conv", "passthrough"
-FP16 = 2
 
 
 @dataclass(frozen=True)

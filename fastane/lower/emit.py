@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import lut as _lut
-from ..m1 import ALIGN, LUT_BLOCK, Limits, kernel_layout, round_up
+from ..m1 import ALIGN, CORES, L2_UNIT, LUT_BLOCK, Limits, kernel_layout, round_up
 from ..td import BarSlot, Program
 from ..td.asm import conv_td, eltwise_td
 from .lowered import (SLOT_INPUT, SLOT_INTERMEDIATE, SLOT_KERNEL, SLOT_OUTPUT, SLOT_TD, KernelGroup,
@@ -21,7 +21,7 @@ __all__ = ["emit_conv", "emit_eltwise"]
 
 _SRC_BASE, _SRC1_BASE, _DST_BASE = ("TileDMASrc.BaseAddr.Addr", "TileDMASrc1.BaseAddr.Addr",
                                     "TileDMADst.BaseAddr.Addr")
-_COEFF_BASE = tuple(f"KernelDMASrc.CoeffBaseAddr[{k}].Addr" for k in range(16))
+_COEFF_BASE = tuple(f"KernelDMASrc.CoeffBaseAddr[{k}].Addr" for k in range(CORES))
 _TASK_DTYPE = np.dtype([("n", "i8"), ("k", "i8"), ("oy0", "i8"), ("th", "i8"), ("r0", "i8"),
                         ("rows", "i8"), ("padt", "i8"), ("ox0", "i8"), ("tw", "i8"), ("c0", "i8"),
                         ("cols", "i8"), ("padl", "i8")])
@@ -97,11 +97,11 @@ def emit_conv(conv: Conv, lim: Limits) -> Lowered:
             post = _post_chain(td, stage, (g.cout, th, tw), (orow, op), lut_off) if stage.post else []
             tpl = templates[key] = [td] + post
         chain = [td.copy() for td in tpl]
-        chain[0][_SRC_BASE] = (n * ib + g.ci0 * ip + r0 * ir + c0 * 2) >> 6
+        chain[0][_SRC_BASE] = (n * ib + g.ci0 * ip + r0 * ir + c0 * 2) // ALIGN
         for lane, off in enumerate(g.layout.offsets):
-            chain[0][_COEFF_BASE[lane]] = (g.offset + off) >> 6
+            chain[0][_COEFF_BASE[lane]] = (g.offset + off) // ALIGN
         # the last TD of the task's chain writes the output tile
-        chain[-1][_DST_BASE] = (n * ob + g.co0 * op + oy0 * orow + ox0 * 2) >> 6
+        chain[-1][_DST_BASE] = (n * ob + g.co0 * op + oy0 * orow + ox0 * 2) // ALIGN
         tds += chain
 
     kernel_bytes = max(offset + (LUT_BLOCK if stage.post == "silu" else 0), ALIGN)
@@ -123,8 +123,8 @@ def _post_chain(td, stage: NEStage, shape, dst_strides, lut_off: int) -> list:
       ``round16(z * s)`` (Apple's silu program on ``z``: it multiplies its input by the
       sigmoid)."""
     c, h, w = shape
-    tile = c * h * round_up(2 * w, 16)                  # one output tile in L2 (16-byte rows)
-    r0 = td["L2.ResultBase.Addr"] << 4                  # right after the convolution's source
+    tile = c * h * round_up(2 * w, L2_UNIT)             # one output tile in L2 (16-byte rows)
+    r0 = td["L2.ResultBase.Addr"] * L2_UNIT             # right after the convolution's source
     td.update({"L2.ResultCfg.ResultType": 3, "Header.WBase": 0, "Header.WBE": 0,
                "TileDMADst.DMAConfig.En": 0})
     common = dict(dst=SLOT_OUTPUT, dst_strides=dst_strides, src_in_l2=True, eon=False)
@@ -152,7 +152,7 @@ def emit_eltwise(op: Eltwise, lim: Limits) -> LoweredEltwise:
         tpl = templates.get((h, w))
         if tpl is None:
             shape = (1, h, w)
-            t = h * round_up(2 * w, 16)            # one tile in L2
+            t = h * round_up(2 * w, L2_UNIT)       # one tile in L2
             ne = dict(nonlinear=nonlinear, post_scale=stage.post_scale, kernel_slot=SLOT_KERNEL,
                       src=SLOT_INPUT, l2_src=0, eon=False)
             if stage.post is None:
@@ -168,7 +168,7 @@ def emit_eltwise(op: Eltwise, lim: Limits) -> LoweredEltwise:
                        eltwise_td(shape, op="mul", src=SLOT_INPUT, src1=SLOT_INTERMEDIATE, dst=SLOT_OUTPUT,
                                   l2_src=0, l2_src1=t, l2_dst=2 * t, eon=False)]
             templates[(h, w)] = tpl
-        base = (2 * e0) >> 6
+        base = 2 * e0 // ALIGN
         chain = [td.copy() for td in tpl]
         chain[0][_SRC_BASE] = base
         chain[-1][_DST_BASE] = base

@@ -25,6 +25,32 @@ __all__ = ["KernelGroup", "Lowered", "LoweredEltwise", "SLOT_TD", "SLOT_KERNEL",
 SLOT_TD, SLOT_KERNEL, SLOT_INTERMEDIATE, SLOT_OUTPUT, SLOT_INPUT = 0, 1, 3, 4, 5
 
 
+class _Programs(Bound):
+    """What both kinds of lowered program share: their chains and BAR plan, and the
+    programs with their kernel bytes filled in.  A subclass has ``programs``,
+    ``kernel_bytes`` and ``pack(raw, weight, bias)``."""
+
+    @property
+    def program(self) -> Program:
+        """The (first) program: ``fastane disasm`` prints ``program.to_bytes()``."""
+        return self.programs[0]
+
+    @property
+    def bars(self) -> dict:
+        return self.programs[0].bars
+
+    def with_weights(self, weight=None, bias=None) -> list:
+        """The programs with their kernel bytes (weights, biases, LUT block) filled in, as
+        standalone :class:`~fastane.td.Program` objects (``Program.to_bytes()`` gives the
+        corpus ``.bin`` layout).  A one-tile program runs with ``Device.run(program,
+        {SLOT_INPUT: x})``; a tiled one through :func:`~fastane.lower.execute`, which knows
+        every tile."""
+        raw = np.zeros(self.kernel_bytes, np.uint8)
+        self.pack(raw, weight, bias)
+        kernel = raw.tobytes()
+        return [dataclasses.replace(p, kernel=kernel) for p in self.programs]
+
+
 @dataclass(frozen=True)
 class KernelGroup:
     """One kernel group: its output channels, input channels and place in the kernel slot."""
@@ -39,7 +65,7 @@ class KernelGroup:
 
 
 @dataclass(eq=False)
-class Lowered(Bound):
+class Lowered(_Programs):
     """A convolution lowered to TDs: the program(s), the buffer plan, and how to fill it.
 
     ``programs`` are chains of at most :data:`fastane.m1.MAX_CHAIN` TDs (usually one), run in order;
@@ -60,11 +86,6 @@ class Lowered(Bound):
     kernel_bytes: int
 
     @property
-    def program(self) -> Program:
-        """The (first) program: ``fastane disasm`` prints ``program.to_bytes()``."""
-        return self.programs[0]
-
-    @property
     def n_tasks(self) -> int:
         """TDs of the program(s): one per row of ``tasks``, plus the planar chain after each
         (sigmoid, silu)."""
@@ -80,10 +101,6 @@ class Lowered(Bound):
         """Where silu's separate LUT task finds its block in the kernel slot (after every
         kernel group)."""
         return self.groups[-1].offset + self.groups[-1].layout.nbytes if self.groups else 0
-
-    @property
-    def bars(self) -> dict:
-        return self.programs[0].bars
 
     def buffer_sizes(self) -> dict:
         """Bytes of the BAR slots a run binds: ``{slot: bytes}``."""
@@ -137,16 +154,6 @@ class Lowered(Bound):
                               strides=(lay.batch_stride, lay.plane_stride, 2 * c.wout, 2))
         return self.out_layout.view(raw)
 
-    def with_weights(self, weight, bias=None) -> list:
-        """The programs with their kernel bytes (weights, biases, LUT) filled in, as
-        standalone :class:`~fastane.td.Program` objects (``Program.to_bytes()`` gives the
-        corpus ``.bin`` layout).  A one-tile program runs with ``Device.run(program,
-        {SLOT_INPUT: x})``; a tiled one through :func:`~fastane.lower.execute`, which knows every tile."""
-        raw = np.zeros(self.kernel_bytes, np.uint8)
-        self.pack(raw, weight, bias)
-        kernel = raw.tobytes()
-        return [dataclasses.replace(p, kernel=kernel) for p in self.programs]
-
     def pack(self, raw: np.ndarray, weight, bias=None) -> None:
         """Write the weights ``(Cout, Cin/groups, Kh, Kw)`` (fp16; any strides), the bias
         ``(Cout,)`` and the LUT block into the kernel slot bytes, as every task's KernelDMA
@@ -193,7 +200,7 @@ class Lowered(Bound):
 
 
 @dataclass(eq=False)
-class LoweredEltwise(Bound):
+class LoweredEltwise(_Programs):
     """An activation lowered to elementwise TDs (see :func:`~fastane.lower.run_eltwise`).
 
     The ``n`` elements sit flat and dense in the input slot (and likewise in the output
@@ -217,17 +224,8 @@ class LoweredEltwise(Bound):
     kernel_bytes: int
 
     @property
-    def program(self) -> Program:
-        """The (first) program: ``fastane disasm`` prints ``program.to_bytes()``."""
-        return self.programs[0]
-
-    @property
     def n_tasks(self) -> int:
         return len(self.tiles) * self.tds_per_tile
-
-    @property
-    def bars(self) -> dict:
-        return self.programs[0].bars
 
     def describe(self) -> str:
         shape = f"{self.rows} x {self.width}" + (f" + {self.rem}" if self.rem else "")
@@ -255,9 +253,3 @@ class LoweredEltwise(Bound):
         """Write the LUT block where the NE task's KernelDMA lane 0 reads it (slot offset 0)."""
         if self.block is not None:
             raw[:LUT_BLOCK] = np.frombuffer(self.block.to_bytes(), np.uint8)
-
-    def with_weights(self, weight=None, bias=None) -> list:
-        """The programs with their kernel bytes (the LUT block) filled in."""
-        raw = np.zeros(self.kernel_bytes, np.uint8)
-        self.pack(raw)
-        return [dataclasses.replace(p, kernel=raw.tobytes()) for p in self.programs]

@@ -20,6 +20,7 @@ would be an implausibly exact +-0.5 us if the unit were milliseconds.  It is
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -31,10 +32,8 @@ from . import chips as _chips
 __all__ = ["ModelParams", "DEFAULT_PARAMS", "task_times", "Estimate", "estimate", "sum_stats",
            "tokens_per_s_bound"]
 
-#: counters of a Stats that add up over tasks
-_COUNTERS = ("tasks", "macs", "saturated", "nan_outputs", "lut_underflow", "lut_overflow",
-             "planar_ops", "control_dma_bytes", "kernel_dma_bytes", "tile_dma_src_bytes",
-             "tile_dma_dst_bytes")
+#: counters of a Stats that add up over tasks (every field but the per-task list)
+_COUNTERS = tuple(f.name for f in dataclasses.fields(Stats) if f.name != "tasks_detail")
 
 
 def sum_stats(tasks: list) -> Stats:
