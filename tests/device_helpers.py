@@ -16,10 +16,9 @@ from fastane.device.taskmanager import (QUEUE_PRIORITIES, TM_ADDR, TM_INFO, TM_I
                                         TM_IRQ_TMST, TM_IRQ_UNK1, TM_IRQ_UNK2, TM_IS_IDLE, TM_PUSH,
                                         TM_STATUS, TM_TQ_EN, TQ_ADDR1, TQ_BAR1, TQ_NID1, TQ_PRTY,
                                         TQ_SIZE1, TQ_STATUS, TQ_STRIDE, fault_code)
-from fastane.td.fields import TD_STRIDE
+from fastane.m1 import TD_SIZE, TD_STRIDE
 
 F16 = np.float16
-TD_SIZE = 0x274
 
 
 def bits(x):
@@ -131,7 +130,7 @@ def looping_program():
     for i, td in enumerate(p.tds):
         td.update({"Header.EON": 0, "Header.NextSize": 0x9C, "Header.TBE": 1,
                    "Header.NextPointer": TD_STRIDE * ((i + 1) % 2)})
-        stream[TD_STRIDE * i:TD_STRIDE * i + 0x274] = td.to_bytes()
+        stream[TD_STRIDE * i:TD_STRIDE * i + TD_SIZE] = td.to_bytes()
     return dataclasses.replace(p, td_stream=bytes(stream))
 
 

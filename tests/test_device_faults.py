@@ -4,7 +4,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from device_helpers import F16, assert_submit_faults, l2_chain, looping_program, seed_program
+from device_helpers import F16, TD_SIZE, assert_submit_faults, l2_chain, looping_program, seed_program
 
 from fastane.device import (BARFault, ChainFault, DecodeFault, Device, DMARangeFault, KMemOverflow,
                             L2Fault, L2Overflow, UnsupportedTask, pack_weights)
@@ -144,7 +144,7 @@ def test_chain_longer_than_pushed_count(dev, seed):
     bars = {**loaded.bars, 4: src, 5: dst}
     before = dev.memory.data.copy()
     task = dev.tm.submit(0, [bars[i].iova if i in bars else 0 for i in range(32)],
-                         loaded.td_region.iova, 0x274, 1)
+                         loaded.td_region.iova, TD_SIZE, 1)
     with pytest.raises(ChainFault, match="within the 1 TDs"):
         task.wait()
     assert np.array_equal(dev.memory.data, before)

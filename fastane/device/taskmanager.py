@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from ..errors import DeviceFault
 from .faults import (BARFault, ChainFault, DecodeFault, DMARangeFault, KMemOverflow, L2Fault,
                      L2Overflow, QueueFault, UnsupportedTask)
+from ..m1 import MAX_CHAIN
 from .memory import NUM_BARS
 
 log = logging.getLogger(__name__)
@@ -502,7 +503,7 @@ class TaskManager:
             raise ValueError(f"queue must be in 0..{NUM_QUEUES - 1}, got {qid}")
         if td_size <= 0 or td_size % 4 or td_size > 1 << 18:
             raise ValueError(f"TD size must be a positive multiple of 4 bytes, got {td_size}")
-        if not 1 <= td_count <= 0xFFFF:
+        if not 1 <= td_count <= MAX_CHAIN:
             raise ValueError(f"TD count must be in 1..65535, got {td_count}")
         bars = list(bars)
         if len(bars) != NUM_BARS:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import struct
 
-from ..m1 import CORES, FORMATS, L2_UNIT, LUT_BLOCK, kernel_layout
+from ..m1 import ALIGN, CORES, FORMATS, L2_UNIT, LUT_BLOCK, kernel_layout
 from ..m1 import round_up as _ru
 from .codec import TaskDescriptor
 from .planar import PLANAR_BINARY, PLANAR_UNARY
@@ -134,11 +134,11 @@ def conv_td(x_shape, y_shape, *, kernel=(1, 1), stride=(1, 1), padding=0, dilati
                         NONLINEAR_CODES[nonlinear] == 2)
     active_ne = math.ceil(math.log2(lay.lanes))
     in_row, in_plane = src_strides or (None, None)
-    in_row = in_row if in_row is not None else _ru(w * FORMATS[fi], 64)
-    in_plane = in_plane if in_plane is not None else _ru(in_row * h, 64)
+    in_row = in_row if in_row is not None else _ru(w * FORMATS[fi], ALIGN)
+    in_plane = in_plane if in_plane is not None else _ru(in_row * h, ALIGN)
     out_row, out_plane = dst_strides or (None, None)
-    out_row = out_row if out_row is not None else _ru(wout * FORMATS[fo], 64)
-    out_plane = out_plane if out_plane is not None else _ru(out_row * hout, 64)
+    out_row = out_row if out_row is not None else _ru(wout * FORMATS[fo], ALIGN)
+    out_plane = out_plane if out_plane is not None else _ru(out_row * hout, ALIGN)
     for name, v in (("src row", in_row), ("src plane", in_plane), ("dst row", out_row),
                     ("dst plane", out_plane)):
         if v % 64 or v <= 0:
@@ -211,8 +211,8 @@ _ELT_NE_RAW = {0x02C: 0x40, 0x0F4: 0x80, 0x0F8: 0x80, 0x0FC: 0x80, 0x100: 0x80, 
 def _layout3(shape, strides, what):
     c, h, w = shape
     row, plane = strides or (None, None)
-    row = row if row is not None else _ru(2 * w, 64)
-    plane = plane if plane is not None else _ru(row * h, 64)
+    row = row if row is not None else _ru(2 * w, ALIGN)
+    plane = plane if plane is not None else _ru(row * h, ALIGN)
     for name, v in (("row", row), ("plane", plane)):
         if v % 64 or v <= 0:
             raise ValueError(f"{what} {name} stride {v} is not a positive multiple of 64 bytes (SPEC 5)")
