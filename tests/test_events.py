@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fastane
-from fastane import LUTRangeError, LUTRangeWarning, SaturationError, SaturationWarning, compiler
+from fastane import LUTRangeError, LUTRangeWarning, SaturationError, SaturationWarning, lower
 from fastane.device import Device
 
 F16 = np.float16
@@ -17,13 +17,13 @@ BIG = np.full((1, 1), 30000.0)
 
 
 def _program(activation=None):
-    low = compiler.lower(compiler.Conv(1, 1, 1, 4, 1, activation=activation))
+    low = lower.build(lower.Conv(1, 1, 1, 4, 1, activation=activation))
     (program,) = low.with_weights(np.full((1, 1, 1, 1), 2.0, F16))
     return program
 
 
 def _run(activation, x):
-    return Device(memory_size=8 << 20).run(_program(activation), {compiler.SLOT_INPUT: x})
+    return Device(memory_size=8 << 20).run(_program(activation), {lower.lowered.SLOT_INPUT: x})
 
 
 SATURATING = {

@@ -15,7 +15,7 @@ from device_helpers import F16, bits
 from reference import f16_bits_of_fraction
 
 import fastane
-from fastane import activations, compiler, lut
+from fastane import activations, lower, lut
 from fastane.device import Device
 from fastane.operands import fp16_operand
 
@@ -223,8 +223,8 @@ def test_device_run_rounds_once(name):
     """Device.run of a lowered 1x1 convolution with weight 1 (an fp16 input slot)."""
     x, via, want = case(name)
     n = x.size
-    (program,) = compiler.lower(compiler.Conv(1, 1, 1, n, 1)).with_weights(np.ones((1, 1, 1, 1), F16))
-    out = Device(memory_size=16 << 20).run(program, {compiler.SLOT_INPUT: x.reshape(1, 1, 1, n)})
-    assert np.array_equal(bits(out[compiler.SLOT_OUTPUT].reshape(n)), bits(want))
+    (program,) = lower.build(lower.Conv(1, 1, 1, n, 1)).with_weights(np.ones((1, 1, 1, 1), F16))
+    out = Device(memory_size=16 << 20).run(program, {lower.lowered.SLOT_INPUT: x.reshape(1, 1, 1, n)})
+    assert np.array_equal(bits(out[lower.lowered.SLOT_OUTPUT].reshape(n)), bits(want))
     with pytest.raises(TypeError, match="Device.run: input for slot 5 must be a real numeric"):
-        Device(memory_size=16 << 20).run(program, {compiler.SLOT_INPUT: x.reshape(1, 1, 1, n) * 1j})
+        Device(memory_size=16 << 20).run(program, {lower.lowered.SLOT_INPUT: x.reshape(1, 1, 1, n) * 1j})
