@@ -1,7 +1,7 @@
 """The import contract: imports flow one way, and no module imports itself in a circle.
 
     cli, demo  ->  fastane (the public names)  ->  front end (api, activations, model)
-      ->  roofline  ->  lower  ->  device  ->  td, lut  ->  base (errors, errstate, stats),
+      ->  roofline  ->  lower  ->  device  ->  td, lut  ->  base (errors, errstate, stats, operands),
       workloads  ->  m1, kernels
 
 Every module of fastane (and of ``kernels/``, installed as ``fastane.kernels``) is parsed
@@ -9,7 +9,8 @@ with :mod:`ast`; every import counts, at module level or inside a function (and
 ``importlib.import_module("fastane...")`` with a literal name).  A module may import a
 module of its own group, or of a group of a lower rank (:data:`RANKS`).  ``fastane.kernels``
 imports nothing of fastane but ``fastane.m1``: kernels are pure functions over arrays.
-The base modules (errors, errstate, stats) may be imported by anything above the kernels.
+The base modules (errors, errstate, stats, operands: the one rounding of user input) may
+be imported by anything above the kernels.
 A top-level module or package not listed in :data:`RANKS` (a new front end) counts as
 the front end: it may import anything below, and nothing below may import it.
 """
@@ -36,6 +37,7 @@ RANKS = {
 }
 #: top-level names of fastane -> group (anything else: "frontend")
 GROUPS = {"m1": "m1", "kernels": "kernels", "errors": "base", "errstate": "base", "stats": "base",
+          "operands": "base",
           "workloads": "workloads", "td": "td", "lut": "lut", "device": "device", "lower": "lower",
           "roofline": "roofline", "": "package", "cli": "app", "demo": "app"}
 
