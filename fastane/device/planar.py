@@ -31,7 +31,7 @@ import numpy as np
 
 from ..m1 import FP16, L2_BYTES, L2_UNIT
 from ..td.planar import (ABS, BINARY, BINOP, BINOPS, OPCODES, RECIP, RED_MAX, SUBTRACT, TASK_REDUCE,
-                         UNNAMED, WORDS, is_planar, operation, registers, set_unnamed,
+                         UNNAMED, is_planar, operation, registers, set_unnamed,
                          unnamed_fields, words)
 from . import tile_dma
 from .faults import DecodeFault, L2Fault, L2Overflow, UnsupportedTask

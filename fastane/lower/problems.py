@@ -5,7 +5,6 @@ convolution into its weights).  docs/lower.md, sections 1 and 9.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -155,7 +154,7 @@ class Conv:
 
 @dataclass(frozen=True)
 class Eltwise:
-    """One activation over ``n`` fp16 elements: the call :func:`lower` turns into an
+    """One activation over ``n`` fp16 elements: the call :func:`~fastane.lower.build` turns into an
     elementwise program (``activation`` as for :func:`ne_stage`).  Hashable: the cache key."""
 
     n: int
