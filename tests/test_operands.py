@@ -194,6 +194,23 @@ def test_matmul_linear_conv_round_once(name, device):
 
 
 @pytest.mark.parametrize("name", list(CASES))
+def test_lowering_rounds_once(name, device):
+    """The lowering's own entry (``lower.execute``, ``Lowered.with_weights``) rounds its
+    input, weights and bias once, as the numpy API does."""
+    x, via, want = case(name)
+    n = x.size
+    low = lower.build(lower.Conv(1, 1, 1, n, 1))                # 1 -> 1 channel over n pixels
+    got, _ = lower.execute(low, x.reshape(1, 1, 1, n), np.ones((1, 1, 1, 1)))
+    assert np.array_equal(bits(got.reshape(n)), bits(want)), "input"
+    low = lower.build(lower.Conv(1, 1, 1, 1, n))                # 1 -> n channels
+    got, _ = lower.execute(low, np.ones((1, 1, 1, 1)), x.reshape(n, 1, 1, 1))
+    assert np.array_equal(bits(got.reshape(n)), bits(want)), "weight"
+    low = lower.build(lower.Conv(1, 1, 1, 1, n, bias=True))
+    got, _ = lower.execute(low, np.zeros((1, 1, 1, 1)), np.zeros((n, 1, 1, 1)), x)
+    assert np.array_equal(bits(got.reshape(n)), bits(want)), "bias"
+
+
+@pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("act", ACTS)
 def test_activations_round_once(name, act, device):
     """Each activation of ``x`` is the activation of the exactly rounded ``x``; over these

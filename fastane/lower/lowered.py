@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import lut as _lut
 from ..m1 import LUT_BLOCK, KernelLayout
+from ..operands import fp16_operand
 from ..td import Program
 from .bind import Bound
 from .problems import Conv, Eltwise, NEStage
@@ -159,12 +160,12 @@ class Lowered(_Programs):
         ``(Cout,)`` and the LUT block into the kernel slot bytes, as every task's KernelDMA
         lanes expect them (:class:`~fastane.m1.KernelLayout`)."""
         per = self.eff.cin_g * self.eff.kh * self.eff.kw
-        w2 = np.asarray(weight).reshape(self.conv.cout, per)
+        w2 = fp16_operand(weight, "pack", "weight").reshape(self.conv.cout, per)   # one rounding
         k16 = raw[:self.kernel_bytes].view(np.float16)
         block = None
         if self.stage.lut:
             block = np.frombuffer(self.stage.block.to_bytes(), np.float16)
-        b = None if bias is None else np.asarray(bias, np.float16).reshape(-1)
+        b = None if bias is None else fp16_operand(bias, "pack", "bias").reshape(-1)
         for g in self.groups:
             lay = g.layout
             m, L = lay.m, lay.lanes

@@ -10,6 +10,7 @@ import threading
 
 import numpy as np
 
+from ..operands import fp16_operand
 from ..stats import Stats
 from .cache import reclaim
 from .lowered import SLOT_INPUT, SLOT_KERNEL, SLOT_OUTPUT
@@ -89,7 +90,7 @@ def execute(low, x=None, weight=None, bias=None, *, device=None, stats_only: boo
             if callable(x):
                 x(low.input_view(b.raw[SLOT_INPUT]))
             else:
-                low.write_input(b.raw[SLOT_INPUT], x)
+                low.write_input(b.raw[SLOT_INPUT], fp16_operand(x, "execute", "x"))   # one rounding
             low.pack(b.raw[SLOT_KERNEL], weight, bias)
         total = None
         for p in low.programs:
