@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from math import prod
 
 __all__ = ["Conv2d", "Matmul", "Eltwise", "Workload", "get", "names", "describe",
-           "resnet50", "mobilenetv2", "vit_b16", "bert_base", "gpt2", "llama"]
+           "resnet50", "mobilenetv2", "mobilenetv3_small", "vit_b16", "bert_base", "gpt2", "llama",
+           "transformer", "matmul", "whisper_encoder"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class Conv2d:
     pad: int = 0
     groups: int = 1
     activation: str | None = None
+    #: the input is the previous layer's output (a chain the lowering may keep in L2)
+    follows: bool = False
     kind = "conv2d"
 
     def __post_init__(self):
@@ -107,6 +110,8 @@ class Matmul:
     N: int
     activation: str | None = None
     weights: bool = True
+    #: the input (left operand) is the previous layer's output
+    follows: bool = False
     kind = "matmul"
 
     def __post_init__(self):
@@ -205,9 +210,10 @@ def resnet50(image: int = 224) -> Workload:
             st = stride if b == 0 else 1
             p = f"layer{stage}.{b}"
             L.append(Conv2d(f"{p}.conv1", cin, width, s, s, 1, 1, 1, 0, activation="relu"))
-            L.append(Conv2d(f"{p}.conv2", width, width, s, s, 3, 3, st, 1, activation="relu"))
+            L.append(Conv2d(f"{p}.conv2", width, width, s, s, 3, 3, st, 1, activation="relu",
+                            follows=True))
             so = L[-1].hout
-            L.append(Conv2d(f"{p}.conv3", width, 4 * width, so, so))
+            L.append(Conv2d(f"{p}.conv3", width, 4 * width, so, so, follows=True))
             if b == 0:
                 L.append(Conv2d(f"{p}.downsample", cin, 4 * width, s, s, 1, 1, st, 0))
             L.append(Eltwise(f"{p}.add_relu", "add+relu", (4 * width, so, so), n_inputs=2))
@@ -232,19 +238,59 @@ def mobilenetv2(image: int = 224) -> Workload:
             hid = cin * t
             p = f"features.{idx}"
             if t != 1:
-                L.append(Conv2d(f"{p}.expand", cin, hid, s, s, activation="relu6"))
-            L.append(Conv2d(f"{p}.dw", hid, hid, s, s, 3, 3, stride, 1, groups=hid, activation="relu6"))
+                L.append(Conv2d(f"{p}.expand", cin, hid, s, s, activation="relu6",
+                                follows=isinstance(L[-1], Conv2d)))
+            L.append(Conv2d(f"{p}.dw", hid, hid, s, s, 3, 3, stride, 1, groups=hid, activation="relu6",
+                            follows=True))
             so = L[-1].hout
-            L.append(Conv2d(f"{p}.project", hid, c, so, so))
+            L.append(Conv2d(f"{p}.project", hid, c, so, so, follows=True))
             if stride == 1 and cin == c:
                 L.append(Eltwise(f"{p}.add", "add", (c, so, so), n_inputs=2))
             cin, s = c, so
             idx += 1
-    L.append(Conv2d(f"features.{idx}", cin, 1280, s, s, activation="relu6"))
+    L.append(Conv2d(f"features.{idx}", cin, 1280, s, s, activation="relu6",
+                    follows=isinstance(L[-1], Conv2d)))
     L.append(Eltwise("avgpool", "avgpool", (1280, s, s), (1280, 1, 1), ops_per_out=s * s))
     L.append(Matmul("classifier", 1, 1, 1280, 1000))
     return Workload("mobilenetv2", f"MobileNetV2 1.0, {image}x{image}, batch 1", tuple(L),
                     source="Sandler et al. 2018; torchvision mobilenet_v2")
+
+
+def mobilenetv3_small(image: int = 224) -> Workload:
+    """MobileNetV3-small 1.0 (torchvision ``mobilenet_v3_small``), batch 1.  Hardswish and
+    ReLU are fused into the convs (hardswish as a one-stage LUT activation is not in the
+    registry: ``relu6`` stands for it, same cost); squeeze-excite is its two 1x1 convs on
+    the pooled vector (the pooling and the rescale multiply are planar ``Eltwise``)."""
+    L = [Conv2d("features.0", 3, 16, image, image, 3, 3, 2, 1, activation="relu6")]
+    s, cin = L[-1].hout, 16
+    # (kernel, expanded, out, squeeze-excite, activation, stride): torchvision's table
+    cfg = [(3, 16, 16, True, "relu", 2), (3, 72, 24, False, "relu", 2), (3, 88, 24, False, "relu", 1),
+           (5, 96, 40, True, "relu6", 2), (5, 240, 40, True, "relu6", 1), (5, 240, 40, True, "relu6", 1),
+           (5, 120, 48, True, "relu6", 1), (5, 144, 48, True, "relu6", 1), (5, 288, 96, True, "relu6", 2),
+           (5, 576, 96, True, "relu6", 1), (5, 576, 96, True, "relu6", 1)]
+    for i, (k, exp, out, se, act, st) in enumerate(cfg, start=1):
+        p = f"features.{i}"
+        if exp != cin:
+            L.append(Conv2d(f"{p}.expand", cin, exp, s, s, activation=act, follows=isinstance(L[-1], Conv2d)))
+        L.append(Conv2d(f"{p}.dw", exp, exp, s, s, k, k, st, k // 2, groups=exp, activation=act,
+                        follows=isinstance(L[-1], Conv2d)))
+        so = L[-1].hout
+        if se:
+            sq = max(8, (exp // 4 + 4) // 8 * 8)
+            L.append(Eltwise(f"{p}.se.pool", "avgpool", (exp, so, so), (exp, 1, 1), ops_per_out=so * so))
+            L.append(Conv2d(f"{p}.se.fc1", exp, sq, 1, 1, activation="relu"))
+            L.append(Conv2d(f"{p}.se.fc2", sq, exp, 1, 1, activation="relu6", follows=True))
+            L.append(Eltwise(f"{p}.se.scale", "mul", (exp, so, so), n_inputs=2))
+        L.append(Conv2d(f"{p}.project", exp, out, so, so, follows=isinstance(L[-1], Conv2d)))
+        if st == 1 and cin == out:
+            L.append(Eltwise(f"{p}.add", "add", (out, so, so), n_inputs=2))
+        cin, s = out, so
+    L.append(Conv2d("features.12", cin, 576, s, s, activation="relu6", follows=isinstance(L[-1], Conv2d)))
+    L.append(Eltwise("avgpool", "avgpool", (576, s, s), (576, 1, 1), ops_per_out=s * s))
+    L.append(Matmul("classifier.0", 1, 1, 576, 1024, activation="relu6"))
+    L.append(Matmul("classifier.3", 1, 1, 1024, 1000, follows=True))
+    return Workload("mobilenetv3-small", f"MobileNetV3-small 1.0, {image}x{image}, batch 1", tuple(L),
+                    source="Howard et al. 2019; torchvision mobilenet_v3_small")
 
 
 # --------------------------------------------------------------------- transformers
@@ -264,7 +310,7 @@ def _block(L, p, *, d, n_heads, n_kv, head_dim, ffn, seq, kv_len, gated, act, no
     L.append(Matmul(f"{p}.attn.scores", n_kv, group * seq, head_dim, kv_len, weights=False))
     L.append(Eltwise(f"{p}.attn.softmax", "softmax", (n_heads * seq, 1, kv_len), ops_per_out=4))
     L.append(Matmul(f"{p}.attn.values", n_kv, group * seq, kv_len, head_dim, weights=False))
-    L.append(Matmul(f"{p}.attn.o_proj", 1, seq, qd, d))
+    L.append(Matmul(f"{p}.attn.o_proj", 1, seq, qd, d, follows=group == 1))
     L.append(Eltwise(f"{p}.residual1", "add", (d, 1, seq), n_inputs=2))
     L.append(Eltwise(f"{p}.{norm}2", norm, (d, 1, seq), ops_per_out=4))
     if gated:
@@ -274,7 +320,7 @@ def _block(L, p, *, d, n_heads, n_kv, head_dim, ffn, seq, kv_len, gated, act, no
         L.append(Matmul(f"{p}.mlp.down_proj", 1, seq, ffn, d))
     else:
         L.append(Matmul(f"{p}.mlp.fc1", 1, seq, d, ffn, activation=act))
-        L.append(Matmul(f"{p}.mlp.fc2", 1, seq, ffn, d))
+        L.append(Matmul(f"{p}.mlp.fc2", 1, seq, ffn, d, follows=True))
     L.append(Eltwise(f"{p}.residual2", "add", (d, 1, seq), n_inputs=2))
 
 
@@ -293,6 +339,49 @@ def _transformer(name, desc, *, n_layers, d, n_heads, n_kv=None, head_dim=None, 
     if head is not None:
         L.append(head)
     return Workload(name, desc, tuple(L), phase=phase, tokens=tokens, source=source)
+
+
+def transformer(*, layers: int, d: int, heads: int, ffn: int, vocab: int, seq: int, kv: int | None = None,
+                lm_tokens: int | None = None, kv_heads: int | None = None, head_dim: int | None = None,
+                gated: bool = False, act: str = "gelu", norm: str = "layer", name: str | None = None) -> Workload:
+    """A decoder or encoder stack described by its sizes (``fastane roofline --transformer``):
+    ``seq`` tokens processed by the step, attending to ``kv`` positions (default ``seq``),
+    the LM head (``vocab`` outputs; 0: none) on ``lm_tokens`` positions (default ``seq``).
+    ``seq == 1`` is a decode step; otherwise a prefill (``vocab > 0``) or an encoder."""
+    kv = seq if kv is None else kv
+    lm = seq if lm_tokens is None else lm_tokens
+    phase = "decode" if seq == 1 and vocab else ("prefill" if vocab else "inference")
+    spec = (f"layers={layers},d={d},heads={heads},ffn={ffn},vocab={vocab},seq={seq},kv={kv},lm_tokens={lm}"
+            + (f",kv_heads={kv_heads}" if kv_heads else "") + (f",head_dim={head_dim}" if head_dim else "")
+            + f",gated={int(gated)},act={act},norm={norm}")
+    return _transformer(name or "transformer", f"transformer {spec}", n_layers=layers, d=d, n_heads=heads,
+                        n_kv=kv_heads, head_dim=head_dim, ffn=ffn, vocab=vocab, seq=seq, kv_len=kv,
+                        gated=gated, act=act, norm={"layer": "layernorm", "rms": "rmsnorm"}[norm],
+                        lm_tokens=lm, phase=phase, tokens=seq if vocab or seq > 1 else 1,
+                        source="user spec")
+
+
+_WHISPER = {"tiny": (4, 384, 6), "base": (6, 512, 8), "small": (12, 768, 12), "medium": (24, 1024, 16)}
+
+
+def whisper_encoder(size: str = "tiny", frames: int = 3000) -> Workload:
+    """The Whisper encoder (OpenAI, ``size`` tiny/base/small/medium) on ``frames`` log-mel
+    frames of 80 bins: the stem (Conv1d 80 -> d, k 3, then d -> d, k 3, stride 2, GELU; as
+    convolutions of height 1), then ``frames / 2`` tokens through the encoder blocks."""
+    n_layers, d, heads = _WHISPER[size]
+    stem = [Conv2d("conv1", 80, d, 1, frames, 1, 3, 1, 0, activation="gelu"),
+            Conv2d("conv2", d, d, 1, frames - 2, 1, 3, 2, 0, activation="gelu", follows=True)]
+    seq = stem[-1].wout
+    return _transformer(f"whisper-{size}-encoder", f"Whisper {size} encoder, {frames} mel frames ({seq} tokens)",
+                        n_layers=n_layers, d=d, n_heads=heads, ffn=4 * d, vocab=0, seq=seq, kv_len=seq,
+                        phase="inference", tokens=0, prefix=stem,
+                        source="Radford et al. 2022; openai/whisper model dims")
+
+
+def matmul(M: int, K: int, N: int, name: str | None = None) -> Workload:
+    """One matmul ``(M x K) @ (K x N)``, the K x N weights in KMem (``--matmul MxKxN``)."""
+    return Workload(name or f"matmul-{M}x{K}x{N}", f"one matmul ({M} x {K}) @ ({K} x {N}), fp16 weights",
+                    (Matmul("matmul", 1, M, K, N),), source="user spec")
 
 
 def vit_b16(image: int = 224) -> Workload:
@@ -357,7 +446,14 @@ def llama(phase: str = "decode", seq: int = 512) -> Workload:
 _BUILDERS = {
     "resnet50": resnet50,
     "mobilenetv2": mobilenetv2,
+    "mobilenetv3-small": mobilenetv3_small,
     "vit-b16": vit_b16,
+    "whisper-tiny-encoder": lambda: whisper_encoder("tiny"),
+    "whisper-base-encoder": lambda: whisper_encoder("base"),
+    "whisper-small-encoder": lambda: whisper_encoder("small"),
+    "whisper-medium-encoder": lambda: whisper_encoder("medium"),
+    "distilbert": lambda: transformer(layers=6, d=768, heads=12, ffn=3072, vocab=0, seq=128,
+                                      name="distilbert"),
     "bert-base": lambda: bert_base(128),
     "bert-base-512": lambda: bert_base(512),
     "gpt2": lambda: gpt2("gpt2", "decode"),

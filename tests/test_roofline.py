@@ -6,6 +6,10 @@ import pytest
 from fastane.roofline import chips, model
 from fastane.roofline.chips import CHIPS
 from fastane.roofline.model import ModelParams, estimate, task_times, tokens_per_s_bound
+
+# the hand-computed cases below are the seed's model (1 ms a program, 1 us a task, the M3
+# engine bandwidths, every lane busy); the calibrated default is tested in test_calibration.py
+SEED = model.SEED_PARAMS
 from fastane.stats import Stats
 
 TD = 0x274  # 628 bytes of ControlDMA per task (SPEC 5)
@@ -96,16 +100,16 @@ def test_memory_bound_task_by_hand():
            + 0.981 * 262_144 / 59.08e9                     # 4.353 us TileDMA src
            + 8_192 / 59.08e9 + 628 / 59.08e9)              # 0.149 us dst + ControlDMA
     assert dma == pytest.approx(30.42e-6, rel=1e-3)
-    t = task_times([task], "m3")
+    t = task_times([task], "m3", SEED)
     assert t["compute"][0] == pytest.approx(compute)
     assert t["dma"][0] == pytest.approx(dma)
     assert t["total"][0] == pytest.approx(dma + 1e-6)      # max(compute, dma) + 1 us dispatch
-    e = estimate([task], "m3")
+    e = estimate([task], "m3", SEED)
     assert e.time_s == pytest.approx(dma + 1e-6 + 1e-3)    # + the 1 ms program overhead
     # intensity 2 x 524,288 / 1,319,540 B = 0.7946 OP/B << ridge 18e12 / 100e9 = 180
     assert e.intensity == pytest.approx(1_048_576 / 1_319_540)
     assert e.bound == "memory" and e.limiter == "overhead"   # 1 ms > 31 us of one task
-    assert estimate([task], "m3", program=False).limiter == "dma"
+    assert estimate([task], "m3", SEED, program=False).limiter == "dma"
 
 
 def test_compute_bound_task_by_hand():
@@ -118,7 +122,7 @@ def test_compute_bound_task_by_hand():
            + 1_048_576 / 59.08e9 + 628 / 59.08e9)          # 17.76 us
     assert compute == pytest.approx(119.30e-6, rel=1e-4)
     assert dma == pytest.approx(61.09e-6, rel=1e-3)
-    e = estimate([task], "m3", program=False)
+    e = estimate([task], "m3", SEED, program=False)
     assert e.time_s == pytest.approx(compute + 1e-6)
     # intensity 2^31 / (3 x 2^20 + 628) = 682.5 OP/B > ridge 180: compute-bound, ~100% of roof
     assert e.intensity == pytest.approx(2**31 / (3 * 2**20 + 628))
@@ -127,11 +131,11 @@ def test_compute_bound_task_by_hand():
 
 
 def test_program_overhead_is_the_fit_intercept_in_seconds():
-    p = model.DEFAULT_PARAMS
+    p = SEED
     assert (p.kernel_coef, p.tile_coef, p.program_overhead_s) == (0.939, 0.981, 0.001)
     task = Stats(tasks=1, kernel_dma_bytes=10**6)
-    with_ = estimate([task], "m3")
-    without = estimate([task], "m3", program=False)
+    with_ = estimate([task], "m3", SEED)
+    without = estimate([task], "m3", SEED, program=False)
     assert with_.time_s - without.time_s == pytest.approx(1e-3)
     other = estimate([task], "m3", ModelParams(program_overhead_s=1e-6))
     assert other.time_s - without.time_s == pytest.approx(1e-6)
@@ -141,7 +145,7 @@ def test_kernel_and_tile_dma_times_add():
     k = Stats(tasks=1, kernel_dma_bytes=37_990_000)    # 1 ms alone on the M3's KernelDMA
     t = Stats(tasks=1, tile_dma_src_bytes=59_080_000)  # 1 ms alone on its TileDMA
     both = Stats(tasks=1, kernel_dma_bytes=37_990_000, tile_dma_src_bytes=59_080_000)
-    dk, dt, db = (task_times([s], "m3")["dma"][0] for s in (k, t, both))
+    dk, dt, db = (task_times([s], "m3", SEED)["dma"][0] for s in (k, t, both))
     assert db == pytest.approx(dk + dt)                 # serial, not overlapped
     assert db == pytest.approx(0.939e-3 + 0.981e-3)
 

@@ -105,6 +105,20 @@ class Chip:
     tile_dma_bw: Figure
     dispatch_s: Figure = DISPATCH_PER_TASK_S
     aliases: tuple = field(default=(), compare=False)
+    #: the ANE read bandwidth the calibrated model streams weights at: this chip's own
+    #: anemll-bench measurement, else a sibling's (derived, named in the note)
+    read_bw_model: Figure | None = None
+    #: ANEs on the chip (2 on an Ultra: two dies) and how many one Core ML program uses
+    anes: int = 1
+    anes_used: Figure | None = None
+    #: the SoC's system-level cache (SLC) in bytes, None where no analysis reports it
+    slc_bytes: Figure | None = None
+
+    @property
+    def peak_ops_program(self) -> float:
+        """FP16 OP/s one Core ML program can use: ``peak_ops_fp16`` x ANEs used / ANEs."""
+        used = self.anes_used.value if self.anes_used is not None else self.anes
+        return self.peak_ops_fp16.value * used / self.anes
 
     @property
     def clock_hz(self) -> Figure:
@@ -125,12 +139,14 @@ class Chip:
         """Every figure of the chip as a JSON-ready dict (value, unit, kind, source)."""
         out = {}
         for name in ("cores", "lanes_fp16", "peak_marketing", "peak_ops_fp16", "dram_bw",
-                     "ane_read_bw", "kernel_dma_bw", "tile_dma_bw", "dispatch_s"):
+                     "ane_read_bw", "kernel_dma_bw", "tile_dma_bw", "dispatch_s", "read_bw_model",
+                     "anes_used", "slc_bytes"):
             fig = getattr(self, name)
             out[name] = None if fig is None else fig.as_dict()
         out["peak_marketing"]["precision"] = self.peak_marketing_precision
         out["clock_hz"] = self.clock_hz.as_dict()
         out["ridge_point"] = self.ridge_point
+        out["anes"] = self.anes
         return out
 
 
@@ -158,7 +174,7 @@ def _fig(v, unit, kind, source, note=""):
 
 
 def _chip(key, name, *, cores, peak, precision, peak_fp16=None, dram, read=None,
-          proxy_read=None, proxy_name="", aliases=(), lanes_per_core=128):
+          proxy_read=None, proxy_name="", aliases=(), lanes_per_core=128, anes=1, model_read=None):
     """Build a chip.  ``read`` is its own measured read bandwidth; ``proxy_read`` another
     chip's, used only to borrow the DMA bandwidths (and never reported as its own)."""
     if key == "m1":
@@ -176,9 +192,23 @@ def _chip(key, name, *, cores, peak, precision, peak_fp16=None, dram, read=None,
         src = read if read is not None else proxy_read
         who = name if read is not None else proxy_name
         kdma, tdma = _borrowed_dma(src, who, dram)
+    if model_read is None:
+        if read is not None:
+            model_read = read
+        else:
+            model_read = Figure(min(proxy_read.value, dram.value), "B/s", "derived", proxy_read.source,
+                                f"borrowed: the ANE read bandwidth of {proxy_name} "
+                                f"({proxy_read.value / 1e9:g} GB/s, anemll-bench), capped at DRAM "
+                                f"{dram.value / 1e9:g} GB/s; nobody measured this chip")
+    used = None
+    if anes > 1:
+        used = Figure(1, "ANEs", "measured", "anemll-bench Results.MD and issue #8",
+                      "Core ML runs a program on one ANE: the lm_head streams at 54.7 GB/s on the "
+                      "M1 Ultra as on the M1 Max, and two models at once gain nothing")
     return Chip(key=key, name=name, cores=cores, lanes_fp16=lanes, peak_marketing=peak,
                 peak_marketing_precision=precision, peak_ops_fp16=peak_fp16, dram_bw=dram,
-                ane_read_bw=read, kernel_dma_bw=kdma, tile_dma_bw=tdma, aliases=aliases)
+                ane_read_bw=read, kernel_dma_bw=kdma, tile_dma_bw=tdma, aliases=aliases,
+                read_bw_model=model_read, anes=anes, anes_used=used)
 
 
 def _tops(v, kind="marketing", source="SPEC 8", note=""):
@@ -204,7 +234,31 @@ _m1max_read = _gbs(55, "measured", _ANEMLL)
 _m2_read = _gbs(60, "measured", _ANEMLL)
 _m3_read = _gbs(63, "measured", _ANEMLL)
 
-CHIPS: dict[str, Chip] = {c.key: c for c in [
+_ANGSTRONOMICS = "Angstronomics, 'Apple A16 die analysis' (angstronomics.com/p/apple-a16-die-analysis)"
+_ECLECTIC = ("The Eclectic Light Company, 'Apple silicon: memory and internal storage' (Mar 2024): "
+             "'a System Level Cache of anything from 8-96 MB, for the M1 chip range from basic to Ultra'")
+
+
+def _mb(v, kind, source, note=""):
+    return _fig(v * 2**20, "B", kind, source, note)
+
+
+#: system-level cache sizes (die-shot analyses; nobody measured them on an ANE)
+_SLC = {
+    "m1": _mb(8, "derived", _ECLECTIC, "die analysis, as reported"),
+    "m1-pro": _mb(24, "assumption", _ECLECTIC, "between the M1's 8 and the M1 Max's 48 MB; half the Max's "
+                  "memory channels"),
+    "m1-max": _mb(48, "derived", _ECLECTIC, "half the M1 Ultra's 96 MB (one of its two dies)"),
+    "m1-ultra": _mb(96, "derived", _ECLECTIC, "die analysis, as reported (two dies of 48 MB)"),
+    "a14": _mb(16, "derived", _ANGSTRONOMICS, "die analysis"),
+    "a15": _mb(32, "derived", _ANGSTRONOMICS, "die analysis"),
+    "a16": _mb(24, "derived", _ANGSTRONOMICS, "die analysis"),
+    "a17-pro": _mb(24, "assumption", _ANGSTRONOMICS, "the A16's 24 MB (same LPDDR5 memory system); no "
+               "analysis found for the A17 Pro"),
+}
+
+
+CHIPS: dict[str, Chip] = {c.key: replace(c, slc_bytes=_SLC.get(c.key)) for c in [
     _chip("m1", "M1", cores=_cores(16, "SPEC 1"), peak=_tops(11, source="SPEC 1, SPEC 8"),
           precision="fp16", dram=_gbs(68, note="68.25 GB/s LPDDR4X-4266, 128-bit"),
           read=_m1_read),
@@ -222,11 +276,19 @@ CHIPS: dict[str, Chip] = {c.key: c for c in [
           peak=_tops(22, source="SPEC 8"), precision="fp16",
           dram=_gbs(800, source="Apple (Mar 2022)"),
           proxy_read=_gbs(110, "derived", _ANEMLL, "2 x M1 Max 55 GB/s (two dies, two ANEs)"),
-          proxy_name="2 x M1 Max", aliases=("m1ultra",)),
+          proxy_name="2 x M1 Max", aliases=("m1ultra",), anes=2,
+          model_read=_fig(55e9, "B/s", "derived", _ANEMLL,
+                          "borrowed: one M1 Max ANE's read bandwidth (55 GB/s): Core ML uses one of "
+                          "the two ANEs (anes_used)")),
     _chip("m2", "M2", cores=_cores(16, "Apple (Jun 2022)"), peak=_tops(15.8), precision="fp16",
           dram=_gbs(100), read=_m2_read),
     _chip("m3", "M3", cores=_cores(16, "Apple (Oct 2023)"), peak=_tops(18), precision="fp16",
           dram=_gbs(100), read=_m3_read),
+    _chip("m3-max", "M3 Max", cores=_cores(16, "Apple (Oct 2023)"), peak=_tops(18),
+          precision="fp16", dram=_gbs(400, source="Apple (Oct 2023)",
+                                      note="16-core-CPU M3 Max; the 14-core has 300"),
+          read=_gbs(120.22, "measured", "anemll-bench Results.MD (docs/measurements.md)"),
+          aliases=("m3max",)),
     _chip("m4", "M4", cores=_cores(16, "Apple (May 2024)"),
           peak=_tops(38, note="likely INT8 (SPEC 8)"), precision="int8",
           peak_fp16=_tops(19, "measured", "maderix",

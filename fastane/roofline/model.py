@@ -28,9 +28,10 @@ import numpy as np
 
 from ..stats import Stats
 from . import chips as _chips
+from .fitted import FITTED
 
-__all__ = ["ModelParams", "DEFAULT_PARAMS", "task_times", "Estimate", "estimate", "sum_stats",
-           "tokens_per_s_bound"]
+__all__ = ["ModelParams", "DEFAULT_PARAMS", "SEED_PARAMS", "rates", "task_times", "Estimate", "estimate", "sum_stats",
+           "tokens_per_s_bound", "dram_traffic"]
 
 #: counters of a Stats that add up over tasks (every field but the per-task list)
 _COUNTERS = tuple(f.name for f in dataclasses.fields(Stats) if f.name != "tasks_detail")
@@ -64,9 +65,27 @@ class ModelParams:
     #: planar-engine elementwise rate as a fraction of the chip's peak FP16 OP/s
     #: (unmeasured assumption: 1/16; planar layers are DMA-bound at any plausible rate)
     planar_fraction: float = 1 / 16
+    #: fraction of the FP16 peak a MAC task attains (1.0: every lane busy every cycle)
+    compute_efficiency: float = 1.0
+    #: which bandwidths the DMA engines run at: "dma" (the chip's kernel_dma_bw/tile_dma_bw,
+    #: the seed's M3 engine measurements scaled) or "read" (KernelDMA at the chip's measured
+    #: ANE read bandwidth ``read_bw_model``, the rate the lm_head benchmark streams weights
+    #: at; TileDMA at that x the seed's TileDMA/KernelDMA ratio 59.08/37.99 x ``tile_scale``)
+    bandwidth: str = "dma"
+    #: multiplies the TileDMA rate in the "read" mode (a fit: it absorbs activation reads
+    #: the SoC's system cache serves, which the model has no explicit term for)
+    tile_scale: float = 1.0
+    #: one Core ML program runs on one ANE of a multi-die chip (``Chip.peak_ops_program``)
+    one_ane: bool = False
+    #: the SoC's system cache serves activations: on a chip with a known ``slc_bytes``,
+    #: TileDMA traffic (every task's tiles are at most the 2 MiB L2, far below any SLC) is
+    #: not bounded by the DRAM bandwidth; weights and TDs still are
+    system_cache: bool = False
 
 
-DEFAULT_PARAMS = ModelParams()
+#: the model as the seed and fastane's first assumptions had it (1 ms per program, 1 us per
+#: task, the M3 engine bandwidths scaled, every lane busy): kept to compare with
+SEED_PARAMS = ModelParams()
 
 
 def _task_arrays(tasks) -> dict:
@@ -88,6 +107,31 @@ def _as_tasks(stats) -> list:
     return list(stats)
 
 
+def _calibrated() -> ModelParams:
+    return ModelParams(bandwidth="read", one_ane=True, system_cache=True, **FITTED)
+
+
+#: the calibrated model (``fastane.roofline.calibrate``: fitted on the calibration points of
+#: docs/roofline.md only; ``calibrate.fit()`` reproduces ``calibrate.FITTED``)
+DEFAULT_PARAMS = _calibrated()
+
+
+def rates(chip, params: ModelParams = DEFAULT_PARAMS) -> dict:
+    """The rates the time model uses on ``chip``: ``peak`` (OP/s attained by a MAC task),
+    ``kernel`` and ``tile`` (B/s), ``dispatch`` (s a task)."""
+    chip = _chips.get(chip)
+    peak = chip.peak_ops_program if params.one_ane else chip.peak_ops_fp16.value
+    if params.bandwidth == "read":
+        kbw = chip.read_bw_model.value
+        tbw = kbw * (_chips.M3_TILE_DMA.value / _chips.M3_KERNEL_DMA.value) * params.tile_scale
+    elif params.bandwidth == "dma":
+        kbw, tbw = chip.kernel_dma_bw.value, chip.tile_dma_bw.value
+    else:
+        raise ValueError(f"bandwidth must be 'dma' or 'read', got {params.bandwidth!r}")
+    disp = chip.dispatch_s.value if params.dispatch_s is None else params.dispatch_s
+    return {"peak": peak * params.compute_efficiency, "kernel": kbw, "tile": tbw, "dispatch": disp}
+
+
 def task_times(tasks, chip="m1", params: ModelParams = DEFAULT_PARAMS) -> dict:
     """Seconds per task, as arrays: ``compute``, ``kernel_dma``, ``tile_dma`` (src),
     ``dst_dma``, ``control_dma``, ``dma`` (the weighted sum), ``dispatch``, ``total``.
@@ -96,10 +140,12 @@ def task_times(tasks, chip="m1", params: ModelParams = DEFAULT_PARAMS) -> dict:
     per-task Stats for per-task maxima.
     """
     chip = _chips.get(chip)
-    a = _task_arrays(_as_tasks(tasks))
-    peak = chip.peak_ops_fp16.value
-    kbw, tbw = chip.kernel_dma_bw.value, chip.tile_dma_bw.value
-    disp = chip.dispatch_s.value if params.dispatch_s is None else params.dispatch_s
+    return _times(_task_arrays(_as_tasks(tasks)), chip, params)
+
+
+def _times(a: dict, chip, params: ModelParams) -> dict:
+    r = rates(chip, params)
+    peak, kbw, tbw, disp = r["peak"], r["kernel"], r["tile"], r["dispatch"]
     compute = 2 * a["macs"] / peak + a["planar_ops"] / (peak * params.planar_fraction)
     kern = a["kernel_dma_bytes"] / kbw
     tile = a["tile_dma_src_bytes"] / tbw
@@ -111,6 +157,8 @@ def task_times(tasks, chip="m1", params: ModelParams = DEFAULT_PARAMS) -> dict:
     # bandwidth is capped at DRAM and the fit's coefficients < 1 would beat it)
     total_bytes = (a["kernel_dma_bytes"] + a["tile_dma_src_bytes"] + a["tile_dma_dst_bytes"]
                    + a["control_dma_bytes"])
+    if params.system_cache and chip.slc_bytes is not None:
+        total_bytes = a["kernel_dma_bytes"] + a["control_dma_bytes"]
     dma = np.maximum(dma, total_bytes / chip.dram_bw.value)
     n = len(compute)
     dispatch = np.full(n, disp)
@@ -145,6 +193,9 @@ class Estimate:
     dma_bound_tasks: int
     peak_ops: float
     dram_bw: float
+    #: the DMA time split: KernelDMA (weights) and TileDMA (activations, TDs) seconds
+    kernel_s: float = 0.0
+    tile_s: float = 0.0
 
     @property
     def ops(self) -> int:
@@ -220,7 +271,20 @@ def estimate(stats, chip="m1", params: ModelParams = DEFAULT_PARAMS, name: str =
         dispatch_s=float(t["dispatch"].sum()), overhead_s=over,
         time_s=float(t["total"].sum()) + over,
         dma_bound_tasks=int((t["dma"] > t["compute"]).sum()),
-        peak_ops=chip.peak_ops_fp16.value, dram_bw=chip.dram_bw.value)
+        peak_ops=chip.peak_ops_fp16.value, dram_bw=chip.dram_bw.value,
+        kernel_s=float((params.kernel_coef * t["kernel_dma"]).sum()),
+        tile_s=float((params.tile_coef * t["tile_dma"] + params.dst_coef * t["dst_dma"]
+                      + params.control_coef * t["control_dma"]).sum()))
+
+
+def dram_traffic(est: "Estimate", chip="m1", params: ModelParams = DEFAULT_PARAMS) -> int:
+    """Bytes ``est`` moves through DRAM in the model: every DMA byte, or, where the system
+    cache serves activations (``params.system_cache`` on a chip with ``slc_bytes``), the
+    weights (KernelDMA) and TDs (ControlDMA) only."""
+    chip = _chips.get(chip)
+    if params.system_cache and chip.slc_bytes is not None:
+        return est.kernel_dma_bytes + est.control_dma_bytes
+    return est.dram_bytes
 
 
 def tokens_per_s_bound(dram_bytes: float, chip="m1", bandwidth: str = "dram") -> float:

@@ -12,6 +12,12 @@ That is the case for
 * a convolution or matmul past a hardware limit (``NotImplementedError`` from the tiler:
   one output channel's kernel beyond a core's KMem, which would need the reduction split
   across tasks; ``MemoryError``: buffers beyond the planning device's address space).
+
+**Residency** (``residency=True``, the default): consecutive layers where one reads the
+previous one's output (``layer.follows``) are lowered as one chain
+(:func:`fastane.lower.chain.build_chain`), which keeps each intermediate in L2 where it
+fits; the chain runs on the stats-only device and each layer gets its own tasks' Stats.
+:attr:`LayerPlan.source_in_l2` / :attr:`LayerPlan.result_in_l2` say what stayed on chip.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from dataclasses import dataclass, field
 from .. import lower as _lower
 from .. import lut as _lut
 from .. import workloads as _wl
+from ..lower import chain as _chain
 from ..stats import Stats
 from .model import sum_stats
 
@@ -77,6 +84,10 @@ class LayerPlan:
     layer: object
     stats: Stats
     not_lowered: str | None = None
+    #: residency: the source is the previous layer's result kept in L2 / the result is kept
+    #: in L2 for the next layer (no DRAM traffic for that tensor)
+    source_in_l2: bool = False
+    result_in_l2: bool = False
 
     @property
     def name(self) -> str:
@@ -113,11 +124,51 @@ class WorkloadPlan:
         return [t for lp in self.lowered for t in lp.stats.tasks_detail]
 
 
-def plan_workload(workload, planner=None) -> WorkloadPlan:
+def _key(layer) -> tuple:
+    return (type(layer).__name__,) + tuple(v for k, v in vars(layer).items() if k != "name")
+
+
+def _chains(layers) -> list:
+    """Runs of consecutive layers that each read the previous one's output: [(start, stop)]."""
+    runs, start = [], 0
+    for i in range(1, len(layers) + 1):
+        if i == len(layers) or not getattr(layers[i], "follows", False) \
+                or not isinstance(layers[i - 1], (_wl.Conv2d, _wl.Matmul)):
+            if i - start > 1:
+                runs.append((start, i))
+            start = i
+    return runs
+
+
+def _plan_chain(layers) -> list | None:
+    """Per-layer (tasks, source_in_l2, result_in_l2) of a run lowered as one chain, or None
+    when a layer of it cannot be lowered or the run does not chain."""
+    try:
+        convs = [layer_conv(layer) for layer in layers]
+        ch = _chain.build_chain(convs)
+    except (NotLowered, NotImplementedError, MemoryError, ValueError):
+        return None
+    dev = _lower.stats_device()
+    _, stats = _chain.execute_chain(ch, device=dev, stats_only=True)
+    out = []
+    for seg, st in zip(ch.segments, stats):
+        tasks = list(st.tasks_detail)
+        for j, n in enumerate(seg.tasks_per_layer):
+            i = seg.first + j
+            src = i > 0 and ch.links[i - 1] is None
+            res = i < len(ch.links) and ch.links[i] is None
+            out.append((tasks[:n], src, res))
+            tasks = tasks[n:]
+    return out
+
+
+def plan_workload(workload, planner=None, residency: bool = True) -> WorkloadPlan:
     """Plan every layer of ``workload`` (a :class:`~fastane.workloads.Workload` or a name)
     by lowering it (:func:`plan_layer`; ``planner``: None or ``"lowered"``, or any
     ``planner(layer) -> list[Stats]`` that raises :class:`NotLowered` where it cannot).
-    Identical layers are planned once."""
+    Identical layers are planned once.  ``residency``: lower the chains of layers that
+    read the previous one's output as a whole, keeping intermediates in L2 (see the
+    module docstring; only with the default planner)."""
     if isinstance(workload, str):
         workload = _wl.get(workload)
     if planner in (None, "lowered"):
@@ -127,10 +178,26 @@ def plan_workload(workload, planner=None) -> WorkloadPlan:
                          "it to TDs and counting them on a stats-only device (docs/roofline.md)")
     elif not callable(planner):
         raise ValueError(f"planner must be 'lowered' or a callable, got {planner!r}")
+    else:
+        residency = False           # a custom planner plans layer by layer
     memo: dict = {}
     out = WorkloadPlan(workload)
-    for layer in workload.layers:
-        key = (type(layer).__name__,) + tuple(v for k, v in vars(layer).items() if k != "name")
+    chained: dict = {}          # layer index -> (tasks, source_in_l2, result_in_l2)
+    if residency:
+        cmemo: dict = {}
+        for a, b in _chains(workload.layers):
+            run = workload.layers[a:b]
+            ck = tuple(_key(layer) for layer in run)
+            if ck not in cmemo:
+                cmemo[ck] = _plan_chain(run)
+            if cmemo[ck] is not None:
+                chained.update(zip(range(a, b), cmemo[ck]))
+    for i, layer in enumerate(workload.layers):
+        if i in chained:
+            tasks, src, res = chained[i]
+            out.layers.append(LayerPlan(layer, sum_stats(tasks), None, src, res))
+            continue
+        key = _key(layer)
         if key not in memo:
             try:
                 memo[key] = (planner(layer), None)

@@ -23,11 +23,12 @@ from .. import workloads as _workloads
 from . import chips as _chips
 from ..m1 import TD_SIZE
 from . import compare as _compare
-from .model import DEFAULT_PARAMS, Estimate, ModelParams, estimate, tokens_per_s_bound
+from . import spec as _spec
+from .model import DEFAULT_PARAMS, Estimate, ModelParams, dram_traffic, estimate, tokens_per_s_bound
 from .plan import WorkloadPlan, plan_workload
 
 __all__ = ["Result", "analyze", "table", "tokens_table", "tokens_per_s", "to_json", "plot",
-           "add_arguments", "run", "DEFAULT_WORKLOADS"]
+           "add_arguments", "run", "DEFAULT_WORKLOADS", "limiter", "on_chip", "verdict", "user_workloads"]
 
 #: what ``fastane roofline`` reports when given no workload: a decode step, a vision net
 DEFAULT_WORKLOADS = ("gpt2", "resnet50")
@@ -97,10 +98,11 @@ def tokens_per_s(result: Result, chips=None) -> dict:
     out = {}
     for c in chips:
         est = estimate(result.plan.tasks, c, result.params) if c.key != result.chip.key else result.total
+        dram = dram_traffic(est, c, result.params)     # what goes through DRAM (not the system cache)
         out[c.key] = {
             "model": tok / est.time_s,
-            "bound_dram": tok * tokens_per_s_bound(est.dram_bytes, c, "dram"),
-            "bound_ane_read": tok * tokens_per_s_bound(est.dram_bytes, c, "ane_read"),
+            "bound_dram": tok * tokens_per_s_bound(dram, c, "dram"),
+            "bound_ane_read": tok * tokens_per_s_bound(dram, c, "ane_read"),
             "bound_2p": tok * c.dram_bw.value / two_p if two_p else math.nan,
         }
     return out
@@ -117,10 +119,79 @@ def tokens_table(result: Result, chips=None) -> str:
         lines.append(f"  {_chips.get(key).name:10s} {fmt(r['model']):>9s} "
                      f"{fmt(r['bound_ane_read']):>12s} {fmt(r['bound_dram']):>9s} "
                      f"{fmt(r['bound_2p']):>11s}")
-    lines.append("  model: the time model (DMA engines, dispatch, 1 ms program overhead); "
+    lines.append(f"  model: the time model (DMA engines, dispatch, {_t(result.params.program_overhead_s)} "
+                 "program overhead); "
                  "bounds: bandwidth / bytes (measured ANE read, marketing DRAM) and "
                  "marketing DRAM / 2P")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------- what bounds a layer
+
+def limiter(est: Estimate) -> str:
+    """What the largest part of ``est``'s time is: "compute", "KernelDMA" (weights),
+    "TileDMA" (activations and TDs), "dispatch" (per task) or "overhead" (per program)."""
+    dma = est.kernel_s + est.tile_s
+    share = est.dma_s / dma if dma else 0.0        # the DRAM cap can stretch the DMA time
+    parts = {"compute": est.compute_s, "KernelDMA": est.kernel_s * share, "TileDMA": est.tile_s * share,
+             "dispatch": est.dispatch_s, "overhead": est.overhead_s}
+    return max(parts, key=parts.get)
+
+
+def on_chip(lp) -> str:
+    """What of a layer stayed in L2: "in" (its source), "out" (its result), "in+out", "-"."""
+    parts = [n for n, flag in (("in", lp.source_in_l2), ("out", lp.result_in_l2)) if flag]
+    return "+".join(parts) or "-"
+
+
+def residency_line(result: Result) -> str:
+    """One line: how many intermediates stayed in L2 and the DRAM bytes that saved."""
+    kept = [lp for lp in result.plan.lowered if lp.result_in_l2]
+    saved = sum(2 * lp.layer.cout * lp.layer.hout * _ru64(lp.layer.wout) if hasattr(lp.layer, "cout")
+                else 2 * lp.layer.B * lp.layer.N * _ru64(lp.layer.M) for lp in kept)
+    return (f"on chip: {len(kept)} intermediates kept in L2 for the next layer (~{saved / 1e6:.1f} MB of "
+            f"DRAM writes and reads saved); the rest went through DRAM")
+
+
+def model_line(result: Result) -> str:
+    """One line: the rates and fixed costs the time model uses for this chip."""
+    from .model import rates
+    q, p = rates(result.chip, result.params), result.params
+    return (f"model ({'calibrated' if p.bandwidth == 'read' else 'seed'}): MAC {_si(q['peak'], 'OP/s')} "
+            f"({100 * p.compute_efficiency:.0f}% of {_si(result.chip.peak_ops_program if p.one_ane else result.chip.peak_ops_fp16.value, 'OP/s')}), "
+            f"KernelDMA {_si(q['kernel'], 'B/s')}, TileDMA {_si(q['tile'], 'B/s')}, dispatch {_t(q['dispatch'])} "
+            f"a task, {_t(p.program_overhead_s)} a program")
+
+
+def _ru64(w: int) -> int:
+    return -(-2 * w // 64) * 32
+
+
+def _what_if(result: Result, **figures) -> float:
+    """The predicted time with some chip figures replaced (a what-if)."""
+    chip = _chips.with_figures(result.chip, **figures)
+    return estimate(result.plan.tasks, chip, result.params).time_s
+
+
+def verdict(result: Result) -> str:
+    """One line: what bounds the workload and what 2x more of it would give."""
+    tot, c = result.total, result.chip
+    lim = limiter(tot)
+    unit = "tokens/s" if result.workload.tokens and result.workload.phase == "decode" else "runs/s"
+    if lim in ("KernelDMA", "TileDMA"):
+        fig = {"read_bw_model": 2 * c.read_bw_model.value, "dram_bw": 2 * c.dram_bw.value,
+               "kernel_dma_bw": 2 * c.kernel_dma_bw.value, "tile_dma_bw": 2 * c.tile_dma_bw.value}
+        gain = tot.time_s / _what_if(result, **fig)
+        what = "weights" if lim == "KernelDMA" else "activations (TileDMA)"
+        return (f"memory-bound on {what} ({100 * (tot.kernel_s if lim == 'KernelDMA' else tot.tile_s) / tot.time_s:.0f}% "
+                f"of the time): 2x more bandwidth would give {gain:.2f}x {unit}")
+    if lim == "compute":
+        gain = tot.time_s / _what_if(result, peak_ops_fp16=2 * c.peak_ops_fp16.value)
+        return (f"compute-bound ({100 * tot.compute_s / tot.time_s:.0f}% of the time at "
+                f"{100 * result.params.compute_efficiency:.0f}% of peak): 2x the MAC rate would give "
+                f"{gain:.2f}x {unit}")
+    return (f"bound by fixed costs ({_t(tot.dispatch_s)} dispatch over {tot.tasks} tasks, {_t(tot.overhead_s)} "
+            f"per program): fewer, larger tasks would help more than bandwidth or compute")
 
 
 def table(result: Result, layers: bool = True) -> str:
@@ -132,10 +203,11 @@ def table(result: Result, layers: bool = True) -> str:
         f"DRAM {_si(c.dram_bw.value, 'B/s')} ({c.dram_bw.kind}), ridge {c.ridge_point:.1f} OP/B; "
         f"KernelDMA {_si(c.kernel_dma_bw.value, 'B/s')}, TileDMA {_si(c.tile_dma_bw.value, 'B/s')} "
         f"({c.kernel_dma_bw.kind})",
+        model_line(r),
     ]
     w = max([len(lp.name) for lp in r.plan.layers] + [5])
     cols = (f"{'layer':{w}s}  {'shape':44s} {'tasks':>6s} {'MMAC':>10s} {'DRAM MB':>9s} "
-            f"{'OP/B':>8s} {'bound':>7s} {'time':>11s} {'%roof':>6s}")
+            f"{'OP/B':>8s} {'bound':>7s} {'time':>11s} {'%roof':>6s}  {'limited by':10s} {'on chip':8s}")
     body = [cols]
     if layers:
         est = dict(zip(map(id, r.plan.lowered), r.layers))
@@ -146,12 +218,13 @@ def table(result: Result, layers: bool = True) -> str:
                 continue
             body.append(f"{lp.name:{w}s}  {lp.layer.shape_str()[:44]:44s} {e.tasks:6d} "
                         f"{e.macs / 1e6:10.2f} {e.dram_bytes / 1e6:9.3f} {e.intensity:8.2f} "
-                        f"{e.bound:>7s} {_t(e.time_s):>11s} {e.pct_of_roof:6.1f}")
+                        f"{e.bound:>7s} {_t(e.time_s):>11s} {e.pct_of_roof:6.1f}  {limiter(e):10s} "
+                        f"{on_chip(lp):8s}")
     n_low, n_not = len(r.plan.lowered), len(r.plan.not_lowered)
     counted = f"{n_low} layers" + (f" ({n_not} not lowered, not counted)" if n_not else "")
     body.append(f"{'TOTAL':{w}s}  {counted:44s} {tot.tasks:6d} "
                 f"{tot.macs / 1e6:10.2f} {tot.dram_bytes / 1e6:9.3f} {tot.intensity:8.2f} "
-                f"{tot.bound:>7s} {_t(tot.time_s):>11s} {tot.pct_of_roof:6.1f}")
+                f"{tot.bound:>7s} {_t(tot.time_s):>11s} {tot.pct_of_roof:6.1f}  {limiter(tot):10s}")
     foot = [
         f"traffic: KernelDMA {tot.kernel_dma_bytes / 1e6:.1f} MB, TileDMA src "
         f"{tot.tile_dma_src_bytes / 1e6:.1f} MB, dst {tot.tile_dma_dst_bytes / 1e6:.1f} MB, "
@@ -161,12 +234,14 @@ def table(result: Result, layers: bool = True) -> str:
         f"tasks DMA-bound) + program overhead {_t(tot.overhead_s)}",
         f"{_si(tot.attained_ops, 'OP/s')} attained, {tot.pct_of_roof:.1f}% of the roof "
         f"({_si(tot.roof_ops, 'OP/s')} at {tot.intensity:.2f} OP/B, {tot.bound}-bound); "
-        f"limited by {tot.limiter}; planned in {r.plan_s * 1e3:.1f} ms",
+        f"limited by {limiter(tot)}; planned in {r.plan_s * 1e3:.1f} ms",
     ]
     if n_not:
         kinds = sorted({lp.layer.kind for lp in r.plan.not_lowered})
         foot.append(f"not lowered: {n_not} of {len(r.plan.layers)} layers ({', '.join(kinds)}; the reason "
                     f"is on each row): their work is not in the totals above")
+    foot.append(residency_line(r))
+    foot.append("verdict: " + verdict(r))
     if r.workload.tokens:
         foot.append(f"{r.workload.tokens / tot.time_s:.1f} tokens/s on {c.name} "
                     f"({r.workload.phase}, {r.workload.tokens} token{'s' if r.workload.tokens > 1 else ''} a run)")
@@ -187,8 +262,11 @@ def to_json(results, chips_for_tokens=None) -> dict:
             "weight_params": r.workload.weight_params, "plan_seconds": r.plan_s,
             "total": r.total.as_dict(),
             "layers": [{"layer": lp.name, "kind": lp.layer.kind, "shape": lp.layer.shape_str(),
-                        "activation": getattr(lp.layer, "activation", None), **e.as_dict()}
+                        "activation": getattr(lp.layer, "activation", None), **e.as_dict(),
+                        "limited_by": limiter(e), "source_in_l2": lp.source_in_l2,
+                        "result_in_l2": lp.result_in_l2}
                        for lp, e in zip(r.plan.lowered, r.layers)],
+            "verdict": verdict(r),
             # layers the lowering could not take: not estimated, not in "total"
             "not_lowered": [{"layer": lp.name, "kind": lp.layer.kind, "shape": lp.layer.shape_str(),
                              "reason": lp.not_lowered} for lp in r.plan.not_lowered],
@@ -267,6 +345,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workloads", nargs="*", metavar="WORKLOAD",
                         help=f"built-in workloads (default: {' '.join(DEFAULT_WORKLOADS)}); "
                              "--list shows them")
+    parser.add_argument("--transformer", action="append", default=[], metavar="SPEC",
+                        help="your own transformer: 'layers=24,d=1024,heads=16,ffn=4096,vocab=50257,"
+                             "seq=512,kv=512,lm_tokens=1' (optional kv_heads=, head_dim=, gated=0|1, "
+                             "act=gelu|silu|relu, norm=layer|rms; vocab=0: no LM head); repeatable")
+    parser.add_argument("--matmul", action="append", default=[], metavar="MxKxN",
+                        help="one matmul (M x K) @ (K x N), the K x N weights in KMem; repeatable")
     parser.add_argument("--chip", default="m1",
                         help=f"chip to model (default m1): {', '.join(_chips.names())}")
     parser.add_argument("--json", action="store_true", help="print a JSON report instead of tables")
@@ -281,6 +365,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="regression threshold for --compare, percent (default 0: any growth)")
     # removed: the roofline plans by lowering only; the flag is kept to say so
     parser.add_argument("--analytic", action="store_true", help=argparse.SUPPRESS)
+
+
+def user_workloads(args) -> list:
+    """The workloads ``fastane roofline`` was asked for: the built-in names, then every
+    ``--transformer`` and ``--matmul`` spec (:mod:`fastane.roofline.spec`); the default
+    workloads when none is given.  A malformed spec raises ValueError (one line)."""
+    specs = [_spec.parse_transformer(s) for s in getattr(args, "transformer", [])]
+    specs += [_spec.parse_matmul(s) for s in getattr(args, "matmul", [])]
+    names = args.workloads or ([] if specs else list(DEFAULT_WORKLOADS))
+    return [_workloads.get(n) for n in names] + specs
 
 
 def run(args) -> int:
@@ -306,8 +400,7 @@ def run(args) -> int:
                 raise ValueError(f"--fail-above must be a finite percentage >= 0, got {args.fail_above}")
             old = _compare.load(args.compare)
         chip = _chips.get(args.chip)
-        names = args.workloads or list(DEFAULT_WORKLOADS)
-        wls = [_workloads.get(n) for n in names]
+        wls = user_workloads(args)
     except ValueError as e:
         print(f"fastane roofline: {e}", file=sys.stderr)
         return 2

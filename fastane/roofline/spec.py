@@ -1,0 +1,84 @@
+"""Workloads described on the command line: ``--transformer "layers=24,d=1024,..."`` and
+``--matmul MxKxN`` (docs/roofline.md, "Your own workloads").  A malformed spec raises
+:class:`ValueError` with one precise line (the CLI prints it and exits 2).
+"""
+from __future__ import annotations
+
+from .. import workloads as _wl
+
+__all__ = ["parse_transformer", "parse_matmul", "TRANSFORMER_KEYS"]
+
+#: required and optional keys of a transformer spec
+_REQUIRED = ("layers", "d", "heads", "ffn", "vocab", "seq")
+_INTS = _REQUIRED + ("kv", "lm_tokens", "kv_heads", "head_dim")
+_CHOICES = {"gated": ("0", "1"), "act": ("gelu", "silu", "relu"), "norm": ("layer", "rms")}
+TRANSFORMER_KEYS = _INTS + tuple(_CHOICES)
+#: sizes past these are not a model anyone runs on an ANE (and would plan for ever)
+_MAX = {"layers": 1024, "d": 65536, "heads": 4096, "ffn": 1 << 20, "vocab": 1 << 22, "seq": 1 << 17,
+        "kv": 1 << 20, "lm_tokens": 1 << 17, "kv_heads": 4096, "head_dim": 4096}
+
+
+def _int(key: str, text: str, lo: int) -> int:
+    t = text.strip()
+    if not t.isdigit():
+        raise ValueError(f"{key}={text!r} is not a non-negative integer")
+    v = int(t)
+    name = key.split(": ")[-1]
+    if v < lo or v > _MAX[name]:
+        raise ValueError(f"{key}={v} is out of range ({lo}..{_MAX[name]})")
+    return v
+
+
+def parse_transformer(spec: str) -> _wl.Workload:
+    """The :func:`fastane.workloads.transformer` a spec like
+    ``"layers=24,d=1024,heads=16,ffn=4096,vocab=50257,seq=512,kv=512,lm_tokens=1"`` names."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError("--transformer needs a spec such as "
+                         "'layers=24,d=1024,heads=16,ffn=4096,vocab=50257,seq=512'")
+    vals: dict = {}
+    for item in spec.split(","):
+        if "=" not in item:
+            raise ValueError(f"--transformer: {item.strip()!r} is not key=value")
+        k, v = (s.strip() for s in item.split("=", 1))
+        if k not in TRANSFORMER_KEYS:
+            raise ValueError(f"--transformer: unknown key {k!r} (keys: {', '.join(TRANSFORMER_KEYS)})")
+        if k in vals:
+            raise ValueError(f"--transformer: {k} given twice")
+        if k in _CHOICES:
+            if v not in _CHOICES[k]:
+                raise ValueError(f"--transformer: {k}={v!r} is not one of {'|'.join(_CHOICES[k])}")
+            vals[k] = v
+        else:
+            vals[k] = _int(f"--transformer: {k}", v, 0 if k == "vocab" else 1)   # vocab=0: no LM head
+    missing = [k for k in _REQUIRED if k not in vals]
+    if missing:
+        raise ValueError(f"--transformer: missing {', '.join(missing)} (required: {', '.join(_REQUIRED)})")
+    heads, kvh = vals["heads"], vals.get("kv_heads", vals["heads"])
+    head_dim = vals.get("head_dim")
+    if head_dim is None and vals["d"] % heads:
+        raise ValueError(f"--transformer: d={vals['d']} is not a multiple of heads={heads} (give head_dim=)")
+    if heads % kvh:
+        raise ValueError(f"--transformer: heads={heads} is not a multiple of kv_heads={kvh}")
+    if vals.get("lm_tokens", 0) > vals["seq"]:
+        raise ValueError(f"--transformer: lm_tokens={vals['lm_tokens']} exceeds seq={vals['seq']}")
+    if "lm_tokens" in vals and vals["vocab"] == 0:
+        raise ValueError("--transformer: lm_tokens= needs an LM head (vocab > 0)")
+    if vals["seq"] > vals.get("kv", vals["seq"]):
+        raise ValueError(f"--transformer: seq={vals['seq']} exceeds the attention context kv={vals['kv']}")
+    return _wl.transformer(layers=vals["layers"], d=vals["d"], heads=heads, ffn=vals["ffn"],
+                           vocab=vals["vocab"], seq=vals["seq"], kv=vals.get("kv"),
+                           lm_tokens=vals.get("lm_tokens"), kv_heads=vals.get("kv_heads"),
+                           head_dim=head_dim, gated=vals.get("gated", "0") == "1",
+                           act=vals.get("act", "gelu"), norm=vals.get("norm", "layer"))
+
+
+def parse_matmul(spec: str) -> _wl.Workload:
+    """The one-matmul workload ``MxKxN`` names (weights K x N)."""
+    parts = str(spec).strip().lower().split("x")
+    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+        raise ValueError(f"--matmul {spec!r}: expected MxKxN, three positive integers such as 1x4096x128256")
+    m, k, n = (int(p) for p in parts)
+    for name, v, hi in (("M", m, 1 << 20), ("K", k, 1 << 20), ("N", n, 1 << 22)):
+        if not 1 <= v <= hi:
+            raise ValueError(f"--matmul {spec!r}: {name}={v} is out of range (1..{hi})")
+    return _wl.matmul(m, k, n)

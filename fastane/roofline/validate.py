@@ -1,0 +1,115 @@
+"""Validation of the calibrated model on public measurements it was **not** fitted on
+(docs/measurements.md lists them with their sources; docs/roofline.md, "Validation", has
+the table this prints): ``python -m fastane.roofline.validate`` prints it as markdown.
+
+Each point says whether it is *comparable* (the model describes what was measured: same
+network, fp16 weights, the ANE doing the work) and whether it is *independent* of the
+fit and of the chip table (the anemll-bench lm_head rows are not: the chips' read
+bandwidths in ``chips.py`` are those same measurements).  The rms log-error is over the
+comparable, independent points.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .calibrate import FITTED, Point, _arrays, predict, rms_log_error
+
+__all__ = ["VPoint", "VALIDATION", "rows", "markdown"]
+
+_LMHEAD = "matmul:1x4096x128256"
+_GPT2_MEDIUM = "layers=24,d=1024,heads=16,ffn=4096,vocab=50257,kv=512,lm_tokens=1,act=gelu,norm=layer"
+_GPT2_LARGE = "layers=36,d=1280,heads=20,ffn=5120,vocab=50257,kv=512,lm_tokens=1,act=gelu,norm=layer"
+_SMP = "smpanaro/more-ane-transformers evals/SPEED.md"
+_ANEMLL = "Anemll/anemll-bench Results.MD @5c434f2"
+
+
+@dataclass(frozen=True)
+class VPoint(Point):
+    """A validation point: ``repeat`` runs of the workload in one program (batch 2 as two
+    sequences), ``note`` what the model leaves out; ``independent`` False where a chip
+    figure is this measurement."""
+
+    repeat: int = 1
+    note: str = ""
+    independent: bool = True
+
+
+VALIDATION = (
+    VPoint("A1", "MobileNetV3-small fp16, 224x224", "mobilenetv3-small", "a16", 0.13e-3,
+           "apple/coremltools opt-palettization-perf.md", note="its fixed costs bound the fit (not its time); "
+           "squeeze-excite pooling/scale and residual adds not lowered", independent=False),
+    VPoint("C1", "DistilBERT (ANE-optimized) seq 128", "distilbert", "a15", 3.47e-3,
+           "machinelearning.apple.com/research/neural-engine-transformers", note="norms, softmax, adds not lowered"),
+    VPoint("C2", "DistilBERT seq 256, batch 2", "transformer:layers=6,d=768,heads=12,ffn=3072,vocab=0,seq=256",
+           "m1-max", 8.7e-3, "smpanaro/more-ane-transformers src/experiments/NOTES.md, 2023-03-26",
+           repeat=2, note="batch 2 as two sequences in one program"),
+    VPoint("C3", "Whisper tiny encoder, 3000 frames", "whisper-tiny-encoder", "m1-pro", 30e-3,
+           "ggml-org/whisper.cpp PR #566", note="H?: compute units of that commit unchecked"),
+    VPoint("C4", "Whisper base encoder", "whisper-base-encoder", "m1-pro", 64e-3, "same", note="same caveat"),
+    VPoint("C5", "Whisper small encoder", "whisper-small-encoder", "m1-pro", 208e-3, "same", note="same caveat"),
+    VPoint("C6", "Whisper medium encoder", "whisper-medium-encoder", "m1-pro", 1033e-3, "same",
+           note="same caveat"),
+    VPoint("D1", "gpt2-medium, 512-token forward", "transformer:" + _GPT2_MEDIUM + ",seq=512", "m1-max", 103e-3,
+           _SMP + " @529f1e3"),
+    VPoint("D2", "gpt2-xl, 512-token forward (pipeline)", "gpt2-xl-prefill", "m1-max", 455e-3, _SMP + " @529f1e3",
+           note="run as several chunk programs (count unknown; one overhead modelled)"),
+    VPoint("D3", "gpt2-xl, 512-token forward (pipeline)", "gpt2-xl-prefill", "m2", 406e-3, _SMP + " @529f1e3",
+           note="same"),
+    VPoint("D4", "pythia-1B, 512-token forward",
+           "transformer:layers=16,d=2048,heads=8,ffn=8192,vocab=50304,seq=512,kv=512,lm_tokens=1",
+           "m1-max", 304e-3, _SMP + " @529f1e3", note="parallel block as sequential; lm_tokens unknown (1)"),
+    VPoint("E1", "gpt2-large decode, KV 512", "transformer:" + _GPT2_LARGE + ",seq=1", "m1-max", 51e-3,
+           _SMP + " @14ef84f"),
+    VPoint("E2", "gpt2-large decode, KV 512", "transformer:" + _GPT2_LARGE + ",seq=1", "m2", 46e-3,
+           _SMP + " @14ef84f"),
+    VPoint("E3", "gpt2-xl decode, KV 512 (pipeline)", "gpt2-xl", "m1-max", 138e-3, _SMP + " @14ef84f",
+           note="chunk programs"),
+    VPoint("E4", "gpt2-xl decode, KV 512 (pipeline)", "gpt2-xl", "m2", 95e-3, _SMP + " @14ef84f",
+           note="chunk programs"),
+    VPoint("F1", "lm_head 1x4096x128256", _LMHEAD, "m1-pro", 19.14e-3, _ANEMLL,
+           note="M1 Pro borrows the M1 Max read bandwidth", independent=False),
+    VPoint("F2", "lm_head", _LMHEAD, "m1-max", 19.24e-3, _ANEMLL, note="chip read bandwidth = this benchmark",
+           independent=False),
+    VPoint("F3", "lm_head", _LMHEAD, "m1-ultra", 19.20e-3, _ANEMLL,
+           note="one ANE (anes_used); read bandwidth borrowed from the M1 Max", independent=False),
+    VPoint("F4", "lm_head", _LMHEAD, "m2", 17.38e-3, _ANEMLL, note="chip read bandwidth = this benchmark",
+           independent=False),
+    VPoint("F5", "lm_head", _LMHEAD, "m3", 16.65e-3, _ANEMLL, note="same", independent=False),
+    VPoint("F6", "lm_head", _LMHEAD, "m4", 16.37e-3, "Anemll/anemll-bench issue #5", note="same",
+           independent=False),
+    VPoint("F7", "lm_head", _LMHEAD, "m4-max", 8.74e-3, "Anemll/anemll-bench issue #1", note="same",
+           independent=False),
+)
+
+
+def rows(values: dict | None = None, points=VALIDATION, cache: dict | None = None) -> list:
+    """``[(point, predicted s, predicted / measured)]``."""
+    values = FITTED if values is None else values
+    cache = {} if cache is None else cache
+    out = []
+    for p in points:
+        a = _arrays(p.spec, cache)
+        if p.repeat > 1:
+            a = {k: __import__("numpy").tile(v, p.repeat) for k, v in a.items()}
+        t = predict(a, p.chip, values, p.programs)
+        out.append((p, t, t / p.measured_s))
+    return out
+
+
+def markdown(values: dict | None = None, cache: dict | None = None) -> str:
+    rs = rows(values, cache=cache)
+    lines = ["| id | model | chip | measured | predicted | pred/meas | independent | source | left out |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for p, t, r in rs:
+        lines.append(f"| {p.id} | {p.what} | {p.chip} | {p.measured_s * 1e3:.2f} ms | {t * 1e3:.2f} ms | "
+                     f"{r:.2f} | {'yes' if p.independent else 'no'} | {p.source} | {p.note} |")
+    ind = [r for p, _, r in rs if p.independent]
+    lines.append("")
+    lines.append(f"rms log-error: independent points x{rms_log_error(ind):.3f} ({len(ind)} points); "
+                 f"all points x{rms_log_error(r for _, _, r in rs):.3f} ({len(rs)}); "
+                 f"within 2x: {sum(0.5 <= r <= 2 for _, _, r in rs)} of {len(rs)}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown())
