@@ -145,9 +145,10 @@ def on_chip(lp) -> str:
 
 
 def residency_line(result: Result) -> str:
-    """One line: how many intermediates stayed in L2 and the DRAM bytes that saved."""
+    """One line: how many intermediates stayed in L2 and the DRAM bytes that saved (each
+    kept tensor, in 64-byte rows, once written and once read back)."""
     kept = [lp for lp in result.plan.lowered if lp.result_in_l2]
-    saved = sum(2 * lp.layer.cout * lp.layer.hout * _ru64(lp.layer.wout) if hasattr(lp.layer, "cout")
+    saved = 2 * sum(2 * lp.layer.cout * lp.layer.hout * _ru64(lp.layer.wout) if hasattr(lp.layer, "cout")
                 else 2 * lp.layer.B * lp.layer.N * _ru64(lp.layer.M) for lp in kept)
     return (f"on chip: {len(kept)} intermediates kept in L2 for the next layer (~{saved / 1e6:.1f} MB of "
             f"DRAM writes and reads saved); the rest went through DRAM")
@@ -279,6 +280,28 @@ def to_json(results, chips_for_tokens=None) -> dict:
     return out
 
 
+def measured_points(result: Result) -> list:
+    """The public measurements of this workload on this chip the docs list (calibration and
+    validation points): ``[(id, seconds)]``."""
+    from . import calibrate, validate
+    out = []
+    for p in calibrate.POINTS + validate.VALIDATION:
+        if _chips.get(p.chip).key != result.chip.key or getattr(p, "repeat", 1) != 1:
+            continue
+        w = calibrate.point_workload(p.spec)
+        if w.name == result.workload.name and w.description == result.workload.description:
+            out.append((p.id, p.measured_s))
+    return out
+
+
+def _plot_measured(ax, result: Result, color) -> None:
+    """Hollow diamonds: the measured time of the workload, at the model's intensity."""
+    t = result.total
+    for pid, sec in measured_points(result):
+        ax.scatter([t.intensity], [t.ops / sec], marker="D", s=90, facecolors="none", edgecolors=color,
+                   linewidths=1.8, zorder=6, label=f"{result.workload.name}: measured {pid} ({_t(sec)})")
+
+
 def plot(results, path, title: str | None = None):
     """Log-log roofline of ``results`` (one chip) to ``path`` (PNG): the roofs, the ridge
     point, one dot per layer and a star per workload total.  Needs matplotlib."""
@@ -324,8 +347,9 @@ def plot(results, path, title: str | None = None):
         ax.scatter([t.intensity], [t.attained_ops], marker="*", s=220, color=col,
                    edgecolors="black", zorder=5,
                    label=f"{r.workload.name}: total ({_si(t.attained_ops, 'OP/s')}, {_t(t.time_s)})")
+        _plot_measured(ax, r, col)
     ax.set_xlabel("arithmetic intensity (OP per byte of DRAM traffic)")
-    ax.set_ylabel("attained OP/s (model)")
+    ax.set_ylabel("attained OP/s (model; diamonds: measured)")
     ax.set_title(title or f"fastane roofline, {chip.name} ANE")
     ax.set_xlim(lo, hi)
     ax.set_ylim(min([peak / 1e5] + [e.attained_ops for r in results for e in r.layers
