@@ -91,3 +91,20 @@ def test_builtin_names_stay():
     for n in ("resnet50", "mobilenetv2", "vit-b16", "bert-base", "bert-base-512", "gpt2", "gpt2-prefill",
               "gpt2-xl", "gpt2-xl-prefill", "llama-3.2-1b", "llama-3.2-1b-prefill"):
         assert n in workloads.names()
+
+
+def test_sizes_are_bounded(capsys):
+    assert _run(["--transformer", "layers=100000,d=64,heads=1,ffn=64,vocab=0,seq=1", "--quiet"]) == 2
+    assert "out of range" in capsys.readouterr().err
+    assert _run(["--matmul", "1000000x4x4", "--quiet"]) == 2
+    assert "M=1000000 is out of range" in capsys.readouterr().err
+
+
+def test_plot_of_a_spec_shows_the_measured_point(tmp_path):
+    pytest.importorskip("matplotlib")
+    w = spec.parse_matmul("1x4096x128256")
+    r = report.analyze(w, "m1")
+    assert report.measured_points(r) == [("K5", 17.26e-3)]
+    path = tmp_path / "lm.png"
+    report.plot([r], str(path))
+    assert path.read_bytes()[:4] == b"\x89PNG"

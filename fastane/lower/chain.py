@@ -216,7 +216,14 @@ def build_chain(convs, limits: Limits = LIMITS, resident: bool = True) -> Lowere
             raise ValueError(f"layer {i + 1} reads {(cb.n, cb.cin, cb.h, cb.w)}, layer {i} writes "
                              f"{(ca.n, ca.cout, ca.hout, ca.wout)}: not a chain")
         links.append(link_reason(a, b) if resident else "residency off")
-    # capacity and addresses, walking the chain (a kept result's address depends on its source)
+    # a segment (one program) holds at most one chain of TDs: break links where it would not
+    count = layers[0].n_tasks
+    for i in range(1, len(layers)):
+        if links[i - 1] is None and count + layers[i].n_tasks > limits.max_chain:
+            links[i - 1] = "the segment would exceed one chain of TDs"
+        count = count + layers[i].n_tasks if links[i - 1] is None else layers[i].n_tasks
+    # capacity and addresses, walking the chain (a kept result's address depends on its
+    # source; breaking a link only frees L2, so earlier decisions stay valid)
     src_addr = None
     for i in range(len(links)):
         if links[i] is None:
@@ -230,16 +237,11 @@ def build_chain(convs, limits: Limits = LIMITS, resident: bool = True) -> Lowere
                         0 if kept <= src_addr else round_up(src_addr + _l2_tensor(ca.cin, ca.h, ca.w), L2_UNIT))
         else:
             src_addr = None
-    segments, start, count = [], 0, layers[0].n_tasks
+    segments, start = [], 0
     for i in range(1, len(layers) + 1):
-        if i == len(layers) or links[i - 1] is not None or count + layers[i].n_tasks > limits.max_chain:
-            if i < len(layers) and links[i - 1] is None:
-                links[i - 1] = "the segment would exceed one chain of TDs"
+        if i == len(layers) or links[i - 1] is not None:
             segments.append(_segment(layers[start:i], start, limits))
-            if i < len(layers):
-                start, count = i, layers[i].n_tasks
-        else:
-            count += layers[i].n_tasks
+            start = i
     return LoweredChain(convs, layers, segments, links)
 
 

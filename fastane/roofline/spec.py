@@ -14,8 +14,8 @@ _INTS = _REQUIRED + ("kv", "lm_tokens", "kv_heads", "head_dim")
 _CHOICES = {"gated": ("0", "1"), "act": ("gelu", "silu", "relu"), "norm": ("layer", "rms")}
 TRANSFORMER_KEYS = _INTS + tuple(_CHOICES)
 #: sizes past these are not a model anyone runs on an ANE (and would plan for ever)
-_MAX = {"layers": 1024, "d": 65536, "heads": 4096, "ffn": 1 << 20, "vocab": 1 << 22, "seq": 1 << 17,
-        "kv": 1 << 20, "lm_tokens": 1 << 17, "kv_heads": 4096, "head_dim": 4096}
+_MAX = {"layers": 256, "d": 32768, "heads": 1024, "ffn": 1 << 18, "vocab": 1 << 20, "seq": 1 << 15,
+        "kv": 1 << 18, "lm_tokens": 1 << 15, "kv_heads": 1024, "head_dim": 4096}
 
 
 def _int(key: str, text: str, lo: int) -> int:
@@ -78,7 +78,7 @@ def parse_matmul(spec: str) -> _wl.Workload:
     if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
         raise ValueError(f"--matmul {spec!r}: expected MxKxN, three positive integers such as 1x4096x128256")
     m, k, n = (int(p) for p in parts)
-    for name, v, hi in (("M", m, 1 << 20), ("K", k, 1 << 20), ("N", n, 1 << 22)):
+    for name, v, hi in (("M", m, 1 << 16), ("K", k, 1 << 20), ("N", n, 1 << 20)):
         if not 1 <= v <= hi:
             raise ValueError(f"--matmul {spec!r}: {name}={v} is out of range (1..{hi})")
     return _wl.matmul(m, k, n)
