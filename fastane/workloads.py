@@ -43,7 +43,7 @@ from math import prod
 
 __all__ = ["Conv2d", "Matmul", "Eltwise", "Workload", "get", "names", "describe",
            "resnet50", "mobilenetv2", "mobilenetv3_small", "vit_b16", "bert_base", "gpt2", "llama",
-           "transformer", "matmul", "whisper_encoder"]
+           "transformer", "matmul", "whisper_encoder", "mobileone"]
 
 
 @dataclass(frozen=True)
@@ -293,6 +293,49 @@ def mobilenetv3_small(image: int = 224) -> Workload:
                     source="Howard et al. 2019; torchvision mobilenet_v3_small")
 
 
+_MOBILEONE = {"s0": (0.75, 1.0, 1.0, 2.0), "s4": (3.0, 3.5, 3.5, 4.0)}
+
+
+def mobileone(variant: str = "s0", image: int = 224) -> Workload:
+    """MobileOne (Vasu et al. 2023, apple/ml-mobileone ``mobileone.py``) after
+    reparameterization: every block is one 3x3 depthwise and one 1x1 pointwise conv, each
+    with a fused ReLU.  Stage widths 64/128/256/512 x the variant's multipliers, 2/8/10/1
+    blocks, each stage starting with stride 2; S4's squeeze-excite (last 5 blocks of stage 3
+    and stage 4) is its two 1x1 convs on the pooled vector."""
+    wm = _MOBILEONE[variant]
+    se = variant == "s4"
+    cin = min(64, int(64 * wm[0]))
+    L = [Conv2d("stage0", 3, cin, image, image, 3, 3, 2, 1, activation="relu")]
+    s = L[-1].hout
+    for st, (width, n) in enumerate(zip((64, 128, 256, 512), (2, 8, 10, 1)), start=1):
+        planes = int(width * wm[st - 1])
+        n_se = (5 if st == 3 else n if st == 4 else 0) if se else 0
+        for b in range(n):
+            p = f"stage{st}.{b}"
+            stride = 2 if b == 0 else 1
+            L.append(Conv2d(f"{p}.dw", cin, cin, s, s, 3, 3, stride, 1, groups=cin, activation="relu",
+                            follows=isinstance(L[-1], Conv2d)))
+            s = L[-1].hout
+            if b >= n - n_se:
+                sq = cin // 16
+                L.append(Eltwise(f"{p}.dw.se.pool", "avgpool", (cin, s, s), (cin, 1, 1), ops_per_out=s * s))
+                L.append(Conv2d(f"{p}.dw.se.reduce", cin, sq, 1, 1, activation="relu"))
+                L.append(Conv2d(f"{p}.dw.se.expand", sq, cin, 1, 1, activation="sigmoid", follows=True))
+                L.append(Eltwise(f"{p}.dw.se.scale", "mul", (cin, s, s), n_inputs=2))
+            L.append(Conv2d(f"{p}.pw", cin, planes, s, s, activation="relu", follows=isinstance(L[-1], Conv2d)))
+            if b >= n - n_se:
+                sq = planes // 16
+                L.append(Eltwise(f"{p}.pw.se.pool", "avgpool", (planes, s, s), (planes, 1, 1), ops_per_out=s * s))
+                L.append(Conv2d(f"{p}.pw.se.reduce", planes, sq, 1, 1, activation="relu"))
+                L.append(Conv2d(f"{p}.pw.se.expand", sq, planes, 1, 1, activation="sigmoid", follows=True))
+                L.append(Eltwise(f"{p}.pw.se.scale", "mul", (planes, s, s), n_inputs=2))
+            cin = planes
+    L.append(Eltwise("gap", "avgpool", (cin, s, s), (cin, 1, 1), ops_per_out=s * s))
+    L.append(Matmul("linear", 1, 1, cin, 1000))
+    return Workload(f"mobileone-{variant}", f"MobileOne-{variant.upper()} (reparameterized), {image}x{image}, "
+                    f"batch 1", tuple(L), source="Vasu et al. 2023; apple/ml-mobileone mobileone.py")
+
+
 # --------------------------------------------------------------------- transformers
 
 def _block(L, p, *, d, n_heads, n_kv, head_dim, ffn, seq, kv_len, gated, act, norm,
@@ -447,6 +490,8 @@ _BUILDERS = {
     "resnet50": resnet50,
     "mobilenetv2": mobilenetv2,
     "mobilenetv3-small": mobilenetv3_small,
+    "mobileone-s0": lambda: mobileone("s0"),
+    "mobileone-s4": lambda: mobileone("s4"),
     "vit-b16": vit_b16,
     "whisper-tiny-encoder": lambda: whisper_encoder("tiny"),
     "whisper-base-encoder": lambda: whisper_encoder("base"),

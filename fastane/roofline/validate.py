@@ -40,6 +40,11 @@ VALIDATION = (
     VPoint("A1", "MobileNetV3-small fp16, 224x224", "mobilenetv3-small", "a16", 0.13e-3,
            "apple/coremltools opt-palettization-perf.md", note="its fixed costs bound the fit (not its time); "
            "squeeze-excite pooling/scale and residual adds not lowered", independent=False),
+    VPoint("A4", "MobileOne-S0 (reparameterized), 224x224", "mobileone-s0", "a14", 0.79e-3,
+           "apple/ml-mobileone README.md, Model Zoo (iPhone 12 Pro, ModelBench)",
+           note="precision of the .mlmodel not stated"),
+    VPoint("A5", "MobileOne-S4 (reparameterized), 224x224", "mobileone-s4", "a14", 1.86e-3, "same table",
+           note="same; squeeze-excite pooling and scale not lowered"),
     VPoint("C1", "DistilBERT (ANE-optimized) seq 128", "distilbert", "a15", 3.47e-3,
            "machinelearning.apple.com/research/neural-engine-transformers", note="norms, softmax, adds not lowered"),
     VPoint("C2", "DistilBERT seq 256, batch 2", "transformer:layers=6,d=768,heads=12,ffn=3072,vocab=0,seq=256",
