@@ -256,6 +256,15 @@ def mobilenetv2(image: int = 224) -> Workload:
                     source="Sandler et al. 2018; torchvision mobilenet_v2")
 
 
+def _squeeze_excite(L, p, c, s, squeeze, gate):
+    """Squeeze-excite on a (c, s, s) tensor: pool, two 1x1 convs (ReLU, then ``gate``; the
+    hard sigmoid is costed as ``relu6``), the rescale multiply (planar)."""
+    L.append(Eltwise(f"{p}.pool", "avgpool", (c, s, s), (c, 1, 1), ops_per_out=s * s))
+    L.append(Conv2d(f"{p}.reduce", c, squeeze, 1, 1, activation="relu"))
+    L.append(Conv2d(f"{p}.expand", squeeze, c, 1, 1, activation=gate, follows=True))
+    L.append(Eltwise(f"{p}.scale", "mul", (c, s, s), n_inputs=2))
+
+
 def mobilenetv3_small(image: int = 224) -> Workload:
     """MobileNetV3-small 1.0 (torchvision ``mobilenet_v3_small``), batch 1.  Hardswish and
     ReLU are fused into the convs (hardswish as a one-stage LUT activation is not in the
@@ -276,11 +285,7 @@ def mobilenetv3_small(image: int = 224) -> Workload:
                         follows=isinstance(L[-1], Conv2d)))
         so = L[-1].hout
         if se:
-            sq = max(8, (exp // 4 + 4) // 8 * 8)
-            L.append(Eltwise(f"{p}.se.pool", "avgpool", (exp, so, so), (exp, 1, 1), ops_per_out=so * so))
-            L.append(Conv2d(f"{p}.se.fc1", exp, sq, 1, 1, activation="relu"))
-            L.append(Conv2d(f"{p}.se.fc2", sq, exp, 1, 1, activation="relu6", follows=True))
-            L.append(Eltwise(f"{p}.se.scale", "mul", (exp, so, so), n_inputs=2))
+            _squeeze_excite(L, f"{p}.se", exp, so, max(8, (exp // 4 + 4) // 8 * 8), "relu6")
         L.append(Conv2d(f"{p}.project", exp, out, so, so, follows=isinstance(L[-1], Conv2d)))
         if st == 1 and cin == out:
             L.append(Eltwise(f"{p}.add", "add", (out, so, so), n_inputs=2))
@@ -317,18 +322,10 @@ def mobileone(variant: str = "s0", image: int = 224) -> Workload:
                             follows=isinstance(L[-1], Conv2d)))
             s = L[-1].hout
             if b >= n - n_se:
-                sq = cin // 16
-                L.append(Eltwise(f"{p}.dw.se.pool", "avgpool", (cin, s, s), (cin, 1, 1), ops_per_out=s * s))
-                L.append(Conv2d(f"{p}.dw.se.reduce", cin, sq, 1, 1, activation="relu"))
-                L.append(Conv2d(f"{p}.dw.se.expand", sq, cin, 1, 1, activation="sigmoid", follows=True))
-                L.append(Eltwise(f"{p}.dw.se.scale", "mul", (cin, s, s), n_inputs=2))
+                _squeeze_excite(L, f"{p}.dw.se", cin, s, cin // 16, "sigmoid")
             L.append(Conv2d(f"{p}.pw", cin, planes, s, s, activation="relu", follows=isinstance(L[-1], Conv2d)))
             if b >= n - n_se:
-                sq = planes // 16
-                L.append(Eltwise(f"{p}.pw.se.pool", "avgpool", (planes, s, s), (planes, 1, 1), ops_per_out=s * s))
-                L.append(Conv2d(f"{p}.pw.se.reduce", planes, sq, 1, 1, activation="relu"))
-                L.append(Conv2d(f"{p}.pw.se.expand", sq, planes, 1, 1, activation="sigmoid", follows=True))
-                L.append(Eltwise(f"{p}.pw.se.scale", "mul", (planes, s, s), n_inputs=2))
+                _squeeze_excite(L, f"{p}.pw.se", planes, s, planes // 16, "sigmoid")
             cin = planes
     L.append(Eltwise("gap", "avgpool", (cin, s, s), (cin, 1, 1), ops_per_out=s * s))
     L.append(Matmul("linear", 1, 1, cin, 1000))
