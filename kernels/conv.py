@@ -23,26 +23,27 @@ stride-1, unpadded conv needs no unfolding at all.
 import numpy as np
 from numba import njit, prange
 
-from .mac import _claim, _nan_max, _threads_for, _workers, matmul_q16_into
+from . import mac, parallel
+from .mac import matmul_q16_into
+from .parallel import claim, nan_max
 
 # Unfold at most this many float64 elements at a time (32 MiB), but at least one image.
 CHUNK_ELEMENTS = 1 << 22
 
 
 @njit(inline="always")
-def _unfold_channel(x, n0, groups, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols, tmax, t):
-    """One task of :func:`_im2col`: input channel ``t`` = (image - n0, group, channel)."""
-    CG = x.shape[1] // groups
-    H = x.shape[2]
-    W = x.shape[3]
-    nl = t // (groups * CG)
-    g = (t // CG) % groups
-    c = t % CG
-    src = x[n0 + nl, g * CG + c]
+def unfold_channel(src, c, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, rows):
+    """The im2col core: input channel ``c`` of a group, ``src`` (float64 (H, W)), into the
+    group's matrix ``rows`` (float64 (CG*KH*KW, oh*ow)):
+    ``rows[(c*KH + ky)*KW + kx, oy*ow + ox] = src[y, x]`` at ``y = oy*sy + ky*dy - pad_top``,
+    ``x = ox*sx + kx*dx - pad_left``, or 0 outside ``src``.  Returns the largest magnitude
+    written (NaN if one is NaN), for the matmul's bound on ``max |b|``."""
+    H = src.shape[0]
+    W = src.shape[1]
     m = 0.0
     for ky in range(KH):
         for kx in range(KW):
-            row = cols[nl, g, (c * KH + ky) * KW + kx]
+            row = rows[(c * KH + ky) * KW + kx]
             x0 = kx * dx - pad_left  # input column of ox = 0
             lo = 0 if x0 >= 0 else min(ow, (-x0 + sx - 1) // sx)  # first ox inside
             hi = 0 if W - 1 - x0 < 0 else min(ow, (W - 1 - x0) // sx + 1)  # past the last
@@ -59,10 +60,10 @@ def _unfold_channel(x, n0, groups, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh
                 for ox in range(lo, hi):
                     v = line[ox * sx + x0]
                     dst[ox] = v
-                    m = _nan_max(m, abs(v))
+                    m = nan_max(m, abs(v))
                 for ox in range(hi, ow):
                     dst[ox] = 0.0
-    tmax[t] = m
+    return m
 
 
 @njit(parallel=True, cache=True)
@@ -72,15 +73,20 @@ def _im2col(x, n0, n1, groups, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow
 
     ``tmax[((n - n0)*groups + g)*CG + c]``: max |value| written for that input channel
     (NaN if one is NaN), for the matmul's bound on ``max |b|``.  Tasks (one per input
-    channel) are handed out through the work queue of :mod:`fastane.kernels.mac`."""
+    channel) are handed out through the work queue of :mod:`fastane.kernels.parallel`."""
+    CG = x.shape[1] // groups
     ntasks = (n1 - n0) * x.shape[1]
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
         while True:
-            t = _claim(counter)
+            t = claim(counter)
             if t >= ntasks:
                 break
-            _unfold_channel(x, n0, groups, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols, tmax, t)
+            nl = t // (groups * CG)  # image - n0
+            g = (t // CG) % groups
+            c = t % CG
+            tmax[t] = unfold_channel(x[n0 + nl, g * CG + c], c, KH, KW, sy, sx, dy, dx, pad_top, pad_left,
+                                     oh, ow, cols[nl, g])
 
 
 def conv2d_q16(x, w, sy, sx, dy, dx, pad_top, pad_left, oh, ow, groups, trunc):
@@ -108,9 +114,9 @@ def conv2d_q16(x, w, sy, sx, dy, dx, pad_top, pad_left, oh, ow, groups, trunc):
         else:
             cols = np.empty((n1 - n0, G, KC, P))
             tmax = np.empty(nb * CG)
-            with _threads_for(nb * COG * P * KC):  # as the matmul that follows
+            with parallel.threads_for(nb * COG * P * KC, mac.SERIAL_MACS):  # as the matmul that follows
                 _im2col(x, n0, n1, G, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols, tmax,
-                        _workers())
+                        parallel.workers())
             cols = cols.reshape(nb, KC, P)
             bmax = tmax.reshape(nb, CG).max(axis=1)  # NaN propagates
         ia = np.tile(np.arange(G, dtype=np.int64), n1 - n0)

@@ -10,7 +10,9 @@ float64, are decoded by the Numba kernels below in the same pass.
 import numpy as np
 from numba import njit, prange
 
-from .mac import _claim
+from .conv import unfold_channel
+from .fp16 import f16_to_f64
+from .parallel import claim
 
 
 def extent(shape, strides, itemsize, burst=64):
@@ -54,30 +56,24 @@ def scatter(mem, offset, values, strides, dtype, zero_tail=True, burst=64):
 
 # ---------------------------------------------------------------- fp16 fast paths (Numba)
 # The device's TileDMA moves fp16 tensors; the MAC kernels want float64.  These kernels
-# read the checked window as uint16 bit patterns and decode them without branches (the
-# loops vectorize), bit-identical to ``fastane.kernels.fp16.f16_to_f64`` on all 65,536
-# patterns, NaN payloads included (tests/test_device_fastpath.py).
-
-_REBIAS = np.int64(1008 << 52)            # fp16 exponent bias 15 -> float64's 1023
-_SUB_BASE = np.int64(1009 << 52)          # float64 pattern of 2**-14
-_TWO_M14 = 2.0 ** -14
+# read the checked window as uint16 bit patterns and decode them with the kernels' fp16
+# codec (branch-free, so the loops vectorize; ``fastane.kernels.fp16``).
 
 
 @njit(inline="always")
-def f16_bits_to_f64(h):
-    """Exact float64 value of the fp16 pattern ``h`` (0..0xffff), branch-free.
-
-    Normal numbers: the 15 magnitude bits shifted into place plus the exponent rebias;
-    inf/NaN (exponent 31) get the rebias twice (31 + 2 x 1008 = 2047, payload kept);
-    subnormals: ``2**-14 x (1 + m/1024) - 2**-14 = m x 2**-24`` (exact)."""
-    h = np.int64(h)
-    a = h & 0x7FFF
-    sign = (h & 0x8000) << 48
-    bits = (a << 42) + _REBIAS + (np.int64(a >= 0x7C00) * _REBIAS)
-    sub = np.float64(np.int64(_SUB_BASE | (a << 42)).view(np.float64) - _TWO_M14).view(np.int64)
-    if a < 0x400:
-        bits = sub
-    return np.int64(bits | sign).view(np.float64)
+def _decode_plane(mem16, o, row, dst):
+    """``dst[h, :] = decode(mem16[o + h*row : ... + W])`` for a float64 (H, W) ``dst``;
+    returns the largest magnitude pattern (``bits & 0x7fff``) decoded."""
+    H, W = dst.shape
+    m = 0
+    for h in range(H):
+        src = mem16[o + h * row:o + h * row + W]
+        d = dst[h]
+        for k in range(W):
+            v = np.int64(src[k])
+            d[k] = f16_to_f64(v)
+            m = max(m, v & 0x7FFF)
+    return m
 
 
 @njit(cache=True, boundscheck=False)
@@ -86,25 +82,8 @@ def gather_f16(mem16, plane, row, out, cmax):
     C-contiguous; ``plane``/``row`` in elements).  ``cmax[c]``: the largest magnitude
     pattern (``bits & 0x7fff``) of channel ``c``: above 0x7c00 it holds a NaN, else its
     decoded value is the channel's max |x| (fp16 magnitudes order like their patterns)."""
-    C, H, W = out.shape
-    for c in range(C):
-        m = 0
-        for h in range(H):
-            o = c * plane + h * row
-            src = mem16[o:o + W]
-            dst = out[c, h]
-            for k in range(W):
-                v = np.int64(src[k])
-                dst[k] = f16_bits_to_f64(v)
-                m = max(m, v & 0x7FFF)
-        cmax[c] = m
-
-
-@njit(cache=True)
-def decode_f16(bits, out):
-    """``out[i] = f16_bits_to_f64(bits[i])`` over flat arrays (uint16 -> float64)."""
-    for i in range(bits.size):
-        out[i] = f16_bits_to_f64(bits[i])
+    for c in range(out.shape[0]):
+        cmax[c] = _decode_plane(mem16, c * plane, row, out[c])
 
 
 def window(mem, offset, shape, strides, itemsize, burst=64):
@@ -148,49 +127,6 @@ def load_lanes(mem, lanes, sources, sizes, kmem):
 
 
 # ---------------------------------------------------------------- the MAC's im2col operand, from fp16
-@njit(inline="always")
-def _nan_max(m, v):
-    return v if (v > m or v != v) else m
-
-
-@njit(inline="always")
-def _unfold_task(mem16, plane, row, H, W, CG, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow,
-                 cols, tmax, t, line):
-    """Input channel ``t`` (group ``t // CG``): decode its rows (``line``: a float64 (H, W)
-    buffer of the thread), then unfold them exactly as ``fastane.kernels.conv`` does."""
-    g = t // CG
-    c = t % CG
-    for y in range(H):
-        src = mem16[t * plane + y * row:t * plane + y * row + W]
-        dst = line[y]
-        for k in range(W):
-            dst[k] = f16_bits_to_f64(np.int64(src[k]))
-    m = 0.0
-    for ky in range(KH):
-        for kx in range(KW):
-            r = cols[g, (c * KH + ky) * KW + kx]
-            x0 = kx * dx - pad_left  # input column of ox = 0
-            lo = 0 if x0 >= 0 else min(ow, (-x0 + sx - 1) // sx)  # first ox inside
-            hi = 0 if W - 1 - x0 < 0 else min(ow, (W - 1 - x0) // sx + 1)  # past the last
-            hi = max(hi, lo)
-            for oy in range(oh):
-                y = oy * sy + ky * dy - pad_top
-                dst = r[oy * ow:(oy + 1) * ow]
-                if y < 0 or y >= H:
-                    dst[:] = 0.0
-                    continue
-                src = line[y]
-                for ox in range(lo):
-                    dst[ox] = 0.0
-                for ox in range(lo, hi):
-                    v = src[ox * sx + x0]
-                    dst[ox] = v
-                    m = _nan_max(m, abs(v))
-                for ox in range(hi, ow):
-                    dst[ox] = 0.0
-    tmax[t] = m
-
-
 @njit(parallel=True, cache=True, boundscheck=False)
 def unfold_f16(mem16, plane, row, H, W, CG, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow,
                cols, tmax, workers):
@@ -199,15 +135,18 @@ def unfold_f16(mem16, plane, row, H, W, CG, KH, KW, sy, sx, dy, dx, pad_top, pad
     ``plane``/``row`` in elements) at ``y = oy*sy + ky*dy - pad_top``, ``x = ox*sx + kx*dx -
     pad_left``, or 0 outside the input; ``tmax[ch]`` = max |value| written (NaN if one is
     NaN).  The same values, in the same places, as ``fastane.kernels.conv``'s ``_im2col``
-    of the decoded input, without the decoded input: one task per input channel, handed
-    out through the MAC kernels' work queue."""
+    of the decoded input (the same core, :func:`fastane.kernels.conv.unfold_channel`),
+    without the decoded input: one task per input channel (decoded into a buffer of the
+    thread, then unfolded), handed out through the work queue of
+    :mod:`fastane.kernels.parallel`."""
     ntasks = tmax.size
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
         line = np.empty((H, W))
         while True:
-            t = _claim(counter)
+            t = claim(counter)
             if t >= ntasks:
                 break
-            _unfold_task(mem16, plane, row, H, W, CG, KH, KW, sy, sx, dy, dx, pad_top, pad_left,
-                         oh, ow, cols, tmax, t, line)
+            _decode_plane(mem16, t * plane, row, line)  # the channel, into the thread's buffer
+            tmax[t] = unfold_channel(line, t % CG, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow,
+                                     cols[t // CG])

@@ -25,7 +25,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .mac import _claim
+from .parallel import claim, workers
 
 BLOCK = 32
 #: below this many elements numpy's copy is cheaper than a kernel call
@@ -98,7 +98,7 @@ def transpose_4x4_parallel(s, d, workers):
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
         while True:
-            t = _claim(counter)
+            t = claim(counter)
             if t >= ntasks:
                 break
             b = t // per
@@ -175,7 +175,7 @@ def transpose(src: np.ndarray, dst: np.ndarray) -> None:
     s64, d64 = _words(s), _words(d)
     if s64 is not None and d64 is not None and s.shape[1] % 4 == 0:
         if big:
-            transpose_4x4_parallel(s64, d64, numba.get_num_threads())
+            transpose_4x4_parallel(s64, d64, workers())
         else:
             transpose_4x4(s64, d64)
     elif big:

@@ -52,7 +52,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .fp16 import f16_to_f64, f64_to_f16
+from .fp16 import F16_QNAN, f16_to_f64, f64_to_f16
 
 # Index of the scalars in the packed float64 parameter vector.
 KNOTS = 33
@@ -70,7 +70,7 @@ KNOWN_MODES = (0, 1, 2, 3, 4, 5, 6, 7, 9, 10)
 # Above this R every nonzero fp16 input lies outside the 32-segment table.
 R_BYPASS = 64
 
-QNAN = 0x7E00
+QNAN = F16_QNAN
 _SPLIT = 134217729.0  # 2**27 + 1, Veltkamp's splitter
 _INF = math.inf
 
@@ -386,9 +386,7 @@ def lut_apply(x, out, lutf, luti, counts):
     for j in range(x.size):
         h, ev = lut_eval(x[j], lutf, luti)
         out[j] = h
-        if ev < 0:
-            under += 1
-        elif ev > 0:
-            over += 1
+        under += ev < 0
+        over += ev > 0
     counts[0] += under
     counts[1] += over

@@ -64,13 +64,12 @@ calls the Numba kernels (``@njit(cache=True)``, nopython); call it from Python.
 
 import contextlib
 
-import numba
 import numpy as np
-from numba import njit, prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit, prange
 
 from .fp16 import round_f16
+from . import parallel
+from .parallel import claim, nan_max
 
 ACC_MAX = 2.0**31 - 1.0  # grid units (2**-16): 32768 - 2**-16
 ACC_MIN = -(2.0**31)  # -32768
@@ -83,7 +82,7 @@ COLS_PER_TILE = 1024
 DEPTH_PER_TILE = 16
 # Outputs this narrow (columns) take dot products instead of row tiles on the fast path.
 NARROW_COLS = 8
-# Work below this many multiply-adds runs on the calling thread alone (see _threads_for).
+# Work below this many multiply-adds runs on the calling thread alone (see parallel.threads_for).
 SERIAL_MACS = 1 << 20
 # A row goes to the vectorized exact kernel when more than 1/FIX_RATIO of its elements
 # need the exact path; otherwise those elements are recomputed one at a time.
@@ -165,49 +164,29 @@ def _clamp_floor(c, f, b0, a0):
 
 
 # ---------------------------------------------------------------- work queue
-@intrinsic
-def _claim(typingctx, counter):
-    """``counter[0] += 1`` atomically (an int64 array); returns the value before."""
-    if not (isinstance(counter, types.Array) and counter.dtype == types.int64):
-        return None
-
-    def codegen(context, builder, signature, args):
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [context.get_constant(types.intp, 0)])
-        return builder.atomic_rmw("add", ptr, context.get_constant(types.int64, 1), "monotonic")
-    return types.int64(counter), codegen
-
-
-def _workers():
-    """Worker count for the kernels' work queues: Numba's current thread count."""
-    return numba.get_num_threads()
-
-
-@contextlib.contextmanager
-def _threads_for(macs):
-    """Run small work (fewer than SERIAL_MACS multiply-adds) on the calling thread alone:
-    a parallel region costs a thread hand-off, and on a busy machine a worker thread
-    waiting for a core can hold the whole call up for a scheduler slice."""
-    if macs >= SERIAL_MACS:
-        yield
-        return
-    old = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(old)
-
-
-# The parallel kernels below hand their tasks out through a shared counter: each of the
-# ``workers`` prange iterations (one per thread) claims the next task until none are
-# left.  Numba's own prange split is static; on a shared machine where one thread loses
-# its core for a while, the other thread then does the remaining tasks instead of
-# waiting for it.  Every task writes its own outputs only.
+# The parallel kernels below hand their tasks out through the work queue of
+# :mod:`fastane.kernels.parallel` (one prange iteration per thread, each claiming the next
+# task until none are left); every task writes its own outputs only.
 
 
 # ---------------------------------------------------------------- kernels
+@njit(inline="always")
+def _tile_count(L, N, rows_per_tile, cols_per_tile):
+    """Tasks of the row kernels: tiles of ``rows_per_tile`` listed rows x ``cols_per_tile``
+    columns over ``L`` rows and ``N`` columns."""
+    return ((L + rows_per_tile - 1) // rows_per_tile) * ((N + cols_per_tile - 1) // cols_per_tile)
+
+
+@njit(inline="always")
+def _tile(t, L, N, rows_per_tile, cols_per_tile):
+    """Task ``t`` of :func:`_tile_count`'s tiles: ``(p0, p1, j0, j1)``, rows ``p0:p1`` of
+    the list, columns ``j0:j1`` (row-major over the tiles)."""
+    nj = (N + cols_per_tile - 1) // cols_per_tile
+    p0 = (t // nj) * rows_per_tile
+    j0 = (t % nj) * cols_per_tile
+    return p0, min(L, p0 + rows_per_tile), j0, min(N, j0 + cols_per_tile)
+
+
 @njit(fastmath={"contract"}, inline="always")
 def _fast_tile(a, b, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth_per_tile):
     """Rows rb/ri[p0:p1], columns j0:j1 of the fast path (see _fast_rows)."""
@@ -275,20 +254,16 @@ def _fast_rows(a, b, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile, d
     ``b`` batch are computed together (one load of ``b`` feeds both).  Tiles of rows x
     columns are the tasks of the work queue; depth is blocked for cache.
     """
-    N = b.shape[2]
-    L = rb.size
-    nj = (N + cols_per_tile - 1) // cols_per_tile
-    ntasks = ((L + rows_per_tile - 1) // rows_per_tile) * nj
+    L, N = rb.size, b.shape[2]
+    ntasks = _tile_count(L, N, rows_per_tile, cols_per_tile)
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
         while True:
-            t = _claim(counter)
+            t = claim(counter)
             if t >= ntasks:
                 break
-            p0 = (t // nj) * rows_per_tile
-            j0 = (t % nj) * cols_per_tile
-            _fast_tile(a, b, ia, ib, rb, ri, trunc, acc, p0, min(L, p0 + rows_per_tile),
-                       j0, min(N, j0 + cols_per_tile), depth_per_tile)
+            p0, p1, j0, j1 = _tile(t, L, N, rows_per_tile, cols_per_tile)
+            _fast_tile(a, b, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth_per_tile)
 
 
 @njit(fastmath={"contract"}, inline="always")
@@ -334,7 +309,7 @@ def _fast_dots(a, b, ia, ib, rb, ri, trunc, acc, workers):
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
         while True:
-            t = _claim(counter)
+            t = claim(counter)
             if t >= ntasks:
                 break
             for p in range(t * 16, min(L, t * 16 + 16)):
@@ -349,10 +324,10 @@ def _fast_dots(a, b, ia, ib, rb, ri, trunc, acc, workers):
 def _fast(a, b, ia, ib, rb, ri, trunc, acc):
     """The fast path for the rows (rb, ri): row tiles, or dot products when N is narrow."""
     if b.shape[2] <= NARROW_COLS:
-        _fast_dots(a, b, ia, ib, rb, ri, trunc, acc, _workers())
+        _fast_dots(a, b, ia, ib, rb, ri, trunc, acc, parallel.workers())
     else:
         _fast_rows(a, b, ia, ib, rb, ri, trunc, acc, ROWS_PER_TILE, COLS_PER_TILE, DEPTH_PER_TILE,
-                   _workers())
+                   parallel.workers())
 
 
 @njit(fastmath={"contract"}, inline="always")
@@ -391,20 +366,16 @@ def _exact_rows(a, b, ia, ib, rb, ri, trunc, acc, flag, rows_per_tile, cols_per_
     live in a float64 tile buffer so the step vectorizes, and are stored as int8 at the
     end.  Tiles of rows x columns are the tasks of the work queue.
     """
-    N = b.shape[2]
-    L = rb.size
-    nj = (N + cols_per_tile - 1) // cols_per_tile
-    ntasks = ((L + rows_per_tile - 1) // rows_per_tile) * nj
+    L, N = rb.size, b.shape[2]
+    ntasks = _tile_count(L, N, rows_per_tile, cols_per_tile)
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
         while True:
-            t = _claim(counter)
+            t = claim(counter)
             if t >= ntasks:
                 break
-            p0 = (t // nj) * rows_per_tile
-            j0 = (t % nj) * cols_per_tile
-            _exact_tile(a, b, ia, ib, rb, ri, trunc, acc, flag, p0, min(L, p0 + rows_per_tile),
-                        j0, min(N, j0 + cols_per_tile), depth_per_tile)
+            p0, p1, j0, j1 = _tile(t, L, N, rows_per_tile, cols_per_tile)
+            _exact_tile(a, b, ia, ib, rb, ri, trunc, acc, flag, p0, p1, j0, j1, depth_per_tile)
 
 
 @njit(fastmath={"contract"}, inline="always")
@@ -432,7 +403,7 @@ def _exact_elements(a, b, ia, ib, eb, ei, ej, trunc, acc, flag, workers):
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
         while True:
-            t = _claim(counter)
+            t = claim(counter)
             if t >= ntasks:
                 break
             for q in range(t * 16, min(L, t * 16 + 16)):
@@ -443,12 +414,6 @@ def _exact_elements(a, b, ia, ib, eb, ei, ej, trunc, acc, flag, workers):
 
 
 # ---------------------------------------------------------------- bounds
-@njit(inline="always")
-def _nan_max(m, v):
-    """max(m, v) where a NaN, once seen, stays (v > m is False for NaN either side)."""
-    return v if (v > m or v != v) else m
-
-
 @njit(cache=True)
 def _row_abs_stats(a, rsum, rmax):
     """rsum[n, i] = sum_k |a[n, i, k]|, rmax[n, i] = max_k |a[n, i, k]| (NaN propagates).
@@ -464,7 +429,7 @@ def _row_abs_stats(a, rsum, rmax):
             for k in range(K):
                 v = abs(r[k])
                 s += v
-                m = _nan_max(m, v)
+                m = nan_max(m, v)
             rsum[n, i] = s
             rmax[n, i] = m
 
@@ -483,7 +448,7 @@ def _col_abs_stats(b, csum, cmax):
             for j in range(N):
                 v = abs(r[j])
                 s[j] += v
-                m[j] = _nan_max(m[j], v)
+                m[j] = nan_max(m[j], v)
 
 
 @njit(cache=True)
@@ -494,7 +459,7 @@ def _abs_max(b, out):
         m = 0.0
         for t in range(x.size):
             v = abs(x[t])
-            m = _nan_max(m, v)
+            m = nan_max(m, v)
         out[n] = m
 
 
@@ -595,7 +560,7 @@ def matmul_q16_into(a, b, ia, ib, trunc, acc, flag, bmax=None):
     if K == 0:
         acc[...] = 0.0
         return B * M, 0, 0
-    with _threads_for(B * M * N * K):
+    with parallel.threads_for(B * M * N * K, SERIAL_MACS):
         return _matmul_planned(a, b, ia, ib, trunc, acc, flag, bmax)
 
 
@@ -630,11 +595,11 @@ def _matmul_planned(a, b, ia, ib, trunc, acc, flag, bmax):
     n_exact = rb.size
     if rb.size:
         _exact_rows(a, b, ia, ib, rb.astype(np.int64), ri.astype(np.int64), trunc, acc, flag,
-                    ROWS_PER_TILE, COLS_PER_TILE, DEPTH_PER_TILE, _workers())
+                    ROWS_PER_TILE, COLS_PER_TILE, DEPTH_PER_TILE, parallel.workers())
     eb, ei, ej = np.nonzero(unsafe & ~exact_row[:, :, None])
     if eb.size:
         _exact_elements(a, b, ia, ib, eb.astype(np.int64), ei.astype(np.int64), ej.astype(np.int64),
-                        trunc, acc, flag, _workers())
+                        trunc, acc, flag, parallel.workers())
     return n_fast, n_exact, eb.size
 
 
@@ -656,25 +621,39 @@ def matmul_q16(a, b, ia, ib, trunc):
     return acc, flag
 
 
+# ---------------------------------------------------------------- readout
+@njit(inline="always")
+def readout_unrounded(v, fl):
+    """The readout of the accumulator ``v`` (grid units) with clamp flag ``fl``, before its
+    one rounding to fp16 (``round_f16`` of it is the value, ``f64_to_f16`` the pattern):
+    NaN stays NaN (it wins over the flag); a flagged accumulator reads +inf (most recent
+    clamp at the top) or -inf (at the bottom) whatever it holds; otherwise ``v / 2**16``
+    (exact).  Branch-free (loops over it vectorize)."""
+    return np.inf * fl if (fl != 0) & (v == v) else v * (1.0 / SCALE)  # fl is +1 or -1
+
+
+@njit(inline="always")
+def readout_value(v, fl):
+    """The fp16 value (a float64) the accumulator ``v`` with flag ``fl`` reads out as:
+    ``v / 2**16`` rounded to fp16 half to even, in float64 (never float32, which would
+    round twice); +-inf when flagged; NaN stays the NaN it is."""
+    return round_f16(readout_unrounded(v, fl))
+
+
+@njit(inline="always")
+def readout_counts(v, fl):
+    """``(NaN output, saturated output)`` of one readout, 0 or 1 each: a flagged
+    accumulator that holds NaN reads NaN and is not counted as a saturation."""
+    ok = v == v
+    return np.int64(not ok), np.int64((fl != 0) & ok)
+
+
 @njit(cache=True)
 def readout(acc, flag, out):
-    """Accumulators to exact fp16 values (as float64) in ``out`` (C-contiguous, any ndim).
-
-    NaN stays NaN (it wins over the flag); a flagged output reads +inf (most recent
-    clamp at the top) or -inf (at the bottom) whatever the accumulator holds; otherwise
-    ``acc / 2**16`` (exact) rounds to fp16 half to even, in float64 (never float32,
-    which would round twice).
-    """
+    """Accumulators to exact fp16 values (as float64) in ``out`` (C-contiguous, any ndim):
+    ``out[t] = readout_value(acc[t], flag[t])``."""
     x = acc.reshape(acc.size)
     f = flag.reshape(flag.size)
     y = out.reshape(out.size)
     for t in range(x.size):
-        v = x[t]
-        if v != v:
-            y[t] = v
-        elif f[t] > 0:
-            y[t] = np.inf
-        elif f[t] < 0:
-            y[t] = -np.inf
-        else:
-            y[t] = round_f16(v * (1.0 / SCALE))
+        y[t] = readout_value(x[t], f[t])

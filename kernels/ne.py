@@ -18,11 +18,46 @@ import numpy as np
 from numba import njit
 
 from .fp16 import f16_to_f64, f64_to_f16, round_f16
-from .lut import QNAN, lut_eval
+from .lut import lut_eval
+from .mac import readout_counts, readout_unrounded, readout_value
 
 NL_IDENTITY = 0
 NL_RELU = 1
 NL_LUT = 2
+
+
+@njit(inline="always")
+def _affine(t, has_bias, b, do_scale, scale):
+    """Steps 1-2 for the fp16 value ``t``: ``+ b`` (if ``has_bias``), then ``x scale`` (if
+    ``do_scale``), each rounded once to fp16 -- but for the last step's rounding: the result
+    is ``round_fp16`` of the value returned, so that a caller who encodes next rounds once
+    (``f64_to_f16(round_f16(u)) == f64_to_f16(u)``)."""
+    if has_bias:
+        t = t + b
+        if do_scale:
+            t = round_f16(t) * scale
+    elif do_scale:
+        t = t * scale
+    return t
+
+
+@njit(inline="always")
+def _encode(u, relu):
+    """Steps 3-4 without a table: the fp16 pattern of ``u`` (rounded once), then ReLU on the
+    pattern when ``relu``: a set sign bit (negative, -0, -inf) gives +0; NaN is already the
+    positive quiet NaN 0x7e00 and stays."""
+    h = f64_to_f16(u)
+    return (0 if (h & 0x8000) != 0 else h) if relu else h
+
+
+@njit(inline="always")
+def _post(t, has_bias, b, do_scale, scale, lut, relu, lutf, luti):
+    """One element of :func:`ne_post`: ``(fp16 pattern, LUT event)``.  ``lut``: the
+    nonlinearity is the table (else ReLU if ``relu``, else the identity)."""
+    u = _affine(t, has_bias, b, do_scale, scale)
+    if lut:
+        return lut_eval(round_f16(u) if has_bias or do_scale else u, lutf, luti)
+    return _encode(u, relu), 0
 
 
 @njit(cache=True)
@@ -52,31 +87,21 @@ def ne_post(y, bias, scale, nonlinear, lutf, luti, out, counts):
     do_scale = scale != 1.0
     under = 0
     over = 0
+    relu = nonlinear == NL_RELU
     for i in range(n):
         for ch in range(c):
             b = bias[ch] if has_bias else 0.0
-            for k in range(s):
-                t = y[i, ch, k]
-                if has_bias:
-                    t = round_f16(t + b)
-                if do_scale:
-                    t = round_f16(t * scale)
-                if nonlinear == NL_LUT:
-                    h, ev = lut_eval(t, lutf, luti)
-                    out[i, ch, k] = h
-                    if ev < 0:
-                        under += 1
-                    elif ev > 0:
-                        over += 1
-                elif nonlinear == NL_RELU:
-                    if t > 0.0:
-                        out[i, ch, k] = f64_to_f16(t)
-                    elif t != t:
-                        out[i, ch, k] = QNAN
-                    else:
-                        out[i, ch, k] = 0
-                else:
-                    out[i, ch, k] = f64_to_f16(t)
+            yr = y[i, ch]
+            o = out[i, ch]
+            if nonlinear == NL_LUT:
+                for k in range(s):
+                    h, ev = _post(yr[k], has_bias, b, do_scale, scale, True, False, lutf, luti)
+                    o[k] = h
+                    under += ev < 0
+                    over += ev > 0
+            else:  # no table: a branch-free loop
+                for k in range(s):
+                    o[k] = _encode(_affine(yr[k], has_bias, b, do_scale, scale), relu)
     counts[0] += under
     counts[1] += over
 
@@ -93,36 +118,18 @@ def ne_post_bits(x, bias, scale, nonlinear, lutf, luti, out, counts):
     ne_post(y, bias, scale, nonlinear, lutf, luti, out, counts)
 
 
-@njit(inline="always")
-def _post(t, has_bias, b, do_scale, scale, nonlinear, lutf, luti):
-    """One element of :func:`ne_post`: ``(fp16 pattern, LUT event)``."""
-    if has_bias:
-        t = round_f16(t + b)
-    if do_scale:
-        t = round_f16(t * scale)
-    if nonlinear == NL_LUT:
-        return lut_eval(t, lutf, luti)
-    if nonlinear == NL_RELU:
-        if t > 0.0:
-            return f64_to_f16(t), 0
-        if t != t:
-            return np.int64(QNAN), 0
-        return np.int64(0), 0
-    return f64_to_f16(t), 0
-
-
 @njit(cache=True, boundscheck=False)
 def readout_post(acc, flag, bias, scale, nonlinear, lutf, luti, out16, plane, row, wpad, counts):
     """The accumulator readout and the NE stage in one pass, into the destination layout.
 
     ``acc`` float64 and ``flag`` int8 ``[C, H, W]`` (C-contiguous): the MAC array's
     accumulators and clamp flags (:func:`fastane.kernels.mac.matmul_q16`).  Each element
-    is read out exactly as :func:`fastane.kernels.mac.readout` does (NaN stays NaN, a
-    flagged accumulator reads +-inf, else ``acc / 2**16`` rounded to fp16), then goes
-    through :func:`ne_post`'s pipeline (bias, PostScale, nonlinearity) -- the same bits as
-    those two calls -- and its fp16 pattern is stored at ``out16[c*plane + h*row + w]``
-    (``plane``, ``row`` in elements); ``out16[... + w]`` for ``W <= w < wpad`` is zeroed
-    (the tail of the row's last DMA burst).
+    is read out by :func:`fastane.kernels.mac.readout_value` (what
+    :func:`fastane.kernels.mac.readout` does), then goes through :func:`ne_post`'s
+    pipeline (bias, PostScale, nonlinearity) -- the same bits as those two calls -- and its
+    fp16 pattern is stored at ``out16[c*plane + h*row + w]`` (``plane``, ``row`` in
+    elements); ``out16[... + w]`` for ``W <= w < wpad`` is zeroed (the tail of the row's
+    last DMA burst).
 
     ``counts`` (int64[4]) ``+=`` NaN outputs, saturated outputs (flagged, not NaN), LUT
     underflows, LUT overflows.
@@ -130,7 +137,8 @@ def readout_post(acc, flag, bias, scale, nonlinear, lutf, luti, out16, plane, ro
     C, H, W = acc.shape
     has_bias = bias.size > 0
     do_scale = scale != 1.0
-    inv = 1.0 / 65536.0
+    lut = nonlinear == NL_LUT
+    relu = nonlinear == NL_RELU
     nans = 0
     sat = 0
     under = 0
@@ -143,24 +151,14 @@ def readout_post(acc, flag, bias, scale, nonlinear, lutf, luti, out16, plane, ro
             o = c * plane + h * row
             dst = out16[o:o + wpad]
             for k in range(W):
-                v = a[k]
-                if v != v:
-                    t = v
-                    nans += 1
-                elif f[k] > 0:
-                    t = np.inf
-                    sat += 1
-                elif f[k] < 0:
-                    t = -np.inf
-                    sat += 1
-                else:
-                    t = round_f16(v * inv)
-                hb, ev = _post(t, has_bias, b, do_scale, scale, nonlinear, lutf, luti)
+                n, st = readout_counts(a[k], f[k])
+                nans += n
+                sat += st
+                hb, ev = _post(readout_value(a[k], f[k]), has_bias, b, do_scale, scale, lut, relu,
+                               lutf, luti)
                 dst[k] = hb
-                if ev < 0:
-                    under += 1
-                elif ev > 0:
-                    over += 1
+                under += ev < 0
+                over += ev > 0
             for k in range(W, wpad):
                 dst[k] = 0
     counts[0] += nans
@@ -169,121 +167,36 @@ def readout_post(acc, flag, bias, scale, nonlinear, lutf, luti, out16, plane, ro
     counts[3] += over
 
 
-# ---------------------------------------------------------------- branch-free fp16 (vectorizes)
-_ABS = 0x7FFFFFFFFFFFFFFF
-_EXP_INF = 0x7FF0000000000000          # float64 +inf pattern; larger magnitudes are NaN
-_MIN_NORMAL16 = 0x3F10000000000000     # float64 pattern of 2**-14
-_HALF_MINUS_1 = (1 << 41) - 1
-_BIAS_SHIFT = 1008 << 10
-_TWO52_BITS = 0x4330000000000000       # float64 pattern of 2**52
-_QNAN16 = 0x7E00
-
-
+# ---------------------------------------------------------------- without a LUT (vectorizes)
 @njit(inline="always")
-def f64_to_f16_nb(x):
-    """:func:`fastane.kernels.fp16.f64_to_f16` without branches (every case computed, one
-    selected), so that loops over it vectorize: the fp16 pattern nearest to ``x`` (half to
-    even), 0x7e00 for NaN.  Subnormals: ``|x| * 2**24 + 2**52`` rounds ``|x| * 2**24`` to an
-    integer (half to even), which the low bits of that sum then hold."""
-    u = np.float64(x).view(np.int64)
-    sign = (u >> 48) & 0x8000
-    au = u & _ABS
-    hn = min(((au + _HALF_MINUS_1 + ((au >> 42) & 1)) >> 42) - _BIAS_SHIFT, 0x7C00)
-    ax = np.int64(au).view(np.float64)
-    hs = np.float64(ax * 16777216.0 + 4503599627370496.0).view(np.int64) - _TWO52_BITS
-    h = (hs if au < _MIN_NORMAL16 else hn) | sign
-    return np.int64(_QNAN16) if au > _EXP_INF else h
-
-
-@njit(inline="always")
-def _f16_to_f64_nb(h):
-    """Exact value of the fp16 pattern ``h`` (branch-free; as fastane.kernels.dma)."""
-    a = h & 0x7FFF
-    sign = (h & 0x8000) << 48
-    bits = (a << 42) + np.int64(1008 << 52) + (np.int64(a >= 0x7C00) * np.int64(1008 << 52))
-    sub = np.float64(np.int64(np.int64(1009 << 52) | (a << 42)).view(np.float64) - 2.0 ** -14).view(np.int64)
-    return np.int64((sub if a < 0x400 else bits) | sign).view(np.float64)
-
-
-@njit(inline="always")
-def _readout_nb(v, fl, inv):
-    """The readout of one accumulator as an fp16 pattern (branch-free)."""
-    ok = v == v
-    hb = f64_to_f16_nb(v * inv)
-    hb = 0x7C00 if (fl > 0) & ok else hb
-    return 0xFC00 if (fl < 0) & ok else hb
-
-
-@njit(inline="always")
-def _row_plain(a, f, dst, relu, inv):
-    """One row, no bias, no scale: ``(NaN outputs, saturated outputs)``."""
+def _row_fast(a, f, dst, affine, b, do_bias, scale, do_scale, relu):
+    """One row of :func:`readout_fast`: ``(NaN outputs, saturated outputs)``.  ``affine``
+    (a constant at every call site): whether a bias or a PostScale follows the readout;
+    the call sites pass constants for the flags they can, so each inlined copy is a
+    branch-free loop for its case."""
     nans = 0
     sat = 0
     for k in range(a.size):
         v = a[k]
         fl = f[k]
-        ok = v == v
-        nans += np.int64(not ok)
-        sat += np.int64((fl != 0) & ok)
-        hb = _readout_nb(v, fl, inv)
-        if relu:
-            hb = 0 if (hb & 0x8000) != 0 else hb
-        dst[k] = hb
-    return nans, sat
-
-
-@njit(inline="always")
-def _row_bias(a, f, dst, b, relu, inv):
-    """One row with a bias (rounded to fp16), no PostScale."""
-    nans = 0
-    sat = 0
-    for k in range(a.size):
-        v = a[k]
-        fl = f[k]
-        ok = v == v
-        nans += np.int64(not ok)
-        sat += np.int64((fl != 0) & ok)
-        hb = f64_to_f16_nb(_f16_to_f64_nb(_readout_nb(v, fl, inv)) + b)
-        if relu:
-            hb = 0 if (hb & 0x8000) != 0 else hb
-        dst[k] = hb
-    return nans, sat
-
-
-@njit(inline="always")
-def _row_affine(a, f, dst, b, do_bias, scale, do_scale, relu, inv):
-    """One row with a bias and/or a PostScale, each rounded to fp16."""
-    nans = 0
-    sat = 0
-    for k in range(a.size):
-        v = a[k]
-        fl = f[k]
-        ok = v == v
-        nans += np.int64(not ok)
-        sat += np.int64((fl != 0) & ok)
-        hb = _readout_nb(v, fl, inv)
-        if do_bias:
-            hb = f64_to_f16_nb(_f16_to_f64_nb(hb) + b)
-        if do_scale:
-            hb = f64_to_f16_nb(_f16_to_f64_nb(hb) * scale)
-        if relu:
-            hb = 0 if (hb & 0x8000) != 0 else hb
-        dst[k] = hb
+        n, s = readout_counts(v, fl)
+        nans += n
+        sat += s
+        if affine:
+            dst[k] = _encode(_affine(readout_value(v, fl), do_bias, b, do_scale, scale), relu)
+        else:  # the readout is the only rounding: f64_to_f16 of the unrounded readout
+            dst[k] = _encode(readout_unrounded(v, fl), relu)
     return nans, sat
 
 
 @njit(cache=True, boundscheck=False)
 def readout_fast(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts):
-    """:func:`readout_post` for the NE stages without a LUT (identity or ReLU), in
-    branch-free arithmetic that vectorizes.  Each step rounds to fp16 as ``round_f16``
-    does (``round_f16(x)`` is the value of the pattern ``f64_to_f16(x)``): the readout
-    ``acc / 2**16`` (NaN stays NaN, a flag gives +-inf), ``+ bias[c]``, ``x scale``, then
-    ReLU on the pattern (a set sign bit gives +0; NaN is already 0x7e00).  Same bits and
-    counts as :func:`readout_post` (``counts[2:4]``, the LUT events, stay 0)."""
+    """:func:`readout_post` for the NE stages without a LUT (identity or ReLU), as loops
+    that vectorize (the codec of :mod:`fastane.kernels.fp16` is branch-free).  Same bits
+    and counts as :func:`readout_post` (``counts[2:4]``, the LUT events, stay 0)."""
     C, H, W = acc.shape
     has_bias = bias.size > 0
     do_scale = scale != 1.0
-    inv = 1.0 / 65536.0
     nans = 0
     sat = 0
     for c in range(C):
@@ -292,11 +205,11 @@ def readout_fast(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts):
             o = c * plane + h * row
             dst = out16[o:o + W]
             if has_bias and not do_scale:
-                n, s = _row_bias(acc[c, h], flag[c, h], dst, b, relu, inv)
+                n, s = _row_fast(acc[c, h], flag[c, h], dst, True, b, True, 1.0, False, relu)
             elif has_bias or do_scale:
-                n, s = _row_affine(acc[c, h], flag[c, h], dst, b, has_bias, scale, do_scale, relu, inv)
+                n, s = _row_fast(acc[c, h], flag[c, h], dst, True, b, has_bias, scale, do_scale, relu)
             else:
-                n, s = _row_plain(acc[c, h], flag[c, h], dst, relu, inv)
+                n, s = _row_fast(acc[c, h], flag[c, h], dst, False, 0.0, False, 1.0, False, relu)
             nans += n
             sat += s
             for k in range(o + W, o + wpad):

@@ -52,6 +52,12 @@ def _signbit(x):
 
 
 @njit(cache=True, inline="always")
+def _scaled_operand(x, s0):
+    """Stage 1: the RBase0 operand ``x`` scaled by ``s0``, rounded once (identity for 1)."""
+    return round_f16(x * s0) if s0 != 1.0 else x
+
+
+@njit(cache=True, inline="always")
 def affine(y, s, c):
     """``round16(s * y + c)`` for an exact fp16 value ``y`` and fp16 ``s``, ``c``."""
     if s == 1.0 and c == 0.0:
@@ -104,9 +110,7 @@ def _eltwise(a, b, op, s0, s, c, out):
     for r in prange(rows):
         n = 0
         for w in range(width):
-            x = a[r, w if wa != 1 else 0]
-            if s0 != 1.0:
-                x = round_f16(x * s0)
+            x = _scaled_operand(a[r, w if wa != 1 else 0], s0)
             y = b[r, w if wb != 1 else 0] if wb > 0 else 0.0
             v = affine(apply_op(op, x, y), s, c)
             out[r, w] = f64_to_f16(v)
@@ -123,9 +127,7 @@ def _sum_row(a, r, s0):
     pinf = False
     ninf = False
     for w in range(a.shape[1]):
-        x = a[r, w]
-        if s0 != 1.0:
-            x = round_f16(x * s0)
+        x = _scaled_operand(a[r, w], s0)
         if x != x:
             return np.nan
         if x - x != 0.0:           # +-inf
@@ -150,9 +152,7 @@ def _sum_row(a, r, s0):
 def _max_row(a, r, s0):
     m = -np.inf
     for w in range(a.shape[1]):
-        x = a[r, w]
-        if s0 != 1.0:
-            x = round_f16(x * s0)
+        x = _scaled_operand(a[r, w], s0)
         if x != x:
             return np.nan
         if x > m or (x == m and x == 0.0 and not _signbit(x)):

@@ -174,3 +174,52 @@ def test_nan_payloads_and_signs(pattern):
     x = np.array([pattern], np.uint64).view(np.float64)
     assert encode(x)[0] == 0x7E00
     assert np.isnan(round16(x)[0])
+
+
+# ------------------------------------------------------------------ one codec for every kernel
+# (moved here from tests/test_device_fastpath.py: the branch-free decoder and encoder that
+# TileDMA and the fused readout used are now the codec itself, so they are checked against
+# the definitions, not against a second copy.)
+def test_decode_every_pattern_bit_for_bit_nan_payloads_too():
+    got = decode(ALL).view(np.uint64)
+    h = ALL.astype(np.uint64)
+    sign, exp, frac = h >> np.uint64(15), (h >> np.uint64(10)) & np.uint64(0x1F), h & np.uint64(0x3FF)
+    # inf/NaN: float64 exponent all ones, the 10 fraction bits (the payload) at the top
+    special = (sign << np.uint64(63)) | np.uint64(0x7FF << 52) | (frac << np.uint64(42))
+    values = ALL.view(np.float16).astype(np.float64).view(np.uint64)
+    want = np.where(exp == 0x1F, special, values)
+    assert np.array_equal(got, want)
+
+
+def test_encode_near_every_value_and_tie():
+    """Every fp16 value, its float64 neighbours, the midpoints between fp16 values and
+    random values over the whole float64 exponent range encode as numpy rounds them."""
+    rng = np.random.default_rng(0)
+    exact = ALL.view(np.float16).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        nxt = np.nextafter(exact, np.inf)
+        prv = np.nextafter(exact, -np.inf)
+        mid = (exact[:-1] + exact[1:]) / 2      # ties (and NaN/inf neighbours)
+    wide = rng.standard_normal(200000) * np.exp2(rng.integers(-40, 20, 200000))
+    check_against_numpy(np.concatenate([exact, nxt, prv, mid, wide, [65519.99, 65520.0, 65536.0, 1e300,
+                                                                     -1e300, 2.0**-25, -2.0**-25,
+                                                                     2.0**-26, 5e-324]]))
+
+
+@pytest.mark.parametrize("pattern", [0x7FF8000000000000, 0xFFF8000000000000, 0x7FF8000000000123,
+                                     0xFFFFFFFFFFFFFFFF])
+def test_round_keeps_the_nan_it_is_given(pattern):
+    x = np.array([pattern], np.uint64).view(np.float64)
+    assert round16(x).view(np.uint64)[0] == pattern
+
+
+def test_every_kernel_converts_through_the_one_codec():
+    """The kernels import the codec's functions (no module keeps its own conversion)."""
+    from fastane.kernels import dma, lut, mac, ne, planar
+    assert dma.f16_to_f64 is fp16.f16_to_f64
+    assert lut.f16_to_f64 is fp16.f16_to_f64 and lut.f64_to_f16 is fp16.f64_to_f16
+    assert ne.f64_to_f16 is fp16.f64_to_f16 and ne.round_f16 is fp16.round_f16
+    assert ne.f16_to_f64 is fp16.f16_to_f64
+    assert mac.round_f16 is fp16.round_f16
+    assert planar.f16_to_f64 is fp16.f16_to_f64 and planar.f64_to_f16 is fp16.f64_to_f16
+    assert planar.round_f16 is fp16.round_f16

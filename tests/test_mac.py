@@ -403,3 +403,45 @@ def test_zero_sized_inputs():
     assert acc.shape == (1, 3, 4) and not acc.any() and not flag.any()
     acc, flag = mac.matmul_q16(np.zeros((1, 0, 5)), np.zeros((1, 5, 4)), z, z, False)
     assert acc.shape == (1, 0, 4)
+
+
+def test_readout_value_bits_and_counts_are_one_readout():
+    """The one readout: the value (mac.readout), the pattern (the fused NE path) and the
+    NaN/saturation counts agree on every kind of accumulator; a NaN accumulator reads as
+    the NaN it holds (payload and sign kept), whatever its flag."""
+    from numba import njit
+
+    from fastane.kernels import fp16
+
+    @njit
+    def per_element(acc, flag, vals, bits, counts):
+        for t in range(acc.size):
+            vals[t] = mac.readout_value(acc[t], flag[t])
+            bits[t] = fp16.f64_to_f16(mac.readout_unrounded(acc[t], flag[t]))
+            n, s = mac.readout_counts(acc[t], flag[t])
+            counts[t, 0] = n
+            counts[t, 1] = s
+
+    nans = np.array([0x7FF8000000000000, 0xFFF8000000000000, 0x7FF8000000000ABC], np.uint64).view(np.float64)
+    rng = np.random.default_rng(10)
+    base = np.concatenate([rng.integers(ACC_MIN, ACC_MAX + 1, 200).astype(np.float64),
+                           [0.0, ACC_MAX, ACC_MIN, 65520.0 * 65536, 65504.0 * 65536], nans])
+    acc = np.repeat(base, 3)
+    flag = np.tile(np.array([0, 1, -1], np.int8), base.size)
+    vals, bits = np.empty(acc.size), np.empty(acc.size, np.uint16)
+    counts = np.empty((acc.size, 2), np.int64)
+    per_element(acc, flag, vals, bits, counts)
+    out = np.empty(acc.size)
+    mac.readout(acc, flag, out)
+    assert np.array_equal(out.view(np.uint64), vals.view(np.uint64))
+    nan = np.isnan(acc)
+    assert np.array_equal(vals[nan].view(np.uint64), acc[nan].view(np.uint64))
+    assert np.all(bits[nan] == 0x7E00)
+    with np.errstate(over="ignore"):
+        want = vals[~nan].astype(F16).view(np.uint16)   # exact: vals hold fp16 values
+    assert np.array_equal(bits[~nan], want)
+    assert np.array_equal(counts[:, 0], nan.astype(np.int64))
+    assert np.array_equal(counts[:, 1], ((flag != 0) & ~nan).astype(np.int64))
+    from reference import readout_bits
+    ref = [readout_bits(int(a), int(f), False) for a, f in zip(acc[~nan], flag[~nan])]
+    assert np.array_equal(bits[~nan], np.array(ref, np.uint16))

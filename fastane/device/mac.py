@@ -25,6 +25,7 @@ import numpy as np
 from fastane.kernels import conv as _kconv
 from fastane.kernels import dma as _kdma
 from fastane.kernels import mac as _kmac
+from fastane.kernels import parallel as _kpar
 
 from ..m1 import FP16
 from .faults import DecodeFault, UnsupportedTask
@@ -194,9 +195,9 @@ def accumulate_fp16(g: Geometry, src16: np.ndarray, plane: int, row: int, w: np.
     else:
         cols = buffer("cols", (G, kc, P), np.float64)
         tmax = np.empty(g.cin)
-        with _kmac._threads_for(g.macs):     # as conv2d_q16 runs its unfolding
+        with _kpar.threads_for(g.macs, _kmac.SERIAL_MACS):     # as conv2d_q16 runs its unfolding
             _kdma.unfold_f16(src16, plane, row, g.hin, g.win, g.cin_g, g.kh, g.kw, g.sy, g.sx, g.dy,
-                             g.dx, g.pad_top, g.pad_left, g.hout, g.wout, cols, tmax, _kmac._workers())
+                             g.dx, g.pad_top, g.pad_left, g.hout, g.wout, cols, tmax, _kpar.workers())
         bmax = tmax.reshape(G, g.cin_g).max(axis=1)      # NaN propagates
     idx = _arange(G)
     _kmac.matmul_q16_into(w.reshape(G, cog, kc), cols, idx, idx, trunc, acc.reshape(G, cog, P),

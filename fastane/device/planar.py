@@ -36,7 +36,7 @@ from ..td.planar import (ABS, BINARY, BINOP, BINOPS, OPCODES, RECIP, RED_MAX, SU
 from . import tile_dma
 from .faults import DecodeFault, L2Fault, L2Overflow, UnsupportedTask
 
-#: below this many elements a task's kernel runs on one thread (as kernels.mac._threads_for does for the MAC array)
+#: below this many elements a task's kernel runs on one thread (as kernels.parallel.threads_for does for the MAC array)
 SERIAL_ELEMENTS = 1 << 18
 
 def ops(regs: dict) -> int:

@@ -1,0 +1,78 @@
+"""The parallel primitives every kernel shares: a work queue on Numba's threads.
+
+A parallel kernel hands its tasks out through a shared counter: each of the
+:func:`workers` ``prange`` iterations (one per thread) claims the next task until none
+are left::
+
+    counter = np.zeros(1, np.int64)
+    for _ in prange(workers):
+        while True:
+            t = claim(counter)
+            if t >= ntasks:
+                break
+            ...                     # task t writes its own outputs only
+
+Numba's own ``prange`` split is static; on a shared machine where one thread loses its
+core for a while, the other threads then do the remaining tasks instead of waiting for
+it.  Small work runs on the calling thread alone (:func:`threads_for`): a parallel region
+costs a thread hand-off, and a worker thread waiting for a core can hold the whole call
+up for a scheduler slice.
+
+* ``claim(counter: int64[1]) -> int64`` (nopython): ``counter[0] += 1`` atomically,
+  returns the value before;
+* ``workers() -> int`` (Python): the worker count to pass to a work-queue kernel;
+* ``threads_for(work: int, serial_below: int)`` (Python context manager): one thread
+  inside when ``work < serial_below``;
+* ``nan_max(m: float, v: float) -> float`` (nopython): ``max(m, v)`` where a NaN, once
+  seen, stays.
+"""
+import contextlib
+
+import numba
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+__all__ = ["claim", "workers", "threads_for", "nan_max"]
+
+
+@intrinsic
+def claim(typingctx, counter):
+    """``claim(counter)``: ``counter[0] += 1`` atomically (``counter`` an int64 array);
+    returns the value before, an int64 (the task index this thread takes)."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [context.get_constant(types.intp, 0)])
+        return builder.atomic_rmw("add", ptr, context.get_constant(types.int64, 1), "monotonic")
+    return types.int64(counter), codegen
+
+
+def workers() -> int:
+    """Worker count for the kernels' work queues: Numba's current thread count."""
+    return numba.get_num_threads()
+
+
+@contextlib.contextmanager
+def threads_for(work: int, serial_below: int):
+    """Within the block, Numba's kernels run on the calling thread alone when
+    ``work < serial_below`` (the caller's measure of the work, e.g. multiply-adds);
+    otherwise on Numba's current thread count.  The previous count is restored."""
+    if work >= serial_below:
+        yield
+        return
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(old)
+
+
+@njit(inline="always")
+def nan_max(m, v):
+    """``max(m, v)`` where a NaN, once seen, stays (``v > m`` is False for NaN either side)."""
+    return v if (v > m or v != v) else m
