@@ -24,7 +24,7 @@ them too.  They work on the float64 bit pattern (``x.view(np.int64)``), no ``fre
   ``2**-14 x (1 + m/1024) - 2**-14 = m x 2**-24`` (exact);
 * encode and round, normal fp16 range (``|x| >= 2**-14``): the float64 pattern without
   its sign is ``exponent << 52 | fraction``; adding ``2**41 - 1`` plus the lowest kept bit
-  (:func:`_round_bits`) and dropping the 42 low bits rounds the fraction to 10 bits, ties
+  and dropping the 42 low bits rounds the fraction to 10 bits, ties
   to even, and a carry out of the fraction moves into the exponent, as it must.  The
   encoder rebiases by subtracting ``1008 << 10``; anything at or above ``0x7c00`` after
   rounding (``|x| >= 65520``) is infinity; ``round_f16`` clears the 42 bits in place;
@@ -66,13 +66,6 @@ _SUB_MAGIC = 1.5 * 2.0**28  # (t + M) - M rounds t to a multiple of 2**-24 (|t| 
 
 
 @njit(cache=True, inline="always")
-def _round_bits(au):
-    """The float64 magnitude pattern ``au`` with its fraction rounded (half to even) at
-    bit 42: the 42 low bits are then to be dropped (a carry moves into the exponent)."""
-    return au + _HALF_MINUS_1 + ((au >> 42) & 1)
-
-
-@njit(cache=True, inline="always")
 def f16_to_f64(h):
     """Exact float64 value of the fp16 bit pattern ``h`` (an integer 0..0xffff)."""
     h = np.int64(h)
@@ -93,7 +86,7 @@ def f64_to_f16(x):
     if au > _EXP_INF:
         return np.int64(F16_QNAN)
     if au >= _MIN_NORMAL16:
-        h = (_round_bits(au) >> 42) - _BIAS_SHIFT
+        h = ((au + _HALF_MINUS_1 + ((au >> 42) & 1)) >> 42) - _BIAS_SHIFT
         if h > F16_INF:
             h = np.int64(F16_INF)
         return sign | h
@@ -113,7 +106,7 @@ def round_f16(x):
     if au > _EXP_INF:
         return x
     if au >= _MIN_NORMAL16:
-        r = _round_bits(au) & ~_LOW42
+        r = (au + _HALF_MINUS_1 + ((au >> 42) & 1)) & ~_LOW42
         if r >= _TWO16:
             r = np.int64(_EXP_INF)
         return np.int64((u & _SIGN) | r).view(np.float64)

@@ -386,7 +386,9 @@ def lut_apply(x, out, lutf, luti, counts):
     for j in range(x.size):
         h, ev = lut_eval(x[j], lutf, luti)
         out[j] = h
-        under += ev < 0
-        over += ev > 0
+        if ev < 0:
+            under += 1
+        elif ev > 0:
+            over += 1
     counts[0] += under
     counts[1] += over

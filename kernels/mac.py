@@ -84,6 +84,8 @@ DEPTH_PER_TILE = 16
 NARROW_COLS = 8
 # Work below this many multiply-adds runs on the calling thread alone (see parallel.threads_for).
 SERIAL_MACS = 1 << 20
+# Tasks of the per-element kernels (_fast_dots: rows, _exact_elements: elements).
+ITEMS_PER_TASK = 16
 # A row goes to the vectorized exact kernel when more than 1/FIX_RATIO of its elements
 # need the exact path; otherwise those elements are recomputed one at a time.
 FIX_RATIO = 8
@@ -301,18 +303,18 @@ def _dot_fast(ar, bb, j, trunc):
 @njit(parallel=True, fastmath={"contract"}, cache=True)
 def _fast_dots(a, b, ia, ib, rb, ri, trunc, acc, workers):
     """:func:`_fast_rows` for narrow outputs (few columns): one dot product per element
-    (four independent partial sums, the same pairing).  Tasks: 16 rows.  Only for rows
-    that cannot clamp (any order is exact)."""
+    (four independent partial sums, the same pairing).  Tasks: ITEMS_PER_TASK rows.  Only
+    for rows that cannot clamp (any order is exact)."""
     N = b.shape[2]
     L = rb.size
-    ntasks = (L + 15) // 16
+    ntasks = (L + ITEMS_PER_TASK - 1) // ITEMS_PER_TASK
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
         while True:
             t = claim(counter)
             if t >= ntasks:
                 break
-            for p in range(t * 16, min(L, t * 16 + 16)):
+            for p in range(t * ITEMS_PER_TASK, min(L, (t + 1) * ITEMS_PER_TASK)):
                 n = rb[p]
                 i = ri[p]
                 ar = a[ia[n], i]
@@ -397,16 +399,16 @@ def _dot_exact(ar, bb, j, trunc):
 @njit(parallel=True, fastmath={"contract"}, cache=True)
 def _exact_elements(a, b, ia, ib, eb, ei, ej, trunc, acc, flag, workers):
     """The serial definition, one output element at a time: (eb[q], ei[q], ej[q]).
-    Tasks: 16 elements."""
+    Tasks: ITEMS_PER_TASK elements."""
     L = eb.size
-    ntasks = (L + 15) // 16
+    ntasks = (L + ITEMS_PER_TASK - 1) // ITEMS_PER_TASK
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
         while True:
             t = claim(counter)
             if t >= ntasks:
                 break
-            for q in range(t * 16, min(L, t * 16 + 16)):
+            for q in range(t * ITEMS_PER_TASK, min(L, (t + 1) * ITEMS_PER_TASK)):
                 n = eb[q]
                 s, f = _dot_exact(a[ia[n], ei[q]], b[ib[n]], ej[q], trunc)
                 acc[n, ei[q], ej[q]] = s

@@ -51,13 +51,10 @@ def _encode(u, relu):
 
 
 @njit(inline="always")
-def _post(t, has_bias, b, do_scale, scale, lut, relu, lutf, luti):
-    """One element of :func:`ne_post`: ``(fp16 pattern, LUT event)``.  ``lut``: the
-    nonlinearity is the table (else ReLU if ``relu``, else the identity)."""
-    u = _affine(t, has_bias, b, do_scale, scale)
-    if lut:
-        return lut_eval(round_f16(u) if has_bias or do_scale else u, lutf, luti)
-    return _encode(u, relu), 0
+def _rounded(u, affine):
+    """The fp16 value of ``u`` from :func:`_affine` (rounded when a step ran, else ``u`` as
+    it is): the input of the table."""
+    return round_f16(u) if affine else u
 
 
 @njit(cache=True)
@@ -87,21 +84,22 @@ def ne_post(y, bias, scale, nonlinear, lutf, luti, out, counts):
     do_scale = scale != 1.0
     under = 0
     over = 0
+    lut = nonlinear == NL_LUT
     relu = nonlinear == NL_RELU
     for i in range(n):
         for ch in range(c):
             b = bias[ch] if has_bias else 0.0
-            yr = y[i, ch]
-            o = out[i, ch]
-            if nonlinear == NL_LUT:
-                for k in range(s):
-                    h, ev = _post(yr[k], has_bias, b, do_scale, scale, True, False, lutf, luti)
-                    o[k] = h
-                    under += ev < 0
-                    over += ev > 0
-            else:  # no table: a branch-free loop
-                for k in range(s):
-                    o[k] = _encode(_affine(yr[k], has_bias, b, do_scale, scale), relu)
+            for k in range(s):
+                u = _affine(y[i, ch, k], has_bias, b, do_scale, scale)
+                if lut:
+                    h, ev = lut_eval(_rounded(u, has_bias or do_scale), lutf, luti)
+                else:
+                    h, ev = _encode(u, relu), 0
+                out[i, ch, k] = h
+                if ev < 0:
+                    under += 1
+                elif ev > 0:
+                    over += 1
     counts[0] += under
     counts[1] += over
 
@@ -154,11 +152,16 @@ def readout_post(acc, flag, bias, scale, nonlinear, lutf, luti, out16, plane, ro
                 n, st = readout_counts(a[k], f[k])
                 nans += n
                 sat += st
-                hb, ev = _post(readout_value(a[k], f[k]), has_bias, b, do_scale, scale, lut, relu,
-                               lutf, luti)
+                u = _affine(readout_value(a[k], f[k]), has_bias, b, do_scale, scale)
+                if lut:
+                    hb, ev = lut_eval(_rounded(u, has_bias or do_scale), lutf, luti)
+                else:
+                    hb, ev = _encode(u, relu), 0
                 dst[k] = hb
-                under += ev < 0
-                over += ev > 0
+                if ev < 0:
+                    under += 1
+                elif ev > 0:
+                    over += 1
             for k in range(W, wpad):
                 dst[k] = 0
     counts[0] += nans
@@ -169,30 +172,39 @@ def readout_post(acc, flag, bias, scale, nonlinear, lutf, luti, out16, plane, ro
 
 # ---------------------------------------------------------------- without a LUT (vectorizes)
 @njit(inline="always")
-def _row_fast(a, f, dst, affine, b, do_bias, scale, do_scale, relu):
-    """One row of :func:`readout_fast`: ``(NaN outputs, saturated outputs)``.  ``affine``
-    (a constant at every call site): whether a bias or a PostScale follows the readout;
-    the call sites pass constants for the flags they can, so each inlined copy is a
-    branch-free loop for its case."""
+def _row_readout(a, f, dst, relu):
+    """One row of :func:`readout_fast` without bias or PostScale: the readout is the only
+    rounding (``f64_to_f16`` of the unrounded readout).  Returns ``(NaN outputs,
+    saturated outputs)``."""
     nans = 0
     sat = 0
     for k in range(a.size):
-        v = a[k]
-        fl = f[k]
-        n, s = readout_counts(v, fl)
+        n, s = readout_counts(a[k], f[k])
         nans += n
         sat += s
-        if affine:
-            dst[k] = _encode(_affine(readout_value(v, fl), do_bias, b, do_scale, scale), relu)
-        else:  # the readout is the only rounding: f64_to_f16 of the unrounded readout
-            dst[k] = _encode(readout_unrounded(v, fl), relu)
+        dst[k] = _encode(readout_unrounded(a[k], f[k]), relu)
+    return nans, sat
+
+
+@njit(inline="always")
+def _row_affine(a, f, dst, b, do_bias, scale, do_scale, relu):
+    """One row of :func:`readout_fast` with a bias and/or a PostScale (the call sites pass
+    constants where they can, so each inlined copy is a branch-free loop for its case)."""
+    nans = 0
+    sat = 0
+    for k in range(a.size):
+        n, s = readout_counts(a[k], f[k])
+        nans += n
+        sat += s
+        dst[k] = _encode(_affine(readout_value(a[k], f[k]), do_bias, b, do_scale, scale), relu)
     return nans, sat
 
 
 @njit(cache=True, boundscheck=False)
 def readout_fast(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts):
     """:func:`readout_post` for the NE stages without a LUT (identity or ReLU), as loops
-    that vectorize (the codec of :mod:`fastane.kernels.fp16` is branch-free).  Same bits
+    that vectorize (no table in the loop; LLVM turns the readout's and the codec's
+    branches into selects).  Same bits
     and counts as :func:`readout_post` (``counts[2:4]``, the LUT events, stay 0)."""
     C, H, W = acc.shape
     has_bias = bias.size > 0
@@ -205,11 +217,11 @@ def readout_fast(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts):
             o = c * plane + h * row
             dst = out16[o:o + W]
             if has_bias and not do_scale:
-                n, s = _row_fast(acc[c, h], flag[c, h], dst, True, b, True, 1.0, False, relu)
+                n, s = _row_affine(acc[c, h], flag[c, h], dst, b, True, 1.0, False, relu)
             elif has_bias or do_scale:
-                n, s = _row_fast(acc[c, h], flag[c, h], dst, True, b, has_bias, scale, do_scale, relu)
+                n, s = _row_affine(acc[c, h], flag[c, h], dst, b, has_bias, scale, do_scale, relu)
             else:
-                n, s = _row_fast(acc[c, h], flag[c, h], dst, False, 0.0, False, 1.0, False, relu)
+                n, s = _row_readout(acc[c, h], flag[c, h], dst, relu)
             nans += n
             sat += s
             for k in range(o + W, o + wpad):

@@ -1,16 +1,9 @@
 """The parallel primitives every kernel shares: a work queue on Numba's threads.
 
-A parallel kernel hands its tasks out through a shared counter: each of the
-:func:`workers` ``prange`` iterations (one per thread) claims the next task until none
-are left::
-
-    counter = np.zeros(1, np.int64)
-    for _ in prange(workers):
-        while True:
-            t = claim(counter)
-            if t >= ntasks:
-                break
-            ...                     # task t writes its own outputs only
+A parallel kernel hands its tasks out through a shared counter (an int64 array of one
+element, zero to start): each of the :func:`workers` ``prange`` iterations (one per
+thread) loops on ``t = claim(counter)`` and does task ``t`` until ``t`` reaches the task
+count; every task writes its own outputs only.
 
 Numba's own ``prange`` split is static; on a shared machine where one thread loses its
 core for a while, the other threads then do the remaining tasks instead of waiting for
