@@ -1,5 +1,5 @@
 """fastane: a Numba-accelerated, bit-exact emulator of the Apple Neural Engine (M1)."""
-from .errors import (DeviceFault, FastaneError, LUTRangeError, LUTRangeWarning,
+from .errors import (DeviceFault, FastaneError, LUTRangeError, LUTRangeWarning, ModelError,
                      SaturationError, SaturationWarning, TDError)
 from .errstate import errstate, geterr, seterr
 from .stats import Stats, last_stats
@@ -8,6 +8,7 @@ from .activations import (exp, exp2, gelu, hardtanh, leaky_relu, log2, lut_table
                           relu6, rsqrt, selu, sigmoid, sign, silu, sqrt, tanh)
 from .td import Program, TaskDescriptor, load_program
 from .device import Device
+from .model import Model, load_model
 
 __version__ = "0.1.0"
 
@@ -21,7 +22,9 @@ __all__ = [
     # events, counters and errors
     "errstate", "geterr", "seterr", "Stats", "last_stats",
     "FastaneError", "TDError", "DeviceFault", "SaturationError", "SaturationWarning",
-    "LUTRangeError", "LUTRangeWarning",
+    "LUTRangeError", "LUTRangeWarning", "ModelError",
+    # models
+    "load_model", "Model",
     # programs and the device
     "Program", "TaskDescriptor", "load_program", "Device",
     "__version__",

@@ -31,3 +31,9 @@ class TDError(FastaneError, ValueError):
 
 class DeviceFault(FastaneError):
     """The emulated device faulted while running a program (bad BAR, DMA out of range...)."""
+
+
+class ModelError(FastaneError, ValueError):
+    """A model file or graph is malformed, hostile or outside what fastane can run (a
+    truncated file, an unknown op, a shape that does not check, a tensor beyond the size
+    limits); the message names the node or tensor."""

@@ -1,0 +1,215 @@
+"""A front-end-neutral model graph: tensors with shapes and dtypes, ops in fastane's own
+vocabulary (:data:`fastane.model.ops.OPS`), constants, and the binding of symbolic
+dimensions to the caller's input shapes.
+
+An importer (:mod:`fastane.model.onnx_import`; later Core ML) builds a :class:`Graph`:
+
+* ``inputs``: name -> :class:`TensorType` (a dimension is an ``int`` or a symbol ``str``);
+* ``consts``: name -> numpy array (weights and constant operands, already checked);
+* ``nodes``: :class:`Node` in topological order, attributes normalised by the importer
+  (every operand that an old format gave as an attribute is a constant input here);
+* ``outputs``: the names the model returns.
+
+:func:`bind` turns it into a :class:`Bound` graph for concrete input shapes: every tensor's
+shape and dtype inferred, symbolic dimensions bound (and checked for consistency), and
+every node whose inputs are all constant folded into a constant (shape arithmetic such
+as ``Shape -> Gather -> Concat -> Reshape`` disappears).  Sizes are checked *before*
+anything is allocated: no tensor may exceed :data:`MAX_TENSOR_ELEMENTS`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ModelError
+
+__all__ = ["TensorType", "Node", "Graph", "Bound", "bind", "MAX_TENSOR_ELEMENTS",
+           "MAX_FOLD_ELEMENTS", "check_size"]
+
+#: the largest tensor a model may declare or produce (elements): 2^28 (1 GiB in float32);
+#: a hostile file declaring more gets a ModelError before any allocation
+MAX_TENSOR_ELEMENTS = 1 << 28
+#: constant folding evaluates a node only when its output is at most this many elements
+MAX_FOLD_ELEMENTS = 1 << 22
+
+#: dtypes a graph may carry
+DTYPES = (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8,
+          np.bool_)
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """dtype (a numpy dtype) and shape (ints; a ``str`` is a symbolic dimension)."""
+
+    dtype: np.dtype
+    shape: tuple
+
+    @property
+    def concrete(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __str__(self) -> str:
+        return f"{np.dtype(self.dtype).name}[{'x'.join(str(d) for d in self.shape)}]"
+
+
+@dataclass
+class Node:
+    """One op: ``op`` (fastane's op name), ``inputs``/``outputs`` (tensor names; ``""`` is
+    an omitted optional input), ``attrs`` (plain Python values), ``source`` (the op's name in
+    the front end, e.g. ONNX's ``Conv``: for messages and the report only)."""
+
+    op: str
+    name: str
+    inputs: list
+    outputs: list
+    attrs: dict = field(default_factory=dict)
+    source: str = ""
+
+    def describe(self) -> str:
+        return f"node {self.name!r} ({self.source or self.op})"
+
+
+@dataclass
+class Graph:
+    name: str
+    inputs: dict        # name -> TensorType
+    outputs: list       # names
+    nodes: list         # Node, topological order
+    consts: dict        # name -> np.ndarray
+    #: where the graph came from (e.g. "onnx opset 17"), for the report
+    origin: str = ""
+
+    def __post_init__(self):
+        self.check()
+
+    def check(self) -> None:
+        """Every node's inputs are defined before it, no tensor is defined twice, every
+        output is defined, every op is known."""
+        from .ops import OPS
+        defined = set(self.inputs) | set(self.consts)
+        if set(self.inputs) & set(self.consts):
+            both = sorted(set(self.inputs) & set(self.consts))[0]
+            raise ModelError(f"tensor {both!r} is both a model input and a constant")
+        for node in self.nodes:
+            if node.op not in OPS:
+                raise ModelError(f"{node.describe()}: op {node.op!r} is unknown to fastane")
+            for name in node.inputs:
+                if name and name not in defined:
+                    raise ModelError(f"{node.describe()}: input {name!r} is not defined before the "
+                                     f"node (the graph is not in topological order, or the tensor "
+                                     f"does not exist)")
+            for name in node.outputs:
+                if name in defined:
+                    raise ModelError(f"{node.describe()}: output {name!r} is defined twice")
+                defined.add(name)
+        for name in self.outputs:
+            if name not in defined:
+                raise ModelError(f"model output {name!r} is not produced by any node")
+        if not self.outputs:
+            raise ModelError("the model has no outputs")
+
+
+def check_size(shape, what: str) -> int:
+    """The element count of ``shape``, or a ModelError if a dimension is negative or the
+    tensor would exceed :data:`MAX_TENSOR_ELEMENTS`."""
+    n = 1
+    for d in shape:
+        if not isinstance(d, (int, np.integer)) or d < 0:
+            raise ModelError(f"{what}: invalid dimension {d!r} in shape {tuple(shape)}")
+        n *= int(d)
+    if n > MAX_TENSOR_ELEMENTS:
+        raise ModelError(f"{what}: shape {tuple(int(d) for d in shape)} has {n} elements, beyond "
+                         f"fastane's limit of {MAX_TENSOR_ELEMENTS} per tensor")
+    return n
+
+
+@dataclass
+class Bound:
+    """A graph for concrete input shapes: ``types`` of every tensor, ``consts`` (the
+    graph's plus the folded ones), ``nodes`` (the ones left to run), ``folded`` (nodes
+    evaluated at bind time)."""
+
+    graph: Graph
+    input_types: dict
+    types: dict
+    consts: dict
+    nodes: list
+    folded: list
+    symbols: dict
+
+
+def bind(graph: Graph, input_types: dict) -> Bound:
+    """Infer every tensor's type for ``input_types`` (name -> TensorType with concrete
+    shapes: the caller's arrays), bind the symbolic dimensions, fold constants."""
+    from .ops import OPS, host_eval
+    symbols: dict = {}
+    types: dict = {}
+    for name, declared in graph.inputs.items():
+        if name not in input_types:
+            raise ModelError(f"missing input {name!r} (expected {declared})")
+        given = input_types[name]
+        if np.dtype(given.dtype) != np.dtype(declared.dtype):
+            raise ModelError(f"input {name!r}: expected dtype {np.dtype(declared.dtype).name}, "
+                             f"got {np.dtype(given.dtype).name}")
+        if len(given.shape) != len(declared.shape):
+            raise ModelError(f"input {name!r}: expected shape {_fmt(declared.shape)} "
+                             f"({len(declared.shape)}-D), got {_fmt(given.shape)}")
+        for i, (d, g) in enumerate(zip(declared.shape, given.shape)):
+            if isinstance(d, str):
+                if symbols.setdefault(d, g) != g:
+                    raise ModelError(f"input {name!r}: dimension {i} is {d!r} = {symbols[d]} "
+                                     f"elsewhere, got {g}")
+            elif d != g:
+                raise ModelError(f"input {name!r}: expected shape {_fmt(declared.shape)}, "
+                                 f"got {_fmt(given.shape)}")
+        check_size(given.shape, f"input {name!r}")
+        types[name] = TensorType(np.dtype(given.dtype), tuple(int(g) for g in given.shape))
+    extra = sorted(set(input_types) - set(graph.inputs))
+    if extra:
+        raise ModelError(f"unknown input {extra[0]!r}; the model's inputs are {list(graph.inputs)}")
+    consts = dict(graph.consts)
+    for name, arr in consts.items():
+        types[name] = TensorType(arr.dtype, arr.shape)
+    nodes, folded = [], []
+    for node in graph.nodes:
+        op = OPS[node.op]
+        in_types = [types[n] if n else None for n in node.inputs]
+        in_consts = [consts.get(n) if n else None for n in node.inputs]
+        try:
+            out_types = op.infer(node, in_types, in_consts)
+        except ModelError:
+            raise
+        except (ValueError, TypeError, IndexError, KeyError) as exc:
+            raise ModelError(f"{node.describe()}: {exc}") from None
+        if len(out_types) < len(node.outputs):
+            raise ModelError(f"{node.describe()}: has {len(node.outputs)} outputs, the op makes "
+                             f"{len(out_types)}")
+        for name, t in zip(node.outputs, out_types):
+            check_size(t.shape, f"{node.describe()}, output {name!r}")
+            types[name] = t
+        foldable = op.foldable and all((n == "" or n in consts) for n in node.inputs)
+        if node.op == "shape":          # needs only its input's (now concrete) shape
+            foldable = True
+        if foldable and all(types[n].size <= MAX_FOLD_ELEMENTS for n in node.outputs):
+            if node.op == "shape":
+                start, end = node.attrs.get("start", 0), node.attrs.get("end", len(in_types[0].shape))
+                outs = [np.array(in_types[0].shape[slice(start, end)], np.int64)]
+            else:
+                outs = host_eval(node, [consts.get(n) if n else None for n in node.inputs],
+                                 [types[n].dtype for n in node.outputs])
+            for name, val in zip(node.outputs, outs):
+                consts[name] = val
+            folded.append(node)
+        else:
+            nodes.append(node)
+    return Bound(graph, dict(input_types), types, consts, nodes, folded, symbols)
+
+
+def _fmt(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"

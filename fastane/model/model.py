@@ -1,0 +1,369 @@
+"""A loaded model: run it on the emulated ANE, compare it with fp32, report per layer.
+
+    >>> m = fastane.load_model("net.onnx")
+    >>> outs = m({"x": x})                    # name -> np.float16 (float outputs)
+    >>> rep = m.report({"x": x}, chip="m1")   # per layer: placement, tasks, time, error
+    >>> print(rep.table()); rep.as_dict()
+
+Each call binds the graph to the inputs' shapes (:func:`fastane.model.graph.bind`, cached
+per shape), places it (:func:`fastane.model.place.place`) and runs the layers in order.
+ANE layers run through fastane's public entry points; their device Stats
+(:func:`fastane.last_stats`) give tasks, MACs and DMA bytes, and the roofline time model
+(:func:`fastane.roofline.estimate`, one layer of a program: no program overhead) the
+predicted time.  Saturations and LUT range events are counted per layer and surfaced once
+per run through :func:`fastane.errstate` (saturation warns by default).
+
+The per-layer error compares the layer's ANE result with the fp32 reference *of the same
+layer on the same inputs* (the fp16 tensors the ANE run produced, widened to float32, and
+the model's original fp32 weights): it isolates what each layer adds, where a whole-model
+comparison only shows the sum.  ``error`` is ``max |y - ref| / max(max |ref|, 2^-14)``;
+the first layer whose error exceeds the tolerance of its class (:data:`TOLERANCE`) is named.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ModelError
+from ..errstate import errstate, report as _report
+from ..stats import Stats, last_stats
+from .graph import Bound, Graph, TensorType, bind
+from .ops import host_eval
+from .place import Layer, place
+
+__all__ = ["Model", "Report", "LayerRecord", "TOLERANCE"]
+
+#: default per-layer error tolerance (``error`` above) by op class: one fp16 rounding of the
+#: exact result for exact ops (2^-10 leaves room for 1 ulp), the fp16 operand rounding and
+#: the Q16.16 + readout rounding for MAC ops, the tables' measured errors (docs/lut.md:
+#: gelu 6.2e-3, log 1.3e-2, selu 1.2e-2 abs) for table ops
+TOLERANCE = {"exact": 2.0 ** -10, "layout": 0.0, "mac": 1e-2, "table": 2e-2, "host": 0.0}
+
+
+@dataclass
+class LayerRecord:
+    layer: Layer
+    placement: str
+    reason: str
+    stats: Stats
+    estimate: object = None        # fastane.roofline.Estimate (ANE layers)
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    error: float = 0.0
+    tolerance: float = 0.0
+    shapes: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error > self.tolerance
+
+    def as_dict(self) -> dict:
+        st, est = self.stats, self.estimate
+        d = {"name": self.layer.name, "op": self.layer.op, "placement": self.placement,
+             "reason": self.reason, "call": self.layer.call if self.placement == "ane" else "",
+             "output": self.shapes, "tasks": st.tasks, "macs": st.macs,
+             "dram_bytes": st.dram_bytes, "saturated": st.saturated,
+             "lut_underflow": st.lut_underflow, "lut_overflow": st.lut_overflow,
+             "op_per_byte": None, "time_s": None, "bound": None,
+             "max_abs_err": _num(self.max_abs_err), "max_rel_err": _num(self.max_rel_err),
+             "error": _num(self.error), "tolerance": self.tolerance, "within_tolerance": self.ok}
+        if est is not None:
+            d.update(op_per_byte=None if math.isinf(est.intensity) else est.intensity,
+                     time_s=est.time_s, bound=est.limiter)
+        return d
+
+
+def _num(x):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else (
+        "inf" if isinstance(x, float) and math.isinf(x) else x)
+
+
+@dataclass
+class Report:
+    model: str
+    chip: str
+    layers: list
+    outputs: dict                      # name -> {"max_abs_err", "error"} vs the fp32 model
+    first_bad: str | None
+    total: object = None               # Estimate of all ANE layers (with the program overhead)
+    placement: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "chip": self.chip,
+                "layers": [r.as_dict() for r in self.layers],
+                "placement": self.placement, "outputs": self.outputs,
+                "first_layer_beyond_tolerance": self.first_bad,
+                "total": None if self.total is None else {
+                    k: v for k, v in self.total.as_dict().items()
+                    if k in ("tasks", "macs", "dram_bytes", "time_s", "intensity", "limiter")}}
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=1)
+
+    def table(self) -> str:
+        from ..roofline.report import _si, _t
+        head = (f"{'layer':24s} {'op':28s} {'place':6s} {'tasks':>5s} {'MACs':>9s} {'DRAM':>9s} "
+                f"{'OP/B':>6s} {'time':>10s} {'sat':>4s} {'lut':>4s} {'max abs':>9s} {'error':>9s}")
+        lines = [f"model {self.model} on {self.chip}: per layer (error = max|ane - fp32| / "
+                 f"max|fp32| of the layer on the same inputs)", head, "-" * len(head)]
+        notes = []
+        for r in self.layers:
+            d = r.as_dict()
+            est = r.estimate
+            mark = "" if r.ok else " !"
+            lines.append(
+                f"{d['name'][:24]:24s} {d['op'][:28]:28s} {r.placement[:6]:6s} "
+                f"{d['tasks'] if r.placement == 'ane' else '-':>5} "
+                f"{_si(d['macs']) if r.placement == 'ane' else '-':>9s} "
+                f"{_si(d['dram_bytes'], 'B') if r.placement == 'ane' else '-':>9s} "
+                f"{'-' if est is None or math.isinf(est.intensity) else f'{est.intensity:.1f}':>6s} "
+                f"{'-' if est is None else _t(est.time_s):>10s} "
+                f"{d['saturated'] if r.placement == 'ane' else '-':>4} "
+                f"{d['lut_underflow'] + d['lut_overflow'] if r.placement == 'ane' else '-':>4} "
+                f"{_e(r.max_abs_err):>9s} {_e(r.error):>9s}{mark}")
+            if r.reason:
+                notes.append(f"  {d['name']}: {r.placement}: {r.reason}")
+        lines.append("-" * len(head))
+        if self.total is not None:
+            lines.append(f"ANE total: {self.total.tasks} tasks, {_si(self.total.macs)} MACs, "
+                         f"{_si(self.total.dram_bytes, 'B')} DRAM, predicted {_t(self.total.time_s)} "
+                         f"on {self.chip} (with the program overhead)")
+        p = self.placement
+        lines.append(f"placement: {p.get('ane', 0)} ANE, {p.get('host', 0)} host, "
+                     f"{p.get('layout', 0)} layout layers")
+        for name, o in self.outputs.items():
+            lines.append(f"output {name}: max abs error {_e(o['max_abs_err'])}, error "
+                         f"{_e(o['error'])} against the whole model in fp32")
+        lines.append("first layer beyond its tolerance: " + (self.first_bad or "none"))
+        if notes:
+            lines.append("reasons:")
+            lines += notes
+        return "\n".join(lines)
+
+
+def _e(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if math.isinf(x):
+        return "inf"
+    return f"{x:.2e}" if x else "0"
+
+
+def _errors(y, ref):
+    """(max abs, max rel over |ref| >= 2^-14, normalised error) of ``y`` against ``ref``."""
+    y = np.asarray(y, np.float64)
+    ref = np.asarray(ref, np.float64)
+    if y.shape != ref.shape or y.size == 0:
+        return 0.0, 0.0, 0.0
+    same = (y == ref) | (np.isnan(y) & np.isnan(ref))
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(same, 0.0, np.abs(y - ref))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    mabs = float(diff.max())
+    big = np.abs(ref) >= 2.0 ** -14
+    rel = float((diff[big] / np.abs(ref[big])).max()) if big.any() else 0.0
+    finite = np.isfinite(ref)
+    scale = max(float(np.abs(ref[finite]).max()) if finite.any() else 0.0, 2.0 ** -14)
+    return mabs, rel, mabs / scale
+
+
+class Model:
+    """A model graph ready to run (see the module docs)."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self._cache: dict = {}
+
+    @property
+    def name(self) -> str:
+        return self.graph.name
+
+    @property
+    def inputs(self) -> dict:
+        """name -> :class:`~fastane.model.graph.TensorType` (symbolic dimensions as str)."""
+        return dict(self.graph.inputs)
+
+    @property
+    def outputs(self) -> list:
+        return list(self.graph.outputs)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{n}: {t}" for n, t in self.graph.inputs.items())
+        return f"<fastane Model {self.name!r} ({self.graph.origin}): {len(self.graph.nodes)} nodes; inputs {ins}>"
+
+    # -------------------------------------------------------------- binding
+    def _arrays(self, inputs) -> dict:
+        if not isinstance(inputs, dict):
+            if len(self.graph.inputs) != 1:
+                raise ModelError(f"the model has {len(self.graph.inputs)} inputs "
+                                 f"({', '.join(self.graph.inputs)}): pass a dict name -> array")
+            inputs = {next(iter(self.graph.inputs)): inputs}
+        out = {}
+        for name, v in inputs.items():
+            if name not in self.graph.inputs:
+                raise ModelError(f"unknown input {name!r}; the model's inputs are "
+                                 f"{list(self.graph.inputs)}")
+            arr = np.asarray(v)
+            want = np.dtype(self.graph.inputs[name].dtype)
+            if arr.dtype != want:
+                if want.kind == "f" and arr.dtype.kind == "f":
+                    arr = arr.astype(want)          # a float array for a float input
+                else:
+                    raise ModelError(f"input {name!r}: expected dtype {want.name}, got {arr.dtype.name}")
+            out[name] = arr
+        for name in self.graph.inputs:
+            if name not in out:
+                raise ModelError(f"missing input {name!r} (expected {self.graph.inputs[name]})")
+        return out
+
+    def bind(self, shapes: dict) -> tuple:
+        """``(Bound, layers)`` for ``shapes`` (name -> shape tuple), cached."""
+        key = tuple(sorted((k, tuple(v)) for k, v in shapes.items()))
+        if key not in self._cache:
+            types = {k: TensorType(self.graph.inputs[k].dtype, tuple(int(d) for d in v))
+                     for k, v in shapes.items()}
+            bound = bind(self.graph, types)
+            self._cache[key] = (bound, place(bound))
+        return self._cache[key]
+
+    def placement(self, shapes: dict) -> list:
+        """The layers (:class:`~fastane.model.place.Layer`) for input ``shapes``."""
+        return self.bind(shapes)[1]
+
+    # -------------------------------------------------------------- running
+    def __call__(self, inputs) -> dict:
+        """Run the model on the emulated ANE (and the host); name -> output array (float
+        outputs as ``np.float16``, as the ANE returns them)."""
+        return self._run(inputs, compare=False)[0]
+
+    def reference(self, inputs) -> dict:
+        """The whole model in float32 on the host (the fp32 reference)."""
+        arrays = self._arrays(inputs)
+        bound, _ = self.bind({k: v.shape for k, v in arrays.items()})
+        values = dict(bound.consts)
+        values.update(arrays)
+        for node in bound.nodes:
+            outs = host_eval(node, [values[t] if t else None for t in node.inputs],
+                             [bound.types[t].dtype for t in node.outputs])
+            values.update(zip(node.outputs, outs))
+        return {n: np.asarray(values[n]) for n in bound.graph.outputs}
+
+    def _run(self, inputs, compare: bool, progress=None):
+        arrays = self._arrays(inputs)
+        bound, layers = self.bind({k: v.shape for k, v in arrays.items()})
+        values = dict(bound.consts)
+        values.update(arrays)
+        records = []
+        for i, layer in enumerate(layers):
+            if progress:
+                progress(i, len(layers))
+            xs = [values[t] for t in layer.inputs]
+            placement, reason, stats = layer.placement, layer.reason, Stats()
+            outs = None
+            if placement == "ane":
+                try:
+                    outs, stats = _on_ane(layer, xs)
+                except NotImplementedError as exc:
+                    placement, reason = "host", f"beyond the ANE lowering's limits: {exc}"
+            if outs is None:
+                outs = _on_host(layer, bound, values)
+            values.update(zip(layer.outputs, outs))
+            rec = LayerRecord(layer, placement, reason, stats,
+                              shapes=" ".join(str(bound.types[o]) for o in layer.outputs))
+            if compare and placement == "ane":
+                ref = _on_host(layer, bound, {**values, **{t: _wide(values[t]) for t in layer.inputs}})
+                errs = [_errors(y, r) for y, r in zip(outs, ref)]
+                rec.max_abs_err = max(e[0] for e in errs)
+                rec.max_rel_err = max(e[1] for e in errs)
+                rec.error = max(e[2] for e in errs)
+            rec.tolerance = _tolerance(layer)
+            records.append(rec)
+        if progress:
+            progress(len(layers), len(layers))
+        sat = sum(r.stats.saturated for r in records)
+        lut = sum(r.stats.lut_underflow + r.stats.lut_overflow for r in records)
+        _report("saturation", sat, f"model {self.name}: {sat} output(s) saturated the Q16.16 "
+                f"accumulator (see model.report() for the layers)")
+        _report("lut_range", lut, f"model {self.name}: {lut} LUT input(s) outside a table's range")
+        outs = {}
+        for n in bound.graph.outputs:
+            v = np.asarray(values[n])
+            outs[n] = v.astype(np.float16) if v.dtype.kind == "f" else v
+        return outs, records, bound
+
+    def report(self, inputs, chip: str = "m1", progress=None) -> Report:
+        """Run the model and report per layer (see the module docs)."""
+        from ..roofline import chips as _chips
+        from ..roofline.model import estimate
+        chip = _chips.get(chip)
+        outs, records, bound = self._run(inputs, compare=True, progress=progress)
+        tasks = []
+        for r in records:
+            if r.placement == "ane":
+                r.estimate = estimate(r.stats, chip, program=False, name=r.layer.name)
+                tasks += r.stats.tasks_detail or [r.stats]
+        ref = self.reference(inputs)
+        out_err = {}
+        for n, y in outs.items():
+            if y.dtype.kind == "f":
+                mabs, _, err = _errors(y, ref[n])
+                out_err[n] = {"max_abs_err": _num(mabs), "error": _num(err)}
+        first = next((r.layer.name for r in records if not r.ok), None)
+        total = estimate(tasks, chip, program=True, name=self.name) if tasks else None
+        counts: dict = {}
+        for r in records:
+            counts[r.placement] = counts.get(r.placement, 0) + 1
+        return Report(self.name, chip.key, records, out_err, first, total, counts)
+
+
+def _wide(x):
+    x = np.asarray(x)
+    return x.astype(np.float32) if x.dtype.kind == "f" else x
+
+
+def _tolerance(layer: Layer) -> float:
+    from .graph import Node  # noqa: F401
+    return TOLERANCE.get(layer.kind, 0.0)
+
+
+def _on_ane(layer: Layer, xs: list):
+    """Run an ANE layer through its fastane calls; ``(outputs, summed Stats)``."""
+    total = Stats()
+    detail = []
+    with errstate(saturation="ignore", lut_range="ignore"):
+        outs = layer.run(xs)
+        st = last_stats()
+    total = total + st
+    detail += st.tasks_detail or ([st] if st.tasks else [])
+    total.tasks_detail = detail
+    return outs, total
+
+
+def _on_host(layer: Layer, bound: Bound, values: dict) -> list:
+    """Run a layer's nodes on the host in float32; the layer's outputs."""
+    local = dict(values)
+    for node in layer.nodes:
+        outs = host_eval(node, [local[t] if t else None for t in node.inputs],
+                         [bound.types[t].dtype for t in node.outputs])
+        local.update(zip(node.outputs, outs))
+    return [local[o] for o in layer.outputs]
+
+
+def progress_bar(stream=None):
+    """A tiny progress bar on ``stream`` (stderr) when it is a terminal, else None."""
+    stream = stream or sys.stderr
+    if not stream.isatty():
+        return None
+
+    def show(i, n):
+        w = 30
+        k = w * i // max(n, 1)
+        stream.write(f"\r[{'#' * k}{'.' * (w - k)}] {i}/{n} layers")
+        if i >= n:
+            stream.write("\n")
+        stream.flush()
+    return show

@@ -1,0 +1,337 @@
+"""The ONNX importer: a ``.onnx`` file (or ``onnx.ModelProto``) -> a :class:`~fastane.model.graph.Graph`.
+
+The only module of fastane that imports ``onnx`` (lazily, when a model is loaded: the
+``onnx`` extra).  Everything ONNX-specific stops here: op types are mapped to fastane's op
+names (:mod:`fastane.model.ops`), attributes are normalised (``pads`` as ``(begin, end)``
+pairs, ``auto_pad`` lower-case), and operands that older opsets gave as attributes
+(``Squeeze`` axes, ``Clip`` bounds, ``Slice`` starts/ends, ``Pad`` pads, ``Reduce*`` axes)
+become constant inputs.
+
+A hostile file gets a :class:`~fastane.errors.ModelError` before anything large is
+allocated: the protobuf must parse, every initializer's declared size is checked against
+:data:`~fastane.model.graph.MAX_TENSOR_ELEMENTS` and against the bytes it actually holds,
+external data is refused, and ops outside the vocabulary are named.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import ModelError
+from .graph import DTYPES, Graph, Node, TensorType, check_size
+
+__all__ = ["load", "from_proto", "SUPPORTED"]
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError:  # pragma: no cover - the extra is part of the test extra
+        raise ImportError("loading ONNX models needs the onnx package: pip install 'fastane[onnx]'") from None
+    return onnx
+
+
+#: the largest model file fastane reads (protobuf's own limit is 2 GiB)
+MAX_FILE_BYTES = 2 << 30
+
+
+def load(path) -> Graph:
+    """Read and import the ONNX model at ``path``."""
+    onnx = _onnx()
+    path = os.fspath(path)
+    try:
+        size = os.path.getsize(path)
+    except OSError as exc:
+        raise ModelError(f"cannot read model {path!r}: {exc.strerror or exc}") from None
+    if size > MAX_FILE_BYTES:
+        raise ModelError(f"{path}: {size} bytes, beyond the 2 GiB a protobuf model can hold")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        proto = onnx.ModelProto()
+        proto.ParseFromString(data)
+    except Exception as exc:  # google.protobuf.message.DecodeError and friends
+        raise ModelError(f"{path}: not a valid ONNX model (protobuf parse failed: {exc})") from None
+    if not proto.HasField("graph"):
+        raise ModelError(f"{path}: not an ONNX model (no graph; is the file truncated or another format?)")
+    return from_proto(proto, name=os.path.basename(path))
+
+
+def _np_dtype(elem_type: int, what: str) -> np.dtype:
+    onnx = _onnx()
+    try:
+        dt = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception:
+        raise ModelError(f"{what}: unsupported ONNX element type {elem_type}") from None
+    if dt.type not in DTYPES:
+        raise ModelError(f"{what}: element type {dt.name} is not supported by fastane")
+    return dt
+
+
+_TYPED_FIELDS = {np.dtype(np.float32): "float_data", np.dtype(np.float64): "double_data",
+                 np.dtype(np.int64): "int64_data", np.dtype(np.int32): "int32_data",
+                 np.dtype(np.int16): "int32_data", np.dtype(np.int8): "int32_data",
+                 np.dtype(np.uint8): "int32_data", np.dtype(np.bool_): "int32_data",
+                 np.dtype(np.float16): "int32_data"}
+
+
+def _tensor(t, what: str) -> np.ndarray:
+    """A TensorProto as a numpy array, its declared size checked before conversion."""
+    onnx = _onnx()
+    what = f"{what} {t.name!r}" if t.name else what
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        raise ModelError(f"{what}: external tensor data is not supported by fastane yet "
+                         f"(save the model with its weights inside the file)")
+    dt = _np_dtype(t.data_type, what)
+    n = check_size(tuple(int(d) for d in t.dims), what)
+    if t.segment.end or t.segment.begin:
+        raise ModelError(f"{what}: segmented tensors are not supported")
+    if t.HasField("raw_data") or t.raw_data:
+        have = len(t.raw_data)
+        if have != n * dt.itemsize:
+            raise ModelError(f"{what}: declares shape {tuple(t.dims)} ({n * dt.itemsize} bytes of "
+                             f"{dt.name}) but holds {have} bytes")
+    else:
+        have = len(getattr(t, _TYPED_FIELDS[dt]))
+        if have != n:
+            raise ModelError(f"{what}: declares shape {tuple(t.dims)} ({n} values) but holds {have}")
+    try:
+        arr = onnx.numpy_helper.to_array(t)
+    except Exception as exc:
+        raise ModelError(f"{what}: cannot decode tensor data ({exc})") from None
+    return np.ascontiguousarray(arr.astype(dt, copy=False))
+
+
+def _value_type(vi, what: str) -> TensorType:
+    if not vi.type.HasField("tensor_type"):
+        raise ModelError(f"{what} {vi.name!r}: only tensor inputs are supported")
+    tt = vi.type.tensor_type
+    dt = _np_dtype(tt.elem_type, f"{what} {vi.name!r}")
+    if not tt.HasField("shape"):
+        raise ModelError(f"{what} {vi.name!r}: has no declared shape (rank unknown)")
+    dims = []
+    for i, d in enumerate(tt.shape.dim):
+        if d.HasField("dim_value"):
+            if d.dim_value < 0:
+                raise ModelError(f"{what} {vi.name!r}: negative dimension {d.dim_value}")
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param or f"{vi.name}:{i}")
+    return TensorType(dt, tuple(dims))
+
+
+def _attrs(node) -> dict:
+    onnx = _onnx()
+    out = {}
+    for a in node.attribute:
+        try:
+            v = onnx.helper.get_attribute_value(a)
+        except Exception as exc:
+            raise ModelError(f"node {node.name!r} ({node.op_type}): bad attribute {a.name!r} ({exc})") from None
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        elif isinstance(v, list):
+            v = [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
+        out[a.name] = v
+    return out
+
+
+_UNARY = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid", "Exp": "exp", "Log": "log",
+          "Sqrt": "sqrt", "Reciprocal": "reciprocal", "Abs": "abs", "Neg": "neg", "Erf": "erf",
+          "HardSwish": "hard_swish", "Softplus": "softplus", "Sign": "sign", "Floor": "floor",
+          "Ceil": "ceil", "Identity": "identity"}
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow", "PRelu": "prelu",
+           "Max": "max", "Min": "min", "Sum": "add", "Where": "where", "Equal": "equal",
+           "Less": "less", "Greater": "greater", "MatMul": "matmul", "Expand": "expand",
+           "Range": "range", "Gather": "gather", "Concat": "concat", "Transpose": "transpose",
+           "Flatten": "flatten", "Shape": "shape"}
+_REDUCE = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max",
+           "ReduceMin": "reduce_min"}
+#: ONNX op types the importer maps (default domain)
+SUPPORTED = sorted(set(_UNARY) | set(_BINARY) | set(_REDUCE) | {
+    "Conv", "Gemm", "BatchNormalization", "LeakyRelu", "Gelu", "Elu", "Selu", "HardSigmoid",
+    "Clip", "Cast", "Softmax", "LogSoftmax", "LayerNormalization", "MaxPool", "AveragePool",
+    "GlobalAveragePool", "GlobalMaxPool", "Reshape", "Squeeze", "Unsqueeze", "Slice", "Pad",
+    "Dropout", "Constant"})
+
+
+class _Builder:
+    def __init__(self, opset: int):
+        self.opset = opset
+        self.consts: dict = {}
+        self.nodes: list = []
+        self._n = 0
+
+    def const(self, value, dtype) -> str:
+        self._n += 1
+        name = f"fastane::const{self._n}"
+        self.consts[name] = np.ascontiguousarray(np.asarray(value, dtype))
+        return name
+
+
+def _pads(a, nsp, node):
+    p = a.get("pads")
+    if p is None:
+        return None
+    if len(p) != 2 * nsp:
+        raise ModelError(f"node {node.name!r} ({node.op_type}): pads {list(p)} must have {2 * nsp} values")
+    return tuple((int(p[i]), int(p[i + nsp])) for i in range(nsp))
+
+
+def _auto_pad(a, node):
+    v = a.get("auto_pad", "NOTSET")
+    table = {"NOTSET": None, "SAME_UPPER": "same_upper", "SAME_LOWER": "same_lower", "VALID": "valid"}
+    if v not in table:
+        raise ModelError(f"node {node.name!r} ({node.op_type}): unknown auto_pad {v!r}")
+    return table[v]
+
+
+def _convert(node, b: _Builder, rank_of) -> Node | None:
+    op, a = node.op_type, _attrs(node)
+    ins, outs = list(node.input), list(node.output)
+    name = node.name or f"{op}_{len(b.nodes)}"
+
+    def mk(fop, attrs=None, inputs=None, n_out=1):
+        if len([o for o in outs if o]) > n_out or any(not o for o in outs[:n_out]):
+            raise ModelError(f"node {name!r} ({op}): fastane supports only its first {n_out} "
+                             f"output(s), the model uses {len(outs)}")
+        return Node(fop, name, inputs if inputs is not None else ins, outs[:n_out], attrs or {}, op)
+
+    if op == "Constant":
+        if len(a) != 1:
+            raise ModelError(f"node {name!r} (Constant): needs exactly one value attribute")
+        (k, v), = a.items()
+        if k == "value":
+            arr = _tensor(v, f"node {name!r} (Constant) value")
+        elif k in ("value_float", "value_floats"):
+            arr = np.asarray(v, np.float32)
+        elif k in ("value_int", "value_ints"):
+            arr = np.asarray(v, np.int64)
+        else:
+            raise ModelError(f"node {name!r} (Constant): attribute {k!r} is not supported")
+        b.consts[outs[0]] = arr
+        return None
+    if op in _UNARY:
+        return mk(_UNARY[op])
+    if op == "Dropout":
+        return mk("identity", inputs=ins[:1])
+    if op in _BINARY:
+        attrs = {}
+        if op in ("Concat", "Gather", "Flatten"):
+            attrs["axis"] = a.get("axis", 0 if op != "Flatten" else 1)
+        if op == "Transpose":
+            attrs["perm"] = a.get("perm")
+        if op == "Shape":
+            attrs.update({k: a[k] for k in ("start", "end") if k in a})
+        return mk(_BINARY[op], attrs)
+    if op == "LeakyRelu":
+        return mk("leaky_relu", {"alpha": a.get("alpha", 0.01)})
+    if op == "Elu":
+        return mk("elu", {"alpha": a.get("alpha", 1.0)})
+    if op == "Selu":
+        return mk("selu", {k: a[k] for k in ("alpha", "gamma") if k in a})
+    if op == "HardSigmoid":
+        return mk("hard_sigmoid", {"alpha": a.get("alpha", 0.2), "beta": a.get("beta", 0.5)})
+    if op == "Gelu":
+        return mk("gelu", {"approximate": a.get("approximate", "none")})
+    if op == "Cast":
+        return mk("cast", {"to": _np_dtype(a["to"], f"node {name!r} (Cast)")})
+    if op == "Clip":
+        if b.opset < 11:
+            ins = ins[:1] + [b.const(a.get("min", -3.4028234663852886e38), np.float32),
+                             b.const(a.get("max", 3.4028234663852886e38), np.float32)]
+        return mk("clip")
+    if op == "Conv":
+        nsp = rank_of(ins[1]) - 2 if rank_of(ins[1]) else len(a.get("kernel_shape", ())) or 2
+        return mk("conv", {"strides": a.get("strides"), "dilations": a.get("dilations"),
+                           "pads": _pads(a, nsp, node), "auto_pad": _auto_pad(a, node),
+                           "groups": a.get("group", 1), "kernel": a.get("kernel_shape")})
+    if op == "Gemm":
+        return mk("gemm", {"alpha": a.get("alpha", 1.0), "beta": a.get("beta", 1.0),
+                           "trans_a": a.get("transA", 0), "trans_b": a.get("transB", 0)})
+    if op == "BatchNormalization":
+        if a.get("training_mode", 0):
+            raise ModelError(f"node {name!r} (BatchNormalization): training mode is not supported")
+        return mk("batchnorm", {"epsilon": a.get("epsilon", 1e-5)})
+    if op in ("Softmax", "LogSoftmax"):
+        legacy = b.opset < 13
+        return mk("softmax" if op == "Softmax" else "log_softmax",
+                  {"axis": a.get("axis", 1 if legacy else -1), "legacy": legacy})
+    if op == "LayerNormalization":
+        return mk("layer_norm", {"axis": a.get("axis", -1), "epsilon": a.get("epsilon", 1e-5)})
+    if op in _REDUCE:
+        if "axes" in a:
+            ins = ins[:1] + [b.const(a["axes"], np.int64)]
+        return mk(_REDUCE[op], {"keepdims": a.get("keepdims", 1),
+                                "noop_with_empty_axes": a.get("noop_with_empty_axes", 0)})
+    if op in ("MaxPool", "AveragePool"):
+        k = a.get("kernel_shape")
+        if not k:
+            raise ModelError(f"node {name!r} ({op}): kernel_shape is required")
+        if op == "MaxPool" and a.get("storage_order", 0):
+            raise ModelError(f"node {name!r} (MaxPool): storage_order=1 is not supported")
+        return mk("max_pool" if op == "MaxPool" else "avg_pool",
+                  {"kernel": tuple(k), "strides": a.get("strides"), "dilations": a.get("dilations"),
+                   "pads": _pads(a, len(k), node), "auto_pad": _auto_pad(a, node),
+                   "ceil_mode": a.get("ceil_mode", 0),
+                   "count_include_pad": a.get("count_include_pad", 0)})
+    if op == "GlobalAveragePool":
+        return mk("global_avg_pool")
+    if op == "GlobalMaxPool":
+        return mk("global_max_pool")
+    if op == "Reshape":
+        if b.opset < 5:
+            ins = ins[:1] + [b.const(a["shape"], np.int64)]
+        return mk("reshape", {"allowzero": a.get("allowzero", 0)})
+    if op in ("Squeeze", "Unsqueeze"):
+        if "axes" in a:
+            ins = ins[:1] + [b.const(a["axes"], np.int64)]
+        return mk(op.lower())
+    if op == "Slice":
+        if b.opset < 10:
+            ins = ins[:1] + [b.const(a["starts"], np.int64), b.const(a["ends"], np.int64)]
+            if "axes" in a:
+                ins.append(b.const(a["axes"], np.int64))
+        return mk("slice")
+    if op == "Pad":
+        if b.opset < 11:
+            ins = ins[:1] + [b.const(a["pads"], np.int64), b.const(a.get("value", 0.0), np.float32)]
+        return mk("pad", {"mode": a.get("mode", "constant")})
+    raise ModelError(f"node {name!r}: ONNX op {op!r} is not supported by fastane (no ANE lowering "
+                     f"and no host implementation)")
+
+
+def from_proto(proto, name: str = "") -> Graph:
+    """Import an ``onnx.ModelProto``."""
+    g = proto.graph
+    opset = None
+    for imp in proto.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            opset = int(imp.version)
+    if opset is None:
+        raise ModelError("the model imports no version of the default ONNX operator set")
+    b = _Builder(opset)
+    for t in g.initializer:
+        b.consts[t.name] = _tensor(t, "initializer")
+    if len(g.sparse_initializer):
+        raise ModelError("sparse initializers are not supported by fastane")
+    inputs = {}
+    for vi in g.input:
+        if vi.name in b.consts:
+            continue              # an initializer listed as an input (IR < 4): a constant
+        inputs[vi.name] = _value_type(vi, "input")
+    ranks = {n: len(t.shape) for n, t in inputs.items()}
+    ranks.update({n: v.ndim for n, v in b.consts.items()})
+    for vi in g.value_info:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            ranks.setdefault(vi.name, len(vi.type.tensor_type.shape.dim))
+    for node in g.node:
+        if node.domain not in ("", "ai.onnx"):
+            raise ModelError(f"node {node.name!r}: op {node.domain}.{node.op_type} (custom domain) "
+                             f"is not supported by fastane")
+        n = _convert(node, b, ranks.get)
+        if n is not None:
+            b.nodes.append(n)
+    outputs = [o.name for o in g.output]
+    return Graph(g.name or name, inputs, outputs, b.nodes, b.consts, origin=f"onnx opset {opset}")

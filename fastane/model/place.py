@@ -1,0 +1,295 @@
+"""Placement: which ops of a bound graph run on the emulated ANE, which on the host, and why.
+
+As Core ML partitions a model, fastane groups the graph into *layers*:
+
+* **ane**: an op fastane lowers to TD programs, run through the public entry points
+  (:func:`fastane.conv2d`, :func:`fastane.conv1d`, :func:`fastane.linear`,
+  :func:`fastane.matmul`, the activations of :mod:`fastane.activations`) -- the one
+  lowering and the one device; nothing is recomputed here.  Fusions, as Apple's compiler
+  does them: a BatchNormalization after a convolution is folded into its weights and bias
+  at compile time (SPEC 3, :func:`fastane.lut.fold_affine`: rounded once to fp16); an
+  activation that is the only consumer of a conv/Gemm/MatMul runs in the NE stage of the
+  same tasks (``activation=``); ``x * sigmoid(x)`` is silu.
+* **layout**: data movement with no arithmetic (Reshape, Transpose, Concat, Slice, ...);
+  fastane does it on the host (numpy), which changes no value.  Apple's compiler often
+  expresses these as DMA strides; fastane does not lower them yet.
+* **host**: everything else, in float32 on the host, with the reason (no ANE lowering in
+  fastane yet, beyond the lowering's limits, non-constant weights, ...).
+
+Tensors cross between the two as fp16 (the ANE's public entry points round their
+operands to fp16, and return fp16).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import lut as _lut
+from .graph import Bound, Node
+from .ops import OPS, conv_geometry
+
+__all__ = ["Layer", "place", "NO_LOWERING"]
+
+NO_LOWERING = "no ANE lowering in fastane yet"
+
+#: ONNX default SELU constants (float32), which are Apple's selu block's
+_SELU = (1.6732632423543772, 1.0507009873554805)
+
+
+@dataclass
+class Layer:
+    """A group of nodes placed together.  ``run(values) -> list`` computes the outputs
+    from the dynamic inputs (``inputs``), ``kind`` is the op class used for tolerances."""
+
+    name: str
+    nodes: list
+    placement: str
+    reason: str
+    inputs: list
+    outputs: list
+    kind: str
+    run: object = None
+    #: the ANE call and its arguments, for the report ("conv2d", "linear", ...)
+    call: str = ""
+    detail: dict = field(default_factory=dict)
+
+    @property
+    def op(self) -> str:
+        return "+".join(n.source or n.op for n in self.nodes)
+
+
+# ------------------------------------------------------------------------ activations
+def _activation(node: Node, consts: dict):
+    """``(fused, standalone)`` for an activation node fastane runs on the ANE: ``fused`` is
+    the ``activation=`` argument of the MAC entry points, ``standalone`` a callable on one
+    array; ``(None, reason)`` when it has no lowering."""
+    import fastane
+    op, a = node.op, node.attrs
+    if op in ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign"):
+        return op, getattr(fastane, op)
+    if op == "gelu":
+        if a.get("approximate", "none") != "none":
+            return None, "tanh-approximated GELU: fastane has the erf GELU table only"
+        return "gelu", fastane.gelu
+    if op == "leaky_relu":
+        s = float(a.get("alpha", 0.01))
+        blk = "leaky_relu" if np.float32(s) == np.float32(0.01) else _lut.leaky_relu_block(s)
+        return blk, lambda x: fastane.leaky_relu(x, s)
+    if op == "selu":
+        al, ga = float(a.get("alpha", _SELU[0])), float(a.get("gamma", _SELU[1]))
+        if np.float32(al) != np.float32(_SELU[0]) or np.float32(ga) != np.float32(_SELU[1]):
+            return None, "SELU with non-default alpha/gamma: fastane has Apple's selu block only"
+        return "selu", fastane.selu
+    if op == "clip":
+        lo = _scalar(consts, node, 1)
+        hi = _scalar(consts, node, 2)
+        if lo is False or hi is False:
+            return None, "Clip bounds are not constant"
+        big = 65504.0
+        if lo is not None and lo == 0.0 and (hi is None or hi >= big):
+            return "relu", fastane.relu
+        if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+            return None, "Clip with one bound only: no ANE block in fastane yet"
+        if not float(np.float16(lo)) < float(np.float16(hi)):
+            return None, "Clip bounds collapse in fp16"
+        blk = "relu6" if (lo, hi) == (0.0, 6.0) else _lut.hardtanh_block(lo, hi)
+        return blk, lambda x: fastane.hardtanh(x, lo, hi)
+    return None, NO_LOWERING
+
+
+def _scalar(consts, node, i):
+    """The constant scalar input ``i`` of ``node``: None if omitted, False if not constant."""
+    if len(node.inputs) <= i or not node.inputs[i]:
+        return None
+    v = consts.get(node.inputs[i])
+    if v is None or v.size != 1:
+        return False
+    return float(v.reshape(-1)[0])
+
+
+# ------------------------------------------------------------------------ the placer
+def place(bound: Bound) -> list:
+    """The layers of ``bound``, in execution order."""
+    consts, types = bound.consts, bound.types
+    consumers: dict = {}
+    for node in bound.nodes:
+        for t in node.inputs:
+            if t:
+                consumers.setdefault(t, []).append(node)
+    outputs = set(bound.graph.outputs)
+
+    def only(t):
+        """The one node consuming ``t`` (None if it has several, or is a model output)."""
+        c = consumers.get(t, [])
+        return c[0] if len(c) == 1 and t not in outputs else None
+
+    done: set = set()
+    layers = []
+
+    def dyn(nodes):
+        produced = {o for n in nodes for o in n.outputs}
+        seen, ins = set(), []
+        for n in nodes:
+            for t in n.inputs:
+                if t and t not in consts and t not in produced and t not in seen:
+                    seen.add(t)
+                    ins.append(t)
+        return ins
+
+    def add(nodes, placement, reason, kind, run=None, call="", **detail):
+        for n in nodes:
+            done.add(id(n))
+        layers.append(Layer(nodes[0].name, nodes, placement, reason, dyn(nodes), nodes[-1].outputs,
+                            kind, run, call, detail))
+
+    def fuse_activation(node):
+        """The activation node after ``node`` that can run in its NE stage, or the silu
+        pattern; returns ``(nodes, fused_arg)``."""
+        out = node.outputs[0]
+        nxt = only(out)
+        if nxt is not None and OPS[nxt.op].kind != "layout":
+            fused, _ = _activation(nxt, consts)
+            if fused is not None:
+                return [nxt], fused
+        silu = _silu(out)
+        if silu:
+            return silu, "silu"
+        return [], None
+
+    def _silu(x):
+        c = consumers.get(x, [])
+        if len(c) != 2 or x in outputs:
+            return None
+        sig = next((n for n in c if n.op == "sigmoid"), None)
+        mul = next((n for n in c if n.op == "mul"), None)
+        if sig is None or mul is None or only(sig.outputs[0]) is not mul:
+            return None
+        if sorted(mul.inputs) != sorted([x, sig.outputs[0]]):
+            return None
+        return [sig, mul]
+
+    for node in bound.nodes:
+        if id(node) in done:
+            continue
+        op = node.op
+        if op == "conv":
+            _place_conv(node, consts, types, only, fuse_activation, add)
+        elif op in ("gemm", "matmul"):
+            _place_mac(node, consts, types, fuse_activation, add)
+        elif OPS[op].kind == "layout":
+            add([node], "layout", "data movement only (no arithmetic), done on the host; "
+                "fastane does not express it as DMA strides yet", "layout")
+        elif op == "sigmoid" and (nodes := _silu(node.inputs[0])) and nodes[0] is node:
+            import fastane
+            add(nodes, "ane", "", "table", lambda xs: [fastane.silu(xs[0])], "silu")
+        else:
+            fused, fn = _activation(node, consts) if op in _ACTIVATIONS else (None, NO_LOWERING)
+            if fused is not None and np.dtype(types[node.inputs[0]].dtype).kind == "f":
+                kind = "exact" if op in ("relu", "sign") or (op == "clip") else "table"
+                add([node], "ane", "", kind, lambda xs, fn=fn: [fn(xs[0])], node.op)
+            else:
+                add([node], "host", fn if isinstance(fn, str) else NO_LOWERING, OPS[op].kind)
+    return layers
+
+
+_ACTIVATIONS = ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign", "gelu", "leaky_relu",
+                "selu", "clip")
+
+
+def _place_conv(node, consts, types, only, fuse_activation, add):
+    import fastane
+    w = consts.get(node.inputs[1])
+    b = consts.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    if w is None or (len(node.inputs) > 2 and node.inputs[2] and b is None):
+        add([node], "host", "convolution with non-constant weights or bias: the ANE reads "
+            "weights from the compiled program", "mac")
+        return
+    nodes = [node]
+    scale = shift = None
+    bn = only(node.outputs[0])
+    if bn is not None and bn.op == "batchnorm" and all(t in consts for t in bn.inputs[1:5]):
+        from .ops import bn_affine
+        scale, shift = bn_affine(bn, *(consts[t] for t in bn.inputs[1:5]))
+        nodes.append(bn)
+    acts, fused = fuse_activation(nodes[-1])
+    nodes += acts
+    x_shape = types[node.inputs[0]].shape
+    s, d, pads, _ = conv_geometry(node, x_shape, w.shape[2:])
+    groups = int(node.attrs.get("groups", 1))
+    if scale is not None:
+        w16, b16 = _lut.fold_affine(w, b, scale, shift)
+    else:
+        w16 = w.astype(np.float16)
+        b16 = None if b is None else b.astype(np.float16)
+    one_d = len(x_shape) == 3
+    sym = all(pb == pe for pb, pe in pads)
+    padding = tuple(pb for pb, _ in pads)
+    note = "" if sym else ("asymmetric padding materialised as zeros on the host (a zero operand "
+                           "either way)")
+
+    def run(xs):
+        x = xs[0]
+        pad = padding
+        if not sym:
+            x = np.pad(np.asarray(x), ((0, 0), (0, 0)) + tuple(pads))
+            pad = (0,) * len(pads)
+        if one_d:
+            return [fastane.conv1d(x, w16, b16, s[0], pad[0], d[0], groups, fused)]
+        return [fastane.conv2d(x, w16, b16, s, pad, d, groups, fused)]
+    add(nodes, "ane", note, "mac", run, "conv1d" if one_d else "conv2d",
+        folded_bn=scale is not None, activation=_act_name(fused))
+
+
+def _act_name(fused):
+    if fused is None or isinstance(fused, str):
+        return fused
+    return "lut block"
+
+
+def _place_mac(node, consts, types, fuse_activation, add):
+    import fastane
+    a_t = types[node.inputs[0]]
+    if np.dtype(a_t.dtype).kind != "f":
+        add([node], "host", "integer operands: the ANE multiplies fp16", "mac")
+        return
+    if node.op == "matmul":
+        b = consts.get(node.inputs[1])
+        acts, fused = fuse_activation(node)
+        if b is not None and b.ndim == 2 and len(a_t.shape) >= 2:
+            wt = np.ascontiguousarray(b.T).astype(np.float16)
+            add([node] + acts, "ane", "", "mac",
+                lambda xs: [fastane.linear(xs[0], wt, None, fused)], "linear", activation=_act_name(fused))
+        elif b is not None:
+            b16 = b.astype(np.float16)
+            add([node] + acts, "ane", "", "mac",
+                lambda xs: [fastane.matmul(xs[0], b16, activation=fused)], "matmul",
+                activation=_act_name(fused))
+        else:
+            add([node] + acts, "ane", "", "mac",
+                lambda xs: [fastane.matmul(xs[0], xs[1], activation=fused)], "matmul",
+                activation=_act_name(fused))
+        return
+    # gemm
+    at = node.attrs
+    b = consts.get(node.inputs[1])
+    c = consts.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    has_c = len(node.inputs) > 2 and bool(node.inputs[2])
+    M, N = types[node.outputs[0]].shape
+    if at.get("trans_a") or b is None or (has_c and (c is None or c.size not in (1, N)
+                                                     or (c.ndim == 2 and c.shape[0] != 1))):
+        add([node], "host", "Gemm with transA, non-constant B, or a C that is not one value per "
+            "output column: fastane lowers x @ W^T + bias only", "mac")
+        return
+    acts, fused = fuse_activation(node)
+    wt = b if at.get("trans_b") else b.T                       # (N, K)
+    alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
+    w16 = _lut.fold_affine(wt, None, alpha, 0.0)[0] if alpha != 1.0 else wt.astype(np.float16)
+    b16 = None
+    if has_c:
+        b16 = (beta * np.broadcast_to(c.astype(np.float64).reshape(-1), (N,))).astype(np.float16)
+    w16 = np.ascontiguousarray(w16)
+    add([node] + acts, "ane", "alpha folded into the weights (rounded once to fp16)" if alpha != 1.0
+        else "", "mac", lambda xs: [fastane.linear(xs[0], w16, b16, fused)], "linear",
+        activation=_act_name(fused))
