@@ -1,4 +1,4 @@
-"""The ``fastane`` command line: ``fastane demo | disasm | ...``.
+"""The ``fastane`` command line: ``fastane demo | disasm | roofline | run``.
 
 Each subcommand lives in the module that owns its subject and exposes
 ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when
@@ -16,6 +16,7 @@ COMMANDS = {
     "disasm": ("fastane.td.disasm", "disassemble task descriptors (.hwx, corpus .bin, raw TD)"),
     "roofline": ("fastane.roofline.report", "roofline model of workloads on the ANE (table, JSON, plot)"),
     "bench": ("fastane.bench", "run the benchmark suite; store runs and compare them as in-run ratios"),
+    "run": ("fastane.model.cli", "run a model (ONNX) on the emulated ANE, with a per-layer report"),
 }
 
 

@@ -1,0 +1,126 @@
+"""``fastane run MODEL --input NAME=x.npy [-o out.npz] [--report] [--json] [--chip CHIP]
+[--shape NAME=1x3x224x224] [--random]``: run a model on the emulated ANE.
+
+Without ``--report`` it prints each output's name, shape and dtype (and saves them with
+``-o``); ``--report`` prints the per-layer table (:meth:`fastane.Model.report`), ``--json``
+the same as JSON.  ``--random`` feeds seeded standard-normal inputs to the inputs not given
+(their shapes from the model or ``--shape``).  A bad model file, a missing input, a wrong
+shape or dtype is one line on stderr and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from ..errors import ModelError
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="the model file (.onnx)")
+    p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="an input array (repeat for each input; NAME= may be left out for a "
+                        "one-input model)")
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224",
+                   help="bind an input's shape (symbolic dimensions) for --random inputs")
+    p.add_argument("--random", action="store_true",
+                   help="feed seeded standard-normal data to the inputs not given with --input")
+    p.add_argument("--seed", type=int, default=0, help="seed of --random (default 0)")
+    p.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs (fp16) as .npz")
+    p.add_argument("--report", action="store_true", help="per-layer report: placement, tasks, "
+                   "predicted time, saturations, error against fp32")
+    p.add_argument("--json", action="store_true", help="the report as JSON on stdout")
+    p.add_argument("--chip", default="m1", help="chip of the time model (default m1)")
+
+
+class _Fail(Exception):
+    pass
+
+
+def _parse_shape(text: str):
+    if "=" not in text:
+        raise _Fail(f"--shape {text!r}: expected NAME=1x3x224x224")
+    name, dims = text.split("=", 1)
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x")) if dims else ()
+    except ValueError:
+        raise _Fail(f"--shape {text!r}: dimensions must be integers separated by 'x'") from None
+    if any(d < 0 for d in shape):
+        raise _Fail(f"--shape {text!r}: negative dimension")
+    return name, shape
+
+
+def _inputs(model, args) -> dict:
+    names = list(model.inputs)
+    arrays = {}
+    for item in args.input:
+        name, path = item.split("=", 1) if "=" in item else (None, item)
+        if name is None:
+            if len(names) != 1:
+                raise _Fail(f"--input {item!r}: the model has {len(names)} inputs "
+                            f"({', '.join(names)}); write NAME=FILE.npy")
+            name = names[0]
+        if name not in model.inputs:
+            raise _Fail(f"--input {item!r}: the model has no input {name!r} (inputs: {', '.join(names)})")
+        try:
+            arrays[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise _Fail(f"--input {item!r}: cannot read {path!r} as a .npy array ({exc})") from None
+    shapes = dict(_parse_shape(s) for s in args.shape)
+    for name in shapes:
+        if name not in model.inputs:
+            raise _Fail(f"--shape: the model has no input {name!r} (inputs: {', '.join(names)})")
+    missing = [n for n in names if n not in arrays]
+    if missing and not args.random:
+        t = model.inputs[missing[0]]
+        raise _Fail(f"missing input {missing[0]!r} ({t}): give --input {missing[0]}=FILE.npy "
+                    f"(or --random)")
+    rng = np.random.default_rng(args.seed)
+    for name in missing:
+        t = model.inputs[name]
+        shape = shapes.get(name, t.shape)
+        if len(shape) != len(t.shape) or any(isinstance(d, str) for d in shape):
+            raise _Fail(f"input {name!r} has shape {t}: bind it with --shape {name}=" +
+                        "x".join(str(d) if isinstance(d, int) else "N" for d in t.shape))
+        if np.dtype(t.dtype).kind != "f":
+            raise _Fail(f"input {name!r} ({t}) is not a float tensor: --random cannot make it")
+        arrays[name] = rng.standard_normal(shape).astype(t.dtype)
+        print(f"fastane run: input {name!r}: random {np.dtype(t.dtype).name}"
+              f"[{'x'.join(map(str, shape))}] (seed {args.seed})", file=sys.stderr)
+    return arrays
+
+
+def run(args) -> int:
+    import fastane
+    from .model import progress_bar
+    try:
+        model = fastane.load_model(args.model)
+        arrays = _inputs(model, args)
+        if args.report or args.json:
+            from ..roofline import chips as _chips
+            try:
+                _chips.get(args.chip)
+            except (KeyError, ValueError) as exc:
+                raise _Fail(f"--chip {args.chip!r}: {exc}") from None
+            rep = model.report(arrays, chip=args.chip, progress=None if args.json else progress_bar())
+            outs = None
+        else:
+            outs = model(arrays)
+    except (_Fail, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"fastane run: error: {msg}", file=sys.stderr)
+        return 2
+    if outs is None:
+        print(rep.to_json() if args.json else rep.table())
+        if args.output:
+            outs = model(arrays)
+    else:
+        for name, v in outs.items():
+            print(f"{name}: {v.dtype.name}[{'x'.join(map(str, v.shape))}]")
+    if args.output:
+        np.savez(args.output, **outs)
+        print(f"fastane run: outputs saved to {args.output}", file=sys.stderr)
+    return 0
