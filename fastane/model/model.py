@@ -195,6 +195,34 @@ class Model:
         ins = ", ".join(f"{n}: {t}" for n, t in self.graph.inputs.items())
         return f"<fastane Model {self.name!r} ({self.graph.origin}): {len(self.graph.nodes)} nodes; inputs {ins}>"
 
+    def freeze(self, values: dict) -> "Model":
+        """A copy of the model with the inputs in ``values`` (name -> array) made constants:
+        weights, bounds or shapes a graph takes as inputs become compile-time constants, as
+        converting the model for the ANE with those values would make them."""
+        arrays = self._arrays_partial(values)
+        g = self.graph
+        inputs = {k: t for k, t in g.inputs.items() if k not in arrays}
+        consts = dict(g.consts)
+        consts.update(arrays)
+        return Model(Graph(g.name, inputs, list(g.outputs), list(g.nodes), consts, g.origin))
+
+    def _arrays_partial(self, values: dict) -> dict:
+        out = {}
+        for name, v in values.items():
+            if name not in self.graph.inputs:
+                raise ModelError(f"unknown input {name!r}; the model's inputs are "
+                                 f"{list(self.graph.inputs)}")
+            want = self.graph.inputs[name]
+            arr = np.asarray(v)
+            if arr.dtype != np.dtype(want.dtype):
+                raise ModelError(f"input {name!r}: expected dtype {np.dtype(want.dtype).name}, "
+                                 f"got {arr.dtype.name}")
+            if len(arr.shape) != len(want.shape) or any(
+                    isinstance(d, int) and d != g for d, g in zip(want.shape, arr.shape)):
+                raise ModelError(f"input {name!r}: expected shape {want}, got {arr.shape}")
+            out[name] = np.ascontiguousarray(arr)
+        return out
+
     # -------------------------------------------------------------- binding
     def _arrays(self, inputs) -> dict:
         if not isinstance(inputs, dict):
