@@ -111,6 +111,7 @@ class Report:
         lines = [f"model {self.model} on {self.chip}: per layer (error = max|ane - fp32| / "
                  f"max|fp32| of the layer on the same inputs)", head, "-" * len(head)]
         notes = []
+        reasons: dict = {}
         for r in self.layers:
             d = r.as_dict()
             est = r.estimate
@@ -126,7 +127,7 @@ class Report:
                 f"{d['lut_underflow'] + d['lut_overflow'] if r.placement == 'ane' else '-':>4} "
                 f"{_e(r.max_abs_err):>9s} {_e(r.error):>9s}{mark}")
             if r.reason:
-                notes.append(f"  {d['name']}: {r.placement}: {r.reason}")
+                reasons.setdefault((r.placement, r.reason), []).append(d["name"])
         lines.append("-" * len(head))
         if self.total is not None:
             lines.append(f"ANE total: {self.total.tasks} tasks, {_si(self.total.macs)} MACs, "
@@ -139,8 +140,10 @@ class Report:
             lines.append(f"output {name}: max abs error {_e(o['max_abs_err'])}, error "
                          f"{_e(o['error'])} against the whole model in fp32")
         lines.append("first layer beyond its tolerance: " + (self.first_bad or "none"))
+        for (place_, why), names in reasons.items():
+            notes.append(f"  {place_}: {why}: {', '.join(names)}")
         if notes:
-            lines.append("reasons:")
+            lines.append("placement reasons:")
             lines += notes
         return "\n".join(lines)
 
@@ -220,7 +223,7 @@ class Model:
             if len(arr.shape) != len(want.shape) or any(
                     isinstance(d, int) and d != g for d, g in zip(want.shape, arr.shape)):
                 raise ModelError(f"input {name!r}: expected shape {want}, got {arr.shape}")
-            out[name] = np.ascontiguousarray(arr)
+            out[name] = np.asarray(arr, order="C")
         return out
 
     # -------------------------------------------------------------- binding

@@ -100,7 +100,7 @@ def _tensor(t, what: str) -> np.ndarray:
         arr = onnx.numpy_helper.to_array(t)
     except Exception as exc:
         raise ModelError(f"{what}: cannot decode tensor data ({exc})") from None
-    return np.ascontiguousarray(arr.astype(dt, copy=False))
+    return np.asarray(arr.astype(dt, copy=False), order="C")
 
 
 def _value_type(vi, what: str) -> TensorType:
@@ -166,7 +166,7 @@ class _Builder:
     def const(self, value, dtype) -> str:
         self._n += 1
         name = f"fastane::const{self._n}"
-        self.consts[name] = np.ascontiguousarray(np.asarray(value, dtype))
+        self.consts[name] = np.asarray(np.asarray(value, dtype), order="C")
         return name
 
 

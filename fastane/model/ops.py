@@ -613,7 +613,7 @@ def _transpose_infer(node, types, consts):
 
 
 _op("transpose", _transpose_infer, "layout")(
-    lambda node, x: np.ascontiguousarray(np.transpose(x, _perm(node, x.ndim))))
+    lambda node, x: np.asarray(np.transpose(x, _perm(node, x.ndim)), order="C"))
 
 
 def _squeeze_axes(node, shape, axes):
@@ -705,7 +705,7 @@ def _slice_infer(node, types, consts):
 
 
 _op("slice", _slice_infer, "layout")(
-    lambda node, x, st, en, ax=None, sp=None: np.ascontiguousarray(x[_slices(node, x.shape, st, en, ax, sp)]))
+    lambda node, x, st, en, ax=None, sp=None: np.asarray(x[_slices(node, x.shape, st, en, ax, sp)], order="C"))
 
 
 def _pad_widths(node, shape, pads, axes):
@@ -779,8 +779,8 @@ def _expand_infer(node, types, consts):
 
 
 _op("expand", _expand_infer, "layout")(
-    lambda node, x, shape: np.ascontiguousarray(np.broadcast_to(
-        x, np.broadcast_shapes(x.shape, tuple(int(v) for v in shape.reshape(-1))))))
+    lambda node, x, shape: np.asarray(np.broadcast_to(
+        x, np.broadcast_shapes(x.shape, tuple(int(v) for v in shape.reshape(-1)))), order="C"))
 
 
 def _range_infer(node, types, consts):

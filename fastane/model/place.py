@@ -177,7 +177,7 @@ def place(bound: Bound) -> list:
         if op == "conv":
             _place_conv(node, consts, types, only, fuse_activation, add)
         elif op in ("gemm", "matmul"):
-            _place_mac(node, consts, types, fuse_activation, add)
+            _place_mac(node, consts, types, only, fuse_activation, add)
         elif OPS[op].kind == "layout":
             add([node], "layout", "data movement only (no arithmetic), done on the host; "
                 "fastane does not express it as DMA strides yet", "layout")
@@ -248,7 +248,7 @@ def _act_name(fused):
     return "lut block"
 
 
-def _place_mac(node, consts, types, fuse_activation, add):
+def _place_mac(node, consts, types, only, fuse_activation, add):
     import fastane
     a_t = types[node.inputs[0]]
     if np.dtype(a_t.dtype).kind != "f":
@@ -256,12 +256,23 @@ def _place_mac(node, consts, types, fuse_activation, add):
         return
     if node.op == "matmul":
         b = consts.get(node.inputs[1])
-        acts, fused = fuse_activation(node)
         if b is not None and b.ndim == 2 and len(a_t.shape) >= 2:
             wt = np.ascontiguousarray(b.T).astype(np.float16)
-            add([node] + acts, "ane", "", "mac",
-                lambda xs: [fastane.linear(xs[0], wt, None, fused)], "linear", activation=_act_name(fused))
-        elif b is not None:
+            nodes, b16 = [node], None
+            nxt = only(node.outputs[0])
+            if nxt is not None and nxt.op == "add":         # x @ W + b: the linear's bias
+                other = [t for t in nxt.inputs if t != node.outputs[0]]
+                c = consts.get(other[0]) if len(other) == 1 else None
+                if c is not None and c.size == b.shape[1] and c.shape[-1:] == (b.shape[1],) \
+                        and np.dtype(c.dtype).kind == "f":
+                    nodes.append(nxt)
+                    b16 = c.reshape(-1).astype(np.float16)
+            acts, fused = fuse_activation(nodes[-1])
+            add(nodes + acts, "ane", "", "mac",
+                lambda xs: [fastane.linear(xs[0], wt, b16, fused)], "linear", activation=_act_name(fused))
+            return
+        acts, fused = fuse_activation(node)
+        if b is not None:
             b16 = b.astype(np.float16)
             add([node] + acts, "ane", "", "mac",
                 lambda xs: [fastane.matmul(xs[0], b16, activation=fused)], "matmul",

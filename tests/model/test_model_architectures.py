@@ -1,0 +1,100 @@
+"""Whole models built offline (fastane.model.zoo, onnx.helper, random seeded weights) on
+fastane against onnxruntime in float32."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+import fastane  # noqa: E402
+from fastane.model import zoo  # noqa: E402
+
+#: whole-model tolerance: max |fastane - onnxruntime| / max |onnxruntime|.  Measured 7.4e-4
+#: (resnet) and 1.5e-3 (transformer): fp16 activations and weights, Q16.16 products, the
+#: gelu table (6.2e-3 abs); 1e-2 leaves room without hiding a wrong layer (a wrong layer
+#: gives O(1)).
+TOL = 1e-2
+
+
+def _both(proto, x):
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = sess.run(None, {"x": x})[0]
+    model = fastane.load_model(proto)
+    y = model({"x": x})[model.outputs[0]]
+    return model, y, ref
+
+
+def _err(y, ref):
+    return float(np.abs(y.astype(np.float64) - ref).max() / np.abs(ref).max())
+
+
+def test_resnet_block_net_matches_onnxruntime_and_top1():
+    proto = zoo.resnet(seed=0)
+    x = np.random.default_rng(1).standard_normal((8, 3, 32, 32)).astype(np.float32)
+    model, y, ref = _both(proto, x)
+    assert y.dtype == np.float16 and y.shape == ref.shape == (8, 10)
+    assert _err(y, ref) < TOL
+    np.testing.assert_array_equal(y.argmax(1), ref.argmax(1))     # top-1 agreement, 8 of 8
+    layers = model.placement({"x": x.shape})
+    ane = [lay for lay in layers if lay.placement == "ane"]
+    # every Conv (with its BatchNormalization folded) and the classifier run on the ANE
+    assert sum(lay.call == "conv2d" for lay in ane) == 6
+    assert all(lay.nodes[1].op == "batchnorm" for lay in ane if lay.call == "conv2d")
+    assert any(lay.call == "linear" for lay in ane)
+    host = {lay.nodes[0].op for lay in layers if lay.placement == "host"}
+    assert host == {"add", "global_avg_pool"}
+
+
+def test_transformer_block_matches_onnxruntime():
+    proto = zoo.transformer(seed=0)
+    x = np.random.default_rng(2).standard_normal((1, 16, 32)).astype(np.float32)
+    model, y, ref = _both(proto, x)
+    assert y.shape == ref.shape == (1, 16, 32)
+    assert _err(y, ref) < TOL
+    layers = model.placement({"x": x.shape})
+    calls = [lay.call for lay in layers if lay.placement == "ane"]
+    assert calls.count("linear") == 6 and calls.count("matmul") == 2
+    mlp = next(lay for lay in layers if lay.op == "MatMul+Add+Gelu")
+    assert mlp.placement == "ane" and mlp.detail["activation"] == "gelu"
+
+
+def test_symbolic_sequence_length_binds_per_call():
+    model = fastane.load_model(zoo.transformer(seed=0))
+    for s in (4, 9):
+        x = np.random.default_rng(s).standard_normal((1, s, 32)).astype(np.float32)
+        assert model({"x": x})[model.outputs[0]].shape == (1, s, 32)
+
+
+def test_report_per_layer():
+    proto = zoo.resnet(seed=0, width=8, size=16)
+    model = fastane.load_model(proto)
+    x = np.random.default_rng(3).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    rep = model.report({"x": x}, chip="m1")
+    d = rep.as_dict()
+    assert d["first_layer_beyond_tolerance"] is None
+    conv = d["layers"][0]
+    assert conv["placement"] == "ane" and conv["op"] == "Conv+BatchNormalization+Relu"
+    assert conv["tasks"] > 0 and conv["macs"] == 8 * 3 * 9 * 16 * 16
+    assert conv["time_s"] > 0 and conv["op_per_byte"] > 0 and conv["dram_bytes"] > 0
+    assert 0 < conv["max_abs_err"] and conv["error"] < conv["tolerance"]
+    host = [lay for lay in d["layers"] if lay["placement"] == "host"]
+    assert host and all(lay["reason"] == "no ANE lowering in fastane yet" for lay in host)
+    assert "first layer beyond its tolerance: none" in rep.table()
+    assert rep.total.tasks == sum(lay["tasks"] for lay in d["layers"] if lay["placement"] == "ane")
+
+
+def test_report_names_the_first_layer_beyond_tolerance():
+    # a conv whose weights push the Q16.16 accumulator past 32768: saturation -> inf
+    from onnx import TensorProto as T, helper, numpy_helper
+    w = np.full((4, 8, 3, 3), 100.0, np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="big", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="act")]
+    g = helper.make_graph(nodes, "sat", [helper.make_tensor_value_info("x", T.FLOAT, [1, 8, 6, 6])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [1, 4, 6, 6])],
+                          [numpy_helper.from_array(w, "w")])
+    model = fastane.load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    x = np.full((1, 8, 6, 6), 10.0, np.float32)
+    with pytest.warns(fastane.SaturationWarning):
+        rep = model.report({"x": x})
+    layer = rep.layers[0]
+    assert layer.stats.saturated > 0 and rep.first_bad == "big" and not layer.ok

@@ -1,0 +1,66 @@
+"""``fastane run``: outputs, the report, and one-line errors (exit status 2)."""
+import json
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from fastane.cli import main  # noqa: E402
+from fastane.model import zoo  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory):
+    d = tmp_path_factory.mktemp("run")
+    p = d / "net.onnx"
+    onnx.save(zoo.resnet(seed=0, width=8, size=16), str(p))
+    np.save(d / "x.npy", np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32))
+    return d
+
+
+def _run(capsys, *argv):
+    rc = main(["run", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_run_saves_outputs(net, capsys, tmp_path):
+    rc, out, err = _run(capsys, net / "net.onnx", "--input", f"x={net / 'x.npy'}", "-o", tmp_path / "o.npz")
+    assert rc == 0
+    assert out.strip().endswith("float16[2x10]")
+    saved = np.load(tmp_path / "o.npz")
+    assert list(saved) and saved[list(saved)[0]].dtype == np.float16
+
+
+def test_run_report_table_and_json(net, capsys):
+    rc, out, _ = _run(capsys, net / "net.onnx", "-i", net / "x.npy", "--report")
+    assert rc == 0 and "Conv+BatchNormalization+Relu" in out and "first layer beyond its tolerance" in out
+    rc, out, _ = _run(capsys, net / "net.onnx", "-i", net / "x.npy", "--json", "--chip", "m4")
+    d = json.loads(out)
+    assert rc == 0 and d["chip"] == "m4" and d["layers"][0]["placement"] == "ane"
+
+
+def test_run_random_with_shape(net, capsys):
+    rc, out, err = _run(capsys, net / "net.onnx", "--random", "--shape", "x=1x3x16x16")
+    assert rc == 0 and "random float32[1x3x16x16]" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["{d}/missing.onnx"], "cannot read model"),
+    (["{d}/x.npy"], "not a valid ONNX model"),
+    (["{d}/net.onnx"], "missing input 'x'"),
+    (["{d}/net.onnx", "-i", "{d}/bad.npy"], "expected shape (N, 3, 16, 16), got (1, 3, 15, 16)"),
+    (["{d}/net.onnx", "-i", "{d}/int.npy"], "expected dtype float32, got int32"),
+    (["{d}/net.onnx", "-i", "y={d}/x.npy"], "has no input 'y'"),
+    (["{d}/net.onnx", "-i", "{d}/nothere.npy"], "cannot read"),
+    (["{d}/net.onnx", "--random"], "bind it with --shape x=Nx3x16x16"),
+    (["{d}/net.onnx", "--random", "--shape", "x=1x3xa"], "dimensions must be integers"),
+    (["{d}/net.onnx", "--random", "--shape", "x=1x3x16x16", "--report", "--chip", "z9"], "unknown chip"),
+])
+def test_errors_are_one_line(net, capsys, args, message):
+    np.save(net / "bad.npy", np.zeros((1, 3, 15, 16), np.float32))
+    np.save(net / "int.npy", np.zeros((1, 3, 16, 16), np.int32))
+    rc, out, err = _run(capsys, *[a.format(d=net) for a in args])
+    lines = [ln for ln in err.splitlines() if not ln.startswith("fastane run: input")]
+    assert rc == 2 and len(lines) == 1 and message in lines[0] and "Traceback" not in err, err
