@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The main job: set up a virtual environment (if needed), install fastane, show the ANE
-# accumulator and throughput (fastane demo), then the roofline of the default workloads.
+# accumulator and throughput (fastane demo), the roofline of the default workloads, then a
+# small ResNet-style ONNX model (built offline by fastane.model.zoo) through fastane run --report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e .
+.venv/bin/python -m pip install -q -e '.[onnx]'
 .venv/bin/fastane demo "$@"
 echo
-exec .venv/bin/fastane roofline --summary --quiet
+.venv/bin/fastane roofline --summary --quiet
+echo
+mkdir -p .demo
+.venv/bin/python -m fastane.model.zoo resnet .demo/resnet.onnx
+exec .venv/bin/fastane run .demo/resnet.onnx --random --shape x=1x3x32x32 --report
