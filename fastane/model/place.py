@@ -178,6 +178,18 @@ def place(bound: Bound) -> list:
             _place_conv(node, consts, types, only, fuse_activation, add)
         elif op in ("gemm", "matmul"):
             _place_mac(node, consts, types, only, fuse_activation, add)
+        elif op in _BINARY and len(node.inputs) == 2 and all(
+                np.dtype(types[t].dtype).kind == "f" for t in node.inputs):
+            from .. import binary as _binary
+            fn = getattr(_binary, _BINARY[op])
+            note = "" if types[node.inputs[0]].shape == types[node.inputs[1]].shape else \
+                "broadcast materialised on the host (a copy, no rounding)"
+
+            def run(xs, fn=fn, node=node):
+                vals = {t: x for t, x in zip(_dyn_inputs(node, consts), xs)}
+                a, b = (vals[t] if t in vals else consts[t] for t in node.inputs)
+                return [fn(a, b)]
+            add([node], "ane", note, "exact", run, _BINARY[op])
         elif OPS[op].kind == "layout":
             add([node], "layout", "data movement only (no arithmetic), done on the host; "
                 "fastane does not express it as DMA strides yet", "layout")
@@ -192,6 +204,19 @@ def place(bound: Bound) -> list:
             else:
                 add([node], "host", fn if isinstance(fn, str) else NO_LOWERING, OPS[op].kind)
     return layers
+
+
+#: model ops -> fastane.binary (planar engine) functions
+_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "max": "maximum", "min": "minimum"}
+
+
+def _dyn_inputs(node, consts):
+    seen, out = set(), []
+    for t in node.inputs:
+        if t and t not in consts and t not in seen:
+            seen.add(t)
+            out.append(t)
+    return out
 
 
 _ACTIVATIONS = ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign", "gelu", "leaky_relu",

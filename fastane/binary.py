@@ -1,0 +1,160 @@
+"""Elementwise binary ops on the ANE's planar engine: ``add``, ``sub``, ``mul``,
+``maximum``, ``minimum`` (the lowering and its numpy-style entry points).
+
+Apple's compiler runs these as planar tasks (corpus ``binary/add.bin`` and friends): one
+task per tile, source 0 through TileDMASrc, source 1 through its second register set,
+the result through TileDMADst, ``Planar.Word[0]`` the operation (docs/device.md, "Planar
+engine").  Each result is ``round16(op(a, b))``: the exact result rounded once to fp16
+(RNE; the planar engine's arithmetic, :mod:`fastane.kernels.planar`); a NaN result is
+``0x7e00``.
+
+The lowering: both operands (rounded to fp16, as every entry point does) sit flat and
+dense in their slots (``SLOT_A``, ``SLOT_B``; the result in ``SLOT_OUT``), cut into
+``(1, 1, rows, width)`` tiles exactly as the activations' elementwise programs are (rows
+of a multiple of 32 elements, so every tile starts on a 64-byte burst, plus a remainder
+row), sized so that the three tiles fit the 2 MiB L2 together.  numpy broadcasting is
+materialised on the host first (a copy: layout work, no value changes); the planar
+engine's own per-row broadcast (``Common.Broadcast``) is not used yet.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from . import compiler as _compiler
+from .api import _fp16_operand
+from .stats import Stats, record
+from .td import BarSlot
+from .td.asm import eltwise_td
+
+__all__ = ["add", "sub", "mul", "maximum", "minimum", "binary", "lower", "OPS"]
+
+#: fastane name -> the planar operation (fastane.td.asm.PLANAR_BINARY)
+OPS = {"add": "add", "sub": "sub", "mul": "mul", "maximum": "max", "minimum": "min"}
+SLOT_OUT, SLOT_A, SLOT_B = 4, 5, 6
+_L = _compiler.LIMITS
+_ALIGN = 64
+
+
+def _ru(x: int, m: int = _ALIGN) -> int:
+    return -(-x // m) * m
+
+
+@dataclasses.dataclass(frozen=True)
+class LoweredBinary:
+    op: str
+    n: int
+    tiles: tuple            # (first element, rows, width)
+    programs: tuple
+    nbytes: int
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.tiles)
+
+
+@functools.lru_cache(maxsize=_compiler.CACHE_SIZE)
+def lower(n: int, op: str) -> LoweredBinary:
+    """The program of ``op`` (a planar binary op) over ``n`` fp16 elements (cached)."""
+    if n < 1:
+        raise ValueError(f"cannot lower a binary op on {n} elements")
+    if op not in OPS.values():
+        raise ValueError(f"unknown planar binary op {op!r}; one of {sorted(OPS.values())}")
+    k = 3                                           # a, b and the result in L2 at once
+    width_max = min(_L.max_hw, _L.l2_bytes // (k * _ALIGN) * (_ALIGN // 2))
+    width, rows, rem = _compiler._flat_shape(n, width_max, _L)
+    th = min(rows, _L.max_hw, _L.l2_bytes // (k * _ru(2 * width, 16)))
+    ntiles = -(-rows // th)
+    th = -(-rows // ntiles)
+    tiles = [(r0 * width, min(th, rows - r0), width) for r0 in range(0, rows, th)]
+    if rem:
+        tiles.append((rows * width, 1, rem))
+    words = []
+    for j, (e0, h, w) in enumerate(tiles):
+        td = eltwise_td((1, h, w), op=op, src=SLOT_A, src1=SLOT_B, dst=SLOT_OUT,
+                        src_base=2 * e0, src1_base=2 * e0, dst_base=2 * e0, eon=False)
+        c = j % _compiler.MAX_CHAIN
+        td["Header.TID"] = c
+        td["Header.LNID"] = int(c > 0)
+        words.append(list(td.words))
+    nbytes = max(_ru(2 * n), _ALIGN)
+    bars = {_compiler.SLOT_TD: None, SLOT_OUT: BarSlot(SLOT_OUT, "output", nbytes, "y"),
+            SLOT_A: BarSlot(SLOT_A, "input", nbytes, "a"), SLOT_B: BarSlot(SLOT_B, "input", nbytes, "b")}
+    chunk = _compiler.MAX_CHAIN
+    programs = tuple(_compiler._program(words[s:s + chunk], bars, f"{op}{n}")
+                     for s in range(0, len(words), chunk))
+    return LoweredBinary(op, n, tuple(tiles), programs, nbytes)
+
+
+def _execute(low: LoweredBinary, a16: np.ndarray, b16: np.ndarray, device=None):
+    dev = device if device is not None else _compiler.default_device()
+    regions = {}
+    try:
+        for slot in (SLOT_A, SLOT_B, SLOT_OUT):
+            regions[slot] = _compiler._alloc(dev, low.nbytes, f"{low.op}:{slot}", zero=True)
+        for slot, x in ((SLOT_A, a16), (SLOT_B, b16)):
+            r = regions[slot]
+            dev.memory.view(r.iova, r.size)[:2 * low.n].view(np.float16)[...] = x.reshape(-1)
+        total = None
+        for p in low.programs:
+            st = dev.submit(p, regions).wait()
+            total = st if total is None else _compiler._concat(total, st)
+        r = regions[SLOT_OUT]
+        y = np.array(dev.memory.view(r.iova, r.size)[:2 * low.n].view(np.float16))
+        return y, total
+    finally:
+        for r in regions.values():
+            dev.free(r)
+        for p in low.programs:
+            dev.unload(p)
+
+
+def binary(name: str, a, b) -> np.ndarray:
+    """``name`` (a key of :data:`OPS`) of ``a`` and ``b`` (numpy broadcasting) on the
+    planar engine; ``np.float16``."""
+    if name not in OPS:
+        raise ValueError(f"unknown binary op {name!r}; one of {sorted(OPS)}")
+    a16 = _fp16_operand(a, name, "a")
+    b16 = _fp16_operand(b, name, "b")
+    try:
+        shape = np.broadcast_shapes(a16.shape, b16.shape)
+    except ValueError:
+        raise ValueError(f"{name}: operands could not be broadcast together with shapes "
+                         f"{a16.shape} {b16.shape}") from None
+    n = int(np.prod(shape, dtype=np.int64))
+    if n == 0:
+        record(Stats())
+        return np.empty(shape, np.float16)
+    a16 = np.broadcast_to(a16, shape)            # materialised below: layout, no rounding
+    b16 = np.broadcast_to(b16, shape)
+    y, stats = _execute(lower(n, OPS[name]), np.ascontiguousarray(a16), np.ascontiguousarray(b16))
+    record(stats)
+    y = y.reshape(shape)
+    return y[()] if y.ndim == 0 else y
+
+
+def add(a, b):
+    """``a + b`` on the planar engine: ``round16(a16 + b16)``."""
+    return binary("add", a, b)
+
+
+def sub(a, b):
+    """``a - b`` on the planar engine: ``round16(a16 - b16)``."""
+    return binary("sub", a, b)
+
+
+def mul(a, b):
+    """``a * b`` on the planar engine: ``round16(a16 * b16)``."""
+    return binary("mul", a, b)
+
+
+def maximum(a, b):
+    """``max(a, b)`` on the planar engine."""
+    return binary("maximum", a, b)
+
+
+def minimum(a, b):
+    """``min(a, b)`` on the planar engine."""
+    return binary("minimum", a, b)
