@@ -243,16 +243,18 @@ def _place_conv(node, consts, types, only, fuse_activation, add):
     x_shape = types[node.inputs[0]].shape
     s, d, pads, _ = conv_geometry(node, x_shape, w.shape[2:])
     groups = int(node.attrs.get("groups", 1))
-    if scale is not None:
-        w16, b16 = _lut.fold_affine(w, b, scale, shift)
-    else:
-        w16 = w.astype(np.float16)
-        b16 = None if b is None else b.astype(np.float16)
+    with np.errstate(over="ignore"):
+        if scale is not None:
+            w16, b16 = _lut.fold_affine(w, b, scale, shift)
+        else:
+            w16 = w.astype(np.float16)
+            b16 = None if b is None else b.astype(np.float16)
     one_d = len(x_shape) == 3
     sym = all(pb == pe for pb, pe in pads)
     padding = tuple(pb for pb, _ in pads)
     note = "" if sym else ("asymmetric padding materialised as zeros on the host (a zero operand "
                            "either way)")
+    note = "; ".join(filter(None, [note, _overflow(w16, b16)]))
 
     def run(xs):
         x = xs[0]
@@ -265,6 +267,12 @@ def _place_conv(node, consts, types, only, fuse_activation, add):
         return [fastane.conv2d(x, w16, b16, s, pad, d, groups, fused)]
     add(nodes, "ane", note, "mac", run, "conv1d" if one_d else "conv2d",
         folded_bn=scale is not None, activation=_act_name(fused))
+
+
+def _overflow(*arrays) -> str:
+    """A note when constants left the fp16 range on their way to the ANE."""
+    n = sum(int(np.isinf(a).sum()) for a in arrays if a is not None)
+    return f"{n} weight/bias value(s) beyond the fp16 range became inf" if n else ""
 
 
 def _act_name(fused):
@@ -282,7 +290,8 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
     if node.op == "matmul":
         b = consts.get(node.inputs[1])
         if b is not None and b.ndim == 2 and len(a_t.shape) >= 2:
-            wt = np.ascontiguousarray(b.T).astype(np.float16)
+            with np.errstate(over="ignore"):
+                wt = np.ascontiguousarray(b.T).astype(np.float16)
             nodes, b16 = [node], None
             nxt = only(node.outputs[0])
             if nxt is not None and nxt.op == "add":         # x @ W + b: the linear's bias
@@ -291,7 +300,8 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
                 if c is not None and c.size == b.shape[1] and c.shape[-1:] == (b.shape[1],) \
                         and np.dtype(c.dtype).kind == "f":
                     nodes.append(nxt)
-                    b16 = c.reshape(-1).astype(np.float16)
+                    with np.errstate(over="ignore"):
+                        b16 = c.reshape(-1).astype(np.float16)
             acts, fused = fuse_activation(nodes[-1])
             add(nodes + acts, "ane", "", "mac",
                 lambda xs: [fastane.linear(xs[0], wt, b16, fused)], "linear", activation=_act_name(fused))
@@ -321,11 +331,13 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
     acts, fused = fuse_activation(node)
     wt = b if at.get("trans_b") else b.T                       # (N, K)
     alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
-    w16 = _lut.fold_affine(wt, None, alpha, 0.0)[0] if alpha != 1.0 else wt.astype(np.float16)
-    b16 = None
-    if has_c:
-        b16 = (beta * np.broadcast_to(c.astype(np.float64).reshape(-1), (N,))).astype(np.float16)
+    with np.errstate(over="ignore"):
+        w16 = _lut.fold_affine(wt, None, alpha, 0.0)[0] if alpha != 1.0 else wt.astype(np.float16)
+        b16 = None
+        if has_c:
+            b16 = (beta * np.broadcast_to(c.astype(np.float64).reshape(-1), (N,))).astype(np.float16)
     w16 = np.ascontiguousarray(w16)
-    add([node] + acts, "ane", "alpha folded into the weights (rounded once to fp16)" if alpha != 1.0
-        else "", "mac", lambda xs: [fastane.linear(xs[0], w16, b16, fused)], "linear",
+    note = "; ".join(filter(None, ["alpha folded into the weights (rounded once to fp16)" if alpha != 1.0
+                                   else "", _overflow(w16, b16)]))
+    add([node] + acts, "ane", note, "mac", lambda xs: [fastane.linear(xs[0], w16, b16, fused)], "linear",
         activation=_act_name(fused))

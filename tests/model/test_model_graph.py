@@ -208,3 +208,33 @@ def test_asymmetric_padding_and_auto_pad():
     y2 = m2({"x": x})["y"]
     xp = np.pad(x, ((0, 0), (0, 0), (0, 2), (1, 0)))
     np.testing.assert_array_equal(y2, fastane.conv2d(xp, w))
+
+
+def test_mutated_files_give_model_errors_only(tmp_path):
+    """Random byte flips, truncations and splices of a valid model: loading (and binding at
+    the declared shapes) either works or raises ModelError -- never another exception."""
+    from fastane.model import zoo
+    data = bytearray(zoo.resnet(seed=0, width=4, size=8).SerializeToString())
+    rng = np.random.default_rng(1234)
+    outcomes = {"ok": 0, "error": 0}
+    for i in range(150):
+        d = bytearray(data)
+        kind = i % 3
+        if kind == 0:
+            for p in rng.integers(0, len(d), size=int(rng.integers(1, 8))):
+                d[p] = int(rng.integers(0, 256))
+        elif kind == 1:
+            d = d[: int(rng.integers(1, len(d)))]
+        else:
+            a, b = sorted(rng.integers(0, len(d), size=2))
+            d = d[:a] + d[b:] + d[a:b]
+        p = tmp_path / f"m{i}.onnx"
+        p.write_bytes(bytes(d))
+        try:
+            m = fastane.load_model(p)
+            shapes = {k: tuple(1 if isinstance(s, str) else s for s in t.shape) for k, t in m.inputs.items()}
+            m.bind(shapes)
+            outcomes["ok"] += 1
+        except ModelError:
+            outcomes["error"] += 1
+    assert outcomes["error"] > 0
