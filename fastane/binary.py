@@ -29,7 +29,7 @@ from .stats import Stats, record
 from .td import BarSlot
 from .td.asm import eltwise_td
 
-__all__ = ["add", "sub", "mul", "maximum", "minimum", "binary", "lower", "OPS"]
+__all__ = ["add", "sub", "mul", "maximum", "minimum", "binary", "lower", "plan", "OPS"]
 
 #: fastane name -> the planar operation (fastane.td.asm.PLANAR_BINARY)
 OPS = {"add": "add", "sub": "sub", "mul": "mul", "maximum": "max", "minimum": "min"}
@@ -88,16 +88,26 @@ def lower(n: int, op: str) -> LoweredBinary:
     return LoweredBinary(op, n, tuple(tiles), programs, nbytes)
 
 
-def _execute(low: LoweredBinary, a16: np.ndarray, b16: np.ndarray, device=None):
+def plan(n: int, op: str) -> Stats:
+    """The Stats of ``op`` over ``n`` elements, counted on the lowering's stats-only device."""
+    return _execute(lower(n, op), None, None, device=_compiler._plan_device(), stats_only=True)[1]
+
+
+def _execute(low: LoweredBinary, a16, b16, device=None, stats_only: bool = False):
     dev = device if device is not None else _compiler.default_device()
     regions = {}
     try:
         for slot in (SLOT_A, SLOT_B, SLOT_OUT):
-            regions[slot] = _compiler._alloc(dev, low.nbytes, f"{low.op}:{slot}", zero=True)
+            regions[slot] = _compiler._alloc(dev, low.nbytes, f"{low.op}:{slot}", zero=not stats_only)
+        total = None
+        if stats_only:
+            for p in low.programs:
+                st = dev.submit(p, regions, stats_only=True).wait()
+                total = st if total is None else _compiler._concat(total, st)
+            return None, total
         for slot, x in ((SLOT_A, a16), (SLOT_B, b16)):
             r = regions[slot]
             dev.memory.view(r.iova, r.size)[:2 * low.n].view(np.float16)[...] = x.reshape(-1)
-        total = None
         for p in low.programs:
             st = dev.submit(p, regions).wait()
             total = st if total is None else _compiler._concat(total, st)

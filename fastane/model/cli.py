@@ -1,9 +1,10 @@
 """``fastane run MODEL --input NAME=x.npy [-o out.npz] [--report] [--json] [--chip CHIP]
-[--shape NAME=1x3x224x224] [--random]``: run a model on the emulated ANE.
+[--shape NAME=1x3x224x224] [--random] [--stats-only]``: run a model on the emulated ANE.
 
 Without ``--report`` it prints each output's name, shape and dtype (and saves them with
 ``-o``); ``--report`` prints the per-layer table (:meth:`fastane.Model.report`), ``--json``
-the same as JSON.  ``--random`` feeds seeded standard-normal inputs to the inputs not given
+the same as JSON, ``--stats-only`` the report from the shapes alone (nothing computed:
+the same programs counted on a stats-only device).  ``--random`` feeds seeded standard-normal inputs to the inputs not given
 (their shapes from the model or ``--shape``).  A bad model file, a missing input, a wrong
 shape or dtype is one line on stderr and exit status 2.
 """
@@ -34,6 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "predicted time, saturations, error against fp32")
     p.add_argument("--json", action="store_true", help="the report as JSON on stdout")
     p.add_argument("--chip", default="m1", help="chip of the time model (default m1)")
+    p.add_argument("--stats-only", action="store_true",
+                   help="report from the shapes alone (model or --shape), computing nothing")
 
 
 class _Fail(Exception):
@@ -74,6 +77,19 @@ def _inputs(model, args) -> dict:
         if name not in model.inputs:
             raise _Fail(f"--shape: the model has no input {name!r} (inputs: {', '.join(names)})")
     missing = [n for n in names if n not in arrays]
+    if getattr(args, "stats_only", False):
+        out = {}
+        for name in names:
+            if name in arrays:
+                out[name] = arrays[name].shape
+                continue
+            t = model.inputs[name]
+            shape = shapes.get(name, t.shape)
+            if len(shape) != len(t.shape) or any(isinstance(d, str) for d in shape):
+                raise _Fail(f"input {name!r} has shape {t}: bind it with --shape {name}=" +
+                            "x".join(str(d) if isinstance(d, int) else "N" for d in t.shape))
+            out[name] = shape
+        return out
     if missing and not args.random:
         t = model.inputs[missing[0]]
         raise _Fail(f"missing input {missing[0]!r} ({t}): give --input {missing[0]}=FILE.npy "
@@ -99,13 +115,16 @@ def run(args) -> int:
     try:
         model = fastane.load_model(args.model)
         arrays = _inputs(model, args)
-        if args.report or args.json:
+        if args.stats_only and args.output:
+            raise _Fail("--stats-only computes nothing: it cannot save outputs (-o)")
+        if args.report or args.json or args.stats_only:
             from ..roofline import chips as _chips
             try:
                 _chips.get(args.chip)
             except (KeyError, ValueError) as exc:
                 raise _Fail(f"--chip {args.chip!r}: {exc}") from None
-            rep = model.report(arrays, chip=args.chip, progress=None if args.json else progress_bar())
+            rep = model.report(arrays, chip=args.chip, stats_only=args.stats_only,
+                               progress=None if args.json else progress_bar())
             outs = None
         else:
             outs = model(arrays)

@@ -59,7 +59,7 @@ class LayerRecord:
 
     @property
     def ok(self) -> bool:
-        return not self.error > self.tolerance
+        return self.error is None or not self.error > self.tolerance
 
     def as_dict(self) -> dict:
         st, est = self.stats, self.estimate
@@ -91,9 +91,11 @@ class Report:
     first_bad: str | None
     total: object = None               # Estimate of all ANE layers (with the program overhead)
     placement: dict = field(default_factory=dict)
+    #: counted from the shapes alone: no outputs, no errors
+    stats_only: bool = False
 
     def as_dict(self) -> dict:
-        return {"model": self.model, "chip": self.chip,
+        return {"model": self.model, "chip": self.chip, "stats_only": self.stats_only,
                 "layers": [r.as_dict() for r in self.layers],
                 "placement": self.placement, "outputs": self.outputs,
                 "first_layer_beyond_tolerance": self.first_bad,
@@ -139,7 +141,10 @@ class Report:
         for name, o in self.outputs.items():
             lines.append(f"output {name}: max abs error {_e(o['max_abs_err'])}, error "
                          f"{_e(o['error'])} against the whole model in fp32")
-        lines.append("first layer beyond its tolerance: " + (self.first_bad or "none"))
+        if self.stats_only:
+            lines.append("stats only: counted from the shapes, nothing computed (no errors)")
+        else:
+            lines.append("first layer beyond its tolerance: " + (self.first_bad or "none"))
         for (place_, why), names in reasons.items():
             notes.append(f"  {place_}: {why}: {', '.join(names)}")
         if notes:
@@ -283,6 +288,30 @@ class Model:
             values.update(zip(node.outputs, outs))
         return {n: np.asarray(values[n]) for n in bound.graph.outputs}
 
+    def _plan_report(self, inputs, chip) -> Report:
+        from ..roofline.model import estimate
+        bound, layers = self.bind(_shapes_of(self, inputs))
+        records, tasks = [], []
+        for layer in layers:
+            placement, reason, stats = layer.placement, layer.reason, Stats()
+            if placement == "ane":
+                try:
+                    stats = layer.plan()
+                except NotImplementedError as exc:
+                    placement, reason = "host", f"beyond the ANE lowering's limits: {exc}"
+            rec = LayerRecord(layer, placement, reason, stats, max_abs_err=None, max_rel_err=None,
+                              error=None, tolerance=_tolerance(layer),
+                              shapes=" ".join(str(bound.types[o]) for o in layer.outputs))
+            if placement == "ane":
+                rec.estimate = estimate(stats, chip, program=False, name=layer.name)
+                tasks += stats.tasks_detail or [stats]
+            records.append(rec)
+        total = estimate(tasks, chip, program=True, name=self.name) if tasks else None
+        counts: dict = {}
+        for r in records:
+            counts[r.placement] = counts.get(r.placement, 0) + 1
+        return Report(self.name, chip.key, records, {}, None, total, counts, stats_only=True)
+
     def _run(self, inputs, compare: bool, progress=None):
         arrays = self._arrays(inputs)
         bound, layers = self.bind({k: v.shape for k, v in arrays.items()})
@@ -326,11 +355,15 @@ class Model:
             outs[n] = v.astype(np.float16) if v.dtype.kind == "f" else v
         return outs, records, bound
 
-    def report(self, inputs, chip: str = "m1", progress=None) -> Report:
-        """Run the model and report per layer (see the module docs)."""
+    def report(self, inputs, chip: str = "m1", progress=None, stats_only: bool = False) -> Report:
+        """Run the model and report per layer (see the module docs).  ``stats_only``:
+        ``inputs`` may be shapes (name -> tuple); nothing is computed, the ANE layers'
+        programs are counted from the shapes on a stats-only device (no errors then)."""
         from ..roofline import chips as _chips
         from ..roofline.model import estimate
         chip = _chips.get(chip)
+        if stats_only:
+            return self._plan_report(inputs, chip)
         outs, records, bound = self._run(inputs, compare=True, progress=progress)
         tasks = []
         for r in records:
@@ -349,6 +382,22 @@ class Model:
         for r in records:
             counts[r.placement] = counts.get(r.placement, 0) + 1
         return Report(self.name, chip.key, records, out_err, first, total, counts)
+
+
+def _shapes_of(model, inputs) -> dict:
+    if not isinstance(inputs, dict):
+        inputs = {next(iter(model.graph.inputs)): inputs} if len(model.graph.inputs) == 1 else inputs
+    if not isinstance(inputs, dict):
+        raise ModelError(f"the model has {len(model.graph.inputs)} inputs: pass a dict name -> shape")
+    out = {}
+    for k, v in inputs.items():
+        if k not in model.graph.inputs:
+            raise ModelError(f"unknown input {k!r}; the model's inputs are {list(model.graph.inputs)}")
+        out[k] = tuple(int(d) for d in (v.shape if hasattr(v, "shape") else v))
+    for k in model.graph.inputs:
+        if k not in out:
+            raise ModelError(f"missing input {k!r} (expected {model.graph.inputs[k]})")
+    return out
 
 
 def _wide(x):

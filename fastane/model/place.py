@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import lut as _lut
+from . import plan as _plan
 from .graph import Bound, Node
 from .ops import OPS, conv_geometry
 
@@ -54,6 +55,8 @@ class Layer:
     #: the ANE call and its arguments, for the report ("conv2d", "linear", ...)
     call: str = ""
     detail: dict = field(default_factory=dict)
+    #: ``plan() -> Stats``: the same programs counted from the shapes alone (stats-only)
+    plan: object = None
 
     @property
     def op(self) -> str:
@@ -138,11 +141,11 @@ def place(bound: Bound) -> list:
                     ins.append(t)
         return ins
 
-    def add(nodes, placement, reason, kind, run=None, call="", **detail):
+    def add(nodes, placement, reason, kind, run=None, call="", plan=None, **detail):
         for n in nodes:
             done.add(id(n))
         layers.append(Layer(nodes[0].name, nodes, placement, reason, dyn(nodes), nodes[-1].outputs,
-                            kind, run, call, detail))
+                            kind, run, call, detail, plan))
 
     def fuse_activation(node):
         """The activation node after ``node`` that can run in its NE stage, or the silu
@@ -189,18 +192,24 @@ def place(bound: Bound) -> list:
                 vals = {t: x for t, x in zip(_dyn_inputs(node, consts), xs)}
                 a, b = (vals[t] if t in vals else consts[t] for t in node.inputs)
                 return [fn(a, b)]
-            add([node], "ane", note, "exact", run, _BINARY[op])
+            out_shape = types[node.outputs[0]].shape
+            add([node], "ane", note, "exact", run, _BINARY[op],
+                lambda out_shape=out_shape, op=op: _plan.binary(out_shape, _BINARY[op]))
         elif OPS[op].kind == "layout":
             add([node], "layout", "data movement only (no arithmetic), done on the host; "
                 "fastane does not express it as DMA strides yet", "layout")
         elif op == "sigmoid" and (nodes := _silu(node.inputs[0])) and nodes[0] is node:
             import fastane
-            add(nodes, "ane", "", "table", lambda xs: [fastane.silu(xs[0])], "silu")
+            shape = types[node.inputs[0]].shape
+            add(nodes, "ane", "", "table", lambda xs: [fastane.silu(xs[0])], "silu",
+                lambda shape=shape: _plan.eltwise(shape, "silu"))
         else:
             fused, fn = _activation(node, consts) if op in _ACTIVATIONS else (None, NO_LOWERING)
             if fused is not None and np.dtype(types[node.inputs[0]].dtype).kind == "f":
                 kind = "exact" if op in ("relu", "sign") or (op == "clip") else "table"
-                add([node], "ane", "", kind, lambda xs, fn=fn: [fn(xs[0])], node.op)
+                shape = types[node.inputs[0]].shape
+                add([node], "ane", "", kind, lambda xs, fn=fn: [fn(xs[0])], node.op,
+                    lambda shape=shape, fused=fused: _plan.eltwise(shape, fused))
             else:
                 add([node], "host", fn if isinstance(fn, str) else NO_LOWERING, OPS[op].kind)
     return layers
@@ -265,7 +274,13 @@ def _place_conv(node, consts, types, only, fuse_activation, add):
         if one_d:
             return [fastane.conv1d(x, w16, b16, s[0], pad[0], d[0], groups, fused)]
         return [fastane.conv2d(x, w16, b16, s, pad, d, groups, fused)]
-    add(nodes, "ane", note, "mac", run, "conv1d" if one_d else "conv2d",
+    def plan():
+        xs = tuple(x_shape)
+        if sym:
+            return _plan.conv(xs, w16.shape, s, pads, d, groups, b16 is not None, fused)
+        xs = xs[:2] + tuple(n + pb + pe for n, (pb, pe) in zip(xs[2:], pads))
+        return _plan.conv(xs, w16.shape, s, ((0, 0),) * len(pads), d, groups, b16 is not None, fused)
+    add(nodes, "ane", note, "mac", run, "conv1d" if one_d else "conv2d", plan,
         folded_bn=scale is not None, activation=_act_name(fused))
 
 
@@ -304,17 +319,21 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
                         b16 = c.reshape(-1).astype(np.float16)
             acts, fused = fuse_activation(nodes[-1])
             add(nodes + acts, "ane", "", "mac",
-                lambda xs: [fastane.linear(xs[0], wt, b16, fused)], "linear", activation=_act_name(fused))
+                lambda xs: [fastane.linear(xs[0], wt, b16, fused)], "linear",
+                lambda: _plan.linear(a_t.shape, wt.shape[0], b16 is not None, fused),
+                activation=_act_name(fused))
             return
         acts, fused = fuse_activation(node)
+        b_shape = types[node.inputs[1]].shape
+        plan = lambda: _plan.matmul(a_t.shape, b_shape, fused)  # noqa: E731
         if b is not None:
             b16 = b.astype(np.float16)
             add([node] + acts, "ane", "", "mac",
-                lambda xs: [fastane.matmul(xs[0], b16, activation=fused)], "matmul",
+                lambda xs: [fastane.matmul(xs[0], b16, activation=fused)], "matmul", plan,
                 activation=_act_name(fused))
         else:
             add([node] + acts, "ane", "", "mac",
-                lambda xs: [fastane.matmul(xs[0], xs[1], activation=fused)], "matmul",
+                lambda xs: [fastane.matmul(xs[0], xs[1], activation=fused)], "matmul", plan,
                 activation=_act_name(fused))
         return
     # gemm
@@ -340,4 +359,4 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
     note = "; ".join(filter(None, ["alpha folded into the weights (rounded once to fp16)" if alpha != 1.0
                                    else "", _overflow(w16, b16)]))
     add([node] + acts, "ane", note, "mac", lambda xs: [fastane.linear(xs[0], w16, b16, fused)], "linear",
-        activation=_act_name(fused))
+        lambda: _plan.linear(a_t.shape, N, b16 is not None, fused), activation=_act_name(fused))

@@ -100,3 +100,19 @@ def test_report_names_the_first_layer_beyond_tolerance():
         rep = model.report({"x": x})
     layer = rep.layers[0]
     assert layer.stats.saturated > 0 and rep.first_bad == "big" and not layer.ok
+
+
+@pytest.mark.parametrize("name, shape", [("resnet", (2, 3, 32, 32)), ("transformer", (1, 16, 32))])
+def test_stats_only_report_counts_what_the_run_does(name, shape):
+    model = fastane.load_model(zoo.MODELS[name](seed=0))
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    ran = model.report({"x": x})
+    counted = model.report({"x": shape}, stats_only=True)
+    assert counted.stats_only and not counted.outputs
+    for a, b in zip(ran.layers, counted.layers):
+        assert (a.placement, a.layer.op) == (b.placement, b.layer.op)
+        for f in ("tasks", "macs", "planar_ops", "kernel_dma_bytes", "tile_dma_src_bytes",
+                  "tile_dma_dst_bytes", "control_dma_bytes"):
+            assert getattr(a.stats, f) == getattr(b.stats, f), (a.layer.name, f)
+        assert b.error is None
+    assert counted.total.time_s == pytest.approx(ran.total.time_s)

@@ -64,3 +64,10 @@ def test_errors_are_one_line(net, capsys, args, message):
     rc, out, err = _run(capsys, *[a.format(d=net) for a in args])
     lines = [ln for ln in err.splitlines() if not ln.startswith("fastane run: input")]
     assert rc == 2 and len(lines) == 1 and message in lines[0] and "Traceback" not in err, err
+
+
+def test_stats_only_report(net, capsys):
+    rc, out, _ = _run(capsys, net / "net.onnx", "--stats-only", "--shape", "x=1x3x16x16")
+    assert rc == 0 and "stats only" in out and "Conv+BatchNormalization+Relu" in out
+    rc, out, err = _run(capsys, net / "net.onnx", "--stats-only")
+    assert rc == 2 and "bind it with --shape" in err
