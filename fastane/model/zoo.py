@@ -4,11 +4,12 @@ the default model of ``scripts/demo.sh`` and the whole-model tests.
 * :func:`resnet` -- a ResNet-style classifier: a 3x3 stem (Conv + BatchNormalization +
   Relu), basic residual blocks (the second strided, with a 1x1 projection), global
   average pooling, a Gemm classifier;
+* :func:`resnet50` -- ResNet-50's layer shapes (the benchmark's model);
 * :func:`transformer` -- a pre-norm transformer block: LayerNormalization, multi-head
   self-attention (MatMul + bias, Reshape/Transpose into heads, Q K^T, scale, Softmax,
   @ V), a residual Add, LayerNormalization, an MLP with Gelu, a residual Add.
 
-``python -m fastane.model.zoo resnet|transformer OUT.onnx`` writes one.  Needs the
+``python -m fastane.model.zoo resnet|transformer|resnet50 OUT.onnx`` writes one.  Needs the
 ``onnx`` extra.
 """
 from __future__ import annotations
@@ -47,10 +48,10 @@ class _Net:
         self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
         return out
 
-    def conv_bn(self, x, cin, cout, k=3, stride=1, relu=True):
+    def conv_bn(self, x, cin, cout, k=3, stride=1, relu=True, gamma=1.0):
         w = self.rng.standard_normal((cout, cin, k, k)).astype(np.float32) * np.float32(np.sqrt(2.0 / (cin * k * k)))
         y = self.node("Conv", [x, self.const(w)], "conv", pads=[k // 2] * 4, strides=[stride] * 2)
-        bn = [self.rng.uniform(0.5, 1.5, cout), self.rng.standard_normal(cout) * 0.1,
+        bn = [self.rng.uniform(0.5, 1.5, cout) * gamma, self.rng.standard_normal(cout) * 0.1,
               self.rng.standard_normal(cout) * 0.1, self.rng.uniform(0.5, 1.5, cout)]
         y = self.node("BatchNormalization", [y] + [self.const(v.astype(np.float32), "bn") for v in bn], "bn")
         return self.node("Relu", [y], "relu") if relu else y
@@ -78,10 +79,8 @@ def resnet(seed: int = 0, width: int = 16, classes: int = 10, size: int = 32):
     w = n.rng.standard_normal((classes, 2 * width)).astype(np.float32) / np.float32(np.sqrt(2 * width))
     y = n.node("Gemm", [y, n.const(w), n.const(np.zeros(classes, np.float32) + 0.01, "b")], "fc", transB=1)
     out = helper.make_tensor_value_info(y, T.FLOAT, ["N", classes])
-    m = n.model("resnet_block_net", [helper.make_tensor_value_info("x", T.FLOAT, ["N", 3, size, size])],
-                [out], 17)
-    m.graph.output[0].name = y
-    return m
+    return n.model("resnet_block_net", [helper.make_tensor_value_info("x", T.FLOAT, ["N", 3, size, size])],
+                   [out], 17)
 
 
 def transformer(seed: int = 0, d: int = 32, heads: int = 4, seq: int = 16):
@@ -121,7 +120,34 @@ def transformer(seed: int = 0, d: int = 32, heads: int = 4, seq: int = 16):
                    [out], 20)
 
 
-MODELS = {"resnet": resnet, "transformer": transformer}
+def resnet50(seed: int = 0, classes: int = 1000, size: int = 224):
+    """ResNet-50's architecture (a 7x7/2 stem, 3x3/2 max pool, bottleneck blocks [3, 4, 6, 3]
+    of widths 64..512 (x4), global average pool, a 2048 -> ``classes`` Gemm) with random
+    weights (He-initialised; BatchNormalization near identity): a benchmark model."""
+    helper, T, _ = _h()
+    n = _Net(seed)
+    y = n.conv_bn("x", 3, 64, k=7, stride=2)
+    y = n.node("MaxPool", [y], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for b in range(blocks):
+            s = stride if b == 0 else 1
+            z = n.conv_bn(y, cin, width, k=1)
+            z = n.conv_bn(z, width, width, k=3, stride=s)
+            # the residual branch's last BatchNormalization starts small (as "zero-init
+            # residual" training does), so that random activations stay in range
+            z = n.conv_bn(z, width, 4 * width, k=1, relu=False, gamma=0.2)
+            skip = n.conv_bn(y, cin, 4 * width, k=1, stride=s, relu=False) if b == 0 else y
+            y = n.node("Relu", [n.node("Add", [z, skip], "add")], "relu")
+            cin = 4 * width
+    y = n.node("Flatten", [n.node("GlobalAveragePool", [y], "gap")], "flatten")
+    w = n.rng.standard_normal((classes, cin)).astype(np.float32) / np.float32(np.sqrt(cin))
+    y = n.node("Gemm", [y, n.const(w), n.const(np.zeros(classes, np.float32), "b")], "fc", transB=1)
+    return n.model("resnet50", [helper.make_tensor_value_info("x", T.FLOAT, ["N", 3, size, size])],
+                   [helper.make_tensor_value_info(y, T.FLOAT, ["N", classes])], 17)
+
+
+MODELS = {"resnet": resnet, "transformer": transformer, "resnet50": resnet50}
 
 
 def main(argv=None) -> int:
