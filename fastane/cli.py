@@ -1,4 +1,4 @@
-"""The ``fastane`` command line: ``fastane demo | disasm | roofline | run``.
+"""The ``fastane`` command line: ``fastane demo | disasm | roofline | bench | run``.
 
 Each subcommand lives in the module that owns its subject and exposes
 ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when

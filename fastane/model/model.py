@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ModelError
-from ..errstate import errstate, report as _report
+from ..operands import fp16_operand
+from ..errstate import errstate, report_events
 from ..stats import Stats, last_stats
 from .graph import Bound, Graph, TensorType, bind
 from .ops import host_eval
@@ -344,15 +345,15 @@ class Model:
             records.append(rec)
         if progress:
             progress(len(layers), len(layers))
-        sat = sum(r.stats.saturated for r in records)
-        lut = sum(r.stats.lut_underflow + r.stats.lut_overflow for r in records)
-        _report("saturation", sat, f"model {self.name}: {sat} output(s) saturated the Q16.16 "
-                f"accumulator (see model.report() for the layers)")
-        _report("lut_range", lut, f"model {self.name}: {lut} LUT input(s) outside a table's range")
+        events = Stats(saturated=sum(r.stats.saturated for r in records),
+                       lut_underflow=sum(r.stats.lut_underflow for r in records),
+                       lut_overflow=sum(r.stats.lut_overflow for r in records))
+        report_events(events, f"model {self.name} (model.report() names the layers)")
         outs = {}
         for n in bound.graph.outputs:
             v = np.asarray(values[n])
-            outs[n] = v.astype(np.float16) if v.dtype.kind == "f" else v
+            # host outputs cross to the caller as fp16 too (the one operand rounding)
+            outs[n] = fp16_operand(v, f"model {self.name}", n) if v.dtype.kind == "f" else v
         return outs, records, bound
 
     def report(self, inputs, chip: str = "m1", progress=None, stats_only: bool = False) -> Report:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import lut as _lut
+from ..operands import fp16_operand
 from . import plan as _plan
 from .graph import Bound, Node
 from .ops import OPS, conv_geometry
@@ -256,8 +257,8 @@ def _place_conv(node, consts, types, only, fuse_activation, add):
         if scale is not None:
             w16, b16 = _lut.fold_affine(w, b, scale, shift)
         else:
-            w16 = w.astype(np.float16)
-            b16 = None if b is None else b.astype(np.float16)
+            w16 = _fp16(w, node, "weight")
+            b16 = None if b is None else _fp16(b, node, "bias")
     one_d = len(x_shape) == 3
     sym = all(pb == pe for pb, pe in pads)
     padding = tuple(pb for pb, _ in pads)
@@ -284,6 +285,11 @@ def _place_conv(node, consts, types, only, fuse_activation, add):
         folded_bn=scale is not None, activation=_act_name(fused))
 
 
+def _fp16(x, node, name):
+    """A constant operand rounded once to fp16 (the one operand rounding)."""
+    return fp16_operand(x, node.describe(), name)
+
+
 def _overflow(*arrays) -> str:
     """A note when constants left the fp16 range on their way to the ANE."""
     n = sum(int(np.isinf(a).sum()) for a in arrays if a is not None)
@@ -306,7 +312,7 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
         b = consts.get(node.inputs[1])
         if b is not None and b.ndim == 2 and len(a_t.shape) >= 2:
             with np.errstate(over="ignore"):
-                wt = np.ascontiguousarray(b.T).astype(np.float16)
+                wt = np.ascontiguousarray(_fp16(b.T, node, "weight"))
             nodes, b16 = [node], None
             nxt = only(node.outputs[0])
             if nxt is not None and nxt.op == "add":         # x @ W + b: the linear's bias
@@ -316,7 +322,7 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
                         and np.dtype(c.dtype).kind == "f":
                     nodes.append(nxt)
                     with np.errstate(over="ignore"):
-                        b16 = c.reshape(-1).astype(np.float16)
+                        b16 = _fp16(c.reshape(-1), nxt, "bias")
             acts, fused = fuse_activation(nodes[-1])
             add(nodes + acts, "ane", "", "mac",
                 lambda xs: [fastane.linear(xs[0], wt, b16, fused)], "linear",
@@ -327,7 +333,7 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
         b_shape = types[node.inputs[1]].shape
         plan = lambda: _plan.matmul(a_t.shape, b_shape, fused)  # noqa: E731
         if b is not None:
-            b16 = b.astype(np.float16)
+            b16 = _fp16(b, node, "b")
             add([node] + acts, "ane", "", "mac",
                 lambda xs: [fastane.matmul(xs[0], b16, activation=fused)], "matmul", plan,
                 activation=_act_name(fused))
@@ -351,10 +357,10 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
     wt = b if at.get("trans_b") else b.T                       # (N, K)
     alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
     with np.errstate(over="ignore"):
-        w16 = _lut.fold_affine(wt, None, alpha, 0.0)[0] if alpha != 1.0 else wt.astype(np.float16)
+        w16 = _lut.fold_affine(wt, None, alpha, 0.0)[0] if alpha != 1.0 else _fp16(wt, node, "B")
         b16 = None
         if has_c:
-            b16 = (beta * np.broadcast_to(c.astype(np.float64).reshape(-1), (N,))).astype(np.float16)
+            b16 = _fp16(beta * np.broadcast_to(c.astype(np.float64).reshape(-1), (N,)), node, "C")
     w16 = np.ascontiguousarray(w16)
     note = "; ".join(filter(None, ["alpha folded into the weights (rounded once to fp16)" if alpha != 1.0
                                    else "", _overflow(w16, b16)]))
