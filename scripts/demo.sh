@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: set up a virtual environment (if needed), install fastane, show the ANE
 # accumulator and throughput (fastane demo), the roofline of the default workloads, then a
-# small ResNet-style ONNX model (built offline by fastane.model.zoo) through fastane run --report.
+# small ResNet-style ONNX model (built offline by fastane.model.zoo) through fastane run --report
+# and fastane roofline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -14,4 +15,6 @@ echo
 echo
 mkdir -p .demo
 .venv/bin/python -m fastane.model.zoo resnet .demo/resnet.onnx
-exec .venv/bin/fastane run .demo/resnet.onnx --random --shape x=1x3x32x32 --report
+.venv/bin/fastane run .demo/resnet.onnx --random --shape x=1x3x32x32 --report
+echo
+exec .venv/bin/fastane roofline .demo/resnet.onnx --summary

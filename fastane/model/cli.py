@@ -143,3 +143,57 @@ def run(args) -> int:
         np.savez(args.output, **outs)
         print(f"fastane run: outputs saved to {args.output}", file=sys.stderr)
     return 0
+
+
+def roofline(args, names) -> int:
+    """``fastane roofline MODEL.onnx ... [--chip] [--json] [--plot FILE.png] [--summary]``:
+    the stats-only report of each model (nothing computed; symbolic dimensions bound to 1),
+    as tables, JSON, and the roofline plot with the model's ANE layers on it."""
+    import json
+    import types
+
+    import fastane
+    from ..roofline import chips as _chips
+    from ..roofline import report as _report
+    try:
+        others = [n for n in names if not str(n).lower().endswith(".onnx")]
+        if others:
+            raise _Fail(f"give either built-in workloads or .onnx models, not both ({others[0]!r})")
+        chip = _chips.get(args.chip)
+        reports = []
+        for path in names:
+            model = fastane.load_model(path)
+            shapes = {k: tuple(1 if isinstance(d, str) else d for d in t.shape)
+                      for k, t in model.inputs.items()}
+            reports.append(model.report(shapes, chip=chip, stats_only=True))
+    except (_Fail, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"fastane roofline: error: {msg}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"models": [r.as_dict() for r in reports]}, indent=1))
+    else:
+        for r in reports:
+            text = r.table()
+            if getattr(args, "summary", False):
+                text = "\n".join(ln for ln in text.splitlines()
+                                 if ln.startswith(("model ", "ANE total", "placement:", "stats only")))
+            print(text)
+            print()
+    if args.plot:
+        results = [types.SimpleNamespace(
+            workload=types.SimpleNamespace(name=r.model), chip=chip, total=r.total,
+            layers=[rec.estimate for rec in r.layers if rec.estimate is not None])
+            for r in reports if r.total is not None]
+        if not results:
+            print("fastane roofline: error: no layer of the model(s) runs on the ANE: nothing to plot",
+                  file=sys.stderr)
+            return 2
+        try:
+            _report.plot(results, args.plot)
+        except RuntimeError as e:
+            print(f"fastane roofline: {e}", file=sys.stderr)
+            return 1
+        if not getattr(args, "quiet", False):
+            print(f"wrote {args.plot}", file=sys.stderr)
+    return 0

@@ -367,8 +367,8 @@ def plot(results, path, title: str | None = None):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fastane roofline``."""
     parser.add_argument("workloads", nargs="*", metavar="WORKLOAD",
-                        help=f"built-in workloads (default: {' '.join(DEFAULT_WORKLOADS)}); "
-                             "--list shows them")
+                        help=f"built-in workloads (default: {' '.join(DEFAULT_WORKLOADS)}; "
+                             "--list shows them) or ONNX models (MODEL.onnx)")
     parser.add_argument("--transformer", action="append", default=[], metavar="SPEC",
                         help="your own transformer: 'layers=24,d=1024,heads=16,ffn=4096,vocab=50257,"
                              "seq=512,kv=512,lm_tokens=1' (optional kv_heads=, head_dim=, gated=0|1, "
@@ -417,6 +417,10 @@ def run(args) -> int:
               "and counting them on a stats-only device; layers that cannot be lowered are reported "
               "as such (docs/roofline.md)", file=sys.stderr)
         return 2
+    models = [n for n in args.workloads if n.lower().endswith(".onnx")]
+    if models:                    # a user's model: its stats-only report (fastane.model)
+        from ..model.cli import roofline as _model_roofline
+        return _model_roofline(args, args.workloads)
     try:
         old = None
         if args.compare:

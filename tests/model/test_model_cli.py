@@ -71,3 +71,25 @@ def test_stats_only_report(net, capsys):
     assert rc == 0 and "stats only" in out and "Conv+BatchNormalization+Relu" in out
     rc, out, err = _run(capsys, net / "net.onnx", "--stats-only")
     assert rc == 2 and "bind it with --shape" in err
+
+
+def test_roofline_of_a_model(net, capsys, tmp_path):
+    rc = main(["roofline", str(net / "net.onnx"), "--json"])
+    out, _ = capsys.readouterr()
+    d = json.loads(out)["models"][0]
+    assert rc == 0 and d["stats_only"] and d["layers"][0]["placement"] == "ane"
+    assert d["layers"][0]["time_s"] > 0 and d["total"]["tasks"] > 0
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "r.png"
+    rc = main(["roofline", str(net / "net.onnx"), "--summary", "--plot", str(png), "--quiet"])
+    out, _ = capsys.readouterr()
+    assert rc == 0 and "ANE total" in out and png.stat().st_size > 0
+
+
+def test_roofline_model_errors(net, capsys):
+    rc = main(["roofline", str(net / "net.onnx"), "gpt2"])
+    _, err = capsys.readouterr()
+    assert rc == 2 and "not both" in err
+    rc = main(["roofline", str(net / "x.npy.onnx")])
+    _, err = capsys.readouterr()
+    assert rc == 2 and "cannot read model" in err and "Traceback" not in err
