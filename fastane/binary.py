@@ -4,7 +4,8 @@
 Apple's compiler runs these as planar tasks (corpus ``binary/add.bin`` and friends): one
 task per tile, source 0 through TileDMASrc, source 1 through its second register set,
 the result through TileDMADst, ``Planar.Word[0]`` the operation (docs/device.md, "Planar
-engine").  Each result is ``round16(op(a, b))``: the exact result rounded once to fp16
+engine"); ``sub`` is, as in ``binary/sub.bin``, an add of ``-1 * b`` (source 0, scale
+``Word[2]`` = -1) and ``a`` (negation is exact: the same value as ``a - b``).  Each result is ``round16(op(a, b))``: the exact result rounded once to fp16
 (RNE; the planar engine's arithmetic, :mod:`fastane.kernels.planar`); a NaN result is
 ``0x7e00``.
 
@@ -74,8 +75,12 @@ def lower(n: int, op: str) -> LoweredBinary:
         tiles.append((rows * width, 1, rem))
     words = []
     for j, (e0, h, w) in enumerate(tiles):
-        td = eltwise_td((1, h, w), op=op, src=SLOT_A, src1=SLOT_B, dst=SLOT_OUT,
-                        src_base=2 * e0, src1_base=2 * e0, dst_base=2 * e0, eon=False)
+        if op == "sub":      # as binary/sub.bin: add(-1 * b, a), b through source 0
+            td = eltwise_td((1, h, w), op="add", in_scale=-1.0, src=SLOT_B, src1=SLOT_A, dst=SLOT_OUT,
+                            src_base=2 * e0, src1_base=2 * e0, dst_base=2 * e0, eon=False)
+        else:
+            td = eltwise_td((1, h, w), op=op, src=SLOT_A, src1=SLOT_B, dst=SLOT_OUT,
+                            src_base=2 * e0, src1_base=2 * e0, dst_base=2 * e0, eon=False)
         c = j % _compiler.MAX_CHAIN
         td["Header.TID"] = c
         td["Header.LNID"] = int(c > 0)

@@ -47,3 +47,29 @@ def test_errors():
         binary.mul(np.ones(3), np.array(["a", "b", "c"]))
     assert binary.add(np.ones((0, 3)), np.ones(3)).shape == (0, 3)
     assert binary.add(1.0, 2.0) == 3.0
+
+
+@pytest.mark.parametrize("name", sorted(binary.OPS))
+def test_the_program_matches_apples(corpus, name):
+    """fastane's binary task has the register values that define the computation of
+    Apple's binary/<op>.bin (slots 5 and 6 in, 4 out, TaskType 3, the Planar words), and
+    Apple's program run on the device computes exactly what fastane.binary does."""
+    from fastane.device import Device, planar as planarmod
+    from fastane.td import load_program
+    op = binary.OPS[name]
+    apple = load_program(corpus / "m1-kernels" / "binary" / f"{op}.bin")
+    low = binary.lower(2560 * 1600, op)
+    keys = ["Header.RBE0", "Header.RBase0", "Header.RBE1", "Header.RBase1", "Header.WBE", "Header.WBase",
+            "Header.KBE0", "L2.SourceCfg.SourceType", "L2.ResultCfg.ResultType", "NE.MACCfg.OpMode",
+            "Common.ChCfg.InFmt", "Common.ChCfg.Src1InFmt", "Common.Cfg.TaskType",
+            "TileDMASrc1.Fmt.MemFmt", "Planar.Word[0]", "Planar.Word[1]", "Planar.Word[2]",
+            "Planar.Word[3]"]
+    a = planarmod.registers(apple.tds[0])
+    for td in low.programs[0].tds:
+        m = planarmod.registers(td)
+        assert {k: m[k] for k in keys} == {k: a[k] for k in keys}
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((1, 1, 2560, 1600)) * 100).astype(np.float16)
+    y = (rng.standard_normal((1, 1, 2560, 1600)) * 100).astype(np.float16)
+    out = Device(memory_size=96 << 20).run(apple, {5: x, 6: y})
+    np.testing.assert_array_equal(bits(out[4]), bits(binary.binary(name, x, y)))
