@@ -150,7 +150,7 @@ _REDUCE = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": 
            "ReduceMin": "reduce_min"}
 #: ONNX op types the importer maps (default domain)
 SUPPORTED = sorted(set(_UNARY) | set(_BINARY) | set(_REDUCE) | {
-    "Conv", "Gemm", "BatchNormalization", "LeakyRelu", "Gelu", "Elu", "Selu", "HardSigmoid",
+    "Conv", "ConvTranspose", "Gemm", "BatchNormalization", "LeakyRelu", "Gelu", "Elu", "Selu", "HardSigmoid",
     "Clip", "Cast", "Softmax", "LogSoftmax", "LayerNormalization", "MaxPool", "AveragePool",
     "GlobalAveragePool", "GlobalMaxPool", "Reshape", "Squeeze", "Unsqueeze", "Slice", "Pad",
     "Dropout", "Constant"})
@@ -247,6 +247,12 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
         return mk("conv", {"strides": a.get("strides"), "dilations": a.get("dilations"),
                            "pads": _pads(a, nsp, node), "auto_pad": _auto_pad(a, node),
                            "groups": a.get("group", 1), "kernel": a.get("kernel_shape")})
+    if op == "ConvTranspose":
+        nsp = rank_of(ins[1]) - 2 if rank_of(ins[1]) else len(a.get("kernel_shape", ())) or 2
+        return mk("conv_transpose", {
+            "strides": a.get("strides"), "dilations": a.get("dilations"), "pads": _pads(a, nsp, node),
+            "auto_pad": _auto_pad(a, node), "groups": a.get("group", 1),
+            "output_padding": a.get("output_padding"), "output_shape": a.get("output_shape")})
     if op == "Gemm":
         return mk("gemm", {"alpha": a.get("alpha", 1.0), "beta": a.get("beta", 1.0),
                            "trans_a": a.get("transA", 0), "trans_b": a.get("transB", 0)})

@@ -793,3 +793,91 @@ def _range_infer(node, types, consts):
 
 
 _op("range", _range_infer, "layout")(lambda node, s, l, d: np.arange(s, l, d).astype(np.asarray(s).dtype))
+
+
+# ------------------------------------------------------------------------ transposed conv
+def deconv_geometry(node, x_shape, w_shape):
+    """``(strides, dilations, pads ((b, e) per axis), output_padding, out_spatial)`` of a
+    transposed convolution (ONNX ConvTranspose semantics; ``output_shape`` and ``auto_pad``
+    resolved here)."""
+    nsp = len(x_shape) - 2
+    k = tuple(int(v) for v in w_shape[2:])
+    s = tuple(int(v) for v in node.attrs.get("strides") or (1,) * nsp)
+    d = tuple(int(v) for v in node.attrs.get("dilations") or (1,) * nsp)
+    op = tuple(int(v) for v in node.attrs.get("output_padding") or (0,) * nsp)
+    if not len(k) == len(s) == len(d) == len(op) == nsp or min(s + d + k, default=1) < 1:
+        raise ModelError(f"{node.describe()}: kernel {k}, strides {s}, dilations {d}, output_padding "
+                         f"{op} do not fit the input's {nsp} spatial axes")
+    if any(o >= max(st, dd) for o, st, dd in zip(op, s, d)):
+        raise ModelError(f"{node.describe()}: output_padding {op} must be smaller than the stride "
+                         f"or the dilation")
+    sp = x_shape[2:]
+    full = tuple(st * (n - 1) + o + (kk - 1) * dd + 1 for n, st, o, kk, dd in zip(sp, s, op, k, d))
+    out_shape = node.attrs.get("output_shape")
+    auto = node.attrs.get("auto_pad")
+    if out_shape is None and auto in ("same_upper", "same_lower"):
+        out_shape = tuple(n * st for n, st in zip(sp, s))
+    if out_shape is not None:
+        out_shape = tuple(int(v) for v in out_shape)[-nsp:]
+        if len(out_shape) != nsp:
+            raise ModelError(f"{node.describe()}: output_shape {out_shape} does not fit {nsp} spatial axes")
+        pads = []
+        for f, o in zip(full, out_shape):
+            tot = f - o                 # < 0: the output extends past the full result (zeros)
+            pads.append((tot // 2, tot - tot // 2) if auto == "same_upper" else (tot - tot // 2, tot // 2))
+        pads = tuple(pads)
+        check_size(tuple(x_shape[:1]) + out_shape, node.describe())
+    elif auto == "valid" or node.attrs.get("pads") is None:
+        pads = ((0, 0),) * nsp
+    else:
+        pads = tuple(tuple(int(v) for v in p) for p in node.attrs["pads"])
+        if len(pads) != nsp or any(min(p) < 0 for p in pads):
+            raise ModelError(f"{node.describe()}: pads {pads} invalid for {nsp} spatial axes")
+    out = tuple(f - pb - pe for f, (pb, pe) in zip(full, pads))
+    if min(out, default=1) < 1:
+        raise ModelError(f"{node.describe()}: the output would be empty ({out})")
+    return s, d, pads, op, out
+
+
+def _deconv_infer(node, types, consts):
+    x, w = _float(_need(types, 0, node), node), _float(_need(types, 1, node), node, 1)
+    if len(x.shape) not in (3, 4) or len(w.shape) != len(x.shape):
+        raise ModelError(f"{node.describe()}: fastane supports 1-D and 2-D transposed convolutions, "
+                         f"got input {x} and weight {w}")
+    g = int(node.attrs.get("groups", 1))
+    if g < 1 or x.shape[1] != w.shape[0] or x.shape[1] % g:
+        raise ModelError(f"{node.describe()}: group={g}: input has {x.shape[1]} channels, weight {w} "
+                         f"expects {w.shape[0]} (divisible by the groups)")
+    co = w.shape[1] * g
+    if len(types) > 2 and types[2] is not None and types[2].shape != (co,):
+        raise ModelError(f"{node.describe()}: bias must have shape ({co},), got {types[2]}")
+    *_, out = deconv_geometry(node, x.shape, w.shape)
+    return [TensorType(x.dtype, (x.shape[0], co) + out)]
+
+
+@_op("conv_transpose", _deconv_infer, "mac")
+def _deconv(node, x, w, b=None):
+    """Scatter form: every input pixel adds its kernel-weighted contribution to the output
+    (the definition; independent of the ANE lowering's zero-insertion form)."""
+    import itertools
+    s, d, pads, op, out = deconv_geometry(node, x.shape, w.shape)
+    g = int(node.attrs.get("groups", 1))
+    N, C = x.shape[:2]
+    cg, mg = C // g, w.shape[1]
+    sp = x.shape[2:]
+    full = tuple(st * (n - 1) + o + (kk - 1) * dd + 1
+                 for n, st, o, kk, dd in zip(sp, s, op, w.shape[2:], d))
+    y = np.zeros((N, g, mg) + full, np.float32)
+    xg = x.reshape((N, g, cg) + sp)
+    wg = w.reshape((g, cg, mg) + w.shape[2:])
+    for idx in itertools.product(*(range(kk) for kk in w.shape[2:])):
+        contrib = np.einsum("ngc...,gcm->ngm...", xg, wg[(Ellipsis,) + idx], optimize=True)
+        sl = tuple(slice(i * dd, i * dd + st * (n - 1) + 1, st) for i, dd, st, n in zip(idx, d, s, sp))
+        y[(slice(None), slice(None), slice(None)) + sl] += contrib
+    y = y.reshape((N, g * mg) + full)
+    y = np.pad(y, ((0, 0), (0, 0)) + tuple((max(-pb, 0), max(-pe, 0)) for pb, pe in pads))
+    y = y[(slice(None), slice(None)) + tuple(slice(max(pb, 0), max(pb, 0) + o)
+                                             for (pb, _), o in zip(pads, out))]
+    if b is not None:
+        y = y + b.reshape((1, -1) + (1,) * len(out))
+    return y

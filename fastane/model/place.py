@@ -180,6 +180,8 @@ def place(bound: Bound) -> list:
         op = node.op
         if op == "conv":
             _place_conv(node, consts, types, only, fuse_activation, add)
+        elif op == "conv_transpose":
+            _place_deconv(node, consts, types, fuse_activation, add)
         elif op in ("gemm", "matmul"):
             _place_mac(node, consts, types, only, fuse_activation, add)
         elif op in _BINARY and len(node.inputs) == 2 and all(
@@ -288,6 +290,54 @@ def _place_conv(node, consts, types, only, fuse_activation, add):
 def _fp16(x, node, name):
     """A constant operand rounded once to fp16 (the one operand rounding)."""
     return fp16_operand(x, node.describe(), name)
+
+
+def _place_deconv(node, consts, types, fuse_activation, add):
+    """ConvTranspose as a stride-1 convolution on the ANE: the input's pixels spread
+    ``stride`` apart with zeros between them and padded (or cropped) on the host (layout:
+    data movement), the kernel flipped and its in/out channels swapped per group.  Each
+    output sums the same products as the definition plus exact zeros (the MAC counts
+    include those zero products; the corpus shows no deconvolution task)."""
+    import fastane
+    from .ops import deconv_geometry
+    w = consts.get(node.inputs[1])
+    b = consts.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    if w is None or (len(node.inputs) > 2 and node.inputs[2] and b is None):
+        add([node], "host", "transposed convolution with non-constant weights or bias: the ANE "
+            "reads weights from the compiled program", "mac")
+        return
+    x_shape = types[node.inputs[0]].shape
+    s, d, pads, op, _ = deconv_geometry(node, x_shape, w.shape)
+    g = int(node.attrs.get("groups", 1))
+    cg, mg = w.shape[0] // g, w.shape[1]
+    k = w.shape[2:]
+    nsp = len(k)
+    wc = w.reshape((g, cg, mg) + k).swapaxes(1, 2)[(Ellipsis,) + (slice(None, None, -1),) * nsp]
+    w16 = _fp16(np.ascontiguousarray(wc.reshape((g * mg, cg) + k)), node, "weight")
+    b16 = None if b is None else _fp16(b, node, "bias")
+    acts, fused = fuse_activation(node)
+    edges = [((kk - 1) * dd - pb, (kk - 1) * dd - pe + o) for kk, dd, (pb, pe), o in zip(k, d, pads, op)]
+    up = tuple((n - 1) * st + 1 for n, st in zip(x_shape[2:], s))
+    x_conv = tuple(x_shape[:2]) + tuple(u + lo + hi for u, (lo, hi) in zip(up, edges))
+
+    def prepare(x):
+        x = np.asarray(x)
+        xu = np.zeros(x.shape[:2] + up, x.dtype)
+        xu[(Ellipsis,) + tuple(slice(None, None, st) for st in s)] = x
+        xu = np.pad(xu, ((0, 0), (0, 0)) + tuple((max(lo, 0), max(hi, 0)) for lo, hi in edges))
+        crop = tuple(slice(max(-lo, 0), xu.shape[2 + i] - max(-hi, 0)) for i, (lo, hi) in enumerate(edges))
+        return xu[(slice(None), slice(None)) + crop]
+
+    def run(xs):
+        x = prepare(xs[0])
+        if nsp == 1:
+            return [fastane.conv1d(x, w16, b16, 1, 0, d[0], g, fused)]
+        return [fastane.conv2d(x, w16, b16, 1, 0, d, g, fused)]
+    add([node] + acts, "ane", "as a stride-1 convolution: zeros between the input pixels and the "
+        "padding placed on the host (layout); the MACs include the zero products", "mac", run,
+        "conv1d" if nsp == 1 else "conv2d",
+        lambda: _plan.conv(x_conv, w16.shape, (1,) * nsp, ((0, 0),) * nsp, d, g, b16 is not None, fused),
+        activation=_act_name(fused))
 
 
 def _overflow(*arrays) -> str:

@@ -116,3 +116,29 @@ def test_stats_only_report_counts_what_the_run_does(name, shape):
             assert getattr(a.stats, f) == getattr(b.stats, f), (a.layer.name, f)
         assert b.error is None
     assert counted.total.time_s == pytest.approx(ran.total.time_s)
+
+
+@pytest.mark.parametrize("attrs", [dict(strides=[2, 2], pads=[1, 1, 1, 1], kernel_shape=[4, 4]),
+                                   dict(strides=[2, 3], output_padding=[1, 2], group=2),
+                                   dict(strides=[2, 2], auto_pad="SAME_UPPER", dilations=[2, 1]),
+                                   dict(strides=[3, 2], output_shape=[10, 8])])
+def test_conv_transpose_matches_onnxruntime(attrs):
+    from onnx import TensorProto as T, helper, numpy_helper
+    rng = np.random.default_rng(4)
+    g = attrs.get("group", 1)
+    k = attrs.get("kernel_shape", [3, 3])
+    w = (rng.standard_normal((4, 6 // g, *k)) * 0.3).astype(np.float32)
+    b = (rng.standard_normal(6) * 0.1).astype(np.float32)
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["c"], name="up", **attrs),
+             helper.make_node("Relu", ["c"], ["y"], name="act")]
+    graph = helper.make_graph(nodes, "deconv", [helper.make_tensor_value_info("x", T.FLOAT, [1, 4, 5, 5])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    model, y, ref = _both(proto, x)
+    layer = model.placement({"x": x.shape})[0]
+    assert layer.placement == "ane" and layer.op == "ConvTranspose+Relu"
+    assert y.shape == ref.shape and _err(y, ref) < TOL
+    # the host implementation (the fp32 reference) is the definition: onnxruntime to fp32 rounding
+    np.testing.assert_allclose(model.reference({"x": x})["y"], ref, rtol=1e-5, atol=1e-5)

@@ -43,6 +43,7 @@ from test_lut_block import BOUNDS  # noqa: E402  (the table bounds, measured onc
 #: the node tests run: ONNX op -> regex on the test name (without the "_cpu" suffix)
 OPS = {
     "Conv": r"test_(basic_)?conv_with_\w+",
+    "ConvTranspose": r"test_convtranspose(_\w+)?",
     "Gemm": r"test_gemm_\w+",
     "MatMul": r"test_matmul_\w+",
     "BatchNormalization": r"test_batchnorm_\w+",
@@ -97,7 +98,7 @@ class _Rep(onnx.backend.base.BackendRep):
 
 #: inputs of an op that a converter for the ANE makes compile-time constants: weights,
 #: biases, normalisation parameters, clip bounds; integer inputs (shapes, axes) too
-_PARAM_INPUTS = {"conv": (1, 2), "gemm": (1, 2), "batchnorm": (1, 2, 3, 4), "clip": (1, 2),
+_PARAM_INPUTS = {"conv": (1, 2), "conv_transpose": (1, 2), "gemm": (1, 2), "batchnorm": (1, 2, 3, 4), "clip": (1, 2),
                  "prelu": (1,), "layer_norm": (1, 2)}
 
 
@@ -153,6 +154,8 @@ def _mac_k(layer, bound):
     t = [bound.types[n].shape for n in node.inputs if n]
     if node.op == "conv":
         return math.prod(t[1][1:])
+    if node.op == "conv_transpose":            # the equivalent conv: Cin/groups x kernel
+        return t[1][0] // int(node.attrs.get("groups", 1)) * math.prod(t[1][2:])
     if node.op == "gemm":
         return t[0][0] if node.attrs.get("trans_a") else t[0][-1]
     return t[0][-1]
