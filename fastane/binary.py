@@ -1,5 +1,6 @@
 """Elementwise binary ops on the ANE's planar engine: ``add``, ``sub``, ``mul``,
-``maximum``, ``minimum`` (the lowering and its numpy-style entry points).
+``maximum``, ``minimum`` (the lowering and its numpy-style entry points), and ``divide``
+(the reciprocal table, then a planar multiply, as Apple's ``binary/div.bin``).
 
 Apple's compiler runs these as planar tasks (corpus ``binary/add.bin`` and friends): one
 task per tile, source 0 through TileDMASrc, source 1 through its second register set,
@@ -31,7 +32,7 @@ from .stats import Stats, record
 from .td import BarSlot
 from .td.asm import eltwise_td
 
-__all__ = ["add", "sub", "mul", "maximum", "minimum", "binary", "lower", "plan", "OPS"]
+__all__ = ["add", "sub", "mul", "maximum", "minimum", "divide", "binary", "lower", "plan", "OPS"]
 
 #: fastane name -> the planar operation (fastane.td.asm.PLANAR_BINARY)
 OPS = {"add": "add", "sub": "sub", "mul": "mul", "maximum": "max", "minimum": "min"}
@@ -175,3 +176,20 @@ def maximum(a, b):
 def minimum(a, b):
     """``min(a, b)`` on the planar engine."""
     return binary("minimum", a, b)
+
+
+def divide(a, b):
+    """``a / b`` as Apple's ``binary/div.bin`` computes it: ``round16(a16 * r)`` with ``r =
+    fastane.reciprocal(b16)`` (the mantissa-mode reciprocal table, an NE task), then a
+    planar multiply: two roundings, the table's error (docs/lut.md: rel 8.4e-4) included.
+    Runs as the two entry points' programs (Apple chains the same two tasks in one);
+    :func:`fastane.last_stats` gives both together."""
+    from .activations import reciprocal
+    from .stats import last_stats
+    b16 = _fp16_operand(b, "divide", "b")
+    r = reciprocal(b16)
+    st = last_stats()
+    y = binary("mul", a, r)
+    total = _compiler._concat(st, last_stats())
+    record(total)
+    return y

@@ -73,3 +73,29 @@ def test_the_program_matches_apples(corpus, name):
     y = (rng.standard_normal((1, 1, 2560, 1600)) * 100).astype(np.float16)
     out = Device(memory_size=96 << 20).run(apple, {5: x, 6: y})
     np.testing.assert_array_equal(bits(out[4]), bits(binary.binary(name, x, y)))
+
+
+def test_divide_is_the_reciprocal_table_then_a_planar_multiply():
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal(5000) * 50).astype(np.float16)
+    b = (rng.standard_normal(5000) * 50).astype(np.float16)
+    b[:4] = [0.0, -0.0, np.inf, 1e-7]
+    y = binary.divide(a, b)
+    st = fastane.last_stats()
+    np.testing.assert_array_equal(bits(y), bits(ref_eltwise("mul", a, fastane.reciprocal(b))))
+    assert st.tasks == 2 and st.kernel_dma_bytes > 0 and st.planar_ops == 5000
+    q = a / b.astype(np.float64)
+    ok = np.isfinite(q) & (q != 0) & (np.abs(b.astype(np.float64)) > 1e-4)
+    rel = np.abs(y[ok].astype(np.float64) / (a[ok].astype(np.float64) / b[ok]) - 1)
+    assert rel.max() < 2e-3                      # the table's 8.4e-4 and one more rounding
+
+
+def test_divide_matches_apples_div(corpus):
+    from fastane.device import Device
+    from fastane.td import load_program
+    apple = load_program(corpus / "m1-kernels" / "binary" / "div.bin")
+    rng = np.random.default_rng(8)
+    x = rng.uniform(-8, 8, (1, 1, 2560, 1600)).astype(np.float16)
+    y = rng.uniform(0.5, 6.5, (1, 1, 2560, 1600)).astype(np.float16)
+    out = Device(memory_size=128 << 20).run(apple, {5: x, 6: y})
+    np.testing.assert_array_equal(bits(out[4]), bits(binary.divide(x, y)))

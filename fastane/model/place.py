@@ -184,6 +184,20 @@ def place(bound: Bound) -> list:
             _place_deconv(node, consts, types, fuse_activation, add)
         elif op in ("gemm", "matmul"):
             _place_mac(node, consts, types, only, fuse_activation, add)
+        elif op == "div" and len(node.inputs) == 2 and all(
+                np.dtype(types[t].dtype).kind == "f" for t in node.inputs):
+            from .. import binary as _binary
+            out_shape = types[node.outputs[0]].shape
+            b_shape = types[node.inputs[1]].shape
+
+            def run(xs, node=node):
+                vals = {t: x for t, x in zip(_dyn_inputs(node, consts), xs)}
+                a, b = (vals[t] if t in vals else consts[t] for t in node.inputs)
+                return [_binary.divide(a, b)]
+            add([node], "ane", "Apple's div: the reciprocal table (NE), then a planar multiply",
+                "table", run, "divide",
+                lambda out_shape=out_shape, b_shape=b_shape: _plan.eltwise(b_shape, "reciprocal")
+                + _plan.binary(out_shape, "mul"))
         elif op in _BINARY and len(node.inputs) == 2 and all(
                 np.dtype(types[t].dtype).kind == "f" for t in node.inputs):
             from .. import binary as _binary
