@@ -111,8 +111,9 @@ class Report:
         from ..roofline.report import _si, _t
         head = (f"{'layer':24s} {'op':28s} {'place':6s} {'tasks':>5s} {'MACs':>9s} {'DRAM':>9s} "
                 f"{'OP/B':>6s} {'time':>10s} {'sat':>4s} {'lut':>4s} {'max abs':>9s} {'error':>9s}")
-        lines = [f"model {self.model} on {self.chip}: per layer (error = max|ane - fp32| / "
-                 f"max|fp32| of the layer on the same inputs)", head, "-" * len(head)]
+        what = ("counted from the shapes (stats only)" if self.stats_only else
+                "error = max|ane - fp32| / max|fp32| of the layer on the same inputs")
+        lines = [f"model {self.model} on {self.chip}: per layer ({what})", head, "-" * len(head)]
         notes = []
         reasons: dict = {}
         for r in self.layers:
