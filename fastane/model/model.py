@@ -320,6 +320,11 @@ class Model:
         values = dict(bound.consts)
         values.update(arrays)
         records = []
+        last_use = {}                   # tensor -> the last layer reading it (freed after)
+        for i, layer in enumerate(layers):
+            for t in layer.inputs:
+                last_use[t] = i
+        keep = set(bound.graph.outputs) | set(bound.consts)
         for i, layer in enumerate(layers):
             if progress:
                 progress(i, len(layers))
@@ -344,6 +349,9 @@ class Model:
                 rec.error = max(e[2] for e in errs)
             rec.tolerance = _tolerance(layer)
             records.append(rec)
+            for t in layer.inputs:
+                if last_use.get(t) == i and t not in keep:
+                    del values[t]
         if progress:
             progress(len(layers), len(layers))
         events = Stats(saturated=sum(r.stats.saturated for r in records),
