@@ -21,19 +21,21 @@ from .model import Model, Report
 __all__ = ["load_model", "Model", "Report", "Graph", "Node", "TensorType", "bind", "ModelError"]
 
 
-def load_model(path) -> Model:
+def load_model(path, weights: bool = True) -> Model:
     """Load a model file (``.onnx``) as a :class:`Model`.
 
     Raises :class:`~fastane.errors.ModelError` (a ``ValueError``) for a file that is not a
-    valid model, uses an op fastane does not know, or declares tensors beyond the limits."""
+    valid model, uses an op fastane does not know, or declares tensors beyond the limits.
+    ``weights=False`` keeps large weights as shape-only placeholders (no copy): the model
+    then supports only ``report(shapes, stats_only=True)``."""
     if not isinstance(path, (str, os.PathLike)):
         proto_type = type(path).__name__
         if proto_type == "ModelProto":
             from .onnx_import import from_proto
-            return Model(from_proto(path))
+            return Model(from_proto(path, weights=weights))
         raise TypeError(f"load_model: expected a path or an onnx.ModelProto, got {proto_type}")
     ext = os.path.splitext(os.fspath(path))[1].lower()
     if ext in (".mlpackage", ".mlmodel"):
         raise NotImplementedError("load_model: Core ML models are not supported yet (ONNX only)")
     from .onnx_import import load
-    return Model(load(path))
+    return Model(load(path, weights))

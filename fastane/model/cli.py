@@ -113,7 +113,7 @@ def run(args) -> int:
     import fastane
     from .model import progress_bar
     try:
-        model = fastane.load_model(args.model)
+        model = fastane.load_model(args.model, weights=not args.stats_only)
         arrays = _inputs(model, args)
         if args.stats_only and args.output:
             raise _Fail("--stats-only computes nothing: it cannot save outputs (-o)")
@@ -162,7 +162,7 @@ def roofline(args, names) -> int:
         chip = _chips.get(args.chip)
         reports = []
         for path in names:
-            model = fastane.load_model(path)
+            model = fastane.load_model(path, weights=False)
             shapes = {k: tuple(1 if isinstance(d, str) else d for d in t.shape)
                       for k, t in model.inputs.items()}
             reports.append(model.report(shapes, chip=chip, stats_only=True))

@@ -84,6 +84,8 @@ class Graph:
     consts: dict        # name -> np.ndarray
     #: where the graph came from (e.g. "onnx opset 17"), for the report
     origin: str = ""
+    #: False: large constants are shape-only placeholders (a stats-only report only)
+    weights: bool = True
 
     def __post_init__(self):
         self.check()

@@ -214,7 +214,7 @@ class Model:
         inputs = {k: t for k, t in g.inputs.items() if k not in arrays}
         consts = dict(g.consts)
         consts.update(arrays)
-        return Model(Graph(g.name, inputs, list(g.outputs), list(g.nodes), consts, g.origin))
+        return Model(Graph(g.name, inputs, list(g.outputs), list(g.nodes), consts, g.origin, g.weights))
 
     def _arrays_partial(self, values: dict) -> dict:
         out = {}
@@ -234,6 +234,11 @@ class Model:
         return out
 
     # -------------------------------------------------------------- binding
+    def _need_weights(self, what: str) -> None:
+        if not self.graph.weights:
+            raise ModelError(f"{what}: model {self.name!r} was loaded without its weights "
+                             f"(weights=False); only report(shapes, stats_only=True) works")
+
     def _arrays(self, inputs) -> dict:
         if not isinstance(inputs, dict):
             if len(self.graph.inputs) != 1:
@@ -280,6 +285,7 @@ class Model:
 
     def reference(self, inputs) -> dict:
         """The whole model in float32 on the host (the fp32 reference)."""
+        self._need_weights("reference")
         arrays = self._arrays(inputs)
         bound, _ = self.bind({k: v.shape for k, v in arrays.items()})
         values = dict(bound.consts)
@@ -315,6 +321,7 @@ class Model:
         return Report(self.name, chip.key, records, {}, None, total, counts, stats_only=True)
 
     def _run(self, inputs, compare: bool, progress=None):
+        self._need_weights("running the model")
         arrays = self._arrays(inputs)
         bound, layers = self.bind({k: v.shape for k, v in arrays.items()})
         values = dict(bound.consts)

@@ -36,8 +36,14 @@ def _onnx():
 MAX_FILE_BYTES = 2 << 30
 
 
-def load(path) -> Graph:
-    """Read and import the ONNX model at ``path``."""
+#: with ``weights=False``, initializers above this many elements are not decoded
+SHAPE_ONLY_ABOVE = 4096
+
+
+def load(path, weights: bool = True) -> Graph:
+    """Read and import the ONNX model at ``path``.  ``weights=False``: large initializers
+    keep their shape and dtype only (a read-only zero placeholder, no copy): enough for a
+    stats-only report, refused by anything that computes."""
     onnx = _onnx()
     path = os.fspath(path)
     try:
@@ -55,7 +61,7 @@ def load(path) -> Graph:
         raise ModelError(f"{path}: not a valid ONNX model (protobuf parse failed: {exc})") from None
     if not proto.HasField("graph"):
         raise ModelError(f"{path}: not an ONNX model (no graph; is the file truncated or another format?)")
-    return from_proto(proto, name=os.path.basename(path))
+    return from_proto(proto, name=os.path.basename(path), weights=weights)
 
 
 def _np_dtype(elem_type: int, what: str) -> np.dtype:
@@ -76,8 +82,9 @@ _TYPED_FIELDS = {np.dtype(np.float32): "float_data", np.dtype(np.float64): "doub
                  np.dtype(np.float16): "int32_data"}
 
 
-def _tensor(t, what: str) -> np.ndarray:
-    """A TensorProto as a numpy array, its declared size checked before conversion."""
+def _tensor(t, what: str, values: bool = True) -> np.ndarray:
+    """A TensorProto as a numpy array, its declared size checked before conversion
+    (``values=False``: a zero placeholder of its shape when it is large)."""
     onnx = _onnx()
     what = f"{what} {t.name!r}" if t.name else what
     if t.data_location == onnx.TensorProto.EXTERNAL:
@@ -96,6 +103,8 @@ def _tensor(t, what: str) -> np.ndarray:
         have = len(getattr(t, _TYPED_FIELDS[dt]))
         if have != n:
             raise ModelError(f"{what}: declares shape {tuple(t.dims)} ({n} values) but holds {have}")
+    if not values and n > SHAPE_ONLY_ABOVE:
+        return np.broadcast_to(np.zeros((), dt), tuple(int(d) for d in t.dims))
     try:
         arr = onnx.numpy_helper.to_array(t)
     except Exception as exc:
@@ -308,8 +317,8 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
                      f"and no host implementation)")
 
 
-def from_proto(proto, name: str = "") -> Graph:
-    """Import an ``onnx.ModelProto``."""
+def from_proto(proto, name: str = "", weights: bool = True) -> Graph:
+    """Import an ``onnx.ModelProto`` (``weights``: see :func:`load`)."""
     g = proto.graph
     opset = None
     for imp in proto.opset_import:
@@ -319,7 +328,7 @@ def from_proto(proto, name: str = "") -> Graph:
         raise ModelError("the model imports no version of the default ONNX operator set")
     b = _Builder(opset)
     for t in g.initializer:
-        b.consts[t.name] = _tensor(t, "initializer")
+        b.consts[t.name] = _tensor(t, "initializer", weights)
     if len(g.sparse_initializer):
         raise ModelError("sparse initializers are not supported by fastane")
     inputs = {}
@@ -340,4 +349,5 @@ def from_proto(proto, name: str = "") -> Graph:
         if n is not None:
             b.nodes.append(n)
     outputs = [o.name for o in g.output]
-    return Graph(g.name or name, inputs, outputs, b.nodes, b.consts, origin=f"onnx opset {opset}")
+    return Graph(g.name or name, inputs, outputs, b.nodes, b.consts, origin=f"onnx opset {opset}",
+                 weights=weights)

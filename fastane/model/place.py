@@ -147,6 +147,7 @@ def place(bound: Bound) -> list:
             done.add(id(n))
         layers.append(Layer(nodes[0].name, nodes, placement, reason, dyn(nodes), nodes[-1].outputs,
                             kind, run, call, detail, plan))
+        return layers[-1]
 
     def fuse_activation(node):
         """The activation node after ``node`` that can run in its NE stage, or the silu
@@ -269,20 +270,21 @@ def _place_conv(node, consts, types, only, fuse_activation, add):
     x_shape = types[node.inputs[0]].shape
     s, d, pads, _ = conv_geometry(node, x_shape, w.shape[2:])
     groups = int(node.attrs.get("groups", 1))
-    with np.errstate(over="ignore"):
-        if scale is not None:
-            w16, b16 = _lut.fold_affine(w, b, scale, shift)
-        else:
-            w16 = _fp16(w, node, "weight")
-            b16 = None if b is None else _fp16(b, node, "bias")
+    def prepare():
+        with np.errstate(over="ignore"):
+            if scale is not None:
+                return _lut.fold_affine(w, b, scale, shift)
+            return _fp16(w, node, "weight"), None if b is None else _fp16(b, node, "bias")
+    consts16 = _Lazy(prepare)
+    has_bias = b is not None or scale is not None
     one_d = len(x_shape) == 3
     sym = all(pb == pe for pb, pe in pads)
     padding = tuple(pb for pb, _ in pads)
     note = "" if sym else ("asymmetric padding materialised as zeros on the host (a zero operand "
                            "either way)")
-    note = "; ".join(filter(None, [note, _overflow(w16, b16)]))
 
     def run(xs):
+        w16, b16 = consts16()
         x = xs[0]
         pad = padding
         if not sym:
@@ -294,11 +296,28 @@ def _place_conv(node, consts, types, only, fuse_activation, add):
     def plan():
         xs = tuple(x_shape)
         if sym:
-            return _plan.conv(xs, w16.shape, s, pads, d, groups, b16 is not None, fused)
+            return _plan.conv(xs, w.shape, s, pads, d, groups, has_bias, fused)
         xs = xs[:2] + tuple(n + pb + pe for n, (pb, pe) in zip(xs[2:], pads))
-        return _plan.conv(xs, w16.shape, s, ((0, 0),) * len(pads), d, groups, b16 is not None, fused)
-    add(nodes, "ane", note, "mac", run, "conv1d" if one_d else "conv2d", plan,
-        folded_bn=scale is not None, activation=_act_name(fused))
+        return _plan.conv(xs, w.shape, s, ((0, 0),) * len(pads), d, groups, has_bias, fused)
+    consts16.layer = add(nodes, "ane", note, "mac", run, "conv1d" if one_d else "conv2d", plan,
+                         folded_bn=scale is not None, activation=_act_name(fused))
+
+
+class _Lazy:
+    """A layer's compile-time constants (fp16 weights, folded BatchNormalization), made on
+    first use: a stats-only report never needs them (nor the weights' values).  A note
+    about them (weights beyond the fp16 range) is added to the layer's reason then."""
+
+    def __init__(self, fn):
+        self.fn, self.value, self.layer = fn, None, None
+
+    def __call__(self):
+        if self.value is None:
+            self.value = self.fn()
+            note = _overflow(*self.value)
+            if note and self.layer is not None:
+                self.layer.reason = "; ".join(filter(None, [self.layer.reason, note]))
+        return self.value
 
 
 def _fp16(x, node, name):
@@ -326,15 +345,19 @@ def _place_deconv(node, consts, types, fuse_activation, add):
     cg, mg = w.shape[0] // g, w.shape[1]
     k = w.shape[2:]
     nsp = len(k)
-    wc = w.reshape((g, cg, mg) + k).swapaxes(1, 2)[(Ellipsis,) + (slice(None, None, -1),) * nsp]
-    w16 = _fp16(np.ascontiguousarray(wc.reshape((g * mg, cg) + k)), node, "weight")
-    b16 = None if b is None else _fp16(b, node, "bias")
+    def prepare():
+        wc = w.reshape((g, cg, mg) + k).swapaxes(1, 2)[(Ellipsis,) + (slice(None, None, -1),) * nsp]
+        with np.errstate(over="ignore"):
+            return (_fp16(np.ascontiguousarray(wc.reshape((g * mg, cg) + k)), node, "weight"),
+                    None if b is None else _fp16(b, node, "bias"))
+    consts16 = _Lazy(prepare)
+    w_shape = (g * mg, cg) + tuple(k)
     acts, fused = fuse_activation(node)
     edges = [((kk - 1) * dd - pb, (kk - 1) * dd - pe + o) for kk, dd, (pb, pe), o in zip(k, d, pads, op)]
     up = tuple((n - 1) * st + 1 for n, st in zip(x_shape[2:], s))
     x_conv = tuple(x_shape[:2]) + tuple(u + lo + hi for u, (lo, hi) in zip(up, edges))
 
-    def prepare(x):
+    def spread(x):
         x = np.asarray(x)
         xu = np.zeros(x.shape[:2] + up, x.dtype)
         xu[(Ellipsis,) + tuple(slice(None, None, st) for st in s)] = x
@@ -343,14 +366,16 @@ def _place_deconv(node, consts, types, fuse_activation, add):
         return xu[(slice(None), slice(None)) + crop]
 
     def run(xs):
-        x = prepare(xs[0])
+        w16, b16 = consts16()
+        x = spread(xs[0])
         if nsp == 1:
             return [fastane.conv1d(x, w16, b16, 1, 0, d[0], g, fused)]
         return [fastane.conv2d(x, w16, b16, 1, 0, d, g, fused)]
-    add([node] + acts, "ane", "as a stride-1 convolution: zeros between the input pixels and the "
+    consts16.layer = add(
+        [node] + acts, "ane", "as a stride-1 convolution: zeros between the input pixels and the "
         "padding placed on the host (layout); the MACs include the zero products", "mac", run,
         "conv1d" if nsp == 1 else "conv2d",
-        lambda: _plan.conv(x_conv, w16.shape, (1,) * nsp, ((0, 0),) * nsp, d, g, b16 is not None, fused),
+        lambda: _plan.conv(x_conv, w_shape, (1,) * nsp, ((0, 0),) * nsp, d, g, b is not None, fused),
         activation=_act_name(fused))
 
 
@@ -375,9 +400,7 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
     if node.op == "matmul":
         b = consts.get(node.inputs[1])
         if b is not None and b.ndim == 2 and len(a_t.shape) >= 2:
-            with np.errstate(over="ignore"):
-                wt = np.ascontiguousarray(_fp16(b.T, node, "weight"))
-            nodes, b16 = [node], None
+            nodes, c = [node], None
             nxt = only(node.outputs[0])
             if nxt is not None and nxt.op == "add":         # x @ W + b: the linear's bias
                 other = [t for t in nxt.inputs if t != node.outputs[0]]
@@ -385,22 +408,31 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
                 if c is not None and c.size == b.shape[1] and c.shape[-1:] == (b.shape[1],) \
                         and np.dtype(c.dtype).kind == "f":
                     nodes.append(nxt)
-                    with np.errstate(over="ignore"):
-                        b16 = _fp16(c.reshape(-1), nxt, "bias")
+                else:
+                    c = None
+
+            def prepare(b=b, c=c, bias_node=nodes[-1]):
+                with np.errstate(over="ignore"):
+                    return (np.ascontiguousarray(_fp16(b.T, node, "weight")),
+                            None if c is None else _fp16(c.reshape(-1), bias_node, "bias"))
+            consts16 = _Lazy(prepare)
             acts, fused = fuse_activation(nodes[-1])
-            add(nodes + acts, "ane", "", "mac",
-                lambda xs: [fastane.linear(xs[0], wt, b16, fused)], "linear",
-                lambda: _plan.linear(a_t.shape, wt.shape[0], b16 is not None, fused),
-                activation=_act_name(fused))
+
+            def run(xs):
+                wt, b16 = consts16()
+                return [fastane.linear(xs[0], wt, b16, fused)]
+            consts16.layer = add(nodes + acts, "ane", "", "mac", run, "linear",
+                                 lambda: _plan.linear(a_t.shape, b.shape[1], c is not None, fused),
+                                 activation=_act_name(fused))
             return
         acts, fused = fuse_activation(node)
         b_shape = types[node.inputs[1]].shape
         plan = lambda: _plan.matmul(a_t.shape, b_shape, fused)  # noqa: E731
         if b is not None:
-            b16 = _fp16(b, node, "b")
-            add([node] + acts, "ane", "", "mac",
-                lambda xs: [fastane.matmul(xs[0], b16, activation=fused)], "matmul", plan,
-                activation=_act_name(fused))
+            consts16 = _Lazy(lambda: (_fp16(b, node, "b"),))
+            consts16.layer = add([node] + acts, "ane", "", "mac",
+                                 lambda xs: [fastane.matmul(xs[0], consts16()[0], activation=fused)],
+                                 "matmul", plan, activation=_act_name(fused))
         else:
             add([node] + acts, "ane", "", "mac",
                 lambda xs: [fastane.matmul(xs[0], xs[1], activation=fused)], "matmul", plan,
@@ -420,13 +452,18 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
     acts, fused = fuse_activation(node)
     wt = b if at.get("trans_b") else b.T                       # (N, K)
     alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
-    with np.errstate(over="ignore"):
-        w16 = _lut.fold_affine(wt, None, alpha, 0.0)[0] if alpha != 1.0 else _fp16(wt, node, "B")
-        b16 = None
-        if has_c:
-            b16 = _fp16(beta * np.broadcast_to(c.astype(np.float64).reshape(-1), (N,)), node, "C")
-    w16 = np.ascontiguousarray(w16)
-    note = "; ".join(filter(None, ["alpha folded into the weights (rounded once to fp16)" if alpha != 1.0
-                                   else "", _overflow(w16, b16)]))
-    add([node] + acts, "ane", note, "mac", lambda xs: [fastane.linear(xs[0], w16, b16, fused)], "linear",
-        lambda: _plan.linear(a_t.shape, N, b16 is not None, fused), activation=_act_name(fused))
+    def prepare():
+        with np.errstate(over="ignore"):
+            w16 = _lut.fold_affine(wt, None, alpha, 0.0)[0] if alpha != 1.0 else _fp16(wt, node, "B")
+            b16 = None
+            if has_c:
+                b16 = _fp16(beta * np.broadcast_to(c.astype(np.float64).reshape(-1), (N,)), node, "C")
+        return np.ascontiguousarray(w16), b16
+    consts16 = _Lazy(prepare)
+    note = "alpha folded into the weights (rounded once to fp16)" if alpha != 1.0 else ""
+
+    def run(xs):
+        w16, b16 = consts16()
+        return [fastane.linear(xs[0], w16, b16, fused)]
+    consts16.layer = add([node] + acts, "ane", note, "mac", run, "linear",
+                         lambda: _plan.linear(a_t.shape, N, has_c, fused), activation=_act_name(fused))

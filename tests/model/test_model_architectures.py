@@ -142,3 +142,16 @@ def test_conv_transpose_matches_onnxruntime(attrs):
     assert y.shape == ref.shape and _err(y, ref) < TOL
     # the host implementation (the fp32 reference) is the definition: onnxruntime to fp32 rounding
     np.testing.assert_allclose(model.reference({"x": x})["y"], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_stats_only_without_the_weights():
+    proto = zoo.resnet(seed=0)
+    full = fastane.load_model(proto)
+    light = fastane.load_model(proto, weights=False)
+    big = [v for v in light.graph.consts.values() if v.size > 4096]
+    assert big and all(v.strides == (0,) * v.ndim for v in big)      # placeholders, no copy
+    a = full.report({"x": (1, 3, 32, 32)}, stats_only=True)
+    b = light.report({"x": (1, 3, 32, 32)}, stats_only=True)
+    assert [r.stats.as_dict() for r in a.layers] == [r.stats.as_dict() for r in b.layers]
+    with pytest.raises(fastane.ModelError, match="without its weights"):
+        light({"x": np.zeros((1, 3, 32, 32), np.float32)})
