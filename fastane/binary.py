@@ -1,6 +1,7 @@
 """Elementwise binary ops on the ANE's planar engine: ``add``, ``sub``, ``mul``,
 ``maximum``, ``minimum`` (the lowering and its numpy-style entry points), and ``divide``
-(the reciprocal table, then a planar multiply, as Apple's ``binary/div.bin``).
+(the reciprocal table, then a planar multiply, as Apple's ``binary/div.bin``); the
+one-operand planar programs ``absolute``, ``negative`` and ``square``.
 
 Apple's compiler runs these as planar tasks (corpus ``binary/add.bin`` and friends): one
 task per tile, source 0 through TileDMASrc, source 1 through its second register set,
@@ -32,10 +33,13 @@ from .stats import Stats, record
 from .td import BarSlot
 from .td.asm import eltwise_td
 
-__all__ = ["add", "sub", "mul", "maximum", "minimum", "divide", "binary", "lower", "plan", "OPS"]
+__all__ = ["add", "sub", "mul", "maximum", "minimum", "divide", "absolute", "negative", "square", "binary",
+           "unary", "lower", "plan", "OPS", "UNARY"]
 
 #: fastane name -> the planar operation (fastane.td.asm.PLANAR_BINARY)
 OPS = {"add": "add", "sub": "sub", "mul": "mul", "maximum": "max", "minimum": "min"}
+#: one-operand planar programs: fastane name -> program name (see :func:`lower`)
+UNARY = {"absolute": "abs", "negative": "neg", "square": "square"}
 SLOT_OUT, SLOT_A, SLOT_B = 4, 5, 6
 _L = _compiler.LIMITS
 _ALIGN = 64
@@ -63,9 +67,10 @@ def lower(n: int, op: str) -> LoweredBinary:
     """The program of ``op`` (a planar binary op) over ``n`` fp16 elements (cached)."""
     if n < 1:
         raise ValueError(f"cannot lower a binary op on {n} elements")
-    if op not in OPS.values():
-        raise ValueError(f"unknown planar binary op {op!r}; one of {sorted(OPS.values())}")
-    k = 3                                           # a, b and the result in L2 at once
+    if op not in OPS.values() and op not in UNARY.values():
+        raise ValueError(f"unknown planar op {op!r}; one of {sorted(OPS.values()) + sorted(UNARY.values())}")
+    unary = op in ("abs", "neg")
+    k = 2 if unary else 3                           # the operands and the result in L2 at once
     width_max = min(_L.max_hw, _L.l2_bytes // (k * _ALIGN) * (_ALIGN // 2))
     width, rows, rem = _compiler._flat_shape(n, width_max, _L)
     th = min(rows, _L.max_hw, _L.l2_bytes // (k * _ru(2 * width, 16)))
@@ -76,7 +81,14 @@ def lower(n: int, op: str) -> LoweredBinary:
         tiles.append((rows * width, 1, rem))
     words = []
     for j, (e0, h, w) in enumerate(tiles):
-        if op == "sub":      # as binary/sub.bin: add(-1 * b, a), b through source 0
+        base = dict(src_base=2 * e0, dst=SLOT_OUT, dst_base=2 * e0, eon=False)
+        if op == "abs":      # unary/abs.bin: Word[0] = 0x40
+            td = eltwise_td((1, h, w), op="abs", src=SLOT_A, **base)
+        elif op == "neg":    # the scale op with operand scale -1 (softmin's TD0 negates so)
+            td = eltwise_td((1, h, w), op="scale", in_scale=-1.0, src=SLOT_A, **base)
+        elif op == "square":  # unary/square.bin: a multiply with RBase0 = RBase1 = the input
+            td = eltwise_td((1, h, w), op="mul", src=SLOT_A, src1=SLOT_A, src1_base=2 * e0, **base)
+        elif op == "sub":    # as binary/sub.bin: add(-1 * b, a), b through source 0
             td = eltwise_td((1, h, w), op="add", in_scale=-1.0, src=SLOT_B, src1=SLOT_A, dst=SLOT_OUT,
                             src_base=2 * e0, src1_base=2 * e0, dst_base=2 * e0, eon=False)
         else:
@@ -88,7 +100,9 @@ def lower(n: int, op: str) -> LoweredBinary:
         words.append(list(td.words))
     nbytes = max(_ru(2 * n), _ALIGN)
     bars = {_compiler.SLOT_TD: None, SLOT_OUT: BarSlot(SLOT_OUT, "output", nbytes, "y"),
-            SLOT_A: BarSlot(SLOT_A, "input", nbytes, "a"), SLOT_B: BarSlot(SLOT_B, "input", nbytes, "b")}
+            SLOT_A: BarSlot(SLOT_A, "input", nbytes, "a")}
+    if op not in UNARY.values():
+        bars[SLOT_B] = BarSlot(SLOT_B, "input", nbytes, "b")
     chunk = _compiler.MAX_CHAIN
     programs = tuple(_compiler._program(words[s:s + chunk], bars, f"{op}{n}")
                      for s in range(0, len(words), chunk))
@@ -104,7 +118,8 @@ def _execute(low: LoweredBinary, a16, b16, device=None, stats_only: bool = False
     dev = device if device is not None else _compiler.default_device()
     regions = {}
     try:
-        for slot in (SLOT_A, SLOT_B, SLOT_OUT):
+        slots = (SLOT_A, SLOT_OUT) if low.op in UNARY.values() else (SLOT_A, SLOT_B, SLOT_OUT)
+        for slot in slots:
             regions[slot] = _compiler._alloc(dev, low.nbytes, f"{low.op}:{slot}", zero=not stats_only)
         total = None
         if stats_only:
@@ -112,7 +127,7 @@ def _execute(low: LoweredBinary, a16, b16, device=None, stats_only: bool = False
                 st = dev.submit(p, regions, stats_only=True).wait()
                 total = st if total is None else _compiler._concat(total, st)
             return None, total
-        for slot, x in ((SLOT_A, a16), (SLOT_B, b16)):
+        for slot, x in ((SLOT_A, a16), (SLOT_B, b16))[:len(slots) - 1]:
             r = regions[slot]
             dev.memory.view(r.iova, r.size)[:2 * low.n].view(np.float16)[...] = x.reshape(-1)
         for p in low.programs:
@@ -151,6 +166,36 @@ def binary(name: str, a, b) -> np.ndarray:
     report_events(stats, name)                   # (a planar op counts no events today)
     y = y.reshape(shape)
     return y[()] if y.ndim == 0 else y
+
+
+def unary(name: str, x) -> np.ndarray:
+    """``name`` (a key of :data:`UNARY`) of ``x`` by a planar program; ``np.float16``."""
+    if name not in UNARY:
+        raise ValueError(f"unknown planar op {name!r}; one of {sorted(UNARY)}")
+    x16 = _fp16_operand(x, name, "x")
+    if x16.size == 0:
+        record(Stats())
+        return np.empty(x16.shape, np.float16)
+    y, stats = _execute(lower(int(x16.size), UNARY[name]), np.ascontiguousarray(x16), None)
+    record(stats)
+    report_events(stats, name)
+    y = y.reshape(x16.shape)
+    return y[()] if y.ndim == 0 else y
+
+
+def absolute(x):
+    """``|x|`` on the planar engine (unary/abs.bin): exact."""
+    return unary("absolute", x)
+
+
+def negative(x):
+    """``-x`` on the planar engine (a scale task, operand scale -1): exact."""
+    return unary("negative", x)
+
+
+def square(x):
+    """``x * x`` on the planar engine (unary/square.bin): ``round16(x16 * x16)``."""
+    return unary("square", x)
 
 
 def add(a, b):

@@ -99,3 +99,29 @@ def test_divide_matches_apples_div(corpus):
     y = rng.uniform(0.5, 6.5, (1, 1, 2560, 1600)).astype(np.float16)
     out = Device(memory_size=128 << 20).run(apple, {5: x, 6: y})
     np.testing.assert_array_equal(bits(out[4]), bits(binary.divide(x, y)))
+
+
+@pytest.mark.parametrize("name", sorted(binary.UNARY))
+def test_unary_bit_exact(name):
+    x = np.concatenate([SPECIAL, (np.random.default_rng(2).standard_normal(3000) * 300).astype(np.float16)])
+    y = binary.unary(name, x)
+    want = {"absolute": lambda: ref_eltwise("abs", x), "negative": lambda: ref_eltwise("scale", x, in_scale=-1.0),
+            "square": lambda: ref_eltwise("mul", x, x)}[name]()
+    np.testing.assert_array_equal(bits(y), bits(want))
+    assert fastane.last_stats().tasks == 1 and fastane.last_stats().planar_ops == x.size
+
+
+@pytest.mark.parametrize("name, program", [("absolute", "abs"), ("square", "square")])
+def test_unary_programs_match_apples(corpus, name, program):
+    from fastane.device import Device, planar as planarmod
+    from fastane.td import load_program
+    apple = load_program(corpus / "m1-kernels" / "unary" / f"{program}.bin")
+    keys = ["Header.RBE0", "Header.RBase0", "Header.RBE1", "Header.RBase1", "Header.WBase",
+            "Common.Cfg.TaskType", "Common.ChCfg.Src1InFmt", "Planar.Word[0]", "Planar.Word[1]",
+            "Planar.Word[2]", "Planar.Word[3]"]
+    a = planarmod.registers(apple.tds[0])
+    m = planarmod.registers(binary.lower(2560 * 1600, binary.UNARY[name]).programs[0].tds[0])
+    assert {k: m[k] for k in keys} == {k: a[k] for k in keys}
+    x = (np.random.default_rng(9).standard_normal((1, 1, 2560, 1600)) * 100).astype(np.float16)
+    out = Device(memory_size=96 << 20).run(apple, {5: x})
+    np.testing.assert_array_equal(bits(out[4]), bits(binary.unary(name, x)))

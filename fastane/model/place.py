@@ -213,6 +213,14 @@ def place(bound: Bound) -> list:
             out_shape = types[node.outputs[0]].shape
             add([node], "ane", note, "exact", run, _BINARY[op],
                 lambda out_shape=out_shape, op=op: _plan.binary(out_shape, _BINARY[op]))
+        elif (op in ("abs", "neg") or (op == "pow" and _scalar(consts, node, 1) == 2.0)) \
+                and np.dtype(types[node.inputs[0]].dtype).kind == "f":
+            from .. import binary as _binary
+            name = {"abs": "absolute", "neg": "negative", "pow": "square"}[op]
+            shape = types[node.inputs[0]].shape
+            add([node], "ane", "x * x (unary/square.bin)" if op == "pow" else "", "exact",
+                lambda xs, name=name: [_binary.unary(name, xs[0])], name,
+                lambda shape=shape, name=name: _plan.binary(shape, name))
         elif OPS[op].kind == "layout":
             add([node], "layout", "data movement only (no arithmetic), done on the host; "
                 "fastane does not express it as DMA strides yet", "layout")

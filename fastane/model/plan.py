@@ -73,10 +73,10 @@ def eltwise(shape, activation) -> Stats:
 
 
 def binary(shape, op: str) -> Stats:
-    """A :mod:`fastane.binary` op (``op`` one of its :data:`~fastane.binary.OPS`) whose
-    result has ``shape``."""
+    """A :mod:`fastane.binary` op (``op`` a key of its :data:`~fastane.binary.OPS` or
+    :data:`~fastane.binary.UNARY`) whose result has ``shape``."""
     from .. import binary as _binary
     n = math.prod(shape)
     if n == 0:
         return Stats()
-    return _binary.plan(n, _binary.OPS[op])
+    return _binary.plan(n, _binary.OPS.get(op) or _binary.UNARY[op])

@@ -62,6 +62,9 @@ OPS = {
     "Add": r"test_add(_bcast)?",
     "Mul": r"test_mul(_example|_bcast)?",
     "Div": r"test_div(_example|_bcast)?",
+    "Abs": r"test_abs",
+    "Neg": r"test_neg(_example)?",
+    "Pow": r"test_pow(_example|_bcast_scalar|_bcast_array)?",
     "Flatten": r"test_flatten_\w+",
     "Reshape": r"test_reshape_\w+",
     "Transpose": r"test_transpose_\w+",
@@ -100,7 +103,7 @@ class _Rep(onnx.backend.base.BackendRep):
 #: inputs of an op that a converter for the ANE makes compile-time constants: weights,
 #: biases, normalisation parameters, clip bounds; integer inputs (shapes, axes) too
 _PARAM_INPUTS = {"conv": (1, 2), "conv_transpose": (1, 2), "gemm": (1, 2), "batchnorm": (1, 2, 3, 4), "clip": (1, 2),
-                 "prelu": (1,), "layer_norm": (1, 2)}
+                 "prelu": (1,), "layer_norm": (1, 2), "pow": (1,)}
 
 
 def _params(model) -> set:
