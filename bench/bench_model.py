@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import fastane
-from fastane import compiler
+from fastane import lower
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -44,8 +44,8 @@ def test_model_resnet50(measure, compare, smoke, resnet50):
 
 
 def _stats_only(model):
-    compiler.cache_clear()
-    compiler._tile.cache_clear()
+    lower.cache_clear()
+    lower.tiler._tile.cache_clear()
     model._cache.clear()
     return model.report({"x": (1, 3, 224, 224)}, stats_only=True)
 

@@ -32,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[args.command][0])
     cmd = argparse.ArgumentParser(prog=f"fastane {args.command}",
                                   description=COMMANDS[args.command][1])
+    if args.command == "roofline" and any(a.lower().endswith(".onnx") for a in rest):
+        from .model import cli as _model_cli    # a user's model: its stats-only report
+        _model_cli.roofline_arguments(cmd)
+        return int(_model_cli.roofline_run(cmd.parse_args(rest)) or 0)
     module.add_arguments(cmd)
     return int(module.run(cmd.parse_args(rest)) or 0)
 

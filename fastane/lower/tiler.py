@@ -265,11 +265,13 @@ def _flat_shape(n: int, width_max: int, lim: Limits) -> tuple:
 
 
 
-def flat_tiles(n: int, stage: NEStage, lim: Limits) -> tuple:
+def flat_tiles(n: int, stage: NEStage, lim: Limits, k: int | None = None) -> tuple:
     """How an activation over ``n`` flat elements is cut: ``(width, rows, rem, tiles)``,
     ``tiles`` = ``[(first element, rows, width)]``: balanced tiles of whole rows that fit
-    L2 with the tensors the chain holds there at once, then the remainder row."""
-    k = 2 if stage.post is None else 3          # tensors a tile's chain holds in L2 at once
+    L2 with the tensors the chain holds there at once (``k``; by default from ``stage``),
+    then the remainder row."""
+    if k is None:
+        k = 2 if stage.post is None else 3      # tensors a tile's chain holds in L2 at once
     width_max = min(lim.max_hw, lim.l2_bytes // (k * ALIGN) * lim.col_align)
     if width_max < 1:
         raise NotImplementedError(f"no row of an elementwise task fits the {size_str(lim.l2_bytes)} L2")

@@ -110,10 +110,10 @@ def _inputs(model, args) -> dict:
 
 
 def run(args) -> int:
-    import fastane
+    from . import load_model
     from .model import progress_bar
     try:
-        model = fastane.load_model(args.model, weights=not args.stats_only)
+        model = load_model(args.model, weights=not args.stats_only)
         arrays = _inputs(model, args)
         if args.stats_only and args.output:
             raise _Fail("--stats-only computes nothing: it cannot save outputs (-o)")
@@ -145,6 +145,16 @@ def run(args) -> int:
     return 0
 
 
+def roofline_arguments(parser: argparse.ArgumentParser) -> None:
+    """``fastane roofline``'s arguments (the command hands a model to :func:`roofline`)."""
+    from ..roofline.report import add_arguments as _roofline_arguments
+    _roofline_arguments(parser)
+
+
+def roofline_run(args) -> int:
+    return roofline(args, args.workloads)
+
+
 def roofline(args, names) -> int:
     """``fastane roofline MODEL.onnx ... [--chip] [--json] [--plot FILE.png] [--summary]``:
     the stats-only report of each model (nothing computed; symbolic dimensions bound to 1),
@@ -152,7 +162,7 @@ def roofline(args, names) -> int:
     import json
     import types
 
-    import fastane
+    from . import load_model
     from ..roofline import chips as _chips
     from ..roofline import report as _report
     try:
@@ -162,7 +172,7 @@ def roofline(args, names) -> int:
         chip = _chips.get(args.chip)
         reports = []
         for path in names:
-            model = fastane.load_model(path, weights=False)
+            model = load_model(path, weights=False)
             shapes = {k: tuple(1 if isinstance(d, str) else d for d in t.shape)
                       for k, t in model.inputs.items()}
             reports.append(model.report(shapes, chip=chip, stats_only=True))

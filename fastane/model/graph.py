@@ -18,44 +18,15 @@ anything is allocated: no tensor may exceed :data:`MAX_TENSOR_ELEMENTS`.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import ModelError
+from .tensor import DTYPES, MAX_FOLD_ELEMENTS, MAX_TENSOR_ELEMENTS, TensorType, check_size
 
 __all__ = ["TensorType", "Node", "Graph", "Bound", "bind", "MAX_TENSOR_ELEMENTS",
-           "MAX_FOLD_ELEMENTS", "check_size"]
-
-#: the largest tensor a model may declare or produce (elements): 2^28 (1 GiB in float32);
-#: a hostile file declaring more gets a ModelError before any allocation
-MAX_TENSOR_ELEMENTS = 1 << 28
-#: constant folding evaluates a node only when its output is at most this many elements
-MAX_FOLD_ELEMENTS = 1 << 22
-
-#: dtypes a graph may carry
-DTYPES = (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8,
-          np.bool_)
-
-
-@dataclass(frozen=True)
-class TensorType:
-    """dtype (a numpy dtype) and shape (ints; a ``str`` is a symbolic dimension)."""
-
-    dtype: np.dtype
-    shape: tuple
-
-    @property
-    def concrete(self) -> bool:
-        return all(isinstance(d, int) for d in self.shape)
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    def __str__(self) -> str:
-        return f"{np.dtype(self.dtype).name}[{'x'.join(str(d) for d in self.shape)}]"
+           "MAX_FOLD_ELEMENTS", "check_size", "DTYPES"]
 
 
 @dataclass
@@ -93,7 +64,7 @@ class Graph:
     def check(self) -> None:
         """Every node's inputs are defined before it, no tensor is defined twice, every
         output is defined, every op is known."""
-        from .ops import OPS
+        from .ops import OPS  # noqa: PLC0415 (ops imports tensor, not graph)
         defined = set(self.inputs) | set(self.consts)
         if set(self.inputs) & set(self.consts):
             both = sorted(set(self.inputs) & set(self.consts))[0]
@@ -115,20 +86,6 @@ class Graph:
                 raise ModelError(f"model output {name!r} is not produced by any node")
         if not self.outputs:
             raise ModelError("the model has no outputs")
-
-
-def check_size(shape, what: str) -> int:
-    """The element count of ``shape``, or a ModelError if a dimension is negative or the
-    tensor would exceed :data:`MAX_TENSOR_ELEMENTS`."""
-    n = 1
-    for d in shape:
-        if not isinstance(d, (int, np.integer)) or d < 0:
-            raise ModelError(f"{what}: invalid dimension {d!r} in shape {tuple(shape)}")
-        n *= int(d)
-    if n > MAX_TENSOR_ELEMENTS:
-        raise ModelError(f"{what}: shape {tuple(int(d) for d in shape)} has {n} elements, beyond "
-                         f"fastane's limit of {MAX_TENSOR_ELEMENTS} per tensor")
-    return n
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ModelError
-from .graph import TensorType, check_size
+from .tensor import TensorType, check_size
 
 __all__ = ["OpDef", "OPS", "host_eval", "conv_geometry", "pool_geometry"]
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import activations as _activations
+from .. import api as _api
 from .. import lut as _lut
 from ..operands import fp16_operand
 from . import plan as _plan
@@ -35,6 +37,17 @@ from .ops import OPS, conv_geometry
 __all__ = ["Layer", "place", "NO_LOWERING"]
 
 NO_LOWERING = "no ANE lowering in fastane yet"
+
+
+class _EntryPoints:
+    """fastane's public entry points (:mod:`fastane.api`, :mod:`fastane.activations`),
+    looked up when a layer runs."""
+
+    def __getattr__(self, name):
+        return getattr(_api if name in _api.__all__ else _activations, name)
+
+
+_ep = _EntryPoints()
 
 #: ONNX default SELU constants (float32), which are Apple's selu block's
 _SELU = (1.6732632423543772, 1.0507009873554805)
@@ -69,23 +82,22 @@ def _activation(node: Node, consts: dict):
     """``(fused, standalone)`` for an activation node fastane runs on the ANE: ``fused`` is
     the ``activation=`` argument of the MAC entry points, ``standalone`` a callable on one
     array; ``(None, reason)`` when it has no lowering."""
-    import fastane
     op, a = node.op, node.attrs
     if op in ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign"):
-        return op, getattr(fastane, op)
+        return op, getattr(_ep, op)
     if op == "gelu":
         if a.get("approximate", "none") != "none":
             return None, "tanh-approximated GELU: fastane has the erf GELU table only"
-        return "gelu", fastane.gelu
+        return "gelu", _ep.gelu
     if op == "leaky_relu":
         s = float(a.get("alpha", 0.01))
         blk = "leaky_relu" if np.float32(s) == np.float32(0.01) else _lut.leaky_relu_block(s)
-        return blk, lambda x: fastane.leaky_relu(x, s)
+        return blk, lambda x: _ep.leaky_relu(x, s)
     if op == "selu":
         al, ga = float(a.get("alpha", _SELU[0])), float(a.get("gamma", _SELU[1]))
         if np.float32(al) != np.float32(_SELU[0]) or np.float32(ga) != np.float32(_SELU[1]):
             return None, "SELU with non-default alpha/gamma: fastane has Apple's selu block only"
-        return "selu", fastane.selu
+        return "selu", _ep.selu
     if op == "clip":
         lo = _scalar(consts, node, 1)
         hi = _scalar(consts, node, 2)
@@ -93,13 +105,13 @@ def _activation(node: Node, consts: dict):
             return None, "Clip bounds are not constant"
         big = 65504.0
         if lo is not None and lo == 0.0 and (hi is None or hi >= big):
-            return "relu", fastane.relu
+            return "relu", _ep.relu
         if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
             return None, "Clip with one bound only: no ANE block in fastane yet"
         if not float(np.float16(lo)) < float(np.float16(hi)):
             return None, "Clip bounds collapse in fp16"
         blk = "relu6" if (lo, hi) == (0.0, 6.0) else _lut.hardtanh_block(lo, hi)
-        return blk, lambda x: fastane.hardtanh(x, lo, hi)
+        return blk, lambda x: _ep.hardtanh(x, lo, hi)
     return None, NO_LOWERING
 
 
@@ -187,7 +199,7 @@ def place(bound: Bound) -> list:
             _place_mac(node, consts, types, only, fuse_activation, add)
         elif op == "div" and len(node.inputs) == 2 and all(
                 np.dtype(types[t].dtype).kind == "f" for t in node.inputs):
-            from .. import binary as _binary
+            from ..lower import binary as _binary
             out_shape = types[node.outputs[0]].shape
             b_shape = types[node.inputs[1]].shape
 
@@ -201,7 +213,7 @@ def place(bound: Bound) -> list:
                 + _plan.binary(out_shape, "mul"))
         elif op in _BINARY and len(node.inputs) == 2 and all(
                 np.dtype(types[t].dtype).kind == "f" for t in node.inputs):
-            from .. import binary as _binary
+            from ..lower import binary as _binary
             fn = getattr(_binary, _BINARY[op])
             note = "" if types[node.inputs[0]].shape == types[node.inputs[1]].shape else \
                 "broadcast materialised on the host (a copy, no rounding)"
@@ -215,7 +227,7 @@ def place(bound: Bound) -> list:
                 lambda out_shape=out_shape, op=op: _plan.binary(out_shape, _BINARY[op]))
         elif (op in ("abs", "neg") or (op == "pow" and _scalar(consts, node, 1) == 2.0)) \
                 and np.dtype(types[node.inputs[0]].dtype).kind == "f":
-            from .. import binary as _binary
+            from ..lower import binary as _binary
             name = {"abs": "absolute", "neg": "negative", "pow": "square"}[op]
             shape = types[node.inputs[0]].shape
             add([node], "ane", "x * x (unary/square.bin)" if op == "pow" else "", "exact",
@@ -225,9 +237,8 @@ def place(bound: Bound) -> list:
             add([node], "layout", "data movement only (no arithmetic), done on the host; "
                 "fastane does not express it as DMA strides yet", "layout")
         elif op == "sigmoid" and (nodes := _silu(node.inputs[0])) and nodes[0] is node:
-            import fastane
             shape = types[node.inputs[0]].shape
-            add(nodes, "ane", "", "table", lambda xs: [fastane.silu(xs[0])], "silu",
+            add(nodes, "ane", "", "table", lambda xs: [_ep.silu(xs[0])], "silu",
                 lambda shape=shape: _plan.eltwise(shape, "silu"))
         else:
             fused, fn = _activation(node, consts) if op in _ACTIVATIONS else (None, NO_LOWERING)
@@ -241,7 +252,7 @@ def place(bound: Bound) -> list:
     return layers
 
 
-#: model ops -> fastane.binary (planar engine) functions
+#: model ops -> fastane.lower.binary (planar engine) functions
 _BINARY = {"add": "add", "sub": "sub", "mul": "mul", "max": "maximum", "min": "minimum"}
 
 
@@ -259,7 +270,6 @@ _ACTIVATIONS = ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign", 
 
 
 def _place_conv(node, consts, types, only, fuse_activation, add):
-    import fastane
     w = consts.get(node.inputs[1])
     b = consts.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
     if w is None or (len(node.inputs) > 2 and node.inputs[2] and b is None):
@@ -299,8 +309,8 @@ def _place_conv(node, consts, types, only, fuse_activation, add):
             x = np.pad(np.asarray(x), ((0, 0), (0, 0)) + tuple(pads))
             pad = (0,) * len(pads)
         if one_d:
-            return [fastane.conv1d(x, w16, b16, s[0], pad[0], d[0], groups, fused)]
-        return [fastane.conv2d(x, w16, b16, s, pad, d, groups, fused)]
+            return [_ep.conv1d(x, w16, b16, s[0], pad[0], d[0], groups, fused)]
+        return [_ep.conv2d(x, w16, b16, s, pad, d, groups, fused)]
     def plan():
         xs = tuple(x_shape)
         if sym:
@@ -339,7 +349,6 @@ def _place_deconv(node, consts, types, fuse_activation, add):
     data movement), the kernel flipped and its in/out channels swapped per group.  Each
     output sums the same products as the definition plus exact zeros (the MAC counts
     include those zero products; the corpus shows no deconvolution task)."""
-    import fastane
     from .ops import deconv_geometry
     w = consts.get(node.inputs[1])
     b = consts.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
@@ -377,8 +386,8 @@ def _place_deconv(node, consts, types, fuse_activation, add):
         w16, b16 = consts16()
         x = spread(xs[0])
         if nsp == 1:
-            return [fastane.conv1d(x, w16, b16, 1, 0, d[0], g, fused)]
-        return [fastane.conv2d(x, w16, b16, 1, 0, d, g, fused)]
+            return [_ep.conv1d(x, w16, b16, 1, 0, d[0], g, fused)]
+        return [_ep.conv2d(x, w16, b16, 1, 0, d, g, fused)]
     consts16.layer = add(
         [node] + acts, "ane", "as a stride-1 convolution: zeros between the input pixels and the "
         "padding placed on the host (layout); the MACs include the zero products", "mac", run,
@@ -400,7 +409,6 @@ def _act_name(fused):
 
 
 def _place_mac(node, consts, types, only, fuse_activation, add):
-    import fastane
     a_t = types[node.inputs[0]]
     if np.dtype(a_t.dtype).kind != "f":
         add([node], "host", "integer operands: the ANE multiplies fp16", "mac")
@@ -428,7 +436,7 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
 
             def run(xs):
                 wt, b16 = consts16()
-                return [fastane.linear(xs[0], wt, b16, fused)]
+                return [_ep.linear(xs[0], wt, b16, fused)]
             consts16.layer = add(nodes + acts, "ane", "", "mac", run, "linear",
                                  lambda: _plan.linear(a_t.shape, b.shape[1], c is not None, fused),
                                  activation=_act_name(fused))
@@ -439,11 +447,11 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
         if b is not None:
             consts16 = _Lazy(lambda: (_fp16(b, node, "b"),))
             consts16.layer = add([node] + acts, "ane", "", "mac",
-                                 lambda xs: [fastane.matmul(xs[0], consts16()[0], activation=fused)],
+                                 lambda xs: [_ep.matmul(xs[0], consts16()[0], activation=fused)],
                                  "matmul", plan, activation=_act_name(fused))
         else:
             add([node] + acts, "ane", "", "mac",
-                lambda xs: [fastane.matmul(xs[0], xs[1], activation=fused)], "matmul", plan,
+                lambda xs: [_ep.matmul(xs[0], xs[1], activation=fused)], "matmul", plan,
                 activation=_act_name(fused))
         return
     # gemm
@@ -472,6 +480,6 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
 
     def run(xs):
         w16, b16 = consts16()
-        return [fastane.linear(xs[0], w16, b16, fused)]
+        return [_ep.linear(xs[0], w16, b16, fused)]
     consts16.layer = add([node] + acts, "ane", note, "mac", run, "linear",
                          lambda: _plan.linear(a_t.shape, N, has_c, fused), activation=_act_name(fused))

@@ -4,7 +4,7 @@ computing: no weights or activations needed).
 
 Each function mirrors what the public entry point the layer calls would lower
 (:func:`fastane.conv2d`, :func:`fastane.linear`, :func:`fastane.matmul`, the activations,
-:mod:`fastane.binary`), so the Stats equal those of a computed run (a test checks it).
+:mod:`fastane.lower.binary`), so the Stats equal those of a computed run (a test checks it).
 """
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import math
 
 import numpy as np
 
-from .. import compiler as _compiler
+from .. import lower as _lower
 from ..stats import Stats
 
 __all__ = ["conv", "linear", "matmul", "eltwise", "binary"]
 
 
 def _run(low) -> Stats:
-    _, st = _compiler.execute(low, device=_compiler._plan_device(), stats_only=True)
+    _, st = _lower.execute(low, device=_lower.stats_device(), stats_only=True)
     return st
 
 
@@ -31,11 +31,11 @@ def conv(x_shape, w_shape, stride, pads, dilation, groups, bias: bool, activatio
         stride, dilation, pads = (1, *stride), (1, *dilation), ((0, 0), *pads)
     N, C, H, W = x_shape
     CO, CG, KH, KW = w_shape
-    c = _compiler.Conv(N, C, H, W, CO, KH, KW, tuple(stride), tuple(dilation),
+    c = _lower.Conv(N, C, H, W, CO, KH, KW, tuple(stride), tuple(dilation),
                        tuple(tuple(p) for p in pads), groups, bias, activation)
     if N * CO * c.hout * c.wout == 0 or CG * KH * KW == 0:
         return Stats()
-    return _run(_compiler.lower(c))
+    return _run(_lower.build(c))
 
 
 def linear(x_shape, n_out: int, bias: bool, activation) -> Stats:
@@ -43,7 +43,7 @@ def linear(x_shape, n_out: int, bias: bool, activation) -> Stats:
     M, K = math.prod(x_shape[:-1]), x_shape[-1]
     if M * n_out == 0 or K == 0:
         return Stats()
-    return _run(_compiler.lower(_compiler.Conv.matmul(M, K, n_out, 1, bias, activation)))
+    return _run(_lower.build(_lower.Conv.matmul(M, K, n_out, 1, bias, activation)))
 
 
 def matmul(a_shape, b_shape, activation) -> Stats:
@@ -56,12 +56,12 @@ def matmul(a_shape, b_shape, activation) -> Stats:
     if nb * M * N == 0 or K == 0:
         return Stats()
     if bb == 1:
-        c = _compiler.Conv.matmul(nb * M, K, N, 1, False, activation)
+        c = _lower.Conv.matmul(nb * M, K, N, 1, False, activation)
     elif ba == 1:
-        c = _compiler.Conv.matmul(nb * N, K, M, 1, False, activation)
+        c = _lower.Conv.matmul(nb * N, K, M, 1, False, activation)
     else:
-        c = _compiler.Conv.matmul(M, K, N, nb, False, activation)
-    return _run(_compiler.lower(c))
+        c = _lower.Conv.matmul(M, K, N, nb, False, activation)
+    return _run(_lower.build(c))
 
 
 def eltwise(shape, activation) -> Stats:
@@ -69,13 +69,13 @@ def eltwise(shape, activation) -> Stats:
     n = math.prod(shape)
     if n == 0:
         return Stats()
-    return _run(_compiler.lower(_compiler.Eltwise(n, activation)))
+    return _run(_lower.build(_lower.Eltwise(n, activation)))
 
 
 def binary(shape, op: str) -> Stats:
-    """A :mod:`fastane.binary` op (``op`` a key of its :data:`~fastane.binary.OPS` or
-    :data:`~fastane.binary.UNARY`) whose result has ``shape``."""
-    from .. import binary as _binary
+    """A :mod:`fastane.lower.binary` op (``op`` a key of its :data:`~fastane.lower.binary.OPS` or
+    :data:`~fastane.lower.binary.UNARY`) whose result has ``shape``."""
+    from ..lower import binary as _binary
     n = math.prod(shape)
     if n == 0:
         return Stats()

@@ -417,10 +417,6 @@ def run(args) -> int:
               "and counting them on a stats-only device; layers that cannot be lowered are reported "
               "as such (docs/roofline.md)", file=sys.stderr)
         return 2
-    models = [n for n in args.workloads if n.lower().endswith(".onnx")]
-    if models:                    # a user's model: its stats-only report (fastane.model)
-        from ..model.cli import roofline as _model_roofline
-        return _model_roofline(args, args.workloads)
     try:
         old = None
         if args.compare:

@@ -176,12 +176,12 @@ def test_shape_arithmetic_is_folded():
 def test_ane_layers_go_through_the_public_entry_points(monkeypatch):
     # the placement calls fastane.conv2d; no other path computes a conv for the ANE
     calls = []
-    real = fastane.conv2d
+    real = fastane.api.conv2d
 
     def spy(*a, **k):
         calls.append(a[1].shape)
         return real(*a, **k)
-    monkeypatch.setattr(fastane, "conv2d", spy)
+    monkeypatch.setattr(fastane.api, "conv2d", spy)
     w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
     m = fastane.load_model(_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
                                   [_vi("x", [1, 3, 8, 8])], [_vi("y", [1, 4, 8, 8])], [w]))

@@ -1,10 +1,10 @@
-"""fastane.binary: elementwise binary ops lowered to planar-engine tasks, bit for bit
+"""fastane.lower.binary: elementwise binary ops lowered to planar-engine tasks, bit for bit
 against the independent reference of the planar tests (each result rounded once)."""
 import numpy as np
 import pytest
 
 import fastane
-from fastane import binary
+from fastane.lower import binary
 from planar_helpers import bits, ref_eltwise
 
 SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 65504.0, -65504.0, np.inf, -np.inf, np.nan, 6e-8, -6e-8,
@@ -53,7 +53,7 @@ def test_errors():
 def test_the_program_matches_apples(corpus, name):
     """fastane's binary task has the register values that define the computation of
     Apple's binary/<op>.bin (slots 5 and 6 in, 4 out, TaskType 3, the Planar words), and
-    Apple's program run on the device computes exactly what fastane.binary does."""
+    Apple's program run on the device computes exactly what fastane.lower.binary does."""
     from fastane.device import Device, planar as planarmod
     from fastane.td import load_program
     op = binary.OPS[name]

@@ -26,12 +26,18 @@ import functools
 
 import numpy as np
 
-from . import compiler as _compiler
-from .operands import fp16_operand as _fp16_operand
-from .errstate import report_events
-from .stats import Stats, record
-from .td import BarSlot
-from .td.asm import eltwise_td
+from ..errstate import report_events
+from ..m1 import ALIGN, LIMITS, round_up
+from ..operands import fp16_operand as _fp16_operand
+from ..stats import Stats, last_stats, record
+from ..td import BarSlot
+from ..td.asm import eltwise_td
+from .bind import _alloc
+from .cache import CACHE_SIZE, reclaim
+from .emit import _chains
+from .lowered import SLOT_TD
+from .runtime import _concat, default_device, stats_device
+from .tiler import flat_tiles
 
 __all__ = ["add", "sub", "mul", "maximum", "minimum", "divide", "absolute", "negative", "square", "binary",
            "unary", "lower", "plan", "OPS", "UNARY"]
@@ -41,12 +47,6 @@ OPS = {"add": "add", "sub": "sub", "mul": "mul", "maximum": "max", "minimum": "m
 #: one-operand planar programs: fastane name -> program name (see :func:`lower`)
 UNARY = {"absolute": "abs", "negative": "neg", "square": "square"}
 SLOT_OUT, SLOT_A, SLOT_B = 4, 5, 6
-_L = _compiler.LIMITS
-_ALIGN = 64
-
-
-def _ru(x: int, m: int = _ALIGN) -> int:
-    return -(-x // m) * m
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,24 +62,18 @@ class LoweredBinary:
         return len(self.tiles)
 
 
-@functools.lru_cache(maxsize=_compiler.CACHE_SIZE)
+@functools.lru_cache(maxsize=CACHE_SIZE)
 def lower(n: int, op: str) -> LoweredBinary:
-    """The program of ``op`` (a planar binary op) over ``n`` fp16 elements (cached)."""
+    """The program of ``op`` (a planar op of :data:`OPS` or :data:`UNARY`) over ``n`` fp16
+    elements (cached)."""
     if n < 1:
         raise ValueError(f"cannot lower a binary op on {n} elements")
     if op not in OPS.values() and op not in UNARY.values():
         raise ValueError(f"unknown planar op {op!r}; one of {sorted(OPS.values()) + sorted(UNARY.values())}")
     unary = op in ("abs", "neg")
-    k = 2 if unary else 3                           # the operands and the result in L2 at once
-    width_max = min(_L.max_hw, _L.l2_bytes // (k * _ALIGN) * (_ALIGN // 2))
-    width, rows, rem = _compiler._flat_shape(n, width_max, _L)
-    th = min(rows, _L.max_hw, _L.l2_bytes // (k * _ru(2 * width, 16)))
-    ntiles = -(-rows // th)
-    th = -(-rows // ntiles)
-    tiles = [(r0 * width, min(th, rows - r0), width) for r0 in range(0, rows, th)]
-    if rem:
-        tiles.append((rows * width, 1, rem))
-    words = []
+    # the operands and the result in L2 at once: the activations' flat tiling
+    _, _, _, tiles = flat_tiles(n, None, LIMITS, k=2 if unary else 3)
+    tds = []
     for j, (e0, h, w) in enumerate(tiles):
         base = dict(src_base=2 * e0, dst=SLOT_OUT, dst_base=2 * e0, eon=False)
         if op == "abs":      # unary/abs.bin: Word[0] = 0x40
@@ -94,45 +88,40 @@ def lower(n: int, op: str) -> LoweredBinary:
         else:
             td = eltwise_td((1, h, w), op=op, src=SLOT_A, src1=SLOT_B, dst=SLOT_OUT,
                             src_base=2 * e0, src1_base=2 * e0, dst_base=2 * e0, eon=False)
-        c = j % _compiler.MAX_CHAIN
-        td["Header.TID"] = c
-        td["Header.LNID"] = int(c > 0)
-        words.append(list(td.words))
-    nbytes = max(_ru(2 * n), _ALIGN)
-    bars = {_compiler.SLOT_TD: None, SLOT_OUT: BarSlot(SLOT_OUT, "output", nbytes, "y"),
+        tds.append(td)
+    nbytes = max(round_up(2 * n), ALIGN)
+    bars = {SLOT_TD: None, SLOT_OUT: BarSlot(SLOT_OUT, "output", nbytes, "y"),
             SLOT_A: BarSlot(SLOT_A, "input", nbytes, "a")}
     if op not in UNARY.values():
         bars[SLOT_B] = BarSlot(SLOT_B, "input", nbytes, "b")
-    chunk = _compiler.MAX_CHAIN
-    programs = tuple(_compiler._program(words[s:s + chunk], bars, f"{op}{n}")
-                     for s in range(0, len(words), chunk))
+    programs = tuple(_chains(tds, 1, dict(sorted(bars.items())), f"{op}{n}", LIMITS))
     return LoweredBinary(op, n, tuple(tiles), programs, nbytes)
 
 
 def plan(n: int, op: str) -> Stats:
     """The Stats of ``op`` over ``n`` elements, counted on the lowering's stats-only device."""
-    return _execute(lower(n, op), None, None, device=_compiler._plan_device(), stats_only=True)[1]
+    return _execute(lower(n, op), None, None, device=stats_device(), stats_only=True)[1]
 
 
 def _execute(low: LoweredBinary, a16, b16, device=None, stats_only: bool = False):
-    dev = device if device is not None else _compiler.default_device()
+    dev = device if device is not None else default_device()
     regions = {}
     try:
         slots = (SLOT_A, SLOT_OUT) if low.op in UNARY.values() else (SLOT_A, SLOT_B, SLOT_OUT)
         for slot in slots:
-            regions[slot] = _compiler._alloc(dev, low.nbytes, f"{low.op}:{slot}", zero=not stats_only)
+            regions[slot] = _alloc(dev, low.nbytes, f"{low.op}:{slot}", not stats_only, reclaim)
         total = None
         if stats_only:
             for p in low.programs:
                 st = dev.submit(p, regions, stats_only=True).wait()
-                total = st if total is None else _compiler._concat(total, st)
+                total = st if total is None else _concat(total, st)
             return None, total
         for slot, x in ((SLOT_A, a16), (SLOT_B, b16))[:len(slots) - 1]:
             r = regions[slot]
             dev.memory.view(r.iova, r.size)[:2 * low.n].view(np.float16)[...] = x.reshape(-1)
         for p in low.programs:
             st = dev.submit(p, regions).wait()
-            total = st if total is None else _compiler._concat(total, st)
+            total = st if total is None else _concat(total, st)
         r = regions[SLOT_OUT]
         y = np.array(dev.memory.view(r.iova, r.size)[:2 * low.n].view(np.float16))
         return y, total
@@ -227,14 +216,16 @@ def divide(a, b):
     """``a / b`` as Apple's ``binary/div.bin`` computes it: ``round16(a16 * r)`` with ``r =
     fastane.reciprocal(b16)`` (the mantissa-mode reciprocal table, an NE task), then a
     planar multiply: two roundings, the table's error (docs/lut.md: rel 8.4e-4) included.
-    Runs as the two entry points' programs (Apple chains the same two tasks in one);
-    :func:`fastane.last_stats` gives both together."""
-    from .activations import reciprocal
-    from .stats import last_stats
+    Runs as two programs, the reciprocal's (:func:`fastane.lower.run_eltwise`, the one
+    behind :func:`fastane.reciprocal`) and the multiply (Apple chains the same two tasks
+    in one); :func:`fastane.last_stats` gives both together."""
+    from .calls import run_eltwise
     b16 = _fp16_operand(b, "divide", "b")
-    r = reciprocal(b16)
-    st = last_stats()
+    if b16.size == 0:
+        return binary("mul", a, b16)
+    r, st, _ = run_eltwise(b16, "reciprocal")
     y = binary("mul", a, r)
-    total = _compiler._concat(st, last_stats())
+    total = _concat(st, last_stats())
     record(total)
+    report_events(total, "divide")
     return y
