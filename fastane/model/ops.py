@@ -336,12 +336,17 @@ def conv_geometry(node, x_shape, w_shape, transpose=False):
     return s, d, pads, tuple(out)
 
 
-def _conv_infer(node, types, consts):
+def _conv_operands(node, types, what: str):
+    """The input and weight types of a conv-like node (1-D or 2-D) and its groups."""
     x, w = _float(_need(types, 0, node), node), _float(_need(types, 1, node), node, 1)
     if len(x.shape) not in (3, 4) or len(w.shape) != len(x.shape):
-        raise ModelError(f"{node.describe()}: fastane supports 1-D and 2-D convolutions "
-                         f"(input N x C x [H x] W, weight of the same rank), got input {x} and weight {w}")
-    g = int(node.attrs.get("groups", 1))
+        raise ModelError(f"{node.describe()}: fastane supports 1-D and 2-D {what} (input N x C x "
+                         f"[H x] W, weight of the same rank), got input {x} and weight {w}")
+    return x, w, int(node.attrs.get("groups", 1))
+
+
+def _conv_infer(node, types, consts):
+    x, w, g = _conv_operands(node, types, "convolutions")
     C, CO, CG = x.shape[1], w.shape[0], w.shape[1]
     if g < 1 or CO % g or C != CG * g:
         raise ModelError(f"{node.describe()}: group={g}: input has {C} channels, weight {w} expects "
@@ -840,11 +845,7 @@ def deconv_geometry(node, x_shape, w_shape):
 
 
 def _deconv_infer(node, types, consts):
-    x, w = _float(_need(types, 0, node), node), _float(_need(types, 1, node), node, 1)
-    if len(x.shape) not in (3, 4) or len(w.shape) != len(x.shape):
-        raise ModelError(f"{node.describe()}: fastane supports 1-D and 2-D transposed convolutions, "
-                         f"got input {x} and weight {w}")
-    g = int(node.attrs.get("groups", 1))
+    x, w, g = _conv_operands(node, types, "transposed convolutions")
     if g < 1 or x.shape[1] != w.shape[0] or x.shape[1] % g:
         raise ModelError(f"{node.describe()}: group={g}: input has {x.shape[1]} channels, weight {w} "
                          f"expects {w.shape[0]} (divisible by the groups)")

@@ -269,13 +269,24 @@ _ACTIVATIONS = ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign", 
                 "selu", "clip")
 
 
-def _place_conv(node, consts, types, only, fuse_activation, add):
+def _weights(node, consts, what: str, add):
+    """``(weight, bias or None)`` of a conv-like node when both are constants; else the node
+    is placed on the host (the ANE reads weights from the compiled program) and None."""
     w = consts.get(node.inputs[1])
-    b = consts.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
-    if w is None or (len(node.inputs) > 2 and node.inputs[2] and b is None):
-        add([node], "host", "convolution with non-constant weights or bias: the ANE reads "
-            "weights from the compiled program", "mac")
+    has_b = len(node.inputs) > 2 and bool(node.inputs[2])
+    b = consts.get(node.inputs[2]) if has_b else None
+    if w is None or (has_b and b is None):
+        add([node], "host", f"{what} with non-constant weights or bias: the ANE reads weights "
+            f"from the compiled program", "mac")
+        return None
+    return w, b
+
+
+def _place_conv(node, consts, types, only, fuse_activation, add):
+    wb = _weights(node, consts, "convolution", add)
+    if wb is None:
         return
+    w, b = wb
     nodes = [node]
     scale = shift = None
     bn = only(node.outputs[0])
@@ -350,12 +361,10 @@ def _place_deconv(node, consts, types, fuse_activation, add):
     output sums the same products as the definition plus exact zeros (the MAC counts
     include those zero products; the corpus shows no deconvolution task)."""
     from .ops import deconv_geometry
-    w = consts.get(node.inputs[1])
-    b = consts.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
-    if w is None or (len(node.inputs) > 2 and node.inputs[2] and b is None):
-        add([node], "host", "transposed convolution with non-constant weights or bias: the ANE "
-            "reads weights from the compiled program", "mac")
+    wb = _weights(node, consts, "transposed convolution", add)
+    if wb is None:
         return
+    w, b = wb
     x_shape = types[node.inputs[0]].shape
     s, d, pads, op, _ = deconv_geometry(node, x_shape, w.shape)
     g = int(node.attrs.get("groups", 1))
