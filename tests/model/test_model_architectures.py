@@ -155,3 +155,36 @@ def test_stats_only_without_the_weights():
     assert [r.stats.as_dict() for r in a.layers] == [r.stats.as_dict() for r in b.layers]
     with pytest.raises(fastane.ModelError, match="without its weights"):
         light({"x": np.zeros((1, 3, 32, 32), np.float32)})
+
+
+@pytest.mark.parametrize("opset", [9, 11])
+def test_old_opsets_attribute_operands(opset):
+    """Operands older opsets give as attributes (Softmax's flattening axis, Squeeze/Unsqueeze
+    and Reduce axes, Slice starts/ends, Pad pads, Clip bounds) mean what onnxruntime says."""
+    from onnx import TensorProto as T, helper
+    clip = (helper.make_node("Clip", ["s"], ["c"], min=-0.5, max=0.5) if opset < 11 else
+            helper.make_node("Clip", ["s", "lo", "hi"], ["c"]))
+    nodes = [helper.make_node("Softmax", ["x"], ["s"], axis=1),
+             clip,
+             helper.make_node("Slice", ["c"], ["sl"], starts=[0, 1], ends=[1, 3], axes=[0, 2])
+             if opset < 10 else helper.make_node("Slice", ["c", "st", "en", "ax"], ["sl"]),
+             helper.make_node("Squeeze", ["sl"], ["sq"], axes=[0]),
+             helper.make_node("Unsqueeze", ["sq"], ["us"], axes=[2]),
+             helper.make_node("ReduceMean", ["us"], ["rm"], axes=[1], keepdims=0),
+             helper.make_node("Pad", ["rm"], ["y"], pads=[0, 1, 0, 2], value=0.25, mode="constant")
+             if opset < 11 else helper.make_node("Identity", ["rm"], ["y"])]
+    inits = []
+    if opset >= 11:
+        from onnx import numpy_helper
+        inits = [numpy_helper.from_array(np.array(-0.5, np.float32), "lo"),
+                 numpy_helper.from_array(np.array(0.5, np.float32), "hi")]
+        inits += [numpy_helper.from_array(np.array(v, np.int64), n)
+                  for n, v in (("st", [0, 1]), ("en", [1, 3]), ("ax", [0, 2]))]
+    g = helper.make_graph(nodes, "old", [helper.make_tensor_value_info("x", T.FLOAT, [2, 3, 4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    proto.ir_version = 7
+    x = np.random.default_rng(5).standard_normal((2, 3, 4)).astype(np.float32) * 3
+    model, y, ref = _both(proto, x)
+    assert y.shape == ref.shape
+    np.testing.assert_allclose(y.astype(np.float32), ref, rtol=2.0 ** -10, atol=2.0 ** -14)
