@@ -135,7 +135,7 @@ def run(args) -> int:
     if outs is None:
         print(rep.to_json() if args.json else rep.table())
         if args.output:
-            outs = model(arrays)
+            outs = rep.values
     else:
         for name, v in outs.items():
             print(f"{name}: {v.dtype.name}[{'x'.join(map(str, v.shape))}]")

@@ -94,6 +94,8 @@ class Report:
     placement: dict = field(default_factory=dict)
     #: counted from the shapes alone: no outputs, no errors
     stats_only: bool = False
+    #: the run's outputs (name -> array; empty for a stats-only report)
+    values: dict = field(default_factory=dict, repr=False)
 
     def as_dict(self) -> dict:
         return {"model": self.model, "chip": self.chip, "stats_only": self.stats_only,
@@ -398,7 +400,7 @@ class Model:
         counts: dict = {}
         for r in records:
             counts[r.placement] = counts.get(r.placement, 0) + 1
-        return Report(self.name, chip.key, records, out_err, first, total, counts)
+        return Report(self.name, chip.key, records, out_err, first, total, counts, values=outs)
 
 
 def _shapes_of(model, inputs) -> dict:

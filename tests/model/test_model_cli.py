@@ -93,3 +93,14 @@ def test_roofline_model_errors(net, capsys):
     rc = main(["roofline", str(net / "x.npy.onnx")])
     _, err = capsys.readouterr()
     assert rc == 2 and "cannot read model" in err and "Traceback" not in err
+
+
+def test_report_and_save_in_one_run(net, capsys, tmp_path):
+    import fastane
+    rc, out, _ = _run(capsys, net / "net.onnx", "-i", net / "x.npy", "--report", "-o", tmp_path / "o.npz")
+    assert rc == 0 and "ANE total" in out
+    saved = np.load(tmp_path / "o.npz")
+    model = fastane.load_model(net / "net.onnx")
+    want = model({"x": np.load(net / "x.npy")})
+    for k, v in want.items():
+        np.testing.assert_array_equal(saved[k], v)
