@@ -469,14 +469,15 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
     c = consts.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
     has_c = len(node.inputs) > 2 and bool(node.inputs[2])
     M, N = types[node.outputs[0]].shape
-    if at.get("trans_a") or b is None or (has_c and (c is None or c.size not in (1, N)
-                                                     or (c.ndim == 2 and c.shape[0] != 1))):
-        add([node], "host", "Gemm with transA, non-constant B, or a C that is not one value per "
-            "output column: fastane lowers x @ W^T + bias only", "mac")
+    if b is None or (has_c and (c is None or c.size not in (1, N) or (c.ndim == 2 and c.shape[0] != 1))):
+        add([node], "host", "Gemm with a non-constant B, or a C that is not one value per output "
+            "column: fastane lowers x @ W^T + bias only", "mac")
         return
+    trans_a = bool(at.get("trans_a"))
     acts, fused = fuse_activation(node)
     wt = b if at.get("trans_b") else b.T                       # (N, K)
     alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
+
     def prepare():
         with np.errstate(over="ignore"):
             w16 = _lut.fold_affine(wt, None, alpha, 0.0)[0] if alpha != 1.0 else _fp16(wt, node, "B")
@@ -485,10 +486,13 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
                 b16 = _fp16(beta * np.broadcast_to(c.astype(np.float64).reshape(-1), (N,)), node, "C")
         return np.ascontiguousarray(w16), b16
     consts16 = _Lazy(prepare)
-    note = "alpha folded into the weights (rounded once to fp16)" if alpha != 1.0 else ""
+    notes = ["alpha folded into the weights (rounded once to fp16)" if alpha != 1.0 else "",
+             "A transposed on the host (layout)" if trans_a else ""]
 
     def run(xs):
         w16, b16 = consts16()
-        return [_ep.linear(xs[0], w16, b16, fused)]
-    consts16.layer = add([node] + acts, "ane", note, "mac", run, "linear",
-                         lambda: _plan.linear(a_t.shape, N, has_c, fused), activation=_act_name(fused))
+        x = np.ascontiguousarray(np.asarray(xs[0]).T) if trans_a else xs[0]
+        return [_ep.linear(x, w16, b16, fused)]
+    consts16.layer = add([node] + acts, "ane", "; ".join(filter(None, notes)), "mac", run, "linear",
+                         lambda: _plan.linear(a_t.shape[::-1] if trans_a else a_t.shape, N, has_c, fused),
+                         activation=_act_name(fused))
