@@ -430,12 +430,16 @@ def _tolerance(layer: Layer) -> float:
 
 
 def _on_ane(layer: Layer, xs: list):
-    """Run an ANE layer through its fastane calls; ``(outputs, summed Stats)``."""
+    """Run an ANE layer through its fastane calls; ``(outputs, summed Stats)``.  A layer of
+    one call returns its outputs (the call's Stats are :func:`last_stats`); a layer of
+    several returns ``(outputs, Stats)`` with their sum."""
     total = Stats()
     detail = []
     with errstate(saturation="ignore", lut_range="ignore"):
         outs = layer.run(xs)
         st = last_stats()
+    if isinstance(outs, tuple):
+        outs, st = outs
     total = total + st
     detail += st.tasks_detail or ([st] if st.tasks else [])
     total.tasks_detail = detail

@@ -411,6 +411,39 @@ def _overflow(*arrays) -> str:
     return f"{n} weight/bias value(s) beyond the fp16 range became inf" if n else ""
 
 
+def _place_gemm_full_c(node, c, b, trans_a, types, add):
+    """Gemm whose C is not one value per column: ``linear`` (x @ (alpha W)^T), then a planar
+    add of ``beta C`` (broadcast to the output on the host): two ANE calls, one layer."""
+    from ..lower import binary as _binary
+    from ..lower.runtime import _concat
+    at = node.attrs
+    M, N = types[node.outputs[0]].shape
+    alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
+    wt = b if at.get("trans_b") else b.T
+
+    def prepare():
+        with np.errstate(over="ignore"):
+            w16 = _lut.fold_affine(wt, None, alpha, 0.0)[0] if alpha != 1.0 else _fp16(wt, node, "B")
+            c16 = _fp16(beta * c.astype(np.float64), node, "C")
+        return np.ascontiguousarray(w16), c16
+    consts16 = _Lazy(prepare)
+    a_shape = types[node.inputs[0]].shape
+
+    def run(xs):
+        w16, c16 = consts16()
+        x = np.ascontiguousarray(np.asarray(xs[0]).T) if trans_a else xs[0]
+        y = _ep.linear(x, w16, None, None)
+        st = _ep.last_stats()
+        y = _binary.add(y, c16)
+        return [y], _concat(st, _ep.last_stats())
+    notes = ["x @ W^T on the MAC array, then beta C added by a planar task (two calls)",
+             "alpha folded into the weights" if alpha != 1.0 else "",
+             "A transposed on the host (layout)" if trans_a else ""]
+    consts16.layer = add([node], "ane", "; ".join(filter(None, notes)), "mac", run, "linear+add",
+                         lambda: _plan.linear(a_shape[::-1] if trans_a else a_shape, N, False, None)
+                         + _plan.binary((M, N), "add"))
+
+
 def _act_name(fused):
     if fused is None or isinstance(fused, str):
         return fused
@@ -469,11 +502,14 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
     c = consts.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
     has_c = len(node.inputs) > 2 and bool(node.inputs[2])
     M, N = types[node.outputs[0]].shape
-    if b is None or (has_c and (c is None or c.size not in (1, N) or (c.ndim == 2 and c.shape[0] != 1))):
-        add([node], "host", "Gemm with a non-constant B, or a C that is not one value per output "
-            "column: fastane lowers x @ W^T + bias only", "mac")
+    if b is None or (has_c and c is None):
+        add([node], "host", "Gemm with a non-constant B or C: the ANE reads weights from the "
+            "compiled program", "mac")
         return
     trans_a = bool(at.get("trans_a"))
+    if has_c and (c.size not in (1, N) or (c.ndim == 2 and c.shape[0] != 1)):
+        _place_gemm_full_c(node, c, b, trans_a, types, add)
+        return
     acts, fused = fuse_activation(node)
     wt = b if at.get("trans_b") else b.T                       # (N, K)
     alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))

@@ -188,3 +188,25 @@ def test_old_opsets_attribute_operands(opset):
     model, y, ref = _both(proto, x)
     assert y.shape == ref.shape
     np.testing.assert_allclose(y.astype(np.float32), ref, rtol=2.0 ** -10, atol=2.0 ** -14)
+
+
+def test_gemm_with_a_full_c_is_two_ane_calls():
+    from onnx import TensorProto as T, helper, numpy_helper
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((5, 7)).astype(np.float32)
+    c = rng.standard_normal((3, 5)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Gemm", ["x", "w", "c"], ["y"], transA=1, transB=1,
+                                            alpha=0.5, beta=2.0)], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [7, 3])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [3, 5])],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(c, "c")])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((7, 3)).astype(np.float32)
+    model, y, ref = _both(proto, x)
+    assert _err(y, ref) < TOL
+    ran = model.report({"x": x})
+    layer = ran.layers[0]
+    assert layer.placement == "ane" and layer.layer.call == "linear+add"
+    assert layer.stats.macs == 3 * 5 * 7 and layer.stats.planar_ops == 15 and layer.stats.tasks == 2
+    counted = model.report({"x": x.shape}, stats_only=True).layers[0].stats
+    assert counted.as_dict() == layer.stats.as_dict()
