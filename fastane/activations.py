@@ -33,6 +33,7 @@ from . import lower as _lower
 from . import lut as _lut
 from .lut import lut_table
 from .errstate import report_events
+from .lower.problems import check_addressable
 from .operands import fp16_operand
 from .stats import Stats, last_stats, record
 
@@ -76,6 +77,7 @@ def _finish(func, res16, out, stats):
 
 def _run(func, x, out, activation):
     """``activation`` of ``x`` through its elementwise program on the default device."""
+    check_addressable(x, func, "the input")     # before the fp16 copy
     x16 = fp16_operand(x, func, "input")
     out = _check_out(out, x16.shape, func)
     if x16.size == 0:

@@ -24,7 +24,8 @@ import numpy as np
 from . import lower as _lower
 from . import lut as _lut
 from .errstate import report_events
-from .operands import fp16_operand as _fp16_operand
+from .lower.problems import check_addressable, check_matmul
+from .operands import fp16_operand
 from .stats import Stats, last_stats, record
 
 __all__ = ["matmul", "linear", "conv1d", "conv2d", "last_stats"]
@@ -33,6 +34,13 @@ _MATMUL_SIG = "(n?,k),(k,m?)->(n?,m?)"
 
 
 # ---------------------------------------------------------------------------- operands
+def _fp16_operand(x, func: str, name: str) -> np.ndarray:
+    """:func:`fastane.operands.fp16_operand`, refusing first an operand too large for the ANE
+    to address (before its fp16 copy)."""
+    check_addressable(x, func, name)
+    return fp16_operand(x, func, name)
+
+
 def _finish(func: str, stats: Stats, size: int) -> None:
     """Record the device's Stats of the call and surface saturations and LUT range events."""
     record(stats)
@@ -97,6 +105,28 @@ def _store(result: np.ndarray, out, func: str) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- matmul
+def _precheck_matmul(a, b) -> None:
+    """Refuse (``ValueError``) a product the ANE cannot address from the operands' shapes
+    alone: before their fp16 copies (of a broadcast view, say: a batch of 2**20 x 149 rows
+    took minutes to convert) and the batch index arrays (2 GiB for a batch of 2**28).
+    Shapes that do not multiply are left to the checks that name them."""
+    try:
+        sa, sb = np.shape(a), np.shape(b)
+    except ValueError:          # a ragged sequence: the operand check names it
+        return
+    if not sa or not sb:
+        return
+    A = (1,) + sa if len(sa) == 1 else sa
+    B = sb + (1,) if len(sb) == 1 else sb
+    (M, K), (K2, N) = A[-2:], B[-2:]
+    try:
+        nb = math.prod(np.broadcast_shapes(A[:-2], B[:-2]))
+    except ValueError:
+        return
+    if K == K2 and nb * M * N and K:
+        check_matmul(math.prod(A[:-2]), math.prod(B[:-2]), nb, M, K, N)
+
+
 def matmul(a, b, out=None, *, activation=None) -> np.ndarray:
     """Matrix product of ``a`` and ``b`` as the ANE computes it; ``np.matmul`` semantics.
 
@@ -108,9 +138,11 @@ def matmul(a, b, out=None, *, activation=None) -> np.ndarray:
 
     Runs on the device as a 1x1 convolution in the (B, C, 1, S) layout (``Cin = K``,
     ``Cout = N``, ``S = M``, weights ``b^T``; see :func:`fastane.lower.run_matmul`).
-    ``K`` is at most 32,768: one output channel's weights must fit one core's 64 KiB of
-    KMem, and fastane does not split a reduction across tasks (``NotImplementedError``).
+    ``K`` is at most 32,767 (32,704 with a LUT activation): the L2 must hold a task's whole
+    K-deep input column (K rows of one 64-byte burst) and its output row, and fastane does
+    not split a reduction across tasks (``NotImplementedError``).
     """
+    _precheck_matmul(a, b)
     a16 = _fp16_operand(a, "matmul", "a")
     b16 = _fp16_operand(b, "matmul", "b")
     for i, x in enumerate((a16, b16)):
@@ -165,6 +197,9 @@ def linear(x, weight, bias=None, activation=None) -> np.ndarray:
     if x_arr.ndim == 0 or x_arr.shape[-1] != w.shape[1]:
         raise ValueError(f"linear: x has shape {x_arr.shape}, expected (..., {w.shape[1]}) to match "
                          f"weight of shape {w.shape}")
+    if x_arr.size and w.size:      # the product's size, before the operands' fp16 copies
+        check_matmul(1, 1, 1, math.prod(x_arr.shape[:-1]), w.shape[1], w.shape[0],
+                               bias is not None)
     w16 = _fp16_operand(w, "linear", "weight")
     x16 = _fp16_operand(x_arr, "linear", "x")
     N, K = w16.shape

@@ -185,6 +185,13 @@ class CoeffBlock:
         if self.mode not in MODE_NAMES:
             raise TDError(f"unsupported LUT mode {self.mode} in mode word "
                           f"{self.mode_word:#06x}; known: {sorted(MODE_NAMES)}")
+        coeffs = {**{f"knot {i}": k for i, k in enumerate(self.knots)},
+                  "slope_left": self.slope_left, "icpt_left": self.icpt_left,
+                  "slope_right": self.slope_right, "icpt_right": self.icpt_right}
+        bad = [f"{name} = {int(v):#06x}" for name, v in coeffs.items() if int(v) & 0x7C00 == 0x7C00]
+        if bad:     # (lo, hi and the out-of-range values may be infinite)
+            raise TDError(f"LUT coefficient(s) {', '.join(bad[:3])} not finite (never observed: "
+                          f"how the interpolation treats them is unknown)")
         if self.R < _R_MIN:
             raise TDError(f"LUT R = {self.R} is below {_R_MIN} (never observed; the table "
                           "would be narrower than one fp16 ulp)")

@@ -13,14 +13,15 @@ from .buffers import (AneLayout, Buffer, BufferPool, aligned_array, copy_into, p
                       untile, zero_copy_view)
 from .device import Device, LoadedProgram, Outputs, TensorSlot, tensor_slots
 from .engine import Engine
-from .faults import (BARFault, ChainFault, DecodeFault, DMARangeFault, KMemOverflow, L2Fault,
-                     L2Overflow, QueueFault, UnsupportedTask)
+from .faults import (BARFault, ChainFault, DecodeFault, DMARangeFault, HostMemoryFault, KMemOverflow,
+                     L2Fault, L2Overflow, QueueFault, UnsupportedTask)
 from .kernel_dma import pack_weights, unpack_weights
 from .memory import TILE, BARTable, Region, UnifiedMemory
 from .taskmanager import QUEUE_PRIORITIES, Event, Task, TaskManager
 
 __all__ = ["AneLayout", "BARFault", "BARTable", "Buffer", "BufferPool", "ChainFault", "DMARangeFault",
-           "DecodeFault", "Device", "Engine", "Event", "KMemOverflow", "L2Fault", "L2Overflow",
+           "DecodeFault", "Device", "Engine", "Event", "HostMemoryFault", "KMemOverflow", "L2Fault",
+           "L2Overflow",
            "LoadedProgram", "Outputs", "QUEUE_PRIORITIES", "QueueFault", "Region", "TILE", "Task",
            "TaskManager", "TensorSlot", "UnifiedMemory", "UnsupportedTask", "aligned_array",
            "copy_into", "pack_weights", "padded_shape", "tensor_slots", "tile", "unpack_weights",

@@ -62,6 +62,8 @@ class TensorSlot:
     strides: tuple            # bytes: (plane, row, element)
     dtype: np.dtype
     nbytes: int               # bytes the slot must provide
+    #: why Device.run cannot read or write the slot as one tensor (None: it can)
+    problem: str | None = None
 
     def view(self, raw: np.ndarray) -> np.ndarray:
         """The tensor as a strided (C, H, W) view of the region's bytes."""
@@ -222,6 +224,9 @@ class Device:
         missing = wanted - set(inputs)
         if missing and not stats_only:
             raise ValueError(f"missing input(s) for slot(s) {sorted(missing)}")
+        for slot, t in slots.items():
+            if t.problem is not None and t.role != "intermediate":
+                raise NotImplementedError(f"Device.run: {t.problem}")
         arrays = {}
         for slot, x in inputs.items():
             t = slots[slot]
@@ -281,10 +286,13 @@ class Device:
 
 def tensor_slots(program: Program) -> dict[int, TensorSlot]:
     """What each BAR slot holds, from the TDs' TileDMA registers (first access decides
-    input vs output; written and later read is an intermediate)."""
+    input vs output; written and later read is an intermediate).  A slot several TDs
+    write (or read) in parts -- ``concat.hwx`` writes 16,384 channels from one TD and 16
+    more from another -- is the one tensor the parts tile (:func:`_merge`)."""
     found: dict[int, TensorSlot] = {}
     extents: dict[int, int] = {}
     written: set[int] = set()
+    parts: dict[tuple, list] = {}
     for td in program.tds:
         r = planar_regs(td)
         rt = r["L2.ResultCfg.ResultType"]
@@ -307,6 +315,7 @@ def tensor_slots(program: Program) -> dict[int, TensorSlot]:
             base = r[f"{eng}.BaseAddr.Addr"] * ALIGN
             end = base + (c - 1) * plane + (h - 1) * row + -(-w * dtype.itemsize // ALIGN) * ALIGN
             extents[slot] = max(extents.get(slot, 0), end)
+            parts.setdefault((slot, kind), []).append((base, (c, h, w), (plane, row, dtype.itemsize), dtype))
             if slot not in found:
                 role = "input" if kind == "read" else "output"
                 found[slot] = TensorSlot(slot, role, (1, c, h, w), base, (plane, row, dtype.itemsize),
@@ -319,8 +328,44 @@ def tensor_slots(program: Program) -> dict[int, TensorSlot]:
     for slot, t in sorted(found.items()):
         planned = program.bars.get(slot)
         size = max(extents[slot], (planned.size or 0) if planned is not None else 0, 1)
-        out[slot] = TensorSlot(**{**t.__dict__, "nbytes": size})
+        fields = {**t.__dict__, "nbytes": size}
+        if t.role != "intermediate":
+            fields.update(_merge(slot, parts[(slot, "read" if t.role == "input" else "write")]))
+        out[slot] = TensorSlot(**fields)
     return out
+
+
+def _merge(slot: int, accesses: list) -> dict:
+    """The one tensor that the parts ``[(base, (C, H, W), strides, dtype)]`` of a slot
+    tile: parts in the same layout side by side along channels (or, for one-channel
+    parts, rows) with no gap.  Returns TensorSlot fields (``shape``, ``base``), or a
+    ``problem`` when the parts do not tile one tensor."""
+    def norm(shape, strides, axis=None):      # the stride of a dimension of 1 (or of axis) is moot
+        return tuple(0 if n == 1 or i == axis else x for i, (n, x) in enumerate(zip(shape, strides)))
+    uniq = sorted(set((b, s, norm(s, st), dt.str) for b, s, st, dt in accesses))
+    if len(uniq) == 1:
+        return {}
+    parts = sorted(set((b, s, st, dt.str) for b, s, st, dt in accesses))
+    base0, shape0, strides0, dt0 = parts[0]
+    for axis in (0, 1):
+        step = strides0[axis]
+        if step <= 0 or any(dt != dt0 or st[axis] != step or norm(s, st, axis) != norm(shape0, strides0, axis)
+                            or s[:axis] != shape0[:axis] or s[axis + 1:] != shape0[axis + 1:]
+                            or (b - base0) % step for b, s, st, dt in parts):
+            continue
+        lo = min(b for b, *_ in parts)
+        covered = set()
+        for b, s, *_ in parts:
+            first = (b - lo) // step
+            covered.update(range(first, first + s[axis]))
+        n = max(covered) + 1
+        if len(covered) == n:
+            shape = list(shape0)
+            shape[axis] = n
+            return {"shape": (1, *shape), "base": lo}
+    return {"problem": (f"slot {slot} is accessed by several TDs in parts that do not tile one "
+                        f"tensor ({', '.join(f'{s} at +{b:#x}' for b, s, *_ in uniq)}); submit the "
+                        f"program and read the region instead")}
 
 
 __all__ = ["Device", "LoadedProgram", "Outputs", "TensorSlot", "tensor_slots"]

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import TDError
+from ..errors import DeviceFault, TDError
 from ..m1 import FORMATS, MAX_CHAIN, TD_SIZE
 from ..stats import Stats
 from ..td import TaskDescriptor
 from . import kernel_dma, l2, mac, ne, planar, tile_dma
-from .faults import BARFault, ChainFault, DecodeFault, DMARangeFault
+from .faults import BARFault, ChainFault, DecodeFault, DMARangeFault, HostMemoryFault
 from .memory import BARTable, UnifiedMemory, aligned_bytes
 
 # the longest chain followed when the pushed TD count is 0 (unknown): fastane.m1.MAX_CHAIN
@@ -48,6 +48,14 @@ WEIGHT_CACHE = 8
 WEIGHT_CACHE_BYTES = 64 << 20
 #: the largest scratch buffer :meth:`Engine._scratch` keeps (bytes)
 SCRATCH_BYTES = 64 << 20
+#: the most host memory one task may make the emulator allocate (bytes; the block-by-block
+#: path's float64 operands, im2col columns, accumulators and results, as each block
+#: estimates them from the registers: ``mac.host_bytes``, ``planar.host_bytes``).  The
+#: DMA windows bound a tensor's bytes in DRAM, but zero row/plane strides read the same
+#: bytes again: a 16 KiB buffer can name a 32767 x 8192 tensor.  A task above the cap is
+#: refused at plan time (:class:`HostMemoryFault`) in both modes.  The largest task the
+#: numpy API lowers needs well under 1/10 of it.
+TASK_HOST_BYTES = 2 << 30
 
 
 @dataclass
@@ -146,7 +154,11 @@ class Engine:
         result, no planar task) depends only on its register files and its BAR regions:
         it is kept (:data:`PLAN_CACHE` chains), so re-running a program with the same
         buffers re-fetches and re-decodes its TDs but skips the block checks."""
-        chain = self.fetch(addr, td_size, td_count, bars)
+        try:
+            chain = self.fetch(addr, td_size, td_count, bars)
+        except DeviceFault as exc:      # ControlDMA's faults name the TD they fetch as ``addr``
+            _locate(exc, None, getattr(exc, "addr", addr))
+            raise
         key = None
         if all(r["L2.SourceCfg.SourceType"] == l2.DRAM and r["L2.ResultCfg.ResultType"] == l2.DRAM
                and not planar.is_planar(r) for _, r in chain):
@@ -156,15 +168,38 @@ class Engine:
             hit = self._plans.get(key)
             if hit is not None:
                 self._plans.move_to_end(key)
+                self._check_data(hit)
                 return hit
         resident = {a: v for a, v in self.l2.resident.items() if stats_only or v[2] is not None}
-        plans = [self._plan_task(i, a, regs, bars, resident, stats_only)
-                 for i, (a, regs) in enumerate(chain)]
+        plans = []
+        for i, (a, regs) in enumerate(chain):
+            try:
+                plans.append(self._plan_task(i, a, regs, bars, resident, stats_only))
+            except DeviceFault as exc:
+                _locate(exc, i, a)
+                raise
+        self._check_data(plans)
         if key is not None:
             self._plans[key] = plans
             if len(self._plans) > PLAN_CACHE:
                 self._plans.popitem(last=False)
         return plans
+
+    def _check_data(self, plans: list) -> None:
+        """The checks that depend on the bytes in DRAM, not on the registers alone (so they
+        run again for a cached plan): each LUT task's coefficient block, where its
+        KernelDMA will read it.  A block that an earlier task of the chain writes cannot be
+        checked before the chain runs, and is refused (:func:`ne.check_lut`)."""
+        written = []
+        for p in plans:
+            if p.ne is not None and p.ne.nonlinear == ne.LUT:
+                try:
+                    ne.check_lut(p.ne, p.kdma, self.memory.data, written, f"{p.what}: NE")
+                except DeviceFault as exc:
+                    _locate(exc, p.index, p.addr)
+                    raise
+            if p.dst is not None:
+                written.append((p.dst.index, p.dst.index + p.dst.extent, p.index))
 
     def _plan_task(self, index, addr, regs, bars, resident, stats_only) -> TaskPlan:
         what = f"TD {index} (NID {regs['Header.NID']}) at {addr:#x}"
@@ -175,6 +210,12 @@ class Engine:
         else:
             g = mac.geometry(regs, what)
             p = TaskPlan(index, addr, regs, what, g, ne=ne.config(regs, what))
+        host = planar.host_bytes(g) if p.is_planar else mac.host_bytes(g)
+        if host > TASK_HOST_BYTES:
+            raise HostMemoryFault(f"{what}: the task's {g.cin}x{g.hin}x{g.win} -> {g.cout}x{g.hout}x"
+                                  f"{g.wout} tensors would make the host allocate about {host >> 20} MiB,"
+                                  f" more than the {TASK_HOST_BYTES >> 20} MiB a task may "
+                                  f"(engine.TASK_HOST_BYTES)", nbytes=host, cap=TASK_HOST_BYTES)
         p.kdma = kernel_dma.plan(regs, bars, f"{what}: KernelDMA")
         if g.mode == mac.CONV:
             kernel_dma.check_loaded(p.kdma, g.cout, g.cin_g, g.kh, g.kw, g.kernel_fmt, f"{what}: MAC")
@@ -323,6 +364,12 @@ def _copy(s: Stats) -> Stats:
     return Stats(s.tasks, s.macs, s.saturated, s.nan_outputs, s.lut_underflow, s.lut_overflow,
                  s.planar_ops, s.control_dma_bytes, s.kernel_dma_bytes, s.tile_dma_src_bytes,
                  s.tile_dma_dst_bytes)
+
+
+def _locate(exc, index: int, addr: int) -> None:
+    """Name the faulting task on a fault raised while planning it (``td_index``, ``td_addr``)."""
+    if getattr(exc, "td_addr", None) is None:
+        exc.td_index, exc.td_addr = index, addr
 
 
 def _where(chain: list, cur: int) -> str:

@@ -1,8 +1,10 @@
 """The device's faults: precise subclasses of :class:`fastane.DeviceFault`.
 
-Every fault is raised by a front-end check *before* any kernel runs, so a faulting
-program leaves unified memory untouched.  Each carries the context a driver would read
-from the error registers: the task (``td_index``, ``td_addr``) and what went wrong.
+Every fault is raised by a front-end check *before* any kernel runs (the engine's
+planning phase checks every task of the chain first), so a faulting program leaves
+unified memory, KMem and L2 untouched.  Each carries the context a driver would read
+from the error registers: the task (``td_index``, ``td_addr``; set by the engine for
+every fault of a task) and what went wrong.
 """
 from __future__ import annotations
 
@@ -49,6 +51,12 @@ class ChainFault(_Fault):
 
 class UnsupportedTask(_Fault):
     """A task uses a datapath mode fastane does not emulate (yet)."""
+
+
+class HostMemoryFault(_Fault):
+    """A task would make the host allocate more than the per-task cap
+    (:data:`fastane.device.engine.TASK_HOST_BYTES`): its tensors are far larger than the
+    DRAM windows it names (zero row/plane strides re-read the same bytes)."""
 
 
 class QueueFault(_Fault):

@@ -116,6 +116,18 @@ def geometry(regs: dict, what: str) -> Geometry:
     return g
 
 
+def host_bytes(g: Geometry) -> int:
+    """Host bytes a task of geometry ``g`` makes the MAC and NE blocks allocate at most
+    (estimated from the registers): the float64 source, the im2col columns of a
+    non-plain convolution, the float64 weights, and per output the accumulator (float64),
+    its flag, the readout (float64), the NE's fp16 result and its float64 copy."""
+    n_in, n_out = g.cin * g.hin * g.win, g.cout * g.hout * g.wout
+    if g.mode != CONV:
+        return 8 * n_in + 18 * n_out
+    cols = 0 if plain(g) else g.cin * g.kh * g.kw * g.hout * g.wout
+    return 8 * (n_in + cols + g.cout * g.cin_g * g.kh * g.kw) + 27 * n_out
+
+
 def plain(g: Geometry) -> bool:
     """A 1x1, stride-1, unpadded convolution: the input already is the matmul operand."""
     return (g.kh == 1 and g.kw == 1 and g.sy == 1 and g.sx == 1 and g.pad_top == 0

@@ -32,6 +32,7 @@ import numpy as np
 
 from fastane.kernels import ne as _kne
 
+from ..errors import TDError
 from .faults import KMemOverflow, UnsupportedTask
 from ..m1 import CORES, DTYPES, LUT_BLOCK, kernel_layout
 
@@ -121,6 +122,27 @@ def check_loaded(cfg: NEConfig, kdma, what: str = "NE") -> None:
             raise KMemOverflow(f"{what}: core {lane} reads its {part} up to byte {need:#x} of its "
                                f"KMem, but KernelDMA loaded only {loaded.get(lane, 0):#x}",
                                lane=lane, nbytes=need)
+
+
+def check_lut(cfg: NEConfig, kdma, memory: np.ndarray, written=(), what: str = "NE") -> None:
+    """Fault unless the LUT block KernelDMA lane 0 will load (from ``memory``, the
+    unified-memory bytes) is one the NE can evaluate: checked while planning, so a bad
+    block faults before any task of the chain moves data.  ``written``: ``(start, end,
+    task)`` byte ranges earlier tasks of the chain write; a block inside one of them is
+    only known when the chain runs, and is refused."""
+    lane = next(i for i, ln in enumerate(kdma.lanes) if ln.lane == 0)    # check_loaded: present
+    start = kdma.sources[lane] + cfg.lut_offset
+    end = start + LUT_BLOCK
+    for lo, hi, task in written:
+        if lo < end and start < hi:
+            raise UnsupportedTask(f"{what}: the LUT block KernelDMA loads from [{start:#x}, {end:#x}) "
+                                  f"is written by TD {task} of the same chain; fastane checks "
+                                  f"coefficient blocks before a chain runs", addr=start)
+    try:
+        _lut_args(memory[start:end].tobytes())
+    except TDError as exc:
+        raise UnsupportedTask(f"{what}: the LUT block in core 0's KMem (loaded from {start:#x}) "
+                              f"cannot be evaluated: {exc}", addr=start) from exc
 
 
 def _coefficients(cfg: NEConfig, c: int, kmem):

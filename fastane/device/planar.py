@@ -254,6 +254,12 @@ def geometry(regs: dict, cfg: PlanarConfig, what: str, strict: bool = True) -> P
                           reduce=cfg.reduce, src_broadcast=cfg.broadcast[0])
 
 
+def host_bytes(g: PlanarGeometry) -> int:
+    """Host bytes a planar task makes the engine allocate at most (from the registers):
+    per element its two float64 operands, the fp16 result and its float64 copy."""
+    return 26 * g.groups * g.cin * g.hin * g.win
+
+
 # ---------------------------------------------------------------------------- operands
 @dataclass(frozen=True)
 class L2Operand:

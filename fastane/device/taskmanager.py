@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from ..errors import DeviceFault
 from .faults import (BARFault, ChainFault, DecodeFault, DMARangeFault, KMemOverflow, L2Fault,
-                     L2Overflow, QueueFault, UnsupportedTask)
+                     HostMemoryFault, L2Overflow, QueueFault, UnsupportedTask)
 from ..m1 import MAX_CHAIN
 from .memory import NUM_BARS
 
@@ -83,7 +83,7 @@ SLOT_REGS = ((TQ_BAR1, TQ_NID1, TQ_SIZE1, TQ_ADDR1), (TQ_BAR2, TQ_NID2, TQ_SIZE2
 
 #: fault class -> code in TM_ERROR1 and in a fault event's TMST word
 FAULT_CODES = {BARFault: 1, DMARangeFault: 2, KMemOverflow: 3, L2Overflow: 4, L2Fault: 5,
-               ChainFault: 6, DecodeFault: 7, UnsupportedTask: 8, QueueFault: 9}
+               ChainFault: 6, DecodeFault: 7, UnsupportedTask: 8, QueueFault: 9, HostMemoryFault: 10}
 OTHER_FAULT = 0xFF
 
 
@@ -467,7 +467,7 @@ class TaskManager:
             fifo.append(event)
             if error is not None:
                 self.tm[TM_ERROR1] = code
-                self.tm[TM_ERROR2] = task.addr
+                self.tm[TM_ERROR2] = getattr(error, "td_addr", task.addr)   # the faulting TD
                 self.tm[TM_ERROR3] = (task.nid & 0xFF) << 8 | task.qid
             self._history.append(task)
             callbacks, task._callbacks = task._callbacks, []

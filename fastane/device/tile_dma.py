@@ -23,6 +23,7 @@ import numpy as np
 
 from fastane.kernels import dma
 
+from ..m1 import FP16
 from ..td.planar import TASK_REDUCE, is_planar
 from .buffers import FORMATS
 from .faults import BARFault, UnsupportedTask
@@ -73,6 +74,9 @@ def plan(regs: dict, bars, engine: str, slot_field: str, enable_field: str,
     fmt = regs[f"{engine}.Fmt.MemFmt"]
     if fmt not in FORMATS:
         raise UnsupportedTask(f"{what}: {engine}.Fmt.MemFmt = {fmt} is not a known format", fmt=fmt)
+    if fmt != FP16:     # the MAC, NE and planar blocks compute fp16 only
+        raise UnsupportedTask(f"{what}: {engine}.Fmt.MemFmt = {fmt} ({FORMATS[fmt]}): only fp16 "
+                              f"tensors (MemFmt 2) are emulated; the INT8 path is not", fmt=fmt)
     row, plane = (regs[f"{engine}.{k}"] * ALIGN for k in _STRIDES[engine][:2])
     itemsize = FORMATS[fmt].itemsize
     shape = (c, h, w)

@@ -14,7 +14,7 @@ from ..td import BarSlot, Program
 from ..td.asm import conv_td, eltwise_td
 from .lowered import (SLOT_INPUT, SLOT_INTERMEDIATE, SLOT_KERNEL, SLOT_OUTPUT, SLOT_TD, KernelGroup,
                       Lowered, LoweredEltwise)
-from .problems import Conv, Eltwise, NEStage, check_conv, ne_stage
+from .problems import IOVA_LIMIT, Conv, Eltwise, NEStage, check_conv, ne_stage
 from .tiler import axis, effective, flat_tiles, kernel_groups, plan_tiling
 
 __all__ = ["emit_conv", "emit_eltwise"]
@@ -141,6 +141,9 @@ def emit_eltwise(op: Eltwise, lim: Limits) -> LoweredEltwise:
     """The program of an activation (see :func:`fastane.lower.run_eltwise`)."""
     if op.n < 1:
         raise ValueError(f"cannot lower an activation of {op.n} elements")
+    if 2 * op.n > IOVA_LIMIT:
+        raise ValueError(f"an activation of {op.n} fp16 elements ({2 * op.n} bytes) exceeds the "
+                         f"{IOVA_LIMIT >> 30} GiB the ANE can address")
     stage = ne_stage(op.activation)
     width, rows, rem, tiles = flat_tiles(op.n, stage, lim)
     silu = stage.post == "silu"

@@ -198,6 +198,19 @@ class Lowered(_Programs):
             off = self.lut_offset // 2
             k16[off:off + LUT_BLOCK // 2] = np.frombuffer(_lut.get_block("sigmoid").to_bytes(), np.float16)
 
+    def pack_lut(self, raw: np.ndarray) -> None:
+        """Write only the LUT blocks (where :meth:`pack` puts them): a stats-only run
+        moves no weights, but the device checks every LUT block while planning."""
+        k16 = raw[:self.kernel_bytes].view(np.float16)
+        if self.stage.lut:
+            block = np.frombuffer(self.stage.block.to_bytes(), np.float16)
+            for g in self.groups:
+                off = g.offset // 2 + (g.layout.wbytes + g.layout.bbytes) // 2
+                k16[off:off + LUT_BLOCK // 2] = block
+        if self.stage.post == "silu":
+            off = self.lut_offset // 2
+            k16[off:off + LUT_BLOCK // 2] = np.frombuffer(_lut.get_block("sigmoid").to_bytes(), np.float16)
+
 
 
 @dataclass(eq=False)
@@ -254,3 +267,6 @@ class LoweredEltwise(_Programs):
         """Write the LUT block where the NE task's KernelDMA lane 0 reads it (slot offset 0)."""
         if self.block is not None:
             raw[:LUT_BLOCK] = np.frombuffer(self.block.to_bytes(), np.uint8)
+
+    def pack_lut(self, raw: np.ndarray) -> None:
+        self.pack(raw)

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lut as _lut
+from ..m1 import round_up
 
 __all__ = ["Conv", "Eltwise", "NEStage", "ne_stage", "fold", "SINGLE_STAGE", "MULTI_STAGE",
-           "check_conv", "IOVA_LIMIT"]
+           "check_conv", "check_matmul", "check_addressable", "IOVA_LIMIT"]
 
 
 @dataclass(frozen=True)
@@ -175,9 +176,34 @@ def check_conv(c: Conv) -> None:
         raise ValueError(f"the padded input is smaller than the dilated kernel: {c}")
     # The ANE addresses at most 4 GiB (32-bit IOVAs): refuse before planning (and before
     # allocating task tables sized by the geometry).
-    padded = c.n * c.cin * (c.h + sum(c.pad[0])) * (c.w + sum(c.pad[1])) * 2
-    result = c.n * c.cout * c.hout * c.wout * 2
+    # (rows in whole 64-byte bursts, as the tensors sit in DRAM)
+    padded = c.n * c.cin * (c.h + sum(c.pad[0])) * round_up((c.w + sum(c.pad[1])) * 2)
+    result = c.n * c.cout * c.hout * round_up(c.wout * 2)
     if max(padded, result) > IOVA_LIMIT:
         raise ValueError(f"the padded input ({padded} bytes) or the output ({result} bytes) exceeds "
                          f"the {IOVA_LIMIT >> 30} GiB the ANE can address: {c}")
 
+
+def check_matmul(BA: int, BB: int, B: int, M: int, K: int, N: int, bias: bool = False) -> None:
+    """Refuse (``ValueError``), before anything is allocated, ``B`` products ``(M, K) @ (K, N)``
+    of ``BA`` left and ``BB`` right operands whose convolution (as
+    :func:`fastane.lower.run_matmul` lowers them) exceeds what the ANE can address."""
+    if BB == 1:
+        conv = Conv.matmul(B * M, K, N, 1, bias)
+    elif BA == 1 and not bias:
+        conv = Conv.matmul(B * N, K, M, 1)
+    else:
+        conv = Conv.matmul(M, K, N, B, bias)
+    check_conv(conv)
+
+
+def check_addressable(x, func: str, name: str) -> None:
+    """Refuse (``ValueError``) an operand whose fp16 copy would exceed what the ANE can
+    address, before that copy is made (of a zero-stride broadcast view, say)."""
+    try:
+        n = int(np.size(x))
+    except ValueError:          # a ragged sequence: the operand check names it
+        return
+    if 2 * n > IOVA_LIMIT:
+        raise ValueError(f"{func}: {name} has {n} elements ({2 * n} bytes in fp16), more than the "
+                         f"{IOVA_LIMIT >> 30} GiB the ANE can address")

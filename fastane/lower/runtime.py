@@ -92,6 +92,8 @@ def execute(low, x=None, weight=None, bias=None, *, device=None, stats_only: boo
             else:
                 low.write_input(b.raw[SLOT_INPUT], fp16_operand(x, "execute", "x"))   # one rounding
             low.pack(b.raw[SLOT_KERNEL], weight, bias)
+        else:       # the LUT blocks only: the device checks them while planning
+            low.pack_lut(b.raw[SLOT_KERNEL])
         total = None
         for p in low.programs:
             st = dev.submit(p, b.regions, queue=queue, stats_only=stats_only).wait()
