@@ -205,7 +205,9 @@ def _td_case(rng: random.Random, index: int, corpus_share: float) -> dict:
                      "Common.InDim.Hin", "Common.OutDim.Hout"])]
             v = 0 if m == "stride0" and "Stride" in f.name else _extremes(f.width, rng)
             word = int.from_bytes(stream[off0 + 4 * f.word:off0 + 4 * f.word + 4], "little")
-            word = (word & ~(f.mask << f.shift) & 0xFFFFFFFF) | (v << f.shift)
+            # a value wider than the field (2 in a 1-bit field) spills into the next bits, a
+            # neighbour's mutation; beyond the 32-bit word it is cut off
+            word = ((word & ~(f.mask << f.shift)) | (v << f.shift)) & 0xFFFFFFFF
             stream[off0 + 4 * f.word:off0 + 4 * f.word + 4] = word.to_bytes(4, "little")
             muts.append(f"TD {t} {f.name} = {v:#x}")
         elif m == "truncate":
