@@ -109,6 +109,11 @@ class ChainSegment(_Programs):
         for low, off, w, b in zip(self.layers, self.offsets, weight, bias):
             low.pack(raw[off:off + low.kernel_bytes], w, b)
 
+    def pack_lut(self, raw: np.ndarray) -> None:
+        """Each layer's LUT blocks only (a stats-only run: see :meth:`Lowered.pack_lut`)."""
+        for low, off in zip(self.layers, self.offsets):
+            low.pack_lut(raw[off:off + low.kernel_bytes])
+
 
 @dataclass(eq=False)
 class LoweredChain:
