@@ -31,6 +31,8 @@ from .stats import Stats, last_stats, record
 __all__ = ["matmul", "linear", "conv1d", "conv2d", "last_stats"]
 
 _MATMUL_SIG = "(n?,k),(k,m?)->(n?,m?)"
+_ONE_PRODUCT = np.zeros(1, np.int64)
+_ONE_PRODUCT.flags.writeable = False
 
 
 # ---------------------------------------------------------------------------- operands
@@ -167,8 +169,11 @@ def matmul(a, b, out=None, *, activation=None) -> np.ndarray:
         y = _no_reduction((nb, M, N), None, -1, stage)
         _finish("matmul", Stats(), y.size)
     else:
-        ia = np.broadcast_to(np.arange(math.prod(A.shape[:-2])).reshape(A.shape[:-2]), batch).reshape(-1)
-        ib = np.broadcast_to(np.arange(math.prod(B.shape[:-2])).reshape(B.shape[:-2]), batch).reshape(-1)
+        if not batch:               # two matrices: one product (the common case, no broadcasting)
+            ia = ib = _ONE_PRODUCT
+        else:
+            ia = np.broadcast_to(np.arange(math.prod(A.shape[:-2])).reshape(A.shape[:-2]), batch).reshape(-1)
+            ib = np.broadcast_to(np.arange(math.prod(B.shape[:-2])).reshape(B.shape[:-2]), batch).reshape(-1)
         A3 = A.reshape((math.prod(A.shape[:-2]), M, K))
         B3 = B.reshape((math.prod(B.shape[:-2]), K, N))
         with _named("matmul"):

@@ -8,7 +8,6 @@ program's :class:`~fastane.Stats`).
 """
 from __future__ import annotations
 
-import dataclasses
 import threading
 from dataclasses import dataclass, field
 
@@ -191,7 +190,7 @@ class Device:
             bars, stats_only = BARTable.from_iovas(self.memory, task.bars), self.stats_only
         stats = self.engine.execute(task.addr, task.td_size, task.td_count, bars, stats_only)
         with self._lock:
-            self.stats = self.stats + dataclasses.replace(stats, tasks_detail=[])
+            self.stats = self.stats.plus_counts(stats)
         return stats
 
     # ------------------------------------------------------------------ the common case

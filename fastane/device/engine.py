@@ -43,9 +43,10 @@ from .memory import BARTable, UnifiedMemory, aligned_bytes
 #: checked plans kept by :meth:`Engine.plan` (chains)
 PLAN_CACHE = 256
 #: decoded weight sets kept by :meth:`Engine._weights`, and the bytes they may hold in all
-#: (float64 weights plus the KMem bytes they came from)
-WEIGHT_CACHE = 8
-WEIGHT_CACHE_BYTES = 64 << 20
+#: (float64 weights, their transposed form for narrow outputs, and the KMem bytes they
+#: came from): enough for every task of a 4096 x 4096 weight matrix (32 tasks, 288 MB)
+WEIGHT_CACHE = 64
+WEIGHT_CACHE_BYTES = 384 << 20
 #: the largest scratch buffer :meth:`Engine._scratch` keeps (bytes)
 SCRATCH_BYTES = 64 << 20
 #: the most host memory one task may make the emulator allocate (bytes; the block-by-block
@@ -270,7 +271,7 @@ class Engine:
             values, nans = planar.run(p.planar, g, x, planar.read_operand(p.src1, data, self.l2))
             saturated = lut_under = lut_over = 0
         elif g.mode == mac.CONV:
-            acc, flag = mac.accumulate(g, x, self._weights(g), cmax)
+            acc, flag = mac.accumulate(g, x, self._weights(g, p), cmax)
             window = tile_dma.fp16_window(p.dst, data) if p.dst is not None else None
             if window is not None:      # readout, NE and TileDMADst in one pass
                 nans, saturated, lut_under, lut_over = ne.finish(p.ne, acc, flag, self.kmem, window)
@@ -292,7 +293,8 @@ class Engine:
         kernels accumulate, and the readout, the NE stage and TileDMADst write the fp16
         results in one pass.  The operand and the accumulators are kept buffers."""
         g = p.geometry
-        acc, flag = mac.accumulate_fp16(g, src16, plane, row, self._weights(g), self._scratch)
+        acc, flag = mac.accumulate_fp16(g, src16, plane, row, self._weights(g, p), self._scratch,
+                                        transposed=lambda: self._weights_t(g, p))
         nans, saturated, lut_under, lut_over = ne.finish(p.ne, acc, flag, self.kmem, window)
         return _events(p.stats, saturated, nans, lut_under, lut_over)
 
@@ -314,37 +316,68 @@ class Engine:
                 self._buffers[name] = buf
         return buf[:nbytes].view(dtype).reshape(shape)
 
-    def _weights(self, g) -> np.ndarray:
+    def _weights(self, g, p=None) -> np.ndarray:
         """The ``[Cout, Cin/groups, Kh, Kw]`` float64 weights the cores hold in KMem.
 
         Decoding them costs a pass over every weight; a program run again with the same
         weights finds them decoded: the last :data:`WEIGHT_CACHE` decodes are kept with
-        the KMem bytes they came from, and reused when KMem holds exactly those bytes
-        again (compared byte for byte, not hashed; a copy and a compare cost about a
-        tenth of the decode)."""
-        key = (g.cout, g.cin_g, g.kh, g.kw, g.kernel_fmt)
+        the KMem bytes they came from (and the KernelDMA sources of the task, so that the
+        tasks of one program each find their own entry at once), and reused when KMem
+        holds exactly those bytes again (compared byte for byte, not hashed; a copy and a
+        compare cost about a tenth of the decode)."""
+        return self._weight_entry(g, p)[2]
+
+    def _weights_t(self, g, p=None):
+        """``(w^T, max |w|)``: the decoded weights of a 1x1 convolution as ``[groups, Cin/groups,
+        Cout/groups]`` (C-contiguous) and their largest magnitude per group (NaN if a weight
+        is NaN), kept with the decoded weights: the operand of the transposed product
+        that narrow outputs take (:func:`fastane.device.mac.accumulate_fp16`)."""
+        entry = self._weight_entry(g, p)
+        if entry[4] is None:
+            G = g.groups
+            w = entry[2].reshape(G, g.cout // G, g.cin_g)
+            wt = np.ascontiguousarray(w.transpose(0, 2, 1))
+            wmax = np.empty(G)
+            mac.abs_max(wt, wmax)
+            entry[4] = derived = (wt, wmax)
+            if any(e is entry for e in self._wcache):
+                self._trim_weights()      # may drop it from the cache again: too large
+            return derived
+        return entry[4]
+
+    def _weight_entry(self, g, p):
+        key = (g.cout, g.cin_g, g.kh, g.kw, g.kernel_fmt, None if p is None else p.kdma.sources)
         cache = self._wcache
         gen = self.kmem.generation
         if cache and cache[0][0] == key and cache[0][3] == gen:
-            return cache[0][2]        # KMem has not changed since these were decoded
-        used = kernel_dma.used_bytes(self.kmem, *key)
+            return cache[0]           # KMem has not changed since these were decoded
+        used = kernel_dma.used_bytes(self.kmem, *key[:5])
         for i, entry in enumerate(cache):
             if entry[0] == key and entry[1] == used:
                 entry[3] = gen
                 if i:
                     cache.insert(0, cache.pop(i))
-                return entry[2]
-        w = kernel_dma.unpack_weights(self.kmem, *key)
+                return entry
+        w = kernel_dma.unpack_weights(self.kmem, *key[:5])
+        entry = [key, used, w, gen, None]
         if len(used) + w.nbytes > WEIGHT_CACHE_BYTES:
-            return w
-        cache.insert(0, [key, used, w, gen])
+            return entry
+        cache.insert(0, entry)
+        self._trim_weights()
+        return entry
+
+    def _trim_weights(self) -> None:
+        """Keep at most :data:`WEIGHT_CACHE` decodes and :data:`WEIGHT_CACHE_BYTES` bytes."""
+        cache = self._wcache
         total = 0
-        for i, (_, snap, kept, _g) in enumerate(cache):
-            total += len(snap) + kept.nbytes
-            if i >= WEIGHT_CACHE or total > WEIGHT_CACHE_BYTES:
+        for i, (_, snap, kept, _g, derived) in enumerate(cache):
+            total += len(snap) + kept.nbytes + (derived[0].nbytes if derived else 0)
+            if i >= WEIGHT_CACHE or (total > WEIGHT_CACHE_BYTES and i):
                 del cache[i:]
                 break
-        return w
+            if total > WEIGHT_CACHE_BYTES:      # the newest alone: drop its derived form
+                cache[0][4] = None
+                break
 
     def execute(self, addr: int, td_size: int, td_count: int, bars: BARTable,
                 stats_only: bool = False) -> Stats:

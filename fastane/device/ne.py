@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fastane.kernels import ne as _kne
+from fastane.kernels import ne_table as _ktable
 
 from ..errors import TDError
 from .faults import KMemOverflow, UnsupportedTask
@@ -179,11 +180,53 @@ def run(cfg: NEConfig, values: np.ndarray, kmem=None, as_fp16: bool = False):
     bias, scale, lutf, luti = _coefficients(cfg, c, kmem)
     out = np.empty(y.shape, dtype=np.uint16)
     counts = np.zeros(2, dtype=np.int64)
-    _kne.ne_post(y, bias, scale, cfg.nonlinear, lutf, luti, out, counts)
+    looked_up = False
+    if y.size >= TABLE_MIN and not cfg.bias_vector and cfg.nonlinear == LUT:
+        table, events = _table(bias[0] if bias.size else None, scale, lutf, luti)
+        # False at a NaN input (its payload is the kernel's business): then the kernel
+        looked_up = _ktable.ne_lookup(y.reshape(-1), table, events, out.reshape(-1), counts)
+    if not looked_up:
+        _kne.ne_post(y, bias, scale, cfg.nonlinear, lutf, luti, out, counts)
     result = out.view(np.float16).reshape(values.shape)
     if not as_fp16:
         result = result.astype(np.float64)
     return result, int(counts[0]), int(counts[1])
+
+
+#: elements from which a LUT stage with one bias for all channels is computed through its
+#: table of the 63488 non-NaN fp16 patterns (:mod:`fastane.kernels.ne_table`); tables kept
+TABLE_MIN = 1 << 16
+TABLES = 16
+_PATTERNS = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+_VALUES = _PATTERNS.view(np.float16).astype(np.float64)
+_VALUES[np.isnan(_VALUES)] = 0.0      # never looked up: inputs with a NaN take the kernel
+
+
+@functools.lru_cache(maxsize=TABLES)
+def _table_cached(bias_bits, scale_bits, lutf_bytes, luti_bytes):
+    lutf = np.frombuffer(lutf_bytes, np.float64)
+    luti = np.frombuffer(luti_bytes, np.int64)
+    b = _NO_BIAS if bias_bits is None else np.array([bias_bits], np.uint64).view(np.float64)
+    scale = float(np.array([scale_bits], np.uint64).view(np.float64)[0])
+    table = np.empty(1 << 16, np.uint16)
+    events = np.empty(1 << 16, np.uint8)
+    _ktable.ne_table(_VALUES, b, scale, LUT, lutf, luti, table, events)
+    table.flags.writeable = False
+    events.flags.writeable = False
+    return table, events
+
+
+def _bits64(v: float) -> int:
+    return int(np.array([v], np.float64).view(np.uint64)[0])
+
+
+def _table(bias, scale, lutf, luti):
+    """``(fp16 result, LUT event)`` of the LUT stage for every input pattern (cached by the
+    bit patterns of the bias and the scale -- -0.0 is not 0.0 -- and the table's
+    parameters)."""
+    return _table_cached(None if bias is None else _bits64(bias), _bits64(scale),
+                         np.ascontiguousarray(lutf, np.float64).tobytes(),
+                         np.ascontiguousarray(luti, np.int64).tobytes())
 
 
 def finish(cfg: NEConfig, acc: np.ndarray, flag: np.ndarray, kmem, window) -> tuple:

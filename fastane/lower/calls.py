@@ -61,8 +61,9 @@ def run_matmul(a3, b3, ia, ib, *, bias16=None, activation=None, device=None, sta
             out = np.empty((B * M, N), np.float16)
             _klayout.transpose(v[0, :, 0, :], out)
             return out.reshape(B, M, N)
-        y, st = execute(low, fill, _transposed(b3[0]).reshape(N, K, 1, 1), bias16, device=device,
-                        stats_only=stats_only, read=read)
+        w = b3[0]
+        y, st = execute(low, fill, lambda: _transposed(w).reshape(N, K, 1, 1), bias16, device=device,
+                        stats_only=stats_only, read=read, weight_of=w)
     elif BA == 1 and bias16 is None:
         conv = Conv.matmul(B * N, K, M, 1, False, activation)
         low = build(conv, limits)
@@ -89,8 +90,8 @@ def run_matmul(a3, b3, ia, ib, *, bias16=None, activation=None, device=None, sta
             _klayout.transpose(v[0, :, 0, :].reshape(B, N, M), out)
             return out
         bias = None if bias16 is None else np.tile(np.asarray(bias16).reshape(-1), B)
-        y, st = execute(low, fill, _transposed(rhs).reshape(B * N, K, 1, 1), bias,
-                        device=device, stats_only=stats_only, read=read)
+        y, st = execute(low, fill, lambda: _transposed(rhs).reshape(B * N, K, 1, 1), bias,
+                        device=device, stats_only=stats_only, read=read, weight_of=rhs)
     return y, st, low
 
 

@@ -5,13 +5,13 @@ section 5.
 """
 from __future__ import annotations
 
-import dataclasses
 import threading
 
 import numpy as np
 
 from ..operands import fp16_operand
 from ..stats import Stats
+from .bind import Resident
 from .cache import reclaim
 from .lowered import SLOT_INPUT, SLOT_KERNEL, SLOT_OUTPUT
 
@@ -69,7 +69,7 @@ def stats_device():
 
 
 def execute(low, x=None, weight=None, bias=None, *, device=None, stats_only: bool | None = None,
-            read=None, queue: int = 0):
+            read=None, queue: int = 0, weight_of=None):
     """Run ``low`` (a :class:`~fastane.lower.Lowered` or
     :class:`~fastane.lower.LoweredEltwise`) on ``device``: ``(read(output view), Stats)``.
 
@@ -80,6 +80,13 @@ def execute(low, x=None, weight=None, bias=None, *, device=None, stats_only: boo
     nothing is written or read and the result is None (``stats_only=None``: the device's
     default).  Saturations and LUT range events are counted in the Stats, not reported
     (the caller reports them in its own words).
+
+    Resident weights: the kernel slot of a binding reused for the same program keeps what
+    it was packed from; when ``weight`` and ``bias`` are float16 arrays with the same bits
+    as then (compared with private copies: :class:`~fastane.lower.bind.Resident`), they
+    are not packed again.  ``weight`` may be a callable giving the weights (called only
+    when they must be packed) with ``weight_of``, the fp16 array they are computed from
+    (e.g. the untransposed right operand of a matmul), as what is compared.
     """
     dev = device if device is not None else default_device()
     stats_only = bool(dev.stats_only if stats_only is None else stats_only)
@@ -91,7 +98,13 @@ def execute(low, x=None, weight=None, bias=None, *, device=None, stats_only: boo
                 x(low.input_view(b.raw[SLOT_INPUT]))
             else:
                 low.write_input(b.raw[SLOT_INPUT], fp16_operand(x, "execute", "x"))   # one rounding
-            low.pack(b.raw[SLOT_KERNEL], weight, bias)
+            src = weight if weight_of is None else weight_of
+            res = b.resident
+            if res is None or not res.holds(src, bias):
+                b.resident = None        # the slot is being rewritten
+                low.pack(b.raw[SLOT_KERNEL], weight() if callable(weight) else weight, bias)
+                if Resident.usable(src, bias):
+                    b.resident = Resident(src, bias)
         else:       # the LUT blocks only: the device checks them while planning
             low.pack_lut(b.raw[SLOT_KERNEL])
         total = None
@@ -109,6 +122,6 @@ def execute(low, x=None, weight=None, bias=None, *, device=None, stats_only: boo
 
 
 def _concat(a: Stats, b: Stats) -> Stats:
-    out = a + dataclasses.replace(b, tasks_detail=[])
+    out = a.plus_counts(b)
     out.tasks_detail = list(a.tasks_detail) + list(b.tasks_detail)
     return out

@@ -1,0 +1,53 @@
+"""The NE stage as a table of the fp16 input patterns (elementwise tasks).
+
+A kernel-less NE task (``KernelMode = 1``: the MAC passes its fp16 input through) with one
+bias for every channel computes a pure function of each input's fp16 pattern.  So its
+result is :func:`fastane.kernels.ne.ne_post` evaluated once per pattern
+(:func:`ne_table`, the same kernel on the same float64 values: the same bits and the same
+LUT range events) and then looked up per element (:func:`ne_lookup`).
+"""
+import numpy as np
+from numba import njit
+
+from .fp16 import f64_to_f16
+from .ne import ne_post
+
+
+@njit(cache=True)
+def ne_table(values, bias, scale, nonlinear, lutf, luti, out, events):
+    """For each ``values[k]`` (float64[n], exact fp16 values) alone: ``out[k]`` the fp16
+    pattern :func:`~fastane.kernels.ne.ne_post` gives it (one channel, bias ``bias[0]``
+    if ``bias`` is not empty), ``events[k]`` 1 if it counted a LUT underflow, 2 an
+    overflow, else 0."""
+    y = np.empty((1, 1, 1))
+    o = np.empty((1, 1, 1), np.uint16)
+    c = np.zeros(2, np.int64)
+    for k in range(values.size):
+        y[0, 0, 0] = values[k]
+        c[0] = 0
+        c[1] = 0
+        ne_post(y, bias, scale, nonlinear, lutf, luti, o, c)
+        out[k] = o[0, 0, 0]
+        events[k] = 1 if c[0] else (2 if c[1] else 0)
+
+
+@njit(cache=True)
+def ne_lookup(values, table, events, out, counts):
+    """``out[k] = table[pattern of values[k]]`` (``values`` float64, exact fp16 values;
+    ``out`` uint16; both flat), ``counts[0] +=`` underflows and ``counts[1] +=`` overflows
+    of the looked-up patterns (``events`` as :func:`ne_table`).  Returns False, having
+    counted nothing, as soon as a value is NaN (its payload is for the kernel itself)."""
+    under = 0
+    over = 0
+    for k in range(values.size):
+        v = values[k]
+        if v != v:
+            return False
+        b = f64_to_f16(v)
+        out[k] = table[b]
+        e = events[b]
+        under += e & 1
+        over += e >> 1
+    counts[0] += under
+    counts[1] += over
+    return True

@@ -1,0 +1,67 @@
+"""The NE stage through its table of fp16 patterns (large elementwise LUT tasks,
+fastane.kernels.ne_table): every non-NaN input pattern against the slow reference
+(results and LUT range events), with and without a bias and a PostScale, -0.0 apart from
+0.0; a NaN input sends the call through the kernel itself."""
+import numpy as np
+import pytest
+
+import fastane
+from fastane import lut
+from fastane.device import ne
+from test_lut_reference import ref_ne, bits_to_float
+
+PATTERNS = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+FINITE = PATTERNS[~np.isnan(PATTERNS.view(np.float16))]
+
+
+def _ref_table(words, bias, scale):
+    """Reference bits and events of every pattern in FINITE (events from ref_ne's LUT input)."""
+    out = np.empty(FINITE.size, np.uint16)
+    for i, b in enumerate(FINITE):
+        out[i] = ref_ne(bits_to_float(int(b)), bias, scale, 2, words)
+    return out
+
+
+@pytest.mark.parametrize("name,bias,scale_bits", [("tanh", None, 0x3c00), ("exp2", None, 0x3dc5),
+                                                  ("gelu", -0.0, 0x3c00), ("sigmoid", 0.0, 0x3800)])
+def test_table_path_is_the_reference_on_every_pattern(name, bias, scale_bits):
+    block = lut.get_block(name)
+    words = block.to_words()
+    rng = np.random.default_rng(scale_bits)
+    x = np.concatenate([FINITE, rng.permutation(FINITE)])           # >= TABLE_MIN elements
+    assert x.size >= ne.TABLE_MIN
+    cfg = ne.NEConfig(bias_mode=int(bias is not None),
+                      acc_bias=0 if bias is None else int(np.float16(bias).view(np.uint16)),
+                      post_scale=scale_bits, nonlinear=ne.LUT, cout=1)
+
+    class _KMem:                      # core 0's KMem holds the block at offset 0
+        data = np.zeros((16, 0x10000), np.uint8)
+    _KMem.data[0, :len(block.to_bytes())] = np.frombuffer(block.to_bytes(), np.uint8)
+    values = x.view(np.float16).astype(np.float64).reshape(1, 1, 1, -1)
+    got, under, over = ne.run(cfg, values, _KMem, as_fp16=True)
+    scale = bits_to_float(scale_bits)
+    want = _ref_table(words, bias, scale)
+    g = got.reshape(-1).view(np.uint16)
+    assert np.array_equal(g[:FINITE.size], want)
+    order = np.argsort(FINITE)
+    pos = np.searchsorted(FINITE[order], x[FINITE.size:])
+    assert np.array_equal(g[FINITE.size:], want[order][pos])
+    # the events: the kernel over the same values (ne_post; tested against the reference)
+    nan_free = values.reshape(1, 1, -1)
+    out = np.empty(nan_free.shape, np.uint16)
+    counts = np.zeros(2, np.int64)
+    bias_arr, sc, lutf, luti = ne._coefficients(cfg, 1, _KMem)
+    from fastane.kernels import ne as kne
+    kne.ne_post(nan_free, bias_arr, sc, 2, lutf, luti, out, counts)
+    assert (under, over) == (int(counts[0]), int(counts[1]))
+    assert np.array_equal(out.reshape(-1), g)
+
+
+def test_nan_input_takes_the_kernel():
+    x = np.tile(FINITE, 2).view(np.float16).copy()
+    x.view(np.uint16)[12345] = 0x7d01                               # a signalling-NaN payload
+    with fastane.errstate(lut_range="ignore"):
+        y = fastane.tanh(x)
+    small = fastane.tanh(x[12340:12350])                            # below TABLE_MIN: the kernel
+    assert np.array_equal(y[12340:12350].view(np.uint16), small.view(np.uint16))
+    assert np.array_equal(y[:100].view(np.uint16), fastane.tanh(x[:100]).view(np.uint16))
