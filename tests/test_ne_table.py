@@ -14,17 +14,18 @@ PATTERNS = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
 FINITE = PATTERNS[~np.isnan(PATTERNS.view(np.float16))]
 
 
-def _ref_table(words, bias, scale):
-    """Reference bits and events of every pattern in FINITE (events from ref_ne's LUT input)."""
+def _ref_table(words, bias, scale, nl):
+    """Reference bits of every pattern in FINITE."""
     out = np.empty(FINITE.size, np.uint16)
     for i, b in enumerate(FINITE):
-        out[i] = ref_ne(bits_to_float(int(b)), bias, scale, 2, words)
+        out[i] = ref_ne(bits_to_float(int(b)), bias, scale, nl, words)
     return out
 
 
-@pytest.mark.parametrize("name,bias,scale_bits", [("tanh", None, 0x3c00), ("exp2", None, 0x3dc5),
-                                                  ("gelu", -0.0, 0x3c00), ("sigmoid", 0.0, 0x3800)])
-def test_table_path_is_the_reference_on_every_pattern(name, bias, scale_bits):
+@pytest.mark.parametrize("name,bias,scale_bits,nl", [
+    ("tanh", None, 0x3c00, 2), ("exp2", None, 0x3dc5, 2), ("gelu", -0.0, 0x3c00, 2),
+    ("sigmoid", 0.0, 0x3800, 2), ("tanh", None, 0x3c00, 1), ("tanh", 1.5, 0x4000, 0)])
+def test_table_path_is_the_reference_on_every_pattern(name, bias, scale_bits, nl):
     block = lut.get_block(name)
     words = block.to_words()
     rng = np.random.default_rng(scale_bits)
@@ -32,7 +33,7 @@ def test_table_path_is_the_reference_on_every_pattern(name, bias, scale_bits):
     assert x.size >= ne.TABLE_MIN
     cfg = ne.NEConfig(bias_mode=int(bias is not None),
                       acc_bias=0 if bias is None else int(np.float16(bias).view(np.uint16)),
-                      post_scale=scale_bits, nonlinear=ne.LUT, cout=1)
+                      post_scale=scale_bits, nonlinear=nl, cout=1)
 
     class _KMem:                      # core 0's KMem holds the block at offset 0
         data = np.zeros((16, 0x10000), np.uint8)
@@ -40,7 +41,7 @@ def test_table_path_is_the_reference_on_every_pattern(name, bias, scale_bits):
     values = x.view(np.float16).astype(np.float64).reshape(1, 1, 1, -1)
     got, under, over = ne.run(cfg, values, _KMem, as_fp16=True)
     scale = bits_to_float(scale_bits)
-    want = _ref_table(words, bias, scale)
+    want = _ref_table(words, bias, scale, nl)
     g = got.reshape(-1).view(np.uint16)
     assert np.array_equal(g[:FINITE.size], want)
     order = np.argsort(FINITE)
@@ -52,7 +53,7 @@ def test_table_path_is_the_reference_on_every_pattern(name, bias, scale_bits):
     counts = np.zeros(2, np.int64)
     bias_arr, sc, lutf, luti = ne._coefficients(cfg, 1, _KMem)
     from fastane.kernels import ne as kne
-    kne.ne_post(nan_free, bias_arr, sc, 2, lutf, luti, out, counts)
+    kne.ne_post(nan_free, bias_arr, sc, nl, lutf, luti, out, counts)
     assert (under, over) == (int(counts[0]), int(counts[1]))
     assert np.array_equal(out.reshape(-1), g)
 

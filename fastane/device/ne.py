@@ -181,8 +181,8 @@ def run(cfg: NEConfig, values: np.ndarray, kmem=None, as_fp16: bool = False):
     out = np.empty(y.shape, dtype=np.uint16)
     counts = np.zeros(2, dtype=np.int64)
     looked_up = False
-    if y.size >= TABLE_MIN and not cfg.bias_vector and cfg.nonlinear == LUT:
-        table, events = _table(bias[0] if bias.size else None, scale, lutf, luti)
+    if y.size >= TABLE_MIN and not cfg.bias_vector:
+        table, events = _table(bias[0] if bias.size else None, scale, cfg.nonlinear, lutf, luti)
         # False at a NaN input (its payload is the kernel's business): then the kernel
         looked_up = _ktable.ne_lookup(y.reshape(-1), table, events, out.reshape(-1), counts)
     if not looked_up:
@@ -193,8 +193,8 @@ def run(cfg: NEConfig, values: np.ndarray, kmem=None, as_fp16: bool = False):
     return result, int(counts[0]), int(counts[1])
 
 
-#: elements from which a LUT stage with one bias for all channels is computed through its
-#: table of the 63488 non-NaN fp16 patterns (:mod:`fastane.kernels.ne_table`); tables kept
+#: elements from which an NE stage with one bias for all channels (identity, ReLU or LUT)
+#: is computed through its table of the 63488 non-NaN fp16 patterns (:mod:`fastane.kernels.ne_table`); tables kept
 TABLE_MIN = 1 << 16
 TABLES = 16
 _PATTERNS = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
@@ -203,14 +203,14 @@ _VALUES[np.isnan(_VALUES)] = 0.0      # never looked up: inputs with a NaN take 
 
 
 @functools.lru_cache(maxsize=TABLES)
-def _table_cached(bias_bits, scale_bits, lutf_bytes, luti_bytes):
+def _table_cached(bias_bits, scale_bits, nonlinear, lutf_bytes, luti_bytes):
     lutf = np.frombuffer(lutf_bytes, np.float64)
     luti = np.frombuffer(luti_bytes, np.int64)
     b = _NO_BIAS if bias_bits is None else np.array([bias_bits], np.uint64).view(np.float64)
     scale = float(np.array([scale_bits], np.uint64).view(np.float64)[0])
     table = np.empty(1 << 16, np.uint16)
     events = np.empty(1 << 16, np.uint8)
-    _ktable.ne_table(_VALUES, b, scale, LUT, lutf, luti, table, events)
+    _ktable.ne_table(_VALUES, b, scale, nonlinear, lutf, luti, table, events)
     table.flags.writeable = False
     events.flags.writeable = False
     return table, events
@@ -220,11 +220,11 @@ def _bits64(v: float) -> int:
     return int(np.array([v], np.float64).view(np.uint64)[0])
 
 
-def _table(bias, scale, lutf, luti):
-    """``(fp16 result, LUT event)`` of the LUT stage for every input pattern (cached by the
-    bit patterns of the bias and the scale -- -0.0 is not 0.0 -- and the table's
-    parameters)."""
-    return _table_cached(None if bias is None else _bits64(bias), _bits64(scale),
+def _table(bias, scale, nonlinear, lutf, luti):
+    """``(fp16 result, LUT event)`` of the NE stage for every input pattern (cached by the
+    bit patterns of the bias and the scale -- -0.0 is not 0.0 --, the nonlinearity and
+    the table's parameters)."""
+    return _table_cached(None if bias is None else _bits64(bias), _bits64(scale), int(nonlinear),
                          np.ascontiguousarray(lutf, np.float64).tobytes(),
                          np.ascontiguousarray(luti, np.int64).tobytes())
 

@@ -69,6 +69,8 @@ def _same(kept, x) -> bool:
     kept, kflipped = kept
     if flipped != kflipped or x.shape != kept.shape:
         return False
+    if x.size <= _CHUNK:                 # small: one bytes compare is cheapest
+        return x.tobytes() == kept.tobytes()
     a = kept.reshape(-1).view(np.uint16)
     b = x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)
     b = b.view(np.uint16)
