@@ -160,3 +160,22 @@ def test_transposed_weights_of_linear(packs):
     assert np.array_equal(_bits(y), _bits(ref_matmul(x, w.T)))
     res = lower.bind.Resident(w.T, None)
     assert res.holds(w.T, None) and not res.holds(np.ascontiguousarray(w.T), None)
+
+
+def test_engine_weight_cache_stays_bounded(monkeypatch):
+    """The decoded weights (and their transposed forms) kept by the engine respect
+    WEIGHT_CACHE and WEIGHT_CACHE_BYTES, and the results stay the reference's."""
+    from fastane.device import engine
+    monkeypatch.setattr(engine, "WEIGHT_CACHE_BYTES", 300_000)
+    monkeypatch.setattr(engine, "WEIGHT_CACHE", 3)
+    dev = fastane.Device(memory_size=64 << 20)
+    rng = np.random.default_rng(6)
+    for i in range(6):
+        w = rng.standard_normal((96, 160)).astype(F16)
+        x = rng.standard_normal((2, 96)).astype(F16)           # narrow: the transposed path
+        y, _, _ = lower.run_matmul(x[None], w[None], np.zeros(1, np.int64), np.zeros(1, np.int64),
+                                   device=dev)
+        assert np.array_equal(_bits(y[0]), _bits(ref_matmul(x, w)))
+        cache = dev.engine._wcache
+        total = sum(len(e[1]) + e[2].nbytes + (e[4][0].nbytes if e[4] is not None else 0) for e in cache)
+        assert len(cache) <= 3 and total <= 300_000

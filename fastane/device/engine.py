@@ -370,13 +370,17 @@ class Engine:
         """Keep at most :data:`WEIGHT_CACHE` decodes and :data:`WEIGHT_CACHE_BYTES` bytes."""
         cache = self._wcache
         total = 0
-        for i, (_, snap, kept, _g, derived) in enumerate(cache):
-            total += len(snap) + kept.nbytes + (derived[0].nbytes if derived else 0)
+        for i, entry in enumerate(cache):
+            _, snap, kept, _g, derived = entry
+            size = len(snap) + kept.nbytes
+            if derived is not None:
+                if i == 0 and size + derived[0].nbytes > WEIGHT_CACHE_BYTES:
+                    entry[4] = None             # the newest alone is too large with it
+                else:
+                    size += derived[0].nbytes
+            total += size
             if i >= WEIGHT_CACHE or (total > WEIGHT_CACHE_BYTES and i):
                 del cache[i:]
-                break
-            if total > WEIGHT_CACHE_BYTES:      # the newest alone: drop its derived form
-                cache[0][4] = None
                 break
 
     def execute(self, addr: int, td_size: int, td_count: int, bars: BARTable,
