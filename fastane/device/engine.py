@@ -279,7 +279,7 @@ class Engine:
             values, saturated, nans = mac.read_out(acc, flag)
             values, lut_under, lut_over = ne.run(p.ne, values, self.kmem, as_fp16=p.dst is not None)
         else:
-            values, saturated, nans = mac.run(g, x, None)
+            values, saturated, nans = mac.run(g, x, None, cmax=cmax)
             values, lut_under, lut_over = ne.run(p.ne, values, self.kmem, as_fp16=p.dst is not None)
         if p.dst is not None:
             tile_dma.write(p.dst, data, values)

@@ -145,6 +145,8 @@ def _arange(n: int) -> np.ndarray:
     return a
 
 
+#: the fp16 magnitude pattern of infinity: magnitude patterns above it are NaN
+_INF_BITS = 0x7C00
 #: |fp16| of each magnitude pattern 0..0x7fff (NaN above 0x7c00)
 _MAGNITUDES = np.arange(0x8000, dtype=np.uint16).view(np.float16).astype(np.float64)
 
@@ -273,11 +275,15 @@ def read_out(acc: np.ndarray, flag: np.ndarray):
     return values, saturated, nans
 
 
-def run(g: Geometry, x: np.ndarray, w: np.ndarray | None, trunc: bool = False):
+def run(g: Geometry, x: np.ndarray, w: np.ndarray | None, trunc: bool = False, cmax=None):
     """``(values, saturated, nan_outputs)``: fp16 values (float64) ``[1, Cout, Hout, Wout]``;
     ``saturated`` counts the outputs that read out as +-inf because their accumulator
     clamped (a NaN output is counted in ``nan_outputs`` only).  (The engine fuses the
-    readout into the NE stage when the result goes to DRAM: :func:`fastane.device.ne.finish`.)"""
+    readout into the NE stage when the result goes to DRAM: :func:`fastane.device.ne.finish`.)
+    ``cmax``: the per-channel largest magnitude patterns of ``x`` (TileDMASrc's), if known:
+    a pass-through with none above 0x7c00 holds no NaN, and is not searched for one."""
     if g.mode == PASSTHROUGH:
+        if cmax is not None and (cmax.size == 0 or int(cmax.max()) <= _INF_BITS):
+            return x, 0, 0
         return x, 0, int(np.isnan(x).sum())
     return read_out(*accumulate(g, x, w, None, trunc))
