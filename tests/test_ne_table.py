@@ -66,3 +66,15 @@ def test_nan_input_takes_the_kernel():
     small = fastane.tanh(x[12340:12350])                            # below TABLE_MIN: the kernel
     assert np.array_equal(y[12340:12350].view(np.uint16), small.view(np.uint16))
     assert np.array_equal(y[:100].view(np.uint16), fastane.tanh(x[:100]).view(np.uint16))
+
+
+@pytest.mark.parametrize("n", [1000, 1 << 17])
+def test_nan_outputs_of_a_pass_through(n):
+    """The pass-through counts its NaN inputs (skipped only when TileDMASrc's channel
+    maxima prove there is none)."""
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float16)
+    fastane.relu(x)
+    assert fastane.last_stats().nan_outputs == 0
+    x.view(np.uint16)[[3, 500, n - 1]] = [0x7e00, 0xfe01, 0x7c01]
+    fastane.relu(x)
+    assert fastane.last_stats().nan_outputs == 3
