@@ -22,7 +22,8 @@ __all__ = ["load_model", "Model", "Report", "Graph", "Node", "TensorType", "bind
 
 
 def load_model(path, weights: bool = True) -> Model:
-    """Load a model file (``.onnx``) as a :class:`Model`.
+    """Load a model file (``.onnx``, an ``.mlpackage`` directory or an ``.mlmodel``) as a
+    :class:`Model`; the importer is picked by the suffix, else by the content.
 
     Raises :class:`~fastane.errors.ModelError` (a ``ValueError``) for a file that is not a
     valid model, uses an op fastane does not know, or declares tensors beyond the limits.
@@ -34,8 +35,37 @@ def load_model(path, weights: bool = True) -> Model:
             from .onnx_import import from_proto
             return Model(from_proto(path, weights=weights))
         raise TypeError(f"load_model: expected a path or an onnx.ModelProto, got {proto_type}")
-    ext = os.path.splitext(os.fspath(path))[1].lower()
-    if ext in (".mlpackage", ".mlmodel"):
-        raise NotImplementedError("load_model: Core ML models are not supported yet (ONNX only)")
+    from .coreml_import import is_coreml
+    if is_coreml(path) or _sniff_coreml(path):
+        from .coreml_import import load as load_coreml
+        return Model(load_coreml(path, weights))
     from .onnx_import import load
     return Model(load(path, weights))
+
+
+def _sniff_coreml(path) -> bool:
+    """A file of another suffix than .onnx/.mlmodel: Core ML if it is a directory (a
+    package) or if its protobuf carries a Core ML spec version and no ONNX graph."""
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        return True
+    if p.lower().endswith(".onnx") or not os.path.isfile(p):
+        return False
+    with open(p, "rb") as f:
+        head = f.read(2)
+    # an ONNX ModelProto starts with field 1 (ir_version, varint: 0x08); a Core ML Model
+    # with field 1 too (specificationVersion, 0x08): tell them apart by parsing
+    if head[:1] != b"\x08":
+        return False
+    try:
+        from .coreml_import import _read_spec
+        _read_spec(p)
+    except (ModelError, ImportError):
+        return False
+    try:
+        import onnx
+        m = onnx.ModelProto()
+        m.ParseFromString(open(p, "rb").read())
+        return not m.HasField("graph")
+    except Exception:
+        return True

@@ -1,0 +1,349 @@
+"""Core ML import: ML Programs built on Linux with coremltools' MIL builder, saved as
+.mlpackage, loaded into fastane and compared with numpy float32 (and the ONNX path);
+compressed weights against coremltools' own op definitions; corrupted packages."""
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+ct = pytest.importorskip("coremltools")
+from coremltools.converters.mil import Builder as mb  # noqa: E402
+from coremltools.converters.mil.mil import types as mtypes  # noqa: E402
+
+import fastane  # noqa: E402
+from fastane.errors import ModelError  # noqa: E402
+from fastane.model import coreml_import as ci  # noqa: E402
+
+RNG = np.random.default_rng(7)
+
+
+def _save(prog, path, target, fp16=False):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=target,
+                       compute_precision=ct.precision.FLOAT16 if fp16 else ct.precision.FLOAT32)
+    m.save(str(path))
+    return str(path)
+
+
+W = (RNG.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
+B = RNG.standard_normal(8).astype(np.float32)
+L = (RNG.standard_normal((10, 8)) * 0.3).astype(np.float32)
+
+
+def _cnn(path, fp16=False):
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 3, 8, 8))], opset_version=ct.target.iOS17)
+    def prog(x):
+        y = mb.conv(x=x, weight=W, bias=B, pad_type="same")
+        y = mb.relu(x=y)
+        y = mb.max_pool(x=y, kernel_sizes=[2, 2], strides=[2, 2], pad_type="valid")
+        y = mb.reduce_mean(x=y, axes=[2, 3], keep_dims=False)
+        y = mb.linear(x=y, weight=L, bias=np.ones(10, np.float32))
+        y = mb.silu(x=y)
+        return mb.softmax(x=y, axis=-1)
+    return _save(prog, path, ct.target.iOS17, fp16)
+
+
+def _numpy_cnn(x):
+    from numpy.lib.stride_tricks import sliding_window_view as sw
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = sw(xp, (3, 3), axis=(2, 3))                       # 1, 3, 8, 8, 3, 3
+    y = np.einsum("nchwij,ocij->nohw", win, W) + B[None, :, None, None]
+    y = np.maximum(y, 0)
+    y = y.reshape(1, 8, 4, 2, 4, 2).max(axis=(3, 5))
+    y = y.mean(axis=(2, 3))
+    y = y @ L.T + 1
+    y = y / (1 + np.exp(-y))
+    e = np.exp(y - y.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    return _cnn(tmp_path_factory.mktemp("cm") / "cnn.mlpackage")
+
+
+def test_import_fastane_does_not_import_coremltools():
+    code = "import sys, fastane; fastane.load_model; sys.exit('coremltools' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_cnn_round_trip_against_numpy(tmp_path, fp16):
+    path = _cnn(tmp_path / "cnn.mlpackage", fp16)
+    m = fastane.load_model(path)
+    assert m.graph.origin.startswith("coreml mlProgram")
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    name = list(m.inputs)[0]
+    out = list(m({name: x}).values())[0]
+    ref = _numpy_cnn(x.astype(np.float64))
+    assert out.dtype == np.float16 and out.shape == ref.shape
+    assert np.abs(out - ref).max() < 5e-3 * np.abs(ref).max()
+    # the fp32 reference of the whole model is the numpy network (weights rounded to fp16
+    # in the fp16 model: the reference uses what the file holds)
+    tol = 2e-3 if fp16 else 1e-5
+    assert np.abs(list(m.reference({name: x}).values())[0] - ref).max() < tol
+    rep = m.report({name: x})
+    places = {r.layer.op: r.placement for r in rep.layers}
+    assert places["conv+relu"] == "ane"
+    assert any(op.startswith("linear") and p == "ane" for op, p in places.items())
+    assert rep.first_bad is None
+
+
+def test_same_network_as_onnx(tmp_path, cnn):
+    """The same conv (weights, padding) through the ONNX importer gives the same bits."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [numpy_helper.from_array(W, "w"), numpy_helper.from_array(B, "b")])
+    p = tmp_path / "c.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 3, 8, 8))], opset_version=ct.target.iOS17)
+    def prog(x):
+        return mb.relu(x=mb.conv(x=x, weight=W, bias=B, pad_type="custom", pad=[1, 1, 1, 1]))
+    cm = fastane.load_model(_save(prog, tmp_path / "c.mlpackage", ct.target.iOS17))
+    om = fastane.load_model(str(p))
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    a = list(cm({list(cm.inputs)[0]: x}).values())[0]
+    b = om({"x": x})["y"]
+    assert np.array_equal(a, b)
+
+
+def test_load_model_picks_by_content(tmp_path, cnn):
+    # the package renamed (no suffix) is still found by its Manifest.json
+    other = tmp_path / "model_dir"
+    shutil.copytree(cnn, other)
+    assert fastane.load_model(str(other)).graph.origin.startswith("coreml")
+    # a bare spec with another suffix: parsed as Core ML, and refused for its weight file
+    spec = os.path.join(cnn, "Data", "com.apple.CoreML", "model.mlmodel")
+    bare = tmp_path / "spec.bin"
+    shutil.copy(spec, bare)
+    with pytest.raises(ModelError, match="bare .mlmodel has no weights directory"):
+        fastane.load_model(str(bare))
+
+
+# ------------------------------------------------------------------ compressed weights
+def _const_of(prog_fn, path, target):
+    """Save a program whose output is ``x + constexpr(...)``; return (fastane's constant,
+    coremltools' materialised value)."""
+    prog, op_getter = prog_fn
+    p = _save(prog, path, target)
+    m = fastane.load_model(p)
+    x = np.zeros(m.inputs[list(m.inputs)[0]].shape, np.float32)
+    ref = m.reference({list(m.inputs)[0]: x})
+    return list(ref.values())[0], op_getter()
+
+
+def _prog_with(shape, make, target):
+    holder = {}
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=shape)], opset_version=target)
+    def prog(x):
+        w = make()
+        holder["op"] = w.op
+        return mb.add(x=x, y=w)
+    return prog, lambda: holder["op"].materialized_val_inference()
+
+
+def _check(shape, make, target, tmp_path):
+    got, want = _const_of(_prog_with(shape, make, target), tmp_path / "w.mlpackage", target)
+    want = np.asarray(want[1] if isinstance(want, tuple) else want, np.float32)
+    np.testing.assert_array_equal(got, np.broadcast_to(want, got.shape))
+
+
+def test_affine_dequantize_ios16(tmp_path):
+    q = RNG.integers(0, 256, (4, 6)).astype(np.uint8)
+    zp = RNG.integers(0, 256, 4).astype(np.uint8)
+    sc = RNG.random(4).astype(np.float32)
+    _check((4, 6), lambda: mb.constexpr_affine_dequantize(quantized_data=q, zero_point=zp, scale=sc,
+                                                           axis=0), ct.target.iOS16, tmp_path)
+    q8 = RNG.integers(-128, 128, (4, 6)).astype(np.int8)
+    _check((4, 6), lambda: mb.constexpr_affine_dequantize(quantized_data=q8, zero_point=np.int8(3),
+                                                           scale=np.float32(0.25), axis=1),
+           ct.target.iOS16, tmp_path)
+
+
+@pytest.mark.parametrize("nbits", [1, 2, 4, 6, 8])
+def test_lut_to_dense_ios16(tmp_path, nbits):
+    n = 5 * 7
+    idx = RNG.integers(0, 1 << nbits, n)
+    bits = ((idx[:, None] >> np.arange(nbits)) & 1).astype(np.uint8).reshape(-1)
+    packed = np.packbits(bits, bitorder="little")
+    lut = RNG.standard_normal(1 << nbits).astype(np.float32)
+    _check((5, 7), lambda: mb.constexpr_lut_to_dense(indices=packed, lut=lut, shape=np.uint32([5, 7])),
+           ct.target.iOS16, tmp_path)
+
+
+def test_sparse_to_dense_ios16(tmp_path):
+    mask = RNG.random((6, 5)) < 0.4
+    packed = np.packbits(mask.reshape(-1).astype(np.uint8), bitorder="little")
+    nz = RNG.standard_normal(int(mask.sum())).astype(np.float32)
+    _check((6, 5), lambda: mb.constexpr_sparse_to_dense(nonzero_data=nz, mask=packed,
+                                                         shape=np.uint32([6, 5])),
+           ct.target.iOS16, tmp_path)
+
+
+def test_blockwise_shift_scale_ios18(tmp_path):
+    data = RNG.integers(-8, 8, (4, 8)).astype(mtypes.np_int4_dtype)
+    sc = RNG.random((2, 2)).astype(np.float32)
+    off = RNG.integers(-8, 8, (2, 2)).astype(mtypes.np_int4_dtype)
+    _check((4, 8), lambda: mb.constexpr_blockwise_shift_scale(data=data, scale=sc, offset=off),
+           ct.target.iOS18, tmp_path)
+    d8 = RNG.integers(0, 256, (4, 8)).astype(np.uint8)
+    _check((4, 8), lambda: mb.constexpr_blockwise_shift_scale(data=d8, scale=sc,
+                                                               offset=RNG.random((2, 2)).astype(np.float32)),
+           ct.target.iOS18, tmp_path)
+
+
+@pytest.mark.parametrize("nbits,vector", [(2, 1), (4, 1), (3, 1), (4, 2)])
+def test_lut_to_dense_ios18(tmp_path, nbits, vector):
+    dt = {2: mtypes.np_uint2_dtype, 3: mtypes.np_uint3_dtype, 4: mtypes.np_uint4_dtype}[nbits]
+    idx = RNG.integers(0, 1 << nbits, (4, 6)).astype(dt)
+    lut = RNG.standard_normal((2, 1, 1 << nbits, vector)).astype(np.float32)
+    shape = (4 * vector, 6)
+    kw = {"vector_axis": 0} if vector > 1 else {}
+    _check(shape, lambda: mb.constexpr_lut_to_dense(indices=idx, lut=lut, **kw), ct.target.iOS18, tmp_path)
+
+
+def test_sparse_to_dense_ios18(tmp_path):
+    mask = (RNG.random((5, 6)) < 0.5).astype(mtypes.np_uint1_dtype)
+    nz = RNG.standard_normal(int(mask.sum())).astype(np.float32)
+    _check((5, 6), lambda: mb.constexpr_sparse_to_dense(nonzero_data=nz, mask=mask), ct.target.iOS18, tmp_path)
+
+
+def test_decompress_rejects_bad_operands():
+    with pytest.raises(ValueError, match="set bits"):
+        ci.decompress("constexpr_sparse_to_dense", nonzero_data=np.ones(3, np.float32),
+                      mask=np.ones((2, 2), np.uint8))
+    with pytest.raises(ValueError, match="does not divide"):
+        ci.decompress("constexpr_blockwise_shift_scale", data=np.ones((4, 6)), scale=np.ones((3, 1)))
+    with pytest.raises(ValueError, match="beyond"):
+        ci.decompress("constexpr_lut_to_dense", indices=np.full((2, 2), 5, np.uint8),
+                      lut=np.ones((1, 1, 4, 1), np.float32))
+
+
+# ------------------------------------------------------------------ op coverage
+def test_mil_ops_against_numpy(tmp_path):
+    """A chain of elementwise, normalisation, layout and reduction ops, against numpy."""
+    g = RNG.random(6).astype(np.float32) + 0.5
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 4, 6))], opset_version=ct.target.iOS17)
+    def prog(x):
+        a = mb.layer_norm(x=x, axes=[-1], gamma=g, beta=np.zeros(6, np.float32), epsilon=1e-5)
+        b = mb.softsign(x=a)
+        c = mb.clamped_relu(x=b, alpha=0.1, beta=0.5)
+        d = mb.transpose(x=c, perm=[0, 2, 1])
+        e = mb.reshape(x=d, shape=[2, 24])
+        f = mb.slice_by_index(x=e, begin=[0, 2], end=[2, 20], stride=[1, 2])
+        h = mb.reduce_log_sum_exp(x=f, axes=[1], keep_dims=True)
+        i = mb.concat(values=[f, h], axis=1)
+        j = mb.pad(x=i, pad=[0, 0, 1, 2], mode="constant", constant_val=0.5)
+        k = mb.gelu(x=j, mode="TANH_APPROXIMATION")
+        return mb.scaled_tanh(x=mb.rsqrt(x=mb.add(x=mb.square(x=k), y=1.0)), alpha=2.0, beta=0.5)
+    m = fastane.load_model(_save(prog, tmp_path / "ops.mlpackage", ct.target.iOS17))
+    x = RNG.standard_normal((2, 4, 6)).astype(np.float32)
+    xd = x.astype(np.float64)
+    mu = xd.mean(-1, keepdims=True)
+    a = (xd - mu) / np.sqrt(((xd - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * g
+    b = a / (1 + np.abs(a))
+    c = np.minimum(np.maximum(b, 0), 0.5) + 0.1 * np.minimum(b, 0)
+    f = c.transpose(0, 2, 1).reshape(2, 24)[:, 2:20:2]
+    h = np.log(np.exp(f).sum(1, keepdims=True))
+    j = np.pad(np.concatenate([f, h], 1), ((0, 0), (1, 2)), constant_values=0.5)
+    k = 0.5 * j * (1 + np.tanh(np.sqrt(2 / np.pi) * (j + 0.044715 * j ** 3)))
+    want = 2 * np.tanh(0.5 / np.sqrt(k ** 2 + 1 + 1e-12))
+    ref = list(m.reference(x).values())[0]
+    np.testing.assert_allclose(ref, want, rtol=2e-5, atol=2e-6)
+    out = list(m(x).values())[0]
+    assert np.abs(out - want).max() < 2e-2
+
+
+# ------------------------------------------------------------------ hostile packages
+def _corrupt(cnn, tmp_path, fn):
+    p = tmp_path / "bad.mlpackage"
+    shutil.copytree(cnn, p)
+    fn(os.path.join(p, "Data", "com.apple.CoreML"))
+    return str(p)
+
+
+def test_missing_weight_file(cnn, tmp_path):
+    p = _corrupt(cnn, tmp_path, lambda d: os.remove(os.path.join(d, "weights", "weight.bin")))
+    with pytest.raises(ModelError, match="is missing from the package"):
+        fastane.load_model(p)
+
+
+def test_truncated_blob(cnn, tmp_path):
+    def trunc(d):
+        w = os.path.join(d, "weights", "weight.bin")
+        data = open(w, "rb").read()
+        open(w, "wb").write(data[:len(data) - 100])
+    with pytest.raises(ModelError, match="truncated|outside"):
+        fastane.load_model(_corrupt(cnn, tmp_path, trunc))
+
+
+def test_overwritten_blob_metadata(cnn, tmp_path):
+    def smash(d):
+        w = os.path.join(d, "weights", "weight.bin")
+        data = bytearray(open(w, "rb").read())
+        data[64:68] = b"\0\0\0\0"          # the first blob's sentinel
+        open(w, "wb").write(bytes(data))
+    with pytest.raises(ModelError, match="sentinel"):
+        fastane.load_model(_corrupt(cnn, tmp_path, smash))
+
+
+def test_bad_spec_and_manifest(cnn, tmp_path):
+    def garbage(d):
+        open(os.path.join(d, "model.mlmodel"), "wb").write(b"\xff\xff\xff garbage")
+    with pytest.raises(ModelError, match="not a valid Core ML spec|not a Core ML model"):
+        fastane.load_model(_corrupt(cnn, tmp_path, garbage))
+    p = tmp_path / "m2.mlpackage"
+    shutil.copytree(cnn, p)
+    open(os.path.join(p, "Manifest.json"), "w").write("{not json")
+    with pytest.raises(ModelError, match="Manifest.json"):
+        fastane.load_model(str(p))
+    shutil.rmtree(p)
+    shutil.copytree(cnn, p)
+    man = open(os.path.join(p, "Manifest.json")).read()
+    import json
+    info = json.loads(man)
+    for e in info["itemInfoEntries"].values():
+        e["path"] = "../../../../etc/passwd"
+    open(os.path.join(p, "Manifest.json"), "w").write(json.dumps(info))
+    with pytest.raises(ModelError, match="outside the package|does not exist"):
+        fastane.load_model(str(p))
+
+
+def test_hostile_sizes(cnn, tmp_path):
+    """A const declaring 2^40 elements is refused before any allocation."""
+    from coremltools.proto import Model_pb2
+    def grow(d):
+        spec_path = os.path.join(d, "model.mlmodel")
+        spec = Model_pb2.Model()
+        spec.ParseFromString(open(spec_path, "rb").read())
+        blk = spec.mlProgram.functions["main"].block_specializations
+        for b in blk.values():
+            for op in b.operations:
+                if op.type == "const" and op.attributes["val"].HasField("blobFileValue"):
+                    tt = op.attributes["val"].type.tensorType
+                    tt.dimensions[0].constant.size = 1 << 40
+                    break
+        open(spec_path, "wb").write(spec.SerializeToString())
+    with pytest.raises(ModelError, match="limit|elements"):
+        fastane.load_model(_corrupt(cnn, tmp_path, grow))
+
+
+def test_unknown_op_is_named(tmp_path):
+    @mb.program(input_specs=[mb.TensorSpec(shape=(4, 4))], opset_version=ct.target.iOS17)
+    def prog(x):
+        return mb.cumsum(x=x, axis=0)
+    with pytest.raises(ModelError, match="cumsum"):
+        fastane.load_model(_save(prog, tmp_path / "u.mlpackage", ct.target.iOS17))
