@@ -18,7 +18,7 @@ from ..errors import ModelError
 from .graph import Graph, Node, TensorType, bind
 from .model import Model, Report
 
-__all__ = ["load_model", "Model", "Report", "Graph", "Node", "TensorType", "bind", "ModelError"]
+__all__ = ["load_model", "is_model_path", "MODEL_SUFFIXES", "Model", "Report", "Graph", "Node", "TensorType", "bind", "ModelError"]
 
 
 def load_model(path, weights: bool = True) -> Model:
@@ -41,6 +41,15 @@ def load_model(path, weights: bool = True) -> Model:
         return Model(load_coreml(path, weights))
     from .onnx_import import load
     return Model(load(path, weights))
+
+
+#: file suffixes of the models fastane loads
+MODEL_SUFFIXES = (".onnx", ".mlpackage", ".mlmodel")
+
+
+def is_model_path(name) -> bool:
+    """Whether a command-line argument names a model file (by its suffix)."""
+    return str(name).rstrip("/").lower().endswith(MODEL_SUFFIXES)
 
 
 def _sniff_coreml(path) -> bool:

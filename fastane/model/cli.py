@@ -21,7 +21,7 @@ __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL", help="the model file (.onnx)")
+    p.add_argument("model", metavar="MODEL", help="the model file (.onnx, .mlpackage, .mlmodel)")
     p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
                    help="an input array (repeat for each input; NAME= may be left out for a "
                         "one-input model)")
@@ -37,6 +37,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chip", default="m1", help="chip of the time model (default m1)")
     p.add_argument("--stats-only", action="store_true",
                    help="report from the shapes alone (model or --shape), computing nothing")
+    p.add_argument("--first-divergence", action="store_true",
+                   help="stop at the first layer whose error against fp32 (same layer, same "
+                        "inputs) leaves its tolerance, or where an inf/NaN is born; print its "
+                        "inputs' ranges")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="one error tolerance for --first-divergence (default: per op class)")
+    p.add_argument("--compute-units", default=None, metavar="UNITS",
+                   help="with --report: predict Core ML's placement per layer for ALL, "
+                        "CPU_AND_NE, CPU_AND_GPU or CPU_ONLY (an estimate; default ALL for "
+                        "Core ML models)")
 
 
 class _Fail(Exception):
@@ -117,6 +127,17 @@ def run(args) -> int:
         arrays = _inputs(model, args)
         if args.stats_only and args.output:
             raise _Fail("--stats-only computes nothing: it cannot save outputs (-o)")
+        if getattr(args, "first_divergence", False):
+            from .hunt import first_divergence
+            if args.stats_only:
+                raise _Fail("--first-divergence computes the model: not with --stats-only")
+            div = first_divergence(model, arrays, args.tolerance)
+            if args.json:
+                import json
+                print(json.dumps(div.as_dict(), indent=1))
+            else:
+                print(div.text())
+            return 0
         if args.report or args.json or args.stats_only:
             from ..roofline import chips as _chips
             try:
@@ -133,7 +154,31 @@ def run(args) -> int:
         print(f"fastane run: error: {msg}", file=sys.stderr)
         return 2
     if outs is None:
-        print(rep.to_json() if args.json else rep.table())
+        units = getattr(args, "compute_units", None)
+        if units is None and str(model.graph.origin).startswith("coreml"):
+            units = "ALL"
+        pred = None
+        if units is not None:
+            from .predict import predict
+            try:
+                bound, layers = model.bind(_shapes(arrays))
+                pred = predict(layers, bound, units)
+            except ValueError as exc:
+                print(f"fastane run: error: --compute-units: {exc}", file=sys.stderr)
+                return 2
+        if args.json:
+            d = rep.as_dict()
+            if pred is not None:
+                d["predicted_placement"] = {"compute_units": units.upper(), "estimate": True,
+                                            "layers": [{"name": r.layer.name, "unit": p.unit,
+                                                        "confidence": p.confidence, "reason": p.reason}
+                                                       for r, p in zip(rep.layers, pred)]}
+            import json
+            print(json.dumps(d, indent=1))
+        else:
+            print(rep.table())
+            if pred is not None:
+                print(prediction_table(rep, pred, units))
         if args.output:
             outs = rep.values
     else:
@@ -155,6 +200,23 @@ def roofline_run(args) -> int:
     return roofline(args, args.workloads)
 
 
+def _shapes(arrays) -> dict:
+    return {k: tuple(v.shape) if hasattr(v, "shape") else tuple(v) for k, v in arrays.items()}
+
+
+def prediction_table(rep, pred, units) -> str:
+    """The predicted Core ML placement per layer (an estimate) as text."""
+    lines = [f"predicted Core ML placement for compute units {units.upper()} (an ESTIMATE from "
+             f"public rules and SPEC limits, not Core ML's decision; compare with Xcode's "
+             f"performance report):"]
+    counts: dict = {}
+    for r, p in zip(rep.layers, pred):
+        counts[p.unit] = counts.get(p.unit, 0) + 1
+        lines.append(f"  {r.layer.name[:32]:32s} {r.layer.op[:24]:24s} {p.unit:4s} {p.confidence:9s} {p.reason}")
+    lines.append("  predicted: " + ", ".join(f"{n} {u}" for u, n in sorted(counts.items())))
+    return "\n".join(lines)
+
+
 def roofline(args, names) -> int:
     """``fastane roofline MODEL.onnx ... [--chip] [--json] [--plot FILE.png] [--summary]``:
     the stats-only report of each model (nothing computed; symbolic dimensions bound to 1),
@@ -166,9 +228,10 @@ def roofline(args, names) -> int:
     from ..roofline import chips as _chips
     from ..roofline import report as _report
     try:
-        others = [n for n in names if not str(n).lower().endswith(".onnx")]
+        from . import is_model_path
+        others = [n for n in names if not is_model_path(n)]
         if others:
-            raise _Fail(f"give either built-in workloads or .onnx models, not both ({others[0]!r})")
+            raise _Fail(f"give either built-in workloads or model files, not both ({others[0]!r})")
         chip = _chips.get(args.chip)
         reports = []
         for path in names:

@@ -57,6 +57,11 @@ class LayerRecord:
     error: float = 0.0
     tolerance: float = 0.0
     shapes: str = ""
+    #: non-finite outputs (inf, nan) the layer made from finite inputs ("born" there),
+    #: and those it passed on from non-finite inputs (inherited); see fastane.model.hunt
+    inf_born: int = 0
+    nan_born: int = 0
+    nonfinite_inherited: int = 0
 
     @property
     def ok(self) -> bool:
@@ -71,7 +76,9 @@ class LayerRecord:
              "lut_underflow": st.lut_underflow, "lut_overflow": st.lut_overflow,
              "op_per_byte": None, "time_s": None, "bound": None,
              "max_abs_err": _num(self.max_abs_err), "max_rel_err": _num(self.max_rel_err),
-             "error": _num(self.error), "tolerance": self.tolerance, "within_tolerance": self.ok}
+             "error": _num(self.error), "tolerance": self.tolerance, "within_tolerance": self.ok,
+             "inf_born": self.inf_born, "nan_born": self.nan_born,
+             "nonfinite_inherited": self.nonfinite_inherited}
         if est is not None:
             d.update(op_per_byte=None if math.isinf(est.intensity) else est.intensity,
                      time_s=est.time_s, bound=est.limiter)
@@ -145,6 +152,10 @@ class Report:
         for name, o in self.outputs.items():
             lines.append(f"output {name}: max abs error {_e(o['max_abs_err'])}, error "
                          f"{_e(o['error'])} against the whole model in fp32")
+        born = [f"{r.layer.name} ({r.inf_born} inf, {r.nan_born} nan)" for r in self.layers
+                if r.inf_born or r.nan_born]
+        if born:
+            lines.append("non-finite values born in (finite inputs): " + ", ".join(born))
         if self.stats_only:
             lines.append("stats only: counted from the shapes, nothing computed (no errors)")
         else:
@@ -158,6 +169,8 @@ class Report:
 
 
 def _e(x) -> str:
+    if isinstance(x, str):             # "inf" from _num (an output that overflowed)
+        return x
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     if math.isinf(x):
@@ -322,7 +335,7 @@ class Model:
             counts[r.placement] = counts.get(r.placement, 0) + 1
         return Report(self.name, chip.key, records, {}, None, total, counts, stats_only=True)
 
-    def _run(self, inputs, compare: bool, progress=None):
+    def _run(self, inputs, compare: bool, progress=None, observe=None):
         self._need_weights("running the model")
         arrays = self._arrays(inputs)
         bound, layers = self.bind({k: v.shape for k, v in arrays.items()})
@@ -357,7 +370,12 @@ class Model:
                 rec.max_rel_err = max(e[1] for e in errs)
                 rec.error = max(e[2] for e in errs)
             rec.tolerance = _tolerance(layer)
+            if compare:
+                from .hunt import count_nonfinite
+                count_nonfinite(rec, xs, outs)
             records.append(rec)
+            if observe is not None:
+                observe(layer, xs, outs, rec)
             for t in layer.inputs:
                 if last_use.get(t) == i and t not in keep:
                     del values[t]
@@ -374,16 +392,19 @@ class Model:
             outs[n] = fp16_operand(v, f"model {self.name}", n) if v.dtype.kind == "f" else v
         return outs, records, bound
 
-    def report(self, inputs, chip: str = "m1", progress=None, stats_only: bool = False) -> Report:
+    def report(self, inputs, chip: str = "m1", progress=None, stats_only: bool = False,
+               observe=None) -> Report:
         """Run the model and report per layer (see the module docs).  ``stats_only``:
         ``inputs`` may be shapes (name -> tuple); nothing is computed, the ANE layers'
-        programs are counted from the shapes on a stats-only device (no errors then)."""
+        programs are counted from the shapes on a stats-only device (no errors then).
+        ``observe(layer, inputs, outputs, record)`` is called after each layer (it may
+        raise to stop the run: :func:`fastane.model.hunt.first_divergence`)."""
         from ..roofline import chips as _chips
         from ..roofline.model import estimate
         chip = _chips.get(chip)
         if stats_only:
             return self._plan_report(inputs, chip)
-        outs, records, bound = self._run(inputs, compare=True, progress=progress)
+        outs, records, bound = self._run(inputs, compare=True, progress=progress, observe=observe)
         tasks = []
         for r in records:
             if r.placement == "ane":

@@ -347,3 +347,119 @@ def test_unknown_op_is_named(tmp_path):
         return mb.cumsum(x=x, axis=0)
     with pytest.raises(ModelError, match="cumsum"):
         fastane.load_model(_save(prog, tmp_path / "u.mlpackage", ct.target.iOS17))
+
+
+# ------------------------------------------------------------------ the fp16 hunt
+def _overflow_model(tmp_path):
+    """exp(x) (fine in fp16 up to x = 11.09) then a square: inf born in the square for x
+    beyond ~5.5, though the fp32 model is finite."""
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 16))], opset_version=ct.target.iOS17)
+    def prog(x):
+        a = mb.mul(x=x, y=1.0)
+        e = mb.exp(x=a)
+        return mb.square(x=e)
+    return fastane.load_model(_save(prog, tmp_path / "ovf.mlpackage", ct.target.iOS17))
+
+
+def test_report_names_infs_born(tmp_path):
+    m = _overflow_model(tmp_path)
+    x = np.linspace(-2, 7, 16, dtype=np.float32)[None]
+    rep = m.report(x)
+    born = {r.layer.name: (r.inf_born, r.nan_born, r.nonfinite_inherited) for r in rep.layers}
+    sq = next(r for r in rep.layers if r.layer.op == "square")
+    assert sq.placement == "ane" and sq.inf_born == int((np.exp(x.astype(np.float64)) ** 2 > 65504).sum())
+    assert all(v[0] == 0 for k, v in born.items() if k != sq.layer.name)
+    assert "non-finite values born in" in rep.table() and sq.layer.name in rep.table()
+    assert rep.as_dict()["layers"][-1]["inf_born"] == sq.inf_born
+
+
+def test_first_divergence_stops_and_prints_input_ranges(tmp_path):
+    from fastane.model.hunt import first_divergence
+    m = _overflow_model(tmp_path)
+    x = np.linspace(-2, 7, 16, dtype=np.float32)[None]
+    d = first_divergence(m, x)
+    assert d.op == "square" and d.inf_born > 0
+    (name, r), = d.inputs.items()
+    # the exp table's output (its error within the table tolerance, 2e-2)
+    assert r["max"] == pytest.approx(float(np.exp(7.0)), rel=2e-2)
+    assert "first divergence" in d.text() and "range [" in d.text()
+    # a tolerance of 0: the first ANE layer with any error stops the run
+    small = np.linspace(-1, 1, 16, dtype=np.float32)[None]
+    d0 = first_divergence(m, small, tolerance=0.0)
+    assert d0.layer is not None and d0.error > 0
+    assert first_divergence(m, small).layer is None
+
+
+def test_first_divergence_on_onnx_model(tmp_path):
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    from fastane.model.hunt import first_divergence
+    g = helper.make_graph([helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Mul", ["e", "e"], ["y"])],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    import onnx
+    p = tmp_path / "e.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
+    d = first_divergence(fastane.load_model(str(p)), np.full((1, 8), 6.0, np.float32))
+    assert d.op == "Mul" and d.inf_born == 8
+
+
+def test_sweep_shows_the_cliff(tmp_path):
+    from fastane.model.hunt import parse_range, sweep
+    m = _overflow_model(tmp_path)
+    xs = parse_range("0:8:9")
+    sw = sweep(m, list(m.inputs)[0], xs, {list(m.inputs)[0]: np.zeros((1, 16), np.float32)})
+    finite = np.isfinite(sw.ane.astype(np.float64))
+    assert finite[:6].all() and not finite[6:].any()        # exp(x)^2 > 65504 from x = 6 on
+    assert np.isfinite(sw.fp32).all()
+    with pytest.raises(ValueError):
+        parse_range("1:2")
+    with pytest.raises(ValueError):
+        parse_range("0:1:0")
+
+
+def test_cli_run_report_first_divergence_and_sweep(cnn, capsys):
+    from fastane.cli import main
+
+    def cli(*argv):
+        rc = main(list(argv))
+        out, err = capsys.readouterr()
+        return rc, out, err
+    rc, out, err = cli("run", cnn, "--random", "--report", "--compute-units", "CPU_AND_NE")
+    assert rc == 0, err
+    assert "ESTIMATE" in out and "conv+relu" in out
+    rc, out, _ = cli("run", cnn, "--random", "--first-divergence", "--tolerance", "0")
+    assert rc == 0 and "first divergence" in out and "range [" in out
+    rc, out, err = cli("sweep", cnn, "--input", "x", "--range", "-2:2:3", "--json")
+    assert rc == 0, err
+    import json
+    assert [p["x"] for p in json.loads(out)["points"]] == [-2.0, 0.0, 2.0]
+    rc, out, err = cli("roofline", cnn, "--summary")
+    assert rc == 0 and "ANE total" in out, err
+    rc, _, err = cli("run", cnn, "--random", "--report", "--compute-units", "GPU_ONLY")
+    assert rc == 2 and "compute units" in err
+
+
+def test_placement_prediction_rules(tmp_path):
+    from fastane.model.predict import predict
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4, 8))], opset_version=ct.target.iOS17)
+    def prog(x):
+        c = mb.greater(x=x, y=0.5)
+        s = mb.select(cond=c, a=x, b=np.float32(0.0))
+        return mb.relu(x=s)
+    m = fastane.load_model(_save(prog, tmp_path / "g.mlpackage", ct.target.iOS17))
+    bound, layers = m.bind({"x": (1, 4, 8)})
+    units = {l.nodes[0].op: p for l, p in zip(layers, predict(layers, bound, "CPU_AND_NE"))}
+    assert units["greater"].unit == "cpu" and units["where"].unit == "cpu"
+    assert units["relu"].unit == "ane"
+    assert {p.unit for p in predict(layers, bound, "CPU_ONLY")} == {"cpu"}
+    assert predict(layers, bound, "ALL")[0].unit in ("gpu", "cpu")
+    # the SPEC 5 limit: W > 16384 leaves the ANE
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 1, 1, 20000))], opset_version=ct.target.iOS17)
+    def wide(x):
+        return mb.relu(x=x)
+    mw = fastane.load_model(_save(wide, tmp_path / "w.mlpackage", ct.target.iOS17))
+    b2, l2 = mw.bind({"x": (1, 1, 1, 20000)})
+    p = predict(l2, b2, "CPU_AND_NE")[0]
+    assert p.unit == "cpu" and "16384" in p.reason
