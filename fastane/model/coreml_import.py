@@ -590,16 +590,15 @@ def _constexpr(p: _Program, op, outs, what):
         kw["output_dtype"] = _MIL_DTYPE[s]
     try:
         if t == "constexpr_lut_to_sparse":
+            # the table applied over the mask's shape (the indices scattered into it), the
+            # mask repeated VECTOR_SIZE times along vector_axis, the values where it is set
             mask = kw["indices_mask"]
-            vals = decompress("constexpr_lut_to_dense", indices=kw["indices_nonzero_data"][None],
-                              lut=kw["lut"][None], **({"vector_axis": 0} if "vector_axis" in kw else {}))
-            # the iOS18 definition: a lut over the non-zero indices (a 1-D tensor); the mask
-            # grows along vector_axis with VECTOR_SIZE
-            V = kw["lut"].shape[-1]
-            if V > 1:
-                a = int(kw["vector_axis"]) % mask.ndim
-                mask = np.repeat(mask, V, axis=a)
-            outs_v = [mask, vals.reshape(-1)]
+            idx = _scatter(kw["indices_nonzero_data"], mask)
+            va = {"vector_axis": kw["vector_axis"]} if "vector_axis" in kw else {}
+            dense = decompress("constexpr_lut_to_dense", indices=idx, lut=kw["lut"], **va)
+            if va:
+                mask = np.repeat(mask, kw["lut"].shape[-1], axis=int(kw["vector_axis"]) % mask.ndim)
+            outs_v = [mask, dense[mask != 0].reshape(-1)]
         elif t == "constexpr_sparse_blockwise_shift_scale":
             mask, nz = kw["data_mask"], kw["nonzero_data"]
             dense = _scatter(nz, mask)
@@ -1180,7 +1179,8 @@ def _nn_input_type(fd, what):
 
 def _neural_network(spec, nn, name, weights) -> Graph:
     """A neural network spec: rank-3 (C, H, W) or rank-1 (C) inputs become (1, C, H, W) /
-    (1, C) tensors (Core ML's batch of one); the outputs lose that batch axis again."""
+    (1, C) tensors (Core ML's batch of one); the outputs lose that batch axis again (an
+    inner product's output is then (C,), not Core ML's (C, 1, 1))."""
     consts: dict = {}
     nodes: list = []
     inputs: dict = {}
@@ -1202,12 +1202,14 @@ def _neural_network(spec, nn, name, weights) -> Graph:
         inputs[fd.name] = TensorType(dt, shape)
         check_size(shape, f"input {fd.name!r}")
     alias = {}
+    batched = False
     for k, t in inputs.items():
         cur = k
         if np.dtype(t.dtype) != np.float32:
             cur = tmp()
             nodes.append(Node("cast", f"{k}:to_fp32", [k], [cur], {"to": np.dtype(np.float32)}, "cast"))
         if len(t.shape) in (1, 3):
+            batched = True
             nxt = tmp()
             nodes.append(Node("unsqueeze", f"{k}:batch", [cur, const(np.array([0], np.int64))], [nxt], {},
                               "batch"))
@@ -1317,7 +1319,6 @@ def _neural_network(spec, nn, name, weights) -> Graph:
         elif kind == "reshapeStatic":
             emit("reshape", [ins[0], const(np.array((1,) + tuple(L.targetShape), np.int64))], outs)
     out_names = []
-    declared = {fd.name: fd for fd in spec.description.output}
     for fd in spec.description.output:
         out_names.append(fd.name)
     # drop the batch axis again where the declared output has none
@@ -1326,8 +1327,7 @@ def _neural_network(spec, nn, name, weights) -> Graph:
     for o in out_names:
         if o not in produced and o not in alias:
             raise ModelError(f"model output {o!r} is not produced by any layer")
-        ma = declared[o].type.multiArrayType if declared[o].type.WhichOneof("Type") == "multiArrayType" else None
-        if ma is not None and len(ma.shape) in (1, 3):
+        if batched:
             inner = f"fastane::nnout:{o}"
             for n in nodes:
                 n.outputs = [inner if t == o else t for t in n.outputs]

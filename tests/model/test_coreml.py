@@ -463,3 +463,78 @@ def test_placement_prediction_rules(tmp_path):
     b2, l2 = mw.bind({"x": (1, 1, 1, 20000)})
     p = predict(l2, b2, "CPU_AND_NE")[0]
     assert p.unit == "cpu" and "16384" in p.reason
+
+
+# ------------------------------------------------------------------ neural network .mlmodel
+def test_neural_network_mlmodel_against_numpy(tmp_path):
+    from coremltools.models import datatypes
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    fc = RNG.standard_normal((5, 64)).astype(np.float32)
+    b = NeuralNetworkBuilder([("x", datatypes.Array(3, 8, 8))], [("y", None)])
+    b.add_convolution("conv", kernel_channels=3, output_channels=4, height=3, width=3, stride_height=1,
+                      stride_width=1, border_mode="same", groups=1, W=w.transpose(2, 3, 1, 0),
+                      b=np.ones(4, np.float32), has_bias=True, input_name="x", output_name="c")
+    b.add_activation("relu", "RELU", "c", "r")
+    b.add_pooling("pool", height=2, width=2, stride_height=2, stride_width=2, layer_type="MAX",
+                  padding_type="VALID", input_name="r", output_name="p")
+    b.add_flatten("flat", mode=0, input_name="p", output_name="f")
+    b.add_inner_product("fc", W=fc, b=np.zeros(5, np.float32), input_channels=64, output_channels=5,
+                        has_bias=True, input_name="f", output_name="y")
+    p = tmp_path / "nn.mlmodel"
+    ct.models.MLModel(b.spec, skip_model_load=True).save(str(p))
+    m = fastane.load_model(str(p))
+    assert m.graph.origin.startswith("coreml neuralNetwork")
+    x = RNG.standard_normal((3, 8, 8))
+    from numpy.lib.stride_tricks import sliding_window_view as sw
+    win = sw(np.pad(x, ((0, 0), (1, 1), (1, 1))), (3, 3), axis=(1, 2))
+    r = np.maximum(np.einsum("chwij,ocij->ohw", win, w) + 1, 0)
+    want = fc @ r.reshape(4, 4, 2, 4, 2).max(axis=(2, 4)).reshape(-1)
+    np.testing.assert_allclose(m.reference(x)["y"], want, rtol=1e-4, atol=1e-4)
+    y = m(x)["y"]
+    assert y.shape == (5,) and np.abs(y - want).max() < 1e-2 * np.abs(want).max()
+
+
+# ------------------------------------------------------------------ iOS18 sparse pairs
+def test_lut_to_sparse_and_sparse_shift_scale_ios18(tmp_path):
+    mask = (RNG.random((4, 6)) < 0.5).astype(mtypes.np_uint1_dtype)
+    k = int(mask.sum())
+    idx = RNG.integers(0, 4, k).astype(mtypes.np_uint2_dtype)
+    lut = RNG.standard_normal((2, 1, 4, 1)).astype(np.float32)
+
+    def lut_sparse():
+        m_, v_ = mb.constexpr_lut_to_sparse(indices_mask=mask, indices_nonzero_data=idx, lut=lut)
+        return mb.constexpr_sparse_to_dense(nonzero_data=v_, mask=m_)
+    _check((4, 6), lut_sparse, ct.target.iOS18, tmp_path)
+    vlut = RNG.standard_normal((1, 1, 4, 2)).astype(np.float32)
+
+    def lut_sparse_vector():
+        m_, v_ = mb.constexpr_lut_to_sparse(indices_mask=mask, indices_nonzero_data=idx, lut=vlut,
+                                            vector_axis=0)
+        return mb.constexpr_sparse_to_dense(nonzero_data=v_, mask=m_)
+    _check((8, 6), lut_sparse_vector, ct.target.iOS18, tmp_path)
+    nz = RNG.integers(-100, 100, k).astype(np.int8)
+    sc = RNG.random((2, 3)).astype(np.float32)
+
+    def shift_sparse():
+        m_, v_ = mb.constexpr_sparse_blockwise_shift_scale(data_mask=mask, nonzero_data=nz, scale=sc)
+        return mb.constexpr_sparse_to_dense(nonzero_data=v_, mask=m_)
+    _check((4, 6), shift_sparse, ct.target.iOS18, tmp_path)
+
+
+def test_stats_only_without_weights_matches_a_run(tmp_path):
+    big = (RNG.standard_normal((64, 32, 3, 3)) * 0.1).astype(np.float32)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 32, 8, 8))], opset_version=ct.target.iOS18)
+    def prog(x):
+        q = np.clip(np.round(big / 0.01), -127, 127).astype(np.int8)
+        w = mb.constexpr_blockwise_shift_scale(data=q, scale=np.full((64, 1, 1, 1), 0.01, np.float32))
+        return mb.relu(x=mb.conv(x=x, weight=w, pad_type="same"))
+    p = _save(prog, tmp_path / "big.mlpackage", ct.target.iOS18)
+    light = fastane.load_model(p, weights=False)
+    rep = light.report({"x": (1, 32, 8, 8)}, stats_only=True)
+    with pytest.raises(ModelError, match="without its weights"):
+        light(np.zeros((1, 32, 8, 8), np.float32))
+    full = fastane.load_model(p).report(RNG.standard_normal((1, 32, 8, 8)).astype(np.float32))
+    ane = [(r.stats.tasks, r.stats.macs) for r in rep.layers if r.placement == "ane"]
+    assert ane and ane == [(r.stats.tasks, r.stats.macs) for r in full.layers if r.placement == "ane"]
