@@ -327,6 +327,18 @@ class _Program:
         self.consts[name] = np.asarray(arr, order="C")
         return name
 
+    def rank_hint(self, name):
+        """The declared shape of tensor ``name`` (a constant's, or the MIL type's), or None."""
+        if name in self.consts:
+            return self.consts[name].shape
+        return self.types.get(name)
+
+    def rank_of(self, name, what) -> int:
+        shape = self.rank_hint(name)
+        if shape is None:
+            raise ModelError(f"{what}: input {name!r} of unknown rank")
+        return len(shape)
+
     def tmp(self) -> str:
         self._n += 1
         return f"fastane::t{self._n}"
@@ -764,18 +776,11 @@ def _thresholded_relu(p, op, outs, what):   # x if x > alpha else 0
 def _prelu(p, op, outs, what):
     x = p.arg(op, "x", what)
     al = p.cval(op, "alpha", what)
-    rank = len(p.rank_hint(x)) if p.rank_hint(x) is not None else 4
+    rank = p.rank_of(x, what)
     slope = np.asarray(al, np.float32).reshape((-1,) + (1,) * max(rank - 2, 0))
     p.emit("prelu", [x, p.const(slope)], outs, source="prelu")
 
 
-def _rank_hint(self, name):
-    if name in self.consts:
-        return self.consts[name].shape
-    return self.types.get(name)
-
-
-_Program.rank_hint = _rank_hint
 
 
 @_mil("square")
@@ -918,10 +923,7 @@ def _batch_norm(p, op, outs, what):
 @_mil("layer_norm", "instance_norm")
 def _layer_norm(p, op, outs, what):
     x = p.arg(op, "x", what)
-    shape = p.rank_hint(x)
-    if shape is None:
-        raise ModelError(f"{what}: input of unknown rank")
-    r = len(shape)
+    r = p.rank_of(x, what)
     if op.type == "instance_norm":       # per sample and channel over the spatial axes
         axes = list(range(2, r))
         g, be = p.cval(op, "gamma", what), p.cval(op, "beta", what)
@@ -1042,10 +1044,7 @@ def _squeeze(p, op, outs, what):
 @_mil("slice_by_index")
 def _slice_by_index(p, op, outs, what):
     x = p.arg(op, "x", what)
-    shape = p.rank_hint(x)
-    if shape is None:
-        raise ModelError(f"{what}: input of unknown rank")
-    r = len(shape)
+    r = p.rank_of(x, what)
     begin = np.asarray(p.cval(op, "begin", what), np.int64).reshape(-1)
     end = np.asarray(p.cval(op, "end", what), np.int64).reshape(-1)
     stride = np.asarray(p.cval(op, "stride", what, np.ones(r, np.int64)), np.int64).reshape(-1)
@@ -1082,14 +1081,13 @@ def _slice_by_size(p, op, outs, what):
 @_mil("pad")
 def _pad(p, op, outs, what):
     x = p.arg(op, "x", what)
-    shape = p.rank_hint(x)
+    r = p.rank_of(x, what)
     pad = np.asarray(p.cval(op, "pad", what), np.int64).reshape(-1)
     mode = str(np.asarray(p.cval(op, "mode", what, "constant")).reshape(-1)[0])
     val = _scalar(p.cval(op, "constant_val", what, 0.0), what, "constant_val")
-    if shape is None or pad.size % 2 or pad.size > 2 * len(shape):
-        raise ModelError(f"{what}: pad of {pad.size} values for a tensor of rank "
-                         f"{None if shape is None else len(shape)}")
-    r, k = len(shape), pad.size // 2
+    if pad.size % 2 or pad.size > 2 * r:
+        raise ModelError(f"{what}: pad of {pad.size} values for a tensor of rank {r}")
+    k = pad.size // 2
     begins = [0] * (r - k) + [int(pad[2 * i]) for i in range(k)]
     ends = [0] * (r - k) + [int(pad[2 * i + 1]) for i in range(k)]
     modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
@@ -1104,6 +1102,57 @@ def _gather(p, op, outs, what):
     x, i = p.arg(op, "x", what), p.arg(op, "indices", what)
     p.emit("gather", [x, i], outs, {"axis": int(_scalar(p.cval(op, "axis", what, 0), what, "axis"))},
            source="gather")
+
+
+@_mil("split")
+def _split(p, op, outs, what):
+    x = p.arg(op, "x", what)
+    shape = p.rank_hint(x)
+    r = p.rank_of(x, what)
+    axis = int(_scalar(p.cval(op, "axis", what), what, "axis"))
+    if not -r <= axis < r or isinstance(shape[axis % r], str):
+        raise ModelError(f"{what}: axis {axis} is out of range or symbolic for shape {shape}")
+    axis %= r
+    n = shape[axis]
+    sizes = p.cval(op, "split_sizes", what)
+    if sizes is None:
+        k = int(_scalar(p.cval(op, "num_splits", what), what, "num_splits"))
+        if k < 1:
+            raise ModelError(f"{what}: num_splits {k} must be >= 1")
+        sizes = [-(-n // k)] * (n // -(-n // k)) + ([n % -(-n // k)] if n % -(-n // k) else [])
+    sizes = [int(v) for v in np.asarray(sizes).reshape(-1)]
+    if sum(sizes) != n or len(sizes) != len(outs) or min(sizes) < 0:
+        raise ModelError(f"{what}: split sizes {sizes} do not cover axis {axis} ({n}) in {len(outs)} outputs")
+    start = 0
+    for size, o in zip(sizes, outs):
+        p.emit("slice", [x, p.const(np.array([start], np.int64)), p.const(np.array([start + size], np.int64)),
+                         p.const(np.array([axis], np.int64))], [o], source="split", name=o)
+        start += size
+
+
+@_mil("stack")
+def _stack(p, op, outs, what):
+    vals = p.args(op, "values", what)
+    axis = int(_scalar(p.cval(op, "axis", what), what, "axis"))
+    ex = [p.emit("unsqueeze", [v, p.const(np.array([axis], np.int64))], [p.tmp()], source="stack")
+          for v in vals]
+    p.emit("concat", ex, outs, {"axis": axis}, source="stack")
+
+
+@_mil("flatten2d")
+def _flatten2d(p, op, outs, what):
+    x = p.arg(op, "x", what)
+    p.emit("flatten", [x], outs, {"axis": int(_scalar(p.cval(op, "axis", what, 1), what, "axis"))},
+           source="flatten2d")
+
+
+@_mil("linear_activation")
+def _linear_activation(p, op, outs, what):     # alpha * x + beta
+    x = p.arg(op, "x", what)
+    al = _scalar(p.cval(op, "alpha", what), what, "alpha")
+    be = _scalar(p.cval(op, "beta", what, 0.0), what, "beta")
+    t = p.emit("mul", [x, p.const(al, np.float32)], [p.tmp()], source="linear_activation")
+    p.emit("add", [t, p.const(be, np.float32)], outs, source="linear_activation")
 
 
 # ------------------------------------------------------------------ neural network (.mlmodel)
