@@ -28,8 +28,9 @@ The decompressed weights are float32 in the graph (an fp16 value widens exactly)
 ANE entry points round every operand to fp16 once.  Ops are mapped onto fastane's
 vocabulary (:mod:`fastane.model.ops`); a composite MIL op without a vocabulary entry
 becomes its plain composition (``silu -> sigmoid, mul``; ``softsign -> abs, add, div``;
-``reduce_log_sum_exp -> reduce_max, sub, exp, reduce_sum, log, add``; ...), the way a
-compiler would emit it.  See docs/models.md, "Core ML".
+``softplus -> exp, add 1, log``; ``reduce_log_sum_exp -> exp, reduce_sum, log``; ...),
+the way a compiler would emit it, with no numerical safeguard (no max subtraction, no
+clamping): it shows what the ANE does, not what it should do.  See docs/models.md, "Core ML".
 """
 from __future__ import annotations
 
@@ -666,7 +667,7 @@ MIL_OPS["const"] = _const_op
 
 _UNARY = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "log": "log",
           "sqrt": "sqrt", "abs": "abs", "sign": "sign", "floor": "floor", "ceil": "ceil",
-          "erf": "erf", "identity": "identity", "softplus": "softplus"}
+          "erf": "erf", "identity": "identity"}
 
 
 def _scalar(v, what, key):
@@ -724,6 +725,14 @@ def _silu(p, op, outs, what):
     x = p.arg(op, "x", what)
     s = p.emit("sigmoid", [x], [p.tmp()], source="silu")
     p.emit("mul", [x, s], outs, source="(x*)")
+
+
+@_mil("softplus")
+def _softplus(p, op, outs, what):        # log(1 + exp(x)): the plain composition, no safeguard
+    x = p.arg(op, "x", what)
+    e = p.emit("exp", [x], [p.tmp()], source="softplus")
+    a = p.emit("add", [e, p.const(1.0, np.float32)], [p.tmp()], source="softplus")
+    p.emit("log", [a], outs, source="softplus")
 
 
 @_mil("softsign")
@@ -974,14 +983,10 @@ def _reduce(p, op, outs, what):
     src = op.type
     if op.type in _RED:
         p.emit(_RED[op.type], [x] + ax, outs, at, source=src)
-    elif op.type == "reduce_log_sum_exp":   # m + log(sum(exp(x - m))), m = max(x)
-        m = p.emit("reduce_max", [x] + ax, [p.tmp()], {"keepdims": 1}, source=src)
-        d = p.emit("sub", [x, m], [p.tmp()], source=src)
-        e = p.emit("exp", [d], [p.tmp()], source=src)
-        s = p.emit("reduce_sum", [e] + ax, [p.tmp()], at, source=src)
-        lg = p.emit("log", [s], [p.tmp()], source=src)
-        mk = m if keep else p.emit("reduce_max", [x] + ax, [p.tmp()], at, source=src)
-        p.emit("add", [lg, mk], outs, source=src)
+    elif op.type == "reduce_log_sum_exp":   # log(sum(exp(x))): the plain composition
+        e = p.emit("exp", [x], [p.tmp()], source=src)
+        sm = p.emit("reduce_sum", [e] + ax, [p.tmp()], at, source=src)
+        p.emit("log", [sm], outs, source=src)
     elif op.type == "reduce_sum_square":
         sq = p.emit("pow", [x, p.const(2.0, np.float32)], [p.tmp()], source=src)
         p.emit("reduce_sum", [sq] + ax, outs, at, source=src)

@@ -262,7 +262,7 @@ def test_mil_ops_against_numpy(tmp_path):
         d = mb.transpose(x=c, perm=[0, 2, 1])
         e = mb.reshape(x=d, shape=[2, 24])
         f = mb.slice_by_index(x=e, begin=[0, 2], end=[2, 20], stride=[1, 2])
-        h = mb.reduce_log_sum_exp(x=f, axes=[1], keep_dims=True)
+        h = mb.reduce_log_sum_exp(x=f, axes=[1], keep_dims=True)        # small x: exp is finite
         i = mb.concat(values=[f, h], axis=1)
         j = mb.pad(x=i, pad=[0, 0, 1, 2], mode="constant", constant_val=0.5)
         k = mb.gelu(x=j, mode="TANH_APPROXIMATION")
@@ -406,6 +406,24 @@ def test_first_divergence_stops_and_prints_input_ranges(tmp_path):
     d0 = first_divergence(m, small, tolerance=0.0)
     assert d0.layer is not None and d0.error > 0
     assert first_divergence(m, small).layer is None
+
+
+def test_softplus_is_the_plain_composition(tmp_path):
+    """softplus = log(1 + exp(x)) in fp16: exp overflows beyond 11.09 and the inf stays,
+    where fp32 gives x (no safeguard the hardware programs do not show)."""
+    from fastane.model.hunt import first_divergence
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4))], opset_version=ct.target.iOS17)
+    def prog(x):
+        return mb.softplus(x=x)
+    m = fastane.load_model(_save(prog, tmp_path / "sp.mlpackage", ct.target.iOS17))
+    x = np.array([[-3.0, 0.0, 5.0, 12.0]], np.float32)
+    y = list(m(x).values())[0].astype(np.float64)
+    ref = np.logaddexp(0, x.astype(np.float64))
+    assert np.allclose(y[0, :3], ref[0, :3], rtol=3e-2) and np.isinf(y[0, 3])
+    assert np.isfinite(list(m.reference(x).values())[0]).all()
+    d = first_divergence(m, x)
+    assert d.op == "softplus" and d.placement == "ane" and d.inf_born == 1
 
 
 def test_first_divergence_on_onnx_model(tmp_path):
@@ -556,3 +574,19 @@ def test_stats_only_without_weights_matches_a_run(tmp_path):
     full = fastane.load_model(p).report(RNG.standard_normal((1, 32, 8, 8)).astype(np.float32))
     ane = [(r.stats.tasks, r.stats.macs) for r in rep.layers if r.placement == "ane"]
     assert ane and ane == [(r.stats.tasks, r.stats.macs) for r in full.layers if r.placement == "ane"]
+
+
+def test_readme_example(tmp_path):
+    """scripts/coreml_example.py, as the README runs it: fine at unit scale, the square
+    overflows fp16 on the planar engine at 60x."""
+    import runpy
+    from fastane.model.hunt import first_divergence
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ns = runpy.run_path(os.path.join(root, "scripts", "coreml_example.py"))
+    m = fastane.load_model(_save(ns["prog"], tmp_path / "net.mlpackage", ct.target.iOS17, fp16=True))
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    assert first_divergence(m, x).layer is None
+    d = first_divergence(m, 60 * x)
+    assert d.layer == "mul_0_cast_fp16" and d.inf_born > 0
+    assert list(d.inputs.values())[0]["max"] > 255.9
