@@ -36,12 +36,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    import fastane
+    from . import load_model
     from .cli import _Fail, _parse_shape
     from .hunt import parse_range, sweep
     try:
         values = parse_range(args.range)
-        model = fastane.load_model(args.model)
+        model = load_model(args.model)
         shapes = dict(_parse_shape(s) for s in args.shape)
         rng = np.random.default_rng(args.seed)
         base = {}
