@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import os
 
 import numpy as np
@@ -168,8 +169,11 @@ class _Blobs:
         if rel not in self.files:
             full = _inside(self.wdir, rel, what)
             try:
+                # mapped, not read: a blob is copied only when a constant is decoded
                 with open(full, "rb") as f:
-                    self.files[rel] = memoryview(f.read())
+                    size = os.fstat(f.fileno()).st_size
+                    self.files[rel] = memoryview(
+                        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b"")
             except FileNotFoundError:
                 raise ModelError(f"{what}: weight file {file_name!r} is missing from the package") from None
             except OSError as exc:
