@@ -590,3 +590,52 @@ def test_readme_example(tmp_path):
     d = first_divergence(m, 60 * x)
     assert d.layer == "mul_0_cast_fp16" and d.inf_born > 0
     assert list(d.inputs.values())[0]["max"] > 255.9
+
+
+def test_batch_norm_folds_and_conv_transpose_matches_onnx(tmp_path):
+    """With coremltools' passes off, batch_norm stays in the program: fastane folds it into
+    the conv (one ANE layer). A conv_transpose gives the bits of the same ONNX
+    ConvTranspose."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    wt = (RNG.standard_normal((8, 4, 3, 3)) * 0.3).astype(np.float32)      # C_in, C_out, kh, kw
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 3, 8, 8))], opset_version=ct.target.iOS17)
+    def prog(x):
+        y = mb.conv(x=x, weight=W, bias=B, pad_type="same")
+        y = mb.batch_norm(x=y, mean=np.full(8, 0.1, np.float32), variance=np.full(8, 2.0, np.float32),
+                          gamma=np.full(8, 0.5, np.float32), beta=np.full(8, 0.2, np.float32), epsilon=1e-5)
+        return mb.conv_transpose(x=y, weight=wt, strides=[2, 2], pad_type="valid")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mm = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS17,
+                        compute_precision=ct.precision.FLOAT32, pass_pipeline=ct.PassPipeline.EMPTY)
+    mm.save(str(tmp_path / "bn.mlpackage"))
+    m = fastane.load_model(str(tmp_path / "bn.mlpackage"))
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    rep = m.report(x)
+    ops = [(r.layer.op, r.placement) for r in rep.layers]
+    assert ("conv+batch_norm", "ane") in ops and ("conv_transpose", "ane") in ops
+    assert rep.first_bad is None
+    # the same ConvTranspose through ONNX, fed the Core ML model's intermediate
+    y = m({"x": x})
+    g = helper.make_graph([helper.make_node("ConvTranspose", ["h", "w"], ["z"], strides=[2, 2])], "g",
+                          [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 8, 8, 8])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 17, 17])],
+                          [numpy_helper.from_array(wt, "w")])
+    p = tmp_path / "ct.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
+    h = np.asarray(_intermediate(m, x), np.float32)
+    z = fastane.load_model(str(p))({"h": h})["z"]
+    assert np.array_equal(list(y.values())[0], z)
+
+
+def _intermediate(model, x):
+    """The output of the model's first layer (conv + batch_norm), as the ANE made it."""
+    got = {}
+
+    def observe(layer, xs, outs, rec):
+        if rec.placement == "ane":
+            got.setdefault("first_ane", outs[0])
+    model.report(x, observe=observe)
+    return got["first_ane"]
