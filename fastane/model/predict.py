@@ -106,6 +106,10 @@ def predict(layers, bound, compute_units: str = "ALL") -> list:
             out.append(Prediction(other, "likely", lim))
             continue
         conf, notes = "likely", []
+        if ops == {"cast"}:
+            conf = "uncertain"
+            notes.append("a float cast: Core ML converts between fp32 and fp16 where a segment "
+                         "enters or leaves the ANE")
         for n in layer.nodes:
             if n.op in ("conv", "conv_transpose") and n.inputs[1] in bound.consts:
                 w = bound.consts[n.inputs[1]]
@@ -117,7 +121,7 @@ def predict(layers, bound, compute_units: str = "ALL") -> list:
         nbytes = sum(2 * t.size for t in types)
         notes.append(("fits" if nbytes <= m1.L2_BYTES else "exceeds") +
                      f" the {m1.size_str(m1.L2_BYTES)} L2 ({nbytes} fp16 bytes of tensors)")
-        if layer.placement == "host" and layer.kind not in ("layout",):
+        if layer.placement == "host" and layer.kind not in ("layout",) and ops != {"cast"}:
             notes.insert(0, "fastane runs it on the host (no lowering yet); Core ML's ANE compiler has the op")
         out.append(Prediction("ane", conf, "; ".join(notes)))
     return out
