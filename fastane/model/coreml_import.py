@@ -908,8 +908,9 @@ def _matmul(p, op, outs, what):
         t = p.arg(op, key, what)
         if bool(np.asarray(p.cval(op, tk, what, False)).reshape(-1)[0]):
             if t in p.consts:
-                c = p.consts[t]
-                t = p.const(np.ascontiguousarray(np.swapaxes(c, -1, -2)))
+                c = np.swapaxes(p.consts[t], -1, -2)
+                t = p.const(np.broadcast_to(np.zeros((), c.dtype), c.shape) if _placeholder(c)
+                            else np.ascontiguousarray(c))
             else:
                 r = p.rank_hint(t)
                 if r is None:

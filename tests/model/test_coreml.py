@@ -639,3 +639,20 @@ def _intermediate(model, x):
             got.setdefault("first_ane", outs[0])
     model.report(x, observe=observe)
     return got["first_ane"]
+
+
+def test_fp16_input_and_transposed_constant(tmp_path):
+    """An fp16 model input (the caller's array rounded to fp16 once, then float32 in the
+    graph); matmul with transpose_y on a constant."""
+    K = (RNG.standard_normal((6, 5)) * 0.5).astype(np.float32)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 5), dtype=mtypes.fp16)], opset_version=ct.target.iOS16)
+    def prog(x):
+        return mb.matmul(x=x, y=K.astype(np.float16), transpose_y=True)
+    m = fastane.load_model(_save(prog, tmp_path / "h.mlpackage", ct.target.iOS16, fp16=True))
+    assert np.dtype(m.inputs["x"].dtype) == np.float16
+    x = RNG.standard_normal((2, 5)).astype(np.float32)
+    want = x.astype(np.float16).astype(np.float64) @ K.astype(np.float16).astype(np.float64).T
+    ref = list(m.reference(x).values())[0]
+    np.testing.assert_allclose(ref, want, rtol=1e-5, atol=1e-6)
+    assert np.abs(list(m(x).values())[0] - want).max() < 1e-2
