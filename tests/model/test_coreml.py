@@ -656,3 +656,36 @@ def test_fp16_input_and_transposed_constant(tmp_path):
     ref = list(m.reference(x).values())[0]
     np.testing.assert_allclose(ref, want, rtol=1e-5, atol=1e-6)
     assert np.abs(list(m(x).values())[0] - want).max() < 1e-2
+
+
+def test_mutated_packages_give_model_errors(cnn, tmp_path):
+    """Random byte flips in the spec and the weight blob: the load either works or raises
+    ModelError -- never another exception."""
+    rng = np.random.default_rng(3)
+    d = os.path.join(cnn, "Data", "com.apple.CoreML")
+    spec = open(os.path.join(d, "model.mlmodel"), "rb").read()
+    blob = open(os.path.join(d, "weights", "weight.bin"), "rb").read()
+    p = tmp_path / "mut.mlpackage"
+    shutil.copytree(cnn, p)
+    pd = os.path.join(p, "Data", "com.apple.CoreML")
+    outcomes = {"ok": 0, "error": 0}
+    for i in range(80):
+        s, b = bytearray(spec), bytearray(blob)
+        target = s if i % 2 == 0 else b
+        for _ in range(1 + i % 4):
+            target[int(rng.integers(0, len(target)))] = int(rng.integers(0, 256))
+        if i % 7 == 3:
+            target = target[:int(rng.integers(0, len(target)))]
+            if i % 2 == 0:
+                s = target
+            else:
+                b = target
+        open(os.path.join(pd, "model.mlmodel"), "wb").write(bytes(s))
+        open(os.path.join(pd, "weights", "weight.bin"), "wb").write(bytes(b))
+        try:
+            m = fastane.load_model(str(p))
+            m.bind({k: tuple(1 if isinstance(v, str) else v for v in t.shape) for k, t in m.inputs.items()})
+            outcomes["ok"] += 1
+        except ModelError:
+            outcomes["error"] += 1
+    assert outcomes["error"] > 0 and sum(outcomes.values()) == 80
