@@ -1140,6 +1140,26 @@ def _split(p, op, outs, what):
         start += size
 
 
+@_mil("upsample_nearest_neighbor")
+def _upsample_nn(p, op, outs, what):     # integer scales: reshape, expand (a broadcast copy), reshape
+    x = p.arg(op, "x", what)
+    shape = p.rank_hint(x)
+    if shape is None or len(shape) != 4 or any(isinstance(d, str) for d in shape):
+        raise ModelError(f"{what}: needs a 4-D input of static shape, got {shape}")
+    sh = _scalar(p.cval(op, "scale_factor_height", what, 1), what, "scale_factor_height")
+    sw = _scalar(p.cval(op, "scale_factor_width", what, 1), what, "scale_factor_width")
+    if sh != int(sh) or sw != int(sw) or sh < 1 or sw < 1:
+        raise ModelError(f"{what}: only positive integer scale factors are supported, got {sh}, {sw}")
+    sh, sw = int(sh), int(sw)
+    n, c, h, w = shape
+    t = p.emit("reshape", [x, p.const(np.array([n, c, h, 1, w, 1], np.int64))], [p.tmp()],
+               source="upsample_nearest_neighbor")
+    t = p.emit("expand", [t, p.const(np.array([n, c, h, sh, w, sw], np.int64))], [p.tmp()],
+               source="upsample_nearest_neighbor")
+    p.emit("reshape", [t, p.const(np.array([n, c, h * sh, w * sw], np.int64))], outs,
+           source="upsample_nearest_neighbor")
+
+
 @_mil("stack")
 def _stack(p, op, outs, what):
     vals = p.args(op, "values", what)

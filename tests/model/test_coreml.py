@@ -240,13 +240,16 @@ def test_split_stack_instance_norm(tmp_path):
         n = mb.instance_norm(x=x, gamma=g, beta=np.full(3, 0.25, np.float32), epsilon=1e-5)
         a, b = mb.split(x=n, split_sizes=[1, 2], axis=1)
         s = mb.stack(values=[mb.reduce_sum(x=b, axes=[1], keep_dims=True), a], axis=0)
-        return mb.linear_activation(x=mb.flatten2d(x=s, axis=2), alpha=2.0, beta=-1.0)
+        u = mb.upsample_nearest_neighbor(x=mb.reshape(x=s, shape=[2, 1, 4, 5]), scale_factor_height=2,
+                                         scale_factor_width=3)
+        return mb.linear_activation(x=mb.flatten2d(x=u, axis=2), alpha=2.0, beta=-1.0)
     m = fastane.load_model(_save(prog, tmp_path / "s.mlpackage", ct.target.iOS17))
     x = RNG.standard_normal((1, 3, 4, 5))
     mu = x.mean(axis=(2, 3), keepdims=True)
     n = (x - mu) / np.sqrt(x.var(axis=(2, 3), keepdims=True) + 1e-5) * g[:, None, None] + 0.25
     s = np.stack([n[:, 1:].sum(1, keepdims=True), n[:, :1]], 0)
-    want = 2 * s.reshape(2, 20) - 1              # flatten2d: (prod of dims before axis, rest)
+    u = s.reshape(2, 1, 4, 5).repeat(2, axis=2).repeat(3, axis=3)
+    want = 2 * u.reshape(2, 120) - 1             # flatten2d: (prod of dims before axis, rest)
     np.testing.assert_allclose(list(m.reference(x.astype(np.float32)).values())[0], want, rtol=1e-4, atol=1e-5)
 
 
