@@ -215,20 +215,28 @@ def _j(v):
     return v if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
 
 
-def sweep(model, name: str, values, base: dict, output: str | None = None, index: int = 0) -> Sweep:
-    """Set every element of input ``name`` to each of ``values`` in turn (the other inputs
-    from ``base``), run the model on the ANE and in fp32, and read ``output`` (default the
-    first) at flat ``index``."""
+def sweep(model, name: str, values, base: dict, output: str | None = None, index: int = 0,
+          element: int | None = None) -> Sweep:
+    """Set every element of input ``name`` (or only its flat ``element``, the rest from
+    ``base``) to each of ``values`` in turn (the other inputs from ``base``), run the model
+    on the ANE and in fp32, and read ``output`` (default the first) at flat ``index``."""
     if name not in model.inputs:
         raise ModelError(f"sweep: the model has no input {name!r} (inputs: {', '.join(model.inputs)})")
     output = output or model.outputs[0]
     if output not in model.outputs:
         raise ModelError(f"sweep: the model has no output {output!r} (outputs: {', '.join(model.outputs)})")
     shape = np.shape(base[name])
+    if element is not None and not 0 <= element < max(math.prod(shape), 1):
+        raise ModelError(f"sweep: --element {element} is outside input {name!r} of shape {shape}")
     ane, ref = [], []
     for v in np.asarray(values):
         feed = dict(base)
-        feed[name] = np.full(shape, v, np.asarray(base[name]).dtype)
+        if element is None:
+            feed[name] = np.full(shape, v, np.asarray(base[name]).dtype)
+        else:
+            arr = np.array(base[name], copy=True)
+            arr.reshape(-1)[element] = v
+            feed[name] = arr
         y = np.asarray(model(feed)[output]).reshape(-1)
         r = np.asarray(model.reference(feed)[output]).reshape(-1)
         if not 0 <= index < y.size:

@@ -1,6 +1,6 @@
 """``fastane sweep MODEL --input NAME --range LO:HI:N [--output NAME] [--at INDEX]
 [--plot FILE.png] [--json] [--set OTHER=FILE.npy] [--shape NAME=1x3x8x8]``: every element
-of input ``NAME`` set to each value of ``linspace(LO, HI, N)`` in turn, the model run on
+of input ``NAME`` (or only ``--element INDEX``) set to each value of ``linspace(LO, HI, N)`` in turn, the model run on
 the emulated ANE and in fp32, one output element read (:func:`fastane.model.hunt.sweep`).
 The other inputs come from ``--set`` or are seeded standard-normal.  Without ``--plot``
 (or without matplotlib) a text table; ``--json`` the points as JSON.
@@ -24,6 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--range", required=True, metavar="LO:HI:N", help="the values, e.g. -20:20:2001")
     p.add_argument("--output", metavar="NAME", help="the output to read (default the first)")
     p.add_argument("--at", type=int, default=0, metavar="INDEX", help="flat element index (default 0)")
+    p.add_argument("--element", type=int, default=None, metavar="INDEX",
+                   help="sweep only this flat element of the input (the rest from --set or random)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=FILE.npy",
                    help="another input's value (default seeded standard-normal)")
     p.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x8x8",
@@ -59,7 +61,7 @@ def run(args) -> int:
             if np.dtype(t.dtype).kind != "f":
                 raise _Fail(f"input {k!r} ({t}) is not float: give it with --set")
             base[k] = rng.standard_normal(shape).astype(t.dtype)
-        sw = sweep(model, args.input, values, base, args.output, args.at)
+        sw = sweep(model, args.input, values, base, args.output, args.at, args.element)
     except (_Fail, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
         print(f"fastane sweep: error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2

@@ -451,6 +451,10 @@ def test_sweep_shows_the_cliff(tmp_path):
     finite = np.isfinite(sw.ane.astype(np.float64))
     assert finite[:6].all() and not finite[6:].any()        # exp(x)^2 > 65504 from x = 6 on
     assert np.isfinite(sw.fp32).all()
+    one = sweep(m, list(m.inputs)[0], xs, {list(m.inputs)[0]: np.zeros((1, 16), np.float32)}, element=5, index=5)
+    assert not np.isfinite(one.ane.astype(np.float64)[-1]) and np.isfinite(one.ane.astype(np.float64)[0])
+    other = sweep(m, list(m.inputs)[0], xs, {list(m.inputs)[0]: np.zeros((1, 16), np.float32)}, element=5, index=4)
+    assert np.all(other.ane == 1)                  # element 4 stays 0: exp(0)^2
     with pytest.raises(ValueError):
         parse_range("1:2")
     with pytest.raises(ValueError):
