@@ -803,20 +803,16 @@ def _square(p, op, outs, what):
 
 
 @_mil("inverse", "rsqrt")
-def _inverse(p, op, outs, what):         # 1 / (x + eps), 1 / sqrt(x + eps)
+def _inverse(p, op, outs, what):         # 1 / (x + eps), 1 / sqrt(x + eps): the epsilon added first
     x = p.arg(op, "x", what)
     eps = _scalar(p.cval(op, "epsilon", what, 1e-4 if op.type == "inverse" else 1e-12), what, "epsilon")
     t = p.emit("add", [x, p.const(eps, np.float32)], [p.tmp()], source=op.type) if eps else x
-    if op.type == "rsqrt":
-        t = p.emit("sqrt", [t], [p.tmp()], source="rsqrt")
-    p.emit("reciprocal", [t], outs, source=op.type)
+    p.emit("reciprocal" if op.type == "inverse" else "rsqrt", [t], outs, source=op.type)
 
 
 @_mil("exp2")
-def _exp2(p, op, outs, what):
-    x = p.arg(op, "x", what)
-    t = p.emit("mul", [x, p.const(math.log(2.0), np.float32)], [p.tmp()], source="exp2")
-    p.emit("exp", [t], outs, source="exp2")
+def _exp2(p, op, outs, what):            # the NE's exp2 table (Apple's exp is exp2 after a scale)
+    p.emit("exp2", [p.arg(op, "x", what)], outs, source="exp2")
 
 
 _BIN = {"add": "add", "sub": "sub", "mul": "mul", "real_div": "div", "maximum": "max",

@@ -83,7 +83,7 @@ def _activation(node: Node, consts: dict):
     the ``activation=`` argument of the MAC entry points, ``standalone`` a callable on one
     array; ``(None, reason)`` when it has no lowering."""
     op, a = node.op, node.attrs
-    if op in ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign"):
+    if op in ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign", "exp2", "rsqrt"):
         return op, getattr(_ep, op)
     if op == "gelu":
         if a.get("approximate", "none") != "none":
@@ -266,7 +266,7 @@ def _dyn_inputs(node, consts):
 
 
 _ACTIVATIONS = ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign", "gelu", "leaky_relu",
-                "selu", "clip")
+                "selu", "clip", "exp2", "rsqrt")
 
 
 def _weights(node, consts, what: str, add):

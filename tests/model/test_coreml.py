@@ -696,3 +696,18 @@ def test_mutated_packages_give_model_errors(cnn, tmp_path):
         except ModelError:
             outcomes["error"] += 1
     assert outcomes["error"] > 0 and sum(outcomes.values()) == 80
+
+
+def test_exp2_and_rsqrt_on_the_ne_tables(tmp_path):
+    @mb.program(input_specs=[mb.TensorSpec(shape=(4, 8))], opset_version=ct.target.iOS17)
+    def prog(x):
+        return mb.rsqrt(x=mb.exp2(x=x), epsilon=0.0)
+    m = fastane.load_model(_save(prog, tmp_path / "e2.mlpackage", ct.target.iOS17))
+    x = RNG.uniform(-4, 4, (4, 8)).astype(np.float32)
+    rep = m.report(x)
+    assert [(r.layer.op, r.placement, r.layer.call) for r in rep.layers] == [
+        ("exp2", "ane", "exp2"), ("rsqrt", "ane", "rsqrt")]
+    want = 2.0 ** (-x.astype(np.float64) / 2)
+    assert np.abs(list(m(x).values())[0] - want).max() < 2e-2 * np.abs(want).max()
+    plan = m.report({"x": (4, 8)}, stats_only=True)
+    assert [r.stats.tasks for r in plan.layers] == [r.stats.tasks for r in rep.layers]
