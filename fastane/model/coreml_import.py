@@ -1213,12 +1213,13 @@ def _weights(wp, n: int, what: str, weights: bool) -> np.ndarray:
                 raise ModelError(f"{what}: a {nb}-bit table needs {1 << nb} entries, has {lut.size}")
             return lut[idx]
         if kind == "linearQuantization":
-            sc = np.asarray(q.linearQuantization.scale, np.float32)
-            bi = np.asarray(q.linearQuantization.bias, np.float32)
-            if sc.size not in (1,) or bi.size not in (1,):
-                raise ModelError(f"{what}: per-channel linear quantization of a neural network "
-                                 f"layer is not supported yet")
-            return sc[0] * idx.astype(np.float32) + bi[0]
+            # w = scale * q + bias, one (scale, bias) or one per output channel (axis 0)
+            sc = np.asarray(q.linearQuantization.scale, np.float64)
+            bi = np.asarray(q.linearQuantization.bias, np.float64)
+            if sc.size != bi.size or sc.size < 1 or n % sc.size:
+                raise ModelError(f"{what}: {sc.size} scales and {bi.size} biases do not fit {n} weights")
+            per = n // sc.size
+            return (idx.reshape(sc.size, per) * sc[:, None] + bi[:, None]).astype(np.float32).reshape(-1)
         raise ModelError(f"{what}: quantization {kind!r} is not supported")
     if n == 0:
         return np.zeros(0, np.float32)

@@ -711,3 +711,30 @@ def test_exp2_and_rsqrt_on_the_ne_tables(tmp_path):
     assert np.abs(list(m(x).values())[0] - want).max() < 2e-2 * np.abs(want).max()
     plan = m.report({"x": (4, 8)}, stats_only=True)
     assert [r.stats.tasks for r in plan.layers] == [r.stats.tasks for r in rep.layers]
+
+
+@pytest.mark.parametrize("mode", ["linear", "linear_symmetric", "linear_lut"])
+def test_neural_network_quantized_weights(tmp_path, mode):
+    """Weights quantized by coremltools (8-bit per-channel linear, 4-bit table) decode to
+    what coremltools' own dequantization gives."""
+    from coremltools.models import datatypes
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+    from coremltools.models.neural_network import quantization_utils as qu
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = NeuralNetworkBuilder([("x", datatypes.Array(3, 6, 6))], [("y", None)])
+    b.add_convolution("conv", kernel_channels=3, output_channels=4, height=3, width=3, stride_height=1,
+                      stride_width=1, border_mode="valid", groups=1, W=w.transpose(2, 3, 1, 0), b=None,
+                      has_bias=False, input_name="x", output_name="y")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = qu.quantize_weights(ct.models.MLModel(b.spec, skip_model_load=True), 8 if "lut" not in mode else 4, mode)
+    spec = q if hasattr(q, "neuralNetwork") else q.get_spec()
+    ct.models.MLModel(spec, skip_model_load=True).save(str(tmp_path / "q.mlmodel"))
+    deq = type(spec)()
+    deq.CopyFrom(spec)
+    qu._dequantize_nn_spec(deq.neuralNetwork)
+    ct.models.MLModel(deq, skip_model_load=True).save(str(tmp_path / "d.mlmodel"))
+    a, d = fastane.load_model(str(tmp_path / "q.mlmodel")), fastane.load_model(str(tmp_path / "d.mlmodel"))
+    wa = next(v for k, v in a.graph.consts.items() if v.shape == (4, 3, 3, 3))
+    wd = next(v for k, v in d.graph.consts.items() if v.shape == (4, 3, 3, 3))
+    np.testing.assert_allclose(wa, wd, rtol=1e-6, atol=1e-7)
