@@ -292,6 +292,13 @@ class Model:
         """The layers (:class:`~fastane.model.place.Layer`) for input ``shapes``."""
         return self.bind(shapes)[1]
 
+    def predict_placement(self, shapes: dict, compute_units: str = "ALL") -> list:
+        """``[(layer name, Prediction(unit, confidence, reason)), ...]``: the compute unit
+        Core ML would likely pick per layer (an estimate: :mod:`fastane.model.predict`)."""
+        from .predict import predict
+        bound, layers = self.bind(_shapes_of(self, shapes))
+        return [(l.name, p) for l, p in zip(layers, predict(layers, bound, compute_units))]
+
     # -------------------------------------------------------------- running
     def __call__(self, inputs) -> dict:
         """Run the model on the emulated ANE (and the host); name -> output array (float

@@ -497,6 +497,8 @@ def test_placement_prediction_rules(tmp_path):
     assert units["greater"].unit == "cpu" and units["where"].unit == "cpu"
     assert units["relu"].unit == "ane"
     assert {p.unit for p in predict(layers, bound, "CPU_ONLY")} == {"cpu"}
+    assert [p.unit for _, p in m.predict_placement({"x": (1, 4, 8)}, "CPU_AND_NE")] == \
+        [p.unit for p in predict(layers, bound, "CPU_AND_NE")]
     assert predict(layers, bound, "ALL")[0].unit in ("gpu", "cpu")
     # the SPEC 5 limit: W > 16384 leaves the ANE
     @mb.program(input_specs=[mb.TensorSpec(shape=(1, 1, 1, 20000))], opset_version=ct.target.iOS17)
