@@ -825,6 +825,64 @@ def _binary(p, op, outs, what):
     p.emit(_BIN[op.type], [x, y], outs, source=op.type)
 
 
+@_mil("greater_equal", "less_equal", "not_equal")
+def _negated_compare(p, op, outs, what):   # not(x < y), not(x > y), not(x == y): a select of bools
+    x, y = p.arg(op, "x", what), p.arg(op, "y", what)
+    base = {"greater_equal": "less", "less_equal": "greater", "not_equal": "equal"}[op.type]
+    c = p.emit(base, [x, y], [p.tmp()], source=op.type)
+    p.emit("where", [c, p.const(np.False_), p.const(np.True_)], outs, source=op.type)
+
+
+@_mil("logical_not")
+def _logical_not(p, op, outs, what):
+    p.emit("where", [p.arg(op, "x", what), p.const(np.False_), p.const(np.True_)], outs,
+           source="logical_not")
+
+
+@_mil("shape")
+def _shape(p, op, outs, what):
+    p.emit("shape", [p.arg(op, "x", what)], outs, source="shape")
+
+
+@_mil("fill")
+def _fill(p, op, outs, what):            # a constant broadcast to a (constant) shape
+    shape = p.arg(op, "shape", what)
+    v = np.asarray(p.cval(op, "value", what, 0.0))
+    p.emit("expand", [p.const(v.astype(np.float32) if v.dtype.kind == "f" else v), shape], outs, source="fill")
+
+
+@_mil("range_1d")
+def _range_1d(p, op, outs, what):
+    p.emit("range", [p.arg(op, "start", what), p.arg(op, "end", what), p.arg(op, "step", what)], outs,
+           source="range_1d")
+
+
+@_mil("scaled_dot_product_attention")
+def _sdpa(p, op, outs, what):
+    """softmax(q k^T / sqrt(d) + mask) v, the plain composition (iOS18's op): two matmuls,
+    a planar scale, the mask added (a boolean mask as 0 / -inf, the op's definition)."""
+    q, k, v = p.arg(op, "query", what), p.arg(op, "key", what), p.arg(op, "value", what)
+    mask = p.arg(op, "attn_mask", what, required=False)
+    kshape = p.rank_hint(k)
+    r = p.rank_of(k, what)
+    d = kshape[-1]
+    if isinstance(d, str):
+        raise ModelError(f"{what}: the embedding dimension of key is symbolic")
+    perm = list(range(r))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    kt = p.emit("transpose", [k], [p.tmp()], {"perm": perm}, source="sdpa")
+    sc = p.emit("matmul", [q, kt], [p.tmp()], source="sdpa")
+    sc = p.emit("mul", [sc, p.const(1.0 / math.sqrt(d), np.float32)], [p.tmp()], source="sdpa")
+    if mask:
+        if mask in p.consts and p.consts[mask].dtype == np.bool_:
+            mask = p.const(np.where(p.consts[mask], 0.0, -np.inf).astype(np.float32))
+        elif mask not in p.consts:
+            raise ModelError(f"{what}: a run-time attention mask is not supported (a constant one is)")
+        sc = p.emit("add", [sc, mask], [p.tmp()], source="sdpa")
+    a = p.emit("softmax", [sc], [p.tmp()], {"axis": -1}, source="sdpa")
+    p.emit("matmul", [a, v], outs, source="sdpa")
+
+
 @_mil("select")
 def _select(p, op, outs, what):
     p.emit("where", [p.arg(op, "cond", what), p.arg(op, "a", what), p.arg(op, "b", what)], outs,

@@ -740,3 +740,24 @@ def test_neural_network_quantized_weights(tmp_path, mode):
     wa = next(v for k, v in a.graph.consts.items() if v.shape == (4, 3, 3, 3))
     wd = next(v for k, v in d.graph.consts.items() if v.shape == (4, 3, 3, 3))
     np.testing.assert_allclose(wa, wd, rtol=1e-6, atol=1e-7)
+
+
+def test_attention_and_comparisons(tmp_path):
+    """iOS18 scaled_dot_product_attention as its composition; greater_equal / not_equal as
+    negated comparisons; fill, shape."""
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 4, 8)), mb.TensorSpec(shape=(2, 6, 8)),
+                             mb.TensorSpec(shape=(2, 6, 8))], opset_version=ct.target.iOS18)
+    def prog(q, k, v):
+        a = mb.scaled_dot_product_attention(query=q, key=k, value=v)
+        r = mb.select(cond=mb.greater_equal(x=a, y=0.0), a=a, b=mb.fill(shape=[2, 4, 8], value=-1.0))
+        return mb.select(cond=mb.not_equal(x=r, y=-1.0), a=r, b=mb.fill(shape=[2, 4, 8], value=5.0))
+    m = fastane.load_model(_save(prog, tmp_path / "att.mlpackage", ct.target.iOS18))
+    q, k, v = (RNG.standard_normal(s).astype(np.float32) for s in ((2, 4, 8), (2, 6, 8), (2, 6, 8)))
+    s = q.astype(np.float64) @ k.transpose(0, 2, 1) / np.sqrt(8)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    a = (e / e.sum(-1, keepdims=True)) @ v
+    want = np.where(a >= 0, a, 5.0)
+    ins = dict(zip(m.inputs, (q, k, v)))
+    np.testing.assert_allclose(list(m.reference(ins).values())[0], want, rtol=1e-5, atol=1e-6)
+    rep = m.report(ins)
+    assert sum(r.placement == "ane" and r.layer.call == "matmul" for r in rep.layers) == 2
