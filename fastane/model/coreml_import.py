@@ -1277,7 +1277,8 @@ def _weights(wp, n: int, what: str, weights: bool) -> np.ndarray:
             if sc.size != bi.size or sc.size < 1 or n % sc.size:
                 raise ModelError(f"{what}: {sc.size} scales and {bi.size} biases do not fit {n} weights")
             per = n // sc.size
-            return (idx.reshape(sc.size, per) * sc[:, None] + bi[:, None]).astype(np.float32).reshape(-1)
+            with np.errstate(over="ignore", invalid="ignore"):
+                return (idx.reshape(sc.size, per) * sc[:, None] + bi[:, None]).astype(np.float32).reshape(-1)
         raise ModelError(f"{what}: quantization {kind!r} is not supported")
     if n == 0:
         return np.zeros(0, np.float32)
@@ -1358,6 +1359,8 @@ def _neural_network(spec, nn, name, weights) -> Graph:
         outs = list(layer.output)
         if len(outs) != 1:
             raise ModelError(f"{what}: has {len(outs)} outputs, fastane maps 1")
+        if not ins:
+            raise ModelError(f"{what}: has no inputs")
         L = getattr(layer, kind)
         src = kind
 

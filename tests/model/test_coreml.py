@@ -700,6 +700,36 @@ def test_mutated_packages_give_model_errors(cnn, tmp_path):
     assert outcomes["error"] > 0 and sum(outcomes.values()) == 80
 
 
+def test_mutated_neural_network_gives_model_errors(tmp_path):
+    from coremltools.models import datatypes
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+    b = NeuralNetworkBuilder([("x", datatypes.Array(3, 6, 6))], [("y", None)])
+    b.add_convolution("conv", kernel_channels=3, output_channels=4, height=3, width=3, stride_height=1,
+                      stride_width=1, border_mode="same", groups=1,
+                      W=RNG.standard_normal((3, 3, 3, 4)).astype(np.float32), b=np.ones(4, np.float32),
+                      has_bias=True, input_name="x", output_name="c")
+    b.add_activation("relu", "RELU", "c", "y")
+    good = tmp_path / "g.mlmodel"
+    ct.models.MLModel(b.spec, skip_model_load=True).save(str(good))
+    spec = open(good, "rb").read()
+    rng = np.random.default_rng(5)
+    bad = tmp_path / "m.mlmodel"
+    errors = 0
+    for i in range(120):
+        s = bytearray(spec)
+        for _ in range(1 + i % 5):
+            s[int(rng.integers(0, len(s)))] = int(rng.integers(0, 256))
+        if i % 9 == 4:
+            s = s[:int(rng.integers(0, len(s)))]
+        open(bad, "wb").write(bytes(s))
+        try:
+            m = fastane.load_model(str(bad))
+            m.bind({k: tuple(1 if isinstance(v, str) else v for v in t.shape) for k, t in m.inputs.items()})
+        except ModelError:
+            errors += 1
+    assert errors > 0
+
+
 def test_exp2_and_rsqrt_on_the_ne_tables(tmp_path):
     @mb.program(input_specs=[mb.TensorSpec(shape=(4, 8))], opset_version=ct.target.iOS17)
     def prog(x):
