@@ -137,7 +137,12 @@ def load(path, weights: bool = True) -> Graph:
     if kind == "mlProgram":
         return _Program(spec, wdir, name, weights).graph()
     if kind in ("neuralNetwork", "neuralNetworkClassifier", "neuralNetworkRegressor"):
-        return _neural_network(spec, getattr(spec, kind), name, weights)
+        try:
+            return _neural_network(spec, getattr(spec, kind), name, weights)
+        except ModelError:
+            raise
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
+            raise ModelError(f"{p}: malformed neural network ({type(exc).__name__}: {exc})") from None
     raise ModelError(f"{p}: Core ML model type {kind!r} is not supported by fastane (ML Program "
                      f"and neural network models only)")
 
@@ -448,7 +453,13 @@ class _Program:
             if o.type.HasField("tensorType"):
                 self.types[o.name] = _tensor_shape(o.type.tensorType, f"{what} output", symbols=True)
         self.cur = outs[0] if outs else t
-        MIL_OPS[t](self, op, outs, what)
+        try:
+            MIL_OPS[t](self, op, outs, what)
+        except ModelError:
+            raise
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
+            # a parameter missing or of the wrong kind (a hostile or mistyped program)
+            raise ModelError(f"{what}: malformed parameters ({type(exc).__name__}: {exc})") from None
 
     def emit(self, fop, inputs, outputs, attrs=None, source="", name=None):
         """A node of the current MIL op (named after the op's output; the parts of a
