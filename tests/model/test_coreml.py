@@ -791,3 +791,22 @@ def test_attention_and_comparisons(tmp_path):
     np.testing.assert_allclose(list(m.reference(ins).values())[0], want, rtol=1e-5, atol=1e-6)
     rep = m.report(ins)
     assert sum(r.placement == "ane" and r.layer.call == "matmul" for r in rep.layers) == 2
+
+
+def test_op_with_a_missing_parameter(tmp_path):
+    from coremltools.proto import Model_pb2
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 6))], opset_version=ct.target.iOS17)
+    def prog(x):
+        return mb.slice_by_index(x=x, begin=[0, 1], end=[2, 5])
+    p = _save(prog, tmp_path / "s.mlpackage", ct.target.iOS17)
+    sp = os.path.join(p, "Data", "com.apple.CoreML", "model.mlmodel")
+    spec = Model_pb2.Model()
+    spec.ParseFromString(open(sp, "rb").read())
+    for b in spec.mlProgram.functions["main"].block_specializations.values():
+        for op in b.operations:
+            if op.type == "slice_by_index":
+                del op.inputs["begin"]
+    open(sp, "wb").write(spec.SerializeToString())
+    with pytest.raises(ModelError, match="slice_by_index.*malformed"):
+        fastane.load_model(p)
