@@ -810,3 +810,12 @@ def test_op_with_a_missing_parameter(tmp_path):
     open(sp, "wb").write(spec.SerializeToString())
     with pytest.raises(ModelError, match="slice_by_index.*malformed"):
         fastane.load_model(p)
+
+
+def test_docs_name_every_mil_op():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    doc = open(os.path.join(root, "docs", "models.md")).read()
+    table = doc.split("### Every MIL op")[1].split("### Placement prediction")[0]
+    missing = [k for k in sorted(ci.MIL_OPS) if f"`{k}`" not in table and not k.startswith("constexpr")]
+    assert not missing, f"docs/models.md's MIL op table lacks {missing}"
+    assert all(f"`{k}`" in doc for k in ci.MIL_OPS if k.startswith("constexpr"))
