@@ -43,6 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "inputs' ranges")
     p.add_argument("--tolerance", type=float, default=None,
                    help="one error tolerance for --first-divergence (default: per op class)")
+    p.add_argument("--compare-placement", metavar="OBSERVED.json", default=None,
+                   help="with --report: compare the predicted placement with one observed on a "
+                        "Mac ({op output name: ane|cpu|gpu}, docs/models.md)")
     p.add_argument("--compute-units", default=None, metavar="UNITS",
                    help="with --report: predict Core ML's placement per layer for ALL, "
                         "CPU_AND_NE, CPU_AND_GPU or CPU_ONLY (an estimate; default ALL for "
@@ -179,6 +182,17 @@ def run(args) -> int:
             print(rep.table())
             if pred is not None:
                 print(prediction_table(rep, pred, units))
+        if pred is not None and getattr(args, "compare_placement", None):
+            from .predict import compare, load_observed
+            try:
+                cmp = compare(layers, pred, load_observed(args.compare_placement))
+            except ValueError as exc:
+                print(f"fastane run: error: --compare-placement: {exc}", file=sys.stderr)
+                return 2
+            print(f"against {args.compare_placement}: {cmp['agree']} layers agree, "
+                  f"{len(cmp['disagree'])} disagree, {len(cmp['unmatched'])} not in the file")
+            for name, p_, o in cmp["disagree"]:
+                print(f"  {name}: predicted {p_}, observed {o}")
         if args.output:
             outs = rep.values
     else:

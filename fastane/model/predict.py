@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import m1
 
-__all__ = ["COMPUTE_UNITS", "predict", "Prediction"]
+__all__ = ["COMPUTE_UNITS", "predict", "Prediction", "compare", "load_observed"]
 
 COMPUTE_UNITS = ("ALL", "CPU_AND_NE", "CPU_AND_GPU", "CPU_ONLY")
 
@@ -125,3 +125,35 @@ def predict(layers, bound, compute_units: str = "ALL") -> list:
             notes.insert(0, "fastane runs it on the host (no lowering yet); Core ML's ANE compiler has the op")
         out.append(Prediction("ane", conf, "; ".join(notes)))
     return out
+
+
+def load_observed(path) -> dict:
+    """A placement observed on a Mac: a JSON object ``{MIL op output name: "ane" | "cpu" |
+    "gpu"}`` (docs/models.md shows how to write one from coremltools' compute plan).
+    ValueError for anything else."""
+    import json
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(16 << 20))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not a readable JSON placement file ({exc})") from None
+    if not isinstance(data, dict) or not all(isinstance(k, str) and str(v).lower() in ("ane", "cpu", "gpu")
+                                             for k, v in data.items()):
+        raise ValueError(f"{path}: expected {{\"op output name\": \"ane\"|\"cpu\"|\"gpu\", ...}}")
+    return {k: str(v).lower() for k, v in data.items()}
+
+
+def compare(layers, predictions, observed: dict) -> dict:
+    """Per layer: the prediction against what a Mac observed (by the layer's node names);
+    ``{"agree": n, "disagree": [(layer, predicted, observed)], "unmatched": [layer]}``."""
+    agree, disagree, unmatched = 0, [], []
+    for layer, p in zip(layers, predictions):
+        seen = {observed[n.name] for n in layer.nodes if n.name in observed} | \
+            {observed[o] for n in layer.nodes for o in n.outputs if o in observed}
+        if not seen:
+            unmatched.append(layer.name)
+        elif p.unit in seen:
+            agree += 1
+        else:
+            disagree.append((layer.name, p.unit, "/".join(sorted(seen))))
+    return {"agree": agree, "disagree": disagree, "unmatched": unmatched}

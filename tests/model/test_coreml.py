@@ -479,6 +479,17 @@ def test_cli_run_report_first_divergence_and_sweep(cnn, capsys):
     assert [p["x"] for p in json.loads(out)["points"]] == [-2.0, 0.0, 2.0]
     rc, out, err = cli("roofline", cnn, "--summary")
     assert rc == 0 and "ANE total" in out, err
+    import json as _json
+    obs = os.path.join(os.path.dirname(cnn), "observed.json")
+    first = fastane.load_model(cnn).placement({"x": (1, 3, 8, 8)})
+    conv = next(l for l in first if l.op.startswith("conv"))
+    _json.dump({conv.nodes[0].name: "gpu"}, open(obs, "w"))
+    rc, out, err = cli("run", cnn, "--random", "--report", "--compare-placement", obs)
+    assert rc == 0, err
+    assert "0 layers agree, 1 disagree" in out and f"{conv.name}: predicted ane, observed gpu" in out
+    open(obs, "w").write("[1, 2]")
+    rc, _, err = cli("run", cnn, "--random", "--report", "--compare-placement", obs)
+    assert rc == 2 and "expected" in err
     rc, _, err = cli("run", cnn, "--random", "--report", "--compute-units", "GPU_ONLY")
     assert rc == 2 and "compute units" in err
 
