@@ -80,7 +80,11 @@ class Divergence:
     layers_run: int = 0
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        """JSON-ready (an infinite error as the string "inf")."""
+        d = dict(self.__dict__)
+        if d["error"] is not None:
+            d["error"] = _j(d["error"])
+        return d
 
     def text(self) -> str:
         if self.layer is None:

@@ -404,6 +404,8 @@ def test_first_divergence_stops_and_prints_input_ranges(tmp_path):
     # the exp table's output (its error within the table tolerance, 2e-2)
     assert r["max"] == pytest.approx(float(np.exp(7.0)), rel=2e-2)
     assert "first divergence" in d.text() and "range [" in d.text()
+    import json
+    assert json.loads(json.dumps(d.as_dict(), allow_nan=False))["layer"] == d.layer
     # a tolerance of 0: the first ANE layer with any error stops the run
     small = np.linspace(-1, 1, 16, dtype=np.float32)[None]
     d0 = first_divergence(m, small, tolerance=0.0)
