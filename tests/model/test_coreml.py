@@ -832,3 +832,22 @@ def test_docs_name_every_mil_op():
     missing = [k for k in sorted(ci.MIL_OPS) if f"`{k}`" not in table and not k.startswith("constexpr")]
     assert not missing, f"docs/models.md's MIL op table lacks {missing}"
     assert all(f"`{k}`" in doc for k in ci.MIL_OPS if k.startswith("constexpr"))
+
+
+def test_torch_round_trip_opt_in(tmp_path):
+    """Opt-in (needs torch, not in the test extra): a traced torch network converted by
+    coremltools, against torch's own float32 output."""
+    torch = pytest.importorskip("torch")
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4)).eval()
+    x = torch.randn(1, 3, 16, 16)
+    traced = torch.jit.trace(net, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mm = ct.convert(traced, inputs=[ct.TensorType(name="x", shape=x.shape)], convert_to="mlprogram",
+                        minimum_deployment_target=ct.target.iOS17)
+    mm.save(str(tmp_path / "t.mlpackage"))
+    m = fastane.load_model(str(tmp_path / "t.mlpackage"))
+    want = net(x).detach().numpy().astype(np.float64)
+    got = list(m({"x": x.numpy()}).values())[0]
+    assert np.abs(got - want).max() < 1e-2 * max(np.abs(want).max(), 1.0)
