@@ -317,6 +317,8 @@ class _Program:
         return np.asarray(vals.astype(dt), order="C").reshape(shape)
 
     def _decode(self, raw, dt, bits, n, shape, code, what):
+        if bits == 0:
+            raise ModelError(f"{what}: string tensors must be immediate string values")
         if bits < 8:
             _, MIL_pb2 = _ct_proto()
             try:
@@ -389,17 +391,8 @@ class _Program:
         self.opset = fn.opset
         for op in block.operations:
             self.convert(op)
-        outputs = [self.alias.get(o, o) for o in block.outputs]
-        # the model's output names are the block's: rename the last producer's output
-        renames = {self.alias.get(o, o): o for o in block.outputs if self.alias.get(o, o) != o}
-        if renames:
-            for node in self.nodes:
-                node.outputs = [renames.get(t, t) for t in node.outputs]
-                node.inputs = [renames.get(t, t) for t in node.inputs]
-            for k, v in list(self.consts.items()):
-                if k in renames:
-                    self.consts[renames[k]] = self.consts.pop(k)
-            outputs = list(block.outputs)
+        # an output that is an fp16 input itself stays that input (already rounded to fp16)
+        outputs = list(block.outputs)
         version = self.spec.specificationVersion
         return Graph(self.name, inputs, outputs, self.nodes, self.consts,
                      origin=f"coreml mlProgram (spec {version}, opset {fn.opset})", weights=self.weights)
