@@ -521,7 +521,7 @@ def decompress(op_type: str, **kw) -> np.ndarray:
     if op_type == "constexpr_lut_to_dense" and "shape" in kw:            # iOS16
         lut, idx, shape = np.asarray(kw["lut"]), np.asarray(kw["indices"]), kw["shape"]
         shape = tuple(int(s) for s in np.asarray(shape).reshape(-1))
-        n = math.prod(shape)
+        n = check_size(shape, "constexpr_lut_to_dense shape")
         if lut.ndim != 1 or lut.size not in (2, 4, 16, 64, 256):
             raise ValueError(f"lut of shape {lut.shape}: a 1-D table of 2, 4, 16, 64 or 256 entries")
         nbits = int(math.log2(lut.size))
@@ -553,7 +553,8 @@ def decompress(op_type: str, **kw) -> np.ndarray:
     if op_type == "constexpr_sparse_to_dense" and "shape" in kw:         # iOS16
         nz, mask = np.asarray(kw["nonzero_data"]), np.asarray(kw["mask"])
         shape = tuple(int(s) for s in np.asarray(kw["shape"]).reshape(-1))
-        bits = unpack_bits(mask.astype(np.uint8).tobytes(), 1, math.prod(shape)).reshape(shape)
+        bits = unpack_bits(mask.astype(np.uint8).tobytes(), 1,
+                           check_size(shape, "constexpr_sparse_to_dense shape")).reshape(shape)
         return _scatter(nz, bits)
     if op_type == "constexpr_sparse_to_dense":                           # iOS18
         return _scatter(np.asarray(kw["nonzero_data"]), np.asarray(kw["mask"]))
