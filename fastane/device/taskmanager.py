@@ -32,66 +32,20 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
-import logging
 import threading
-from dataclasses import dataclass
 
 from ..errors import DeviceFault
-from .faults import (BARFault, ChainFault, DecodeFault, DMARangeFault, KMemOverflow, L2Fault,
-                     HostMemoryFault, L2Overflow, QueueFault, UnsupportedTask)
+from .faults import QueueFault
 from ..m1 import MAX_CHAIN
 from .memory import NUM_BARS
-
-log = logging.getLogger(__name__)
-
-NUM_QUEUES = 8
-#: the priority the Linux driver gives each queue (TQ_PRTY); higher runs first
-QUEUE_PRIORITIES = (0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x1E, 0x1F)
-
-# -- MMIO map (offsets in the ANE engine window) -------------------------------------------
-TM_BASE = 0x20000
-TQ_BASE = 0x21000
-TQ_STRIDE = 0x148
-
-TM_ADDR, TM_INFO, TM_PUSH, TM_TQ_EN = 0x0, 0x4, 0x8, 0xC
-TM_COMMITTED, TM_STATUS = 0x44, 0x54
-TM_ERROR1, TM_ERROR2, TM_ERROR3 = 0x58, 0x5C, 0x60
-TM_IRQ_EN1, TM_IRQ_ACK, TM_IRQ_EN2 = 0x68, 0x6C, 0x70
-IRQ_LINES = 2
-
-#: completed tasks :attr:`TaskManager.history` keeps (the oldest drop out first)
-HISTORY_SIZE = 512
-#: events each IRQ event FIFO holds (fastane's decision: the M1's depth is not known); when
-#: a FIFO is full, a new event drops the oldest one
-EVENT_FIFO_DEPTH = 512
-
-
-def TM_IRQ_EVTC(line): return 0x14 + line * 0x14  # noqa: E302,E704  events waiting
-def TM_IRQ_INFO(line): return 0x18 + line * 0x14  # noqa: E302,E704  pops one event
-def TM_IRQ_UNK1(line): return 0x1C + line * 0x14  # noqa: E302,E704
-def TM_IRQ_TMST(line): return 0x20 + line * 0x14  # noqa: E302,E704
-def TM_IRQ_UNK2(line): return 0x24 + line * 0x14  # noqa: E302,E704
-
-
-TQ_STATUS, TQ_PRTY, TQ_VACANT, TQ_INFO = 0x000, 0x010, 0x014, 0x01C
-TQ_BAR1, TQ_NID1, TQ_SIZE2, TQ_ADDR2 = 0x020, 0x0A0, 0x0A4, 0x0A8
-TQ_BAR2, TQ_NID2, TQ_SIZE1, TQ_ADDR1 = 0x0AC, 0x12C, 0x130, 0x134
-
-TM_IS_IDLE = 0x1
-#: per-slot register offsets (inside a TQ block): BAR base, NID, SIZE, ADDR
-SLOT_REGS = ((TQ_BAR1, TQ_NID1, TQ_SIZE1, TQ_ADDR1), (TQ_BAR2, TQ_NID2, TQ_SIZE2, TQ_ADDR2))
-
-#: fault class -> code in TM_ERROR1 and in a fault event's TMST word
-FAULT_CODES = {BARFault: 1, DMARangeFault: 2, KMemOverflow: 3, L2Overflow: 4, L2Fault: 5,
-               ChainFault: 6, DecodeFault: 7, UnsupportedTask: 8, QueueFault: 9, HostMemoryFault: 10}
-OTHER_FAULT = 0xFF
-
-
-def fault_code(exc: BaseException) -> int:
-    for cls, code in FAULT_CODES.items():
-        if isinstance(exc, cls):
-            return code
-    return OTHER_FAULT
+from .task import Task, _call
+from .tm_regs import (NUM_QUEUES, QUEUE_PRIORITIES, TM_BASE, TQ_BASE, TQ_STRIDE, TM_ADDR, TM_INFO,
+                      TM_PUSH, TM_TQ_EN, TM_COMMITTED, TM_STATUS, TM_ERROR1, TM_ERROR2, TM_ERROR3,
+                      TM_IRQ_EN1, TM_IRQ_ACK, TM_IRQ_EN2, IRQ_LINES, HISTORY_SIZE, EVENT_FIFO_DEPTH,
+                      TM_IRQ_EVTC, TM_IRQ_INFO, TM_IRQ_UNK1, TM_IRQ_TMST, TM_IRQ_UNK2, TQ_STATUS,
+                      TQ_PRTY, TQ_VACANT, TQ_INFO, TQ_BAR1, TQ_NID1, TQ_SIZE2, TQ_ADDR2, TQ_BAR2,
+                      TQ_NID2, TQ_SIZE1, TQ_ADDR1, TM_IS_IDLE, SLOT_REGS, FAULT_CODES, OTHER_FAULT,
+                      fault_code, Event)
 
 
 class _Slot:
@@ -126,96 +80,6 @@ class _Queue:
     def vacant(self) -> int:
         """TQ_VACANT: bit i set when slot i is neither armed nor busy."""
         return sum(1 << i for i, s in enumerate(self.slots) if not (s.busy or s.armed))
-
-
-@dataclass(frozen=True)
-class Event:
-    """A completion (line 0) or fault (line 1) event from the TM's event FIFOs."""
-
-    line: int
-    qid: int
-    nid: int
-    slot: int
-    addr: int
-    status: int        # 0 = done, otherwise a fault code
-    seq: int           # the task's push order
-
-    def words(self) -> tuple[int, int, int, int]:
-        """INFO, UNK1, TMST, UNK2 register words (fastane's encoding)."""
-        return ((self.nid & 0xFF) << 8 | (self.slot & 1) << 4 | self.qid, self.addr,
-                self.status, self.seq & 0xFFFFFFFF)
-
-
-class Task:
-    """Handle of one pushed TD chain: pollable status, callbacks, ``wait()``."""
-
-    QUEUED, PENDING, RUNNING, DONE, FAULTED = "queued", "pending", "running", "done", "faulted"
-
-    def __init__(self, tm: "TaskManager", qid: int, priority: int, payload=None):
-        self._tm = tm
-        self.qid, self.priority = qid, priority
-        self.slot = None          # 0 or 1 once staged in a ping-pong slot
-        self.nid = self.addr = self.td_size = self.td_count = 0
-        self.bars: list[int] = []
-        self.seq = None           # push order
-        self.order = None         # execution order (0, 1, ...)
-        self.payload = payload    # what the Pythonic interface keeps with the task
-        self.status = Task.QUEUED
-        self.stats = None
-        self.error: BaseException | None = None
-        self._done = threading.Event()
-        self._callbacks = []
-
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def wait(self, timeout: float | None = None):
-        """Block until the task completes; its Stats, or its fault raised.
-
-        Raises RuntimeError at once when the calling thread itself holds the task manager
-        (the task could never run), and TimeoutError after ``timeout`` seconds.
-        """
-        if not self._done.is_set():
-            self._tm.run_pending()
-            if self._tm.held_by_me() and timeout is None:
-                raise RuntimeError(f"waiting for {self} inside a hold() of the same thread would "
-                                   f"never return: leave the hold first")
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"task {self} did not complete within {timeout} s"
-                               + (" (the task manager is held)" if self._tm.held else ""))
-        if self.error is not None:
-            raise self.error
-        return self.stats
-
-    result = wait
-
-    def exception(self, timeout: float | None = None):
-        try:
-            self.wait(timeout)
-        except TimeoutError:
-            raise
-        except BaseException as exc:  # noqa: BLE001
-            return exc
-        return None
-
-    def add_done_callback(self, fn) -> None:
-        """Call ``fn(task)`` on completion (at once if already complete)."""
-        with self._tm._lock:
-            if not self._done.is_set():
-                self._callbacks.append(fn)
-                return
-        _call(fn, self)
-
-    def __repr__(self) -> str:
-        where = f" slot {self.slot}" if self.slot is not None else ""
-        return f"<Task q{self.qid}{where} nid={self.nid} prio={self.priority} {self.status}>"
-
-
-def _call(fn, task):
-    try:
-        fn(task)
-    except Exception:  # noqa: BLE001  (a callback must not break the device)
-        log.exception("exception in a task completion callback")
 
 
 class TaskManager:

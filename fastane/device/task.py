@@ -1,0 +1,80 @@
+"""The handle of one pushed TD chain (:class:`Task`), created by :class:`.TaskManager`."""
+from __future__ import annotations
+
+import logging
+import threading
+
+#: the callbacks' logger keeps the task manager's name
+log = logging.getLogger(__name__.rpartition(".")[0] + ".taskmanager")
+
+
+class Task:
+    """Handle of one pushed TD chain: pollable status, callbacks, ``wait()``."""
+
+    QUEUED, PENDING, RUNNING, DONE, FAULTED = "queued", "pending", "running", "done", "faulted"
+
+    def __init__(self, tm: "TaskManager", qid: int, priority: int, payload=None):
+        self._tm = tm
+        self.qid, self.priority = qid, priority
+        self.slot = None          # 0 or 1 once staged in a ping-pong slot
+        self.nid = self.addr = self.td_size = self.td_count = 0
+        self.bars: list[int] = []
+        self.seq = None           # push order
+        self.order = None         # execution order (0, 1, ...)
+        self.payload = payload    # what the Pythonic interface keeps with the task
+        self.status = Task.QUEUED
+        self.stats = None
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        self._callbacks = []
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None):
+        """Block until the task completes; its Stats, or its fault raised.
+
+        Raises RuntimeError at once when the calling thread itself holds the task manager
+        (the task could never run), and TimeoutError after ``timeout`` seconds.
+        """
+        if not self._done.is_set():
+            self._tm.run_pending()
+            if self._tm.held_by_me() and timeout is None:
+                raise RuntimeError(f"waiting for {self} inside a hold() of the same thread would "
+                                   f"never return: leave the hold first")
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"task {self} did not complete within {timeout} s"
+                               + (" (the task manager is held)" if self._tm.held else ""))
+        if self.error is not None:
+            raise self.error
+        return self.stats
+
+    result = wait
+
+    def exception(self, timeout: float | None = None):
+        try:
+            self.wait(timeout)
+        except TimeoutError:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            return exc
+        return None
+
+    def add_done_callback(self, fn) -> None:
+        """Call ``fn(task)`` on completion (at once if already complete)."""
+        with self._tm._lock:
+            if not self._done.is_set():
+                self._callbacks.append(fn)
+                return
+        _call(fn, self)
+
+    def __repr__(self) -> str:
+        where = f" slot {self.slot}" if self.slot is not None else ""
+        return f"<Task q{self.qid}{where} nid={self.nid} prio={self.priority} {self.status}>"
+
+
+def _call(fn, task):
+    try:
+        fn(task)
+    except Exception:  # noqa: BLE001  (a callback must not break the device)
+        log.exception("exception in a task completion callback")
