@@ -36,9 +36,10 @@ RANKS = {
     "app": 8,                # the command line and its demo, on the public names
 }
 #: top-level names of fastane -> group (anything else: "frontend")
-GROUPS = {"m1": "m1", "kernels": "kernels", "lut_codec": "lut", "errors": "base", "errstate": "base", "stats": "base",
+GROUPS = {"m1": "m1", "kernels": "kernels", "errors": "base", "errstate": "base", "stats": "base",
           "operands": "base",
-          "workloads": "workloads", "td": "td", "lut": "lut", "device": "device", "lower": "lower",
+          "workloads": "workloads", "layers": "workloads", "td": "td", "lut": "lut",
+          "lut_codec": "lut", "device": "device", "lower": "lower",
           "roofline": "roofline", "": "package", "cli": "app", "demo": "app"}
 
 
