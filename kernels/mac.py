@@ -62,20 +62,17 @@ belongs to the front end.  ``matmul_q16`` is a Python function that plans the wo
 calls the Numba kernels (``@njit(cache=True)``, nopython); call it from Python.
 """
 
-import contextlib
-
 import numpy as np
 from numba import njit, prange
 
-from .fp16 import round_f16
 from . import parallel
-from .parallel import claim, nan_max
+from .acc import (ACC_MAX, ACC_MIN, SCALE, readout, readout_counts,  # re-exported: the entry
+                  readout_unrounded, readout_value)                 # points of the docstring
+from .bounds import (BOUND_MARGIN, _abs_max, _blas_refine, _col_abs_stats,  # tests use them
+                     _element_unsafe, _plan_rows, _row_abs_stats)
+from .parallel import claim
 
-ACC_MAX = 2.0**31 - 1.0  # grid units (2**-16): 32768 - 2**-16
-ACC_MIN = -(2.0**31)  # -32768
-SCALE = 65536.0  # 2**16: a values are scaled by it so products come out in grid units
 MAGIC = 1.5 * 2.0**52  # (t + MAGIC) - MAGIC == round-half-even(t) for |t| < 2**51
-BOUND_MARGIN = 1.0 + 2.0**-20  # covers the float error of the bounds for K < 2**30
 # Row/column/depth blocking of the fast and exact kernels (measured on a 2-core Zen 3).
 ROWS_PER_TILE = 32
 COLS_PER_TILE = 1024
@@ -415,133 +412,6 @@ def _exact_elements(a, b, ia, ib, eb, ei, ej, trunc, acc, flag, workers):
                 flag[n, ei[q], ej[q]] = f
 
 
-# ---------------------------------------------------------------- bounds
-@njit(cache=True)
-def _row_abs_stats(a, rsum, rmax):
-    """rsum[n, i] = sum_k |a[n, i, k]|, rmax[n, i] = max_k |a[n, i, k]| (NaN propagates).
-
-    Serial on purpose: one pass over ``a`` is cheap next to the matmul, and a parallel
-    region costs a thread hand-off (and, on a busy machine, a scheduler slice)."""
-    BA, M, K = a.shape
-    for n in range(BA):
-        for i in range(M):
-            r = a[n, i]
-            s = 0.0
-            m = 0.0
-            for k in range(K):
-                v = abs(r[k])
-                s += v
-                m = nan_max(m, v)
-            rsum[n, i] = s
-            rmax[n, i] = m
-
-
-@njit(parallel=True, cache=True)
-def _col_abs_stats(b, csum, cmax):
-    """csum[n, j] = sum_k |b[n, k, j]|, cmax[n, j] = max_k |b[n, k, j]| (NaN propagates)."""
-    BB, K, N = b.shape
-    for n in prange(BB):
-        s = csum[n]
-        m = cmax[n]
-        s[:] = 0.0
-        m[:] = 0.0
-        for k in range(K):
-            r = b[n, k]
-            for j in range(N):
-                v = abs(r[j])
-                s[j] += v
-                m[j] = nan_max(m[j], v)
-
-
-@njit(cache=True)
-def _abs_max(b, out):
-    """out[n] = max |b[n]| (NaN propagates)."""
-    for n in range(b.shape[0]):
-        x = b[n].ravel()
-        m = 0.0
-        for t in range(x.size):
-            v = abs(x[t])
-            m = nan_max(m, v)
-        out[n] = m
-
-
-@njit(cache=True)
-def _safe(bound, K):
-    """True when ``bound`` >= sum_k |a_k b_k| (in value units) proves that no step clamps:
-    the rounded products then sum to at most ``bound * 2**16 + K`` grid units."""
-    return bound * (SCALE * BOUND_MARGIN) + K <= ACC_MAX  # False for NaN
-
-
-@njit(cache=True)
-def _plan_rows(a, b, ia, ib, bmax, have_bmax, rsum, rmax, unsafe_rows):
-    """Row statistics of ``a``, ``max|b|`` per batch (unless given), and the cheap row bound:
-    unsafe_rows[n, i] when sum_k|a_ik| * max|b| does not prove that no step clamps.
-    Returns the number of unsafe rows.  (One call: a tiny matmul pays one dispatch.)"""
-    _row_abs_stats(a, rsum, rmax)
-    if not have_bmax:
-        _abs_max(b, bmax)
-    K = a.shape[2]
-    count = 0
-    for n in range(unsafe_rows.shape[0]):
-        for i in range(unsafe_rows.shape[1]):
-            u = not _safe(rsum[ia[n], i] * bmax[ib[n]], K)
-            unsafe_rows[n, i] = u
-            count += u
-    return count
-
-
-@njit(cache=True)
-def _element_unsafe(rsum, rmax, csum, cmax, ia, ib, K, unsafe_rows, unsafe):
-    """unsafe[n, i, j] for the rows flagged in unsafe_rows, by the two per-element bounds."""
-    N = unsafe.shape[2]
-    for n in range(unsafe.shape[0]):
-        for i in range(unsafe.shape[1]):
-            if not unsafe_rows[n, i]:
-                continue
-            rs = rsum[ia[n], i]
-            rm = rmax[ia[n], i]
-            cs = csum[ib[n]]
-            cm = cmax[ib[n]]
-            for j in range(N):
-                unsafe[n, i, j] = not (_safe(rs * cm[j], K) or _safe(rm * cs[j], K))
-
-
-_BLAS_CONTROLLER = []  # [threadpoolctl.ThreadpoolController] once created (or [None])
-
-
-def _blas_single_thread():
-    """A context manager limiting numpy's BLAS to one thread (no-op without threadpoolctl)."""
-    if not _BLAS_CONTROLLER:
-        try:
-            from threadpoolctl import ThreadpoolController
-            _BLAS_CONTROLLER.append(ThreadpoolController())
-        except ImportError:  # pragma: no cover - speed only, never correctness
-            _BLAS_CONTROLLER.append(None)
-    ctl = _BLAS_CONTROLLER[0]
-    return contextlib.nullcontext() if ctl is None else ctl.limit(limits=1, user_api="blas")
-
-
-def _blas_refine(a, b, ia, ib, K, unsafe):
-    """Clear unsafe[n, i, j] where the exact-order bound (|A| @ |B|)[i, j] proves safety.
-
-    Runs numpy's BLAS single-threaded (threadpoolctl): OpenBLAS threads keep spinning
-    after a call and would take both cores from Numba's threads.
-    """
-    with _blas_single_thread():
-        abs_b = {}
-        for n in range(unsafe.shape[0]):
-            rows = np.flatnonzero(unsafe[n].any(axis=1))
-            if rows.size == 0:
-                continue
-            key = int(ib[n])
-            if key not in abs_b:
-                abs_b[key] = np.abs(b[key])
-            with np.errstate(invalid="ignore", over="ignore"):  # inf * 0 -> NaN: unsafe
-                bound = np.abs(a[ia[n]][rows]) @ abs_b[key]
-                safe = bound * (SCALE * BOUND_MARGIN) + K <= ACC_MAX
-            unsafe[n, rows] &= ~safe
-
-
 # ---------------------------------------------------------------- entry points
 def matmul_q16_into(a, b, ia, ib, trunc, acc, flag, bmax=None):
     """:func:`matmul_q16` writing into ``acc`` (float64[B, M, N]) and ``flag`` (int8).
@@ -621,41 +491,3 @@ def matmul_q16(a, b, ia, ib, trunc):
     flag = np.empty((B, M, N), np.int8)
     matmul_q16_into(a, b, ia, ib, trunc, acc, flag)
     return acc, flag
-
-
-# ---------------------------------------------------------------- readout
-@njit(inline="always")
-def readout_unrounded(v, fl):
-    """The readout of the accumulator ``v`` (grid units) with clamp flag ``fl``, before its
-    one rounding to fp16 (``round_f16`` of it is the value, ``f64_to_f16`` the pattern):
-    NaN stays NaN (it wins over the flag); a flagged accumulator reads +inf (most recent
-    clamp at the top) or -inf (at the bottom) whatever it holds; otherwise ``v / 2**16``
-    (exact).  Branch-free (loops over it vectorize)."""
-    return np.inf * fl if (fl != 0) & (v == v) else v * (1.0 / SCALE)  # fl is +1 or -1
-
-
-@njit(inline="always")
-def readout_value(v, fl):
-    """The fp16 value (a float64) the accumulator ``v`` with flag ``fl`` reads out as:
-    ``v / 2**16`` rounded to fp16 half to even, in float64 (never float32, which would
-    round twice); +-inf when flagged; NaN stays the NaN it is."""
-    return round_f16(readout_unrounded(v, fl))
-
-
-@njit(inline="always")
-def readout_counts(v, fl):
-    """``(NaN output, saturated output)`` of one readout, 0 or 1 each: a flagged
-    accumulator that holds NaN reads NaN and is not counted as a saturation."""
-    ok = v == v
-    return np.int64(not ok), np.int64((fl != 0) & ok)
-
-
-@njit(cache=True)
-def readout(acc, flag, out):
-    """Accumulators to exact fp16 values (as float64) in ``out`` (C-contiguous, any ndim):
-    ``out[t] = readout_value(acc[t], flag[t])``."""
-    x = acc.reshape(acc.size)
-    f = flag.reshape(flag.size)
-    y = out.reshape(out.size)
-    for t in range(x.size):
-        y[t] = readout_value(x[t], f[t])
