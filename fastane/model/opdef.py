@@ -1,0 +1,105 @@
+"""The op vocabulary's registry (:class:`OpDef`, :data:`OPS`, the ``_op`` decorator),
+the checks every op's inference shares, and :func:`host_eval`.  The ops themselves are
+registered by :mod:`fastane.model.ops` (which re-exports these names), ``ops_mac`` and
+``ops_layout``."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..errors import ModelError
+from .tensor import TensorType
+
+
+_F32 = np.dtype(np.float32)
+
+
+@dataclass(frozen=True)
+class OpDef:
+    infer: Callable
+    host: Callable
+    #: evaluated at bind time when every input is constant
+    foldable: bool = True
+    #: "layout" (moves data, no arithmetic), "exact" (one rounding of the exact result),
+    #: "mac", "table", "host" (no ANE class)
+    kind: str = "host"
+
+
+OPS: dict = {}
+
+
+def _op(name, infer, kind="host", foldable=True):
+    def deco(fn):
+        OPS[name] = OpDef(infer, fn, foldable, kind)
+        return fn
+    return deco
+
+
+# ------------------------------------------------------------------------ helpers
+def _need(types, i, node, what="input"):
+    if i >= len(types) or types[i] is None:
+        raise ModelError(f"{node.describe()}: missing {what} {i}")
+    return types[i]
+
+
+def _float(t: TensorType, node, i=0):
+    if np.dtype(t.dtype).kind != "f":
+        raise ModelError(f"{node.describe()}: input {i} must be a float tensor, got {t}")
+    return t
+
+
+def _const(consts, i, node, what):
+    if i >= len(consts) or consts[i] is None:
+        raise ModelError(f"{node.describe()}: {what} (input {i}) must be a constant (or computable "
+                         f"from the input shapes); fastane does not run data-dependent shapes")
+    return consts[i]
+
+
+def _axis(a, rank, node, what="axis"):
+    a = int(a)
+    if not -rank <= a < max(rank, 1):
+        raise ModelError(f"{node.describe()}: {what} {a} is out of range for a {rank}-D tensor")
+    return a % rank if rank else 0
+
+
+def _bshape(shapes, node):
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ModelError(f"{node.describe()}: shapes {' and '.join(str(tuple(s)) for s in shapes)} "
+                         f"do not broadcast") from None
+
+
+def _same(node, types, consts):
+    return [_float(_need(types, 0, node), node)]
+
+
+def _fl(x):
+    """float inputs widened to float32 (integer tensors unchanged)."""
+    x = np.asarray(x)
+    return x.astype(np.float32) if x.dtype.kind == "f" and x.dtype != _F32 else x
+
+
+def host_eval(node, arrays, out_dtypes=None):
+    """Run ``node`` on the host (float inputs widened to float32); outputs cast to
+    ``out_dtypes`` (the inferred dtypes) when given."""
+    op = OPS[node.op]
+    args = [None if a is None else _fl(a) for a in arrays]
+    with np.errstate(all="ignore"):
+        try:
+            outs = op.host(node, *args)
+        except ModelError:
+            raise
+        except (ValueError, IndexError, TypeError) as exc:
+            raise ModelError(f"{node.describe()}: {exc}") from None
+    if not isinstance(outs, (list, tuple)):
+        outs = [outs]
+    res = []
+    for i, o in enumerate(outs[:len(node.outputs)]):
+        o = np.asarray(o)
+        if out_dtypes is not None and o.dtype != out_dtypes[i]:
+            o = o.astype(out_dtypes[i])
+        res.append(o)
+    return res

@@ -1,0 +1,258 @@
+"""The layout ops of the vocabulary (flatten, reshape, transpose, squeeze, concat, slice,
+pad, shape, gather, expand, range ...): shape inference and host implementations
+(see :mod:`fastane.model.ops`)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ModelError
+from .opdef import _axis, _bshape, _const, _need, _op
+from .tensor import TensorType, check_size
+
+
+# ------------------------------------------------------------------------ layout
+def _flatten_infer(node, types, consts):
+    x = _need(types, 0, node)
+    r = len(x.shape)
+    a = int(node.attrs.get("axis", 1))
+    if not -r <= a <= r:
+        raise ModelError(f"{node.describe()}: axis {a} out of range for a {r}-D tensor")
+    a = a + r if a < 0 else a
+    return [TensorType(x.dtype, (math.prod(x.shape[:a]), math.prod(x.shape[a:])))]
+
+
+_op("flatten", _flatten_infer, "layout")(
+    lambda node, x: x.reshape(_flatten_infer(node, [TensorType(x.dtype, x.shape)], [None])[0].shape))
+
+
+def _reshape_target(node, shape, target):
+    target = [int(v) for v in np.asarray(target).reshape(-1)]
+    allowzero = node.attrs.get("allowzero", 0)
+    out = []
+    for i, v in enumerate(target):
+        if v == 0 and not allowzero:
+            if i >= len(shape):
+                raise ModelError(f"{node.describe()}: target dim {i} is 0 (copy) but the input "
+                                 f"has {len(shape)} dims")
+            out.append(shape[i])
+        else:
+            out.append(v)
+    if out.count(-1) > 1 or any(v < -1 for v in out):
+        raise ModelError(f"{node.describe()}: invalid target shape {target}")
+    n = math.prod(shape)
+    if -1 in out:
+        rest = math.prod(v for v in out if v != -1)
+        if rest == 0 or n % rest:
+            raise ModelError(f"{node.describe()}: cannot reshape {tuple(shape)} to {target}")
+        out[out.index(-1)] = n // rest
+    if math.prod(out) != n:
+        raise ModelError(f"{node.describe()}: cannot reshape {tuple(shape)} ({n} elements) to "
+                         f"{tuple(out)}")
+    return tuple(out)
+
+
+def _reshape_infer(node, types, consts):
+    x = _need(types, 0, node)
+    return [TensorType(x.dtype, _reshape_target(node, x.shape, _const(consts, 1, node, "shape")))]
+
+
+_op("reshape", _reshape_infer, "layout")(
+    lambda node, x, t: x.reshape(_reshape_target(node, x.shape, t)))
+
+
+def _perm(node, rank):
+    perm = node.attrs.get("perm")
+    perm = tuple(range(rank))[::-1] if perm is None else tuple(int(p) for p in perm)
+    if sorted(perm) != list(range(rank)):
+        raise ModelError(f"{node.describe()}: perm {perm} is not a permutation of {rank} axes")
+    return perm
+
+
+def _transpose_infer(node, types, consts):
+    x = _need(types, 0, node)
+    return [TensorType(x.dtype, tuple(x.shape[p] for p in _perm(node, len(x.shape))))]
+
+
+_op("transpose", _transpose_infer, "layout")(
+    lambda node, x: np.asarray(np.transpose(x, _perm(node, x.ndim)), order="C"))
+
+
+def _squeeze_axes(node, shape, axes):
+    if axes is None:
+        return tuple(i for i, d in enumerate(shape) if d == 1)
+    ax = tuple(sorted({_axis(a, len(shape), node) for a in np.asarray(axes).reshape(-1)}))
+    for a in ax:
+        if shape[a] != 1:
+            raise ModelError(f"{node.describe()}: cannot squeeze axis {a} of size {shape[a]}")
+    return ax
+
+
+def _squeeze_infer(node, types, consts):
+    x = _need(types, 0, node)
+    axes = None
+    if len(node.inputs) > 1 and node.inputs[1]:
+        axes = _const(consts, 1, node, "axes")
+    ax = _squeeze_axes(node, x.shape, axes)
+    return [TensorType(x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in ax))]
+
+
+_op("squeeze", _squeeze_infer, "layout")(
+    lambda node, x, axes=None: np.squeeze(x, _squeeze_axes(node, x.shape, axes)))
+
+
+def _unsqueeze_shape(node, shape, axes):
+    r = len(shape) + np.size(axes)
+    ax = sorted({_axis(a, r, node) for a in np.asarray(axes).reshape(-1)})
+    if len(ax) != np.size(axes):
+        raise ModelError(f"{node.describe()}: repeated axes {list(np.asarray(axes).reshape(-1))}")
+    it = iter(shape)
+    return tuple(1 if i in ax else next(it) for i in range(r))
+
+
+def _unsqueeze_infer(node, types, consts):
+    x = _need(types, 0, node)
+    return [TensorType(x.dtype, _unsqueeze_shape(node, x.shape, _const(consts, 1, node, "axes")))]
+
+
+_op("unsqueeze", _unsqueeze_infer, "layout")(
+    lambda node, x, axes: x.reshape(_unsqueeze_shape(node, x.shape, axes)))
+
+
+def _concat_infer(node, types, consts):
+    ts = [_need(types, i, node) for i in range(len(node.inputs))]
+    r = len(ts[0].shape)
+    a = _axis(node.attrs.get("axis", 0), r, node)
+    for t in ts[1:]:
+        if len(t.shape) != r or any(x != y for i, (x, y) in enumerate(zip(t.shape, ts[0].shape)) if i != a):
+            raise ModelError(f"{node.describe()}: cannot concatenate {', '.join(str(t) for t in ts)} "
+                             f"along axis {a}")
+        if t.dtype != ts[0].dtype:
+            raise ModelError(f"{node.describe()}: operand dtypes differ: {ts[0]} and {t}")
+    shape = list(ts[0].shape)
+    shape[a] = sum(t.shape[a] for t in ts)
+    return [TensorType(ts[0].dtype, tuple(shape))]
+
+
+@_op("concat", _concat_infer, "layout")
+def _concat(node, *xs):
+    # ANE tensors arrive as fp16, host ones as float32: concatenate in the wider dtype
+    return np.concatenate(xs, axis=_axis(node.attrs.get("axis", 0), xs[0].ndim, node))
+
+
+def _slices(node, shape, starts, ends, axes, steps):
+    starts = np.asarray(starts).reshape(-1)
+    ends = np.asarray(ends).reshape(-1)
+    axes = np.arange(len(starts)) if axes is None else np.asarray(axes).reshape(-1)
+    steps = np.ones(len(starts), np.int64) if steps is None else np.asarray(steps).reshape(-1)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ModelError(f"{node.describe()}: starts, ends, axes and steps differ in length")
+    sl = [slice(None)] * len(shape)
+    for st, en, ax, sp in zip(starts, ends, axes, steps):
+        if sp == 0:
+            raise ModelError(f"{node.describe()}: a slice step is 0")
+        a = _axis(ax, len(shape), node)
+        big = 1 << 62
+        sl[a] = slice(int(np.clip(st, -big, big)), int(np.clip(en, -big, big)), int(sp))
+    return tuple(sl)
+
+
+def _slice_infer(node, types, consts):
+    x = _need(types, 0, node)
+    args = [_const(consts, i, node, n) for i, n in ((1, "starts"), (2, "ends"))]
+    for i, n in ((3, "axes"), (4, "steps")):
+        args.append(_const(consts, i, node, n) if len(node.inputs) > i and node.inputs[i] else None)
+    sl = _slices(node, x.shape, *args)
+    return [TensorType(x.dtype, tuple(len(range(*s.indices(d))) for s, d in zip(sl, x.shape)))]
+
+
+_op("slice", _slice_infer, "layout")(
+    lambda node, x, st, en, ax=None, sp=None: np.asarray(x[_slices(node, x.shape, st, en, ax, sp)], order="C"))
+
+
+def _pad_widths(node, shape, pads, axes):
+    pads = [int(v) for v in np.asarray(pads).reshape(-1)]
+    axes = list(range(len(shape))) if axes is None else [_axis(a, len(shape), node) for a in np.asarray(axes).reshape(-1)]
+    if len(pads) != 2 * len(axes):
+        raise ModelError(f"{node.describe()}: pads has {len(pads)} values for {len(axes)} axes")
+    if min(pads, default=0) < 0:
+        raise NotImplementedError(f"{node.describe()}: negative pads (cropping) are not supported yet")
+    w = [(0, 0)] * len(shape)
+    for i, a in enumerate(axes):
+        w[a] = (pads[i], pads[i + len(axes)])
+    return w
+
+
+def _pad_infer(node, types, consts):
+    x = _need(types, 0, node)
+    axes = _const(consts, 3, node, "axes") if len(node.inputs) > 3 and node.inputs[3] else None
+    w = _pad_widths(node, x.shape, _const(consts, 1, node, "pads"), axes)
+    if node.attrs.get("mode", "constant") not in ("constant", "reflect", "edge"):
+        raise ModelError(f"{node.describe()}: unknown pad mode {node.attrs.get('mode')!r}")
+    return [TensorType(x.dtype, tuple(d + a + b for d, (a, b) in zip(x.shape, w)))]
+
+
+@_op("pad", _pad_infer, "layout")
+def _pad(node, x, pads, value=None, axes=None):
+    w = _pad_widths(node, x.shape, pads, axes)
+    mode = node.attrs.get("mode", "constant")
+    if mode == "constant":
+        v = 0 if value is None or np.size(value) == 0 else np.asarray(value).reshape(-1)[0]
+        return np.pad(x, w, constant_values=v)
+    return np.pad(x, w, mode=mode)
+
+
+def _shape_infer(node, types, consts):
+    x = _need(types, 0, node)
+    r = len(x.shape)
+    start, end = node.attrs.get("start", 0), node.attrs.get("end", r)
+    n = len(range(*slice(start, end).indices(r)))
+    return [TensorType(np.dtype(np.int64), (n,))]
+
+
+@_op("shape", _shape_infer, "layout")
+def _shape(node, x, *_):
+    raise AssertionError("shape is folded at bind time")
+
+
+def _gather_infer(node, types, consts):
+    x, i = _need(types, 0, node), _need(types, 1, node)
+    if np.dtype(i.dtype).kind not in "iu":
+        raise ModelError(f"{node.describe()}: indices must be integers, got {i}")
+    a = _axis(node.attrs.get("axis", 0), len(x.shape), node)
+    return [TensorType(x.dtype, x.shape[:a] + i.shape + x.shape[a + 1:])]
+
+
+@_op("gather", _gather_infer, "layout")
+def _gather(node, x, idx):
+    a = _axis(node.attrs.get("axis", 0), x.ndim, node)
+    n = x.shape[a]
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise ValueError(f"gather index out of range [-{n}, {n}) on axis {a}")
+    return np.take(x, np.where(idx < 0, idx + n, idx), axis=a)
+
+
+def _expand_infer(node, types, consts):
+    x = _need(types, 0, node)
+    shape = tuple(int(v) for v in np.asarray(_const(consts, 1, node, "shape")).reshape(-1))
+    out = _bshape([x.shape, shape], node)
+    check_size(out, node.describe())
+    return [TensorType(x.dtype, out)]
+
+
+_op("expand", _expand_infer, "layout")(
+    lambda node, x, shape: np.asarray(np.broadcast_to(
+        x, np.broadcast_shapes(x.shape, tuple(int(v) for v in shape.reshape(-1)))), order="C"))
+
+
+def _range_infer(node, types, consts):
+    st, li, de = (_const(consts, i, node, n) for i, n in ((0, "start"), (1, "limit"), (2, "delta")))
+    if float(de) == 0:
+        raise ModelError(f"{node.describe()}: delta is 0")
+    n = max(int(math.ceil((float(li) - float(st)) / float(de))), 0)
+    check_size((n,), node.describe())
+    return [TensorType(np.asarray(st).dtype, (n,))]
+
+
+_op("range", _range_infer, "layout")(lambda node, s, l, d: np.arange(s, l, d).astype(np.asarray(s).dtype))

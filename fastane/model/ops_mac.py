@@ -1,0 +1,267 @@
+"""The MAC ops of the vocabulary (matmul, gemm, conv, batchnorm, conv_transpose): shape
+inference and float32 host implementations, with their geometry (see :mod:`fastane.model.ops`)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ModelError
+from .opdef import _bshape, _float, _need, _op
+from .tensor import TensorType, check_size
+
+
+# ------------------------------------------------------------------------ MAC ops
+def _matmul_infer(node, types, consts):
+    a, b = _float(_need(types, 0, node), node), _float(_need(types, 1, node), node, 1)
+    if a.dtype != b.dtype:
+        raise ModelError(f"{node.describe()}: operand dtypes differ: {a} and {b}")
+    sa, sb = a.shape, b.shape
+    if not sa or not sb:
+        raise ModelError(f"{node.describe()}: MatMul operands must be at least 1-D, got {a} and {b}")
+    A = (1,) + sa if len(sa) == 1 else sa
+    B = sb + (1,) if len(sb) == 1 else sb
+    if A[-1] != B[-2]:
+        raise ModelError(f"{node.describe()}: inner dimensions differ: {a} @ {b}")
+    batch = _bshape([A[:-2], B[:-2]], node)
+    out = batch + (A[-2], B[-1])
+    if len(sa) == 1:
+        out = out[:-2] + out[-1:]
+    if len(sb) == 1:
+        out = out[:-1]
+    return [TensorType(a.dtype, out)]
+
+
+@_op("matmul", _matmul_infer, "mac")
+def _matmul(node, a, b):
+    return np.matmul(a, b)
+
+
+def _gemm_dims(node, types):
+    a, b = _float(_need(types, 0, node), node), _float(_need(types, 1, node), node, 1)
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ModelError(f"{node.describe()}: Gemm operands must be 2-D, got {a} and {b}")
+    M, K = a.shape[::-1] if node.attrs.get("trans_a") else a.shape
+    K2, N = b.shape[::-1] if node.attrs.get("trans_b") else b.shape
+    if K != K2:
+        raise ModelError(f"{node.describe()}: inner dimensions differ: {a} and {b} "
+                         f"(trans_a={node.attrs.get('trans_a', 0)}, trans_b={node.attrs.get('trans_b', 0)})")
+    return a, M, K, N
+
+
+def _gemm_infer(node, types, consts):
+    a, M, K, N = _gemm_dims(node, types)
+    if len(types) > 2 and types[2] is not None:
+        c = types[2].shape
+        if _bshape([c, (M, N)], node) != (M, N):
+            raise ModelError(f"{node.describe()}: C of shape {c} does not broadcast to ({M}, {N})")
+    return [TensorType(a.dtype, (M, N))]
+
+
+@_op("gemm", _gemm_infer, "mac")
+def _gemm(node, a, b, c=None):
+    if node.attrs.get("trans_a"):
+        a = a.T
+    if node.attrs.get("trans_b"):
+        b = b.T
+    y = np.float32(node.attrs.get("alpha", 1.0)) * (a @ b)
+    if c is not None:
+        y = y + np.float32(node.attrs.get("beta", 1.0)) * c
+    return y
+
+
+def conv_geometry(node, x_shape, w_shape, transpose=False):
+    """``(strides, dilations, pads ((b, e) per axis), out_spatial)`` of a conv or pool over
+    ``x_shape`` with kernel spatial shape ``w_shape``; ``auto_pad`` resolved here."""
+    nsp = len(x_shape) - 2
+    k = tuple(int(v) for v in w_shape)
+    s = tuple(int(v) for v in node.attrs.get("strides") or (1,) * nsp)
+    d = tuple(int(v) for v in node.attrs.get("dilations") or (1,) * nsp)
+    if len(k) != nsp or len(s) != nsp or len(d) != nsp:
+        raise ModelError(f"{node.describe()}: kernel {k}, strides {s}, dilations {d} do not match "
+                         f"the input's {nsp} spatial axes")
+    if min(s + d + k, default=1) < 1:
+        raise ModelError(f"{node.describe()}: kernel {k}, strides {s} and dilations {d} must be >= 1")
+    auto = node.attrs.get("auto_pad")
+    pads = tuple(tuple(int(v) for v in p) for p in node.attrs.get("pads") or ((0, 0),) * nsp)
+    if len(pads) != nsp or any(min(p) < 0 for p in pads):
+        raise ModelError(f"{node.describe()}: pads {pads} invalid for {nsp} spatial axes")
+    sp = x_shape[2:]
+    ceil = bool(node.attrs.get("ceil_mode", 0))
+    if auto in ("same_upper", "same_lower"):
+        out = tuple(-(-n // st) for n, st in zip(sp, s))
+        pads = []
+        for n, o, st, kk, dd in zip(sp, out, s, k, d):
+            tot = max(0, (o - 1) * st + (kk - 1) * dd + 1 - n)
+            lo = tot // 2 if auto == "same_upper" else tot - tot // 2
+            pads.append((lo, tot - lo))
+        pads = tuple(pads)
+    elif auto == "valid":
+        pads = ((0, 0),) * nsp
+    out = []
+    for n, (pb, pe), st, kk, dd in zip(sp, pads, s, k, d):
+        span = (kk - 1) * dd + 1
+        num = n + pb + pe - span
+        if num < 0:
+            raise ModelError(f"{node.describe()}: the padded input ({n + pb + pe}) is smaller than "
+                             f"the dilated kernel ({span})")
+        o = (-(-num // st) if ceil else num // st) + 1
+        if ceil and (o - 1) * st >= n + pb:     # the last window must start inside the input
+            o -= 1
+        out.append(o)
+    return s, d, pads, tuple(out)
+
+
+def _conv_operands(node, types, what: str):
+    """The input and weight types of a conv-like node (1-D or 2-D) and its groups."""
+    x, w = _float(_need(types, 0, node), node), _float(_need(types, 1, node), node, 1)
+    if len(x.shape) not in (3, 4) or len(w.shape) != len(x.shape):
+        raise ModelError(f"{node.describe()}: fastane supports 1-D and 2-D {what} (input N x C x "
+                         f"[H x] W, weight of the same rank), got input {x} and weight {w}")
+    return x, w, int(node.attrs.get("groups", 1))
+
+
+def _conv_infer(node, types, consts):
+    x, w, g = _conv_operands(node, types, "convolutions")
+    C, CO, CG = x.shape[1], w.shape[0], w.shape[1]
+    if g < 1 or CO % g or C != CG * g:
+        raise ModelError(f"{node.describe()}: group={g}: input has {C} channels, weight {w} expects "
+                         f"{CG} per group and {CO} outputs divisible by the groups")
+    if len(types) > 2 and types[2] is not None and types[2].shape != (CO,):
+        raise ModelError(f"{node.describe()}: bias must have shape ({CO},), got {types[2]}")
+    *_, out = conv_geometry(node, x.shape, w.shape[2:])
+    return [TensorType(x.dtype, (x.shape[0], CO) + out)]
+
+
+def _windows(xp, k, s, d, out):
+    """Yield ``(kernel index, window view)`` over a padded N x C x spatial array."""
+    import itertools
+    for idx in itertools.product(*(range(kk) for kk in k)):
+        sl = tuple(slice(i * dd, i * dd + (o - 1) * st + 1, st) for i, dd, st, o in zip(idx, d, s, out))
+        yield idx, xp[(slice(None), slice(None)) + sl]
+
+
+@_op("conv", _conv_infer, "mac")
+def _conv(node, x, w, b=None):
+    s, d, pads, out = conv_geometry(node, x.shape, w.shape[2:])
+    g = int(node.attrs.get("groups", 1))
+    N, C = x.shape[:2]
+    CO, CG = w.shape[:2]
+    xp = np.pad(x, ((0, 0), (0, 0)) + pads)
+    y = np.zeros((N, g, CO // g) + out, np.float32)
+    wg = w.reshape((g, CO // g, CG) + w.shape[2:])
+    for idx, win in _windows(xp, w.shape[2:], s, d, out):
+        patch = win.reshape((N, g, CG) + out)
+        y += np.einsum("ngc...,goc->ngo...", patch, wg[(Ellipsis,) + idx], optimize=True)
+    y = y.reshape((N, CO) + out)
+    if b is not None:
+        y += b.reshape((1, CO) + (1,) * len(out))
+    return y
+
+
+def _bn_infer(node, types, consts):
+    x = _float(_need(types, 0, node), node)
+    if len(x.shape) < 2:
+        raise ModelError(f"{node.describe()}: input must be at least 2-D, got {x}")
+    for i in range(1, 5):
+        t = _need(types, i, node)
+        if t.shape != (x.shape[1],):
+            raise ModelError(f"{node.describe()}: input {i} must have shape ({x.shape[1]},), got {t}")
+    return [x]
+
+
+def bn_affine(node, scale, bias, mean, var):
+    """BatchNormalization as ``a * x + c`` per channel (float64)."""
+    eps = float(node.attrs.get("epsilon", 1e-5))
+    a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+    return a, bias.astype(np.float64) - a * mean.astype(np.float64)
+
+
+@_op("batchnorm", _bn_infer, "mac")
+def _bn(node, x, scale, bias, mean, var):
+    eps = np.float32(node.attrs.get("epsilon", 1e-5))
+    sh = (1, -1) + (1,) * (x.ndim - 2)
+    return ((x - mean.reshape(sh)) / np.sqrt(var.reshape(sh) + eps) * scale.reshape(sh)
+            + bias.reshape(sh))
+
+
+# ------------------------------------------------------------------------ transposed conv
+def deconv_geometry(node, x_shape, w_shape):
+    """``(strides, dilations, pads ((b, e) per axis), output_padding, out_spatial)`` of a
+    transposed convolution (ONNX ConvTranspose semantics; ``output_shape`` and ``auto_pad``
+    resolved here)."""
+    nsp = len(x_shape) - 2
+    k = tuple(int(v) for v in w_shape[2:])
+    s = tuple(int(v) for v in node.attrs.get("strides") or (1,) * nsp)
+    d = tuple(int(v) for v in node.attrs.get("dilations") or (1,) * nsp)
+    op = tuple(int(v) for v in node.attrs.get("output_padding") or (0,) * nsp)
+    if not len(k) == len(s) == len(d) == len(op) == nsp or min(s + d + k, default=1) < 1:
+        raise ModelError(f"{node.describe()}: kernel {k}, strides {s}, dilations {d}, output_padding "
+                         f"{op} do not fit the input's {nsp} spatial axes")
+    if any(o >= max(st, dd) for o, st, dd in zip(op, s, d)):
+        raise ModelError(f"{node.describe()}: output_padding {op} must be smaller than the stride "
+                         f"or the dilation")
+    sp = x_shape[2:]
+    full = tuple(st * (n - 1) + o + (kk - 1) * dd + 1 for n, st, o, kk, dd in zip(sp, s, op, k, d))
+    out_shape = node.attrs.get("output_shape")
+    auto = node.attrs.get("auto_pad")
+    if out_shape is None and auto in ("same_upper", "same_lower"):
+        out_shape = tuple(n * st for n, st in zip(sp, s))
+    if out_shape is not None:
+        out_shape = tuple(int(v) for v in out_shape)[-nsp:]
+        if len(out_shape) != nsp:
+            raise ModelError(f"{node.describe()}: output_shape {out_shape} does not fit {nsp} spatial axes")
+        pads = []
+        for f, o in zip(full, out_shape):
+            tot = f - o                 # < 0: the output extends past the full result (zeros)
+            pads.append((tot // 2, tot - tot // 2) if auto == "same_upper" else (tot - tot // 2, tot // 2))
+        pads = tuple(pads)
+        check_size(tuple(x_shape[:1]) + out_shape, node.describe())
+    elif auto == "valid" or node.attrs.get("pads") is None:
+        pads = ((0, 0),) * nsp
+    else:
+        pads = tuple(tuple(int(v) for v in p) for p in node.attrs["pads"])
+        if len(pads) != nsp or any(min(p) < 0 for p in pads):
+            raise ModelError(f"{node.describe()}: pads {pads} invalid for {nsp} spatial axes")
+    out = tuple(f - pb - pe for f, (pb, pe) in zip(full, pads))
+    if min(out, default=1) < 1:
+        raise ModelError(f"{node.describe()}: the output would be empty ({out})")
+    return s, d, pads, op, out
+
+
+def _deconv_infer(node, types, consts):
+    x, w, g = _conv_operands(node, types, "transposed convolutions")
+    if g < 1 or x.shape[1] != w.shape[0] or x.shape[1] % g:
+        raise ModelError(f"{node.describe()}: group={g}: input has {x.shape[1]} channels, weight {w} "
+                         f"expects {w.shape[0]} (divisible by the groups)")
+    co = w.shape[1] * g
+    if len(types) > 2 and types[2] is not None and types[2].shape != (co,):
+        raise ModelError(f"{node.describe()}: bias must have shape ({co},), got {types[2]}")
+    *_, out = deconv_geometry(node, x.shape, w.shape)
+    return [TensorType(x.dtype, (x.shape[0], co) + out)]
+
+
+@_op("conv_transpose", _deconv_infer, "mac")
+def _deconv(node, x, w, b=None):
+    """Scatter form: every input pixel adds its kernel-weighted contribution to the output
+    (the definition; independent of the ANE lowering's zero-insertion form)."""
+    import itertools
+    s, d, pads, op, out = deconv_geometry(node, x.shape, w.shape)
+    g = int(node.attrs.get("groups", 1))
+    N, C = x.shape[:2]
+    cg, mg = C // g, w.shape[1]
+    sp = x.shape[2:]
+    full = tuple(st * (n - 1) + o + (kk - 1) * dd + 1
+                 for n, st, o, kk, dd in zip(sp, s, op, w.shape[2:], d))
+    y = np.zeros((N, g, mg) + full, np.float32)
+    xg = x.reshape((N, g, cg) + sp)
+    wg = w.reshape((g, cg, mg) + w.shape[2:])
+    for idx in itertools.product(*(range(kk) for kk in w.shape[2:])):
+        contrib = np.einsum("ngc...,gcm->ngm...", xg, wg[(Ellipsis,) + idx], optimize=True)
+        sl = tuple(slice(i * dd, i * dd + st * (n - 1) + 1, st) for i, dd, st, n in zip(idx, d, s, sp))
+        y[(slice(None), slice(None), slice(None)) + sl] += contrib
+    y = y.reshape((N, g * mg) + full)
+    y = np.pad(y, ((0, 0), (0, 0)) + tuple((max(-pb, 0), max(-pe, 0)) for pb, pe in pads))
+    y = y[(slice(None), slice(None)) + tuple(slice(max(pb, 0), max(pb, 0) + o)
+                                             for (pb, _), o in zip(pads, out))]
+    if b is not None:
+        y = y + b.reshape((1, -1) + (1,) * len(out))
+    return y
