@@ -1,0 +1,346 @@
+"""The per-op placement rules of :mod:`fastane.model.place`: how an activation, a
+convolution (with its fused BatchNormalization and activation), a transposed convolution,
+a Gemm or a MatMul is placed on the ANE through the public entry points, or on the host
+with the reason.  :func:`fastane.model.place.place` walks the graph and calls them."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import activations as _activations
+from .. import api as _api
+from .. import lut as _lut
+from ..operands import fp16_operand
+from . import plan as _plan
+from .graph import Node
+from .ops import conv_geometry
+
+NO_LOWERING = "no ANE lowering in fastane yet"
+
+
+class _EntryPoints:
+    """fastane's public entry points (:mod:`fastane.api`, :mod:`fastane.activations`),
+    looked up when a layer runs."""
+
+    def __getattr__(self, name):
+        return getattr(_api if name in _api.__all__ else _activations, name)
+
+
+_ep = _EntryPoints()
+
+#: ONNX default SELU constants (float32), which are Apple's selu block's
+_SELU = (1.6732632423543772, 1.0507009873554805)
+
+
+# ------------------------------------------------------------------------ activations
+def _activation(node: Node, consts: dict):
+    """``(fused, standalone)`` for an activation node fastane runs on the ANE: ``fused`` is
+    the ``activation=`` argument of the MAC entry points, ``standalone`` a callable on one
+    array; ``(None, reason)`` when it has no lowering."""
+    op, a = node.op, node.attrs
+    if op in ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign", "exp2", "rsqrt"):
+        return op, getattr(_ep, op)
+    if op == "gelu":
+        if a.get("approximate", "none") != "none":
+            return None, "tanh-approximated GELU: fastane has the erf GELU table only"
+        return "gelu", _ep.gelu
+    if op == "leaky_relu":
+        s = float(a.get("alpha", 0.01))
+        blk = "leaky_relu" if np.float32(s) == np.float32(0.01) else _lut.leaky_relu_block(s)
+        return blk, lambda x: _ep.leaky_relu(x, s)
+    if op == "selu":
+        al, ga = float(a.get("alpha", _SELU[0])), float(a.get("gamma", _SELU[1]))
+        if np.float32(al) != np.float32(_SELU[0]) or np.float32(ga) != np.float32(_SELU[1]):
+            return None, "SELU with non-default alpha/gamma: fastane has Apple's selu block only"
+        return "selu", _ep.selu
+    if op == "clip":
+        lo = _scalar(consts, node, 1)
+        hi = _scalar(consts, node, 2)
+        if lo is False or hi is False:
+            return None, "Clip bounds are not constant"
+        big = 65504.0
+        if lo is not None and lo == 0.0 and (hi is None or hi >= big):
+            return "relu", _ep.relu
+        if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+            return None, "Clip with one bound only: no ANE block in fastane yet"
+        if not float(np.float16(lo)) < float(np.float16(hi)):
+            return None, "Clip bounds collapse in fp16"
+        blk = "relu6" if (lo, hi) == (0.0, 6.0) else _lut.hardtanh_block(lo, hi)
+        return blk, lambda x: _ep.hardtanh(x, lo, hi)
+    return None, NO_LOWERING
+
+
+def _scalar(consts, node, i):
+    """The constant scalar input ``i`` of ``node``: None if omitted, False if not constant."""
+    if len(node.inputs) <= i or not node.inputs[i]:
+        return None
+    v = consts.get(node.inputs[i])
+    if v is None or v.size != 1:
+        return False
+    return float(v.reshape(-1)[0])
+
+
+def _weights(node, consts, what: str, add):
+    """``(weight, bias or None)`` of a conv-like node when both are constants; else the node
+    is placed on the host (the ANE reads weights from the compiled program) and None."""
+    w = consts.get(node.inputs[1])
+    has_b = len(node.inputs) > 2 and bool(node.inputs[2])
+    b = consts.get(node.inputs[2]) if has_b else None
+    if w is None or (has_b and b is None):
+        add([node], "host", f"{what} with non-constant weights or bias: the ANE reads weights "
+            f"from the compiled program", "mac")
+        return None
+    return w, b
+
+
+def _place_conv(node, consts, types, only, fuse_activation, add):
+    wb = _weights(node, consts, "convolution", add)
+    if wb is None:
+        return
+    w, b = wb
+    nodes = [node]
+    scale = shift = None
+    bn = only(node.outputs[0])
+    if bn is not None and bn.op == "batchnorm" and all(t in consts for t in bn.inputs[1:5]):
+        from .ops import bn_affine
+        scale, shift = bn_affine(bn, *(consts[t] for t in bn.inputs[1:5]))
+        nodes.append(bn)
+    acts, fused = fuse_activation(nodes[-1])
+    nodes += acts
+    x_shape = types[node.inputs[0]].shape
+    s, d, pads, _ = conv_geometry(node, x_shape, w.shape[2:])
+    groups = int(node.attrs.get("groups", 1))
+    def prepare():
+        with np.errstate(over="ignore"):
+            if scale is not None:
+                return _lut.fold_affine(w, b, scale, shift)
+            return _fp16(w, node, "weight"), None if b is None else _fp16(b, node, "bias")
+    consts16 = _Lazy(prepare)
+    has_bias = b is not None or scale is not None
+    one_d = len(x_shape) == 3
+    sym = all(pb == pe for pb, pe in pads)
+    padding = tuple(pb for pb, _ in pads)
+    note = "" if sym else ("asymmetric padding materialised as zeros on the host (a zero operand "
+                           "either way)")
+
+    def run(xs):
+        w16, b16 = consts16()
+        x = xs[0]
+        pad = padding
+        if not sym:
+            x = np.pad(np.asarray(x), ((0, 0), (0, 0)) + tuple(pads))
+            pad = (0,) * len(pads)
+        if one_d:
+            return [_ep.conv1d(x, w16, b16, s[0], pad[0], d[0], groups, fused)]
+        return [_ep.conv2d(x, w16, b16, s, pad, d, groups, fused)]
+    def plan():
+        xs = tuple(x_shape)
+        if sym:
+            return _plan.conv(xs, w.shape, s, pads, d, groups, has_bias, fused)
+        xs = xs[:2] + tuple(n + pb + pe for n, (pb, pe) in zip(xs[2:], pads))
+        return _plan.conv(xs, w.shape, s, ((0, 0),) * len(pads), d, groups, has_bias, fused)
+    consts16.layer = add(nodes, "ane", note, "mac", run, "conv1d" if one_d else "conv2d", plan,
+                         folded_bn=scale is not None, activation=_act_name(fused))
+
+
+class _Lazy:
+    """A layer's compile-time constants (fp16 weights, folded BatchNormalization), made on
+    first use: a stats-only report never needs them (nor the weights' values).  A note
+    about them (weights beyond the fp16 range) is added to the layer's reason then."""
+
+    def __init__(self, fn):
+        self.fn, self.value, self.layer = fn, None, None
+
+    def __call__(self):
+        if self.value is None:
+            self.value = self.fn()
+            note = _overflow(*self.value)
+            if note and self.layer is not None:
+                self.layer.reason = "; ".join(filter(None, [self.layer.reason, note]))
+        return self.value
+
+
+def _fp16(x, node, name):
+    """A constant operand rounded once to fp16 (the one operand rounding)."""
+    return fp16_operand(x, node.describe(), name)
+
+
+def _place_deconv(node, consts, types, fuse_activation, add):
+    """ConvTranspose as a stride-1 convolution on the ANE: the input's pixels spread
+    ``stride`` apart with zeros between them and padded (or cropped) on the host (layout:
+    data movement), the kernel flipped and its in/out channels swapped per group.  Each
+    output sums the same products as the definition plus exact zeros (the MAC counts
+    include those zero products; the corpus shows no deconvolution task)."""
+    from .ops import deconv_geometry
+    wb = _weights(node, consts, "transposed convolution", add)
+    if wb is None:
+        return
+    w, b = wb
+    x_shape = types[node.inputs[0]].shape
+    s, d, pads, op, _ = deconv_geometry(node, x_shape, w.shape)
+    g = int(node.attrs.get("groups", 1))
+    cg, mg = w.shape[0] // g, w.shape[1]
+    k = w.shape[2:]
+    nsp = len(k)
+    def prepare():
+        wc = w.reshape((g, cg, mg) + k).swapaxes(1, 2)[(Ellipsis,) + (slice(None, None, -1),) * nsp]
+        with np.errstate(over="ignore"):
+            return (_fp16(np.ascontiguousarray(wc.reshape((g * mg, cg) + k)), node, "weight"),
+                    None if b is None else _fp16(b, node, "bias"))
+    consts16 = _Lazy(prepare)
+    w_shape = (g * mg, cg) + tuple(k)
+    acts, fused = fuse_activation(node)
+    edges = [((kk - 1) * dd - pb, (kk - 1) * dd - pe + o) for kk, dd, (pb, pe), o in zip(k, d, pads, op)]
+    up = tuple((n - 1) * st + 1 for n, st in zip(x_shape[2:], s))
+    x_conv = tuple(x_shape[:2]) + tuple(u + lo + hi for u, (lo, hi) in zip(up, edges))
+
+    def spread(x):
+        x = np.asarray(x)
+        xu = np.zeros(x.shape[:2] + up, x.dtype)
+        xu[(Ellipsis,) + tuple(slice(None, None, st) for st in s)] = x
+        xu = np.pad(xu, ((0, 0), (0, 0)) + tuple((max(lo, 0), max(hi, 0)) for lo, hi in edges))
+        crop = tuple(slice(max(-lo, 0), xu.shape[2 + i] - max(-hi, 0)) for i, (lo, hi) in enumerate(edges))
+        return xu[(slice(None), slice(None)) + crop]
+
+    def run(xs):
+        w16, b16 = consts16()
+        x = spread(xs[0])
+        if nsp == 1:
+            return [_ep.conv1d(x, w16, b16, 1, 0, d[0], g, fused)]
+        return [_ep.conv2d(x, w16, b16, 1, 0, d, g, fused)]
+    consts16.layer = add(
+        [node] + acts, "ane", "as a stride-1 convolution: zeros between the input pixels and the "
+        "padding placed on the host (layout); the MACs include the zero products", "mac", run,
+        "conv1d" if nsp == 1 else "conv2d",
+        lambda: _plan.conv(x_conv, w_shape, (1,) * nsp, ((0, 0),) * nsp, d, g, b is not None, fused),
+        activation=_act_name(fused))
+
+
+def _overflow(*arrays) -> str:
+    """A note when constants left the fp16 range on their way to the ANE."""
+    n = sum(int(np.isinf(a).sum()) for a in arrays if a is not None)
+    return f"{n} weight/bias value(s) beyond the fp16 range became inf" if n else ""
+
+
+def _place_gemm_full_c(node, c, b, trans_a, types, add):
+    """Gemm whose C is not one value per column: ``linear`` (x @ (alpha W)^T), then a planar
+    add of ``beta C`` (broadcast to the output on the host): two ANE calls, one layer."""
+    from ..lower import binary as _binary
+    from ..lower.runtime import _concat
+    at = node.attrs
+    M, N = types[node.outputs[0]].shape
+    alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
+    wt = b if at.get("trans_b") else b.T
+
+    def prepare():
+        with np.errstate(over="ignore"):
+            w16 = _lut.fold_affine(wt, None, alpha, 0.0)[0] if alpha != 1.0 else _fp16(wt, node, "B")
+            c16 = _fp16(beta * c.astype(np.float64), node, "C")
+        return np.ascontiguousarray(w16), c16
+    consts16 = _Lazy(prepare)
+    a_shape = types[node.inputs[0]].shape
+
+    def run(xs):
+        w16, c16 = consts16()
+        x = np.ascontiguousarray(np.asarray(xs[0]).T) if trans_a else xs[0]
+        y = _ep.linear(x, w16, None, None)
+        st = _ep.last_stats()
+        y = _binary.add(y, c16)
+        return [y], _concat(st, _ep.last_stats())
+    notes = ["x @ W^T on the MAC array, then beta C added by a planar task (two calls)",
+             "alpha folded into the weights" if alpha != 1.0 else "",
+             "A transposed on the host (layout)" if trans_a else ""]
+    consts16.layer = add([node], "ane", "; ".join(filter(None, notes)), "mac", run, "linear+add",
+                         lambda: _plan.linear(a_shape[::-1] if trans_a else a_shape, N, False, None)
+                         + _plan.binary((M, N), "add"))
+
+
+def _act_name(fused):
+    if fused is None or isinstance(fused, str):
+        return fused
+    return "lut block"
+
+
+def _place_mac(node, consts, types, only, fuse_activation, add):
+    a_t = types[node.inputs[0]]
+    if np.dtype(a_t.dtype).kind != "f":
+        add([node], "host", "integer operands: the ANE multiplies fp16", "mac")
+        return
+    if node.op == "matmul":
+        b = consts.get(node.inputs[1])
+        if b is not None and b.ndim == 2 and len(a_t.shape) >= 2:
+            nodes, c = [node], None
+            nxt = only(node.outputs[0])
+            if nxt is not None and nxt.op == "add":         # x @ W + b: the linear's bias
+                other = [t for t in nxt.inputs if t != node.outputs[0]]
+                c = consts.get(other[0]) if len(other) == 1 else None
+                if c is not None and c.size == b.shape[1] and c.shape[-1:] == (b.shape[1],) \
+                        and np.dtype(c.dtype).kind == "f":
+                    nodes.append(nxt)
+                else:
+                    c = None
+
+            def prepare(b=b, c=c, bias_node=nodes[-1]):
+                with np.errstate(over="ignore"):
+                    return (np.ascontiguousarray(_fp16(b.T, node, "weight")),
+                            None if c is None else _fp16(c.reshape(-1), bias_node, "bias"))
+            consts16 = _Lazy(prepare)
+            acts, fused = fuse_activation(nodes[-1])
+
+            def run(xs):
+                wt, b16 = consts16()
+                return [_ep.linear(xs[0], wt, b16, fused)]
+            consts16.layer = add(nodes + acts, "ane", "", "mac", run, "linear",
+                                 lambda: _plan.linear(a_t.shape, b.shape[1], c is not None, fused),
+                                 activation=_act_name(fused))
+            return
+        acts, fused = fuse_activation(node)
+        b_shape = types[node.inputs[1]].shape
+        plan = lambda: _plan.matmul(a_t.shape, b_shape, fused)  # noqa: E731
+        if b is not None:
+            consts16 = _Lazy(lambda: (_fp16(b, node, "b"),))
+            consts16.layer = add([node] + acts, "ane", "", "mac",
+                                 lambda xs: [_ep.matmul(xs[0], consts16()[0], activation=fused)],
+                                 "matmul", plan, activation=_act_name(fused))
+        else:
+            add([node] + acts, "ane", "", "mac",
+                lambda xs: [_ep.matmul(xs[0], xs[1], activation=fused)], "matmul", plan,
+                activation=_act_name(fused))
+        return
+    # gemm
+    at = node.attrs
+    b = consts.get(node.inputs[1])
+    c = consts.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    has_c = len(node.inputs) > 2 and bool(node.inputs[2])
+    M, N = types[node.outputs[0]].shape
+    if b is None or (has_c and c is None):
+        add([node], "host", "Gemm with a non-constant B or C: the ANE reads weights from the "
+            "compiled program", "mac")
+        return
+    trans_a = bool(at.get("trans_a"))
+    if has_c and (c.size not in (1, N) or (c.ndim == 2 and c.shape[0] != 1)):
+        _place_gemm_full_c(node, c, b, trans_a, types, add)
+        return
+    acts, fused = fuse_activation(node)
+    wt = b if at.get("trans_b") else b.T                       # (N, K)
+    alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
+
+    def prepare():
+        with np.errstate(over="ignore"):
+            w16 = _lut.fold_affine(wt, None, alpha, 0.0)[0] if alpha != 1.0 else _fp16(wt, node, "B")
+            b16 = None
+            if has_c:
+                b16 = _fp16(beta * np.broadcast_to(c.astype(np.float64).reshape(-1), (N,)), node, "C")
+        return np.ascontiguousarray(w16), b16
+    consts16 = _Lazy(prepare)
+    notes = ["alpha folded into the weights (rounded once to fp16)" if alpha != 1.0 else "",
+             "A transposed on the host (layout)" if trans_a else ""]
+
+    def run(xs):
+        w16, b16 = consts16()
+        x = np.ascontiguousarray(np.asarray(xs[0]).T) if trans_a else xs[0]
+        return [_ep.linear(x, w16, b16, fused)]
+    consts16.layer = add([node] + acts, "ane", "; ".join(filter(None, notes)), "mac", run, "linear",
+                         lambda: _plan.linear(a_t.shape[::-1] if trans_a else a_t.shape, N, has_c, fused),
+                         activation=_act_name(fused))
