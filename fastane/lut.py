@@ -316,7 +316,7 @@ def get_block(name: str) -> CoeffBlock:
     return _generated(key)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _generated(key: str) -> CoeffBlock:
     return _GENERATORS[key]()
 

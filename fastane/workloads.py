@@ -312,8 +312,8 @@ def llama(phase: str = "decode", seq: int = 512) -> Workload:
     the prefill of ``seq`` tokens."""
     dec = phase == "decode"
     name = "llama-3.2-1b" if dec else "llama-3.2-1b-prefill"
-    desc = ("Llama-3.2-1B, decode of 1 token with a KV cache of %d" % seq if dec
-            else "Llama-3.2-1B, prefill of %d tokens (lm_head on the last token)" % seq)
+    desc = (f"Llama-3.2-1B, decode of 1 token with a KV cache of {seq}" if dec
+            else f"Llama-3.2-1B, prefill of {seq} tokens (lm_head on the last token)")
     return _transformer(name, desc, n_layers=16, d=2048, n_heads=32, n_kv=8, head_dim=64,
                         ffn=8192, vocab=128256, seq=1 if dec else seq, kv_len=seq, gated=True,
                         act="silu", norm="rmsnorm", lm_tokens=1, phase=phase,

@@ -12,6 +12,9 @@ PY=${PYTHON:-python3}
 if [ -z "${FASTANE_CORPUS:-}" ] && [ -d ../shared/corpus ]; then
   export FASTANE_CORPUS="$(cd ../shared/corpus && pwd)"
 fi
+# The linter and the formatter (configured in pyproject.toml) first: they take a second.
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
 # A smoke run of the benchmarks (each once, untimed) first, so that a broken benchmark
 # fails here; then the unit tests.
 .venv/bin/python -m pytest -q bench --benchmark-disable

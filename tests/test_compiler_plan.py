@@ -3,7 +3,6 @@ programs, stats-only vs computing Stats.
 
 (Until issue 9 this file also compared the lowered plan with an analytic tiler; that tiler
 is gone: the roofline plans by lowering only, tests/test_roofline_plan.py.)"""
-import dataclasses
 
 import numpy as np
 import pytest

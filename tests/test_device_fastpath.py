@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 import fastane
-from fastane import lower, lut
-from fastane.device import Device
+from fastane import lut
 from fastane.kernels import dma, fp16, layout, mac
 from fastane.kernels import ne as kne
 

@@ -7,7 +7,6 @@
 4. huge numpy calls get precise errors before allocating; the real matmul K limit;
 5. ``Device.run`` returns a slot several TDs write whole (``concat.hwx``).
 """
-import dataclasses
 
 import numpy as np
 import pytest

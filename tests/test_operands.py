@@ -87,7 +87,7 @@ CASES = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _case(name, lo_exp, hi_exp):
     dtype, via = CASES[name]
     x = ties(dtype, lo_exp, hi_exp)

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .taskmanager import TaskManager
 
 #: the callbacks' logger keeps the task manager's name
 log = logging.getLogger(__name__.rpartition(".")[0] + ".taskmanager")

@@ -5,7 +5,7 @@ registered by :mod:`fastane.model.ops` (which re-exports these names), ``ops_mac
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import operator
 import struct
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from ..errors import TDError
 from .fields import BY_NAME, TD_FIELDS, TD_SIZE, TD_WORDS, UNNAMED_BY_NAME, Field
