@@ -19,6 +19,7 @@ the same MAC kernels called directly (pytest-benchmark).
   (elementwise programs on the device) against the NE kernel called directly, as
   ``fastane.activations`` computed before the one path; interleaved medians.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -74,17 +75,24 @@ def test_matmul_512(benchmark, smoke, note):
     y = fastane.matmul(a16, b16)
     assert np.array_equal(y.view(np.uint16), _direct_matmul(a16, b16).view(np.uint16))
     assert fastane.last_stats().tasks == 1
-    med = _interleaved({"device": lambda: fastane.matmul(a16, b16),
-                        "direct": lambda: _direct_matmul(a16, b16), "kernel": kernel},
-                       1 if smoke else 21)
+    med = _interleaved(
+        {
+            "device": lambda: fastane.matmul(a16, b16),
+            "direct": lambda: _direct_matmul(a16, b16),
+            "kernel": kernel,
+        },
+        1 if smoke else 21,
+    )
     info = {f"{k}_ms": v * 1e3 for k, v in med.items()}
     info["overhead_vs_direct_pct"] = 100 * (med["device"] / med["direct"] - 1)
     info["overhead_vs_kernel_pct"] = 100 * (med["device"] / med["kernel"] - 1)
     benchmark.extra_info.update(info)
     benchmark.pedantic(lambda: fastane.matmul(a16, b16), rounds=1 if smoke else 11, iterations=1)
-    note(f"matmul 512^3: device {info['device_ms']:.2f} ms, direct kernels {info['direct_ms']:.2f} ms "
-         f"({info['overhead_vs_direct_pct']:+.1f}%), kernel alone {info['kernel_ms']:.2f} ms "
-         f"({info['overhead_vs_kernel_pct']:+.1f}%), interleaved medians")
+    note(
+        f"matmul 512^3: device {info['device_ms']:.2f} ms, direct kernels {info['direct_ms']:.2f} ms "
+        f"({info['overhead_vs_direct_pct']:+.1f}%), kernel alone {info['kernel_ms']:.2f} ms "
+        f"({info['overhead_vs_kernel_pct']:+.1f}%), interleaved medians"
+    )
 
 
 _TINY = {
@@ -104,17 +112,21 @@ _LB = np.ones(8, np.float16)
 def test_tiny(benchmark, smoke, note, name):
     fn = _TINY[name]
     for _ in range(20):
-        fn()                 # lowered once, buffers bound, Numba warm
+        fn()  # lowered once, buffers bound, Numba warm
     a64 = _T4.astype(np.float64)[None]
     z = np.zeros(1, np.int64)
-    kernel = _interleaved({"k": lambda: mac.readout(*mac.matmul_q16(a64, a64, z, z, False),
-                                                    np.empty((1, 4, 4)))}, 1 if smoke else 200)["k"]
+    kernel = _interleaved(
+        {"k": lambda: mac.readout(*mac.matmul_q16(a64, a64, z, z, False), np.empty((1, 4, 4)))},
+        1 if smoke else 200,
+    )["k"]
     benchmark.pedantic(fn, rounds=1 if smoke else 300, iterations=1, warmup_rounds=0 if smoke else 10)
     if not smoke:
         med = benchmark.stats.stats.median
         benchmark.extra_info.update(us_per_call=med * 1e6, kernel_4x4_us=kernel * 1e6)
-        note(f"tiny call {name}: {med * 1e6:.0f} us per call (median; a 4x4 matmul kernel "
-             f"alone: {kernel * 1e6:.0f} us)")
+        note(
+            f"tiny call {name}: {med * 1e6:.0f} us per call (median; a 4x4 matmul kernel "
+            f"alone: {kernel * 1e6:.0f} us)"
+        )
 
 
 def test_attention_batched(benchmark, smoke, note):
@@ -132,14 +144,18 @@ def test_attention_batched(benchmark, smoke, note):
     tasks = fastane.last_stats().tasks
     assert tasks <= 4
     assert np.array_equal(y.view(np.uint16), _direct_matmul(q, k).view(np.uint16))
-    med = _interleaved({"device": lambda: fastane.matmul(q, k), "direct": lambda: _direct_matmul(q, k),
-                        "kernel": kernel}, 1 if smoke else 15)
+    med = _interleaved(
+        {"device": lambda: fastane.matmul(q, k), "direct": lambda: _direct_matmul(q, k), "kernel": kernel},
+        1 if smoke else 15,
+    )
     benchmark.extra_info.update(tasks=tasks, **{f"{n}_ms": v * 1e3 for n, v in med.items()})
     benchmark.pedantic(lambda: fastane.matmul(q, k), rounds=1 if smoke else 9, iterations=1)
     assert y.shape == (32, 128, 128)
-    note(f"attention (32, 128, 64) @ (32, 64, 128): {tasks} task(s), device {med['device'] * 1e3:.2f} ms, "
-         f"direct kernels {med['direct'] * 1e3:.2f} ms ({100 * (med['device'] / med['direct'] - 1):+.1f}%), "
-         f"kernel alone {med['kernel'] * 1e3:.2f} ms")
+    note(
+        f"attention (32, 128, 64) @ (32, 64, 128): {tasks} task(s), device {med['device'] * 1e3:.2f} ms, "
+        f"direct kernels {med['direct'] * 1e3:.2f} ms ({100 * (med['device'] / med['direct'] - 1):+.1f}%), "
+        f"kernel alone {med['kernel'] * 1e3:.2f} ms"
+    )
 
 
 def _plan_cold(name):
@@ -150,15 +166,17 @@ def _plan_cold(name):
 
 @pytest.mark.parametrize("name,budget_s", [("llama-3.2-1b", 1.0), ("resnet50", 2.0)])
 def test_stats_only(benchmark, smoke, note, name, budget_s):
-    _plan_cold(name)                      # warm the device's planning paths once
+    _plan_cold(name)  # warm the device's planning paths once
     plan = benchmark.pedantic(_plan_cold, args=(name,), rounds=1 if smoke else 5, iterations=1)
     st = plan.stats
     assert st.macs == plan.workload.macs
     if not smoke:
         med = benchmark.stats.stats.median
         benchmark.extra_info.update(seconds=med, tasks=st.tasks)
-        note(f"stats-only lowering of {name}: {med:.3f} s (median, cold caches; budget "
-             f"{budget_s} s), {st.tasks} tasks")
+        note(
+            f"stats-only lowering of {name}: {med:.3f} s (median, cold caches; budget "
+            f"{budget_s} s), {st.tasks} tasks"
+        )
 
 
 # ---------------------------------------------------------------------------- activations
@@ -168,6 +186,7 @@ def _direct_activation(x16, name):
     numpy (``round16(L + 0.5)``, ``round16(x * s)``)."""
     from fastane import lut
     from fastane.kernels import ne
+
     table, scale = lower.problems.SINGLE_STAGE.get(name, ("sigmoid", 1.0))
     lutf, luti = lut.get_block(table).kernel_args()
     y = x16.astype(np.float64).reshape(1, 1, -1)
@@ -197,8 +216,10 @@ def test_activation(benchmark, smoke, note, name, n):
     med = _interleaved({"device": lambda: fn(x16), "direct": lambda: _direct_activation(x16, name)}, rounds)
     benchmark.extra_info.update(tasks=tasks, **{f"{k}_ms": v * 1e3 for k, v in med.items()})
     benchmark.pedantic(lambda: fn(x16), rounds=1 if smoke else 11, iterations=1)
-    note(f"{name} on {n} elements: {tasks} task(s), device {med['device'] * 1e3:.3f} ms, direct kernel "
-         f"{med['direct'] * 1e3:.3f} ms (x{med['device'] / med['direct']:.1f}), interleaved medians")
+    note(
+        f"{name} on {n} elements: {tasks} task(s), device {med['device'] * 1e3:.3f} ms, direct kernel "
+        f"{med['direct'] * 1e3:.3f} ms (x{med['device'] / med['direct']:.1f}), interleaved medians"
+    )
 
 
 # ---------------------------------------------------------------------------- larger calls
@@ -221,19 +242,25 @@ def test_matmul_1024(benchmark, smoke, note):
     kernel()
     assert np.array_equal(y.view(np.uint16), out.reshape(1024, 1024).astype(np.float16).view(np.uint16))
     med = _interleaved({"device": lambda: fastane.matmul(a16, b16), "kernel": kernel}, 1 if smoke else 9)
-    macs = 1024 ** 3
-    benchmark.extra_info.update(tasks=tasks, **{f"{k}_ms": v * 1e3 for k, v in med.items()},
-                                **{f"{k}_gmacs": macs / v / 1e9 for k, v in med.items()})
+    macs = 1024**3
+    benchmark.extra_info.update(
+        tasks=tasks,
+        **{f"{k}_ms": v * 1e3 for k, v in med.items()},
+        **{f"{k}_gmacs": macs / v / 1e9 for k, v in med.items()},
+    )
     benchmark.pedantic(lambda: fastane.matmul(a16, b16), rounds=1 if smoke else 5, iterations=1)
-    note(f"matmul 1024^3: {tasks} task(s), device {macs / med['device'] / 1e9:.2f} GMAC/s "
-         f"({med['device'] * 1e3:.1f} ms), kernel alone {macs / med['kernel'] / 1e9:.2f} GMAC/s "
-         f"({100 * (med['device'] / med['kernel'] - 1):+.1f}%), interleaved medians")
+    note(
+        f"matmul 1024^3: {tasks} task(s), device {macs / med['device'] / 1e9:.2f} GMAC/s "
+        f"({med['device'] * 1e3:.1f} ms), kernel alone {macs / med['kernel'] / 1e9:.2f} GMAC/s "
+        f"({100 * (med['device'] / med['kernel'] - 1):+.1f}%), interleaved medians"
+    )
 
 
 def test_conv_resnet50_3x3(benchmark, smoke, note):
     """ResNet-50's 3x3 layer (1x64x56x56, 64 filters, padding 1) through ``fastane.conv2d``
     against ``conv2d_q16`` + ``readout`` on prepared float64 operands; interleaved medians."""
     from fastane.kernels import conv
+
     rng = np.random.default_rng(3)
     x16 = rng.standard_normal((1, 64, 56, 56)).astype(np.float16)
     w16 = (rng.standard_normal((64, 64, 3, 3)) * 0.1).astype(np.float16)
@@ -248,10 +275,13 @@ def test_conv_resnet50_3x3(benchmark, smoke, note):
     tasks = fastane.last_stats().tasks
     kernel()
     assert np.array_equal(y.view(np.uint16), out.astype(np.float16).view(np.uint16))
-    med = _interleaved({"device": lambda: fastane.conv2d(x16, w16, padding=1), "kernel": kernel},
-                       1 if smoke else 21)
+    med = _interleaved(
+        {"device": lambda: fastane.conv2d(x16, w16, padding=1), "kernel": kernel}, 1 if smoke else 21
+    )
     benchmark.extra_info.update(tasks=tasks, **{f"{k}_ms": v * 1e3 for k, v in med.items()})
     benchmark.pedantic(lambda: fastane.conv2d(x16, w16, padding=1), rounds=1 if smoke else 11, iterations=1)
-    note(f"resnet-50 3x3 conv 64x56x56 -> 64: {tasks} task(s), device {med['device'] * 1e3:.2f} ms, "
-         f"kernel alone {med['kernel'] * 1e3:.2f} ms ({100 * (med['device'] / med['kernel'] - 1):+.1f}%), "
-         f"interleaved medians")
+    note(
+        f"resnet-50 3x3 conv 64x56x56 -> 64: {tasks} task(s), device {med['device'] * 1e3:.2f} ms, "
+        f"kernel alone {med['kernel'] * 1e3:.2f} ms ({100 * (med['device'] / med['kernel'] - 1):+.1f}%), "
+        f"interleaved medians"
+    )

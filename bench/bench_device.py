@@ -9,6 +9,7 @@ kernel calls.  ``chain16`` runs 16 such TDs in one push, for the per-TD cost ins
 chain (the figure divided by 16).  The numbers are absolute microseconds on a shared
 machine: compare them within one run.
 """
+
 import numpy as np
 import pytest
 
@@ -46,7 +47,7 @@ def _per_td(benchmark, note, what, n_tds=1):
 def test_submit_one_td(benchmark, setup, note, stats_only):
     dev, bars, _ = setup
     loaded = dev.load(_program())
-    dev.submit(loaded, bars, stats_only=stats_only).wait()      # warm: JIT, decode cache
+    dev.submit(loaded, bars, stats_only=stats_only).wait()  # warm: JIT, decode cache
     stats = benchmark(lambda: dev.submit(loaded, bars, stats_only=stats_only).wait())
     assert stats.tasks == 1 and stats.macs == 96
     _per_td(benchmark, note, "submit+wait, " + ("stats-only" if stats_only else "compute"))

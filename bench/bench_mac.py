@@ -4,6 +4,7 @@ Run: ``.venv/bin/python -m pytest bench/bench_mac.py --benchmark-only`` (see REA
 The fastane figure is the kernel path the front end runs: ``matmul_q16`` / ``conv2d_q16``
 then ``readout`` (operands already exact fp16 values in float64).
 """
+
 from __future__ import annotations
 
 import json
@@ -108,11 +109,15 @@ def test_conv_resnet50_3x3(measure, compare):
     x32, w32 = x16.astype(np.float32), w16.astype(np.float32).reshape(CO, C * K * K)
     cols32 = _im2col_f32(x32, K, K, 1)
     cols16, w16m = cols32.astype(np.float16), w16.reshape(CO, C * K * K)
-    compare(t, macs, {
-        "numpy_f16_matmul": (lambda: w16m @ cols16, 3),  # the same MACs as one fp16 matmul
-        "numpy_f32_matmul": (lambda: w32 @ cols32, 11),  # ... as one float32 BLAS matmul
-        "numpy_f32_im2col_matmul": (lambda: w32 @ _im2col_f32(x32, K, K, 1), 11),
-    })
+    compare(
+        t,
+        macs,
+        {
+            "numpy_f16_matmul": (lambda: w16m @ cols16, 3),  # the same MACs as one fp16 matmul
+            "numpy_f32_matmul": (lambda: w32 @ cols32, 11),  # ... as one float32 BLAS matmul
+            "numpy_f32_im2col_matmul": (lambda: w32 @ _im2col_f32(x32, K, K, 1), 11),
+        },
+    )
 
 
 STARTUP_SCRIPT = textwrap.dedent("""

@@ -10,6 +10,7 @@
 * ``test_model_stats_only_resnet50``: the stats-only report of the same model at 224 x
   224 (the lowering's caches cleared first): the issue's budget is 2 s.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -57,5 +58,7 @@ def test_model_stats_only_resnet50(benchmark, smoke, note, resnet50):
     assert rep.total.macs > 4e9 and rep.total.tasks > 50
     if not smoke:
         med = benchmark.stats.stats.median
-        note(f"stats-only report of ResNet-50 (224 x 224): {med:.3f} s (median, cold caches; "
-             f"budget 2 s), {rep.total.tasks} tasks, predicted {rep.total.time_s * 1e3:.2f} ms on M1")
+        note(
+            f"stats-only report of ResNet-50 (224 x 224): {med:.3f} s (median, cold caches; "
+            f"budget 2 s), {rep.total.tasks} tasks, predicted {rep.total.time_s * 1e3:.2f} ms on M1"
+        )

@@ -7,6 +7,7 @@ their time.
 Each round starts cold (the program and tiling caches cleared), so the figure is what a
 first ``fastane roofline`` run pays.
 """
+
 import pytest
 
 from fastane import lower

@@ -20,6 +20,7 @@ on float64 operands; the unit tests check every path against ``tests/reference.p
 a broken path cannot post a fast time.  The machines are shared and noisy: compare the
 ratios within one run.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,19 +48,21 @@ def test_skinny(benchmark, smoke, measure, compare, note, m, k):
     rng = np.random.default_rng(m * 7 + k)
     w16 = (rng.standard_normal((k, k)) / np.sqrt(k)).astype(np.float16)
     x16 = rng.standard_normal((m, k)).astype(np.float16)
-    y = fastane.matmul(x16, w16)            # lowers, packs and decodes the weights once
+    y = fastane.matmul(x16, w16)  # lowers, packs and decodes the weights once
     rows = [0, m - 1]
     assert np.array_equal(y[rows].view(np.uint16), _rows_direct(x16, w16, rows).view(np.uint16))
     w32, x32 = w16.astype(np.float32), x16.astype(np.float32)
     n = 1 if smoke else (15 if k == 2048 else 9)
     t = measure(lambda: fastane.matmul(x16, w16), n)
     baselines = {"numpy_f32": (lambda: x32 @ w32, 3 * n)}
-    if m * k * k <= 1 << 27:     # numpy float16 has no BLAS: ~0.1 GMAC/s, seconds per call above
+    if m * k * k <= 1 << 27:  # numpy float16 has no BLAS: ~0.1 GMAC/s, seconds per call above
         baselines["numpy_f16"] = (lambda: x16 @ w16, 1 if smoke else 3)
     info = compare(t, m * k * k, baselines)
-    note(f"skinny {m}x{k}x{k}, weights resident: {t * 1e3:.2f} ms, numpy float32 "
-         f"{info['numpy_f32_s'] * 1e3:.2f} ms (fastane x{1 / info['speedup_vs_numpy_f32']:.1f} slower; "
-         f"target 4x)")
+    note(
+        f"skinny {m}x{k}x{k}, weights resident: {t * 1e3:.2f} ms, numpy float32 "
+        f"{info['numpy_f32_s'] * 1e3:.2f} ms (fastane x{1 / info['speedup_vs_numpy_f32']:.1f} slower; "
+        f"target 4x)"
+    )
 
 
 def _np_act(name):
@@ -68,7 +71,9 @@ def _np_act(name):
         "relu": lambda x: np.maximum(x, np.float32(0)),
         "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
         "silu": lambda x: x / (1 + np.exp(-x)),
-        "gelu": lambda x: 0.5 * x * (1 + np.tanh(np.float32(0.7978846) * (x + np.float32(0.044715) * x * x * x))),
+        "gelu": lambda x: (
+            0.5 * x * (1 + np.tanh(np.float32(0.7978846) * (x + np.float32(0.044715) * x * x * x)))
+        ),
         "exp": np.exp,
     }[name]
 
@@ -85,8 +90,10 @@ def test_activation_1m(benchmark, smoke, measure, compare, note, name):
         f = _np_act(name)
         t = measure(lambda: fn(x16), 1 if smoke else 9)
         info = compare(t, n, {"numpy_f32": (lambda: f(x32), 1 if smoke else 21)})
-    note(f"{name} on 2^20 elements: {t * 1e3:.2f} ms, numpy float32 {info['numpy_f32_s'] * 1e3:.2f} ms "
-         f"(fastane x{1 / info['speedup_vs_numpy_f32']:.1f} slower; target 3x)")
+    note(
+        f"{name} on 2^20 elements: {t * 1e3:.2f} ms, numpy float32 {info['numpy_f32_s'] * 1e3:.2f} ms "
+        f"(fastane x{1 / info['speedup_vs_numpy_f32']:.1f} slower; target 3x)"
+    )
 
 
 def test_tiny_matmul(benchmark, smoke, measure, compare, note):
@@ -98,5 +105,7 @@ def test_tiny_matmul(benchmark, smoke, measure, compare, note):
     t = measure(lambda: fastane.matmul(a16, a16), 1 if smoke else 500)
     info = compare(t, 64, {"numpy_f16": (lambda: a16 @ a16, 1 if smoke else 500)})
     benchmark.extra_info["us_per_call"] = t * 1e6
-    note(f"tiny 4x4 fastane.matmul: {t * 1e6:.0f} us per call (target 60 us; numpy float16 "
-         f"{info['numpy_f16_s'] * 1e6:.1f} us)")
+    note(
+        f"tiny 4x4 fastane.matmul: {t * 1e6:.0f} us per call (target 60 us; numpy float16 "
+        f"{info['numpy_f16_s'] * 1e6:.1f} us)"
+    )

@@ -7,6 +7,7 @@
   ``benchmark.extra_info``; a table of them is printed at the end of the session.
 * With ``--benchmark-disable`` (smoke mode) every measurement runs once.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -21,8 +22,11 @@ _NOTES: list[str] = []
 
 def pytest_collect_file(file_path, parent):
     # (a file named on the command line is collected by pytest itself)
-    if file_path.suffix == ".py" and file_path.name.startswith("bench_") \
-            and not parent.session.isinitpath(file_path):
+    if (
+        file_path.suffix == ".py"
+        and file_path.name.startswith("bench_")
+        and not parent.session.isinitpath(file_path)
+    ):
         return pytest.Module.from_parent(parent, path=file_path)
     return None
 
@@ -52,6 +56,7 @@ def measure(benchmark, smoke):
 
     In smoke mode pytest-benchmark runs ``fn`` once without timing it, so it is timed here.
     """
+
     def run(fn, rounds: int) -> float:
         fn()  # warm-up: compile or load the Numba cache, touch the memory
         time.sleep(0.2)  # let OpenBLAS threads from an earlier baseline go idle
@@ -62,10 +67,12 @@ def measure(benchmark, smoke):
                 t = time.perf_counter()
                 fn()
                 times.append(time.perf_counter() - t)
+
             benchmark.pedantic(timed, rounds=1, iterations=1)
             return times[0]
         benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=0)
         return benchmark.stats.stats.median
+
     return run
 
 
@@ -76,6 +83,7 @@ def compare(benchmark, smoke, request):
     ``baselines``: name -> (callable, rounds).  Stores ``<name>_s`` (median seconds),
     ``<name>_gmacs`` and ``speedup_vs_<name>`` (baseline time / fastane time).
     """
+
     def record(t_fastane: float, macs: int, baselines: dict) -> dict:
         info = {"macs": macs, "fastane_s": t_fastane, "fastane_gmacs": macs / t_fastane / 1e9}
         for name, (fn, rounds) in baselines.items():  # numpy: no warm-up needed, medians
@@ -87,6 +95,7 @@ def compare(benchmark, smoke, request):
         benchmark.extra_info.update(info)
         _ROWS.append({"test": request.node.name, **info})
         return info
+
     return record
 
 
@@ -106,10 +115,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     tr.section("fastane vs numpy, medians measured in this run")
     for row in _ROWS:
-        parts = [f"{row['test']:<28} fastane {row['fastane_s'] * 1e3:9.2f} ms {row['fastane_gmacs']:7.2f} GMAC/s"]
+        parts = [
+            f"{row['test']:<28} fastane {row['fastane_s'] * 1e3:9.2f} ms {row['fastane_gmacs']:7.2f} GMAC/s"
+        ]
         for key, value in row.items():
             if key.startswith("speedup_vs_"):
-                name = key[len("speedup_vs_"):]
+                name = key[len("speedup_vs_") :]
                 parts.append(f"{name} {row[name + '_gmacs']:7.2f} GMAC/s (fastane x{value:.2f})")
         tr.write_line(" | ".join(parts))
     if smoke_mode(config):

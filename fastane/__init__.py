@@ -1,11 +1,37 @@
 """fastane: a Numba-accelerated, bit-exact emulator of the Apple Neural Engine (M1)."""
-from .errors import (DeviceFault, FastaneError, LUTRangeError, LUTRangeWarning, ModelError,
-                     SaturationError, SaturationWarning, TDError)
+
+from .errors import (
+    DeviceFault,
+    FastaneError,
+    LUTRangeError,
+    LUTRangeWarning,
+    ModelError,
+    SaturationError,
+    SaturationWarning,
+    TDError,
+)
 from .errstate import errstate, geterr, seterr
 from .stats import Stats, last_stats
 from .api import conv1d, conv2d, linear, matmul
-from .activations import (exp, exp2, gelu, hardtanh, leaky_relu, log2, lut_table, reciprocal, relu,
-                          relu6, rsqrt, selu, sigmoid, sign, silu, sqrt, tanh)
+from .activations import (
+    exp,
+    exp2,
+    gelu,
+    hardtanh,
+    leaky_relu,
+    log2,
+    lut_table,
+    reciprocal,
+    relu,
+    relu6,
+    rsqrt,
+    selu,
+    sigmoid,
+    sign,
+    silu,
+    sqrt,
+    tanh,
+)
 from .td import Program, TaskDescriptor, load_program
 from .device import Device
 from .model import Model, load_model
@@ -16,16 +42,48 @@ __version__ = "0.1.0"
 #: fastane.roofline are imported by name, not re-exported)
 __all__ = [
     # the numpy surface and the activations
-    "matmul", "linear", "conv1d", "conv2d",
-    "relu", "tanh", "sigmoid", "gelu", "silu", "exp", "exp2", "log2", "sqrt", "rsqrt", "reciprocal",
-    "relu6", "hardtanh", "leaky_relu", "selu", "sign", "lut_table",
+    "matmul",
+    "linear",
+    "conv1d",
+    "conv2d",
+    "relu",
+    "tanh",
+    "sigmoid",
+    "gelu",
+    "silu",
+    "exp",
+    "exp2",
+    "log2",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "relu6",
+    "hardtanh",
+    "leaky_relu",
+    "selu",
+    "sign",
+    "lut_table",
     # events, counters and errors
-    "errstate", "geterr", "seterr", "Stats", "last_stats",
-    "FastaneError", "TDError", "DeviceFault", "SaturationError", "SaturationWarning",
-    "LUTRangeError", "LUTRangeWarning", "ModelError",
+    "errstate",
+    "geterr",
+    "seterr",
+    "Stats",
+    "last_stats",
+    "FastaneError",
+    "TDError",
+    "DeviceFault",
+    "SaturationError",
+    "SaturationWarning",
+    "LUTRangeError",
+    "LUTRangeWarning",
+    "ModelError",
     # models
-    "load_model", "Model",
+    "load_model",
+    "Model",
     # programs and the device
-    "Program", "TaskDescriptor", "load_program", "Device",
+    "Program",
+    "TaskDescriptor",
+    "load_program",
+    "Device",
     "__version__",
 ]

@@ -22,6 +22,7 @@ DMA bytes, ``planar_ops``, and the inputs outside a table's range
 (``lut_underflow``/``lut_overflow``), which are also surfaced through
 ``fastane.errstate(lut_range=...)`` (ignored by default).
 """
+
 from __future__ import annotations
 
 import math
@@ -37,10 +38,26 @@ from .lower.problems import check_addressable
 from .operands import fp16_operand
 from .stats import Stats, last_stats, record
 
-__all__ = ["relu", "tanh", "sigmoid", "silu", "gelu", "exp", "exp2", "relu6", "hardtanh",
-           "leaky_relu", "selu", "sign", "reciprocal", "rsqrt", "sqrt", "log2", "lut_table",
-           "last_stats"]
-
+__all__ = [
+    "relu",
+    "tanh",
+    "sigmoid",
+    "silu",
+    "gelu",
+    "exp",
+    "exp2",
+    "relu6",
+    "hardtanh",
+    "leaky_relu",
+    "selu",
+    "sign",
+    "reciprocal",
+    "rsqrt",
+    "sqrt",
+    "log2",
+    "lut_table",
+    "last_stats",
+]
 
 
 # ------------------------------------------------------------------------- plumbing
@@ -54,15 +71,18 @@ def _check_out(out, shape, func: str):
     if not isinstance(out, np.ndarray):
         raise TypeError(f"{func}: out must be a numpy array, got {type(out).__name__}")
     if out.dtype.kind != "f":
-        raise TypeError(f"{func}: cannot write the float16 result to out of dtype {out.dtype} "
-                        "(casting rule 'same_kind')")
+        raise TypeError(
+            f"{func}: cannot write the float16 result to out of dtype {out.dtype} (casting rule 'same_kind')"
+        )
     try:
         full = np.broadcast_shapes(shape, out.shape)
     except ValueError:
         full = None
     if full != out.shape:
-        raise ValueError(f"{func}: non-broadcastable output operand with shape {out.shape} "
-                         f"doesn't match the broadcast shape {shape}")
+        raise ValueError(
+            f"{func}: non-broadcastable output operand with shape {out.shape} "
+            f"doesn't match the broadcast shape {shape}"
+        )
     return out
 
 
@@ -77,7 +97,7 @@ def _finish(func, res16, out, stats):
 
 def _run(func, x, out, activation):
     """``activation`` of ``x`` through its elementwise program on the default device."""
-    check_addressable(x, func, "the input")     # before the fp16 copy
+    check_addressable(x, func, "the input")  # before the fp16 copy
     x16 = fp16_operand(x, func, "input")
     out = _check_out(out, x16.shape, func)
     if x16.size == 0:
@@ -150,8 +170,9 @@ def hardtanh(x, /, min_val=-1.0, max_val=1.0, out=None):
     lo = _real_param(min_val, "hardtanh", "min_val")
     hi = _real_param(max_val, "hardtanh", "max_val")
     if not float(np.float16(lo)) < float(np.float16(hi)):
-        raise ValueError(f"hardtanh: min_val ({min_val}) must be below max_val ({max_val}) "
-                         "after rounding to fp16")
+        raise ValueError(
+            f"hardtanh: min_val ({min_val}) must be below max_val ({max_val}) after rounding to fp16"
+        )
     blk = "hardtanh" if (lo, hi) == (-1.0, 1.0) else _lut.hardtanh_block(lo, hi)
     return _run("hardtanh", x, out, blk)
 

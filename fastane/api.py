@@ -13,6 +13,7 @@ emulated device (:func:`fastane.lower.default_device`), the same engine that run
 Apple's compiled programs; its Stats are the device's.  A matmul is a 1x1 convolution
 in the (B, C, 1, S) layout; bias and activation run fused in the NE stage.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -56,12 +57,13 @@ def _no_reduction(shape, bias16, channel_axis: int, stage) -> np.ndarray:
     if math.prod(shape) == 0:
         return np.zeros(shape, np.float16)
     ax = channel_axis % len(shape)
-    y = np.zeros((math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1:])))
+    y = np.zeros((math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1 :])))
     nl = {"identity": 0, "relu": 1, "lut": 2}[stage.nonlinear]
-    if stage.post:      # sigmoid/silu: the biased zeros through the activation's own program
+    if stage.post:  # sigmoid/silu: the biased zeros through the activation's own program
         nl = 0
-    bits = _lut.ne_post(y, None if bias16 is None else bias16.astype(np.float64), stage.post_scale,
-                        nl, stage.block)
+    bits = _lut.ne_post(
+        y, None if bias16 is None else bias16.astype(np.float64), stage.post_scale, nl, stage.block
+    )
     z = bits.view(np.float16).reshape(shape)
     return _lower.run_eltwise(z, stage.name)[0] if stage.post else z
 
@@ -114,7 +116,7 @@ def _precheck_matmul(a, b) -> None:
     Shapes that do not multiply are left to the checks that name them."""
     try:
         sa, sb = np.shape(a), np.shape(b)
-    except ValueError:          # a ragged sequence: the operand check names it
+    except ValueError:  # a ragged sequence: the operand check names it
         return
     if not sa or not sb:
         return
@@ -149,27 +151,33 @@ def matmul(a, b, out=None, *, activation=None) -> np.ndarray:
     b16 = _fp16_operand(b, "matmul", "b")
     for i, x in enumerate((a16, b16)):
         if x.ndim == 0:
-            raise ValueError(f"matmul: Input operand {i} does not have enough dimensions (has 0, "
-                             f"gufunc core with signature {_MATMUL_SIG} requires 1)")
+            raise ValueError(
+                f"matmul: Input operand {i} does not have enough dimensions (has 0, "
+                f"gufunc core with signature {_MATMUL_SIG} requires 1)"
+            )
     a_vec, b_vec = a16.ndim == 1, b16.ndim == 1
     A = a16[None, :] if a_vec else a16
     B = b16[:, None] if b_vec else b16
     (M, K), (K2, N) = A.shape[-2:], B.shape[-2:]
     if K != K2:
-        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0, with gufunc "
-                         f"signature {_MATMUL_SIG} (size {K2} is different from {K})")
+        raise ValueError(
+            f"matmul: Input operand 1 has a mismatch in its core dimension 0, with gufunc "
+            f"signature {_MATMUL_SIG} (size {K2} is different from {K})"
+        )
     try:
         batch = np.broadcast_shapes(A.shape[:-2], B.shape[:-2])
     except ValueError:
-        raise ValueError(f"matmul: operands could not be broadcast together: batch dimensions "
-                         f"{A.shape[:-2]} of a {a16.shape} and {B.shape[:-2]} of b {b16.shape}") from None
+        raise ValueError(
+            f"matmul: operands could not be broadcast together: batch dimensions "
+            f"{A.shape[:-2]} of a {a16.shape} and {B.shape[:-2]} of b {b16.shape}"
+        ) from None
     stage = _stage(activation, "matmul")
     nb = math.prod(batch)
     if nb * M * N == 0 or K == 0:
         y = _no_reduction((nb, M, N), None, -1, stage)
         _finish("matmul", Stats(), y.size)
     else:
-        if not batch:               # two matrices: one product (the common case, no broadcasting)
+        if not batch:  # two matrices: one product (the common case, no broadcasting)
             ia = ib = _ONE_PRODUCT
         else:
             ia = np.broadcast_to(np.arange(math.prod(A.shape[:-2])).reshape(A.shape[:-2]), batch).reshape(-1)
@@ -177,8 +185,9 @@ def matmul(a, b, out=None, *, activation=None) -> np.ndarray:
         A3 = A.reshape((math.prod(A.shape[:-2]), M, K))
         B3 = B.reshape((math.prod(B.shape[:-2]), K, N))
         with _named("matmul"):
-            y, stats, _ = _lower.run_matmul(A3, B3, ia.astype(np.int64), ib.astype(np.int64),
-                                           activation=activation, stats_only=False)
+            y, stats, _ = _lower.run_matmul(
+                A3, B3, ia.astype(np.int64), ib.astype(np.int64), activation=activation, stats_only=False
+            )
         _finish("matmul", stats, y.size)
     y = y.reshape(batch + (M, N))
     if a_vec:
@@ -200,11 +209,12 @@ def linear(x, weight, bias=None, activation=None) -> np.ndarray:
         raise ValueError(f"linear: weight must be 2-D (out_features, in_features), got shape {w.shape}")
     x_arr = np.asarray(x)
     if x_arr.ndim == 0 or x_arr.shape[-1] != w.shape[1]:
-        raise ValueError(f"linear: x has shape {x_arr.shape}, expected (..., {w.shape[1]}) to match "
-                         f"weight of shape {w.shape}")
-    if x_arr.size and w.size:      # the product's size, before the operands' fp16 copies
-        check_matmul(1, 1, 1, math.prod(x_arr.shape[:-1]), w.shape[1], w.shape[0],
-                               bias is not None)
+        raise ValueError(
+            f"linear: x has shape {x_arr.shape}, expected (..., {w.shape[1]}) to match "
+            f"weight of shape {w.shape}"
+        )
+    if x_arr.size and w.size:  # the product's size, before the operands' fp16 copies
+        check_matmul(1, 1, 1, math.prod(x_arr.shape[:-1]), w.shape[1], w.shape[0], bias is not None)
     w16 = _fp16_operand(w, "linear", "weight")
     x16 = _fp16_operand(x_arr, "linear", "x")
     N, K = w16.shape
@@ -217,9 +227,15 @@ def linear(x, weight, bias=None, activation=None) -> np.ndarray:
         _finish("linear", Stats(), y.size)
     else:
         with _named("linear"):
-            y, stats, _ = _lower.run_matmul(x16.reshape(1, M, K), w16.T[None], np.zeros(1, np.int64),
-                                           np.zeros(1, np.int64), bias16=b16, activation=activation,
-                                           stats_only=False)
+            y, stats, _ = _lower.run_matmul(
+                x16.reshape(1, M, K),
+                w16.T[None],
+                np.zeros(1, np.int64),
+                np.zeros(1, np.int64),
+                bias16=b16,
+                activation=activation,
+                stats_only=False,
+            )
         _finish("linear", stats, y.size)
     return y.reshape(batch + (N,))
 
@@ -277,8 +293,9 @@ def _conv2d(func, x, weight, bias, stride, padding, dilation, groups, activation
     x16 = _fp16_operand(x, func, "input")
     w16 = _fp16_operand(weight, func, "weight")
     if w16.ndim != 4:
-        raise ValueError(f"{func}: expected a 4-D weight (out_channels, in_channels/groups, kH, kW), "
-                         f"got shape {w16.shape}")
+        raise ValueError(
+            f"{func}: expected a 4-D weight (out_channels, in_channels/groups, kH, kW), got shape {w16.shape}"
+        )
     unbatched = x16.ndim == 3
     if unbatched:
         x16 = x16[None]
@@ -297,16 +314,20 @@ def _conv2d(func, x, weight, bias, stride, padding, dilation, groups, activation
     if CO % groups:
         raise ValueError(f"{func}: out_channels ({CO}) must be divisible by groups ({groups})")
     if C != CG * groups:
-        raise ValueError(f"{func}: Given groups={groups}, weight of size {list(w16.shape)}, expected "
-                         f"input{list(x16.shape)} to have {CG * groups} channels, but got {C} channels instead")
+        raise ValueError(
+            f"{func}: Given groups={groups}, weight of size {list(w16.shape)}, expected "
+            f"input{list(x16.shape)} to have {CG * groups} channels, but got {C} channels instead"
+        )
     s = _pair(stride, func, "stride", 1)
     d = _pair(dilation, func, "dilation", 1)
     (pt, pb), (pl, pr) = _padding(padding, (KH, KW), d, s, func)
     oh = (H + pt + pb - d[0] * (KH - 1) - 1) // s[0] + 1
     ow = (W + pl + pr - d[1] * (KW - 1) - 1) // s[1] + 1
     if oh <= 0 or ow <= 0:
-        raise ValueError(f"{func}: the padded input ({H + pt + pb}x{W + pl + pr}) is smaller than the "
-                         f"dilated kernel ({d[0] * (KH - 1) + 1}x{d[1] * (KW - 1) + 1})")
+        raise ValueError(
+            f"{func}: the padded input ({H + pt + pb}x{W + pl + pr}) is smaller than the "
+            f"dilated kernel ({d[0] * (KH - 1) + 1}x{d[1] * (KW - 1) + 1})"
+        )
     stage = _stage(activation, func)
     b16 = _bias_operand(bias, CO, func)
     if N * CO * oh * ow == 0 or CG * KH * KW == 0:
@@ -314,8 +335,9 @@ def _conv2d(func, x, weight, bias, stride, padding, dilation, groups, activation
         _finish(func, Stats(), y.size)
     else:
         with _named(func):
-            y, stats, _ = _lower.run_conv(x16, w16, b16, s, ((pt, pb), (pl, pr)), d, groups,
-                                           activation, stats_only=False)
+            y, stats, _ = _lower.run_conv(
+                x16, w16, b16, s, ((pt, pb), (pl, pr)), d, groups, activation, stats_only=False
+            )
         _finish(func, stats, y.size)
     return y[0] if unbatched else y
 
@@ -331,7 +353,9 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     if xa.ndim not in (2, 3):
         raise ValueError(f"{func}: expected 2-D (unbatched) or 3-D (batched) input, got shape {xa.shape}")
     if wa.ndim != 3:
-        raise ValueError(f"{func}: expected a 3-D weight (out_channels, in_channels/groups, k), got shape {wa.shape}")
+        raise ValueError(
+            f"{func}: expected a 3-D weight (out_channels, in_channels/groups, k), got shape {wa.shape}"
+        )
 
     def widen(v, name, height_value, minimum):  # an int or 1-tuple along L -> (H, L)
         vals = (v,) if np.ndim(v) == 0 else tuple(v)
@@ -346,6 +370,15 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
         return (height_value, val)
 
     pad = padding if isinstance(padding, str) else widen(padding, "padding", 0, 0)
-    y = _conv2d(func, xa[..., None, :], wa[..., None, :], bias, widen(stride, "stride", 1, 1),
-                pad, widen(dilation, "dilation", 1, 1), groups, activation)
+    y = _conv2d(
+        func,
+        xa[..., None, :],
+        wa[..., None, :],
+        bias,
+        widen(stride, "stride", 1, 1),
+        pad,
+        widen(dilation, "dilation", 1, 1),
+        groups,
+        activation,
+    )
     return y[..., 0, :]

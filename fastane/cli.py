@@ -4,6 +4,7 @@ Each subcommand lives in the module that owns its subject and exposes
 ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when
 their subcommand runs, so ``fastane --help`` stays fast.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,10 @@ COMMANDS = {
     "roofline": ("fastane.roofline.report", "roofline model of workloads on the ANE (table, JSON, plot)"),
     "bench": ("fastane.bench", "run the benchmark suite; store runs and compare them as in-run ratios"),
     "run": ("fastane.model.cli", "run a model (ONNX, Core ML) on the emulated ANE, with a per-layer report"),
-    "sweep": ("fastane.model.sweep_cli", "sweep a model input over a range: an output on the ANE and in fp32"),
+    "sweep": (
+        "fastane.model.sweep_cli",
+        "sweep a model input over a range: an output on the ANE and in fp32",
+    ),
 }
 
 
@@ -31,21 +35,25 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     module = importlib.import_module(COMMANDS[args.command][0])
-    cmd = argparse.ArgumentParser(prog=f"fastane {args.command}",
-                                  description=COMMANDS[args.command][1])
+    cmd = argparse.ArgumentParser(prog=f"fastane {args.command}", description=COMMANDS[args.command][1])
     if args.command == "roofline" and any(_is_model(a) for a in rest):
-        from .model import cli as _model_cli    # a user's model: its stats-only report
+        from .model import cli as _model_cli  # a user's model: its stats-only report
+
         _model_cli.roofline_arguments(cmd)
         return int(_model_cli.roofline_run(cmd.parse_args(rest)) or 0)
-    if args.command == "sweep":      # --range -20:20:2001 (a value that starts with '-')
-        rest = [f"--range={rest[i + 1]}" if a == "--range" and i + 1 < len(rest) else a
-                for i, a in enumerate(rest) if not (i and rest[i - 1] == "--range")]
+    if args.command == "sweep":  # --range -20:20:2001 (a value that starts with '-')
+        rest = [
+            f"--range={rest[i + 1]}" if a == "--range" and i + 1 < len(rest) else a
+            for i, a in enumerate(rest)
+            if not (i and rest[i - 1] == "--range")
+        ]
     module.add_arguments(cmd)
     return int(module.run(cmd.parse_args(rest)) or 0)
 
 
 def _is_model(arg: str) -> bool:
     from .model import is_model_path
+
     return is_model_path(arg)
 
 

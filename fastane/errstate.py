@@ -5,6 +5,7 @@ sets, for the current thread/context, what happens when an event is counted:
 ``"ignore"``, ``"warn"`` (a :class:`~fastane.SaturationWarning`) or ``"raise"``
 (a :class:`~fastane.SaturationError`).  Defaults: saturation warns, LUT range ignored.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -74,12 +75,17 @@ def report_events(stats, func: str, outputs: int | None = None) -> None:
     sat = stats.saturated
     if sat > 0:
         of = f" of {outputs} outputs" if outputs is not None else " output(s)"
-        _surface("saturation", f"{func}: {sat}{of} saturated the Q16.16 accumulator (a partial "
-                               f"sum left [-32768, 32768)); they read out as +-inf")
+        _surface(
+            "saturation",
+            f"{func}: {sat}{of} saturated the Q16.16 accumulator (a partial "
+            f"sum left [-32768, 32768)); they read out as +-inf",
+        )
     under, over = stats.lut_underflow, stats.lut_overflow
     if under + over > 0:
-        _surface("lut_range", f"{func}: {under + over} input(s) outside the LUT table range "
-                              f"({under} below, {over} above)")
+        _surface(
+            "lut_range",
+            f"{func}: {under + over} input(s) outside the LUT table range ({under} below, {over} above)",
+        )
 
 
 def _surface(kind: str, what: str) -> None:

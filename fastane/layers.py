@@ -20,6 +20,7 @@ Every layer is one of three kinds, each with a ``name``:
 A :class:`Workload` is a named tuple of layers; the built-in ones are in
 :mod:`fastane.workloads`, which re-exports these types.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -54,8 +55,9 @@ class Conv2d:
         if self.pad < 0:
             raise ValueError(f"{self.name}: pad must be >= 0")
         if self.cin % self.groups or self.cout % self.groups:
-            raise ValueError(f"{self.name}: cin={self.cin} and cout={self.cout} must be "
-                             f"multiples of groups={self.groups}")
+            raise ValueError(
+                f"{self.name}: cin={self.cin} and cout={self.cout} must be multiples of groups={self.groups}"
+            )
         if self.hout < 1 or self.wout < 1:
             raise ValueError(f"{self.name}: kernel {self.kh}x{self.kw} larger than the padded input")
 
@@ -77,8 +79,10 @@ class Conv2d:
 
     def shape_str(self) -> str:
         g = f" g{self.groups}" if self.groups > 1 else ""
-        return (f"conv {self.kh}x{self.kw}/{self.stride}{g} {self.cin}x{self.h}x{self.w}"
-                f"->{self.cout}x{self.hout}x{self.wout}")
+        return (
+            f"conv {self.kh}x{self.kw}/{self.stride}{g} {self.cin}x{self.h}x{self.w}"
+            f"->{self.cout}x{self.hout}x{self.wout}"
+        )
 
 
 @dataclass(frozen=True)

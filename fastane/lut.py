@@ -27,6 +27,7 @@ corpus has one: see :data:`APPLE_IDENTICAL`); :func:`get_block` is the registry.
 :func:`ne_post` is the Python front of the post-MAC pipeline kernel, and
 :func:`fold_affine` the compile-time folding of an affine op into a convolution.
 """
+
 from __future__ import annotations
 
 import functools
@@ -35,16 +36,50 @@ import math
 import numpy as np
 
 from .kernels import ne as _kne
-from .lut_codec import (BLOCK_BYTES, MODE_NAMES, SYMMETRY_NONE, SYMMETRY_ODD,
-                        SYMMETRY_POSITIVE, WORDS, CoeffBlock, _h, _v)
+from .lut_codec import (
+    BLOCK_BYTES,
+    MODE_NAMES,
+    SYMMETRY_NONE,
+    SYMMETRY_ODD,
+    SYMMETRY_POSITIVE,
+    WORDS,
+    CoeffBlock,
+    _h,
+    _v,
+)
 
 __all__ = [
-    "BLOCK_BYTES", "WORDS", "CoeffBlock", "from_words", "get_block", "table_names", "lut_table",
-    "tanh_block", "sigmoid_block", "gelu_block", "exp2_block", "reciprocal_block",
-    "rsqrt_block", "sqrt_block", "log2_block", "relu6_block", "hardtanh_block",
-    "leaky_relu_block", "rrelu_block", "selu_block", "sign_block", "relu_block",
-    "step_block", "fraction_block", "integer_block", "atan_low_block",
-    "atan_high_block", "identity_block", "ne_post", "fold_affine", "APPLE_IDENTICAL",
+    "BLOCK_BYTES",
+    "WORDS",
+    "CoeffBlock",
+    "from_words",
+    "get_block",
+    "table_names",
+    "lut_table",
+    "tanh_block",
+    "sigmoid_block",
+    "gelu_block",
+    "exp2_block",
+    "reciprocal_block",
+    "rsqrt_block",
+    "sqrt_block",
+    "log2_block",
+    "relu6_block",
+    "hardtanh_block",
+    "leaky_relu_block",
+    "rrelu_block",
+    "selu_block",
+    "sign_block",
+    "relu_block",
+    "step_block",
+    "fraction_block",
+    "integer_block",
+    "atan_low_block",
+    "atan_high_block",
+    "identity_block",
+    "ne_post",
+    "fold_affine",
+    "APPLE_IDENTICAL",
     "PLANAR_STAGES",
 ]
 
@@ -60,8 +95,9 @@ _ZERO = (0.0,) * 33
 
 def tanh_block() -> CoeffBlock:
     """tanh: knots ``round_fp16(tanh(i/8))``, R = 3, odd, saturating to 1 beyond 4."""
-    return CoeffBlock.from_values(0.0, 4.0, 0.0, 1.0, np.tanh(_I / 8), 0, 0, 0, 1.0,
-                                  R=3, mode=0, symmetry=SYMMETRY_ODD)
+    return CoeffBlock.from_values(
+        0.0, 4.0, 0.0, 1.0, np.tanh(_I / 8), 0, 0, 0, 1.0, R=3, mode=0, symmetry=SYMMETRY_ODD
+    )
 
 
 def sigmoid_block() -> CoeffBlock:
@@ -74,8 +110,9 @@ def sigmoid_block() -> CoeffBlock:
     knots = 1.0 / (1.0 + np.exp(-_I / 4)) - 0.5
     t32 = _v(_h(knots[32]))
     slope = (0.5 - t32) / (10.0 - 8.0)
-    return CoeffBlock.from_values(-1.0, 10.0, 0.0, 0.5, knots, 0, 0, slope, t32 - 8.0 * slope,
-                                  R=2, mode=0, symmetry=SYMMETRY_ODD)
+    return CoeffBlock.from_values(
+        -1.0, 10.0, 0.0, 0.5, knots, 0, 0, slope, t32 - 8.0 * slope, R=2, mode=0, symmetry=SYMMETRY_ODD
+    )
 
 
 def _gelu_exact(x):
@@ -87,9 +124,40 @@ def _gelu_exact(x):
 #: fastane's own fit (``gelu_block(fit=True)``) reproduces 23 of the 33; the registry uses
 #: these so that fastane.gelu matches an Apple-compiled gelu bit for bit.
 _GELU_APPLE = (
-    0x0000, 0x8E8A, 0x9230, 0x9757, 0x9BF0, 0xA011, 0xA3BF, 0xA6EC, 0xA9BF, 0xAC75, 0xAE67,
-    0xB03D, 0xB11E, 0xB184, 0xB104, 0xAECF, 0x922D, 0x3098, 0x357E, 0x389F, 0x3AB8, 0x3C78,
-    0x3D9A, 0x3EB9, 0x3FD2, 0x4072, 0x40F8, 0x417C, 0x41FE, 0x427F, 0x4300, 0x4380, 0x4400)
+    0x0000,
+    0x8E8A,
+    0x9230,
+    0x9757,
+    0x9BF0,
+    0xA011,
+    0xA3BF,
+    0xA6EC,
+    0xA9BF,
+    0xAC75,
+    0xAE67,
+    0xB03D,
+    0xB11E,
+    0xB184,
+    0xB104,
+    0xAECF,
+    0x922D,
+    0x3098,
+    0x357E,
+    0x389F,
+    0x3AB8,
+    0x3C78,
+    0x3D9A,
+    0x3EB9,
+    0x3FD2,
+    0x4072,
+    0x40F8,
+    0x417C,
+    0x41FE,
+    0x427F,
+    0x4300,
+    0x4380,
+    0x4400,
+)
 
 
 def gelu_fit_knots() -> np.ndarray:
@@ -118,8 +186,9 @@ def gelu_block(fit: bool = False) -> CoeffBlock:
     ``fit=False`` (the registry's choice) uses the knots recovered from Apple's compiled
     gelu; ``fit=True`` uses fastane's own least-squares fit (:func:`gelu_fit_knots`).
     """
-    blk = CoeffBlock.from_values(-4.4, _INF, 0.0, _INF, gelu_fit_knots() if fit else _ZERO,
-                                 0, 0, 1.0, 0, R=2, mode=1)
+    blk = CoeffBlock.from_values(
+        -4.4, _INF, 0.0, _INF, gelu_fit_knots() if fit else _ZERO, 0, 0, 1.0, 0, R=2, mode=1
+    )
     if not fit:
         blk = CoeffBlock(**{**blk.__dict__, "knots": _GELU_APPLE})
     return blk
@@ -135,8 +204,7 @@ def exp2_block() -> CoeffBlock:
 
 def reciprocal_block() -> CoeffBlock:
     """1/x (mantissa mode, odd): knots ``1/m`` for m = 0.5 + i/64, R = 6."""
-    return CoeffBlock.from_values(0.0, _INF, _INF, 0.0, 64.0 / (32 + _I), R=6, mode=7,
-                                  symmetry=SYMMETRY_ODD)
+    return CoeffBlock.from_values(0.0, _INF, _INF, 0.0, 64.0 / (32 + _I), R=6, mode=7, symmetry=SYMMETRY_ODD)
 
 
 def _even_mantissa(fn):
@@ -148,26 +216,35 @@ def _even_mantissa(fn):
 
 def rsqrt_block() -> CoeffBlock:
     """1/sqrt(x) (even-exponent mantissa mode): knots ``1/sqrt(i/16)`` for i >= 8, R = 4."""
-    return CoeffBlock.from_values(0.0, _INF, _INF, 0.0, _even_mantissa(lambda m: 1 / np.sqrt(m)),
-                                  R=4, mode=6, symmetry=SYMMETRY_POSITIVE)
+    return CoeffBlock.from_values(
+        0.0,
+        _INF,
+        _INF,
+        0.0,
+        _even_mantissa(lambda m: 1 / np.sqrt(m)),
+        R=4,
+        mode=6,
+        symmetry=SYMMETRY_POSITIVE,
+    )
 
 
 def sqrt_block() -> CoeffBlock:
     """sqrt(x) (even-exponent mantissa mode): knots ``sqrt(i/16)`` for i >= 8, R = 4."""
-    return CoeffBlock.from_values(0.0, _INF, 0.0, _INF, _even_mantissa(np.sqrt),
-                                  R=4, mode=5, symmetry=SYMMETRY_POSITIVE)
+    return CoeffBlock.from_values(
+        0.0, _INF, 0.0, _INF, _even_mantissa(np.sqrt), R=4, mode=5, symmetry=SYMMETRY_POSITIVE
+    )
 
 
 def log2_block() -> CoeffBlock:
     """log2(x) (mantissa mode, adds the exponent): knots ``log2(0.5 + i/64)``, R = 6."""
-    return CoeffBlock.from_values(0.0, _INF, -_INF, 0.0, np.log2((32 + _I) / 64.0),
-                                  R=6, mode=9, symmetry=SYMMETRY_POSITIVE)
+    return CoeffBlock.from_values(
+        0.0, _INF, -_INF, 0.0, np.log2((32 + _I) / 64.0), R=6, mode=9, symmetry=SYMMETRY_POSITIVE
+    )
 
 
 def hardtanh_block(min_val: float = -1.0, max_val: float = 1.0) -> CoeffBlock:
     """clamp(x, min_val, max_val): no table (R = 64), lines of slope 1, centred mode."""
-    return CoeffBlock.from_values(min_val, max_val, min_val, max_val, _ZERO, 1.0, 0, 1.0, 0,
-                                  R=64, mode=1)
+    return CoeffBlock.from_values(min_val, max_val, min_val, max_val, _ZERO, 1.0, 0, 1.0, 0, R=64, mode=1)
 
 
 def relu6_block() -> CoeffBlock:
@@ -177,8 +254,7 @@ def relu6_block() -> CoeffBlock:
 
 def leaky_relu_block(negative_slope: float = 0.01) -> CoeffBlock:
     """``x`` for x >= 0, ``negative_slope * x`` below: two lines, no table (R = 64)."""
-    return CoeffBlock.from_values(-_INF, _INF, -_INF, _INF, _ZERO, negative_slope, 0, 1.0, 0,
-                                  R=64, mode=1)
+    return CoeffBlock.from_values(-_INF, _INF, -_INF, _INF, _ZERO, negative_slope, 0, 1.0, 0, R=64, mode=1)
 
 
 def rrelu_block(lower: float = 1.0 / 8, upper: float = 1.0 / 3) -> CoeffBlock:
@@ -207,8 +283,9 @@ def selu_block() -> CoeffBlock:
 
 def sign_block() -> CoeffBlock:
     """sign(x): odd, no table (R = 64): 0 at 0, 1 for |x| > 0."""
-    return CoeffBlock.from_values(0.0, 1.0, 0.0, 1.0, _ZERO, 0, 0, 0, 1.0, R=64, mode=0,
-                                  symmetry=SYMMETRY_ODD)
+    return CoeffBlock.from_values(
+        0.0, 1.0, 0.0, 1.0, _ZERO, 0, 0, 0, 1.0, R=64, mode=0, symmetry=SYMMETRY_ODD
+    )
 
 
 def relu_block() -> CoeffBlock:
@@ -218,27 +295,26 @@ def relu_block() -> CoeffBlock:
 
 def step_block() -> CoeffBlock:
     """Heaviside step ``x > 0`` (ceil's middle stage): 1 above 2**-24, 0 below -2**-24."""
-    tiny = 2.0 ** -24
+    tiny = 2.0**-24
     return CoeffBlock.from_values(-tiny, tiny, 0.0, 1.0, _ZERO, 0, 0, 0, 1.0, R=64, mode=1)
 
 
 def fraction_block() -> CoeffBlock:
     """``x - trunc(x)`` (fraction mode, odd; ceil's first stage)."""
-    return CoeffBlock.from_values(-_INF, _INF, 0.0, 0.0, _ZERO, R=0, mode=3,
-                                  symmetry=SYMMETRY_ODD)
+    return CoeffBlock.from_values(-_INF, _INF, 0.0, 0.0, _ZERO, R=0, mode=3, symmetry=SYMMETRY_ODD)
 
 
 def integer_block() -> CoeffBlock:
     """``trunc(x)`` (integer mode, odd, R = 5; ceil's last stage)."""
-    return CoeffBlock.from_values(-_INF, _INF, -_INF, _INF, _ZERO, R=5, mode=4,
-                                  symmetry=SYMMETRY_ODD)
+    return CoeffBlock.from_values(-_INF, _INF, -_INF, _INF, _ZERO, R=5, mode=4, symmetry=SYMMETRY_ODD)
 
 
 def atan_low_block() -> CoeffBlock:
     """atan's first term: ``atan(min(|x|, 2))`` (odd), knots ``atan(i/16)``, R = 4."""
     a2 = math.atan(2.0)
-    return CoeffBlock.from_values(0.0, 2.0, 0.0, a2, np.arctan(_I / 16), 1.0, 0, 0, a2,
-                                  R=4, mode=0, symmetry=SYMMETRY_ODD)
+    return CoeffBlock.from_values(
+        0.0, 2.0, 0.0, a2, np.arctan(_I / 16), 1.0, 0, 0, a2, R=4, mode=0, symmetry=SYMMETRY_ODD
+    )
 
 
 def atan_high_block() -> CoeffBlock:
@@ -251,8 +327,20 @@ def atan_high_block() -> CoeffBlock:
     a2 = math.atan(2.0)
     knots = np.arctan(2.0 * _I) - a2
     slope = (math.atan(2000.0) - math.atan(64.0)) / (2000.0 - 64.0)
-    return CoeffBlock.from_values(2.0, 2000.0, 0.0, math.atan(2000.0) - a2, knots, 0, 0,
-                                  slope, knots[32], R=-1, mode=0, symmetry=SYMMETRY_ODD)
+    return CoeffBlock.from_values(
+        2.0,
+        2000.0,
+        0.0,
+        math.atan(2000.0) - a2,
+        knots,
+        0,
+        0,
+        slope,
+        knots[32],
+        R=-1,
+        mode=0,
+        symmetry=SYMMETRY_ODD,
+    )
 
 
 def identity_block() -> CoeffBlock:
@@ -264,12 +352,26 @@ def identity_block() -> CoeffBlock:
 # Registry
 # =============================================================================
 _GENERATORS = {
-    "tanh": tanh_block, "sigmoid": sigmoid_block, "gelu": gelu_block, "exp2": exp2_block,
-    "reciprocal": reciprocal_block, "rsqrt": rsqrt_block, "sqrt": sqrt_block,
-    "log2": log2_block, "relu6": relu6_block, "hardtanh": hardtanh_block,
-    "leaky_relu": leaky_relu_block, "rrelu": rrelu_block, "selu": selu_block,
-    "sign": sign_block, "relu": relu_block, "step": step_block, "fraction": fraction_block,
-    "integer": integer_block, "atan_low": atan_low_block, "atan_high": atan_high_block,
+    "tanh": tanh_block,
+    "sigmoid": sigmoid_block,
+    "gelu": gelu_block,
+    "exp2": exp2_block,
+    "reciprocal": reciprocal_block,
+    "rsqrt": rsqrt_block,
+    "sqrt": sqrt_block,
+    "log2": log2_block,
+    "relu6": relu6_block,
+    "hardtanh": hardtanh_block,
+    "leaky_relu": leaky_relu_block,
+    "rrelu": rrelu_block,
+    "selu": selu_block,
+    "sign": sign_block,
+    "relu": relu_block,
+    "step": step_block,
+    "fraction": fraction_block,
+    "integer": integer_block,
+    "atan_low": atan_low_block,
+    "atan_high": atan_high_block,
     "identity": identity_block,
 }
 _ALIASES = {"silu": "sigmoid", "exp": "exp2", "inv": "reciprocal", "leakyrelu": "leaky_relu"}
@@ -277,10 +379,26 @@ _ALIASES = {"silu": "sigmoid", "exp": "exp2", "inv": "reciprocal", "leakyrelu": 
 #: registry name -> whether the generated block is bit-identical to the corpus block
 #: (all 43 words).  gelu: the registry block is Apple's; fastane's own fit differs.
 APPLE_IDENTICAL = {
-    "tanh": True, "sigmoid": True, "exp2": True, "reciprocal": True, "rsqrt": True,
-    "sqrt": True, "log2": True, "relu6": True, "hardtanh": True, "leaky_relu": True,
-    "rrelu": True, "selu": True, "sign": True, "relu": True, "step": True, "fraction": True,
-    "integer": True, "atan_low": True, "atan_high": True, "gelu": False,
+    "tanh": True,
+    "sigmoid": True,
+    "exp2": True,
+    "reciprocal": True,
+    "rsqrt": True,
+    "sqrt": True,
+    "log2": True,
+    "relu6": True,
+    "hardtanh": True,
+    "leaky_relu": True,
+    "rrelu": True,
+    "selu": True,
+    "sign": True,
+    "relu": True,
+    "step": True,
+    "fraction": True,
+    "integer": True,
+    "atan_low": True,
+    "atan_high": True,
+    "gelu": False,
 }
 
 #: planar-engine arithmetic that Apple's programs put around a LUT task (docs/lut.md):
@@ -353,13 +471,22 @@ def ne_post(y, bias=None, scale=1.0, nonlinear=0, block=None, out=None, counts=N
     lutf, luti = (block or get_block("identity")).kernel_args()
     if out is None:
         out = np.empty(y.shape, dtype=np.uint16)
-    elif not (isinstance(out, np.ndarray) and out.shape == y.shape and out.dtype == np.uint16
-              and out.flags.writeable):
+    elif not (
+        isinstance(out, np.ndarray)
+        and out.shape == y.shape
+        and out.dtype == np.uint16
+        and out.flags.writeable
+    ):
         raise ValueError(f"out must be a writeable uint16 array of shape {y.shape}")
     if counts is None:
         counts = np.zeros(2, dtype=np.int64)
-    elif not (isinstance(counts, np.ndarray) and counts.dtype == np.int64 and counts.ndim == 1
-              and counts.size >= 2 and counts.flags.writeable):
+    elif not (
+        isinstance(counts, np.ndarray)
+        and counts.dtype == np.int64
+        and counts.ndim == 1
+        and counts.size >= 2
+        and counts.flags.writeable
+    ):
         raise ValueError("counts must be a writeable 1-D int64 array of at least 2 elements")
     _kne.ne_post(y, b, float(scale), int(nonlinear), lutf, luti, out, counts)
     return out
@@ -386,8 +513,9 @@ def fold_affine(weight, bias, s, c):
     c = np.asarray(c, dtype=np.float64)
     for name, v in (("s", s), ("c", c), ("bias", b)):
         if v.ndim > 1 or (v.ndim == 1 and v.size not in (1, cout)):
-            raise ValueError(f"{name} must be a scalar or have one value per output channel "
-                             f"({cout}), got shape {v.shape}")
+            raise ValueError(
+                f"{name} must be a scalar or have one value per output channel ({cout}), got shape {v.shape}"
+            )
     s_w = s.reshape((-1,) + (1,) * (w.ndim - 1)) if s.ndim == 1 and w.ndim > 1 else s
     w2 = (s_w * w).astype(np.float16)
     b2 = (s * b + c).astype(np.float16)

@@ -17,6 +17,7 @@ imports nothing of fastane.
   :func:`kernel_layout`: **the** KMem layout rule (``m = ceil(Cout / 16)`` output
   channels per core; each core's kernels, then its biases, then on core 0 the LUT block).
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,10 +25,31 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CORES", "KMEM_CORE_BYTES", "L2_BYTES", "L2_UNIT", "ALIGN", "TILE", "NUM_BARS",
-           "TD_SIZE", "TD_STRIDE", "MAX_CHAIN", "LUT_WORDS", "LUT_BLOCK", "DTYPES", "FORMATS", "FP16",
-           "round_up", "Limits", "LIMITS", "KernelLayout", "kernel_layout", "channels_per_core",
-           "core_bytes", "size_str"]
+__all__ = [
+    "CORES",
+    "KMEM_CORE_BYTES",
+    "L2_BYTES",
+    "L2_UNIT",
+    "ALIGN",
+    "TILE",
+    "NUM_BARS",
+    "TD_SIZE",
+    "TD_STRIDE",
+    "MAX_CHAIN",
+    "LUT_WORDS",
+    "LUT_BLOCK",
+    "DTYPES",
+    "FORMATS",
+    "FP16",
+    "round_up",
+    "Limits",
+    "LIMITS",
+    "KernelLayout",
+    "kernel_layout",
+    "channels_per_core",
+    "core_bytes",
+    "size_str",
+]
 
 #: NE cores (and KernelDMA lanes: lane k feeds core k's KMem)
 CORES = 16
@@ -78,16 +100,16 @@ class Limits:
     cores: int = CORES
     kmem_core_bytes: int = KMEM_CORE_BYTES
     l2_bytes: int = L2_BYTES
-    max_channels: int = 65536        # SPEC 5: C
-    max_hw: int = 16384              # SPEC 5: H, W
-    max_groups: int = 8191           # Common.GroupConvCfg.NumGroups: 13 bits
-    max_kernel: int = 31             # ConvCfg.Kh/Kw: 5 bits
-    max_stride: int = 3              # ConvCfg.Sy/Sx: 2 bits
-    max_dilation: int = 3            # ConvCfg.Oy/Ox: 2 bits
-    max_padding: int = 31            # ConvCfg.Py/Px: 5 bits
-    min_group: int = 16              # smallest kernel group the tiler tries
-    col_align: int = ALIGN // FORMATS[FP16]   # fp16 columns in one 64-byte DMA burst
-    max_chain: int = MAX_CHAIN       # TDs in one submitted chain
+    max_channels: int = 65536  # SPEC 5: C
+    max_hw: int = 16384  # SPEC 5: H, W
+    max_groups: int = 8191  # Common.GroupConvCfg.NumGroups: 13 bits
+    max_kernel: int = 31  # ConvCfg.Kh/Kw: 5 bits
+    max_stride: int = 3  # ConvCfg.Sy/Sx: 2 bits
+    max_dilation: int = 3  # ConvCfg.Oy/Ox: 2 bits
+    max_padding: int = 31  # ConvCfg.Py/Px: 5 bits
+    min_group: int = 16  # smallest kernel group the tiler tries
+    col_align: int = ALIGN // FORMATS[FP16]  # fp16 columns in one 64-byte DMA burst
+    max_chain: int = MAX_CHAIN  # TDs in one submitted chain
 
     @property
     def kmem_bytes(self) -> int:
@@ -107,8 +129,11 @@ def channels_per_core(cout: int, cores: int = CORES) -> int:
 def core_bytes(m: int, per_channel: int, bias_vector: bool = False, lut: bool = False) -> int:
     """KMem bytes of one core holding ``m`` output channels of ``per_channel`` kernel bytes:
     the kernels (padded to 64), then ``m`` fp16 biases (padded to 64), then the LUT block."""
-    return (round_up(m * per_channel) + (round_up(FORMATS[FP16] * m) if bias_vector else 0)
-            + (LUT_BLOCK if lut else 0))
+    return (
+        round_up(m * per_channel)
+        + (round_up(FORMATS[FP16] * m) if bias_vector else 0)
+        + (LUT_BLOCK if lut else 0)
+    )
 
 
 @dataclass(frozen=True)
@@ -121,9 +146,9 @@ class KernelLayout:
     ``base + offsets[l]``."""
 
     cout: int
-    per_channel: int        # kernel bytes of one output channel (Cin/groups x Kh x Kw x bytes)
-    m: int                  # output channels per core
-    lanes: int              # cores used
+    per_channel: int  # kernel bytes of one output channel (Cin/groups x Kh x Kw x bytes)
+    m: int  # output channels per core
+    lanes: int  # cores used
     wbytes: int
     bbytes: int
     lut_bytes: int

@@ -21,6 +21,7 @@ value the user gave, whatever its dtype:
 This module sits at the bottom of the import order (it imports numpy only), so the device
 and the front ends share it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,8 +37,10 @@ def real_operand(x, func: str, name: str) -> np.ndarray:
         raise ValueError(f"{func}: {name} is not a rectangular array ({exc})") from None
     kind = arr.dtype.kind
     if kind == "c":
-        raise TypeError(f"{func}: {name} must be a real numeric array, got complex dtype "
-                        f"{arr.dtype} (the ANE has no complex arithmetic)")
+        raise TypeError(
+            f"{func}: {name} must be a real numeric array, got complex dtype "
+            f"{arr.dtype} (the ANE has no complex arithmetic)"
+        )
     if kind not in "biuf":
         hint = " (a Python int beyond 64 bits is one: pass it as a float)" if kind == "O" else ""
         raise TypeError(f"{func}: {name} must be a real numeric array, got dtype {arr.dtype}{hint}")

@@ -4,6 +4,7 @@ A :class:`Stats` is filled by the blocks that do the work (the MAC array counts 
 and saturated outputs, each DMA engine its bytes, the NE its LUT range events) and is
 aggregated per task and per program.  The roofline model reads it back.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -37,8 +38,9 @@ class Stats:
     @property
     def dram_bytes(self) -> int:
         """Bytes moved between DRAM and the ANE by all DMA engines."""
-        return (self.control_dma_bytes + self.kernel_dma_bytes
-                + self.tile_dma_src_bytes + self.tile_dma_dst_bytes)
+        return (
+            self.control_dma_bytes + self.kernel_dma_bytes + self.tile_dma_src_bytes + self.tile_dma_dst_bytes
+        )
 
     def __add__(self, other: "Stats") -> "Stats":
         if not isinstance(other, Stats):

@@ -22,16 +22,35 @@ Conventions (stated once here, repeated in ``docs/roofline.md``):
   no extra cost; activations that need a second operand (SwiGLU's ``silu(g) * u``) are
   an :class:`Eltwise`.
 """
+
 from __future__ import annotations
 
 from .layers import Conv2d, Eltwise, Matmul, Workload
 
-__all__ = ["Conv2d", "Matmul", "Eltwise", "Workload", "get", "names", "describe",
-           "resnet50", "mobilenetv2", "mobilenetv3_small", "vit_b16", "bert_base", "gpt2", "llama",
-           "transformer", "matmul", "whisper_encoder", "mobileone"]
+__all__ = [
+    "Conv2d",
+    "Matmul",
+    "Eltwise",
+    "Workload",
+    "get",
+    "names",
+    "describe",
+    "resnet50",
+    "mobilenetv2",
+    "mobilenetv3_small",
+    "vit_b16",
+    "bert_base",
+    "gpt2",
+    "llama",
+    "transformer",
+    "matmul",
+    "whisper_encoder",
+    "mobileone",
+]
 
 
 # --------------------------------------------------------------------------- vision
+
 
 def resnet50(image: int = 224) -> Workload:
     """ResNet-50 v1.5 (torchvision: the stride-2 sits on the 3x3 conv), batch 1."""
@@ -39,18 +58,21 @@ def resnet50(image: int = 224) -> Workload:
     s = image
     L.append(Conv2d("conv1", 3, 64, s, s, 7, 7, 2, 3, activation="relu"))
     s = L[-1].hout
-    L.append(Eltwise("maxpool", "maxpool3x3/2", (64, s, s), (64, (s - 1) // 2 + 1, (s - 1) // 2 + 1),
-                     ops_per_out=9))
+    L.append(
+        Eltwise(
+            "maxpool", "maxpool3x3/2", (64, s, s), (64, (s - 1) // 2 + 1, (s - 1) // 2 + 1), ops_per_out=9
+        )
+    )
     s = (s - 1) // 2 + 1
     cin = 64
-    for stage, (width, blocks, stride) in enumerate([(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)],
-                                                    start=1):
+    for stage, (width, blocks, stride) in enumerate(
+        [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)], start=1
+    ):
         for b in range(blocks):
             st = stride if b == 0 else 1
             p = f"layer{stage}.{b}"
             L.append(Conv2d(f"{p}.conv1", cin, width, s, s, 1, 1, 1, 0, activation="relu"))
-            L.append(Conv2d(f"{p}.conv2", width, width, s, s, 3, 3, st, 1, activation="relu",
-                            follows=True))
+            L.append(Conv2d(f"{p}.conv2", width, width, s, s, 3, 3, st, 1, activation="relu", follows=True))
             so = L[-1].hout
             L.append(Conv2d(f"{p}.conv3", width, 4 * width, so, so, follows=True))
             if b == 0:
@@ -59,8 +81,12 @@ def resnet50(image: int = 224) -> Workload:
             cin, s = 4 * width, so
     L.append(Eltwise("avgpool", "avgpool", (cin, s, s), (cin, 1, 1), ops_per_out=s * s))
     L.append(Matmul("fc", 1, 1, cin, 1000))
-    return Workload("resnet50", f"ResNet-50 v1.5, {image}x{image}, batch 1", tuple(L),
-                    source="He et al. 2015; torchvision resnet50")
+    return Workload(
+        "resnet50",
+        f"ResNet-50 v1.5, {image}x{image}, batch 1",
+        tuple(L),
+        source="He et al. 2015; torchvision resnet50",
+    )
 
 
 def mobilenetv2(image: int = 224) -> Workload:
@@ -70,29 +96,47 @@ def mobilenetv2(image: int = 224) -> Workload:
     L.append(Conv2d("features.0", 3, 32, s, s, 3, 3, 2, 1, activation="relu6"))
     s, cin = L[-1].hout, 32
     idx = 1
-    for t, c, n, st in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
-                        (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
+    for t, c, n, st in [
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ]:
         for i in range(n):
             stride = st if i == 0 else 1
             hid = cin * t
             p = f"features.{idx}"
             if t != 1:
-                L.append(Conv2d(f"{p}.expand", cin, hid, s, s, activation="relu6",
-                                follows=isinstance(L[-1], Conv2d)))
-            L.append(Conv2d(f"{p}.dw", hid, hid, s, s, 3, 3, stride, 1, groups=hid, activation="relu6",
-                            follows=True))
+                L.append(
+                    Conv2d(
+                        f"{p}.expand", cin, hid, s, s, activation="relu6", follows=isinstance(L[-1], Conv2d)
+                    )
+                )
+            L.append(
+                Conv2d(
+                    f"{p}.dw", hid, hid, s, s, 3, 3, stride, 1, groups=hid, activation="relu6", follows=True
+                )
+            )
             so = L[-1].hout
             L.append(Conv2d(f"{p}.project", hid, c, so, so, follows=True))
             if stride == 1 and cin == c:
                 L.append(Eltwise(f"{p}.add", "add", (c, so, so), n_inputs=2))
             cin, s = c, so
             idx += 1
-    L.append(Conv2d(f"features.{idx}", cin, 1280, s, s, activation="relu6",
-                    follows=isinstance(L[-1], Conv2d)))
+    L.append(
+        Conv2d(f"features.{idx}", cin, 1280, s, s, activation="relu6", follows=isinstance(L[-1], Conv2d))
+    )
     L.append(Eltwise("avgpool", "avgpool", (1280, s, s), (1280, 1, 1), ops_per_out=s * s))
     L.append(Matmul("classifier", 1, 1, 1280, 1000))
-    return Workload("mobilenetv2", f"MobileNetV2 1.0, {image}x{image}, batch 1", tuple(L),
-                    source="Sandler et al. 2018; torchvision mobilenet_v2")
+    return Workload(
+        "mobilenetv2",
+        f"MobileNetV2 1.0, {image}x{image}, batch 1",
+        tuple(L),
+        source="Sandler et al. 2018; torchvision mobilenet_v2",
+    )
 
 
 def _squeeze_excite(L, p, c, s, squeeze, gate):
@@ -112,16 +156,39 @@ def mobilenetv3_small(image: int = 224) -> Workload:
     L = [Conv2d("features.0", 3, 16, image, image, 3, 3, 2, 1, activation="relu6")]
     s, cin = L[-1].hout, 16
     # (kernel, expanded, out, squeeze-excite, activation, stride): torchvision's table
-    cfg = [(3, 16, 16, True, "relu", 2), (3, 72, 24, False, "relu", 2), (3, 88, 24, False, "relu", 1),
-           (5, 96, 40, True, "relu6", 2), (5, 240, 40, True, "relu6", 1), (5, 240, 40, True, "relu6", 1),
-           (5, 120, 48, True, "relu6", 1), (5, 144, 48, True, "relu6", 1), (5, 288, 96, True, "relu6", 2),
-           (5, 576, 96, True, "relu6", 1), (5, 576, 96, True, "relu6", 1)]
+    cfg = [
+        (3, 16, 16, True, "relu", 2),
+        (3, 72, 24, False, "relu", 2),
+        (3, 88, 24, False, "relu", 1),
+        (5, 96, 40, True, "relu6", 2),
+        (5, 240, 40, True, "relu6", 1),
+        (5, 240, 40, True, "relu6", 1),
+        (5, 120, 48, True, "relu6", 1),
+        (5, 144, 48, True, "relu6", 1),
+        (5, 288, 96, True, "relu6", 2),
+        (5, 576, 96, True, "relu6", 1),
+        (5, 576, 96, True, "relu6", 1),
+    ]
     for i, (k, exp, out, se, act, st) in enumerate(cfg, start=1):
         p = f"features.{i}"
         if exp != cin:
             L.append(Conv2d(f"{p}.expand", cin, exp, s, s, activation=act, follows=isinstance(L[-1], Conv2d)))
-        L.append(Conv2d(f"{p}.dw", exp, exp, s, s, k, k, st, k // 2, groups=exp, activation=act,
-                        follows=isinstance(L[-1], Conv2d)))
+        L.append(
+            Conv2d(
+                f"{p}.dw",
+                exp,
+                exp,
+                s,
+                s,
+                k,
+                k,
+                st,
+                k // 2,
+                groups=exp,
+                activation=act,
+                follows=isinstance(L[-1], Conv2d),
+            )
+        )
         so = L[-1].hout
         if se:
             _squeeze_excite(L, f"{p}.se", exp, so, max(8, (exp // 4 + 4) // 8 * 8), "relu6")
@@ -133,8 +200,12 @@ def mobilenetv3_small(image: int = 224) -> Workload:
     L.append(Eltwise("avgpool", "avgpool", (576, s, s), (576, 1, 1), ops_per_out=s * s))
     L.append(Matmul("classifier.0", 1, 1, 576, 1024, activation="relu6"))
     L.append(Matmul("classifier.3", 1, 1, 1024, 1000, follows=True))
-    return Workload("mobilenetv3-small", f"MobileNetV3-small 1.0, {image}x{image}, batch 1", tuple(L),
-                    source="Howard et al. 2019; torchvision mobilenet_v3_small")
+    return Workload(
+        "mobilenetv3-small",
+        f"MobileNetV3-small 1.0, {image}x{image}, batch 1",
+        tuple(L),
+        source="Howard et al. 2019; torchvision mobilenet_v3_small",
+    )
 
 
 _MOBILEONE = {"s0": (0.75, 1.0, 1.0, 2.0), "s4": (3.0, 3.5, 3.5, 4.0)}
@@ -157,25 +228,45 @@ def mobileone(variant: str = "s0", image: int = 224) -> Workload:
         for b in range(n):
             p = f"stage{st}.{b}"
             stride = 2 if b == 0 else 1
-            L.append(Conv2d(f"{p}.dw", cin, cin, s, s, 3, 3, stride, 1, groups=cin, activation="relu",
-                            follows=isinstance(L[-1], Conv2d)))
+            L.append(
+                Conv2d(
+                    f"{p}.dw",
+                    cin,
+                    cin,
+                    s,
+                    s,
+                    3,
+                    3,
+                    stride,
+                    1,
+                    groups=cin,
+                    activation="relu",
+                    follows=isinstance(L[-1], Conv2d),
+                )
+            )
             s = L[-1].hout
             if b >= n - n_se:
                 _squeeze_excite(L, f"{p}.dw.se", cin, s, cin // 16, "sigmoid")
-            L.append(Conv2d(f"{p}.pw", cin, planes, s, s, activation="relu", follows=isinstance(L[-1], Conv2d)))
+            L.append(
+                Conv2d(f"{p}.pw", cin, planes, s, s, activation="relu", follows=isinstance(L[-1], Conv2d))
+            )
             if b >= n - n_se:
                 _squeeze_excite(L, f"{p}.pw.se", planes, s, planes // 16, "sigmoid")
             cin = planes
     L.append(Eltwise("gap", "avgpool", (cin, s, s), (cin, 1, 1), ops_per_out=s * s))
     L.append(Matmul("linear", 1, 1, cin, 1000))
-    return Workload(f"mobileone-{variant}", f"MobileOne-{variant.upper()} (reparameterized), {image}x{image}, "
-                    f"batch 1", tuple(L), source="Vasu et al. 2023; apple/ml-mobileone mobileone.py")
+    return Workload(
+        f"mobileone-{variant}",
+        f"MobileOne-{variant.upper()} (reparameterized), {image}x{image}, batch 1",
+        tuple(L),
+        source="Vasu et al. 2023; apple/ml-mobileone mobileone.py",
+    )
 
 
 # --------------------------------------------------------------------- transformers
 
-def _block(L, p, *, d, n_heads, n_kv, head_dim, ffn, seq, kv_len, gated, act, norm,
-           fused_qkv):
+
+def _block(L, p, *, d, n_heads, n_kv, head_dim, ffn, seq, kv_len, gated, act, norm, fused_qkv):
     """One pre-norm (or post-norm: same layers) transformer block."""
     qd, kvd = n_heads * head_dim, n_kv * head_dim
     group = n_heads // n_kv
@@ -203,15 +294,49 @@ def _block(L, p, *, d, n_heads, n_kv, head_dim, ffn, seq, kv_len, gated, act, no
     L.append(Eltwise(f"{p}.residual2", "add", (d, 1, seq), n_inputs=2))
 
 
-def _transformer(name, desc, *, n_layers, d, n_heads, n_kv=None, head_dim=None, ffn, vocab,
-                 seq, kv_len, gated=False, act="gelu", norm="layernorm", fused_qkv=False,
-                 lm_tokens=None, phase, tokens, source, head=None, prefix=None):
+def _transformer(
+    name,
+    desc,
+    *,
+    n_layers,
+    d,
+    n_heads,
+    n_kv=None,
+    head_dim=None,
+    ffn,
+    vocab,
+    seq,
+    kv_len,
+    gated=False,
+    act="gelu",
+    norm="layernorm",
+    fused_qkv=False,
+    lm_tokens=None,
+    phase,
+    tokens,
+    source,
+    head=None,
+    prefix=None,
+):
     n_kv = n_kv or n_heads
     head_dim = head_dim or d // n_heads
     L = list(prefix or [])
     for i in range(n_layers):
-        _block(L, f"layers.{i}", d=d, n_heads=n_heads, n_kv=n_kv, head_dim=head_dim, ffn=ffn,
-               seq=seq, kv_len=kv_len, gated=gated, act=act, norm=norm, fused_qkv=fused_qkv)
+        _block(
+            L,
+            f"layers.{i}",
+            d=d,
+            n_heads=n_heads,
+            n_kv=n_kv,
+            head_dim=head_dim,
+            ffn=ffn,
+            seq=seq,
+            kv_len=kv_len,
+            gated=gated,
+            act=act,
+            norm=norm,
+            fused_qkv=fused_qkv,
+        )
     L.append(Eltwise(f"final_{norm}", norm, (d, 1, seq), ops_per_out=4))
     if vocab:
         L.append(Matmul("lm_head", 1, lm_tokens if lm_tokens is not None else seq, d, vocab))
@@ -220,9 +345,23 @@ def _transformer(name, desc, *, n_layers, d, n_heads, n_kv=None, head_dim=None, 
     return Workload(name, desc, tuple(L), phase=phase, tokens=tokens, source=source)
 
 
-def transformer(*, layers: int, d: int, heads: int, ffn: int, vocab: int, seq: int, kv: int | None = None,
-                lm_tokens: int | None = None, kv_heads: int | None = None, head_dim: int | None = None,
-                gated: bool = False, act: str = "gelu", norm: str = "layer", name: str | None = None) -> Workload:
+def transformer(
+    *,
+    layers: int,
+    d: int,
+    heads: int,
+    ffn: int,
+    vocab: int,
+    seq: int,
+    kv: int | None = None,
+    lm_tokens: int | None = None,
+    kv_heads: int | None = None,
+    head_dim: int | None = None,
+    gated: bool = False,
+    act: str = "gelu",
+    norm: str = "layer",
+    name: str | None = None,
+) -> Workload:
     """A decoder or encoder stack described by its sizes (``fastane roofline --transformer``):
     ``seq`` tokens processed by the step, attending to ``kv`` positions (default ``seq``),
     the LM head (``vocab`` outputs; 0: none) on ``lm_tokens`` positions (default ``seq``).
@@ -230,14 +369,32 @@ def transformer(*, layers: int, d: int, heads: int, ffn: int, vocab: int, seq: i
     kv = seq if kv is None else kv
     lm = seq if lm_tokens is None else lm_tokens
     phase = "decode" if seq == 1 and vocab else ("prefill" if vocab else "inference")
-    spec = (f"layers={layers},d={d},heads={heads},ffn={ffn},vocab={vocab},seq={seq},kv={kv},lm_tokens={lm}"
-            + (f",kv_heads={kv_heads}" if kv_heads else "") + (f",head_dim={head_dim}" if head_dim else "")
-            + f",gated={int(gated)},act={act},norm={norm}")
-    return _transformer(name or "transformer", f"transformer {spec}", n_layers=layers, d=d, n_heads=heads,
-                        n_kv=kv_heads, head_dim=head_dim, ffn=ffn, vocab=vocab, seq=seq, kv_len=kv,
-                        gated=gated, act=act, norm={"layer": "layernorm", "rms": "rmsnorm"}[norm],
-                        lm_tokens=lm, phase=phase, tokens=seq if vocab or seq > 1 else 1,
-                        source="user spec")
+    spec = (
+        f"layers={layers},d={d},heads={heads},ffn={ffn},vocab={vocab},seq={seq},kv={kv},lm_tokens={lm}"
+        + (f",kv_heads={kv_heads}" if kv_heads else "")
+        + (f",head_dim={head_dim}" if head_dim else "")
+        + f",gated={int(gated)},act={act},norm={norm}"
+    )
+    return _transformer(
+        name or "transformer",
+        f"transformer {spec}",
+        n_layers=layers,
+        d=d,
+        n_heads=heads,
+        n_kv=kv_heads,
+        head_dim=head_dim,
+        ffn=ffn,
+        vocab=vocab,
+        seq=seq,
+        kv_len=kv,
+        gated=gated,
+        act=act,
+        norm={"layer": "layernorm", "rms": "rmsnorm"}[norm],
+        lm_tokens=lm,
+        phase=phase,
+        tokens=seq if vocab or seq > 1 else 1,
+        source="user spec",
+    )
 
 
 _WHISPER = {"tiny": (4, 384, 6), "base": (6, 512, 8), "small": (12, 768, 12), "medium": (24, 1024, 16)}
@@ -248,19 +405,36 @@ def whisper_encoder(size: str = "tiny", frames: int = 3000) -> Workload:
     frames of 80 bins: the stem (Conv1d 80 -> d, k 3, then d -> d, k 3, stride 2, GELU; as
     convolutions of height 1), then ``frames / 2`` tokens through the encoder blocks."""
     n_layers, d, heads = _WHISPER[size]
-    stem = [Conv2d("conv1", 80, d, 1, frames, 1, 3, 1, 0, activation="gelu"),
-            Conv2d("conv2", d, d, 1, frames - 2, 1, 3, 2, 0, activation="gelu", follows=True)]
+    stem = [
+        Conv2d("conv1", 80, d, 1, frames, 1, 3, 1, 0, activation="gelu"),
+        Conv2d("conv2", d, d, 1, frames - 2, 1, 3, 2, 0, activation="gelu", follows=True),
+    ]
     seq = stem[-1].wout
-    return _transformer(f"whisper-{size}-encoder", f"Whisper {size} encoder, {frames} mel frames ({seq} tokens)",
-                        n_layers=n_layers, d=d, n_heads=heads, ffn=4 * d, vocab=0, seq=seq, kv_len=seq,
-                        phase="inference", tokens=0, prefix=stem,
-                        source="Radford et al. 2022; openai/whisper model dims")
+    return _transformer(
+        f"whisper-{size}-encoder",
+        f"Whisper {size} encoder, {frames} mel frames ({seq} tokens)",
+        n_layers=n_layers,
+        d=d,
+        n_heads=heads,
+        ffn=4 * d,
+        vocab=0,
+        seq=seq,
+        kv_len=seq,
+        phase="inference",
+        tokens=0,
+        prefix=stem,
+        source="Radford et al. 2022; openai/whisper model dims",
+    )
 
 
 def matmul(M: int, K: int, N: int, name: str | None = None) -> Workload:
     """One matmul ``(M x K) @ (K x N)``, the K x N weights in KMem (``--matmul MxKxN``)."""
-    return Workload(name or f"matmul-{M}x{K}x{N}", f"one matmul ({M} x {K}) @ ({K} x {N}), fp16 weights",
-                    (Matmul("matmul", 1, M, K, N),), source="user spec")
+    return Workload(
+        name or f"matmul-{M}x{K}x{N}",
+        f"one matmul ({M} x {K}) @ ({K} x {N}), fp16 weights",
+        (Matmul("matmul", 1, M, K, N),),
+        source="user spec",
+    )
 
 
 def vit_b16(image: int = 224) -> Workload:
@@ -268,21 +442,42 @@ def vit_b16(image: int = 224) -> Workload:
     g = image // 16
     seq = g * g + 1
     patch = Conv2d("patch_embed", 3, 768, image, image, 16, 16, 16, 0)
-    return _transformer("vit-b16", f"ViT-B/16, {image}x{image} ({seq} tokens), batch 1",
-                        n_layers=12, d=768, n_heads=12, ffn=3072, vocab=0, seq=seq, kv_len=seq,
-                        fused_qkv=True, phase="inference", tokens=0,
-                        source="Dosovitskiy et al. 2020; timm vit_base_patch16_224",
-                        prefix=[patch], head=Matmul("head", 1, 1, 768, 1000))
+    return _transformer(
+        "vit-b16",
+        f"ViT-B/16, {image}x{image} ({seq} tokens), batch 1",
+        n_layers=12,
+        d=768,
+        n_heads=12,
+        ffn=3072,
+        vocab=0,
+        seq=seq,
+        kv_len=seq,
+        fused_qkv=True,
+        phase="inference",
+        tokens=0,
+        source="Dosovitskiy et al. 2020; timm vit_base_patch16_224",
+        prefix=[patch],
+        head=Matmul("head", 1, 1, 768, 1000),
+    )
 
 
 def bert_base(seq: int = 128) -> Workload:
     """BERT-base encoder (12 x 768, 12 heads) over ``seq`` tokens, pooler on [CLS]."""
-    return _transformer(f"bert-base-{seq}" if seq != 128 else "bert-base",
-                        f"BERT-base encoder, sequence {seq}, batch 1",
-                        n_layers=12, d=768, n_heads=12, ffn=3072, vocab=0, seq=seq, kv_len=seq,
-                        phase="inference", tokens=seq,
-                        source="Devlin et al. 2018; HF bert-base-uncased",
-                        head=Matmul("pooler", 1, 1, 768, 768, activation="tanh"))
+    return _transformer(
+        f"bert-base-{seq}" if seq != 128 else "bert-base",
+        f"BERT-base encoder, sequence {seq}, batch 1",
+        n_layers=12,
+        d=768,
+        n_heads=12,
+        ffn=3072,
+        vocab=0,
+        seq=seq,
+        kv_len=seq,
+        phase="inference",
+        tokens=seq,
+        source="Devlin et al. 2018; HF bert-base-uncased",
+        head=Matmul("pooler", 1, 1, 768, 768, activation="tanh"),
+    )
 
 
 _GPT2 = {  # name: (layers, d_model, heads)
@@ -298,12 +493,27 @@ def gpt2(size: str = "gpt2", phase: str = "decode", seq: int = 512) -> Workload:
     n_layers, d, heads, label = _GPT2[size]
     dec = phase == "decode"
     name = size if dec else f"{size}-prefill"
-    desc = (f"{label}, decode of 1 token with a KV cache of {seq}" if dec
-            else f"{label}, prefill of {seq} tokens (lm_head on the last token)")
-    return _transformer(name, desc, n_layers=n_layers, d=d, n_heads=heads, ffn=4 * d,
-                        vocab=50257, seq=1 if dec else seq, kv_len=seq, fused_qkv=True,
-                        lm_tokens=1, phase=phase, tokens=1 if dec else seq,
-                        source="Radford et al. 2019; HF gpt2 / gpt2-xl config")
+    desc = (
+        f"{label}, decode of 1 token with a KV cache of {seq}"
+        if dec
+        else f"{label}, prefill of {seq} tokens (lm_head on the last token)"
+    )
+    return _transformer(
+        name,
+        desc,
+        n_layers=n_layers,
+        d=d,
+        n_heads=heads,
+        ffn=4 * d,
+        vocab=50257,
+        seq=1 if dec else seq,
+        kv_len=seq,
+        fused_qkv=True,
+        lm_tokens=1,
+        phase=phase,
+        tokens=1 if dec else seq,
+        source="Radford et al. 2019; HF gpt2 / gpt2-xl config",
+    )
 
 
 def llama(phase: str = "decode", seq: int = 512) -> Workload:
@@ -312,14 +522,32 @@ def llama(phase: str = "decode", seq: int = 512) -> Workload:
     the prefill of ``seq`` tokens."""
     dec = phase == "decode"
     name = "llama-3.2-1b" if dec else "llama-3.2-1b-prefill"
-    desc = (f"Llama-3.2-1B, decode of 1 token with a KV cache of {seq}" if dec
-            else f"Llama-3.2-1B, prefill of {seq} tokens (lm_head on the last token)")
-    return _transformer(name, desc, n_layers=16, d=2048, n_heads=32, n_kv=8, head_dim=64,
-                        ffn=8192, vocab=128256, seq=1 if dec else seq, kv_len=seq, gated=True,
-                        act="silu", norm="rmsnorm", lm_tokens=1, phase=phase,
-                        tokens=1 if dec else seq,
-                        source="Meta Llama-3.2-1B config.json (hidden 2048, 16 layers, 32/8 heads, "
-                               "intermediate 8192, vocab 128256, tied embeddings)")
+    desc = (
+        f"Llama-3.2-1B, decode of 1 token with a KV cache of {seq}"
+        if dec
+        else f"Llama-3.2-1B, prefill of {seq} tokens (lm_head on the last token)"
+    )
+    return _transformer(
+        name,
+        desc,
+        n_layers=16,
+        d=2048,
+        n_heads=32,
+        n_kv=8,
+        head_dim=64,
+        ffn=8192,
+        vocab=128256,
+        seq=1 if dec else seq,
+        kv_len=seq,
+        gated=True,
+        act="silu",
+        norm="rmsnorm",
+        lm_tokens=1,
+        phase=phase,
+        tokens=1 if dec else seq,
+        source="Meta Llama-3.2-1B config.json (hidden 2048, 16 layers, 32/8 heads, "
+        "intermediate 8192, vocab 128256, tied embeddings)",
+    )
 
 
 _BUILDERS = {
@@ -333,8 +561,9 @@ _BUILDERS = {
     "whisper-base-encoder": lambda: whisper_encoder("base"),
     "whisper-small-encoder": lambda: whisper_encoder("small"),
     "whisper-medium-encoder": lambda: whisper_encoder("medium"),
-    "distilbert": lambda: transformer(layers=6, d=768, heads=12, ffn=3072, vocab=0, seq=128,
-                                      name="distilbert"),
+    "distilbert": lambda: transformer(
+        layers=6, d=768, heads=12, ffn=3072, vocab=0, seq=128, name="distilbert"
+    ),
     "bert-base": lambda: bert_base(128),
     "bert-base-512": lambda: bert_base(512),
     "gpt2": lambda: gpt2("gpt2", "decode"),
@@ -345,11 +574,22 @@ _BUILDERS = {
     "llama-3.2-1b-prefill": lambda: llama("prefill"),
 }
 _ALIASES = {
-    "resnet-50": "resnet50", "mobilenet-v2": "mobilenetv2", "mobilenet_v2": "mobilenetv2",
-    "vit": "vit-b16", "vit-b/16": "vit-b16", "vit_b16": "vit-b16", "bert": "bert-base",
-    "bert-base-128": "bert-base", "gpt2-decode": "gpt2", "gpt2-124m": "gpt2",
-    "gpt2-1.5b": "gpt2-xl", "gpt2-xl-decode": "gpt2-xl", "gpt2-1.5b-prefill": "gpt2-xl-prefill",
-    "llama": "llama-3.2-1b", "llama-3.2-1b-decode": "llama-3.2-1b", "llama3.2-1b": "llama-3.2-1b",
+    "resnet-50": "resnet50",
+    "mobilenet-v2": "mobilenetv2",
+    "mobilenet_v2": "mobilenetv2",
+    "vit": "vit-b16",
+    "vit-b/16": "vit-b16",
+    "vit_b16": "vit-b16",
+    "bert": "bert-base",
+    "bert-base-128": "bert-base",
+    "gpt2-decode": "gpt2",
+    "gpt2-124m": "gpt2",
+    "gpt2-1.5b": "gpt2-xl",
+    "gpt2-xl-decode": "gpt2-xl",
+    "gpt2-1.5b-prefill": "gpt2-xl-prefill",
+    "llama": "llama-3.2-1b",
+    "llama-3.2-1b-decode": "llama-3.2-1b",
+    "llama3.2-1b": "llama-3.2-1b",
     "llama-prefill": "llama-3.2-1b-prefill",
 }
 _CACHE: dict = {}
@@ -374,5 +614,7 @@ def get(name: str) -> Workload:
 def describe(name: str) -> str:
     """One line: name, description, layers, MACs and weight parameters."""
     w = get(name)
-    return (f"{w.name}: {w.description}; {len(w)} layers, {w.macs / 1e9:.3f} GMAC, "
-            f"{w.weight_params / 1e6:.1f} M weight parameters")
+    return (
+        f"{w.name}: {w.description}; {len(w)} layers, {w.macs / 1e9:.3f} GMAC, "
+        f"{w.weight_params / 1e6:.1f} M weight parameters"
+    )

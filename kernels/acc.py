@@ -1,6 +1,7 @@
 """The MAC array's Q16.16 accumulator: its range, its grid, and its readout to fp16
 (SPEC section 2; the arithmetic that fills it is :mod:`fastane.kernels.mac`, which
 re-exports every name of this module)."""
+
 import numpy as np
 from numba import njit
 

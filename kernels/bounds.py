@@ -2,6 +2,7 @@
 first"): row and column statistics of ``|a|`` and ``|b|``, the per-row and per-element
 bounds, and their BLAS refinement.  A bound that holds proves that no accumulation step
 clamps, so the fast path's sum is exact."""
+
 import contextlib
 
 import numpy as np
@@ -111,6 +112,7 @@ def _blas_single_thread():
     if not _BLAS_CONTROLLER:
         try:
             from threadpoolctl import ThreadpoolController
+
             _BLAS_CONTROLLER.append(ThreadpoolController())
         except ImportError:  # pragma: no cover - speed only, never correctness
             _BLAS_CONTROLLER.append(None)

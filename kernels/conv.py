@@ -20,6 +20,7 @@ the matmul ``w[g] @ cols`` whose ``k = 0..K-1`` order is exactly the conv's orde
 applies unchanged.  Images are unfolded a chunk at a time to bound memory; a 1x1,
 stride-1, unpadded conv needs no unfolding at all.
 """
+
 import numpy as np
 from numba import njit, prange
 
@@ -50,7 +51,7 @@ def unfold_channel(src, c, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, ro
             hi = max(hi, lo)
             for oy in range(oh):
                 y = oy * sy + ky * dy - pad_top
-                dst = row[oy * ow:(oy + 1) * ow]
+                dst = row[oy * ow : (oy + 1) * ow]
                 if y < 0 or y >= H:
                     dst[:] = 0.0
                     continue
@@ -85,8 +86,9 @@ def _im2col(x, n0, n1, groups, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow
             nl = t // (groups * CG)  # image - n0
             g = (t // CG) % groups
             c = t % CG
-            tmax[t] = unfold_channel(x[n0 + nl, g * CG + c], c, KH, KW, sy, sx, dy, dx, pad_top, pad_left,
-                                     oh, ow, cols[nl, g])
+            tmax[t] = unfold_channel(
+                x[n0 + nl, g * CG + c], c, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols[nl, g]
+            )
 
 
 def conv2d_q16(x, w, sy, sx, dy, dx, pad_top, pad_left, oh, ow, groups, trunc):
@@ -101,8 +103,9 @@ def conv2d_q16(x, w, sy, sx, dy, dx, pad_top, pad_left, oh, ow, groups, trunc):
     flag = np.empty((N, CO, oh, ow), np.int8)
     if acc.size == 0:
         return acc, flag
-    plain = KH == 1 and KW == 1 and sy == 1 and sx == 1 and pad_top == 0 and pad_left == 0 \
-        and oh == H and ow == W
+    plain = (
+        KH == 1 and KW == 1 and sy == 1 and sx == 1 and pad_top == 0 and pad_left == 0 and oh == H and ow == W
+    )
     chunk = max(1, min(N, CHUNK_ELEMENTS // max(1, G * KC * P)))
     wg = w.reshape(G, COG, KC)
     for n0 in range(0, N, chunk):
@@ -115,12 +118,30 @@ def conv2d_q16(x, w, sy, sx, dy, dx, pad_top, pad_left, oh, ow, groups, trunc):
             cols = np.empty((n1 - n0, G, KC, P))
             tmax = np.empty(nb * CG)
             with parallel.threads_for(nb * COG * P * KC, mac.SERIAL_MACS):  # as the matmul that follows
-                _im2col(x, n0, n1, G, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols, tmax,
-                        parallel.workers())
+                _im2col(
+                    x,
+                    n0,
+                    n1,
+                    G,
+                    KH,
+                    KW,
+                    sy,
+                    sx,
+                    dy,
+                    dx,
+                    pad_top,
+                    pad_left,
+                    oh,
+                    ow,
+                    cols,
+                    tmax,
+                    parallel.workers(),
+                )
             cols = cols.reshape(nb, KC, P)
             bmax = tmax.reshape(nb, CG).max(axis=1)  # NaN propagates
         ia = np.tile(np.arange(G, dtype=np.int64), n1 - n0)
         ib = np.arange(nb, dtype=np.int64)
-        matmul_q16_into(wg, cols, ia, ib, trunc, acc[n0:n1].reshape(nb, COG, P),
-                        flag[n0:n1].reshape(nb, COG, P), bmax)
+        matmul_q16_into(
+            wg, cols, ia, ib, trunc, acc[n0:n1].reshape(nb, COG, P), flag[n0:n1].reshape(nb, COG, P), bmax
+        )
     return acc, flag

@@ -7,6 +7,7 @@ the strides against that window, so an out-of-range index cannot reach other mem
 The generic copies are numpy's strided loops; fp16 tensors, which the MAC kernels want as
 float64, are decoded by the Numba kernels below in the same pass.
 """
+
 import numpy as np
 from numba import njit, prange
 
@@ -29,7 +30,7 @@ def gather(mem, offset, shape, strides, dtype):
     convert exactly.
     """
     dtype = np.dtype(dtype)
-    window = mem[offset:offset + extent(shape, strides, dtype.itemsize)]
+    window = mem[offset : offset + extent(shape, strides, dtype.itemsize)]
     view = np.ndarray(shape, dtype, buffer=window, strides=strides)
     return view.astype(np.float64)
 
@@ -43,14 +44,15 @@ def scatter(mem, offset, values, strides, dtype, zero_tail=True, burst=64):
     dtype = np.dtype(dtype)
     shape = values.shape
     size = extent(shape, strides, dtype.itemsize, burst)
-    window = mem[offset:offset + size]
+    window = mem[offset : offset + size]
     view = np.ndarray(shape, dtype, buffer=window, strides=strides)
     view[...] = values
     row = shape[-1] * dtype.itemsize
     tail = -(-row // burst) * burst - row
     if zero_tail and tail:
-        tails = np.ndarray(shape[:-1] + (tail,), np.uint8, buffer=window, offset=row,
-                           strides=strides[:-1] + (1,))
+        tails = np.ndarray(
+            shape[:-1] + (tail,), np.uint8, buffer=window, offset=row, strides=strides[:-1] + (1,)
+        )
         tails[...] = 0
 
 
@@ -67,7 +69,7 @@ def _decode_plane(mem16, o, row, dst):
     H, W = dst.shape
     m = 0
     for h in range(H):
-        src = mem16[o + h * row:o + h * row + W]
+        src = mem16[o + h * row : o + h * row + W]
         d = dst[h]
         for k in range(W):
             v = np.int64(src[k])
@@ -88,7 +90,7 @@ def gather_f16(mem16, plane, row, out, cmax):
 
 def window(mem, offset, shape, strides, itemsize, burst=64):
     """The bytes a checked transfer spans, ``mem[offset:offset + extent]``."""
-    return mem[offset:offset + extent(shape, strides, itemsize, burst)]
+    return mem[offset : offset + extent(shape, strides, itemsize, burst)]
 
 
 def gather_fp16(mem, offset, shape, strides):
@@ -115,8 +117,8 @@ def load_lanes(mem, lanes, sources, sizes, kmem):
     Returns whether any word of KMem changed (the copy compares as it goes: one pass)."""
     changed = np.int64(0)
     for i in range(lanes.size):
-        src = mem[sources[i]:sources[i] + sizes[i]]
-        dst = kmem[lanes[i], :sizes[i]]
+        src = mem[sources[i] : sources[i] + sizes[i]]
+        dst = kmem[lanes[i], : sizes[i]]
         d = np.int64(0)
         for k in range(src.size):
             v = src[k]
@@ -128,8 +130,9 @@ def load_lanes(mem, lanes, sources, sizes, kmem):
 
 # ---------------------------------------------------------------- the MAC's im2col operand, from fp16
 @njit(parallel=True, cache=True, boundscheck=False)
-def unfold_f16(mem16, plane, row, H, W, CG, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow,
-               cols, tmax, workers):
+def unfold_f16(
+    mem16, plane, row, H, W, CG, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols, tmax, workers
+):
     """TileDMASrc straight into the MAC's im2col operand: ``cols[g, (c*KH + ky)*KW + kx,
     oy*ow + ox]`` = the fp16 input (``mem16[ch*plane + y*row + x]``, ``ch = g*CG + c``,
     ``plane``/``row`` in elements) at ``y = oy*sy + ky*dy - pad_top``, ``x = ox*sx + kx*dx -
@@ -148,5 +151,6 @@ def unfold_f16(mem16, plane, row, H, W, CG, KH, KW, sy, sx, dy, dx, pad_top, pad
             if t >= ntasks:
                 break
             _decode_plane(mem16, t * plane, row, line)  # the channel, into the thread's buffer
-            tmax[t] = unfold_channel(line, t % CG, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow,
-                                     cols[t // CG])
+            tmax[t] = unfold_channel(
+                line, t % CG, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols[t // CG]
+            )

@@ -42,6 +42,7 @@ the scalar chains).
 Verified on all 65,536 patterns both ways (NaN payloads included), on millions of random
 float64 and float32 values, and on every tie, in tests/test_fp16.py.
 """
+
 import numpy as np
 from numba import njit
 

@@ -19,6 +19,7 @@ How (:func:`transpose`):
   on Numba's threads, when its threading layer is thread-safe (OpenMP or TBB; with
   ``workqueue``, which aborts on concurrent parallel launches, they stay serial).
 """
+
 import threading
 
 import numba
@@ -40,8 +41,8 @@ _SAFE_LAYERS = ("omp", "tbb")
 _safe = None
 _lock = threading.Lock()
 
-_LO16 = np.int64(0x0000FFFF0000FFFF)     # fp16 lanes 0 and 2 of a word
-_LO32 = np.int64(0x00000000FFFFFFFF)     # fp16 lanes 0 and 1
+_LO16 = np.int64(0x0000FFFF0000FFFF)  # fp16 lanes 0 and 2 of a word
+_LO32 = np.int64(0x00000000FFFFFFFF)  # fp16 lanes 0 and 1
 
 
 @njit(inline="always")
@@ -56,10 +57,10 @@ def _block4(s, d, b, i, q):
     r1 = s[b, i + 1, q]
     r2 = s[b, i + 2, q]
     r3 = s[b, i + 3, q]
-    t0 = (r0 & lo16) | ((r1 & lo16) << 16)            # r0.0 r1.0 r0.2 r1.2
-    t1 = ((r0 >> 16) & lo16) | (r1 & hi16)            # r0.1 r1.1 r0.3 r1.3
-    t2 = (r2 & lo16) | ((r3 & lo16) << 16)            # r2.0 r3.0 r2.2 r3.2
-    t3 = ((r2 >> 16) & lo16) | (r3 & hi16)            # r2.1 r3.1 r2.3 r3.3
+    t0 = (r0 & lo16) | ((r1 & lo16) << 16)  # r0.0 r1.0 r0.2 r1.2
+    t1 = ((r0 >> 16) & lo16) | (r1 & hi16)  # r0.1 r1.1 r0.3 r1.3
+    t2 = (r2 & lo16) | ((r3 & lo16) << 16)  # r2.0 r3.0 r2.2 r3.2
+    t3 = ((r2 >> 16) & lo16) | (r3 & hi16)  # r2.1 r3.1 r2.3 r3.3
     c = i >> 2
     j = 4 * q
     d[b, j, c] = (t0 & lo32) | (t2 << 32)
@@ -145,7 +146,7 @@ def _parallel_safe() -> bool:
             if _safe is None:
                 try:
                     layer = numba.threading_layer()
-                except ValueError:          # no parallel kernel has run yet: start one
+                except ValueError:  # no parallel kernel has run yet: start one
                     z = np.zeros((1, 1, 1), np.uint16)
                     transpose_u16(z, z.copy())
                     layer = numba.threading_layer()
@@ -156,8 +157,12 @@ def _parallel_safe() -> bool:
 def _words(x: np.ndarray):
     """``x`` (B, R, W) uint16 as int64 words (B, R, W/4) (a view), or None when its rows
     are not whole, 8-byte aligned words."""
-    if (x.shape[-1] % 4 or x.strides[-1] != 2 or x.ctypes.data % 8
-            or any(s % 8 for s, n in zip(x.strides[:-1], x.shape[:-1]) if n > 1)):
+    if (
+        x.shape[-1] % 4
+        or x.strides[-1] != 2
+        or x.ctypes.data % 8
+        or any(s % 8 for s, n in zip(x.strides[:-1], x.shape[:-1]) if n > 1)
+    ):
         return None
     return x.view(np.int64)
 

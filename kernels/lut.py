@@ -47,6 +47,7 @@ Parameters are passed packed, so that one signature serves every caller:
   hi_value, slope_left, icpt_left, slope_right, icpt_right`` (all fp16 values);
 * ``luti`` int64[3]: ``R``, the mode (low nibble of the mode word), odd symmetry (0/1).
 """
+
 import math
 
 import numpy as np

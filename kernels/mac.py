@@ -66,10 +66,24 @@ import numpy as np
 from numba import njit, prange
 
 from . import parallel
-from .acc import (ACC_MAX, ACC_MIN, SCALE, readout, readout_counts,  # re-exported: the entry
-                  readout_unrounded, readout_value)                 # points of the docstring
-from .bounds import (BOUND_MARGIN, _abs_max, _blas_refine, _col_abs_stats,  # tests use them
-                     _element_unsafe, _plan_rows, _row_abs_stats)
+from .acc import (
+    ACC_MAX,
+    ACC_MIN,
+    SCALE,
+    readout,
+    readout_counts,  # re-exported: the entry
+    readout_unrounded,
+    readout_value,
+)  # points of the docstring
+from .bounds import (
+    BOUND_MARGIN,
+    _abs_max,
+    _blas_refine,
+    _col_abs_stats,  # tests use them
+    _element_unsafe,
+    _plan_rows,
+    _row_abs_stats,
+)
 from .parallel import claim
 
 MAGIC = 1.5 * 2.0**52  # (t + MAGIC) - MAGIC == round-half-even(t) for |t| < 2**51
@@ -215,20 +229,64 @@ def _fast_tile(a, b, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth_per_tile)
                 b3 = bb[k + 3, j0:j1]
                 if trunc:
                     if pair:
-                        _floor4x2(c, d, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * SCALE,
-                                  ar[k + 2] * SCALE, ar[k + 3] * SCALE, er[k] * SCALE,
-                                  er[k + 1] * SCALE, er[k + 2] * SCALE, er[k + 3] * SCALE)
+                        _floor4x2(
+                            c,
+                            d,
+                            b0,
+                            b1,
+                            b2,
+                            b3,
+                            ar[k] * SCALE,
+                            ar[k + 1] * SCALE,
+                            ar[k + 2] * SCALE,
+                            ar[k + 3] * SCALE,
+                            er[k] * SCALE,
+                            er[k + 1] * SCALE,
+                            er[k + 2] * SCALE,
+                            er[k + 3] * SCALE,
+                        )
                     else:
-                        _floor4(c, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * SCALE,
-                                ar[k + 2] * SCALE, ar[k + 3] * SCALE)
+                        _floor4(
+                            c,
+                            b0,
+                            b1,
+                            b2,
+                            b3,
+                            ar[k] * SCALE,
+                            ar[k + 1] * SCALE,
+                            ar[k + 2] * SCALE,
+                            ar[k + 3] * SCALE,
+                        )
                 else:
                     if pair:
-                        _rne4x2(c, d, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * -SCALE,
-                                ar[k + 2] * SCALE, ar[k + 3] * -SCALE, er[k] * SCALE,
-                                er[k + 1] * -SCALE, er[k + 2] * SCALE, er[k + 3] * -SCALE)
+                        _rne4x2(
+                            c,
+                            d,
+                            b0,
+                            b1,
+                            b2,
+                            b3,
+                            ar[k] * SCALE,
+                            ar[k + 1] * -SCALE,
+                            ar[k + 2] * SCALE,
+                            ar[k + 3] * -SCALE,
+                            er[k] * SCALE,
+                            er[k + 1] * -SCALE,
+                            er[k + 2] * SCALE,
+                            er[k + 3] * -SCALE,
+                        )
                     else:
-                        _rne4(c, b0, b1, b2, b3, ar[k] * SCALE, ar[k + 1] * -SCALE,
-                              ar[k + 2] * SCALE, ar[k + 3] * -SCALE)
+                        _rne4(
+                            c,
+                            b0,
+                            b1,
+                            b2,
+                            b3,
+                            ar[k] * SCALE,
+                            ar[k + 1] * -SCALE,
+                            ar[k + 2] * SCALE,
+                            ar[k + 3] * -SCALE,
+                        )
                 k += 4
             while k < k1:
                 b0 = bb[k, j0:j1]
@@ -325,8 +383,9 @@ def _fast(a, b, ia, ib, rb, ri, trunc, acc):
     if b.shape[2] <= NARROW_COLS:
         _fast_dots(a, b, ia, ib, rb, ri, trunc, acc, parallel.workers())
     else:
-        _fast_rows(a, b, ia, ib, rb, ri, trunc, acc, ROWS_PER_TILE, COLS_PER_TILE, DEPTH_PER_TILE,
-                   parallel.workers())
+        _fast_rows(
+            a, b, ia, ib, rb, ri, trunc, acc, ROWS_PER_TILE, COLS_PER_TILE, DEPTH_PER_TILE, parallel.workers()
+        )
 
 
 @njit(fastmath={"contract"}, inline="always")
@@ -357,8 +416,9 @@ def _exact_tile(a, b, ia, ib, rb, ri, trunc, acc, flag, p0, p1, j0, j1, depth_pe
 
 
 @njit(parallel=True, fastmath={"contract"}, cache=True)
-def _exact_rows(a, b, ia, ib, rb, ri, trunc, acc, flag, rows_per_tile, cols_per_tile, depth_per_tile,
-                workers):
+def _exact_rows(
+    a, b, ia, ib, rb, ri, trunc, acc, flag, rows_per_tile, cols_per_tile, depth_per_tile, workers
+):
     """The serial definition for whole rows: k = 0..K-1, clamp and flag at every step.
 
     Vectorized across the row (each column is an independent accumulator); the flags
@@ -466,12 +526,36 @@ def _matmul_planned(a, b, ia, ib, trunc, acc, flag, bmax):
     rb, ri = np.nonzero(exact_row)
     n_exact = rb.size
     if rb.size:
-        _exact_rows(a, b, ia, ib, rb.astype(np.int64), ri.astype(np.int64), trunc, acc, flag,
-                    ROWS_PER_TILE, COLS_PER_TILE, DEPTH_PER_TILE, parallel.workers())
+        _exact_rows(
+            a,
+            b,
+            ia,
+            ib,
+            rb.astype(np.int64),
+            ri.astype(np.int64),
+            trunc,
+            acc,
+            flag,
+            ROWS_PER_TILE,
+            COLS_PER_TILE,
+            DEPTH_PER_TILE,
+            parallel.workers(),
+        )
     eb, ei, ej = np.nonzero(unsafe & ~exact_row[:, :, None])
     if eb.size:
-        _exact_elements(a, b, ia, ib, eb.astype(np.int64), ei.astype(np.int64), ej.astype(np.int64),
-                        trunc, acc, flag, parallel.workers())
+        _exact_elements(
+            a,
+            b,
+            ia,
+            ib,
+            eb.astype(np.int64),
+            ei.astype(np.int64),
+            ej.astype(np.int64),
+            trunc,
+            acc,
+            flag,
+            parallel.workers(),
+        )
     return n_fast, n_exact, eb.size
 
 

@@ -14,6 +14,7 @@ fp16 values is exact in float64, so this is the correctly rounded fp16 operation
 
 Entry point for the device engine and the numpy API: :func:`ne_post`.
 """
+
 import numpy as np
 from numba import njit
 
@@ -147,7 +148,7 @@ def readout_post(acc, flag, bias, scale, nonlinear, lutf, luti, out16, plane, ro
             a = acc[c, h]
             f = flag[c, h]
             o = c * plane + h * row
-            dst = out16[o:o + wpad]
+            dst = out16[o : o + wpad]
             for k in range(W):
                 n, st = readout_counts(a[k], f[k])
                 nans += n
@@ -215,7 +216,7 @@ def readout_fast(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts):
         b = bias[c] if has_bias else 0.0
         for h in range(H):
             o = c * plane + h * row
-            dst = out16[o:o + W]
+            dst = out16[o : o + W]
             if has_bias and not do_scale:
                 n, s = _row_affine(acc[c, h], flag[c, h], dst, b, True, 1.0, False, relu)
             elif has_bias or do_scale:

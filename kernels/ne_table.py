@@ -6,6 +6,7 @@ result is :func:`fastane.kernels.ne.ne_post` evaluated once per pattern
 (:func:`ne_table`, the same kernel on the same float64 values: the same bits and the same
 LUT range events) and then looked up per element (:func:`ne_lookup`).
 """
+
 import numpy as np
 from numba import njit
 

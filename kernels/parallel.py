@@ -19,6 +19,7 @@ up for a scheduler slice.
 * ``nan_max(m: float, v: float) -> float`` (nopython): ``max(m, v)`` where a NaN, once
   seen, stays.
 """
+
 import contextlib
 
 import numba
@@ -41,6 +42,7 @@ def claim(typingctx, counter):
         ary = context.make_array(aryty)(context, builder, args[0])
         ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [context.get_constant(types.intp, 0)])
         return builder.atomic_rmw("add", ptr, context.get_constant(types.int64, 1), "monotonic")
+
     return types.int64(counter), codegen
 
 

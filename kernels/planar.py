@@ -24,6 +24,7 @@ operand is NaN; ``max(-0, +0) = +0``, ``min(-0, +0) = -0``.
 
 Kernels assume valid input (shapes, codes); the front end is ``fastane.device.planar``.
 """
+
 import numpy as np
 from numba import njit, prange
 
@@ -31,9 +32,9 @@ from .fp16 import f16_to_f64, f64_to_f16, round_f16
 from .lut import round_sum_f16
 
 #: elementwise operation codes (the kernel's own; ``fastane.device.planar`` maps Word 0)
-OP_PASS = 0     # scale/offset only
+OP_PASS = 0  # scale/offset only
 OP_ADD = 1
-OP_SUB = 2      # a - b
+OP_SUB = 2  # a - b
 OP_MUL = 3
 OP_MAX = 4
 OP_MIN = 5
@@ -42,7 +43,7 @@ OP_ABS = 6
 RED_SUM = 0
 RED_MAX = 1
 
-_SCALE = 2.0**24     # fp16 values are integer multiples of 2**-24
+_SCALE = 2.0**24  # fp16 values are integer multiples of 2**-24
 _INV_SCALE = 2.0**-24
 
 
@@ -62,13 +63,13 @@ def affine(y, s, c):
     """``round16(s * y + c)`` for an exact fp16 value ``y`` and fp16 ``s``, ``c``."""
     if s == 1.0 and c == 0.0:
         return y
-    t = s * y                      # exact: two 11-bit significands
+    t = s * y  # exact: two 11-bit significands
     if c == 0.0:
         return round_f16(t)
     r = t + c
-    if r - r != 0.0:               # inf or NaN: IEEE arithmetic decides
+    if r - r != 0.0:  # inf or NaN: IEEE arithmetic decides
         return round_f16(r)
-    bb = r - t                     # two-sum: is the float64 sum exact?
+    bb = r - t  # two-sum: is the float64 sum exact?
     if (t - (r - bb)) + (c - bb) == 0.0:
         return round_f16(r)
     return f16_to_f64(round_sum_f16(t, c, 0.0, 0.0))
@@ -86,7 +87,7 @@ def apply_op(op, a, b):
     if op == OP_MAX or op == OP_MIN:
         if a != a or b != b:
             return np.nan
-        if a == b:                 # equal values; only the zeros differ (by sign)
+        if a == b:  # equal values; only the zeros differ (by sign)
             neg = _signbit(a) and _signbit(b) if op == OP_MAX else _signbit(a) or _signbit(b)
             if a == 0.0:
                 return -0.0 if neg else 0.0
@@ -130,7 +131,7 @@ def _sum_row(a, r, s0):
         x = _scaled_operand(a[r, w], s0)
         if x != x:
             return np.nan
-        if x - x != 0.0:           # +-inf
+        if x - x != 0.0:  # +-inf
             if x > 0.0:
                 pinf = True
             else:
@@ -173,7 +174,7 @@ def _reduce(a, kind, s0, recip, s, c, out):
         if recip:
             if y == 0.0:
                 y = -np.inf if _signbit(y) else np.inf
-            else:                    # 1/h of an fp16 h is never near an fp16 tie
+            else:  # 1/h of an fp16 h is never near an fp16 tie
                 y = round_f16(1.0 / y)
         v = affine(y, s, c)
         out[r] = f64_to_f16(v)

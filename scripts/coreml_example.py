@@ -4,6 +4,7 @@ computed as mean(x * x) -- the fp16 trap -- and a linear head), saved as an .mlp
     python scripts/coreml_example.py net.mlpackage
     fastane run net.mlpackage --random --scale 1 --report
 """
+
 import sys
 
 import numpy as np
@@ -19,7 +20,7 @@ L = (rng.standard_normal((10, 16)) * 0.1).astype(np.float32)
 def prog(x):
     y = mb.conv(x=x, weight=W, bias=np.zeros(16, np.float32), pad_type="same")
     y = mb.relu(x=y)
-    sq = mb.mul(x=y, y=y)                                   # fp16: beyond 256 it overflows
+    sq = mb.mul(x=y, y=y)  # fp16: beyond 256 it overflows
     var = mb.reduce_mean(x=sq, axes=[2, 3], keep_dims=False)
     y = mb.linear(x=mb.sqrt(x=var), weight=L, bias=np.zeros(10, np.float32))
     return mb.softmax(x=y, axis=-1)

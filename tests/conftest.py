@@ -1,4 +1,5 @@
 """Shared fixtures.  The corpus of real M1 programs is found through FASTANE_CORPUS."""
+
 import os
 from pathlib import Path
 
@@ -18,8 +19,10 @@ def corpus() -> Path:
     """Path of the corpus (``../shared/corpus``); skips when FASTANE_CORPUS is not set."""
     path = _corpus_dir()
     if path is None:
-        pytest.skip("FASTANE_CORPUS is not set: point it at the shared corpus of real M1 programs "
-                    "(scripts/test.sh sets it to ../shared/corpus when that exists)")
+        pytest.skip(
+            "FASTANE_CORPUS is not set: point it at the shared corpus of real M1 programs "
+            "(scripts/test.sh sets it to ../shared/corpus when that exists)"
+        )
     if not (path / "aneregs.json").is_file():
         pytest.skip(f"FASTANE_CORPUS={path} does not hold the corpus (no aneregs.json there)")
     return path

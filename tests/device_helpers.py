@@ -1,5 +1,6 @@
 """Shared helpers of the tests: fp16 bit views and comparisons, reference convolutions, TD
 builders, the driver's register sequence, fault checks.  (Fixtures: tests/conftest.py.)"""
+
 import dataclasses
 import inspect
 
@@ -11,11 +12,32 @@ from fastane.device import Task, pack_weights
 from fastane.kernels.conv import conv2d_q16
 from fastane.kernels.mac import readout
 from fastane.td import Program, TaskDescriptor, conv_td, load_program
-from fastane.device.taskmanager import (QUEUE_PRIORITIES, TM_ADDR, TM_INFO, TM_IRQ_ACK,
-                                        TM_ERROR1, TM_IRQ_EN1, TM_IRQ_EN2, TM_IRQ_EVTC, TM_IRQ_INFO,
-                                        TM_IRQ_TMST, TM_IRQ_UNK1, TM_IRQ_UNK2, TM_IS_IDLE, TM_PUSH,
-                                        TM_STATUS, TM_TQ_EN, TQ_ADDR1, TQ_BAR1, TQ_NID1, TQ_PRTY,
-                                        TQ_SIZE1, TQ_STATUS, TQ_STRIDE, fault_code)
+from fastane.device.taskmanager import (
+    QUEUE_PRIORITIES,
+    TM_ADDR,
+    TM_INFO,
+    TM_IRQ_ACK,
+    TM_ERROR1,
+    TM_IRQ_EN1,
+    TM_IRQ_EN2,
+    TM_IRQ_EVTC,
+    TM_IRQ_INFO,
+    TM_IRQ_TMST,
+    TM_IRQ_UNK1,
+    TM_IRQ_UNK2,
+    TM_IS_IDLE,
+    TM_PUSH,
+    TM_STATUS,
+    TM_TQ_EN,
+    TQ_ADDR1,
+    TQ_BAR1,
+    TQ_NID1,
+    TQ_PRTY,
+    TQ_SIZE1,
+    TQ_STATUS,
+    TQ_STRIDE,
+    fault_code,
+)
 from fastane.m1 import TD_SIZE, TD_STRIDE
 
 F16 = np.float16
@@ -31,10 +53,14 @@ def assert_same_f16(got, want):
     got, want = np.asarray(got, F16), np.asarray(want, F16)
     assert got.shape == want.shape
     gn, wn = np.isnan(got), np.isnan(want)
-    assert np.array_equal(gn, wn), f"NaN positions differ: got {np.argwhere(gn)[:5]}, want {np.argwhere(wn)[:5]}"
+    assert np.array_equal(gn, wn), (
+        f"NaN positions differ: got {np.argwhere(gn)[:5]}, want {np.argwhere(wn)[:5]}"
+    )
     g, w = got.view(np.uint16)[~gn], want.view(np.uint16)[~wn]
     bad = np.flatnonzero(g != w)
-    assert bad.size == 0, f"{bad.size} of {g.size} differ, e.g. got {[hex(v) for v in g[bad[:5]]]} want {[hex(v) for v in w[bad[:5]]]}"
+    assert bad.size == 0, (
+        f"{bad.size} of {g.size} differ, e.g. got {[hex(v) for v in g[bad[:5]]]} want {[hex(v) for v in w[bad[:5]]]}"
+    )
 
 
 def assert_submit_faults(dev, program, bars, exc, match=None):
@@ -58,8 +84,6 @@ def tq(qid, reg):
     return qid * TQ_STRIDE + reg
 
 
-
-
 def ref_conv(x, w, stride=(1, 1), pad=(0, 0), out_hw=None, groups=1, dil=(1, 1)):
     """MAC kernel + readout: the values a conv TD must produce, as float16."""
     x = np.asarray(x, np.float64)
@@ -67,10 +91,24 @@ def ref_conv(x, w, stride=(1, 1), pad=(0, 0), out_hw=None, groups=1, dil=(1, 1))
     n, c, h, wd = x.shape
     co, cg, kh, kw = w.shape
     if out_hw is None:
-        out_hw = ((h + 2 * pad[0] - dil[0] * (kh - 1) - 1) // stride[0] + 1,
-                  (wd + 2 * pad[1] - dil[1] * (kw - 1) - 1) // stride[1] + 1)
-    acc, flag = conv2d_q16(np.ascontiguousarray(x), np.ascontiguousarray(w), stride[0], stride[1],
-                           dil[0], dil[1], pad[0], pad[1], out_hw[0], out_hw[1], groups, False)
+        out_hw = (
+            (h + 2 * pad[0] - dil[0] * (kh - 1) - 1) // stride[0] + 1,
+            (wd + 2 * pad[1] - dil[1] * (kw - 1) - 1) // stride[1] + 1,
+        )
+    acc, flag = conv2d_q16(
+        np.ascontiguousarray(x),
+        np.ascontiguousarray(w),
+        stride[0],
+        stride[1],
+        dil[0],
+        dil[1],
+        pad[0],
+        pad[1],
+        out_hw[0],
+        out_hw[1],
+        groups,
+        False,
+    )
     out = np.empty(acc.shape)
     readout(acc, flag, out)
     return out.astype(F16)
@@ -98,11 +136,18 @@ def padded_conv_td(x_shape, y_shape, kernel, pad, stride=(1, 1), **kw) -> TaskDe
     td = conv_td((n, c, h + 2 * pad[0], w + 2 * pad[1]), y_shape, kernel=kernel, stride=stride, **kw)
     row = -(-w * 2 // 64) * 64
     plane = -(-row * h // 64) * 64
-    td.update({"Common.InDim.Hin": h, "Common.InDim.Win": w, "Common.ConvCfg.Py": pad[0],
-               "Common.ConvCfg.Px": pad[1], "TileDMASrc.RowStride.Stride": row >> 6,
-               "TileDMASrc.PlaneStride.PlaneStride": plane >> 6,
-               "TileDMASrc.DepthStride.Stride": c * plane >> 6,
-               "TileDMASrc.GroupStride.Stride": c * plane >> 6})
+    td.update(
+        {
+            "Common.InDim.Hin": h,
+            "Common.InDim.Win": w,
+            "Common.ConvCfg.Py": pad[0],
+            "Common.ConvCfg.Px": pad[1],
+            "TileDMASrc.RowStride.Stride": row >> 6,
+            "TileDMASrc.PlaneStride.PlaneStride": plane >> 6,
+            "TileDMASrc.DepthStride.Stride": c * plane >> 6,
+            "TileDMASrc.GroupStride.Stride": c * plane >> 6,
+        }
+    )
     return td
 
 
@@ -116,9 +161,15 @@ def l2_chain(x_shape, w0, w1):
     td1 = conv_td((1, c1, h, w), (1, c2, h, w), src=6, nid=2).update(f1)
     base = td0["L2.ResultBase.Addr"]
     td0.update({"L2.ResultCfg.ResultType": 3, "Header.WBE": 0, "TileDMADst.DMAConfig.En": 0})
-    td1.update({"L2.SourceCfg.SourceType": 3, "L2.SourceBase.Addr": base, "Header.RBE0": 0,
-                "TileDMASrc.DMAConfig.En": 0,
-                "L2.ResultBase.Addr": base + h * td1["L2.SourceRowStride.Stride"]})
+    td1.update(
+        {
+            "L2.SourceCfg.SourceType": 3,
+            "L2.SourceBase.Addr": base,
+            "Header.RBE0": 0,
+            "TileDMASrc.DMAConfig.En": 0,
+            "L2.ResultBase.Addr": base + h * td1["L2.SourceRowStride.Stride"],
+        }
+    )
     return Program.from_tds([td0, td1], kernel=k0 + k1, name="l2-chain")
 
 
@@ -128,9 +179,15 @@ def looping_program():
     p = Program.from_tds(tds, kernel=bytes(192))
     stream = bytearray(p.td_stream)
     for i, td in enumerate(p.tds):
-        td.update({"Header.EON": 0, "Header.NextSize": 0x9C, "Header.TBE": 1,
-                   "Header.NextPointer": TD_STRIDE * ((i + 1) % 2)})
-        stream[TD_STRIDE * i:TD_STRIDE * i + TD_SIZE] = td.to_bytes()
+        td.update(
+            {
+                "Header.EON": 0,
+                "Header.NextSize": 0x9C,
+                "Header.TBE": 1,
+                "Header.NextPointer": TD_STRIDE * ((i + 1) % 2),
+            }
+        )
+        stream[TD_STRIDE * i : TD_STRIDE * i + TD_SIZE] = td.to_bytes()
     return dataclasses.replace(p, td_stream=bytes(stream))
 
 
@@ -153,15 +210,20 @@ def driver_execute(tm, qid, bars, iova, nid, td_count):
     tm.tm_write32(TM_ADDR, tm.tq_read32(tq(qid, TQ_ADDR1)))
     tm.tm_write32(TM_INFO, tm.tq_read32(tq(qid, TQ_SIZE1)) | td_count)
     tm.tm_write32(TM_PUSH, QUEUE_PRIORITIES[qid] | (qid & 7) << 8)
-    assert tm.tm_read32(TM_STATUS) & TM_IS_IDLE          # the poll the driver does
+    assert tm.tm_read32(TM_STATUS) & TM_IS_IDLE  # the poll the driver does
     events = []
     for line in (0, 1):
         for _ in range(tm.tm_read32(TM_IRQ_EVTC(line))):
-            events.append((line, tm.tm_read32(TM_IRQ_INFO(line)), tm.tm_read32(TM_IRQ_UNK1(line)),
-                           tm.tm_read32(TM_IRQ_TMST(line)), tm.tm_read32(TM_IRQ_UNK2(line))))
+            events.append(
+                (
+                    line,
+                    tm.tm_read32(TM_IRQ_INFO(line)),
+                    tm.tm_read32(TM_IRQ_UNK1(line)),
+                    tm.tm_read32(TM_IRQ_TMST(line)),
+                    tm.tm_read32(TM_IRQ_UNK2(line)),
+                )
+            )
         if line == 0:
             tm.tm_write32(TM_IRQ_ACK, tm.tm_read32(TM_IRQ_ACK) | 2)
     tm.tq_write32(tq(qid, TQ_STATUS), 0x0)
     return events
-
-

@@ -5,6 +5,7 @@ engine"), in the corpus's conventions: source 0 from ``RBase0`` through TileDMAS
 source 1 from ``RBase1`` through TileDMASrc's second register set, the result through
 TileDMADst; L2 windows laid out as the corpus does (source 0, source 1, result).
 """
+
 from fractions import Fraction
 
 import numpy as np
@@ -28,10 +29,31 @@ def dense(shape, base=0, pad_rows=0):
     return base, row, ru(row * h, 64)
 
 
-def planar_td(name, shape, *, out_scale=1.0, offset=0.0, in_scale=1.0, src=5, src1=6, dst=4,
-              src_layout=None, src1_layout=None, dst_layout=None, source_type=2, result_type=2,
-              source_base=0, source1_base=None, result_base=None, task_type=None, groups=1,
-              broadcast=(0, 0), rbe1=None, words=None, nid=1):
+def planar_td(
+    name,
+    shape,
+    *,
+    out_scale=1.0,
+    offset=0.0,
+    in_scale=1.0,
+    src=5,
+    src1=6,
+    dst=4,
+    src_layout=None,
+    src1_layout=None,
+    dst_layout=None,
+    source_type=2,
+    result_type=2,
+    source_base=0,
+    source1_base=None,
+    result_base=None,
+    task_type=None,
+    groups=1,
+    broadcast=(0, 0),
+    rbe1=None,
+    words=None,
+    nid=1,
+):
     """A planar TD computing ``name`` (a :data:`fastane.device.planar.OPCODES` key) on
     ``shape`` = (C, H, W).  Layouts are ``(base, row, plane)`` bytes (default: dense)."""
     c, h, w = shape
@@ -45,46 +67,80 @@ def planar_td(name, shape, *, out_scale=1.0, offset=0.0, in_scale=1.0, src=5, sr
     tile = min(h, 32)
     src1_l2 = ru(tile * c * strip, 64) if source1_base is None else source1_base
     res_l2 = src1_l2 + (tile * c * strip if binary else 0) if result_base is None else result_base
-    td = TaskDescriptor.build({
-        "Header.EON": 1, "Header.NID": nid,
-        "Header.RBase0": src, "Header.RBE0": int(source_type == 2),
-        "Header.RBase1": src1 if rbe1 else 0, "Header.RBE1": int(bool(rbe1)),
-        "Header.WBase": dst, "Header.WBE": int(result_type == 2),
-        "Common.InDim.Win": w, "Common.InDim.Hin": h, "Common.OutDim.Wout": w,
-        "Common.OutDim.Hout": h, "Common.Cin.Cin": c, "Common.Cout.Cout": c,
-        "Common.ChCfg.InFmt": 2, "Common.ChCfg.OutFmt": 2,
-        "Common.ConvCfg.Kw": 1, "Common.ConvCfg.Kh": 1, "Common.ConvCfg.Sx": 1, "Common.ConvCfg.Sy": 1,
-        "Common.GroupConvCfg.NumGroups": groups, "Common.TileCfg.TileHeight": tile,
-        "TileDMASrc.DMAConfig.En": 1, "TileDMASrc.BaseAddr.Addr": s0[0] >> 6,
-        "TileDMASrc.RowStride.Stride": s0[1] >> 6, "TileDMASrc.PlaneStride.PlaneStride": s0[2] >> 6,
-        "TileDMASrc.DepthStride.Stride": c * s0[2] >> 6,
-        "TileDMASrc.GroupStride.Stride": (s0[1] if groups > 1 else c * s0[2]) >> 6,
-        "TileDMASrc.Fmt.MemFmt": 2,
-        "L2.SourceCfg.SourceType": source_type, "L2.SourceBase.Addr": source_base >> 4,
-        "L2.SourceChannelStride.Stride": strip >> 4, "L2.SourceRowStride.Stride": c * strip >> 4,
-        "L2.ResultCfg.ResultType": result_type, "L2.ResultBase.Addr": res_l2 >> 4,
-        "TileDMADst.DMAConfig.En": int(result_type == 2), "TileDMADst.BaseAddr.Addr": d[0] >> 6,
-        "TileDMADst.RowStride.RowStride": d[1] >> 6, "TileDMADst.PlaneStride.PlaneStride": d[2] >> 6,
-        "TileDMADst.DepthStride.DepthStride": c * d[2] >> 6,
-        "TileDMADst.GroupStride.GroupStride": c * d[2] >> 6,
-        "TileDMADst.Fmt.MemFmt": 2, "TileDMADst.Fmt.ZeroPadLast": 1,
-    })
+    td = TaskDescriptor.build(
+        {
+            "Header.EON": 1,
+            "Header.NID": nid,
+            "Header.RBase0": src,
+            "Header.RBE0": int(source_type == 2),
+            "Header.RBase1": src1 if rbe1 else 0,
+            "Header.RBE1": int(bool(rbe1)),
+            "Header.WBase": dst,
+            "Header.WBE": int(result_type == 2),
+            "Common.InDim.Win": w,
+            "Common.InDim.Hin": h,
+            "Common.OutDim.Wout": w,
+            "Common.OutDim.Hout": h,
+            "Common.Cin.Cin": c,
+            "Common.Cout.Cout": c,
+            "Common.ChCfg.InFmt": 2,
+            "Common.ChCfg.OutFmt": 2,
+            "Common.ConvCfg.Kw": 1,
+            "Common.ConvCfg.Kh": 1,
+            "Common.ConvCfg.Sx": 1,
+            "Common.ConvCfg.Sy": 1,
+            "Common.GroupConvCfg.NumGroups": groups,
+            "Common.TileCfg.TileHeight": tile,
+            "TileDMASrc.DMAConfig.En": 1,
+            "TileDMASrc.BaseAddr.Addr": s0[0] >> 6,
+            "TileDMASrc.RowStride.Stride": s0[1] >> 6,
+            "TileDMASrc.PlaneStride.PlaneStride": s0[2] >> 6,
+            "TileDMASrc.DepthStride.Stride": c * s0[2] >> 6,
+            "TileDMASrc.GroupStride.Stride": (s0[1] if groups > 1 else c * s0[2]) >> 6,
+            "TileDMASrc.Fmt.MemFmt": 2,
+            "L2.SourceCfg.SourceType": source_type,
+            "L2.SourceBase.Addr": source_base >> 4,
+            "L2.SourceChannelStride.Stride": strip >> 4,
+            "L2.SourceRowStride.Stride": c * strip >> 4,
+            "L2.ResultCfg.ResultType": result_type,
+            "L2.ResultBase.Addr": res_l2 >> 4,
+            "TileDMADst.DMAConfig.En": int(result_type == 2),
+            "TileDMADst.BaseAddr.Addr": d[0] >> 6,
+            "TileDMADst.RowStride.RowStride": d[1] >> 6,
+            "TileDMADst.PlaneStride.PlaneStride": d[2] >> 6,
+            "TileDMADst.DepthStride.DepthStride": c * d[2] >> 6,
+            "TileDMADst.GroupStride.GroupStride": c * d[2] >> 6,
+            "TileDMADst.Fmt.MemFmt": 2,
+            "TileDMADst.Fmt.ZeroPadLast": 1,
+        }
+    )
     ws = words or planar.words(name, out_scale, offset, in_scale)
     td.update({f"Planar.Word[{i}]": v for i, v in enumerate(ws)})
-    planar.set_unnamed(td, {
-        "Common.Cfg.TaskType": task_type if task_type is not None else 5 if reduce else 3 if binary else 2,
-        "Common.ChCfg.Src1InFmt": 2 if binary else 0,
-        "Common.Broadcast.Src0": broadcast[0], "Common.Broadcast.Src1": broadcast[1],
-        "TileDMASrc1.BaseAddr.Addr": s1[0] >> 6, "TileDMASrc1.RowStride.Stride": s1[1] >> 6,
-        "TileDMASrc1.PlaneStride.PlaneStride": s1[2] >> 6,
-        "TileDMASrc1.DepthStride.Stride": c * s1[2] >> 6,
-        "TileDMASrc1.GroupStride.Stride": c * s1[2] >> 6,
-        "TileDMASrc1.Fmt.MemFmt": 2 if binary else 0,
-        "L2.Source1Base.Addr": src1_l2 >> 4 if binary else 0,
-        "L2.Source1ChannelStride.Stride": strip >> 4 if binary else 0,
-        "L2.Source1RowStride.Stride": c * strip >> 4 if binary else 0,
-        "L2.ResultGroupStride.Stride": 1 if reduce else 0,
-    })
+    planar.set_unnamed(
+        td,
+        {
+            "Common.Cfg.TaskType": task_type
+            if task_type is not None
+            else 5
+            if reduce
+            else 3
+            if binary
+            else 2,
+            "Common.ChCfg.Src1InFmt": 2 if binary else 0,
+            "Common.Broadcast.Src0": broadcast[0],
+            "Common.Broadcast.Src1": broadcast[1],
+            "TileDMASrc1.BaseAddr.Addr": s1[0] >> 6,
+            "TileDMASrc1.RowStride.Stride": s1[1] >> 6,
+            "TileDMASrc1.PlaneStride.PlaneStride": s1[2] >> 6,
+            "TileDMASrc1.DepthStride.Stride": c * s1[2] >> 6,
+            "TileDMASrc1.GroupStride.Stride": c * s1[2] >> 6,
+            "TileDMASrc1.Fmt.MemFmt": 2 if binary else 0,
+            "L2.Source1Base.Addr": src1_l2 >> 4 if binary else 0,
+            "L2.Source1ChannelStride.Stride": strip >> 4 if binary else 0,
+            "L2.Source1RowStride.Stride": c * strip >> 4 if binary else 0,
+            "L2.ResultGroupStride.Stride": 1 if reduce else 0,
+        },
+    )
     return td
 
 

@@ -19,6 +19,7 @@ integers and ``fractions.Fraction``; fp16 rounding is done here from first princ
 Convolution padding is zero *operands*: a padded pixel is an fp16 zero that is
 multiplied like any other, so an infinite weight over padding gives a NaN product.
 """
+
 from __future__ import annotations
 
 from fractions import Fraction
@@ -210,5 +211,17 @@ def ref_readout_value(acc: int, flag: int = 0, nan: bool = False) -> np.float16:
     return _to_f16_array([readout_bits(acc, flag, nan)], (1,))[0]
 
 
-__all__ = ["decode_f16", "product_on_grid", "accumulate", "f16_bits_of_fraction", "readout_bits",
-           "ref_matmul", "ref_conv2d", "ref_readout_value", "pad_pairs", "ACC_MIN", "ACC_MAX", "GRID"]
+__all__ = [
+    "decode_f16",
+    "product_on_grid",
+    "accumulate",
+    "f16_bits_of_fraction",
+    "readout_bits",
+    "ref_matmul",
+    "ref_conv2d",
+    "ref_readout_value",
+    "pad_pairs",
+    "ACC_MIN",
+    "ACC_MAX",
+    "GRID",
+]

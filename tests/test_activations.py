@@ -1,4 +1,5 @@
 """The numpy-facing activations: ufunc-like behaviour, values, stats and errstate."""
+
 import warnings
 from fractions import Fraction
 
@@ -11,8 +12,24 @@ from fastane import activations as act
 from device_helpers import bits as _bits
 from test_lut_reference import bits_to_float, ref_lut, round_fraction
 
-UNARY = ["relu", "tanh", "sigmoid", "silu", "gelu", "exp", "exp2", "relu6", "hardtanh",
-         "leaky_relu", "selu", "sign", "reciprocal", "rsqrt", "sqrt", "log2"]
+UNARY = [
+    "relu",
+    "tanh",
+    "sigmoid",
+    "silu",
+    "gelu",
+    "exp",
+    "exp2",
+    "relu6",
+    "hardtanh",
+    "leaky_relu",
+    "selu",
+    "sign",
+    "reciprocal",
+    "rsqrt",
+    "sqrt",
+    "log2",
+]
 
 
 # ---------------------------------------------------------------- ufunc-like surface
@@ -120,8 +137,23 @@ def test_composite_chains_match_reference():
         assert _bits(ex[j]) == _ref_bits("exp2", t)
 
 
-@pytest.mark.parametrize("name", ["tanh", "gelu", "selu", "reciprocal", "rsqrt", "sqrt",
-                                  "log2", "exp2", "sign", "relu6", "hardtanh", "leaky_relu"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tanh",
+        "gelu",
+        "selu",
+        "reciprocal",
+        "rsqrt",
+        "sqrt",
+        "log2",
+        "exp2",
+        "sign",
+        "relu6",
+        "hardtanh",
+        "leaky_relu",
+    ],
+)
 def test_single_table_functions_match_reference(name):
     rng = np.random.default_rng(len(name))
     xb = np.concatenate([rng.integers(0, 0x10000, 120), [0, 0x8000, 0x7C00, 0xFC00, 0x0001]])

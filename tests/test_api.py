@@ -4,6 +4,7 @@ Values here are small integers, for which the ANE's arithmetic is exact, so floa
 numpy is an independent oracle for shapes and semantics.  Bit-exactness on hard inputs
 is tested against tests/reference.py in test_mac.py / test_conv_kernel.py and below.
 """
+
 import warnings
 
 import numpy as np
@@ -20,11 +21,23 @@ def small_ints(*shape):
     return rng.integers(-4, 5, size=shape).astype(np.float64)
 
 
-@pytest.mark.parametrize("sa,sb", [
-    ((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)),
-    ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)),
-    ((1, 3, 4), (6, 4, 2)), ((2, 3, 4), (4,)), ((4,), (7, 4, 2)), ((0, 3), (3, 2)), ((3, 0), (0, 2)),
-])
+@pytest.mark.parametrize(
+    "sa,sb",
+    [
+        ((3, 4), (4, 5)),
+        ((4,), (4, 5)),
+        ((3, 4), (4,)),
+        ((4,), (4,)),
+        ((2, 3, 4), (4, 5)),
+        ((3, 4), (2, 4, 5)),
+        ((2, 1, 3, 4), (5, 4, 2)),
+        ((1, 3, 4), (6, 4, 2)),
+        ((2, 3, 4), (4,)),
+        ((4,), (7, 4, 2)),
+        ((0, 3), (3, 2)),
+        ((3, 0), (0, 2)),
+    ],
+)
 def test_matmul_shapes_and_values_follow_numpy(sa, sb):
     a, b = small_ints(*sa), small_ints(*sb)
     got = fastane.matmul(a, b)
@@ -58,13 +71,16 @@ def test_conv_argument_errors_name_the_function():
         fastane.conv2d(np.ones((1, 2, 8, 8)), np.ones((3, 2, 0, 3)))
 
 
-@pytest.mark.parametrize("sa,sb,msg", [
-    ((), (3,), "Input operand 0 does not have enough dimensions"),
-    ((3,), (), "Input operand 1 does not have enough dimensions"),
-    ((3, 4), (5, 2), "mismatch in its core dimension 0"),
-    ((4,), (3,), "mismatch in its core dimension 0"),
-    ((2, 3, 4), (3, 4, 5), "could not be broadcast"),
-])
+@pytest.mark.parametrize(
+    "sa,sb,msg",
+    [
+        ((), (3,), "Input operand 0 does not have enough dimensions"),
+        ((3,), (), "Input operand 1 does not have enough dimensions"),
+        ((3, 4), (5, 2), "mismatch in its core dimension 0"),
+        ((4,), (3,), "mismatch in its core dimension 0"),
+        ((2, 3, 4), (3, 4, 5), "could not be broadcast"),
+    ],
+)
 def test_matmul_errors_like_numpy(sa, sb, msg):
     with pytest.raises(ValueError, match=msg):
         fastane.matmul(np.ones(sa), np.ones(sb))
@@ -72,7 +88,9 @@ def test_matmul_errors_like_numpy(sa, sb, msg):
         np.matmul(np.ones(sa), np.ones(sb))
 
 
-@pytest.mark.parametrize("bad", [np.ones((2, 2), complex), np.array([["a", "b"]]), np.array([[None]], object)])
+@pytest.mark.parametrize(
+    "bad", [np.ones((2, 2), complex), np.array([["a", "b"]]), np.array([[None]], object)]
+)
 def test_matmul_rejects_non_real_dtypes(bad):
     with pytest.raises(TypeError):
         fastane.matmul(bad, np.ones((bad.shape[-1], 2)))
@@ -175,7 +193,7 @@ def _np_conv2d(x, w, stride, pad, dil, groups):
     CO, CG, KH, KW = w.shape
     (pt, pb), (pl, pr) = pad
     xp = np.zeros((N, C, H + pt + pb, W + pl + pr))
-    xp[:, :, pt:pt + H, pl:pl + W] = x
+    xp[:, :, pt : pt + H, pl : pl + W] = x
     oh = (H + pt + pb - dil[0] * (KH - 1) - 1) // stride[0] + 1
     ow = (W + pl + pr - dil[1] * (KW - 1) - 1) // stride[1] + 1
     y = np.zeros((N, CO, oh, ow))
@@ -184,17 +202,31 @@ def _np_conv2d(x, w, stride, pad, dil, groups):
         g = co // cpg
         for ky in range(KH):
             for kx in range(KW):
-                patch = xp[:, g * CG:(g + 1) * CG, ky * dil[0]:ky * dil[0] + stride[0] * oh:stride[0],
-                           kx * dil[1]:kx * dil[1] + stride[1] * ow:stride[1]]
+                patch = xp[
+                    :,
+                    g * CG : (g + 1) * CG,
+                    ky * dil[0] : ky * dil[0] + stride[0] * oh : stride[0],
+                    kx * dil[1] : kx * dil[1] + stride[1] * ow : stride[1],
+                ]
                 y[:, co] += np.einsum("nchw,c->nhw", patch, w[co, :, ky, kx])
     return y
 
 
-@pytest.mark.parametrize("kw", [
-    dict(), dict(stride=2), dict(padding=1), dict(padding=(2, 0)), dict(dilation=2, padding=2),
-    dict(groups=2), dict(groups=4), dict(stride=(1, 2), padding="valid"), dict(padding="same"),
-    dict(padding="same", dilation=(2, 1)),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(stride=2),
+        dict(padding=1),
+        dict(padding=(2, 0)),
+        dict(dilation=2, padding=2),
+        dict(groups=2),
+        dict(groups=4),
+        dict(stride=(1, 2), padding="valid"),
+        dict(padding="same"),
+        dict(padding="same", dilation=(2, 1)),
+    ],
+)
 def test_conv2d_conventions(kw):
     groups = kw.get("groups", 1)
     x = small_ints(2, 4, 7, 6)
@@ -223,8 +255,9 @@ def test_conv2d_conventions(kw):
 def test_conv2d_unbatched_bias_relu_and_conv1d():
     x, w, bias = small_ints(3, 5, 5), small_ints(4, 3, 3, 3), small_ints(4)
     y = fastane.conv2d(x, w, bias, padding=1, activation="relu")
-    want = np.maximum(_np_conv2d(x[None], w, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)[0]
-                      + bias[:, None, None], 0).astype(np.float16)
+    want = np.maximum(
+        _np_conv2d(x[None], w, (1, 1), ((1, 1), (1, 1)), (1, 1), 1)[0] + bias[:, None, None], 0
+    ).astype(np.float16)
     np.testing.assert_array_equal(y, want)
     x1, w1 = small_ints(2, 3, 9), small_ints(4, 3, 3)
     y1 = fastane.conv1d(x1, w1, stride=2, padding=1)
@@ -233,19 +266,22 @@ def test_conv2d_unbatched_bias_relu_and_conv1d():
     assert fastane.conv1d(x1[0], w1, padding="same").shape == (4, 9)
 
 
-@pytest.mark.parametrize("args,exc,msg", [
-    (((1, 4, 5, 5), (8, 3, 3, 3), {}), ValueError, "expected input\\[1, 4, 5, 5\\] to have 3 channels"),
-    (((1, 4, 5, 5), (6, 2, 3, 3), {"groups": 4}), ValueError, "divisible by groups"),
-    (((1, 4, 2, 2), (8, 4, 3, 3), {}), ValueError, "smaller than the dilated kernel"),
-    (((4, 5), (8, 4, 3, 3), {}), ValueError, "3-D \\(unbatched\\) or 4-D"),
-    (((1, 4, 5, 5), (8, 4, 3), {}), ValueError, "4-D weight"),
-    (((1, 4, 5, 5), (8, 4, 3, 3), {"stride": 0}), ValueError, "stride must be >= 1"),
-    (((1, 4, 5, 5), (8, 4, 3, 3), {"padding": -1}), ValueError, "padding must be >= 0"),
-    (((1, 4, 5, 5), (8, 4, 3, 3), {"padding": "full"}), ValueError, "invalid padding string"),
-    (((1, 4, 5, 5), (8, 4, 3, 3), {"padding": "same", "stride": 2}), ValueError, "'same'"),
-    (((1, 4, 5, 5), (8, 4, 3, 3), {"stride": 1.5}), TypeError, "stride"),
-    (((1, 4, 5, 5), (8, 4, 3, 3), {"groups": 0}), ValueError, "groups"),
-])
+@pytest.mark.parametrize(
+    "args,exc,msg",
+    [
+        (((1, 4, 5, 5), (8, 3, 3, 3), {}), ValueError, "expected input\\[1, 4, 5, 5\\] to have 3 channels"),
+        (((1, 4, 5, 5), (6, 2, 3, 3), {"groups": 4}), ValueError, "divisible by groups"),
+        (((1, 4, 2, 2), (8, 4, 3, 3), {}), ValueError, "smaller than the dilated kernel"),
+        (((4, 5), (8, 4, 3, 3), {}), ValueError, "3-D \\(unbatched\\) or 4-D"),
+        (((1, 4, 5, 5), (8, 4, 3), {}), ValueError, "4-D weight"),
+        (((1, 4, 5, 5), (8, 4, 3, 3), {"stride": 0}), ValueError, "stride must be >= 1"),
+        (((1, 4, 5, 5), (8, 4, 3, 3), {"padding": -1}), ValueError, "padding must be >= 0"),
+        (((1, 4, 5, 5), (8, 4, 3, 3), {"padding": "full"}), ValueError, "invalid padding string"),
+        (((1, 4, 5, 5), (8, 4, 3, 3), {"padding": "same", "stride": 2}), ValueError, "'same'"),
+        (((1, 4, 5, 5), (8, 4, 3, 3), {"stride": 1.5}), TypeError, "stride"),
+        (((1, 4, 5, 5), (8, 4, 3, 3), {"groups": 0}), ValueError, "groups"),
+    ],
+)
 def test_conv2d_errors(args, exc, msg):
     xs, ws, kw = args
     with pytest.raises(exc, match=msg):

@@ -2,6 +2,7 @@
 Device.run over and over holds constant memory (docs/device.md "Task manager").  The task
 manager keeps the last HISTORY_SIZE completed tasks and each event FIFO the last
 EVENT_FIFO_DEPTH events; nothing else grows per call."""
+
 import gc
 import tracemalloc
 
@@ -27,11 +28,11 @@ def test_the_default_device_keeps_a_bounded_history(device):
     tm = device.tm
     assert len(tm.history) == HISTORY_SIZE
     assert [t.order for t in tm.history] == list(range(tasks - HISTORY_SIZE, tasks))  # the newest
-    assert tm.read32(0x20000 + 0x14) == EVENT_FIFO_DEPTH           # TM_IRQ_EVTC(0) saturates
+    assert tm.read32(0x20000 + 0x14) == EVENT_FIFO_DEPTH  # TM_IRQ_EVTC(0) saturates
     assert tm.events_dropped == [tasks - EVENT_FIFO_DEPTH, 0]
     events = device.events(0)
     assert len(events) == EVENT_FIFO_DEPTH and [e.seq for e in events] == sorted(e.seq for e in events)
-    assert events[-1].seq == tm.history[-1].seq                      # the oldest were dropped
+    assert events[-1].seq == tm.history[-1].seq  # the oldest were dropped
 
 
 def test_sizes_are_configurable_and_zero_keeps_none():

@@ -1,5 +1,6 @@
 """Buffers in the FluidAudio style, done right: alignment, padding, pool, views, copies,
 ANE layouts."""
+
 import threading
 
 import numpy as np
@@ -7,20 +8,33 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastane.device.buffers import (AneLayout, Buffer, BufferPool, aligned_array, copy_into,
-                                    padded_shape, padded_strides, storage_nbytes, tile, untile,
-                                    zero_copy_view)
+from fastane.device.buffers import (
+    AneLayout,
+    Buffer,
+    BufferPool,
+    aligned_array,
+    copy_into,
+    padded_shape,
+    padded_strides,
+    storage_nbytes,
+    tile,
+    untile,
+    zero_copy_view,
+)
 
 
 # -- allocation rules ------------------------------------------------------------------------
-@pytest.mark.parametrize("shape,dtype,padded,nbytes", [
-    ((1, 16000), np.float32, (1, 16000), 64000),
-    ((1, 512), np.float32, (1, 512), 2048),
-    ((3, 10), np.float16, (3, 16), 128),        # 48 elements * 2 B = 96 -> 128
-    ((5,), np.float32, (16,), 64),               # at least 64 bytes
-    ((2, 3, 17), np.int8, (2, 3, 32), 192),      # the rule counts elements, not bytes
-    ((4, 0), np.float16, (4, 0), 64),
-])
+@pytest.mark.parametrize(
+    "shape,dtype,padded,nbytes",
+    [
+        ((1, 16000), np.float32, (1, 16000), 64000),
+        ((1, 512), np.float32, (1, 512), 2048),
+        ((3, 10), np.float16, (3, 16), 128),  # 48 elements * 2 B = 96 -> 128
+        ((5,), np.float32, (16,), 64),  # at least 64 bytes
+        ((2, 3, 17), np.int8, (2, 3, 32), 192),  # the rule counts elements, not bytes
+        ((4, 0), np.float16, (4, 0), 64),
+    ],
+)
 def test_padding_and_storage(shape, dtype, padded, nbytes):
     assert padded_shape(shape) == padded
     assert storage_nbytes(shape, dtype) == nbytes
@@ -45,9 +59,9 @@ def test_pool_same_key_shape_dtype_is_the_same_buffer():
     a = pool.get("vad-frame", (1, 512), np.float32)
     assert pool.get("vad-frame", (1, 512), np.float32) is a
     assert (pool.stats.hits, pool.stats.misses, pool.stats.bytes) == (1, 1, 2048)
-    b = pool.get("vad-frame", (1, 256), np.float32)          # other shape: replaced
+    b = pool.get("vad-frame", (1, 256), np.float32)  # other shape: replaced
     assert b is not a and pool.stats.replacements == 1
-    c = pool.get("vad-frame", (1, 256), np.float16)          # other dtype: replaced
+    c = pool.get("vad-frame", (1, 256), np.float16)  # other dtype: replaced
     assert c is not b and pool.get("vad-frame", (1, 256), np.float16) is c
     assert pool.stats.bytes == c.nbytes and len(pool) == 1 and "vad-frame" in pool
     pool.get("mask", (4, 4), np.float16)
@@ -78,7 +92,7 @@ def test_pool_is_thread_safe():
 # -- zero-copy views -------------------------------------------------------------------------
 def test_view_shares_memory_with_padded_strides():
     src = aligned_array((4, 32), np.float16)
-    v = zero_copy_view(src, (2, 32), offset=64)   # rows 1..2 of the source
+    v = zero_copy_view(src, (2, 32), offset=64)  # rows 1..2 of the source
     assert v.shares_memory(src)
     v[...] = 7
     assert np.array_equal(np.asarray(src)[1:3], np.full((2, 32), 7, np.float16))
@@ -90,7 +104,7 @@ def test_view_is_checked_against_strides_not_element_counts():
     # holds 50 logical elements (FluidAudio's check: 50 <= 64, accepted), but its padded
     # rows are 16 elements apart, so its last element sits at byte 4*32 + 18 = 146.
     src = aligned_array((1, 64), np.float16)
-    zero_copy_view(src, (4, 10))                   # reaches byte 116: fine
+    zero_copy_view(src, (4, 10))  # reaches byte 116: fine
     with pytest.raises(ValueError, match="past"):
         zero_copy_view(src, (5, 10))
     # offsets count too: a (2, 10) view spans 52 bytes, so 76 is the last offset that fits
@@ -104,7 +118,7 @@ def test_view_of_a_view_is_bounded_by_the_view():
     v = zero_copy_view(src, (2, 16))
     zero_copy_view(v, (1, 16), offset=32)
     with pytest.raises(ValueError):
-        zero_copy_view(v, (1, 16), offset=64)     # inside src, outside v
+        zero_copy_view(v, (1, 16), offset=64)  # inside src, outside v
 
 
 def test_view_argument_checks():
@@ -112,7 +126,7 @@ def test_view_argument_checks():
     with pytest.raises(ValueError):
         zero_copy_view(src, (1, 16), offset=-2)
     with pytest.raises(ValueError):
-        zero_copy_view(src, (1, 16), offset=3)     # not a multiple of the element size
+        zero_copy_view(src, (1, 16), offset=3)  # not a multiple of the element size
     with pytest.raises(TypeError):
         zero_copy_view([1, 2, 3], (1,))
     with pytest.raises(ValueError):
@@ -126,11 +140,11 @@ def test_view_argument_checks():
 # -- stride-aware copies ---------------------------------------------------------------------
 def test_copy_into_padded_buffer_keeps_rows_apart():
     dst = aligned_array((3, 10), np.float32)
-    src = np.arange(30, dtype=np.float32)           # a flat Swift-style [Float]
+    src = np.arange(30, dtype=np.float32)  # a flat Swift-style [Float]
     copy_into(dst, src)
     assert np.array_equal(np.asarray(dst), src.reshape(3, 10))
     storage = dst.storage.view(np.float32)[:48].reshape(3, 16)
-    assert not storage[:, 10:].any()                # padding untouched
+    assert not storage[:, 10:].any()  # padding untouched
     # the bug: a linear copy through the padded storage scrambles rows
     scrambled = np.zeros(48, np.float32)
     scrambled[:30] = src
@@ -151,26 +165,31 @@ def test_copy_into_checks_shapes_and_casts():
 
 # -- ANE layouts -----------------------------------------------------------------------------
 def test_ane_layout_strides_match_the_seed():
-    x = AneLayout.of((1, 8, 4, 1), np.float16)      # the seed's input: row 64, plane 256
+    x = AneLayout.of((1, 8, 4, 1), np.float16)  # the seed's input: row 64, plane 256
     assert (x.row_stride, x.plane_stride, x.batch_stride, x.nbytes) == (64, 256, 2048, 2048)
     y = AneLayout.of((3, 4, 1))
     assert (y.row_stride, y.plane_stride, y.nbytes) == (64, 256, 768)
-    z = AneLayout.of((1, 2, 3, 40), np.float16)     # 80-byte rows -> 128; 384-byte planes
+    z = AneLayout.of((1, 2, 3, 40), np.float16)  # 80-byte rows -> 128; 384-byte planes
     assert (z.row_stride, z.plane_stride) == (128, 384)
 
 
 def test_ane_layout_rejects_bad_strides():
     with pytest.raises(ValueError):
-        AneLayout(1, 2, 40, np.float16, 80, 160)    # not multiples of 64
+        AneLayout(1, 2, 40, np.float16, 80, 160)  # not multiples of 64
     with pytest.raises(ValueError):
-        AneLayout(1, 4, 40, np.float16, 128, 256)   # planes overlap
+        AneLayout(1, 4, 40, np.float16, 128, 256)  # planes overlap
     with pytest.raises(ValueError):
         AneLayout.of((2, 2))
 
 
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(1, 2), c=st.integers(1, 5), h=st.integers(1, 6), w=st.integers(1, 70),
-       dtype=st.sampled_from([np.float16, np.int8, np.uint8]))
+@given(
+    n=st.integers(1, 2),
+    c=st.integers(1, 5),
+    h=st.integers(1, 6),
+    w=st.integers(1, 70),
+    dtype=st.sampled_from([np.float16, np.int8, np.uint8]),
+)
 def test_tile_untile_round_trip(n, c, h, w, dtype):
     rng = np.random.default_rng(n * 1000 + c * 100 + h * 10 + w)
     x = rng.integers(-100, 100, (n, c, h, w)).astype(dtype)
@@ -183,7 +202,7 @@ def test_tile_untile_round_trip(n, c, h, w, dtype):
     item = np.dtype(dtype).itemsize
     for idx in [(0, 0, 0, 0), (n - 1, c - 1, h - 1, w - 1)]:
         off = sum(i * s for i, s in zip(idx, layout.strides))
-        assert flat[off:off + item].view(dtype)[0] == x[idx]
+        assert flat[off : off + item].view(dtype)[0] == x[idx]
     offsets = sum(i * st_ for i, st_ in zip(np.indices(x.shape), layout.strides)).ravel()
     data = np.zeros(raw.size, bool)
     for k in range(item):

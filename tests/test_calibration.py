@@ -1,5 +1,6 @@
 """The calibrated time model: the fit reproduces the committed values, and the model orders
 chips as the measurements do (docs/roofline.md, "Calibration" and "Validation")."""
+
 import pytest
 
 from fastane.roofline import calibrate, chips, model, report, validate
@@ -15,14 +16,18 @@ def test_refitting_reproduces_the_committed_values(cache):
     assert calibrate.fit(cache=cache) == FITTED
     p = model.DEFAULT_PARAMS
     assert (p.program_overhead_s, p.dispatch_s, p.compute_efficiency, p.tile_scale) == (
-        FITTED["program_overhead_s"], FITTED["dispatch_s"], FITTED["compute_efficiency"], FITTED["tile_scale"])
+        FITTED["program_overhead_s"],
+        FITTED["dispatch_s"],
+        FITTED["compute_efficiency"],
+        FITTED["tile_scale"],
+    )
 
 
 def test_fixed_costs_respect_the_mobilenetv3_bound(cache):
     name, chip, limit, _ = calibrate.FIXED_COST_BOUND
     r = report.analyze(name, chip)
     assert r.total.overhead_s + r.total.dispatch_s <= limit
-    assert FITTED["program_overhead_s"] < 0.13e-3         # far below the seed's 1 ms
+    assert FITTED["program_overhead_s"] < 0.13e-3  # far below the seed's 1 ms
 
 
 def test_calibration_points_within_2x(cache):

@@ -1,5 +1,6 @@
 """The lowering (fastane.lower): tiling, TDs that decode and respect the limits, results
 bit-identical to the reference, the program cache, the fused NE stage, the folding golden."""
+
 import threading
 
 import numpy as np
@@ -39,8 +40,20 @@ def kernel_conv(x, w, stride=(1, 1), pad=((0, 0), (0, 0)), dil=(1, 1), groups=1)
     n, c, h, wd = x.shape
     oh = (h + pt + pb - dil[0] * (kh - 1) - 1) // stride[0] + 1
     ow = (wd + pl + pr - dil[1] * (kw - 1) - 1) // stride[1] + 1
-    acc, flag = conv2d_q16(np.ascontiguousarray(x, np.float64), np.ascontiguousarray(w, np.float64),
-                           stride[0], stride[1], dil[0], dil[1], pt, pl, oh, ow, groups, False)
+    acc, flag = conv2d_q16(
+        np.ascontiguousarray(x, np.float64),
+        np.ascontiguousarray(w, np.float64),
+        stride[0],
+        stride[1],
+        dil[0],
+        dil[1],
+        pt,
+        pl,
+        oh,
+        ow,
+        groups,
+        False,
+    )
     y = np.empty(acc.shape)
     readout(acc, flag, y)
     return y.astype(F16)
@@ -57,10 +70,13 @@ def check_program(low):
             regs = TaskDescriptor.from_bytes(td.to_bytes()).fields()
             g = macmod.geometry(regs, f"TD {i}")
             assert max(g.cin, g.cout) <= 65536 and max(g.hin, g.win, g.hout, g.wout) <= 16384
-            lanes = [regs[f"KernelDMASrc.CoeffBfrSize[{k}].MemBfrSize"] * 64 for k in range(LANES)
-                     if regs[f"KernelDMASrc.CoeffDMAConfig[{k}].En"]]
+            lanes = [
+                regs[f"KernelDMASrc.CoeffBfrSize[{k}].MemBfrSize"] * 64
+                for k in range(LANES)
+                if regs[f"KernelDMASrc.CoeffDMAConfig[{k}].En"]
+            ]
             assert lanes and max(lanes) <= KMEM_BYTES and sum(lanes) <= LANES * KMEM_BYTES
-            plan = l2mod.plan(regs, g, 2, 2, {}, f"TD {i}")          # raises L2Overflow
+            plan = l2mod.plan(regs, g, 2, 2, {}, f"TD {i}")  # raises L2Overflow
             assert plan.result[0] + plan.result[1] <= 2 << 20
             assert regs["Header.RBase0"] == lower.lowered.SLOT_INPUT
             assert regs["Header.WBase"] == lower.lowered.SLOT_OUTPUT
@@ -71,16 +87,19 @@ def check_program(low):
 
 
 # ------------------------------------------------------------------------------ tiling
-@pytest.mark.parametrize("conv", [
-    Conv.matmul(1, 2048, 128256),                         # lm_head: 501 kernel groups
-    Conv.matmul(600, 4096, 16),                           # K x M too big for L2: column tiles
-    Conv(1, 256, 56, 56, 256, 3, 3, pad=((1, 1), (1, 1))),
-    Conv(1, 3, 224, 224, 64, 7, 7, (2, 2), pad=((3, 3), (3, 3)), activation="relu"),
-    Conv(1, 96, 112, 112, 96, 3, 3, (2, 2), pad=((1, 1), (1, 1)), groups=96, activation="relu6"),
-    Conv(1, 3, 224, 224, 768, 16, 16, (16, 16)),          # stride 16: unfolded on the host
-    Conv.matmul(4, 64, 512, groups=8),                    # attention scores, 8 heads
-    Conv(2, 64, 30, 1000, 64, 3, 3, pad=((1, 1), (1, 1)), bias=True, activation="tanh"),
-])
+@pytest.mark.parametrize(
+    "conv",
+    [
+        Conv.matmul(1, 2048, 128256),  # lm_head: 501 kernel groups
+        Conv.matmul(600, 4096, 16),  # K x M too big for L2: column tiles
+        Conv(1, 256, 56, 56, 256, 3, 3, pad=((1, 1), (1, 1))),
+        Conv(1, 3, 224, 224, 64, 7, 7, (2, 2), pad=((3, 3), (3, 3)), activation="relu"),
+        Conv(1, 96, 112, 112, 96, 3, 3, (2, 2), pad=((1, 1), (1, 1)), groups=96, activation="relu6"),
+        Conv(1, 3, 224, 224, 768, 16, 16, (16, 16)),  # stride 16: unfolded on the host
+        Conv.matmul(4, 64, 512, groups=8),  # attention scores, 8 heads
+        Conv(2, 64, 30, 1000, 64, 3, 3, pad=((1, 1), (1, 1)), bias=True, activation="tanh"),
+    ],
+)
 def test_lowered_programs_decode_and_respect_the_limits(conv):
     low = lower.build(conv)
     n = check_program(low)
@@ -93,9 +112,9 @@ def test_lowered_programs_decode_and_respect_the_limits(conv):
 
 def test_tiling_rules():
     lm = lower.plan_tiling(Conv.matmul(1, 2048, 128256))
-    assert (lm.cout_t, lm.th, lm.tw) == (256, 1, 1)             # 16 ch x 4 KiB per core
+    assert (lm.cout_t, lm.th, lm.tw) == (256, 1, 1)  # 16 ch x 4 KiB per core
     col = lower.plan_tiling(Conv.matmul(600, 4096, 16))
-    assert col.th == 1 and col.tw < 600 and col.tw % 32 == 0     # 64-byte aligned column tiles
+    assert col.th == 1 and col.tw < 600 and col.tw % 32 == 0  # 64-byte aligned column tiles
     assert lower.plan_tiling(Conv(1, 3, 224, 224, 768, 16, 16, (16, 16))).mode == "im2col"
     assert lower.plan_tiling(Conv(1, 3, 9, 9, 4, 3, 3, pad=((3, 3), (0, 0)))).mode == "padded"
     assert lower.plan_tiling(Conv(1, 3, 9, 9, 4, 3, 3, pad=((1, 1), (2, 2)))).mode == "direct"
@@ -108,7 +127,7 @@ def test_tiling_rules():
 
 def test_reduction_is_never_split():
     with pytest.raises(NotImplementedError, match="does not fit a core's 64 KiB KMem.*numerics"):
-        lower.plan_tiling(Conv(1, 4096, 3, 3, 8, 3, 3))               # 72 KiB for one channel
+        lower.plan_tiling(Conv(1, 4096, 3, 3, 8, 3, 3))  # 72 KiB for one channel
     with pytest.raises(NotImplementedError, match="KMem"):
         fastane.matmul(np.ones((1, 40000), F16), np.ones((40000, 1), F16))
     x = np.ones((1, 16384, 1, 1), F16)
@@ -117,29 +136,30 @@ def test_reduction_is_never_split():
 
 
 # ------------------------------------------------------------------------------ bit exactness
-@pytest.mark.parametrize("kw", [
-    dict(stride=(1, 1), pad=((1, 1), (1, 1)), dil=(1, 1), groups=1),
-    dict(stride=(2, 2), pad=((2, 1), (0, 3)), dil=(1, 1), groups=1),
-    dict(stride=(1, 2), pad=((0, 0), (0, 0)), dil=(2, 1), groups=2),
-    dict(stride=(4, 1), pad=((0, 0), (1, 1)), dil=(1, 1), groups=1),     # im2col
-    dict(stride=(1, 1), pad=((3, 3), (0, 0)), dil=(1, 1), groups=1),     # padded
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(stride=(1, 1), pad=((1, 1), (1, 1)), dil=(1, 1), groups=1),
+        dict(stride=(2, 2), pad=((2, 1), (0, 3)), dil=(1, 1), groups=1),
+        dict(stride=(1, 2), pad=((0, 0), (0, 0)), dil=(2, 1), groups=2),
+        dict(stride=(4, 1), pad=((0, 0), (1, 1)), dil=(1, 1), groups=1),  # im2col
+        dict(stride=(1, 1), pad=((3, 3), (0, 0)), dil=(1, 1), groups=1),  # padded
+    ],
+)
 def test_tiled_conv_is_bit_identical_to_the_reference(kw):
     """Spatial tiles (row and column) and several kernel groups per conv group, with the
     small limits, checked against the pure-Python reference."""
     rng = np.random.default_rng(len(str(kw)))
     x = f16(rng, (2, 4, 5 + 2 * (kw["dil"][0] - 1), 40))
     w = f16(rng, (40, 4 // kw["groups"], 3, 2))
-    x[0, 1, 2, 3] = np.inf                                    # NaN products, saturations
+    x[0, 1, 2, 3] = np.inf  # NaN products, saturations
     x[1, 0, 0, 0] = 3000
-    y, st, low = lower.run_conv(x, w, None, kw["stride"], kw["pad"], kw["dil"], kw["groups"],
-                                 limits=TINY)
-    want = ref_conv2d(x, w, stride=kw["stride"], padding=kw["pad"], dilation=kw["dil"],
-                      groups=kw["groups"])
+    y, st, low = lower.run_conv(x, w, None, kw["stride"], kw["pad"], kw["dil"], kw["groups"], limits=TINY)
+    want = ref_conv2d(x, w, stride=kw["stride"], padding=kw["pad"], dilation=kw["dil"], groups=kw["groups"])
     assert np.array_equal(bits(y), bits(want))
     t, e = low.tiling, low.eff
-    assert len(low.groups) >= 2                               # several kernel groups
-    assert t.th < e.hout or t.tw < e.wout                     # spatial tiles
+    assert len(low.groups) >= 2  # several kernel groups
+    assert t.th < e.hout or t.tw < e.wout  # spatial tiles
     assert st.tasks == low.n_tasks == 2 * len(low.groups) * -(-e.hout // t.th) * -(-e.wout // t.tw)
 
 
@@ -156,7 +176,9 @@ def test_tiled_conv_with_the_real_limits():
     a, b = f16(rng, (600, 4096), 1.0), f16(rng, (4096, 16), 0.1)
     y, st, low = lower.run_matmul(a[None], b[None], np.zeros(1, np.int64), np.zeros(1, np.int64))
     assert low.tiling.tw < 600 and low.n_tasks > 1
-    assert np.array_equal(bits(y[0]), bits(kernel_conv(a.T[None, :, None, :], b.T[:, :, None, None])[0, :, 0, :].T))
+    assert np.array_equal(
+        bits(y[0]), bits(kernel_conv(a.T[None, :, None, :], b.T[:, :, None, None])[0, :, 0, :].T)
+    )
 
 
 def test_matmul_layouts_are_bit_identical_to_the_reference():
@@ -165,9 +187,11 @@ def test_matmul_layouts_are_bit_identical_to_the_reference():
     b = f16(rng, (3, 70, 6))
     a[1, 2, 3] = np.nan
     z3 = np.arange(3, dtype=np.int64)
-    cases = [(a, b[:1], z3, z3 * 0, lambda i: (a[i], b[0])),      # b shared: rows along S
-             (a[:1], b, z3 * 0, z3, lambda i: (a[0], b[i])),      # a shared: roles swap
-             (a, b, z3, z3, lambda i: (a[i], b[i]))]              # grouped: one group a product
+    cases = [
+        (a, b[:1], z3, z3 * 0, lambda i: (a[i], b[0])),  # b shared: rows along S
+        (a[:1], b, z3 * 0, z3, lambda i: (a[0], b[i])),  # a shared: roles swap
+        (a, b, z3, z3, lambda i: (a[i], b[i])),
+    ]  # grouped: one group a product
     for a3, b3, ia, ib, pick in cases:
         y, st, low = lower.run_matmul(a3, b3, ia, ib, limits=SMALL)
         want = np.stack([ref_matmul(*pick(i)) for i in range(3)])
@@ -181,8 +205,9 @@ def test_attention_batch_is_a_grouped_task():
     st = fastane.last_stats()
     assert st.tasks == 1 and len(st.tasks_detail) == 1 and st.macs == 64 * 32 * 16 * 32
     idx = np.arange(64)
-    want = np.stack([kernel_conv(q[i].T[None, :, None, :], k[i].T[:, :, None, None])[0, :, 0, :].T
-                     for i in idx])
+    want = np.stack(
+        [kernel_conv(q[i].T[None, :, None, :], k[i].T[:, :, None, None])[0, :, 0, :].T for i in idx]
+    )
     assert np.array_equal(bits(y), bits(want))
 
 
@@ -209,8 +234,15 @@ def test_fused_bias_and_activation_match_an_independent_computation(act):
     assert np.array_equal(bits(y), bits(want))
     # the same through linear, with tiles and kernel groups
     xl, wl, bl = f16(rng, (7, 33), 0.3), f16(rng, (50, 33), 0.3), f16(rng, (50,), 1.0)
-    low_y, _, low = lower.run_matmul(xl[None], wl.T[None], np.zeros(1, np.int64), np.zeros(1, np.int64),
-                                    bias16=bl, activation=act, limits=Limits(kmem_core_bytes=320))
+    low_y, _, low = lower.run_matmul(
+        xl[None],
+        wl.T[None],
+        np.zeros(1, np.int64),
+        np.zeros(1, np.int64),
+        bias16=bl,
+        activation=act,
+        limits=Limits(kmem_core_bytes=320),
+    )
     want = ref_activation(act, (ref_matmul(xl, wl.T).astype(np.float64) + bl).astype(F16))
     assert len(low.groups) > 1
     assert np.array_equal(bits(low_y[0]), bits(want))
@@ -218,7 +250,7 @@ def test_fused_bias_and_activation_match_an_independent_computation(act):
 
 def test_multi_stage_activations_and_unknown_names():
     x, w = np.ones((1, 2, 3, 3)), np.ones((2, 2, 1, 1))
-    for act in ("sigmoid", "silu"):         # NE stage + planar tasks (tests/test_compiler_eltwise.py)
+    for act in ("sigmoid", "silu"):  # NE stage + planar tasks (tests/test_compiler_eltwise.py)
         y = fastane.conv2d(x, w, activation=act)
         assert np.array_equal(bits(y), bits(getattr(activations, act)(np.full((1, 2, 3, 3), 2.0))))
     with pytest.raises(ValueError, match="unknown activation"):
@@ -232,7 +264,11 @@ def test_multi_stage_activations_and_unknown_names():
 def test_ne_registers_and_kmem_layout():
     low = lower.build(Conv(1, 8, 4, 4, 40, bias=True, activation="gelu"))
     td = low.program.tds[0]
-    assert (td["NE.MACCfg.BiasMode"], td["NE.MACCfg.MatrixBiasEn"], td["NE.MACCfg.NonlinearMode"]) == (1, 1, 2)
+    assert (td["NE.MACCfg.BiasMode"], td["NE.MACCfg.MatrixBiasEn"], td["NE.MACCfg.NonlinearMode"]) == (
+        1,
+        1,
+        2,
+    )
     lay = low.groups[0].layout
     assert (lay.m, lay.lanes, lay.wbytes, lay.bbytes, lay.lut_bytes) == (3, 14, 64, 64, 0x80)
     # core 0 holds its kernels, biases and the LUT; the others kernels and biases
@@ -240,7 +276,7 @@ def test_ne_registers_and_kmem_layout():
     assert td["KernelDMASrc.CoeffBfrSize[1].MemBfrSize"] * 64 == 128
     assert td["KernelDMASrc.CoeffBaseAddr[1].Addr"] * 64 == 256
     exp = lower.build(Conv(1, 8, 4, 4, 4, activation="exp")).program.tds[0]
-    assert exp["NE.PostScale.PostScale"] == 0x3DC5                # fp16 log2(e), then the exp2 table
+    assert exp["NE.PostScale.PostScale"] == 0x3DC5  # fp16 log2(e), then the exp2 table
 
 
 def test_folding_golden_through_the_compiler():
@@ -271,13 +307,13 @@ def test_program_cache_is_hit_on_repeat_calls():
     dev = lower.default_device()
     loaded = dev.load(low.program)
     for _ in range(3):
-        x2, w2 = f16(rng, x.shape), f16(rng, w.shape)             # new data, same shapes
+        x2, w2 = f16(rng, x.shape), f16(rng, w.shape)  # new data, same shapes
         y = fastane.conv2d(x2, w2, padding=1)
         assert np.array_equal(bits(y), bits(kernel_conv(x2, w2, pad=((1, 1), (1, 1)))))
     after = lower.cache_info()
     assert after["misses"] == before["misses"] and after["hits"] >= before["hits"] + 4
-    assert lower.build(conv) is low and dev.load(low.program) is loaded   # not re-loaded
-    assert len(low._free[id(dev)]) == 1                           # one set of buffers, reused
+    assert lower.build(conv) is low and dev.load(low.program) is loaded  # not re-loaded
+    assert len(low._free[id(dev)]) == 1  # one set of buffers, reused
 
 
 def test_cache_eviction_frees_device_memory(monkeypatch):
@@ -297,8 +333,12 @@ def test_threads_share_the_default_device():
     # small jobs, and jobs big enough for the parallel layout transposes
     jobs = [(f16(rng, (3, 9, 20)), f16(rng, (20, 11))) for _ in range(6)]
     jobs += [(f16(rng, (3, 200, 64), 1.0), f16(rng, (64, 200), 1.0)) for _ in range(2)]
-    want = [kernel_conv(a.reshape(-1, a.shape[-1]).T[None, :, None, :], b.T[:, :, None, None])[0, :, 0, :]
-            .T.reshape(a.shape[:-1] + b.shape[-1:]) for a, b in jobs]
+    want = [
+        kernel_conv(a.reshape(-1, a.shape[-1]).T[None, :, None, :], b.T[:, :, None, None])[
+            0, :, 0, :
+        ].T.reshape(a.shape[:-1] + b.shape[-1:])
+        for a, b in jobs
+    ]
     got = [None] * len(jobs)
     errors = []
 
@@ -308,6 +348,7 @@ def test_threads_share_the_default_device():
                 got[i] = fastane.matmul(*jobs[i])
         except Exception as e:  # noqa: BLE001
             errors.append(e)
+
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
     for t in threads:
         t.start()
@@ -319,11 +360,11 @@ def test_threads_share_the_default_device():
 
 
 def test_disasm_prints_a_lowered_program(tmp_path, capsys):
-    low = lower.build(Conv(1, 4, 9, 9, 20, 3, 3, pad=((1, 1), (1, 1)), bias=True, activation="relu"),
-                         SMALL)
+    low = lower.build(Conv(1, 4, 9, 9, 20, 3, 3, pad=((1, 1), (1, 1)), bias=True, activation="relu"), SMALL)
     path = tmp_path / "conv.bin"
     path.write_bytes(low.program.to_bytes())
     from fastane.cli import main
+
     assert main(["disasm", str(path)]) == 0
     out = capsys.readouterr().out
     assert out.count("\nTD ") == low.n_tasks and "[EON]" in out

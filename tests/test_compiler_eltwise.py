@@ -1,5 +1,6 @@
 """Activations as elementwise programs on the device (fastane.lower.run_eltwise), and
 sigmoid/silu fused after convolutions as NE + planar tasks (docs/lower.md, section 7)."""
+
 import dataclasses
 from fractions import Fraction
 
@@ -21,11 +22,31 @@ from fastane.td import load_program
 
 F16 = np.float16
 TD = 0x274
-ACTS = ["relu", "tanh", "sigmoid", "silu", "gelu", "exp", "exp2", "relu6", "hardtanh", "leaky_relu",
-        "selu", "sign", "reciprocal", "rsqrt", "sqrt", "log2"]
+ACTS = [
+    "relu",
+    "tanh",
+    "sigmoid",
+    "silu",
+    "gelu",
+    "exp",
+    "exp2",
+    "relu6",
+    "hardtanh",
+    "leaky_relu",
+    "selu",
+    "sign",
+    "reciprocal",
+    "rsqrt",
+    "sqrt",
+    "log2",
+]
 #: the NE stage of each activation: (NonlinearMode, registry table, PostScale)
-NE_STAGE = {"relu": (1, None, 1.0), "exp": (2, "exp2", bits_to_float(0x3DC5)),
-            "sigmoid": (2, "sigmoid", 1.0), "silu": (2, "sigmoid", 1.0)}
+NE_STAGE = {
+    "relu": (1, None, 1.0),
+    "exp": (2, "exp2", bits_to_float(0x3DC5)),
+    "sigmoid": (2, "sigmoid", 1.0),
+    "silu": (2, "sigmoid", 1.0),
+}
 SMALL = Limits(kmem_core_bytes=512, l2_bytes=8192)
 
 
@@ -37,7 +58,7 @@ def ref_bits(name, xb: int) -> int:
     r = ref_ne(bits_to_float(xb), None, scale, nl, words)
     if name not in ("sigmoid", "silu") or r == QNAN:
         return r
-    s = round_fraction(Fraction(bits_to_float(r)) + Fraction(1, 2))   # planar: + 0.5
+    s = round_fraction(Fraction(bits_to_float(r)) + Fraction(1, 2))  # planar: + 0.5
     if name == "sigmoid":
         return s
     prod = ref_eltwise("mul", np.uint16(xb).view(F16), bits_to_float(s))
@@ -73,8 +94,14 @@ def kernel_oracle(name, x16):
     every NaN canonical.  Also the LUT range counts."""
     nl, table, scale = NE_STAGE.get(name, (2, name, 1.0))
     counts = np.zeros(2, np.int64)
-    r = lut.ne_post(x16.astype(np.float64).reshape(1, 1, -1), None, scale, nl,
-                    None if table is None else lut.get_block(table), counts=counts).view(F16)[0, 0]
+    r = lut.ne_post(
+        x16.astype(np.float64).reshape(1, 1, -1),
+        None,
+        scale,
+        nl,
+        None if table is None else lut.get_block(table),
+        counts=counts,
+    ).view(F16)[0, 0]
     with np.errstate(all="ignore"):
         if name in ("sigmoid", "silu"):
             r = (r.astype(np.float64) + 0.5).astype(F16)
@@ -132,6 +159,7 @@ def test_parametrised_tables_and_out(device):
 def test_there_is_no_second_path(device, monkeypatch):
     def broken(self, p):
         raise RuntimeError("the engine was asked to run a task")
+
     monkeypatch.setattr(Engine, "_run_task", broken)
     for name in ACTS:
         with pytest.raises(RuntimeError, match="engine was asked"):
@@ -141,6 +169,7 @@ def test_there_is_no_second_path(device, monkeypatch):
 # ------------------------------------------------------------------------------ the program
 def test_programs_follow_apples_elementwise_programs(tmp_path, capsys):
     from fastane.cli import main
+
     for name, ntd in (("tanh", 1), ("relu", 1), ("exp", 1), ("sigmoid", 2), ("silu", 3)):
         low = lower.build(Eltwise(1000, name))
         assert low.n_tasks == len(low.program.tds) == ntd
@@ -175,12 +204,30 @@ def test_the_silu_program_matches_apples(corpus):
     apple = load_program(corpus / "m1-kernels" / "activation" / "silu.bin")
     low = lower.build(Eltwise(2560 * 1600, "silu"))
     assert len(low.program.tds) == low.n_tasks and low.n_tasks % 3 == 0
-    keys = ["Header.RBE0", "Header.RBase0", "Header.RBE1", "Header.RBase1", "Header.WBE",
-            "Header.KBE0", "L2.SourceCfg.SourceType", "L2.ResultCfg.ResultType", "NE.MACCfg.OpMode",
-            "NE.MACCfg.KernelMode", "NE.MACCfg.NonlinearMode", "NE.PostScale.PostScale",
-            "KernelDMASrc.CoeffDMAConfig[0].En", "Common.Cin.Cin", "Common.ChCfg.InFmt",
-            "Common.ChCfg.Src1InFmt", "Common.Cfg.TaskType", "TileDMASrc1.Fmt.MemFmt",
-            "Planar.Word[0]", "Planar.Word[1]", "Planar.Word[2]", "Planar.Word[3]"]
+    keys = [
+        "Header.RBE0",
+        "Header.RBase0",
+        "Header.RBE1",
+        "Header.RBase1",
+        "Header.WBE",
+        "Header.KBE0",
+        "L2.SourceCfg.SourceType",
+        "L2.ResultCfg.ResultType",
+        "NE.MACCfg.OpMode",
+        "NE.MACCfg.KernelMode",
+        "NE.MACCfg.NonlinearMode",
+        "NE.PostScale.PostScale",
+        "KernelDMASrc.CoeffDMAConfig[0].En",
+        "Common.Cin.Cin",
+        "Common.ChCfg.InFmt",
+        "Common.ChCfg.Src1InFmt",
+        "Common.Cfg.TaskType",
+        "TileDMASrc1.Fmt.MemFmt",
+        "Planar.Word[0]",
+        "Planar.Word[1]",
+        "Planar.Word[2]",
+        "Planar.Word[3]",
+    ]
     for i in range(3):
         a, m = planarmod.registers(apple.tds[i]), planarmod.registers(low.program.tds[i])
         assert {k: m[k] for k in keys} == {k: a[k] for k in keys}, i
@@ -199,15 +246,19 @@ def test_stats_are_what_the_dma_registers_imply(device):
     want = {  # tasks, kernel, src, dst, planar_ops
         "relu": (1, 0, 2048, 2048, 0),
         "tanh": (1, 0x80, 2048, 2048, 0),
-        "sigmoid": (2, 0x80, 2048, 2048, 1000),               # TD1 reads the L2
+        "sigmoid": (2, 0x80, 2048, 2048, 1000),  # TD1 reads the L2
         "silu": (3, 0x80, 2048 + 2 * 2048, 2048 + 2048, 2000),  # TD2 reads x and the sigmoid
     }
     for name, (tasks, kern, src, dst, pops) in want.items():
         getattr(fastane, name)(x)
         st = fastane.last_stats()
         assert (st.tasks, st.macs, st.control_dma_bytes) == (tasks, 0, tasks * TD), name
-        assert (st.kernel_dma_bytes, st.tile_dma_src_bytes, st.tile_dma_dst_bytes, st.planar_ops) == \
-            (kern, src, dst, pops), name
+        assert (st.kernel_dma_bytes, st.tile_dma_src_bytes, st.tile_dma_dst_bytes, st.planar_ops) == (
+            kern,
+            src,
+            dst,
+            pops,
+        ), name
         assert len(st.tasks_detail) == tasks and sum(t.tile_dma_src_bytes for t in st.tasks_detail) == src
     fastane.tanh(x)
     assert (fastane.last_stats().lut_underflow, fastane.last_stats().lut_overflow) == (0, 334)
@@ -219,8 +270,9 @@ def test_stats_are_what_the_dma_registers_imply(device):
     low = lower.build(Eltwise(1000, "silu"))
     _, counted = lower.execute(low, device=device, stats_only=True)
     fastane.silu(x)
-    assert dataclasses.replace(counted, tasks_detail=[]) == \
-        dataclasses.replace(fastane.last_stats(), tasks_detail=[], lut_overflow=0, lut_underflow=0)
+    assert dataclasses.replace(counted, tasks_detail=[]) == dataclasses.replace(
+        fastane.last_stats(), tasks_detail=[], lut_overflow=0, lut_underflow=0
+    )
 
 
 def test_the_program_cache_is_hit_on_repeat(device):
@@ -235,8 +287,8 @@ def test_the_program_cache_is_hit_on_repeat(device):
     after = lower.cache_info()
     assert after["misses"] == before["misses"] and after["hits"] >= before["hits"] + 4
     assert lower.build(Eltwise(777, "sigmoid")) is low and device.load(low.program) is loaded
-    assert len(low._free[id(device)]) == 1                       # one set of buffers, reused
-    blk = lut.hardtanh_block(-2.0, 3.0)                           # parameters are part of the key
+    assert len(low._free[id(device)]) == 1  # one set of buffers, reused
+    blk = lut.hardtanh_block(-2.0, 3.0)  # parameters are part of the key
     assert lower.build(Eltwise(777, blk)) is not lower.build(Eltwise(777, "hardtanh"))
 
 
@@ -282,12 +334,15 @@ def test_conv_linear_matmul_with_sigmoid_and_silu(act):
     x1, w1 = (rng.standard_normal((3, 4, 9))).astype(F16), (rng.standard_normal((5, 4, 2))).astype(F16)
     z1 = ref_conv2d(x1[:, :, None], w1[:, :, None]).astype(F16)[:, :, 0]
     assert np.array_equal(bits(fastane.conv1d(x1, w1, activation=act)), bits(_fused_want(z1, act)))
-    xl, wl, bl = (rng.standard_normal((7, 33)) * 0.5).astype(F16), (rng.standard_normal((50, 33)) * 0.5).astype(F16), \
-        rng.standard_normal(50).astype(F16)
+    xl, wl, bl = (
+        (rng.standard_normal((7, 33)) * 0.5).astype(F16),
+        (rng.standard_normal((50, 33)) * 0.5).astype(F16),
+        rng.standard_normal(50).astype(F16),
+    )
     zl = (ref_matmul(xl, wl.T).astype(np.float64) + bl).astype(F16)
     assert np.array_equal(bits(fastane.linear(xl, wl, bl, activation=act)), bits(_fused_want(zl, act)))
     a3, b3 = rng.standard_normal((3, 5, 8)).astype(F16), rng.standard_normal((3, 8, 4)).astype(F16)
-    for A, B in ((a3, b3[0]), (a3[0], b3), (a3, b3)):    # b shared, a shared, both batched
+    for A, B in ((a3, b3[0]), (a3[0], b3), (a3, b3)):  # b shared, a shared, both batched
         got = fastane.matmul(A, B, activation=act)
         AA, BB = (np.broadcast_to(t, (3,) + t.shape[-2:]) for t in (A, B))
         ref = np.stack([ref_matmul(p, q) for p, q in zip(AA, BB)]).astype(F16)
@@ -302,28 +357,41 @@ def test_fused_chain_registers_and_stats(capsys, tmp_path):
     tds = [planarmod.registers(t) for t in low.program.tds]
     assert len(tds) == 4 and low.tds_per_task == 4
     conv, ne, half, mul = tds
-    assert (conv["NE.MACCfg.KernelMode"], conv["NE.MACCfg.NonlinearMode"], conv["NE.MACCfg.BiasMode"]) == (0, 0, 1)
+    assert (conv["NE.MACCfg.KernelMode"], conv["NE.MACCfg.NonlinearMode"], conv["NE.MACCfg.BiasMode"]) == (
+        0,
+        0,
+        1,
+    )
     assert conv["L2.ResultCfg.ResultType"] == 3 and conv["Header.WBE"] == 0
-    assert (ne["NE.MACCfg.KernelMode"], ne["NE.MACCfg.NonlinearMode"], ne["L2.SourceCfg.SourceType"]) == (1, 2, 3)
+    assert (ne["NE.MACCfg.KernelMode"], ne["NE.MACCfg.NonlinearMode"], ne["L2.SourceCfg.SourceType"]) == (
+        1,
+        2,
+        3,
+    )
     assert ne["KernelDMASrc.CoeffBaseAddr[0].Addr"] * 64 == low.lut_offset
     assert ne["L2.SourceBase.Addr"] == conv["L2.ResultBase.Addr"]
     assert planarmod.config(half, "h").name == "scale" and planarmod.config(mul, "m").name == "mul"
-    assert (mul["L2.SourceBase.Addr"], mul["L2.Source1Base.Addr"]) == (conv["L2.ResultBase.Addr"],
-                                                                       half["L2.ResultBase.Addr"])
+    assert (mul["L2.SourceBase.Addr"], mul["L2.Source1Base.Addr"]) == (
+        conv["L2.ResultBase.Addr"],
+        half["L2.ResultBase.Addr"],
+    )
     assert (mul["Header.RBE0"], mul["Header.RBE1"], mul["Header.WBase"]) == (0, 0, lower.lowered.SLOT_OUTPUT)
     # the L2 windows of the chain: z, L(z), s and the output staging follow the source
-    tile = 20 * 6 * 16          # 20 channels x 6 rows x (6 fp16: one 16-byte L2 row) bytes
+    tile = 20 * 6 * 16  # 20 channels x 6 rows x (6 fp16: one 16-byte L2 row) bytes
     bases = [t["L2.ResultBase.Addr"] * 16 for t in tds]
-    assert np.diff(bases).tolist() == [tile] * 3 and bases[0] == 8 * 6 * 16   # after the source
+    assert np.diff(bases).tolist() == [tile] * 3 and bases[0] == 8 * 6 * 16  # after the source
     assert max(bases) + tile <= 2 << 20
     x = np.random.default_rng(1).standard_normal((1, 8, 6, 6)).astype(F16)
     w = np.random.default_rng(2).standard_normal((20, 8, 3, 3)).astype(F16)
     _, st = lower.execute(low, x, w, np.zeros(20, F16))
-    assert st.tile_dma_src_bytes == 8 * 6 * 64 and st.tile_dma_dst_bytes == 20 * 6 * 64   # intermediates stay in L2
+    assert (
+        st.tile_dma_src_bytes == 8 * 6 * 64 and st.tile_dma_dst_bytes == 20 * 6 * 64
+    )  # intermediates stay in L2
     assert st.kernel_dma_bytes == sum(low.groups[0].layout.sizes) + 0x80 and st.planar_ops == 2 * 20 * 36
     path = tmp_path / "conv_silu.bin"
     path.write_bytes(low.program.to_bytes())
     from fastane.cli import main
+
     assert main(["disasm", str(path)]) == 0
     out = capsys.readouterr().out
     assert out.count("\nTD ") == 4 and "ResultType=3" in out and "Word[0]=0x80004" in out

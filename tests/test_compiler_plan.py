@@ -14,8 +14,15 @@ from fastane.m1 import Limits
 from fastane.roofline import plan as rplan
 from fastane.workloads import Conv2d, Matmul
 
-COUNTERS = ("tasks", "macs", "control_dma_bytes", "kernel_dma_bytes", "tile_dma_src_bytes",
-            "tile_dma_dst_bytes", "planar_ops")
+COUNTERS = (
+    "tasks",
+    "macs",
+    "control_dma_bytes",
+    "kernel_dma_bytes",
+    "tile_dma_src_bytes",
+    "tile_dma_dst_bytes",
+    "planar_ops",
+)
 DATA = ("saturated", "nan_outputs", "lut_underflow", "lut_overflow")
 
 
@@ -37,7 +44,7 @@ def test_each_layer_is_its_lowered_program_counted(plans):
         for lp in plan.layers:
             layer, a = lp.layer, lp.stats
             if not isinstance(layer, (Conv2d, Matmul)):
-                assert not lp.lowered and a.tasks == 0, lp.name     # planar: not lowered, said so
+                assert not lp.lowered and a.tasks == 0, lp.name  # planar: not lowered, said so
                 continue
             low = lower.build(rplan.layer_conv(layer))
             assert a.macs == layer.macs and a.tasks == low.n_tasks == len(a.tasks_detail), lp.name
@@ -48,7 +55,7 @@ def test_the_silu_gate_is_planned_as_its_lut_stage():
     gate = next(l for l in workloads.get("llama-3.2-1b").layers if l.name.endswith("gate_proj"))
     conv = rplan.layer_conv(gate)
     assert lower.ne_stage(conv.activation).lut
-    assert lower.plan_tiling(conv).cout_t == 240          # 15 x 4 KiB kernels + the LUT per core
+    assert lower.plan_tiling(conv).cout_t == 240  # 15 x 4 KiB kernels + the LUT per core
 
 
 def test_traffic_of_a_tiled_conv_is_the_sum_of_its_tasks():
@@ -82,8 +89,7 @@ def test_stats_only_equals_computing_except_data_dependent_counters():
     b = rng.standard_normal(40).astype(np.float16)
     small = Limits(kmem_core_bytes=2048, l2_bytes=64 << 10)
     dev = Device(memory_size=64 << 20)
-    y, real, low = lower.run_conv(x, w, b, pad=((1, 1), (1, 1)), activation="tanh", device=dev,
-                                   limits=small)
+    y, real, low = lower.run_conv(x, w, b, pad=((1, 1), (1, 1)), activation="tanh", device=dev, limits=small)
     assert low.n_tasks >= 4 and real.saturated > 0 and real.lut_overflow > 0
     _, counted = lower.execute(low, device=dev, stats_only=True)
     assert counted.tasks_detail and len(counted.tasks_detail) == len(real.tasks_detail)
@@ -96,6 +102,7 @@ def test_stats_only_equals_computing_except_data_dependent_counters():
 def test_roofline_cli_uses_the_lowering(capsys):
     from fastane.roofline import report
     import argparse
+
     p = argparse.ArgumentParser()
     report.add_arguments(p)
     assert report.run(p.parse_args(["bert-base", "--summary"])) == 0

@@ -1,4 +1,5 @@
 """The conv kernel (fastane.kernels.conv) bit for bit against tests/reference.py."""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,8 +24,20 @@ def kernel_conv(x16, w16, stride=1, padding=0, dilation=1, groups=1, trunc=False
     _, _, KH, KW = w16.shape
     oh = (H + pt + pb - dy * (KH - 1) - 1) // sy + 1
     ow = (W + pl + pr - dx * (KW - 1) - 1) // sx + 1
-    acc, flag = conv.conv2d_q16(np.ascontiguousarray(x16, np.float64), np.ascontiguousarray(w16, np.float64),
-                                sy, sx, dy, dx, pt, pl, oh, ow, groups, trunc)
+    acc, flag = conv.conv2d_q16(
+        np.ascontiguousarray(x16, np.float64),
+        np.ascontiguousarray(w16, np.float64),
+        sy,
+        sx,
+        dy,
+        dx,
+        pt,
+        pl,
+        oh,
+        ow,
+        groups,
+        trunc,
+    )
     assert acc.shape == flag.shape == (x16.shape[0], w16.shape[0], oh, ow)
     assert acc.dtype == np.float64 and flag.dtype == np.int8
     out = np.empty(acc.shape)
@@ -39,7 +52,9 @@ def check(x16, w16, trunc=False, **kw):
     return want
 
 
-@pytest.mark.parametrize("v, bits", [(127.9375, 0x77FF), (128.0, 0x7C00), (-128.0, 0xF800), (-128.125, 0xFC00)])
+@pytest.mark.parametrize(
+    "v, bits", [(127.9375, 0x77FF), (128.0, 0x7C00), (-128.0, 0xF800), (-128.125, 0xFC00)]
+)
 def test_golden_probe_as_a_1x1_conv(v, bits):
     x = np.full((1, 256, 1, 1), v, F16)  # 256 channels of v, weights of one
     w = np.ones((1, 256, 1, 1), F16)
@@ -69,19 +84,25 @@ CASES = [
 def test_random_conv(kw, trunc):
     rng = np.random.default_rng(len(str(kw)) + 100 * trunc)
     x = f16(rng.standard_normal((2, 4, 7, 6)) * 2.0 ** rng.integers(-8, 3, (2, 4, 7, 6)))
-    w = f16(rng.standard_normal((6, 4 // kw.get("groups", 1), 3, 3)) * 2.0 ** rng.integers(-8, 3, (6, 4 // kw.get("groups", 1), 3, 3)))
+    w = f16(
+        rng.standard_normal((6, 4 // kw.get("groups", 1), 3, 3))
+        * 2.0 ** rng.integers(-8, 3, (6, 4 // kw.get("groups", 1), 3, 3))
+    )
     check(x, w, trunc, **kw)
 
 
-@pytest.mark.parametrize("shape_w, kw", [
-    ((3, 3, 1, 1), dict()),  # 1x1, stride 1, no padding: no unfolding
-    ((3, 3, 1, 1), dict(stride=2)),
-    ((3, 3, 1, 1), dict(padding=1)),
-    ((2, 3, 1, 3), dict(padding=(0, 1))),
-    ((2, 3, 3, 1), dict(stride=(2, 1))),
-    ((2, 3, 5, 4), dict(padding=((3, 1), (0, 2)))),  # kernel larger than the input in one dim
-    ((2, 3, 6, 5), dict()),  # kernel as large as the input: one output pixel
-])
+@pytest.mark.parametrize(
+    "shape_w, kw",
+    [
+        ((3, 3, 1, 1), dict()),  # 1x1, stride 1, no padding: no unfolding
+        ((3, 3, 1, 1), dict(stride=2)),
+        ((3, 3, 1, 1), dict(padding=1)),
+        ((2, 3, 1, 3), dict(padding=(0, 1))),
+        ((2, 3, 3, 1), dict(stride=(2, 1))),
+        ((2, 3, 5, 4), dict(padding=((3, 1), (0, 2)))),  # kernel larger than the input in one dim
+        ((2, 3, 6, 5), dict()),  # kernel as large as the input: one output pixel
+    ],
+)
 @pytest.mark.parametrize("trunc", [False, True])
 def test_kernel_shapes(shape_w, kw, trunc):
     rng = np.random.default_rng(sum(shape_w) + trunc)
@@ -157,6 +178,7 @@ def test_conv_near_the_bound_uses_fast_and_exact_paths(monkeypatch):
     def spy(*args):
         calls.append(real(*args))
         return calls[-1]
+
     monkeypatch.setattr(conv, "matmul_q16_into", spy)
     rng = np.random.default_rng(61)
     x = f16(rng.uniform(-1, 1, (1, 3, 6, 6)) * 30)
@@ -186,7 +208,10 @@ def conv_problem(draw):
     kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     sy, sx = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     dy, dx = draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    pad = ((draw(st.integers(0, 2)), draw(st.integers(0, 2))), (draw(st.integers(0, 2)), draw(st.integers(0, 2))))
+    pad = (
+        (draw(st.integers(0, 2)), draw(st.integers(0, 2))),
+        (draw(st.integers(0, 2)), draw(st.integers(0, 2))),
+    )
     h = draw(st.integers(max(1, dy * (kh - 1) + 1 - sum(pad[0])), 7))
     w = draw(st.integers(max(1, dx * (kw - 1) + 1 - sum(pad[1])), 7))
     n = draw(st.integers(1, 2))

@@ -1,4 +1,5 @@
 """Real M1 programs from the corpus through the device (FASTANE_CORPUS)."""
+
 import dataclasses
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 from fastane.device import Device
 from fastane.td import load_program
 
-SHAPE = (1, 1, 2560, 1600)   # every eiln kernel: fp16 1600 x 2560, 500-tile buffers
+SHAPE = (1, 1, 2560, 1600)  # every eiln kernel: fp16 1600 x 2560, 500-tile buffers
 
 
 @pytest.fixture(scope="module")
@@ -24,11 +25,14 @@ def load(corpus, group, name):
     return load_program(corpus / "m1-kernels" / group / f"{name}.bin")
 
 
-@pytest.mark.parametrize("group,name,fn,tol,kernel_bytes", [
-    ("activation", "relu", lambda v: np.maximum(v, 0), 0.0, 0),
-    ("unary", "tanh", np.tanh, 2e-3, 128),        # a LUT read from KMem (KernelDMA lane 0)
-    ("unary", "exp", np.exp, 5e-3, 128),          # PostScale log2(e), then the exp2 table
-])
+@pytest.mark.parametrize(
+    "group,name,fn,tol,kernel_bytes",
+    [
+        ("activation", "relu", lambda v: np.maximum(v, 0), 0.0, 0),
+        ("unary", "tanh", np.tanh, 2e-3, 128),  # a LUT read from KMem (KernelDMA lane 0)
+        ("unary", "exp", np.exp, 5e-3, 128),  # PostScale log2(e), then the exp2 table
+    ],
+)
 def test_elementwise_programs(dev, corpus, x, group, name, fn, tol, kernel_bytes):
     program = load(corpus, group, name)
     slots = dev.tensors(program)
@@ -39,7 +43,7 @@ def test_elementwise_programs(dev, corpus, x, group, name, fn, tol, kernel_bytes
     err = np.abs(y - ref)[finite] / np.maximum(1.0, np.abs(ref[finite]))
     assert err.max() <= tol
     s = out.stats
-    row = 3200                                    # 1600 fp16, already a multiple of 64
+    row = 3200  # 1600 fp16, already a multiple of 64
     assert (s.tasks, s.macs, s.control_dma_bytes) == (1, 0, 0x274)
     assert s.tile_dma_src_bytes == s.tile_dma_dst_bytes == 2560 * row
     assert s.kernel_dma_bytes == kernel_bytes
@@ -55,12 +59,11 @@ def without_events(s):
 
 def test_planar_program_is_counted_and_computed(dev, corpus, x):
     program = load(corpus, "binary", "add")
-    assert {s: t.role for s, t in dev.tensors(program).items()} == {4: "output", 5: "input",
-                                                                    6: "input"}
+    assert {s: t.role for s, t in dev.tensors(program).items()} == {4: "output", 5: "input", 6: "input"}
     s = dev.run(program, stats_only=True).stats
     assert s.planar_ops == 1600 * 2560 and s.macs == 0
     assert s.tile_dma_src_bytes == 2 * 2560 * 3200 and s.tile_dma_dst_bytes == 2560 * 3200
-    out = dev.run(program, {5: x, 6: x})      # the planar engine (tests/test_planar_corpus.py)
+    out = dev.run(program, {5: x, 6: x})  # the planar engine (tests/test_planar_corpus.py)
     assert np.array_equal(out[4], (x.astype(np.float64) * 2).astype(np.float16))
     assert out.stats == s
 
@@ -69,13 +72,17 @@ def test_l2_model_reproduces_the_corpus_result_bases(corpus):
     """In every corpus MAC task that streams DRAM to DRAM, the source working set of the
     L2 model ends exactly where the compiler put the result (ResultBase)."""
     from fastane.device import l2, mac
+
     programs = sorted((corpus / "m1-kernels").glob("*/*.bin")) + sorted((corpus / "m1-hwx").glob("*.hwx"))
     checked = 0
     for path in programs + [corpus / "seed-conv1x1.td"]:
         for td in load_program(path).tds:
             regs = td.fields()
-            if any(td.planar_words) or regs["L2.SourceCfg.SourceType"] != 2 \
-                    or regs["L2.ResultCfg.ResultType"] != 2:
+            if (
+                any(td.planar_words)
+                or regs["L2.SourceCfg.SourceType"] != 2
+                or regs["L2.ResultCfg.ResultType"] != 2
+            ):
                 continue
             g = mac.geometry(regs, path.name)
             p = l2.plan(regs, g, 2, 2, {}, path.name)
@@ -86,6 +93,7 @@ def test_l2_model_reproduces_the_corpus_result_bases(corpus):
 
 def test_hwx_programs_run(dev, corpus):
     from device_helpers import ref_conv
+
     x = np.random.default_rng(1).standard_normal((1, 3, 1, 1)).astype(np.float16)
     out = dev.run(load_program(corpus / "m1-hwx" / "model.hwx"), {5: x})
     # model.hwx: a 3 -> 3 1x1 conv whose kernel region holds the weight 3.0 everywhere
@@ -94,7 +102,8 @@ def test_hwx_programs_run(dev, corpus):
     # gemm.hwx: 512 x 512, 32 output channels per core, 16 lanes of 32 KiB at l * 32 KiB
     gemm = load_program(corpus / "m1-hwx" / "gemm.hwx")
     td = gemm.tds[0]
-    assert [td[f"KernelDMASrc.CoeffBaseAddr[{i}].Addr"] * 64 for i in range(16)] == \
-        [i * 32 * 512 * 2 for i in range(16)]
+    assert [td[f"KernelDMASrc.CoeffBaseAddr[{i}].Addr"] * 64 for i in range(16)] == [
+        i * 32 * 512 * 2 for i in range(16)
+    ]
     s = dev.run(gemm, {5: np.ones((1, 512, 1, 1))}).stats
     assert s.macs == 512 * 512 and s.kernel_dma_bytes == 512 * 512 * 2

@@ -3,6 +3,7 @@ the readout + NE stage writing fp16 patterns straight into the destination layou
 fp16 gather of TileDMASrc, the blocked layout transposes, the KMem weight cache, and the
 plain 1x1 accumulation with the bound taken from the gather.  (The branch-free fp16
 codec they use is checked on every pattern in tests/test_fp16.py.)"""
+
 import numpy as np
 import pytest
 
@@ -17,17 +18,27 @@ F16 = np.float16
 def _acc(rng, shape):
     """Accumulators as the MAC kernels return them: grid units, NaN, clamps; flags."""
     acc = np.round(rng.standard_normal(shape) * np.exp2(rng.integers(0, 31, shape)))
-    acc = np.clip(acc, -2.0**31, 2.0**31 - 1)
+    acc = np.clip(acc, -(2.0**31), 2.0**31 - 1)
     flat = acc.reshape(-1)
-    flat[:8] = [np.nan, 0.0, -0.0, 2.0**31 - 1, -2.0**31, 1.0, -1.0, 65520.0 * 65536]
+    flat[:8] = [np.nan, 0.0, -0.0, 2.0**31 - 1, -(2.0**31), 1.0, -1.0, 65520.0 * 65536]
     flag = np.where(rng.random(shape) < 0.05, rng.choice([-1, 1], shape), 0).astype(np.int8)
-    flag.reshape(-1)[:4] = [1, -1, 1, -1]                    # a flagged NaN is not a saturation
+    flag.reshape(-1)[:4] = [1, -1, 1, -1]  # a flagged NaN is not a saturation
     return acc, flag
 
 
-CASES = [(0, None, 1.0, False), (0, None, 1.0, True), (1, None, 1.0, False), (1, None, 1.0, True),
-         (0, None, 0.5, True), (1, None, -3.0, True), (0, None, 0.0, False), (1, None, np.inf, True),
-         (2, "gelu", 1.0, True), (2, "exp2", 1.4423828125, False), (2, "reciprocal", 0.25, True)]
+CASES = [
+    (0, None, 1.0, False),
+    (0, None, 1.0, True),
+    (1, None, 1.0, False),
+    (1, None, 1.0, True),
+    (0, None, 0.5, True),
+    (1, None, -3.0, True),
+    (0, None, 0.0, False),
+    (1, None, np.inf, True),
+    (2, "gelu", 1.0, True),
+    (2, "exp2", 1.4423828125, False),
+    (2, "reciprocal", 0.25, True),
+]
 
 
 @pytest.mark.parametrize("nonlinear,name,scale,with_bias", CASES)
@@ -40,7 +51,7 @@ def test_fused_readout_ne_is_readout_then_ne(nonlinear, name, scale, with_bias, 
     if with_bias:
         bias = rng.integers(0, 1 << 16, C).astype(np.uint16).view(F16).astype(np.float64)
         bias[:2] = [np.inf, 0.5]
-    lutf, luti = (lut.get_block(name).kernel_args() if name else (np.zeros(41), np.zeros(3, np.int64)))
+    lutf, luti = lut.get_block(name).kernel_args() if name else (np.zeros(41), np.zeros(3, np.int64))
     # the unfused pipeline
     vals = np.empty(acc.shape)
     mac.readout(acc, flag, vals)
@@ -72,7 +83,7 @@ def test_fused_readout_ne_is_readout_then_ne(nonlinear, name, scale, with_bias, 
 def test_gather_decodes_and_bounds():
     rng = np.random.default_rng(3)
     mem = rng.integers(0, 256, 1 << 16, dtype=np.uint8)
-    mem[1000:1002] = [0x00, 0x7E]                             # a NaN in channel 0
+    mem[1000:1002] = [0x00, 0x7E]  # a NaN in channel 0
     shape, strides = (3, 4, 20), (512, 128, 2)
     x, cmax = dma.gather_fp16(mem, 128, shape, strides)
     view = np.ndarray(shape, np.uint16, buffer=mem[128:], strides=strides)
@@ -80,7 +91,7 @@ def test_gather_decodes_and_bounds():
     fp16.f16_bits_to_f64_array(np.ascontiguousarray(view).reshape(-1), want)
     assert np.array_equal(x.reshape(-1).view(np.int64), want.view(np.int64))
     assert np.array_equal(cmax, (view & 0x7FFF).reshape(3, -1).max(axis=1))
-    assert dma.gather_fp16(mem, 127, shape, strides) is None      # odd: the numpy path
+    assert dma.gather_fp16(mem, 127, shape, strides) is None  # odd: the numpy path
 
 
 @pytest.mark.parametrize("shape", [(4, 8), (3, 5), (64, 36), (2, 12, 20), (40, 1030)])
@@ -96,10 +107,11 @@ def test_transpose_all_paths(shape, monkeypatch):
         assert np.array_equal(dst.view(np.uint16), want)
         # into 64-byte rows (the slot layout), from a transposed view
         buf = np.zeros(want.shape[:-1] + (want.shape[-1] + 32,), F16)
-        layout.transpose(np.swapaxes(np.ascontiguousarray(np.swapaxes(src, -1, -2)), -1, -2),
-                         buf[..., :want.shape[-1]])
-        assert np.array_equal(buf[..., :want.shape[-1]].view(np.uint16), want)
-        assert not buf[..., want.shape[-1]:].view(np.uint16).any()
+        layout.transpose(
+            np.swapaxes(np.ascontiguousarray(np.swapaxes(src, -1, -2)), -1, -2), buf[..., : want.shape[-1]]
+        )
+        assert np.array_equal(buf[..., : want.shape[-1]].view(np.uint16), want)
+        assert not buf[..., want.shape[-1] :].view(np.uint16).any()
 
 
 def test_weight_cache_sees_new_weights(device):
@@ -107,9 +119,9 @@ def test_weight_cache_sees_new_weights(device):
     a = rng.standard_normal((6, 40)).astype(F16)
     b = rng.standard_normal((40, 24)).astype(F16)
     y1 = fastane.matmul(a, b)
-    assert device.engine._wcache                           # decoded once, kept
+    assert device.engine._wcache  # decoded once, kept
     b2 = b.copy()
-    b2[39, 23] = -b2[39, 23] if b2[39, 23] else F16(1)     # one weight, last lane's last byte
+    b2[39, 23] = -b2[39, 23] if b2[39, 23] else F16(1)  # one weight, last lane's last byte
     y2 = fastane.matmul(a, b2)
     y3 = fastane.matmul(a, b)
     ref = lambda u, v: (u.astype(np.float64) @ v.astype(np.float64)).astype(F16)  # noqa: E731
@@ -133,15 +145,16 @@ def test_plain_accumulation_with_nan_and_saturation(device):
 CONVS = [  # (N, C, H, W), (CO, C/groups, KH, KW), stride, padding, dilation, groups
     ((1, 3, 9, 11), (4, 3, 3, 3), 1, 1, 1, 1),
     ((2, 4, 8, 7), (6, 2, 3, 2), (2, 1), (1, 0), 1, 2),
-    ((1, 6, 10, 10), (6, 1, 3, 3), 1, 2, 2, 6),          # depthwise, dilated
+    ((1, 6, 10, 10), (6, 1, 3, 3), 1, 2, 2, 6),  # depthwise, dilated
     ((1, 5, 12, 9), (3, 5, 5, 1), (3, 2), (2, 0), (1, 1), 1),
-    ((1, 8, 4, 4), (5, 8, 1, 1), 2, 0, 1, 1),            # 1x1 with a stride: unfolded
+    ((1, 8, 4, 4), (5, 8, 1, 1), 2, 0, 1, 1),  # 1x1 with a stride: unfolded
 ]
 
 
 @pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", CONVS)
 def test_unfolded_conv_from_fp16_is_the_reference(device, xs, ws, stride, padding, dilation, groups):
     from reference import ref_conv2d
+
     rng = np.random.default_rng(sum(xs) + sum(ws))
     x = (rng.standard_normal(xs) * 30).astype(F16)
     w = (rng.standard_normal(ws) * 30).astype(F16)
@@ -149,6 +162,7 @@ def test_unfolded_conv_from_fp16_is_the_reference(device, xs, ws, stride, paddin
     with fastane.errstate(saturation="ignore"):
         got = fastane.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups)
     pad = (padding, padding) if isinstance(padding, int) else padding
-    want = ref_conv2d(x, w, stride=stride, padding=tuple((p, p) for p in pad), dilation=dilation,
-                      groups=groups)
+    want = ref_conv2d(
+        x, w, stride=stride, padding=tuple((p, p) for p in pad), dilation=dilation, groups=groups
+    )
     assert np.array_equal(got.view(np.uint16), np.asarray(want, F16).view(np.uint16))

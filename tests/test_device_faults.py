@@ -1,13 +1,24 @@
 """Faults: each raises its precise exception, sets the TM error state, and leaves unified
 memory (and L2) untouched, because every check runs before any data moves."""
+
 import dataclasses
 
 import numpy as np
 import pytest
 from device_helpers import F16, TD_SIZE, assert_submit_faults, l2_chain, looping_program, seed_program
 
-from fastane.device import (BARFault, ChainFault, DecodeFault, Device, DMARangeFault, KMemOverflow,
-                            L2Fault, L2Overflow, UnsupportedTask, pack_weights)
+from fastane.device import (
+    BARFault,
+    ChainFault,
+    DecodeFault,
+    Device,
+    DMARangeFault,
+    KMemOverflow,
+    L2Fault,
+    L2Overflow,
+    UnsupportedTask,
+    pack_weights,
+)
 from fastane.device.taskmanager import TM_IRQ_EVTC
 from fastane.td import Program, conv_td
 
@@ -24,7 +35,7 @@ def seed(corpus):
 
 def io(dev, n_in=0x4000, n_out=0x4000):
     src, dst = dev.alloc(n_in, "in"), dev.alloc(n_out, "out")
-    dev.memory.view(src.iova, src.size)[:] = 0x3C      # non-zero input bytes
+    dev.memory.view(src.iova, src.size)[:] = 0x3C  # non-zero input bytes
     return src, dst
 
 
@@ -49,8 +60,7 @@ def test_disabled_slot(dev, seed):
 
 def test_output_range_past_its_buffer(dev, seed):
     src, dst = io(dev)
-    err = assert_faults(dev, seed, {4: src, 5: dst.window(0, 3 * 4 * 64 - 64)}, DMARangeFault,
-                        "TileDMADst")
+    err = assert_faults(dev, seed, {4: src, 5: dst.window(0, 3 * 4 * 64 - 64)}, DMARangeFault, "TileDMADst")
     assert (err.slot, err.nbytes) == (5, 768)
 
 
@@ -68,15 +78,19 @@ def test_dma_base_address_past_the_buffer(dev, seed):
 def test_kernel_lane_past_the_kernel_buffer(dev, seed):
     src, dst = io(dev)
     td = seed.tds[0].copy().update({"KernelDMASrc.CoeffBaseAddr[2].Addr": 0x4000 // 64})
-    assert_faults(dev, Program.from_tds([td], kernel=seed.kernel), {4: src, 5: dst},
-                  DMARangeFault, "lane 2")
+    assert_faults(dev, Program.from_tds([td], kernel=seed.kernel), {4: src, 5: dst}, DMARangeFault, "lane 2")
 
 
 def test_kmem_overflow_lane_size(dev, seed):
     src, dst = io(dev)
     td = seed.tds[0].copy().update({"KernelDMASrc.CoeffBfrSize[0].MemBfrSize": 1025})
-    err = assert_faults(dev, Program.from_tds([td], kernel=bytes(0x20000)), {4: src, 5: dst},
-                        KMemOverflow, "0x10040 bytes into a 0x10000-byte KMem")
+    err = assert_faults(
+        dev,
+        Program.from_tds([td], kernel=bytes(0x20000)),
+        {4: src, 5: dst},
+        KMemOverflow,
+        "0x10040 bytes into a 0x10000-byte KMem",
+    )
     assert err.lane == 0
 
 
@@ -93,15 +107,13 @@ def test_kmem_overflow_kernel_too_big(dev):
 def test_mac_reads_more_kernel_than_loaded(dev, seed):
     src, dst = io(dev)
     td = seed.tds[0].copy().update({"KernelDMASrc.CoeffDMAConfig[2].En": 0})
-    assert_faults(dev, Program.from_tds([td], kernel=seed.kernel), {4: src, 5: dst},
-                  KMemOverflow, "core 2")
+    assert_faults(dev, Program.from_tds([td], kernel=seed.kernel), {4: src, 5: dst}, KMemOverflow, "core 2")
 
 
 def test_l2_overflow_result_past_2mib(dev, seed):
     src, dst = io(dev)
     td = seed.tds[0].copy().update({"L2.ResultBase.Addr": (2 << 20) // 16 - 8})
-    assert_faults(dev, Program.from_tds([td], kernel=seed.kernel), {4: src, 5: dst},
-                  L2Overflow, "2 MiB")
+    assert_faults(dev, Program.from_tds([td], kernel=seed.kernel), {4: src, 5: dst}, L2Overflow, "2 MiB")
 
 
 def test_l2_overflow_task_too_big(dev):
@@ -115,8 +127,9 @@ def test_l2_overflow_task_too_big(dev):
 def test_l2_source_never_written(dev, seed):
     src, dst = io(dev)
     td = seed.tds[0].copy().update({"L2.SourceCfg.SourceType": 3, "L2.SourceBase.Addr": 0x100})
-    assert_faults(dev, Program.from_tds([td], kernel=seed.kernel), {4: src, 5: dst},
-                  L2Fault, "no earlier task")
+    assert_faults(
+        dev, Program.from_tds([td], kernel=seed.kernel), {4: src, 5: dst}, L2Fault, "no earlier task"
+    )
 
 
 def test_looping_chain_is_detected(dev):
@@ -143,8 +156,9 @@ def test_chain_longer_than_pushed_count(dev, seed):
     src, dst = io(dev)
     bars = {**loaded.bars, 4: src, 5: dst}
     before = dev.memory.data.copy()
-    task = dev.tm.submit(0, [bars[i].iova if i in bars else 0 for i in range(32)],
-                         loaded.td_region.iova, TD_SIZE, 1)
+    task = dev.tm.submit(
+        0, [bars[i].iova if i in bars else 0 for i in range(32)], loaded.td_region.iova, TD_SIZE, 1
+    )
     with pytest.raises(ChainFault, match="within the 1 TDs"):
         task.wait()
     assert np.array_equal(dev.memory.data, before)
@@ -155,13 +169,13 @@ def test_second_task_faulting_leaves_the_first_undone(dev):
     w0, w1 = (rng.standard_normal((c, 8, 1, 1)).astype(F16) for c in (8, 3))
     program = l2_chain((1, 8, 4, 3), w0, w1)
     src, _ = io(dev)
-    assert_faults(dev, program, {4: src}, BARFault, "TD 1")    # TD 1's output slot unmapped
+    assert_faults(dev, program, {4: src}, BARFault, "TD 1")  # TD 1's output slot unmapped
 
 
 def test_malformed_td(dev, seed):
     src, dst = io(dev)
     stream = bytearray(seed.td_stream)
-    stream[0x124:0x128] = (0x12345678).to_bytes(4, "little")   # Common's packet header
+    stream[0x124:0x128] = (0x12345678).to_bytes(4, "little")  # Common's packet header
     program = dataclasses.replace(seed, td_stream=bytes(stream))
     assert_faults(dev, program, {4: src, 5: dst}, DecodeFault, "Common")
 
@@ -169,8 +183,8 @@ def test_malformed_td(dev, seed):
 def test_unsupported_modes(dev, seed, corpus):
     src, dst = io(dev)
     td = seed.tds[0].copy().update({"Common.ChCfg.InFmt": 1, "TileDMASrc.Fmt.MemFmt": 1})
-    assert_faults(dev, Program.from_tds([td], kernel=seed.kernel), {4: src, 5: dst},
-                  UnsupportedTask, "FP16")
-    td = seed.tds[0].copy().update({"L2.ResultCfg.ResultType": 1})   # 0 is the L2 vector type
-    assert_faults(dev, Program.from_tds([td], kernel=seed.kernel), {4: src, 5: dst},
-                  UnsupportedTask, "ResultType")
+    assert_faults(dev, Program.from_tds([td], kernel=seed.kernel), {4: src, 5: dst}, UnsupportedTask, "FP16")
+    td = seed.tds[0].copy().update({"L2.ResultCfg.ResultType": 1})  # 0 is the L2 vector type
+    assert_faults(
+        dev, Program.from_tds([td], kernel=seed.kernel), {4: src, 5: dst}, UnsupportedTask, "ResultType"
+    )

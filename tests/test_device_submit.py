@@ -1,5 +1,6 @@
 """Submitting to the device: the driver's register path, the Pythonic path, priorities,
 ping-pong slots, events, callbacks and threads -- with the real engine behind them."""
+
 import threading
 
 import numpy as np
@@ -32,17 +33,17 @@ def test_driver_register_path_runs_the_seed(dev, corpus):
     loaded = dev.load(seed_program(corpus, w))
     src, dst = seed_io(dev, x)
     bars = [0] * 32
-    bars[0], bars[1] = loaded.td_region.iova, loaded.kernel_region.iova   # TD stream, kernel
+    bars[0], bars[1] = loaded.td_region.iova, loaded.kernel_region.iova  # TD stream, kernel
     bars[4], bars[5] = src.iova, dst.iova
     driver_enable(dev.tm)
     events = driver_execute(dev.tm, 0, bars, loaded.td_region.iova, nid=1, td_count=1)
-    assert [e[0] for e in events] == [0] and events[0][3] == 0          # done, no fault
+    assert [e[0] for e in events] == [0] and events[0][3] == 0  # done, no fault
     assert np.array_equal(result(dev, dst), ref_conv(x, w))
     assert dev.stats.macs == 96 and dev.stats.tile_dma_dst_bytes == 768
     # the same through a register-level fault: BAR 5 unmapped
     bars[5] = 0
     events = driver_execute(dev.tm, 1, bars, loaded.td_region.iova, nid=2, td_count=1)
-    assert [e[0] for e in events] == [1] and events[0][3] == 1          # BARFault code
+    assert [e[0] for e in events] == [1] and events[0][3] == 1  # BARFault code
 
 
 def test_submit_returns_a_pollable_handle(dev, corpus):
@@ -69,11 +70,10 @@ def test_priorities_decide_the_order(dev, corpus):
     dev.on_complete(lambda t: order.append(t.payload.bars[4].name))
     outs = {}
     with dev.hold():
-        for name, queue, prio in (("low", 0, None), ("high", 7, None), ("mid", 2, 0x10),
-                                  ("mid2", 5, 0x10)):
+        for name, queue, prio in (("low", 0, None), ("high", 7, None), ("mid", 2, 0x10), ("mid2", 5, 0x10)):
             src, dst = seed_io(dev, np.full((1, 8, 4, 1), len(outs) + 1, F16), name)
             outs[name] = (dev.submit(program, {4: src, 5: dst}, queue=queue, priority=prio), dst)
-    assert order == ["high", "mid", "mid2", "low"]           # 0x1f, 0x10 (pushed first), 0x10, 1
+    assert order == ["high", "mid", "mid2", "low"]  # 0x1f, 0x10 (pushed first), 0x10, 1
     for i, (name, (task, dst)) in enumerate(outs.items()):
         assert task.done() and np.all(result(dev, dst) == 8 * (i + 1))
 
@@ -82,7 +82,7 @@ def test_run_inside_a_hold_of_the_same_thread_refuses(dev, corpus):
     program = seed_program(corpus, np.ones((3, 8, 1, 1), F16))
     with dev.hold(), pytest.raises(RuntimeError, match="hold"):
         dev.run(program, {4: np.ones((1, 8, 4, 1))})
-    assert dev.tm.history == [] and dev.tm.pending() == []   # nothing was submitted
+    assert dev.tm.history == [] and dev.tm.pending() == []  # nothing was submitted
 
 
 def test_ping_pong_slots_alternate(dev, corpus):
@@ -131,7 +131,7 @@ def test_concurrent_submissions_from_threads(corpus):
     assert failures == [] and len(done) == 72
     assert dev.stats.tasks == 72 and dev.stats.macs == 72 * 96
     assert len(dev.tm.history) == 72 and len(dev.events(0)) == 72
-    assert len(dev.memory.allocations) == 2          # only the program's TD and kernel regions
+    assert len(dev.memory.allocations) == 2  # only the program's TD and kernel regions
 
 
 def test_program_load_is_cached_and_unloadable(dev, corpus):
@@ -146,8 +146,9 @@ def test_program_load_is_cached_and_unloadable(dev, corpus):
         dev.load(b"not a program")
 
 
-@pytest.mark.parametrize("bad", [np.ones((1, 8, 4, 1), complex), np.full((1, 8, 4, 1), "1"),
-                                 np.full((1, 8, 4, 1), None, object)])
+@pytest.mark.parametrize(
+    "bad", [np.ones((1, 8, 4, 1), complex), np.full((1, 8, 4, 1), "1"), np.full((1, 8, 4, 1), None, object)]
+)
 def test_run_rejects_non_real_inputs(dev, corpus, bad):
     program = seed_program(corpus, np.ones((3, 8, 1, 1), F16))
     with pytest.raises(TypeError, match="real numeric"):

@@ -1,6 +1,7 @@
 """One reporter of saturation and LUT range events (fastane.errstate.report_events): the
 numpy API, the activations and Device.run surface them the same way, per errstate, with
 the caller's line as the warning's location."""
+
 import pathlib
 import re
 import warnings
@@ -38,10 +39,13 @@ OUT_OF_RANGE = {
 }
 
 
-@pytest.mark.parametrize("kind, calls, warning, error", [
-    ("saturation", SATURATING, SaturationWarning, SaturationError),
-    ("lut_range", OUT_OF_RANGE, LUTRangeWarning, LUTRangeError),
-])
+@pytest.mark.parametrize(
+    "kind, calls, warning, error",
+    [
+        ("saturation", SATURATING, SaturationWarning, SaturationError),
+        ("lut_range", OUT_OF_RANGE, LUTRangeWarning, LUTRangeError),
+    ],
+)
 def test_every_entry_point_reports_alike(kind, calls, warning, error):
     for func, call in calls.items():
         with fastane.errstate(**{kind: "warn"}), warnings.catch_warnings(record=True) as got:
@@ -68,8 +72,13 @@ def _caller_line(call) -> int:
 def test_only_errstate_turns_counts_into_warnings_or_errors():
     """No other module warns or raises these events itself."""
     root = pathlib.Path(fastane.__file__).parent
-    pattern = re.compile(r"warnings\.warn|SaturationError\(|LUTRangeError\(|Saturation"
-                         r"Warning\(|LUTRangeWarning\(|_surface\(")
-    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py")
-                 if p.name not in ("errstate.py", "errors.py") and pattern.search(p.read_text())]
+    pattern = re.compile(
+        r"warnings\.warn|SaturationError\(|LUTRangeError\(|Saturation"
+        r"Warning\(|LUTRangeWarning\(|_surface\("
+    )
+    offenders = [
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if p.name not in ("errstate.py", "errors.py") and pattern.search(p.read_text())
+    ]
     assert offenders == []

@@ -1,6 +1,7 @@
 """fp16 <-> float64 conversions of fastane.kernels.fp16, against numpy (whose float64 ->
 float16 cast is correctly rounded) and against the Fraction-based rounding of
 tests/reference.py."""
+
 from fractions import Fraction
 
 import numpy as np
@@ -45,7 +46,9 @@ def check_against_numpy(x):
     want = numpy_bits(x)
     nan = np.isnan(x)
     bad = np.flatnonzero((got != want) & ~nan)
-    assert bad.size == 0, f"{bad.size} mismatches, e.g. x={x[bad[:5]]!r} got={got[bad[:5]]} want={want[bad[:5]]}"
+    assert bad.size == 0, (
+        f"{bad.size} mismatches, e.g. x={x[bad[:5]]!r} got={got[bad[:5]]} want={want[bad[:5]]}"
+    )
     assert np.all(got[nan] == 0x7E00)
     r = round16(x)
     rw = want.view(np.float16).astype(np.float64)
@@ -137,8 +140,9 @@ def test_every_tie_rounds_to_even():
 def test_ties_against_fraction_reference():
     lo, lo_v, hi_v = _finite_positive_pairs()
     rng = np.random.default_rng(4)
-    idx = np.concatenate([np.arange(0, 1100), np.arange(lo.size - 50, lo.size),
-                          rng.integers(0, lo.size, 2000)])  # subnormals, top, a sample
+    idx = np.concatenate(
+        [np.arange(0, 1100), np.arange(lo.size - 50, lo.size), rng.integers(0, lo.size, 2000)]
+    )  # subnormals, top, a sample
     mid = (lo_v[idx] + hi_v[idx]) / 2
     got = encode(mid)
     for m, g in zip(mid, got):
@@ -153,23 +157,45 @@ def test_random_values_against_fraction_reference():
         assert f16_bits_of_fraction(Fraction(float(v))) == g
 
 
-@pytest.mark.parametrize("x, bits", [
-    (0.0, 0x0000), (-0.0, 0x8000),
-    (2.0**-26, 0x0000), (-(2.0**-26), 0x8000),  # below half the smallest subnormal
-    (2.0**-25, 0x0000), (-(2.0**-25), 0x8000),  # exactly half: ties to even (zero)
-    (np.nextafter(2.0**-25, 1), 0x0001), (3 * 2.0**-25, 0x0002),
-    (2.0**-24, 0x0001), (2.0**-14 - 2.0**-25, 0x0400),  # tie at the top subnormal -> min normal
-    (65504.0, 0x7BFF), (np.nextafter(65520.0, 0), 0x7BFF), (65520.0, 0x7C00), (-65520.0, 0xFC00),
-    (1e300, 0x7C00), (-1e300, 0xFC00), (np.inf, 0x7C00), (-np.inf, 0xFC00),
-    (5e-324, 0x0000), (-5e-324, 0x8000), (1.0, 0x3C00), (-2.0, 0xC000),
-])
+@pytest.mark.parametrize(
+    "x, bits",
+    [
+        (0.0, 0x0000),
+        (-0.0, 0x8000),
+        (2.0**-26, 0x0000),
+        (-(2.0**-26), 0x8000),  # below half the smallest subnormal
+        (2.0**-25, 0x0000),
+        (-(2.0**-25), 0x8000),  # exactly half: ties to even (zero)
+        (np.nextafter(2.0**-25, 1), 0x0001),
+        (3 * 2.0**-25, 0x0002),
+        (2.0**-24, 0x0001),
+        (2.0**-14 - 2.0**-25, 0x0400),  # tie at the top subnormal -> min normal
+        (65504.0, 0x7BFF),
+        (np.nextafter(65520.0, 0), 0x7BFF),
+        (65520.0, 0x7C00),
+        (-65520.0, 0xFC00),
+        (1e300, 0x7C00),
+        (-1e300, 0xFC00),
+        (np.inf, 0x7C00),
+        (-np.inf, 0xFC00),
+        (5e-324, 0x0000),
+        (-5e-324, 0x8000),
+        (1.0, 0x3C00),
+        (-2.0, 0xC000),
+    ],
+)
 def test_special_values(x, bits):
     assert encode([x])[0] == bits
-    assert round16([x]).view(np.uint64)[0] == np.array([bits], np.uint16).view(np.float16).astype(np.float64).view(np.uint64)[0]
+    assert (
+        round16([x]).view(np.uint64)[0]
+        == np.array([bits], np.uint16).view(np.float16).astype(np.float64).view(np.uint64)[0]
+    )
 
 
-@pytest.mark.parametrize("pattern", [0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000001,
-                                     0xFFFFFFFFFFFFFFFF, 0x7FF4000000000000])
+@pytest.mark.parametrize(
+    "pattern",
+    [0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000001, 0xFFFFFFFFFFFFFFFF, 0x7FF4000000000000],
+)
 def test_nan_payloads_and_signs(pattern):
     x = np.array([pattern], np.uint64).view(np.float64)
     assert encode(x)[0] == 0x7E00
@@ -199,15 +225,25 @@ def test_encode_near_every_value_and_tie():
     with np.errstate(invalid="ignore"):
         nxt = np.nextafter(exact, np.inf)
         prv = np.nextafter(exact, -np.inf)
-        mid = (exact[:-1] + exact[1:]) / 2      # ties (and NaN/inf neighbours)
+        mid = (exact[:-1] + exact[1:]) / 2  # ties (and NaN/inf neighbours)
     wide = rng.standard_normal(200000) * np.exp2(rng.integers(-40, 20, 200000))
-    check_against_numpy(np.concatenate([exact, nxt, prv, mid, wide, [65519.99, 65520.0, 65536.0, 1e300,
-                                                                     -1e300, 2.0**-25, -2.0**-25,
-                                                                     2.0**-26, 5e-324]]))
+    check_against_numpy(
+        np.concatenate(
+            [
+                exact,
+                nxt,
+                prv,
+                mid,
+                wide,
+                [65519.99, 65520.0, 65536.0, 1e300, -1e300, 2.0**-25, -(2.0**-25), 2.0**-26, 5e-324],
+            ]
+        )
+    )
 
 
-@pytest.mark.parametrize("pattern", [0x7FF8000000000000, 0xFFF8000000000000, 0x7FF8000000000123,
-                                     0xFFFFFFFFFFFFFFFF])
+@pytest.mark.parametrize(
+    "pattern", [0x7FF8000000000000, 0xFFF8000000000000, 0x7FF8000000000123, 0xFFFFFFFFFFFFFFFF]
+)
 def test_round_keeps_the_nan_it_is_given(pattern):
     x = np.array([pattern], np.uint64).view(np.float64)
     assert round16(x).view(np.uint64)[0] == pattern
@@ -216,10 +252,11 @@ def test_round_keeps_the_nan_it_is_given(pattern):
 def test_every_kernel_converts_through_the_one_codec():
     """The kernels import the codec's functions (no module keeps its own conversion)."""
     from fastane.kernels import acc, dma, lut, ne, planar
+
     assert dma.f16_to_f64 is fp16.f16_to_f64
     assert lut.f16_to_f64 is fp16.f16_to_f64 and lut.f64_to_f16 is fp16.f64_to_f16
     assert ne.f64_to_f16 is fp16.f64_to_f16 and ne.round_f16 is fp16.round_f16
     assert ne.f16_to_f64 is fp16.f16_to_f64
-    assert acc.round_f16 is fp16.round_f16     # the MAC readout (kernels/acc.py)
+    assert acc.round_f16 is fp16.round_f16  # the MAC readout (kernels/acc.py)
     assert planar.f16_to_f64 is fp16.f16_to_f64 and planar.f64_to_f16 is fp16.f64_to_f16
     assert planar.round_f16 is fp16.round_f16

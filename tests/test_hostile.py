@@ -37,15 +37,15 @@ def relu_then_tanh(block: bytes) -> Program:
 
 def bad_block() -> bytes:
     raw = bytearray(lut.get_block("tanh").to_bytes())
-    raw[2 * 42:2 * 42 + 2] = (0xFFFF).to_bytes(2, "little")     # word 42, the mode word
+    raw[2 * 42 : 2 * 42 + 2] = (0xFFFF).to_bytes(2, "little")  # word 42, the mode word
     return bytes(raw)
 
 
 def buffers(dev, nbytes=0x1000):
     regions = {s: dev.alloc(nbytes, f"slot{s}") for s in (4, 5, 6)}
-    dev.memory.view(regions[5].iova, nbytes)[:] = 0x3C             # fp16 1.0017...
+    dev.memory.view(regions[5].iova, nbytes)[:] = 0x3C  # fp16 1.0017...
     for s in (4, 6):
-        dev.memory.view(regions[s].iova, nbytes)[:] = 0xA5         # a canary
+        dev.memory.view(regions[s].iova, nbytes)[:] = 0xA5  # a canary
     return regions
 
 
@@ -74,13 +74,13 @@ def test_bad_lut_block_faults_before_the_first_task_writes(dev, stats_only):
     assert "mode word 0xffff" in str(err)
     loaded = dev.load(program)
     assert err.td_index == 1 and err.td_addr == loaded.td_region.iova + TD_STRIDE
-    assert dev.read32(0x20000 + TM_ERROR2) == err.td_addr       # the faulting TD, not the chain head
+    assert dev.read32(0x20000 + TM_ERROR2) == err.td_addr  # the faulting TD, not the chain head
 
 
 def test_a_good_chain_runs_and_a_block_changed_later_faults_though_the_plan_is_cached(dev):
     program = relu_then_tanh(lut.get_block("tanh").to_bytes())
     regions = buffers(dev)
-    dev.submit(program, regions).wait()                              # plan cached
+    dev.submit(program, regions).wait()  # plan cached
     y = dev.read(regions[6], 4 * 128).view(F16)
     x = dev.read(regions[5], 4 * 128).view(F16)
     assert np.array_equal(y, lut.get_block("tanh")(x))
@@ -97,7 +97,7 @@ def test_a_lut_block_an_earlier_task_writes_is_refused(dev):
     program = relu_then_tanh(block)
     regions = buffers(dev)
     loaded = dev.load(program)
-    bars = {**regions, 4: loaded.kernel_region}        # the relu task writes over the block
+    bars = {**regions, 4: loaded.kernel_region}  # the relu task writes over the block
     err = assert_untouched(dev, program, bars, False, UnsupportedTask)
     assert "written by TD 0" in str(err)
 
@@ -105,7 +105,7 @@ def test_a_lut_block_an_earlier_task_writes_is_refused(dev):
 def test_fault_carries_the_td_address_for_a_planning_fault(dev):
     program = relu_then_tanh(lut.get_block("tanh").to_bytes())
     regions = buffers(dev)
-    del regions[6]                                      # the tanh task's output slot unmapped
+    del regions[6]  # the tanh task's output slot unmapped
     err = assert_untouched(dev, program, regions, False)
     assert err.td_index == 1 and err.td_addr == dev.load(program).td_region.iova + TD_STRIDE
 
@@ -127,10 +127,18 @@ def test_integer_dma_formats_are_refused_at_plan_time(dev, field, fmt, stats_onl
 def zero_stride_td(**extra):
     """A relu TD naming a 32767 x 8192 tensor whose rows and planes all sit on the same 16 KiB."""
     td = eltwise_td((1, 1, 8192), nonlinear="relu", src=5, dst=4)
-    return td.update({"Common.InDim.Hin": 32767, "Common.OutDim.Hout": 32767,
-                      "TileDMASrc.RowStride.Stride": 0, "TileDMASrc.PlaneStride.PlaneStride": 0,
-                      "TileDMADst.RowStride.RowStride": 0, "TileDMADst.PlaneStride.PlaneStride": 0,
-                      "Common.TileCfg.TileHeight": 1, **extra})
+    return td.update(
+        {
+            "Common.InDim.Hin": 32767,
+            "Common.OutDim.Hout": 32767,
+            "TileDMASrc.RowStride.Stride": 0,
+            "TileDMASrc.PlaneStride.PlaneStride": 0,
+            "TileDMADst.RowStride.RowStride": 0,
+            "TileDMADst.PlaneStride.PlaneStride": 0,
+            "Common.TileCfg.TileHeight": 1,
+            **extra,
+        }
+    )
 
 
 @pytest.mark.parametrize("stats_only", [False, True])
@@ -159,33 +167,40 @@ def test_the_numpy_api_stays_far_below_the_host_cap():
     from fastane.device.engine import decode
     from fastane.lower import Conv, build
     from fastane.td.planar import is_planar
-    for low in (build(Conv.matmul(512, 4096, 4096, 1, True, "gelu")),
-                build(Conv(1, 256, 64, 64, 256, 3, 3, pad=((1, 1), (1, 1)), bias=True))):
+
+    for low in (
+        build(Conv.matmul(512, 4096, 4096, 1, True, "gelu")),
+        build(Conv(1, 256, 64, 64, 256, 3, 3, pad=((1, 1), (1, 1)), bias=True)),
+    ):
         worst = 0
         for p in low.programs:
             for off in p.offsets[:64]:
-                regs = decode(p.td_stream[off:off + 0x274])
-                g = (planar.geometry(regs, planar.config(regs, "t", False), "t", False)
-                     if is_planar(regs) else mac.geometry(regs, "t"))
+                regs = decode(p.td_stream[off : off + 0x274])
+                g = (
+                    planar.geometry(regs, planar.config(regs, "t", False), "t", False)
+                    if is_planar(regs)
+                    else mac.geometry(regs, "t")
+                )
                 worst = max(worst, planar.host_bytes(g) if is_planar(regs) else mac.host_bytes(g))
         assert 0 < worst < engine.TASK_HOST_BYTES // 10
 
 
 # ---------------------------------------------------------------- 4. huge numpy calls
 def test_a_huge_broadcast_batch_is_refused_before_any_allocation():
-    a = np.ones((2 ** 14, 1, 1, 1), F16)
-    b = np.ones((2 ** 14, 1, 1), F16)
+    a = np.ones((2**14, 1, 1, 1), F16)
+    b = np.ones((2**14, 1, 1), F16)
     with pytest.raises(ValueError, match="exceeds the 4 GiB the ANE can address"):
         fastane.matmul(a, b)
 
 
 def test_a_huge_activation_gets_a_user_facing_error():
     from fastane import lower
-    x = np.broadcast_to(F16(1), (2 ** 17, 2 ** 17))
+
+    x = np.broadcast_to(F16(1), (2**17, 2**17))
     with pytest.raises(ValueError, match=r"tanh: the input has 17179869184 elements .* 4 GiB the ANE"):
         fastane.tanh(x)
     with pytest.raises(ValueError, match=r"17179869184 fp16 elements .* exceeds the 4 GiB"):
-        lower.build(lower.Eltwise(2 ** 34, "tanh"))
+        lower.build(lower.Eltwise(2**34, "tanh"))
 
 
 def test_matmul_k_limit_is_the_documented_one():
@@ -202,6 +217,7 @@ def test_matmul_k_limit_is_the_documented_one():
 
 def test_readme_states_the_k_limit():
     from pathlib import Path
+
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     assert "`K` is at most 32,767" in readme.replace("\n", " ")
 
@@ -213,8 +229,9 @@ def test_concat_hwx_output_comes_back_whole(corpus):
     slots = dev.tensors(program)
     assert slots[4].role == "output" and slots[4].shape == (1, 16400, 1, 1)
     rng = np.random.default_rng(3)
-    inputs = {s: (rng.standard_normal(t.shape) * 8).astype(F16) for s, t in slots.items()
-              if t.role == "input"}
+    inputs = {
+        s: (rng.standard_normal(t.shape) * 8).astype(F16) for s, t in slots.items() if t.role == "input"
+    }
     out = dev.run(program, inputs)
     y = out[4]
     assert y.dtype == F16 and y.shape == (1, 16400, 1, 1)
@@ -234,6 +251,7 @@ def test_concat_hwx_output_comes_back_whole(corpus):
 def test_parts_that_do_not_tile_one_tensor_are_refused_by_run():
     """Two writes to one slot in different layouts: Device.run says so instead of guessing."""
     from fastane.device import tensor_slots
+
     a = eltwise_td((1, 4, 64), nonlinear="relu", src=5, dst=4, eon=False, nid=1)
     b = eltwise_td((1, 2, 32), nonlinear="relu", src=6, dst=4, dst_base=0x4000, nid=2)
     program = Program.from_tds([a, b])
@@ -242,15 +260,18 @@ def test_parts_that_do_not_tile_one_tensor_are_refused_by_run():
         Device(memory_size=16 << 20).run(program, {5: np.ones((1, 1, 4, 64)), 6: np.ones((1, 1, 2, 32))})
 
 
-@pytest.mark.parametrize("call", [
-    lambda x: fastane.matmul(x, np.ones((1, 64))),
-    lambda x: fastane.tanh(x),
-    lambda x: fastane.relu(x),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: fastane.matmul(x, np.ones((1, 64))),
+        lambda x: fastane.tanh(x),
+        lambda x: fastane.relu(x),
+    ],
+)
 def test_a_huge_broadcast_operand_is_refused_before_its_fp16_copy(call):
     """Found by the fuzzer: an int64 broadcast view of 2**28 x 16 elements was converted to
     fp16 (8 GiB) before any size check."""
-    x = np.broadcast_to(np.int64(0), (2 ** 28, 16, 1))
+    x = np.broadcast_to(np.int64(0), (2**28, 16, 1))
     with pytest.raises(ValueError, match="4 GiB the ANE can address"):
         call(x)
 
@@ -258,7 +279,7 @@ def test_a_huge_broadcast_operand_is_refused_before_its_fp16_copy(call):
 def test_a_huge_broadcast_linear_is_refused_before_its_fp16_copy():
     """Found by the campaign: converting this float32 view (1.4 G elements) took minutes
     before the product's size was checked."""
-    x = np.broadcast_to(np.float32(1e-8), (2 ** 20, 149, 1, 9))
+    x = np.broadcast_to(np.float32(1e-8), (2**20, 149, 1, 9))
     w = np.full((33, 9), 1e-8, np.float32)
     with pytest.raises(ValueError, match="exceeds the 4 GiB the ANE can address"):
         fastane.linear(x, w)
@@ -272,7 +293,7 @@ def test_a_lut_block_with_non_finite_coefficients_is_refused_while_planning(dev,
     the exact-rounding slow path (75 s for one task).  What the hardware does with one is
     unknown: the block is refused before the chain runs."""
     raw = bytearray(lut.get_block("tanh").to_bytes())
-    raw[2 * word:2 * word + 2] = value.to_bytes(2, "little")
+    raw[2 * word : 2 * word + 2] = value.to_bytes(2, "little")
     err = assert_untouched(dev, relu_then_tanh(bytes(raw)), buffers(dev), False, UnsupportedTask)
     assert "not finite" in str(err)
     with pytest.raises(fastane.TDError, match="not finite"):

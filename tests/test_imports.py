@@ -14,6 +14,7 @@ be imported by anything above the kernels.
 A top-level module or package not listed in :data:`RANKS` (a new front end) counts as
 the front end: it may import anything below, and nothing below may import it.
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,22 +26,39 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: group -> rank; imports go to the same group or to a lower rank
 RANKS = {
-    "m1": 0, "kernels": 0,
-    "base": 1, "workloads": 1,
-    "td": 2, "lut": 2,
+    "m1": 0,
+    "kernels": 0,
+    "base": 1,
+    "workloads": 1,
+    "td": 2,
+    "lut": 2,
     "device": 3,
     "lower": 4,
     "roofline": 5,
     "frontend": 6,
-    "package": 7,            # fastane/__init__.py: the public names
-    "app": 8,                # the command line and its demo, on the public names
+    "package": 7,  # fastane/__init__.py: the public names
+    "app": 8,  # the command line and its demo, on the public names
 }
 #: top-level names of fastane -> group (anything else: "frontend")
-GROUPS = {"m1": "m1", "kernels": "kernels", "errors": "base", "errstate": "base", "stats": "base",
-          "operands": "base",
-          "workloads": "workloads", "layers": "workloads", "td": "td", "lut": "lut",
-          "lut_codec": "lut", "device": "device", "lower": "lower",
-          "roofline": "roofline", "": "package", "cli": "app", "demo": "app"}
+GROUPS = {
+    "m1": "m1",
+    "kernels": "kernels",
+    "errors": "base",
+    "errstate": "base",
+    "stats": "base",
+    "operands": "base",
+    "workloads": "workloads",
+    "layers": "workloads",
+    "td": "td",
+    "lut": "lut",
+    "lut_codec": "lut",
+    "device": "device",
+    "lower": "lower",
+    "roofline": "roofline",
+    "": "package",
+    "cli": "app",
+    "demo": "app",
+}
 
 
 def modules() -> dict:
@@ -59,7 +77,7 @@ def _resolve(mod: str, is_pkg: bool, level: int, name: str | None) -> str:
     if not level:
         return name or ""
     base = mod.split(".") if is_pkg else mod.split(".")[:-1]
-    base = base[:len(base) - (level - 1)]
+    base = base[: len(base) - (level - 1)]
     return ".".join(base + ([name] if name else []))
 
 
@@ -74,11 +92,16 @@ def imports_of(mod: str, source: str, is_pkg: bool, known) -> set:
         elif isinstance(node, ast.ImportFrom):
             base = _resolve(mod, is_pkg, node.level, node.module)
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
-        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module"
-              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", None) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             targets = [node.args[0].value]
         for t in targets:
-            while t and t not in known:          # import a.b.c: the deepest fastane module named
+            while t and t not in known:  # import a.b.c: the deepest fastane module named
                 t = t.rpartition(".")[0]
             if t.startswith("fastane") and t != mod:
                 out.add(t)
@@ -120,7 +143,7 @@ def cycles(g: dict) -> list:
         stack.append(m)
         for n in sorted(g.get(m, ())):
             if state.get(n) == 1:
-                found.append(stack[stack.index(n):] + [n])
+                found.append(stack[stack.index(n) :] + [n])
             elif n not in state:
                 visit(n)
         stack.pop()
@@ -138,12 +161,20 @@ def g():
 
 
 def test_every_module_is_seen(g):
-    for m in ("fastane.m1", "fastane.kernels.mac", "fastane.td.asm", "fastane.device.engine",
-              "fastane.lower.emit", "fastane.roofline.plan", "fastane.api", "fastane"):
+    for m in (
+        "fastane.m1",
+        "fastane.kernels.mac",
+        "fastane.td.asm",
+        "fastane.device.engine",
+        "fastane.lower.emit",
+        "fastane.roofline.plan",
+        "fastane.api",
+        "fastane",
+    ):
         assert m in g, m
     assert "fastane.m1" in g["fastane.td.asm"] and "fastane.lower" in g["fastane.roofline.plan"]
     assert "fastane.td.planar" in g["fastane.device.tile_dma"]
-    assert "fastane.lut" in g["fastane.device.ne"]            # importlib.import_module("fastane.lut")
+    assert "fastane.lut" in g["fastane.device.ne"]  # importlib.import_module("fastane.lut")
 
 
 def test_m1_is_the_bottom(g):
@@ -163,13 +194,13 @@ def test_no_import_circles(g):
 def test_a_planted_bad_import_is_caught(g):
     """The checks are not vacuous: an upward import and a circle are both found."""
     planted = {m: set(t) for m, t in g.items()}
-    planted["fastane.td.asm"].add("fastane.device.planar")          # td -> device: upward
+    planted["fastane.td.asm"].add("fastane.device.planar")  # td -> device: upward
     assert ("fastane.td.asm", "fastane.device.planar") in [(a, b) for a, b, _ in violations(planted)]
-    planted["fastane.kernels.fp16"] = {"fastane.stats"}              # a kernel importing the front
+    planted["fastane.kernels.fp16"] = {"fastane.stats"}  # a kernel importing the front
     assert any(a == "fastane.kernels.fp16" for a, _, _ in violations(planted))
-    planted["fastane.td.codec"].add("fastane.td.program")            # td.program -> td.codec -> back
+    planted["fastane.td.codec"].add("fastane.td.program")  # td.program -> td.codec -> back
     assert any("fastane.td.codec" in c for c in cycles(planted))
-    src = "def f():\n    from ..device import planar\n"                # function-level, relative
+    src = "def f():\n    from ..device import planar\n"  # function-level, relative
     assert imports_of("fastane.td.asm", src, False, g) == {"fastane.device.planar"}
 
 
@@ -178,6 +209,7 @@ def test_public_surface():
 
     import fastane
     import fastane.lower
+
     for mod in (fastane, fastane.lower):
         assert len(mod.__all__) == len(set(mod.__all__))
         for name in mod.__all__:

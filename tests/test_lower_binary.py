@@ -1,5 +1,6 @@
 """fastane.lower.binary: elementwise binary ops lowered to planar-engine tasks, bit for bit
 against the independent reference of the planar tests (each result rounded once)."""
+
 import numpy as np
 import pytest
 
@@ -7,8 +8,27 @@ import fastane
 from fastane.lower import binary
 from planar_helpers import bits, ref_eltwise
 
-SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 65504.0, -65504.0, np.inf, -np.inf, np.nan, 6e-8, -6e-8,
-                    6.1e-5, 0.5, 2048.0, 2049.0, 1e-3], np.float16)
+SPECIAL = np.array(
+    [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        65504.0,
+        -65504.0,
+        np.inf,
+        -np.inf,
+        np.nan,
+        6e-8,
+        -6e-8,
+        6.1e-5,
+        0.5,
+        2048.0,
+        2049.0,
+        1e-3,
+    ],
+    np.float16,
+)
 
 
 @pytest.mark.parametrize("name", sorted(binary.OPS))
@@ -26,13 +46,14 @@ def test_bit_exact_against_reference(name, n):
 def test_every_special_pair():
     a, b = np.meshgrid(SPECIAL, SPECIAL)
     for name in binary.OPS:
-        np.testing.assert_array_equal(bits(binary.binary(name, a, b)),
-                                      bits(ref_eltwise(binary.OPS[name], a, b)), err_msg=name)
+        np.testing.assert_array_equal(
+            bits(binary.binary(name, a, b)), bits(ref_eltwise(binary.OPS[name], a, b)), err_msg=name
+        )
 
 
 def test_runs_on_the_device_and_counts():
     a = np.ones((3, 70000), np.float32)
-    y = binary.add(a, np.float32(2.0))              # broadcast materialised, float32 rounded
+    y = binary.add(a, np.float32(2.0))  # broadcast materialised, float32 rounded
     assert y.dtype == np.float16 and y.shape == (3, 70000) and (y == 3).all()
     st = fastane.last_stats()
     low = binary.lower(3 * 70000, "add")
@@ -56,14 +77,30 @@ def test_the_program_matches_apples(corpus, name):
     Apple's program run on the device computes exactly what fastane.lower.binary does."""
     from fastane.device import Device, planar as planarmod
     from fastane.td import load_program
+
     op = binary.OPS[name]
     apple = load_program(corpus / "m1-kernels" / "binary" / f"{op}.bin")
     low = binary.lower(2560 * 1600, op)
-    keys = ["Header.RBE0", "Header.RBase0", "Header.RBE1", "Header.RBase1", "Header.WBE", "Header.WBase",
-            "Header.KBE0", "L2.SourceCfg.SourceType", "L2.ResultCfg.ResultType", "NE.MACCfg.OpMode",
-            "Common.ChCfg.InFmt", "Common.ChCfg.Src1InFmt", "Common.Cfg.TaskType",
-            "TileDMASrc1.Fmt.MemFmt", "Planar.Word[0]", "Planar.Word[1]", "Planar.Word[2]",
-            "Planar.Word[3]"]
+    keys = [
+        "Header.RBE0",
+        "Header.RBase0",
+        "Header.RBE1",
+        "Header.RBase1",
+        "Header.WBE",
+        "Header.WBase",
+        "Header.KBE0",
+        "L2.SourceCfg.SourceType",
+        "L2.ResultCfg.ResultType",
+        "NE.MACCfg.OpMode",
+        "Common.ChCfg.InFmt",
+        "Common.ChCfg.Src1InFmt",
+        "Common.Cfg.TaskType",
+        "TileDMASrc1.Fmt.MemFmt",
+        "Planar.Word[0]",
+        "Planar.Word[1]",
+        "Planar.Word[2]",
+        "Planar.Word[3]",
+    ]
     a = planarmod.registers(apple.tds[0])
     for td in low.programs[0].tds:
         m = planarmod.registers(td)
@@ -87,12 +124,13 @@ def test_divide_is_the_reciprocal_table_then_a_planar_multiply():
     q = a / b.astype(np.float64)
     ok = np.isfinite(q) & (q != 0) & (np.abs(b.astype(np.float64)) > 1e-4)
     rel = np.abs(y[ok].astype(np.float64) / (a[ok].astype(np.float64) / b[ok]) - 1)
-    assert rel.max() < 2e-3                      # the table's 8.4e-4 and one more rounding
+    assert rel.max() < 2e-3  # the table's 8.4e-4 and one more rounding
 
 
 def test_divide_matches_apples_div(corpus):
     from fastane.device import Device
     from fastane.td import load_program
+
     apple = load_program(corpus / "m1-kernels" / "binary" / "div.bin")
     rng = np.random.default_rng(8)
     x = rng.uniform(-8, 8, (1, 1, 2560, 1600)).astype(np.float16)
@@ -105,8 +143,11 @@ def test_divide_matches_apples_div(corpus):
 def test_unary_bit_exact(name):
     x = np.concatenate([SPECIAL, (np.random.default_rng(2).standard_normal(3000) * 300).astype(np.float16)])
     y = binary.unary(name, x)
-    want = {"absolute": lambda: ref_eltwise("abs", x), "negative": lambda: ref_eltwise("scale", x, in_scale=-1.0),
-            "square": lambda: ref_eltwise("mul", x, x)}[name]()
+    want = {
+        "absolute": lambda: ref_eltwise("abs", x),
+        "negative": lambda: ref_eltwise("scale", x, in_scale=-1.0),
+        "square": lambda: ref_eltwise("mul", x, x),
+    }[name]()
     np.testing.assert_array_equal(bits(y), bits(want))
     assert fastane.last_stats().tasks == 1 and fastane.last_stats().planar_ops == x.size
 
@@ -115,10 +156,21 @@ def test_unary_bit_exact(name):
 def test_unary_programs_match_apples(corpus, name, program):
     from fastane.device import Device, planar as planarmod
     from fastane.td import load_program
+
     apple = load_program(corpus / "m1-kernels" / "unary" / f"{program}.bin")
-    keys = ["Header.RBE0", "Header.RBase0", "Header.RBE1", "Header.RBase1", "Header.WBase",
-            "Common.Cfg.TaskType", "Common.ChCfg.Src1InFmt", "Planar.Word[0]", "Planar.Word[1]",
-            "Planar.Word[2]", "Planar.Word[3]"]
+    keys = [
+        "Header.RBE0",
+        "Header.RBase0",
+        "Header.RBE1",
+        "Header.RBase1",
+        "Header.WBase",
+        "Common.Cfg.TaskType",
+        "Common.ChCfg.Src1InFmt",
+        "Planar.Word[0]",
+        "Planar.Word[1]",
+        "Planar.Word[2]",
+        "Planar.Word[3]",
+    ]
     a = planarmod.registers(apple.tds[0])
     m = planarmod.registers(binary.lower(2560 * 1600, binary.UNARY[name]).programs[0].tds[0])
     assert {k: m[k] for k in keys} == {k: a[k] for k in keys}

@@ -1,4 +1,5 @@
 """Coefficient block codec, table generators, registry, and error bounds of every table."""
+
 import math
 
 import numpy as np
@@ -20,7 +21,7 @@ def test_roundtrip_words_and_bytes(name):
     assert w.dtype == np.uint16 and w.size == lut.WORDS
     assert lut.CoeffBlock.from_words(w) == blk
     raw = blk.to_bytes()
-    assert len(raw) == lut.BLOCK_BYTES and raw[2 * lut.WORDS:] == bytes(0x80 - 86)
+    assert len(raw) == lut.BLOCK_BYTES and raw[2 * lut.WORDS :] == bytes(0x80 - 86)
     assert lut.CoeffBlock.from_bytes(b"\xaa" * 0x100 + raw, offset=0x100) == blk
 
 
@@ -112,8 +113,10 @@ def test_gelu_fit_is_close_to_apple():
     assert same == 23
     diff = np.abs(fit.knot_values - apple.knot_values).max()
     assert diff < 8e-5
-    assert fit.to_words()[[0, 1, 2, 3, 37, 38, 39, 40, 41, 42]].tolist() == \
-        apple.to_words()[[0, 1, 2, 3, 37, 38, 39, 40, 41, 42]].tolist()
+    assert (
+        fit.to_words()[[0, 1, 2, 3, 37, 38, 39, 40, 41, 42]].tolist()
+        == apple.to_words()[[0, 1, 2, 3, 37, 38, 39, 40, 41, 42]].tolist()
+    )
 
 
 # ------------------------------------------------------------- error bounds (all fp16)
@@ -145,8 +148,7 @@ BOUNDS = {
     "relu6": (act.relu6, lambda x: np.clip(x, 0, 6), None, 0.0, 0.0),
     "hardtanh": (act.hardtanh, lambda x: np.clip(x, -1, 1), None, 0.0, 0.0),
     "leaky_relu": (act.leaky_relu, lambda x: np.where(x >= 0, x, 0.01 * x), None, None, 7e-4),
-    "rrelu": (_blk("rrelu"), lambda x: np.where(x >= 0, x, x * (1 / 8 + 1 / 3) / 2), None, None,
-              6.6e-4),
+    "rrelu": (_blk("rrelu"), lambda x: np.where(x >= 0, x, x * (1 / 8 + 1 / 3) / 2), None, None, 6.6e-4),
     "selu_neg": (act.selu, lambda x: _SC * _AL * np.expm1(x), lambda x: x <= 0, 1.25e-2, None),
     "selu_pos": (act.selu, lambda x: _SC * x, lambda x: x > 0, None, 5.6e-4),
     "sign": (act.sign, np.sign, None, 0.0, 0.0),
@@ -154,12 +156,29 @@ BOUNDS = {
     "step": (_blk("step"), lambda x: (x > 0).astype(float), None, 0.0, 0.0),
     "fraction": (_blk("fraction"), lambda x: x - np.trunc(x), None, 0.0, 0.0),
     "integer": (_blk("integer"), np.trunc, None, 0.0, 0.0),
-    "atan_low": (_blk("atan_low"), lambda x: np.sign(x) * np.arctan(np.minimum(np.abs(x), 2)),
-                 None, 8.8e-4, 2e-3),
-    "atan": (lambda x: (_blk("atan_low")(x).astype(float) + _blk("atan_high")(x).astype(float)
-                        ).astype(np.float16), np.arctan, None, 3.35e-2, 2.8e-2),
-    "ceil": (lambda x: (_blk("integer")(x).astype(float) + _blk("step")(_blk("fraction")(x))
-                        .astype(float)).astype(np.float16), np.ceil, None, 0.0, 0.0),
+    "atan_low": (
+        _blk("atan_low"),
+        lambda x: np.sign(x) * np.arctan(np.minimum(np.abs(x), 2)),
+        None,
+        8.8e-4,
+        2e-3,
+    ),
+    "atan": (
+        lambda x: (_blk("atan_low")(x).astype(float) + _blk("atan_high")(x).astype(float)).astype(np.float16),
+        np.arctan,
+        None,
+        3.35e-2,
+        2.8e-2,
+    ),
+    "ceil": (
+        lambda x: (_blk("integer")(x).astype(float) + _blk("step")(_blk("fraction")(x)).astype(float)).astype(
+            np.float16
+        ),
+        np.ceil,
+        None,
+        0.0,
+        0.0,
+    ),
 }
 
 

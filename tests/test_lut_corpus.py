@@ -5,6 +5,7 @@ kernel region at round_up(tsk_size, 0x80).  A LUT task has NonlinearMode (TD byt
 bits 0..1) = 2; its block sits at the kernel region + CoeffBaseAddr[0] (TD byte 116,
 bits 6..31, in bytes).
 """
+
 import json
 import struct
 
@@ -17,13 +18,30 @@ TD_STRIDE, TD_SIZE = 0x300, 0x274
 
 # kernel -> registry names of its LUT tasks, in TD order
 EXPECTED = {
-    "tanh": ["tanh"], "sigmoid": ["sigmoid"], "silu": ["sigmoid"], "gelu": ["gelu"],
-    "exp": ["exp2"], "exp2": ["exp2"], "inv": ["reciprocal"], "rsqrt": ["rsqrt"],
-    "sqrt": ["sqrt"], "log2": ["log2"], "relu6": ["relu6"], "hardtanh": ["hardtanh"],
-    "leakyrelu": ["leaky_relu"], "rrelu": ["rrelu"], "selu": ["selu"], "sign": ["sign"],
-    "atan": ["atan_low", "atan_high"], "ceil": ["fraction", "step", "integer"],
-    "frac": ["sign"], "log": ["log2"], "log10": ["log2"], "div": ["reciprocal"],
-    "softmax": ["exp2"], "logsoftmax": ["exp2", "log2"],
+    "tanh": ["tanh"],
+    "sigmoid": ["sigmoid"],
+    "silu": ["sigmoid"],
+    "gelu": ["gelu"],
+    "exp": ["exp2"],
+    "exp2": ["exp2"],
+    "inv": ["reciprocal"],
+    "rsqrt": ["rsqrt"],
+    "sqrt": ["sqrt"],
+    "log2": ["log2"],
+    "relu6": ["relu6"],
+    "hardtanh": ["hardtanh"],
+    "leakyrelu": ["leaky_relu"],
+    "rrelu": ["rrelu"],
+    "selu": ["selu"],
+    "sign": ["sign"],
+    "atan": ["atan_low", "atan_high"],
+    "ceil": ["fraction", "step", "integer"],
+    "frac": ["sign"],
+    "log": ["log2"],
+    "log10": ["log2"],
+    "div": ["reciprocal"],
+    "softmax": ["exp2"],
+    "logsoftmax": ["exp2", "log2"],
     "norm": ["sqrt", "relu", "reciprocal"],
 }
 
@@ -40,7 +58,7 @@ def lut_tasks(corpus, name):
     assert len(data) == kof + meta["krn_size"] == meta["size"]
     out = []
     for t in range(meta["td_count"]):
-        td = data[t * TD_STRIDE:t * TD_STRIDE + TD_SIZE]
+        td = data[t * TD_STRIDE : t * TD_STRIDE + TD_SIZE]
         nl = td[582] & 3
         post_scale = struct.unpack_from("<H", td, 592)[0]
         base = (_u32(td, 116) >> 6) << 6
@@ -60,15 +78,16 @@ def test_every_lut_kernel_is_identified(corpus, kernels):
     """Every kernel with a LUT task is in EXPECTED (softmin's block is all zeros)."""
     with_lut = {n for n in kernels if any(nl == 2 for _, nl, _, _ in lut_tasks(corpus, n))}
     assert with_lut - {"softmin"} == set(EXPECTED)
-    (_, _, _, zero), = [t for t in lut_tasks(corpus, "softmin") if t[1] == 2]
+    ((_, _, _, zero),) = [t for t in lut_tasks(corpus, "softmin") if t[1] == 2]
     assert not zero.any()  # a corpus defect: the coefficient region was lost
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_corpus_blocks_equal_fastane_tables(corpus, name):
     tasks = [t for t in lut_tasks(corpus, name) if t[1] == 2]
-    assert [lut.CoeffBlock.from_words(w) for _, _, _, w in tasks] == \
-        [lut.get_block(n) for n in EXPECTED[name]]
+    assert [lut.CoeffBlock.from_words(w) for _, _, _, w in tasks] == [
+        lut.get_block(n) for n in EXPECTED[name]
+    ]
     for _, _, ps, _ in tasks:
         assert ps == (0x3DC5 if name == "exp" else 0x3C00)  # exp: PostScale = log2(e)
 
@@ -80,8 +99,7 @@ def test_twenty_distinct_blocks(corpus):
             seen.add(bytes(w))
     assert len(seen) == 20
     decoded = [lut.CoeffBlock.from_words(np.frombuffer(b, "<u2")) for b in seen]
-    assert {b.mode_word for b in decoded} == {0x60, 0x01, 0x02, 0x0A, 0x67, 0xC6, 0xC5, 0xC9,
-                                              0x63, 0x64}
+    assert {b.mode_word for b in decoded} == {0x60, 0x01, 0x02, 0x0A, 0x67, 0xC6, 0xC5, 0xC9, 0x63, 0x64}
     assert {b.R for b in decoded} == {3, 2, 5, 6, 4, 64, 0, -1}
 
 

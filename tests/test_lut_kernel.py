@@ -1,4 +1,5 @@
 """The LUT kernel against SPEC goldens and the Fraction reference, bit for bit."""
+
 from fractions import Fraction
 
 import numpy as np
@@ -8,9 +9,11 @@ from fastane import lut
 from fastane.kernels import lut as klut
 from test_lut_reference import QNAN, bits_to_float, float_to_bits, ref_lut, round_fraction
 
-SPEC_TANH = ("0000 2ff5 33d6 35bc 3765 3870 3915 39a2 3a18 3a79 3ac9 3b0a 3b3e 3b67 3b88 "
-             "3ba2 3bb6 3bc6 3bd3 3bdd 3be5 3beb 3bef 3bf3 3bf6 3bf8 3bfa 3bfb 3bfc 3bfd "
-             "3bfe 3bfe 3bff")
+SPEC_TANH = (
+    "0000 2ff5 33d6 35bc 3765 3870 3915 39a2 3a18 3a79 3ac9 3b0a 3b3e 3b67 3b88 "
+    "3ba2 3bb6 3bc6 3bd3 3bdd 3be5 3beb 3bef 3bf3 3bf6 3bf8 3bfa 3bfb 3bfc 3bfd "
+    "3bfe 3bfe 3bff"
+)
 
 
 def run(block, xbits):
@@ -32,7 +35,7 @@ def adversarial_inputs(block, rng, n_random=200):
     pts = set()
     for i in range(33):
         for frac in (0.0, 0.5, 0.25):
-            x = (i + frac - off) * 2.0 ** -R
+            x = (i + frac - off) * 2.0**-R
             if abs(x) < 65504:
                 pts.add(float_to_bits(np.float16(x)))
     for b in (block.lo, block.hi):
@@ -41,8 +44,24 @@ def adversarial_inputs(block, rng, n_random=200):
         for d in (-1, 1):
             pts.add((p + d) & 0xFFFF)
         pts.add(p ^ 0x8000)
-    pts |= {0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x3C00, 0xBC00, 0x7BFF, 0xFBFF,
-            0x7C00, 0xFC00, 0x7E00, 0x3555, 0x4248, 0xC248}
+    pts |= {
+        0x0000,
+        0x8000,
+        0x0001,
+        0x8001,
+        0x03FF,
+        0x0400,
+        0x3C00,
+        0xBC00,
+        0x7BFF,
+        0xFBFF,
+        0x7C00,
+        0xFC00,
+        0x7E00,
+        0x3555,
+        0x4248,
+        0xC248,
+    }
     pts |= {int(v) for v in rng.integers(0, 0x10000, n_random)}
     return np.array(sorted(pts), dtype=np.uint16)
 
@@ -56,8 +75,7 @@ def assert_matches_reference(block, xbits):
         if want == QNAN:
             assert got == QNAN, (hex(int(xb)), hex(got))
         else:
-            assert got == want, (block.describe(), hex(int(xb)), bits_to_float(int(xb)),
-                                 hex(got), hex(want))
+            assert got == want, (block.describe(), hex(int(xb)), bits_to_float(int(xb)), hex(got), hex(want))
         assert ev[j] == want_ev, (hex(int(xb)), ev[j], want_ev)
 
 
@@ -125,8 +143,9 @@ def _random_block(rng):
     if mode in (5, 6, 7, 9):
         lo = 0.0
     vals = rng.standard_normal(6) * 3
-    return lut.CoeffBlock.from_values(lo, hi, vals[0], vals[1], knots, vals[2], vals[3],
-                                      vals[4], vals[5], R=R, mode=mode, symmetry=sym)
+    return lut.CoeffBlock.from_values(
+        lo, hi, vals[0], vals[1], knots, vals[2], vals[3], vals[4], vals[5], R=R, mode=mode, symmetry=sym
+    )
 
 
 def test_random_blocks_match_reference():
@@ -149,20 +168,31 @@ def test_round_sum_f16_on_midpoints_and_cancellation():
     for p in rng.integers(0, 0x7BFF, 300):
         a, b = bits_to_float(int(p)), bits_to_float(int(p) + 1)
         mid = (a + b) / 2
-        tiny = mid * 2.0 ** -60 if mid else 2.0 ** -90
-        cases += [(mid, 0.0, 0.0, 0.0), (mid, tiny, 0.0, 0.0), (mid, -tiny, 0.0, 0.0),
-                  (mid + 1000.0, -1000.0, tiny, -tiny / 4), (-mid, tiny, 0.0, 0.0),
-                  (mid, 3.0, -3.0, tiny)]
-    cases += [(65520.0, 0.0, 0.0, 0.0), (65520.0, -2.0**-40, 0.0, 0.0), (1.0, -1.0, 0.0, 0.0),
-              (1.0, -1.0, 2.0**-80, 0.0), (1.0, -1.0, -2.0**-80, 0.0), (2.0**-25, 0.0, 0, 0),
-              (2.0**-25, 2.0**-90, 0.0, 0.0), (-2.0**-25, -2.0**-90, 0.0, 0.0)]
+        tiny = mid * 2.0**-60 if mid else 2.0**-90
+        cases += [
+            (mid, 0.0, 0.0, 0.0),
+            (mid, tiny, 0.0, 0.0),
+            (mid, -tiny, 0.0, 0.0),
+            (mid + 1000.0, -1000.0, tiny, -tiny / 4),
+            (-mid, tiny, 0.0, 0.0),
+            (mid, 3.0, -3.0, tiny),
+        ]
+    cases += [
+        (65520.0, 0.0, 0.0, 0.0),
+        (65520.0, -(2.0**-40), 0.0, 0.0),
+        (1.0, -1.0, 0.0, 0.0),
+        (1.0, -1.0, 2.0**-80, 0.0),
+        (1.0, -1.0, -(2.0**-80), 0.0),
+        (2.0**-25, 0.0, 0, 0),
+        (2.0**-25, 2.0**-90, 0.0, 0.0),
+        (-(2.0**-25), -(2.0**-90), 0.0, 0.0),
+    ]
     for p in list(rng.integers(0, 0x7BFF, 150)) + list(rng.integers(0, 0x400, 50)):
         mid = (bits_to_float(int(p)) + bits_to_float(int(p) + 1)) / 2
         for k in (1, 2, 5, 17, 33, 64, 1000):
             for sgn in (1.0, -1.0):
                 d = sgn * k * float(np.spacing(mid))
-                cases += [(mid + d, 0.0, 0.0, 0.0), (mid + 1024.0, -1024.0, d, 0.0),
-                          (d, mid, 3.0e4, -3.0e4)]
+                cases += [(mid + d, 0.0, 0.0, 0.0), (mid + 1024.0, -1024.0, d, 0.0), (d, mid, 3.0e4, -3.0e4)]
     for t in cases:
         want = round_fraction(sum(Fraction(v) for v in t))
         got = int(klut.round_sum_f16(*t))

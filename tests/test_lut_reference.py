@@ -4,6 +4,7 @@ Written from the semantics in docs/lut.md, independently of the Numba kernels: e
 rational arithmetic and a rounding routine of its own.  Other test modules import it;
 the tests here check the reference itself.
 """
+
 from fractions import Fraction
 import math
 
@@ -165,8 +166,11 @@ def ref_ne(y: float, bias, scale: float, nonlinear: int, words):
     t = y
     if bias is not None:
         s = t + bias  # IEEE: inf - inf = nan; finite sums handled exactly below
-        t = round_float(s) if not (math.isfinite(t) and math.isfinite(bias)) else \
-            bits_to_float(round_fraction(Fraction(t) + Fraction(bias)))
+        t = (
+            round_float(s)
+            if not (math.isfinite(t) and math.isfinite(bias))
+            else bits_to_float(round_fraction(Fraction(t) + Fraction(bias)))
+        )
     if scale != 1.0:
         if math.isfinite(t) and math.isfinite(scale):
             t = bits_to_float(round_fraction(Fraction(t) * Fraction(scale)))

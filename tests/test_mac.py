@@ -1,4 +1,5 @@
 """The MAC kernels (fastane.kernels.mac) bit for bit against tests/reference.py."""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -44,7 +45,9 @@ def f16(x):
 
 
 # ------------------------------------------------------------------ golden probe
-@pytest.mark.parametrize("v, bits", [(127.9375, 0x77FF), (128.0, 0x7C00), (-128.0, 0xF800), (-128.125, 0xFC00)])
+@pytest.mark.parametrize(
+    "v, bits", [(127.9375, 0x77FF), (128.0, 0x7C00), (-128.0, 0xF800), (-128.125, 0xFC00)]
+)
 @pytest.mark.parametrize("trunc", [False, True])
 def test_golden_probe(v, bits, trunc):
     a = np.full((1, 256), v, F16)
@@ -55,8 +58,12 @@ def test_golden_probe(v, bits, trunc):
 
 
 def test_probe_accumulator_and_flag():
-    for v, acc_want, flag_want in [(127.9375, 32752 * 65536, 0), (128.0, ACC_MAX, 1),
-                                   (-128.0, ACC_MIN, 0), (-128.125, ACC_MIN, -1)]:
+    for v, acc_want, flag_want in [
+        (127.9375, 32752 * 65536, 0),
+        (128.0, ACC_MAX, 1),
+        (-128.0, ACC_MIN, 0),
+        (-128.125, ACC_MIN, -1),
+    ]:
         a = np.full((1, 1, 256), v)
         b = np.ones((1, 256, 1))
         z = np.zeros(1, np.int64)
@@ -66,8 +73,19 @@ def test_probe_accumulator_and_flag():
 
 
 # ------------------------------------------------------------------ random inputs, odd shapes
-SHAPES = [(1, 1, 1), (1, 7, 1), (3, 1, 5), (1, 13, 17), (17, 13, 1), (5, 4, 8), (7, 11, 13),
-          (16, 32, 24), (31, 37, 29), (2, 130, 3), (9, 67, 261)]
+SHAPES = [
+    (1, 1, 1),
+    (1, 7, 1),
+    (3, 1, 5),
+    (1, 13, 17),
+    (17, 13, 1),
+    (5, 4, 8),
+    (7, 11, 13),
+    (16, 32, 24),
+    (31, 37, 29),
+    (2, 130, 3),
+    (9, 67, 261),
+]
 
 
 @pytest.mark.parametrize("M, K, N", SHAPES)
@@ -110,9 +128,11 @@ def test_reaching_the_limits_exactly_does_not_saturate():
     top = [16384.0, 16368.0, 8.0, 8.0 - 2.0**-8, 255 * 2.0**-16]  # sums to 2**31 - 1 grid units
     assert all(float(F16(v)) == v for v in top)
     z = np.zeros(1, np.int64)
-    for extra, acc_want, flag_want, read_want in [([], ACC_MAX, 0, 32768.0),  # fp16 rounding only
-                                                  ([2.0**-16], ACC_MAX, 1, np.inf),
-                                                  ([2.0**-16, -1.0], ACC_MAX - 65536, 1, np.inf)]:
+    for extra, acc_want, flag_want, read_want in [
+        ([], ACC_MAX, 0, 32768.0),  # fp16 rounding only
+        ([2.0**-16], ACC_MAX, 1, np.inf),
+        ([2.0**-16, -1.0], ACC_MAX - 65536, 1, np.inf),
+    ]:
         a = np.array([top + extra])
         b = np.ones((a.shape[1], 1))
         acc, flag = mac.matmul_q16(a[None], b[None], z, z, False)
@@ -131,9 +151,9 @@ def test_tiny_products_half_grid_ties():
     assert np.array_equal(prods / h, [1, 3, 5, -1, 0.5, -3])
     for trunc, want_units in [(False, [0, 2, 2, 0, 0, -2]), (True, [0, 1, 2, -1, 0, -2])]:
         for k, units in enumerate(want_units):
-            got = kernel_matmul(a[:, k:k + 1], b[k:k + 1], trunc)
+            got = kernel_matmul(a[:, k : k + 1], b[k : k + 1], trunc)
             assert got[0, 0] == F16(units * 2.0**-16), (trunc, k)
-            assert_same_f16(got, ref_matmul(a[:, k:k + 1], b[k:k + 1], trunc))
+            assert_same_f16(got, ref_matmul(a[:, k : k + 1], b[k : k + 1], trunc))
     for trunc in (False, True):
         assert_same_f16(kernel_matmul(a, b, trunc), ref_matmul(a, b, trunc))
 
@@ -151,16 +171,18 @@ def test_random_tiny(trunc):
 # ------------------------------------------------------------------ NaN / inf operands
 def test_nan_and_inf_operands():
     inf, nan = np.inf, np.nan
-    a = f16([[inf, 1, 2],     # inf * b: saturate up
-             [inf, 0, 0],     # inf * 0 below -> NaN
-             [-inf, 5, 0],    # saturate down, then +5*... comes back: still -inf
-             [inf, -inf, 0],  # +inf then -inf in one sum: last clamp at the bottom
-             [nan, 1, 1],     # NaN operand
-             [1, 2, 3],       # finite row meeting the inf column
-             [2e4, 2e4, 2e4]])  # saturates, and the NaN column wins over the flag
-    b = f16([[1, 0, 1, -2],
-             [1, 1, nan, 1],
-             [1, 1, 1, inf]])
+    a = f16(
+        [
+            [inf, 1, 2],  # inf * b: saturate up
+            [inf, 0, 0],  # inf * 0 below -> NaN
+            [-inf, 5, 0],  # saturate down, then +5*... comes back: still -inf
+            [inf, -inf, 0],  # +inf then -inf in one sum: last clamp at the bottom
+            [nan, 1, 1],  # NaN operand
+            [1, 2, 3],  # finite row meeting the inf column
+            [2e4, 2e4, 2e4],
+        ]
+    )  # saturates, and the NaN column wins over the flag
+    b = f16([[1, 0, 1, -2], [1, 1, nan, 1], [1, 1, 1, inf]])
     got, want = kernel_matmul(a, b), ref_matmul(a, b)
     assert_same_f16(got, want)
     assert np.isnan(want[1, 1]) and np.isnan(want[4]).all() and np.isnan(want[:, 2]).all()
@@ -189,8 +211,28 @@ def test_nan_anywhere_in_b_forces_the_exact_path():
 
 
 # ------------------------------------------------------------------ hypothesis
-INTERESTING = [0.0, -0.0, 2.0**-24, -(2.0**-24), 2.0**-17, 2.0**-9, 0.5, -0.75, 1.0, 3.0, -7.5, 100.0,
-               -255.0, 1024.0, -4096.0, 65504.0, -65504.0, np.inf, -np.inf, np.nan]
+INTERESTING = [
+    0.0,
+    -0.0,
+    2.0**-24,
+    -(2.0**-24),
+    2.0**-17,
+    2.0**-9,
+    0.5,
+    -0.75,
+    1.0,
+    3.0,
+    -7.5,
+    100.0,
+    -255.0,
+    1024.0,
+    -4096.0,
+    65504.0,
+    -65504.0,
+    np.inf,
+    -np.inf,
+    np.nan,
+]
 INTERESTING_BITS = [int(b) for b in np.array(INTERESTING, F16).view(np.uint16)]
 
 
@@ -280,7 +322,9 @@ def _force(kernel, a16, b16, trunc):
     return readout16(acc, flag)[0]
 
 
-@pytest.mark.parametrize("M, K, N", [(1, 1, 1), (3, 5, 7), (5, 19, 23), (10, 37, 9), (2, 64, 17), (4, 8, 2), (3, 17, 1)])
+@pytest.mark.parametrize(
+    "M, K, N", [(1, 1, 1), (3, 5, 7), (5, 19, 23), (10, 37, 9), (2, 64, 17), (4, 8, 2), (3, 17, 1)]
+)
 @pytest.mark.parametrize("trunc", [False, True])
 def test_each_kernel_alone_matches_reference_on_safe_inputs(M, K, N, trunc):
     """The fast kernel's any-order sums (paired products) equal the serial definition."""
@@ -313,6 +357,7 @@ def test_planner_uses_every_path_near_the_bound(monkeypatch):
         before = int(unsafe.sum())
         real_refine(a, b, ia, ib, K, unsafe)
         cleared.append(before - int(unsafe.sum()))
+
     monkeypatch.setattr(mac, "_blas_refine", spy)
     rng = np.random.default_rng(5)
     M, K, N = 12, 64, 40
@@ -360,22 +405,29 @@ def test_threaded_and_single_thread_runs_agree(monkeypatch, threshold):
             assert_same_f16(got[n], ref_matmul(a16[ia[n]], b16[ib[n]], trunc))
     assert np.isinf(got).any() and np.isfinite(got).any()
     narrow = f16(rng.uniform(-3, 3, (1, 70, 3)))  # the dot-product kernel
-    acc, flag = mac.matmul_q16(a16[:1].astype(np.float64), narrow.astype(np.float64),
-                               np.zeros(1, np.int64), np.zeros(1, np.int64), False)
+    acc, flag = mac.matmul_q16(
+        a16[:1].astype(np.float64),
+        narrow.astype(np.float64),
+        np.zeros(1, np.int64),
+        np.zeros(1, np.int64),
+        False,
+    )
     assert_same_f16(readout16(acc, flag)[0], ref_matmul(a16[0], narrow[0]))
 
 
 # ------------------------------------------------------------------ readout
 def test_readout_against_reference_rounding():
     rng = np.random.default_rng(9)
-    accs = np.concatenate([
-        rng.integers(ACC_MIN, ACC_MAX + 1, 3000),
-        rng.integers(-5000, 5000, 500),
-        [0, 1, -1, 2, 3, 4, ACC_MAX, ACC_MIN, ACC_MAX - 1, ACC_MIN + 1],
-        # fp16 ties: (2k + 1) half-steps at spacing 2**(e-10) for values in [2**e, 2**(e+1))
-        [(2 * k + 1) * 2 ** (e + 16 - 11) for e in range(-3, 15) for k in (1024, 1025, 2046, 2047)],
-        [-(2 * k + 1) * 2 ** (e + 16 - 11) for e in range(-3, 15) for k in (1024, 1025)],
-    ]).astype(np.int64)
+    accs = np.concatenate(
+        [
+            rng.integers(ACC_MIN, ACC_MAX + 1, 3000),
+            rng.integers(-5000, 5000, 500),
+            [0, 1, -1, 2, 3, 4, ACC_MAX, ACC_MIN, ACC_MAX - 1, ACC_MIN + 1],
+            # fp16 ties: (2k + 1) half-steps at spacing 2**(e-10) for values in [2**e, 2**(e+1))
+            [(2 * k + 1) * 2 ** (e + 16 - 11) for e in range(-3, 15) for k in (1024, 1025, 2046, 2047)],
+            [-(2 * k + 1) * 2 ** (e + 16 - 11) for e in range(-3, 15) for k in (1024, 1025)],
+        ]
+    ).astype(np.int64)
     acc = accs.astype(np.float64)
     flag = np.zeros(acc.size, np.int8)
     got = readout16(acc, flag)
@@ -424,8 +476,13 @@ def test_readout_value_bits_and_counts_are_one_readout():
 
     nans = np.array([0x7FF8000000000000, 0xFFF8000000000000, 0x7FF8000000000ABC], np.uint64).view(np.float64)
     rng = np.random.default_rng(10)
-    base = np.concatenate([rng.integers(ACC_MIN, ACC_MAX + 1, 200).astype(np.float64),
-                           [0.0, ACC_MAX, ACC_MIN, 65520.0 * 65536, 65504.0 * 65536], nans])
+    base = np.concatenate(
+        [
+            rng.integers(ACC_MIN, ACC_MAX + 1, 200).astype(np.float64),
+            [0.0, ACC_MAX, ACC_MIN, 65520.0 * 65536, 65504.0 * 65536],
+            nans,
+        ]
+    )
     acc = np.repeat(base, 3)
     flag = np.tile(np.array([0, 1, -1], np.int8), base.size)
     vals, bits = np.empty(acc.size), np.empty(acc.size, np.uint16)
@@ -438,10 +495,11 @@ def test_readout_value_bits_and_counts_are_one_readout():
     assert np.array_equal(vals[nan].view(np.uint64), acc[nan].view(np.uint64))
     assert np.all(bits[nan] == 0x7E00)
     with np.errstate(over="ignore"):
-        want = vals[~nan].astype(F16).view(np.uint16)   # exact: vals hold fp16 values
+        want = vals[~nan].astype(F16).view(np.uint16)  # exact: vals hold fp16 values
     assert np.array_equal(bits[~nan], want)
     assert np.array_equal(counts[:, 0], nan.astype(np.int64))
     assert np.array_equal(counts[:, 1], ((flag != 0) & ~nan).astype(np.int64))
     from reference import readout_bits
+
     ref = [readout_bits(int(a), int(f), False) for a, f in zip(acc[~nan], flag[~nan])]
     assert np.array_equal(bits[~nan], np.array(ref, np.uint16))

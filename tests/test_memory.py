@@ -1,10 +1,10 @@
 """Unified memory: the byte space, the tile allocator, BAR tables."""
+
 import numpy as np
 import pytest
 
 from fastane.device.faults import BARFault, DMARangeFault
-from fastane.device.memory import (ALIGN, NUM_BARS, TILE, BARTable, Region, UnifiedMemory,
-                                   aligned_bytes)
+from fastane.device.memory import ALIGN, NUM_BARS, TILE, BARTable, Region, UnifiedMemory, aligned_bytes
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
 """The post-MAC pipeline (bias -> PostScale -> nonlinearity) and compile-time folding."""
+
 import numpy as np
 import pytest
 
@@ -6,9 +7,28 @@ from fastane import lut
 from fastane.kernels import ne as kne
 from test_lut_reference import QNAN, ref_lut, ref_ne
 
-SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504.0, -65504.0, 2.0**-24,
-                    -2.0**-24, 6.1e-5, 0.5, 1.0, -1.0, 4.0, 16.0, -25.0, 1000.0],
-                   dtype=np.float16)
+SPECIAL = np.array(
+    [
+        0.0,
+        -0.0,
+        np.inf,
+        -np.inf,
+        np.nan,
+        65504.0,
+        -65504.0,
+        2.0**-24,
+        -(2.0**-24),
+        6.1e-5,
+        0.5,
+        1.0,
+        -1.0,
+        4.0,
+        16.0,
+        -25.0,
+        1000.0,
+    ],
+    dtype=np.float16,
+)
 
 
 def _fp16_values(rng, shape):
@@ -23,11 +43,19 @@ def _fp16_values(rng, shape):
 
 
 CASES = [  # (nonlinear, block name, scale, bias?)
-    (0, None, 1.0, False), (0, None, 0.5, True), (0, None, 3.0, True),
-    (1, None, 1.0, True), (1, None, -1.0, True),
-    (2, "tanh", 1.0, True), (2, "exp2", float(np.uint16(0x3DC5).view(np.float16)), False),
-    (2, "gelu", 1.0, True), (2, "reciprocal", 0.25, True), (2, "log2", 1.0, False),
-    (2, "selu", 2.0, True), (2, "sign", 1.0, True), (2, "relu6", 60000.0, True),
+    (0, None, 1.0, False),
+    (0, None, 0.5, True),
+    (0, None, 3.0, True),
+    (1, None, 1.0, True),
+    (1, None, -1.0, True),
+    (2, "tanh", 1.0, True),
+    (2, "exp2", float(np.uint16(0x3DC5).view(np.float16)), False),
+    (2, "gelu", 1.0, True),
+    (2, "reciprocal", 0.25, True),
+    (2, "log2", 1.0, False),
+    (2, "selu", 2.0, True),
+    (2, "sign", 1.0, True),
+    (2, "relu6", 60000.0, True),
 ]
 
 
@@ -47,8 +75,7 @@ def test_ne_post_matches_reference(nonlinear, name, scale, with_bias):
         b = float(bias[idx[1]]) if with_bias else None
         want = ref_ne(float(y[idx]), b, scale, nonlinear, words)
         got = int(out[idx])
-        assert got == want or (want == QNAN and got == QNAN), \
-            (idx, y[idx], b, hex(got), hex(want))
+        assert got == want or (want == QNAN and got == QNAN), (idx, y[idx], b, hex(got), hex(want))
         if nonlinear == 2:
             # recompute the LUT input the same way to collect the events
             t = np.float16(y[idx])
@@ -102,8 +129,7 @@ def test_ne_post_bits_equals_float_path():
     b = np.empty(bits.shape, np.uint16)
     c1, c2 = np.zeros(2, np.int64), np.zeros(2, np.int64)
     kne.ne_post_bits(bits, np.array([0.25, -0.5]), 2.0, 2, lutf, luti, a, c1)
-    kne.ne_post(bits.view(np.float16).astype(np.float64), np.array([0.25, -0.5]), 2.0, 2,
-                lutf, luti, b, c2)
+    kne.ne_post(bits.view(np.float16).astype(np.float64), np.array([0.25, -0.5]), 2.0, 2, lutf, luti, b, c2)
     assert np.array_equal(a, b) and c1.tolist() == c2.tolist()
 
 

@@ -2,6 +2,7 @@
 fastane.kernels.ne_table): every non-NaN input pattern against the slow reference
 (results and LUT range events), with and without a bias and a PostScale, -0.0 apart from
 0.0; a NaN input sends the call through the kernel itself."""
+
 import numpy as np
 import pytest
 
@@ -22,37 +23,51 @@ def _ref_table(words, bias, scale, nl):
     return out
 
 
-@pytest.mark.parametrize("name,bias,scale_bits,nl", [
-    ("tanh", None, 0x3c00, 2), ("exp2", None, 0x3dc5, 2), ("gelu", -0.0, 0x3c00, 2),
-    ("sigmoid", 0.0, 0x3800, 2), ("tanh", None, 0x3c00, 1), ("tanh", 1.5, 0x4000, 0)])
+@pytest.mark.parametrize(
+    "name,bias,scale_bits,nl",
+    [
+        ("tanh", None, 0x3C00, 2),
+        ("exp2", None, 0x3DC5, 2),
+        ("gelu", -0.0, 0x3C00, 2),
+        ("sigmoid", 0.0, 0x3800, 2),
+        ("tanh", None, 0x3C00, 1),
+        ("tanh", 1.5, 0x4000, 0),
+    ],
+)
 def test_table_path_is_the_reference_on_every_pattern(name, bias, scale_bits, nl):
     block = lut.get_block(name)
     words = block.to_words()
     rng = np.random.default_rng(scale_bits)
-    x = np.concatenate([FINITE, rng.permutation(FINITE)])           # >= TABLE_MIN elements
+    x = np.concatenate([FINITE, rng.permutation(FINITE)])  # >= TABLE_MIN elements
     assert x.size >= ne.TABLE_MIN
-    cfg = ne.NEConfig(bias_mode=int(bias is not None),
-                      acc_bias=0 if bias is None else int(np.float16(bias).view(np.uint16)),
-                      post_scale=scale_bits, nonlinear=nl, cout=1)
+    cfg = ne.NEConfig(
+        bias_mode=int(bias is not None),
+        acc_bias=0 if bias is None else int(np.float16(bias).view(np.uint16)),
+        post_scale=scale_bits,
+        nonlinear=nl,
+        cout=1,
+    )
 
-    class _KMem:                      # core 0's KMem holds the block at offset 0
+    class _KMem:  # core 0's KMem holds the block at offset 0
         data = np.zeros((16, 0x10000), np.uint8)
-    _KMem.data[0, :len(block.to_bytes())] = np.frombuffer(block.to_bytes(), np.uint8)
+
+    _KMem.data[0, : len(block.to_bytes())] = np.frombuffer(block.to_bytes(), np.uint8)
     values = x.view(np.float16).astype(np.float64).reshape(1, 1, 1, -1)
     got, under, over = ne.run(cfg, values, _KMem, as_fp16=True)
     scale = bits_to_float(scale_bits)
     want = _ref_table(words, bias, scale, nl)
     g = got.reshape(-1).view(np.uint16)
-    assert np.array_equal(g[:FINITE.size], want)
+    assert np.array_equal(g[: FINITE.size], want)
     order = np.argsort(FINITE)
-    pos = np.searchsorted(FINITE[order], x[FINITE.size:])
-    assert np.array_equal(g[FINITE.size:], want[order][pos])
+    pos = np.searchsorted(FINITE[order], x[FINITE.size :])
+    assert np.array_equal(g[FINITE.size :], want[order][pos])
     # the events: the kernel over the same values (ne_post; tested against the reference)
     nan_free = values.reshape(1, 1, -1)
     out = np.empty(nan_free.shape, np.uint16)
     counts = np.zeros(2, np.int64)
     bias_arr, sc, lutf, luti = ne._coefficients(cfg, 1, _KMem)
     from fastane.kernels import ne as kne
+
     kne.ne_post(nan_free, bias_arr, sc, nl, lutf, luti, out, counts)
     assert (under, over) == (int(counts[0]), int(counts[1]))
     assert np.array_equal(out.reshape(-1), g)
@@ -60,10 +75,10 @@ def test_table_path_is_the_reference_on_every_pattern(name, bias, scale_bits, nl
 
 def test_nan_input_takes_the_kernel():
     x = np.tile(FINITE, 2).view(np.float16).copy()
-    x.view(np.uint16)[12345] = 0x7d01                               # a signalling-NaN payload
+    x.view(np.uint16)[12345] = 0x7D01  # a signalling-NaN payload
     with fastane.errstate(lut_range="ignore"):
         y = fastane.tanh(x)
-    small = fastane.tanh(x[12340:12350])                            # below TABLE_MIN: the kernel
+    small = fastane.tanh(x[12340:12350])  # below TABLE_MIN: the kernel
     assert np.array_equal(y[12340:12350].view(np.uint16), small.view(np.uint16))
     assert np.array_equal(y[:100].view(np.uint16), fastane.tanh(x[:100]).view(np.uint16))
 
@@ -75,6 +90,6 @@ def test_nan_outputs_of_a_pass_through(n):
     x = np.random.default_rng(n).standard_normal(n).astype(np.float16)
     fastane.relu(x)
     assert fastane.last_stats().nan_outputs == 0
-    x.view(np.uint16)[[3, 500, n - 1]] = [0x7e00, 0xfe01, 0x7c01]
+    x.view(np.uint16)[[3, 500, n - 1]] = [0x7E00, 0xFE01, 0x7C01]
     fastane.relu(x)
     assert fastane.last_stats().nan_outputs == 3

@@ -1,5 +1,6 @@
 """One path for data: the numpy API lowers every call to TDs and runs them on the device
 (DESIGN.md, "One path for data"); its Stats are the device's."""
+
 import numpy as np
 import pytest
 from device_helpers import bits
@@ -17,12 +18,20 @@ TD = 0x274
 CALLS = {
     "matmul": lambda r: fastane.matmul(r.standard_normal((3, 5, 9)), r.standard_normal((9, 4))),
     "matmul_batched": lambda r: fastane.matmul(r.standard_normal((3, 5, 9)), r.standard_normal((3, 9, 4))),
-    "linear": lambda r: fastane.linear(r.standard_normal((6, 9)), r.standard_normal((7, 9)),
-                                       r.standard_normal(7), activation="gelu"),
-    "conv1d": lambda r: fastane.conv1d(r.standard_normal((2, 3, 11)), r.standard_normal((5, 3, 3)),
-                                       padding=1, stride=2),
-    "conv2d": lambda r: fastane.conv2d(r.standard_normal((2, 4, 6, 7)), r.standard_normal((6, 2, 3, 3)),
-                                       r.standard_normal(6), padding="same", groups=2, activation="relu"),
+    "linear": lambda r: fastane.linear(
+        r.standard_normal((6, 9)), r.standard_normal((7, 9)), r.standard_normal(7), activation="gelu"
+    ),
+    "conv1d": lambda r: fastane.conv1d(
+        r.standard_normal((2, 3, 11)), r.standard_normal((5, 3, 3)), padding=1, stride=2
+    ),
+    "conv2d": lambda r: fastane.conv2d(
+        r.standard_normal((2, 4, 6, 7)),
+        r.standard_normal((6, 2, 3, 3)),
+        r.standard_normal(6),
+        padding="same",
+        groups=2,
+        activation="relu",
+    ),
 }
 
 
@@ -32,7 +41,7 @@ def test_every_call_runs_on_the_device(device, name):
     y = CALLS[name](np.random.default_rng(0))
     st = fastane.last_stats()
     assert y.dtype == F16 and st.tasks >= 1
-    assert device.stats.tasks == before + st.tasks          # the device ran exactly these tasks
+    assert device.stats.tasks == before + st.tasks  # the device ran exactly these tasks
     assert len(st.tasks_detail) == st.tasks and st.control_dma_bytes == TD * st.tasks
     assert st.kernel_dma_bytes > 0 and st.tile_dma_src_bytes > 0 and st.tile_dma_dst_bytes > 0
     assert st.macs == sum(t.macs for t in st.tasks_detail) > 0
@@ -41,6 +50,7 @@ def test_every_call_runs_on_the_device(device, name):
 def test_there_is_no_second_path(device, monkeypatch):
     def broken(self, p):
         raise RuntimeError("the engine was asked to run a task")
+
     monkeypatch.setattr(Engine, "_run_task", broken)
     for call in CALLS.values():
         with pytest.raises(RuntimeError, match="engine was asked"):
@@ -93,13 +103,12 @@ def test_a_lowered_program_runs_like_a_corpus_program():
     x = (r.standard_normal((1, 5, 6, 7)) * 4).astype(F16)
     w = (r.standard_normal((9, 5, 3, 3)) * 4).astype(F16)
     b = r.standard_normal(9).astype(F16)
-    low = lower.build(lower.Conv(1, 5, 6, 7, 9, 3, 3, pad=((1, 1), (1, 1)), bias=True,
-                                       activation="relu"))
+    low = lower.build(lower.Conv(1, 5, 6, 7, 9, 3, 3, pad=((1, 1), (1, 1)), bias=True, activation="relu"))
     (program,) = low.with_weights(w, b)
     assert low.n_tasks == 1 and len(program.kernel) == low.kernel_bytes
     out = Device(memory_size=16 << 20).run(program, {lower.lowered.SLOT_INPUT: x})
     z = (ref_conv2d(x, w, padding=1).astype(np.float64) + b[None, :, None, None]).astype(F16)
-    want = np.where(z > 0, z, F16(0))                      # ReLU (no NaN here)
+    want = np.where(z > 0, z, F16(0))  # ReLU (no NaN here)
     assert np.array_equal(bits(out[lower.lowered.SLOT_OUTPUT]), bits(want))
-    api = fastane.conv2d(x, w, b, padding=1, activation="relu")   # the API: same bits, same Stats
+    api = fastane.conv2d(x, w, b, padding=1, activation="relu")  # the API: same bits, same Stats
     assert np.array_equal(bits(api), bits(want)) and out.stats == fastane.last_stats()

@@ -6,6 +6,7 @@ by tests/reference.py (f16_bits_of_fraction), never fastane's own conversion.  T
 sit at fp16 rounding ties, displaced by less than the spacing of float64 (longdouble) or
 float32 (float64): a double rounding gets half of them wrong, which the tests check too,
 so they can fail."""
+
 import functools
 from fractions import Fraction
 
@@ -22,8 +23,24 @@ from fastane.operands import fp16_operand
 LD = np.longdouble
 WIDE = np.finfo(LD).nmant > np.finfo(np.float64).nmant
 needs_wide = pytest.mark.skipif(not WIDE, reason="np.longdouble is float64 on this platform")
-ACTS = ["relu", "tanh", "sigmoid", "silu", "gelu", "exp", "exp2", "relu6", "hardtanh",
-        "leaky_relu", "selu", "sign", "reciprocal", "rsqrt", "sqrt", "log2"]
+ACTS = [
+    "relu",
+    "tanh",
+    "sigmoid",
+    "silu",
+    "gelu",
+    "exp",
+    "exp2",
+    "relu6",
+    "hardtanh",
+    "leaky_relu",
+    "selu",
+    "sign",
+    "reciprocal",
+    "rsqrt",
+    "sqrt",
+    "log2",
+]
 
 
 def exact(v) -> Fraction:
@@ -106,7 +123,7 @@ def case(name, lo_exp=-6, hi_exp=14):
 def test_the_issue_example_rounds_once_everywhere():
     x = LD(1) + LD(2) ** -11 + LD(2) ** -60
     if WIDE:
-        assert naive16(x, np.float64) == F16(1.0)       # the old double rounding
+        assert naive16(x, np.float64) == F16(1.0)  # the old double rounding
     assert fp16_operand(x, "f", "x").view(np.uint16) == 0x3C01
     assert bits(fastane.matmul(np.array([[x]]), np.array([[1.0]]))) == 0x3C01
     assert bits(fastane.relu(x)) == 0x3C01
@@ -115,19 +132,32 @@ def test_the_issue_example_rounds_once_everywhere():
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_fp16_operand_is_the_exact_rounding(name):
-    x, via, want = case(name, -25, 16)          # subnormals, normals, overflow to inf
+    x, via, want = case(name, -25, 16)  # subnormals, normals, overflow to inf
     got = fp16_operand(x, "f", "x")
     assert got.dtype == F16 and np.array_equal(bits(got), bits(want))
-    if via is not None:                         # a double rounding would be caught here
+    if via is not None:  # a double rounding would be caught here
         assert not np.array_equal(bits(naive16(x, via)), bits(want))
 
 
 @needs_wide
 def test_longdouble_edges():
-    e = LD(2) ** -85                            # below float64's precision at 2**-25
-    x = np.array([LD(65520) - LD(2) ** -40, LD(65520), LD(2) ** -25 + e, LD(2) ** -25,
-                  -(LD(2) ** -25) - e, LD(np.inf), -LD(np.inf), LD(np.nan), LD(-0.0),
-                  LD(2) ** 16383, LD(np.finfo(np.float64).max) * 4, LD(2) ** -16400])
+    e = LD(2) ** -85  # below float64's precision at 2**-25
+    x = np.array(
+        [
+            LD(65520) - LD(2) ** -40,
+            LD(65520),
+            LD(2) ** -25 + e,
+            LD(2) ** -25,
+            -(LD(2) ** -25) - e,
+            LD(np.inf),
+            -LD(np.inf),
+            LD(np.nan),
+            LD(-0.0),
+            LD(2) ** 16383,
+            LD(np.finfo(np.float64).max) * 4,
+            LD(2) ** -16400,
+        ]
+    )
     got = fp16_operand(x, "f", "x")
     assert np.array_equal(bits(got[:3]), np.array([0x7BFF, 0x7C00, 0x0001], np.uint16))
     assert np.array_equal(bits(got), bits(ref16(x)))
@@ -135,22 +165,32 @@ def test_longdouble_edges():
 
 
 def test_integers_bools_python_scalars_and_sequences():
-    ints = np.array([0, 1, -1, 2049, 2051, -2051, 65504, 65519, 65520, -65520, 2**40, -2**62],
-                    np.int64)
-    for arr in (ints, ints.astype(np.int32).clip(-2**31, 2**31 - 1), np.array([0, 255], np.uint8),
-                np.array([2**64 - 1, 2**63], np.uint64), np.array([True, False])):
+    ints = np.array([0, 1, -1, 2049, 2051, -2051, 65504, 65519, 65520, -65520, 2**40, -(2**62)], np.int64)
+    for arr in (
+        ints,
+        ints.astype(np.int32).clip(-(2**31), 2**31 - 1),
+        np.array([0, 255], np.uint8),
+        np.array([2**64 - 1, 2**63], np.uint64),
+        np.array([True, False]),
+    ):
         assert np.array_equal(bits(fp16_operand(arr, "f", "x")), bits(ref16(arr)))
-    assert bits(fp16_operand(2051, "f", "x")) == 0x6802          # 2052: the tie goes to even
+    assert bits(fp16_operand(2051, "f", "x")) == 0x6802  # 2052: the tie goes to even
     assert bits(fp16_operand(True, "f", "x")) == 0x3C00
-    seq = [1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 7, True, -0.0]
+    seq = [1 + 2.0**-11, 1 + 3 * 2.0**-11, 7, True, -0.0]
     assert np.array_equal(bits(fp16_operand(seq, "f", "x")), bits(ref16(np.array(seq))))
 
 
-@pytest.mark.parametrize("bad, what", [
-    (np.ones(3, complex), "complex"), (np.array(["1"]), "real numeric"),
-    (np.array([b"1"]), "real numeric"), (np.array([None], object), "real numeric"),
-    (2**70, "Python int beyond 64 bits"), (np.array(["2020-01-01"], "M8[D]"), "real numeric"),
-])
+@pytest.mark.parametrize(
+    "bad, what",
+    [
+        (np.ones(3, complex), "complex"),
+        (np.array(["1"]), "real numeric"),
+        (np.array([b"1"]), "real numeric"),
+        (np.array([None], object), "real numeric"),
+        (2**70, "Python int beyond 64 bits"),
+        (np.array(["2020-01-01"], "M8[D]"), "real numeric"),
+    ],
+)
 def test_non_real_operands_are_refused(bad, what):
     with pytest.raises(TypeError, match=what):
         fp16_operand(bad, "matmul", "a")
@@ -199,10 +239,10 @@ def test_lowering_rounds_once(name, device):
     input, weights and bias once, as the numpy API does."""
     x, via, want = case(name)
     n = x.size
-    low = lower.build(lower.Conv(1, 1, 1, n, 1))                # 1 -> 1 channel over n pixels
+    low = lower.build(lower.Conv(1, 1, 1, n, 1))  # 1 -> 1 channel over n pixels
     got, _ = lower.execute(low, x.reshape(1, 1, 1, n), np.ones((1, 1, 1, 1)))
     assert np.array_equal(bits(got.reshape(n)), bits(want)), "input"
-    low = lower.build(lower.Conv(1, 1, 1, 1, n))                # 1 -> n channels
+    low = lower.build(lower.Conv(1, 1, 1, 1, n))  # 1 -> n channels
     got, _ = lower.execute(low, np.ones((1, 1, 1, 1)), x.reshape(n, 1, 1, 1))
     assert np.array_equal(bits(got.reshape(n)), bits(want)), "weight"
     low = lower.build(lower.Conv(1, 1, 1, 1, n, bias=True))
@@ -227,7 +267,7 @@ def test_activations_round_once(name, act, device):
 @needs_wide
 def test_activation_parameters_round_once():
     e = LD(2) ** -60
-    lo = -(LD(0.5) + LD(2) ** -12 + e)          # a tie of fp16 spacing 2**-11, and a bit more
+    lo = -(LD(0.5) + LD(2) ** -12 + e)  # a tie of fp16 spacing 2**-11, and a bit more
     x = np.array([-1.0, 0.75], F16)
     assert bits(activations.hardtanh(x, min_val=lo)[0]) == ref16(lo).view(np.uint16)
     slope = LD(2) ** -7 * (1 + LD(2) ** -11 + e)

@@ -1,6 +1,7 @@
 """The kernels' shared parallel primitives (fastane.kernels.parallel): the work queue's
 atomic claim hands every task out exactly once across threads, threads_for runs small
 work on one thread and restores the count, nan_max keeps a NaN once seen."""
+
 import numba
 import numpy as np
 import pytest

@@ -2,6 +2,7 @@
 (tests/planar_helpers.py), bit for bit against numpy fp16; its operands (two TileDMA
 register sets, L2 results, broadcast vectors), row reductions, counters, and faults that
 leave memory untouched."""
+
 import dataclasses
 
 import numpy as np
@@ -9,11 +10,10 @@ import pytest
 from device_helpers import assert_submit_faults
 from planar_helpers import F16, bits, dense, planar_td, ref_eltwise
 
-from fastane.device import (DecodeFault, Device, DMARangeFault, L2Fault, L2Overflow,
-                            UnsupportedTask, planar)
+from fastane.device import DecodeFault, Device, DMARangeFault, L2Fault, L2Overflow, UnsupportedTask, planar
 from fastane.td import Program
 
-SHAPE = (3, 5, 37)          # C, H, W: rows of 74 bytes, padded to 128 by the DMA
+SHAPE = (3, 5, 37)  # C, H, W: rows of 74 bytes, padded to 128 by the DMA
 BINARY = ("add", "sub", "mul", "max", "min")
 
 
@@ -29,14 +29,16 @@ def data(seed, shape=SHAPE, special=True):
     if special:
         flat = x.reshape(-1)
         idx = rng.choice(flat.size, 12, replace=False)
-        flat[idx] = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 6e-8, -6e-8, 65504, -65504,
-                              2048, 1e-4, 3], F16)
+        flat[idx] = np.array(
+            [0.0, -0.0, np.inf, -np.inf, np.nan, 6e-8, -6e-8, 65504, -65504, 2048, 1e-4, 3], F16
+        )
     return x
 
 
 @pytest.mark.parametrize("name", ["scale", "abs", "add", "sub", "mul", "max", "min"])
-@pytest.mark.parametrize("scales", [(1.0, 1.0, 0.0), (-1.0, 1.0, 0.0), (0.5, 2.0, 0.0),
-                                    (1.0, 1.0, 0.5), (-1.5, 0.693359375, -3.0)])
+@pytest.mark.parametrize(
+    "scales", [(1.0, 1.0, 0.0), (-1.0, 1.0, 0.0), (0.5, 2.0, 0.0), (1.0, 1.0, 0.5), (-1.5, 0.693359375, -3.0)]
+)
 def test_ops_bit_for_bit(dev, name, scales):
     s0, s, c = scales
     p = Program.from_tds([planar_td(name, SHAPE, in_scale=s0, out_scale=s, offset=c)])
@@ -53,8 +55,9 @@ def test_ops_bit_for_bit(dev, name, scales):
     assert st.tile_dma_dst_bytes == rows * 128 and st.kernel_dma_bytes == 0
     assert st.nan_outputs == int(np.isnan(ref).sum())
     counted = dev.run(p, stats_only=True).stats
-    assert counted == dataclasses.replace(st, nan_outputs=0, tasks_detail=[
-        dataclasses.replace(st.tasks_detail[0], nan_outputs=0)])
+    assert counted == dataclasses.replace(
+        st, nan_outputs=0, tasks_detail=[dataclasses.replace(st.tasks_detail[0], nan_outputs=0)]
+    )
 
 
 def test_word_encoding_round_trip():
@@ -89,7 +92,7 @@ def test_square_reads_one_buffer_twice(dev):
     a = data(5, special=False)
     out = dev.run(p, {5: a})
     assert np.array_equal(bits(out[4]), bits((a.astype(np.float64) ** 2).astype(F16)))
-    assert out.stats.tile_dma_src_bytes == 2 * 15 * 128      # the DMA reads it twice
+    assert out.stats.tile_dma_src_bytes == 2 * 15 * 128  # the DMA reads it twice
 
 
 def test_l2_chain_and_broadcast_vector(dev):
@@ -98,16 +101,35 @@ def test_l2_chain_and_broadcast_vector(dev):
     (ResultType 3), and a scale task reads that (SourceType 3) and writes DRAM."""
     shape = (1, 6, 40)
     g = shape[1]
-    red = planar_td("max-reduce", (1, 1, shape[2]), groups=g, result_type=0, result_base=0,
-                    source_base=0x200, src_layout=dense(shape), nid=1)
-    sub = planar_td("sub", shape, rbe1=False, out_scale=1.4423828125, result_type=3,
-                    result_base=0x4000, source_base=0x1000, source1_base=0, broadcast=(0, 1), nid=2)
-    sca = planar_td("scale", shape, source_type=3, source_base=0x4000, offset=0.5,
-                    result_base=0x8000, nid=3)
+    red = planar_td(
+        "max-reduce",
+        (1, 1, shape[2]),
+        groups=g,
+        result_type=0,
+        result_base=0,
+        source_base=0x200,
+        src_layout=dense(shape),
+        nid=1,
+    )
+    sub = planar_td(
+        "sub",
+        shape,
+        rbe1=False,
+        out_scale=1.4423828125,
+        result_type=3,
+        result_base=0x4000,
+        source_base=0x1000,
+        source1_base=0,
+        broadcast=(0, 1),
+        nid=2,
+    )
+    sca = planar_td("scale", shape, source_type=3, source_base=0x4000, offset=0.5, result_base=0x8000, nid=3)
     p = Program.from_tds([red, sub, sca])
     slots = dev.tensors(p)
-    assert {s: (t.role, t.shape) for s, t in slots.items()} == {4: ("output", (1,) + shape),
-                                                                5: ("input", (1,) + shape)}
+    assert {s: (t.role, t.shape) for s, t in slots.items()} == {
+        4: ("output", (1,) + shape),
+        5: ("input", (1,) + shape),
+    }
     x = data(6, shape, special=False)
     dev.reset_l2()
     out = dev.run(p, {5: x})
@@ -130,14 +152,23 @@ def test_softmax_like_chain_with_a_broadcast_first_operand(dev):
     (SourceType 0) and the values from DRAM as source 1."""
     shape = (1, 4, 50)
     rs = planar_td("recip-sum", (1, 1, 50), groups=4, result_type=0, result_base=0, source_base=0x200)
-    mul = planar_td("mul", shape, source_type=0, source_base=0, broadcast=(1, 0), src1=5,
-                    source1_base=0x200, result_base=0x1000, nid=2)
+    mul = planar_td(
+        "mul",
+        shape,
+        source_type=0,
+        source_base=0,
+        broadcast=(1, 0),
+        src1=5,
+        source1_base=0x200,
+        result_base=0x1000,
+        nid=2,
+    )
     p = Program.from_tds([rs, mul])
     x = np.abs(data(7, shape, special=False))
     dev.reset_l2()
     out = dev.run(p, {5: x})
     xs = x.astype(np.float64)
-    s = xs.sum(-1, keepdims=True).astype(F16).astype(np.float64)   # exact sums here
+    s = xs.sum(-1, keepdims=True).astype(F16).astype(np.float64)  # exact sums here
     r = (1 / s).astype(F16)
     assert np.array_equal(bits(out[4]), bits(ref_eltwise("mul", np.broadcast_to(r, x.shape), x)))
 
@@ -182,7 +213,7 @@ def test_inconsistent_operands_are_decode_faults(dev):
     td = planar_td("add", SHAPE, rbe1=False)
     planar.set_unnamed(td, {"Common.ChCfg.Src1InFmt": 0})
     assert_faults(dev, Program.from_tds([td]), DecodeFault, "takes two operands.*no second operand")
-    td = with_words(planar_td("add", SHAPE), w0=0x40)          # abs, but RBE1 still set
+    td = with_words(planar_td("add", SHAPE), w0=0x40)  # abs, but RBE1 still set
     assert_faults(dev, Program.from_tds([td]), DecodeFault, "abs is unary, but RBE1")
     td = planar_td("abs", SHAPE, broadcast=(0, 1))
     assert_faults(dev, Program.from_tds([td]), DecodeFault, "Broadcast.Src1 is set on a unary")
@@ -210,7 +241,7 @@ def test_unknown_operations_are_unsupported_but_counted(dev, label, words, match
     p = Program.from_tds([td])
     exc = assert_faults(dev, p, UnsupportedTask, match)
     assert exc.planar == planar.operation(planar.registers(td))
-    counted = dev.run(p, stats_only=True).stats          # still counted
+    counted = dev.run(p, stats_only=True).stats  # still counted
     assert counted.planar_ops == np.prod(SHAPE)
 
 
@@ -249,16 +280,29 @@ def test_operand_faults(dev):
     # a broadcast source 0 needs the broadcast bit
     red = planar_td("sum", (1, 1, 37), groups=5, result_type=0, result_base=0)
     mul = planar_td("mul", (1, 5, 37), source_type=0, source_base=0, src1=5, nid=2)
-    assert_faults(dev, Program.from_tds([red, mul]), L2Fault, r"is \(1, 1, 5, 1\), the task reads "
-                                                               r"\(1, 1, 5, 37\)")
+    assert_faults(
+        dev,
+        Program.from_tds([red, mul]),
+        L2Fault,
+        r"is \(1, 1, 5, 1\), the task reads "
+        r"\(1, 1, 5, 37\)",
+    )
 
 
 def test_row_reduction_from_l2_is_refused_before_anything_runs():
     """A reduction whose rows would come from L2 has no known layout: refused at plan time."""
     w = 64
     t0 = planar_td("scale", (1, 1, w), result_type=3, result_base=0x1000, nid=1)
-    t1 = planar_td("sum", (1, 1, w), groups=4, source_type=3, source_base=0x1000, result_type=0,
-                   result_base=0x2000, nid=2)
+    t1 = planar_td(
+        "sum",
+        (1, 1, w),
+        groups=4,
+        source_type=3,
+        source_base=0x1000,
+        result_type=0,
+        result_base=0x2000,
+        nid=2,
+    )
     t2 = planar_td("scale", (1, 4, 1), source_type=0, source_base=0x2000, nid=3)
     prog = Program.from_tds([t0, t1, t2])
     dev = Device(memory_size=16 << 20)

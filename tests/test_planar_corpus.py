@@ -6,6 +6,7 @@ square; cube as the fp16 chain of two multiplies), within stated tolerances wher
 Apple's LUTs take part.  Every program is also counted in stats-only mode, with the same
 Stats.  Inputs are random fp16 on the programs' fixed 1600 x 2560 geometry.
 """
+
 import dataclasses
 
 import numpy as np
@@ -16,7 +17,7 @@ from fastane.device import Device, l2, planar
 from fastane.td import load_program
 
 SHAPE = (1, 1, 2560, 1600)
-ROW = 3200                      # bytes: 1600 fp16, a multiple of 64
+ROW = 3200  # bytes: 1600 fp16, a multiple of 64
 TENSOR = 2560 * ROW
 
 
@@ -50,12 +51,12 @@ def r16(a):
 #: every planar TD of the corpus: (TD index, op, operand scale s0, output scale s, offset c)
 OP_TABLE = {
     ("binary", "add"): [(0, "add", 1, 1, 0)],
-    ("binary", "sub"): [(0, "add", -1, 1, 0)],       # -b + a: RBase0 is the subtrahend
-    ("binary", "ave"): [(0, "add", 1, 0.5, 0)],       # 0.5 * (a + b): an output scale
+    ("binary", "sub"): [(0, "add", -1, 1, 0)],  # -b + a: RBase0 is the subtrahend
+    ("binary", "ave"): [(0, "add", 1, 0.5, 0)],  # 0.5 * (a + b): an output scale
     ("binary", "mul"): [(0, "mul", 1, 1, 0)],
     ("binary", "max"): [(0, "max", 1, 1, 0)],
     ("binary", "min"): [(0, "min", 1, 1, 0)],
-    ("binary", "div"): [(1, "mul", 1, 1, 0)],         # x * reciprocal-LUT(y)
+    ("binary", "div"): [(1, "mul", 1, 1, 0)],  # x * reciprocal-LUT(y)
     ("unary", "abs"): [(0, "abs", 1, 1, 0)],
     ("unary", "square"): [(0, "mul", 1, 1, 0)],
     ("unary", "cube"): [(0, "mul", 1, 1, 0), (1, "mul", 1, 1, 0)],
@@ -65,17 +66,34 @@ OP_TABLE = {
     ("unary", "sigmoid"): [(1, "scale", 1, 1, 0.5)],
     ("unary", "log"): [(1, "scale", 1, 0.693359375, 0)],
     ("unary", "log10"): [(1, "scale", 0.693359375, 0.434326171875, 0)],
-    ("unary", "norm"): [(0, "abs", 1, 1, 0), (1, "mul", 1, 1, 0), (2, "sum", 1, 1, 0),
-                        (5, "scale", 1, 1, 0), (7, "mul", 1, 1, 0)],
+    ("unary", "norm"): [
+        (0, "abs", 1, 1, 0),
+        (1, "mul", 1, 1, 0),
+        (2, "sum", 1, 1, 0),
+        (5, "scale", 1, 1, 0),
+        (7, "mul", 1, 1, 0),
+    ],
     ("activation", "silu"): [(1, "scale", 1, 1, 0.5), (2, "mul", 1, 1, 0)],
-    ("activation", "softmax"): [(0, "max-reduce", 1, 1, 0), (1, "sub", 1, 1.4423828125, 0),
-                                (3, "recip-sum", 1, 1, 0), (4, "mul", 1, 1, 0)],
-    ("activation", "logsoftmax"): [(0, "max-reduce", 1, 1, 0), (1, "sub", 1, 1.4423828125, 0),
-                                   (3, "recip-sum", 1, 1, 0), (4, "mul", 1, 1, 0),
-                                   (6, "scale", 1, 0.693359375, 0)],
-    ("activation", "softmin"): [(0, "scale", 1, -1, 0), (1, "max-reduce", 1, 1, 0),
-                                (2, "sub", 1, 1.4423828125, 0), (4, "recip-sum", 1, 1, 0),
-                                (5, "mul", 1, 1, 0)],
+    ("activation", "softmax"): [
+        (0, "max-reduce", 1, 1, 0),
+        (1, "sub", 1, 1.4423828125, 0),
+        (3, "recip-sum", 1, 1, 0),
+        (4, "mul", 1, 1, 0),
+    ],
+    ("activation", "logsoftmax"): [
+        (0, "max-reduce", 1, 1, 0),
+        (1, "sub", 1, 1.4423828125, 0),
+        (3, "recip-sum", 1, 1, 0),
+        (4, "mul", 1, 1, 0),
+        (6, "scale", 1, 0.693359375, 0),
+    ],
+    ("activation", "softmin"): [
+        (0, "scale", 1, -1, 0),
+        (1, "max-reduce", 1, 1, 0),
+        (2, "sub", 1, 1.4423828125, 0),
+        (4, "recip-sum", 1, 1, 0),
+        (5, "mul", 1, 1, 0),
+    ],
 }
 
 
@@ -88,7 +106,8 @@ def test_every_corpus_planar_td_decodes_to_its_op(corpus):
                 cfg = planar.config(regs, path.name)
                 assert cfg.unsupported is None
                 found.setdefault((path.parent.name, path.stem), []).append(
-                    (i, cfg.name, cfg.in_scale, cfg.out_scale, cfg.offset))
+                    (i, cfg.name, cfg.in_scale, cfg.out_scale, cfg.offset)
+                )
     assert found == OP_TABLE
     assert sum(map(len, found.values())) == 39
 
@@ -123,8 +142,15 @@ def run_and_count(dev, program, inputs):
     counted = dev.run(program, stats_only=True).stats
 
     def plain(s):
-        return dataclasses.replace(s, nan_outputs=0, lut_underflow=0, lut_overflow=0, saturated=0,
-                                   tasks_detail=[plain(t) for t in s.tasks_detail])
+        return dataclasses.replace(
+            s,
+            nan_outputs=0,
+            lut_underflow=0,
+            lut_overflow=0,
+            saturated=0,
+            tasks_detail=[plain(t) for t in s.tasks_detail],
+        )
+
     assert plain(counted) == plain(out.stats)
     return out
 
@@ -138,7 +164,7 @@ EXACT = {
     ("binary", "min"): lambda x, y: np.minimum(f64(x), y),
     ("unary", "abs"): lambda x, y: np.abs(f64(x)),
     ("unary", "square"): lambda x, y: f64(x) * x,
-    ("unary", "cube"): lambda x, y: f64(r16(f64(x) * x)) * x,    # two fp16 multiplies
+    ("unary", "cube"): lambda x, y: f64(r16(f64(x) * x)) * x,  # two fp16 multiplies
 }
 
 
@@ -186,7 +212,7 @@ def test_lut_and_planar_chains(dev, corpus, xy):
         ("log", "unary", {5: pos16}, np.log(pos), 2.5e-3),
         ("log10", "unary", {5: pos16}, np.log10(pos), 1.5e-3),
         ("atan", "unary", {5: x}, np.arctan(xs), 3.4e-2),
-        ("ceil", "unary", {5: x}, np.ceil(xs), 0.0),     # exact, up to the sign of 0
+        ("ceil", "unary", {5: x}, np.ceil(xs), 0.0),  # exact, up to the sign of 0
     ]
     for name, group, inputs, ref, tol in cases:
         out = run_and_count(dev, load(corpus, group, name), inputs)
@@ -232,7 +258,7 @@ def test_row_reduction_programs(dev, corpus, xy):
         assert s.planar_ops == sum(1600 * 2560 for t in s.tasks_detail if t.planar_ops)
     out = run_and_count(dev, load(corpus, "activation", "logsoftmax"), {5: x})
     ref = np.log(softmax(xs))
-    ok = ref >= np.log(2.0**-14)              # where softmax itself is a normal fp16 value
+    ok = ref >= np.log(2.0**-14)  # where softmax itself is a normal fp16 value
     assert np.abs(f64(out[4]) - ref)[ok].max() <= 1.5e-2
     out = run_and_count(dev, load(corpus, "unary", "norm"), {5: x})
     ref = xs / np.sqrt((xs * xs).sum(-1, keepdims=True))
@@ -242,8 +268,7 @@ def test_row_reduction_programs(dev, corpus, xy):
     # norm's 8 tasks: L2 vectors (SourceType/ResultType 0) between the reduction and the
     # broadcast, no DRAM traffic for them
     detail = out.stats.tasks_detail
-    assert [t.tile_dma_src_bytes > 0 for t in detail] == [True, True, True, False, False,
-                                                          False, False, True]
+    assert [t.tile_dma_src_bytes > 0 for t in detail] == [True, True, True, False, False, False, False, True]
     regs = [planar.registers(td) for td in load(corpus, "unary", "norm").tds]
     assert [r["L2.SourceCfg.SourceType"] for r in regs] == [2, 2, 2, 0, 0, 0, 3, 2]
     assert [r["L2.ResultCfg.ResultType"] for r in regs] == [2, 2, 0, 0, 0, 3, 2, 2]

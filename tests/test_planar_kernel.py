@@ -1,6 +1,7 @@
 """The planar engine's Numba kernels against independent references: numpy fp16 for the
 elementwise ops (bit for bit, NaN canonical), Python Fractions for the fused output
 affine and the row reductions (exact value, rounded once)."""
+
 from fractions import Fraction
 
 import numpy as np
@@ -11,14 +12,48 @@ from planar_helpers import F16, QNAN, bits, ref_eltwise, round16_exact
 
 from fastane.kernels import planar as k
 
-OPS = {"scale": k.OP_PASS, "abs": k.OP_ABS, "add": k.OP_ADD, "sub": k.OP_SUB, "mul": k.OP_MUL,
-       "max": k.OP_MAX, "min": k.OP_MIN}
+OPS = {
+    "scale": k.OP_PASS,
+    "abs": k.OP_ABS,
+    "add": k.OP_ADD,
+    "sub": k.OP_SUB,
+    "mul": k.OP_MUL,
+    "max": k.OP_MAX,
+    "min": k.OP_MIN,
+}
 BINARY = ("add", "sub", "mul", "max", "min")
 
 # zeros, subnormals, the normal boundary, ones, halfway cases, the largest finite, inf, NaN
-SPECIAL = np.array([0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x83FF, 0x0400, 0x8400, 0x3C00, 0xBC00,
-                    0x3C01, 0x3E00, 0xC100, 0x6800, 0x6801, 0x1400, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00,
-                    0x7E00, 0xFE00, 0x7C01, 0x5640, 0x2E66], dtype=np.uint16)
+SPECIAL = np.array(
+    [
+        0x0000,
+        0x8000,
+        0x0001,
+        0x8001,
+        0x03FF,
+        0x83FF,
+        0x0400,
+        0x8400,
+        0x3C00,
+        0xBC00,
+        0x3C01,
+        0x3E00,
+        0xC100,
+        0x6800,
+        0x6801,
+        0x1400,
+        0x7BFF,
+        0xFBFF,
+        0x7C00,
+        0xFC00,
+        0x7E00,
+        0xFE00,
+        0x7C01,
+        0x5640,
+        0x2E66,
+    ],
+    dtype=np.uint16,
+)
 
 
 def values(bits16):
@@ -40,13 +75,27 @@ def run_eltwise(name, a, b=None, in_scale=1.0, out_scale=1.0, offset=0.0, parall
 
 
 @pytest.mark.parametrize("name", list(OPS))
-@pytest.mark.parametrize("scales", [(1.0, 1.0, 0.0), (-1.0, 1.0, 0.0), (0.5, 1.0, 0.0),
-                                    (1.0, 1.4423828125, 0.0), (1.0, 1.0, 0.5), (3.0, -0.25, 2.0)])
+@pytest.mark.parametrize(
+    "scales",
+    [
+        (1.0, 1.0, 0.0),
+        (-1.0, 1.0, 0.0),
+        (0.5, 1.0, 0.0),
+        (1.0, 1.4423828125, 0.0),
+        (1.0, 1.0, 0.5),
+        (3.0, -0.25, 2.0),
+    ],
+)
 def test_special_values_bit_for_bit(name, scales):
     """Every pair of special fp16 values (and random ones) through every op and scaling."""
     rng = np.random.default_rng(1)
-    pool = np.concatenate([SPECIAL, rng.integers(0, 0x7C00, 40, dtype=np.uint16),
-                           rng.integers(0x8000, 0xFC00, 40, dtype=np.uint16)])
+    pool = np.concatenate(
+        [
+            SPECIAL,
+            rng.integers(0, 0x7C00, 40, dtype=np.uint16),
+            rng.integers(0x8000, 0xFC00, 40, dtype=np.uint16),
+        ]
+    )
     a, b = np.meshgrid(values(pool), values(pool), indexing="ij")
     s0, s, c = scales
     got, nans = run_eltwise(name, a, b if name in BINARY else None, s0, s, c)
@@ -89,7 +138,7 @@ def test_broadcast_rows():
     m = rng.uniform(-4, 4, (7, 1)).astype(F16)
     got, _ = run_eltwise("sub", a, m, 1.0, 1.4423828125, 0.0)
     assert np.array_equal(got, bits(ref_eltwise("sub", a, m, 1.0, 1.4423828125, 0.0)))
-    got, _ = run_eltwise("mul", m, a)                          # broadcast source 0
+    got, _ = run_eltwise("mul", m, a)  # broadcast source 0
     assert np.array_equal(got, bits(ref_eltwise("mul", np.broadcast_to(m, a.shape), a)))
 
 
@@ -131,18 +180,32 @@ def ref_sum(row, recip=False):
         s = round16_exact(q) if q != 0 else 0.0
     if recip:
         with np.errstate(divide="ignore"):
-            s = np.copysign(np.inf, s) if s == 0 else (round16_exact(1 / Fraction(s)) if np.isfinite(s) else 1 / s)
+            s = (
+                np.copysign(np.inf, s)
+                if s == 0
+                else (round16_exact(1 / Fraction(s)) if np.isfinite(s) else 1 / s)
+            )
     return s
 
 
 def test_sum_is_exact_then_rounded_once():
-    rows = [[2048, 1], [2048, 1, 2.0**-24], [65504, 65504, -65504], [0.1] * 1600,
-            [2.0**-24] * 3, [-0.0, -0.0], [1, -1], [np.inf, 1], [np.inf, -np.inf], [np.nan, 1],
-            [60000, 6000]]
+    rows = [
+        [2048, 1],
+        [2048, 1, 2.0**-24],
+        [65504, 65504, -65504],
+        [0.1] * 1600,
+        [2.0**-24] * 3,
+        [-0.0, -0.0],
+        [1, -1],
+        [np.inf, 1],
+        [np.inf, -np.inf],
+        [np.nan, 1],
+        [60000, 6000],
+    ]
     width = max(len(r) for r in rows)
     a = np.zeros((len(rows), width), F16)
     for i, r in enumerate(rows):
-        a[i, :len(r)] = r
+        a[i, : len(r)] = r
     for recip in (False, True):
         got, nans = run_reduce(k.RED_SUM, a, recip)
         exp = [ref_sum(a[i], recip) for i in range(len(rows))]

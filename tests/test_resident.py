@@ -2,6 +2,7 @@
 weights does not pack them again, and any change of a weight's bits -- in place, through
 a view, a NaN payload, a signed zero -- is packed and computed (checked against the slow
 reference)."""
+
 import numpy as np
 import pytest
 
@@ -21,6 +22,7 @@ def packs(monkeypatch):
     def counting(self, raw, weight, bias=None):
         calls.append(self.conv)
         return orig(self, raw, weight, bias)
+
     monkeypatch.setattr(_lowered.Lowered, "pack", counting)
     return calls
 
@@ -35,7 +37,7 @@ def test_same_weights_are_packed_once(packs):
     for i in range(4):
         a = rng.standard_normal((3, 24)).astype(F16)
         assert np.array_equal(_bits(fastane.matmul(a, w)), _bits(ref_matmul(a, w)))
-    assert len(packs) <= 1          # at most once (an earlier test may have packed them)
+    assert len(packs) <= 1  # at most once (an earlier test may have packed them)
 
 
 def test_changed_weights_are_packed_again(packs):
@@ -56,13 +58,13 @@ def test_changed_weights_are_packed_again(packs):
     def signed_zero():
         w[1, 1] = F16(0.0)
         fastane.matmul(a, w)
-        w[1, 1] = F16(-0.0)                   # the same value, other bits
+        w[1, 1] = F16(-0.0)  # the same value, other bits
         return w
 
     def nan_payload():
-        w.view(np.uint16)[2, 2] = 0x7e01
+        w.view(np.uint16)[2, 2] = 0x7E01
         fastane.matmul(a, w)
-        w.view(np.uint16)[2, 2] = 0x7e02
+        w.view(np.uint16)[2, 2] = 0x7E02
         return w
 
     def a_copy():
@@ -88,7 +90,7 @@ def test_bias_change_is_packed_again(packs):
     b[0] += F16(1)
     y1 = fastane.linear(x, w, b)
     assert len(packs) == before + 1
-    ref = (ref_matmul(x, w.T).astype(np.float64) + b).astype(F16)   # bias in fp16 after readout
+    ref = (ref_matmul(x, w.T).astype(np.float64) + b).astype(F16)  # bias in fp16 after readout
     assert np.array_equal(_bits(y1), _bits(ref))
     assert not np.array_equal(_bits(y0), _bits(y1))
 
@@ -116,7 +118,7 @@ def test_non_fp16_weights_compare_their_rounding(packs):
     a = rng.standard_normal((2, 8)).astype(F16)
     fastane.matmul(a, w)
     before = len(packs)
-    w[0, 0] = float(F16(w[0, 0]))           # the same fp16 value
+    w[0, 0] = float(F16(w[0, 0]))  # the same fp16 value
     y = fastane.matmul(a, w)
     assert len(packs) == before
     w[0, 0] += 0.5
@@ -142,7 +144,7 @@ def test_resident_copy_is_private():
     w[0, 0] = 2
     assert not res.holds(w, None)
     assert not res.holds(w.astype(np.float32), None)
-    assert not res.holds(np.ones((2, 8), F16), None)       # same bits, other shape
+    assert not res.holds(np.ones((2, 8), F16), None)  # same bits, other shape
 
 
 def test_transposed_weights_of_linear(packs):
@@ -166,15 +168,15 @@ def test_engine_weight_cache_stays_bounded(monkeypatch):
     """The decoded weights (and their transposed forms) kept by the engine respect
     WEIGHT_CACHE and WEIGHT_CACHE_BYTES, and the results stay the reference's."""
     from fastane.device import engine
+
     monkeypatch.setattr(engine, "WEIGHT_CACHE_BYTES", 300_000)
     monkeypatch.setattr(engine, "WEIGHT_CACHE", 3)
     dev = fastane.Device(memory_size=64 << 20)
     rng = np.random.default_rng(6)
     for i in range(6):
         w = rng.standard_normal((96, 160)).astype(F16)
-        x = rng.standard_normal((2, 96)).astype(F16)           # narrow: the transposed path
-        y, _, _ = lower.run_matmul(x[None], w[None], np.zeros(1, np.int64), np.zeros(1, np.int64),
-                                   device=dev)
+        x = rng.standard_normal((2, 96)).astype(F16)  # narrow: the transposed path
+        y, _, _ = lower.run_matmul(x[None], w[None], np.zeros(1, np.int64), np.zeros(1, np.int64), device=dev)
         assert np.array_equal(_bits(y[0]), _bits(ref_matmul(x, w)))
         cache = dev.engine._wcache
         total = sum(len(e[1]) + e[2].nbytes + (e[4][0].nbytes if e[4] is not None else 0) for e in cache)

@@ -1,4 +1,5 @@
 """The roofline model: chip figures, the time model on hand-computed cases, decode bounds."""
+
 import math
 
 import pytest
@@ -16,6 +17,7 @@ TD = 0x274  # 628 bytes of ControlDMA per task (SPEC 5)
 
 
 # ----------------------------------------------------------------------------- chips
+
 
 def test_m1_ridge_point_is_161_8_op_per_byte():
     # SPEC 8: "M1: 11 TOP/s, 68 GB/s DRAM -> ridge point 11e12 / 68e9 = 162 OP/byte"
@@ -86,40 +88,59 @@ def test_chip_lookup_by_name_and_alias():
 
 # ------------------------------------------------------------------ the time model
 
+
 def test_memory_bound_task_by_hand():
     # One decode task of a (1 x 4096) @ (4096 x 4096) matmul: a kernel group of 128 output
     # channels.  On the M3 (the chip the DMA bandwidths were measured on):
-    macs = 128 * 4096                     # 524,288 MACs
-    kernel = 128 * 4096 * 2               # 1,048,576 B (1 MiB: 16 cores x 64 KiB)
-    src = 4096 * 64                       # 262,144 B: 4096 channels x one 64-byte row
-    dst = 128 * 64                        # 8,192 B
-    task = Stats(tasks=1, macs=macs, control_dma_bytes=TD, kernel_dma_bytes=kernel,
-                 tile_dma_src_bytes=src, tile_dma_dst_bytes=dst)
-    compute = 2 * 524_288 / 18e12                          # 5.825e-8 s
-    dma = (0.939 * 1_048_576 / 37.99e9                     # 25.918 us KernelDMA
-           + 0.981 * 262_144 / 59.08e9                     # 4.353 us TileDMA src
-           + 8_192 / 59.08e9 + 628 / 59.08e9)              # 0.149 us dst + ControlDMA
+    macs = 128 * 4096  # 524,288 MACs
+    kernel = 128 * 4096 * 2  # 1,048,576 B (1 MiB: 16 cores x 64 KiB)
+    src = 4096 * 64  # 262,144 B: 4096 channels x one 64-byte row
+    dst = 128 * 64  # 8,192 B
+    task = Stats(
+        tasks=1,
+        macs=macs,
+        control_dma_bytes=TD,
+        kernel_dma_bytes=kernel,
+        tile_dma_src_bytes=src,
+        tile_dma_dst_bytes=dst,
+    )
+    compute = 2 * 524_288 / 18e12  # 5.825e-8 s
+    dma = (
+        0.939 * 1_048_576 / 37.99e9  # 25.918 us KernelDMA
+        + 0.981 * 262_144 / 59.08e9  # 4.353 us TileDMA src
+        + 8_192 / 59.08e9
+        + 628 / 59.08e9
+    )  # 0.149 us dst + ControlDMA
     assert dma == pytest.approx(30.42e-6, rel=1e-3)
     t = task_times([task], "m3", SEED)
     assert t["compute"][0] == pytest.approx(compute)
     assert t["dma"][0] == pytest.approx(dma)
-    assert t["total"][0] == pytest.approx(dma + 1e-6)      # max(compute, dma) + 1 us dispatch
+    assert t["total"][0] == pytest.approx(dma + 1e-6)  # max(compute, dma) + 1 us dispatch
     e = estimate([task], "m3", SEED)
-    assert e.time_s == pytest.approx(dma + 1e-6 + 1e-3)    # + the 1 ms program overhead
+    assert e.time_s == pytest.approx(dma + 1e-6 + 1e-3)  # + the 1 ms program overhead
     # intensity 2 x 524,288 / 1,319,540 B = 0.7946 OP/B << ridge 18e12 / 100e9 = 180
     assert e.intensity == pytest.approx(1_048_576 / 1_319_540)
-    assert e.bound == "memory" and e.limiter == "overhead"   # 1 ms > 31 us of one task
+    assert e.bound == "memory" and e.limiter == "overhead"  # 1 ms > 31 us of one task
     assert estimate([task], "m3", SEED, program=False).limiter == "dma"
 
 
 def test_compute_bound_task_by_hand():
     # A task doing 2^30 MACs on 1 MiB of kernel, 1 MiB in and 1 MiB out (M3):
-    task = Stats(tasks=1, macs=2**30, control_dma_bytes=TD, kernel_dma_bytes=2**20,
-                 tile_dma_src_bytes=2**20, tile_dma_dst_bytes=2**20)
-    compute = 2 * 1_073_741_824 / 18e12                    # 119.30 us
-    dma = (0.939 * 1_048_576 / 37.99e9                     # 25.92 us
-           + 0.981 * 1_048_576 / 59.08e9                   # 17.41 us
-           + 1_048_576 / 59.08e9 + 628 / 59.08e9)          # 17.76 us
+    task = Stats(
+        tasks=1,
+        macs=2**30,
+        control_dma_bytes=TD,
+        kernel_dma_bytes=2**20,
+        tile_dma_src_bytes=2**20,
+        tile_dma_dst_bytes=2**20,
+    )
+    compute = 2 * 1_073_741_824 / 18e12  # 119.30 us
+    dma = (
+        0.939 * 1_048_576 / 37.99e9  # 25.92 us
+        + 0.981 * 1_048_576 / 59.08e9  # 17.41 us
+        + 1_048_576 / 59.08e9
+        + 628 / 59.08e9
+    )  # 17.76 us
     assert compute == pytest.approx(119.30e-6, rel=1e-4)
     assert dma == pytest.approx(61.09e-6, rel=1e-3)
     e = estimate([task], "m3", SEED, program=False)
@@ -142,11 +163,11 @@ def test_program_overhead_is_the_fit_intercept_in_seconds():
 
 
 def test_kernel_and_tile_dma_times_add():
-    k = Stats(tasks=1, kernel_dma_bytes=37_990_000)    # 1 ms alone on the M3's KernelDMA
+    k = Stats(tasks=1, kernel_dma_bytes=37_990_000)  # 1 ms alone on the M3's KernelDMA
     t = Stats(tasks=1, tile_dma_src_bytes=59_080_000)  # 1 ms alone on its TileDMA
     both = Stats(tasks=1, kernel_dma_bytes=37_990_000, tile_dma_src_bytes=59_080_000)
     dk, dt, db = (task_times([s], "m3", SEED)["dma"][0] for s in (k, t, both))
-    assert db == pytest.approx(dk + dt)                 # serial, not overlapped
+    assert db == pytest.approx(dk + dt)  # serial, not overlapped
     assert db == pytest.approx(0.939e-3 + 0.981e-3)
 
 
@@ -163,19 +184,21 @@ def test_estimate_accepts_stats_with_or_without_detail():
     assert agg.tasks == 2 and agg.macs == 30 and agg.dram_bytes == 400
     assert estimate(agg, "m1").time_s == pytest.approx(estimate([a, b], "m1").time_s)
     lone = Stats(tasks=2, macs=30, kernel_dma_bytes=100, tile_dma_src_bytes=300)
-    assert estimate(lone, "m1").tasks == 2          # counted as one aggregate task
+    assert estimate(lone, "m1").tasks == 2  # counted as one aggregate task
 
 
 # -------------------------------------------------------------------- decode bounds
+
 
 @pytest.mark.parametrize("name", ["gpt2", "gpt2-xl", "llama-3.2-1b"])
 def test_decode_tokens_per_s_cannot_exceed_bandwidth_over_2p(name):
     from fastane import workloads
     from fastane.roofline import report
+
     w = workloads.get(name)
     P = w.weight_params
     r = report.analyze(w, "m1")
-    assert r.total.dram_bytes >= 2 * P          # every fp16 weight crosses DRAM once at least
+    assert r.total.dram_bytes >= 2 * P  # every fp16 weight crosses DRAM once at least
     for key, row in report.tokens_per_s(r).items():
         bw = chips.get(key).dram_bw.value
         assert row["model"] <= bw / (2 * P)
@@ -188,6 +211,7 @@ def test_llama_decode_bound_numbers():
     # Llama-3.2-1B: P = 1,235,746,816 fp16 parameters (tied lm_head read every step):
     # M1 68e9 / (2 x 1.2357e9) = 27.51 tokens/s at most
     from fastane import workloads
+
     P = workloads.get("llama-3.2-1b").weight_params
     assert P == 1_235_746_816
     assert tokens_per_s_bound(2 * P, "m1") == pytest.approx(27.51, abs=0.01)

@@ -1,4 +1,5 @@
 """``fastane roofline --compare``: per-layer and total changes, regressions and their exit code."""
+
 import copy
 import json
 
@@ -31,7 +32,7 @@ def test_slower_layer_is_a_regression(old_report):
     new = copy.deepcopy(old_report)
     wl = new["workloads"][0]
     layer = wl["layers"][3]
-    extra = layer["time_s"]                       # that layer takes twice as long
+    extra = layer["time_s"]  # that layer takes twice as long
     layer["time_s"] += extra
     wl["total"]["time_s"] += extra
     pct = extra / old_report["workloads"][0]["total"]["time_s"] * 100
@@ -67,7 +68,7 @@ def test_cli_compare_exit_codes(tmp_path, old_report, capsys):
     assert main(["roofline", "gpt2", "--quiet", "--compare", str(same)]) == 0
     assert "0 workload(s) regressed" in capsys.readouterr().out
     faster = copy.deepcopy(old_report)
-    faster["workloads"][0]["total"]["time_s"] /= 2         # the stored run was faster
+    faster["workloads"][0]["total"]["time_s"] /= 2  # the stored run was faster
     assert main(["roofline", "gpt2", "--quiet", "--compare", str(_write(tmp_path, faster, "f.json"))]) == 1
     out = capsys.readouterr().out
     assert "gpt2: REGRESSED" in out and "+100.00%" in out
@@ -75,12 +76,15 @@ def test_cli_compare_exit_codes(tmp_path, old_report, capsys):
     assert json.loads(capsys.readouterr().out)["regressed"] is False
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "no such file"),
-    ("{not json", "not a JSON file"),
-    ('{"workloads": [{"name": 3}]}', "not a fastane roofline report"),
-    ("[1, 2]", "not a fastane roofline report"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no such file"),
+        ("{not json", "not a JSON file"),
+        ('{"workloads": [{"name": 3}]}', "not a fastane roofline report"),
+        ("[1, 2]", "not a fastane roofline report"),
+    ],
+)
 def test_cli_compare_bad_files(tmp_path, capsys, content, message):
     p = tmp_path / "old.json"
     if content is not None:

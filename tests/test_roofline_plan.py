@@ -4,6 +4,7 @@ L2 limits, traffic = sum of the tasks, hand cases, and the layers it cannot lowe
 (Until issue 9 these tests ran against an analytic tiler in fastane.roofline.model; it is
 gone, and the same assertions now hold for the lowered plan.  Split-K and the planar
 Eltwise layers, which only the analytic tiler planned, are reported as not lowered.)"""
+
 import math
 import time
 from types import SimpleNamespace
@@ -16,7 +17,7 @@ from fastane.roofline import plan as rplan
 from fastane.stats import Stats
 from fastane.workloads import Conv2d, Eltwise, Matmul
 
-KMEM = 16 * 64 * 1024   # 1 MiB
+KMEM = 16 * 64 * 1024  # 1 MiB
 KMEM_CORE = 64 * 1024
 L2 = 2 * 1024 * 1024
 TD = 0x274
@@ -73,7 +74,7 @@ def test_tasks_add_up_to_the_layer(plans):
         for lp in plan.lowered:
             assert lp.stats.macs == lp.layer.macs, (name, lp.name)
             assert lp.stats.tasks == len(lp.stats.tasks_detail)
-        assert plan.stats.macs == plan.workload.macs     # the planar layers have no MACs
+        assert plan.stats.macs == plan.workload.macs  # the planar layers have no MACs
 
 
 def test_decode_matmul_by_hand():
@@ -81,13 +82,13 @@ def test_decode_matmul_by_hand():
     # core holds 8 and a task 16 x 8 = 128 channels (1 MiB): 4096 / 128 = 32 tasks.
     tasks = plan_matmul(Matmul("m", 1, 1, 4096, 4096))
     assert len(tasks) == 32
-    assert all(t.kernel_dma_bytes == 128 * 4096 * 2 for t in tasks)     # 1 MiB each
-    assert all(t.tile_dma_src_bytes == 4096 * 64 for t in tasks)        # x re-read per group
+    assert all(t.kernel_dma_bytes == 128 * 4096 * 2 for t in tasks)  # 1 MiB each
+    assert all(t.tile_dma_src_bytes == 4096 * 64 for t in tasks)  # x re-read per group
     assert all(t.tile_dma_dst_bytes == 128 * 64 for t in tasks)
     s = model.sum_stats(tasks)
-    assert s.kernel_dma_bytes == 32 * 2**20                     # 32 MiB = the weights once
-    assert s.tile_dma_src_bytes == 32 * 256 * 1024              # 8 MiB of padded activations
-    assert s.tile_dma_dst_bytes == 4096 * 64                    # 256 KiB
+    assert s.kernel_dma_bytes == 32 * 2**20  # 32 MiB = the weights once
+    assert s.tile_dma_src_bytes == 32 * 256 * 1024  # 8 MiB of padded activations
+    assert s.tile_dma_dst_bytes == 4096 * 64  # 256 KiB
     assert s.control_dma_bytes == 32 * 628
     assert s.macs == 4096 * 4096
 
@@ -97,7 +98,7 @@ def test_small_conv_is_one_task_by_hand():
     # a row is 56 x 2 = 112 B -> 128 B; in + out = 64 x 58 x 128 + 64 x 56 x 128 < 2 MiB
     (t,) = plan_conv(Conv2d("c", 64, 64, 56, 56, 3, 3, 1, 1))
     assert t.kernel_dma_bytes == 73_728
-    assert t.tile_dma_src_bytes == 64 * 56 * 128 == 458_752     # rows clipped at the border
+    assert t.tile_dma_src_bytes == 64 * 56 * 128 == 458_752  # rows clipped at the border
     assert t.tile_dma_dst_bytes == 458_752
     assert t.macs == 64 * 56 * 56 * 64 * 9 == 115_605_504
 
@@ -136,27 +137,31 @@ def _hand_traffic(conv: Conv2d, t):
                 clo = max(0, x0 * conv.stride - conv.pad)
                 chi = min(conv.w - 1, (x0 + tw - 1) * conv.stride - conv.pad + conv.kw - 1)
                 for cc in chunks:
-                    m = -(-cout // 16)                      # channels per core (lane)
+                    m = -(-cout // 16)  # channels per core (lane)
                     lanes = -(-cout // m)
                     kernel += lanes * ((m * cc * kk * 2 + 63) // 64 * 64)
                     src += ng * cc * (hi - lo + 1) * _row(chi - clo + 1)
                     dst += cout * th * _row(tw)
                     tasks += 1
-                for _ in range(len(chunks) - 1):            # partial sums: read 2, write 1
+                for _ in range(len(chunks) - 1):  # partial sums: read 2, write 1
                     src += 2 * cout * th * _row(tw)
                     dst += cout * th * _row(tw)
                     planar += cout * th * tw
     return kernel, src, dst, planar
 
 
-@pytest.mark.parametrize("conv", [
-    Conv2d("c3s2", 128, 256, 56, 56, 3, 3, 2, 1),
-    Conv2d("c7s2", 3, 64, 224, 224, 7, 7, 2, 3),
-    Conv2d("big", 256, 512, 56, 56, 3, 3, 1, 1),        # several groups and tiles
-    Conv2d("dw", 960, 960, 14, 14, 3, 3, 1, 1, groups=960),
-    Conv2d("g4", 64, 128, 30, 30, 3, 3, 1, 1, groups=4),
-    Conv2d("wide", 2048, 2048, 1, 512),                 # prefill-like: column tiles
-], ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "conv",
+    [
+        Conv2d("c3s2", 128, 256, 56, 56, 3, 3, 2, 1),
+        Conv2d("c7s2", 3, 64, 224, 224, 7, 7, 2, 3),
+        Conv2d("big", 256, 512, 56, 56, 3, 3, 1, 1),  # several groups and tiles
+        Conv2d("dw", 960, 960, 14, 14, 3, 3, 1, 1, groups=960),
+        Conv2d("g4", 64, 128, 30, 30, 3, 3, 1, 1, groups=4),
+        Conv2d("wide", 2048, 2048, 1, 512),  # prefill-like: column tiles
+    ],
+    ids=lambda c: c.name,
+)
 def test_traffic_of_a_tiled_conv_equals_the_sum_of_its_tasks(conv):
     t = tile_conv(conv)
     tasks = plan_conv(conv)
@@ -177,8 +182,10 @@ def test_kernel_bytes_follow_the_kernel_dma_lane_layout():
     (t,) = plan_conv(Conv2d("c", 100, 40, 8, 8, 3, 3, 1, 1))
     assert t.kernel_dma_bytes == 14 * 5440
     from fastane.device import kernel_dma
-    assert t.kernel_dma_bytes == sum(b and kernel_dma.lane_stride(40, 100, 3, 3)
-                                     for b in kernel_dma.lane_bytes(40, 100, 3, 3))
+
+    assert t.kernel_dma_bytes == sum(
+        b and kernel_dma.lane_stride(40, 100, 3, 3) for b in kernel_dma.lane_bytes(40, 100, 3, 3)
+    )
 
 
 def test_split_k_is_not_lowered_and_says_why():
@@ -189,7 +196,9 @@ def test_split_k_is_not_lowered_and_says_why():
         plan_conv(conv)
     w = workloads.Workload("w", "one split-K layer", (conv, Conv2d("ok", 8, 3, 4, 1)))
     p = rplan.plan_workload(w)
-    assert [lp.name for lp in p.not_lowered] == ["splitk"] and "split the reduction" in p.not_lowered[0].not_lowered
+    assert [lp.name for lp in p.not_lowered] == ["splitk"] and "split the reduction" in p.not_lowered[
+        0
+    ].not_lowered
     assert p.stats.tasks == 1 and p.stats.macs == Conv2d("ok", 8, 3, 4, 1).macs
 
 
@@ -212,16 +221,16 @@ def test_planner_can_be_swapped():
 
     p = rplan.plan_workload("resnet50", planner=fake)
     assert p.stats.macs == workloads.get("resnet50").macs
-    assert len(calls) < len(p.layers)        # identical layers are planned once
+    assert len(calls) < len(p.layers)  # identical layers are planned once
 
 
 def _cold():
-    lower.cache_clear()                       # cold: no program or tiling remembered from other tests
+    lower.cache_clear()  # cold: no program or tiling remembered from other tests
     lower.tiler._tile.cache_clear()
 
 
 def test_planning_is_fast():
-    rplan.plan_workload("resnet50")           # the stats-only device and the kernels' first calls
+    rplan.plan_workload("resnet50")  # the stats-only device and the kernels' first calls
     _cold()
     t0 = time.perf_counter()
     rplan.plan_workload("llama-3.2-1b")

@@ -1,4 +1,5 @@
 """Reports: text table, JSON, plot, and the ``fastane roofline`` command."""
+
 import argparse
 import json
 import sys
@@ -88,5 +89,6 @@ def test_plot_without_matplotlib_says_so(tmp_path, gpt2, monkeypatch):
 
 def test_fastane_cli_runs_roofline(capsys):
     from fastane import cli
+
     assert cli.main(["roofline", "gpt2", "--summary", "--quiet"]) == 0
     assert "tokens/s" in capsys.readouterr().out

@@ -1,4 +1,5 @@
 """``fastane roofline --transformer SPEC`` and ``--matmul MxKxN``: the forms and their errors."""
+
 import argparse
 import json
 
@@ -28,8 +29,10 @@ def test_transformer_spec_builds_the_stack():
 
 
 def test_transformer_options():
-    w = spec.parse_transformer("layers=2,d=2048,heads=32,kv_heads=8,head_dim=64,ffn=8192,vocab=0,seq=1,"
-                               "kv=512,gated=1,act=silu,norm=rms")
+    w = spec.parse_transformer(
+        "layers=2,d=2048,heads=32,kv_heads=8,head_dim=64,ffn=8192,vocab=0,seq=1,"
+        "kv=512,gated=1,act=silu,norm=rms"
+    )
     names = [layer.name for layer in w.layers]
     assert "layers.0.mlp.gate_proj" in names and "lm_head" not in names
     scores = next(layer for layer in w.layers if layer.name == "layers.0.attn.scores")
@@ -43,18 +46,24 @@ def test_matmul_spec():
     assert (m.B, m.M, m.K, m.N) == (1, 1, 4096, 128256) and w.weight_params == 4096 * 128256
 
 
-@pytest.mark.parametrize("bad, msg", [
-    ("layers=24,d=1024", "missing heads, ffn, vocab, seq"),
-    ("layers=24,d=1024,heads=16,ffn=4096,vocab=50257,seq=512,foo=1", "unknown key 'foo'"),
-    ("layers=x,d=1024,heads=16,ffn=4096,vocab=1,seq=1", "layers='x' is not a non-negative integer"),
-    ("layers=0,d=1024,heads=16,ffn=4096,vocab=1,seq=1", "layers=0 is out of range"),
-    ("layers=1,d=1000,heads=16,ffn=4096,vocab=1,seq=1", "not a multiple of heads=16"),
-    ("layers=1,d=1024,heads=16,ffn=4096,vocab=1,seq=1,act=tanh", "act='tanh' is not one of gelu|silu|relu"),
-    ("layers=1,d=1024,heads=16,ffn=4096,vocab=1,seq=8,lm_tokens=9", "lm_tokens=9 exceeds seq=8"),
-    ("layers=1,d=1024,heads=16,ffn=4096,vocab=1,seq=8,kv=4", "exceeds the attention context"),
-    ("layers=1,layers=2", "layers given twice"),
-    ("layers", "is not key=value"),
-])
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        ("layers=24,d=1024", "missing heads, ffn, vocab, seq"),
+        ("layers=24,d=1024,heads=16,ffn=4096,vocab=50257,seq=512,foo=1", "unknown key 'foo'"),
+        ("layers=x,d=1024,heads=16,ffn=4096,vocab=1,seq=1", "layers='x' is not a non-negative integer"),
+        ("layers=0,d=1024,heads=16,ffn=4096,vocab=1,seq=1", "layers=0 is out of range"),
+        ("layers=1,d=1000,heads=16,ffn=4096,vocab=1,seq=1", "not a multiple of heads=16"),
+        (
+            "layers=1,d=1024,heads=16,ffn=4096,vocab=1,seq=1,act=tanh",
+            "act='tanh' is not one of gelu|silu|relu",
+        ),
+        ("layers=1,d=1024,heads=16,ffn=4096,vocab=1,seq=8,lm_tokens=9", "lm_tokens=9 exceeds seq=8"),
+        ("layers=1,d=1024,heads=16,ffn=4096,vocab=1,seq=8,kv=4", "exceeds the attention context"),
+        ("layers=1,layers=2", "layers given twice"),
+        ("layers", "is not key=value"),
+    ],
+)
 def test_malformed_transformer_is_one_precise_line(bad, msg, capsys):
     with pytest.raises(ValueError, match=msg.replace("|", r"\|").replace("(", r"\(")):
         spec.parse_transformer(bad)
@@ -71,8 +80,21 @@ def test_malformed_matmul_is_one_precise_line(bad, capsys):
 
 
 def test_cli_forms_combine_with_json_summary_and_chip(capsys, tmp_path):
-    assert _run(["--matmul", "1x4096x4096", "--transformer", "layers=1,d=256,heads=4,ffn=1024,vocab=0,seq=16",
-                 "--chip", "m2", "--json", "--quiet"]) == 0
+    assert (
+        _run(
+            [
+                "--matmul",
+                "1x4096x4096",
+                "--transformer",
+                "layers=1,d=256,heads=4,ffn=1024,vocab=0,seq=16",
+                "--chip",
+                "m2",
+                "--json",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     assert d["chip"]["key"] == "m2"
     assert [w["name"] for w in d["workloads"]] == ["transformer", "matmul-1x4096x4096"]
@@ -88,8 +110,19 @@ def test_cli_forms_combine_with_json_summary_and_chip(capsys, tmp_path):
 
 
 def test_builtin_names_stay():
-    for n in ("resnet50", "mobilenetv2", "vit-b16", "bert-base", "bert-base-512", "gpt2", "gpt2-prefill",
-              "gpt2-xl", "gpt2-xl-prefill", "llama-3.2-1b", "llama-3.2-1b-prefill"):
+    for n in (
+        "resnet50",
+        "mobilenetv2",
+        "vit-b16",
+        "bert-base",
+        "bert-base-512",
+        "gpt2",
+        "gpt2-prefill",
+        "gpt2-xl",
+        "gpt2-xl-prefill",
+        "llama-3.2-1b",
+        "llama-3.2-1b-prefill",
+    ):
         assert n in workloads.names()
 
 

@@ -1,6 +1,7 @@
 """The task manager: TM/TQ registers as the Linux driver uses them, priorities, ping-pong
 slots, events, faults, threads.  The executor here is a stub; tests/test_device_*.py run
 the real engine behind it."""
+
 import random
 import threading
 
@@ -9,12 +10,31 @@ import pytest
 from device_helpers import TD_SIZE, driver_enable, driver_execute, tq
 
 from fastane.device.faults import BARFault, QueueFault
-from fastane.device.taskmanager import (QUEUE_PRIORITIES, TM_ADDR, TM_BASE, TM_ERROR1, TM_ERROR2,
-                                        TM_ERROR3, TM_IRQ_EVTC, TM_IRQ_INFO, TM_IRQ_TMST,
-                                        TM_IS_IDLE, TM_PUSH, TM_STATUS, TQ_ADDR1, TQ_BASE, TQ_NID1,
-                                        TQ_PRTY, TQ_STATUS, TQ_STRIDE, TQ_VACANT, Task,
-                                        TaskManager)
+from fastane.device.taskmanager import (
+    QUEUE_PRIORITIES,
+    TM_ADDR,
+    TM_BASE,
+    TM_ERROR1,
+    TM_ERROR2,
+    TM_ERROR3,
+    TM_IRQ_EVTC,
+    TM_IRQ_INFO,
+    TM_IRQ_TMST,
+    TM_IS_IDLE,
+    TM_PUSH,
+    TM_STATUS,
+    TQ_ADDR1,
+    TQ_BASE,
+    TQ_NID1,
+    TQ_PRTY,
+    TQ_STATUS,
+    TQ_STRIDE,
+    TQ_VACANT,
+    Task,
+    TaskManager,
+)
 from fastane.stats import Stats
+
 
 class Recorder:
     """A stub executor: records what ran and can fault on demand."""
@@ -55,12 +75,18 @@ def test_driver_submission_through_registers(tm):
 
 
 def test_registers_are_at_the_documented_offsets(tm):
-    tm.write32(TQ_BASE + 5 * 0x148 + 0x020 + 4 * 31, 0xABCD0000)     # TQ 5 BAR1[31]
+    tm.write32(TQ_BASE + 5 * 0x148 + 0x020 + 4 * 31, 0xABCD0000)  # TQ 5 BAR1[31]
     assert tm.queues[5].slots[0].bars[31] == 0xABCD0000
-    tm.write32(TQ_BASE + 2 * 0x148 + 0x0AC + 4 * 7, 0x1234)          # TQ 2 BAR2[7]
+    tm.write32(TQ_BASE + 2 * 0x148 + 0x0AC + 4 * 7, 0x1234)  # TQ 2 BAR2[7]
     assert tm.queues[2].slots[1].bars[7] == 0x1234
-    for reg, attr, slot in ((0x0A0, "nid", 0), (0x130, "size", 0), (0x134, "addr", 0),
-                            (0x12C, "nid", 1), (0x0A4, "size", 1), (0x0A8, "addr", 1)):
+    for reg, attr, slot in (
+        (0x0A0, "nid", 0),
+        (0x130, "size", 0),
+        (0x134, "addr", 0),
+        (0x12C, "nid", 1),
+        (0x0A4, "size", 1),
+        (0x0A8, "addr", 1),
+    ):
         tm.write32(TQ_BASE + 7 * 0x148 + reg, 0x100 + reg)
         assert getattr(tm.queues[7].slots[slot], attr) == 0x100 + reg
         assert tm.read32(TQ_BASE + 7 * 0x148 + reg) == 0x100 + reg
@@ -98,26 +124,39 @@ def test_higher_priority_runs_first(tm):
         same = tm.submit(1, [0] * 32, 0xA000, TD_SIZE, 1, priority=0x10)
         assert tm.tm_read32(TM_STATUS) & TM_IS_IDLE == 0
         assert [t.addr for t in tm.pending()][:3] == [0x8000, 0x7000, 0x9000]
-    assert [t.addr for t in tm.executor.ran] == [0x8000, 0x7000, 0x9000, 0xA000, 0x6000, 0x5000,
-                                                 0x4000, 0x3000, 0x2000, 0x1000]
+    assert [t.addr for t in tm.executor.ran] == [
+        0x8000,
+        0x7000,
+        0x9000,
+        0xA000,
+        0x6000,
+        0x5000,
+        0x4000,
+        0x3000,
+        0x2000,
+        0x1000,
+    ]
     assert [t.order for t in tasks[::-1]] == [0, 1, 4, 5, 6, 7, 8, 9]
-    assert (extra.order, same.order) == (2, 3)   # equal priorities: push order
+    assert (extra.order, same.order) == (2, 3)  # equal priorities: push order
     assert tm.tm_read32(TM_STATUS) & TM_IS_IDLE
 
 
 def test_ping_pong_slots_and_backlog(tm):
     with tm.hold():
         a, b, c = (tm.submit(2, [0] * 32, addr, TD_SIZE, 1) for addr in (0x1000, 0x2000, 0x3000))
-        assert (a.slot, b.slot, c.slot) == (0, 1, None)       # c waits: both slots busy
+        assert (a.slot, b.slot, c.slot) == (0, 1, None)  # c waits: both slots busy
         assert c.status == Task.QUEUED and tm.tq_read32(tq(2, TQ_VACANT)) == 0
         assert tm.tq_read32(tq(2, TQ_ADDR1)) == 0x1000 and tm.tq_read32(tq(2, 0x0A8)) == 0x2000
-        assert tm.step() == 1                                 # slot 0 runs, c takes it
+        assert tm.step() == 1  # slot 0 runs, c takes it
         assert (a.status, c.slot, c.status) == (Task.DONE, 0, Task.PENDING)
     assert [t.addr for t in tm.executor.ran] == [0x1000, 0x2000, 0x3000]
     assert [(e.qid, e.slot, e.addr) for e in tm.drain_events()] == [
-        (2, 0, 0x1000), (2, 1, 0x2000), (2, 0, 0x3000)]
+        (2, 0, 0x1000),
+        (2, 1, 0x2000),
+        (2, 0, 0x3000),
+    ]
     d = tm.submit(2, [0] * 32, 0x4000, TD_SIZE, 1)
-    assert d.slot == 1 and d.done()                           # the ping-pong pointer moved on
+    assert d.slot == 1 and d.done()  # the ping-pong pointer moved on
 
 
 def test_faults_set_error_state_and_raise(tm):
@@ -144,7 +183,7 @@ def test_callbacks_and_polling(tm):
     with tm.hold():
         task = tm.submit(0, [0] * 32, 0x1000, TD_SIZE, 1)
         task.add_done_callback(seen.append)
-        task.add_done_callback(lambda t: 1 / 0)               # logged, not raised
+        task.add_done_callback(lambda t: 1 / 0)  # logged, not raised
         assert not task.done() and task.status == Task.PENDING
         with pytest.raises(TimeoutError, match="held"):
             task.wait(timeout=0.01)
@@ -152,13 +191,12 @@ def test_callbacks_and_polling(tm):
             task.wait()
     assert seen == [task] and every == [0x1000] and task.done()
     late = []
-    task.add_done_callback(late.append)                       # already done: called at once
+    task.add_done_callback(late.append)  # already done: called at once
     assert late == [task]
 
 
 def test_submit_argument_checks(tm):
-    for kwargs in (dict(qid=8), dict(td_size=0), dict(td_size=6), dict(td_count=0),
-                   dict(priority=300)):
+    for kwargs in (dict(qid=8), dict(td_size=0), dict(td_size=6), dict(td_count=0), dict(priority=300)):
         args = dict(qid=0, bars=[0] * 32, addr=0x1000, td_size=TD_SIZE, td_count=1)
         args.update(kwargs)
         with pytest.raises(ValueError):

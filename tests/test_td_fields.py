@@ -1,4 +1,5 @@
 """The M1 TD field table (fastane.td.fields) against the layout and the recovered bit map."""
+
 import json
 import re
 
@@ -8,9 +9,16 @@ from fastane.td import BY_NAME, FIELDS, LAYOUT, PLANAR_WORDS, TD_FIELDS, TD_SIZE
 def test_258_unique_fields_with_canonical_names():
     assert len(FIELDS) == 258
     assert len({f.name for f in FIELDS}) == 258
-    for name in ("Header.NID", "Header.RBase0", "Common.InDim.Win", "Common.Cin.Cin",
-                 "KernelDMASrc.CoeffDMAConfig[3].En", "NE.MACCfg.NonlinearMode",
-                 "Header.NextPointer", "TileDMADst.Fmt.CmpVec"):
+    for name in (
+        "Header.NID",
+        "Header.RBase0",
+        "Common.InDim.Win",
+        "Common.Cin.Cin",
+        "KernelDMASrc.CoeffDMAConfig[3].En",
+        "NE.MACCfg.NonlinearMode",
+        "Header.NextPointer",
+        "TileDMADst.Fmt.CmpVec",
+    ):
         assert name in BY_NAME
     assert not any(f.name.startswith(("aneTD", "aneRegs")) or "Header[" in f.name for f in FIELDS)
 
@@ -28,8 +36,10 @@ def test_each_field_is_one_word_slice_and_none_overlap():
 
 
 def test_fields_sit_inside_their_sections_packets():
-    spans = {s: (off + (4 if hdr is not None else 0), off + (4 if hdr is not None else 0) + 4 * n)
-             for s, off, hdr, n in LAYOUT}
+    spans = {
+        s: (off + (4 if hdr is not None else 0), off + (4 if hdr is not None else 0) + 4 * n)
+        for s, off, hdr, n in LAYOUT
+    }
     for f in TD_FIELDS:
         lo, hi = spans[f.section]
         assert lo <= f.offset < hi, f.name

@@ -15,6 +15,7 @@ fixed:
 (row stride = round_up(W * bytes, 64), plane stride = round_up(row * H, 64)), with
 :meth:`AneLayout.tile` / :meth:`AneLayout.untile` converting from and to plain NCHW.
 """
+
 from __future__ import annotations
 
 import math
@@ -122,8 +123,10 @@ class Buffer:
         return np.shares_memory(self.storage, other)
 
     def __repr__(self) -> str:
-        return (f"Buffer(shape={self.shape}, dtype={self.dtype}, padded={self.padded_shape}, "
-                f"nbytes={self.nbytes}, address={self.address:#x})")
+        return (
+            f"Buffer(shape={self.shape}, dtype={self.dtype}, padded={self.padded_shape}, "
+            f"nbytes={self.nbytes}, address={self.address:#x})"
+        )
 
 
 def aligned_array(shape, dtype=np.float16, zero: bool = True) -> Buffer:
@@ -137,8 +140,10 @@ def _storage_of(source) -> tuple[np.ndarray, np.dtype]:
         return source.storage, source.dtype
     if isinstance(source, np.ndarray):
         if not source.flags.c_contiguous:
-            raise ValueError("zero_copy_view needs a Buffer or a C-contiguous array "
-                             "(its bytes are the backing store the view is checked against)")
+            raise ValueError(
+                "zero_copy_view needs a Buffer or a C-contiguous array "
+                "(its bytes are the backing store the view is checked against)"
+            )
         return source.reshape(-1).view(np.uint8), source.dtype
     raise TypeError(f"expected a Buffer or numpy array, got {type(source).__name__}")
 
@@ -163,9 +168,11 @@ def zero_copy_view(source, shape, offset: int = 0) -> Buffer:
     else:
         extent = sum((s - 1) * st for s, st in zip(shape, strides)) + dtype.itemsize
     if offset + extent > storage.size:
-        raise ValueError(f"a view of shape {shape} ({dtype}) at byte offset {offset} reaches byte "
-                         f"{offset + extent}, past the {storage.size}-byte backing store of its source")
-    return Buffer(storage[offset:offset + extent], shape, dtype, strides)
+        raise ValueError(
+            f"a view of shape {shape} ({dtype}) at byte offset {offset} reaches byte "
+            f"{offset + extent}, past the {storage.size}-byte backing store of its source"
+        )
+    return Buffer(storage[offset : offset + extent], shape, dtype, strides)
 
 
 def copy_into(dst, src) -> None:
@@ -180,8 +187,9 @@ def copy_into(dst, src) -> None:
     src = np.asarray(src.array if isinstance(src, Buffer) else src)
     if src.shape != target.shape:
         if src.size != target.size or src.ndim != 1:
-            raise ValueError(f"cannot copy an array of shape {src.shape} into a buffer of shape "
-                             f"{target.shape}")
+            raise ValueError(
+                f"cannot copy an array of shape {src.shape} into a buffer of shape {target.shape}"
+            )
         src = src.reshape(target.shape)
     np.copyto(target, src, casting="same_kind")
 
@@ -249,8 +257,7 @@ class BufferPool:
 
     def __repr__(self) -> str:
         s = self.stats
-        return (f"BufferPool({len(self)} buffers, {s.bytes} bytes, "
-                f"hits={s.hits}, misses={s.misses})")
+        return f"BufferPool({len(self)} buffers, {s.bytes} bytes, hits={s.hits}, misses={s.misses})"
 
 
 @dataclass(frozen=True)
@@ -282,10 +289,15 @@ class AneLayout:
         for name in ("row_stride", "plane_stride", "batch_stride"):
             if getattr(self, name) % ALIGN:
                 raise ValueError(f"{name} {getattr(self, name)} is not a multiple of {ALIGN} bytes")
-        if (self.row_stride < w * self.dtype.itemsize or self.plane_stride < self.row_stride * h
-                or self.batch_stride < self.plane_stride * c):
-            raise ValueError(f"strides row={self.row_stride} plane={self.plane_stride} "
-                             f"batch={self.batch_stride} overlap a {c}x{h}x{w} {self.dtype} tensor")
+        if (
+            self.row_stride < w * self.dtype.itemsize
+            or self.plane_stride < self.row_stride * h
+            or self.batch_stride < self.plane_stride * c
+        ):
+            raise ValueError(
+                f"strides row={self.row_stride} plane={self.plane_stride} "
+                f"batch={self.batch_stride} overlap a {c}x{h}x{w} {self.dtype} tensor"
+            )
 
     @classmethod
     def of(cls, shape, dtype=np.float16) -> "AneLayout":
@@ -332,7 +344,7 @@ class AneLayout:
         if out is None:
             out = aligned_bytes(self.nbytes)
         else:
-            out[:self.nbytes] = 0
+            out[: self.nbytes] = 0
         np.copyto(self.view(out), x, casting="same_kind")
         return out
 

@@ -6,6 +6,7 @@ task queue through the TM registers and returns a :class:`~fastane.device.Task`;
 slot, plain NCHW float16 arrays out (an :class:`Outputs` dict whose ``.stats`` is the
 program's :class:`~fastane.Stats`).
 """
+
 from __future__ import annotations
 
 import threading
@@ -55,19 +56,18 @@ class TensorSlot:
     """How the program's TDs address one BAR slot: the tensor, its layout, its extent."""
 
     slot: int
-    role: str                 # "input", "output" or "intermediate"
-    shape: tuple              # (1, C, H, W)
-    base: int                 # byte offset of element 0 in the slot
-    strides: tuple            # bytes: (plane, row, element)
+    role: str  # "input", "output" or "intermediate"
+    shape: tuple  # (1, C, H, W)
+    base: int  # byte offset of element 0 in the slot
+    strides: tuple  # bytes: (plane, row, element)
     dtype: np.dtype
-    nbytes: int               # bytes the slot must provide
+    nbytes: int  # bytes the slot must provide
     #: why Device.run cannot read or write the slot as one tensor (None: it can)
     problem: str | None = None
 
     def view(self, raw: np.ndarray) -> np.ndarray:
         """The tensor as a strided (C, H, W) view of the region's bytes."""
-        return np.ndarray(self.shape[1:], self.dtype, buffer=raw, offset=self.base,
-                          strides=self.strides)
+        return np.ndarray(self.shape[1:], self.dtype, buffer=raw, offset=self.base, strides=self.strides)
 
 
 class Outputs(dict):
@@ -86,8 +86,13 @@ class Device:
     process holds constant memory; :mod:`fastane.device.taskmanager`).
     """
 
-    def __init__(self, memory_size: int = DEFAULT_SIZE, stats_only: bool = False,
-                 history_size: int = HISTORY_SIZE, event_depth: int = EVENT_FIFO_DEPTH):
+    def __init__(
+        self,
+        memory_size: int = DEFAULT_SIZE,
+        stats_only: bool = False,
+        history_size: int = HISTORY_SIZE,
+        event_depth: int = EVENT_FIFO_DEPTH,
+    ):
         self.memory = UnifiedMemory(memory_size)
         self.engine = Engine(self.memory)
         self.tm = TaskManager(self._execute, history_size, event_depth)
@@ -146,8 +151,9 @@ class Device:
             if program.kernel:
                 kernel_region = self.memory.alloc(len(program.kernel), f"{name}:kernel")
                 self.memory.write(kernel_region.iova, program.kernel)
-                kslots = {td[f"Header.KBase{k}"] for td in program.tds for k in range(4)
-                          if td[f"Header.KBE{k}"]}
+                kslots = {
+                    td[f"Header.KBase{k}"] for td in program.tds for k in range(4) if td[f"Header.KBE{k}"]
+                }
                 kslots |= {b.slot for b in program.bars.values() if b.role == "kernel"}
                 for slot in kslots or {1}:
                     bars.setdefault(slot, kernel_region)
@@ -166,8 +172,15 @@ class Device:
                 self.memory.free(loaded.kernel_region)
 
     # ------------------------------------------------------------------ submission
-    def submit(self, program, bars=None, queue: int = 0, priority: int | None = None,
-               stats_only: bool | None = None, nid: int | None = None) -> Task:
+    def submit(
+        self,
+        program,
+        bars=None,
+        queue: int = 0,
+        priority: int | None = None,
+        stats_only: bool | None = None,
+        nid: int | None = None,
+    ) -> Task:
         """Submit ``program`` with ``bars`` (slot -> :class:`Region`) on task queue ``queue``.
 
         The program's own TD stream and kernel slots are mapped automatically; ``bars`` adds
@@ -178,9 +191,16 @@ class Device:
         table = BARTable(self.memory, {**loaded.bars, **dict(bars or {})})
         payload = _Payload(table, self.stats_only if stats_only is None else bool(stats_only))
         first = loaded.program.tds[0]
-        return self.tm.submit(queue, table.iovas(), loaded.td_region.iova, TD_SIZE, loaded.td_count,
-                              nid=first["Header.NID"] if nid is None else nid,
-                              priority=priority, payload=payload)
+        return self.tm.submit(
+            queue,
+            table.iovas(),
+            loaded.td_region.iova,
+            TD_SIZE,
+            loaded.td_count,
+            nid=first["Header.NID"] if nid is None else nid,
+            priority=priority,
+            payload=payload,
+        )
 
     def _execute(self, task: Task) -> Stats:
         """The TM's executor: run one pushed chain on the engine."""
@@ -200,8 +220,14 @@ class Device:
             return dict(program.tensors)
         return tensor_slots(program)
 
-    def run(self, program, inputs=None, stats_only: bool | None = None, queue: int = 0,
-            priority: int | None = None) -> Outputs:
+    def run(
+        self,
+        program,
+        inputs=None,
+        stats_only: bool | None = None,
+        queue: int = 0,
+        priority: int | None = None,
+    ) -> Outputs:
         """Run ``program`` on ``inputs`` ({slot: NCHW array}); {slot: NCHW float16} out.
 
         Inputs of other dtypes are rounded to the slot's format (fp16: nearest even).
@@ -209,8 +235,10 @@ class Device:
         In stats-only mode no data moves and the outputs dict is empty.
         """
         if self.tm.held_by_me():
-            raise RuntimeError("Device.run waits for its result, which cannot come inside a "
-                               "hold() of the same thread; use submit() there")
+            raise RuntimeError(
+                "Device.run waits for its result, which cannot come inside a "
+                "hold() of the same thread; use submit() there"
+            )
         loaded = self.load(program)
         stats_only = self.stats_only if stats_only is None else bool(stats_only)
         slots = loaded.tensors
@@ -218,8 +246,9 @@ class Device:
         wanted = {s for s, t in slots.items() if t.role == "input"}
         unknown = set(inputs) - wanted
         if unknown:
-            raise ValueError(f"slot(s) {sorted(unknown)} are not inputs of the program "
-                             f"(inputs: {sorted(wanted)})")
+            raise ValueError(
+                f"slot(s) {sorted(unknown)} are not inputs of the program (inputs: {sorted(wanted)})"
+            )
         missing = wanted - set(inputs)
         if missing and not stats_only:
             raise ValueError(f"missing input(s) for slot(s) {sorted(missing)}")
@@ -231,10 +260,10 @@ class Device:
             t = slots[slot]
             # fp16 slots: the one rounding of every front end; other formats: a cast
             x = (fp16_operand if t.dtype == np.float16 else real_operand)(
-                x, "Device.run", f"input for slot {slot}")
+                x, "Device.run", f"input for slot {slot}"
+            )
             if x.shape != t.shape and x.shape != t.shape[1:]:
-                raise ValueError(f"input for slot {slot} has shape {x.shape}; the program reads "
-                                 f"{t.shape}")
+                raise ValueError(f"input for slot {slot} has shape {x.shape}; the program reads {t.shape}")
             arrays[slot] = x.reshape(t.shape)
         regions = {}
         try:
@@ -298,15 +327,22 @@ def tensor_slots(program: Program) -> dict[int, TensorSlot]:
         accesses = []
         src_strides = ("RowStride.Stride", "PlaneStride.PlaneStride")
         for slot, eng, (c, h, w), groups in dram_reads(r):
-            if groups > 1:   # a planar row reduction: rows GroupStride apart, one per group
-                accesses.append(("read", slot, eng, (c, groups, w), ("GroupStride.Stride",
-                                                                     "PlaneStride.PlaneStride")))
+            if groups > 1:  # a planar row reduction: rows GroupStride apart, one per group
+                accesses.append(
+                    ("read", slot, eng, (c, groups, w), ("GroupStride.Stride", "PlaneStride.PlaneStride"))
+                )
             else:
                 accesses.append(("read", slot, eng, (c, h, w), src_strides))
         if rt == l2mod.DRAM and r["Header.WBE"]:
-            accesses.append(("write", r["Header.WBase"], "TileDMADst",
-                             (r["Common.Cout.Cout"], r["Common.OutDim.Hout"], r["Common.OutDim.Wout"]),
-                             ("RowStride.RowStride", "PlaneStride.PlaneStride")))
+            accesses.append(
+                (
+                    "write",
+                    r["Header.WBase"],
+                    "TileDMADst",
+                    (r["Common.Cout.Cout"], r["Common.OutDim.Hout"], r["Common.OutDim.Wout"]),
+                    ("RowStride.RowStride", "PlaneStride.PlaneStride"),
+                )
+            )
         for kind, slot, eng, (c, h, w), names in accesses:
             fmt = r[f"{eng}.Fmt.MemFmt"]
             dtype = FORMATS.get(fmt, np.dtype(np.float16))
@@ -317,8 +353,9 @@ def tensor_slots(program: Program) -> dict[int, TensorSlot]:
             parts.setdefault((slot, kind), []).append((base, (c, h, w), (plane, row, dtype.itemsize), dtype))
             if slot not in found:
                 role = "input" if kind == "read" else "output"
-                found[slot] = TensorSlot(slot, role, (1, c, h, w), base, (plane, row, dtype.itemsize),
-                                         dtype, 0)
+                found[slot] = TensorSlot(
+                    slot, role, (1, c, h, w), base, (plane, row, dtype.itemsize), dtype, 0
+                )
             elif kind == "read" and slot in written and found[slot].role == "output":
                 found[slot] = TensorSlot(**{**found[slot].__dict__, "role": "intermediate"})
             if kind == "write":
@@ -339,8 +376,10 @@ def _merge(slot: int, accesses: list) -> dict:
     tile: parts in the same layout side by side along channels (or, for one-channel
     parts, rows) with no gap.  Returns TensorSlot fields (``shape``, ``base``), or a
     ``problem`` when the parts do not tile one tensor."""
-    def norm(shape, strides, axis=None):      # the stride of a dimension of 1 (or of axis) is moot
+
+    def norm(shape, strides, axis=None):  # the stride of a dimension of 1 (or of axis) is moot
         return tuple(0 if n == 1 or i == axis else x for i, (n, x) in enumerate(zip(shape, strides)))
+
     uniq = sorted(set((b, s, norm(s, st), dt.str) for b, s, st, dt in accesses))
     if len(uniq) == 1:
         return {}
@@ -348,9 +387,15 @@ def _merge(slot: int, accesses: list) -> dict:
     base0, shape0, strides0, dt0 = parts[0]
     for axis in (0, 1):
         step = strides0[axis]
-        if step <= 0 or any(dt != dt0 or st[axis] != step or norm(s, st, axis) != norm(shape0, strides0, axis)
-                            or s[:axis] != shape0[:axis] or s[axis + 1:] != shape0[axis + 1:]
-                            or (b - base0) % step for b, s, st, dt in parts):
+        if step <= 0 or any(
+            dt != dt0
+            or st[axis] != step
+            or norm(s, st, axis) != norm(shape0, strides0, axis)
+            or s[:axis] != shape0[:axis]
+            or s[axis + 1 :] != shape0[axis + 1 :]
+            or (b - base0) % step
+            for b, s, st, dt in parts
+        ):
             continue
         lo = min(b for b, *_ in parts)
         covered = set()
@@ -362,9 +407,13 @@ def _merge(slot: int, accesses: list) -> dict:
             shape = list(shape0)
             shape[axis] = n
             return {"shape": (1, *shape), "base": lo}
-    return {"problem": (f"slot {slot} is accessed by several TDs in parts that do not tile one "
-                        f"tensor ({', '.join(f'{s} at +{b:#x}' for b, s, *_ in uniq)}); submit the "
-                        f"program and read the region instead")}
+    return {
+        "problem": (
+            f"slot {slot} is accessed by several TDs in parts that do not tile one "
+            f"tensor ({', '.join(f'{s} at +{b:#x}' for b, s, *_ in uniq)}); submit the "
+            f"program and read the region instead"
+        )
+    }
 
 
 __all__ = ["Device", "LoadedProgram", "Outputs", "TensorSlot", "tensor_slots"]

@@ -22,6 +22,7 @@ TileDMADst are one pass writing fp16 patterns into the destination layout.  The 
 and counters are bit for bit those of the block-by-block path, which the other tasks
 (planar, kernel-less, L2-resident) take.
 """
+
 from __future__ import annotations
 
 import collections
@@ -74,9 +75,9 @@ class TaskPlan:
     src: object = None
     dst: object = None
     is_planar: bool = False
-    planar: object = None      # planar.PlanarConfig of a planar task
-    src1: object = None        # a planar task's second operand (TileDMA plan or L2 operand)
-    fast: object = None        # the fused path's windows (see _fast_path); False: not taken
+    planar: object = None  # planar.PlanarConfig of a planar task
+    src1: object = None  # a planar task's second operand (TileDMA plan or L2 operand)
+    fast: object = None  # the fused path's windows (see _fast_path); False: not taken
     stats: Stats = dataclasses.field(default_factory=Stats)
 
 
@@ -94,61 +95,75 @@ class Engine:
         self.memory = memory
         self.kmem = kernel_dma.KMem()
         self.l2 = l2.L2Memory()
-        self._plans = collections.OrderedDict()   # checked plans of DRAM-to-DRAM chains
-        self._wcache = []                          # decoded weights: [key, KMem bytes, w, generation]
-        self._buffers = {}                         # scratch of the fused path: name -> bytes
+        self._plans = collections.OrderedDict()  # checked plans of DRAM-to-DRAM chains
+        self._wcache = []  # decoded weights: [key, KMem bytes, w, generation]
+        self._buffers = {}  # scratch of the fused path: name -> bytes
 
     # ------------------------------------------------------------------ ControlDMA
     def fetch(self, addr: int, td_size: int, td_count: int, bars: BARTable) -> list:
         """Follow the chain from ``addr``: ``[(addr, register file), ...]`` (checked)."""
         limit = td_count or MAX_CHAIN
         chain, seen, cur, size = [], set(), addr, td_size
-        known = (0, 0)      # an allocation [start, end) already found to hold a TD
+        known = (0, 0)  # an allocation [start, end) already found to hold a TD
         data = self.memory.data
         while True:
             if cur in seen:
                 raise ChainFault(f"{_where(chain, cur)}: the chain loops back to an earlier TD", addr=cur)
             if len(chain) >= limit:
-                raise ChainFault(f"the chain from {addr:#x} did not reach EON within the {limit} "
-                                 f"TDs pushed (TM_INFO count)", addr=addr, count=limit)
+                raise ChainFault(
+                    f"the chain from {addr:#x} did not reach EON within the {limit} "
+                    f"TDs pushed (TM_INFO count)",
+                    addr=addr,
+                    count=limit,
+                )
             seen.add(cur)
             if size != TD_SIZE:
-                raise DecodeFault(f"{_where(chain, cur)}: TD size {size:#x} is not the M1 TD size "
-                                  f"{TD_SIZE:#x}", addr=cur)
-            if not known[0] <= cur <= known[1] - size:    # else: inside the same allocation
+                raise DecodeFault(
+                    f"{_where(chain, cur)}: TD size {size:#x} is not the M1 TD size {TD_SIZE:#x}", addr=cur
+                )
+            if not known[0] <= cur <= known[1] - size:  # else: inside the same allocation
                 region = self.memory.region_of(cur)
                 if region is None or region.size < size:
-                    raise DMARangeFault(f"ControlDMA: {_where(chain, cur)} (+{size:#x} bytes) is not "
-                                        f"inside mapped memory", addr=cur)
+                    raise DMARangeFault(
+                        f"ControlDMA: {_where(chain, cur)} (+{size:#x} bytes) is not inside mapped memory",
+                        addr=cur,
+                    )
                 known = (cur, region.end)
             off = self.memory.offset(cur, size, "ControlDMA")
             try:
-                regs = decode(data[off:off + size].tobytes())
+                regs = decode(data[off : off + size].tobytes())
             except TDError as exc:
                 raise DecodeFault(f"ControlDMA: {_where(chain, cur)} is malformed: {exc}", addr=cur) from exc
             chain.append((cur, regs))
             if regs["Header.EON"]:
                 return chain
             if regs["Header.NextSize"] == 0:
-                raise ChainFault(f"{_where(chain[:-1], cur)}: neither EON nor a next TD (NextSize = 0): "
-                                 f"the chain never ends", addr=cur)
+                raise ChainFault(
+                    f"{_where(chain[:-1], cur)}: neither EON nor a next TD (NextSize = 0): "
+                    f"the chain never ends",
+                    addr=cur,
+                )
             size = (regs["Header.NextSize"] + 1) * 4
             nxt = regs["Header.NextPointer"]
             if regs["Header.TBE"]:
                 slot = regs["Header.TBase"]
                 region = bars[slot]
                 if region is None:
-                    raise BARFault(f"{_where(chain[:-1], cur)}: the next TD is in BAR slot {slot} "
-                                   f"(TBase), which is not mapped", slot=slot)
-                if nxt < 0 or nxt + size > region.size:     # the checks of bars.resolve, which raises
+                    raise BARFault(
+                        f"{_where(chain[:-1], cur)}: the next TD is in BAR slot {slot} "
+                        f"(TBase), which is not mapped",
+                        slot=slot,
+                    )
+                if nxt < 0 or nxt + size > region.size:  # the checks of bars.resolve, which raises
                     bars.resolve(slot, nxt, size, f"{_where(chain[:-1], cur)}: NextPointer {nxt:#x}")
                 cur = region.iova + nxt
             else:
                 cur = addr + nxt
 
     # ------------------------------------------------------------------ planning
-    def plan(self, addr: int, td_size: int, td_count: int, bars: BARTable,
-             stats_only: bool = False) -> list[TaskPlan]:
+    def plan(
+        self, addr: int, td_size: int, td_count: int, bars: BARTable, stats_only: bool = False
+    ) -> list[TaskPlan]:
         """Fetch, decode and check the whole chain; nothing moves yet.
 
         The checked plan of a chain that streams DRAM to DRAM (no L2-resident source or
@@ -157,15 +172,22 @@ class Engine:
         buffers re-fetches and re-decodes its TDs but skips the block checks."""
         try:
             chain = self.fetch(addr, td_size, td_count, bars)
-        except DeviceFault as exc:      # ControlDMA's faults name the TD they fetch as ``addr``
+        except DeviceFault as exc:  # ControlDMA's faults name the TD they fetch as ``addr``
             _locate(exc, None, getattr(exc, "addr", addr))
             raise
         key = None
-        if all(r["L2.SourceCfg.SourceType"] == l2.DRAM and r["L2.ResultCfg.ResultType"] == l2.DRAM
-               and not planar.is_planar(r) for _, r in chain):
+        if all(
+            r["L2.SourceCfg.SourceType"] == l2.DRAM
+            and r["L2.ResultCfg.ResultType"] == l2.DRAM
+            and not planar.is_planar(r)
+            for _, r in chain
+        ):
             # the register files are decode()'s cached dicts, kept alive by the cached plans
-            key = (tuple((a, id(r)) for a, r in chain), stats_only,
-                   tuple((s.iova, s.size) if s is not None else None for s in bars.slots))
+            key = (
+                tuple((a, id(r)) for a, r in chain),
+                stats_only,
+                tuple((s.iova, s.size) if s is not None else None for s in bars.slots),
+            )
             hit = self._plans.get(key)
             if hit is not None:
                 self._plans.move_to_end(key)
@@ -213,10 +235,14 @@ class Engine:
             p = TaskPlan(index, addr, regs, what, g, ne=ne.config(regs, what))
         host = planar.host_bytes(g) if p.is_planar else mac.host_bytes(g)
         if host > TASK_HOST_BYTES:
-            raise HostMemoryFault(f"{what}: the task's {g.cin}x{g.hin}x{g.win} -> {g.cout}x{g.hout}x"
-                                  f"{g.wout} tensors would make the host allocate about {host >> 20} MiB,"
-                                  f" more than the {TASK_HOST_BYTES >> 20} MiB a task may "
-                                  f"(engine.TASK_HOST_BYTES)", nbytes=host, cap=TASK_HOST_BYTES)
+            raise HostMemoryFault(
+                f"{what}: the task's {g.cin}x{g.hin}x{g.win} -> {g.cout}x{g.hout}x"
+                f"{g.wout} tensors would make the host allocate about {host >> 20} MiB,"
+                f" more than the {TASK_HOST_BYTES >> 20} MiB a task may "
+                f"(engine.TASK_HOST_BYTES)",
+                nbytes=host,
+                cap=TASK_HOST_BYTES,
+            )
         p.kdma = kernel_dma.plan(regs, bars, f"{what}: KernelDMA")
         if g.mode == mac.CONV:
             kernel_dma.check_loaded(p.kdma, g.cout, g.cin_g, g.kh, g.kw, g.kernel_fmt, f"{what}: MAC")
@@ -226,9 +252,12 @@ class Engine:
         if p.l2.source_type == l2.DRAM:
             if not regs["TileDMASrc.DMAConfig.En"]:
                 raise DecodeFault(f"{what}: SourceType 2 (DRAM) with TileDMASrc disabled")
-            p.src = (planar.plan_source(regs, bars, g, what) if p.is_planar
-                     else tile_dma.plan_src(regs, bars, g.cin, g.hin, g.win, what))
-        if p.is_planar:     # the second operand, checked before this task's result lands in L2
+            p.src = (
+                planar.plan_source(regs, bars, g, what)
+                if p.is_planar
+                else tile_dma.plan_src(regs, bars, g.cin, g.hin, g.win, what)
+            )
+        if p.is_planar:  # the second operand, checked before this task's result lands in L2
             p.src1 = planar.plan_second(p.planar, regs, bars, g, resident, what)
         if p.l2.result_type == l2.DRAM:
             if not regs["TileDMADst.DMAConfig.En"]:
@@ -237,15 +266,21 @@ class Engine:
         else:
             l2.keep(resident, p.l2.result[0], p.l2.shape_out, p.l2.result[1], True)
         src_bytes = (p.src.nbytes if p.src else 0) + (p.src1.nbytes if p.src1 else 0)
-        p.stats = Stats(tasks=1, macs=g.macs, planar_ops=planar.ops(regs) if p.is_planar else 0,
-                        control_dma_bytes=TD_SIZE, kernel_dma_bytes=p.kdma.nbytes,
-                        tile_dma_src_bytes=src_bytes, tile_dma_dst_bytes=p.dst.nbytes if p.dst else 0)
+        p.stats = Stats(
+            tasks=1,
+            macs=g.macs,
+            planar_ops=planar.ops(regs) if p.is_planar else 0,
+            control_dma_bytes=TD_SIZE,
+            kernel_dma_bytes=p.kdma.nbytes,
+            tile_dma_src_bytes=src_bytes,
+            tile_dma_dst_bytes=p.dst.nbytes if p.dst else 0,
+        )
         return p
 
     # ------------------------------------------------------------------ running
     def run(self, plans: list[TaskPlan], stats_only: bool = False) -> Stats:
         """Run checked plans; the program's Stats with one ``tasks_detail`` entry per TD."""
-        if stats_only:      # nothing moves: the counts are the plans' (copied)
+        if stats_only:  # nothing moves: the counts are the plans' (copied)
             details = [_copy(p.stats) for p in plans]
         else:
             details = [self._run_task(p) for p in plans]
@@ -273,7 +308,7 @@ class Engine:
         elif g.mode == mac.CONV:
             acc, flag = mac.accumulate(g, x, self._weights(g, p), cmax)
             window = tile_dma.fp16_window(p.dst, data) if p.dst is not None else None
-            if window is not None:      # readout, NE and TileDMADst in one pass
+            if window is not None:  # readout, NE and TileDMADst in one pass
                 nans, saturated, lut_under, lut_over = ne.finish(p.ne, acc, flag, self.kmem, window)
                 return _events(p.stats, saturated, nans, lut_under, lut_over)
             values, saturated, nans = mac.read_out(acc, flag)
@@ -293,8 +328,9 @@ class Engine:
         kernels accumulate, and the readout, the NE stage and TileDMADst write the fp16
         results in one pass.  The operand and the accumulators are kept buffers."""
         g = p.geometry
-        acc, flag = mac.accumulate_fp16(g, src16, plane, row, self._weights(g, p), self._scratch,
-                                        transposed=lambda: self._weights_t(g, p))
+        acc, flag = mac.accumulate_fp16(
+            g, src16, plane, row, self._weights(g, p), self._scratch, transposed=lambda: self._weights_t(g, p)
+        )
         nans, saturated, lut_under, lut_over = ne.finish(p.ne, acc, flag, self.kmem, window)
         return _events(p.stats, saturated, nans, lut_under, lut_over)
 
@@ -341,7 +377,7 @@ class Engine:
             mac.abs_max(wt, wmax)
             entry[4] = derived = (wt, wmax)
             if any(e is entry for e in self._wcache):
-                self._trim_weights()      # may drop it from the cache again: too large
+                self._trim_weights()  # may drop it from the cache again: too large
             return derived
         return entry[4]
 
@@ -350,7 +386,7 @@ class Engine:
         cache = self._wcache
         gen = self.kmem.generation
         if cache and cache[0][0] == key and cache[0][3] == gen:
-            return cache[0]           # KMem has not changed since these were decoded
+            return cache[0]  # KMem has not changed since these were decoded
         used = kernel_dma.used_bytes(self.kmem, *key[:5])
         for i, entry in enumerate(cache):
             if entry[0] == key and entry[1] == used:
@@ -375,7 +411,7 @@ class Engine:
             size = len(snap) + kept.nbytes
             if derived is not None:
                 if i == 0 and size + derived[0].nbytes > WEIGHT_CACHE_BYTES:
-                    entry[4] = None             # the newest alone is too large with it
+                    entry[4] = None  # the newest alone is too large with it
                 else:
                     size += derived[0].nbytes
             total += size
@@ -383,24 +419,45 @@ class Engine:
                 del cache[i:]
                 break
 
-    def execute(self, addr: int, td_size: int, td_count: int, bars: BARTable,
-                stats_only: bool = False) -> Stats:
+    def execute(
+        self, addr: int, td_size: int, td_count: int, bars: BARTable, stats_only: bool = False
+    ) -> Stats:
         """Plan (all checks), then run, the chain pushed at ``addr``."""
         return self.run(self.plan(addr, td_size, td_count, bars, stats_only), stats_only)
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(Stats) if f.name != "tasks_detail")
 # _copy and _events build Stats positionally, in this order
-assert _FIELDS == ("tasks", "macs", "saturated", "nan_outputs", "lut_underflow", "lut_overflow",
-                   "planar_ops", "control_dma_bytes", "kernel_dma_bytes", "tile_dma_src_bytes",
-                   "tile_dma_dst_bytes"), _FIELDS
+assert _FIELDS == (
+    "tasks",
+    "macs",
+    "saturated",
+    "nan_outputs",
+    "lut_underflow",
+    "lut_overflow",
+    "planar_ops",
+    "control_dma_bytes",
+    "kernel_dma_bytes",
+    "tile_dma_src_bytes",
+    "tile_dma_dst_bytes",
+), _FIELDS
 
 
 def _copy(s: Stats) -> Stats:
     """A copy of a task's Stats (no ``tasks_detail``)."""
-    return Stats(s.tasks, s.macs, s.saturated, s.nan_outputs, s.lut_underflow, s.lut_overflow,
-                 s.planar_ops, s.control_dma_bytes, s.kernel_dma_bytes, s.tile_dma_src_bytes,
-                 s.tile_dma_dst_bytes)
+    return Stats(
+        s.tasks,
+        s.macs,
+        s.saturated,
+        s.nan_outputs,
+        s.lut_underflow,
+        s.lut_overflow,
+        s.planar_ops,
+        s.control_dma_bytes,
+        s.kernel_dma_bytes,
+        s.tile_dma_src_bytes,
+        s.tile_dma_dst_bytes,
+    )
 
 
 def _locate(exc, index: int, addr: int) -> None:
@@ -421,13 +478,19 @@ def _fast_path(p: TaskPlan, memory: np.ndarray):
     if p.is_planar or p.geometry.mode != mac.CONV or p.src is None or p.dst is None:
         return False
     s = p.src
-    if s.fmt != 2 or len(s.shape) != 3 or s.strides[2] != 2 or s.index % 2 \
-            or s.strides[0] % 2 or s.strides[1] % 2:
+    if (
+        s.fmt != 2
+        or len(s.shape) != 3
+        or s.strides[2] != 2
+        or s.index % 2
+        or s.strides[0] % 2
+        or s.strides[1] % 2
+    ):
         return False
     window = tile_dma.fp16_window(p.dst, memory)
     if window is None:
         return False
-    src16 = memory[s.index:s.index + s.extent].view(np.uint16)
+    src16 = memory[s.index : s.index + s.extent].view(np.uint16)
     c, h, w = s.shape
     plane, row = s.strides[0] // 2, s.strides[1] // 2
     if c and h and (c - 1) * plane + (h - 1) * row + w > src16.size:
@@ -437,8 +500,19 @@ def _fast_path(p: TaskPlan, memory: np.ndarray):
 
 def _events(s: Stats, saturated: int, nans: int, lut_under: int, lut_over: int) -> Stats:
     """A task's planned Stats with the counters that depend on the data."""
-    return Stats(s.tasks, s.macs, saturated, nans, lut_under, lut_over, s.planar_ops,
-                 s.control_dma_bytes, s.kernel_dma_bytes, s.tile_dma_src_bytes, s.tile_dma_dst_bytes)
+    return Stats(
+        s.tasks,
+        s.macs,
+        saturated,
+        nans,
+        lut_under,
+        lut_over,
+        s.planar_ops,
+        s.control_dma_bytes,
+        s.kernel_dma_bytes,
+        s.tile_dma_src_bytes,
+        s.tile_dma_dst_bytes,
+    )
 
 
 def _sum(details: list) -> Stats:

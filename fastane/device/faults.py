@@ -6,6 +6,7 @@ unified memory, KMem and L2 untouched.  Each carries the context a driver would 
 from the error registers: the task (``td_index``, ``td_addr``; set by the engine for
 every fault of a task) and what went wrong.
 """
+
 from __future__ import annotations
 
 from ..errors import DeviceFault

@@ -23,6 +23,7 @@ kernel slots it reads (``Header.KBase{CrH}``, which must be enabled by ``KBE{CrH
 :func:`pack_weights` produces those bytes and the lane registers for a TD builder;
 :func:`unpack_weights` is what the MAC block reads back out of KMem.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -71,14 +72,20 @@ def plan(regs: dict, bars, what: str = "KernelDMA") -> KernelDMAPlan:
             continue
         k = regs[f"KernelDMASrc.CoeffDMAConfig[{lane}].CrH"]
         if not regs[f"Header.KBE{k}"]:
-            raise BARFault(f"{what} lane {lane} reads kernel slot KBase{k}, which is not enabled "
-                           f"(Header.KBE{k} = 0)", lane=lane, slot=regs[f"Header.KBase{k}"])
+            raise BARFault(
+                f"{what} lane {lane} reads kernel slot KBase{k}, which is not enabled (Header.KBE{k} = 0)",
+                lane=lane,
+                slot=regs[f"Header.KBase{k}"],
+            )
         slot = regs[f"Header.KBase{k}"]
         offset = regs[f"KernelDMASrc.CoeffBaseAddr[{lane}].Addr"] * ALIGN
         nbytes = regs[f"KernelDMASrc.CoeffBfrSize[{lane}].MemBfrSize"] * ALIGN
         if nbytes > KMEM_BYTES:
-            raise KMemOverflow(f"{what} lane {lane} loads {nbytes:#x} bytes into a "
-                               f"{KMEM_BYTES:#x}-byte KMem", lane=lane, nbytes=nbytes)
+            raise KMemOverflow(
+                f"{what} lane {lane} loads {nbytes:#x} bytes into a {KMEM_BYTES:#x}-byte KMem",
+                lane=lane,
+                nbytes=nbytes,
+            )
         sources.append(bars.resolve(slot, offset, nbytes, f"{what} lane {lane}"))
         lanes.append(Lane(lane, slot, offset, nbytes))
     return KernelDMAPlan(tuple(lanes), tuple(sources))
@@ -101,11 +108,13 @@ class KMem:
         if not p.lanes:
             return 0
         arrays = p._arrays
-        if arrays is None:      # the lanes in int64 words, if they are whole words
+        if arrays is None:  # the lanes in int64 words, if they are whole words
             words = all(src % 8 == 0 and lane.nbytes % 8 == 0 for lane, src in zip(p.lanes, p.sources))
-            arrays = words and (np.array([lane.lane for lane in p.lanes], np.int64),
-                                np.array(p.sources, np.int64) // 8,
-                                np.array([lane.nbytes for lane in p.lanes], np.int64) // 8)
+            arrays = words and (
+                np.array([lane.lane for lane in p.lanes], np.int64),
+                np.array(p.sources, np.int64) // 8,
+                np.array([lane.nbytes for lane in p.lanes], np.int64) // 8,
+            )
             object.__setattr__(p, "_arrays", arrays)
         if arrays and memory.ctypes.data % 8 == 0:
             # every lane is 64-byte aligned and sized: one pass that copies and compares
@@ -113,7 +122,7 @@ class KMem:
                 self.generation += 1
         else:
             for lane, src in zip(p.lanes, p.sources):
-                self.data[lane.lane, :lane.nbytes] = memory[src:src + lane.nbytes]
+                self.data[lane.lane, : lane.nbytes] = memory[src : src + lane.nbytes]
             self.generation += 1
         for lane in p.lanes:
             loaded[lane.lane] = lane.nbytes
@@ -143,9 +152,12 @@ def check_fits(cout: int, cin_per_group: int, kh: int, kw: int, fmt: int = 2) ->
     """Raise :class:`KMemOverflow` if a lane's share of the kernel exceeds its 64 KiB."""
     need = lane_stride(cout, cin_per_group, kh, kw, fmt)
     if need > KMEM_BYTES:
-        raise KMemOverflow(f"a kernel of {cout} x {cin_per_group} x {kh} x {kw} needs {need:#x} "
-                           f"bytes in one core's KMem (capacity {KMEM_BYTES:#x}); split Cout "
-                           f"or Cin across tasks", nbytes=need)
+        raise KMemOverflow(
+            f"a kernel of {cout} x {cin_per_group} x {kh} x {kw} needs {need:#x} "
+            f"bytes in one core's KMem (capacity {KMEM_BYTES:#x}); split Cout "
+            f"or Cin across tasks",
+            nbytes=need,
+        )
 
 
 def pack_weights(w, fmt: int = 2, base: int = 0) -> tuple[bytes, dict]:
@@ -174,7 +186,7 @@ def pack_weights(w, fmt: int = 2, base: int = 0) -> tuple[bytes, dict]:
         fields[f"KernelDMASrc.CoeffBaseAddr[{lane}].Addr"] = (base + len(out)) // ALIGN if chans else 0
         fields[f"KernelDMASrc.CoeffBfrSize[{lane}].MemBfrSize"] = coeff // ALIGN
         if chans:
-            block = flat[chans.start:chans.stop].tobytes()
+            block = flat[chans.start : chans.stop].tobytes()
             out += block + bytes(coeff - len(block))
     return bytes(out), fields
 
@@ -189,10 +201,10 @@ def unpack_weights(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt: int
     n = per // dtype.itemsize
     for lane in range(-(-cout // m)):
         lo, hi = lane * m, min((lane + 1) * m, cout)
-        if fmt == 2:    # fp16: the Numba decoder is about twice numpy's cast
-            f16_bits_to_f64_array(kmem.data[lane, :(hi - lo) * per].view(np.uint16), flat[lo * n:hi * n])
+        if fmt == 2:  # fp16: the Numba decoder is about twice numpy's cast
+            f16_bits_to_f64_array(kmem.data[lane, : (hi - lo) * per].view(np.uint16), flat[lo * n : hi * n])
         else:
-            w[lo:hi] = kmem.data[lane, :(hi - lo) * per].view(dtype).reshape(hi - lo, -1)
+            w[lo:hi] = kmem.data[lane, : (hi - lo) * per].view(dtype).reshape(hi - lo, -1)
     return w.reshape(cout, cin_g, kh, kw)
 
 
@@ -203,19 +215,28 @@ def used_bytes(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt: int = 2
     m = channels_per_core(cout)
     full = cout // m
     rest = (cout - full * m) * per
-    head = kmem.data[:full, :m * per].tobytes()
+    head = kmem.data[:full, : m * per].tobytes()
     return head + kmem.data[full, :rest].tobytes() if rest else head
 
 
-def check_loaded(p: KernelDMAPlan, cout: int, cin_g: int, kh: int, kw: int, fmt: int = 2,
-                 what: str = "MAC") -> None:
+def check_loaded(
+    p: KernelDMAPlan, cout: int, cin_g: int, kh: int, kw: int, fmt: int = 2, what: str = "MAC"
+) -> None:
     """Fault unless every core the convolution uses had its kernel loaded by KernelDMA."""
     loaded = {lane.lane: lane.nbytes for lane in p.lanes}
     for lane, need in enumerate(lane_bytes(cout, cin_g, kh, kw, fmt)):
         if need > KMEM_BYTES:
-            raise KMemOverflow(f"{what}: core {lane} needs {need:#x} bytes of kernel, more than "
-                               f"its {KMEM_BYTES:#x}-byte KMem", lane=lane, nbytes=need)
+            raise KMemOverflow(
+                f"{what}: core {lane} needs {need:#x} bytes of kernel, more than "
+                f"its {KMEM_BYTES:#x}-byte KMem",
+                lane=lane,
+                nbytes=need,
+            )
         if need and loaded.get(lane, 0) < need:
-            raise KMemOverflow(f"{what}: core {lane} reads {need:#x} bytes of kernel "
-                               f"({cout} x {cin_g} x {kh} x {kw}), but KernelDMA loaded only "
-                               f"{loaded.get(lane, 0):#x} into its KMem", lane=lane, nbytes=need)
+            raise KMemOverflow(
+                f"{what}: core {lane} reads {need:#x} bytes of kernel "
+                f"({cout} x {cin_g} x {kh} x {kw}), but KernelDMA loaded only "
+                f"{loaded.get(lane, 0):#x} into its KMem",
+                lane=lane,
+                nbytes=need,
+            )

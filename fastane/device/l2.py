@@ -30,6 +30,7 @@
 * Functionally, fastane keeps each resident result as a whole tensor keyed by its L2
   address; the bytes-level streaming is not needed for the values.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -49,16 +50,20 @@ IN_L2 = (VECTOR, L2)
 class L2Plan:
     source_type: int
     result_type: int
-    source: tuple    # (L2 byte address, bytes) of the source working set
-    result: tuple    # (L2 byte address, bytes) of the result working set
+    source: tuple  # (L2 byte address, bytes) of the source working set
+    result: tuple  # (L2 byte address, bytes) of the result working set
     shape_in: tuple
     shape_out: tuple
 
 
 def _check(what: str, name: str, addr: int, nbytes: int):
     if addr + nbytes > L2_BYTES:
-        raise L2Overflow(f"{what}: the {name} working set [{addr:#x}, {addr + nbytes:#x}) does not "
-                         f"fit the {L2_BYTES >> 20} MiB L2", addr=addr, nbytes=nbytes)
+        raise L2Overflow(
+            f"{what}: the {name} working set [{addr:#x}, {addr + nbytes:#x}) does not "
+            f"fit the {L2_BYTES >> 20} MiB L2",
+            addr=addr,
+            nbytes=nbytes,
+        )
 
 
 def plan(regs: dict, conv, in_bytes: int, out_bytes: int, resident: dict, what: str) -> L2Plan:
@@ -69,30 +74,39 @@ def plan(regs: dict, conv, in_bytes: int, out_bytes: int, resident: dict, what: 
     """
     st, rt = regs["L2.SourceCfg.SourceType"], regs["L2.ResultCfg.ResultType"]
     if st not in SOURCE_TYPES:
-        raise UnsupportedTask(f"{what}: L2.SourceCfg.SourceType = {st} is not emulated "
-                              f"(2 = DRAM via TileDMASrc, 3 = a result kept in L2, 0 = an L2 "
-                              f"vector)", source_type=st)
+        raise UnsupportedTask(
+            f"{what}: L2.SourceCfg.SourceType = {st} is not emulated "
+            f"(2 = DRAM via TileDMASrc, 3 = a result kept in L2, 0 = an L2 "
+            f"vector)",
+            source_type=st,
+        )
     if rt not in SOURCE_TYPES:
-        raise UnsupportedTask(f"{what}: L2.ResultCfg.ResultType = {rt} is not emulated "
-                              f"(2 = DRAM via TileDMADst, 3 = keep in L2, 0 = an L2 vector)",
-                              result_type=rt)
+        raise UnsupportedTask(
+            f"{what}: L2.ResultCfg.ResultType = {rt} is not emulated "
+            f"(2 = DRAM via TileDMADst, 3 = keep in L2, 0 = an L2 vector)",
+            result_type=rt,
+        )
     tile = regs["Common.TileCfg.TileHeight"] or conv.hout
     ch_stride = regs["L2.SourceChannelStride.Stride"] * L2_UNIT
     strip = min(conv.win, ch_stride // in_bytes) if ch_stride else conv.win
     src_row = regs["L2.SourceRowStride.Stride"] * L2_UNIT or conv.cin * round_up(strip * in_bytes, L2_UNIT)
     rows_in = min(conv.hin, (min(tile, conv.hout) - 1) * conv.sy + (conv.kh - 1) * conv.dy + 1)
     source = (regs["L2.SourceBase.Addr"] * L2_UNIT, rows_in * src_row)
-    res_row = (regs["L2.ConvResultRowStride.Stride"] * L2_UNIT
-               or conv.cout * round_up(min(conv.wout, strip) * out_bytes, L2_UNIT))
+    res_row = regs["L2.ConvResultRowStride.Stride"] * L2_UNIT or conv.cout * round_up(
+        min(conv.wout, strip) * out_bytes, L2_UNIT
+    )
     rows_out = conv.hout if rt in IN_L2 else min(tile, conv.hout)
     result = (regs["L2.ResultBase.Addr"] * L2_UNIT, rows_out * res_row)
     shape_out = (1, conv.cout, conv.hout, conv.wout)
-    groups = getattr(conv, "reduce_groups", 0)   # a planar row reduction: one value per group
+    groups = getattr(conv, "reduce_groups", 0)  # a planar row reduction: one value per group
     if groups:
         if rt not in IN_L2:
-            raise UnsupportedTask(f"{what}: a row reduction with ResultType = {rt}: every corpus "
-                                  f"reduction keeps its values in L2 (type 0); their DRAM layout is "
-                                  f"unknown", result_type=rt)
+            raise UnsupportedTask(
+                f"{what}: a row reduction with ResultType = {rt}: every corpus "
+                f"reduction keeps its values in L2 (type 0); their DRAM layout is "
+                f"unknown",
+                result_type=rt,
+            )
         step = regs.get("L2.ResultGroupStride.Stride", 0) * L2_UNIT or L2_UNIT
         result = (result[0], groups * step)
         shape_out = (1, 1, groups, 1)
@@ -102,14 +116,19 @@ def plan(regs: dict, conv, in_bytes: int, out_bytes: int, resident: dict, what: 
     if st in IN_L2:
         held = resident.get(source[0])
         if held is None:
-            raise L2Fault(f"{what}: SourceType = {st} reads L2 at {source[0]:#x}, where no earlier "
-                          f"task left a result", addr=source[0])
+            raise L2Fault(
+                f"{what}: SourceType = {st} reads L2 at {source[0]:#x}, where no earlier task left a result",
+                addr=source[0],
+            )
         ok = {shape_in}
         if getattr(conv, "src_broadcast", False):
             ok.add(shape_in[:3] + (1,))
         if held[0] not in ok:
-            raise L2Fault(f"{what}: the result in L2 at {source[0]:#x} is {held[0]}, the task reads "
-                          f"{' or '.join(map(str, sorted(ok)))}", addr=source[0])
+            raise L2Fault(
+                f"{what}: the result in L2 at {source[0]:#x} is {held[0]}, the task reads "
+                f"{' or '.join(map(str, sorted(ok)))}",
+                addr=source[0],
+            )
     return L2Plan(st, rt, source, result, shape_in, shape_out)
 
 

@@ -16,6 +16,7 @@ The arithmetic is the MAC kernels' (``fastane.kernels.conv.conv2d_q16`` and
 ``fastane.kernels.mac.readout``); this block checks geometry, counts MACs and reads
 back the saturation flags.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -72,17 +73,38 @@ def geometry(regs: dict, what: str) -> Geometry:
     r = regs
     g = Geometry(
         mode=CONV if r["NE.MACCfg.KernelMode"] == 0 else PASSTHROUGH,
-        cin=r["Common.Cin.Cin"], hin=r["Common.InDim.Hin"], win=r["Common.InDim.Win"],
-        cout=r["Common.Cout.Cout"], hout=r["Common.OutDim.Hout"], wout=r["Common.OutDim.Wout"],
-        kh=r["Common.ConvCfg.Kh"], kw=r["Common.ConvCfg.Kw"],
-        sy=r["Common.ConvCfg.Sy"], sx=r["Common.ConvCfg.Sx"],
-        dy=r["Common.ConvCfg.Oy"] or 1, dx=r["Common.ConvCfg.Ox"] or 1,
-        pad_top=r["Common.ConvCfg.Py"], pad_left=r["Common.ConvCfg.Px"],
+        cin=r["Common.Cin.Cin"],
+        hin=r["Common.InDim.Hin"],
+        win=r["Common.InDim.Win"],
+        cout=r["Common.Cout.Cout"],
+        hout=r["Common.OutDim.Hout"],
+        wout=r["Common.OutDim.Wout"],
+        kh=r["Common.ConvCfg.Kh"],
+        kw=r["Common.ConvCfg.Kw"],
+        sy=r["Common.ConvCfg.Sy"],
+        sx=r["Common.ConvCfg.Sx"],
+        dy=r["Common.ConvCfg.Oy"] or 1,
+        dx=r["Common.ConvCfg.Ox"] or 1,
+        pad_top=r["Common.ConvCfg.Py"],
+        pad_left=r["Common.ConvCfg.Px"],
         groups=r["Common.GroupConvCfg.NumGroups"],
-        in_fmt=r["Common.ChCfg.InFmt"], out_fmt=r["Common.ChCfg.OutFmt"],
-        kernel_fmt=r["NE.KernelCfg.KernelFmt"])
-    dims = dict(Cin=g.cin, Hin=g.hin, Win=g.win, Cout=g.cout, Hout=g.hout, Wout=g.wout,
-                Kh=g.kh, Kw=g.kw, Sy=g.sy, Sx=g.sx, NumGroups=g.groups)
+        in_fmt=r["Common.ChCfg.InFmt"],
+        out_fmt=r["Common.ChCfg.OutFmt"],
+        kernel_fmt=r["NE.KernelCfg.KernelFmt"],
+    )
+    dims = dict(
+        Cin=g.cin,
+        Hin=g.hin,
+        Win=g.win,
+        Cout=g.cout,
+        Hout=g.hout,
+        Wout=g.wout,
+        Kh=g.kh,
+        Kw=g.kw,
+        Sy=g.sy,
+        Sx=g.sx,
+        NumGroups=g.groups,
+    )
     zero = [k for k, v in dims.items() if v < 1]
     if zero:
         raise DecodeFault(f"{what}: {', '.join(zero)} must be at least 1 ({dims})")
@@ -92,27 +114,36 @@ def geometry(regs: dict, what: str) -> Geometry:
     if g.mode == PASSTHROUGH and op not in (0, 4):
         raise UnsupportedTask(f"{what}: NE.MACCfg.OpMode = {op} is not emulated", op_mode=op)
     if g.in_fmt != FP16 or g.out_fmt != FP16 or (g.mode == CONV and g.kernel_fmt != FP16):
-        raise UnsupportedTask(f"{what}: only the FP16 datapath is emulated (InFmt {g.in_fmt}, "
-                              f"OutFmt {g.out_fmt}, KernelFmt {g.kernel_fmt}; 2 = FP16)")
+        raise UnsupportedTask(
+            f"{what}: only the FP16 datapath is emulated (InFmt {g.in_fmt}, "
+            f"OutFmt {g.out_fmt}, KernelFmt {g.kernel_fmt}; 2 = FP16)"
+        )
     if g.cin % g.groups or g.cout % g.groups:
-        raise DecodeFault(f"{what}: Cin {g.cin} and Cout {g.cout} must be multiples of "
-                          f"NumGroups {g.groups}")
+        raise DecodeFault(f"{what}: Cin {g.cin} and Cout {g.cout} must be multiples of NumGroups {g.groups}")
     if regs["L2.L2Cfg.PaddingMode"] != 0:
-        raise UnsupportedTask(f"{what}: L2.L2Cfg.PaddingMode = {regs['L2.L2Cfg.PaddingMode']} "
-                              f"(only 0, zero padding, is emulated)")
+        raise UnsupportedTask(
+            f"{what}: L2.L2Cfg.PaddingMode = {regs['L2.L2Cfg.PaddingMode']} "
+            f"(only 0, zero padding, is emulated)"
+        )
     if g.mode == PASSTHROUGH:
         if (g.cin, g.hin, g.win) != (g.cout, g.hout, g.wout) or (g.kh, g.kw, g.sy, g.sx) != (1, 1, 1, 1):
-            raise UnsupportedTask(f"{what}: a kernel-less task must map Cin x Hin x Win = "
-                                  f"{g.cin}x{g.hin}x{g.win} onto the same output shape with a 1x1 "
-                                  f"kernel (got {g.cout}x{g.hout}x{g.wout}, kernel {g.kh}x{g.kw})")
+            raise UnsupportedTask(
+                f"{what}: a kernel-less task must map Cin x Hin x Win = "
+                f"{g.cin}x{g.hin}x{g.win} onto the same output shape with a 1x1 "
+                f"kernel (got {g.cout}x{g.hout}x{g.wout}, kernel {g.kh}x{g.kw})"
+            )
         return g
     # every output window must start inside the padded input, and the first one cover it
-    for name, n_out, n_in, s, k, d, pad in (("rows", g.hout, g.hin, g.sy, g.kh, g.dy, g.pad_top),
-                                            ("columns", g.wout, g.win, g.sx, g.kw, g.dx, g.pad_left)):
+    for name, n_out, n_in, s, k, d, pad in (
+        ("rows", g.hout, g.hin, g.sy, g.kh, g.dy, g.pad_top),
+        ("columns", g.wout, g.win, g.sx, g.kw, g.dx, g.pad_left),
+    ):
         span = (k - 1) * d + 1
         if pad >= span or (n_out - 1) * s - pad >= n_in:
-            raise DecodeFault(f"{what}: {n_out} output {name} (stride {s}, kernel {k}, dilation "
-                              f"{d}, padding {pad}) read windows outside the {n_in} input {name}")
+            raise DecodeFault(
+                f"{what}: {n_out} output {name} (stride {s}, kernel {k}, dilation "
+                f"{d}, padding {pad}) read windows outside the {n_in} input {name}"
+            )
     return g
 
 
@@ -130,8 +161,16 @@ def host_bytes(g: Geometry) -> int:
 
 def plain(g: Geometry) -> bool:
     """A 1x1, stride-1, unpadded convolution: the input already is the matmul operand."""
-    return (g.kh == 1 and g.kw == 1 and g.sy == 1 and g.sx == 1 and g.pad_top == 0
-            and g.pad_left == 0 and g.hout == g.hin and g.wout == g.win)
+    return (
+        g.kh == 1
+        and g.kw == 1
+        and g.sy == 1
+        and g.sx == 1
+        and g.pad_top == 0
+        and g.pad_left == 0
+        and g.hout == g.hin
+        and g.wout == g.win
+    )
 
 
 _ARANGE: dict = {}
@@ -179,11 +218,20 @@ def accumulate(g: Geometry, x: np.ndarray, w: np.ndarray, cmax=None, trunc: bool
         else:
             acc, flag = out
         idx = _arange(G)
-        _kmac.matmul_q16_into(w.reshape(G, cog, g.cin_g), x.reshape(G, g.cin_g, P), idx, idx, trunc,
-                              acc.reshape(G, cog, P), flag.reshape(G, cog, P), _max_abs(cmax, G))
+        _kmac.matmul_q16_into(
+            w.reshape(G, cog, g.cin_g),
+            x.reshape(G, g.cin_g, P),
+            idx,
+            idx,
+            trunc,
+            acc.reshape(G, cog, P),
+            flag.reshape(G, cog, P),
+            _max_abs(cmax, G),
+        )
         return acc, flag
-    return _kconv.conv2d_q16(x, w, g.sy, g.sx, g.dy, g.dx, g.pad_top, g.pad_left, g.hout, g.wout,
-                             g.groups, trunc)
+    return _kconv.conv2d_q16(
+        x, w, g.sy, g.sx, g.dy, g.dx, g.pad_top, g.pad_left, g.hout, g.wout, g.groups, trunc
+    )
 
 
 #: outputs with at most this many pixels per output channel (``Hout x Wout``; a matmul's
@@ -203,8 +251,16 @@ def abs_max(x: np.ndarray, out: np.ndarray) -> None:
     _kmac._abs_max(x, out)
 
 
-def accumulate_fp16(g: Geometry, src16: np.ndarray, plane: int, row: int, w: np.ndarray, buffer,
-                    trunc: bool = False, transposed=None):
+def accumulate_fp16(
+    g: Geometry,
+    src16: np.ndarray,
+    plane: int,
+    row: int,
+    w: np.ndarray,
+    buffer,
+    trunc: bool = False,
+    transposed=None,
+):
     """``(acc, flag)`` of the convolution of the fp16 tensor TileDMASrc reads
     (``src16[c*plane + y*row + x]``, the checked window as uint16), the decode fused into
     building the MAC kernels' operand: the input itself for a plain 1x1 convolution
@@ -251,13 +307,33 @@ def accumulate_fp16(g: Geometry, src16: np.ndarray, plane: int, row: int, w: np.
     else:
         cols = buffer("cols", (G, kc, P), np.float64)
         tmax = np.empty(g.cin)
-        with _kpar.threads_for(g.macs, _kmac.SERIAL_MACS):     # as conv2d_q16 runs its unfolding
-            _kdma.unfold_f16(src16, plane, row, g.hin, g.win, g.cin_g, g.kh, g.kw, g.sy, g.sx, g.dy,
-                             g.dx, g.pad_top, g.pad_left, g.hout, g.wout, cols, tmax, _kpar.workers())
-        bmax = tmax.reshape(G, g.cin_g).max(axis=1)      # NaN propagates
+        with _kpar.threads_for(g.macs, _kmac.SERIAL_MACS):  # as conv2d_q16 runs its unfolding
+            _kdma.unfold_f16(
+                src16,
+                plane,
+                row,
+                g.hin,
+                g.win,
+                g.cin_g,
+                g.kh,
+                g.kw,
+                g.sy,
+                g.sx,
+                g.dy,
+                g.dx,
+                g.pad_top,
+                g.pad_left,
+                g.hout,
+                g.wout,
+                cols,
+                tmax,
+                _kpar.workers(),
+            )
+        bmax = tmax.reshape(G, g.cin_g).max(axis=1)  # NaN propagates
     idx = _arange(G)
-    _kmac.matmul_q16_into(w.reshape(G, cog, kc), cols, idx, idx, trunc, acc.reshape(G, cog, P),
-                          flag.reshape(G, cog, P), bmax)
+    _kmac.matmul_q16_into(
+        w.reshape(G, cog, kc), cols, idx, idx, trunc, acc.reshape(G, cog, P), flag.reshape(G, cog, P), bmax
+    )
     return acc, flag
 
 

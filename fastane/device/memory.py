@@ -8,6 +8,7 @@
   absolute addresses: every DMA is ``slot + offset``, resolved and bounds-checked here
   before any kernel touches the bytes.
 """
+
 from __future__ import annotations
 
 import threading
@@ -31,7 +32,7 @@ def aligned_bytes(nbytes: int, align: int = ALIGN, zero: bool = True) -> np.ndar
         raise ValueError(f"negative size {nbytes}")
     raw = (np.zeros if zero else np.empty)(nbytes + align, dtype=np.uint8)
     skip = (-raw.ctypes.data) % align
-    return raw[skip:skip + nbytes]
+    return raw[skip : skip + nbytes]
 
 
 @dataclass(frozen=True)
@@ -93,10 +94,12 @@ class UnifiedMemory:
                     break
             else:
                 free = sum(c for _, c in self._free)
-                raise MemoryError(f"unified memory exhausted: {tiles} tiles requested, "
-                                  f"{free} free in {len(self._free)} fragments")
+                raise MemoryError(
+                    f"unified memory exhausted: {tiles} tiles requested, "
+                    f"{free} free in {len(self._free)} fragments"
+                )
         if zero:
-            self.data[region.iova - self.base:region.end - self.base] = 0
+            self.data[region.iova - self.base : region.end - self.base] = 0
         return region
 
     def free(self, region: Region) -> None:
@@ -139,15 +142,18 @@ class UnifiedMemory:
         """Index into :attr:`data` of ``[iova, iova + nbytes)``; faults outside the window."""
         off = int(iova) - self.base
         if nbytes < 0 or off < 0 or off + nbytes > self.size:
-            raise DMARangeFault(f"{what}: [{int(iova):#x}, {int(iova) + nbytes:#x}) is outside "
-                                f"unified memory [{self.base:#x}, {self.base + self.size:#x})",
-                                iova=int(iova), nbytes=nbytes)
+            raise DMARangeFault(
+                f"{what}: [{int(iova):#x}, {int(iova) + nbytes:#x}) is outside "
+                f"unified memory [{self.base:#x}, {self.base + self.size:#x})",
+                iova=int(iova),
+                nbytes=nbytes,
+            )
         return off
 
     def view(self, iova: int, nbytes: int) -> np.ndarray:
         """A writable ``uint8`` view of ``[iova, iova + nbytes)`` (no copy)."""
         off = self.offset(iova, nbytes)
-        return self.data[off:off + nbytes]
+        return self.data[off : off + nbytes]
 
     def read(self, iova: int, nbytes: int) -> bytes:
         return self.view(iova, nbytes).tobytes()
@@ -157,8 +163,10 @@ class UnifiedMemory:
         self.view(iova, src.size)[:] = src
 
     def __repr__(self) -> str:
-        return (f"UnifiedMemory({self.size >> 20} MiB at {self.base:#x}, "
-                f"{len(self._allocs)} allocations, {self.available >> 10} KiB free)")
+        return (
+            f"UnifiedMemory({self.size >> 20} MiB at {self.base:#x}, "
+            f"{len(self._allocs)} allocations, {self.available >> 10} KiB free)"
+        )
 
 
 class BARTable:
@@ -219,7 +227,11 @@ class BARTable:
             raise DMARangeFault(
                 f"{what}: bytes [{offset:#x}, {offset + nbytes:#x}) of BAR slot {slot} reach "
                 f"past its region {region} (size {region.size:#x})",
-                slot=slot, offset=offset, nbytes=nbytes, region=region)
+                slot=slot,
+                offset=offset,
+                nbytes=nbytes,
+                region=region,
+            )
         return self.memory.offset(region.iova + offset, nbytes, what)
 
     @staticmethod

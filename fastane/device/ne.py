@@ -22,6 +22,7 @@ table (43 little-endian u16 words) is unpacked by ``fastane.lut``.
 The arithmetic is ``fastane.kernels.ne.ne_post``; this block decodes the registers and
 finds the bias vector and the table in KMem.
 """
+
 from __future__ import annotations
 
 import functools
@@ -43,8 +44,8 @@ IDENTITY, RELU, LUT = 0, 1, 2
 @dataclass(frozen=True)
 class NEConfig:
     bias_mode: int
-    acc_bias: int        # fp16 bits
-    post_scale: int      # fp16 bits
+    acc_bias: int  # fp16 bits
+    post_scale: int  # fp16 bits
     nonlinear: int
     #: per-channel bias from KMem (MatrixBiasEn with BiasMode)
     bias_vector: bool = False
@@ -61,26 +62,45 @@ class NEConfig:
 
 def config(regs: dict, what: str) -> NEConfig:
     """Decode and check the NE registers."""
-    for name in ("NE.AccBias.AccBiasShift", "NE.PostScale.PostRightShift",
-                 "NE.KernelCfg.PalettizedEn", "NE.KernelCfg.SparseFmt"):
+    for name in (
+        "NE.AccBias.AccBiasShift",
+        "NE.PostScale.PostRightShift",
+        "NE.KernelCfg.PalettizedEn",
+        "NE.KernelCfg.SparseFmt",
+    ):
         if regs[name]:
             raise UnsupportedTask(f"{what}: {name} = {regs[name]} is not emulated on the FP16 path")
     cout = regs["Common.Cout.Cout"]
     vector = bool(regs["NE.MACCfg.BiasMode"] and regs["NE.MACCfg.MatrixBiasEn"])
-    per = 0                 # an elementwise task (KernelMode 1) holds no kernels
+    per = 0  # an elementwise task (KernelMode 1) holds no kernels
     if regs["NE.MACCfg.KernelMode"] == 0 and cout > 0:
         groups = max(regs["Common.GroupConvCfg.NumGroups"], 1)
-        per = (regs["Common.Cin.Cin"] // groups * regs["Common.ConvCfg.Kh"] * regs["Common.ConvCfg.Kw"]
-               * DTYPES[regs["NE.KernelCfg.KernelFmt"] % 3].itemsize)
+        per = (
+            regs["Common.Cin.Cin"]
+            // groups
+            * regs["Common.ConvCfg.Kh"]
+            * regs["Common.ConvCfg.Kw"]
+            * DTYPES[regs["NE.KernelCfg.KernelFmt"] % 3].itemsize
+        )
     lay = kernel_layout(max(cout, 1), per, vector)
-    cfg = NEConfig(regs["NE.MACCfg.BiasMode"], regs["NE.AccBias.AccBias"],
-                   regs["NE.PostScale.PostScale"], regs["NE.MACCfg.NonlinearMode"],
-                   vector, cout, lay.m, lay.bias_offset, lay.lut_offset)
+    cfg = NEConfig(
+        regs["NE.MACCfg.BiasMode"],
+        regs["NE.AccBias.AccBias"],
+        regs["NE.PostScale.PostScale"],
+        regs["NE.MACCfg.NonlinearMode"],
+        vector,
+        cout,
+        lay.m,
+        lay.bias_offset,
+        lay.lut_offset,
+    )
     if cfg.nonlinear not in (IDENTITY, RELU, LUT):
         raise UnsupportedTask(f"{what}: NE.MACCfg.NonlinearMode = {cfg.nonlinear} is not defined")
     if cfg.nonlinear == LUT and _lut_unpacker() is None:
-        raise UnsupportedTask(f"{what}: NonlinearMode 2 (LUT) needs fastane.lut to read the "
-                              f"coefficient block, which is not available yet")
+        raise UnsupportedTask(
+            f"{what}: NonlinearMode 2 (LUT) needs fastane.lut to read the "
+            f"coefficient block, which is not available yet"
+        )
     return cfg
 
 
@@ -120,9 +140,12 @@ def check_loaded(cfg: NEConfig, kdma, what: str = "NE") -> None:
     loaded = {lane.lane: lane.nbytes for lane in kdma.lanes}
     for lane, (need, part) in needs(cfg).items():
         if loaded.get(lane, 0) < need:
-            raise KMemOverflow(f"{what}: core {lane} reads its {part} up to byte {need:#x} of its "
-                               f"KMem, but KernelDMA loaded only {loaded.get(lane, 0):#x}",
-                               lane=lane, nbytes=need)
+            raise KMemOverflow(
+                f"{what}: core {lane} reads its {part} up to byte {need:#x} of its "
+                f"KMem, but KernelDMA loaded only {loaded.get(lane, 0):#x}",
+                lane=lane,
+                nbytes=need,
+            )
 
 
 def check_lut(cfg: NEConfig, kdma, memory: np.ndarray, written=(), what: str = "NE") -> None:
@@ -131,19 +154,24 @@ def check_lut(cfg: NEConfig, kdma, memory: np.ndarray, written=(), what: str = "
     block faults before any task of the chain moves data.  ``written``: ``(start, end,
     task)`` byte ranges earlier tasks of the chain write; a block inside one of them is
     only known when the chain runs, and is refused."""
-    lane = next(i for i, ln in enumerate(kdma.lanes) if ln.lane == 0)    # check_loaded: present
+    lane = next(i for i, ln in enumerate(kdma.lanes) if ln.lane == 0)  # check_loaded: present
     start = kdma.sources[lane] + cfg.lut_offset
     end = start + LUT_BLOCK
     for lo, hi, task in written:
         if lo < end and start < hi:
-            raise UnsupportedTask(f"{what}: the LUT block KernelDMA loads from [{start:#x}, {end:#x}) "
-                                  f"is written by TD {task} of the same chain; fastane checks "
-                                  f"coefficient blocks before a chain runs", addr=start)
+            raise UnsupportedTask(
+                f"{what}: the LUT block KernelDMA loads from [{start:#x}, {end:#x}) "
+                f"is written by TD {task} of the same chain; fastane checks "
+                f"coefficient blocks before a chain runs",
+                addr=start,
+            )
     try:
         _lut_args(memory[start:end].tobytes())
     except TDError as exc:
-        raise UnsupportedTask(f"{what}: the LUT block in core 0's KMem (loaded from {start:#x}) "
-                              f"cannot be evaluated: {exc}", addr=start) from exc
+        raise UnsupportedTask(
+            f"{what}: the LUT block in core 0's KMem (loaded from {start:#x}) cannot be evaluated: {exc}",
+            addr=start,
+        ) from exc
 
 
 def _coefficients(cfg: NEConfig, c: int, kmem):
@@ -152,13 +180,13 @@ def _coefficients(cfg: NEConfig, c: int, kmem):
     if cfg.bias_vector:
         m, off = cfg.per_core, cfg.bias_offset
         lanes = -(-c // m)
-        bias = kmem.data[:lanes, off:off + 2 * m].copy().view("<f2").reshape(-1)[:c].astype(np.float64)
+        bias = kmem.data[:lanes, off : off + 2 * m].copy().view("<f2").reshape(-1)[:c].astype(np.float64)
     elif cfg.bias_mode:
         bias = np.full(c, cfg.f16(cfg.acc_bias))
     else:
         bias = _NO_BIAS
     if cfg.nonlinear == LUT:
-        lutf, luti = _lut_args(kmem.data[0, cfg.lut_offset:cfg.lut_offset + LUT_BLOCK].tobytes())
+        lutf, luti = _lut_args(kmem.data[0, cfg.lut_offset : cfg.lut_offset + LUT_BLOCK].tobytes())
     else:
         lutf, luti = _NO_LUT
     return bias, _f16(cfg.post_scale), lutf, luti
@@ -199,7 +227,7 @@ TABLE_MIN = 1 << 16
 TABLES = 16
 _PATTERNS = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
 _VALUES = _PATTERNS.view(np.float16).astype(np.float64)
-_VALUES[np.isnan(_VALUES)] = 0.0      # never looked up: inputs with a NaN take the kernel
+_VALUES[np.isnan(_VALUES)] = 0.0  # never looked up: inputs with a NaN take the kernel
 
 
 @functools.lru_cache(maxsize=TABLES)
@@ -224,9 +252,13 @@ def _table(bias, scale, nonlinear, lutf, luti):
     """``(fp16 result, LUT event)`` of the NE stage for every input pattern (cached by the
     bit patterns of the bias and the scale -- -0.0 is not 0.0 --, the nonlinearity and
     the table's parameters)."""
-    return _table_cached(None if bias is None else _bits64(bias), _bits64(scale), int(nonlinear),
-                         np.ascontiguousarray(lutf, np.float64).tobytes(),
-                         np.ascontiguousarray(luti, np.int64).tobytes())
+    return _table_cached(
+        None if bias is None else _bits64(bias),
+        _bits64(scale),
+        int(nonlinear),
+        np.ascontiguousarray(lutf, np.float64).tobytes(),
+        np.ascontiguousarray(luti, np.int64).tobytes(),
+    )
 
 
 def finish(cfg: NEConfig, acc: np.ndarray, flag: np.ndarray, kmem, window) -> tuple:
@@ -241,9 +273,31 @@ def finish(cfg: NEConfig, acc: np.ndarray, flag: np.ndarray, kmem, window) -> tu
     counts = np.zeros(4, dtype=np.int64)
     out16, plane, row, wpad = window
     if cfg.nonlinear == LUT:
-        _kne.readout_post(acc.reshape(c, h, w), flag.reshape(c, h, w), bias, scale, cfg.nonlinear,
-                          lutf, luti, out16, plane, row, wpad, counts)
-    else:       # identity or ReLU: the branch-free kernel
-        _kne.readout_fast(acc.reshape(c, h, w), flag.reshape(c, h, w), bias, scale,
-                          cfg.nonlinear == RELU, out16, plane, row, wpad, counts)
+        _kne.readout_post(
+            acc.reshape(c, h, w),
+            flag.reshape(c, h, w),
+            bias,
+            scale,
+            cfg.nonlinear,
+            lutf,
+            luti,
+            out16,
+            plane,
+            row,
+            wpad,
+            counts,
+        )
+    else:  # identity or ReLU: the branch-free kernel
+        _kne.readout_fast(
+            acc.reshape(c, h, w),
+            flag.reshape(c, h, w),
+            bias,
+            scale,
+            cfg.nonlinear == RELU,
+            out16,
+            plane,
+            row,
+            wpad,
+            counts,
+        )
     return int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3])

@@ -23,6 +23,7 @@ The arithmetic (each stage rounded once to fp16, RNE) is :mod:`fastane.kernels.p
 Counters: ``planar_ops`` = the elements the task processes (``NumGroups x C x H x W``);
 TileDMA bytes for every streamed operand and the result.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,20 +31,40 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..m1 import FP16, L2_BYTES, L2_UNIT
-from ..td.planar import (ABS, BINARY, BINOP, BINOPS, OPCODES, RECIP, RED_MAX, SUBTRACT, TASK_REDUCE,
-                         UNNAMED, is_planar, operation, registers, set_unnamed,
-                         unnamed_fields, words)
+from ..td.planar import (
+    ABS,
+    BINARY,
+    BINOP,
+    BINOPS,
+    OPCODES,
+    RECIP,
+    RED_MAX,
+    SUBTRACT,
+    TASK_REDUCE,
+    UNNAMED,
+    is_planar,
+    operation,
+    registers,
+    set_unnamed,
+    unnamed_fields,
+    words,
+)
 from . import tile_dma
 from .faults import DecodeFault, L2Fault, L2Overflow, UnsupportedTask
 
 #: below this many elements a task's kernel runs on one thread (as kernels.parallel.threads_for does for the MAC array)
 SERIAL_ELEMENTS = 1 << 18
 
+
 def ops(regs: dict) -> int:
     """Elements a planar task processes: ``NumGroups x Cout x Hout x Wout`` (for a row
     reduction, every input element once)."""
-    return (max(regs["Common.GroupConvCfg.NumGroups"], 1) * regs["Common.Cout.Cout"]
-            * regs["Common.OutDim.Hout"] * regs["Common.OutDim.Wout"])
+    return (
+        max(regs["Common.GroupConvCfg.NumGroups"], 1)
+        * regs["Common.Cout.Cout"]
+        * regs["Common.OutDim.Hout"]
+        * regs["Common.OutDim.Wout"]
+    )
 
 
 def _f16(bits: int) -> float:
@@ -56,14 +77,14 @@ class PlanarConfig:
     """A planar task's decoded operation (see the module docstring)."""
 
     words: tuple
-    name: str              # "scale", "abs", "add", "sub", "mul", "max", "min",
+    name: str  # "scale", "abs", "add", "sub", "mul", "max", "min",
     #                        "sum", "max-reduce", "recip-sum"; "?" when unknown
-    binary: bool           # two operands
-    reduce: bool           # a row reduction
-    in_scale: float        # s0: fp16 scale of the RBase0 operand (word 2, high half)
-    out_scale: float       # s: fp16 output scale (word 1, high half)
-    offset: float          # c: fp16 output offset (word 1, low half)
-    broadcast: tuple       # (source 0, source 1) per-row vectors broadcast along W
+    binary: bool  # two operands
+    reduce: bool  # a row reduction
+    in_scale: float  # s0: fp16 scale of the RBase0 operand (word 2, high half)
+    out_scale: float  # s: fp16 output scale (word 1, high half)
+    offset: float  # c: fp16 output offset (word 1, low half)
+    broadcast: tuple  # (source 0, source 1) per-row vectors broadcast along W
     #: why the task cannot be computed (None: it can); counted all the same
     unsupported: str | None = None
 
@@ -71,9 +92,19 @@ class PlanarConfig:
     def op(self) -> int:
         """The kernel's operation code (:mod:`fastane.kernels.planar`)."""
         from fastane.kernels import planar as k
-        return {"scale": k.OP_PASS, "abs": k.OP_ABS, "add": k.OP_ADD, "sub": k.OP_SUB,
-                "mul": k.OP_MUL, "max": k.OP_MAX, "min": k.OP_MIN, "sum": k.RED_SUM,
-                "recip-sum": k.RED_SUM, "max-reduce": k.RED_MAX}[self.name]
+
+        return {
+            "scale": k.OP_PASS,
+            "abs": k.OP_ABS,
+            "add": k.OP_ADD,
+            "sub": k.OP_SUB,
+            "mul": k.OP_MUL,
+            "max": k.OP_MAX,
+            "min": k.OP_MIN,
+            "sum": k.RED_SUM,
+            "recip-sum": k.RED_SUM,
+            "max-reduce": k.RED_MAX,
+        }[self.name]
 
     @property
     def recip(self) -> bool:
@@ -89,33 +120,60 @@ def _decode_op(w0: int, reduce: bool):
     if reduce:
         known = RED_MAX | RECIP
         if w0 & ~known:
-            return "?", False, (f"Word[0] bits {w0 & ~known:#x} in a row reduction (Common.Cfg."
-                                f"TaskType 5) have no known meaning (reductions: 0x0 sum, 0x2 max, "
-                                f"0x1000 sum then reciprocal)")
+            return (
+                "?",
+                False,
+                (
+                    f"Word[0] bits {w0 & ~known:#x} in a row reduction (Common.Cfg."
+                    f"TaskType 5) have no known meaning (reductions: 0x0 sum, 0x2 max, "
+                    f"0x1000 sum then reciprocal)"
+                ),
+            )
         if w0 == RED_MAX | RECIP:
-            return "?", False, ("Word[0] = 0x1002 (reciprocal of a max reduction) was never "
-                                "observed; its meaning is not established")
+            return (
+                "?",
+                False,
+                (
+                    "Word[0] = 0x1002 (reciprocal of a max reduction) was never "
+                    "observed; its meaning is not established"
+                ),
+            )
         return {0: "sum", RED_MAX: "max-reduce", RECIP: "recip-sum"}[w0], False, None
     known = BINARY | SUBTRACT | BINOP | ABS
     if w0 & ~known:
         extra = w0 & ~known
-        hint = (" (0x2 and 0x1000 are reduction codes: they need Common.Cfg.TaskType 5)"
-                if extra & (RED_MAX | RECIP) else "")
-        return "?", bool(w0 & BINARY), (f"Word[0] bits {extra:#x} have no known meaning for an "
-                                         f"elementwise planar task{hint}")
+        hint = (
+            " (0x2 and 0x1000 are reduction codes: they need Common.Cfg.TaskType 5)"
+            if extra & (RED_MAX | RECIP)
+            else ""
+        )
+        return (
+            "?",
+            bool(w0 & BINARY),
+            (f"Word[0] bits {extra:#x} have no known meaning for an elementwise planar task{hint}"),
+        )
     if w0 & BINARY:
         if w0 & ABS:
             return "?", True, "Word[0] combines abs (0x40) with a binary operation (0x80000): never observed"
         k = (w0 & BINOP) >> 2
         if w0 & SUBTRACT:
             if k:
-                return "?", True, (f"Word[0] = {w0:#x}: the subtract bit (0x40000) with "
-                                   f"{BINOPS[k]} was never observed")
+                return (
+                    "?",
+                    True,
+                    (f"Word[0] = {w0:#x}: the subtract bit (0x40000) with {BINOPS[k]} was never observed"),
+                )
             return "sub", True, None
         return BINOPS[k], True, None
     if w0 & (SUBTRACT | BINOP):
-        return "?", False, (f"Word[0] = {w0:#x}: bits {w0 & (SUBTRACT | BINOP):#x} select a binary "
-                            f"operation, but the binary bit 0x80000 is clear")
+        return (
+            "?",
+            False,
+            (
+                f"Word[0] = {w0:#x}: bits {w0 & (SUBTRACT | BINOP):#x} select a binary "
+                f"operation, but the binary bit 0x80000 is clear"
+            ),
+        )
     return ("abs" if w0 & ABS else "scale"), False, None
 
 
@@ -134,8 +192,11 @@ def config(regs: dict, what: str, strict: bool = True) -> PlanarConfig:
     reduce = regs.get("Common.Cfg.TaskType", 0) == TASK_REDUCE
     name, binary, problem = _decode_op(w0, reduce)
     # the scales: fp16 halves of words 1 and 2, fp32 word 3
-    halves = {"Word[1] high half (output scale)": w1 >> 16, "Word[1] low half (output offset)": w1 & 0xFFFF,
-              "Word[2] high half (operand-0 scale)": w2 >> 16}
+    halves = {
+        "Word[1] high half (output scale)": w1 >> 16,
+        "Word[1] low half (output offset)": w1 & 0xFFFF,
+        "Word[2] high half (operand-0 scale)": w2 >> 16,
+    }
     for label, bits in halves.items():
         if bits & 0x7C00 == 0x7C00:
             raise DecodeFault(f"{where}: {label} = {bits:#06x} is not a finite fp16 value", word=label, **ctx)
@@ -143,38 +204,50 @@ def config(regs: dict, what: str, strict: bool = True) -> PlanarConfig:
     if not np.isfinite(f3):
         raise DecodeFault(f"{where}: Word[3] = {w3:#010x} is not a finite fp32 scale", word=3, **ctx)
     if problem is None and w2 & 0xFFFF:
-        problem = (f"Word[2] low half = {w2 & 0xFFFF:#06x}: it is 0 in every corpus TD and its "
-                   f"meaning (an operand-0 offset?) is unknown")
+        problem = (
+            f"Word[2] low half = {w2 & 0xFFFF:#06x}: it is 0 in every corpus TD and its "
+            f"meaning (an operand-0 offset?) is unknown"
+        )
     if problem is None and w3 != 0x3F800000:
-        problem = (f"Word[3] = {w3:#010x} (fp32 {f3:g}): every corpus TD has 1.0 there and where "
-                   f"this output scale acts in the pipeline is unknown")
+        problem = (
+            f"Word[3] = {w3:#010x} (fp32 {f3:g}): every corpus TD has 1.0 there and where "
+            f"this output scale acts in the pipeline is unknown"
+        )
     # the operands
     rbe1 = regs["Header.RBE1"]
     if name == "?":
         binary = binary or bool(rbe1)
     elif binary and not rbe1 and not regs.get("Common.ChCfg.Src1InFmt", 0):
-        raise DecodeFault(f"{where}: {name} takes two operands, but RBE1 = 0 and the second "
-                          f"operand's format (ChCfg bits [3:2]) is 0: there is no second operand",
-                          **ctx)
+        raise DecodeFault(
+            f"{where}: {name} takes two operands, but RBE1 = 0 and the second "
+            f"operand's format (ChCfg bits [3:2]) is 0: there is no second operand",
+            **ctx,
+        )
     elif not binary and rbe1:
-        raise DecodeFault(f"{where}: {name} is unary, but RBE1 enables a second operand (BAR slot "
-                          f"{regs['Header.RBase1']})", slot=regs["Header.RBase1"], **ctx)
+        raise DecodeFault(
+            f"{where}: {name} is unary, but RBE1 enables a second operand (BAR slot {regs['Header.RBase1']})",
+            slot=regs["Header.RBase1"],
+            **ctx,
+        )
     fmts = {"ChCfg.InFmt": regs["Common.ChCfg.InFmt"], "ChCfg.OutFmt": regs["Common.ChCfg.OutFmt"]}
     if binary:
-        fmts["ChCfg.Src1InFmt"] = regs.get("Common.ChCfg.Src1InFmt", FP16) if not rbe1 else \
-            regs.get("TileDMASrc1.Fmt.MemFmt", FP16)
+        fmts["ChCfg.Src1InFmt"] = (
+            regs.get("Common.ChCfg.Src1InFmt", FP16) if not rbe1 else regs.get("TileDMASrc1.Fmt.MemFmt", FP16)
+        )
     bad = {k: v for k, v in fmts.items() if v != FP16}
     if problem is None and bad:
-        problem = (f"only fp16 planar operands are emulated ({', '.join(f'{k} = {v}' for k, v in bad.items())}; "
-                   f"2 = FP16)")
+        problem = (
+            f"only fp16 planar operands are emulated ({', '.join(f'{k} = {v}' for k, v in bad.items())}; "
+            f"2 = FP16)"
+        )
     bcast = (bool(regs.get("Common.Broadcast.Src0", 0)), bool(regs.get("Common.Broadcast.Src1", 0)))
     if bcast[1] and not binary:
         raise DecodeFault(f"{where}: Common.Broadcast.Src1 is set on a unary operation", **ctx)
-    cfg = PlanarConfig(words, name, binary, reduce, _f16(w2 >> 16), _f16(w1 >> 16), _f16(w1 & 0xFFFF),
-                       bcast, problem)
+    cfg = PlanarConfig(
+        words, name, binary, reduce, _f16(w2 >> 16), _f16(w1 >> 16), _f16(w1 & 0xFFFF), bcast, problem
+    )
     if problem is not None and strict:
-        raise UnsupportedTask(f"{where}: {problem}; run the program with stats_only=True to count "
-                              f"it", **ctx)
+        raise UnsupportedTask(f"{where}: {problem}; run the program with stats_only=True to count it", **ctx)
     return cfg
 
 
@@ -221,37 +294,61 @@ class PlanarGeometry:
 def geometry(regs: dict, cfg: PlanarConfig, what: str, strict: bool = True) -> PlanarGeometry:
     """Decode and check the geometry of a planar task."""
     r = regs
-    dims = dict(Cin=r["Common.Cin.Cin"], Hin=r["Common.InDim.Hin"], Win=r["Common.InDim.Win"],
-                Cout=r["Common.Cout.Cout"], Hout=r["Common.OutDim.Hout"], Wout=r["Common.OutDim.Wout"],
-                NumGroups=r["Common.GroupConvCfg.NumGroups"])
+    dims = dict(
+        Cin=r["Common.Cin.Cin"],
+        Hin=r["Common.InDim.Hin"],
+        Win=r["Common.InDim.Win"],
+        Cout=r["Common.Cout.Cout"],
+        Hout=r["Common.OutDim.Hout"],
+        Wout=r["Common.OutDim.Wout"],
+        NumGroups=r["Common.GroupConvCfg.NumGroups"],
+    )
     zero = [k for k, v in dims.items() if v < 1]
     if zero:
         raise DecodeFault(f"{what}: {', '.join(zero)} must be at least 1 ({dims})", planar=cfg.words)
     shape_in = (dims["Cin"], dims["Hin"], dims["Win"])
     shape_out = (dims["Cout"], dims["Hout"], dims["Wout"])
     if shape_in != shape_out:
-        raise DecodeFault(f"{what}: a planar task maps every element to one output element, but "
-                          f"Cin x Hin x Win = {'x'.join(map(str, shape_in))} differs from Cout x Hout x "
-                          f"Wout = {'x'.join(map(str, shape_out))}", planar=cfg.words)
+        raise DecodeFault(
+            f"{what}: a planar task maps every element to one output element, but "
+            f"Cin x Hin x Win = {'x'.join(map(str, shape_in))} differs from Cout x Hout x "
+            f"Wout = {'x'.join(map(str, shape_out))}",
+            planar=cfg.words,
+        )
     g = dims["NumGroups"]
     problem = None
     if cfg.reduce and (dims["Cin"], dims["Hin"]) != (1, 1):
-        problem = (f"a row reduction of Cin x Hin = {dims['Cin']}x{dims['Hin']} per group: every "
-                   f"corpus reduction has one row (1x1) per group, and where the values of several "
-                   f"rows would go in L2 is unknown")
+        problem = (
+            f"a row reduction of Cin x Hin = {dims['Cin']}x{dims['Hin']} per group: every "
+            f"corpus reduction has one row (1x1) per group, and where the values of several "
+            f"rows would go in L2 is unknown"
+        )
     elif cfg.reduce and r["L2.SourceCfg.SourceType"] == 3:
-        problem = ("a row reduction reading its rows from L2 (SourceType 3): every corpus "
-                   "reduction streams its rows from DRAM, and how grouped rows sit in L2 is unknown")
+        problem = (
+            "a row reduction reading its rows from L2 (SourceType 3): every corpus "
+            "reduction streams its rows from DRAM, and how grouped rows sit in L2 is unknown"
+        )
     elif not cfg.reduce and g != 1:
-        problem = (f"an elementwise planar task with NumGroups = {g}: every corpus elementwise task "
-                   f"has one group, and how groups would be addressed is unknown")
+        problem = (
+            f"an elementwise planar task with NumGroups = {g}: every corpus elementwise task "
+            f"has one group, and how groups would be addressed is unknown"
+        )
     if problem is not None:
         if strict:
             raise UnsupportedTask(f"{what}: {problem}", planar=cfg.words)
-    fmt = {k: r[f"Common.ChCfg.{k}"] if r[f"Common.ChCfg.{k}"] in (0, 1, 2) else FP16
-           for k in ("InFmt", "OutFmt")}
-    return PlanarGeometry(*shape_in, *shape_out, fmt["InFmt"], fmt["OutFmt"], groups=g,
-                          reduce=cfg.reduce, src_broadcast=cfg.broadcast[0])
+    fmt = {
+        k: r[f"Common.ChCfg.{k}"] if r[f"Common.ChCfg.{k}"] in (0, 1, 2) else FP16
+        for k in ("InFmt", "OutFmt")
+    }
+    return PlanarGeometry(
+        *shape_in,
+        *shape_out,
+        fmt["InFmt"],
+        fmt["OutFmt"],
+        groups=g,
+        reduce=cfg.reduce,
+        src_broadcast=cfg.broadcast[0],
+    )
 
 
 def host_bytes(g: PlanarGeometry) -> int:
@@ -266,8 +363,8 @@ class L2Operand:
     """An operand an earlier task left in L2 (source 1 read from ``L2.Source1Base``)."""
 
     addr: int
-    shape: tuple        # the tensor as held, (1, C, H, W) or (1, C, H, 1) when broadcast
-    nbytes: int = 0     # nothing moves through TileDMA
+    shape: tuple  # the tensor as held, (1, C, H, W) or (1, C, H, 1) when broadcast
+    nbytes: int = 0  # nothing moves through TileDMA
 
 
 def plan_source(regs: dict, bars, g: PlanarGeometry, what: str):
@@ -284,24 +381,37 @@ def plan_second(cfg: PlanarConfig, regs: dict, bars, g: PlanarGeometry, resident
     shape = (1, g.cin, g.hin, g.win)
     if regs["Header.RBE1"]:
         if cfg.broadcast[1]:
-            raise UnsupportedTask(f"{what}: a broadcast second operand streamed from DRAM (RBE1 with "
-                                  f"Common.Broadcast.Src1) was never observed", planar=cfg.words)
+            raise UnsupportedTask(
+                f"{what}: a broadcast second operand streamed from DRAM (RBE1 with "
+                f"Common.Broadcast.Src1) was never observed",
+                planar=cfg.words,
+            )
         rows = min(g.hin, regs["Common.TileCfg.TileHeight"] or g.hin)
         base = regs.get("L2.Source1Base.Addr", 0) * L2_UNIT
         nbytes = rows * regs.get("L2.Source1RowStride.Stride", 0) * L2_UNIT
         if base + nbytes > L2_BYTES:
-            raise L2Overflow(f"{what}: the second operand's L2 working set [{base:#x}, {base + nbytes:#x})"
-                             f" does not fit the {L2_BYTES >> 20} MiB L2", addr=base, nbytes=nbytes)
+            raise L2Overflow(
+                f"{what}: the second operand's L2 working set [{base:#x}, {base + nbytes:#x})"
+                f" does not fit the {L2_BYTES >> 20} MiB L2",
+                addr=base,
+                nbytes=nbytes,
+            )
         return tile_dma.plan_src(regs, bars, g.cin, g.hin, g.win, what, second=True)
     addr = regs.get("L2.Source1Base.Addr", 0) * L2_UNIT
     held = resident.get(addr)
     if held is None:
-        raise L2Fault(f"{what}: the second operand is read from L2 at {addr:#x} (RBE1 = 0, "
-                      f"L2.Source1Base), where no earlier task left a result", addr=addr)
+        raise L2Fault(
+            f"{what}: the second operand is read from L2 at {addr:#x} (RBE1 = 0, "
+            f"L2.Source1Base), where no earlier task left a result",
+            addr=addr,
+        )
     ok = {shape} | ({shape[:3] + (1,)} if cfg.broadcast[1] else set())
     if held[0] not in ok:
-        raise L2Fault(f"{what}: the result in L2 at {addr:#x} is {held[0]}; the second operand is "
-                      f"{' or '.join(map(str, sorted(ok)))}", addr=addr)
+        raise L2Fault(
+            f"{what}: the result in L2 at {addr:#x} is {held[0]}; the second operand is "
+            f"{' or '.join(map(str, sorted(ok)))}",
+            addr=addr,
+        )
     return L2Operand(addr, held[0])
 
 
@@ -325,6 +435,7 @@ def run(cfg: PlanarConfig, g: PlanarGeometry, a: np.ndarray, b: np.ndarray | Non
     """``(values, nan_outputs)``: the task's result as float64 (exact fp16 values),
     ``[1, C, H, W]`` for elementwise tasks, ``[1, 1, groups, 1]`` for a row reduction."""
     from fastane.kernels import planar as k
+
     big = g.elements >= SERIAL_ELEMENTS
     if cfg.reduce:
         x = _rows(a, g.win)
@@ -342,6 +453,24 @@ def run(cfg: PlanarConfig, g: PlanarGeometry, a: np.ndarray, b: np.ndarray | Non
     return out.view(np.float16).astype(np.float64).reshape(shape), int(nans)
 
 
-__all__ = ["OPCODES", "TASK_REDUCE", "UNNAMED", "L2Operand", "PlanarConfig", "PlanarGeometry", "config",
-           "geometry", "is_planar", "operation", "ops", "plan_second", "plan_source", "read_operand",
-           "registers", "run", "set_unnamed", "unnamed_fields", "words"]
+__all__ = [
+    "OPCODES",
+    "TASK_REDUCE",
+    "UNNAMED",
+    "L2Operand",
+    "PlanarConfig",
+    "PlanarGeometry",
+    "config",
+    "geometry",
+    "is_planar",
+    "operation",
+    "ops",
+    "plan_second",
+    "plan_source",
+    "read_operand",
+    "registers",
+    "run",
+    "set_unnamed",
+    "unnamed_fields",
+    "words",
+]

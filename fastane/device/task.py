@@ -1,12 +1,9 @@
 """The handle of one pushed TD chain (:class:`Task`), created by :class:`.TaskManager`."""
+
 from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .taskmanager import TaskManager
 
 #: the callbacks' logger keeps the task manager's name
 log = logging.getLogger(__name__.rpartition(".")[0] + ".taskmanager")
@@ -17,15 +14,15 @@ class Task:
 
     QUEUED, PENDING, RUNNING, DONE, FAULTED = "queued", "pending", "running", "done", "faulted"
 
-    def __init__(self, tm: "TaskManager", qid: int, priority: int, payload=None):
+    def __init__(self, tm: "TaskManager", qid: int, priority: int, payload=None):  # noqa: F821
         self._tm = tm
         self.qid, self.priority = qid, priority
-        self.slot = None          # 0 or 1 once staged in a ping-pong slot
+        self.slot = None  # 0 or 1 once staged in a ping-pong slot
         self.nid = self.addr = self.td_size = self.td_count = 0
         self.bars: list[int] = []
-        self.seq = None           # push order
-        self.order = None         # execution order (0, 1, ...)
-        self.payload = payload    # what the Pythonic interface keeps with the task
+        self.seq = None  # push order
+        self.order = None  # execution order (0, 1, ...)
+        self.payload = payload  # what the Pythonic interface keeps with the task
         self.status = Task.QUEUED
         self.stats = None
         self.error: BaseException | None = None
@@ -44,11 +41,15 @@ class Task:
         if not self._done.is_set():
             self._tm.run_pending()
             if self._tm.held_by_me() and timeout is None:
-                raise RuntimeError(f"waiting for {self} inside a hold() of the same thread would "
-                                   f"never return: leave the hold first")
+                raise RuntimeError(
+                    f"waiting for {self} inside a hold() of the same thread would "
+                    f"never return: leave the hold first"
+                )
         if not self._done.wait(timeout):
-            raise TimeoutError(f"task {self} did not complete within {timeout} s"
-                               + (" (the task manager is held)" if self._tm.held else ""))
+            raise TimeoutError(
+                f"task {self} did not complete within {timeout} s"
+                + (" (the task manager is held)" if self._tm.held else "")
+            )
         if self.error is not None:
             raise self.error
         return self.stats

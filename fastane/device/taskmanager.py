@@ -27,6 +27,7 @@ after the push, unless the TM is held (:meth:`TaskManager.hold`): then pushes ac
 and run, by priority, when the hold ends.  So priorities and ping-pong order are
 deterministic and observable.
 """
+
 from __future__ import annotations
 
 import collections
@@ -39,13 +40,51 @@ from .faults import QueueFault
 from ..m1 import MAX_CHAIN
 from .memory import NUM_BARS
 from .task import Task, _call
-from .tm_regs import (NUM_QUEUES, QUEUE_PRIORITIES, TM_BASE, TQ_BASE, TQ_STRIDE, TM_ADDR, TM_INFO,
-                      TM_PUSH, TM_TQ_EN, TM_COMMITTED, TM_STATUS, TM_ERROR1, TM_ERROR2, TM_ERROR3,
-                      TM_IRQ_EN1, TM_IRQ_ACK, TM_IRQ_EN2, IRQ_LINES, HISTORY_SIZE, EVENT_FIFO_DEPTH,
-                      TM_IRQ_EVTC, TM_IRQ_INFO, TM_IRQ_UNK1, TM_IRQ_TMST, TM_IRQ_UNK2, TQ_STATUS,
-                      TQ_PRTY, TQ_VACANT, TQ_INFO, TQ_BAR1, TQ_NID1, TQ_SIZE2, TQ_ADDR2, TQ_BAR2,
-                      TQ_NID2, TQ_SIZE1, TQ_ADDR1, TM_IS_IDLE, SLOT_REGS, FAULT_CODES, OTHER_FAULT,
-                      fault_code, Event)
+from .tm_regs import (
+    NUM_QUEUES,
+    QUEUE_PRIORITIES,
+    TM_BASE,
+    TQ_BASE,
+    TQ_STRIDE,
+    TM_ADDR,
+    TM_INFO,
+    TM_PUSH,
+    TM_TQ_EN,
+    TM_COMMITTED,
+    TM_STATUS,
+    TM_ERROR1,
+    TM_ERROR2,
+    TM_ERROR3,
+    TM_IRQ_EN1,
+    TM_IRQ_ACK,
+    TM_IRQ_EN2,
+    IRQ_LINES,
+    HISTORY_SIZE,
+    EVENT_FIFO_DEPTH,
+    TM_IRQ_EVTC,
+    TM_IRQ_INFO,
+    TM_IRQ_UNK1,
+    TM_IRQ_TMST,
+    TM_IRQ_UNK2,
+    TQ_STATUS,
+    TQ_PRTY,
+    TQ_VACANT,
+    TQ_INFO,
+    TQ_BAR1,
+    TQ_NID1,
+    TQ_SIZE2,
+    TQ_ADDR2,
+    TQ_BAR2,
+    TQ_NID2,
+    TQ_SIZE1,
+    TQ_ADDR1,
+    TM_IS_IDLE,
+    SLOT_REGS,
+    FAULT_CODES,
+    OTHER_FAULT,
+    fault_code,
+    Event,
+)
 
 
 class _Slot:
@@ -56,8 +95,8 @@ class _Slot:
     def __init__(self):
         self.bars = [0] * NUM_BARS
         self.nid = self.size = self.addr = 0
-        self.busy = False          # latched by a push, freed on completion
-        self.armed_seq = 0         # order in which slots were armed (NID bit 0 written)
+        self.busy = False  # latched by a push, freed on completion
+        self.armed_seq = 0  # order in which slots were armed (NID bit 0 written)
 
     @property
     def armed(self) -> bool:
@@ -73,7 +112,7 @@ class _Queue:
         self.priority = QUEUE_PRIORITIES[qid]
         self.info = 0
         self.slots = (_Slot(), _Slot())
-        self.next_slot = 0              # ping-pong pointer of the Pythonic interface
+        self.next_slot = 0  # ping-pong pointer of the Pythonic interface
         self.backlog = collections.deque()  # Tasks waiting for a vacant slot
 
     @property
@@ -91,8 +130,7 @@ class TaskManager:
     IRQ FIFO holds (see the module docstring).
     """
 
-    def __init__(self, executor, history_size: int = HISTORY_SIZE,
-                 event_depth: int = EVENT_FIFO_DEPTH):
+    def __init__(self, executor, history_size: int = HISTORY_SIZE, event_depth: int = EVENT_FIFO_DEPTH):
         for name, v in (("history_size", history_size), ("event_depth", event_depth)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {v!r}")
@@ -107,8 +145,18 @@ class TaskManager:
         self._arm = itertools.count(1)
         self.queues = tuple(_Queue(q) for q in range(NUM_QUEUES))
         self._pending: list[Task] = []
-        self.tm = {TM_ADDR: 0, TM_INFO: 0, TM_TQ_EN: 0, TM_COMMITTED: 0, TM_ERROR1: 0,
-                   TM_ERROR2: 0, TM_ERROR3: 0, TM_IRQ_EN1: 0, TM_IRQ_ACK: 0, TM_IRQ_EN2: 0}
+        self.tm = {
+            TM_ADDR: 0,
+            TM_INFO: 0,
+            TM_TQ_EN: 0,
+            TM_COMMITTED: 0,
+            TM_ERROR1: 0,
+            TM_ERROR2: 0,
+            TM_ERROR3: 0,
+            TM_IRQ_EN1: 0,
+            TM_IRQ_ACK: 0,
+            TM_IRQ_EN2: 0,
+        }
         self.events = tuple(collections.deque(maxlen=event_depth) for _ in range(IRQ_LINES))
         #: per line: events dropped because the FIFO was full
         self.events_dropped = [0] * IRQ_LINES
@@ -160,10 +208,17 @@ class TaskManager:
             self.run_pending()
 
     # offsets relative to the blocks, for drivers written like ane_tm.c
-    def tm_read32(self, off): return self.read32(TM_BASE + off)  # noqa: E704
-    def tm_write32(self, off, v): self.write32(TM_BASE + off, v)  # noqa: E704
-    def tq_read32(self, off): return self.read32(TQ_BASE + off)  # noqa: E704
-    def tq_write32(self, off, v): self.write32(TQ_BASE + off, v)  # noqa: E704
+    def tm_read32(self, off):
+        return self.read32(TM_BASE + off)  # noqa: E704
+
+    def tm_write32(self, off, v):
+        self.write32(TM_BASE + off, v)  # noqa: E704
+
+    def tq_read32(self, off):
+        return self.read32(TQ_BASE + off)  # noqa: E704
+
+    def tq_write32(self, off, v):
+        self.write32(TQ_BASE + off, v)  # noqa: E704
 
     @staticmethod
     def _tm_offset(offset: int) -> int:
@@ -203,8 +258,9 @@ class TaskManager:
             for i, (slot, (bar, nid, size, addr)) in enumerate(zip(q.slots, SLOT_REGS)):
                 if bar <= reg < bar + 4 * NUM_BARS or reg in (nid, size, addr):
                     if slot.busy:
-                        raise QueueFault(f"TQ {qid} slot {i} is busy (its task has not completed)",
-                                         qid=qid, slot=i)
+                        raise QueueFault(
+                            f"TQ {qid} slot {i} is busy (its task has not completed)", qid=qid, slot=i
+                        )
                     if reg == nid:
                         if value & 1 and not slot.armed:
                             slot.armed_seq = next(self._arm)
@@ -218,8 +274,7 @@ class TaskManager:
                     return
 
     # ------------------------------------------------------------------ scheduling
-    def _push(self, qid: int, priority: int, task: Task | None = None,
-              slot_index: int | None = None) -> Task:
+    def _push(self, qid: int, priority: int, task: Task | None = None, slot_index: int | None = None) -> Task:
         """TM_PUSH: latch the armed slot of ``qid`` with TM_ADDR/TM_INFO. Lock held.
 
         Of two armed slots the one armed first runs first (ping-pong order).
@@ -229,8 +284,7 @@ class TaskManager:
             raise QueueFault(f"TM_PUSH to TQ {qid}, which is not enabled (TQ_STATUS = 0)", qid=qid)
         armed = [i for i, s in enumerate(q.slots) if s.armed and not s.busy]
         if not armed:
-            raise QueueFault(f"TM_PUSH to TQ {qid} with no armed slot (write NID with bit 0 set)",
-                             qid=qid)
+            raise QueueFault(f"TM_PUSH to TQ {qid} with no armed slot (write NID with bit 0 set)", qid=qid)
         i = min(armed, key=lambda j: q.slots[j].armed_seq) if slot_index is None else slot_index
         slot = q.slots[i]
         info = self.tm[TM_INFO]
@@ -323,15 +377,14 @@ class TaskManager:
             task.stats, task.error = stats, error
             task.status = Task.DONE if error is None else Task.FAULTED
             code = 0 if error is None else fault_code(error)
-            event = Event(0 if error is None else 1, task.qid, task.nid, task.slot, task.addr,
-                          code, task.seq)
+            event = Event(0 if error is None else 1, task.qid, task.nid, task.slot, task.addr, code, task.seq)
             fifo = self.events[event.line]
             if len(fifo) == fifo.maxlen:
                 self.events_dropped[event.line] += 1
             fifo.append(event)
             if error is not None:
                 self.tm[TM_ERROR1] = code
-                self.tm[TM_ERROR2] = getattr(error, "td_addr", task.addr)   # the faulting TD
+                self.tm[TM_ERROR2] = getattr(error, "td_addr", task.addr)  # the faulting TD
                 self.tm[TM_ERROR3] = (task.nid & 0xFF) << 8 | task.qid
             self._history.append(task)
             callbacks, task._callbacks = task._callbacks, []
@@ -356,8 +409,17 @@ class TaskManager:
         return sorted(out, key=lambda e: e.seq)
 
     # ------------------------------------------------------------------ Pythonic submit
-    def submit(self, qid: int, bars, addr: int, td_size: int, td_count: int, nid: int = 0,
-               priority: int | None = None, payload=None) -> Task:
+    def submit(
+        self,
+        qid: int,
+        bars,
+        addr: int,
+        td_size: int,
+        td_count: int,
+        nid: int = 0,
+        priority: int | None = None,
+        payload=None,
+    ) -> Task:
         """Stage and push a chain through the registers, as a driver would.
 
         The queue's two slots are used in ping-pong order; when both are busy, the task
@@ -410,5 +472,7 @@ class TaskManager:
             self._push(q.qid, task.priority, task, slot_index=i)
 
     def __repr__(self) -> str:
-        return (f"TaskManager({len(self._pending)} pending, {len(self._history)} in history"
-                f"{', held' if self.held else ''})")
+        return (
+            f"TaskManager({len(self._pending)} pending, {len(self._history)} in history"
+            f"{', held' if self.held else ''})"
+        )

@@ -15,6 +15,7 @@ destination zero-fills the tail of each row's last burst when ``Fmt.ZeroPadLast`
 (otherwise those bytes are left untouched).  Every range is checked against the BAR
 region before a byte moves.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,10 +31,13 @@ from .faults import BARFault, UnsupportedTask
 from .memory import ALIGN, round_up
 
 _STRIDES = {
-    "TileDMASrc": ("RowStride.Stride", "PlaneStride.PlaneStride", "DepthStride.Stride",
-                   "GroupStride.Stride"),
-    "TileDMADst": ("RowStride.RowStride", "PlaneStride.PlaneStride", "DepthStride.DepthStride",
-                   "GroupStride.GroupStride"),
+    "TileDMASrc": ("RowStride.Stride", "PlaneStride.PlaneStride", "DepthStride.Stride", "GroupStride.Stride"),
+    "TileDMADst": (
+        "RowStride.RowStride",
+        "PlaneStride.PlaneStride",
+        "DepthStride.DepthStride",
+        "GroupStride.GroupStride",
+    ),
 }
 #: TileDMASrc's second register set (a planar task's second operand, from RBase1): the
 #: first set's layout 0x14 bytes on, unnamed in the bit map (see fastane.device.planar)
@@ -42,14 +46,14 @@ _STRIDES["TileDMASrc1"] = _STRIDES["TileDMASrc"]
 
 @dataclass(frozen=True)
 class TileDMAPlan:
-    engine: str            # "TileDMASrc" or "TileDMADst"
+    engine: str  # "TileDMASrc" or "TileDMADst"
     slot: int
-    base: int              # byte offset in the slot
-    shape: tuple           # (C, H, W)
-    strides: tuple         # bytes: (plane, row, element)
+    base: int  # byte offset in the slot
+    shape: tuple  # (C, H, W)
+    strides: tuple  # bytes: (plane, row, element)
     fmt: int
-    index: int             # absolute index of `base` in unified memory (checked)
-    extent: int            # bytes spanned from `base` (whole bursts)
+    index: int  # absolute index of `base` in unified memory (checked)
+    extent: int  # bytes spanned from `base` (whole bursts)
     zero_tail: bool = True
 
     @property
@@ -63,20 +67,36 @@ class TileDMAPlan:
         return int(np.prod(outer)) * round_up(w * self.dtype.itemsize, ALIGN)
 
 
-def plan(regs: dict, bars, engine: str, slot_field: str, enable_field: str,
-         c: int, h: int, w: int, what: str, groups: int = 1) -> TileDMAPlan:
+def plan(
+    regs: dict,
+    bars,
+    engine: str,
+    slot_field: str,
+    enable_field: str,
+    c: int,
+    h: int,
+    w: int,
+    what: str,
+    groups: int = 1,
+) -> TileDMAPlan:
     """Decode and bounds-check one TileDMA transfer of a C x H x W tensor (``groups`` > 1:
     that many tensors ``GroupStride`` apart, shape ``(groups, C, H, W)``; planar row
     reductions read their rows this way)."""
     if not regs[enable_field]:
-        raise BARFault(f"{what}: {engine} uses BAR slot {regs[slot_field]}, which the TD does not "
-                       f"enable ({enable_field} = 0)", slot=regs[slot_field])
+        raise BARFault(
+            f"{what}: {engine} uses BAR slot {regs[slot_field]}, which the TD does not "
+            f"enable ({enable_field} = 0)",
+            slot=regs[slot_field],
+        )
     fmt = regs[f"{engine}.Fmt.MemFmt"]
     if fmt not in FORMATS:
         raise UnsupportedTask(f"{what}: {engine}.Fmt.MemFmt = {fmt} is not a known format", fmt=fmt)
-    if fmt != FP16:     # the MAC, NE and planar blocks compute fp16 only
-        raise UnsupportedTask(f"{what}: {engine}.Fmt.MemFmt = {fmt} ({FORMATS[fmt]}): only fp16 "
-                              f"tensors (MemFmt 2) are emulated; the INT8 path is not", fmt=fmt)
+    if fmt != FP16:  # the MAC, NE and planar blocks compute fp16 only
+        raise UnsupportedTask(
+            f"{what}: {engine}.Fmt.MemFmt = {fmt} ({FORMATS[fmt]}): only fp16 "
+            f"tensors (MemFmt 2) are emulated; the INT8 path is not",
+            fmt=fmt,
+        )
     row, plane = (regs[f"{engine}.{k}"] * ALIGN for k in _STRIDES[engine][:2])
     itemsize = FORMATS[fmt].itemsize
     shape = (c, h, w)
@@ -87,14 +107,25 @@ def plan(regs: dict, bars, engine: str, slot_field: str, enable_field: str,
     base = regs[f"{engine}.BaseAddr.Addr"] * ALIGN
     span = dma.extent(shape, strides, itemsize, ALIGN)
     slot = regs[slot_field]
-    index = bars.resolve(slot, base, span, f"{what}: {engine} ({'x'.join(map(str, shape))}, "
-                                           f"row {row:#x} plane {plane:#x})")
-    return TileDMAPlan(engine, slot, base, shape, strides, fmt, index, span,
-                       bool(regs.get("TileDMADst.Fmt.ZeroPadLast", 1)) if engine == "TileDMADst" else True)
+    index = bars.resolve(
+        slot, base, span, f"{what}: {engine} ({'x'.join(map(str, shape))}, row {row:#x} plane {plane:#x})"
+    )
+    return TileDMAPlan(
+        engine,
+        slot,
+        base,
+        shape,
+        strides,
+        fmt,
+        index,
+        span,
+        bool(regs.get("TileDMADst.Fmt.ZeroPadLast", 1)) if engine == "TileDMADst" else True,
+    )
 
 
-def plan_src(regs: dict, bars, c: int, h: int, w: int, what: str, second: bool = False,
-             groups: int = 1) -> TileDMAPlan:
+def plan_src(
+    regs: dict, bars, c: int, h: int, w: int, what: str, second: bool = False, groups: int = 1
+) -> TileDMAPlan:
     """TileDMASrc from ``RBase0``, or from ``RBase1`` through the second register set
     (``TileDMASrc1.*``: a planar task's second operand)."""
     if second:
@@ -148,8 +179,9 @@ def read_max(p: TileDMAPlan, memory: np.ndarray):
 
 def write(p: TileDMAPlan, memory: np.ndarray, values: np.ndarray) -> None:
     """TileDMADst: write ``values`` ``[1, C, H, W]`` (exact in the format) to DRAM."""
-    dma.scatter(memory, p.index, values.reshape(p.shape), p.strides, p.dtype,
-                zero_tail=p.zero_tail, burst=ALIGN)
+    dma.scatter(
+        memory, p.index, values.reshape(p.shape), p.strides, p.dtype, zero_tail=p.zero_tail, burst=ALIGN
+    )
 
 
 def fp16_window(p: TileDMAPlan, memory: np.ndarray):
@@ -170,7 +202,7 @@ def fp16_window(p: TileDMAPlan, memory: np.ndarray):
     # writes: those go through write(), which keeps numpy's order
     if (h > 1 and row < wpad) or (c > 1 and plane < (h - 1) * row + wpad):
         return None
-    win = memory[p.index:p.index + p.extent].view(np.uint16)
+    win = memory[p.index : p.index + p.extent].view(np.uint16)
     # the plan's extent covers every row's last burst: check the kernel's indexing
     if c and h and (c - 1) * plane + (h - 1) * row + wpad > win.size:
         return None

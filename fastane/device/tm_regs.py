@@ -5,12 +5,23 @@ Register offsets of the TM block (at :data:`TM_BASE`) and of the TQ blocks (from
 history and event FIFOs, the fault codes of TM_ERROR1, and :class:`Event`, one entry of
 an IRQ event FIFO.  :mod:`fastane.device.taskmanager` re-exports every name.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .faults import (BARFault, ChainFault, DecodeFault, DMARangeFault, KMemOverflow, L2Fault,
-                     HostMemoryFault, L2Overflow, QueueFault, UnsupportedTask)
+from .faults import (
+    BARFault,
+    ChainFault,
+    DecodeFault,
+    DMARangeFault,
+    KMemOverflow,
+    L2Fault,
+    HostMemoryFault,
+    L2Overflow,
+    QueueFault,
+    UnsupportedTask,
+)
 
 NUM_QUEUES = 8
 #: the priority the Linux driver gives each queue (TQ_PRTY); higher runs first
@@ -34,11 +45,24 @@ HISTORY_SIZE = 512
 EVENT_FIFO_DEPTH = 512
 
 
-def TM_IRQ_EVTC(line): return 0x14 + line * 0x14  # noqa: E302,E704  events waiting
-def TM_IRQ_INFO(line): return 0x18 + line * 0x14  # noqa: E302,E704  pops one event
-def TM_IRQ_UNK1(line): return 0x1C + line * 0x14  # noqa: E302,E704
-def TM_IRQ_TMST(line): return 0x20 + line * 0x14  # noqa: E302,E704
-def TM_IRQ_UNK2(line): return 0x24 + line * 0x14  # noqa: E302,E704
+def TM_IRQ_EVTC(line):
+    return 0x14 + line * 0x14  # noqa: E302,E704  events waiting
+
+
+def TM_IRQ_INFO(line):
+    return 0x18 + line * 0x14  # noqa: E302,E704  pops one event
+
+
+def TM_IRQ_UNK1(line):
+    return 0x1C + line * 0x14  # noqa: E302,E704
+
+
+def TM_IRQ_TMST(line):
+    return 0x20 + line * 0x14  # noqa: E302,E704
+
+
+def TM_IRQ_UNK2(line):
+    return 0x24 + line * 0x14  # noqa: E302,E704
 
 
 TQ_STATUS, TQ_PRTY, TQ_VACANT, TQ_INFO = 0x000, 0x010, 0x014, 0x01C
@@ -50,8 +74,18 @@ TM_IS_IDLE = 0x1
 SLOT_REGS = ((TQ_BAR1, TQ_NID1, TQ_SIZE1, TQ_ADDR1), (TQ_BAR2, TQ_NID2, TQ_SIZE2, TQ_ADDR2))
 
 #: fault class -> code in TM_ERROR1 and in a fault event's TMST word
-FAULT_CODES = {BARFault: 1, DMARangeFault: 2, KMemOverflow: 3, L2Overflow: 4, L2Fault: 5,
-               ChainFault: 6, DecodeFault: 7, UnsupportedTask: 8, QueueFault: 9, HostMemoryFault: 10}
+FAULT_CODES = {
+    BARFault: 1,
+    DMARangeFault: 2,
+    KMemOverflow: 3,
+    L2Overflow: 4,
+    L2Fault: 5,
+    ChainFault: 6,
+    DecodeFault: 7,
+    UnsupportedTask: 8,
+    QueueFault: 9,
+    HostMemoryFault: 10,
+}
 OTHER_FAULT = 0xFF
 
 
@@ -71,10 +105,14 @@ class Event:
     nid: int
     slot: int
     addr: int
-    status: int        # 0 = done, otherwise a fault code
-    seq: int           # the task's push order
+    status: int  # 0 = done, otherwise a fault code
+    seq: int  # the task's push order
 
     def words(self) -> tuple[int, int, int, int]:
         """INFO, UNK1, TMST, UNK2 register words (fastane's encoding)."""
-        return ((self.nid & 0xFF) << 8 | (self.slot & 1) << 4 | self.qid, self.addr,
-                self.status, self.seq & 0xFFFFFFFF)
+        return (
+            (self.nid & 0xFF) << 8 | (self.slot & 1) << 4 | self.qid,
+            self.addr,
+            self.status,
+            self.seq & 0xFFFFFFFF,
+        )

@@ -21,6 +21,7 @@ One module per concern:
 * :mod:`~fastane.lower.calls` -- the numpy API's calls (:func:`run_conv`,
   :func:`run_matmul`, :func:`run_eltwise`).
 """
+
 from .cache import build, cache_clear, cache_info
 from .calls import run_conv, run_eltwise, run_matmul
 from .lowered import Lowered, LoweredEltwise
@@ -28,6 +29,19 @@ from .problems import Conv, Eltwise, NEStage, fold, ne_stage
 from .runtime import default_device, execute, set_default_device, stats_device
 from .tiler import Tiling, plan_tiling
 
-__all__ = ["Conv", "Eltwise", "ne_stage", "fold", "plan_tiling", "build", "execute", "run_conv",
-           "run_matmul", "run_eltwise", "default_device", "set_default_device", "cache_info",
-           "cache_clear"]
+__all__ = [
+    "Conv",
+    "Eltwise",
+    "ne_stage",
+    "fold",
+    "plan_tiling",
+    "build",
+    "execute",
+    "run_conv",
+    "run_matmul",
+    "run_eltwise",
+    "default_device",
+    "set_default_device",
+    "cache_info",
+    "cache_clear",
+]

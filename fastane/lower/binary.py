@@ -19,6 +19,7 @@ row), sized so that the three tiles fit the 2 MiB L2 together.  numpy broadcasti
 materialised on the host first (a copy: layout work, no value changes); the planar
 engine's own per-row broadcast (``Common.Broadcast``) is not used yet.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,23 @@ from .lowered import SLOT_TD
 from .runtime import _concat, default_device, stats_device
 from .tiler import flat_tiles
 
-__all__ = ["add", "sub", "mul", "maximum", "minimum", "divide", "absolute", "negative", "square", "binary",
-           "unary", "lower", "plan", "OPS", "UNARY"]
+__all__ = [
+    "add",
+    "sub",
+    "mul",
+    "maximum",
+    "minimum",
+    "divide",
+    "absolute",
+    "negative",
+    "square",
+    "binary",
+    "unary",
+    "lower",
+    "plan",
+    "OPS",
+    "UNARY",
+]
 
 #: fastane name -> the planar operation (fastane.td.asm.PLANAR_BINARY)
 OPS = {"add": "add", "sub": "sub", "mul": "mul", "maximum": "max", "minimum": "min"}
@@ -53,7 +69,7 @@ SLOT_OUT, SLOT_A, SLOT_B = 4, 5, 6
 class LoweredBinary:
     op: str
     n: int
-    tiles: tuple            # (first element, rows, width)
+    tiles: tuple  # (first element, rows, width)
     programs: tuple
     nbytes: int
 
@@ -76,22 +92,44 @@ def lower(n: int, op: str) -> LoweredBinary:
     tds = []
     for j, (e0, h, w) in enumerate(tiles):
         base = dict(src_base=2 * e0, dst=SLOT_OUT, dst_base=2 * e0, eon=False)
-        if op == "abs":      # unary/abs.bin: Word[0] = 0x40
+        if op == "abs":  # unary/abs.bin: Word[0] = 0x40
             td = eltwise_td((1, h, w), op="abs", src=SLOT_A, **base)
-        elif op == "neg":    # the scale op with operand scale -1 (softmin's TD0 negates so)
+        elif op == "neg":  # the scale op with operand scale -1 (softmin's TD0 negates so)
             td = eltwise_td((1, h, w), op="scale", in_scale=-1.0, src=SLOT_A, **base)
         elif op == "square":  # unary/square.bin: a multiply with RBase0 = RBase1 = the input
             td = eltwise_td((1, h, w), op="mul", src=SLOT_A, src1=SLOT_A, src1_base=2 * e0, **base)
-        elif op == "sub":    # as binary/sub.bin: add(-1 * b, a), b through source 0
-            td = eltwise_td((1, h, w), op="add", in_scale=-1.0, src=SLOT_B, src1=SLOT_A, dst=SLOT_OUT,
-                            src_base=2 * e0, src1_base=2 * e0, dst_base=2 * e0, eon=False)
+        elif op == "sub":  # as binary/sub.bin: add(-1 * b, a), b through source 0
+            td = eltwise_td(
+                (1, h, w),
+                op="add",
+                in_scale=-1.0,
+                src=SLOT_B,
+                src1=SLOT_A,
+                dst=SLOT_OUT,
+                src_base=2 * e0,
+                src1_base=2 * e0,
+                dst_base=2 * e0,
+                eon=False,
+            )
         else:
-            td = eltwise_td((1, h, w), op=op, src=SLOT_A, src1=SLOT_B, dst=SLOT_OUT,
-                            src_base=2 * e0, src1_base=2 * e0, dst_base=2 * e0, eon=False)
+            td = eltwise_td(
+                (1, h, w),
+                op=op,
+                src=SLOT_A,
+                src1=SLOT_B,
+                dst=SLOT_OUT,
+                src_base=2 * e0,
+                src1_base=2 * e0,
+                dst_base=2 * e0,
+                eon=False,
+            )
         tds.append(td)
     nbytes = max(round_up(2 * n), ALIGN)
-    bars = {SLOT_TD: None, SLOT_OUT: BarSlot(SLOT_OUT, "output", nbytes, "y"),
-            SLOT_A: BarSlot(SLOT_A, "input", nbytes, "a")}
+    bars = {
+        SLOT_TD: None,
+        SLOT_OUT: BarSlot(SLOT_OUT, "output", nbytes, "y"),
+        SLOT_A: BarSlot(SLOT_A, "input", nbytes, "a"),
+    }
     if op not in UNARY.values():
         bars[SLOT_B] = BarSlot(SLOT_B, "input", nbytes, "b")
     programs = tuple(_chains(tds, 1, dict(sorted(bars.items())), f"{op}{n}", LIMITS))
@@ -116,14 +154,14 @@ def _execute(low: LoweredBinary, a16, b16, device=None, stats_only: bool = False
                 st = dev.submit(p, regions, stats_only=True).wait()
                 total = st if total is None else _concat(total, st)
             return None, total
-        for slot, x in ((SLOT_A, a16), (SLOT_B, b16))[:len(slots) - 1]:
+        for slot, x in ((SLOT_A, a16), (SLOT_B, b16))[: len(slots) - 1]:
             r = regions[slot]
-            dev.memory.view(r.iova, r.size)[:2 * low.n].view(np.float16)[...] = x.reshape(-1)
+            dev.memory.view(r.iova, r.size)[: 2 * low.n].view(np.float16)[...] = x.reshape(-1)
         for p in low.programs:
             st = dev.submit(p, regions).wait()
             total = st if total is None else _concat(total, st)
         r = regions[SLOT_OUT]
-        y = np.array(dev.memory.view(r.iova, r.size)[:2 * low.n].view(np.float16))
+        y = np.array(dev.memory.view(r.iova, r.size)[: 2 * low.n].view(np.float16))
         return y, total
     finally:
         for r in regions.values():
@@ -142,17 +180,18 @@ def binary(name: str, a, b) -> np.ndarray:
     try:
         shape = np.broadcast_shapes(a16.shape, b16.shape)
     except ValueError:
-        raise ValueError(f"{name}: operands could not be broadcast together with shapes "
-                         f"{a16.shape} {b16.shape}") from None
+        raise ValueError(
+            f"{name}: operands could not be broadcast together with shapes {a16.shape} {b16.shape}"
+        ) from None
     n = int(np.prod(shape, dtype=np.int64))
     if n == 0:
         record(Stats())
         return np.empty(shape, np.float16)
-    a16 = np.broadcast_to(a16, shape)            # materialised below: layout, no rounding
+    a16 = np.broadcast_to(a16, shape)  # materialised below: layout, no rounding
     b16 = np.broadcast_to(b16, shape)
     y, stats = _execute(lower(n, OPS[name]), np.ascontiguousarray(a16), np.ascontiguousarray(b16))
     record(stats)
-    report_events(stats, name)                   # (a planar op counts no events today)
+    report_events(stats, name)  # (a planar op counts no events today)
     y = y.reshape(shape)
     return y[()] if y.ndim == 0 else y
 
@@ -220,6 +259,7 @@ def divide(a, b):
     behind :func:`fastane.reciprocal`) and the multiply (Apple chains the same two tasks
     in one); :func:`fastane.last_stats` gives both together."""
     from .calls import run_eltwise
+
     b16 = _fp16_operand(b, "divide", "b")
     if b16.size == 0:
         return binary("mul", a, b16)

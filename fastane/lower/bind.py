@@ -2,6 +2,7 @@
 device for reuse, freed when the program leaves the cache (after its last run).
 docs/lower.md, section 5.
 """
+
 from __future__ import annotations
 
 import threading
@@ -69,15 +70,15 @@ def _same(kept, x) -> bool:
     kept, kflipped = kept
     if flipped != kflipped or x.shape != kept.shape:
         return False
-    if x.size <= _CHUNK:                 # small: one bytes compare is cheapest
+    if x.size <= _CHUNK:  # small: one bytes compare is cheapest
         return x.tobytes() == kept.tobytes()
     a = kept.reshape(-1).view(np.uint16)
     b = x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)
     b = b.view(np.uint16)
-    if a.size % 4 == 0:                  # compare 64-bit words: a quarter of the elements
+    if a.size % 4 == 0:  # compare 64-bit words: a quarter of the elements
         a, b = a.view(np.uint64), b.view(np.uint64)
-    for i in range(0, a.size, _CHUNK):   # in cache-sized pieces, stopping at a difference
-        if not np.array_equal(a[i:i + _CHUNK], b[i:i + _CHUNK]):
+    for i in range(0, a.size, _CHUNK):  # in cache-sized pieces, stopping at a difference
+        if not np.array_equal(a[i : i + _CHUNK], b[i : i + _CHUNK]):
             return False
     return True
 
@@ -90,8 +91,8 @@ class Binding:
     """Buffers of one program on one device: input, output and kernel regions."""
 
     device: object
-    regions: dict          # slot -> Region
-    raw: dict              # slot -> uint8 view of the region
+    regions: dict  # slot -> Region
+    raw: dict  # slot -> uint8 view of the region
     #: the operands the kernel slot was packed from (:class:`Resident`), or None
     resident: object = field(default=None)
 
@@ -106,8 +107,8 @@ class Bound:
     ``programs`` and ``buffer_sizes()``."""
 
     def __post_init__(self):
-        self._free = {}            # {id(device): [Binding, ...]}
-        self._devices = {}         # {id(device): device} the programs were loaded on
+        self._free = {}  # {id(device): [Binding, ...]}
+        self._devices = {}  # {id(device): device} the programs were loaded on
         self._active = 0
         self._evicted = False
         self._lock = threading.Lock()
@@ -185,9 +186,11 @@ def _alloc(dev, size, name, zero, reclaim):
     except MemoryError:
         if reclaim is None:
             raise
-        reclaim(dev)            # make room: drop the buffers cached programs keep on dev
+        reclaim(dev)  # make room: drop the buffers cached programs keep on dev
         try:
             return dev.memory.alloc(size, name, zero=zero)
         except MemoryError as exc:
-            raise MemoryError(f"{name}: {size:#x} bytes do not fit the device's unified memory "
-                              f"({dev.memory.size >> 20} MiB; {exc})") from None
+            raise MemoryError(
+                f"{name}: {size:#x} bytes do not fit the device's unified memory "
+                f"({dev.memory.size >> 20} MiB; {exc})"
+            ) from None

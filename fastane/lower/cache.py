@@ -1,6 +1,7 @@
 """The program cache: lowered programs kept by call (an LRU of :data:`CACHE_SIZE`), so a
 repeated call does not lower again.  :func:`build` is the lowering's entry point.
 """
+
 from __future__ import annotations
 
 import collections
@@ -33,7 +34,7 @@ def build(problem, limits: Limits = LIMITS):
     low = emit_eltwise(problem, limits) if isinstance(problem, Eltwise) else emit_conv(problem, limits)
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
-        if hit is not None:          # another thread lowered it meanwhile
+        if hit is not None:  # another thread lowered it meanwhile
             _STATS["hits"] += 1
             return hit
         _STATS["misses"] += 1

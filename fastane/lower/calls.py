@@ -2,6 +2,7 @@
 programs run on a device, returning ``(y, Stats, lowered program)``.  docs/lower.md,
 sections 6 and 9.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,21 @@ from .runtime import execute
 __all__ = ["run_conv", "run_matmul", "run_eltwise"]
 
 
-def run_conv(x16, w16, bias16=None, stride=(1, 1), pad=((0, 0), (0, 0)), dilation=(1, 1), groups=1,
-           activation=None, *, affine=None, device=None, stats_only=None, limits: Limits = LIMITS):
+def run_conv(
+    x16,
+    w16,
+    bias16=None,
+    stride=(1, 1),
+    pad=((0, 0), (0, 0)),
+    dilation=(1, 1),
+    groups=1,
+    activation=None,
+    *,
+    affine=None,
+    device=None,
+    stats_only=None,
+    limits: Limits = LIMITS,
+):
     """``(y, Stats, Lowered)`` of an NCHW convolution on the device (no validation: see
     :func:`fastane.conv2d`).  ``x16`` ``(N, C, H, W)`` and ``w16`` ``(CO, C/groups, KH,
     KW)`` are fp16; ``affine = (scale, shift)`` is folded into the weights and bias first
@@ -27,15 +41,29 @@ def run_conv(x16, w16, bias16=None, stride=(1, 1), pad=((0, 0), (0, 0)), dilatio
         w16, bias16 = fold(w16, bias16, *affine)
     N, C, H, W = x16.shape
     CO, CG, KH, KW = w16.shape
-    conv = Conv(N, C, H, W, CO, KH, KW, tuple(stride), tuple(dilation),
-                tuple(tuple(p) for p in pad), groups, bias16 is not None, activation)
+    conv = Conv(
+        N,
+        C,
+        H,
+        W,
+        CO,
+        KH,
+        KW,
+        tuple(stride),
+        tuple(dilation),
+        tuple(tuple(p) for p in pad),
+        groups,
+        bias16 is not None,
+        activation,
+    )
     low = build(conv, limits)
     y, st = execute(low, x16, w16, bias16, device=device, stats_only=stats_only)
     return y, st, low
 
 
-def run_matmul(a3, b3, ia, ib, *, bias16=None, activation=None, device=None, stats_only=None,
-           limits: Limits = LIMITS):
+def run_matmul(
+    a3, b3, ia, ib, *, bias16=None, activation=None, device=None, stats_only=None, limits: Limits = LIMITS
+):
     """``(y, Stats, Lowered)``: ``y[i] = a3[ia[i]] @ b3[ib[i]]`` (fp16 ``(B, M, N)``) on the
     device, as 1x1 convolutions in the (B, C, 1, S) layout.
 
@@ -61,9 +89,18 @@ def run_matmul(a3, b3, ia, ib, *, bias16=None, activation=None, device=None, sta
             out = np.empty((B * M, N), np.float16)
             _klayout.transpose(v[0, :, 0, :], out)
             return out.reshape(B, M, N)
+
         w = b3[0]
-        y, st = execute(low, fill, lambda: _transposed(w).reshape(N, K, 1, 1), bias16, device=device,
-                        stats_only=stats_only, read=read, weight_of=w)
+        y, st = execute(
+            low,
+            fill,
+            lambda: _transposed(w).reshape(N, K, 1, 1),
+            bias16,
+            device=device,
+            stats_only=stats_only,
+            read=read,
+            weight_of=w,
+        )
     elif BA == 1 and bias16 is None:
         conv = Conv.matmul(B * N, K, M, 1, False, activation)
         low = build(conv, limits)
@@ -74,8 +111,10 @@ def run_matmul(a3, b3, ia, ib, *, bias16=None, activation=None, device=None, sta
 
         def read(v):
             return np.ascontiguousarray(v[0, :, 0, :].reshape(M, B, N).transpose(1, 0, 2))
-        y, st = execute(low, fill, a3[0].reshape(M, K, 1, 1), None, device=device,
-                        stats_only=stats_only, read=read)
+
+        y, st = execute(
+            low, fill, a3[0].reshape(M, K, 1, 1), None, device=device, stats_only=stats_only, read=read
+        )
     else:
         conv = Conv.matmul(M, K, N, B, bias16 is not None, activation)
         low = build(conv, limits)
@@ -89,9 +128,18 @@ def run_matmul(a3, b3, ia, ib, *, bias16=None, activation=None, device=None, sta
             out = np.empty((B, M, N), np.float16)
             _klayout.transpose(v[0, :, 0, :].reshape(B, N, M), out)
             return out
+
         bias = None if bias16 is None else np.tile(np.asarray(bias16).reshape(-1), B)
-        y, st = execute(low, fill, lambda: _transposed(rhs).reshape(B * N, K, 1, 1), bias,
-                        device=device, stats_only=stats_only, read=read, weight_of=rhs)
+        y, st = execute(
+            low,
+            fill,
+            lambda: _transposed(rhs).reshape(B * N, K, 1, 1),
+            bias,
+            device=device,
+            stats_only=stats_only,
+            read=read,
+            weight_of=rhs,
+        )
     return y, st, low
 
 
@@ -114,15 +162,16 @@ def run_eltwise(x16, activation, *, device=None, stats_only=None, limits: Limits
     """
     x16 = np.asarray(x16)
     low = build(Eltwise(int(x16.size), activation), limits)
-    y, st = execute(low, x16, device=device, stats_only=stats_only,
-                    read=lambda v: v.reshape(x16.shape).copy())
+    y, st = execute(
+        low, x16, device=device, stats_only=stats_only, read=lambda v: v.reshape(x16.shape).copy()
+    )
     return y, st, low
 
 
 def _transposed(x: np.ndarray) -> np.ndarray:
     """``swapaxes(x, -1, -2)`` as a C-contiguous fp16 array (the weights ``B^T``)."""
     x = np.asarray(x, np.float16)
-    if x.ndim >= 2 and x.strides[-2] == x.itemsize and x.size:   # already a transposed view
+    if x.ndim >= 2 and x.strides[-2] == x.itemsize and x.size:  # already a transposed view
         return np.ascontiguousarray(np.swapaxes(x, -1, -2))
     out = np.empty(x.shape[:-2] + (x.shape[-1], x.shape[-2]), np.float16)
     _klayout.transpose(x, out)

@@ -23,6 +23,7 @@ device checks every L2 address and shape (``fastane/device/l2.py``), so a wrong 
 fault, not a silent result; the values are the same as the DRAM round trip (the
 intermediate is the NE stage's fp16 output either way).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,8 +48,14 @@ def _l2_tensor(c: int, h: int, w: int) -> int:
 def _single_tile(low: Lowered) -> bool:
     t = low.tasks
     c = low.eff
-    return bool(np.all(t["r0"] == 0) and np.all(t["rows"] == c.h) and np.all(t["c0"] == 0)
-                and np.all(t["cols"] == c.w) and np.all(t["th"] == c.hout) and np.all(t["tw"] == c.wout))
+    return bool(
+        np.all(t["r0"] == 0)
+        and np.all(t["rows"] == c.h)
+        and np.all(t["c0"] == 0)
+        and np.all(t["cols"] == c.w)
+        and np.all(t["th"] == c.hout)
+        and np.all(t["tw"] == c.wout)
+    )
 
 
 def link_reason(a: Lowered, b: Lowered) -> str | None:
@@ -75,13 +82,13 @@ class ChainSegment(_Programs):
     intermediate is in L2).  Runs with :func:`~fastane.lower.execute` (``weight``: the
     list of per-layer weights, ``bias``: the list of per-layer biases or None)."""
 
-    layers: list            # Lowered per layer
+    layers: list  # Lowered per layer
     first: int
-    offsets: list           # byte offset of each layer's kernel bytes in the kernel slot
+    offsets: list  # byte offset of each layer's kernel bytes in the kernel slot
     programs: list
     kernel_bytes: int
-    tasks_per_layer: list   # TDs of each layer, in order
-    resident: list          # per link inside the segment: (L2 byte address, bytes)
+    tasks_per_layer: list  # TDs of each layer, in order
+    resident: list  # per link inside the segment: (L2 byte address, bytes)
 
     @property
     def in_layout(self):
@@ -92,8 +99,11 @@ class ChainSegment(_Programs):
         return self.layers[-1].out_layout
 
     def buffer_sizes(self) -> dict:
-        return {SLOT_INPUT: self.layers[0].in_layout.nbytes, SLOT_OUTPUT: self.layers[-1].out_layout.nbytes,
-                SLOT_KERNEL: self.kernel_bytes}
+        return {
+            SLOT_INPUT: self.layers[0].in_layout.nbytes,
+            SLOT_OUTPUT: self.layers[-1].out_layout.nbytes,
+            SLOT_KERNEL: self.kernel_bytes,
+        }
 
     def input_view(self, raw):
         return self.layers[0].input_view(raw)
@@ -107,12 +117,12 @@ class ChainSegment(_Programs):
     def pack(self, raw: np.ndarray, weight, bias=None) -> None:
         bias = bias if bias is not None else [None] * len(self.layers)
         for low, off, w, b in zip(self.layers, self.offsets, weight, bias):
-            low.pack(raw[off:off + low.kernel_bytes], w, b)
+            low.pack(raw[off : off + low.kernel_bytes], w, b)
 
     def pack_lut(self, raw: np.ndarray) -> None:
         """Each layer's LUT blocks only (a stats-only run: see :meth:`Lowered.pack_lut`)."""
         for low, off in zip(self.layers, self.offsets):
-            low.pack_lut(raw[off:off + low.kernel_bytes])
+            low.pack_lut(raw[off : off + low.kernel_bytes])
 
 
 @dataclass(eq=False)
@@ -122,7 +132,7 @@ class LoweredChain:
     i + 1, else why it goes through DRAM."""
 
     convs: list
-    layers: list            # Lowered per layer
+    layers: list  # Lowered per layer
     segments: list
     links: list
 
@@ -131,8 +141,10 @@ class LoweredChain:
         return sum(r is None for r in self.links)
 
     def describe(self) -> str:
-        return (f"chain of {len(self.layers)} layers: {len(self.segments)} programs, "
-                f"{self.resident_links} of {len(self.links)} intermediates kept in L2")
+        return (
+            f"chain of {len(self.layers)} layers: {len(self.segments)} programs, "
+            f"{self.resident_links} of {len(self.links)} intermediates kept in L2"
+        )
 
 
 def _rebase_kernels(td, low: Lowered, k: int, offset: int) -> None:
@@ -143,7 +155,7 @@ def _rebase_kernels(td, low: Lowered, k: int, offset: int) -> None:
 
 def _segment(layers: list, first: int, lim: Limits) -> ChainSegment:
     """One program of ``layers`` whose links all stay in L2 (already checked)."""
-    if len(layers) == 1:                 # a layer alone: its own programs, as build made them
+    if len(layers) == 1:  # a layer alone: its own programs, as build made them
         low = layers[0]
         return ChainSegment(layers, first, [0], low.programs, low.kernel_bytes, [low.n_tasks], [])
     offsets, off = [], 0
@@ -151,7 +163,7 @@ def _segment(layers: list, first: int, lim: Limits) -> ChainSegment:
         offsets.append(off)
         off += round_up(low.kernel_bytes, ALIGN)
     tds, per_layer, resident = [], [], []
-    src_addr, src_bytes = None, 0        # where this layer's source sits in L2 (None: DRAM)
+    src_addr, src_bytes = None, 0  # where this layer's source sits in L2 (None: DRAM)
     for j, low in enumerate(layers):
         keep = j + 1 < len(layers)
         c = low.eff
@@ -161,14 +173,29 @@ def _segment(layers: list, first: int, lim: Limits) -> ChainSegment:
             td = td.copy()
             _rebase_kernels(td, low, k, offsets[j])
             if src_addr is not None:
-                td.update({"L2.SourceCfg.SourceType": 3, "L2.SourceBase.Addr": src_addr // L2_UNIT,
-                           "TileDMASrc.DMAConfig.En": 0, "Header.RBase0": 0, "Header.RBE0": 0})
-                staging = out_bytes if keep else c.cout * int(low.tasks["th"].max()) * round_up(2 * c.wout, L2_UNIT)
+                td.update(
+                    {
+                        "L2.SourceCfg.SourceType": 3,
+                        "L2.SourceBase.Addr": src_addr // L2_UNIT,
+                        "TileDMASrc.DMAConfig.En": 0,
+                        "Header.RBase0": 0,
+                        "Header.RBE0": 0,
+                    }
+                )
+                staging = (
+                    out_bytes if keep else c.cout * int(low.tasks["th"].max()) * round_up(2 * c.wout, L2_UNIT)
+                )
                 res = 0 if staging <= src_addr else round_up(src_addr + src_bytes, L2_UNIT)
                 td["L2.ResultBase.Addr"] = res // L2_UNIT
             if keep:
-                td.update({"L2.ResultCfg.ResultType": 3, "Header.WBase": 0, "Header.WBE": 0,
-                           "TileDMADst.DMAConfig.En": 0})
+                td.update(
+                    {
+                        "L2.ResultCfg.ResultType": 3,
+                        "Header.WBase": 0,
+                        "Header.WBE": 0,
+                        "TileDMADst.DMAConfig.En": 0,
+                    }
+                )
             layer_tds.append(td)
         if keep:
             addr = layer_tds[0]["L2.ResultBase.Addr"] * L2_UNIT
@@ -177,9 +204,12 @@ def _segment(layers: list, first: int, lim: Limits) -> ChainSegment:
         tds += layer_tds
         per_layer.append(len(layer_tds))
     kernel_bytes = max(off, ALIGN)
-    bars = {SLOT_TD: None, SLOT_KERNEL: BarSlot(SLOT_KERNEL, "kernel", kernel_bytes, "weights"),
-            SLOT_OUTPUT: BarSlot(SLOT_OUTPUT, "output", layers[-1].out_layout.nbytes, "y"),
-            SLOT_INPUT: BarSlot(SLOT_INPUT, "input", layers[0].in_layout.nbytes, "x")}
+    bars = {
+        SLOT_TD: None,
+        SLOT_KERNEL: BarSlot(SLOT_KERNEL, "kernel", kernel_bytes, "weights"),
+        SLOT_OUTPUT: BarSlot(SLOT_OUTPUT, "output", layers[-1].out_layout.nbytes, "y"),
+        SLOT_INPUT: BarSlot(SLOT_INPUT, "input", layers[0].in_layout.nbytes, "x"),
+    }
     if len(tds) > lim.max_chain:
         raise ValueError("a resident segment exceeds one chain")  # build_chain prevents it
     programs = _chains(tds, 1, dict(sorted(bars.items())), f"chain{first}-{first + len(layers) - 1}", lim)
@@ -190,7 +220,7 @@ def _fits(a: Lowered, b: Lowered, b_keeps: bool, src_addr_a: int | None, lim: Li
     """Whether a's whole result kept in L2 and b's result fit at disjoint addresses."""
     ca, cb = a.eff, b.eff
     kept = _l2_tensor(ca.cout, ca.hout, ca.wout)
-    if src_addr_a is None:               # a reads DRAM: its result sits after its source window
+    if src_addr_a is None:  # a reads DRAM: its result sits after its source window
         addr = _l2_tensor(ca.cin, ca.h, ca.w)
     else:
         addr = 0 if kept <= src_addr_a else round_up(src_addr_a + _l2_tensor(ca.cin, ca.h, ca.w), L2_UNIT)
@@ -218,8 +248,10 @@ def build_chain(convs, limits: Limits = LIMITS, resident: bool = True) -> Lowere
         a, b = layers[i], layers[i + 1]
         ca, cb = a.conv, b.conv
         if (ca.n, ca.cout, ca.hout, ca.wout) != (cb.n, cb.cin, cb.h, cb.w):
-            raise ValueError(f"layer {i + 1} reads {(cb.n, cb.cin, cb.h, cb.w)}, layer {i} writes "
-                             f"{(ca.n, ca.cout, ca.hout, ca.wout)}: not a chain")
+            raise ValueError(
+                f"layer {i + 1} reads {(cb.n, cb.cin, cb.h, cb.w)}, layer {i} writes "
+                f"{(ca.n, ca.cout, ca.hout, ca.wout)}: not a chain"
+            )
         links.append(link_reason(a, b) if resident else "residency off")
     # a segment (one program) holds at most one chain of TDs: break links where it would not
     count = layers[0].n_tasks
@@ -238,8 +270,13 @@ def build_chain(convs, limits: Limits = LIMITS, resident: bool = True) -> Lowere
         if links[i] is None:
             ca = layers[i].eff
             kept = _l2_tensor(ca.cout, ca.hout, ca.wout)
-            src_addr = (_l2_tensor(ca.cin, ca.h, ca.w) if src_addr is None else
-                        0 if kept <= src_addr else round_up(src_addr + _l2_tensor(ca.cin, ca.h, ca.w), L2_UNIT))
+            src_addr = (
+                _l2_tensor(ca.cin, ca.h, ca.w)
+                if src_addr is None
+                else 0
+                if kept <= src_addr
+                else round_up(src_addr + _l2_tensor(ca.cin, ca.h, ca.w), L2_UNIT)
+            )
         else:
             src_addr = None
     segments, start = [], 0
@@ -250,12 +287,14 @@ def build_chain(convs, limits: Limits = LIMITS, resident: bool = True) -> Lowere
     return LoweredChain(convs, layers, segments, links)
 
 
-def execute_chain(chain: LoweredChain, x=None, weights=None, biases=None, *, device=None,
-                  stats_only: bool | None = None):
+def execute_chain(
+    chain: LoweredChain, x=None, weights=None, biases=None, *, device=None, stats_only: bool | None = None
+):
     """Run a :class:`LoweredChain`: ``(output, [Stats per segment])``.  ``x`` the first
     layer's input, ``weights``/``biases`` one per layer (biases may be None).  Each
     segment's output is the next one's input (through the host: a DRAM link)."""
     from .runtime import execute
+
     n = len(chain.layers)
     weights = list(weights) if weights is not None else [None] * n
     biases = list(biases) if biases is not None else [None] * n

@@ -4,6 +4,7 @@ one template per distinct task shape, every task is a copy with its addresses wr
 field name, and :meth:`fastane.td.Program.from_tds` chains them).  docs/lower.md,
 sections 3 and 9.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,19 +13,43 @@ from .. import lut as _lut
 from ..m1 import ALIGN, CORES, L2_UNIT, LUT_BLOCK, Limits, kernel_layout, round_up
 from ..td import BarSlot, Program
 from ..td.asm import conv_td, eltwise_td
-from .lowered import (SLOT_INPUT, SLOT_INTERMEDIATE, SLOT_KERNEL, SLOT_OUTPUT, SLOT_TD, KernelGroup,
-                      Lowered, LoweredEltwise)
+from .lowered import (
+    SLOT_INPUT,
+    SLOT_INTERMEDIATE,
+    SLOT_KERNEL,
+    SLOT_OUTPUT,
+    SLOT_TD,
+    KernelGroup,
+    Lowered,
+    LoweredEltwise,
+)
 from .problems import IOVA_LIMIT, Conv, Eltwise, NEStage, check_conv, ne_stage
 from .tiler import axis, effective, flat_tiles, kernel_groups, plan_tiling
 
 __all__ = ["emit_conv", "emit_eltwise"]
 
-_SRC_BASE, _SRC1_BASE, _DST_BASE = ("TileDMASrc.BaseAddr.Addr", "TileDMASrc1.BaseAddr.Addr",
-                                    "TileDMADst.BaseAddr.Addr")
+_SRC_BASE, _SRC1_BASE, _DST_BASE = (
+    "TileDMASrc.BaseAddr.Addr",
+    "TileDMASrc1.BaseAddr.Addr",
+    "TileDMADst.BaseAddr.Addr",
+)
 _COEFF_BASE = tuple(f"KernelDMASrc.CoeffBaseAddr[{k}].Addr" for k in range(CORES))
-_TASK_DTYPE = np.dtype([("n", "i8"), ("k", "i8"), ("oy0", "i8"), ("th", "i8"), ("r0", "i8"),
-                        ("rows", "i8"), ("padt", "i8"), ("ox0", "i8"), ("tw", "i8"), ("c0", "i8"),
-                        ("cols", "i8"), ("padl", "i8")])
+_TASK_DTYPE = np.dtype(
+    [
+        ("n", "i8"),
+        ("k", "i8"),
+        ("oy0", "i8"),
+        ("th", "i8"),
+        ("r0", "i8"),
+        ("rows", "i8"),
+        ("padt", "i8"),
+        ("ox0", "i8"),
+        ("tw", "i8"),
+        ("c0", "i8"),
+        ("cols", "i8"),
+        ("padl", "i8"),
+    ]
+)
 
 
 def _chains(tds: list, per: int, bars: dict, name: str, lim: Limits) -> list:
@@ -33,7 +58,7 @@ def _chains(tds: list, per: int, bars: dict, name: str, lim: Limits) -> list:
     chunk = lim.max_chain // per * per
     programs = []
     for s in range(0, len(tds), chunk):
-        part = tds[s:s + chunk]
+        part = tds[s : s + chunk]
         for j, td in enumerate(part):
             td["Header.TID"] = j
             td["Header.LNID"] = int(j > 0)
@@ -42,9 +67,12 @@ def _chains(tds: list, per: int, bars: dict, name: str, lim: Limits) -> list:
 
 
 def _bars(kernel_bytes: int, kernel: str, out_bytes: int, in_bytes: int, extra=()) -> dict:
-    bars = {SLOT_TD: None, SLOT_KERNEL: BarSlot(SLOT_KERNEL, "kernel", kernel_bytes, kernel),
-            SLOT_OUTPUT: BarSlot(SLOT_OUTPUT, "output", out_bytes, "y"),
-            SLOT_INPUT: BarSlot(SLOT_INPUT, "input", in_bytes, "x")}
+    bars = {
+        SLOT_TD: None,
+        SLOT_KERNEL: BarSlot(SLOT_KERNEL, "kernel", kernel_bytes, kernel),
+        SLOT_OUTPUT: BarSlot(SLOT_OUTPUT, "output", out_bytes, "y"),
+        SLOT_INPUT: BarSlot(SLOT_INPUT, "input", in_bytes, "x"),
+    }
     bars.update({b.slot: b for b in extra})
     return dict(sorted(bars.items()))
 
@@ -52,6 +80,7 @@ def _bars(kernel_bytes: int, kernel: str, out_bytes: int, in_bytes: int, extra=(
 def emit_conv(conv: Conv, lim: Limits) -> Lowered:
     """The :class:`Lowered` program of ``conv`` (tiled by :func:`plan_tiling`)."""
     from ..device.buffers import AneLayout
+
     check_conv(conv)
     stage = ne_stage(conv.activation)
     t = plan_tiling(conv, lim)
@@ -89,11 +118,25 @@ def emit_conv(conv: Conv, lim: Limits) -> Lowered:
         key = (g.cout, g.cin, g.groups, rows, cols, th, tw, padt, padb, padl, padr)
         tpl = templates.get(key)
         if tpl is None:
-            td = conv_td((1, g.cin, rows, cols), (1, g.cout, th, tw), kernel=(c.kh, c.kw),
-                         stride=c.stride, dilation=c.dilation, padding=((padt, padb), (padl, padr)),
-                         groups=g.groups, src=SLOT_INPUT, dst=SLOT_OUTPUT, kernel_slot=SLOT_KERNEL,
-                         bias=bias, post_scale=stage.post_scale, nonlinear=stage.nonlinear,
-                         src_strides=(ir, ip), dst_strides=(orow, op), nid=1, eon=False)
+            td = conv_td(
+                (1, g.cin, rows, cols),
+                (1, g.cout, th, tw),
+                kernel=(c.kh, c.kw),
+                stride=c.stride,
+                dilation=c.dilation,
+                padding=((padt, padb), (padl, padr)),
+                groups=g.groups,
+                src=SLOT_INPUT,
+                dst=SLOT_OUTPUT,
+                kernel_slot=SLOT_KERNEL,
+                bias=bias,
+                post_scale=stage.post_scale,
+                nonlinear=stage.nonlinear,
+                src_strides=(ir, ip),
+                dst_strides=(orow, op),
+                nid=1,
+                eon=False,
+            )
             post = _post_chain(td, stage, (g.cout, th, tw), (orow, op), lut_off) if stage.post else []
             tpl = templates[key] = [td] + post
         chain = [td.copy() for td in tpl]
@@ -123,18 +166,29 @@ def _post_chain(td, stage: NEStage, shape, dst_strides, lut_off: int) -> list:
       ``round16(z * s)`` (Apple's silu program on ``z``: it multiplies its input by the
       sigmoid)."""
     c, h, w = shape
-    tile = c * h * round_up(2 * w, L2_UNIT)             # one output tile in L2 (16-byte rows)
-    r0 = td["L2.ResultBase.Addr"] * L2_UNIT             # right after the convolution's source
-    td.update({"L2.ResultCfg.ResultType": 3, "Header.WBase": 0, "Header.WBE": 0,
-               "TileDMADst.DMAConfig.En": 0})
+    tile = c * h * round_up(2 * w, L2_UNIT)  # one output tile in L2 (16-byte rows)
+    r0 = td["L2.ResultBase.Addr"] * L2_UNIT  # right after the convolution's source
+    td.update(
+        {"L2.ResultCfg.ResultType": 3, "Header.WBase": 0, "Header.WBE": 0, "TileDMADst.DMAConfig.En": 0}
+    )
     common = dict(dst=SLOT_OUTPUT, dst_strides=dst_strides, src_in_l2=True, eon=False)
     if stage.post == "sigmoid":
         return [eltwise_td(shape, op="scale", offset=0.5, l2_src=r0, l2_dst=r0 + tile, **common)]
     r1, r2, r3 = r0 + tile, r0 + 2 * tile, r0 + 3 * tile
-    return [eltwise_td(shape, nonlinear="lut", kernel_slot=SLOT_KERNEL, kernel_base=lut_off,
-                       l2_src=r0, l2_dst=r1, keep=True, **common),
-            eltwise_td(shape, op="scale", offset=0.5, l2_src=r1, l2_dst=r2, keep=True, **common),
-            eltwise_td(shape, op="mul", src1_in_l2=True, l2_src=r0, l2_src1=r2, l2_dst=r3, **common)]
+    return [
+        eltwise_td(
+            shape,
+            nonlinear="lut",
+            kernel_slot=SLOT_KERNEL,
+            kernel_base=lut_off,
+            l2_src=r0,
+            l2_dst=r1,
+            keep=True,
+            **common,
+        ),
+        eltwise_td(shape, op="scale", offset=0.5, l2_src=r1, l2_dst=r2, keep=True, **common),
+        eltwise_td(shape, op="mul", src1_in_l2=True, l2_src=r0, l2_src1=r2, l2_dst=r3, **common),
+    ]
 
 
 def emit_eltwise(op: Eltwise, lim: Limits) -> LoweredEltwise:
@@ -142,8 +196,10 @@ def emit_eltwise(op: Eltwise, lim: Limits) -> LoweredEltwise:
     if op.n < 1:
         raise ValueError(f"cannot lower an activation of {op.n} elements")
     if 2 * op.n > IOVA_LIMIT:
-        raise ValueError(f"an activation of {op.n} fp16 elements ({2 * op.n} bytes) exceeds the "
-                         f"{IOVA_LIMIT >> 30} GiB the ANE can address")
+        raise ValueError(
+            f"an activation of {op.n} fp16 elements ({2 * op.n} bytes) exceeds the "
+            f"{IOVA_LIMIT >> 30} GiB the ANE can address"
+        )
     stage = ne_stage(op.activation)
     width, rows, rem, tiles = flat_tiles(op.n, stage, lim)
     silu = stage.post == "silu"
@@ -155,27 +211,62 @@ def emit_eltwise(op: Eltwise, lim: Limits) -> LoweredEltwise:
         tpl = templates.get((h, w))
         if tpl is None:
             shape = (1, h, w)
-            t = h * round_up(2 * w, L2_UNIT)       # one tile in L2
-            ne = dict(nonlinear=nonlinear, post_scale=stage.post_scale, kernel_slot=SLOT_KERNEL,
-                      src=SLOT_INPUT, l2_src=0, eon=False)
+            t = h * round_up(2 * w, L2_UNIT)  # one tile in L2
+            ne = dict(
+                nonlinear=nonlinear,
+                post_scale=stage.post_scale,
+                kernel_slot=SLOT_KERNEL,
+                src=SLOT_INPUT,
+                l2_src=0,
+                eon=False,
+            )
             if stage.post is None:
                 tpl = [eltwise_td(shape, dst=SLOT_OUTPUT, **ne)]
-            elif stage.post == "sigmoid":          # unary/sigmoid.bin
-                tpl = [eltwise_td(shape, keep=True, l2_dst=t, **ne),
-                       eltwise_td(shape, op="scale", offset=0.5, src_in_l2=True, l2_src=t, dst=SLOT_OUTPUT,
-                                  l2_dst=2 * t, eon=False)]
-            else:                                  # activation/silu.bin
-                tpl = [eltwise_td(shape, keep=True, l2_dst=t, **ne),
-                       eltwise_td(shape, op="scale", offset=0.5, src_in_l2=True, l2_src=t,
-                                  dst=SLOT_INTERMEDIATE, l2_dst=2 * t, eon=False),
-                       eltwise_td(shape, op="mul", src=SLOT_INPUT, src1=SLOT_INTERMEDIATE, dst=SLOT_OUTPUT,
-                                  l2_src=0, l2_src1=t, l2_dst=2 * t, eon=False)]
+            elif stage.post == "sigmoid":  # unary/sigmoid.bin
+                tpl = [
+                    eltwise_td(shape, keep=True, l2_dst=t, **ne),
+                    eltwise_td(
+                        shape,
+                        op="scale",
+                        offset=0.5,
+                        src_in_l2=True,
+                        l2_src=t,
+                        dst=SLOT_OUTPUT,
+                        l2_dst=2 * t,
+                        eon=False,
+                    ),
+                ]
+            else:  # activation/silu.bin
+                tpl = [
+                    eltwise_td(shape, keep=True, l2_dst=t, **ne),
+                    eltwise_td(
+                        shape,
+                        op="scale",
+                        offset=0.5,
+                        src_in_l2=True,
+                        l2_src=t,
+                        dst=SLOT_INTERMEDIATE,
+                        l2_dst=2 * t,
+                        eon=False,
+                    ),
+                    eltwise_td(
+                        shape,
+                        op="mul",
+                        src=SLOT_INPUT,
+                        src1=SLOT_INTERMEDIATE,
+                        dst=SLOT_OUTPUT,
+                        l2_src=0,
+                        l2_src1=t,
+                        l2_dst=2 * t,
+                        eon=False,
+                    ),
+                ]
             templates[(h, w)] = tpl
         base = 2 * e0 // ALIGN
         chain = [td.copy() for td in tpl]
         chain[0][_SRC_BASE] = base
         chain[-1][_DST_BASE] = base
-        if silu:        # the sigmoid goes to the intermediate slot; the multiply reads x and it
+        if silu:  # the sigmoid goes to the intermediate slot; the multiply reads x and it
             chain[1][_DST_BASE] = base
             chain[2][_SRC_BASE] = chain[2][_SRC1_BASE] = base
         tds += chain

@@ -3,6 +3,7 @@ convolution), an activation over a tensor (:class:`Eltwise`), and what the NE do
 the readout (:class:`NEStage`, :func:`ne_stage`; :func:`fold` folds an affine after a
 convolution into its weights).  docs/lower.md, sections 1 and 9.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,8 +13,19 @@ import numpy as np
 from .. import lut as _lut
 from ..m1 import round_up
 
-__all__ = ["Conv", "Eltwise", "NEStage", "ne_stage", "fold", "SINGLE_STAGE", "MULTI_STAGE",
-           "check_conv", "check_matmul", "check_addressable", "IOVA_LIMIT"]
+__all__ = [
+    "Conv",
+    "Eltwise",
+    "NEStage",
+    "ne_stage",
+    "fold",
+    "SINGLE_STAGE",
+    "MULTI_STAGE",
+    "check_conv",
+    "check_matmul",
+    "check_addressable",
+    "IOVA_LIMIT",
+]
 
 
 @dataclass(frozen=True)
@@ -46,20 +58,29 @@ class NEStage:
         return {None: 0, "sigmoid": 1, "silu": 3}[self.post]
 
 
-_EXP_SCALE = float(np.uint16(0x3DC5).view(np.float16))   # fp16 log2(e), as fastane.exp
+_EXP_SCALE = float(np.uint16(0x3DC5).view(np.float16))  # fp16 log2(e), as fastane.exp
 #: activations that are one NE stage: name -> (LUT table, PostScale); "relu" is NonlinearMode 1
 SINGLE_STAGE = {
-    "tanh": ("tanh", 1.0), "gelu": ("gelu", 1.0), "exp": ("exp2", _EXP_SCALE), "exp2": ("exp2", 1.0),
-    "relu6": ("relu6", 1.0), "hardtanh": ("hardtanh", 1.0), "leaky_relu": ("leaky_relu", 1.0),
-    "selu": ("selu", 1.0), "sign": ("sign", 1.0), "reciprocal": ("reciprocal", 1.0),
-    "rsqrt": ("rsqrt", 1.0), "sqrt": ("sqrt", 1.0), "log2": ("log2", 1.0),
+    "tanh": ("tanh", 1.0),
+    "gelu": ("gelu", 1.0),
+    "exp": ("exp2", _EXP_SCALE),
+    "exp2": ("exp2", 1.0),
+    "relu6": ("relu6", 1.0),
+    "hardtanh": ("hardtanh", 1.0),
+    "leaky_relu": ("leaky_relu", 1.0),
+    "selu": ("selu", 1.0),
+    "sign": ("sign", 1.0),
+    "reciprocal": ("reciprocal", 1.0),
+    "rsqrt": ("rsqrt", 1.0),
+    "sqrt": ("sqrt", 1.0),
+    "log2": ("log2", 1.0),
 }
 #: activations Apple's programs finish on the planar engine (corpus unary/sigmoid.bin,
 #: activation/silu.bin): name -> the chain the lowering emits after the NE stage
 MULTI_STAGE = {
     "sigmoid": "the sigmoid - 0.5 table in the NE stage, then a planar task adding 0.5",
     "silu": "the NE stage's output z kept in L2, the sigmoid - 0.5 table on z (an elementwise NE "
-            "task), a planar task adding 0.5, and a planar multiply by z",
+    "task), a planar task adding 0.5, and a planar multiply by z",
 }
 
 
@@ -73,8 +94,9 @@ def ne_stage(activation) -> NEStage:
     if isinstance(activation, _lut.CoeffBlock):
         return NEStage("lut", "lut", activation, 1.0)
     if not isinstance(activation, str):
-        raise TypeError(f"activation must be None, a name or a fastane.lut.CoeffBlock, "
-                        f"got {type(activation).__name__}")
+        raise TypeError(
+            f"activation must be None, a name or a fastane.lut.CoeffBlock, got {type(activation).__name__}"
+        )
     if activation == "relu":
         return NEStage("relu", "relu")
     if activation in SINGLE_STAGE:
@@ -85,8 +107,9 @@ def ne_stage(activation) -> NEStage:
     if activation == "silu":
         return NEStage("silu", "identity", None, 1.0, post="silu")
     known = ", ".join(["None", "'relu'"] + [repr(k) for k in (*SINGLE_STAGE, *MULTI_STAGE)])
-    raise ValueError(f"unknown activation {activation!r}; fused activations: {known} "
-                     f"(or a fastane.lut.CoeffBlock)")
+    raise ValueError(
+        f"unknown activation {activation!r}; fused activations: {known} (or a fastane.lut.CoeffBlock)"
+    )
 
 
 def fold(weight, bias, scale, shift):
@@ -95,7 +118,6 @@ def fold(weight, bias, scale, shift):
     fp16 (:func:`fastane.lut.fold_affine`).  Returns ``(W', b')`` as float16."""
     w2, b2 = _lut.fold_affine(weight, bias, scale, shift)
     return np.asarray(w2, np.float16), np.asarray(b2, np.float16).reshape(-1)
-
 
 
 @dataclass(frozen=True)
@@ -145,12 +167,10 @@ class Conv:
         return self.n * self.cout * self.hout * self.wout * self.cin_g * self.kh * self.kw
 
     @classmethod
-    def matmul(cls, M: int, K: int, N: int, groups: int = 1, bias: bool = False,
-               activation=None) -> "Conv":
+    def matmul(cls, M: int, K: int, N: int, groups: int = 1, bias: bool = False, activation=None) -> "Conv":
         """``groups`` products ``(M, K) @ (K, N)`` as one 1x1 convolution in the (B, C, 1, S)
         layout: ``Cin = groups * K``, ``Cout = groups * N``, ``S = M`` along W."""
         return cls(1, groups * K, 1, M, groups * N, groups=groups, bias=bias, activation=activation)
-
 
 
 @dataclass(frozen=True)
@@ -160,7 +180,6 @@ class Eltwise:
 
     n: int
     activation: object = None
-
 
 
 #: bytes a 32-bit IOVA can address
@@ -180,8 +199,10 @@ def check_conv(c: Conv) -> None:
     padded = c.n * c.cin * (c.h + sum(c.pad[0])) * round_up((c.w + sum(c.pad[1])) * 2)
     result = c.n * c.cout * c.hout * round_up(c.wout * 2)
     if max(padded, result) > IOVA_LIMIT:
-        raise ValueError(f"the padded input ({padded} bytes) or the output ({result} bytes) exceeds "
-                         f"the {IOVA_LIMIT >> 30} GiB the ANE can address: {c}")
+        raise ValueError(
+            f"the padded input ({padded} bytes) or the output ({result} bytes) exceeds "
+            f"the {IOVA_LIMIT >> 30} GiB the ANE can address: {c}"
+        )
 
 
 def check_matmul(BA: int, BB: int, B: int, M: int, K: int, N: int, bias: bool = False) -> None:
@@ -202,8 +223,10 @@ def check_addressable(x, func: str, name: str) -> None:
     address, before that copy is made (of a zero-stride broadcast view, say)."""
     try:
         n = int(np.size(x))
-    except ValueError:          # a ragged sequence: the operand check names it
+    except ValueError:  # a ragged sequence: the operand check names it
         return
     if 2 * n > IOVA_LIMIT:
-        raise ValueError(f"{func}: {name} has {n} elements ({2 * n} bytes in fp16), more than the "
-                         f"{IOVA_LIMIT >> 30} GiB the ANE can address")
+        raise ValueError(
+            f"{func}: {name} has {n} elements ({2 * n} bytes in fp16), more than the "
+            f"{IOVA_LIMIT >> 30} GiB the ANE can address"
+        )

@@ -3,6 +3,7 @@ planning), and :func:`execute`, which binds a program's slots to buffers, writes
 input and weights, submits the chains and reads the output back.  docs/lower.md,
 section 5.
 """
+
 from __future__ import annotations
 
 import threading
@@ -15,8 +16,14 @@ from .bind import Resident
 from .cache import reclaim
 from .lowered import SLOT_INPUT, SLOT_KERNEL, SLOT_OUTPUT
 
-__all__ = ["DEFAULT_MEMORY", "STATS_MEMORY", "default_device", "set_default_device", "stats_device",
-           "execute"]
+__all__ = [
+    "DEFAULT_MEMORY",
+    "STATS_MEMORY",
+    "default_device",
+    "set_default_device",
+    "stats_device",
+    "execute",
+]
 
 _DEVICE = None
 _STATS_DEVICE = None
@@ -30,6 +37,7 @@ STATS_MEMORY = 3 << 30
 
 def _make_device(size: int, stats_only: bool = False):
     from ..device import Device
+
     while True:
         try:
             return Device(memory_size=size, stats_only=stats_only)
@@ -68,8 +76,18 @@ def stats_device():
     return _STATS_DEVICE
 
 
-def execute(low, x=None, weight=None, bias=None, *, device=None, stats_only: bool | None = None,
-            read=None, queue: int = 0, weight_of=None):
+def execute(
+    low,
+    x=None,
+    weight=None,
+    bias=None,
+    *,
+    device=None,
+    stats_only: bool | None = None,
+    read=None,
+    queue: int = 0,
+    weight_of=None,
+):
     """Run ``low`` (a :class:`~fastane.lower.Lowered` or
     :class:`~fastane.lower.LoweredEltwise`) on ``device``: ``(read(output view), Stats)``.
 
@@ -97,15 +115,15 @@ def execute(low, x=None, weight=None, bias=None, *, device=None, stats_only: boo
             if callable(x):
                 x(low.input_view(b.raw[SLOT_INPUT]))
             else:
-                low.write_input(b.raw[SLOT_INPUT], fp16_operand(x, "execute", "x"))   # one rounding
+                low.write_input(b.raw[SLOT_INPUT], fp16_operand(x, "execute", "x"))  # one rounding
             src = weight if weight_of is None else weight_of
             res = b.resident
             if res is None or not res.holds(src, bias):
-                b.resident = None        # the slot is being rewritten
+                b.resident = None  # the slot is being rewritten
                 low.pack(b.raw[SLOT_KERNEL], weight() if callable(weight) else weight, bias)
                 if Resident.usable(src, bias):
                     b.resident = Resident(src, bias)
-        else:       # the LUT blocks only: the device checks them while planning
+        else:  # the LUT blocks only: the device checks them while planning
             low.pack_lut(b.raw[SLOT_KERNEL])
         total = None
         for p in low.programs:

@@ -10,6 +10,7 @@ across tasks (the partial sums would be read out to fp16 and added again, which 
 the numerics): :func:`plan_tiling` raises ``NotImplementedError`` when one output
 channel's kernel cannot fit a core.
 """
+
 from __future__ import annotations
 
 import collections
@@ -57,16 +58,25 @@ def effective(conv: Conv, lim: Limits, force_padded: bool = False) -> tuple[str,
     if max(kh, kw) > lim.max_kernel or max(sy, sx) > lim.max_stride or max(dy, dx) > lim.max_dilation:
         # the unfolded input: (Cin x Kh x Kw) channels of Hout x Wout pixels, laid out as
         # one row (a 1x1 convolution does not care, and long rows waste fewer DMA bursts)
-        return "im2col", Conv(conv.n, conv.cin * kh * kw, 1, conv.hout * conv.wout, conv.cout,
-                              groups=conv.groups, bias=conv.bias, activation=conv.activation)
+        return "im2col", Conv(
+            conv.n,
+            conv.cin * kh * kw,
+            1,
+            conv.hout * conv.wout,
+            conv.cout,
+            groups=conv.groups,
+            bias=conv.bias,
+            activation=conv.activation,
+        )
     (pt, pb), (pl, pr) = conv.pad
     sh, sw = conv.span
-    ok = (max(pt, pl) <= lim.max_padding and pt < sh and pb < sh and pl < sw and pr < sw)
+    ok = max(pt, pl) <= lim.max_padding and pt < sh and pb < sh and pl < sw and pr < sw
     if force_padded or not ok:
         if (pt, pb, pl, pr) == (0, 0, 0, 0):
             return "direct", conv
-        return "padded", dataclasses.replace(conv, h=conv.h + pt + pb, w=conv.w + pl + pr,
-                                             pad=((0, 0), (0, 0)))
+        return "padded", dataclasses.replace(
+            conv, h=conv.h + pt + pb, w=conv.w + pl + pr, pad=((0, 0), (0, 0))
+        )
     return "direct", conv
 
 
@@ -85,9 +95,8 @@ def _candidates(c: Conv, lim: Limits, cmax: int, below_min: bool = False) -> lis
     conv group where whole groups were tried (a fallback when none of the first fits L2)."""
     G, cout_pg = c.groups, c.cout_g
     out, small = [], []
-    if cout_pg <= cmax:                                   # whole conv groups per task
-        g = min(G, cmax // cout_pg, lim.max_groups, lim.max_channels // c.cin_g,
-                lim.max_channels // cout_pg)
+    if cout_pg <= cmax:  # whole conv groups per task
+        g = min(G, cmax // cout_pg, lim.max_groups, lim.max_channels // c.cin_g, lim.max_channels // cout_pg)
         while g >= 1:
             (small if out and out[-1][0] <= lim.min_group else out).append((g * cout_pg, g))
             g //= 2
@@ -97,7 +106,7 @@ def _candidates(c: Conv, lim: Limits, cmax: int, below_min: bool = False) -> lis
         while k >= 1:
             small.append((k, 0))
             k //= 2
-    else:                                                 # part of one conv group
+    else:  # part of one conv group
         k = cmax if cmax < lim.min_group else cmax // lim.min_group * lim.min_group
         while k >= 1:
             (small if out and out[-1][0] <= lim.min_group else out).append((k, 0))
@@ -110,7 +119,7 @@ def axis(n_out: int, t: int, stride: int, span: int, pad: int, n_in: int):
     starts = np.arange(0, n_out, t, dtype=np.int64)
     sizes = np.minimum(t, n_out - starts)
     lo = starts * stride - pad
-    hi = (starts + sizes - 1) * stride - pad + span        # one past the last input row
+    hi = (starts + sizes - 1) * stride - pad + span  # one past the last input row
     first = np.maximum(lo, 0)
     extent = np.minimum(hi, n_in) - first
     return starts, sizes, first, extent, first - lo
@@ -164,7 +173,9 @@ def _fits(c: Conv, lim: Limits, cin_task: int, cout_task: int, th: int, tw: int,
     cols = min((tw - 1) * c.stride[1] + sw, c.w)
     if max(rows, cols, th, tw) > lim.max_hw:
         return False
-    return cin_task * rows * round_up(cols * 2) + out_tiles * cout_task * th * round_up(tw * 2) <= lim.l2_bytes
+    return (
+        cin_task * rows * round_up(cols * 2) + out_tiles * cout_task * th * round_up(tw * 2) <= lim.l2_bytes
+    )
 
 
 def _largest(lo: int, hi: int, ok) -> int:
@@ -188,8 +199,9 @@ def _tile_for(c: Conv, lim: Limits, cin_task: int, cout_task: int, out_tiles: in
         if th >= 1:
             return th, wo
     a = lim.col_align
-    j = _largest(1, min(wo, lim.max_hw) // a,
-                 lambda j: _fits(c, lim, cin_task, cout_task, 1, j * a, out_tiles))
+    j = _largest(
+        1, min(wo, lim.max_hw) // a, lambda j: _fits(c, lim, cin_task, cout_task, 1, j * a, out_tiles)
+    )
     return (1, j * a) if j >= 1 else None
 
 
@@ -219,12 +231,14 @@ def _tile(conv: Conv, lim: Limits) -> Tiling:
                 f"one output channel's kernel ({c.cin_g} input channels x {c.kh} x {c.kw} x 2 bytes "
                 f"= {per} bytes{extra}) does not fit a core's {size_str(lim.kmem_core_bytes)} KMem; "
                 f"fastane does not split the reduction across tasks, because the partial sums would "
-                f"be read out to fp16 and added again, which changes the numerics")
+                f"be read out to fp16 and added again, which changes the numerics"
+            )
         raise NotImplementedError(
             f"no tile of this convolution fits the {size_str(lim.l2_bytes)} L2 with the "
             f"smallest kernel group ({c.cin_g} input channels per group, input {c.h}x{c.w}, "
             f"kernel span {c.span[0]}x{c.span[1]}); splitting the reduction would change the "
-            f"numerics")
+            f"numerics"
+        )
     return dataclasses.replace(best[1], mode=mode)
 
 
@@ -249,7 +263,6 @@ def _search(c: Conv, lim: Limits, stage: NEStage):
     return best
 
 
-
 def _flat_shape(n: int, width_max: int, lim: Limits) -> tuple:
     """``(width, rows, rem)`` with ``n = rows x width + rem``: one row when it fits,
     else the widest multiple of 32 (>= :data:`ELT_MIN_WIDTH`) dividing ``n``, else the
@@ -264,21 +277,20 @@ def _flat_shape(n: int, width_max: int, lim: Limits) -> tuple:
     return top, n // top, n % top
 
 
-
 def flat_tiles(n: int, stage: NEStage, lim: Limits, k: int | None = None) -> tuple:
     """How an activation over ``n`` flat elements is cut: ``(width, rows, rem, tiles)``,
     ``tiles`` = ``[(first element, rows, width)]``: balanced tiles of whole rows that fit
     L2 with the tensors the chain holds there at once (``k``; by default from ``stage``),
     then the remainder row."""
     if k is None:
-        k = 2 if stage.post is None else 3      # tensors a tile's chain holds in L2 at once
+        k = 2 if stage.post is None else 3  # tensors a tile's chain holds in L2 at once
     width_max = min(lim.max_hw, lim.l2_bytes // (k * ALIGN) * lim.col_align)
     if width_max < 1:
         raise NotImplementedError(f"no row of an elementwise task fits the {size_str(lim.l2_bytes)} L2")
     width, rows, rem = _flat_shape(n, width_max, lim)
     th = min(rows, lim.max_hw, lim.l2_bytes // (k * round_up(2 * width)))
     ntiles = -(-rows // th)
-    th = -(-rows // ntiles)                     # balanced tiles
+    th = -(-rows // ntiles)  # balanced tiles
     tiles = [(r0 * width, min(th, rows - r0), width) for r0 in range(0, rows, th)]
     if rem:
         tiles.append((rows * width, 1, rem))

@@ -10,6 +10,7 @@
 ``import fastane`` imports this package but never onnx: the importer loads it when a
 model is loaded (the ``onnx`` extra).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,18 @@ from ..errors import ModelError
 from .graph import Graph, Node, TensorType, bind
 from .model import Model, Report
 
-__all__ = ["load_model", "is_model_path", "MODEL_SUFFIXES", "Model", "Report", "Graph", "Node", "TensorType", "bind", "ModelError"]
+__all__ = [
+    "load_model",
+    "is_model_path",
+    "MODEL_SUFFIXES",
+    "Model",
+    "Report",
+    "Graph",
+    "Node",
+    "TensorType",
+    "bind",
+    "ModelError",
+]
 
 
 def load_model(path, weights: bool = True) -> Model:
@@ -33,13 +45,17 @@ def load_model(path, weights: bool = True) -> Model:
         proto_type = type(path).__name__
         if proto_type == "ModelProto":
             from .onnx_import import from_proto
+
             return Model(from_proto(path, weights=weights))
         raise TypeError(f"load_model: expected a path or an onnx.ModelProto, got {proto_type}")
     from .coreml_import import is_coreml
+
     if is_coreml(path) or _sniff_coreml(path):
         from .coreml_import import load as load_coreml
+
         return Model(load_coreml(path, weights))
     from .onnx_import import load
+
     return Model(load(path, weights))
 
 
@@ -68,11 +84,13 @@ def _sniff_coreml(path) -> bool:
         return False
     try:
         from .coreml_import import _read_spec
+
         _read_spec(p)
     except (ModelError, ImportError):
         return False
     try:
         import onnx
+
         m = onnx.ModelProto()
         m.ParseFromString(open(p, "rb").read())
         return not m.HasField("graph")

@@ -8,6 +8,7 @@ the same programs counted on a stats-only device).  ``--random`` feeds seeded st
 (their shapes from the model or ``--shape``).  A bad model file, a missing input, a wrong
 shape or dtype is one line on stderr and exit status 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,34 +23,68 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL", help="the model file (.onnx, .mlpackage, .mlmodel)")
-    p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
-                   help="an input array (repeat for each input; NAME= may be left out for a "
-                        "one-input model)")
-    p.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224",
-                   help="bind an input's shape (symbolic dimensions) for --random inputs")
-    p.add_argument("--random", action="store_true",
-                   help="feed seeded standard-normal data to the inputs not given with --input")
+    p.add_argument(
+        "--input",
+        "-i",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="an input array (repeat for each input; NAME= may be left out for a one-input model)",
+    )
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=1x3x224x224",
+        help="bind an input's shape (symbolic dimensions) for --random inputs",
+    )
+    p.add_argument(
+        "--random",
+        action="store_true",
+        help="feed seeded standard-normal data to the inputs not given with --input",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of --random (default 0)")
     p.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs (fp16) as .npz")
-    p.add_argument("--report", action="store_true", help="per-layer report: placement, tasks, "
-                   "predicted time, saturations, error against fp32")
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="per-layer report: placement, tasks, predicted time, saturations, error against fp32",
+    )
     p.add_argument("--json", action="store_true", help="the report as JSON on stdout")
     p.add_argument("--chip", default="m1", help="chip of the time model (default m1)")
-    p.add_argument("--stats-only", action="store_true",
-                   help="report from the shapes alone (model or --shape), computing nothing")
-    p.add_argument("--first-divergence", action="store_true",
-                   help="stop at the first layer whose error against fp32 (same layer, same "
-                        "inputs) leaves its tolerance, or where an inf/NaN is born; print its "
-                        "inputs' ranges")
-    p.add_argument("--tolerance", type=float, default=None,
-                   help="one error tolerance for --first-divergence (default: per op class)")
-    p.add_argument("--compare-placement", metavar="OBSERVED.json", default=None,
-                   help="with --report: compare the predicted placement with one observed on a "
-                        "Mac ({op output name: ane|cpu|gpu}, docs/models.md)")
-    p.add_argument("--compute-units", default=None, metavar="UNITS",
-                   help="with --report: predict Core ML's placement per layer for ALL, "
-                        "CPU_AND_NE, CPU_AND_GPU or CPU_ONLY (an estimate; default ALL for "
-                        "Core ML models)")
+    p.add_argument(
+        "--stats-only",
+        action="store_true",
+        help="report from the shapes alone (model or --shape), computing nothing",
+    )
+    p.add_argument(
+        "--first-divergence",
+        action="store_true",
+        help="stop at the first layer whose error against fp32 (same layer, same "
+        "inputs) leaves its tolerance, or where an inf/NaN is born; print its "
+        "inputs' ranges",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="one error tolerance for --first-divergence (default: per op class)",
+    )
+    p.add_argument(
+        "--compare-placement",
+        metavar="OBSERVED.json",
+        default=None,
+        help="with --report: compare the predicted placement with one observed on a "
+        "Mac ({op output name: ane|cpu|gpu}, docs/models.md)",
+    )
+    p.add_argument(
+        "--compute-units",
+        default=None,
+        metavar="UNITS",
+        help="with --report: predict Core ML's placement per layer for ALL, "
+        "CPU_AND_NE, CPU_AND_GPU or CPU_ONLY (an estimate; default ALL for "
+        "Core ML models)",
+    )
 
 
 class _Fail(Exception):
@@ -76,8 +111,10 @@ def _inputs(model, args) -> dict:
         name, path = item.split("=", 1) if "=" in item else (None, item)
         if name is None:
             if len(names) != 1:
-                raise _Fail(f"--input {item!r}: the model has {len(names)} inputs "
-                            f"({', '.join(names)}); write NAME=FILE.npy")
+                raise _Fail(
+                    f"--input {item!r}: the model has {len(names)} inputs "
+                    f"({', '.join(names)}); write NAME=FILE.npy"
+                )
             name = names[0]
         if name not in model.inputs:
             raise _Fail(f"--input {item!r}: the model has no input {name!r} (inputs: {', '.join(names)})")
@@ -99,32 +136,39 @@ def _inputs(model, args) -> dict:
             t = model.inputs[name]
             shape = shapes.get(name, t.shape)
             if len(shape) != len(t.shape) or any(isinstance(d, str) for d in shape):
-                raise _Fail(f"input {name!r} has shape {t}: bind it with --shape {name}=" +
-                            "x".join(str(d) if isinstance(d, int) else "N" for d in t.shape))
+                raise _Fail(
+                    f"input {name!r} has shape {t}: bind it with --shape {name}="
+                    + "x".join(str(d) if isinstance(d, int) else "N" for d in t.shape)
+                )
             out[name] = shape
         return out
     if missing and not args.random:
         t = model.inputs[missing[0]]
-        raise _Fail(f"missing input {missing[0]!r} ({t}): give --input {missing[0]}=FILE.npy "
-                    f"(or --random)")
+        raise _Fail(f"missing input {missing[0]!r} ({t}): give --input {missing[0]}=FILE.npy (or --random)")
     rng = np.random.default_rng(args.seed)
     for name in missing:
         t = model.inputs[name]
         shape = shapes.get(name, t.shape)
         if len(shape) != len(t.shape) or any(isinstance(d, str) for d in shape):
-            raise _Fail(f"input {name!r} has shape {t}: bind it with --shape {name}=" +
-                        "x".join(str(d) if isinstance(d, int) else "N" for d in t.shape))
+            raise _Fail(
+                f"input {name!r} has shape {t}: bind it with --shape {name}="
+                + "x".join(str(d) if isinstance(d, int) else "N" for d in t.shape)
+            )
         if np.dtype(t.dtype).kind != "f":
             raise _Fail(f"input {name!r} ({t}) is not a float tensor: --random cannot make it")
         arrays[name] = rng.standard_normal(shape).astype(t.dtype)
-        print(f"fastane run: input {name!r}: random {np.dtype(t.dtype).name}"
-              f"[{'x'.join(map(str, shape))}] (seed {args.seed})", file=sys.stderr)
+        print(
+            f"fastane run: input {name!r}: random {np.dtype(t.dtype).name}"
+            f"[{'x'.join(map(str, shape))}] (seed {args.seed})",
+            file=sys.stderr,
+        )
     return arrays
 
 
 def run(args) -> int:
     from . import load_model
     from .model import progress_bar
+
     try:
         model = load_model(args.model, weights=not args.stats_only)
         arrays = _inputs(model, args)
@@ -132,23 +176,30 @@ def run(args) -> int:
             raise _Fail("--stats-only computes nothing: it cannot save outputs (-o)")
         if getattr(args, "first_divergence", False):
             from .hunt import first_divergence
+
             if args.stats_only:
                 raise _Fail("--first-divergence computes the model: not with --stats-only")
             div = first_divergence(model, arrays, args.tolerance)
             if args.json:
                 import json
+
                 print(json.dumps(div.as_dict(), indent=1))
             else:
                 print(div.text())
             return 0
         if args.report or args.json or args.stats_only:
             from ..roofline import chips as _chips
+
             try:
                 _chips.get(args.chip)
             except (KeyError, ValueError) as exc:
                 raise _Fail(f"--chip {args.chip!r}: {exc}") from None
-            rep = model.report(arrays, chip=args.chip, stats_only=args.stats_only,
-                               progress=None if args.json else progress_bar())
+            rep = model.report(
+                arrays,
+                chip=args.chip,
+                stats_only=args.stats_only,
+                progress=None if args.json else progress_bar(),
+            )
             outs = None
         else:
             outs = model(arrays)
@@ -163,6 +214,7 @@ def run(args) -> int:
         pred = None
         if units is not None:
             from .predict import predict
+
             try:
                 bound, layers = model.bind(_shapes(arrays))
                 pred = predict(layers, bound, units)
@@ -172,11 +224,16 @@ def run(args) -> int:
         if args.json:
             d = rep.as_dict()
             if pred is not None:
-                d["predicted_placement"] = {"compute_units": units.upper(), "estimate": True,
-                                            "layers": [{"name": r.layer.name, "unit": p.unit,
-                                                        "confidence": p.confidence, "reason": p.reason}
-                                                       for r, p in zip(rep.layers, pred)]}
+                d["predicted_placement"] = {
+                    "compute_units": units.upper(),
+                    "estimate": True,
+                    "layers": [
+                        {"name": r.layer.name, "unit": p.unit, "confidence": p.confidence, "reason": p.reason}
+                        for r, p in zip(rep.layers, pred)
+                    ],
+                }
             import json
+
             print(json.dumps(d, indent=1))
         else:
             print(rep.table())
@@ -184,13 +241,16 @@ def run(args) -> int:
                 print(prediction_table(rep, pred, units))
         if pred is not None and getattr(args, "compare_placement", None):
             from .predict import compare, load_observed
+
             try:
                 cmp = compare(layers, pred, load_observed(args.compare_placement))
             except ValueError as exc:
                 print(f"fastane run: error: --compare-placement: {exc}", file=sys.stderr)
                 return 2
-            print(f"against {args.compare_placement}: {cmp['agree']} layers agree, "
-                  f"{len(cmp['disagree'])} disagree, {len(cmp['unmatched'])} not in the file")
+            print(
+                f"against {args.compare_placement}: {cmp['agree']} layers agree, "
+                f"{len(cmp['disagree'])} disagree, {len(cmp['unmatched'])} not in the file"
+            )
             for name, p_, o in cmp["disagree"]:
                 print(f"  {name}: predicted {p_}, observed {o}")
         if args.output:
@@ -207,6 +267,7 @@ def run(args) -> int:
 def roofline_arguments(parser: argparse.ArgumentParser) -> None:
     """``fastane roofline``'s arguments (the command hands a model to :func:`roofline`)."""
     from ..roofline.report import add_arguments as _roofline_arguments
+
     _roofline_arguments(parser)
 
 
@@ -220,13 +281,17 @@ def _shapes(arrays) -> dict:
 
 def prediction_table(rep, pred, units) -> str:
     """The predicted Core ML placement per layer (an estimate) as text."""
-    lines = [f"predicted Core ML placement for compute units {units.upper()} (an ESTIMATE from "
-             f"public rules and SPEC limits, not Core ML's decision; compare with Xcode's "
-             f"performance report):"]
+    lines = [
+        f"predicted Core ML placement for compute units {units.upper()} (an ESTIMATE from "
+        f"public rules and SPEC limits, not Core ML's decision; compare with Xcode's "
+        f"performance report):"
+    ]
     counts: dict = {}
     for r, p in zip(rep.layers, pred):
         counts[p.unit] = counts.get(p.unit, 0) + 1
-        lines.append(f"  {r.layer.name[:32]:32s} {r.layer.op[:24]:24s} {p.unit:4s} {p.confidence:9s} {p.reason}")
+        lines.append(
+            f"  {r.layer.name[:32]:32s} {r.layer.op[:24]:24s} {p.unit:4s} {p.confidence:9s} {p.reason}"
+        )
     lines.append("  predicted: " + ", ".join(f"{n} {u}" for u, n in sorted(counts.items())))
     return "\n".join(lines)
 
@@ -241,8 +306,10 @@ def roofline(args, names) -> int:
     from . import load_model
     from ..roofline import chips as _chips
     from ..roofline import report as _report
+
     try:
         from . import is_model_path
+
         others = [n for n in names if not is_model_path(n)]
         if others:
             raise _Fail(f"give either built-in workloads or model files, not both ({others[0]!r})")
@@ -250,8 +317,9 @@ def roofline(args, names) -> int:
         reports = []
         for path in names:
             model = load_model(path, weights=False)
-            shapes = {k: tuple(1 if isinstance(d, str) else d for d in t.shape)
-                      for k, t in model.inputs.items()}
+            shapes = {
+                k: tuple(1 if isinstance(d, str) else d for d in t.shape) for k, t in model.inputs.items()
+            }
             reports.append(model.report(shapes, chip=chip, stats_only=True))
     except (_Fail, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -263,18 +331,29 @@ def roofline(args, names) -> int:
         for r in reports:
             text = r.table()
             if getattr(args, "summary", False):
-                text = "\n".join(ln for ln in text.splitlines()
-                                 if ln.startswith(("model ", "ANE total", "placement:", "stats only")))
+                text = "\n".join(
+                    ln
+                    for ln in text.splitlines()
+                    if ln.startswith(("model ", "ANE total", "placement:", "stats only"))
+                )
             print(text)
             print()
     if args.plot:
-        results = [types.SimpleNamespace(
-            workload=types.SimpleNamespace(name=r.model), chip=chip, total=r.total,
-            layers=[rec.estimate for rec in r.layers if rec.estimate is not None])
-            for r in reports if r.total is not None]
+        results = [
+            types.SimpleNamespace(
+                workload=types.SimpleNamespace(name=r.model),
+                chip=chip,
+                total=r.total,
+                layers=[rec.estimate for rec in r.layers if rec.estimate is not None],
+            )
+            for r in reports
+            if r.total is not None
+        ]
         if not results:
-            print("fastane roofline: error: no layer of the model(s) runs on the ANE: nothing to plot",
-                  file=sys.stderr)
+            print(
+                "fastane roofline: error: no layer of the model(s) runs on the ANE: nothing to plot",
+                file=sys.stderr,
+            )
             return 2
         try:
             _report.plot(results, args.plot)

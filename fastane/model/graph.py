@@ -16,6 +16,7 @@ every node whose inputs are all constant folded into a constant (shape arithmeti
 as ``Shape -> Gather -> Concat -> Reshape`` disappears).  Sizes are checked *before*
 anything is allocated: no tensor may exceed :data:`MAX_TENSOR_ELEMENTS`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -25,8 +26,17 @@ import numpy as np
 from ..errors import ModelError
 from .tensor import DTYPES, MAX_FOLD_ELEMENTS, MAX_TENSOR_ELEMENTS, TensorType, check_size
 
-__all__ = ["TensorType", "Node", "Graph", "Bound", "bind", "MAX_TENSOR_ELEMENTS",
-           "MAX_FOLD_ELEMENTS", "check_size", "DTYPES"]
+__all__ = [
+    "TensorType",
+    "Node",
+    "Graph",
+    "Bound",
+    "bind",
+    "MAX_TENSOR_ELEMENTS",
+    "MAX_FOLD_ELEMENTS",
+    "check_size",
+    "DTYPES",
+]
 
 
 @dataclass
@@ -49,10 +59,10 @@ class Node:
 @dataclass
 class Graph:
     name: str
-    inputs: dict        # name -> TensorType
-    outputs: list       # names
-    nodes: list         # Node, topological order
-    consts: dict        # name -> np.ndarray
+    inputs: dict  # name -> TensorType
+    outputs: list  # names
+    nodes: list  # Node, topological order
+    consts: dict  # name -> np.ndarray
     #: where the graph came from (e.g. "onnx opset 17"), for the report
     origin: str = ""
     #: False: large constants are shape-only placeholders (a stats-only report only)
@@ -65,6 +75,7 @@ class Graph:
         """Every node's inputs are defined before it, no tensor is defined twice, every
         output is defined, every op is known."""
         from .ops import OPS  # noqa: PLC0415 (ops imports tensor, not graph)
+
         defined = set(self.inputs) | set(self.consts)
         if set(self.inputs) & set(self.consts):
             both = sorted(set(self.inputs) & set(self.consts))[0]
@@ -74,9 +85,11 @@ class Graph:
                 raise ModelError(f"{node.describe()}: op {node.op!r} is unknown to fastane")
             for name in node.inputs:
                 if name and name not in defined:
-                    raise ModelError(f"{node.describe()}: input {name!r} is not defined before the "
-                                     f"node (the graph is not in topological order, or the tensor "
-                                     f"does not exist)")
+                    raise ModelError(
+                        f"{node.describe()}: input {name!r} is not defined before the "
+                        f"node (the graph is not in topological order, or the tensor "
+                        f"does not exist)"
+                    )
             for name in node.outputs:
                 if name in defined:
                     raise ModelError(f"{node.describe()}: output {name!r} is defined twice")
@@ -107,6 +120,7 @@ def bind(graph: Graph, input_types: dict) -> Bound:
     """Infer every tensor's type for ``input_types`` (name -> TensorType with concrete
     shapes: the caller's arrays), bind the symbolic dimensions, fold constants."""
     from .ops import OPS, host_eval
+
     symbols: dict = {}
     types: dict = {}
     for name, declared in graph.inputs.items():
@@ -114,19 +128,25 @@ def bind(graph: Graph, input_types: dict) -> Bound:
             raise ModelError(f"missing input {name!r} (expected {declared})")
         given = input_types[name]
         if np.dtype(given.dtype) != np.dtype(declared.dtype):
-            raise ModelError(f"input {name!r}: expected dtype {np.dtype(declared.dtype).name}, "
-                             f"got {np.dtype(given.dtype).name}")
+            raise ModelError(
+                f"input {name!r}: expected dtype {np.dtype(declared.dtype).name}, "
+                f"got {np.dtype(given.dtype).name}"
+            )
         if len(given.shape) != len(declared.shape):
-            raise ModelError(f"input {name!r}: expected shape {_fmt(declared.shape)} "
-                             f"({len(declared.shape)}-D), got {_fmt(given.shape)}")
+            raise ModelError(
+                f"input {name!r}: expected shape {_fmt(declared.shape)} "
+                f"({len(declared.shape)}-D), got {_fmt(given.shape)}"
+            )
         for i, (d, g) in enumerate(zip(declared.shape, given.shape)):
             if isinstance(d, str):
                 if symbols.setdefault(d, g) != g:
-                    raise ModelError(f"input {name!r}: dimension {i} is {d!r} = {symbols[d]} "
-                                     f"elsewhere, got {g}")
+                    raise ModelError(
+                        f"input {name!r}: dimension {i} is {d!r} = {symbols[d]} elsewhere, got {g}"
+                    )
             elif d != g:
-                raise ModelError(f"input {name!r}: expected shape {_fmt(declared.shape)}, "
-                                 f"got {_fmt(given.shape)}")
+                raise ModelError(
+                    f"input {name!r}: expected shape {_fmt(declared.shape)}, got {_fmt(given.shape)}"
+                )
         check_size(given.shape, f"input {name!r}")
         types[name] = TensorType(np.dtype(given.dtype), tuple(int(g) for g in given.shape))
     extra = sorted(set(input_types) - set(graph.inputs))
@@ -147,21 +167,25 @@ def bind(graph: Graph, input_types: dict) -> Bound:
         except (ValueError, TypeError, IndexError, KeyError) as exc:
             raise ModelError(f"{node.describe()}: {exc}") from None
         if len(out_types) < len(node.outputs):
-            raise ModelError(f"{node.describe()}: has {len(node.outputs)} outputs, the op makes "
-                             f"{len(out_types)}")
+            raise ModelError(
+                f"{node.describe()}: has {len(node.outputs)} outputs, the op makes {len(out_types)}"
+            )
         for name, t in zip(node.outputs, out_types):
             check_size(t.shape, f"{node.describe()}, output {name!r}")
             types[name] = t
         foldable = op.foldable and all((n == "" or n in consts) for n in node.inputs)
-        if node.op == "shape":          # needs only its input's (now concrete) shape
+        if node.op == "shape":  # needs only its input's (now concrete) shape
             foldable = True
         if foldable and all(types[n].size <= MAX_FOLD_ELEMENTS for n in node.outputs):
             if node.op == "shape":
                 start, end = node.attrs.get("start", 0), node.attrs.get("end", len(in_types[0].shape))
                 outs = [np.array(in_types[0].shape[slice(start, end)], np.int64)]
             else:
-                outs = host_eval(node, [consts.get(n) if n else None for n in node.inputs],
-                                 [types[n].dtype for n in node.outputs])
+                outs = host_eval(
+                    node,
+                    [consts.get(n) if n else None for n in node.inputs],
+                    [types[n].dtype for n in node.outputs],
+                )
             for name, val in zip(node.outputs, outs):
                 consts[name] = val
             folded.append(node)

@@ -12,6 +12,7 @@
 
 Front-end neutral: ONNX and Core ML models alike.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,15 @@ import numpy as np
 
 from ..errors import ModelError
 
-__all__ = ["count_nonfinite", "first_divergence", "Divergence", "sweep", "Sweep", "parse_range",
-           "tensor_range"]
+__all__ = [
+    "count_nonfinite",
+    "first_divergence",
+    "Divergence",
+    "sweep",
+    "Sweep",
+    "parse_range",
+    "tensor_range",
+]
 
 #: the most points a sweep may take
 MAX_SWEEP_POINTS = 100_000
@@ -56,10 +64,14 @@ def tensor_range(x) -> dict:
             d.update(min=float(a.min()), max=float(a.max()))
         return d
     fin = a[np.isfinite(a)].astype(np.float64)
-    d.update(min=float(fin.min()) if fin.size else None, max=float(fin.max()) if fin.size else None,
-             max_abs=float(np.abs(fin).max()) if fin.size else None,
-             inf=int(np.count_nonzero(np.isinf(a))), nan=int(np.count_nonzero(np.isnan(a))),
-             beyond_fp16=int(np.count_nonzero(np.abs(fin) > 65504.0)))
+    d.update(
+        min=float(fin.min()) if fin.size else None,
+        max=float(fin.max()) if fin.size else None,
+        max_abs=float(np.abs(fin).max()) if fin.size else None,
+        inf=int(np.count_nonzero(np.isinf(a))),
+        nan=int(np.count_nonzero(np.isnan(a))),
+        beyond_fp16=int(np.count_nonzero(np.abs(fin) > 65504.0)),
+    )
     return d
 
 
@@ -75,7 +87,7 @@ class Divergence:
     tolerance: float | None = None
     inf_born: int = 0
     nan_born: int = 0
-    inputs: dict = field(default_factory=dict)      # tensor name -> tensor_range
+    inputs: dict = field(default_factory=dict)  # tensor name -> tensor_range
     outputs: dict = field(default_factory=dict)
     layers_run: int = 0
 
@@ -88,13 +100,19 @@ class Divergence:
 
     def text(self) -> str:
         if self.layer is None:
-            return (f"no layer left its tolerance ({self.layers_run} layers run): the fp16 run "
-                    f"follows the fp32 evaluation layer by layer")
-        why = (f"error {self.error:.3g} > tolerance {self.tolerance:.3g}" if self.error is not None
-               and not self.error <= self.tolerance else
-               f"{self.inf_born} inf and {self.nan_born} NaN born here")
-        lines = [f"first divergence: layer {self.layer!r} ({self.op}, {self.placement}) after "
-                 f"{self.layers_run} layers: {why}"]
+            return (
+                f"no layer left its tolerance ({self.layers_run} layers run): the fp16 run "
+                f"follows the fp32 evaluation layer by layer"
+            )
+        why = (
+            f"error {self.error:.3g} > tolerance {self.tolerance:.3g}"
+            if self.error is not None and not self.error <= self.tolerance
+            else f"{self.inf_born} inf and {self.nan_born} NaN born here"
+        )
+        lines = [
+            f"first divergence: layer {self.layer!r} ({self.op}, {self.placement}) after "
+            f"{self.layers_run} layers: {why}"
+        ]
         if self.reason:
             lines.append(f"  placement: {self.reason}")
         for kind, tensors in (("input", self.inputs), ("output", self.outputs)):
@@ -106,7 +124,9 @@ class Divergence:
 def _fmt_range(r: dict) -> str:
     shape = "x".join(map(str, r["shape"]))
     if r.get("max_abs") is None and "min" not in r:
-        return f"{r['dtype']}[{shape}] (empty or no finite values; inf {r.get('inf', 0)}, nan {r.get('nan', 0)})"
+        return (
+            f"{r['dtype']}[{shape}] (empty or no finite values; inf {r.get('inf', 0)}, nan {r.get('nan', 0)})"
+        )
     s = f"{r['dtype']}[{shape}] range [{_g(r.get('min'))}, {_g(r.get('max'))}]"
     if "max_abs" in r:
         s += f", max |x| {_g(r['max_abs'])}, inf {r['inf']}, nan {r['nan']}"
@@ -136,19 +156,29 @@ def first_divergence(model, inputs, tolerance: float | None = None) -> Divergenc
         tol = rec.tolerance if tolerance is None else float(tolerance)
         bad = rec.error is not None and rec.error > tol
         if bad or rec.inf_born or rec.nan_born:
-            found.update(rec=rec, xs=dict(zip(layer.inputs, xs)), outs=dict(zip(layer.outputs, outs)),
-                         tol=tol)
+            found.update(
+                rec=rec, xs=dict(zip(layer.inputs, xs)), outs=dict(zip(layer.outputs, outs)), tol=tol
+            )
             raise _Stop
+
     try:
         model.report(inputs, observe=observe)
     except _Stop:
         rec = found["rec"]
         err = rec.error
-        return Divergence(rec.layer.name, rec.layer.op, rec.placement, rec.reason,
-                          None if err is None or (isinstance(err, float) and math.isnan(err)) else float(err),
-                          found["tol"], rec.inf_born, rec.nan_born,
-                          {k: tensor_range(v) for k, v in found["xs"].items()},
-                          {k: tensor_range(v) for k, v in found["outs"].items()}, count[0])
+        return Divergence(
+            rec.layer.name,
+            rec.layer.op,
+            rec.placement,
+            rec.reason,
+            None if err is None or (isinstance(err, float) and math.isnan(err)) else float(err),
+            found["tol"],
+            rec.inf_born,
+            rec.nan_born,
+            {k: tensor_range(v) for k, v in found["xs"].items()},
+            {k: tensor_range(v) for k, v in found["outs"].items()},
+            count[0],
+        )
     return Divergence(None, layers_run=count[0])
 
 
@@ -179,15 +209,22 @@ class Sweep:
     fp32: np.ndarray
 
     def as_dict(self) -> dict:
-        return {"input": self.input, "output": self.output, "index": self.index,
-                "points": [{"x": float(a), "ane": _j(b), "fp32": _j(c)}
-                           for a, b, c in zip(self.x, self.ane, self.fp32)]}
+        return {
+            "input": self.input,
+            "output": self.output,
+            "index": self.index,
+            "points": [
+                {"x": float(a), "ane": _j(b), "fp32": _j(c)} for a, b, c in zip(self.x, self.ane, self.fp32)
+            ],
+        }
 
     def table(self, every: int = 1) -> str:
-        lines = [f"sweep of input {self.input!r} (every element set to x); output {self.output!r}"
-                 f"[flat index {self.index}]",
-                 f"{'x':>12s} {'ane (fp16)':>14s} {'fp32':>14s} {'abs diff':>11s}"]
-        for a, b, c in list(zip(self.x, self.ane, self.fp32))[::max(every, 1)]:
+        lines = [
+            f"sweep of input {self.input!r} (every element set to x); output {self.output!r}"
+            f"[flat index {self.index}]",
+            f"{'x':>12s} {'ane (fp16)':>14s} {'fp32':>14s} {'abs diff':>11s}",
+        ]
+        for a, b, c in list(zip(self.x, self.ane, self.fp32))[:: max(every, 1)]:
             d = abs(float(b) - float(c)) if np.isfinite(b) and np.isfinite(c) else float("nan")
             lines.append(f"{a:12.6g} {float(b):14.6g} {float(c):14.6g} {d:11.3g}")
         return "\n".join(lines)
@@ -195,11 +232,13 @@ class Sweep:
     def plot(self, path: str) -> None:
         try:
             import matplotlib
+
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
         except ImportError:
-            raise RuntimeError("--plot needs matplotlib (pip install 'fastane[plot]'); "
-                               "without it use the table or --json") from None
+            raise RuntimeError(
+                "--plot needs matplotlib (pip install 'fastane[plot]'); without it use the table or --json"
+            ) from None
         fig, (a0, a1) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
         a0.plot(self.x, self.fp32, label="fp32", lw=1)
         a0.plot(self.x, self.ane.astype(np.float64), label="ANE (fp16, fastane)", lw=1, ls="--")
@@ -219,8 +258,15 @@ def _j(v):
     return v if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
 
 
-def sweep(model, name: str, values, base: dict, output: str | None = None, index: int = 0,
-          element: int | None = None) -> Sweep:
+def sweep(
+    model,
+    name: str,
+    values,
+    base: dict,
+    output: str | None = None,
+    index: int = 0,
+    element: int | None = None,
+) -> Sweep:
     """Set every element of input ``name`` (or only its flat ``element``, the rest from
     ``base``) to each of ``values`` in turn (the other inputs from ``base``), run the model
     on the ANE and in fp32, and read ``output`` (default the first) at flat ``index``."""
@@ -247,5 +293,6 @@ def sweep(model, name: str, values, base: dict, output: str | None = None, index
             raise ModelError(f"sweep: --at {index} is outside output {output!r} ({y.size} elements)")
         ane.append(y[index])
         ref.append(r[index])
-    return Sweep(name, output, index, np.asarray(values), np.asarray(ane, np.float16),
-                 np.asarray(ref, np.float64))
+    return Sweep(
+        name, output, index, np.asarray(values), np.asarray(ane, np.float16), np.asarray(ref, np.float64)
+    )

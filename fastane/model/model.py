@@ -19,6 +19,7 @@ the model's original fp32 weights): it isolates what each layer adds, where a wh
 comparison only shows the sum.  ``error`` is ``max |y - ref| / max(max |ref|, 2^-14)``;
 the first layer whose error exceeds the tolerance of its class (:data:`TOLERANCE`) is named.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,7 +43,7 @@ __all__ = ["Model", "Report", "LayerRecord", "TOLERANCE"]
 #: exact result for exact ops (2^-10 leaves room for 1 ulp), the fp16 operand rounding and
 #: the Q16.16 + readout rounding for MAC ops, the tables' measured errors (docs/lut.md:
 #: gelu 6.2e-3, log 1.3e-2, selu 1.2e-2 abs) for table ops
-TOLERANCE = {"exact": 2.0 ** -10, "layout": 0.0, "mac": 1e-2, "table": 2e-2, "host": 0.0}
+TOLERANCE = {"exact": 2.0**-10, "layout": 0.0, "mac": 1e-2, "table": 2e-2, "host": 0.0}
 
 
 @dataclass
@@ -51,7 +52,7 @@ class LayerRecord:
     placement: str
     reason: str
     stats: Stats
-    estimate: object = None        # fastane.roofline.Estimate (ANE layers)
+    estimate: object = None  # fastane.roofline.Estimate (ANE layers)
     max_abs_err: float = 0.0
     max_rel_err: float = 0.0
     error: float = 0.0
@@ -69,25 +70,46 @@ class LayerRecord:
 
     def as_dict(self) -> dict:
         st, est = self.stats, self.estimate
-        d = {"name": self.layer.name, "op": self.layer.op, "placement": self.placement,
-             "reason": self.reason, "call": self.layer.call if self.placement == "ane" else "",
-             "output": self.shapes, "tasks": st.tasks, "macs": st.macs,
-             "dram_bytes": st.dram_bytes, "saturated": st.saturated,
-             "lut_underflow": st.lut_underflow, "lut_overflow": st.lut_overflow,
-             "op_per_byte": None, "time_s": None, "bound": None,
-             "max_abs_err": _num(self.max_abs_err), "max_rel_err": _num(self.max_rel_err),
-             "error": _num(self.error), "tolerance": self.tolerance, "within_tolerance": self.ok,
-             "inf_born": self.inf_born, "nan_born": self.nan_born,
-             "nonfinite_inherited": self.nonfinite_inherited}
+        d = {
+            "name": self.layer.name,
+            "op": self.layer.op,
+            "placement": self.placement,
+            "reason": self.reason,
+            "call": self.layer.call if self.placement == "ane" else "",
+            "output": self.shapes,
+            "tasks": st.tasks,
+            "macs": st.macs,
+            "dram_bytes": st.dram_bytes,
+            "saturated": st.saturated,
+            "lut_underflow": st.lut_underflow,
+            "lut_overflow": st.lut_overflow,
+            "op_per_byte": None,
+            "time_s": None,
+            "bound": None,
+            "max_abs_err": _num(self.max_abs_err),
+            "max_rel_err": _num(self.max_rel_err),
+            "error": _num(self.error),
+            "tolerance": self.tolerance,
+            "within_tolerance": self.ok,
+            "inf_born": self.inf_born,
+            "nan_born": self.nan_born,
+            "nonfinite_inherited": self.nonfinite_inherited,
+        }
         if est is not None:
-            d.update(op_per_byte=None if math.isinf(est.intensity) else est.intensity,
-                     time_s=est.time_s, bound=est.limiter)
+            d.update(
+                op_per_byte=None if math.isinf(est.intensity) else est.intensity,
+                time_s=est.time_s,
+                bound=est.limiter,
+            )
         return d
 
 
 def _num(x):
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else (
-        "inf" if isinstance(x, float) and math.isinf(x) else x)
+    return (
+        None
+        if x is None or (isinstance(x, float) and math.isnan(x))
+        else ("inf" if isinstance(x, float) and math.isinf(x) else x)
+    )
 
 
 @dataclass
@@ -95,9 +117,9 @@ class Report:
     model: str
     chip: str
     layers: list
-    outputs: dict                      # name -> {"max_abs_err", "error"} vs the fp32 model
+    outputs: dict  # name -> {"max_abs_err", "error"} vs the fp32 model
     first_bad: str | None
-    total: object = None               # Estimate of all ANE layers (with the program overhead)
+    total: object = None  # Estimate of all ANE layers (with the program overhead)
     placement: dict = field(default_factory=dict)
     #: counted from the shapes alone: no outputs, no errors
     stats_only: bool = False
@@ -105,23 +127,38 @@ class Report:
     values: dict = field(default_factory=dict, repr=False)
 
     def as_dict(self) -> dict:
-        return {"model": self.model, "chip": self.chip, "stats_only": self.stats_only,
-                "layers": [r.as_dict() for r in self.layers],
-                "placement": self.placement, "outputs": self.outputs,
-                "first_layer_beyond_tolerance": self.first_bad,
-                "total": None if self.total is None else {
-                    k: v for k, v in self.total.as_dict().items()
-                    if k in ("tasks", "macs", "dram_bytes", "time_s", "intensity", "limiter")}}
+        return {
+            "model": self.model,
+            "chip": self.chip,
+            "stats_only": self.stats_only,
+            "layers": [r.as_dict() for r in self.layers],
+            "placement": self.placement,
+            "outputs": self.outputs,
+            "first_layer_beyond_tolerance": self.first_bad,
+            "total": None
+            if self.total is None
+            else {
+                k: v
+                for k, v in self.total.as_dict().items()
+                if k in ("tasks", "macs", "dram_bytes", "time_s", "intensity", "limiter")
+            },
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), indent=1)
 
     def table(self) -> str:
         from ..roofline.report import _si, _t
-        head = (f"{'layer':24s} {'op':28s} {'place':6s} {'tasks':>5s} {'MACs':>9s} {'DRAM':>9s} "
-                f"{'OP/B':>6s} {'time':>10s} {'sat':>4s} {'lut':>4s} {'max abs':>9s} {'error':>9s}")
-        what = ("counted from the shapes (stats only)" if self.stats_only else
-                "error = max|ane - fp32| / max|fp32| of the layer on the same inputs")
+
+        head = (
+            f"{'layer':24s} {'op':28s} {'place':6s} {'tasks':>5s} {'MACs':>9s} {'DRAM':>9s} "
+            f"{'OP/B':>6s} {'time':>10s} {'sat':>4s} {'lut':>4s} {'max abs':>9s} {'error':>9s}"
+        )
+        what = (
+            "counted from the shapes (stats only)"
+            if self.stats_only
+            else "error = max|ane - fp32| / max|fp32| of the layer on the same inputs"
+        )
         lines = [f"model {self.model} on {self.chip}: per layer ({what})", head, "-" * len(head)]
         notes = []
         reasons: dict = {}
@@ -138,22 +175,31 @@ class Report:
                 f"{'-' if est is None else _t(est.time_s):>10s} "
                 f"{d['saturated'] if r.placement == 'ane' else '-':>4} "
                 f"{d['lut_underflow'] + d['lut_overflow'] if r.placement == 'ane' else '-':>4} "
-                f"{_e(r.max_abs_err):>9s} {_e(r.error):>9s}{mark}")
+                f"{_e(r.max_abs_err):>9s} {_e(r.error):>9s}{mark}"
+            )
             if r.reason:
                 reasons.setdefault((r.placement, r.reason), []).append(d["name"])
         lines.append("-" * len(head))
         if self.total is not None:
-            lines.append(f"ANE total: {self.total.tasks} tasks, {_si(self.total.macs)} MACs, "
-                         f"{_si(self.total.dram_bytes, 'B')} DRAM, predicted {_t(self.total.time_s)} "
-                         f"on {self.chip} (with the program overhead)")
+            lines.append(
+                f"ANE total: {self.total.tasks} tasks, {_si(self.total.macs)} MACs, "
+                f"{_si(self.total.dram_bytes, 'B')} DRAM, predicted {_t(self.total.time_s)} "
+                f"on {self.chip} (with the program overhead)"
+            )
         p = self.placement
-        lines.append(f"placement: {p.get('ane', 0)} ANE, {p.get('host', 0)} host, "
-                     f"{p.get('layout', 0)} layout layers")
+        lines.append(
+            f"placement: {p.get('ane', 0)} ANE, {p.get('host', 0)} host, {p.get('layout', 0)} layout layers"
+        )
         for name, o in self.outputs.items():
-            lines.append(f"output {name}: max abs error {_e(o['max_abs_err'])}, error "
-                         f"{_e(o['error'])} against the whole model in fp32")
-        born = [f"{r.layer.name} ({r.inf_born} inf, {r.nan_born} nan)" for r in self.layers
-                if r.inf_born or r.nan_born]
+            lines.append(
+                f"output {name}: max abs error {_e(o['max_abs_err'])}, error "
+                f"{_e(o['error'])} against the whole model in fp32"
+            )
+        born = [
+            f"{r.layer.name} ({r.inf_born} inf, {r.nan_born} nan)"
+            for r in self.layers
+            if r.inf_born or r.nan_born
+        ]
         if born:
             lines.append("non-finite values born in (finite inputs): " + ", ".join(born))
         if self.stats_only:
@@ -169,7 +215,7 @@ class Report:
 
 
 def _e(x) -> str:
-    if isinstance(x, str):             # "inf" from _num (an output that overflowed)
+    if isinstance(x, str):  # "inf" from _num (an output that overflowed)
         return x
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
@@ -189,10 +235,10 @@ def _errors(y, ref):
         diff = np.where(same, 0.0, np.abs(y - ref))
     diff = np.where(np.isnan(diff), np.inf, diff)
     mabs = float(diff.max())
-    big = np.abs(ref) >= 2.0 ** -14
+    big = np.abs(ref) >= 2.0**-14
     rel = float((diff[big] / np.abs(ref[big])).max()) if big.any() else 0.0
     finite = np.isfinite(ref)
-    scale = max(float(np.abs(ref[finite]).max()) if finite.any() else 0.0, 2.0 ** -14)
+    scale = max(float(np.abs(ref[finite]).max()) if finite.any() else 0.0, 2.0**-14)
     return mabs, rel, mabs / scale
 
 
@@ -235,15 +281,16 @@ class Model:
         out = {}
         for name, v in values.items():
             if name not in self.graph.inputs:
-                raise ModelError(f"unknown input {name!r}; the model's inputs are "
-                                 f"{list(self.graph.inputs)}")
+                raise ModelError(f"unknown input {name!r}; the model's inputs are {list(self.graph.inputs)}")
             want = self.graph.inputs[name]
             arr = np.asarray(v)
             if arr.dtype != np.dtype(want.dtype):
-                raise ModelError(f"input {name!r}: expected dtype {np.dtype(want.dtype).name}, "
-                                 f"got {arr.dtype.name}")
+                raise ModelError(
+                    f"input {name!r}: expected dtype {np.dtype(want.dtype).name}, got {arr.dtype.name}"
+                )
             if len(arr.shape) != len(want.shape) or any(
-                    isinstance(d, int) and d != g for d, g in zip(want.shape, arr.shape)):
+                isinstance(d, int) and d != g for d, g in zip(want.shape, arr.shape)
+            ):
                 raise ModelError(f"input {name!r}: expected shape {want}, got {arr.shape}")
             out[name] = np.asarray(arr, order="C")
         return out
@@ -251,25 +298,28 @@ class Model:
     # -------------------------------------------------------------- binding
     def _need_weights(self, what: str) -> None:
         if not self.graph.weights:
-            raise ModelError(f"{what}: model {self.name!r} was loaded without its weights "
-                             f"(weights=False); only report(shapes, stats_only=True) works")
+            raise ModelError(
+                f"{what}: model {self.name!r} was loaded without its weights "
+                f"(weights=False); only report(shapes, stats_only=True) works"
+            )
 
     def _arrays(self, inputs) -> dict:
         if not isinstance(inputs, dict):
             if len(self.graph.inputs) != 1:
-                raise ModelError(f"the model has {len(self.graph.inputs)} inputs "
-                                 f"({', '.join(self.graph.inputs)}): pass a dict name -> array")
+                raise ModelError(
+                    f"the model has {len(self.graph.inputs)} inputs "
+                    f"({', '.join(self.graph.inputs)}): pass a dict name -> array"
+                )
             inputs = {next(iter(self.graph.inputs)): inputs}
         out = {}
         for name, v in inputs.items():
             if name not in self.graph.inputs:
-                raise ModelError(f"unknown input {name!r}; the model's inputs are "
-                                 f"{list(self.graph.inputs)}")
+                raise ModelError(f"unknown input {name!r}; the model's inputs are {list(self.graph.inputs)}")
             arr = np.asarray(v)
             want = np.dtype(self.graph.inputs[name].dtype)
             if arr.dtype != want:
                 if want.kind == "f" and arr.dtype.kind == "f":
-                    arr = arr.astype(want)          # a float array for a float input
+                    arr = arr.astype(want)  # a float array for a float input
                 else:
                     raise ModelError(f"input {name!r}: expected dtype {want.name}, got {arr.dtype.name}")
             out[name] = arr
@@ -282,8 +332,9 @@ class Model:
         """``(Bound, layers)`` for ``shapes`` (name -> shape tuple), cached."""
         key = tuple(sorted((k, tuple(v)) for k, v in shapes.items()))
         if key not in self._cache:
-            types = {k: TensorType(self.graph.inputs[k].dtype, tuple(int(d) for d in v))
-                     for k, v in shapes.items()}
+            types = {
+                k: TensorType(self.graph.inputs[k].dtype, tuple(int(d) for d in v)) for k, v in shapes.items()
+            }
             bound = bind(self.graph, types)
             self._cache[key] = (bound, place(bound))
         return self._cache[key]
@@ -296,6 +347,7 @@ class Model:
         """``[(layer name, Prediction(unit, confidence, reason)), ...]``: the compute unit
         Core ML would likely pick per layer (an estimate: :mod:`fastane.model.predict`)."""
         from .predict import predict
+
         bound, layers = self.bind(_shapes_of(self, shapes))
         return [(l.name, p) for l, p in zip(layers, predict(layers, bound, compute_units))]
 
@@ -313,13 +365,17 @@ class Model:
         values = dict(bound.consts)
         values.update(arrays)
         for node in bound.nodes:
-            outs = host_eval(node, [values[t] if t else None for t in node.inputs],
-                             [bound.types[t].dtype for t in node.outputs])
+            outs = host_eval(
+                node,
+                [values[t] if t else None for t in node.inputs],
+                [bound.types[t].dtype for t in node.outputs],
+            )
             values.update(zip(node.outputs, outs))
         return {n: np.asarray(values[n]) for n in bound.graph.outputs}
 
     def _plan_report(self, inputs, chip) -> Report:
         from ..roofline.model import estimate
+
         bound, layers = self.bind(_shapes_of(self, inputs))
         records, tasks = [], []
         for layer in layers:
@@ -329,9 +385,17 @@ class Model:
                     stats = layer.plan()
                 except NotImplementedError as exc:
                     placement, reason = "host", f"beyond the ANE lowering's limits: {exc}"
-            rec = LayerRecord(layer, placement, reason, stats, max_abs_err=None, max_rel_err=None,
-                              error=None, tolerance=_tolerance(layer),
-                              shapes=" ".join(str(bound.types[o]) for o in layer.outputs))
+            rec = LayerRecord(
+                layer,
+                placement,
+                reason,
+                stats,
+                max_abs_err=None,
+                max_rel_err=None,
+                error=None,
+                tolerance=_tolerance(layer),
+                shapes=" ".join(str(bound.types[o]) for o in layer.outputs),
+            )
             if placement == "ane":
                 rec.estimate = estimate(stats, chip, program=False, name=layer.name)
                 tasks += stats.tasks_detail or [stats]
@@ -349,7 +413,7 @@ class Model:
         values = dict(bound.consts)
         values.update(arrays)
         records = []
-        last_use = {}                   # tensor -> the last layer reading it (freed after)
+        last_use = {}  # tensor -> the last layer reading it (freed after)
         for i, layer in enumerate(layers):
             for t in layer.inputs:
                 last_use[t] = i
@@ -368,8 +432,9 @@ class Model:
             if outs is None:
                 outs = _on_host(layer, bound, values)
             values.update(zip(layer.outputs, outs))
-            rec = LayerRecord(layer, placement, reason, stats,
-                              shapes=" ".join(str(bound.types[o]) for o in layer.outputs))
+            rec = LayerRecord(
+                layer, placement, reason, stats, shapes=" ".join(str(bound.types[o]) for o in layer.outputs)
+            )
             if compare and placement == "ane":
                 ref = _on_host(layer, bound, {**values, **{t: _wide(values[t]) for t in layer.inputs}})
                 errs = [_errors(y, r) for y, r in zip(outs, ref)]
@@ -379,6 +444,7 @@ class Model:
             rec.tolerance = _tolerance(layer)
             if compare:
                 from .hunt import count_nonfinite
+
                 count_nonfinite(rec, xs, outs)
             records.append(rec)
             if observe is not None:
@@ -388,9 +454,11 @@ class Model:
                     del values[t]
         if progress:
             progress(len(layers), len(layers))
-        events = Stats(saturated=sum(r.stats.saturated for r in records),
-                       lut_underflow=sum(r.stats.lut_underflow for r in records),
-                       lut_overflow=sum(r.stats.lut_overflow for r in records))
+        events = Stats(
+            saturated=sum(r.stats.saturated for r in records),
+            lut_underflow=sum(r.stats.lut_underflow for r in records),
+            lut_overflow=sum(r.stats.lut_overflow for r in records),
+        )
         report_events(events, f"model {self.name} (model.report() names the layers)")
         outs = {}
         for n in bound.graph.outputs:
@@ -399,8 +467,9 @@ class Model:
             outs[n] = fp16_operand(v, f"model {self.name}", n) if v.dtype.kind == "f" else v
         return outs, records, bound
 
-    def report(self, inputs, chip: str = "m1", progress=None, stats_only: bool = False,
-               observe=None) -> Report:
+    def report(
+        self, inputs, chip: str = "m1", progress=None, stats_only: bool = False, observe=None
+    ) -> Report:
         """Run the model and report per layer (see the module docs).  ``stats_only``:
         ``inputs`` may be shapes (name -> tuple); nothing is computed, the ANE layers'
         programs are counted from the shapes on a stats-only device (no errors then).
@@ -408,6 +477,7 @@ class Model:
         raise to stop the run: :func:`fastane.model.hunt.first_divergence`)."""
         from ..roofline import chips as _chips
         from ..roofline.model import estimate
+
         chip = _chips.get(chip)
         if stats_only:
             return self._plan_report(inputs, chip)
@@ -454,6 +524,7 @@ def _wide(x):
 
 def _tolerance(layer: Layer) -> float:
     from .graph import Node  # noqa: F401
+
     return TOLERANCE.get(layer.kind, 0.0)
 
 
@@ -478,8 +549,9 @@ def _on_host(layer: Layer, bound: Bound, values: dict) -> list:
     """Run a layer's nodes on the host in float32; the layer's outputs."""
     local = dict(values)
     for node in layer.nodes:
-        outs = host_eval(node, [local[t] if t else None for t in node.inputs],
-                         [bound.types[t].dtype for t in node.outputs])
+        outs = host_eval(
+            node, [local[t] if t else None for t in node.inputs], [bound.types[t].dtype for t in node.outputs]
+        )
         local.update(zip(node.outputs, outs))
     return [local[o] for o in layer.outputs]
 
@@ -497,4 +569,5 @@ def progress_bar(stream=None):
         if i >= n:
             stream.write("\n")
         stream.flush()
+
     return show

@@ -12,6 +12,7 @@ allocated: the protobuf must parse, every initializer's declared size is checked
 :data:`~fastane.model.graph.MAX_TENSOR_ELEMENTS` and against the bytes it actually holds,
 external data is refused, and ops outside the vocabulary are named.
 """
+
 from __future__ import annotations
 
 import os
@@ -75,11 +76,17 @@ def _np_dtype(elem_type: int, what: str) -> np.dtype:
     return dt
 
 
-_TYPED_FIELDS = {np.dtype(np.float32): "float_data", np.dtype(np.float64): "double_data",
-                 np.dtype(np.int64): "int64_data", np.dtype(np.int32): "int32_data",
-                 np.dtype(np.int16): "int32_data", np.dtype(np.int8): "int32_data",
-                 np.dtype(np.uint8): "int32_data", np.dtype(np.bool_): "int32_data",
-                 np.dtype(np.float16): "int32_data"}
+_TYPED_FIELDS = {
+    np.dtype(np.float32): "float_data",
+    np.dtype(np.float64): "double_data",
+    np.dtype(np.int64): "int64_data",
+    np.dtype(np.int32): "int32_data",
+    np.dtype(np.int16): "int32_data",
+    np.dtype(np.int8): "int32_data",
+    np.dtype(np.uint8): "int32_data",
+    np.dtype(np.bool_): "int32_data",
+    np.dtype(np.float16): "int32_data",
+}
 
 
 def _tensor(t, what: str, values: bool = True) -> np.ndarray:
@@ -88,8 +95,10 @@ def _tensor(t, what: str, values: bool = True) -> np.ndarray:
     onnx = _onnx()
     what = f"{what} {t.name!r}" if t.name else what
     if t.data_location == onnx.TensorProto.EXTERNAL:
-        raise ModelError(f"{what}: external tensor data is not supported by fastane yet "
-                         f"(save the model with its weights inside the file)")
+        raise ModelError(
+            f"{what}: external tensor data is not supported by fastane yet "
+            f"(save the model with its weights inside the file)"
+        )
     dt = _np_dtype(t.data_type, what)
     n = check_size(tuple(int(d) for d in t.dims), what)
     if t.segment.end or t.segment.begin:
@@ -97,8 +106,10 @@ def _tensor(t, what: str, values: bool = True) -> np.ndarray:
     if t.HasField("raw_data") or t.raw_data:
         have = len(t.raw_data)
         if have != n * dt.itemsize:
-            raise ModelError(f"{what}: declares shape {tuple(t.dims)} ({n * dt.itemsize} bytes of "
-                             f"{dt.name}) but holds {have} bytes")
+            raise ModelError(
+                f"{what}: declares shape {tuple(t.dims)} ({n * dt.itemsize} bytes of "
+                f"{dt.name}) but holds {have} bytes"
+            )
     else:
         have = len(getattr(t, _TYPED_FIELDS[dt]))
         if have != n:
@@ -137,7 +148,9 @@ def _attrs(node) -> dict:
         try:
             v = onnx.helper.get_attribute_value(a)
         except Exception as exc:
-            raise ModelError(f"node {node.name!r} ({node.op_type}): bad attribute {a.name!r} ({exc})") from None
+            raise ModelError(
+                f"node {node.name!r} ({node.op_type}): bad attribute {a.name!r} ({exc})"
+            ) from None
         if isinstance(v, bytes):
             v = v.decode("utf-8", "replace")
         elif isinstance(v, list):
@@ -146,23 +159,86 @@ def _attrs(node) -> dict:
     return out
 
 
-_UNARY = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid", "Exp": "exp", "Log": "log",
-          "Sqrt": "sqrt", "Reciprocal": "reciprocal", "Abs": "abs", "Neg": "neg", "Erf": "erf",
-          "HardSwish": "hard_swish", "Softplus": "softplus", "Sign": "sign", "Floor": "floor",
-          "Ceil": "ceil", "Identity": "identity"}
-_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow", "PRelu": "prelu",
-           "Max": "max", "Min": "min", "Sum": "add", "Where": "where", "Equal": "equal",
-           "Less": "less", "Greater": "greater", "MatMul": "matmul", "Expand": "expand",
-           "Range": "range", "Gather": "gather", "Concat": "concat", "Transpose": "transpose",
-           "Flatten": "flatten", "Shape": "shape"}
-_REDUCE = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max",
-           "ReduceMin": "reduce_min"}
+_UNARY = {
+    "Relu": "relu",
+    "Tanh": "tanh",
+    "Sigmoid": "sigmoid",
+    "Exp": "exp",
+    "Log": "log",
+    "Sqrt": "sqrt",
+    "Reciprocal": "reciprocal",
+    "Abs": "abs",
+    "Neg": "neg",
+    "Erf": "erf",
+    "HardSwish": "hard_swish",
+    "Softplus": "softplus",
+    "Sign": "sign",
+    "Floor": "floor",
+    "Ceil": "ceil",
+    "Identity": "identity",
+}
+_BINARY = {
+    "Add": "add",
+    "Sub": "sub",
+    "Mul": "mul",
+    "Div": "div",
+    "Pow": "pow",
+    "PRelu": "prelu",
+    "Max": "max",
+    "Min": "min",
+    "Sum": "add",
+    "Where": "where",
+    "Equal": "equal",
+    "Less": "less",
+    "Greater": "greater",
+    "MatMul": "matmul",
+    "Expand": "expand",
+    "Range": "range",
+    "Gather": "gather",
+    "Concat": "concat",
+    "Transpose": "transpose",
+    "Flatten": "flatten",
+    "Shape": "shape",
+}
+_REDUCE = {
+    "ReduceMean": "reduce_mean",
+    "ReduceSum": "reduce_sum",
+    "ReduceMax": "reduce_max",
+    "ReduceMin": "reduce_min",
+}
 #: ONNX op types the importer maps (default domain)
-SUPPORTED = sorted(set(_UNARY) | set(_BINARY) | set(_REDUCE) | {
-    "Conv", "ConvTranspose", "Gemm", "BatchNormalization", "LeakyRelu", "Gelu", "Elu", "Selu", "HardSigmoid",
-    "Clip", "Cast", "Softmax", "LogSoftmax", "LayerNormalization", "MaxPool", "AveragePool",
-    "GlobalAveragePool", "GlobalMaxPool", "Reshape", "Squeeze", "Unsqueeze", "Slice", "Pad",
-    "Dropout", "Constant"})
+SUPPORTED = sorted(
+    set(_UNARY)
+    | set(_BINARY)
+    | set(_REDUCE)
+    | {
+        "Conv",
+        "ConvTranspose",
+        "Gemm",
+        "BatchNormalization",
+        "LeakyRelu",
+        "Gelu",
+        "Elu",
+        "Selu",
+        "HardSigmoid",
+        "Clip",
+        "Cast",
+        "Softmax",
+        "LogSoftmax",
+        "LayerNormalization",
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "GlobalMaxPool",
+        "Reshape",
+        "Squeeze",
+        "Unsqueeze",
+        "Slice",
+        "Pad",
+        "Dropout",
+        "Constant",
+    }
+)
 
 
 class _Builder:
@@ -203,14 +279,16 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
 
     def mk(fop, attrs=None, inputs=None, n_out=1):
         if len([o for o in outs if o]) > n_out or any(not o for o in outs[:n_out]):
-            raise ModelError(f"node {name!r} ({op}): fastane supports only its first {n_out} "
-                             f"output(s), the model uses {len(outs)}")
+            raise ModelError(
+                f"node {name!r} ({op}): fastane supports only its first {n_out} "
+                f"output(s), the model uses {len(outs)}"
+            )
         return Node(fop, name, inputs if inputs is not None else ins, outs[:n_out], attrs or {}, op)
 
     if op == "Constant":
         if len(a) != 1:
             raise ModelError(f"node {name!r} (Constant): needs exactly one value attribute")
-        (k, v), = a.items()
+        ((k, v),) = a.items()
         if k == "value":
             arr = _tensor(v, f"node {name!r} (Constant) value")
         elif k in ("value_float", "value_floats"):
@@ -248,49 +326,85 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
         return mk("cast", {"to": _np_dtype(a["to"], f"node {name!r} (Cast)")})
     if op == "Clip":
         if b.opset < 11:
-            ins = ins[:1] + [b.const(a.get("min", -3.4028234663852886e38), np.float32),
-                             b.const(a.get("max", 3.4028234663852886e38), np.float32)]
+            ins = ins[:1] + [
+                b.const(a.get("min", -3.4028234663852886e38), np.float32),
+                b.const(a.get("max", 3.4028234663852886e38), np.float32),
+            ]
         return mk("clip")
     if op == "Conv":
         nsp = rank_of(ins[1]) - 2 if rank_of(ins[1]) else len(a.get("kernel_shape", ())) or 2
-        return mk("conv", {"strides": a.get("strides"), "dilations": a.get("dilations"),
-                           "pads": _pads(a, nsp, node), "auto_pad": _auto_pad(a, node),
-                           "groups": a.get("group", 1), "kernel": a.get("kernel_shape")})
+        return mk(
+            "conv",
+            {
+                "strides": a.get("strides"),
+                "dilations": a.get("dilations"),
+                "pads": _pads(a, nsp, node),
+                "auto_pad": _auto_pad(a, node),
+                "groups": a.get("group", 1),
+                "kernel": a.get("kernel_shape"),
+            },
+        )
     if op == "ConvTranspose":
         nsp = rank_of(ins[1]) - 2 if rank_of(ins[1]) else len(a.get("kernel_shape", ())) or 2
-        return mk("conv_transpose", {
-            "strides": a.get("strides"), "dilations": a.get("dilations"), "pads": _pads(a, nsp, node),
-            "auto_pad": _auto_pad(a, node), "groups": a.get("group", 1),
-            "output_padding": a.get("output_padding"), "output_shape": a.get("output_shape")})
+        return mk(
+            "conv_transpose",
+            {
+                "strides": a.get("strides"),
+                "dilations": a.get("dilations"),
+                "pads": _pads(a, nsp, node),
+                "auto_pad": _auto_pad(a, node),
+                "groups": a.get("group", 1),
+                "output_padding": a.get("output_padding"),
+                "output_shape": a.get("output_shape"),
+            },
+        )
     if op == "Gemm":
-        return mk("gemm", {"alpha": a.get("alpha", 1.0), "beta": a.get("beta", 1.0),
-                           "trans_a": a.get("transA", 0), "trans_b": a.get("transB", 0)})
+        return mk(
+            "gemm",
+            {
+                "alpha": a.get("alpha", 1.0),
+                "beta": a.get("beta", 1.0),
+                "trans_a": a.get("transA", 0),
+                "trans_b": a.get("transB", 0),
+            },
+        )
     if op == "BatchNormalization":
         if a.get("training_mode", 0):
             raise ModelError(f"node {name!r} (BatchNormalization): training mode is not supported")
         return mk("batchnorm", {"epsilon": a.get("epsilon", 1e-5)})
     if op in ("Softmax", "LogSoftmax"):
         legacy = b.opset < 13
-        return mk("softmax" if op == "Softmax" else "log_softmax",
-                  {"axis": a.get("axis", 1 if legacy else -1), "legacy": legacy})
+        return mk(
+            "softmax" if op == "Softmax" else "log_softmax",
+            {"axis": a.get("axis", 1 if legacy else -1), "legacy": legacy},
+        )
     if op == "LayerNormalization":
         return mk("layer_norm", {"axis": a.get("axis", -1), "epsilon": a.get("epsilon", 1e-5)})
     if op in _REDUCE:
         if "axes" in a:
             ins = ins[:1] + [b.const(a["axes"], np.int64)]
-        return mk(_REDUCE[op], {"keepdims": a.get("keepdims", 1),
-                                "noop_with_empty_axes": a.get("noop_with_empty_axes", 0)})
+        return mk(
+            _REDUCE[op],
+            {"keepdims": a.get("keepdims", 1), "noop_with_empty_axes": a.get("noop_with_empty_axes", 0)},
+        )
     if op in ("MaxPool", "AveragePool"):
         k = a.get("kernel_shape")
         if not k:
             raise ModelError(f"node {name!r} ({op}): kernel_shape is required")
         if op == "MaxPool" and a.get("storage_order", 0):
             raise ModelError(f"node {name!r} (MaxPool): storage_order=1 is not supported")
-        return mk("max_pool" if op == "MaxPool" else "avg_pool",
-                  {"kernel": tuple(k), "strides": a.get("strides"), "dilations": a.get("dilations"),
-                   "pads": _pads(a, len(k), node), "auto_pad": _auto_pad(a, node),
-                   "ceil_mode": a.get("ceil_mode", 0),
-                   "count_include_pad": a.get("count_include_pad", 0)})
+        return mk(
+            "max_pool" if op == "MaxPool" else "avg_pool",
+            {
+                "kernel": tuple(k),
+                "strides": a.get("strides"),
+                "dilations": a.get("dilations"),
+                "pads": _pads(a, len(k), node),
+                "auto_pad": _auto_pad(a, node),
+                "ceil_mode": a.get("ceil_mode", 0),
+                "count_include_pad": a.get("count_include_pad", 0),
+            },
+        )
     if op == "GlobalAveragePool":
         return mk("global_avg_pool")
     if op == "GlobalMaxPool":
@@ -313,8 +427,10 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
         if b.opset < 11:
             ins = ins[:1] + [b.const(a["pads"], np.int64), b.const(a.get("value", 0.0), np.float32)]
         return mk("pad", {"mode": a.get("mode", "constant")})
-    raise ModelError(f"node {name!r}: ONNX op {op!r} is not supported by fastane (no ANE lowering "
-                     f"and no host implementation)")
+    raise ModelError(
+        f"node {name!r}: ONNX op {op!r} is not supported by fastane (no ANE lowering "
+        f"and no host implementation)"
+    )
 
 
 def from_proto(proto, name: str = "", weights: bool = True) -> Graph:
@@ -334,7 +450,7 @@ def from_proto(proto, name: str = "", weights: bool = True) -> Graph:
     inputs = {}
     for vi in g.input:
         if vi.name in b.consts:
-            continue              # an initializer listed as an input (IR < 4): a constant
+            continue  # an initializer listed as an input (IR < 4): a constant
         inputs[vi.name] = _value_type(vi, "input")
     ranks = {n: len(t.shape) for n, t in inputs.items()}
     ranks.update({n: v.ndim for n, v in b.consts.items()})
@@ -343,11 +459,14 @@ def from_proto(proto, name: str = "", weights: bool = True) -> Graph:
             ranks.setdefault(vi.name, len(vi.type.tensor_type.shape.dim))
     for node in g.node:
         if node.domain not in ("", "ai.onnx"):
-            raise ModelError(f"node {node.name!r}: op {node.domain}.{node.op_type} (custom domain) "
-                             f"is not supported by fastane")
+            raise ModelError(
+                f"node {node.name!r}: op {node.domain}.{node.op_type} (custom domain) "
+                f"is not supported by fastane"
+            )
         n = _convert(node, b, ranks.get)
         if n is not None:
             b.nodes.append(n)
     outputs = [o.name for o in g.output]
-    return Graph(g.name or name, inputs, outputs, b.nodes, b.consts, origin=f"onnx opset {opset}",
-                 weights=weights)
+    return Graph(
+        g.name or name, inputs, outputs, b.nodes, b.consts, origin=f"onnx opset {opset}", weights=weights
+    )

@@ -2,6 +2,7 @@
 the checks every op's inference shares, and :func:`host_eval`.  The ops themselves are
 registered by :mod:`fastane.model.ops` (which re-exports these names), ``ops_mac`` and
 ``ops_layout``."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ def _op(name, infer, kind="host", foldable=True):
     def deco(fn):
         OPS[name] = OpDef(infer, fn, foldable, kind)
         return fn
+
     return deco
 
 
@@ -52,8 +54,10 @@ def _float(t: TensorType, node, i=0):
 
 def _const(consts, i, node, what):
     if i >= len(consts) or consts[i] is None:
-        raise ModelError(f"{node.describe()}: {what} (input {i}) must be a constant (or computable "
-                         f"from the input shapes); fastane does not run data-dependent shapes")
+        raise ModelError(
+            f"{node.describe()}: {what} (input {i}) must be a constant (or computable "
+            f"from the input shapes); fastane does not run data-dependent shapes"
+        )
     return consts[i]
 
 
@@ -68,8 +72,9 @@ def _bshape(shapes, node):
     try:
         return tuple(int(d) for d in np.broadcast_shapes(*shapes))
     except ValueError:
-        raise ModelError(f"{node.describe()}: shapes {' and '.join(str(tuple(s)) for s in shapes)} "
-                         f"do not broadcast") from None
+        raise ModelError(
+            f"{node.describe()}: shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast"
+        ) from None
 
 
 def _same(node, types, consts):
@@ -97,7 +102,7 @@ def host_eval(node, arrays, out_dtypes=None):
     if not isinstance(outs, (list, tuple)):
         outs = [outs]
     res = []
-    for i, o in enumerate(outs[:len(node.outputs)]):
+    for i, o in enumerate(outs[: len(node.outputs)]):
         o = np.asarray(o)
         if out_dtypes is not None and o.dtype != out_dtypes[i]:
             o = o.astype(out_dtypes[i])

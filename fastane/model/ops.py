@@ -14,6 +14,7 @@ This module holds the unary, binary, normalisation and pooling ops and re-export
 registry (:mod:`.opdef`); the MAC ops are in :mod:`.ops_mac`, the layout ops in
 :mod:`.ops_layout` (importing this module registers them all).
 """
+
 from __future__ import annotations
 
 import math
@@ -36,12 +37,13 @@ def _unary(name, fn, kind="table"):
 
 def _erf(x):
     import math as _m
+
     return np.vectorize(_m.erf, otypes=[np.float64])(x).astype(x.dtype)
 
 
 def _gelu(node, x):
     if node.attrs.get("approximate", "none") == "tanh":
-        return 0.5 * x * (1 + np.tanh(np.float32(math.sqrt(2 / math.pi)) * (x + np.float32(0.044715) * x ** 3)))
+        return 0.5 * x * (1 + np.tanh(np.float32(math.sqrt(2 / math.pi)) * (x + np.float32(0.044715) * x**3)))
     return (0.5 * x.astype(np.float64) * (1 + _erf(x.astype(np.float64) / math.sqrt(2)))).astype(x.dtype)
 
 
@@ -63,15 +65,25 @@ _unary("floor", lambda n, x: np.floor(x), "exact")
 _unary("ceil", lambda n, x: np.ceil(x), "exact")
 _unary("erf", lambda n, x: _erf(x))
 _unary("elu", lambda n, x: np.where(x > 0, x, np.float32(n.attrs.get("alpha", 1.0)) * np.expm1(x)))
-_unary("selu", lambda n, x: np.float32(n.attrs.get("gamma", 1.0507009873554805)) * np.where(
-    x > 0, x, np.float32(n.attrs.get("alpha", 1.6732632423543772)) * np.expm1(x)))
-_unary("hard_sigmoid", lambda n, x: np.clip(np.float32(n.attrs.get("alpha", 0.2)) * x
-                                            + np.float32(n.attrs.get("beta", 0.5)), 0, 1))
+_unary(
+    "selu",
+    lambda n, x: (
+        np.float32(n.attrs.get("gamma", 1.0507009873554805))
+        * np.where(x > 0, x, np.float32(n.attrs.get("alpha", 1.6732632423543772)) * np.expm1(x))
+    ),
+)
+_unary(
+    "hard_sigmoid",
+    lambda n, x: np.clip(
+        np.float32(n.attrs.get("alpha", 0.2)) * x + np.float32(n.attrs.get("beta", 0.5)), 0, 1
+    ),
+)
 _unary("hard_swish", lambda n, x: x * np.clip(x / np.float32(6) + np.float32(0.5), 0, 1))
 _unary("softplus", lambda n, x: np.logaddexp(np.float32(0), x))
 _unary("identity", lambda n, x: x, "layout")
-OPS["identity"] = OpDef(lambda node, types, consts: [_need(types, 0, node)], OPS["identity"].host,
-                        True, "layout")
+OPS["identity"] = OpDef(
+    lambda node, types, consts: [_need(types, 0, node)], OPS["identity"].host, True, "layout"
+)
 
 
 def _clip_infer(node, types, consts):
@@ -166,7 +178,7 @@ def _softmax_infer(node, types, consts):
 def _softmax_core(node, x, log):
     axis = _softmax_axes(node, x)
     shape = x.shape
-    if node.attrs.get("legacy"):          # opset < 13: flatten to 2-D at axis
+    if node.attrs.get("legacy"):  # opset < 13: flatten to 2-D at axis
         x = x.reshape(math.prod(shape[:axis]), -1)
         axis = 1
     m = np.max(x, axis=axis, keepdims=True)
@@ -214,8 +226,11 @@ def _reduce_infer(node, types, consts):
         _const(consts, 1, node, "axes")
     axes = _reduce_axes(node, len(x.shape), axes_c)
     keep = node.attrs.get("keepdims", 1)
-    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
-        tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    shape = (
+        tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+        if keep
+        else tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    )
     return [TensorType(x.dtype, shape)]
 
 
@@ -225,6 +240,7 @@ def _reducer(name, fn):
         if not ax:
             return x
         return fn(x, axis=ax, keepdims=bool(node.attrs.get("keepdims", 1)))
+
     _op(name, _reduce_infer, "host")(host)
 
 
@@ -245,8 +261,10 @@ def _pool_infer(node, types, consts):
     if len(x.shape) < 3:
         raise ModelError(f"{node.describe()}: input must be N x C x spatial, got {x}")
     if len(node.attrs.get("kernel", ())) != len(x.shape) - 2:
-        raise ModelError(f"{node.describe()}: kernel_shape {node.attrs.get('kernel')} does not "
-                         f"match the input's {len(x.shape) - 2} spatial axes")
+        raise ModelError(
+            f"{node.describe()}: kernel_shape {node.attrs.get('kernel')} does not "
+            f"match the input's {len(x.shape) - 2} spatial axes"
+        )
     *_, out = pool_geometry(node, x.shape)
     return [TensorType(x.dtype, x.shape[:2] + out)]
 
@@ -255,8 +273,10 @@ def _pool(node, x, kind):
     s, d, pads, out = pool_geometry(node, x.shape)
     k = tuple(int(v) for v in node.attrs["kernel"])
     # room for ceil_mode windows that run past the end padding
-    extra = [max(0, (o - 1) * st + (kk - 1) * dd + 1 - (n + pb + pe))
-             for o, st, kk, dd, n, (pb, pe) in zip(out, s, k, d, x.shape[2:], pads)]
+    extra = [
+        max(0, (o - 1) * st + (kk - 1) * dd + 1 - (n + pb + pe))
+        for o, st, kk, dd, n, (pb, pe) in zip(out, s, k, d, x.shape[2:], pads)
+    ]
     full = ((0, 0), (0, 0)) + tuple((pb, pe + e) for (pb, pe), e in zip(pads, extra))
     if kind == "max":
         xp = np.pad(x, full, constant_values=-np.inf)
@@ -265,11 +285,12 @@ def _pool(node, x, kind):
             y = np.maximum(y, win)
         return y
     xp = np.pad(x, full)
-    inside = np.pad(np.ones(x.shape[2:], np.float32),
-                    tuple((pb, pe + e) for (pb, pe), e in zip(pads, extra)))
+    inside = np.pad(np.ones(x.shape[2:], np.float32), tuple((pb, pe + e) for (pb, pe), e in zip(pads, extra)))
     if node.attrs.get("count_include_pad"):
-        inside = np.pad(np.ones(tuple(n + pb + pe for n, (pb, pe) in zip(x.shape[2:], pads)), np.float32),
-                        tuple((0, e) for e in extra))
+        inside = np.pad(
+            np.ones(tuple(n + pb + pe for n, (pb, pe) in zip(x.shape[2:], pads)), np.float32),
+            tuple((0, e) for e in extra),
+        )
     y = np.zeros(x.shape[:2] + out, np.float32)
     cnt = np.zeros(out, np.float32)
     for _, win in _windows(xp, k, s, d, out):
@@ -290,7 +311,5 @@ def _gpool_infer(node, types, consts):
     return [TensorType(x.dtype, x.shape[:2] + (1,) * (len(x.shape) - 2))]
 
 
-_op("global_avg_pool", _gpool_infer)(
-    lambda node, x: x.mean(axis=tuple(range(2, x.ndim)), keepdims=True))
-_op("global_max_pool", _gpool_infer)(
-    lambda node, x: x.max(axis=tuple(range(2, x.ndim)), keepdims=True))
+_op("global_avg_pool", _gpool_infer)(lambda node, x: x.mean(axis=tuple(range(2, x.ndim)), keepdims=True))
+_op("global_max_pool", _gpool_infer)(lambda node, x: x.max(axis=tuple(range(2, x.ndim)), keepdims=True))

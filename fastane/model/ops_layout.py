@@ -1,6 +1,7 @@
 """The layout ops of the vocabulary (flatten, reshape, transpose, squeeze, concat, slice,
 pad, shape, gather, expand, range ...): shape inference and host implementations
 (see :mod:`fastane.model.ops`)."""
+
 from __future__ import annotations
 
 import math
@@ -24,7 +25,8 @@ def _flatten_infer(node, types, consts):
 
 
 _op("flatten", _flatten_infer, "layout")(
-    lambda node, x: x.reshape(_flatten_infer(node, [TensorType(x.dtype, x.shape)], [None])[0].shape))
+    lambda node, x: x.reshape(_flatten_infer(node, [TensorType(x.dtype, x.shape)], [None])[0].shape)
+)
 
 
 def _reshape_target(node, shape, target):
@@ -34,8 +36,9 @@ def _reshape_target(node, shape, target):
     for i, v in enumerate(target):
         if v == 0 and not allowzero:
             if i >= len(shape):
-                raise ModelError(f"{node.describe()}: target dim {i} is 0 (copy) but the input "
-                                 f"has {len(shape)} dims")
+                raise ModelError(
+                    f"{node.describe()}: target dim {i} is 0 (copy) but the input has {len(shape)} dims"
+                )
             out.append(shape[i])
         else:
             out.append(v)
@@ -48,8 +51,7 @@ def _reshape_target(node, shape, target):
             raise ModelError(f"{node.describe()}: cannot reshape {tuple(shape)} to {target}")
         out[out.index(-1)] = n // rest
     if math.prod(out) != n:
-        raise ModelError(f"{node.describe()}: cannot reshape {tuple(shape)} ({n} elements) to "
-                         f"{tuple(out)}")
+        raise ModelError(f"{node.describe()}: cannot reshape {tuple(shape)} ({n} elements) to {tuple(out)}")
     return tuple(out)
 
 
@@ -58,8 +60,7 @@ def _reshape_infer(node, types, consts):
     return [TensorType(x.dtype, _reshape_target(node, x.shape, _const(consts, 1, node, "shape")))]
 
 
-_op("reshape", _reshape_infer, "layout")(
-    lambda node, x, t: x.reshape(_reshape_target(node, x.shape, t)))
+_op("reshape", _reshape_infer, "layout")(lambda node, x, t: x.reshape(_reshape_target(node, x.shape, t)))
 
 
 def _perm(node, rank):
@@ -76,7 +77,8 @@ def _transpose_infer(node, types, consts):
 
 
 _op("transpose", _transpose_infer, "layout")(
-    lambda node, x: np.asarray(np.transpose(x, _perm(node, x.ndim)), order="C"))
+    lambda node, x: np.asarray(np.transpose(x, _perm(node, x.ndim)), order="C")
+)
 
 
 def _squeeze_axes(node, shape, axes):
@@ -99,7 +101,8 @@ def _squeeze_infer(node, types, consts):
 
 
 _op("squeeze", _squeeze_infer, "layout")(
-    lambda node, x, axes=None: np.squeeze(x, _squeeze_axes(node, x.shape, axes)))
+    lambda node, x, axes=None: np.squeeze(x, _squeeze_axes(node, x.shape, axes))
+)
 
 
 def _unsqueeze_shape(node, shape, axes):
@@ -117,7 +120,8 @@ def _unsqueeze_infer(node, types, consts):
 
 
 _op("unsqueeze", _unsqueeze_infer, "layout")(
-    lambda node, x, axes: x.reshape(_unsqueeze_shape(node, x.shape, axes)))
+    lambda node, x, axes: x.reshape(_unsqueeze_shape(node, x.shape, axes))
+)
 
 
 def _concat_infer(node, types, consts):
@@ -126,8 +130,9 @@ def _concat_infer(node, types, consts):
     a = _axis(node.attrs.get("axis", 0), r, node)
     for t in ts[1:]:
         if len(t.shape) != r or any(x != y for i, (x, y) in enumerate(zip(t.shape, ts[0].shape)) if i != a):
-            raise ModelError(f"{node.describe()}: cannot concatenate {', '.join(str(t) for t in ts)} "
-                             f"along axis {a}")
+            raise ModelError(
+                f"{node.describe()}: cannot concatenate {', '.join(str(t) for t in ts)} along axis {a}"
+            )
         if t.dtype != ts[0].dtype:
             raise ModelError(f"{node.describe()}: operand dtypes differ: {ts[0]} and {t}")
     shape = list(ts[0].shape)
@@ -168,12 +173,17 @@ def _slice_infer(node, types, consts):
 
 
 _op("slice", _slice_infer, "layout")(
-    lambda node, x, st, en, ax=None, sp=None: np.asarray(x[_slices(node, x.shape, st, en, ax, sp)], order="C"))
+    lambda node, x, st, en, ax=None, sp=None: np.asarray(x[_slices(node, x.shape, st, en, ax, sp)], order="C")
+)
 
 
 def _pad_widths(node, shape, pads, axes):
     pads = [int(v) for v in np.asarray(pads).reshape(-1)]
-    axes = list(range(len(shape))) if axes is None else [_axis(a, len(shape), node) for a in np.asarray(axes).reshape(-1)]
+    axes = (
+        list(range(len(shape)))
+        if axes is None
+        else [_axis(a, len(shape), node) for a in np.asarray(axes).reshape(-1)]
+    )
     if len(pads) != 2 * len(axes):
         raise ModelError(f"{node.describe()}: pads has {len(pads)} values for {len(axes)} axes")
     if min(pads, default=0) < 0:
@@ -221,7 +231,7 @@ def _gather_infer(node, types, consts):
     if np.dtype(i.dtype).kind not in "iu":
         raise ModelError(f"{node.describe()}: indices must be integers, got {i}")
     a = _axis(node.attrs.get("axis", 0), len(x.shape), node)
-    return [TensorType(x.dtype, x.shape[:a] + i.shape + x.shape[a + 1:])]
+    return [TensorType(x.dtype, x.shape[:a] + i.shape + x.shape[a + 1 :])]
 
 
 @_op("gather", _gather_infer, "layout")
@@ -242,8 +252,10 @@ def _expand_infer(node, types, consts):
 
 
 _op("expand", _expand_infer, "layout")(
-    lambda node, x, shape: np.asarray(np.broadcast_to(
-        x, np.broadcast_shapes(x.shape, tuple(int(v) for v in shape.reshape(-1)))), order="C"))
+    lambda node, x, shape: np.asarray(
+        np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(int(v) for v in shape.reshape(-1)))), order="C"
+    )
+)
 
 
 def _range_infer(node, types, consts):

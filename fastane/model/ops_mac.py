@@ -1,5 +1,6 @@
 """The MAC ops of the vocabulary (matmul, gemm, conv, batchnorm, conv_transpose): shape
 inference and float32 host implementations, with their geometry (see :mod:`fastane.model.ops`)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,8 +43,10 @@ def _gemm_dims(node, types):
     M, K = a.shape[::-1] if node.attrs.get("trans_a") else a.shape
     K2, N = b.shape[::-1] if node.attrs.get("trans_b") else b.shape
     if K != K2:
-        raise ModelError(f"{node.describe()}: inner dimensions differ: {a} and {b} "
-                         f"(trans_a={node.attrs.get('trans_a', 0)}, trans_b={node.attrs.get('trans_b', 0)})")
+        raise ModelError(
+            f"{node.describe()}: inner dimensions differ: {a} and {b} "
+            f"(trans_a={node.attrs.get('trans_a', 0)}, trans_b={node.attrs.get('trans_b', 0)})"
+        )
     return a, M, K, N
 
 
@@ -76,8 +79,10 @@ def conv_geometry(node, x_shape, w_shape, transpose=False):
     s = tuple(int(v) for v in node.attrs.get("strides") or (1,) * nsp)
     d = tuple(int(v) for v in node.attrs.get("dilations") or (1,) * nsp)
     if len(k) != nsp or len(s) != nsp or len(d) != nsp:
-        raise ModelError(f"{node.describe()}: kernel {k}, strides {s}, dilations {d} do not match "
-                         f"the input's {nsp} spatial axes")
+        raise ModelError(
+            f"{node.describe()}: kernel {k}, strides {s}, dilations {d} do not match "
+            f"the input's {nsp} spatial axes"
+        )
     if min(s + d + k, default=1) < 1:
         raise ModelError(f"{node.describe()}: kernel {k}, strides {s} and dilations {d} must be >= 1")
     auto = node.attrs.get("auto_pad")
@@ -101,10 +106,12 @@ def conv_geometry(node, x_shape, w_shape, transpose=False):
         span = (kk - 1) * dd + 1
         num = n + pb + pe - span
         if num < 0:
-            raise ModelError(f"{node.describe()}: the padded input ({n + pb + pe}) is smaller than "
-                             f"the dilated kernel ({span})")
+            raise ModelError(
+                f"{node.describe()}: the padded input ({n + pb + pe}) is smaller than "
+                f"the dilated kernel ({span})"
+            )
         o = (-(-num // st) if ceil else num // st) + 1
-        if ceil and (o - 1) * st >= n + pb:     # the last window must start inside the input
+        if ceil and (o - 1) * st >= n + pb:  # the last window must start inside the input
             o -= 1
         out.append(o)
     return s, d, pads, tuple(out)
@@ -114,8 +121,10 @@ def _conv_operands(node, types, what: str):
     """The input and weight types of a conv-like node (1-D or 2-D) and its groups."""
     x, w = _float(_need(types, 0, node), node), _float(_need(types, 1, node), node, 1)
     if len(x.shape) not in (3, 4) or len(w.shape) != len(x.shape):
-        raise ModelError(f"{node.describe()}: fastane supports 1-D and 2-D {what} (input N x C x "
-                         f"[H x] W, weight of the same rank), got input {x} and weight {w}")
+        raise ModelError(
+            f"{node.describe()}: fastane supports 1-D and 2-D {what} (input N x C x "
+            f"[H x] W, weight of the same rank), got input {x} and weight {w}"
+        )
     return x, w, int(node.attrs.get("groups", 1))
 
 
@@ -123,8 +132,10 @@ def _conv_infer(node, types, consts):
     x, w, g = _conv_operands(node, types, "convolutions")
     C, CO, CG = x.shape[1], w.shape[0], w.shape[1]
     if g < 1 or CO % g or C != CG * g:
-        raise ModelError(f"{node.describe()}: group={g}: input has {C} channels, weight {w} expects "
-                         f"{CG} per group and {CO} outputs divisible by the groups")
+        raise ModelError(
+            f"{node.describe()}: group={g}: input has {C} channels, weight {w} expects "
+            f"{CG} per group and {CO} outputs divisible by the groups"
+        )
     if len(types) > 2 and types[2] is not None and types[2].shape != (CO,):
         raise ModelError(f"{node.describe()}: bias must have shape ({CO},), got {types[2]}")
     *_, out = conv_geometry(node, x.shape, w.shape[2:])
@@ -134,6 +145,7 @@ def _conv_infer(node, types, consts):
 def _windows(xp, k, s, d, out):
     """Yield ``(kernel index, window view)`` over a padded N x C x spatial array."""
     import itertools
+
     for idx in itertools.product(*(range(kk) for kk in k)):
         sl = tuple(slice(i * dd, i * dd + (o - 1) * st + 1, st) for i, dd, st, o in zip(idx, d, s, out))
         yield idx, xp[(slice(None), slice(None)) + sl]
@@ -179,8 +191,7 @@ def bn_affine(node, scale, bias, mean, var):
 def _bn(node, x, scale, bias, mean, var):
     eps = np.float32(node.attrs.get("epsilon", 1e-5))
     sh = (1, -1) + (1,) * (x.ndim - 2)
-    return ((x - mean.reshape(sh)) / np.sqrt(var.reshape(sh) + eps) * scale.reshape(sh)
-            + bias.reshape(sh))
+    return (x - mean.reshape(sh)) / np.sqrt(var.reshape(sh) + eps) * scale.reshape(sh) + bias.reshape(sh)
 
 
 # ------------------------------------------------------------------------ transposed conv
@@ -194,11 +205,14 @@ def deconv_geometry(node, x_shape, w_shape):
     d = tuple(int(v) for v in node.attrs.get("dilations") or (1,) * nsp)
     op = tuple(int(v) for v in node.attrs.get("output_padding") or (0,) * nsp)
     if not len(k) == len(s) == len(d) == len(op) == nsp or min(s + d + k, default=1) < 1:
-        raise ModelError(f"{node.describe()}: kernel {k}, strides {s}, dilations {d}, output_padding "
-                         f"{op} do not fit the input's {nsp} spatial axes")
+        raise ModelError(
+            f"{node.describe()}: kernel {k}, strides {s}, dilations {d}, output_padding "
+            f"{op} do not fit the input's {nsp} spatial axes"
+        )
     if any(o >= max(st, dd) for o, st, dd in zip(op, s, d)):
-        raise ModelError(f"{node.describe()}: output_padding {op} must be smaller than the stride "
-                         f"or the dilation")
+        raise ModelError(
+            f"{node.describe()}: output_padding {op} must be smaller than the stride or the dilation"
+        )
     sp = x_shape[2:]
     full = tuple(st * (n - 1) + o + (kk - 1) * dd + 1 for n, st, o, kk, dd in zip(sp, s, op, k, d))
     out_shape = node.attrs.get("output_shape")
@@ -211,7 +225,7 @@ def deconv_geometry(node, x_shape, w_shape):
             raise ModelError(f"{node.describe()}: output_shape {out_shape} does not fit {nsp} spatial axes")
         pads = []
         for f, o in zip(full, out_shape):
-            tot = f - o                 # < 0: the output extends past the full result (zeros)
+            tot = f - o  # < 0: the output extends past the full result (zeros)
             pads.append((tot // 2, tot - tot // 2) if auto == "same_upper" else (tot - tot // 2, tot // 2))
         pads = tuple(pads)
         check_size(tuple(x_shape[:1]) + out_shape, node.describe())
@@ -230,8 +244,10 @@ def deconv_geometry(node, x_shape, w_shape):
 def _deconv_infer(node, types, consts):
     x, w, g = _conv_operands(node, types, "transposed convolutions")
     if g < 1 or x.shape[1] != w.shape[0] or x.shape[1] % g:
-        raise ModelError(f"{node.describe()}: group={g}: input has {x.shape[1]} channels, weight {w} "
-                         f"expects {w.shape[0]} (divisible by the groups)")
+        raise ModelError(
+            f"{node.describe()}: group={g}: input has {x.shape[1]} channels, weight {w} "
+            f"expects {w.shape[0]} (divisible by the groups)"
+        )
     co = w.shape[1] * g
     if len(types) > 2 and types[2] is not None and types[2].shape != (co,):
         raise ModelError(f"{node.describe()}: bias must have shape ({co},), got {types[2]}")
@@ -244,13 +260,13 @@ def _deconv(node, x, w, b=None):
     """Scatter form: every input pixel adds its kernel-weighted contribution to the output
     (the definition; independent of the ANE lowering's zero-insertion form)."""
     import itertools
+
     s, d, pads, op, out = deconv_geometry(node, x.shape, w.shape)
     g = int(node.attrs.get("groups", 1))
     N, C = x.shape[:2]
     cg, mg = C // g, w.shape[1]
     sp = x.shape[2:]
-    full = tuple(st * (n - 1) + o + (kk - 1) * dd + 1
-                 for n, st, o, kk, dd in zip(sp, s, op, w.shape[2:], d))
+    full = tuple(st * (n - 1) + o + (kk - 1) * dd + 1 for n, st, o, kk, dd in zip(sp, s, op, w.shape[2:], d))
     y = np.zeros((N, g, mg) + full, np.float32)
     xg = x.reshape((N, g, cg) + sp)
     wg = w.reshape((g, cg, mg) + w.shape[2:])
@@ -260,8 +276,9 @@ def _deconv(node, x, w, b=None):
         y[(slice(None), slice(None), slice(None)) + sl] += contrib
     y = y.reshape((N, g * mg) + full)
     y = np.pad(y, ((0, 0), (0, 0)) + tuple((max(-pb, 0), max(-pe, 0)) for pb, pe in pads))
-    y = y[(slice(None), slice(None)) + tuple(slice(max(pb, 0), max(pb, 0) + o)
-                                             for (pb, _), o in zip(pads, out))]
+    y = y[
+        (slice(None), slice(None)) + tuple(slice(max(pb, 0), max(pb, 0) + o) for (pb, _), o in zip(pads, out))
+    ]
     if b is not None:
         y = y + b.reshape((1, -1) + (1,) * len(out))
     return y

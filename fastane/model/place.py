@@ -19,6 +19,7 @@ As Core ML partitions a model, fastane groups the graph into *layers*:
 Tensors cross between the two as fp16 (the ANE's public entry points round their
 operands to fp16, and return fp16).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,10 +29,10 @@ import numpy as np
 from . import plan as _plan
 from .graph import Bound
 from .ops import OPS
-from .place_rules import (NO_LOWERING, _activation, _ep, _place_conv, _place_deconv,
-                          _place_mac, _scalar)
+from .place_rules import NO_LOWERING, _activation, _ep, _place_conv, _place_deconv, _place_mac, _scalar
 
 __all__ = ["Layer", "place", "NO_LOWERING"]
+
 
 @dataclass
 class Layer:
@@ -89,8 +90,21 @@ def place(bound: Bound) -> list:
     def add(nodes, placement, reason, kind, run=None, call="", plan=None, **detail):
         for n in nodes:
             done.add(id(n))
-        layers.append(Layer(nodes[0].name, nodes, placement, reason, dyn(nodes), nodes[-1].outputs,
-                            kind, run, call, detail, plan))
+        layers.append(
+            Layer(
+                nodes[0].name,
+                nodes,
+                placement,
+                reason,
+                dyn(nodes),
+                nodes[-1].outputs,
+                kind,
+                run,
+                call,
+                detail,
+                plan,
+            )
+        )
         return layers[-1]
 
     def fuse_activation(node):
@@ -129,9 +143,13 @@ def place(bound: Bound) -> list:
             _place_deconv(node, consts, types, fuse_activation, add)
         elif op in ("gemm", "matmul"):
             _place_mac(node, consts, types, only, fuse_activation, add)
-        elif op == "div" and len(node.inputs) == 2 and all(
-                np.dtype(types[t].dtype).kind == "f" for t in node.inputs):
+        elif (
+            op == "div"
+            and len(node.inputs) == 2
+            and all(np.dtype(types[t].dtype).kind == "f" for t in node.inputs)
+        ):
             from ..lower import binary as _binary
+
             out_shape = types[node.outputs[0]].shape
             b_shape = types[node.inputs[1]].shape
 
@@ -139,46 +157,96 @@ def place(bound: Bound) -> list:
                 vals = {t: x for t, x in zip(_dyn_inputs(node, consts), xs)}
                 a, b = (vals[t] if t in vals else consts[t] for t in node.inputs)
                 return [_binary.divide(a, b)]
-            add([node], "ane", "Apple's div: the reciprocal table (NE), then a planar multiply",
-                "table", run, "divide",
-                lambda out_shape=out_shape, b_shape=b_shape: _plan.eltwise(b_shape, "reciprocal")
-                + _plan.binary(out_shape, "mul"))
-        elif op in _BINARY and len(node.inputs) == 2 and all(
-                np.dtype(types[t].dtype).kind == "f" for t in node.inputs):
+
+            add(
+                [node],
+                "ane",
+                "Apple's div: the reciprocal table (NE), then a planar multiply",
+                "table",
+                run,
+                "divide",
+                lambda out_shape=out_shape, b_shape=b_shape: (
+                    _plan.eltwise(b_shape, "reciprocal") + _plan.binary(out_shape, "mul")
+                ),
+            )
+        elif (
+            op in _BINARY
+            and len(node.inputs) == 2
+            and all(np.dtype(types[t].dtype).kind == "f" for t in node.inputs)
+        ):
             from ..lower import binary as _binary
+
             fn = getattr(_binary, _BINARY[op])
-            note = "" if types[node.inputs[0]].shape == types[node.inputs[1]].shape else \
-                "broadcast materialised on the host (a copy, no rounding)"
+            note = (
+                ""
+                if types[node.inputs[0]].shape == types[node.inputs[1]].shape
+                else "broadcast materialised on the host (a copy, no rounding)"
+            )
 
             def run(xs, fn=fn, node=node):
                 vals = {t: x for t, x in zip(_dyn_inputs(node, consts), xs)}
                 a, b = (vals[t] if t in vals else consts[t] for t in node.inputs)
                 return [fn(a, b)]
+
             out_shape = types[node.outputs[0]].shape
-            add([node], "ane", note, "exact", run, _BINARY[op],
-                lambda out_shape=out_shape, op=op: _plan.binary(out_shape, _BINARY[op]))
-        elif (op in ("abs", "neg") or (op == "pow" and _scalar(consts, node, 1) == 2.0)) \
-                and np.dtype(types[node.inputs[0]].dtype).kind == "f":
+            add(
+                [node],
+                "ane",
+                note,
+                "exact",
+                run,
+                _BINARY[op],
+                lambda out_shape=out_shape, op=op: _plan.binary(out_shape, _BINARY[op]),
+            )
+        elif (op in ("abs", "neg") or (op == "pow" and _scalar(consts, node, 1) == 2.0)) and np.dtype(
+            types[node.inputs[0]].dtype
+        ).kind == "f":
             from ..lower import binary as _binary
+
             name = {"abs": "absolute", "neg": "negative", "pow": "square"}[op]
             shape = types[node.inputs[0]].shape
-            add([node], "ane", "x * x (unary/square.bin)" if op == "pow" else "", "exact",
-                lambda xs, name=name: [_binary.unary(name, xs[0])], name,
-                lambda shape=shape, name=name: _plan.binary(shape, name))
+            add(
+                [node],
+                "ane",
+                "x * x (unary/square.bin)" if op == "pow" else "",
+                "exact",
+                lambda xs, name=name: [_binary.unary(name, xs[0])],
+                name,
+                lambda shape=shape, name=name: _plan.binary(shape, name),
+            )
         elif OPS[op].kind == "layout":
-            add([node], "layout", "data movement only (no arithmetic), done on the host; "
-                "fastane does not express it as DMA strides yet", "layout")
+            add(
+                [node],
+                "layout",
+                "data movement only (no arithmetic), done on the host; "
+                "fastane does not express it as DMA strides yet",
+                "layout",
+            )
         elif op == "sigmoid" and (nodes := _silu(node.inputs[0])) and nodes[0] is node:
             shape = types[node.inputs[0]].shape
-            add(nodes, "ane", "", "table", lambda xs: [_ep.silu(xs[0])], "silu",
-                lambda shape=shape: _plan.eltwise(shape, "silu"))
+            add(
+                nodes,
+                "ane",
+                "",
+                "table",
+                lambda xs: [_ep.silu(xs[0])],
+                "silu",
+                lambda shape=shape: _plan.eltwise(shape, "silu"),
+            )
         else:
             fused, fn = _activation(node, consts) if op in _ACTIVATIONS else (None, NO_LOWERING)
             if fused is not None and np.dtype(types[node.inputs[0]].dtype).kind == "f":
                 kind = "exact" if op in ("relu", "sign") or (op == "clip") else "table"
                 shape = types[node.inputs[0]].shape
-                add([node], "ane", "", kind, lambda xs, fn=fn: [fn(xs[0])], node.op,
-                    lambda shape=shape, fused=fused: _plan.eltwise(shape, fused))
+                add(
+                    [node],
+                    "ane",
+                    "",
+                    kind,
+                    lambda xs, fn=fn: [fn(xs[0])],
+                    node.op,
+                    lambda shape=shape, fused=fused: _plan.eltwise(shape, fused),
+                )
             else:
                 add([node], "host", fn if isinstance(fn, str) else NO_LOWERING, OPS[op].kind)
     return layers
@@ -197,6 +265,18 @@ def _dyn_inputs(node, consts):
     return out
 
 
-_ACTIVATIONS = ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign", "gelu", "leaky_relu",
-                "selu", "clip", "exp2", "rsqrt")
-
+_ACTIVATIONS = (
+    "relu",
+    "tanh",
+    "sigmoid",
+    "exp",
+    "sqrt",
+    "reciprocal",
+    "sign",
+    "gelu",
+    "leaky_relu",
+    "selu",
+    "clip",
+    "exp2",
+    "rsqrt",
+)

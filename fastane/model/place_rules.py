@@ -2,6 +2,7 @@
 convolution (with its fused BatchNormalization and activation), a transposed convolution,
 a Gemm or a MatMul is placed on the ANE through the public entry points, or on the host
 with the reason.  :func:`fastane.model.place.place` walks the graph and calls them."""
+
 from __future__ import annotations
 
 import math
@@ -88,8 +89,12 @@ def _weights(node, consts, what: str, add):
     has_b = len(node.inputs) > 2 and bool(node.inputs[2])
     b = consts.get(node.inputs[2]) if has_b else None
     if w is None or (has_b and b is None):
-        add([node], "host", f"{what} with non-constant weights or bias: the ANE reads weights "
-            f"from the compiled program", "mac")
+        add(
+            [node],
+            "host",
+            f"{what} with non-constant weights or bias: the ANE reads weights from the compiled program",
+            "mac",
+        )
         return None
     return w, b
 
@@ -104,6 +109,7 @@ def _place_conv(node, consts, types, only, fuse_activation, add):
     bn = only(node.outputs[0])
     if bn is not None and bn.op == "batchnorm" and all(t in consts for t in bn.inputs[1:5]):
         from .ops import bn_affine
+
         scale, shift = bn_affine(bn, *(consts[t] for t in bn.inputs[1:5]))
         nodes.append(bn)
     acts, fused = fuse_activation(nodes[-1])
@@ -111,18 +117,19 @@ def _place_conv(node, consts, types, only, fuse_activation, add):
     x_shape = types[node.inputs[0]].shape
     s, d, pads, _ = conv_geometry(node, x_shape, w.shape[2:])
     groups = int(node.attrs.get("groups", 1))
+
     def prepare():
         with np.errstate(over="ignore"):
             if scale is not None:
                 return _lut.fold_affine(w, b, scale, shift)
             return _fp16(w, node, "weight"), None if b is None else _fp16(b, node, "bias")
+
     consts16 = _Lazy(prepare)
     has_bias = b is not None or scale is not None
     one_d = len(x_shape) == 3
     sym = all(pb == pe for pb, pe in pads)
     padding = tuple(pb for pb, _ in pads)
-    note = "" if sym else ("asymmetric padding materialised as zeros on the host (a zero operand "
-                           "either way)")
+    note = "" if sym else ("asymmetric padding materialised as zeros on the host (a zero operand either way)")
 
     def run(xs):
         w16, b16 = consts16()
@@ -134,14 +141,25 @@ def _place_conv(node, consts, types, only, fuse_activation, add):
         if one_d:
             return [_ep.conv1d(x, w16, b16, s[0], pad[0], d[0], groups, fused)]
         return [_ep.conv2d(x, w16, b16, s, pad, d, groups, fused)]
+
     def plan():
         xs = tuple(x_shape)
         if sym:
             return _plan.conv(xs, w.shape, s, pads, d, groups, has_bias, fused)
         xs = xs[:2] + tuple(n + pb + pe for n, (pb, pe) in zip(xs[2:], pads))
         return _plan.conv(xs, w.shape, s, ((0, 0),) * len(pads), d, groups, has_bias, fused)
-    consts16.layer = add(nodes, "ane", note, "mac", run, "conv1d" if one_d else "conv2d", plan,
-                         folded_bn=scale is not None, activation=_act_name(fused))
+
+    consts16.layer = add(
+        nodes,
+        "ane",
+        note,
+        "mac",
+        run,
+        "conv1d" if one_d else "conv2d",
+        plan,
+        folded_bn=scale is not None,
+        activation=_act_name(fused),
+    )
 
 
 class _Lazy:
@@ -173,6 +191,7 @@ def _place_deconv(node, consts, types, fuse_activation, add):
     output sums the same products as the definition plus exact zeros (the MAC counts
     include those zero products; the corpus shows no deconvolution task)."""
     from .ops import deconv_geometry
+
     wb = _weights(node, consts, "transposed convolution", add)
     if wb is None:
         return
@@ -183,11 +202,15 @@ def _place_deconv(node, consts, types, fuse_activation, add):
     cg, mg = w.shape[0] // g, w.shape[1]
     k = w.shape[2:]
     nsp = len(k)
+
     def prepare():
         wc = w.reshape((g, cg, mg) + k).swapaxes(1, 2)[(Ellipsis,) + (slice(None, None, -1),) * nsp]
         with np.errstate(over="ignore"):
-            return (_fp16(np.ascontiguousarray(wc.reshape((g * mg, cg) + k)), node, "weight"),
-                    None if b is None else _fp16(b, node, "bias"))
+            return (
+                _fp16(np.ascontiguousarray(wc.reshape((g * mg, cg) + k)), node, "weight"),
+                None if b is None else _fp16(b, node, "bias"),
+            )
+
     consts16 = _Lazy(prepare)
     w_shape = (g * mg, cg) + tuple(k)
     acts, fused = fuse_activation(node)
@@ -209,12 +232,18 @@ def _place_deconv(node, consts, types, fuse_activation, add):
         if nsp == 1:
             return [_ep.conv1d(x, w16, b16, 1, 0, d[0], g, fused)]
         return [_ep.conv2d(x, w16, b16, 1, 0, d, g, fused)]
+
     consts16.layer = add(
-        [node] + acts, "ane", "as a stride-1 convolution: zeros between the input pixels and the "
-        "padding placed on the host (layout); the MACs include the zero products", "mac", run,
+        [node] + acts,
+        "ane",
+        "as a stride-1 convolution: zeros between the input pixels and the "
+        "padding placed on the host (layout); the MACs include the zero products",
+        "mac",
+        run,
         "conv1d" if nsp == 1 else "conv2d",
         lambda: _plan.conv(x_conv, w_shape, (1,) * nsp, ((0, 0),) * nsp, d, g, b is not None, fused),
-        activation=_act_name(fused))
+        activation=_act_name(fused),
+    )
 
 
 def _overflow(*arrays) -> str:
@@ -228,6 +257,7 @@ def _place_gemm_full_c(node, c, b, trans_a, types, add):
     add of ``beta C`` (broadcast to the output on the host): two ANE calls, one layer."""
     from ..lower import binary as _binary
     from ..lower.runtime import _concat
+
     at = node.attrs
     M, N = types[node.outputs[0]].shape
     alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
@@ -238,6 +268,7 @@ def _place_gemm_full_c(node, c, b, trans_a, types, add):
             w16 = _lut.fold_affine(wt, None, alpha, 0.0)[0] if alpha != 1.0 else _fp16(wt, node, "B")
             c16 = _fp16(beta * c.astype(np.float64), node, "C")
         return np.ascontiguousarray(w16), c16
+
     consts16 = _Lazy(prepare)
     a_shape = types[node.inputs[0]].shape
 
@@ -248,12 +279,23 @@ def _place_gemm_full_c(node, c, b, trans_a, types, add):
         st = _ep.last_stats()
         y = _binary.add(y, c16)
         return [y], _concat(st, _ep.last_stats())
-    notes = ["x @ W^T on the MAC array, then beta C added by a planar task (two calls)",
-             "alpha folded into the weights" if alpha != 1.0 else "",
-             "A transposed on the host (layout)" if trans_a else ""]
-    consts16.layer = add([node], "ane", "; ".join(filter(None, notes)), "mac", run, "linear+add",
-                         lambda: _plan.linear(a_shape[::-1] if trans_a else a_shape, N, False, None)
-                         + _plan.binary((M, N), "add"))
+
+    notes = [
+        "x @ W^T on the MAC array, then beta C added by a planar task (two calls)",
+        "alpha folded into the weights" if alpha != 1.0 else "",
+        "A transposed on the host (layout)" if trans_a else "",
+    ]
+    consts16.layer = add(
+        [node],
+        "ane",
+        "; ".join(filter(None, notes)),
+        "mac",
+        run,
+        "linear+add",
+        lambda: (
+            _plan.linear(a_shape[::-1] if trans_a else a_shape, N, False, None) + _plan.binary((M, N), "add")
+        ),
+    )
 
 
 def _act_name(fused):
@@ -272,41 +314,70 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
         if b is not None and b.ndim == 2 and len(a_t.shape) >= 2:
             nodes, c = [node], None
             nxt = only(node.outputs[0])
-            if nxt is not None and nxt.op == "add":         # x @ W + b: the linear's bias
+            if nxt is not None and nxt.op == "add":  # x @ W + b: the linear's bias
                 other = [t for t in nxt.inputs if t != node.outputs[0]]
                 c = consts.get(other[0]) if len(other) == 1 else None
-                if c is not None and c.size == b.shape[1] and c.shape[-1:] == (b.shape[1],) \
-                        and np.dtype(c.dtype).kind == "f":
+                if (
+                    c is not None
+                    and c.size == b.shape[1]
+                    and c.shape[-1:] == (b.shape[1],)
+                    and np.dtype(c.dtype).kind == "f"
+                ):
                     nodes.append(nxt)
                 else:
                     c = None
 
             def prepare(b=b, c=c, bias_node=nodes[-1]):
                 with np.errstate(over="ignore"):
-                    return (np.ascontiguousarray(_fp16(b.T, node, "weight")),
-                            None if c is None else _fp16(c.reshape(-1), bias_node, "bias"))
+                    return (
+                        np.ascontiguousarray(_fp16(b.T, node, "weight")),
+                        None if c is None else _fp16(c.reshape(-1), bias_node, "bias"),
+                    )
+
             consts16 = _Lazy(prepare)
             acts, fused = fuse_activation(nodes[-1])
 
             def run(xs):
                 wt, b16 = consts16()
                 return [_ep.linear(xs[0], wt, b16, fused)]
-            consts16.layer = add(nodes + acts, "ane", "", "mac", run, "linear",
-                                 lambda: _plan.linear(a_t.shape, b.shape[1], c is not None, fused),
-                                 activation=_act_name(fused))
+
+            consts16.layer = add(
+                nodes + acts,
+                "ane",
+                "",
+                "mac",
+                run,
+                "linear",
+                lambda: _plan.linear(a_t.shape, b.shape[1], c is not None, fused),
+                activation=_act_name(fused),
+            )
             return
         acts, fused = fuse_activation(node)
         b_shape = types[node.inputs[1]].shape
         plan = lambda: _plan.matmul(a_t.shape, b_shape, fused)  # noqa: E731
         if b is not None:
             consts16 = _Lazy(lambda: (_fp16(b, node, "b"),))
-            consts16.layer = add([node] + acts, "ane", "", "mac",
-                                 lambda xs: [_ep.matmul(xs[0], consts16()[0], activation=fused)],
-                                 "matmul", plan, activation=_act_name(fused))
+            consts16.layer = add(
+                [node] + acts,
+                "ane",
+                "",
+                "mac",
+                lambda xs: [_ep.matmul(xs[0], consts16()[0], activation=fused)],
+                "matmul",
+                plan,
+                activation=_act_name(fused),
+            )
         else:
-            add([node] + acts, "ane", "", "mac",
-                lambda xs: [_ep.matmul(xs[0], xs[1], activation=fused)], "matmul", plan,
-                activation=_act_name(fused))
+            add(
+                [node] + acts,
+                "ane",
+                "",
+                "mac",
+                lambda xs: [_ep.matmul(xs[0], xs[1], activation=fused)],
+                "matmul",
+                plan,
+                activation=_act_name(fused),
+            )
         return
     # gemm
     at = node.attrs
@@ -315,15 +386,19 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
     has_c = len(node.inputs) > 2 and bool(node.inputs[2])
     M, N = types[node.outputs[0]].shape
     if b is None or (has_c and c is None):
-        add([node], "host", "Gemm with a non-constant B or C: the ANE reads weights from the "
-            "compiled program", "mac")
+        add(
+            [node],
+            "host",
+            "Gemm with a non-constant B or C: the ANE reads weights from the compiled program",
+            "mac",
+        )
         return
     trans_a = bool(at.get("trans_a"))
     if has_c and (c.size not in (1, N) or (c.ndim == 2 and c.shape[0] != 1)):
         _place_gemm_full_c(node, c, b, trans_a, types, add)
         return
     acts, fused = fuse_activation(node)
-    wt = b if at.get("trans_b") else b.T                       # (N, K)
+    wt = b if at.get("trans_b") else b.T  # (N, K)
     alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
 
     def prepare():
@@ -333,14 +408,25 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
             if has_c:
                 b16 = _fp16(beta * np.broadcast_to(c.astype(np.float64).reshape(-1), (N,)), node, "C")
         return np.ascontiguousarray(w16), b16
+
     consts16 = _Lazy(prepare)
-    notes = ["alpha folded into the weights (rounded once to fp16)" if alpha != 1.0 else "",
-             "A transposed on the host (layout)" if trans_a else ""]
+    notes = [
+        "alpha folded into the weights (rounded once to fp16)" if alpha != 1.0 else "",
+        "A transposed on the host (layout)" if trans_a else "",
+    ]
 
     def run(xs):
         w16, b16 = consts16()
         x = np.ascontiguousarray(np.asarray(xs[0]).T) if trans_a else xs[0]
         return [_ep.linear(x, w16, b16, fused)]
-    consts16.layer = add([node] + acts, "ane", "; ".join(filter(None, notes)), "mac", run, "linear",
-                         lambda: _plan.linear(a_t.shape[::-1] if trans_a else a_t.shape, N, has_c, fused),
-                         activation=_act_name(fused))
+
+    consts16.layer = add(
+        [node] + acts,
+        "ane",
+        "; ".join(filter(None, notes)),
+        "mac",
+        run,
+        "linear",
+        lambda: _plan.linear(a_t.shape[::-1] if trans_a else a_t.shape, N, has_c, fused),
+        activation=_act_name(fused),
+    )

@@ -6,6 +6,7 @@ Each function mirrors what the public entry point the layer calls would lower
 (:func:`fastane.conv2d`, :func:`fastane.linear`, :func:`fastane.matmul`, the activations,
 :mod:`fastane.lower.binary`), so the Stats equal those of a computed run (a test checks it).
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,21 @@ def conv(x_shape, w_shape, stride, pads, dilation, groups, bias: bool, activatio
         stride, dilation, pads = (1, *stride), (1, *dilation), ((0, 0), *pads)
     N, C, H, W = x_shape
     CO, CG, KH, KW = w_shape
-    c = _lower.Conv(N, C, H, W, CO, KH, KW, tuple(stride), tuple(dilation),
-                       tuple(tuple(p) for p in pads), groups, bias, activation)
+    c = _lower.Conv(
+        N,
+        C,
+        H,
+        W,
+        CO,
+        KH,
+        KW,
+        tuple(stride),
+        tuple(dilation),
+        tuple(tuple(p) for p in pads),
+        groups,
+        bias,
+        activation,
+    )
     if N * CO * c.hout * c.wout == 0 or CG * KH * KW == 0:
         return Stats()
     return _run(_lower.build(c))
@@ -76,6 +90,7 @@ def binary(shape, op: str) -> Stats:
     """A :mod:`fastane.lower.binary` op (``op`` a key of its :data:`~fastane.lower.binary.OPS` or
     :data:`~fastane.lower.binary.UNARY`) whose result has ``shape``."""
     from ..lower import binary as _binary
+
     n = math.prod(shape)
     if n == 0:
         return Stats()

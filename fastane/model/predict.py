@@ -26,6 +26,7 @@ placement prediction", cites the sources):
 The result for each layer is ``(unit, confidence, reason)``; ``confidence`` is "likely"
 or "uncertain".  Compare with Xcode's performance report on a Mac (docs/models.md).
 """
+
 from __future__ import annotations
 
 import math
@@ -39,10 +40,15 @@ __all__ = ["COMPUTE_UNITS", "predict", "Prediction", "compare", "load_observed"]
 COMPUTE_UNITS = ("ALL", "CPU_AND_NE", "CPU_AND_GPU", "CPU_ONLY")
 
 #: ops (fastane's vocabulary) the ANE is known not to run (fall back to CPU/GPU)
-_FALLBACK = {"gather": "a gather with run-time indices",
-             "where": "a select on a boolean mask", "equal": "a comparison (boolean result)",
-             "less": "a comparison (boolean result)", "greater": "a comparison (boolean result)",
-             "range": "an integer sequence", "shape": "shape arithmetic"}
+_FALLBACK = {
+    "gather": "a gather with run-time indices",
+    "where": "a select on a boolean mask",
+    "equal": "a comparison (boolean result)",
+    "less": "a comparison (boolean result)",
+    "greater": "a comparison (boolean result)",
+    "range": "an integer sequence",
+    "shape": "shape arithmetic",
+}
 #: the most dimensions an ANE tensor has (N, D, C, H, W)
 MAX_RANK = 5
 
@@ -108,21 +114,29 @@ def predict(layers, bound, compute_units: str = "ALL") -> list:
         conf, notes = "likely", []
         if ops == {"cast"}:
             conf = "uncertain"
-            notes.append("a float cast: Core ML converts between fp32 and fp16 where a segment "
-                         "enters or leaves the ANE")
+            notes.append(
+                "a float cast: Core ML converts between fp32 and fp16 where a segment "
+                "enters or leaves the ANE"
+            )
         for n in layer.nodes:
             if n.op in ("conv", "conv_transpose") and n.inputs[1] in bound.consts:
                 w = bound.consts[n.inputs[1]]
                 per = math.prod(w.shape[1:]) * 2
                 if per > m1.KMEM_CORE_BYTES:
                     conf = "uncertain"
-                    notes.append(f"a kernel of {per} bytes per output channel exceeds one core's "
-                                 f"KMem ({m1.size_str(m1.KMEM_CORE_BYTES)})")
+                    notes.append(
+                        f"a kernel of {per} bytes per output channel exceeds one core's "
+                        f"KMem ({m1.size_str(m1.KMEM_CORE_BYTES)})"
+                    )
         nbytes = sum(2 * t.size for t in types)
-        notes.append(("fits" if nbytes <= m1.L2_BYTES else "exceeds") +
-                     f" the {m1.size_str(m1.L2_BYTES)} L2 ({nbytes} fp16 bytes of tensors)")
+        notes.append(
+            ("fits" if nbytes <= m1.L2_BYTES else "exceeds")
+            + f" the {m1.size_str(m1.L2_BYTES)} L2 ({nbytes} fp16 bytes of tensors)"
+        )
         if layer.placement == "host" and layer.kind not in ("layout",) and ops != {"cast"}:
-            notes.insert(0, "fastane runs it on the host (no lowering yet); Core ML's ANE compiler has the op")
+            notes.insert(
+                0, "fastane runs it on the host (no lowering yet); Core ML's ANE compiler has the op"
+            )
         out.append(Prediction("ane", conf, "; ".join(notes)))
     return out
 
@@ -132,14 +146,16 @@ def load_observed(path) -> dict:
     "gpu"}`` (docs/models.md shows how to write one from coremltools' compute plan).
     ValueError for anything else."""
     import json
+
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read(16 << 20))
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: not a readable JSON placement file ({exc})") from None
-    if not isinstance(data, dict) or not all(isinstance(k, str) and str(v).lower() in ("ane", "cpu", "gpu")
-                                             for k, v in data.items()):
-        raise ValueError(f"{path}: expected {{\"op output name\": \"ane\"|\"cpu\"|\"gpu\", ...}}")
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and str(v).lower() in ("ane", "cpu", "gpu") for k, v in data.items()
+    ):
+        raise ValueError(f'{path}: expected {{"op output name": "ane"|"cpu"|"gpu", ...}}')
     return {k: str(v).lower() for k, v in data.items()}
 
 
@@ -148,8 +164,9 @@ def compare(layers, predictions, observed: dict) -> dict:
     ``{"agree": n, "disagree": [(layer, predicted, observed)], "unmatched": [layer]}``."""
     agree, disagree, unmatched = 0, [], []
     for layer, p in zip(layers, predictions):
-        seen = {observed[n.name] for n in layer.nodes if n.name in observed} | \
-            {observed[o] for n in layer.nodes for o in n.outputs if o in observed}
+        seen = {observed[n.name] for n in layer.nodes if n.name in observed} | {
+            observed[o] for n in layer.nodes for o in n.outputs if o in observed
+        }
         if not seen:
             unmatched.append(layer.name)
         elif p.unit in seen:

@@ -5,6 +5,7 @@ the emulated ANE and in fp32, one output element read (:func:`fastane.model.hunt
 The other inputs come from ``--set`` or are seeded standard-normal.  Without ``--plot``
 (or without matplotlib) a text table; ``--json`` the points as JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,23 +25,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--range", required=True, metavar="LO:HI:N", help="the values, e.g. -20:20:2001")
     p.add_argument("--output", metavar="NAME", help="the output to read (default the first)")
     p.add_argument("--at", type=int, default=0, metavar="INDEX", help="flat element index (default 0)")
-    p.add_argument("--element", type=int, default=None, metavar="INDEX",
-                   help="sweep only this flat element of the input (the rest from --set or random)")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=FILE.npy",
-                   help="another input's value (default seeded standard-normal)")
-    p.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x8x8",
-                   help="bind an input's symbolic shape")
+    p.add_argument(
+        "--element",
+        type=int,
+        default=None,
+        metavar="INDEX",
+        help="sweep only this flat element of the input (the rest from --set or random)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="another input's value (default seeded standard-normal)",
+    )
+    p.add_argument(
+        "--shape", action="append", default=[], metavar="NAME=1x3x8x8", help="bind an input's symbolic shape"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", metavar="FILE.png", help="plot (needs matplotlib)")
     p.add_argument("--json", action="store_true", help="the points as JSON")
-    p.add_argument("--every", type=int, default=0,
-                   help="print every k-th point of the table (default: about 40 rows)")
+    p.add_argument(
+        "--every", type=int, default=0, help="print every k-th point of the table (default: about 40 rows)"
+    )
 
 
 def run(args) -> int:
     from . import load_model
     from .cli import _Fail, _parse_shape
     from .hunt import parse_range, sweep
+
     try:
         values = parse_range(args.range)
         model = load_model(args.model)

@@ -1,5 +1,6 @@
 """Tensor types of a model graph and the size limit every tensor is checked against
 (shared by :mod:`~fastane.model.graph` and :mod:`~fastane.model.ops`)."""
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,7 @@ MAX_TENSOR_ELEMENTS = 1 << 28
 MAX_FOLD_ELEMENTS = 1 << 22
 
 #: dtypes a graph may carry
-DTYPES = (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8,
-          np.bool_)
+DTYPES = (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_)
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,8 @@ def check_size(shape, what: str) -> int:
             raise ModelError(f"{what}: invalid dimension {d!r} in shape {tuple(shape)}")
         n *= int(d)
     if n > MAX_TENSOR_ELEMENTS:
-        raise ModelError(f"{what}: shape {tuple(int(d) for d in shape)} has {n} elements, beyond "
-                         f"fastane's limit of {MAX_TENSOR_ELEMENTS} per tensor")
+        raise ModelError(
+            f"{what}: shape {tuple(int(d) for d in shape)} has {n} elements, beyond "
+            f"fastane's limit of {MAX_TENSOR_ELEMENTS} per tensor"
+        )
     return n

@@ -12,6 +12,7 @@ the default model of ``scripts/demo.sh`` and the whole-model tests.
 ``python -m fastane.model.zoo resnet|transformer|resnet50 OUT.onnx`` writes one.  Needs the
 ``onnx`` extra.
 """
+
 from __future__ import annotations
 
 import sys
@@ -23,6 +24,7 @@ __all__ = ["resnet", "transformer", "MODELS"]
 
 def _h():
     from onnx import TensorProto, helper, numpy_helper
+
     return helper, TensorProto, numpy_helper
 
 
@@ -49,18 +51,25 @@ class _Net:
         return out
 
     def conv_bn(self, x, cin, cout, k=3, stride=1, relu=True, gamma=1.0):
-        w = self.rng.standard_normal((cout, cin, k, k)).astype(np.float32) * np.float32(np.sqrt(2.0 / (cin * k * k)))
+        w = self.rng.standard_normal((cout, cin, k, k)).astype(np.float32) * np.float32(
+            np.sqrt(2.0 / (cin * k * k))
+        )
         y = self.node("Conv", [x, self.const(w)], "conv", pads=[k // 2] * 4, strides=[stride] * 2)
-        bn = [self.rng.uniform(0.5, 1.5, cout) * gamma, self.rng.standard_normal(cout) * 0.1,
-              self.rng.standard_normal(cout) * 0.1, self.rng.uniform(0.5, 1.5, cout)]
+        bn = [
+            self.rng.uniform(0.5, 1.5, cout) * gamma,
+            self.rng.standard_normal(cout) * 0.1,
+            self.rng.standard_normal(cout) * 0.1,
+            self.rng.uniform(0.5, 1.5, cout),
+        ]
         y = self.node("BatchNormalization", [y] + [self.const(v.astype(np.float32), "bn") for v in bn], "bn")
         return self.node("Relu", [y], "relu") if relu else y
 
     def model(self, name, inputs, outputs, opset):
         helper, _, _ = _h()
         g = helper.make_graph(self.nodes, name, inputs, outputs, self.inits)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
-                              producer_name="fastane.model.zoo")
+        m = helper.make_model(
+            g, opset_imports=[helper.make_opsetid("", opset)], producer_name="fastane.model.zoo"
+        )
         m.ir_version = 8
         return m
 
@@ -79,8 +88,9 @@ def resnet(seed: int = 0, width: int = 16, classes: int = 10, size: int = 32):
     w = n.rng.standard_normal((classes, 2 * width)).astype(np.float32) / np.float32(np.sqrt(2 * width))
     y = n.node("Gemm", [y, n.const(w), n.const(np.zeros(classes, np.float32) + 0.01, "b")], "fc", transB=1)
     out = helper.make_tensor_value_info(y, T.FLOAT, ["N", classes])
-    return n.model("resnet_block_net", [helper.make_tensor_value_info("x", T.FLOAT, ["N", 3, size, size])],
-                   [out], 17)
+    return n.model(
+        "resnet_block_net", [helper.make_tensor_value_info("x", T.FLOAT, ["N", 3, size, size])], [out], 17
+    )
 
 
 def transformer(seed: int = 0, d: int = 32, heads: int = 4, seq: int = 16):
@@ -92,23 +102,41 @@ def transformer(seed: int = 0, d: int = 32, heads: int = 4, seq: int = 16):
 
     def lin(x, i, o, act=None):
         w = (rng.standard_normal((i, o)) / np.sqrt(i)).astype(np.float32)
-        y = n.node("Add", [n.node("MatMul", [x, n.const(w)], "mm"),
-                           n.const((rng.standard_normal(o) * 0.02).astype(np.float32), "b")], "bias")
+        y = n.node(
+            "Add",
+            [
+                n.node("MatMul", [x, n.const(w)], "mm"),
+                n.const((rng.standard_normal(o) * 0.02).astype(np.float32), "b"),
+            ],
+            "bias",
+        )
         return n.node(act, [y], act.lower()) if act else y
 
     def ln(x):
-        return n.node("LayerNormalization", [x, n.const(np.ones(d, np.float32) + rng.standard_normal(d).astype(np.float32) * 0.1, "g"),
-                                             n.const((rng.standard_normal(d) * 0.1).astype(np.float32), "b")],
-                      "ln", axis=-1, epsilon=1e-5)
+        return n.node(
+            "LayerNormalization",
+            [
+                x,
+                n.const(np.ones(d, np.float32) + rng.standard_normal(d).astype(np.float32) * 0.1, "g"),
+                n.const((rng.standard_normal(d) * 0.1).astype(np.float32), "b"),
+            ],
+            "ln",
+            axis=-1,
+            epsilon=1e-5,
+        )
 
-    def heads_of(x):            # [1, S, d] -> [1, H, S, dh]
+    def heads_of(x):  # [1, S, d] -> [1, H, S, dh]
         r = n.node("Reshape", [x, n.const(np.array([1, -1, heads, dh], np.int64), "shape")], "reshape")
         return n.node("Transpose", [r], "transpose", perm=[0, 2, 1, 3])
 
     h = ln("x")
     q, k, v = (heads_of(lin(h, d, d)) for _ in range(3))
     kt = n.node("Transpose", [k], "transpose", perm=[0, 1, 3, 2])
-    s = n.node("Mul", [n.node("MatMul", [q, kt], "qk"), n.const(np.array(1 / np.sqrt(dh), np.float32), "scale")], "scale")
+    s = n.node(
+        "Mul",
+        [n.node("MatMul", [q, kt], "qk"), n.const(np.array(1 / np.sqrt(dh), np.float32), "scale")],
+        "scale",
+    )
     p = n.node("Softmax", [s], "softmax", axis=-1)
     a = n.node("Transpose", [n.node("MatMul", [p, v], "pv")], "transpose", perm=[0, 2, 1, 3])
     a = n.node("Reshape", [a, n.const(np.array([1, -1, d], np.int64), "shape")], "reshape")
@@ -116,8 +144,7 @@ def transformer(seed: int = 0, d: int = 32, heads: int = 4, seq: int = 16):
     m = lin(lin(ln(x1), d, 4 * d, "Gelu"), 4 * d, d)
     y = n.node("Add", [x1, m], "residual")
     out = helper.make_tensor_value_info(y, T.FLOAT, [1, "S", d])
-    return n.model("transformer_block", [helper.make_tensor_value_info("x", T.FLOAT, [1, "S", d])],
-                   [out], 20)
+    return n.model("transformer_block", [helper.make_tensor_value_info("x", T.FLOAT, [1, "S", d])], [out], 20)
 
 
 def resnet50(seed: int = 0, classes: int = 1000, size: int = 224):
@@ -143,8 +170,12 @@ def resnet50(seed: int = 0, classes: int = 1000, size: int = 224):
     y = n.node("Flatten", [n.node("GlobalAveragePool", [y], "gap")], "flatten")
     w = n.rng.standard_normal((classes, cin)).astype(np.float32) / np.float32(np.sqrt(cin))
     y = n.node("Gemm", [y, n.const(w), n.const(np.zeros(classes, np.float32), "b")], "fc", transB=1)
-    return n.model("resnet50", [helper.make_tensor_value_info("x", T.FLOAT, ["N", 3, size, size])],
-                   [helper.make_tensor_value_info(y, T.FLOAT, ["N", classes])], 17)
+    return n.model(
+        "resnet50",
+        [helper.make_tensor_value_info("x", T.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info(y, T.FLOAT, ["N", classes])],
+        17,
+    )
 
 
 MODELS = {"resnet": resnet, "transformer": transformer, "resnet50": resnet50}
@@ -156,6 +187,7 @@ def main(argv=None) -> int:
         print(f"usage: python -m fastane.model.zoo {'|'.join(MODELS)} OUT.onnx", file=sys.stderr)
         return 2
     import onnx
+
     onnx.save(MODELS[argv[0]](), argv[1])
     print(f"wrote {argv[1]}", file=sys.stderr)
     return 0

@@ -8,10 +8,25 @@
 - :mod:`~fastane.roofline.report`: text table, JSON, plot, and ``fastane roofline``
   (imported lazily: it is only needed for reports).
 """
+
 from . import chips
 from .chips import CHIPS, Chip, Figure
 from .model import DEFAULT_PARAMS, Estimate, ModelParams, estimate, task_times, tokens_per_s_bound
 from .plan import LayerPlan, WorkloadPlan, plan_layer, plan_workload
 
-__all__ = ["chips", "CHIPS", "Chip", "Figure", "DEFAULT_PARAMS", "Estimate", "ModelParams", "estimate",
-           "task_times", "tokens_per_s_bound", "LayerPlan", "WorkloadPlan", "plan_layer", "plan_workload"]
+__all__ = [
+    "chips",
+    "CHIPS",
+    "Chip",
+    "Figure",
+    "DEFAULT_PARAMS",
+    "Estimate",
+    "ModelParams",
+    "estimate",
+    "task_times",
+    "tokens_per_s_bound",
+    "LayerPlan",
+    "WorkloadPlan",
+    "plan_layer",
+    "plan_workload",
+]

@@ -22,6 +22,7 @@ overhead plus its tasks' dispatch cannot exceed that).  It is a coordinate desce
 fixed grids (deterministic: the same plans give the same values), rounded to three
 significant digits.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from .. import workloads
 from . import chips
 from . import spec as _spec
-from .fitted import FITTED     # the committed result of fit() (the model imports it from there)
+from .fitted import FITTED  # the committed result of fit() (the model imports it from there)
 from .model import ModelParams, _task_arrays, _times
 from .plan import plan_workload
 
@@ -43,34 +44,61 @@ class Point:
 
     id: str
     what: str
-    spec: str           # a built-in workload name, "transformer:<spec>" or "matmul:MxKxN"
+    spec: str  # a built-in workload name, "transformer:<spec>" or "matmul:MxKxN"
     chip: str
     measured_s: float
     source: str
-    programs: int = 1   # Core ML programs a run submits
+    programs: int = 1  # Core ML programs a run submits
 
 
 #: the calibration points (/work/shared/measured/ane-latency.md, as corrected in
 #: docs/roofline.md: the GPT-2 large 512-token forward ran on an M1 Max)
 POINTS = (
-    Point("K1", "ResNet-50 fp16, 224x224", "resnet50", "a16", 1.52e-3,
-          "apple/coremltools docs-guides opt-quantization-perf.md (iPhone 14 Pro, iOS 17)"),
+    Point(
+        "K1",
+        "ResNet-50 fp16, 224x224",
+        "resnet50",
+        "a16",
+        1.52e-3,
+        "apple/coremltools docs-guides opt-quantization-perf.md (iPhone 14 Pro, iOS 17)",
+    ),
     Point("K2", "ResNet-50 fp16, 224x224", "resnet50", "a17-pro", 1.38e-3, "same table (iPhone 15 Pro)"),
     Point("K3", "MobileNetV2 fp16, 224x224", "mobilenetv2", "a16", 0.48e-3, "same table"),
     Point("K4", "MobileNetV2 fp16, 224x224", "mobilenetv2", "a17-pro", 0.49e-3, "same table"),
-    Point("K5", "Llama lm_head, [1,4096] x 4096x128256 fp16", "matmul:1x4096x128256", "m1", 17.26e-3,
-          "Anemll/anemll-bench Results.MD (1050.67 MB / 60.87 GB/s)"),
-    Point("K6", "Llama lm_head, [1,4096] x 4096x128256 fp16", "matmul:1x4096x128256", "m4-pro", 8.31e-3,
-          "Anemll/anemll-bench Results.MD (1050.67 MB / 126.36 GB/s)"),
-    Point("K7", "GPT-2 large, 512-token forward, LM head on the last position",
-          "transformer:layers=36,d=1280,heads=20,ffn=5120,vocab=50257,seq=512,kv=512,lm_tokens=1,"
-          "act=gelu,norm=layer", "m1-max", 210e-3,
-          "smpanaro/more-ane-transformers evals/SPEED.md @529f1e3 (\"2021 MBP M1\": an M1 Max)"),
+    Point(
+        "K5",
+        "Llama lm_head, [1,4096] x 4096x128256 fp16",
+        "matmul:1x4096x128256",
+        "m1",
+        17.26e-3,
+        "Anemll/anemll-bench Results.MD (1050.67 MB / 60.87 GB/s)",
+    ),
+    Point(
+        "K6",
+        "Llama lm_head, [1,4096] x 4096x128256 fp16",
+        "matmul:1x4096x128256",
+        "m4-pro",
+        8.31e-3,
+        "Anemll/anemll-bench Results.MD (1050.67 MB / 126.36 GB/s)",
+    ),
+    Point(
+        "K7",
+        "GPT-2 large, 512-token forward, LM head on the last position",
+        "transformer:layers=36,d=1280,heads=20,ffn=5120,vocab=50257,seq=512,kv=512,lm_tokens=1,"
+        "act=gelu,norm=layer",
+        "m1-max",
+        210e-3,
+        'smpanaro/more-ane-transformers evals/SPEED.md @529f1e3 ("2021 MBP M1": an M1 Max)',
+    ),
 )
 
 #: (workload, chip, seconds): the fixed costs of this run are at most its measured time
-FIXED_COST_BOUND = ("mobilenetv3-small", "a16", 0.13e-3,
-                    "apple/coremltools docs-guides opt-palettization-perf.md, MobileNetv3-small Float16")
+FIXED_COST_BOUND = (
+    "mobilenetv3-small",
+    "a16",
+    0.13e-3,
+    "apple/coremltools docs-guides opt-palettization-perf.md, MobileNetv3-small Float16",
+)
 
 
 _GRIDS = {
@@ -158,8 +186,10 @@ def main() -> int:
     print("committed FITTED:", FITTED, "(same)" if values == FITTED else "(DIFFERENT: update FITTED)")
     rows = errors(values, cache=cache)
     for p, t, r in rows:
-        print(f"  {p.id} {p.what[:44]:44s} {p.chip:8s} measured {p.measured_s * 1e3:9.3f} ms  "
-              f"predicted {t * 1e3:9.3f} ms  x{r:.2f}")
+        print(
+            f"  {p.id} {p.what[:44]:44s} {p.chip:8s} measured {p.measured_s * 1e3:9.3f} ms  "
+            f"predicted {t * 1e3:9.3f} ms  x{r:.2f}"
+        )
     print(f"rms log-error on the calibration points: x{rms_log_error(r for _, _, r in rows):.3f}")
     return 0
 

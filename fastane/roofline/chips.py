@@ -36,12 +36,23 @@ Sources, abbreviated in the table below:
 Per-task limits (KMem 16 x 64 KiB, L2 2 MiB, TD 0x274 bytes) are the M1's (SPEC 1, 5);
 fastane assumes every chip here has the same ones, which is unknown beyond the M1.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-__all__ = ["Figure", "Chip", "CHIPS", "get", "names", "M3_KERNEL_DMA", "M3_TILE_DMA",
-           "M3_ANE_READ", "DISPATCH_PER_TASK_S", "with_figures"]
+__all__ = [
+    "Figure",
+    "Chip",
+    "CHIPS",
+    "get",
+    "names",
+    "M3_KERNEL_DMA",
+    "M3_TILE_DMA",
+    "M3_ANE_READ",
+    "DISPATCH_PER_TASK_S",
+    "with_figures",
+]
 
 
 @dataclass(frozen=True)
@@ -77,11 +88,15 @@ M3_TILE_DMA = Figure(59.08e9, "B/s", "measured", "seed m1-ane (M3): TileDMA 59.0
 M3_ANE_READ = Figure(63e9, "B/s", "measured", "anemll-bench via SPEC 8: M3 63 GB/s")
 #: time a task costs beyond max(compute, DMA): nobody has measured it per task.
 DISPATCH_PER_TASK_S = Figure(
-    1e-6, "s", "assumption", "fastane assumption",
+    1e-6,
+    "s",
+    "assumption",
+    "fastane assumption",
     "per task descriptor: ControlDMA of 0x274 bytes plus pipeline fill/drain, taken as "
     "1 us (~2,700 cycles at the implied 2.69 GHz); unmeasured. The only measured "
     "dispatch figure is per *request* (~0.095 ms XPC + IOKit on an M4, maderix), which "
-    "is host-side and not per task")
+    "is host-side and not per task",
+)
 
 
 @dataclass(frozen=True)
@@ -124,11 +139,20 @@ class Chip:
     def clock_hz(self) -> Figure:
         """Clock implied by peak FP16 rate / (2 ops x FP16 lanes); a derived number."""
         hz = self.peak_ops_fp16.value / (2 * self.lanes_fp16.value)
-        return Figure(hz, "Hz", "derived", "implied",
-                      f"{self.peak_ops_fp16.value:.4g} OP/s / (2 x {self.lanes_fp16.value:g} "
-                      "lanes): implied by the peak figure, not a measured clock"
-                      + ("; implausibly high for this lane count, so this chip likely has "
-                         "more lanes per core than the M1 (unknown)" if hz > 3.2e9 else ""))
+        return Figure(
+            hz,
+            "Hz",
+            "derived",
+            "implied",
+            f"{self.peak_ops_fp16.value:.4g} OP/s / (2 x {self.lanes_fp16.value:g} "
+            "lanes): implied by the peak figure, not a measured clock"
+            + (
+                "; implausibly high for this lane count, so this chip likely has "
+                "more lanes per core than the M1 (unknown)"
+                if hz > 3.2e9
+                else ""
+            ),
+        )
 
     @property
     def ridge_point(self) -> float:
@@ -138,9 +162,20 @@ class Chip:
     def figures(self) -> dict:
         """Every figure of the chip as a JSON-ready dict (value, unit, kind, source)."""
         out = {}
-        for name in ("cores", "lanes_fp16", "peak_marketing", "peak_ops_fp16", "dram_bw",
-                     "ane_read_bw", "kernel_dma_bw", "tile_dma_bw", "dispatch_s", "read_bw_model",
-                     "anes_used", "slc_bytes"):
+        for name in (
+            "cores",
+            "lanes_fp16",
+            "peak_marketing",
+            "peak_ops_fp16",
+            "dram_bw",
+            "ane_read_bw",
+            "kernel_dma_bw",
+            "tile_dma_bw",
+            "dispatch_s",
+            "read_bw_model",
+            "anes_used",
+            "slc_bytes",
+        ):
             fig = getattr(self, name)
             out[name] = None if fig is None else fig.as_dict()
         out["peak_marketing"]["precision"] = self.peak_marketing_precision
@@ -161,8 +196,10 @@ def _borrowed_dma(read_bw: Figure | None, proxy: str, dram: Figure) -> tuple[Fig
     for base, what in ((M3_KERNEL_DMA, "KernelDMA"), (M3_TILE_DMA, "TileDMA")):
         scale = read_bw.value / M3_ANE_READ.value
         value = min(base.value * scale, dram.value)
-        note = (f"borrowed: {what} measured on an M3 ({base.value / 1e9:.2f} GB/s, seed m1-ane) "
-                f"x {proxy} ANE read {read_bw.value / 1e9:g} GB/s / M3 63 GB/s (anemll-bench)")
+        note = (
+            f"borrowed: {what} measured on an M3 ({base.value / 1e9:.2f} GB/s, seed m1-ane) "
+            f"x {proxy} ANE read {read_bw.value / 1e9:g} GB/s / M3 63 GB/s (anemll-bench)"
+        )
         if value < base.value * scale:
             note += f", capped at DRAM {dram.value / 1e9:g} GB/s"
         out.append(Figure(value, "B/s", "derived", "seed m1-ane + anemll-bench", note))
@@ -173,17 +210,42 @@ def _fig(v, unit, kind, source, note=""):
     return Figure(v, unit, kind, source, note)
 
 
-def _chip(key, name, *, cores, peak, precision, peak_fp16=None, dram, read=None,
-          proxy_read=None, proxy_name="", aliases=(), lanes_per_core=128, anes=1, model_read=None):
+def _chip(
+    key,
+    name,
+    *,
+    cores,
+    peak,
+    precision,
+    peak_fp16=None,
+    dram,
+    read=None,
+    proxy_read=None,
+    proxy_name="",
+    aliases=(),
+    lanes_per_core=128,
+    anes=1,
+    model_read=None,
+):
     """Build a chip.  ``read`` is its own measured read bandwidth; ``proxy_read`` another
     chip's, used only to borrow the DMA bandwidths (and never reported as its own)."""
     if key == "m1":
-        lanes = _fig(cores.value * lanes_per_core, "lanes", "measured", "SPEC 1 (seed m1-ane)",
-                     "16 cores x 128 FP16 MAC lanes, found by reverse engineering")
+        lanes = _fig(
+            cores.value * lanes_per_core,
+            "lanes",
+            "measured",
+            "SPEC 1 (seed m1-ane)",
+            "16 cores x 128 FP16 MAC lanes, found by reverse engineering",
+        )
     else:
-        lanes = _fig(cores.value * lanes_per_core, "lanes", "assumption", "SPEC 1 (M1)",
-                     f"{cores.value:g} cores x {lanes_per_core} FP16 lanes: the M1's lanes "
-                     "per core, assumed for this chip")
+        lanes = _fig(
+            cores.value * lanes_per_core,
+            "lanes",
+            "assumption",
+            "SPEC 1 (M1)",
+            f"{cores.value:g} cores x {lanes_per_core} FP16 lanes: the M1's lanes "
+            "per core, assumed for this chip",
+        )
     if peak_fp16 is None:
         peak_fp16 = peak
     if key == "m3":
@@ -196,19 +258,42 @@ def _chip(key, name, *, cores, peak, precision, peak_fp16=None, dram, read=None,
         if read is not None:
             model_read = read
         else:
-            model_read = Figure(min(proxy_read.value, dram.value), "B/s", "derived", proxy_read.source,
-                                f"borrowed: the ANE read bandwidth of {proxy_name} "
-                                f"({proxy_read.value / 1e9:g} GB/s, anemll-bench), capped at DRAM "
-                                f"{dram.value / 1e9:g} GB/s; nobody measured this chip")
+            model_read = Figure(
+                min(proxy_read.value, dram.value),
+                "B/s",
+                "derived",
+                proxy_read.source,
+                f"borrowed: the ANE read bandwidth of {proxy_name} "
+                f"({proxy_read.value / 1e9:g} GB/s, anemll-bench), capped at DRAM "
+                f"{dram.value / 1e9:g} GB/s; nobody measured this chip",
+            )
     used = None
     if anes > 1:
-        used = Figure(1, "ANEs", "measured", "anemll-bench Results.MD and issue #8",
-                      "Core ML runs a program on one ANE: the lm_head streams at 54.7 GB/s on the "
-                      "M1 Ultra as on the M1 Max, and two models at once gain nothing")
-    return Chip(key=key, name=name, cores=cores, lanes_fp16=lanes, peak_marketing=peak,
-                peak_marketing_precision=precision, peak_ops_fp16=peak_fp16, dram_bw=dram,
-                ane_read_bw=read, kernel_dma_bw=kdma, tile_dma_bw=tdma, aliases=aliases,
-                read_bw_model=model_read, anes=anes, anes_used=used)
+        used = Figure(
+            1,
+            "ANEs",
+            "measured",
+            "anemll-bench Results.MD and issue #8",
+            "Core ML runs a program on one ANE: the lm_head streams at 54.7 GB/s on the "
+            "M1 Ultra as on the M1 Max, and two models at once gain nothing",
+        )
+    return Chip(
+        key=key,
+        name=name,
+        cores=cores,
+        lanes_fp16=lanes,
+        peak_marketing=peak,
+        peak_marketing_precision=precision,
+        peak_ops_fp16=peak_fp16,
+        dram_bw=dram,
+        ane_read_bw=read,
+        kernel_dma_bw=kdma,
+        tile_dma_bw=tdma,
+        aliases=aliases,
+        read_bw_model=model_read,
+        anes=anes,
+        anes_used=used,
+    )
 
 
 def _tops(v, kind="marketing", source="SPEC 8", note=""):
@@ -224,10 +309,8 @@ def _cores(n, source):
 
 
 _ANEMLL = "anemll-bench via SPEC 8"
-_LPDDR4X = ("not an Apple figure: LPDDR4X-4266 on a 64-bit bus as reported by teardowns "
-            "(4266e6 x 8 B)")
-_LPDDR5 = ("not an Apple figure: LPDDR5-6400 on a 64-bit bus as reported by teardowns "
-           "(6400e6 x 8 B)")
+_LPDDR4X = "not an Apple figure: LPDDR4X-4266 on a 64-bit bus as reported by teardowns (4266e6 x 8 B)"
+_LPDDR5 = "not an Apple figure: LPDDR5-6400 on a 64-bit bus as reported by teardowns (6400e6 x 8 B)"
 
 _m1_read = _gbs(61, "measured", _ANEMLL)
 _m1max_read = _gbs(55, "measured", _ANEMLL)
@@ -235,8 +318,10 @@ _m2_read = _gbs(60, "measured", _ANEMLL)
 _m3_read = _gbs(63, "measured", _ANEMLL)
 
 _ANGSTRONOMICS = "Angstronomics, 'Apple A16 die analysis' (angstronomics.com/p/apple-a16-die-analysis)"
-_ECLECTIC = ("The Eclectic Light Company, 'Apple silicon: memory and internal storage' (Mar 2024): "
-             "'a System Level Cache of anything from 8-96 MB, for the M1 chip range from basic to Ultra'")
+_ECLECTIC = (
+    "The Eclectic Light Company, 'Apple silicon: memory and internal storage' (Mar 2024): "
+    "'a System Level Cache of anything from 8-96 MB, for the M1 chip range from basic to Ultra'"
+)
 
 
 def _mb(v, kind, source, note=""):
@@ -246,91 +331,206 @@ def _mb(v, kind, source, note=""):
 #: system-level cache sizes (die-shot analyses; nobody measured them on an ANE)
 _SLC = {
     "m1": _mb(8, "derived", _ECLECTIC, "die analysis, as reported"),
-    "m1-pro": _mb(24, "assumption", _ECLECTIC, "between the M1's 8 and the M1 Max's 48 MB; half the Max's "
-                  "memory channels"),
+    "m1-pro": _mb(
+        24,
+        "assumption",
+        _ECLECTIC,
+        "between the M1's 8 and the M1 Max's 48 MB; half the Max's memory channels",
+    ),
     "m1-max": _mb(48, "derived", _ECLECTIC, "half the M1 Ultra's 96 MB (one of its two dies)"),
     "m1-ultra": _mb(96, "derived", _ECLECTIC, "die analysis, as reported (two dies of 48 MB)"),
     "a14": _mb(16, "derived", _ANGSTRONOMICS, "die analysis"),
     "a15": _mb(32, "derived", _ANGSTRONOMICS, "die analysis"),
     "a16": _mb(24, "derived", _ANGSTRONOMICS, "die analysis"),
-    "a17-pro": _mb(24, "assumption", _ANGSTRONOMICS, "the A16's 24 MB (same LPDDR5 memory system); no "
-               "analysis found for the A17 Pro"),
+    "a17-pro": _mb(
+        24,
+        "assumption",
+        _ANGSTRONOMICS,
+        "the A16's 24 MB (same LPDDR5 memory system); no analysis found for the A17 Pro",
+    ),
 }
 
 
-CHIPS: dict[str, Chip] = {c.key: replace(c, slc_bytes=_SLC.get(c.key)) for c in [
-    _chip("m1", "M1", cores=_cores(16, "SPEC 1"), peak=_tops(11, source="SPEC 1, SPEC 8"),
-          precision="fp16", dram=_gbs(68, note="68.25 GB/s LPDDR4X-4266, 128-bit"),
-          read=_m1_read),
-    _chip("m1-pro", "M1 Pro", cores=_cores(16, "Apple (Oct 2021)"),
-          peak=_tops(11, source="Apple (Oct 2021)",
-                     note="same 16-core ANE as the M1; the 11 TOP/s is the M1's figure"),
-          precision="fp16", dram=_gbs(200, source="Apple (Oct 2021)"),
-          proxy_read=_m1max_read, proxy_name="M1 Max (same ANE)", aliases=("m1pro",)),
-    _chip("m1-max", "M1 Max", cores=_cores(16, "Apple (Oct 2021)"),
-          peak=_tops(11, source="Apple (Oct 2021)",
-                     note="same 16-core ANE as the M1; the 11 TOP/s is the M1's figure"),
-          precision="fp16", dram=_gbs(400, source="Apple (Oct 2021)"),
-          read=_m1max_read, aliases=("m1max",)),
-    _chip("m1-ultra", "M1 Ultra", cores=_cores(32, "Apple (Mar 2022)"),
-          peak=_tops(22, source="SPEC 8"), precision="fp16",
-          dram=_gbs(800, source="Apple (Mar 2022)"),
-          proxy_read=_gbs(110, "derived", _ANEMLL, "2 x M1 Max 55 GB/s (two dies, two ANEs)"),
-          proxy_name="2 x M1 Max", aliases=("m1ultra",), anes=2,
-          model_read=_fig(55e9, "B/s", "derived", _ANEMLL,
-                          "borrowed: one M1 Max ANE's read bandwidth (55 GB/s): Core ML uses one of "
-                          "the two ANEs (anes_used)")),
-    _chip("m2", "M2", cores=_cores(16, "Apple (Jun 2022)"), peak=_tops(15.8), precision="fp16",
-          dram=_gbs(100), read=_m2_read),
-    _chip("m3", "M3", cores=_cores(16, "Apple (Oct 2023)"), peak=_tops(18), precision="fp16",
-          dram=_gbs(100), read=_m3_read),
-    _chip("m3-max", "M3 Max", cores=_cores(16, "Apple (Oct 2023)"), peak=_tops(18),
-          precision="fp16", dram=_gbs(400, source="Apple (Oct 2023)",
-                                      note="16-core-CPU M3 Max; the 14-core has 300"),
-          read=_gbs(120.22, "measured", "anemll-bench Results.MD (docs/measurements.md)"),
-          aliases=("m3max",)),
-    _chip("m4", "M4", cores=_cores(16, "Apple (May 2024)"),
-          peak=_tops(38, note="likely INT8 (SPEC 8)"), precision="int8",
-          peak_fp16=_tops(19, "measured", "maderix",
-                          "FP16 ~19 TFLOP/s measured; the 38 TOPS headline doubles it (INT8)"),
-          dram=_gbs(120), read=_gbs(64, "measured", _ANEMLL)),
-    _chip("m4-pro", "M4 Pro", cores=_cores(16, "Apple (Oct 2024)"),
-          peak=_tops(38, source="Apple (Oct 2024)", note="likely INT8, as the M4's"),
-          precision="int8",
-          peak_fp16=_tops(19, "derived", "maderix",
-                          "borrowed: the M4's measured ~19 TFLOP/s FP16 (same 16-core ANE)"),
-          dram=_gbs(273, source="Apple (Oct 2024)"), read=_gbs(126, "measured", _ANEMLL),
-          aliases=("m4pro",)),
-    _chip("m4-max", "M4 Max", cores=_cores(16, "Apple (Oct 2024)"),
-          peak=_tops(38, source="Apple (Oct 2024)", note="likely INT8, as the M4's"),
-          precision="int8",
-          peak_fp16=_tops(19, "derived", "maderix",
-                          "borrowed: the M4's measured ~19 TFLOP/s FP16 (same 16-core ANE)"),
-          dram=_gbs(546, source="Apple (Oct 2024)", note="16-core-CPU M4 Max; the 14-core has 410"),
-          read=_gbs(119, "measured", _ANEMLL), aliases=("m4max",)),
-    _chip("a14", "A14 Bionic", cores=_cores(16, "Apple (Sep 2020)"),
-          peak=_tops(11, source="SPEC 8"), precision="fp16",
-          dram=_gbs(34.1, "derived", "memory type", _LPDDR4X),
-          proxy_read=_m1_read, proxy_name="M1 (same ANE)"),
-    _chip("a15", "A15 Bionic", cores=_cores(16, "Apple (Sep 2021)"),
-          peak=_tops(15.8, source="SPEC 8"), precision="fp16",
-          dram=_gbs(34.1, "derived", "memory type", _LPDDR4X),
-          proxy_read=_m2_read, proxy_name="M2 (same ANE generation)"),
-    _chip("a16", "A16 Bionic", cores=_cores(16, "Apple (Sep 2022)"),
-          peak=_tops(17, source="Apple (Sep 2022)", note="'nearly 17 trillion operations/s'"),
-          precision="fp16",
-          dram=_gbs(51.2, "derived", "memory type", _LPDDR5),
-          proxy_read=_m2_read, proxy_name="M2 (closest measured generation)"),
-    _chip("a17-pro", "A17 Pro", cores=_cores(16, "Apple (Sep 2023)"),
-          peak=_tops(35, source="Apple (Sep 2023)",
-                     note="likely INT8: twice the M3's 18 on the same ANE generation"),
-          precision="int8",
-          peak_fp16=_tops(17.5, "derived", "fastane",
-                          "35 TOPS / 2, assuming the INT8 headline doubles the FP16 rate as "
-                          "on the M4 (maderix)"),
-          dram=_gbs(51.2, "derived", "memory type", _LPDDR5),
-          proxy_read=_m3_read, proxy_name="M3 (same ANE generation)", aliases=("a17",)),
-]}
+CHIPS: dict[str, Chip] = {
+    c.key: replace(c, slc_bytes=_SLC.get(c.key))
+    for c in [
+        _chip(
+            "m1",
+            "M1",
+            cores=_cores(16, "SPEC 1"),
+            peak=_tops(11, source="SPEC 1, SPEC 8"),
+            precision="fp16",
+            dram=_gbs(68, note="68.25 GB/s LPDDR4X-4266, 128-bit"),
+            read=_m1_read,
+        ),
+        _chip(
+            "m1-pro",
+            "M1 Pro",
+            cores=_cores(16, "Apple (Oct 2021)"),
+            peak=_tops(
+                11,
+                source="Apple (Oct 2021)",
+                note="same 16-core ANE as the M1; the 11 TOP/s is the M1's figure",
+            ),
+            precision="fp16",
+            dram=_gbs(200, source="Apple (Oct 2021)"),
+            proxy_read=_m1max_read,
+            proxy_name="M1 Max (same ANE)",
+            aliases=("m1pro",),
+        ),
+        _chip(
+            "m1-max",
+            "M1 Max",
+            cores=_cores(16, "Apple (Oct 2021)"),
+            peak=_tops(
+                11,
+                source="Apple (Oct 2021)",
+                note="same 16-core ANE as the M1; the 11 TOP/s is the M1's figure",
+            ),
+            precision="fp16",
+            dram=_gbs(400, source="Apple (Oct 2021)"),
+            read=_m1max_read,
+            aliases=("m1max",),
+        ),
+        _chip(
+            "m1-ultra",
+            "M1 Ultra",
+            cores=_cores(32, "Apple (Mar 2022)"),
+            peak=_tops(22, source="SPEC 8"),
+            precision="fp16",
+            dram=_gbs(800, source="Apple (Mar 2022)"),
+            proxy_read=_gbs(110, "derived", _ANEMLL, "2 x M1 Max 55 GB/s (two dies, two ANEs)"),
+            proxy_name="2 x M1 Max",
+            aliases=("m1ultra",),
+            anes=2,
+            model_read=_fig(
+                55e9,
+                "B/s",
+                "derived",
+                _ANEMLL,
+                "borrowed: one M1 Max ANE's read bandwidth (55 GB/s): Core ML uses one of "
+                "the two ANEs (anes_used)",
+            ),
+        ),
+        _chip(
+            "m2",
+            "M2",
+            cores=_cores(16, "Apple (Jun 2022)"),
+            peak=_tops(15.8),
+            precision="fp16",
+            dram=_gbs(100),
+            read=_m2_read,
+        ),
+        _chip(
+            "m3",
+            "M3",
+            cores=_cores(16, "Apple (Oct 2023)"),
+            peak=_tops(18),
+            precision="fp16",
+            dram=_gbs(100),
+            read=_m3_read,
+        ),
+        _chip(
+            "m3-max",
+            "M3 Max",
+            cores=_cores(16, "Apple (Oct 2023)"),
+            peak=_tops(18),
+            precision="fp16",
+            dram=_gbs(400, source="Apple (Oct 2023)", note="16-core-CPU M3 Max; the 14-core has 300"),
+            read=_gbs(120.22, "measured", "anemll-bench Results.MD (docs/measurements.md)"),
+            aliases=("m3max",),
+        ),
+        _chip(
+            "m4",
+            "M4",
+            cores=_cores(16, "Apple (May 2024)"),
+            peak=_tops(38, note="likely INT8 (SPEC 8)"),
+            precision="int8",
+            peak_fp16=_tops(
+                19, "measured", "maderix", "FP16 ~19 TFLOP/s measured; the 38 TOPS headline doubles it (INT8)"
+            ),
+            dram=_gbs(120),
+            read=_gbs(64, "measured", _ANEMLL),
+        ),
+        _chip(
+            "m4-pro",
+            "M4 Pro",
+            cores=_cores(16, "Apple (Oct 2024)"),
+            peak=_tops(38, source="Apple (Oct 2024)", note="likely INT8, as the M4's"),
+            precision="int8",
+            peak_fp16=_tops(
+                19, "derived", "maderix", "borrowed: the M4's measured ~19 TFLOP/s FP16 (same 16-core ANE)"
+            ),
+            dram=_gbs(273, source="Apple (Oct 2024)"),
+            read=_gbs(126, "measured", _ANEMLL),
+            aliases=("m4pro",),
+        ),
+        _chip(
+            "m4-max",
+            "M4 Max",
+            cores=_cores(16, "Apple (Oct 2024)"),
+            peak=_tops(38, source="Apple (Oct 2024)", note="likely INT8, as the M4's"),
+            precision="int8",
+            peak_fp16=_tops(
+                19, "derived", "maderix", "borrowed: the M4's measured ~19 TFLOP/s FP16 (same 16-core ANE)"
+            ),
+            dram=_gbs(546, source="Apple (Oct 2024)", note="16-core-CPU M4 Max; the 14-core has 410"),
+            read=_gbs(119, "measured", _ANEMLL),
+            aliases=("m4max",),
+        ),
+        _chip(
+            "a14",
+            "A14 Bionic",
+            cores=_cores(16, "Apple (Sep 2020)"),
+            peak=_tops(11, source="SPEC 8"),
+            precision="fp16",
+            dram=_gbs(34.1, "derived", "memory type", _LPDDR4X),
+            proxy_read=_m1_read,
+            proxy_name="M1 (same ANE)",
+        ),
+        _chip(
+            "a15",
+            "A15 Bionic",
+            cores=_cores(16, "Apple (Sep 2021)"),
+            peak=_tops(15.8, source="SPEC 8"),
+            precision="fp16",
+            dram=_gbs(34.1, "derived", "memory type", _LPDDR4X),
+            proxy_read=_m2_read,
+            proxy_name="M2 (same ANE generation)",
+        ),
+        _chip(
+            "a16",
+            "A16 Bionic",
+            cores=_cores(16, "Apple (Sep 2022)"),
+            peak=_tops(17, source="Apple (Sep 2022)", note="'nearly 17 trillion operations/s'"),
+            precision="fp16",
+            dram=_gbs(51.2, "derived", "memory type", _LPDDR5),
+            proxy_read=_m2_read,
+            proxy_name="M2 (closest measured generation)",
+        ),
+        _chip(
+            "a17-pro",
+            "A17 Pro",
+            cores=_cores(16, "Apple (Sep 2023)"),
+            peak=_tops(
+                35,
+                source="Apple (Sep 2023)",
+                note="likely INT8: twice the M3's 18 on the same ANE generation",
+            ),
+            precision="int8",
+            peak_fp16=_tops(
+                17.5,
+                "derived",
+                "fastane",
+                "35 TOPS / 2, assuming the INT8 headline doubles the FP16 rate as on the M4 (maderix)",
+            ),
+            dram=_gbs(51.2, "derived", "memory type", _LPDDR5),
+            proxy_read=_m3_read,
+            proxy_name="M3 (same ANE generation)",
+            aliases=("a17",),
+        ),
+    ]
+}
 
 
 def _norm(name: str) -> str:

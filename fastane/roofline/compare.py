@@ -7,6 +7,7 @@ traffic is listed, and a workload *regresses* when its predicted time or its DRA
 traffic grew by more than ``fail_above`` percent.  The model is deterministic, so any
 change is real: a new lowering, a new time model, or a changed workload.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,14 @@ __all__ = ["METRICS", "load", "compare", "format_comparison"]
 
 #: the compared fields of a workload's ``total`` and of each layer, with a short label;
 #: the first two judge a regression
-METRICS = (("time_s", "time"), ("dram_bytes", "DRAM B"), ("kernel_dma_bytes", "KernelDMA B"),
-           ("tile_dma_src_bytes", "TileDMA src B"), ("tile_dma_dst_bytes", "TileDMA dst B"),
-           ("tasks", "tasks"))
+METRICS = (
+    ("time_s", "time"),
+    ("dram_bytes", "DRAM B"),
+    ("kernel_dma_bytes", "KernelDMA B"),
+    ("tile_dma_src_bytes", "TileDMA src B"),
+    ("tile_dma_dst_bytes", "TileDMA dst B"),
+    ("tasks", "tasks"),
+)
 _JUDGED = {"time_s", "dram_bytes"}
 
 
@@ -32,10 +38,14 @@ def load(path) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{p}: not a JSON file ({e})") from None
     workloads = data.get("workloads") if isinstance(data, dict) else None
-    if not isinstance(workloads, list) or not all(isinstance(w, dict) and isinstance(w.get("name"), str)
-                                                  and isinstance(w.get("total"), dict) for w in workloads):
-        raise ValueError(f"{p}: not a fastane roofline report (expected the output of "
-                         "`fastane roofline --json`: a 'workloads' list with 'name' and 'total')")
+    if not isinstance(workloads, list) or not all(
+        isinstance(w, dict) and isinstance(w.get("name"), str) and isinstance(w.get("total"), dict)
+        for w in workloads
+    ):
+        raise ValueError(
+            f"{p}: not a fastane roofline report (expected the output of "
+            "`fastane roofline --json`: a 'workloads' list with 'name' and 'total')"
+        )
     return data
 
 
@@ -51,21 +61,33 @@ def _changes(old: dict, new: dict, fail_above: float) -> list[dict]:
         if o is None or n is None:
             continue
         pct = ((n - o) / o * 100.0) if o else (0.0 if n == 0 else float("inf"))
-        rows.append({"metric": key, "label": label, "old": o, "new": n, "change_pct": pct,
-                     "regressed": key in _JUDGED and pct > fail_above})
+        rows.append(
+            {
+                "metric": key,
+                "label": label,
+                "old": o,
+                "new": n,
+                "change_pct": pct,
+                "regressed": key in _JUDGED and pct > fail_above,
+            }
+        )
     return rows
 
 
 def compare(old: dict, new: dict, fail_above: float = 0.0) -> dict:
     """Per workload: the total's changes and each layer's, and whether it regressed."""
     olds = {w["name"]: w for w in old["workloads"]}
-    result = {"fail_above": fail_above, "workloads": [], "missing": [n for n in olds
-                                                                     if n not in {w["name"] for w in new["workloads"]}]}
+    result = {
+        "fail_above": fail_above,
+        "workloads": [],
+        "missing": [n for n in olds if n not in {w["name"] for w in new["workloads"]}],
+    }
     for w in new["workloads"]:
         ow = olds.get(w["name"])
         if ow is None:
-            result["workloads"].append({"name": w["name"], "new": True, "total": [], "layers": [],
-                                        "regressed": False})
+            result["workloads"].append(
+                {"name": w["name"], "new": True, "total": [], "layers": [], "regressed": False}
+            )
             continue
         total = _changes(ow["total"], w["total"], fail_above)
         olayers = {}
@@ -81,8 +103,14 @@ def compare(old: dict, new: dict, fail_above: float = 0.0) -> dict:
             ch = [c for c in _changes(ol, layer, fail_above) if abs(c["change_pct"]) >= 0.005]
             if ch:
                 layers.append({"layer": layer.get("layer"), "changes": ch})
-        result["workloads"].append({"name": w["name"], "total": total, "layers": layers,
-                                    "regressed": any(c["regressed"] for c in total)})
+        result["workloads"].append(
+            {
+                "name": w["name"],
+                "total": total,
+                "layers": layers,
+                "regressed": any(c["regressed"] for c in total),
+            }
+        )
     result["regressed"] = any(w["regressed"] for w in result["workloads"])
     return result
 
@@ -101,8 +129,10 @@ def format_comparison(result: dict) -> str:
         out.append(f"{w['name']}: {verdict}")
         for c in w["total"]:
             flag = "  REGRESSED" if c["regressed"] else ""
-            out.append(f"  total {c['label']:<14} {_fmt(c['old']):>12} -> {_fmt(c['new']):>12} "
-                       f"{c['change_pct']:+8.2f}%{flag}")
+            out.append(
+                f"  total {c['label']:<14} {_fmt(c['old']):>12} -> {_fmt(c['new']):>12} "
+                f"{c['change_pct']:+8.2f}%{flag}"
+            )
         for layer in w["layers"]:
             if layer.get("new"):
                 out.append(f"  layer {layer['layer']}: new")
@@ -112,6 +142,8 @@ def format_comparison(result: dict) -> str:
     for name in result["missing"]:
         out.append(f"{name}: in the old report only")
     n_bad = sum(w["regressed"] for w in result["workloads"])
-    out.append(f"{n_bad} workload(s) regressed: predicted time or DRAM traffic up by more than "
-               f"{result['fail_above']:g}%")
+    out.append(
+        f"{n_bad} workload(s) regressed: predicted time or DRAM traffic up by more than "
+        f"{result['fail_above']:g}%"
+    )
     return "\n".join(out)

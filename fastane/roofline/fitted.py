@@ -2,5 +2,9 @@
 :func:`fastane.roofline.calibrate.fit` (``python -m fastane.roofline.calibrate`` re-runs it;
 a test checks it reproduces these).  docs/roofline.md, "Calibration"."""
 
-FITTED = {"program_overhead_s": 7.94e-05, "dispatch_s": 8.91e-07, "compute_efficiency": 0.4,
-          "tile_scale": 1.62}
+FITTED = {
+    "program_overhead_s": 7.94e-05,
+    "dispatch_s": 8.91e-07,
+    "compute_efficiency": 0.4,
+    "tile_scale": 1.62,
+}

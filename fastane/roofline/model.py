@@ -18,6 +18,7 @@ is a natural magnitude in seconds (0.5-1.5 ms, the order of a request's fixed co
 would be an implausibly exact +-0.5 us if the unit were milliseconds.  It is
 ``ModelParams.program_overhead_s``; set it to 1e-6 to explore the other reading.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,8 +31,18 @@ from ..stats import Stats
 from . import chips as _chips
 from .fitted import FITTED
 
-__all__ = ["ModelParams", "DEFAULT_PARAMS", "SEED_PARAMS", "rates", "task_times", "Estimate", "estimate", "sum_stats",
-           "tokens_per_s_bound", "dram_traffic"]
+__all__ = [
+    "ModelParams",
+    "DEFAULT_PARAMS",
+    "SEED_PARAMS",
+    "rates",
+    "task_times",
+    "Estimate",
+    "estimate",
+    "sum_stats",
+    "tokens_per_s_bound",
+    "dram_traffic",
+]
 
 #: counters of a Stats that add up over tasks (every field but the per-task list)
 _COUNTERS = tuple(f.name for f in dataclasses.fields(Stats) if f.name != "tasks_detail")
@@ -46,6 +57,7 @@ def sum_stats(tasks: list) -> Stats:
 
 
 # ===================================================================== the time model
+
 
 @dataclass(frozen=True)
 class ModelParams:
@@ -89,18 +101,23 @@ SEED_PARAMS = ModelParams()
 
 
 def _task_arrays(tasks) -> dict:
-    names = ("macs", "planar_ops", "control_dma_bytes", "kernel_dma_bytes",
-             "tile_dma_src_bytes", "tile_dma_dst_bytes")
-    return {n: np.fromiter((getattr(t, n) for t in tasks), dtype=np.float64, count=len(tasks))
-            for n in names}
+    names = (
+        "macs",
+        "planar_ops",
+        "control_dma_bytes",
+        "kernel_dma_bytes",
+        "tile_dma_src_bytes",
+        "tile_dma_dst_bytes",
+    )
+    return {n: np.fromiter((getattr(t, n) for t in tasks), dtype=np.float64, count=len(tasks)) for n in names}
 
 
 def _as_tasks(stats) -> list:
     """Per-task Stats of a Stats (its tasks_detail), a list, or a plan (a
     :class:`~fastane.roofline.plan.LayerPlan` or :class:`~fastane.roofline.plan.WorkloadPlan`)."""
-    if hasattr(stats, "tasks") and hasattr(stats, "layers"):       # a WorkloadPlan
+    if hasattr(stats, "tasks") and hasattr(stats, "layers"):  # a WorkloadPlan
         return stats.tasks
-    if hasattr(stats, "layer") and isinstance(getattr(stats, "stats", None), Stats):   # a LayerPlan
+    if hasattr(stats, "layer") and isinstance(getattr(stats, "stats", None), Stats):  # a LayerPlan
         return stats.stats.tasks_detail or [stats.stats]
     if isinstance(stats, Stats):
         return stats.tasks_detail or [stats]
@@ -151,20 +168,32 @@ def _times(a: dict, chip, params: ModelParams) -> dict:
     tile = a["tile_dma_src_bytes"] / tbw
     dst = a["tile_dma_dst_bytes"] / tbw
     ctl = a["control_dma_bytes"] / tbw
-    dma = (params.kernel_coef * kern + params.tile_coef * tile + params.dst_coef * dst
-           + params.control_coef * ctl)
+    dma = (
+        params.kernel_coef * kern
+        + params.tile_coef * tile
+        + params.dst_coef * dst
+        + params.control_coef * ctl
+    )
     # the SoC's DRAM bandwidth bounds all engines together (matters where a borrowed DMA
     # bandwidth is capped at DRAM and the fit's coefficients < 1 would beat it)
-    total_bytes = (a["kernel_dma_bytes"] + a["tile_dma_src_bytes"] + a["tile_dma_dst_bytes"]
-                   + a["control_dma_bytes"])
+    total_bytes = (
+        a["kernel_dma_bytes"] + a["tile_dma_src_bytes"] + a["tile_dma_dst_bytes"] + a["control_dma_bytes"]
+    )
     if params.system_cache and chip.slc_bytes is not None:
         total_bytes = a["kernel_dma_bytes"] + a["control_dma_bytes"]
     dma = np.maximum(dma, total_bytes / chip.dram_bw.value)
     n = len(compute)
     dispatch = np.full(n, disp)
-    return {"compute": compute, "kernel_dma": kern, "tile_dma": tile, "dst_dma": dst,
-            "control_dma": ctl, "dma": dma, "dispatch": dispatch,
-            "total": np.maximum(compute, dma) + dispatch}
+    return {
+        "compute": compute,
+        "kernel_dma": kern,
+        "tile_dma": tile,
+        "dst_dma": dst,
+        "control_dma": ctl,
+        "dma": dma,
+        "dispatch": dispatch,
+        "total": np.maximum(compute, dma) + dispatch,
+    }
 
 
 @dataclass
@@ -214,15 +243,19 @@ class Estimate:
 
     @property
     def bound(self) -> str:
-        """"memory" below the ridge point, "compute" at or above it (classic roofline)."""
+        """ "memory" below the ridge point, "compute" at or above it (classic roofline)."""
         return "memory" if self.intensity < self.ridge else "compute"
 
     @property
     def limiter(self) -> str:
         """Largest part of the predicted time: "compute", "dma", "dispatch" (per task) or
         "overhead" (the once-per-program constant)."""
-        parts = {"compute": self.compute_s, "dma": self.dma_s, "dispatch": self.dispatch_s,
-                 "overhead": self.overhead_s}
+        parts = {
+            "compute": self.compute_s,
+            "dma": self.dma_s,
+            "dispatch": self.dispatch_s,
+            "overhead": self.overhead_s,
+        }
         return max(parts, key=parts.get)
 
     @property
@@ -241,16 +274,16 @@ class Estimate:
 
     def as_dict(self) -> dict:
         d = dict(vars(self))
-        for p in ("ops", "intensity", "ridge", "bound", "limiter", "roof_ops", "attained_ops",
-                  "pct_of_roof"):
+        for p in ("ops", "intensity", "ridge", "bound", "limiter", "roof_ops", "attained_ops", "pct_of_roof"):
             d[p] = getattr(self, p)
         if d["intensity"] == math.inf:
             d["intensity"] = None
         return d
 
 
-def estimate(stats, chip="m1", params: ModelParams = DEFAULT_PARAMS, name: str = "",
-             program: bool = True) -> Estimate:
+def estimate(
+    stats, chip="m1", params: ModelParams = DEFAULT_PARAMS, name: str = "", program: bool = True
+) -> Estimate:
     """Predict the time of ``stats`` (a Stats with per-task ``tasks_detail``, a list of
     per-task Stats, a LayerPlan or a WorkloadPlan) on ``chip``.
 
@@ -263,18 +296,33 @@ def estimate(stats, chip="m1", params: ModelParams = DEFAULT_PARAMS, name: str =
     tot = sum_stats(tasks) if not isinstance(stats, Stats) or not stats.tasks_detail else stats
     over = params.program_overhead_s if program else 0.0
     return Estimate(
-        name=name, chip=chip.key, tasks=int(tot.tasks), macs=int(tot.macs),
-        planar_ops=int(tot.planar_ops), dram_bytes=int(tot.dram_bytes),
-        kernel_dma_bytes=int(tot.kernel_dma_bytes), tile_dma_src_bytes=int(tot.tile_dma_src_bytes),
-        tile_dma_dst_bytes=int(tot.tile_dma_dst_bytes), control_dma_bytes=int(tot.control_dma_bytes),
-        compute_s=float(t["compute"].sum()), dma_s=float(t["dma"].sum()),
-        dispatch_s=float(t["dispatch"].sum()), overhead_s=over,
+        name=name,
+        chip=chip.key,
+        tasks=int(tot.tasks),
+        macs=int(tot.macs),
+        planar_ops=int(tot.planar_ops),
+        dram_bytes=int(tot.dram_bytes),
+        kernel_dma_bytes=int(tot.kernel_dma_bytes),
+        tile_dma_src_bytes=int(tot.tile_dma_src_bytes),
+        tile_dma_dst_bytes=int(tot.tile_dma_dst_bytes),
+        control_dma_bytes=int(tot.control_dma_bytes),
+        compute_s=float(t["compute"].sum()),
+        dma_s=float(t["dma"].sum()),
+        dispatch_s=float(t["dispatch"].sum()),
+        overhead_s=over,
         time_s=float(t["total"].sum()) + over,
         dma_bound_tasks=int((t["dma"] > t["compute"]).sum()),
-        peak_ops=chip.peak_ops_fp16.value, dram_bw=chip.dram_bw.value,
+        peak_ops=chip.peak_ops_fp16.value,
+        dram_bw=chip.dram_bw.value,
         kernel_s=float((params.kernel_coef * t["kernel_dma"]).sum()),
-        tile_s=float((params.tile_coef * t["tile_dma"] + params.dst_coef * t["dst_dma"]
-                      + params.control_coef * t["control_dma"]).sum()))
+        tile_s=float(
+            (
+                params.tile_coef * t["tile_dma"]
+                + params.dst_coef * t["dst_dma"]
+                + params.control_coef * t["control_dma"]
+            ).sum()
+        ),
+    )
 
 
 def dram_traffic(est: "Estimate", chip="m1", params: ModelParams = DEFAULT_PARAMS) -> int:
@@ -296,8 +344,7 @@ def tokens_per_s_bound(dram_bytes: float, chip="m1", bandwidth: str = "dram") ->
     bandwidth / 2P.
     """
     chip = _chips.get(chip)
-    fig = {"dram": chip.dram_bw, "ane_read": chip.ane_read_bw,
-           "kernel_dma": chip.kernel_dma_bw}[bandwidth]
+    fig = {"dram": chip.dram_bw, "ane_read": chip.ane_read_bw, "kernel_dma": chip.kernel_dma_bw}[bandwidth]
     if fig is None:
         return math.nan
     return fig.value / dram_bytes

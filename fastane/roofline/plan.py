@@ -19,6 +19,7 @@ previous one's output (``layer.follows``) are lowered as one chain
 fits; the chain runs on the stats-only device and each layer gets its own tasks' Stats.
 :attr:`LayerPlan.source_in_l2` / :attr:`LayerPlan.result_in_l2` say what stayed on chip.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -30,8 +31,15 @@ from ..lower import chain as _chain
 from ..stats import Stats
 from .model import sum_stats
 
-__all__ = ["LayerPlan", "WorkloadPlan", "plan_layer", "plan_workload", "layer_conv", "sum_stats",
-           "NotLowered"]
+__all__ = [
+    "LayerPlan",
+    "WorkloadPlan",
+    "plan_layer",
+    "plan_workload",
+    "layer_conv",
+    "sum_stats",
+    "NotLowered",
+]
 
 #: activations a workload names that are not one NE stage -> the NE stage they start with
 _FIRST_STAGE = {"silu": "sigmoid", "sigmoid": "sigmoid"}
@@ -50,15 +58,30 @@ def layer_conv(layer) -> _lower.Conv:
     planar tasks are not counted.
     """
     if not isinstance(layer, (_wl.Conv2d, _wl.Matmul)):
-        raise NotLowered(f"{layer.kind} layers ({getattr(layer, 'op', type(layer).__name__)}) run on the "
-                         f"planar engine, which the lowering does not emit programs for yet")
+        raise NotLowered(
+            f"{layer.kind} layers ({getattr(layer, 'op', type(layer).__name__)}) run on the "
+            f"planar engine, which the lowering does not emit programs for yet"
+        )
     act = layer.activation
     if act in _FIRST_STAGE:
         act = _lut.get_block(_FIRST_STAGE[act])
     if isinstance(layer, _wl.Conv2d):
         p = layer.pad
-        return _lower.Conv(1, layer.cin, layer.h, layer.w, layer.cout, layer.kh, layer.kw,
-                           (layer.stride, layer.stride), (1, 1), ((p, p), (p, p)), layer.groups, False, act)
+        return _lower.Conv(
+            1,
+            layer.cin,
+            layer.h,
+            layer.w,
+            layer.cout,
+            layer.kh,
+            layer.kw,
+            (layer.stride, layer.stride),
+            (1, 1),
+            ((p, p), (p, p)),
+            layer.groups,
+            False,
+            act,
+        )
     return _lower.Conv.matmul(layer.M, layer.K, layer.N, layer.B, False, act)
 
 
@@ -132,8 +155,11 @@ def _chains(layers) -> list:
     """Runs of consecutive layers that each read the previous one's output: [(start, stop)]."""
     runs, start = [], 0
     for i in range(1, len(layers) + 1):
-        if i == len(layers) or not getattr(layers[i], "follows", False) \
-                or not isinstance(layers[i - 1], (_wl.Conv2d, _wl.Matmul)):
+        if (
+            i == len(layers)
+            or not getattr(layers[i], "follows", False)
+            or not isinstance(layers[i - 1], (_wl.Conv2d, _wl.Matmul))
+        ):
             if i - start > 1:
                 runs.append((start, i))
             start = i
@@ -174,15 +200,17 @@ def plan_workload(workload, planner=None, residency: bool = True) -> WorkloadPla
     if planner in (None, "lowered"):
         planner = plan_layer
     elif planner == "analytic":
-        raise ValueError("the analytic planner was removed: the roofline plans every layer by lowering "
-                         "it to TDs and counting them on a stats-only device (docs/roofline.md)")
+        raise ValueError(
+            "the analytic planner was removed: the roofline plans every layer by lowering "
+            "it to TDs and counting them on a stats-only device (docs/roofline.md)"
+        )
     elif not callable(planner):
         raise ValueError(f"planner must be 'lowered' or a callable, got {planner!r}")
     else:
-        residency = False           # a custom planner plans layer by layer
+        residency = False  # a custom planner plans layer by layer
     memo: dict = {}
     out = WorkloadPlan(workload)
-    chained: dict = {}          # layer index -> (tasks, source_in_l2, result_in_l2)
+    chained: dict = {}  # layer index -> (tasks, source_in_l2, result_in_l2)
     if residency:
         cmemo: dict = {}
         for a, b in _chains(workload.layers):

@@ -10,6 +10,7 @@ command.
 ``fastane roofline [WORKLOAD ...] --chip m1 [--json] [--plot FILE.png]``; with no
 workload it reports :data:`DEFAULT_WORKLOADS`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,22 @@ from . import spec as _spec
 from .model import DEFAULT_PARAMS, Estimate, ModelParams, dram_traffic, estimate, tokens_per_s_bound
 from .plan import WorkloadPlan, plan_workload
 
-__all__ = ["Result", "analyze", "table", "tokens_table", "tokens_per_s", "to_json", "plot",
-           "add_arguments", "run", "DEFAULT_WORKLOADS", "limiter", "on_chip", "verdict", "user_workloads"]
+__all__ = [
+    "Result",
+    "analyze",
+    "table",
+    "tokens_table",
+    "tokens_per_s",
+    "to_json",
+    "plot",
+    "add_arguments",
+    "run",
+    "DEFAULT_WORKLOADS",
+    "limiter",
+    "on_chip",
+    "verdict",
+    "user_workloads",
+]
 
 #: what ``fastane roofline`` reports when given no workload: a decode step, a vision net
 DEFAULT_WORKLOADS = ("gpt2", "resnet50")
@@ -42,17 +57,18 @@ class Result:
     plan: WorkloadPlan
     chip: _chips.Chip
     params: ModelParams
-    layers: list          # Estimate per lowered layer (plan.lowered; no program overhead)
-    total: Estimate       # the whole program (with the program overhead)
-    plan_s: float         # seconds the planning took
+    layers: list  # Estimate per lowered layer (plan.lowered; no program overhead)
+    total: Estimate  # the whole program (with the program overhead)
+    plan_s: float  # seconds the planning took
 
     @property
     def is_decode(self) -> bool:
         return self.workload.phase == "decode"
 
 
-def analyze(workload, chip="m1", params: ModelParams = DEFAULT_PARAMS, planner=None,
-            plan: WorkloadPlan | None = None) -> Result:
+def analyze(
+    workload, chip="m1", params: ModelParams = DEFAULT_PARAMS, planner=None, plan: WorkloadPlan | None = None
+) -> Result:
     """Plan ``workload`` (a name or a :class:`~fastane.workloads.Workload`) by lowering
     every layer and counting it on a stats-only device, and estimate it on ``chip``
     (what ``fastane roofline`` reports).  ``planner``: see
@@ -98,7 +114,7 @@ def tokens_per_s(result: Result, chips=None) -> dict:
     out = {}
     for c in chips:
         est = estimate(result.plan.tasks, c, result.params) if c.key != result.chip.key else result.total
-        dram = dram_traffic(est, c, result.params)     # what goes through DRAM (not the system cache)
+        dram = dram_traffic(est, c, result.params)  # what goes through DRAM (not the system cache)
         out[c.key] = {
             "model": tok / est.time_s,
             "bound_dram": tok * tokens_per_s_bound(dram, c, "dram"),
@@ -111,30 +127,42 @@ def tokens_per_s(result: Result, chips=None) -> dict:
 def tokens_table(result: Result, chips=None) -> str:
     """Text table of :func:`tokens_per_s` over chips."""
     rows = tokens_per_s(result, chips)
-    lines = [f"tokens/s of {result.workload.name} ({result.workload.weight_params / 1e6:.0f} M "
-             f"fp16 weight parameters, {result.total.dram_bytes / 1e6:.1f} MB DRAM traffic a step)",
-             f"  {'chip':10s} {'model':>9s} {'<= ANE read':>12s} {'<= DRAM':>9s} {'<= DRAM/2P':>11s}"]
+    lines = [
+        f"tokens/s of {result.workload.name} ({result.workload.weight_params / 1e6:.0f} M "
+        f"fp16 weight parameters, {result.total.dram_bytes / 1e6:.1f} MB DRAM traffic a step)",
+        f"  {'chip':10s} {'model':>9s} {'<= ANE read':>12s} {'<= DRAM':>9s} {'<= DRAM/2P':>11s}",
+    ]
     for key, r in rows.items():
         fmt = lambda v: "-" if math.isnan(v) else f"{v:.1f}"  # noqa: E731
-        lines.append(f"  {_chips.get(key).name:10s} {fmt(r['model']):>9s} "
-                     f"{fmt(r['bound_ane_read']):>12s} {fmt(r['bound_dram']):>9s} "
-                     f"{fmt(r['bound_2p']):>11s}")
-    lines.append(f"  model: the time model (DMA engines, dispatch, {_t(result.params.program_overhead_s)} "
-                 "program overhead); "
-                 "bounds: bandwidth / bytes (measured ANE read, marketing DRAM) and "
-                 "marketing DRAM / 2P")
+        lines.append(
+            f"  {_chips.get(key).name:10s} {fmt(r['model']):>9s} "
+            f"{fmt(r['bound_ane_read']):>12s} {fmt(r['bound_dram']):>9s} "
+            f"{fmt(r['bound_2p']):>11s}"
+        )
+    lines.append(
+        f"  model: the time model (DMA engines, dispatch, {_t(result.params.program_overhead_s)} "
+        "program overhead); "
+        "bounds: bandwidth / bytes (measured ANE read, marketing DRAM) and "
+        "marketing DRAM / 2P"
+    )
     return "\n".join(lines)
 
 
 # ------------------------------------------------------------- what bounds a layer
 
+
 def limiter(est: Estimate) -> str:
     """What the largest part of ``est``'s time is: "compute", "KernelDMA" (weights),
     "TileDMA" (activations and TDs), "dispatch" (per task) or "overhead" (per program)."""
     dma = est.kernel_s + est.tile_s
-    share = est.dma_s / dma if dma else 0.0        # the DRAM cap can stretch the DMA time
-    parts = {"compute": est.compute_s, "KernelDMA": est.kernel_s * share, "TileDMA": est.tile_s * share,
-             "dispatch": est.dispatch_s, "overhead": est.overhead_s}
+    share = est.dma_s / dma if dma else 0.0  # the DRAM cap can stretch the DMA time
+    parts = {
+        "compute": est.compute_s,
+        "KernelDMA": est.kernel_s * share,
+        "TileDMA": est.tile_s * share,
+        "dispatch": est.dispatch_s,
+        "overhead": est.overhead_s,
+    }
     return max(parts, key=parts.get)
 
 
@@ -148,20 +176,29 @@ def residency_line(result: Result) -> str:
     """One line: how many intermediates stayed in L2 and the DRAM bytes that saved (each
     kept tensor, in 64-byte rows, once written and once read back)."""
     kept = [lp for lp in result.plan.lowered if lp.result_in_l2]
-    saved = 2 * sum(2 * lp.layer.cout * lp.layer.hout * _ru64(lp.layer.wout) if hasattr(lp.layer, "cout")
-                else 2 * lp.layer.B * lp.layer.N * _ru64(lp.layer.M) for lp in kept)
-    return (f"on chip: {len(kept)} intermediates kept in L2 for the next layer (~{saved / 1e6:.1f} MB of "
-            f"DRAM writes and reads saved); the rest went through DRAM")
+    saved = 2 * sum(
+        2 * lp.layer.cout * lp.layer.hout * _ru64(lp.layer.wout)
+        if hasattr(lp.layer, "cout")
+        else 2 * lp.layer.B * lp.layer.N * _ru64(lp.layer.M)
+        for lp in kept
+    )
+    return (
+        f"on chip: {len(kept)} intermediates kept in L2 for the next layer (~{saved / 1e6:.1f} MB of "
+        f"DRAM writes and reads saved); the rest went through DRAM"
+    )
 
 
 def model_line(result: Result) -> str:
     """One line: the rates and fixed costs the time model uses for this chip."""
     from .model import rates
+
     q, p = rates(result.chip, result.params), result.params
-    return (f"model ({'calibrated' if p.bandwidth == 'read' else 'seed'}): MAC {_si(q['peak'], 'OP/s')} "
-            f"({100 * p.compute_efficiency:.0f}% of {_si(result.chip.peak_ops_program if p.one_ane else result.chip.peak_ops_fp16.value, 'OP/s')}), "
-            f"KernelDMA {_si(q['kernel'], 'B/s')}, TileDMA {_si(q['tile'], 'B/s')}, dispatch {_t(q['dispatch'])} "
-            f"a task, {_t(p.program_overhead_s)} a program")
+    return (
+        f"model ({'calibrated' if p.bandwidth == 'read' else 'seed'}): MAC {_si(q['peak'], 'OP/s')} "
+        f"({100 * p.compute_efficiency:.0f}% of {_si(result.chip.peak_ops_program if p.one_ane else result.chip.peak_ops_fp16.value, 'OP/s')}), "
+        f"KernelDMA {_si(q['kernel'], 'B/s')}, TileDMA {_si(q['tile'], 'B/s')}, dispatch {_t(q['dispatch'])} "
+        f"a task, {_t(p.program_overhead_s)} a program"
+    )
 
 
 def _ru64(w: int) -> int:
@@ -180,19 +217,29 @@ def verdict(result: Result) -> str:
     lim = limiter(tot)
     unit = "tokens/s" if result.workload.tokens and result.workload.phase == "decode" else "runs/s"
     if lim in ("KernelDMA", "TileDMA"):
-        fig = {"read_bw_model": 2 * c.read_bw_model.value, "dram_bw": 2 * c.dram_bw.value,
-               "kernel_dma_bw": 2 * c.kernel_dma_bw.value, "tile_dma_bw": 2 * c.tile_dma_bw.value}
+        fig = {
+            "read_bw_model": 2 * c.read_bw_model.value,
+            "dram_bw": 2 * c.dram_bw.value,
+            "kernel_dma_bw": 2 * c.kernel_dma_bw.value,
+            "tile_dma_bw": 2 * c.tile_dma_bw.value,
+        }
         gain = tot.time_s / _what_if(result, **fig)
         what = "weights" if lim == "KernelDMA" else "activations (TileDMA)"
-        return (f"memory-bound on {what} ({100 * (tot.kernel_s if lim == 'KernelDMA' else tot.tile_s) / tot.time_s:.0f}% "
-                f"of the time): 2x more bandwidth would give {gain:.2f}x {unit}")
+        return (
+            f"memory-bound on {what} ({100 * (tot.kernel_s if lim == 'KernelDMA' else tot.tile_s) / tot.time_s:.0f}% "
+            f"of the time): 2x more bandwidth would give {gain:.2f}x {unit}"
+        )
     if lim == "compute":
         gain = tot.time_s / _what_if(result, peak_ops_fp16=2 * c.peak_ops_fp16.value)
-        return (f"compute-bound ({100 * tot.compute_s / tot.time_s:.0f}% of the time at "
-                f"{100 * result.params.compute_efficiency:.0f}% of peak): 2x the MAC rate would give "
-                f"{gain:.2f}x {unit}")
-    return (f"bound by fixed costs ({_t(tot.dispatch_s)} dispatch over {tot.tasks} tasks, {_t(tot.overhead_s)} "
-            f"per program): fewer, larger tasks would help more than bandwidth or compute")
+        return (
+            f"compute-bound ({100 * tot.compute_s / tot.time_s:.0f}% of the time at "
+            f"{100 * result.params.compute_efficiency:.0f}% of peak): 2x the MAC rate would give "
+            f"{gain:.2f}x {unit}"
+        )
+    return (
+        f"bound by fixed costs ({_t(tot.dispatch_s)} dispatch over {tot.tasks} tasks, {_t(tot.overhead_s)} "
+        f"per program): fewer, larger tasks would help more than bandwidth or compute"
+    )
 
 
 def table(result: Result, layers: bool = True) -> str:
@@ -207,8 +254,10 @@ def table(result: Result, layers: bool = True) -> str:
         model_line(r),
     ]
     w = max([len(lp.name) for lp in r.plan.layers] + [5])
-    cols = (f"{'layer':{w}s}  {'shape':44s} {'tasks':>6s} {'MMAC':>10s} {'DRAM MB':>9s} "
-            f"{'OP/B':>8s} {'bound':>7s} {'time':>11s} {'%roof':>6s}  {'limited by':10s} {'on chip':8s}")
+    cols = (
+        f"{'layer':{w}s}  {'shape':44s} {'tasks':>6s} {'MMAC':>10s} {'DRAM MB':>9s} "
+        f"{'OP/B':>8s} {'bound':>7s} {'time':>11s} {'%roof':>6s}  {'limited by':10s} {'on chip':8s}"
+    )
     body = [cols]
     if layers:
         est = dict(zip(map(id, r.plan.lowered), r.layers))
@@ -217,15 +266,19 @@ def table(result: Result, layers: bool = True) -> str:
             if e is None:
                 body.append(f"{lp.name:{w}s}  {lp.layer.shape_str()[:44]:44s} not lowered: {lp.not_lowered}")
                 continue
-            body.append(f"{lp.name:{w}s}  {lp.layer.shape_str()[:44]:44s} {e.tasks:6d} "
-                        f"{e.macs / 1e6:10.2f} {e.dram_bytes / 1e6:9.3f} {e.intensity:8.2f} "
-                        f"{e.bound:>7s} {_t(e.time_s):>11s} {e.pct_of_roof:6.1f}  {limiter(e):10s} "
-                        f"{on_chip(lp):8s}")
+            body.append(
+                f"{lp.name:{w}s}  {lp.layer.shape_str()[:44]:44s} {e.tasks:6d} "
+                f"{e.macs / 1e6:10.2f} {e.dram_bytes / 1e6:9.3f} {e.intensity:8.2f} "
+                f"{e.bound:>7s} {_t(e.time_s):>11s} {e.pct_of_roof:6.1f}  {limiter(e):10s} "
+                f"{on_chip(lp):8s}"
+            )
     n_low, n_not = len(r.plan.lowered), len(r.plan.not_lowered)
     counted = f"{n_low} layers" + (f" ({n_not} not lowered, not counted)" if n_not else "")
-    body.append(f"{'TOTAL':{w}s}  {counted:44s} {tot.tasks:6d} "
-                f"{tot.macs / 1e6:10.2f} {tot.dram_bytes / 1e6:9.3f} {tot.intensity:8.2f} "
-                f"{tot.bound:>7s} {_t(tot.time_s):>11s} {tot.pct_of_roof:6.1f}  {limiter(tot):10s}")
+    body.append(
+        f"{'TOTAL':{w}s}  {counted:44s} {tot.tasks:6d} "
+        f"{tot.macs / 1e6:10.2f} {tot.dram_bytes / 1e6:9.3f} {tot.intensity:8.2f} "
+        f"{tot.bound:>7s} {_t(tot.time_s):>11s} {tot.pct_of_roof:6.1f}  {limiter(tot):10s}"
+    )
     foot = [
         f"traffic: KernelDMA {tot.kernel_dma_bytes / 1e6:.1f} MB, TileDMA src "
         f"{tot.tile_dma_src_bytes / 1e6:.1f} MB, dst {tot.tile_dma_dst_bytes / 1e6:.1f} MB, "
@@ -239,13 +292,17 @@ def table(result: Result, layers: bool = True) -> str:
     ]
     if n_not:
         kinds = sorted({lp.layer.kind for lp in r.plan.not_lowered})
-        foot.append(f"not lowered: {n_not} of {len(r.plan.layers)} layers ({', '.join(kinds)}; the reason "
-                    f"is on each row): their work is not in the totals above")
+        foot.append(
+            f"not lowered: {n_not} of {len(r.plan.layers)} layers ({', '.join(kinds)}; the reason "
+            f"is on each row): their work is not in the totals above"
+        )
     foot.append(residency_line(r))
     foot.append("verdict: " + verdict(r))
     if r.workload.tokens:
-        foot.append(f"{r.workload.tokens / tot.time_s:.1f} tokens/s on {c.name} "
-                    f"({r.workload.phase}, {r.workload.tokens} token{'s' if r.workload.tokens > 1 else ''} a run)")
+        foot.append(
+            f"{r.workload.tokens / tot.time_s:.1f} tokens/s on {c.name} "
+            f"({r.workload.phase}, {r.workload.tokens} token{'s' if r.workload.tokens > 1 else ''} a run)"
+        )
     return "\n".join(head + body + foot)
 
 
@@ -258,19 +315,37 @@ def to_json(results, chips_for_tokens=None) -> dict:
         out["chip"] = {"key": r.chip.key, "name": r.chip.name, **r.chip.figures()}
         out["params"] = asdict(r.params)
         wl = {
-            "name": r.workload.name, "description": r.workload.description,
-            "phase": r.workload.phase, "tokens": r.workload.tokens,
-            "weight_params": r.workload.weight_params, "plan_seconds": r.plan_s,
+            "name": r.workload.name,
+            "description": r.workload.description,
+            "phase": r.workload.phase,
+            "tokens": r.workload.tokens,
+            "weight_params": r.workload.weight_params,
+            "plan_seconds": r.plan_s,
             "total": r.total.as_dict(),
-            "layers": [{"layer": lp.name, "kind": lp.layer.kind, "shape": lp.layer.shape_str(),
-                        "activation": getattr(lp.layer, "activation", None), **e.as_dict(),
-                        "limited_by": limiter(e), "source_in_l2": lp.source_in_l2,
-                        "result_in_l2": lp.result_in_l2}
-                       for lp, e in zip(r.plan.lowered, r.layers)],
+            "layers": [
+                {
+                    "layer": lp.name,
+                    "kind": lp.layer.kind,
+                    "shape": lp.layer.shape_str(),
+                    "activation": getattr(lp.layer, "activation", None),
+                    **e.as_dict(),
+                    "limited_by": limiter(e),
+                    "source_in_l2": lp.source_in_l2,
+                    "result_in_l2": lp.result_in_l2,
+                }
+                for lp, e in zip(r.plan.lowered, r.layers)
+            ],
             "verdict": verdict(r),
             # layers the lowering could not take: not estimated, not in "total"
-            "not_lowered": [{"layer": lp.name, "kind": lp.layer.kind, "shape": lp.layer.shape_str(),
-                             "reason": lp.not_lowered} for lp in r.plan.not_lowered],
+            "not_lowered": [
+                {
+                    "layer": lp.name,
+                    "kind": lp.layer.kind,
+                    "shape": lp.layer.shape_str(),
+                    "reason": lp.not_lowered,
+                }
+                for lp in r.plan.not_lowered
+            ],
         }
         if r.workload.tokens:
             wl["tokens_per_s"] = r.workload.tokens / r.total.time_s
@@ -284,6 +359,7 @@ def measured_points(result: Result) -> list:
     """The public measurements of this workload on this chip the docs list (calibration and
     validation points): ``[(id, seconds)]``."""
     from . import calibrate, validate
+
     out = []
     for p in calibrate.POINTS + validate.VALIDATION:
         if _chips.get(p.chip).key != result.chip.key or getattr(p, "repeat", 1) != 1:
@@ -298,8 +374,17 @@ def _plot_measured(ax, result: Result, color) -> None:
     """Hollow diamonds: the measured time of the workload, at the model's intensity."""
     t = result.total
     for pid, sec in measured_points(result):
-        ax.scatter([t.intensity], [t.ops / sec], marker="D", s=90, facecolors="none", edgecolors=color,
-                   linewidths=1.8, zorder=6, label=f"{result.workload.name}: measured {pid} ({_t(sec)})")
+        ax.scatter(
+            [t.intensity],
+            [t.ops / sec],
+            marker="D",
+            s=90,
+            facecolors="none",
+            edgecolors=color,
+            linewidths=1.8,
+            zorder=6,
+            label=f"{result.workload.name}: measured {pid} ({_t(sec)})",
+        )
 
 
 def plot(results, path, title: str | None = None):
@@ -307,11 +392,13 @@ def plot(results, path, title: str | None = None):
     point, one dot per layer and a star per workload total.  Needs matplotlib."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise RuntimeError("the roofline plot needs matplotlib: pip install 'fastane[plot]' "
-                           "(or pip install matplotlib)") from e
+        raise RuntimeError(
+            "the roofline plot needs matplotlib: pip install 'fastane[plot]' (or pip install matplotlib)"
+        ) from e
     import numpy as np
 
     if isinstance(results, Result):
@@ -323,20 +410,38 @@ def plot(results, path, title: str | None = None):
     hi = max([chip.ridge_point * 20] + xs) * 2
     x = np.logspace(np.log10(lo), np.log10(hi), 400)
     fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
-    ax.loglog(x, np.minimum(peak, x * bw), color="black", lw=2,
-              label=f"roof: {peak / 1e12:g} TOP/s FP16, DRAM {bw / 1e9:g} GB/s ({chip.dram_bw.kind})")
+    ax.loglog(
+        x,
+        np.minimum(peak, x * bw),
+        color="black",
+        lw=2,
+        label=f"roof: {peak / 1e12:g} TOP/s FP16, DRAM {bw / 1e9:g} GB/s ({chip.dram_bw.kind})",
+    )
     if chip.ane_read_bw is not None:
         b = chip.ane_read_bw.value
-        ax.loglog(x, np.minimum(peak, x * b), color="gray", ls="--", lw=1.2,
-                  label=f"ANE read {b / 1e9:g} GB/s (measured, anemll-bench)")
+        ax.loglog(
+            x,
+            np.minimum(peak, x * b),
+            color="gray",
+            ls="--",
+            lw=1.2,
+            label=f"ANE read {b / 1e9:g} GB/s (measured, anemll-bench)",
+        )
     kb = chip.kernel_dma_bw.value
-    ax.loglog(x, np.minimum(peak, x * kb), color="gray", ls=":", lw=1.2,
-              label=f"KernelDMA {kb / 1e9:.1f} GB/s ({chip.kernel_dma_bw.kind})")
+    ax.loglog(
+        x,
+        np.minimum(peak, x * kb),
+        color="gray",
+        ls=":",
+        lw=1.2,
+        label=f"KernelDMA {kb / 1e9:.1f} GB/s ({chip.kernel_dma_bw.kind})",
+    )
     ridge = chip.ridge_point
     ax.axvline(ridge, color="tab:red", ls="-.", lw=1)
     ax.plot([ridge], [peak], "o", color="tab:red", ms=8)
-    ax.annotate(f"ridge {ridge:.1f} OP/B", (ridge, peak), textcoords="offset points",
-                xytext=(8, -16), color="tab:red")
+    ax.annotate(
+        f"ridge {ridge:.1f} OP/B", (ridge, peak), textcoords="offset points", xytext=(8, -16), color="tab:red"
+    )
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, r in enumerate(results):
         col = colors[i % len(colors)]
@@ -344,16 +449,25 @@ def plot(results, path, title: str | None = None):
         if pts:
             ax.scatter(*zip(*pts), s=14, alpha=0.6, color=col, label=f"{r.workload.name}: layers")
         t = r.total
-        ax.scatter([t.intensity], [t.attained_ops], marker="*", s=220, color=col,
-                   edgecolors="black", zorder=5,
-                   label=f"{r.workload.name}: total ({_si(t.attained_ops, 'OP/s')}, {_t(t.time_s)})")
+        ax.scatter(
+            [t.intensity],
+            [t.attained_ops],
+            marker="*",
+            s=220,
+            color=col,
+            edgecolors="black",
+            zorder=5,
+            label=f"{r.workload.name}: total ({_si(t.attained_ops, 'OP/s')}, {_t(t.time_s)})",
+        )
         _plot_measured(ax, r, col)
     ax.set_xlabel("arithmetic intensity (OP per byte of DRAM traffic)")
     ax.set_ylabel("attained OP/s (model; diamonds: measured)")
     ax.set_title(title or f"fastane roofline, {chip.name} ANE")
     ax.set_xlim(lo, hi)
-    ax.set_ylim(min([peak / 1e5] + [e.attained_ops for r in results for e in r.layers
-                                    if e.attained_ops > 0]) / 2, peak * 3)
+    ax.set_ylim(
+        min([peak / 1e5] + [e.attained_ops for r in results for e in r.layers if e.attained_ops > 0]) / 2,
+        peak * 3,
+    )
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
@@ -364,29 +478,53 @@ def plot(results, path, title: str | None = None):
 
 # ------------------------------------------------------------------------------ CLI
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fastane roofline``."""
-    parser.add_argument("workloads", nargs="*", metavar="WORKLOAD",
-                        help=f"built-in workloads (default: {' '.join(DEFAULT_WORKLOADS)}; "
-                             "--list shows them) or ONNX models (MODEL.onnx)")
-    parser.add_argument("--transformer", action="append", default=[], metavar="SPEC",
-                        help="your own transformer: 'layers=24,d=1024,heads=16,ffn=4096,vocab=50257,"
-                             "seq=512,kv=512,lm_tokens=1' (optional kv_heads=, head_dim=, gated=0|1, "
-                             "act=gelu|silu|relu, norm=layer|rms; vocab=0: no LM head); repeatable")
-    parser.add_argument("--matmul", action="append", default=[], metavar="MxKxN",
-                        help="one matmul (M x K) @ (K x N), the K x N weights in KMem; repeatable")
-    parser.add_argument("--chip", default="m1",
-                        help=f"chip to model (default m1): {', '.join(_chips.names())}")
+    parser.add_argument(
+        "workloads",
+        nargs="*",
+        metavar="WORKLOAD",
+        help=f"built-in workloads (default: {' '.join(DEFAULT_WORKLOADS)}; "
+        "--list shows them) or ONNX models (MODEL.onnx)",
+    )
+    parser.add_argument(
+        "--transformer",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="your own transformer: 'layers=24,d=1024,heads=16,ffn=4096,vocab=50257,"
+        "seq=512,kv=512,lm_tokens=1' (optional kv_heads=, head_dim=, gated=0|1, "
+        "act=gelu|silu|relu, norm=layer|rms; vocab=0: no LM head); repeatable",
+    )
+    parser.add_argument(
+        "--matmul",
+        action="append",
+        default=[],
+        metavar="MxKxN",
+        help="one matmul (M x K) @ (K x N), the K x N weights in KMem; repeatable",
+    )
+    parser.add_argument(
+        "--chip", default="m1", help=f"chip to model (default m1): {', '.join(_chips.names())}"
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON report instead of tables")
     parser.add_argument("--plot", metavar="FILE.png", help="write a log-log roofline plot (needs matplotlib)")
     parser.add_argument("--summary", action="store_true", help="totals only, no per-layer rows")
     parser.add_argument("--list", action="store_true", help="list workloads and chips, then exit")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    parser.add_argument("--compare", metavar="OLD.json",
-                        help="compare with a stored `fastane roofline --json` report: per-layer and total "
-                             "changes; exit 1 when a workload's time or DRAM traffic grew beyond --fail-above")
-    parser.add_argument("--fail-above", type=float, default=0.0, metavar="PCT",
-                        help="regression threshold for --compare, percent (default 0: any growth)")
+    parser.add_argument(
+        "--compare",
+        metavar="OLD.json",
+        help="compare with a stored `fastane roofline --json` report: per-layer and total "
+        "changes; exit 1 when a workload's time or DRAM traffic grew beyond --fail-above",
+    )
+    parser.add_argument(
+        "--fail-above",
+        type=float,
+        default=0.0,
+        metavar="PCT",
+        help="regression threshold for --compare, percent (default 0: any growth)",
+    )
     # removed: the roofline plans by lowering only; the flag is kept to say so
     parser.add_argument("--analytic", action="store_true", help=argparse.SUPPRESS)
 
@@ -409,13 +547,18 @@ def run(args) -> int:
             print("  " + _workloads.describe(n))
         print("chips:")
         for c in _chips.CHIPS.values():
-            print(f"  {c.key:9s} {c.name:11s} {c.peak_ops_fp16.value / 1e12:5.1f} TOP/s FP16, "
-                  f"DRAM {c.dram_bw.value / 1e9:6.1f} GB/s, ridge {c.ridge_point:6.1f} OP/B")
+            print(
+                f"  {c.key:9s} {c.name:11s} {c.peak_ops_fp16.value / 1e12:5.1f} TOP/s FP16, "
+                f"DRAM {c.dram_bw.value / 1e9:6.1f} GB/s, ridge {c.ridge_point:6.1f} OP/B"
+            )
         return 0
     if args.analytic:
-        print("fastane roofline: --analytic was removed: every layer is planned by lowering it to TDs "
-              "and counting them on a stats-only device; layers that cannot be lowered are reported "
-              "as such (docs/roofline.md)", file=sys.stderr)
+        print(
+            "fastane roofline: --analytic was removed: every layer is planned by lowering it to TDs "
+            "and counting them on a stats-only device; layers that cannot be lowered are reported "
+            "as such (docs/roofline.md)",
+            file=sys.stderr,
+        )
         return 2
     try:
         old = None
@@ -431,13 +574,22 @@ def run(args) -> int:
     results = []
     for i, w in enumerate(wls, 1):
         if not args.quiet:
-            print(f"[{i}/{len(wls)}] planning {w.name} ({len(w)} layers) ...", end="",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[{i}/{len(wls)}] planning {w.name} ({len(w)} layers) ...",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
         r = analyze(w, chip)
         if not args.quiet:
             nl = len(r.plan.not_lowered)
-            print(f" {r.total.tasks} tasks in {r.plan_s:.2f} s (lowered"
-                  + (f"; {nl} layers not lowered" if nl else "") + ")", file=sys.stderr, flush=True)
+            print(
+                f" {r.total.tasks} tasks in {r.plan_s:.2f} s (lowered"
+                + (f"; {nl} layers not lowered" if nl else "")
+                + ")",
+                file=sys.stderr,
+                flush=True,
+            )
         results.append(r)
     if old is not None:
         cmp = _compare.compare(old, to_json(results), args.fail_above)
@@ -464,8 +616,9 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="fastane roofline",
-                                     description="roofline model of workloads on the Apple Neural Engine")
+    parser = argparse.ArgumentParser(
+        prog="fastane roofline", description="roofline model of workloads on the Apple Neural Engine"
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

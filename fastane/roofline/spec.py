@@ -2,6 +2,7 @@
 ``--matmul MxKxN`` (docs/roofline.md, "Your own workloads").  A malformed spec raises
 :class:`ValueError` with one precise line (the CLI prints it and exits 2).
 """
+
 from __future__ import annotations
 
 from .. import workloads as _wl
@@ -14,8 +15,18 @@ _INTS = _REQUIRED + ("kv", "lm_tokens", "kv_heads", "head_dim")
 _CHOICES = {"gated": ("0", "1"), "act": ("gelu", "silu", "relu"), "norm": ("layer", "rms")}
 TRANSFORMER_KEYS = _INTS + tuple(_CHOICES)
 #: sizes past these are not a model anyone runs on an ANE (and would plan for ever)
-_MAX = {"layers": 256, "d": 32768, "heads": 1024, "ffn": 1 << 18, "vocab": 1 << 20, "seq": 1 << 15,
-        "kv": 1 << 18, "lm_tokens": 1 << 15, "kv_heads": 1024, "head_dim": 4096}
+_MAX = {
+    "layers": 256,
+    "d": 32768,
+    "heads": 1024,
+    "ffn": 1 << 18,
+    "vocab": 1 << 20,
+    "seq": 1 << 15,
+    "kv": 1 << 18,
+    "lm_tokens": 1 << 15,
+    "kv_heads": 1024,
+    "head_dim": 4096,
+}
 
 
 def _int(key: str, text: str, lo: int) -> int:
@@ -33,8 +44,9 @@ def parse_transformer(spec: str) -> _wl.Workload:
     """The :func:`fastane.workloads.transformer` a spec like
     ``"layers=24,d=1024,heads=16,ffn=4096,vocab=50257,seq=512,kv=512,lm_tokens=1"`` names."""
     if not isinstance(spec, str) or not spec.strip():
-        raise ValueError("--transformer needs a spec such as "
-                         "'layers=24,d=1024,heads=16,ffn=4096,vocab=50257,seq=512'")
+        raise ValueError(
+            "--transformer needs a spec such as 'layers=24,d=1024,heads=16,ffn=4096,vocab=50257,seq=512'"
+        )
     vals: dict = {}
     for item in spec.split(","):
         if "=" not in item:
@@ -49,7 +61,7 @@ def parse_transformer(spec: str) -> _wl.Workload:
                 raise ValueError(f"--transformer: {k}={v!r} is not one of {'|'.join(_CHOICES[k])}")
             vals[k] = v
         else:
-            vals[k] = _int(f"--transformer: {k}", v, 0 if k == "vocab" else 1)   # vocab=0: no LM head
+            vals[k] = _int(f"--transformer: {k}", v, 0 if k == "vocab" else 1)  # vocab=0: no LM head
     missing = [k for k in _REQUIRED if k not in vals]
     if missing:
         raise ValueError(f"--transformer: missing {', '.join(missing)} (required: {', '.join(_REQUIRED)})")
@@ -65,11 +77,21 @@ def parse_transformer(spec: str) -> _wl.Workload:
         raise ValueError("--transformer: lm_tokens= needs an LM head (vocab > 0)")
     if vals["seq"] > vals.get("kv", vals["seq"]):
         raise ValueError(f"--transformer: seq={vals['seq']} exceeds the attention context kv={vals['kv']}")
-    return _wl.transformer(layers=vals["layers"], d=vals["d"], heads=heads, ffn=vals["ffn"],
-                           vocab=vals["vocab"], seq=vals["seq"], kv=vals.get("kv"),
-                           lm_tokens=vals.get("lm_tokens"), kv_heads=vals.get("kv_heads"),
-                           head_dim=head_dim, gated=vals.get("gated", "0") == "1",
-                           act=vals.get("act", "gelu"), norm=vals.get("norm", "layer"))
+    return _wl.transformer(
+        layers=vals["layers"],
+        d=vals["d"],
+        heads=heads,
+        ffn=vals["ffn"],
+        vocab=vals["vocab"],
+        seq=vals["seq"],
+        kv=vals.get("kv"),
+        lm_tokens=vals.get("lm_tokens"),
+        kv_heads=vals.get("kv_heads"),
+        head_dim=head_dim,
+        gated=vals.get("gated", "0") == "1",
+        act=vals.get("act", "gelu"),
+        norm=vals.get("norm", "layer"),
+    )
 
 
 def parse_matmul(spec: str) -> _wl.Workload:

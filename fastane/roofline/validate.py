@@ -8,6 +8,7 @@ fit and of the chip table (the anemll-bench lm_head rows are not: the chips' rea
 bandwidths in ``chips.py`` are those same measurements).  The rms log-error is over the
 comparable, independent points.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,56 +38,225 @@ class VPoint(Point):
 
 
 VALIDATION = (
-    VPoint("A1", "MobileNetV3-small fp16, 224x224", "mobilenetv3-small", "a16", 0.13e-3,
-           "apple/coremltools opt-palettization-perf.md", note="its fixed costs bound the fit (not its time); "
-           "squeeze-excite pooling/scale and residual adds not lowered", independent=False),
-    VPoint("A4", "MobileOne-S0 (reparameterized), 224x224", "mobileone-s0", "a14", 0.79e-3,
-           "apple/ml-mobileone README.md, Model Zoo (iPhone 12 Pro, ModelBench)",
-           note="precision of the .mlmodel not stated"),
-    VPoint("A5", "MobileOne-S4 (reparameterized), 224x224", "mobileone-s4", "a14", 1.86e-3, "same table",
-           note="same; squeeze-excite pooling and scale not lowered"),
-    VPoint("C1", "DistilBERT (ANE-optimized) seq 128", "distilbert", "a15", 3.47e-3,
-           "machinelearning.apple.com/research/neural-engine-transformers", note="norms, softmax, adds not lowered"),
-    VPoint("C2", "DistilBERT seq 256, batch 2", "transformer:layers=6,d=768,heads=12,ffn=3072,vocab=0,seq=256",
-           "m1-max", 8.7e-3, "smpanaro/more-ane-transformers src/experiments/NOTES.md, 2023-03-26",
-           repeat=2, note="batch 2 as two sequences in one program"),
-    VPoint("C3", "Whisper tiny encoder, 3000 frames", "whisper-tiny-encoder", "m1-pro", 30e-3,
-           "ggml-org/whisper.cpp PR #566", note="H?: compute units of that commit unchecked (today's code picks "
-           "CPU_AND_GPU); generic conversion, not the ANE layout", comparable=False),
-    VPoint("C4", "Whisper base encoder", "whisper-base-encoder", "m1-pro", 64e-3, "same", note="same caveat", comparable=False),
-    VPoint("C5", "Whisper small encoder", "whisper-small-encoder", "m1-pro", 208e-3, "same", note="same caveat", comparable=False),
-    VPoint("C6", "Whisper medium encoder", "whisper-medium-encoder", "m1-pro", 1033e-3, "same",
-           note="same caveat", comparable=False),
-    VPoint("D1", "gpt2-medium, 512-token forward", "transformer:" + _GPT2_MEDIUM + ",seq=512", "m1-max", 103e-3,
-           _SMP + " @529f1e3"),
-    VPoint("D2", "gpt2-xl, 512-token forward (pipeline)", "gpt2-xl-prefill", "m1-max", 455e-3, _SMP + " @529f1e3",
-           note="run as several chunk programs (count unknown; one overhead modelled)"),
-    VPoint("D3", "gpt2-xl, 512-token forward (pipeline)", "gpt2-xl-prefill", "m2", 406e-3, _SMP + " @529f1e3",
-           note="same"),
-    VPoint("D4", "pythia-1B, 512-token forward",
-           "transformer:layers=16,d=2048,heads=8,ffn=8192,vocab=50304,seq=512,kv=512,lm_tokens=1",
-           "m1-max", 304e-3, _SMP + " @529f1e3", note="parallel block as sequential; lm_tokens unknown (1)"),
-    VPoint("E1", "gpt2-large decode, KV 512", "transformer:" + _GPT2_LARGE + ",seq=1", "m1-max", 51e-3,
-           _SMP + " @14ef84f"),
-    VPoint("E2", "gpt2-large decode, KV 512", "transformer:" + _GPT2_LARGE + ",seq=1", "m2", 46e-3,
-           _SMP + " @14ef84f"),
-    VPoint("E3", "gpt2-xl decode, KV 512 (pipeline)", "gpt2-xl", "m1-max", 138e-3, _SMP + " @14ef84f",
-           note="chunk programs"),
-    VPoint("E4", "gpt2-xl decode, KV 512 (pipeline)", "gpt2-xl", "m2", 95e-3, _SMP + " @14ef84f",
-           note="chunk programs"),
-    VPoint("F1", "lm_head 1x4096x128256", _LMHEAD, "m1-pro", 19.14e-3, _ANEMLL,
-           note="M1 Pro borrows the M1 Max read bandwidth", independent=False),
-    VPoint("F2", "lm_head", _LMHEAD, "m1-max", 19.24e-3, _ANEMLL, note="chip read bandwidth = this benchmark",
-           independent=False),
-    VPoint("F3", "lm_head", _LMHEAD, "m1-ultra", 19.20e-3, _ANEMLL,
-           note="one ANE (anes_used); read bandwidth borrowed from the M1 Max", independent=False),
-    VPoint("F4", "lm_head", _LMHEAD, "m2", 17.38e-3, _ANEMLL, note="chip read bandwidth = this benchmark",
-           independent=False),
+    VPoint(
+        "A1",
+        "MobileNetV3-small fp16, 224x224",
+        "mobilenetv3-small",
+        "a16",
+        0.13e-3,
+        "apple/coremltools opt-palettization-perf.md",
+        note="its fixed costs bound the fit (not its time); "
+        "squeeze-excite pooling/scale and residual adds not lowered",
+        independent=False,
+    ),
+    VPoint(
+        "A4",
+        "MobileOne-S0 (reparameterized), 224x224",
+        "mobileone-s0",
+        "a14",
+        0.79e-3,
+        "apple/ml-mobileone README.md, Model Zoo (iPhone 12 Pro, ModelBench)",
+        note="precision of the .mlmodel not stated",
+    ),
+    VPoint(
+        "A5",
+        "MobileOne-S4 (reparameterized), 224x224",
+        "mobileone-s4",
+        "a14",
+        1.86e-3,
+        "same table",
+        note="same; squeeze-excite pooling and scale not lowered",
+    ),
+    VPoint(
+        "C1",
+        "DistilBERT (ANE-optimized) seq 128",
+        "distilbert",
+        "a15",
+        3.47e-3,
+        "machinelearning.apple.com/research/neural-engine-transformers",
+        note="norms, softmax, adds not lowered",
+    ),
+    VPoint(
+        "C2",
+        "DistilBERT seq 256, batch 2",
+        "transformer:layers=6,d=768,heads=12,ffn=3072,vocab=0,seq=256",
+        "m1-max",
+        8.7e-3,
+        "smpanaro/more-ane-transformers src/experiments/NOTES.md, 2023-03-26",
+        repeat=2,
+        note="batch 2 as two sequences in one program",
+    ),
+    VPoint(
+        "C3",
+        "Whisper tiny encoder, 3000 frames",
+        "whisper-tiny-encoder",
+        "m1-pro",
+        30e-3,
+        "ggml-org/whisper.cpp PR #566",
+        note="H?: compute units of that commit unchecked (today's code picks "
+        "CPU_AND_GPU); generic conversion, not the ANE layout",
+        comparable=False,
+    ),
+    VPoint(
+        "C4",
+        "Whisper base encoder",
+        "whisper-base-encoder",
+        "m1-pro",
+        64e-3,
+        "same",
+        note="same caveat",
+        comparable=False,
+    ),
+    VPoint(
+        "C5",
+        "Whisper small encoder",
+        "whisper-small-encoder",
+        "m1-pro",
+        208e-3,
+        "same",
+        note="same caveat",
+        comparable=False,
+    ),
+    VPoint(
+        "C6",
+        "Whisper medium encoder",
+        "whisper-medium-encoder",
+        "m1-pro",
+        1033e-3,
+        "same",
+        note="same caveat",
+        comparable=False,
+    ),
+    VPoint(
+        "D1",
+        "gpt2-medium, 512-token forward",
+        "transformer:" + _GPT2_MEDIUM + ",seq=512",
+        "m1-max",
+        103e-3,
+        _SMP + " @529f1e3",
+    ),
+    VPoint(
+        "D2",
+        "gpt2-xl, 512-token forward (pipeline)",
+        "gpt2-xl-prefill",
+        "m1-max",
+        455e-3,
+        _SMP + " @529f1e3",
+        note="run as several chunk programs (count unknown; one overhead modelled)",
+    ),
+    VPoint(
+        "D3",
+        "gpt2-xl, 512-token forward (pipeline)",
+        "gpt2-xl-prefill",
+        "m2",
+        406e-3,
+        _SMP + " @529f1e3",
+        note="same",
+    ),
+    VPoint(
+        "D4",
+        "pythia-1B, 512-token forward",
+        "transformer:layers=16,d=2048,heads=8,ffn=8192,vocab=50304,seq=512,kv=512,lm_tokens=1",
+        "m1-max",
+        304e-3,
+        _SMP + " @529f1e3",
+        note="parallel block as sequential; lm_tokens unknown (1)",
+    ),
+    VPoint(
+        "E1",
+        "gpt2-large decode, KV 512",
+        "transformer:" + _GPT2_LARGE + ",seq=1",
+        "m1-max",
+        51e-3,
+        _SMP + " @14ef84f",
+    ),
+    VPoint(
+        "E2",
+        "gpt2-large decode, KV 512",
+        "transformer:" + _GPT2_LARGE + ",seq=1",
+        "m2",
+        46e-3,
+        _SMP + " @14ef84f",
+    ),
+    VPoint(
+        "E3",
+        "gpt2-xl decode, KV 512 (pipeline)",
+        "gpt2-xl",
+        "m1-max",
+        138e-3,
+        _SMP + " @14ef84f",
+        note="chunk programs",
+    ),
+    VPoint(
+        "E4",
+        "gpt2-xl decode, KV 512 (pipeline)",
+        "gpt2-xl",
+        "m2",
+        95e-3,
+        _SMP + " @14ef84f",
+        note="chunk programs",
+    ),
+    VPoint(
+        "F1",
+        "lm_head 1x4096x128256",
+        _LMHEAD,
+        "m1-pro",
+        19.14e-3,
+        _ANEMLL,
+        note="M1 Pro borrows the M1 Max read bandwidth",
+        independent=False,
+    ),
+    VPoint(
+        "F2",
+        "lm_head",
+        _LMHEAD,
+        "m1-max",
+        19.24e-3,
+        _ANEMLL,
+        note="chip read bandwidth = this benchmark",
+        independent=False,
+    ),
+    VPoint(
+        "F3",
+        "lm_head",
+        _LMHEAD,
+        "m1-ultra",
+        19.20e-3,
+        _ANEMLL,
+        note="one ANE (anes_used); read bandwidth borrowed from the M1 Max",
+        independent=False,
+    ),
+    VPoint(
+        "F4",
+        "lm_head",
+        _LMHEAD,
+        "m2",
+        17.38e-3,
+        _ANEMLL,
+        note="chip read bandwidth = this benchmark",
+        independent=False,
+    ),
     VPoint("F5", "lm_head", _LMHEAD, "m3", 16.65e-3, _ANEMLL, note="same", independent=False),
-    VPoint("F6", "lm_head", _LMHEAD, "m4", 16.37e-3, "Anemll/anemll-bench issue #5", note="same",
-           independent=False),
-    VPoint("F7", "lm_head", _LMHEAD, "m4-max", 8.74e-3, "Anemll/anemll-bench issue #1", note="same",
-           independent=False),
+    VPoint(
+        "F6",
+        "lm_head",
+        _LMHEAD,
+        "m4",
+        16.37e-3,
+        "Anemll/anemll-bench issue #5",
+        note="same",
+        independent=False,
+    ),
+    VPoint(
+        "F7",
+        "lm_head",
+        _LMHEAD,
+        "m4-max",
+        8.74e-3,
+        "Anemll/anemll-bench issue #1",
+        note="same",
+        independent=False,
+    ),
 )
 
 
@@ -106,18 +276,28 @@ def rows(values: dict | None = None, points=VALIDATION, cache: dict | None = Non
 
 def markdown(values: dict | None = None, cache: dict | None = None) -> str:
     rs = rows(values, cache=cache)
-    lines = ["| id | model | chip | measured | predicted | pred/meas | comparable | independent | source | "
-             "caveats |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| id | model | chip | measured | predicted | pred/meas | comparable | independent | source | "
+        "caveats |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for p, t, r in rs:
-        lines.append(f"| {p.id} | {p.what} | {p.chip} | {p.measured_s * 1e3:.2f} ms | {t * 1e3:.2f} ms | "
-                     f"{r:.2f} | {'yes' if p.comparable else 'no'} | {'yes' if p.independent else 'no'} | "
-                     f"{p.source} | {p.note} |")
+        lines.append(
+            f"| {p.id} | {p.what} | {p.chip} | {p.measured_s * 1e3:.2f} ms | {t * 1e3:.2f} ms | "
+            f"{r:.2f} | {'yes' if p.comparable else 'no'} | {'yes' if p.independent else 'no'} | "
+            f"{p.source} | {p.note} |"
+        )
     lines.append("")
-    for label, sel in (("comparable and independent", lambda p: p.comparable and p.independent),
-                       ("independent", lambda p: p.independent), ("all", lambda p: True)):
+    for label, sel in (
+        ("comparable and independent", lambda p: p.comparable and p.independent),
+        ("independent", lambda p: p.independent),
+        ("all", lambda p: True),
+    ):
         rr = [r for p, _, r in rs if sel(p)]
-        lines.append(f"- {label}: rms log-error x{rms_log_error(rr):.3f} over {len(rr)} points, "
-                     f"{sum(0.5 <= r <= 2 for r in rr)} within 2x")
+        lines.append(
+            f"- {label}: rms log-error x{rms_log_error(rr):.3f} over {len(rr)} points, "
+            f"{sum(0.5 <= r <= 2 for r in rr)} within 2x"
+        )
     return "\n".join(lines)
 
 

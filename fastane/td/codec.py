@@ -6,6 +6,7 @@ register values.  The M1 TD is a 10-word TD header plus seven packets at fixed o
 (:data:`LAYOUT`), 0x274 bytes in all.  A :class:`TaskDescriptor` keeps all 157 words, so bits
 that no field names survive a decode/encode round trip unchanged.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -48,12 +49,14 @@ class FieldOverflowError(TDError):
     """A value does not fit the field it is written to (negative or wider than the field)."""
 
     def __init__(self, field: Field, value):
-        super().__init__(f"TD field {field.name} is {field.width} bits wide "
-                         f"(0..{field.mask:#x}): cannot hold {value!r}")
+        super().__init__(
+            f"TD field {field.name} is {field.width} bits wide (0..{field.mask:#x}): cannot hold {value!r}"
+        )
         self.field, self.value = field, value
 
 
 # ---------------------------------------------------------------- ControlDMA packets
+
 
 def packet_header(register: int, count: int) -> int:
     """The header word of a packet writing ``count`` (1..64) words from byte address ``register``."""
@@ -86,7 +89,7 @@ def decode_packet(words, pos: int = 0) -> tuple[int, list[int]]:
     count, register = parse_packet_header(words[pos])
     if pos + 1 + count > len(words):
         raise TDError(f"packet at word {pos} carries {count} words but only {len(words) - pos - 1} follow")
-    return register, list(words[pos + 1:pos + 1 + count])
+    return register, list(words[pos + 1 : pos + 1 + count])
 
 
 def _describe(word: int) -> str:
@@ -109,20 +112,26 @@ def check_layout(words, where: int = 0) -> None:
         if not found & 3:
             count, _ = parse_packet_header(found)
             if off + 4 + 4 * count > TD_SIZE:
-                raise PacketError(f"{at}: found {_describe(found)}, whose {count} words run past "
-                                  f"the TD end {TD_SIZE:#x}; expected {_describe(expected)}",
-                                  where + off, expected, found)
-        raise PacketError(f"{at}: expected {_describe(expected)}, found {_describe(found)}",
-                          where + off, expected, found)
+                raise PacketError(
+                    f"{at}: found {_describe(found)}, whose {count} words run past "
+                    f"the TD end {TD_SIZE:#x}; expected {_describe(expected)}",
+                    where + off,
+                    expected,
+                    found,
+                )
+        raise PacketError(
+            f"{at}: expected {_describe(expected)}, found {_describe(found)}", where + off, expected, found
+        )
 
 
 # ---------------------------------------------------------------- TaskDescriptor
+
 
 def _alias(name: str) -> str:
     return name.replace(".", "_").replace("[", "").replace("]", "")
 
 
-_ALIASES = {_alias(f.name): f.name for f in TD_FIELDS}          # Common_Cin_Cin -> Common.Cin.Cin
+_ALIASES = {_alias(f.name): f.name for f in TD_FIELDS}  # Common_Cin_Cin -> Common.Cin.Cin
 _PREFIXES = {f.name.rsplit(".", k)[0] for f in TD_FIELDS for k in (1, 2) if f.name.count(".") >= k}
 _ARRAYS = {p.rsplit("[", 1)[0] for p in _PREFIXES | set(BY_NAME) if p.endswith("]")}
 _BLANK = [0] * TD_WORDS
@@ -165,8 +174,10 @@ class TaskDescriptor:
         """Decode the 0x274-byte TD at ``offset`` of ``data``; raises :class:`TDError` if malformed."""
         data = memoryview(data).cast("B")
         if offset < 0 or offset + TD_SIZE > len(data):
-            raise TDError(f"truncated TD at {offset:#x}: need {TD_SIZE:#x} bytes, "
-                          f"only {max(len(data) - offset, 0):#x} there")
+            raise TDError(
+                f"truncated TD at {offset:#x}: need {TD_SIZE:#x} bytes, "
+                f"only {max(len(data) - offset, 0):#x} there"
+            )
         words = _STRUCT.unpack_from(data, offset)
         check_layout(words, offset)
         td = cls.__new__(cls)
@@ -225,15 +236,17 @@ class TaskDescriptor:
         covered = [0] * TD_WORDS
         for f in TD_FIELDS:
             covered[f.word] |= f.mask << f.shift
-        out += [(f"word[{i}] unnamed bits", a & ~covered[i] & 0xFFFFFFFF, b & ~covered[i] & 0xFFFFFFFF)
-                for i, (a, b) in enumerate(zip(self.words, other.words))
-                if (a ^ b) & ~covered[i] & 0xFFFFFFFF]
+        out += [
+            (f"word[{i}] unnamed bits", a & ~covered[i] & 0xFFFFFFFF, b & ~covered[i] & 0xFFFFFFFF)
+            for i, (a, b) in enumerate(zip(self.words, other.words))
+            if (a ^ b) & ~covered[i] & 0xFFFFFFFF
+        ]
         return out
 
     @property
     def planar_words(self) -> tuple[int, int, int, int]:
         """The Planar engine's 4 raw words (TD offsets 0x22c..0x238)."""
-        return tuple(self.words[0x22C // 4:0x22C // 4 + 4])
+        return tuple(self.words[0x22C // 4 : 0x22C // 4 + 4])
 
     # -- assembler
     @classmethod
@@ -291,7 +304,7 @@ class _View:
             return self._td[key]
         if key in _PREFIXES or key in _ARRAYS:
             return _View(self._td, key)
-        raise err(f"{self._path} has no field or register {key[len(self._path):].lstrip('.')!r}")
+        raise err(f"{self._path} has no field or register {key[len(self._path) :].lstrip('.')!r}")
 
     def __getattr__(self, name: str):
         return self._get(self._key(name), AttributeError)
@@ -308,8 +321,11 @@ class _View:
     def fields(self) -> dict[str, int]:
         """``{name relative to this view: value}`` for the fields under it."""
         p = self._path
-        return {n[len(p):].lstrip("."): self._td[n] for n in _NAMES
-                if n.startswith(p) and n[len(p):len(p) + 1] in (".", "[")}
+        return {
+            n[len(p) :].lstrip("."): self._td[n]
+            for n in _NAMES
+            if n.startswith(p) and n[len(p) : len(p) + 1] in (".", "[")
+        }
 
     def __repr__(self) -> str:
         return f"<{self._path}: {self.fields()}>"

@@ -5,6 +5,7 @@ nonzero field in it, decoded where the meaning is known (formats, fp16 scales, b
 strides and DMA addresses).  ``--json`` prints ``{"tds": [{"offset", "fields"}]}`` with every
 field of every TD, zeros included.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,7 +47,7 @@ def describe(f: Field, v: int) -> str:
         return f"{v:#06x} ({fp16(v):g})"
     if f.field == "NonlinearMode":
         return f"{v} ({NONLINEAR.get(v, '?')})"
-    if f.field in _SIZES and f.bit:         # stored from bit 6 (x64) or bit 4 (x16, L2) upward
+    if f.field in _SIZES and f.bit:  # stored from bit 6 (x64) or bit 4 (x16, L2) upward
         return f"{v} (x{1 << f.bit} = {v << f.bit:#x} B)"
     if f.section == "Planar":
         if f.register in ("Word[1]", "Word[2]"):
@@ -59,7 +60,7 @@ def describe(f: Field, v: int) -> str:
 
 
 def _rel(f: Field) -> str:
-    return f.name[len(f.section) + 1:]
+    return f.name[len(f.section) + 1 :]
 
 
 def listing_td(td: TaskDescriptor, index: int = 0, offset: int = 0) -> list[str]:
@@ -70,13 +71,18 @@ def listing_td(td: TaskDescriptor, index: int = 0, offset: int = 0) -> list[str]
     lines = [head + (f"  [{' '.join(flags)}]" if flags else "")]
     for w, word in enumerate(td.words):
         if w in _HEADERS:
-            lines.append(f"  +{4 * w:03x} {word:08x}  {_SECTION_OF[w]:<12s}  "
-                         f".packet {_HEADERS[w]} words -> register {word & 0x03FFFFFC:#x}")
+            lines.append(
+                f"  +{4 * w:03x} {word:08x}  {_SECTION_OF[w]:<12s}  "
+                f".packet {_HEADERS[w]} words -> register {word & 0x03FFFFFC:#x}"
+            )
             continue
         if not word:
             continue
-        parts = [f"{_rel(f)}={describe(f, (word >> f.shift) & f.mask)}"
-                 for f in _FIELDS_OF[w] if (word >> f.shift) & f.mask]
+        parts = [
+            f"{_rel(f)}={describe(f, (word >> f.shift) & f.mask)}"
+            for f in _FIELDS_OF[w]
+            if (word >> f.shift) & f.mask
+        ]
         extra = word & ~_COVERED[w] & 0xFFFFFFFF
         if extra:
             parts.append(f"?bits={extra:#x}")
@@ -86,12 +92,20 @@ def listing_td(td: TaskDescriptor, index: int = 0, offset: int = 0) -> list[str]
 
 def listing(program) -> str:
     """The whole program's listing: a summary, the BAR plan, then every TD."""
-    out = [f"; {program.source or program.name}: {len(program.tds)} TD(s), "
-           f"TD stream at file offset {program.td_base:#x}, kernel {len(program.kernel):#x} bytes"]
+    out = [
+        f"; {program.source or program.name}: {len(program.tds)} TD(s), "
+        f"TD stream at file offset {program.td_base:#x}, kernel {len(program.kernel):#x} bytes"
+    ]
     if program.bars:
-        out.append("; BAR slots: " + ", ".join(
-            f"{b.slot}={b.role}" + (f" {b.name!r}" if b.name else "") +
-            (f" ({b.size:#x} B)" if b.size is not None else "") for b in program.bars.values()))
+        out.append(
+            "; BAR slots: "
+            + ", ".join(
+                f"{b.slot}={b.role}"
+                + (f" {b.name!r}" if b.name else "")
+                + (f" ({b.size:#x} B)" if b.size is not None else "")
+                for b in program.bars.values()
+            )
+        )
     for note in program.meta.get("notes", ()):
         out.append(f"; note: {note}")
     for i, (td, off) in enumerate(zip(program.tds, program.offsets)):
@@ -102,22 +116,31 @@ def listing(program) -> str:
 
 def to_json(program) -> dict:
     """``{"tds": [{"offset": file offset, "fields": {name: value}}]}``, every field of every TD."""
-    return {"tds": [{"offset": program.td_base + off, "fields": td.fields()}
-                    for td, off in zip(program.tds, program.offsets)]}
+    return {
+        "tds": [
+            {"offset": program.td_base + off, "fields": td.fields()}
+            for td, off in zip(program.tds, program.offsets)
+        ]
+    }
 
 
 def add_arguments(parser) -> None:
     """Arguments of ``fastane disasm``."""
     parser.add_argument("file", help="an .hwx file, a corpus .bin kernel or a raw TD file")
-    parser.add_argument("--json", action="store_true",
-                        help='print {"tds": [{"offset", "fields"}]} with every field of every TD')
-    parser.add_argument("--no-meta", action="store_true",
-                        help="ignore a kernels.json found beside a .bin file")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"tds": [{"offset", "fields"}]} with every field of every TD',
+    )
+    parser.add_argument(
+        "--no-meta", action="store_true", help="ignore a kernels.json found beside a .bin file"
+    )
 
 
 def run(args) -> int:
     """Disassemble ``args.file``; returns the exit status (1 on a malformed or unreadable file)."""
     from .program import load_program
+
     try:
         program = load_program(args.file, meta=False if getattr(args, "no_meta", False) else None)
     except (TDError, OSError) as e:
@@ -125,6 +148,6 @@ def run(args) -> int:
         return 1
     try:
         print(json.dumps(to_json(program), indent=1) if args.json else listing(program))
-    except BrokenPipeError:             # `fastane disasm x.hwx | head`: stop quietly
+    except BrokenPipeError:  # `fastane disasm x.hwx | head`: stop quietly
         sys.stdout = open(os.devnull, "w")
     return 0

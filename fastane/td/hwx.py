@@ -9,6 +9,7 @@ flavor 3: one tensor descriptor each), ``LC_IDENT`` (compiler version and option
 ``LC_SYMTAB``.  Everything is located through those commands; no offset is assumed.  This
 module parses the container only; :func:`fastane.td.program.load_hwx` makes it a Program.
 """
+
 from __future__ import annotations
 
 import struct
@@ -18,10 +19,12 @@ from ..errors import TDError
 
 MAGICS = {0xBEEFFACE: "ANE hwx", 0xFEEDFACF: "Mach-O 64"}
 LC_SYMTAB, LC_THREAD, LC_LOADFVMLIB, LC_IDENT, LC_SEGMENT_64 = 0x2, 0x4, 0x6, 0x8, 0x19
-_HEADER = struct.Struct("<8I")              # magic cputype cpusubtype filetype ncmds sizeofcmds flags reserved
-_SEGMENT = struct.Struct("<16s4Q4I")        # segname vmaddr vmsize fileoff filesize maxprot initprot nsects flags
-_SECTION = struct.Struct("<16s16s2Q8I")     # sectname segname addr size offset align reloff nreloc flags r1 r2 r3
-_NLIST = struct.Struct("<IBBhQ")            # strx type sect desc value
+_HEADER = struct.Struct("<8I")  # magic cputype cpusubtype filetype ncmds sizeofcmds flags reserved
+_SEGMENT = struct.Struct("<16s4Q4I")  # segname vmaddr vmsize fileoff filesize maxprot initprot nsects flags
+_SECTION = struct.Struct(
+    "<16s16s2Q8I"
+)  # sectname segname addr size offset align reloff nreloc flags r1 r2 r3
+_NLIST = struct.Struct("<IBBhQ")  # strx type sect desc value
 
 
 class HwxError(TDError):
@@ -31,6 +34,7 @@ class HwxError(TDError):
 @dataclass
 class Section:
     """A Mach-O section; ``data`` is None when it has no bytes in the file (``__FVMLIB``)."""
+
     segname: str
     sectname: str
     addr: int
@@ -46,6 +50,7 @@ class Section:
 @dataclass
 class Segment:
     """A Mach-O segment (``LC_SEGMENT_64``) and its sections."""
+
     name: str
     vmaddr: int
     vmsize: int
@@ -58,15 +63,16 @@ class Segment:
 @dataclass
 class Hwx:
     """A parsed .hwx file."""
+
     magic: int
     cputype: int
     cpusubtype: int
     filetype: int
-    commands: list[tuple[int, int, int]]                 # (cmd, file offset, cmdsize)
+    commands: list[tuple[int, int, int]]  # (cmd, file offset, cmdsize)
     segments: list[Segment]
-    symbols: dict[str, int]                             # defined symbol -> address
-    fvmlibs: dict[int, str]                             # segment address -> tensor name
-    threads: list[tuple[int, tuple[int, ...], bytes]]   # (flavor, state words, whole command)
+    symbols: dict[str, int]  # defined symbol -> address
+    fvmlibs: dict[int, str]  # segment address -> tensor name
+    threads: list[tuple[int, tuple[int, ...], bytes]]  # (flavor, state words, whole command)
     ident: str = ""
 
     def sections(self) -> list[Section]:
@@ -105,9 +111,19 @@ class Hwx:
         for flavor, w, body in self.threads:
             if flavor != 3 or len(w) < 23:
                 continue
-            name = _cstr(body[w[4]:]) if 16 <= w[4] < len(body) else None
-            out.append({"name": name, "kind": w[1], "dtype": w[5], "shape": tuple(w[6:10]),
-                        "size": w[16], "row_stride": w[18], "plane_stride": w[20], "elem_bytes": w[22]})
+            name = _cstr(body[w[4] :]) if 16 <= w[4] < len(body) else None
+            out.append(
+                {
+                    "name": name,
+                    "kind": w[1],
+                    "dtype": w[5],
+                    "shape": tuple(w[6:10]),
+                    "size": w[16],
+                    "row_stride": w[18],
+                    "plane_stride": w[20],
+                    "elem_bytes": w[22],
+                }
+            )
         return out
 
     def name_of(self, addr: int) -> str | None:
@@ -137,25 +153,29 @@ def parse_hwx(data) -> Hwx:
         raise HwxError(f"bad magic {magic:#010x} at offset 0 (expected 0xbeefface, ANE hwx)")
     end = _HEADER.size + sizeofcmds
     if end > n:
-        raise HwxError(f"load commands claim {sizeofcmds:#x} bytes, past the end of the file "
-                       f"({n:#x} bytes)")
+        raise HwxError(f"load commands claim {sizeofcmds:#x} bytes, past the end of the file ({n:#x} bytes)")
     hwx = Hwx(magic, cpu, sub, ftype, [], [], {}, {}, [])
     off = _HEADER.size
     for i in range(ncmds):
         if off + 8 > end:
-            raise HwxError(f"load command #{i} at {off:#x}: header runs past the load commands "
-                           f"(end {end:#x}; ncmds {ncmds})")
+            raise HwxError(
+                f"load command #{i} at {off:#x}: header runs past the load commands "
+                f"(end {end:#x}; ncmds {ncmds})"
+            )
         cmd, size = struct.unpack_from("<2I", data, off)
         if size < 8 or size % 4 or off + size > end:
-            raise HwxError(f"load command #{i} ({cmd:#x}) at {off:#x}: bad cmdsize {size:#x} "
-                           f"(load commands end at {end:#x})")
+            raise HwxError(
+                f"load command #{i} ({cmd:#x}) at {off:#x}: bad cmdsize {size:#x} "
+                f"(load commands end at {end:#x})"
+            )
         hwx.commands.append((cmd, off, size))
-        body = data[off:off + size]
+        body = data[off : off + size]
         try:
             _command(hwx, cmd, body, off, data)
         except struct.error:
-            raise HwxError(f"load command #{i} ({cmd:#x}) at {off:#x}: cmdsize {size:#x} is too "
-                           f"small for its contents") from None
+            raise HwxError(
+                f"load command #{i} ({cmd:#x}) at {off:#x}: cmdsize {size:#x} is too small for its contents"
+            ) from None
         off += size
     return hwx
 
@@ -165,21 +185,27 @@ def _command(hwx: Hwx, cmd: int, body: bytes, off: int, data: bytes) -> None:
     if cmd == LC_SEGMENT_64:
         name, vmaddr, vmsize, fileoff, filesize, _maxp, initp, nsects, _fl = _SEGMENT.unpack_from(body, 8)
         if 8 + _SEGMENT.size + nsects * _SECTION.size > len(body):
-            raise HwxError(f"segment {_cstr(name)} at {off:#x}: {nsects} sections do not fit its "
-                           f"cmdsize {len(body):#x}")
+            raise HwxError(
+                f"segment {_cstr(name)} at {off:#x}: {nsects} sections do not fit its cmdsize {len(body):#x}"
+            )
         if filesize and fileoff + filesize > n:
-            raise HwxError(f"segment {_cstr(name)}: file range {fileoff:#x}+{filesize:#x} is out of "
-                           f"the file ({n:#x} bytes)")
+            raise HwxError(
+                f"segment {_cstr(name)}: file range {fileoff:#x}+{filesize:#x} is out of "
+                f"the file ({n:#x} bytes)"
+            )
         seg = Segment(_cstr(name), vmaddr, vmsize, fileoff, filesize, initp)
         for k in range(nsects):
-            sect, segn, addr, size, offset, *_r, flags, _r1, _r2, _r3 = \
-                _SECTION.unpack_from(body, 8 + _SEGMENT.size + k * _SECTION.size)
+            sect, segn, addr, size, offset, *_r, flags, _r1, _r2, _r3 = _SECTION.unpack_from(
+                body, 8 + _SEGMENT.size + k * _SECTION.size
+            )
             s = Section(_cstr(segn), _cstr(sect), addr, size, offset, flags)
-            if filesize:            # file-backed: the section's bytes must be inside the file
+            if filesize:  # file-backed: the section's bytes must be inside the file
                 if offset + size > n or offset < fileoff or offset + size > fileoff + filesize:
-                    raise HwxError(f"section {s.segname},{s.sectname}: file range {offset:#x}+{size:#x} "
-                                   f"is out of the file ({n:#x} bytes) or of its segment")
-                s.data = data[offset:offset + size]
+                    raise HwxError(
+                        f"section {s.segname},{s.sectname}: file range {offset:#x}+{size:#x} "
+                        f"is out of the file ({n:#x} bytes) or of its segment"
+                    )
+                s.data = data[offset : offset + size]
             seg.sections.append(s)
         hwx.segments.append(seg)
     elif cmd == LC_LOADFVMLIB:
@@ -187,22 +213,26 @@ def _command(hwx: Hwx, cmd: int, body: bytes, off: int, data: bytes) -> None:
         if not 12 <= name_off < len(body):
             raise HwxError(f"LC_LOADFVMLIB at {off:#x}: name offset {name_off:#x} is out of the command")
         hwx.fvmlibs[header_addr] = _cstr(body[name_off:])
-    elif cmd == LC_THREAD:       # one flavor/count/state, then a pool of strings the state points into
+    elif cmd == LC_THREAD:  # one flavor/count/state, then a pool of strings the state points into
         flavor, count = struct.unpack_from("<2I", body, 8)
         if 16 + 4 * count > len(body):
-            raise HwxError(f"LC_THREAD at {off:#x}: flavor {flavor} state of {count} words runs past "
-                           f"its cmdsize {len(body):#x}")
+            raise HwxError(
+                f"LC_THREAD at {off:#x}: flavor {flavor} state of {count} words runs past "
+                f"its cmdsize {len(body):#x}"
+            )
         hwx.threads.append((flavor, struct.unpack_from(f"<{count}I", body, 16), body))
     elif cmd == LC_IDENT:
         hwx.ident = _cstr(body[8:]).strip()
     elif cmd == LC_SYMTAB:
         symoff, nsyms, stroff, strsize = struct.unpack_from("<4I", body, 8)
         if symoff + nsyms * _NLIST.size > n or stroff + strsize > n:
-            raise HwxError(f"LC_SYMTAB at {off:#x}: symbols ({symoff:#x}, {nsyms}) or strings "
-                           f"({stroff:#x}+{strsize:#x}) are out of the file ({n:#x} bytes)")
+            raise HwxError(
+                f"LC_SYMTAB at {off:#x}: symbols ({symoff:#x}, {nsyms}) or strings "
+                f"({stroff:#x}+{strsize:#x}) are out of the file ({n:#x} bytes)"
+            )
         for k in range(nsyms):
             strx, typ, _sect, _desc, value = _NLIST.unpack_from(data, symoff + k * _NLIST.size)
             if strx >= strsize:
                 raise HwxError(f"symbol #{k}: string index {strx:#x} past the string table ({strsize:#x})")
-            if typ & 0x0E == 0x0E and not typ & 0xE0:       # N_SECT, not a debugging (stab) entry
-                hwx.symbols[_cstr(data[stroff + strx:stroff + strsize])] = value
+            if typ & 0x0E == 0x0E and not typ & 0xE0:  # N_SECT, not a debugging (stab) entry
+                hwx.symbols[_cstr(data[stroff + strx : stroff + strsize])] = value

@@ -13,14 +13,27 @@ What the words mean was established from the 40 planar TDs of the corpus (docs/d
   fp16: ``out = s * y + c``.  **Word 2** = (scale ``s0`` of the RBase0 operand, 0);
   **Word 3** = an fp32 output scale, 1.0 in every corpus TD.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from .fields import UNNAMED_FIELDS
 
-__all__ = ["WORDS", "TASK_REDUCE", "UNNAMED", "OPCODES", "PLANAR_UNARY", "PLANAR_BINARY",
-           "unnamed_fields", "registers", "set_unnamed", "is_planar", "operation", "words"]
+__all__ = [
+    "WORDS",
+    "TASK_REDUCE",
+    "UNNAMED",
+    "OPCODES",
+    "PLANAR_UNARY",
+    "PLANAR_BINARY",
+    "unnamed_fields",
+    "registers",
+    "set_unnamed",
+    "is_planar",
+    "operation",
+    "words",
+]
 
 WORDS = tuple(f"Planar.Word[{i}]" for i in range(4))
 #: ``Common.Cfg.TaskType`` of a row reduction
@@ -40,9 +53,18 @@ RECIP = 1 << 12
 BINOPS = ("add", "mul", "max", "min")
 
 #: Word 0 of each operation; the reductions need ``Common.Cfg.TaskType`` = 5 as well
-OPCODES = {"scale": 0x0, "abs": ABS, "add": BINARY, "mul": BINARY | 1 << 2,
-           "max": BINARY | 2 << 2, "min": BINARY | 3 << 2, "sub": BINARY | SUBTRACT,
-           "sum": 0x0, "max-reduce": RED_MAX, "recip-sum": RECIP}
+OPCODES = {
+    "scale": 0x0,
+    "abs": ABS,
+    "add": BINARY,
+    "mul": BINARY | 1 << 2,
+    "max": BINARY | 2 << 2,
+    "min": BINARY | 3 << 2,
+    "sub": BINARY | SUBTRACT,
+    "sum": 0x0,
+    "max-reduce": RED_MAX,
+    "recip-sum": RECIP,
+}
 #: the elementwise operations a TD builder emits (:func:`fastane.td.asm.eltwise_td`)
 PLANAR_UNARY = ("scale", "abs")
 PLANAR_BINARY = ("add", "sub", "mul", "max", "min")
@@ -93,5 +115,9 @@ def words(name: str, out_scale: float = 1.0, offset: float = 0.0, in_scale: floa
     op(in_scale * a, b) + offset``, every value rounded to fp16 (word 3 = fp32 1.0)."""
     if name not in OPCODES:
         raise ValueError(f"unknown planar operation {name!r} (one of {', '.join(OPCODES)})")
-    return (OPCODES[name], _f16_bits(out_scale) << 16 | _f16_bits(offset), _f16_bits(in_scale) << 16,
-            0x3F800000)
+    return (
+        OPCODES[name],
+        _f16_bits(out_scale) << 16 | _f16_bits(offset),
+        _f16_bits(in_scale) << 16,
+        0x3F800000,
+    )

@@ -11,6 +11,7 @@ Loaders: :func:`load_program` reads a corpus ``.bin`` kernel (TD stream, then th
 at ``round_up(tsk_size, 0x80)``; ``kernels.json`` metadata beside it is used when found), a
 ``.hwx`` Mach-O (:mod:`fastane.td.hwx`) or a raw TD file.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,14 +26,16 @@ from .codec import TaskDescriptor
 from .hwx import HwxError, is_hwx, parse_hwx
 from .fields import TD_SIZE, TD_STRIDE, TD_WORDS
 
-KERNEL_ALIGN = 0x80     # the kernel region of a corpus .bin starts at round_up(tsk_size, 0x80)
+KERNEL_ALIGN = 0x80  # the kernel region of a corpus .bin starts at round_up(tsk_size, 0x80)
 ROLES = ("td", "kernel", "input", "output", "intermediate")
 _TILE_TYPES = {"TILE_CMD": "td", "TILE_SRC": "input", "TILE_DST": "output", "TILE_ITM": "intermediate"}
+
 
 @dataclass(frozen=True)
 class BarSlot:
     """One BAR slot of a program: ``role`` is one of :data:`ROLES`; ``size`` the bytes it must
     provide (None when unknown); ``name`` the tensor's name where the container gives one."""
+
     slot: int
     role: str
     size: int | None = None
@@ -48,6 +51,7 @@ class Program:
     kernel/coefficient region (BAR slot 1 by convention); ``bars`` maps slot -> :class:`BarSlot`;
     ``meta`` keeps what the container said (kernels.json entry, .hwx symbols, ...).
     """
+
     tds: list[TaskDescriptor]
     offsets: list[int]
     td_stream: bytes
@@ -91,9 +95,14 @@ class Program:
         return bytes(stream) + bytes(round_up(len(stream), KERNEL_ALIGN) - len(stream)) + self.kernel
 
     @classmethod
-    def from_tds(cls, tds: Sequence[TaskDescriptor], kernel: bytes = b"",
-                 bars: Mapping[int, BarSlot | None] | None = None, name: str = "",
-                 copy: bool = True) -> "Program":
+    def from_tds(
+        cls,
+        tds: Sequence[TaskDescriptor],
+        kernel: bytes = b"",
+        bars: Mapping[int, BarSlot | None] | None = None,
+        name: str = "",
+        copy: bool = True,
+    ) -> "Program":
         """Chain ``tds`` into a program: 0x300 apart, NextPointer/NextSize/TBE set, EON on the last.
 
         The TDs are copied (unless ``copy=False``: then they are chained in place); the BAR
@@ -105,13 +114,18 @@ class Program:
         tds = [td.copy() for td in tds] if copy else list(tds)
         for i, td in enumerate(tds):
             last = i == len(tds) - 1
-            td.update({"Header.NextPointer": 0 if last else TD_STRIDE * (i + 1),
-                       "Header.NextSize": 0 if last else TD_WORDS - 1,
-                       "Header.TBE": 0 if last else 1, "Header.EON": int(last)})
+            td.update(
+                {
+                    "Header.NextPointer": 0 if last else TD_STRIDE * (i + 1),
+                    "Header.NextSize": 0 if last else TD_WORDS - 1,
+                    "Header.TBE": 0 if last else 1,
+                    "Header.EON": int(last),
+                }
+            )
         offsets = [TD_STRIDE * i for i in range(len(tds))]
         stream = bytearray(offsets[-1] + TD_SIZE)
         for off, td in zip(offsets, tds):
-            stream[off:off + TD_SIZE] = td.to_bytes()
+            stream[off : off + TD_SIZE] = td.to_bytes()
         if bars is None:
             bars = plan_bars(tds, len(stream), len(kernel))
         else:
@@ -120,6 +134,7 @@ class Program:
 
 
 # ---------------------------------------------------------------- chains and BAR plans
+
 
 def parse_chain(stream, base: int = 0) -> tuple[list[TaskDescriptor], list[int]]:
     """Follow the TD chain of ``stream`` from its first TD: ``(tds, offsets)``.
@@ -133,8 +148,10 @@ def parse_chain(stream, base: int = 0) -> tuple[list[TaskDescriptor], list[int]]
     tds, offsets, off = [], [], 0
     while True:
         if off + TD_SIZE > len(stream):
-            raise TDError(f"truncated TD stream: TD {len(tds)} at {base + off:#x} needs {TD_SIZE:#x} "
-                          f"bytes, the stream has {max(len(stream) - off, 0):#x} there")
+            raise TDError(
+                f"truncated TD stream: TD {len(tds)} at {base + off:#x} needs {TD_SIZE:#x} "
+                f"bytes, the stream has {max(len(stream) - off, 0):#x} there"
+            )
         td = TaskDescriptor.from_bytes(stream, off)
         tds.append(td)
         offsets.append(off)
@@ -145,15 +162,19 @@ def parse_chain(stream, base: int = 0) -> tuple[list[TaskDescriptor], list[int]]
         if size != TD_WORDS - 1:
             raise TDError(f"{where}: NextSize {size:#x} is not an M1 TD ({TD_WORDS - 1:#x} = words - 1)")
         if nxt % 4 or nxt + TD_SIZE > len(stream):
-            raise TDError(f"{where}: NextPointer {nxt:#x} points outside the program's TD stream "
-                          f"({len(stream):#x} bytes; a TD needs {TD_SIZE:#x})")
+            raise TDError(
+                f"{where}: NextPointer {nxt:#x} points outside the program's TD stream "
+                f"({len(stream):#x} bytes; a TD needs {TD_SIZE:#x})"
+            )
         if nxt in offsets:
             raise TDError(f"{where}: NextPointer {nxt:#x} loops back to TD {offsets.index(nxt)}")
         off = nxt
 
 
-_DMA_STRIDES = {"TileDMASrc": ("RowStride.Stride", "PlaneStride.PlaneStride", "DepthStride.Stride"),
-                "TileDMADst": ("RowStride.RowStride", "PlaneStride.PlaneStride", "DepthStride.DepthStride")}
+_DMA_STRIDES = {
+    "TileDMASrc": ("RowStride.Stride", "PlaneStride.PlaneStride", "DepthStride.Stride"),
+    "TileDMADst": ("RowStride.RowStride", "PlaneStride.PlaneStride", "DepthStride.DepthStride"),
+}
 
 
 def _extent(td: TaskDescriptor, dma: str, c: int, h: int, w: int, fmt: int) -> int:
@@ -172,7 +193,7 @@ def plan_bars(tds: Sequence[TaskDescriptor], td_size: int, kernel_size: int) -> 
     td_slot = next((td["Header.TBase"] for td in tds if td["Header.TBE"]), 0)
     bars = {td_slot: BarSlot(td_slot, "td", td_size)}
     reads: dict[int, int] = {}
-    writes: dict[int, int] = {}     # slot -> bytes
+    writes: dict[int, int] = {}  # slot -> bytes
     kernels: set[int] = set()
     written_before: set[int] = set()
     intermediate: set[int] = set()
@@ -180,8 +201,14 @@ def plan_bars(tds: Sequence[TaskDescriptor], td_size: int, kernel_size: int) -> 
         for k in range(4):
             if td[f"Header.KBE{k}"]:
                 kernels.add(td[f"Header.KBase{k}"])
-        src = _extent(td, "TileDMASrc", td["Common.Cin.Cin"], td["Common.InDim.Hin"],
-                      td["Common.InDim.Win"], td["TileDMASrc.Fmt.MemFmt"])
+        src = _extent(
+            td,
+            "TileDMASrc",
+            td["Common.Cin.Cin"],
+            td["Common.InDim.Hin"],
+            td["Common.InDim.Win"],
+            td["TileDMASrc.Fmt.MemFmt"],
+        )
         for r in ("0", "1"):
             if td[f"Header.RBE{r}"]:
                 slot = td[f"Header.RBase{r}"]
@@ -190,8 +217,14 @@ def plan_bars(tds: Sequence[TaskDescriptor], td_size: int, kernel_size: int) -> 
                     intermediate.add(slot)
         if td["Header.WBE"]:
             slot = td["Header.WBase"]
-            dst = _extent(td, "TileDMADst", td["Common.Cout.Cout"], td["Common.OutDim.Hout"],
-                          td["Common.OutDim.Wout"], td["TileDMADst.Fmt.MemFmt"])
+            dst = _extent(
+                td,
+                "TileDMADst",
+                td["Common.Cout.Cout"],
+                td["Common.OutDim.Hout"],
+                td["Common.OutDim.Wout"],
+                td["TileDMADst.Fmt.MemFmt"],
+            )
             writes[slot] = max(writes.get(slot, 0), dst)
             written_before.add(slot)
     for slot in sorted(kernels):
@@ -199,13 +232,14 @@ def plan_bars(tds: Sequence[TaskDescriptor], td_size: int, kernel_size: int) -> 
     for slot in sorted(set(reads) | set(writes)):
         if slot in bars:
             continue
-        role = ("intermediate" if slot in intermediate else "output" if slot in writes else "input")
+        role = "intermediate" if slot in intermediate else "output" if slot in writes else "input"
         size = max(reads.get(slot, 0), writes.get(slot, 0))
         bars[slot] = BarSlot(slot, role, round_up(size, TILE) if size else None)
     return dict(sorted(bars.items()))
 
 
 # ---------------------------------------------------------------- loaders
+
 
 def _find_metadata(path: Path):
     """The kernels.json entry describing ``path``, searched beside it and one folder up."""
@@ -218,8 +252,11 @@ def _find_metadata(path: Path):
         except (OSError, ValueError) as e:
             raise TDError(f"{j}: unreadable kernels.json ({e})") from None
         for name, entry in table.items() if isinstance(table, dict) else ():
-            if isinstance(entry, dict) and "file" in entry and \
-                    os.path.normpath(d / entry["file"]) == os.path.normpath(path):
+            if (
+                isinstance(entry, dict)
+                and "file" in entry
+                and os.path.normpath(d / entry["file"]) == os.path.normpath(path)
+            ):
                 return dict(entry, name=name)
     return None
 
@@ -242,7 +279,7 @@ def load_bin(data: bytes, meta: Mapping | None = None, name: str = "", source: s
     tds, offsets = parse_chain(data)
     tsk = offsets[-1] + TD_SIZE
     if meta is None:
-        kernel = data[round_up(tsk, KERNEL_ALIGN):] if len(data) > tsk else b""
+        kernel = data[round_up(tsk, KERNEL_ALIGN) :] if len(data) > tsk else b""
         return Program(tds, offsets, data[:tsk], kernel, plan_bars(tds, tsk, len(kernel)), name, source)
     what = f"{name or 'program'}: kernels.json says"
     tsk_size, krn_size, size = (_meta_int(meta, k) for k in ("tsk_size", "krn_size", "size"))
@@ -254,23 +291,33 @@ def load_bin(data: bytes, meta: Mapping | None = None, name: str = "", source: s
     if count != len(tds):
         raise TDError(f"{what} {count} TDs; the chain in the file has {len(tds)} (ending at {tsk:#x})")
     notes = []
-    if tsk_size != tsk:     # corpus softmin: its entry carries norm's tsk_size; the chain is the truth
-        notes.append(f"kernels.json tsk_size {tsk_size:#x} disagrees with the chain, which ends at "
-                     f"{tsk:#x}; the kernel region is taken at round_up({tsk:#x}, 0x80)")
+    if tsk_size != tsk:  # corpus softmin: its entry carries norm's tsk_size; the chain is the truth
+        notes.append(
+            f"kernels.json tsk_size {tsk_size:#x} disagrees with the chain, which ends at "
+            f"{tsk:#x}; the kernel region is taken at round_up({tsk:#x}, 0x80)"
+        )
     k0 = round_up(tsk, KERNEL_ALIGN)
     if k0 + krn_size > size:
         raise TDError(f"{what} krn_size {krn_size:#x} at {k0:#x}, past the file end {size:#x}")
-    kernel = data[k0:k0 + krn_size]
+    kernel = data[k0 : k0 + krn_size]
     bars = {}
     for slot, typ in sorted(((int(s), t) for s, t in meta.get("types", {}).items())):
         if typ not in _TILE_TYPES or not 0 <= slot < 32:
             raise TDError(f"{what} slot {slot} has type {typ!r}")
         tiles = meta.get("tiles", {}).get(str(slot))
         bars[slot] = BarSlot(slot, _TILE_TYPES[typ], tiles * TILE if isinstance(tiles, int) else None)
-    if krn_size:        # by convention slot 1 serves the kernel region (eiln maps it in slot 0's buffer)
+    if krn_size:  # by convention slot 1 serves the kernel region (eiln maps it in slot 0's buffer)
         bars.setdefault(1, BarSlot(1, "kernel", krn_size))
-    return Program(tds, offsets, data[:tsk], kernel, dict(sorted(bars.items())), name, source,
-                   meta=dict(meta, notes=notes))
+    return Program(
+        tds,
+        offsets,
+        data[:tsk],
+        kernel,
+        dict(sorted(bars.items())),
+        name,
+        source,
+        meta=dict(meta, notes=notes),
+    )
 
 
 def load_hwx(data, name: str = "", source: str | None = None):
@@ -302,16 +349,36 @@ def load_hwx(data, name: str = "", source: str | None = None):
             bars[slot] = BarSlot(slot, "kernel", len(kernel))
         else:
             tensor = hwx.name_of(addr)
-            role = derived[slot].role if slot in derived and derived[slot].role != "td" else \
-                "output" if tensor and "@output" in tensor else "input"
+            role = (
+                derived[slot].role
+                if slot in derived and derived[slot].role != "td"
+                else "output"
+                if tensor and "@output" in tensor
+                else "input"
+            )
             bars[slot] = BarSlot(slot, role, s.size, tensor)
     if not bars:
         bars = derived
-    meta = {"ident": hwx.ident, "symbols": hwx.symbols, "tensors": hwx.tensors(), "cputype": hwx.cputype,
-            "cpusubtype": hwx.cpusubtype, "text": (text.addr, text.offset, text.size),
-            "const": (const.addr, const.offset, const.size) if const else None}
-    return Program(tds, offsets, text.data[:offsets[-1] + TD_SIZE], kernel, bars, name, source,
-                   td_base=text.offset, meta=meta)
+    meta = {
+        "ident": hwx.ident,
+        "symbols": hwx.symbols,
+        "tensors": hwx.tensors(),
+        "cputype": hwx.cputype,
+        "cpusubtype": hwx.cpusubtype,
+        "text": (text.addr, text.offset, text.size),
+        "const": (const.addr, const.offset, const.size) if const else None,
+    }
+    return Program(
+        tds,
+        offsets,
+        text.data[: offsets[-1] + TD_SIZE],
+        kernel,
+        bars,
+        name,
+        source,
+        td_base=text.offset,
+        meta=meta,
+    )
 
 
 def load_program(path, meta: Mapping | bool | None = None) -> Program:

@@ -31,6 +31,7 @@ caught and named with the bytes that caused it.  Invariants checked on every cas
 Usage: ``python tests/fuzz/harness.py --cases N [--seed S] [--out .fuzz] [--resume]``
 (``scripts/fuzz.sh N`` wraps it); failures are saved under ``OUT/failures/``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,15 @@ AS_HEADROOM = 3 << 30
 TIMEOUT = 60.0
 CANARY = 0xA5
 #: the counters of Stats that do not depend on the data (stats-only equals computing there)
-PLAN_COUNTERS = ("tasks", "macs", "planar_ops", "control_dma_bytes", "kernel_dma_bytes",
-                 "tile_dma_src_bytes", "tile_dma_dst_bytes")
+PLAN_COUNTERS = (
+    "tasks",
+    "macs",
+    "planar_ops",
+    "control_dma_bytes",
+    "kernel_dma_bytes",
+    "tile_dma_src_bytes",
+    "tile_dma_dst_bytes",
+)
 #: largest input (elements) a case fills with data; bigger tensors run stats-only only
 MAX_FILL = 1 << 21
 KINDS = (("td", 70), ("hwx", 12), ("api", 18))
@@ -66,7 +74,7 @@ SMALL_BROADCAST = 1 << 22
 #: share of the TD cases whose base is a corpus program (the rest: the small built-in ones)
 CORPUS_SHARE = 0.3
 
-_BASES = None   # name -> Program, built once in the parent
+_BASES = None  # name -> Program, built once in the parent
 
 
 class Violation(Exception):
@@ -80,16 +88,21 @@ def _builtin_programs() -> dict:
     from fastane.device import pack_weights
     from fastane.td import Program, conv_td
     from fastane.td.asm import eltwise_td
+
     rng = np.random.default_rng(0)
     out = {}
     w = rng.standard_normal((3, 8, 1, 1)).astype(np.float16)
     k, f = pack_weights(w)
-    out["conv1x1"] = Program.from_tds([conv_td((1, 8, 4, 4), (1, 3, 4, 4)).update(f)], kernel=k,
-                                      name="conv1x1")
+    out["conv1x1"] = Program.from_tds(
+        [conv_td((1, 8, 4, 4), (1, 3, 4, 4)).update(f)], kernel=k, name="conv1x1"
+    )
     w3 = rng.standard_normal((4, 2, 3, 3)).astype(np.float16)
     k3, f3 = pack_weights(w3)
-    out["conv3x3s2"] = Program.from_tds([conv_td((1, 2, 9, 9), (1, 4, 4, 4), kernel=(3, 3), stride=(2, 2))
-                                         .update(f3)], kernel=k3, name="conv3x3s2")
+    out["conv3x3s2"] = Program.from_tds(
+        [conv_td((1, 2, 9, 9), (1, 4, 4, 4), kernel=(3, 3), stride=(2, 2)).update(f3)],
+        kernel=k3,
+        name="conv3x3s2",
+    )
     blk = lut.get_block("tanh").to_bytes()
     relu = eltwise_td((1, 4, 64), nonlinear="relu", src=5, dst=4, eon=False, nid=1)
     tanh = eltwise_td((1, 4, 64), nonlinear="lut", src=5, dst=6, kernel_slot=1, nid=2)
@@ -116,6 +129,7 @@ def _corpus_programs() -> dict:
     if not root or not Path(root).is_dir():
         return {}
     from fastane.td import load_program
+
     out = {}
     for path in sorted(Path(root).glob("m1-kernels/*/*.bin")) + sorted(Path(root).glob("m1-hwx/*.hwx")):
         try:
@@ -142,8 +156,19 @@ def hwx_files() -> dict:
 # ------------------------------------------------------------------ case generation
 def _extremes(width: int, rng: random.Random) -> int:
     top = (1 << width) - 1
-    return rng.choice([0, 1, 2, top, top - 1, top >> 1, (top >> 1) + 1, rng.randrange(top + 1),
-                       rng.randrange(min(top, 64) + 1)])
+    return rng.choice(
+        [
+            0,
+            1,
+            2,
+            top,
+            top - 1,
+            top >> 1,
+            (top >> 1) + 1,
+            rng.randrange(top + 1),
+            rng.randrange(min(top, 64) + 1),
+        ]
+    )
 
 
 def make_case(seed: int, index: int, corpus_share: float = None) -> dict:
@@ -162,9 +187,10 @@ def make_case(seed: int, index: int, corpus_share: float = None) -> dict:
 
 def _td_case(rng: random.Random, index: int, corpus_share: float) -> dict:
     from fastane.td.fields import BY_NAME, TD_FIELDS, TD_SIZE
+
     names = sorted(bases())
-    small = [n for n in names if "/" not in n]      # built here: small tensors, fast cases
-    big = [n for n in names if "/" in n]            # the corpus's programs (large tensors)
+    small = [n for n in names if "/" not in n]  # built here: small tensors, fast cases
+    big = [n for n in names if "/" in n]  # the corpus's programs (large tensors)
     base = rng.choice(big if big and rng.random() < corpus_share else small)
     prog = bases()[base]
     stream = bytearray(prog.td_stream)
@@ -172,8 +198,23 @@ def _td_case(rng: random.Random, index: int, corpus_share: float) -> dict:
     ntd = len(prog.tds)
     muts, bar_games, count = [], [], None
     for _ in range(rng.choice([1, 1, 1, 2, 2, 3, 5])):
-        m = rng.choice(["bit", "bit", "word", "field", "field", "field", "field", "chain", "bar",
-                        "truncate", "kernel", "count", "stride0"])
+        m = rng.choice(
+            [
+                "bit",
+                "bit",
+                "word",
+                "field",
+                "field",
+                "field",
+                "field",
+                "chain",
+                "bar",
+                "truncate",
+                "kernel",
+                "count",
+                "stride0",
+            ]
+        )
         t = rng.randrange(ntd)
         off0 = prog.offsets[t]
         if m == "bit":
@@ -184,31 +225,64 @@ def _td_case(rng: random.Random, index: int, corpus_share: float) -> dict:
         elif m == "word":
             wi = rng.randrange(TD_SIZE // 4)
             v = rng.choice([0, 0xFFFFFFFF, 0x80000000, 0x7FFFFFFF, rng.getrandbits(32)])
-            stream[off0 + 4 * wi:off0 + 4 * wi + 4] = v.to_bytes(4, "little")
+            stream[off0 + 4 * wi : off0 + 4 * wi + 4] = v.to_bytes(4, "little")
             muts.append(f"TD {t} word {wi} = {v:#x}")
         elif m in ("field", "chain", "bar", "stride0"):
             if m == "field":
                 f = rng.choice(TD_FIELDS)
             elif m == "chain":
-                f = BY_NAME[rng.choice(
-                    ["Header.NextPointer", "Header.NextSize", "Header.EON", "Header.TBE", "Header.TBase",
-                     "Header.TID", "Header.NID"])]
+                f = BY_NAME[
+                    rng.choice(
+                        [
+                            "Header.NextPointer",
+                            "Header.NextSize",
+                            "Header.EON",
+                            "Header.TBE",
+                            "Header.TBase",
+                            "Header.TID",
+                            "Header.NID",
+                        ]
+                    )
+                ]
             elif m == "bar":
-                f = BY_NAME[rng.choice(
-                    ["Header.RBase0", "Header.RBase1", "Header.WBase", "Header.KBase0", "Header.RBE0",
-                     "Header.RBE1", "Header.WBE", "Header.KBE0", "Header.KBE1"])]
+                f = BY_NAME[
+                    rng.choice(
+                        [
+                            "Header.RBase0",
+                            "Header.RBase1",
+                            "Header.WBase",
+                            "Header.KBase0",
+                            "Header.RBE0",
+                            "Header.RBE1",
+                            "Header.WBE",
+                            "Header.KBE0",
+                            "Header.KBE1",
+                        ]
+                    )
+                ]
             else:
-                f = BY_NAME[rng.choice(
-                    ["TileDMASrc.RowStride.Stride", "TileDMASrc.PlaneStride.PlaneStride",
-                     "TileDMADst.RowStride.RowStride", "TileDMADst.PlaneStride.PlaneStride",
-                     "Common.Cin.Cin", "Common.Cout.Cout", "Common.InDim.Win", "Common.OutDim.Wout",
-                     "Common.InDim.Hin", "Common.OutDim.Hout"])]
+                f = BY_NAME[
+                    rng.choice(
+                        [
+                            "TileDMASrc.RowStride.Stride",
+                            "TileDMASrc.PlaneStride.PlaneStride",
+                            "TileDMADst.RowStride.RowStride",
+                            "TileDMADst.PlaneStride.PlaneStride",
+                            "Common.Cin.Cin",
+                            "Common.Cout.Cout",
+                            "Common.InDim.Win",
+                            "Common.OutDim.Wout",
+                            "Common.InDim.Hin",
+                            "Common.OutDim.Hout",
+                        ]
+                    )
+                ]
             v = 0 if m == "stride0" and "Stride" in f.name else _extremes(f.width, rng)
-            word = int.from_bytes(stream[off0 + 4 * f.word:off0 + 4 * f.word + 4], "little")
+            word = int.from_bytes(stream[off0 + 4 * f.word : off0 + 4 * f.word + 4], "little")
             # a value wider than the field (2 in a 1-bit field) spills into the next bits, a
             # neighbour's mutation; beyond the 32-bit word it is cut off
             word = ((word & ~(f.mask << f.shift)) | (v << f.shift)) & 0xFFFFFFFF
-            stream[off0 + 4 * f.word:off0 + 4 * f.word + 4] = word.to_bytes(4, "little")
+            stream[off0 + 4 * f.word : off0 + 4 * f.word + 4] = word.to_bytes(4, "little")
             muts.append(f"TD {t} {f.name} = {v:#x}")
         elif m == "truncate":
             n = rng.randrange(len(stream))
@@ -217,11 +291,11 @@ def _td_case(rng: random.Random, index: int, corpus_share: float) -> dict:
             break
         elif m == "kernel" and kernel:
             pos = rng.randrange(len(kernel))
-            if rng.random() < 0.5 and len(kernel) >= 86:        # a LUT block word
+            if rng.random() < 0.5 and len(kernel) >= 86:  # a LUT block word
                 wi = rng.randrange(43)
                 pos = 2 * wi
                 v = rng.choice([0, 0xFFFF, 0x7C00, 0xFC00, 0x7E00, rng.getrandbits(16)])
-                kernel[pos:pos + 2] = v.to_bytes(2, "little")
+                kernel[pos : pos + 2] = v.to_bytes(2, "little")
                 muts.append(f"kernel word {wi} = {v:#x}")
             else:
                 kernel[pos] = rng.getrandbits(8)
@@ -236,9 +310,18 @@ def _td_case(rng: random.Random, index: int, corpus_share: float) -> dict:
             g = rng.choice(["drop", "narrow", "swap", "offset"])
             bar_games.append([g, s, rng.randrange(1 << 16), rng.choice(slots)])
             muts.append(f"BAR {g} slot {s}")
-    return {"kind": "td", "index": index, "base": base, "stream": stream.hex(), "kernel": kernel.hex(),
-            "count": count, "bars": bar_games, "mutations": muts,
-            "run_api": rng.random() < 0.2, "seed": rng.getrandbits(32)}
+    return {
+        "kind": "td",
+        "index": index,
+        "base": base,
+        "stream": stream.hex(),
+        "kernel": kernel.hex(),
+        "count": count,
+        "bars": bar_games,
+        "mutations": muts,
+        "run_api": rng.random() < 0.2,
+        "seed": rng.getrandbits(32),
+    }
 
 
 def _hwx_case(rng: random.Random, index: int) -> dict:
@@ -255,42 +338,68 @@ def _hwx_case(rng: random.Random, index: int) -> dict:
         elif m in ("u32", "u32-head"):
             hi = min(len(data), 0x2000) if m == "u32-head" else len(data)
             pos = rng.randrange(max(hi - 4, 1)) & ~3
-            v = rng.choice([0, 0xFFFFFFFF, 0x7FFFFFFF, 0x80000000, len(data), len(data) + 1,
-                            rng.getrandbits(32)])
-            data[pos:pos + 4] = v.to_bytes(4, "little")
+            v = rng.choice(
+                [0, 0xFFFFFFFF, 0x7FFFFFFF, 0x80000000, len(data), len(data) + 1, rng.getrandbits(32)]
+            )
+            data[pos : pos + 4] = v.to_bytes(4, "little")
             muts.append(f"u32 at {pos:#x} = {v:#x}")
         else:
             n = rng.randrange(len(data))
             del data[n:]
             muts.append(f"truncate to {n:#x}")
             break
-    return {"kind": "hwx", "index": index, "base": name, "data": data.hex(), "mutations": muts,
-            "seed": rng.getrandbits(32)}
+    return {
+        "kind": "hwx",
+        "index": index,
+        "base": name,
+        "data": data.hex(),
+        "mutations": muts,
+        "seed": rng.getrandbits(32),
+    }
 
 
-_API_FUNCS = ("matmul", "linear", "conv1d", "conv2d", "relu", "tanh", "sigmoid", "silu", "gelu", "exp",
-              "hardtanh", "leaky_relu", "sqrt", "reciprocal")
+_API_FUNCS = (
+    "matmul",
+    "linear",
+    "conv1d",
+    "conv2d",
+    "relu",
+    "tanh",
+    "sigmoid",
+    "silu",
+    "gelu",
+    "exp",
+    "hardtanh",
+    "leaky_relu",
+    "sqrt",
+    "reciprocal",
+)
 
 
 def _api_case(rng: random.Random, index: int) -> dict:
     func = rng.choice(_API_FUNCS)
+
     def shape(nd):
         return [rng.choice([0, 1, 1, 2, 3, 5, 16, 33, 64, rng.randrange(1, 200)]) for _ in range(nd)]
+
     spec = {"func": func, "args": [], "kw": {}}
-    dtype = rng.choice(["float16", "float16", "float32", "float64", "int64", "bool", "complex64",
-                        "object", "uint8", "str"])
+    dtype = rng.choice(
+        ["float16", "float16", "float32", "float64", "int64", "bool", "complex64", "object", "uint8", "str"]
+    )
     fill = rng.choice(["normal", "normal", "huge", "nan", "inf", "zero", "tiny"])
+
     def arr(shp, huge_ok=True):
         if huge_ok and rng.random() < 0.08:
             # a broadcast view: small enough to run in a moment, or too large for the ANE
             # to address (2**31 fp16 elements and more); between, a case would be a slow
             # but legitimate computation
             inner = max(math.prod(shp), 1)
-            lead = rng.choice([2 ** 14, 2 ** 17, 2 ** 20, 2 ** 28])
-            if SMALL_BROADCAST < lead * inner <= 2 ** 31:
-                lead = 2 ** 31 // inner + 1
+            lead = rng.choice([2**14, 2**17, 2**20, 2**28])
+            if SMALL_BROADCAST < lead * inner <= 2**31:
+                lead = 2**31 // inner + 1
             return {"broadcast": [lead] + shp, "dtype": dtype, "fill": fill}
         return {"shape": shp, "dtype": dtype, "fill": fill}
+
     if func == "matmul":
         k = rng.choice([0, 1, 7, 64, 32767, 32768, 40000]) if rng.random() < 0.2 else rng.randrange(1, 70)
         a = shape(rng.choice([0, 1, 2, 2, 3, 4]))
@@ -320,8 +429,12 @@ def _api_case(rng: random.Random, index: int) -> dict:
         x = [rng.choice([0, 1, 2]), c] + [rng.choice([0, 1, 3, 8, 17]) for _ in range(sp)]
         w = [co, max(c // g, 1) if rng.random() < 0.9 else 0] + [rng.choice([1, 2, 3, 5]) for _ in range(sp)]
         spec["args"] = [arr(x, False), arr(w, False)]
-        for key, vals in (("stride", [0, 1, 2, 3, -1, 100]), ("padding", [0, 1, 2, -1, 40, "same", "valid"]),
-                          ("dilation", [1, 2, 0, 5]), ("groups", [1, g, 0, -2, 7])):
+        for key, vals in (
+            ("stride", [0, 1, 2, 3, -1, 100]),
+            ("padding", [0, 1, 2, -1, 40, "same", "valid"]),
+            ("dilation", [1, 2, 0, 5]),
+            ("groups", [1, g, 0, -2, 7]),
+        ):
             if rng.random() < 0.4:
                 spec["kw"][key] = rng.choice(vals)
         if rng.random() < 0.3:
@@ -333,15 +446,26 @@ def _api_case(rng: random.Random, index: int) -> dict:
         if func == "leaky_relu" and rng.random() < 0.5:
             spec["kw"] = {"negative_slope": rng.choice([float("inf"), float("nan"), 0.1, "x"])}
     if rng.random() < 0.1:
-        spec["kw"]["out"] = rng.choice([{"shape": [1], "dtype": "float16", "fill": "zero"},
-                                        {"shape": [3, 3], "dtype": "int8", "fill": "zero"}, "notarray"])
-    return {"kind": "api", "index": index, "spec": spec, "mutations": [json.dumps(spec)[:300]],
-            "seed": rng.getrandbits(32)}
+        spec["kw"]["out"] = rng.choice(
+            [
+                {"shape": [1], "dtype": "float16", "fill": "zero"},
+                {"shape": [3, 3], "dtype": "int8", "fill": "zero"},
+                "notarray",
+            ]
+        )
+    return {
+        "kind": "api",
+        "index": index,
+        "spec": spec,
+        "mutations": [json.dumps(spec)[:300]],
+        "seed": rng.getrandbits(32),
+    }
 
 
 # ------------------------------------------------------------------ running one case (in the child)
 def _slots(prog) -> dict:
     from fastane.device import tensor_slots
+
     return tensor_slots(prog)
 
 
@@ -355,13 +479,16 @@ def _outcome(exc) -> str:
 
 def _check_error(exc, allowed, where: str):
     from fastane.errors import FastaneError
+
     if isinstance(exc, MemoryError):
         if "unified memory" in str(exc) or "do not fit the device" in str(exc):
-            return      # fastane's own: the emulated DRAM is full (precise, no host blow-up)
+            return  # fastane's own: the emulated DRAM is full (precise, no host blow-up)
         raise Violation(f"{where}: host memory blow-up: MemoryError: {exc}")
     if not isinstance(exc, allowed) and not isinstance(exc, FastaneError):
-        raise Violation(f"{where}: unexpected exception {type(exc).__name__}: {exc}\n"
-                        + "".join(traceback.format_exception(exc))[-2000:])
+        raise Violation(
+            f"{where}: unexpected exception {type(exc).__name__}: {exc}\n"
+            + "".join(traceback.format_exception(exc))[-2000:]
+        )
     if isinstance(exc, FastaneError) and not isinstance(exc, allowed):
         raise Violation(f"{where}: {type(exc).__name__} where {allowed} was expected: {exc}")
 
@@ -401,6 +528,7 @@ def run_td(case: dict) -> str:
     from fastane.device import Device
     from fastane.device.memory import BARTable
     from fastane.td.fields import TD_SIZE
+
     rng = np.random.default_rng(case["seed"])
     prog = bases()[case["base"]]
     stream = bytes.fromhex(case["stream"])
@@ -416,7 +544,7 @@ def run_td(case: dict) -> str:
     td = loaded.td_region
     raw = dev.memory.view(td.iova, td.size)
     raw[:] = CANARY
-    raw[:len(stream)] = np.frombuffer(stream, np.uint8)
+    raw[: len(stream)] = np.frombuffer(stream, np.uint8)
     bars = {}
     for s, t in slots.items():
         r = dev.memory.alloc(t.nbytes, f"slot{s}")
@@ -448,19 +576,30 @@ def run_td(case: dict) -> str:
 
     def submit(stats_only):
         table = BARTable(dev.memory, full)
-        task = dev.tm.submit(0, table.iovas(), td.iova, TD_SIZE, count, nid=1, priority=None,
-                             payload=_payload(table, stats_only))
+        task = dev.tm.submit(
+            0,
+            table.iovas(),
+            td.iova,
+            TD_SIZE,
+            count,
+            nid=1,
+            priority=None,
+            payload=_payload(table, stats_only),
+        )
         try:
             return task.wait(), None
-        except BaseException as exc:        # noqa: BLE001 -- classified below
+        except BaseException as exc:  # noqa: BLE001 -- classified below
             return None, exc
 
     snap, kmem, l2 = mem.copy(), dev.engine.kmem.data.copy(), _l2_snapshot(dev.engine)
     s_stats, s_exc = submit(True)
     if s_exc is not None:
         _check_error(s_exc, DeviceFault, "stats-only run")
-    if not _same(mem, snap) or not _same(dev.engine.kmem.data, kmem) \
-            or not _same_l2(l2, _l2_snapshot(dev.engine)):
+    if (
+        not _same(mem, snap)
+        or not _same(dev.engine.kmem.data, kmem)
+        or not _same_l2(l2, _l2_snapshot(dev.engine))
+    ):
         raise Violation("a stats-only run changed memory, KMem or L2")
     windows = []
     try:
@@ -473,8 +612,10 @@ def run_td(case: dict) -> str:
         _check_error(c_exc, DeviceFault, "computing run")
         if not _same(mem, snap):
             bad = _changed(mem, snap)
-            raise Violation(f"{type(c_exc).__name__} after memory was written ({bad.size} bytes from "
-                            f"{bad[0]:#x}): {c_exc}")
+            raise Violation(
+                f"{type(c_exc).__name__} after memory was written ({bad.size} bytes from "
+                f"{bad[0]:#x}): {c_exc}"
+            )
         if not _same(dev.engine.kmem.data, kmem):
             raise Violation(f"{type(c_exc).__name__} after KMem was written: {c_exc}")
         if not _same_l2(l2, _l2_snapshot(dev.engine)):
@@ -487,8 +628,10 @@ def run_td(case: dict) -> str:
                 inside |= (changed >= lo) & (changed < hi)
             if not inside.all():
                 first = int(changed[~inside][0])
-                raise Violation(f"an accepted run wrote {int((~inside).sum())} byte(s) outside its "
-                                f"destination windows, first at {first:#x} (windows {windows})")
+                raise Violation(
+                    f"an accepted run wrote {int((~inside).sum())} byte(s) outside its "
+                    f"destination windows, first at {first:#x} (windows {windows})"
+                )
     outcome = _agree(s_stats, s_exc, c_stats, c_exc)
     if case.get("run_api"):
         outcome += "; run:" + _run_api(prog2, stream, rng)
@@ -497,11 +640,13 @@ def run_td(case: dict) -> str:
 
 def _payload(table, stats_only):
     from fastane.device.device import _Payload
+
     return _Payload(table, stats_only)
 
 
 def _agree(s_stats, s_exc, c_stats, c_exc) -> str:
     from fastane.device import UnsupportedTask
+
     if c_exc is None and s_exc is None:
         for name in PLAN_COUNTERS:
             a, b = getattr(s_stats, name), getattr(c_stats, name)
@@ -511,23 +656,28 @@ def _agree(s_stats, s_exc, c_stats, c_exc) -> str:
     planar_only = isinstance(c_exc, UnsupportedTask) and "planar" in getattr(c_exc, "context", {})
     if c_exc is not None and s_exc is not None:
         if type(c_exc) is not type(s_exc) and not planar_only:
-            raise Violation(f"stats-only faulted {type(s_exc).__name__}, computing {type(c_exc).__name__}:"
-                            f" {s_exc} / {c_exc}")
+            raise Violation(
+                f"stats-only faulted {type(s_exc).__name__}, computing {type(c_exc).__name__}:"
+                f" {s_exc} / {c_exc}"
+            )
         return _outcome(c_exc)
     if c_exc is not None and isinstance(c_exc, UnsupportedTask) and "planar" in getattr(c_exc, "context", {}):
         # documented: a planar task fastane cannot compute is still counted by stats-only
         # (which may then find another fault further on)
         return "UnsupportedTask (planar; stats-only counts it)"
-    raise Violation(f"stats-only {'faulted' if s_exc else 'passed'}, computing "
-                    f"{'faulted' if c_exc else 'passed'}: {s_exc or c_exc}")
+    raise Violation(
+        f"stats-only {'faulted' if s_exc else 'passed'}, computing "
+        f"{'faulted' if c_exc else 'passed'}: {s_exc or c_exc}"
+    )
 
 
 def _run_api(prog, stream: bytes, rng) -> str:
     """``Device.run`` of the mutated program (its stream parsed again as a .bin)."""
     from fastane.td.program import load_bin
+
     try:
         p = load_bin(stream + bytes(-len(stream) % 0x80) + prog.kernel if prog.kernel else stream)
-    except BaseException as exc:    # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001
         _check_error(exc, (ValueError,), "load_bin")
         return _outcome(exc)
     return _run_loaded(p, rng)
@@ -536,10 +686,11 @@ def _run_api(prog, stream: bytes, rng) -> str:
 def run_hwx(case: dict) -> str:
     from fastane import DeviceFault
     from fastane.td.program import load_hwx
+
     data = bytes.fromhex(case["data"])
     try:
         prog = load_hwx(data, name="fuzz")
-    except BaseException as exc:    # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001
         _check_error(exc, (ValueError,), "load_hwx")
         return "load:" + _outcome(exc)
     rng = np.random.default_rng(case["seed"])
@@ -547,7 +698,7 @@ def run_hwx(case: dict) -> str:
         return "run:" + _run_loaded(prog, rng)
     except Violation:
         raise
-    except BaseException as exc:    # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001
         _check_error(exc, (DeviceFault, ValueError, NotImplementedError), "hwx run")
         return "run:" + _outcome(exc)
 
@@ -555,20 +706,23 @@ def run_hwx(case: dict) -> str:
 def _run_loaded(prog, rng) -> str:
     from fastane import DeviceFault
     from fastane.device import Device
+
     dev = Device(memory_size=64 << 20)
     try:
         slots = dev.tensors(prog)
-    except BaseException as exc:    # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001
         _check_error(exc, (ValueError, NotImplementedError), "Device.tensors")
         return _outcome(exc)
-    big = sum(np.prod(t.shape) for t in slots.values()) > MAX_FILL or \
-        sum(t.nbytes for t in slots.values()) > 48 << 20
+    big = (
+        sum(np.prod(t.shape) for t in slots.values()) > MAX_FILL
+        or sum(t.nbytes for t in slots.values()) > 48 << 20
+    )
     inputs = {} if big else {s: _fp16_data(rng, t.shape) for s, t in slots.items() if t.role == "input"}
     res = []
-    for stats_only in ((True,) if big else (True, False)):
+    for stats_only in (True,) if big else (True, False):
         try:
             out = dev.run(prog, {} if stats_only else inputs, stats_only=stats_only)
-        except BaseException as exc:    # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001
             _check_error(exc, (DeviceFault, ValueError, NotImplementedError), "Device.run")
             res.append(_outcome(exc))
             continue
@@ -576,8 +730,9 @@ def _run_loaded(prog, rng) -> str:
             if y.dtype != np.float16:
                 raise Violation(f"Device.run returned {y.dtype} for slot {s}")
             if y.shape != slots[s].shape:
-                raise Violation(f"Device.run returned shape {y.shape} for slot {s}, the slot is "
-                                f"{slots[s].shape}")
+                raise Violation(
+                    f"Device.run returned shape {y.shape} for slot {s}, the slot is {slots[s].shape}"
+                )
         res.append("ok")
     if len(res) == 2 and (res[0] == "ok") != (res[1] == "ok") and "UnsupportedTask" not in res[1]:
         raise Violation(f"Device.run: stats-only {res[0]}, computing {res[1]}")
@@ -594,9 +749,14 @@ def _make_array(spec, rng):
         return np.broadcast_to(one, shp)
     shp = tuple(spec["shape"])
     fill = spec["fill"]
-    x = {"normal": lambda: rng.standard_normal(shp) * 3, "huge": lambda: np.full(shp, 1e6),
-         "nan": lambda: np.full(shp, np.nan), "inf": lambda: np.full(shp, -np.inf),
-         "zero": lambda: np.zeros(shp), "tiny": lambda: np.full(shp, 1e-8)}[fill]()
+    x = {
+        "normal": lambda: rng.standard_normal(shp) * 3,
+        "huge": lambda: np.full(shp, 1e6),
+        "nan": lambda: np.full(shp, np.nan),
+        "inf": lambda: np.full(shp, -np.inf),
+        "zero": lambda: np.zeros(shp),
+        "tiny": lambda: np.full(shp, 1e-8),
+    }[fill]()
     if dtype == "str":
         return x.astype(str)
     if dtype == "object":
@@ -609,6 +769,7 @@ def run_api(case: dict) -> str:
     import warnings
 
     import fastane
+
     rng = np.random.default_rng(case["seed"])
     spec = case["spec"]
     args = [_make_array(a, rng) for a in spec["args"]]
@@ -618,10 +779,10 @@ def run_api(case: dict) -> str:
         warnings.simplefilter("ignore")
         try:
             y = fn(*args, **kw)
-        except BaseException as exc:    # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001
             _check_error(exc, (ValueError, TypeError, NotImplementedError), f"fastane.{spec['func']}")
             return _outcome(exc)
-    if not isinstance(y, (np.ndarray, np.float16)) or y.dtype != np.float16:   # 0-d: a scalar, as numpy
+    if not isinstance(y, (np.ndarray, np.float16)) or y.dtype != np.float16:  # 0-d: a scalar, as numpy
         raise Violation(f"fastane.{spec['func']} returned {type(y).__name__} {getattr(y, 'dtype', '')}")
     return "ok"
 
@@ -630,7 +791,7 @@ def run_selftest(case: dict) -> str:
     """Cases that misbehave on purpose: the harness must name each (its own tests)."""
     what = case["what"]
     if what == "crash":
-        signal.signal(signal.SIGSEGV, signal.SIG_DFL)     # no Python-level handler (pytest's faulthandler)
+        signal.signal(signal.SIGSEGV, signal.SIG_DFL)  # no Python-level handler (pytest's faulthandler)
         os.kill(os.getpid(), signal.SIGSEGV)
     if what == "hang":
         time.sleep(3600)
@@ -643,6 +804,7 @@ def run_selftest(case: dict) -> str:
 
 def run_case(case: dict) -> str:
     import warnings
+
     warnings.simplefilter("ignore")
     return {"td": run_td, "hwx": run_hwx, "api": run_api, "selftest": run_selftest}[case["kind"]](case)
 
@@ -662,24 +824,25 @@ def run_isolated(case: dict, timeout: float = TIMEOUT, headroom: int = AS_HEADRO
     limit = _vm_bytes() + headroom
     rfd, wfd = os.pipe()
     pid = os.fork()
-    if pid == 0:        # the child
+    if pid == 0:  # the child
         os.close(rfd)
         code = 0
         try:
             import faulthandler
-            faulthandler.disable()              # a crash is reported by the parent, not dumped
+
+            faulthandler.disable()  # a crash is reported by the parent, not dumped
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-            signal.alarm(int(timeout) + 5)      # a hard stop if the parent's kill is late
+            signal.alarm(int(timeout) + 5)  # a hard stop if the parent's kill is late
             try:
                 res = ("ok", run_case(case))
             except Violation as v:
                 res = ("violation", str(v))
             except MemoryError as exc:
                 res = ("memory", f"MemoryError: {exc}")
-            except BaseException as exc:    # noqa: BLE001
+            except BaseException as exc:  # noqa: BLE001
                 res = ("error", "".join(traceback.format_exception(exc))[-3000:])
             os.write(wfd, json.dumps(res).encode())
-        except BaseException:               # noqa: BLE001
+        except BaseException:  # noqa: BLE001
             code = 3
         finally:
             os._exit(code)
@@ -703,7 +866,9 @@ def run_isolated(case: dict, timeout: float = TIMEOUT, headroom: int = AS_HEADRO
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        return ("hang" if sig == signal.SIGALRM else "crash"), f"killed by signal {sig} ({signal.Signals(sig).name})"
+        return (
+            "hang" if sig == signal.SIGALRM else "crash"
+        ), f"killed by signal {sig} ({signal.Signals(sig).name})"
     if not chunks:
         return "crash", f"exit status {os.WEXITSTATUS(status)} without a result"
     st, detail = json.loads(b"".join(chunks))
@@ -714,6 +879,7 @@ def run_isolated(case: dict, timeout: float = TIMEOUT, headroom: int = AS_HEADRO
 def warm_up() -> None:
     """Compile the kernels and build the bases in the parent (children inherit them)."""
     from fastane.device import Device
+
     for name, prog in sorted(bases().items()):
         try:
             slots = _slots(prog)
@@ -725,22 +891,41 @@ def warm_up() -> None:
         except Exception:
             pass
     import fastane
-    for f in (lambda: fastane.tanh(np.ones(10, np.float16)), lambda: fastane.matmul(np.ones((3, 4)), np.ones((4, 5))),
-              lambda: fastane.conv2d(np.ones((1, 2, 5, 5)), np.ones((3, 2, 3, 3))),
-              lambda: fastane.conv1d(np.ones((1, 2, 5)), np.ones((3, 2, 3)))):
+
+    for f in (
+        lambda: fastane.tanh(np.ones(10, np.float16)),
+        lambda: fastane.matmul(np.ones((3, 4)), np.ones((4, 5))),
+        lambda: fastane.conv2d(np.ones((1, 2, 5, 5)), np.ones((3, 2, 3, 3))),
+        lambda: fastane.conv1d(np.ones((1, 2, 5)), np.ones((3, 2, 3))),
+    ):
         try:
             f()
         except Exception:
             pass
 
 
-def campaign(n: int, seed: int = 0, out: Path | None = None, resume: bool = False, start: int = 0,
-             timeout: float = TIMEOUT, log=None, budget: float | None = None,
-             corpus_share: float = CORPUS_SHARE) -> dict:
+def campaign(
+    n: int,
+    seed: int = 0,
+    out: Path | None = None,
+    resume: bool = False,
+    start: int = 0,
+    timeout: float = TIMEOUT,
+    log=None,
+    budget: float | None = None,
+    corpus_share: float = CORPUS_SHARE,
+) -> dict:
     """Run cases ``start .. start+n-1`` of campaign ``seed``; tallies, failures saved under ``out``.
     ``budget``: stop after that many seconds (the cases run so far are reported)."""
-    state = {"seed": seed, "corpus_share": corpus_share, "next": start, "outcomes": {}, "failures": {},
-             "kinds": {}, "seconds": 0.0}
+    state = {
+        "seed": seed,
+        "corpus_share": corpus_share,
+        "next": start,
+        "outcomes": {},
+        "failures": {},
+        "kinds": {},
+        "seconds": 0.0,
+    }
     sfile = out / "state.json" if out is not None else None
     if out is not None:
         (out / "failures").mkdir(parents=True, exist_ok=True)
@@ -748,7 +933,7 @@ def campaign(n: int, seed: int = 0, out: Path | None = None, resume: bool = Fals
             old = json.loads(sfile.read_text())
             if old.get("seed") == seed and old.get("corpus_share", CORPUS_SHARE) == corpus_share:
                 state = old
-    end = start + n     # resuming continues the same campaign up to case start + n
+    end = start + n  # resuming continues the same campaign up to case start + n
     warm_up()
     t0 = time.monotonic()
     outcomes = collections.Counter(state["outcomes"])
@@ -767,17 +952,28 @@ def campaign(n: int, seed: int = 0, out: Path | None = None, resume: bool = Fals
         else:
             failures[status] += 1
             if out is not None:
-                (out / "failures" / f"{seed}-{i}.json").write_text(json.dumps(
-                    {"status": status, "detail": detail, "case": case}, indent=1))
+                (out / "failures" / f"{seed}-{i}.json").write_text(
+                    json.dumps({"status": status, "detail": detail, "case": case}, indent=1)
+                )
             if log:
                 log(f"case {i} ({case['kind']} {case.get('base', '')}): {status}: {detail[:500]}")
         if out is not None and (i % 100 == 99 or i == end - 1):
-            state.update(next=i + 1, outcomes=dict(outcomes), failures=dict(failures), kinds=dict(kinds),
-                         seconds=state.get("seconds", 0.0) + time.monotonic() - t0)
+            state.update(
+                next=i + 1,
+                outcomes=dict(outcomes),
+                failures=dict(failures),
+                kinds=dict(kinds),
+                seconds=state.get("seconds", 0.0) + time.monotonic() - t0,
+            )
             t0 = time.monotonic()
             sfile.write_text(json.dumps(state, indent=1, sort_keys=True))
-    state.update(next=end, outcomes=dict(outcomes), failures=dict(failures), kinds=dict(kinds),
-                 seconds=state.get("seconds", 0.0) + time.monotonic() - t0)
+    state.update(
+        next=end,
+        outcomes=dict(outcomes),
+        failures=dict(failures),
+        kinds=dict(kinds),
+        seconds=state.get("seconds", 0.0) + time.monotonic() - t0,
+    )
     if out is not None:
         sfile.write_text(json.dumps(state, indent=1, sort_keys=True))
     return state
@@ -789,12 +985,19 @@ def _bucket(detail: str) -> str:
 
 def summary(state: dict) -> str:
     """The campaign's figures as Markdown: cases by kind, failures by class, outcomes."""
-    lines = [f"Cases run: {state['next']} (seed {state['seed']}, {state.get('seconds', 0) / 60:.0f} min of "
-             f"case time); by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(state["kinds"].items())),
-             "", "Failures: " + (", ".join(f"{k} {v}" for k, v in sorted(state["failures"].items()))
-                                 or "none (no crash, hang, memory blow-up, unexpected exception or "
-                                    "broken invariant)"),
-             "", "| outcome | cases |", "| --- | ---: |"]
+    lines = [
+        f"Cases run: {state['next']} (seed {state['seed']}, {state.get('seconds', 0) / 60:.0f} min of "
+        f"case time); by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(state["kinds"].items())),
+        "",
+        "Failures: "
+        + (
+            ", ".join(f"{k} {v}" for k, v in sorted(state["failures"].items()))
+            or "none (no crash, hang, memory blow-up, unexpected exception or broken invariant)"
+        ),
+        "",
+        "| outcome | cases |",
+        "| --- | ---: |",
+    ]
     merged = collections.Counter()
     for k, v in state["outcomes"].items():
         merged[k.split("; run:")[0]] += v
@@ -805,8 +1008,13 @@ def summary(state: dict) -> str:
         if "; run:" in k:
             runs[k.split("; run:")[1]] += v
     if runs:
-        lines += ["", "`Device.run` of the mutated TDs (stats-only / computing):", "",
-                  "| outcome | cases |", "| --- | ---: |"]
+        lines += [
+            "",
+            "`Device.run` of the mutated TDs (stats-only / computing):",
+            "",
+            "| outcome | cases |",
+            "| --- | ---: |",
+        ]
         lines += [f"| {k} | {v} |" for k, v in runs.most_common()]
     return "\n".join(lines)
 
@@ -822,8 +1030,12 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true", help="continue the campaign saved in OUT/state.json")
     ap.add_argument("--timeout", type=float, default=TIMEOUT)
     ap.add_argument("--budget", type=float, help="stop after this many seconds")
-    ap.add_argument("--corpus-share", type=float, default=CORPUS_SHARE,
-                    help="share of the TD cases mutating a corpus program (the rest: small built-in ones)")
+    ap.add_argument(
+        "--corpus-share",
+        type=float,
+        default=CORPUS_SHARE,
+        help="share of the TD cases mutating a corpus program (the rest: small built-in ones)",
+    )
     ap.add_argument("--case", type=int, help="run one case in this process (no isolation) and print it")
     ap.add_argument("--summary", action="store_true", help="print OUT/state.json's figures as Markdown")
     a = ap.parse_args(argv)
@@ -835,11 +1047,21 @@ def main(argv=None) -> int:
         print(json.dumps({k: v for k, v in case.items() if k not in ("stream", "kernel", "data")}, indent=1))
         print(run_case(case))
         return 0
-    st = campaign(a.cases, a.seed, a.out, a.resume, timeout=a.timeout, budget=a.budget,
-                  corpus_share=a.corpus_share,
-                  log=lambda m: print(m, file=sys.stderr, flush=True))
-    print(json.dumps({k: st[k] for k in ("seed", "next", "kinds", "failures", "outcomes")}, indent=1,
-                     sort_keys=True))
+    st = campaign(
+        a.cases,
+        a.seed,
+        a.out,
+        a.resume,
+        timeout=a.timeout,
+        budget=a.budget,
+        corpus_share=a.corpus_share,
+        log=lambda m: print(m, file=sys.stderr, flush=True),
+    )
+    print(
+        json.dumps(
+            {k: st[k] for k in ("seed", "next", "kinds", "failures", "outcomes")}, indent=1, sort_keys=True
+        )
+    )
     return 1 if st["failures"] else 0
 
 

@@ -6,6 +6,7 @@ overrides), run as ``scripts/fuzz.sh`` runs them -- a separate process forking o
 per case, on one core -- with fewer corpus bases (:data:`CI_CORPUS_SHARE`), stopped after
 :data:`CI_BUDGET` seconds on a busy machine.
 """
+
 import json
 import os
 import subprocess
@@ -27,12 +28,33 @@ HERE = Path(__file__).parent
 
 
 def test_a_seeded_slice_of_the_campaign_finds_nothing(tmp_path):
-    env = dict(os.environ, NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               NUMBA_THREADING_LAYER="workqueue")
-    proc = subprocess.run([sys.executable, str(HERE / "harness.py"), "--cases", str(CI_CASES),
-                           "--seed", str(CI_SEED), "--out", str(tmp_path), "--budget", str(CI_BUDGET),
-                           "--corpus-share", str(CI_CORPUS_SHARE)],
-                          env=env, capture_output=True, text=True, timeout=CI_BUDGET + 600)
+    env = dict(
+        os.environ,
+        NUMBA_NUM_THREADS="1",
+        OMP_NUM_THREADS="1",
+        OPENBLAS_NUM_THREADS="1",
+        NUMBA_THREADING_LAYER="workqueue",
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "harness.py"),
+            "--cases",
+            str(CI_CASES),
+            "--seed",
+            str(CI_SEED),
+            "--out",
+            str(tmp_path),
+            "--budget",
+            str(CI_BUDGET),
+            "--corpus-share",
+            str(CI_CORPUS_SHARE),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CI_BUDGET + 600,
+    )
     state = json.loads((tmp_path / "state.json").read_text())
     failures = sorted(p.name for p in (tmp_path / "failures").glob("*.json"))
     detail = [json.loads((tmp_path / "failures" / f).read_text()) for f in failures[:5]]
@@ -60,8 +82,10 @@ def test_cases_are_reproducible():
     assert harness.make_case(5, 17) != harness.make_case(5, 18)
 
 
-@pytest.mark.parametrize("what,status", [("crash", "crash"), ("hang", "hang"), ("memory", "memory"),
-                                         ("error", "error"), ("ok", "ok")])
+@pytest.mark.parametrize(
+    "what,status",
+    [("crash", "crash"), ("hang", "hang"), ("memory", "memory"), ("error", "error"), ("ok", "ok")],
+)
 def test_the_child_names_each_failure_class(what, status):
     got, detail = harness.run_isolated({"kind": "selftest", "what": what}, timeout=3)
     assert got == status, detail
@@ -78,9 +102,18 @@ def _first_case(pred, kind="td", seed=3):
 def _plain(base):
     """An unmutated TD case of ``base`` (the program as built)."""
     prog = harness.bases()[base]
-    return {"kind": "td", "index": 0, "base": base, "stream": prog.td_stream.hex(),
-            "kernel": prog.kernel.hex(), "count": None, "bars": [], "mutations": [],
-            "run_api": True, "seed": 1}
+    return {
+        "kind": "td",
+        "index": 0,
+        "base": base,
+        "stream": prog.td_stream.hex(),
+        "kernel": prog.kernel.hex(),
+        "count": None,
+        "bars": [],
+        "mutations": [],
+        "run_api": True,
+        "seed": 1,
+    }
 
 
 def test_an_unmutated_program_is_accepted():
@@ -89,12 +122,14 @@ def test_an_unmutated_program_is_accepted():
 
 def test_a_write_outside_the_destination_windows_is_caught(monkeypatch):
     from fastane.device import engine
+
     run = engine.Engine._run_task
 
     def stray(self, p):
         out = run(self, p)
-        self.memory.data[0] ^= 0xFF          # one byte nobody names
+        self.memory.data[0] ^= 0xFF  # one byte nobody names
         return out
+
     monkeypatch.setattr(engine.Engine, "_run_task", stray)
     with pytest.raises(harness.Violation, match="outside its destination windows"):
         harness.run_td(_plain("conv1x1"))
@@ -103,11 +138,13 @@ def test_a_write_outside_the_destination_windows_is_caught(monkeypatch):
 def test_a_write_before_a_fault_is_caught(monkeypatch):
     from fastane.device import engine
     from fastane.device.faults import DMARangeFault
+
     run = engine.Engine._run_task
 
     def late_fault(self, p):
         run(self, p)
         raise DMARangeFault("a fault found too late")
+
     monkeypatch.setattr(engine.Engine, "_run_task", late_fault)
     with pytest.raises(harness.Violation, match="after memory was written"):
         harness.run_td(_plain("conv1x1"))
@@ -115,6 +152,7 @@ def test_a_write_before_a_fault_is_caught(monkeypatch):
 
 def test_stats_disagreement_is_caught(monkeypatch):
     from fastane.device import engine
+
     real = engine.Engine.run
 
     def off_by_one(self, plans, stats_only=False):
@@ -122,6 +160,7 @@ def test_stats_disagreement_is_caught(monkeypatch):
         if not stats_only:
             st.macs += 1
         return st
+
     monkeypatch.setattr(engine.Engine, "run", off_by_one)
     with pytest.raises(harness.Violation, match="disagree on Stats.macs"):
         harness.run_td(_plain("conv1x1"))
@@ -129,9 +168,13 @@ def test_stats_disagreement_is_caught(monkeypatch):
 
 def test_an_imprecise_exception_is_caught(monkeypatch):
     import fastane
+
     monkeypatch.setattr(fastane, "tanh", lambda *a, **k: {}["boom"])
-    case = {"kind": "api", "seed": 0, "spec": {"func": "tanh", "args": [{"shape": [3], "dtype": "float16",
-                                                                        "fill": "zero"}], "kw": {}}}
+    case = {
+        "kind": "api",
+        "seed": 0,
+        "spec": {"func": "tanh", "args": [{"shape": [3], "dtype": "float16", "fill": "zero"}], "kw": {}},
+    }
     with pytest.raises(harness.Violation, match="unexpected exception KeyError"):
         harness.run_api(case)
     monkeypatch.setattr(fastane, "tanh", lambda *a, **k: np.zeros(3, np.int8))

@@ -1,6 +1,7 @@
 """Core ML import: ML Programs built on Linux with coremltools' MIL builder, saved as
 .mlpackage, loaded into fastane and compared with numpy float32 (and the ONNX path);
 compressed weights against coremltools' own op definitions; corrupted packages."""
+
 import os
 import shutil
 import subprocess
@@ -24,8 +25,12 @@ RNG = np.random.default_rng(7)
 def _save(prog, path, target, fp16=False):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        m = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=target,
-                       compute_precision=ct.precision.FLOAT16 if fp16 else ct.precision.FLOAT32)
+        m = ct.convert(
+            prog,
+            convert_to="mlprogram",
+            minimum_deployment_target=target,
+            compute_precision=ct.precision.FLOAT16 if fp16 else ct.precision.FLOAT32,
+        )
     m.save(str(path))
     return str(path)
 
@@ -45,13 +50,15 @@ def _cnn(path, fp16=False):
         y = mb.linear(x=y, weight=L, bias=np.ones(10, np.float32))
         y = mb.silu(x=y)
         return mb.softmax(x=y, axis=-1)
+
     return _save(prog, path, ct.target.iOS17, fp16)
 
 
 def _numpy_cnn(x):
     from numpy.lib.stride_tricks import sliding_window_view as sw
+
     xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    win = sw(xp, (3, 3), axis=(2, 3))                       # 1, 3, 8, 8, 3, 3
+    win = sw(xp, (3, 3), axis=(2, 3))  # 1, 3, 8, 8, 3, 3
     y = np.einsum("nchwij,ocij->nohw", win, W) + B[None, :, None, None]
     y = np.maximum(y, 0)
     y = y.reshape(1, 8, 4, 2, 4, 2).max(axis=(3, 5))
@@ -98,18 +105,24 @@ def test_same_network_as_onnx(tmp_path, cnn):
     """The same conv (weights, padding) through the ONNX importer gives the same bits."""
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
+
     g = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
-         helper.make_node("Relu", ["c"], ["y"])], "g",
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["y"]),
+        ],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
-        [numpy_helper.from_array(W, "w"), numpy_helper.from_array(B, "b")])
+        [numpy_helper.from_array(W, "w"), numpy_helper.from_array(B, "b")],
+    )
     p = tmp_path / "c.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
 
     @mb.program(input_specs=[mb.TensorSpec(shape=(1, 3, 8, 8))], opset_version=ct.target.iOS17)
     def prog(x):
         return mb.relu(x=mb.conv(x=x, weight=W, bias=B, pad_type="custom", pad=[1, 1, 1, 1]))
+
     cm = fastane.load_model(_save(prog, tmp_path / "c.mlpackage", ct.target.iOS17))
     om = fastane.load_model(str(p))
     x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
@@ -151,6 +164,7 @@ def _prog_with(shape, make, target):
         w = make()
         holder["op"] = w.op
         return mb.add(x=x, y=w)
+
     return prog, lambda: holder["op"].materialized_val_inference()
 
 
@@ -164,12 +178,21 @@ def test_affine_dequantize_ios16(tmp_path):
     q = RNG.integers(0, 256, (4, 6)).astype(np.uint8)
     zp = RNG.integers(0, 256, 4).astype(np.uint8)
     sc = RNG.random(4).astype(np.float32)
-    _check((4, 6), lambda: mb.constexpr_affine_dequantize(quantized_data=q, zero_point=zp, scale=sc,
-                                                           axis=0), ct.target.iOS16, tmp_path)
+    _check(
+        (4, 6),
+        lambda: mb.constexpr_affine_dequantize(quantized_data=q, zero_point=zp, scale=sc, axis=0),
+        ct.target.iOS16,
+        tmp_path,
+    )
     q8 = RNG.integers(-128, 128, (4, 6)).astype(np.int8)
-    _check((4, 6), lambda: mb.constexpr_affine_dequantize(quantized_data=q8, zero_point=np.int8(3),
-                                                           scale=np.float32(0.25), axis=1),
-           ct.target.iOS16, tmp_path)
+    _check(
+        (4, 6),
+        lambda: mb.constexpr_affine_dequantize(
+            quantized_data=q8, zero_point=np.int8(3), scale=np.float32(0.25), axis=1
+        ),
+        ct.target.iOS16,
+        tmp_path,
+    )
 
 
 @pytest.mark.parametrize("nbits", [1, 2, 4, 6, 8])
@@ -179,29 +202,45 @@ def test_lut_to_dense_ios16(tmp_path, nbits):
     bits = ((idx[:, None] >> np.arange(nbits)) & 1).astype(np.uint8).reshape(-1)
     packed = np.packbits(bits, bitorder="little")
     lut = RNG.standard_normal(1 << nbits).astype(np.float32)
-    _check((5, 7), lambda: mb.constexpr_lut_to_dense(indices=packed, lut=lut, shape=np.uint32([5, 7])),
-           ct.target.iOS16, tmp_path)
+    _check(
+        (5, 7),
+        lambda: mb.constexpr_lut_to_dense(indices=packed, lut=lut, shape=np.uint32([5, 7])),
+        ct.target.iOS16,
+        tmp_path,
+    )
 
 
 def test_sparse_to_dense_ios16(tmp_path):
     mask = RNG.random((6, 5)) < 0.4
     packed = np.packbits(mask.reshape(-1).astype(np.uint8), bitorder="little")
     nz = RNG.standard_normal(int(mask.sum())).astype(np.float32)
-    _check((6, 5), lambda: mb.constexpr_sparse_to_dense(nonzero_data=nz, mask=packed,
-                                                         shape=np.uint32([6, 5])),
-           ct.target.iOS16, tmp_path)
+    _check(
+        (6, 5),
+        lambda: mb.constexpr_sparse_to_dense(nonzero_data=nz, mask=packed, shape=np.uint32([6, 5])),
+        ct.target.iOS16,
+        tmp_path,
+    )
 
 
 def test_blockwise_shift_scale_ios18(tmp_path):
     data = RNG.integers(-8, 8, (4, 8)).astype(mtypes.np_int4_dtype)
     sc = RNG.random((2, 2)).astype(np.float32)
     off = RNG.integers(-8, 8, (2, 2)).astype(mtypes.np_int4_dtype)
-    _check((4, 8), lambda: mb.constexpr_blockwise_shift_scale(data=data, scale=sc, offset=off),
-           ct.target.iOS18, tmp_path)
+    _check(
+        (4, 8),
+        lambda: mb.constexpr_blockwise_shift_scale(data=data, scale=sc, offset=off),
+        ct.target.iOS18,
+        tmp_path,
+    )
     d8 = RNG.integers(0, 256, (4, 8)).astype(np.uint8)
-    _check((4, 8), lambda: mb.constexpr_blockwise_shift_scale(data=d8, scale=sc,
-                                                               offset=RNG.random((2, 2)).astype(np.float32)),
-           ct.target.iOS18, tmp_path)
+    _check(
+        (4, 8),
+        lambda: mb.constexpr_blockwise_shift_scale(
+            data=d8, scale=sc, offset=RNG.random((2, 2)).astype(np.float32)
+        ),
+        ct.target.iOS18,
+        tmp_path,
+    )
 
 
 @pytest.mark.parametrize("nbits,vector", [(2, 1), (4, 1), (3, 1), (4, 2)])
@@ -217,18 +256,24 @@ def test_lut_to_dense_ios18(tmp_path, nbits, vector):
 def test_sparse_to_dense_ios18(tmp_path):
     mask = (RNG.random((5, 6)) < 0.5).astype(mtypes.np_uint1_dtype)
     nz = RNG.standard_normal(int(mask.sum())).astype(np.float32)
-    _check((5, 6), lambda: mb.constexpr_sparse_to_dense(nonzero_data=nz, mask=mask), ct.target.iOS18, tmp_path)
+    _check(
+        (5, 6), lambda: mb.constexpr_sparse_to_dense(nonzero_data=nz, mask=mask), ct.target.iOS18, tmp_path
+    )
 
 
 def test_decompress_rejects_bad_operands():
     with pytest.raises(ValueError, match="set bits"):
-        ci.decompress("constexpr_sparse_to_dense", nonzero_data=np.ones(3, np.float32),
-                      mask=np.ones((2, 2), np.uint8))
+        ci.decompress(
+            "constexpr_sparse_to_dense", nonzero_data=np.ones(3, np.float32), mask=np.ones((2, 2), np.uint8)
+        )
     with pytest.raises(ValueError, match="does not divide"):
         ci.decompress("constexpr_blockwise_shift_scale", data=np.ones((4, 6)), scale=np.ones((3, 1)))
     with pytest.raises(ValueError, match="beyond"):
-        ci.decompress("constexpr_lut_to_dense", indices=np.full((2, 2), 5, np.uint8),
-                      lut=np.ones((1, 1, 4, 1), np.float32))
+        ci.decompress(
+            "constexpr_lut_to_dense",
+            indices=np.full((2, 2), 5, np.uint8),
+            lut=np.ones((1, 1, 4, 1), np.float32),
+        )
 
 
 # ------------------------------------------------------------------ op coverage
@@ -240,17 +285,21 @@ def test_split_stack_instance_norm(tmp_path):
         n = mb.instance_norm(x=x, gamma=g, beta=np.full(3, 0.25, np.float32), epsilon=1e-5)
         a, b = mb.split(x=n, split_sizes=[1, 2], axis=1)
         s = mb.stack(values=[mb.reduce_sum(x=b, axes=[1], keep_dims=True), a], axis=0)
-        u = mb.upsample_nearest_neighbor(x=mb.reshape(x=s, shape=[2, 1, 4, 5]), scale_factor_height=2,
-                                         scale_factor_width=3)
+        u = mb.upsample_nearest_neighbor(
+            x=mb.reshape(x=s, shape=[2, 1, 4, 5]), scale_factor_height=2, scale_factor_width=3
+        )
         return mb.linear_activation(x=mb.flatten2d(x=u, axis=2), alpha=2.0, beta=-1.0)
+
     m = fastane.load_model(_save(prog, tmp_path / "s.mlpackage", ct.target.iOS17))
     x = RNG.standard_normal((1, 3, 4, 5))
     mu = x.mean(axis=(2, 3), keepdims=True)
     n = (x - mu) / np.sqrt(x.var(axis=(2, 3), keepdims=True) + 1e-5) * g[:, None, None] + 0.25
     s = np.stack([n[:, 1:].sum(1, keepdims=True), n[:, :1]], 0)
     u = s.reshape(2, 1, 4, 5).repeat(2, axis=2).repeat(3, axis=3)
-    want = 2 * u.reshape(2, 120) - 1             # flatten2d: (prod of dims before axis, rest)
-    np.testing.assert_allclose(list(m.reference(x.astype(np.float32)).values())[0], want, rtol=1e-4, atol=1e-5)
+    want = 2 * u.reshape(2, 120) - 1  # flatten2d: (prod of dims before axis, rest)
+    np.testing.assert_allclose(
+        list(m.reference(x.astype(np.float32)).values())[0], want, rtol=1e-4, atol=1e-5
+    )
 
 
 def test_mil_ops_against_numpy(tmp_path):
@@ -265,11 +314,12 @@ def test_mil_ops_against_numpy(tmp_path):
         d = mb.transpose(x=c, perm=[0, 2, 1])
         e = mb.reshape(x=d, shape=[2, 24])
         f = mb.slice_by_index(x=e, begin=[0, 2], end=[2, 20], stride=[1, 2])
-        h = mb.reduce_log_sum_exp(x=f, axes=[1], keep_dims=True)        # small x: exp is finite
+        h = mb.reduce_log_sum_exp(x=f, axes=[1], keep_dims=True)  # small x: exp is finite
         i = mb.concat(values=[f, h], axis=1)
         j = mb.pad(x=i, pad=[0, 0, 1, 2], mode="constant", constant_val=0.5)
         k = mb.gelu(x=j, mode="TANH_APPROXIMATION")
         return mb.scaled_tanh(x=mb.rsqrt(x=mb.add(x=mb.square(x=k), y=1.0)), alpha=2.0, beta=0.5)
+
     m = fastane.load_model(_save(prog, tmp_path / "ops.mlpackage", ct.target.iOS17))
     x = RNG.standard_normal((2, 4, 6)).astype(np.float32)
     xd = x.astype(np.float64)
@@ -280,8 +330,8 @@ def test_mil_ops_against_numpy(tmp_path):
     f = c.transpose(0, 2, 1).reshape(2, 24)[:, 2:20:2]
     h = np.log(np.exp(f).sum(1, keepdims=True))
     j = np.pad(np.concatenate([f, h], 1), ((0, 0), (1, 2)), constant_values=0.5)
-    k = 0.5 * j * (1 + np.tanh(np.sqrt(2 / np.pi) * (j + 0.044715 * j ** 3)))
-    want = 2 * np.tanh(0.5 / np.sqrt(k ** 2 + 1 + 1e-12))
+    k = 0.5 * j * (1 + np.tanh(np.sqrt(2 / np.pi) * (j + 0.044715 * j**3)))
+    want = 2 * np.tanh(0.5 / np.sqrt(k**2 + 1 + 1e-12))
     ref = list(m.reference(x).values())[0]
     np.testing.assert_allclose(ref, want, rtol=2e-5, atol=2e-6)
     out = list(m(x).values())[0]
@@ -306,7 +356,8 @@ def test_truncated_blob(cnn, tmp_path):
     def trunc(d):
         w = os.path.join(d, "weights", "weight.bin")
         data = open(w, "rb").read()
-        open(w, "wb").write(data[:len(data) - 100])
+        open(w, "wb").write(data[: len(data) - 100])
+
     with pytest.raises(ModelError, match="truncated|outside"):
         fastane.load_model(_corrupt(cnn, tmp_path, trunc))
 
@@ -315,8 +366,9 @@ def test_overwritten_blob_metadata(cnn, tmp_path):
     def smash(d):
         w = os.path.join(d, "weights", "weight.bin")
         data = bytearray(open(w, "rb").read())
-        data[64:68] = b"\0\0\0\0"          # the first blob's sentinel
+        data[64:68] = b"\0\0\0\0"  # the first blob's sentinel
         open(w, "wb").write(bytes(data))
+
     with pytest.raises(ModelError, match="sentinel"):
         fastane.load_model(_corrupt(cnn, tmp_path, smash))
 
@@ -324,6 +376,7 @@ def test_overwritten_blob_metadata(cnn, tmp_path):
 def test_bad_spec_and_manifest(cnn, tmp_path):
     def garbage(d):
         open(os.path.join(d, "model.mlmodel"), "wb").write(b"\xff\xff\xff garbage")
+
     with pytest.raises(ModelError, match="not a valid Core ML spec|not a Core ML model"):
         fastane.load_model(_corrupt(cnn, tmp_path, garbage))
     p = tmp_path / "m2.mlpackage"
@@ -335,6 +388,7 @@ def test_bad_spec_and_manifest(cnn, tmp_path):
     shutil.copytree(cnn, p)
     man = open(os.path.join(p, "Manifest.json")).read()
     import json
+
     info = json.loads(man)
     for e in info["itemInfoEntries"].values():
         e["path"] = "../../../../etc/passwd"
@@ -346,6 +400,7 @@ def test_bad_spec_and_manifest(cnn, tmp_path):
 def test_hostile_sizes(cnn, tmp_path):
     """A const declaring 2^40 elements is refused before any allocation."""
     from coremltools.proto import Model_pb2
+
     def grow(d):
         spec_path = os.path.join(d, "model.mlmodel")
         spec = Model_pb2.Model()
@@ -358,6 +413,7 @@ def test_hostile_sizes(cnn, tmp_path):
                     tt.dimensions[0].constant.size = 1 << 40
                     break
         open(spec_path, "wb").write(spec.SerializeToString())
+
     with pytest.raises(ModelError, match="limit|elements"):
         fastane.load_model(_corrupt(cnn, tmp_path, grow))
 
@@ -366,6 +422,7 @@ def test_unknown_op_is_named(tmp_path):
     @mb.program(input_specs=[mb.TensorSpec(shape=(4, 4))], opset_version=ct.target.iOS17)
     def prog(x):
         return mb.cumsum(x=x, axis=0)
+
     with pytest.raises(ModelError, match="cumsum"):
         fastane.load_model(_save(prog, tmp_path / "u.mlpackage", ct.target.iOS17))
 
@@ -374,11 +431,13 @@ def test_unknown_op_is_named(tmp_path):
 def _overflow_model(tmp_path):
     """exp(x) (fine in fp16 up to x = 11.09) then a square: inf born in the square for x
     beyond ~5.5, though the fp32 model is finite."""
+
     @mb.program(input_specs=[mb.TensorSpec(shape=(1, 16))], opset_version=ct.target.iOS17)
     def prog(x):
         a = mb.mul(x=x, y=1.0)
         e = mb.exp(x=a)
         return mb.square(x=e)
+
     return fastane.load_model(_save(prog, tmp_path / "ovf.mlpackage", ct.target.iOS17))
 
 
@@ -396,15 +455,17 @@ def test_report_names_infs_born(tmp_path):
 
 def test_first_divergence_stops_and_prints_input_ranges(tmp_path):
     from fastane.model.hunt import first_divergence
+
     m = _overflow_model(tmp_path)
     x = np.linspace(-2, 7, 16, dtype=np.float32)[None]
     d = first_divergence(m, x)
     assert d.op == "square" and d.inf_born > 0
-    (name, r), = d.inputs.items()
+    ((name, r),) = d.inputs.items()
     # the exp table's output (its error within the table tolerance, 2e-2)
     assert r["max"] == pytest.approx(float(np.exp(7.0)), rel=2e-2)
     assert "first divergence" in d.text() and "range [" in d.text()
     import json
+
     assert json.loads(json.dumps(d.as_dict(), allow_nan=False))["layer"] == d.layer
     # a tolerance of 0: the first ANE layer with any error stops the run
     small = np.linspace(-1, 1, 16, dtype=np.float32)[None]
@@ -421,6 +482,7 @@ def test_softplus_is_the_plain_composition(tmp_path):
     @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4))], opset_version=ct.target.iOS17)
     def prog(x):
         return mb.softplus(x=x)
+
     m = fastane.load_model(_save(prog, tmp_path / "sp.mlpackage", ct.target.iOS17))
     x = np.array([[-3.0, 0.0, 5.0, 12.0]], np.float32)
     y = list(m(x).values())[0].astype(np.float64)
@@ -435,10 +497,15 @@ def test_first_divergence_on_onnx_model(tmp_path):
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper
     from fastane.model.hunt import first_divergence
-    g = helper.make_graph([helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Mul", ["e", "e"], ["y"])],
-                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+
+    g = helper.make_graph(
+        [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Mul", ["e", "e"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+    )
     import onnx
+
     p = tmp_path / "e.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
     d = first_divergence(fastane.load_model(str(p)), np.full((1, 8), 6.0, np.float32))
@@ -447,16 +514,21 @@ def test_first_divergence_on_onnx_model(tmp_path):
 
 def test_sweep_shows_the_cliff(tmp_path):
     from fastane.model.hunt import parse_range, sweep
+
     m = _overflow_model(tmp_path)
     xs = parse_range("0:8:9")
     sw = sweep(m, list(m.inputs)[0], xs, {list(m.inputs)[0]: np.zeros((1, 16), np.float32)})
     finite = np.isfinite(sw.ane.astype(np.float64))
-    assert finite[:6].all() and not finite[6:].any()        # exp(x)^2 > 65504 from x = 6 on
+    assert finite[:6].all() and not finite[6:].any()  # exp(x)^2 > 65504 from x = 6 on
     assert np.isfinite(sw.fp32).all()
-    one = sweep(m, list(m.inputs)[0], xs, {list(m.inputs)[0]: np.zeros((1, 16), np.float32)}, element=5, index=5)
+    one = sweep(
+        m, list(m.inputs)[0], xs, {list(m.inputs)[0]: np.zeros((1, 16), np.float32)}, element=5, index=5
+    )
     assert not np.isfinite(one.ane.astype(np.float64)[-1]) and np.isfinite(one.ane.astype(np.float64)[0])
-    other = sweep(m, list(m.inputs)[0], xs, {list(m.inputs)[0]: np.zeros((1, 16), np.float32)}, element=5, index=4)
-    assert np.all(other.ane == 1)                  # element 4 stays 0: exp(0)^2
+    other = sweep(
+        m, list(m.inputs)[0], xs, {list(m.inputs)[0]: np.zeros((1, 16), np.float32)}, element=5, index=4
+    )
+    assert np.all(other.ane == 1)  # element 4 stays 0: exp(0)^2
     with pytest.raises(ValueError):
         parse_range("1:2")
     with pytest.raises(ValueError):
@@ -470,6 +542,7 @@ def test_cli_run_report_first_divergence_and_sweep(cnn, capsys):
         rc = main(list(argv))
         out, err = capsys.readouterr()
         return rc, out, err
+
     rc, out, err = cli("run", cnn, "--random", "--report", "--compute-units", "CPU_AND_NE")
     assert rc == 0, err
     assert "ESTIMATE" in out and "conv+relu" in out
@@ -478,10 +551,12 @@ def test_cli_run_report_first_divergence_and_sweep(cnn, capsys):
     rc, out, err = cli("sweep", cnn, "--input", "x", "--range", "-2:2:3", "--json")
     assert rc == 0, err
     import json
+
     assert [p["x"] for p in json.loads(out)["points"]] == [-2.0, 0.0, 2.0]
     rc, out, err = cli("roofline", cnn, "--summary")
     assert rc == 0 and "ANE total" in out, err
     import json as _json
+
     obs = os.path.join(os.path.dirname(cnn), "observed.json")
     first = fastane.load_model(cnn).placement({"x": (1, 3, 8, 8)})
     conv = next(l for l in first if l.op.startswith("conv"))
@@ -504,19 +579,23 @@ def test_placement_prediction_rules(tmp_path):
         c = mb.greater(x=x, y=0.5)
         s = mb.select(cond=c, a=x, b=np.float32(0.0))
         return mb.relu(x=s)
+
     m = fastane.load_model(_save(prog, tmp_path / "g.mlpackage", ct.target.iOS17))
     bound, layers = m.bind({"x": (1, 4, 8)})
     units = {l.nodes[0].op: p for l, p in zip(layers, predict(layers, bound, "CPU_AND_NE"))}
     assert units["greater"].unit == "cpu" and units["where"].unit == "cpu"
     assert units["relu"].unit == "ane"
     assert {p.unit for p in predict(layers, bound, "CPU_ONLY")} == {"cpu"}
-    assert [p.unit for _, p in m.predict_placement({"x": (1, 4, 8)}, "CPU_AND_NE")] == \
-        [p.unit for p in predict(layers, bound, "CPU_AND_NE")]
+    assert [p.unit for _, p in m.predict_placement({"x": (1, 4, 8)}, "CPU_AND_NE")] == [
+        p.unit for p in predict(layers, bound, "CPU_AND_NE")
+    ]
     assert predict(layers, bound, "ALL")[0].unit in ("gpu", "cpu")
+
     # the SPEC 5 limit: W > 16384 leaves the ANE
     @mb.program(input_specs=[mb.TensorSpec(shape=(1, 1, 1, 20000))], opset_version=ct.target.iOS17)
     def wide(x):
         return mb.relu(x=x)
+
     mw = fastane.load_model(_save(wide, tmp_path / "w.mlpackage", ct.target.iOS17))
     b2, l2 = mw.bind({"x": (1, 1, 1, 20000)})
     p = predict(l2, b2, "CPU_AND_NE")[0]
@@ -527,24 +606,56 @@ def test_placement_prediction_rules(tmp_path):
 def test_neural_network_mlmodel_against_numpy(tmp_path):
     from coremltools.models import datatypes
     from coremltools.models.neural_network import NeuralNetworkBuilder
+
     w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
     fc = RNG.standard_normal((5, 64)).astype(np.float32)
     b = NeuralNetworkBuilder([("x", datatypes.Array(3, 8, 8))], [("y", None)])
-    b.add_convolution("conv", kernel_channels=3, output_channels=4, height=3, width=3, stride_height=1,
-                      stride_width=1, border_mode="same", groups=1, W=w.transpose(2, 3, 1, 0),
-                      b=np.ones(4, np.float32), has_bias=True, input_name="x", output_name="c")
+    b.add_convolution(
+        "conv",
+        kernel_channels=3,
+        output_channels=4,
+        height=3,
+        width=3,
+        stride_height=1,
+        stride_width=1,
+        border_mode="same",
+        groups=1,
+        W=w.transpose(2, 3, 1, 0),
+        b=np.ones(4, np.float32),
+        has_bias=True,
+        input_name="x",
+        output_name="c",
+    )
     b.add_activation("relu", "RELU", "c", "r")
-    b.add_pooling("pool", height=2, width=2, stride_height=2, stride_width=2, layer_type="MAX",
-                  padding_type="VALID", input_name="r", output_name="p")
+    b.add_pooling(
+        "pool",
+        height=2,
+        width=2,
+        stride_height=2,
+        stride_width=2,
+        layer_type="MAX",
+        padding_type="VALID",
+        input_name="r",
+        output_name="p",
+    )
     b.add_flatten("flat", mode=0, input_name="p", output_name="f")
-    b.add_inner_product("fc", W=fc, b=np.zeros(5, np.float32), input_channels=64, output_channels=5,
-                        has_bias=True, input_name="f", output_name="y")
+    b.add_inner_product(
+        "fc",
+        W=fc,
+        b=np.zeros(5, np.float32),
+        input_channels=64,
+        output_channels=5,
+        has_bias=True,
+        input_name="f",
+        output_name="y",
+    )
     p = tmp_path / "nn.mlmodel"
     ct.models.MLModel(b.spec, skip_model_load=True).save(str(p))
     m = fastane.load_model(str(p))
     assert m.graph.origin.startswith("coreml neuralNetwork")
     x = RNG.standard_normal((3, 8, 8))
     from numpy.lib.stride_tricks import sliding_window_view as sw
+
     win = sw(np.pad(x, ((0, 0), (1, 1), (1, 1))), (3, 3), axis=(1, 2))
     r = np.maximum(np.einsum("chwij,ocij->ohw", win, w) + 1, 0)
     want = fc @ r.reshape(4, 4, 2, 4, 2).max(axis=(2, 4)).reshape(-1)
@@ -563,13 +674,16 @@ def test_lut_to_sparse_and_sparse_shift_scale_ios18(tmp_path):
     def lut_sparse():
         m_, v_ = mb.constexpr_lut_to_sparse(indices_mask=mask, indices_nonzero_data=idx, lut=lut)
         return mb.constexpr_sparse_to_dense(nonzero_data=v_, mask=m_)
+
     _check((4, 6), lut_sparse, ct.target.iOS18, tmp_path)
     vlut = RNG.standard_normal((1, 1, 4, 2)).astype(np.float32)
 
     def lut_sparse_vector():
-        m_, v_ = mb.constexpr_lut_to_sparse(indices_mask=mask, indices_nonzero_data=idx, lut=vlut,
-                                            vector_axis=0)
+        m_, v_ = mb.constexpr_lut_to_sparse(
+            indices_mask=mask, indices_nonzero_data=idx, lut=vlut, vector_axis=0
+        )
         return mb.constexpr_sparse_to_dense(nonzero_data=v_, mask=m_)
+
     _check((8, 6), lut_sparse_vector, ct.target.iOS18, tmp_path)
     nz = RNG.integers(-100, 100, k).astype(np.int8)
     sc = RNG.random((2, 3)).astype(np.float32)
@@ -577,6 +691,7 @@ def test_lut_to_sparse_and_sparse_shift_scale_ios18(tmp_path):
     def shift_sparse():
         m_, v_ = mb.constexpr_sparse_blockwise_shift_scale(data_mask=mask, nonzero_data=nz, scale=sc)
         return mb.constexpr_sparse_to_dense(nonzero_data=v_, mask=m_)
+
     _check((4, 6), shift_sparse, ct.target.iOS18, tmp_path)
 
 
@@ -588,6 +703,7 @@ def test_stats_only_without_weights_matches_a_run(tmp_path):
         q = np.clip(np.round(big / 0.01), -127, 127).astype(np.int8)
         w = mb.constexpr_blockwise_shift_scale(data=q, scale=np.full((64, 1, 1, 1), 0.01, np.float32))
         return mb.relu(x=mb.conv(x=x, weight=w, pad_type="same"))
+
     p = _save(prog, tmp_path / "big.mlpackage", ct.target.iOS18)
     light = fastane.load_model(p, weights=False)
     rep = light.report({"x": (1, 32, 8, 8)}, stats_only=True)
@@ -603,6 +719,7 @@ def test_readme_example(tmp_path):
     overflows fp16 on the planar engine at 60x."""
     import runpy
     from fastane.model.hunt import first_divergence
+
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ns = runpy.run_path(os.path.join(root, "scripts", "coreml_example.py"))
     m = fastane.load_model(_save(ns["prog"], tmp_path / "net.mlpackage", ct.target.iOS17, fp16=True))
@@ -620,18 +737,31 @@ def test_batch_norm_folds_and_conv_transpose_matches_onnx(tmp_path):
     ConvTranspose."""
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
-    wt = (RNG.standard_normal((8, 4, 3, 3)) * 0.3).astype(np.float32)      # C_in, C_out, kh, kw
+
+    wt = (RNG.standard_normal((8, 4, 3, 3)) * 0.3).astype(np.float32)  # C_in, C_out, kh, kw
 
     @mb.program(input_specs=[mb.TensorSpec(shape=(1, 3, 8, 8))], opset_version=ct.target.iOS17)
     def prog(x):
         y = mb.conv(x=x, weight=W, bias=B, pad_type="same")
-        y = mb.batch_norm(x=y, mean=np.full(8, 0.1, np.float32), variance=np.full(8, 2.0, np.float32),
-                          gamma=np.full(8, 0.5, np.float32), beta=np.full(8, 0.2, np.float32), epsilon=1e-5)
+        y = mb.batch_norm(
+            x=y,
+            mean=np.full(8, 0.1, np.float32),
+            variance=np.full(8, 2.0, np.float32),
+            gamma=np.full(8, 0.5, np.float32),
+            beta=np.full(8, 0.2, np.float32),
+            epsilon=1e-5,
+        )
         return mb.conv_transpose(x=y, weight=wt, strides=[2, 2], pad_type="valid")
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mm = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS17,
-                        compute_precision=ct.precision.FLOAT32, pass_pipeline=ct.PassPipeline.EMPTY)
+        mm = ct.convert(
+            prog,
+            convert_to="mlprogram",
+            minimum_deployment_target=ct.target.iOS17,
+            compute_precision=ct.precision.FLOAT32,
+            pass_pipeline=ct.PassPipeline.EMPTY,
+        )
     mm.save(str(tmp_path / "bn.mlpackage"))
     m = fastane.load_model(str(tmp_path / "bn.mlpackage"))
     x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
@@ -641,10 +771,13 @@ def test_batch_norm_folds_and_conv_transpose_matches_onnx(tmp_path):
     assert rep.first_bad is None
     # the same ConvTranspose through ONNX, fed the Core ML model's intermediate
     y = m({"x": x})
-    g = helper.make_graph([helper.make_node("ConvTranspose", ["h", "w"], ["z"], strides=[2, 2])], "g",
-                          [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 8, 8, 8])],
-                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 17, 17])],
-                          [numpy_helper.from_array(wt, "w")])
+    g = helper.make_graph(
+        [helper.make_node("ConvTranspose", ["h", "w"], ["z"], strides=[2, 2])],
+        "g",
+        [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 17, 17])],
+        [numpy_helper.from_array(wt, "w")],
+    )
     p = tmp_path / "ct.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
     h = np.asarray(_intermediate(m, x), np.float32)
@@ -659,6 +792,7 @@ def _intermediate(model, x):
     def observe(layer, xs, outs, rec):
         if rec.placement == "ane":
             got.setdefault("first_ane", outs[0])
+
     model.report(x, observe=observe)
     return got["first_ane"]
 
@@ -671,6 +805,7 @@ def test_fp16_input_and_transposed_constant(tmp_path):
     @mb.program(input_specs=[mb.TensorSpec(shape=(2, 5), dtype=mtypes.fp16)], opset_version=ct.target.iOS16)
     def prog(x):
         return mb.matmul(x=x, y=K.astype(np.float16), transpose_y=True)
+
     m = fastane.load_model(_save(prog, tmp_path / "h.mlpackage", ct.target.iOS16, fp16=True))
     assert np.dtype(m.inputs["x"].dtype) == np.float16
     x = RNG.standard_normal((2, 5)).astype(np.float32)
@@ -697,7 +832,7 @@ def test_mutated_packages_give_model_errors(cnn, tmp_path):
         for _ in range(1 + i % 4):
             target[int(rng.integers(0, len(target)))] = int(rng.integers(0, 256))
         if i % 7 == 3:
-            target = target[:int(rng.integers(0, len(target)))]
+            target = target[: int(rng.integers(0, len(target)))]
             if i % 2 == 0:
                 s = target
             else:
@@ -716,11 +851,24 @@ def test_mutated_packages_give_model_errors(cnn, tmp_path):
 def test_mutated_neural_network_gives_model_errors(tmp_path):
     from coremltools.models import datatypes
     from coremltools.models.neural_network import NeuralNetworkBuilder
+
     b = NeuralNetworkBuilder([("x", datatypes.Array(3, 6, 6))], [("y", None)])
-    b.add_convolution("conv", kernel_channels=3, output_channels=4, height=3, width=3, stride_height=1,
-                      stride_width=1, border_mode="same", groups=1,
-                      W=RNG.standard_normal((3, 3, 3, 4)).astype(np.float32), b=np.ones(4, np.float32),
-                      has_bias=True, input_name="x", output_name="c")
+    b.add_convolution(
+        "conv",
+        kernel_channels=3,
+        output_channels=4,
+        height=3,
+        width=3,
+        stride_height=1,
+        stride_width=1,
+        border_mode="same",
+        groups=1,
+        W=RNG.standard_normal((3, 3, 3, 4)).astype(np.float32),
+        b=np.ones(4, np.float32),
+        has_bias=True,
+        input_name="x",
+        output_name="c",
+    )
     b.add_activation("relu", "RELU", "c", "y")
     good = tmp_path / "g.mlmodel"
     ct.models.MLModel(b.spec, skip_model_load=True).save(str(good))
@@ -733,7 +881,7 @@ def test_mutated_neural_network_gives_model_errors(tmp_path):
         for _ in range(1 + i % 5):
             s[int(rng.integers(0, len(s)))] = int(rng.integers(0, 256))
         if i % 9 == 4:
-            s = s[:int(rng.integers(0, len(s)))]
+            s = s[: int(rng.integers(0, len(s)))]
         open(bad, "wb").write(bytes(s))
         try:
             m = fastane.load_model(str(bad))
@@ -747,11 +895,14 @@ def test_exp2_and_rsqrt_on_the_ne_tables(tmp_path):
     @mb.program(input_specs=[mb.TensorSpec(shape=(4, 8))], opset_version=ct.target.iOS17)
     def prog(x):
         return mb.rsqrt(x=mb.exp2(x=x), epsilon=0.0)
+
     m = fastane.load_model(_save(prog, tmp_path / "e2.mlpackage", ct.target.iOS17))
     x = RNG.uniform(-4, 4, (4, 8)).astype(np.float32)
     rep = m.report(x)
     assert [(r.layer.op, r.placement, r.layer.call) for r in rep.layers] == [
-        ("exp2", "ane", "exp2"), ("rsqrt", "ane", "rsqrt")]
+        ("exp2", "ane", "exp2"),
+        ("rsqrt", "ane", "rsqrt"),
+    ]
     want = 2.0 ** (-x.astype(np.float64) / 2)
     assert np.abs(list(m(x).values())[0] - want).max() < 2e-2 * np.abs(want).max()
     plan = m.report({"x": (4, 8)}, stats_only=True)
@@ -765,14 +916,30 @@ def test_neural_network_quantized_weights(tmp_path, mode):
     from coremltools.models import datatypes
     from coremltools.models.neural_network import NeuralNetworkBuilder
     from coremltools.models.neural_network import quantization_utils as qu
+
     w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
     b = NeuralNetworkBuilder([("x", datatypes.Array(3, 6, 6))], [("y", None)])
-    b.add_convolution("conv", kernel_channels=3, output_channels=4, height=3, width=3, stride_height=1,
-                      stride_width=1, border_mode="valid", groups=1, W=w.transpose(2, 3, 1, 0), b=None,
-                      has_bias=False, input_name="x", output_name="y")
+    b.add_convolution(
+        "conv",
+        kernel_channels=3,
+        output_channels=4,
+        height=3,
+        width=3,
+        stride_height=1,
+        stride_width=1,
+        border_mode="valid",
+        groups=1,
+        W=w.transpose(2, 3, 1, 0),
+        b=None,
+        has_bias=False,
+        input_name="x",
+        output_name="y",
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        q = qu.quantize_weights(ct.models.MLModel(b.spec, skip_model_load=True), 8 if "lut" not in mode else 4, mode)
+        q = qu.quantize_weights(
+            ct.models.MLModel(b.spec, skip_model_load=True), 8 if "lut" not in mode else 4, mode
+        )
     spec = q if hasattr(q, "neuralNetwork") else q.get_spec()
     ct.models.MLModel(spec, skip_model_load=True).save(str(tmp_path / "q.mlmodel"))
     deq = type(spec)()
@@ -788,12 +955,20 @@ def test_neural_network_quantized_weights(tmp_path, mode):
 def test_attention_and_comparisons(tmp_path):
     """iOS18 scaled_dot_product_attention as its composition; greater_equal / not_equal as
     negated comparisons; fill, shape."""
-    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 4, 8)), mb.TensorSpec(shape=(2, 6, 8)),
-                             mb.TensorSpec(shape=(2, 6, 8))], opset_version=ct.target.iOS18)
+
+    @mb.program(
+        input_specs=[
+            mb.TensorSpec(shape=(2, 4, 8)),
+            mb.TensorSpec(shape=(2, 6, 8)),
+            mb.TensorSpec(shape=(2, 6, 8)),
+        ],
+        opset_version=ct.target.iOS18,
+    )
     def prog(q, k, v):
         a = mb.scaled_dot_product_attention(query=q, key=k, value=v)
         r = mb.select(cond=mb.greater_equal(x=a, y=0.0), a=a, b=mb.fill(shape=[2, 4, 8], value=-1.0))
         return mb.select(cond=mb.not_equal(x=r, y=-1.0), a=r, b=mb.fill(shape=[2, 4, 8], value=5.0))
+
     m = fastane.load_model(_save(prog, tmp_path / "att.mlpackage", ct.target.iOS18))
     q, k, v = (RNG.standard_normal(s).astype(np.float32) for s in ((2, 4, 8), (2, 6, 8), (2, 6, 8)))
     s = q.astype(np.float64) @ k.transpose(0, 2, 1) / np.sqrt(8)
@@ -812,6 +987,7 @@ def test_op_with_a_missing_parameter(tmp_path):
     @mb.program(input_specs=[mb.TensorSpec(shape=(2, 6))], opset_version=ct.target.iOS17)
     def prog(x):
         return mb.slice_by_index(x=x, begin=[0, 1], end=[2, 5])
+
     p = _save(prog, tmp_path / "s.mlpackage", ct.target.iOS17)
     sp = os.path.join(p, "Data", "com.apple.CoreML", "model.mlmodel")
     spec = Model_pb2.Model()
@@ -838,14 +1014,24 @@ def test_torch_round_trip_opt_in(tmp_path):
     """Opt-in (needs torch, not in the test extra): a traced torch network converted by
     coremltools, against torch's own float32 output."""
     torch = pytest.importorskip("torch")
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4)).eval()
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8, 4),
+    ).eval()
     x = torch.randn(1, 3, 16, 16)
     traced = torch.jit.trace(net, x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mm = ct.convert(traced, inputs=[ct.TensorType(name="x", shape=x.shape)], convert_to="mlprogram",
-                        minimum_deployment_target=ct.target.iOS17)
+        mm = ct.convert(
+            traced,
+            inputs=[ct.TensorType(name="x", shape=x.shape)],
+            convert_to="mlprogram",
+            minimum_deployment_target=ct.target.iOS17,
+        )
     mm.save(str(tmp_path / "t.mlpackage"))
     m = fastane.load_model(str(tmp_path / "t.mlpackage"))
     want = net(x).detach().numpy().astype(np.float64)

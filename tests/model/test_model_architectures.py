@@ -1,5 +1,6 @@
 """Whole models built offline (fastane.model.zoo, onnx.helper, random seeded weights) on
 fastane against onnxruntime in float32."""
+
 import numpy as np
 import pytest
 
@@ -34,7 +35,7 @@ def test_resnet_block_net_matches_onnxruntime_and_top1():
     model, y, ref = _both(proto, x)
     assert y.dtype == np.float16 and y.shape == ref.shape == (8, 10)
     assert _err(y, ref) < TOL
-    np.testing.assert_array_equal(y.argmax(1), ref.argmax(1))     # top-1 agreement, 8 of 8
+    np.testing.assert_array_equal(y.argmax(1), ref.argmax(1))  # top-1 agreement, 8 of 8
     layers = model.placement({"x": x.shape})
     ane = [lay for lay in layers if lay.placement == "ane"]
     # every Conv (with its BatchNormalization folded) and the classifier run on the ANE
@@ -43,7 +44,7 @@ def test_resnet_block_net_matches_onnxruntime_and_top1():
     assert any(lay.call == "linear" for lay in ane)
     host = {lay.nodes[0].op for lay in layers if lay.placement == "host"}
     assert host == {"global_avg_pool"}
-    assert sum(lay.call == "add" for lay in ane) == 2     # the residual Adds: planar tasks
+    assert sum(lay.call == "add" for lay in ane) == 2  # the residual Adds: planar tasks
 
 
 def test_transformer_block_matches_onnxruntime():
@@ -88,12 +89,19 @@ def test_report_per_layer():
 def test_report_names_the_first_layer_beyond_tolerance():
     # a conv whose weights push the Q16.16 accumulator past 32768: saturation -> inf
     from onnx import TensorProto as T, helper, numpy_helper
+
     w = np.full((4, 8, 3, 3), 100.0, np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="big", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["y"], name="act")]
-    g = helper.make_graph(nodes, "sat", [helper.make_tensor_value_info("x", T.FLOAT, [1, 8, 6, 6])],
-                          [helper.make_tensor_value_info("y", T.FLOAT, [1, 4, 6, 6])],
-                          [numpy_helper.from_array(w, "w")])
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="big", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"], name="act"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "sat",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 8, 6, 6])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, 4, 6, 6])],
+        [numpy_helper.from_array(w, "w")],
+    )
     model = fastane.load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
     x = np.full((1, 8, 6, 6), 10.0, np.float32)
     with pytest.warns(fastane.SaturationWarning):
@@ -111,29 +119,48 @@ def test_stats_only_report_counts_what_the_run_does(name, shape):
     assert counted.stats_only and not counted.outputs
     for a, b in zip(ran.layers, counted.layers):
         assert (a.placement, a.layer.op) == (b.placement, b.layer.op)
-        for f in ("tasks", "macs", "planar_ops", "kernel_dma_bytes", "tile_dma_src_bytes",
-                  "tile_dma_dst_bytes", "control_dma_bytes"):
+        for f in (
+            "tasks",
+            "macs",
+            "planar_ops",
+            "kernel_dma_bytes",
+            "tile_dma_src_bytes",
+            "tile_dma_dst_bytes",
+            "control_dma_bytes",
+        ):
             assert getattr(a.stats, f) == getattr(b.stats, f), (a.layer.name, f)
         assert b.error is None
     assert counted.total.time_s == pytest.approx(ran.total.time_s)
 
 
-@pytest.mark.parametrize("attrs", [dict(strides=[2, 2], pads=[1, 1, 1, 1], kernel_shape=[4, 4]),
-                                   dict(strides=[2, 3], output_padding=[1, 2], group=2),
-                                   dict(strides=[2, 2], auto_pad="SAME_UPPER", dilations=[2, 1]),
-                                   dict(strides=[3, 2], output_shape=[10, 8])])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        dict(strides=[2, 2], pads=[1, 1, 1, 1], kernel_shape=[4, 4]),
+        dict(strides=[2, 3], output_padding=[1, 2], group=2),
+        dict(strides=[2, 2], auto_pad="SAME_UPPER", dilations=[2, 1]),
+        dict(strides=[3, 2], output_shape=[10, 8]),
+    ],
+)
 def test_conv_transpose_matches_onnxruntime(attrs):
     from onnx import TensorProto as T, helper, numpy_helper
+
     rng = np.random.default_rng(4)
     g = attrs.get("group", 1)
     k = attrs.get("kernel_shape", [3, 3])
     w = (rng.standard_normal((4, 6 // g, *k)) * 0.3).astype(np.float32)
     b = (rng.standard_normal(6) * 0.1).astype(np.float32)
-    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["c"], name="up", **attrs),
-             helper.make_node("Relu", ["c"], ["y"], name="act")]
-    graph = helper.make_graph(nodes, "deconv", [helper.make_tensor_value_info("x", T.FLOAT, [1, 4, 5, 5])],
-                              [helper.make_tensor_value_info("y", T.FLOAT, None)],
-                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "w", "b"], ["c"], name="up", **attrs),
+        helper.make_node("Relu", ["c"], ["y"], name="act"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "deconv",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 4, 5, 5])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
     model, y, ref = _both(proto, x)
@@ -149,7 +176,7 @@ def test_stats_only_without_the_weights():
     full = fastane.load_model(proto)
     light = fastane.load_model(proto, weights=False)
     big = [v for v in light.graph.consts.values() if v.size > 4096]
-    assert big and all(v.strides == (0,) * v.ndim for v in big)      # placeholders, no copy
+    assert big and all(v.strides == (0,) * v.ndim for v in big)  # placeholders, no copy
     a = full.report({"x": (1, 3, 32, 32)}, stats_only=True)
     b = light.report({"x": (1, 3, 32, 32)}, stats_only=True)
     assert [r.stats.as_dict() for r in a.layers] == [r.stats.as_dict() for r in b.layers]
@@ -162,44 +189,65 @@ def test_old_opsets_attribute_operands(opset):
     """Operands older opsets give as attributes (Softmax's flattening axis, Squeeze/Unsqueeze
     and Reduce axes, Slice starts/ends, Pad pads, Clip bounds) mean what onnxruntime says."""
     from onnx import TensorProto as T, helper
-    clip = (helper.make_node("Clip", ["s"], ["c"], min=-0.5, max=0.5) if opset < 11 else
-            helper.make_node("Clip", ["s", "lo", "hi"], ["c"]))
-    nodes = [helper.make_node("Softmax", ["x"], ["s"], axis=1),
-             clip,
-             helper.make_node("Slice", ["c"], ["sl"], starts=[0, 1], ends=[1, 3], axes=[0, 2])
-             if opset < 10 else helper.make_node("Slice", ["c", "st", "en", "ax"], ["sl"]),
-             helper.make_node("Squeeze", ["sl"], ["sq"], axes=[0]),
-             helper.make_node("Unsqueeze", ["sq"], ["us"], axes=[2]),
-             helper.make_node("ReduceMean", ["us"], ["rm"], axes=[1], keepdims=0),
-             helper.make_node("Pad", ["rm"], ["y"], pads=[0, 1, 0, 2], value=0.25, mode="constant")
-             if opset < 11 else helper.make_node("Identity", ["rm"], ["y"])]
+
+    clip = (
+        helper.make_node("Clip", ["s"], ["c"], min=-0.5, max=0.5)
+        if opset < 11
+        else helper.make_node("Clip", ["s", "lo", "hi"], ["c"])
+    )
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["s"], axis=1),
+        clip,
+        helper.make_node("Slice", ["c"], ["sl"], starts=[0, 1], ends=[1, 3], axes=[0, 2])
+        if opset < 10
+        else helper.make_node("Slice", ["c", "st", "en", "ax"], ["sl"]),
+        helper.make_node("Squeeze", ["sl"], ["sq"], axes=[0]),
+        helper.make_node("Unsqueeze", ["sq"], ["us"], axes=[2]),
+        helper.make_node("ReduceMean", ["us"], ["rm"], axes=[1], keepdims=0),
+        helper.make_node("Pad", ["rm"], ["y"], pads=[0, 1, 0, 2], value=0.25, mode="constant")
+        if opset < 11
+        else helper.make_node("Identity", ["rm"], ["y"]),
+    ]
     inits = []
     if opset >= 11:
         from onnx import numpy_helper
-        inits = [numpy_helper.from_array(np.array(-0.5, np.float32), "lo"),
-                 numpy_helper.from_array(np.array(0.5, np.float32), "hi")]
-        inits += [numpy_helper.from_array(np.array(v, np.int64), n)
-                  for n, v in (("st", [0, 1]), ("en", [1, 3]), ("ax", [0, 2]))]
-    g = helper.make_graph(nodes, "old", [helper.make_tensor_value_info("x", T.FLOAT, [2, 3, 4])],
-                          [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+
+        inits = [
+            numpy_helper.from_array(np.array(-0.5, np.float32), "lo"),
+            numpy_helper.from_array(np.array(0.5, np.float32), "hi"),
+        ]
+        inits += [
+            numpy_helper.from_array(np.array(v, np.int64), n)
+            for n, v in (("st", [0, 1]), ("en", [1, 3]), ("ax", [0, 2]))
+        ]
+    g = helper.make_graph(
+        nodes,
+        "old",
+        [helper.make_tensor_value_info("x", T.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+        inits,
+    )
     proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     proto.ir_version = 7
     x = np.random.default_rng(5).standard_normal((2, 3, 4)).astype(np.float32) * 3
     model, y, ref = _both(proto, x)
     assert y.shape == ref.shape
-    np.testing.assert_allclose(y.astype(np.float32), ref, rtol=2.0 ** -10, atol=2.0 ** -14)
+    np.testing.assert_allclose(y.astype(np.float32), ref, rtol=2.0**-10, atol=2.0**-14)
 
 
 def test_gemm_with_a_full_c_is_two_ane_calls():
     from onnx import TensorProto as T, helper, numpy_helper
+
     rng = np.random.default_rng(6)
     w = rng.standard_normal((5, 7)).astype(np.float32)
     c = rng.standard_normal((3, 5)).astype(np.float32)
-    g = helper.make_graph([helper.make_node("Gemm", ["x", "w", "c"], ["y"], transA=1, transB=1,
-                                            alpha=0.5, beta=2.0)], "g",
-                          [helper.make_tensor_value_info("x", T.FLOAT, [7, 3])],
-                          [helper.make_tensor_value_info("y", T.FLOAT, [3, 5])],
-                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(c, "c")])
+    g = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "c"], ["y"], transA=1, transB=1, alpha=0.5, beta=2.0)],
+        "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [7, 3])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [3, 5])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(c, "c")],
+    )
     proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     x = rng.standard_normal((7, 3)).astype(np.float32)
     model, y, ref = _both(proto, x)

@@ -1,4 +1,5 @@
 """``fastane run``: outputs, the report, and one-line errors (exit status 2)."""
+
 import json
 
 import numpy as np
@@ -46,18 +47,21 @@ def test_run_random_with_shape(net, capsys):
     assert rc == 0 and "random float32[1x3x16x16]" in err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["{d}/missing.onnx"], "cannot read model"),
-    (["{d}/x.npy"], "not a valid ONNX model"),
-    (["{d}/net.onnx"], "missing input 'x'"),
-    (["{d}/net.onnx", "-i", "{d}/bad.npy"], "expected shape (N, 3, 16, 16), got (1, 3, 15, 16)"),
-    (["{d}/net.onnx", "-i", "{d}/int.npy"], "expected dtype float32, got int32"),
-    (["{d}/net.onnx", "-i", "y={d}/x.npy"], "has no input 'y'"),
-    (["{d}/net.onnx", "-i", "{d}/nothere.npy"], "cannot read"),
-    (["{d}/net.onnx", "--random"], "bind it with --shape x=Nx3x16x16"),
-    (["{d}/net.onnx", "--random", "--shape", "x=1x3xa"], "dimensions must be integers"),
-    (["{d}/net.onnx", "--random", "--shape", "x=1x3x16x16", "--report", "--chip", "z9"], "unknown chip"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["{d}/missing.onnx"], "cannot read model"),
+        (["{d}/x.npy"], "not a valid ONNX model"),
+        (["{d}/net.onnx"], "missing input 'x'"),
+        (["{d}/net.onnx", "-i", "{d}/bad.npy"], "expected shape (N, 3, 16, 16), got (1, 3, 15, 16)"),
+        (["{d}/net.onnx", "-i", "{d}/int.npy"], "expected dtype float32, got int32"),
+        (["{d}/net.onnx", "-i", "y={d}/x.npy"], "has no input 'y'"),
+        (["{d}/net.onnx", "-i", "{d}/nothere.npy"], "cannot read"),
+        (["{d}/net.onnx", "--random"], "bind it with --shape x=Nx3x16x16"),
+        (["{d}/net.onnx", "--random", "--shape", "x=1x3xa"], "dimensions must be integers"),
+        (["{d}/net.onnx", "--random", "--shape", "x=1x3x16x16", "--report", "--chip", "z9"], "unknown chip"),
+    ],
+)
 def test_errors_are_one_line(net, capsys, args, message):
     np.save(net / "bad.npy", np.zeros((1, 3, 15, 16), np.float32))
     np.save(net / "int.npy", np.zeros((1, 3, 16, 16), np.int32))
@@ -97,6 +101,7 @@ def test_roofline_model_errors(net, capsys):
 
 def test_report_and_save_in_one_run(net, capsys, tmp_path):
     import fastane
+
     rc, out, _ = _run(capsys, net / "net.onnx", "-i", net / "x.npy", "--report", "-o", tmp_path / "o.npz")
     assert rc == 0 and "ANE total" in out
     saved = np.load(tmp_path / "o.npz")

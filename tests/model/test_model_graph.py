@@ -1,4 +1,5 @@
 """The model graph and the ONNX importer: shapes, folding, binding, and hostile files."""
+
 import subprocess
 import sys
 
@@ -69,7 +70,7 @@ def test_custom_domain():
 def test_huge_initializer_dims_are_refused_before_allocation():
     t = T()
     t.name, t.data_type = "w", T.FLOAT
-    t.dims.extend([1 << 20, 1 << 20])          # 4 TiB declared, nothing held
+    t.dims.extend([1 << 20, 1 << 20])  # 4 TiB declared, nothing held
     m = _model([helper.make_node("Add", ["x", "w"], ["y"])], [_vi("x", [1])], [_vi("y", [1])], [t])
     with pytest.raises(ModelError, match="beyond fastane's limit"):
         fastane.load_model(m)
@@ -97,8 +98,10 @@ def test_external_data_refused():
 
 
 def test_huge_reshape_and_expand_are_refused_at_bind():
-    for node, extra in ((helper.make_node("Reshape", ["x", "s"], ["y"]), np.array([-1, 1], np.int64)),
-                        (helper.make_node("Expand", ["x", "s"], ["y"]), np.array([1 << 20, 1 << 10, 4], np.int64))):
+    for node, extra in (
+        (helper.make_node("Reshape", ["x", "s"], ["y"]), np.array([-1, 1], np.int64)),
+        (helper.make_node("Expand", ["x", "s"], ["y"]), np.array([1 << 20, 1 << 10, 4], np.int64)),
+    ):
         s = numpy_helper.from_array(extra, "s")
         m = fastane.load_model(_model([node], [_vi("x", [4])], [_vi("y", None)], [s]))
         x = np.ones(4, np.float32)
@@ -110,16 +113,23 @@ def test_huge_reshape_and_expand_are_refused_at_bind():
 
 
 def test_huge_input_dims_via_symbols():
-    m = fastane.load_model(_model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["N", "M"])],
-                                  [_vi("y", ["N", "M"])]))
+    m = fastane.load_model(
+        _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["N", "M"])], [_vi("y", ["N", "M"])])
+    )
     with pytest.raises(ModelError, match="beyond fastane's limit"):
-        m.bind({"x": (1 << 20, 1 << 20)})        # shapes only: nothing allocated
+        m.bind({"x": (1 << 20, 1 << 20)})  # shapes only: nothing allocated
 
 
 def test_wrong_shapes_in_the_graph():
     w = numpy_helper.from_array(np.ones((4, 5, 3, 3), np.float32), "w")
-    m = fastane.load_model(_model([helper.make_node("Conv", ["x", "w"], ["y"], name="c")],
-                                  [_vi("x", [1, 3, 8, 8])], [_vi("y", [1, 4, 6, 6])], [w]))
+    m = fastane.load_model(
+        _model(
+            [helper.make_node("Conv", ["x", "w"], ["y"], name="c")],
+            [_vi("x", [1, 3, 8, 8])],
+            [_vi("y", [1, 4, 6, 6])],
+            [w],
+        )
+    )
     with pytest.raises(ModelError, match="'c'.*3 channels"):
         m({"x": np.ones((1, 3, 8, 8), np.float32)})
 
@@ -132,8 +142,9 @@ def test_not_topological():
 
 
 def test_user_input_errors():
-    m = fastane.load_model(_model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["N", 3])],
-                                  [_vi("y", ["N", 3])]))
+    m = fastane.load_model(
+        _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["N", 3])], [_vi("y", ["N", 3])])
+    )
     with pytest.raises(ModelError, match="missing input 'x'"):
         m({})
     with pytest.raises(ModelError, match=r"expected shape \(N, 3\), got \(2, 4\)"):
@@ -142,28 +153,37 @@ def test_user_input_errors():
         m({"x": np.ones((2, 3), np.int64)})
     with pytest.raises(ModelError, match="unknown input 'z'"):
         m({"x": np.ones((2, 3), np.float32), "z": 1})
-    y = m(np.array([[-1.0, 0.5, 2.0]]))              # float64 for a float input: converted
+    y = m(np.array([[-1.0, 0.5, 2.0]]))  # float64 for a float input: converted
     np.testing.assert_array_equal(y["y"], np.array([[0, 0.5, 2]], np.float16))
 
 
 def test_inconsistent_symbols():
-    m = fastane.load_model(_model([helper.make_node("Add", ["a", "b"], ["y"])],
-                                  [_vi("a", ["N"]), _vi("b", ["N"])], [_vi("y", ["N"])]))
+    m = fastane.load_model(
+        _model(
+            [helper.make_node("Add", ["a", "b"], ["y"])],
+            [_vi("a", ["N"]), _vi("b", ["N"])],
+            [_vi("y", ["N"])],
+        )
+    )
     with pytest.raises(ModelError, match="'N' = 3"):
         m({"a": np.ones(3, np.float32), "b": np.ones(4, np.float32)})
 
 
 def test_shape_arithmetic_is_folded():
     # y = reshape(x, concat(shape(x)[0:1], [-1])): a Flatten written as shape arithmetic
-    nodes = [helper.make_node("Shape", ["x"], ["s"]),
-             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
-             helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
-             helper.make_node("Concat", ["n1", "minus1"], ["t"], axis=0),
-             helper.make_node("Reshape", ["x", "t"], ["r"]),
-             helper.make_node("Relu", ["r"], ["y"])]
-    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
-             numpy_helper.from_array(np.array([0], np.int64), "ax"),
-             numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["t"], axis=0),
+        helper.make_node("Reshape", ["x", "t"], ["r"]),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array([0], np.int64), "ax"),
+        numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+    ]
     m = fastane.load_model(_model(nodes, [_vi("x", ["N", 2, 3])], [_vi("y", ["N", 6])], inits))
     bound, layers = m.bind({"x": (5, 2, 3)})
     assert [n.op for n in bound.folded] == ["shape", "gather", "unsqueeze", "concat"]
@@ -181,10 +201,17 @@ def test_ane_layers_go_through_the_public_entry_points(monkeypatch):
     def spy(*a, **k):
         calls.append(a[1].shape)
         return real(*a, **k)
+
     monkeypatch.setattr(fastane.api, "conv2d", spy)
     w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
-    m = fastane.load_model(_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
-                                  [_vi("x", [1, 3, 8, 8])], [_vi("y", [1, 4, 8, 8])], [w]))
+    m = fastane.load_model(
+        _model(
+            [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+            [_vi("x", [1, 3, 8, 8])],
+            [_vi("y", [1, 4, 8, 8])],
+            [w],
+        )
+    )
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
     y = m({"x": x})["y"]
     assert calls == [(4, 3, 3, 3)]
@@ -195,16 +222,25 @@ def test_asymmetric_padding_and_auto_pad():
     rng = np.random.default_rng(0)
     w = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
     x = rng.standard_normal((1, 3, 7, 7)).astype(np.float32)
-    m = fastane.load_model(_model([helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2],
-                                                    auto_pad="SAME_UPPER")],
-                                  [_vi("x", [1, 3, 7, 7])], [_vi("y", None)],
-                                  [numpy_helper.from_array(w, "w")]))
+    m = fastane.load_model(
+        _model(
+            [helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2], auto_pad="SAME_UPPER")],
+            [_vi("x", [1, 3, 7, 7])],
+            [_vi("y", None)],
+            [numpy_helper.from_array(w, "w")],
+        )
+    )
     y = m({"x": x})["y"]
     # SAME_UPPER, stride 2 on 7: total pad 2 -> (1, 1); compare with the explicit conv
     np.testing.assert_array_equal(y, fastane.conv2d(x, w, stride=2, padding=1))
-    m2 = fastane.load_model(_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[0, 1, 2, 0])],
-                                   [_vi("x", [1, 3, 7, 7])], [_vi("y", None)],
-                                   [numpy_helper.from_array(w, "w")]))
+    m2 = fastane.load_model(
+        _model(
+            [helper.make_node("Conv", ["x", "w"], ["y"], pads=[0, 1, 2, 0])],
+            [_vi("x", [1, 3, 7, 7])],
+            [_vi("y", None)],
+            [numpy_helper.from_array(w, "w")],
+        )
+    )
     y2 = m2({"x": x})["y"]
     xp = np.pad(x, ((0, 0), (0, 0), (0, 2), (1, 0)))
     np.testing.assert_array_equal(y2, fastane.conv2d(xp, w))
@@ -214,6 +250,7 @@ def test_mutated_files_give_model_errors_only(tmp_path):
     """Random byte flips, truncations and splices of a valid model: loading (and binding at
     the declared shapes) either works or raises ModelError -- never another exception."""
     from fastane.model import zoo
+
     data = bytearray(zoo.resnet(seed=0, width=4, size=8).SerializeToString())
     rng = np.random.default_rng(1234)
     outcomes = {"ok": 0, "error": 0}

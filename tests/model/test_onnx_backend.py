@@ -22,6 +22,7 @@ Tolerances, by the class of what ran (the layers' placement):
   - table ops: the table's measured error over all fp16 inputs (docs/lut.md, the bounds
     ``tests/test_lut_block.py`` enforces) + 1 ulp16.
 """
+
 from __future__ import annotations
 
 import math
@@ -102,8 +103,16 @@ class _Rep(onnx.backend.base.BackendRep):
 
 #: inputs of an op that a converter for the ANE makes compile-time constants: weights,
 #: biases, normalisation parameters, clip bounds; integer inputs (shapes, axes) too
-_PARAM_INPUTS = {"conv": (1, 2), "conv_transpose": (1, 2), "gemm": (1, 2), "batchnorm": (1, 2, 3, 4), "clip": (1, 2),
-                 "prelu": (1,), "layer_norm": (1, 2), "pow": (1,)}
+_PARAM_INPUTS = {
+    "conv": (1, 2),
+    "conv_transpose": (1, 2),
+    "gemm": (1, 2),
+    "batchnorm": (1, 2, 3, 4),
+    "clip": (1, 2),
+    "prelu": (1,),
+    "layer_norm": (1, 2),
+    "pow": (1,),
+}
 
 
 def _params(model) -> set:
@@ -134,24 +143,31 @@ def _ulp16(v):
     a = np.abs(np.asarray(v, np.float64))
     with np.errstate(over="ignore"):
         h = np.minimum(a, 65504).astype(np.float16)
-    return np.maximum(np.spacing(h).astype(np.float64), 2.0 ** -24)
+    return np.maximum(np.spacing(h).astype(np.float64), 2.0**-24)
 
 
 def _table_bound(layer, ref):
     """The measured error of the layer's table (docs/lut.md) at ``ref``."""
     node = layer.nodes[-1]
-    name = {"leaky_relu": "leaky_relu", "gelu": "gelu", "tanh": "tanh", "sigmoid": "sigmoid",
-            "exp": "exp", "sqrt": "sqrt", "reciprocal": "reciprocal"}.get(node.op)
+    name = {
+        "leaky_relu": "leaky_relu",
+        "gelu": "gelu",
+        "tanh": "tanh",
+        "sigmoid": "sigmoid",
+        "exp": "exp",
+        "sqrt": "sqrt",
+        "reciprocal": "reciprocal",
+    }.get(node.op)
     a = np.abs(ref)
     if layer.call == "silu":
         name = "silu"
-    if node.op == "div":        # round16(a * r), r = recip(b) (1 + e), |e| <= the table's bound
+    if node.op == "div":  # round16(a * r), r = recip(b) (1 + e), |e| <= the table's bound
         r = BOUNDS["reciprocal"][4]
-        return (r + 2.0 ** -11 + r * 2.0 ** -11) * a
+        return (r + 2.0**-11 + r * 2.0**-11) * a
     if node.op == "selu":
         return BOUNDS["selu_neg"][3] + BOUNDS["selu_pos"][4] * a
     if node.op == "leaky_relu" and np.float32(node.attrs.get("alpha", 0.01)) != np.float32(0.01):
-        return 2.0 ** -10 * a           # the slope rounded to fp16 in a lines-only block
+        return 2.0**-10 * a  # the slope rounded to fp16 in a lines-only block
     _, _, _, ab, rel = BOUNDS[name]
     return (ab or 0.0) + (rel or 0.0) * a
 
@@ -160,8 +176,9 @@ def _folds(layer) -> bool:
     """Whether the layer's constants were scaled at compile time (Gemm alpha/beta, a folded
     BatchNormalization): one more rounding of each weight to fp16."""
     n = layer.nodes[0]
-    return (layer.detail.get("folded_bn") or
-            (n.op == "gemm" and (n.attrs.get("alpha", 1.0) != 1.0 or n.attrs.get("beta", 1.0) != 1.0)))
+    return layer.detail.get("folded_bn") or (
+        n.op == "gemm" and (n.attrs.get("alpha", 1.0) != 1.0 or n.attrs.get("beta", 1.0) != 1.0)
+    )
 
 
 def _mac_k(layer, bound):
@@ -169,7 +186,7 @@ def _mac_k(layer, bound):
     t = [bound.types[n].shape for n in node.inputs if n]
     if node.op == "conv":
         return math.prod(t[1][1:])
-    if node.op == "conv_transpose":            # the equivalent conv: Cin/groups x kernel
+    if node.op == "conv_transpose":  # the equivalent conv: Cin/groups x kernel
         return t[1][0] // int(node.attrs.get("groups", 1)) * math.prod(t[1][2:])
     if node.op == "gemm":
         return t[0][0] if node.attrs.get("trans_a") else t[0][-1]
@@ -191,11 +208,12 @@ def _allowance(ref, last):
         tol = _ulp16(y16)
         for lay in ane:
             if lay.kind == "mac":
-                absref = np.abs(np.asarray(model.reference({k: np.abs(v) for k, v in r16.items()})[n],
-                                           np.float64))
-                tol = tol + _mac_k(lay, bound) * 2.0 ** -17 + 2.0 ** -10 * np.abs(y16)
-                if _folds(lay):             # constants scaled at compile time, rounded once
-                    tol = tol + 2.0 ** -11 * absref
+                absref = np.abs(
+                    np.asarray(model.reference({k: np.abs(v) for k, v in r16.items()})[n], np.float64)
+                )
+                tol = tol + _mac_k(lay, bound) * 2.0**-17 + 2.0**-10 * np.abs(y16)
+                if _folds(lay):  # constants scaled at compile time, rounded once
+                    tol = tol + 2.0**-11 * absref
             elif lay.kind == "table":
                 tol = tol + _table_bound(lay, y16)
         with np.errstate(invalid="ignore"):
@@ -223,10 +241,14 @@ class FastaneBackendTest(onnx.backend.test.BackendTest):
             err = np.where(np.isnan(err), np.inf, err)
             bad = ~(err <= allow[name])
             if bad.any():
-                i = np.unravel_index(np.argmax(np.where(bad, err - np.nan_to_num(allow[name]), -1)), err.shape)
-                raise AssertionError(f"output {name}: {int(bad.sum())} of {err.size} elements beyond the "
-                                     f"allowance; worst at {i}: fastane {y64[i]!r}, reference {r64[i]!r}, "
-                                     f"allowed {allow[name][i]!r}")
+                i = np.unravel_index(
+                    np.argmax(np.where(bad, err - np.nan_to_num(allow[name]), -1)), err.shape
+                )
+                raise AssertionError(
+                    f"output {name}: {int(bad.sum())} of {err.size} elements beyond the "
+                    f"allowance; worst at {i}: fastane {y64[i]!r}, reference {r64[i]!r}, "
+                    f"allowed {allow[name][i]!r}"
+                )
 
 
 _suite = FastaneBackendTest(FastaneBackend, __name__)
@@ -249,5 +271,10 @@ def _selected_only(cls):
     return cls
 
 
-globals().update({k: _selected_only(c) for k, c in _suite.test_cases.items()
-                  if any(n.startswith("test_") for n in vars(_selected_only(c)))})
+globals().update(
+    {
+        k: _selected_only(c)
+        for k, c in _suite.test_cases.items()
+        if any(n.startswith("test_") for n in vars(_selected_only(c)))
+    }
+)
