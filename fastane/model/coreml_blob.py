@@ -1,0 +1,341 @@
+"""The Core ML importer's weight side: the MIL weight blob reader (every offset and size
+checked against the file before anything is allocated), MIL value types, the sub-byte
+unpacking and the ``constexpr_*`` decompression (see :mod:`fastane.model.coreml_import`,
+the entry point).  coremltools' protobuf classes only through :func:`_ct_proto`, lazily."""
+from __future__ import annotations
+
+import math
+import mmap
+import os
+
+import numpy as np
+
+from ..errors import ModelError
+from .graph import check_size
+
+#: with ``weights=False``, constants above this many elements are not decoded
+SHAPE_ONLY_ABOVE = 4096
+
+
+def _ct_proto():
+    try:
+        from coremltools.proto import MIL_pb2, Model_pb2
+    except ImportError:  # pragma: no cover - the extra is part of the test extra
+        raise ImportError("loading Core ML models needs coremltools: pip install 'fastane[coreml]'") from None
+    return Model_pb2, MIL_pb2
+
+
+def _inside(root: str, rel: str, what: str) -> str:
+    full = os.path.realpath(os.path.join(root, rel))
+    base = os.path.realpath(root)
+    if os.path.commonpath([full, base]) != base:
+        raise ModelError(f"{what}: path {rel!r} points outside the package")
+    return full
+
+
+# ------------------------------------------------------------------ the weight blob
+#: MIL storage blob header and per-blob metadata (little-endian): the file starts with a
+#: 64-byte header (u32 count, u32 version); each blob's metadata (64 bytes, where the
+#: spec's offset points) is u32 sentinel 0xDEADBEEF, u32 data type, u64 size in bytes,
+#: u64 offset of the data
+_SENTINEL = 0xDEADBEEF
+_BLOB_HEADER = 64
+
+
+class _Blobs:
+    """The weight files of a package, opened lazily, every read bounds-checked."""
+
+    def __init__(self, wdir):
+        self.wdir = wdir
+        self.files: dict = {}
+
+    def read(self, file_name: str, offset: int, nbytes: int, what: str) -> memoryview:
+        if self.wdir is None:
+            raise ModelError(f"{what}: refers to weight file {file_name!r}, but a bare .mlmodel has "
+                             f"no weights directory (load the .mlpackage)")
+        prefix = "@model_path/weights/"
+        if not file_name.startswith(prefix):
+            raise ModelError(f"{what}: weight file {file_name!r} is not under @model_path/weights/")
+        rel = file_name[len(prefix):]
+        if rel not in self.files:
+            full = _inside(self.wdir, rel, what)
+            try:
+                # mapped, not read: a blob is copied only when a constant is decoded
+                with open(full, "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    self.files[rel] = memoryview(
+                        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b"")
+            except FileNotFoundError:
+                raise ModelError(f"{what}: weight file {file_name!r} is missing from the package") from None
+            except OSError as exc:
+                raise ModelError(f"{what}: cannot read weight file {file_name!r}: {exc.strerror or exc}") from None
+        buf = self.files[rel]
+        size = len(buf)
+        if size < _BLOB_HEADER:
+            raise ModelError(f"{what}: weight file {file_name!r} has {size} bytes, less than its "
+                             f"{_BLOB_HEADER}-byte header (truncated)")
+        if offset < _BLOB_HEADER or offset + 64 > size:
+            raise ModelError(f"{what}: blob metadata at offset {offset} lies outside the "
+                             f"{size}-byte weight file {file_name!r}")
+        sentinel, _dtype, nb, data_off = np.frombuffer(buf[offset:offset + 24], "<u4", 2).tolist() + \
+            np.frombuffer(buf[offset + 8:offset + 24], "<u8", 2).tolist()
+        if sentinel != _SENTINEL:
+            raise ModelError(f"{what}: no blob at offset {offset} of {file_name!r} (sentinel "
+                             f"{sentinel:#x}, expected {_SENTINEL:#x}): corrupted weight file")
+        if nb != nbytes:
+            raise ModelError(f"{what}: the blob at offset {offset} holds {nb} bytes, the declared "
+                             f"type needs {nbytes}")
+        if data_off + nb > size:
+            raise ModelError(f"{what}: the blob's data ({nb} bytes at offset {data_off}) runs past "
+                             f"the end of the {size}-byte weight file {file_name!r} (truncated)")
+        return buf[data_off:data_off + nb]
+
+
+# ------------------------------------------------------------------ MIL values
+_DT = None
+
+
+def _dtypes():
+    """MIL DataType -> (numpy dtype, bits) (sub-byte unsigned/signed ints unpacked to
+    uint8/int8)."""
+    global _DT
+    if _DT is None:
+        _, MIL_pb2 = _ct_proto()
+        D = MIL_pb2
+        _DT = {D.BOOL: (np.bool_, 8), D.FLOAT16: (np.float16, 16), D.FLOAT32: (np.float32, 32),
+               D.FLOAT64: (np.float64, 64), D.INT8: (np.int8, 8), D.INT16: (np.int16, 16),
+               D.INT32: (np.int32, 32), D.INT64: (np.int64, 64), D.UINT8: (np.uint8, 8),
+               D.UINT16: (np.uint16, 16), D.UINT32: (np.uint32, 32), D.UINT64: (np.uint64, 64),
+               D.INT4: (np.int8, 4), D.UINT4: (np.uint8, 4), D.UINT2: (np.uint8, 2),
+               D.UINT1: (np.uint8, 1), D.UINT3: (np.uint8, 3), D.UINT6: (np.uint8, 6),
+               D.STRING: (np.str_, 0)}
+    return _DT
+
+
+def _dt_name(code) -> str:
+    _, MIL_pb2 = _ct_proto()
+    try:
+        return MIL_pb2.DataType.Name(code)
+    except ValueError:
+        return str(code)
+
+
+def unpack_bits(raw, nbits: int, count: int, signed: bool = False) -> np.ndarray:
+    """``count`` ``nbits``-bit integers packed into bytes least significant bit first (the
+    MIL storage's sub-byte layout), as uint8 (int8 for ``signed``)."""
+    raw = np.frombuffer(raw, np.uint8)
+    need = -(-count * nbits // 8)
+    if raw.size < need:
+        raise ValueError(f"{count} values of {nbits} bits need {need} bytes, got {raw.size}")
+    bits = np.unpackbits(raw[:need], bitorder="little")[:count * nbits].reshape(count, nbits)
+    vals = (bits.astype(np.uint16) << np.arange(nbits, dtype=np.uint16)).sum(axis=1)
+    if signed:
+        vals = np.where(vals >= 1 << (nbits - 1), vals.astype(np.int16) - (1 << nbits), vals)
+        return vals.astype(np.int8)
+    return vals.astype(np.uint8)
+
+
+def _tensor_shape(tt, what: str, symbols=False):
+    if tt.rank != len(tt.dimensions):
+        raise ModelError(f"{what}: rank {tt.rank} but {len(tt.dimensions)} dimensions")
+    dims = []
+    for i, d in enumerate(tt.dimensions):
+        if d.WhichOneof("dimension") == "constant":
+            dims.append(int(d.constant.size))
+        elif symbols:
+            dims.append(f"{what}:{i}")
+        else:
+            raise ModelError(f"{what}: dimension {i} is not a constant")
+    return tuple(dims)
+
+
+def _check_nout(outs, n, what):
+    if len(outs) != n:
+        raise ModelError(f"{what}: has {len(outs)} outputs, fastane maps {n}")
+
+# ------------------------------------------------------------------ decompression
+def _float_out(a):
+    a = np.asarray(a)
+    return a.astype(np.float32) if a.dtype.kind == "f" else a
+
+
+def decompress(op_type: str, **kw) -> np.ndarray:
+    """The value a ``constexpr_*`` op defines, from its constant operands (numpy arrays;
+    the iOS16 ``lut_to_dense``/``sparse_to_dense`` take packed ``uint8`` indices/mask and a
+    ``shape``).  ValueError for operands that do not fit the op's definition."""
+    if op_type == "constexpr_affine_dequantize":
+        q, zp, sc = (np.asarray(kw[k]) for k in ("quantized_data", "zero_point", "scale"))
+        axis = int(kw["axis"])
+        r = q.ndim
+        if not -r <= axis < r:
+            raise ValueError(f"axis {axis} out of range for rank {r}")
+        axis %= r
+        sh = [1] * r
+        for name, v in (("scale", sc), ("zero_point", zp)):
+            if v.ndim > 1 or (v.ndim == 1 and v.size != q.shape[axis]):
+                raise ValueError(f"{name} of shape {v.shape}: a scalar or a vector of "
+                                 f"{q.shape[axis]} values is needed")
+        sh[axis] = -1
+        scv = sc.reshape(sh) if sc.ndim == 1 else sc
+        zpv = zp.reshape(sh) if zp.ndim == 1 else zp
+        return (scv.astype(sc.dtype) * (q.astype(np.float32) - zpv.astype(np.float32)).astype(sc.dtype)
+                ).astype(sc.dtype)
+    if op_type == "constexpr_blockwise_shift_scale":
+        data, sc = np.asarray(kw["data"]), np.asarray(kw["scale"])
+        off = kw.get("offset")
+        if data.ndim != sc.ndim or data.ndim < 1:
+            raise ValueError(f"data {data.shape} and scale {sc.shape} must have the same rank (>= 1)")
+        blocks = []
+        for d, s in zip(data.shape, sc.shape):
+            if s < 1 or d % s:
+                raise ValueError(f"scale shape {sc.shape} does not divide data shape {data.shape}")
+            blocks.append(d // s)
+        if off is not None and np.asarray(off).shape != sc.shape:
+            raise ValueError(f"offset shape {np.asarray(off).shape} differs from scale shape {sc.shape}")
+        x = data.astype(sc.dtype)
+        scr, offr = sc, None if off is None else np.asarray(off).astype(sc.dtype)
+        for axis, bs in enumerate(blocks):
+            if bs > 1:
+                scr = np.repeat(scr, bs, axis)
+                if offr is not None:
+                    offr = np.repeat(offr, bs, axis)
+        if offr is not None:
+            x = x - offr
+        return scr * x
+    if op_type == "constexpr_lut_to_dense" and "shape" in kw:            # iOS16
+        lut, idx, shape = np.asarray(kw["lut"]), np.asarray(kw["indices"]), kw["shape"]
+        shape = tuple(int(s) for s in np.asarray(shape).reshape(-1))
+        n = check_size(shape, "constexpr_lut_to_dense shape")
+        if lut.ndim != 1 or lut.size not in (2, 4, 16, 64, 256):
+            raise ValueError(f"lut of shape {lut.shape}: a 1-D table of 2, 4, 16, 64 or 256 entries")
+        nbits = int(math.log2(lut.size))
+        return lut[unpack_bits(idx.astype(np.uint8).tobytes(), nbits, n)].reshape(shape)
+    if op_type == "constexpr_lut_to_dense":                              # iOS18
+        idx, lut = np.asarray(kw["indices"]), np.asarray(kw["lut"])
+        va = kw.get("vector_axis")
+        if idx.ndim < 1 or lut.ndim != idx.ndim + 2:
+            raise ValueError(f"lut of rank {lut.ndim} for indices of rank {idx.ndim} (needs rank + 2)")
+        P, V = lut.shape[-2:]
+        if V > 1 and va is None:
+            raise ValueError("vector palettes (VECTOR_SIZE > 1) need vector_axis")
+        if idx.size and int(idx.max()) >= P:
+            raise ValueError(f"an index {int(idx.max())} is beyond the {P} palette entries")
+        blk = np.zeros(idx.shape, np.int64)
+        for d in range(idx.ndim):
+            if lut.shape[d] < 1 or idx.shape[d] % lut.shape[d]:
+                raise ValueError(f"lut shape {lut.shape} does not divide indices shape {idx.shape}")
+            pos = np.arange(idx.shape[d]) // (idx.shape[d] // lut.shape[d])
+            blk = blk * lut.shape[d] + pos.reshape((-1,) + (1,) * (idx.ndim - 1 - d))
+        vals = lut.reshape(-1, V)[blk * P + idx.astype(np.int64)]         # indices.shape + (V,)
+        if V == 1:
+            return vals[..., 0]
+        a = int(np.asarray(va)) % idx.ndim
+        vals = np.moveaxis(vals, -1, a + 1)
+        shape = list(idx.shape)
+        shape[a] *= V
+        return vals.reshape(shape)
+    if op_type == "constexpr_sparse_to_dense" and "shape" in kw:         # iOS16
+        nz, mask = np.asarray(kw["nonzero_data"]), np.asarray(kw["mask"])
+        shape = tuple(int(s) for s in np.asarray(kw["shape"]).reshape(-1))
+        bits = unpack_bits(mask.astype(np.uint8).tobytes(), 1,
+                           check_size(shape, "constexpr_sparse_to_dense shape")).reshape(shape)
+        return _scatter(nz, bits)
+    if op_type == "constexpr_sparse_to_dense":                           # iOS18
+        return _scatter(np.asarray(kw["nonzero_data"]), np.asarray(kw["mask"]))
+    if op_type == "constexpr_cast":
+        return np.asarray(kw["source_val"]).astype(kw["output_dtype"])
+    raise ValueError(f"unknown compression op {op_type!r}")
+
+
+def _scatter(nz, mask):
+    if nz.ndim != 1:
+        raise ValueError(f"nonzero_data must be 1-D, got shape {nz.shape}")
+    k = int(np.count_nonzero(mask))
+    if k != nz.size:
+        raise ValueError(f"the mask has {k} set bits but nonzero_data holds {nz.size} values")
+    out = np.zeros(mask.shape, nz.dtype)
+    out[mask != 0] = nz
+    return out
+
+
+_MIL_DTYPE = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "int8": np.int8,
+              "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16, "bool": np.bool_,
+              "int64": np.int64, "fp64": np.float64}
+
+
+def _constexpr(p: "_Program", op, outs, what):
+    t = op.type
+    keys = {"constexpr_affine_dequantize": ("quantized_data", "zero_point", "scale", "axis"),
+            "constexpr_blockwise_shift_scale": ("data", "scale", "offset"),
+            "constexpr_cast": ("source_val", "output_dtype"),
+            "constexpr_lut_to_sparse": ("indices_mask", "indices_nonzero_data", "lut", "vector_axis"),
+            "constexpr_sparse_blockwise_shift_scale": ("data_mask", "nonzero_data", "scale", "offset")}
+    if t == "constexpr_lut_to_dense":
+        ks = ("indices", "lut", "shape", "vector_axis")
+    elif t == "constexpr_sparse_to_dense":
+        ks = ("nonzero_data", "mask", "shape")
+    else:
+        ks = keys[t]
+    kw = {}
+    for k in ks:
+        v = p.cval(op, k, what)
+        if v is not None:
+            kw[k] = v
+    if not p.weights and any(_placeholder(v) for v in kw.values()):
+        # weights=False: a placeholder of the output's declared type
+        o = op.outputs[0].type.tensorType
+        dt = _dtypes()[o.dataType][0]
+        shape = _tensor_shape(o, what)
+        for name in outs:
+            p.consts[name] = np.broadcast_to(np.zeros((), np.float32 if np.dtype(dt).kind == "f" else dt), shape)
+        return
+    if "output_dtype" in kw:
+        s = str(np.asarray(kw["output_dtype"]).reshape(-1)[0])
+        if s not in _MIL_DTYPE:
+            raise ModelError(f"{what}: output_dtype {s!r} is not supported")
+        kw["output_dtype"] = _MIL_DTYPE[s]
+    try:
+        if t == "constexpr_lut_to_sparse":
+            # the table applied over the mask's shape (the indices scattered into it), the
+            # mask repeated VECTOR_SIZE times along vector_axis, the values where it is set
+            mask = kw["indices_mask"]
+            idx = _scatter(kw["indices_nonzero_data"], mask)
+            va = {"vector_axis": kw["vector_axis"]} if "vector_axis" in kw else {}
+            dense = decompress("constexpr_lut_to_dense", indices=idx, lut=kw["lut"], **va)
+            if va:
+                mask = np.repeat(mask, kw["lut"].shape[-1], axis=int(kw["vector_axis"]) % mask.ndim)
+            outs_v = [mask, dense[mask != 0].reshape(-1)]
+        elif t == "constexpr_sparse_blockwise_shift_scale":
+            mask, nz = kw["data_mask"], kw["nonzero_data"]
+            dense = _scatter(nz, mask)
+            full = decompress("constexpr_blockwise_shift_scale", data=dense, scale=kw["scale"],
+                              offset=kw.get("offset"))
+            outs_v = [mask, full[mask != 0]]
+        else:
+            outs_v = [decompress(t, **kw)]
+    except (ValueError, IndexError, KeyError) as exc:
+        raise ModelError(f"{what}: {exc}") from None
+    for name, v in zip(outs, outs_v):
+        check_size(np.shape(v), what)
+        p.consts[name] = np.asarray(_float_out(v), order="C")
+
+
+def _const_op(p: "_Program", op, outs, what):
+    _check_nout(outs, 1, what)
+    if "val" not in op.attributes:
+        raise ModelError(f"{what}: const without a 'val' attribute")
+    v = p.value(op.attributes["val"], what)
+    if v.dtype == object:                # strings (pad_type, modes): kept for cval
+        p.consts[outs[0]] = v
+        return
+    if _placeholder(v):
+        p.consts[outs[0]] = np.broadcast_to(np.zeros((), np.float32), v.shape) if v.dtype.kind == "f" else v
+    else:
+        p.consts[outs[0]] = _float_out(v)
+
+
+def _placeholder(v) -> bool:
+    """A shape-only constant of a ``weights=False`` load (a zero-stride broadcast)."""
+    return isinstance(v, np.ndarray) and v.size > SHAPE_ONLY_ABOVE and v.ndim > 0 and \
+        all(s == 0 for s in v.strides)
+
