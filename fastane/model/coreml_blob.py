@@ -2,6 +2,7 @@
 checked against the file before anything is allocated), MIL value types, the sub-byte
 unpacking and the ``constexpr_*`` decompression (see :mod:`fastane.model.coreml_import`,
 the entry point).  coremltools' protobuf classes only through :func:`_ct_proto`, lazily."""
+
 from __future__ import annotations
 
 import math
@@ -51,12 +52,14 @@ class _Blobs:
 
     def read(self, file_name: str, offset: int, nbytes: int, what: str) -> memoryview:
         if self.wdir is None:
-            raise ModelError(f"{what}: refers to weight file {file_name!r}, but a bare .mlmodel has "
-                             f"no weights directory (load the .mlpackage)")
+            raise ModelError(
+                f"{what}: refers to weight file {file_name!r}, but a bare .mlmodel has "
+                f"no weights directory (load the .mlpackage)"
+            )
         prefix = "@model_path/weights/"
         if not file_name.startswith(prefix):
             raise ModelError(f"{what}: weight file {file_name!r} is not under @model_path/weights/")
-        rel = file_name[len(prefix):]
+        rel = file_name[len(prefix) :]
         if rel not in self.files:
             full = _inside(self.wdir, rel, what)
             try:
@@ -64,31 +67,45 @@ class _Blobs:
                 with open(full, "rb") as f:
                     size = os.fstat(f.fileno()).st_size
                     self.files[rel] = memoryview(
-                        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b"")
+                        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+                    )
             except FileNotFoundError:
                 raise ModelError(f"{what}: weight file {file_name!r} is missing from the package") from None
             except OSError as exc:
-                raise ModelError(f"{what}: cannot read weight file {file_name!r}: {exc.strerror or exc}") from None
+                raise ModelError(
+                    f"{what}: cannot read weight file {file_name!r}: {exc.strerror or exc}"
+                ) from None
         buf = self.files[rel]
         size = len(buf)
         if size < _BLOB_HEADER:
-            raise ModelError(f"{what}: weight file {file_name!r} has {size} bytes, less than its "
-                             f"{_BLOB_HEADER}-byte header (truncated)")
+            raise ModelError(
+                f"{what}: weight file {file_name!r} has {size} bytes, less than its "
+                f"{_BLOB_HEADER}-byte header (truncated)"
+            )
         if offset < _BLOB_HEADER or offset + 64 > size:
-            raise ModelError(f"{what}: blob metadata at offset {offset} lies outside the "
-                             f"{size}-byte weight file {file_name!r}")
-        sentinel, _dtype, nb, data_off = np.frombuffer(buf[offset:offset + 24], "<u4", 2).tolist() + \
-            np.frombuffer(buf[offset + 8:offset + 24], "<u8", 2).tolist()
+            raise ModelError(
+                f"{what}: blob metadata at offset {offset} lies outside the "
+                f"{size}-byte weight file {file_name!r}"
+            )
+        sentinel, _dtype, nb, data_off = (
+            np.frombuffer(buf[offset : offset + 24], "<u4", 2).tolist()
+            + np.frombuffer(buf[offset + 8 : offset + 24], "<u8", 2).tolist()
+        )
         if sentinel != _SENTINEL:
-            raise ModelError(f"{what}: no blob at offset {offset} of {file_name!r} (sentinel "
-                             f"{sentinel:#x}, expected {_SENTINEL:#x}): corrupted weight file")
+            raise ModelError(
+                f"{what}: no blob at offset {offset} of {file_name!r} (sentinel "
+                f"{sentinel:#x}, expected {_SENTINEL:#x}): corrupted weight file"
+            )
         if nb != nbytes:
-            raise ModelError(f"{what}: the blob at offset {offset} holds {nb} bytes, the declared "
-                             f"type needs {nbytes}")
+            raise ModelError(
+                f"{what}: the blob at offset {offset} holds {nb} bytes, the declared type needs {nbytes}"
+            )
         if data_off + nb > size:
-            raise ModelError(f"{what}: the blob's data ({nb} bytes at offset {data_off}) runs past "
-                             f"the end of the {size}-byte weight file {file_name!r} (truncated)")
-        return buf[data_off:data_off + nb]
+            raise ModelError(
+                f"{what}: the blob's data ({nb} bytes at offset {data_off}) runs past "
+                f"the end of the {size}-byte weight file {file_name!r} (truncated)"
+            )
+        return buf[data_off : data_off + nb]
 
 
 # ------------------------------------------------------------------ MIL values
@@ -102,13 +119,27 @@ def _dtypes():
     if _DT is None:
         _, MIL_pb2 = _ct_proto()
         D = MIL_pb2
-        _DT = {D.BOOL: (np.bool_, 8), D.FLOAT16: (np.float16, 16), D.FLOAT32: (np.float32, 32),
-               D.FLOAT64: (np.float64, 64), D.INT8: (np.int8, 8), D.INT16: (np.int16, 16),
-               D.INT32: (np.int32, 32), D.INT64: (np.int64, 64), D.UINT8: (np.uint8, 8),
-               D.UINT16: (np.uint16, 16), D.UINT32: (np.uint32, 32), D.UINT64: (np.uint64, 64),
-               D.INT4: (np.int8, 4), D.UINT4: (np.uint8, 4), D.UINT2: (np.uint8, 2),
-               D.UINT1: (np.uint8, 1), D.UINT3: (np.uint8, 3), D.UINT6: (np.uint8, 6),
-               D.STRING: (np.str_, 0)}
+        _DT = {
+            D.BOOL: (np.bool_, 8),
+            D.FLOAT16: (np.float16, 16),
+            D.FLOAT32: (np.float32, 32),
+            D.FLOAT64: (np.float64, 64),
+            D.INT8: (np.int8, 8),
+            D.INT16: (np.int16, 16),
+            D.INT32: (np.int32, 32),
+            D.INT64: (np.int64, 64),
+            D.UINT8: (np.uint8, 8),
+            D.UINT16: (np.uint16, 16),
+            D.UINT32: (np.uint32, 32),
+            D.UINT64: (np.uint64, 64),
+            D.INT4: (np.int8, 4),
+            D.UINT4: (np.uint8, 4),
+            D.UINT2: (np.uint8, 2),
+            D.UINT1: (np.uint8, 1),
+            D.UINT3: (np.uint8, 3),
+            D.UINT6: (np.uint8, 6),
+            D.STRING: (np.str_, 0),
+        }
     return _DT
 
 
@@ -127,7 +158,7 @@ def unpack_bits(raw, nbits: int, count: int, signed: bool = False) -> np.ndarray
     need = -(-count * nbits // 8)
     if raw.size < need:
         raise ValueError(f"{count} values of {nbits} bits need {need} bytes, got {raw.size}")
-    bits = np.unpackbits(raw[:need], bitorder="little")[:count * nbits].reshape(count, nbits)
+    bits = np.unpackbits(raw[:need], bitorder="little")[: count * nbits].reshape(count, nbits)
     vals = (bits.astype(np.uint16) << np.arange(nbits, dtype=np.uint16)).sum(axis=1)
     if signed:
         vals = np.where(vals >= 1 << (nbits - 1), vals.astype(np.int16) - (1 << nbits), vals)
@@ -153,6 +184,7 @@ def _check_nout(outs, n, what):
     if len(outs) != n:
         raise ModelError(f"{what}: has {len(outs)} outputs, fastane maps {n}")
 
+
 # ------------------------------------------------------------------ decompression
 def _float_out(a):
     a = np.asarray(a)
@@ -173,13 +205,15 @@ def decompress(op_type: str, **kw) -> np.ndarray:
         sh = [1] * r
         for name, v in (("scale", sc), ("zero_point", zp)):
             if v.ndim > 1 or (v.ndim == 1 and v.size != q.shape[axis]):
-                raise ValueError(f"{name} of shape {v.shape}: a scalar or a vector of "
-                                 f"{q.shape[axis]} values is needed")
+                raise ValueError(
+                    f"{name} of shape {v.shape}: a scalar or a vector of {q.shape[axis]} values is needed"
+                )
         sh[axis] = -1
         scv = sc.reshape(sh) if sc.ndim == 1 else sc
         zpv = zp.reshape(sh) if zp.ndim == 1 else zp
-        return (scv.astype(sc.dtype) * (q.astype(np.float32) - zpv.astype(np.float32)).astype(sc.dtype)
-                ).astype(sc.dtype)
+        return (
+            scv.astype(sc.dtype) * (q.astype(np.float32) - zpv.astype(np.float32)).astype(sc.dtype)
+        ).astype(sc.dtype)
     if op_type == "constexpr_blockwise_shift_scale":
         data, sc = np.asarray(kw["data"]), np.asarray(kw["scale"])
         off = kw.get("offset")
@@ -202,7 +236,7 @@ def decompress(op_type: str, **kw) -> np.ndarray:
         if offr is not None:
             x = x - offr
         return scr * x
-    if op_type == "constexpr_lut_to_dense" and "shape" in kw:            # iOS16
+    if op_type == "constexpr_lut_to_dense" and "shape" in kw:  # iOS16
         lut, idx, shape = np.asarray(kw["lut"]), np.asarray(kw["indices"]), kw["shape"]
         shape = tuple(int(s) for s in np.asarray(shape).reshape(-1))
         n = check_size(shape, "constexpr_lut_to_dense shape")
@@ -210,7 +244,7 @@ def decompress(op_type: str, **kw) -> np.ndarray:
             raise ValueError(f"lut of shape {lut.shape}: a 1-D table of 2, 4, 16, 64 or 256 entries")
         nbits = int(math.log2(lut.size))
         return lut[unpack_bits(idx.astype(np.uint8).tobytes(), nbits, n)].reshape(shape)
-    if op_type == "constexpr_lut_to_dense":                              # iOS18
+    if op_type == "constexpr_lut_to_dense":  # iOS18
         idx, lut = np.asarray(kw["indices"]), np.asarray(kw["lut"])
         va = kw.get("vector_axis")
         if idx.ndim < 1 or lut.ndim != idx.ndim + 2:
@@ -226,7 +260,7 @@ def decompress(op_type: str, **kw) -> np.ndarray:
                 raise ValueError(f"lut shape {lut.shape} does not divide indices shape {idx.shape}")
             pos = np.arange(idx.shape[d]) // (idx.shape[d] // lut.shape[d])
             blk = blk * lut.shape[d] + pos.reshape((-1,) + (1,) * (idx.ndim - 1 - d))
-        vals = lut.reshape(-1, V)[blk * P + idx.astype(np.int64)]         # indices.shape + (V,)
+        vals = lut.reshape(-1, V)[blk * P + idx.astype(np.int64)]  # indices.shape + (V,)
         if V == 1:
             return vals[..., 0]
         a = int(np.asarray(va)) % idx.ndim
@@ -234,13 +268,14 @@ def decompress(op_type: str, **kw) -> np.ndarray:
         shape = list(idx.shape)
         shape[a] *= V
         return vals.reshape(shape)
-    if op_type == "constexpr_sparse_to_dense" and "shape" in kw:         # iOS16
+    if op_type == "constexpr_sparse_to_dense" and "shape" in kw:  # iOS16
         nz, mask = np.asarray(kw["nonzero_data"]), np.asarray(kw["mask"])
         shape = tuple(int(s) for s in np.asarray(kw["shape"]).reshape(-1))
-        bits = unpack_bits(mask.astype(np.uint8).tobytes(), 1,
-                           check_size(shape, "constexpr_sparse_to_dense shape")).reshape(shape)
+        bits = unpack_bits(
+            mask.astype(np.uint8).tobytes(), 1, check_size(shape, "constexpr_sparse_to_dense shape")
+        ).reshape(shape)
         return _scatter(nz, bits)
-    if op_type == "constexpr_sparse_to_dense":                           # iOS18
+    if op_type == "constexpr_sparse_to_dense":  # iOS18
         return _scatter(np.asarray(kw["nonzero_data"]), np.asarray(kw["mask"]))
     if op_type == "constexpr_cast":
         return np.asarray(kw["source_val"]).astype(kw["output_dtype"])
@@ -258,18 +293,29 @@ def _scatter(nz, mask):
     return out
 
 
-_MIL_DTYPE = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "int8": np.int8,
-              "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16, "bool": np.bool_,
-              "int64": np.int64, "fp64": np.float64}
+_MIL_DTYPE = {
+    "fp16": np.float16,
+    "fp32": np.float32,
+    "int32": np.int32,
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "int16": np.int16,
+    "uint16": np.uint16,
+    "bool": np.bool_,
+    "int64": np.int64,
+    "fp64": np.float64,
+}
 
 
-def _constexpr(p: "_Program", op, outs, what):
+def _constexpr(p: "_Program", op, outs, what):  # noqa: F821 (coreml_import._Program)
     t = op.type
-    keys = {"constexpr_affine_dequantize": ("quantized_data", "zero_point", "scale", "axis"),
-            "constexpr_blockwise_shift_scale": ("data", "scale", "offset"),
-            "constexpr_cast": ("source_val", "output_dtype"),
-            "constexpr_lut_to_sparse": ("indices_mask", "indices_nonzero_data", "lut", "vector_axis"),
-            "constexpr_sparse_blockwise_shift_scale": ("data_mask", "nonzero_data", "scale", "offset")}
+    keys = {
+        "constexpr_affine_dequantize": ("quantized_data", "zero_point", "scale", "axis"),
+        "constexpr_blockwise_shift_scale": ("data", "scale", "offset"),
+        "constexpr_cast": ("source_val", "output_dtype"),
+        "constexpr_lut_to_sparse": ("indices_mask", "indices_nonzero_data", "lut", "vector_axis"),
+        "constexpr_sparse_blockwise_shift_scale": ("data_mask", "nonzero_data", "scale", "offset"),
+    }
     if t == "constexpr_lut_to_dense":
         ks = ("indices", "lut", "shape", "vector_axis")
     elif t == "constexpr_sparse_to_dense":
@@ -287,7 +333,9 @@ def _constexpr(p: "_Program", op, outs, what):
         dt = _dtypes()[o.dataType][0]
         shape = _tensor_shape(o, what)
         for name in outs:
-            p.consts[name] = np.broadcast_to(np.zeros((), np.float32 if np.dtype(dt).kind == "f" else dt), shape)
+            p.consts[name] = np.broadcast_to(
+                np.zeros((), np.float32 if np.dtype(dt).kind == "f" else dt), shape
+            )
         return
     if "output_dtype" in kw:
         s = str(np.asarray(kw["output_dtype"]).reshape(-1)[0])
@@ -308,8 +356,9 @@ def _constexpr(p: "_Program", op, outs, what):
         elif t == "constexpr_sparse_blockwise_shift_scale":
             mask, nz = kw["data_mask"], kw["nonzero_data"]
             dense = _scatter(nz, mask)
-            full = decompress("constexpr_blockwise_shift_scale", data=dense, scale=kw["scale"],
-                              offset=kw.get("offset"))
+            full = decompress(
+                "constexpr_blockwise_shift_scale", data=dense, scale=kw["scale"], offset=kw.get("offset")
+            )
             outs_v = [mask, full[mask != 0]]
         else:
             outs_v = [decompress(t, **kw)]
@@ -320,12 +369,12 @@ def _constexpr(p: "_Program", op, outs, what):
         p.consts[name] = np.asarray(_float_out(v), order="C")
 
 
-def _const_op(p: "_Program", op, outs, what):
+def _const_op(p: "_Program", op, outs, what):  # noqa: F821 (coreml_import._Program)
     _check_nout(outs, 1, what)
     if "val" not in op.attributes:
         raise ModelError(f"{what}: const without a 'val' attribute")
     v = p.value(op.attributes["val"], what)
-    if v.dtype == object:                # strings (pad_type, modes): kept for cval
+    if v.dtype == object:  # strings (pad_type, modes): kept for cval
         p.consts[outs[0]] = v
         return
     if _placeholder(v):
@@ -336,6 +385,9 @@ def _const_op(p: "_Program", op, outs, what):
 
 def _placeholder(v) -> bool:
     """A shape-only constant of a ``weights=False`` load (a zero-stride broadcast)."""
-    return isinstance(v, np.ndarray) and v.size > SHAPE_ONLY_ABOVE and v.ndim > 0 and \
-        all(s == 0 for s in v.strides)
-
+    return (
+        isinstance(v, np.ndarray)
+        and v.size > SHAPE_ONLY_ABOVE
+        and v.ndim > 0
+        and all(s == 0 for s in v.strides)
+    )

@@ -34,6 +34,7 @@ becomes its plain composition (``silu -> sigmoid, mul``; ``softsign -> abs, add,
 the way a compiler would emit it, with no numerical safeguard (no max subtraction, no
 clamping): it shows what the ANE does, not what it should do.  See docs/models.md, "Core ML".
 """
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,17 @@ from .graph import Graph, Node, TensorType, check_size
 __all__ = ["load", "is_coreml", "MIL_OPS", "NN_LAYERS", "decompress"]
 
 from . import coreml_mil_layout  # noqa: F401  (registers the layout ops in MIL_OPS)
-from .coreml_blob import (SHAPE_ONLY_ABOVE, _Blobs, _ct_proto, _dt_name, _dtypes, _inside,  # noqa: F401
-                          _tensor_shape, decompress, unpack_bits)
+from .coreml_blob import (
+    SHAPE_ONLY_ABOVE,
+    _Blobs,
+    _ct_proto,
+    _dt_name,
+    _dtypes,
+    _inside,  # noqa: F401
+    _tensor_shape,
+    decompress,
+    unpack_bits,
+)
 from .coreml_mil import MIL_OPS
 from .coreml_nn import NN_LAYERS, _neural_network, unpack_bits_msb  # noqa: F401
 
@@ -76,8 +86,11 @@ def _package_spec(path: str):
         info = json.loads(raw)
         entries = info["itemInfoEntries"]
         root = info.get("rootModelIdentifier")
-        item = entries[root] if root in entries else next(
-            e for e in entries.values() if str(e.get("path", "")).endswith(".mlmodel"))
+        item = (
+            entries[root]
+            if root in entries
+            else next(e for e in entries.values() if str(e.get("path", "")).endswith(".mlmodel"))
+        )
         rel = os.path.join("Data", str(item["path"]))
     except FileNotFoundError:
         raise ModelError(f"{path}: not an .mlpackage (no Manifest.json)") from None
@@ -105,8 +118,10 @@ def _read_spec(path: str):
     except Exception as exc:  # google.protobuf.message.DecodeError
         raise ModelError(f"{path}: not a valid Core ML spec (protobuf parse failed: {exc})") from None
     if not spec.specificationVersion or spec.WhichOneof("Type") is None:
-        raise ModelError(f"{path}: not a Core ML model (no specification version or model type; "
-                         f"is the file truncated or another format?)")
+        raise ModelError(
+            f"{path}: not a Core ML model (no specification version or model type; "
+            f"is the file truncated or another format?)"
+        )
     return spec
 
 
@@ -131,8 +146,10 @@ def load(path, weights: bool = True) -> Graph:
             raise
         except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
             raise ModelError(f"{p}: malformed neural network ({type(exc).__name__}: {exc})") from None
-    raise ModelError(f"{p}: Core ML model type {kind!r} is not supported by fastane (ML Program "
-                     f"and neural network models only)")
+    raise ModelError(
+        f"{p}: Core ML model type {kind!r} is not supported by fastane (ML Program "
+        f"and neural network models only)"
+    )
 
 
 class _Program:
@@ -143,8 +160,8 @@ class _Program:
         self.blobs = _Blobs(wdir)
         self.consts: dict = {}
         self.nodes: list = []
-        self.types: dict = {}          # tensor name -> declared shape (dynamic ones)
-        self.alias: dict = {}          # MIL name -> graph name (fp16 inputs)
+        self.types: dict = {}  # tensor name -> declared shape (dynamic ones)
+        self.alias: dict = {}  # MIL name -> graph name (fp16 inputs)
         self._n = 0
 
     # ---------------------------------------------------------- values
@@ -200,8 +217,10 @@ class _Program:
             return vals.reshape(shape)
         item = np.dtype(dt).itemsize
         if len(raw) != n * item:
-            raise ModelError(f"{what}: declares shape {shape} ({n * item} bytes of "
-                             f"{np.dtype(dt).name}) but holds {len(raw)} bytes")
+            raise ModelError(
+                f"{what}: declares shape {shape} ({n * item} bytes of "
+                f"{np.dtype(dt).name}) but holds {len(raw)} bytes"
+            )
         return np.frombuffer(raw, np.dtype(dt).newbyteorder("<")).astype(dt).reshape(shape).copy()
 
     def const(self, value, dtype=None) -> str:
@@ -254,8 +273,9 @@ class _Program:
                 # in float32 from there (exact)
                 raw = f"fastane::input16:{nv.name}"
                 inputs[nv.name] = TensorType(dt, shape)
-                self.nodes.append(Node("cast", f"{nv.name}:to_fp32", [nv.name], [raw],
-                                       {"to": np.dtype(np.float32)}, "cast"))
+                self.nodes.append(
+                    Node("cast", f"{nv.name}:to_fp32", [nv.name], [raw], {"to": np.dtype(np.float32)}, "cast")
+                )
                 self.alias[nv.name] = raw
                 self.types[raw] = shape
             else:
@@ -266,8 +286,15 @@ class _Program:
         # an output that is an fp16 input itself stays that input (already rounded to fp16)
         outputs = list(block.outputs)
         version = self.spec.specificationVersion
-        return Graph(self.name, inputs, outputs, self.nodes, self.consts,
-                     origin=f"coreml mlProgram (spec {version}, opset {fn.opset})", weights=self.weights)
+        return Graph(
+            self.name,
+            inputs,
+            outputs,
+            self.nodes,
+            self.consts,
+            origin=f"coreml mlProgram (spec {version}, opset {fn.opset})",
+            weights=self.weights,
+        )
 
     # ---------------------------------------------------------- one op
     def arg(self, op, key, what, required=True):
@@ -303,8 +330,9 @@ class _Program:
             return default
         t = self.arg(op, key, what)
         if t not in self.consts:
-            raise ModelError(f"{what}: parameter {key!r} must be a constant; fastane does not run "
-                             f"data-dependent {key}")
+            raise ModelError(
+                f"{what}: parameter {key!r} must be a constant; fastane does not run data-dependent {key}"
+            )
         return self.consts[t]
 
     def convert(self, op):
@@ -312,8 +340,10 @@ class _Program:
         outs = [o.name for o in op.outputs]
         what = f"op {outs[0] if outs else '?'!r} ({t})"
         if t not in MIL_OPS:
-            raise ModelError(f"{what}: MIL op {t!r} is not supported by fastane (no ANE lowering and "
-                             f"no host implementation)")
+            raise ModelError(
+                f"{what}: MIL op {t!r} is not supported by fastane (no ANE lowering and "
+                f"no host implementation)"
+            )
         for o in op.outputs:
             if o.type.HasField("tensorType"):
                 self.types[o.name] = _tensor_shape(o.type.tensorType, f"{what} output", symbols=True)

@@ -1,6 +1,7 @@
 """The Core ML importer's MIL op mapping: the ``MIL_OPS`` table and the op handlers
 (see :mod:`fastane.model.coreml_import`, the entry point; the layout ops are in
 :mod:`fastane.model.coreml_mil_layout`)."""
+
 from __future__ import annotations
 
 import math
@@ -20,18 +21,36 @@ def _mil(*names):
         for n in names:
             MIL_OPS[n] = fn
         return fn
+
     return deco
 
 
-for _n in ("constexpr_affine_dequantize", "constexpr_blockwise_shift_scale", "constexpr_cast",
-           "constexpr_lut_to_dense", "constexpr_sparse_to_dense", "constexpr_lut_to_sparse",
-           "constexpr_sparse_blockwise_shift_scale"):
+for _n in (
+    "constexpr_affine_dequantize",
+    "constexpr_blockwise_shift_scale",
+    "constexpr_cast",
+    "constexpr_lut_to_dense",
+    "constexpr_sparse_to_dense",
+    "constexpr_lut_to_sparse",
+    "constexpr_sparse_blockwise_shift_scale",
+):
     MIL_OPS[_n] = _constexpr
 MIL_OPS["const"] = _const_op
 
-_UNARY = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "log": "log",
-          "sqrt": "sqrt", "abs": "abs", "sign": "sign", "floor": "floor", "ceil": "ceil",
-          "erf": "erf", "identity": "identity"}
+_UNARY = {
+    "relu": "relu",
+    "sigmoid": "sigmoid",
+    "tanh": "tanh",
+    "exp": "exp",
+    "log": "log",
+    "sqrt": "sqrt",
+    "abs": "abs",
+    "sign": "sign",
+    "floor": "floor",
+    "ceil": "ceil",
+    "erf": "erf",
+    "identity": "identity",
+}
 
 
 def _scalar(v, what, key):
@@ -76,7 +95,7 @@ def _gelu(p, op, outs, what):
         p.emit("gelu", [x], outs, {"approximate": "none"}, source="gelu")
     elif mode == "TANH_APPROXIMATION":
         p.emit("gelu", [x], outs, {"approximate": "tanh"}, source="gelu(tanh)")
-    elif mode == "SIGMOID_APPROXIMATION":          # x * sigmoid(1.702 x)
+    elif mode == "SIGMOID_APPROXIMATION":  # x * sigmoid(1.702 x)
         t = p.emit("mul", [x, p.const(1.702, np.float32)], [p.tmp()], source="gelu(sigmoid)")
         s = p.emit("sigmoid", [t], [p.tmp()], source="gelu(sigmoid)")
         p.emit("mul", [x, s], outs, source="gelu(sigmoid)")
@@ -92,7 +111,7 @@ def _silu(p, op, outs, what):
 
 
 @_mil("softplus")
-def _softplus(p, op, outs, what):        # log(1 + exp(x)): the plain composition, no safeguard
+def _softplus(p, op, outs, what):  # log(1 + exp(x)): the plain composition, no safeguard
     x = p.arg(op, "x", what)
     e = p.emit("exp", [x], [p.tmp()], source="softplus")
     a = p.emit("add", [e, p.const(1.0, np.float32)], [p.tmp()], source="softplus")
@@ -100,7 +119,7 @@ def _softplus(p, op, outs, what):        # log(1 + exp(x)): the plain compositio
 
 
 @_mil("softsign")
-def _softsign(p, op, outs, what):        # x / (1 + |x|)
+def _softsign(p, op, outs, what):  # x / (1 + |x|)
     x = p.arg(op, "x", what)
     a = p.emit("abs", [x], [p.tmp()], source="softsign")
     d = p.emit("add", [a, p.const(1.0, np.float32)], [p.tmp()], source="softsign")
@@ -108,7 +127,7 @@ def _softsign(p, op, outs, what):        # x / (1 + |x|)
 
 
 @_mil("scaled_tanh")
-def _scaled_tanh(p, op, outs, what):     # alpha * tanh(beta * x)
+def _scaled_tanh(p, op, outs, what):  # alpha * tanh(beta * x)
     x = p.arg(op, "x", what)
     al = _scalar(p.cval(op, "alpha", what, 1.0), what, "alpha")
     be = _scalar(p.cval(op, "beta", what, 1.0), what, "beta")
@@ -126,19 +145,20 @@ def _hard_sigmoid(p, op, outs, what):
 
 
 @_mil("clamped_relu")
-def _clamped_relu(p, op, outs, what):    # min(max(x, 0), beta) + alpha * min(x, 0)
+def _clamped_relu(p, op, outs, what):  # min(max(x, 0), beta) + alpha * min(x, 0)
     x = p.arg(op, "x", what)
     al = _scalar(p.cval(op, "alpha", what), what, "alpha")
     be = _scalar(p.cval(op, "beta", what), what, "beta")
-    pos = p.emit("clip", [x, p.const(0.0, np.float32), p.const(be, np.float32)], [p.tmp()],
-                 source="clamped_relu")
+    pos = p.emit(
+        "clip", [x, p.const(0.0, np.float32), p.const(be, np.float32)], [p.tmp()], source="clamped_relu"
+    )
     neg = p.emit("min", [x, p.const(0.0, np.float32)], [p.tmp()], source="clamped_relu")
     neg = p.emit("mul", [neg, p.const(al, np.float32)], [p.tmp()], source="clamped_relu")
     p.emit("add", [pos, neg], outs, source="clamped_relu")
 
 
 @_mil("thresholded_relu")
-def _thresholded_relu(p, op, outs, what):   # x if x > alpha else 0
+def _thresholded_relu(p, op, outs, what):  # x if x > alpha else 0
     x = p.arg(op, "x", what)
     al = _scalar(p.cval(op, "alpha", what, 1.0), what, "alpha")
     c = p.emit("greater", [x, p.const(al, np.float32)], [p.tmp()], source="thresholded_relu")
@@ -154,8 +174,6 @@ def _prelu(p, op, outs, what):
     p.emit("prelu", [x, p.const(slope)], outs, source="prelu")
 
 
-
-
 @_mil("square")
 def _square(p, op, outs, what):
     x = p.arg(op, "x", what)
@@ -163,7 +181,7 @@ def _square(p, op, outs, what):
 
 
 @_mil("inverse", "rsqrt")
-def _inverse(p, op, outs, what):         # 1 / (x + eps), 1 / sqrt(x + eps): the epsilon added first
+def _inverse(p, op, outs, what):  # 1 / (x + eps), 1 / sqrt(x + eps): the epsilon added first
     x = p.arg(op, "x", what)
     eps = _scalar(p.cval(op, "epsilon", what, 1e-4 if op.type == "inverse" else 1e-12), what, "epsilon")
     t = p.emit("add", [x, p.const(eps, np.float32)], [p.tmp()], source=op.type) if eps else x
@@ -171,12 +189,22 @@ def _inverse(p, op, outs, what):         # 1 / (x + eps), 1 / sqrt(x + eps): the
 
 
 @_mil("exp2")
-def _exp2(p, op, outs, what):            # the NE's exp2 table (Apple's exp is exp2 after a scale)
+def _exp2(p, op, outs, what):  # the NE's exp2 table (Apple's exp is exp2 after a scale)
     p.emit("exp2", [p.arg(op, "x", what)], outs, source="exp2")
 
 
-_BIN = {"add": "add", "sub": "sub", "mul": "mul", "real_div": "div", "maximum": "max",
-        "minimum": "min", "pow": "pow", "equal": "equal", "less": "less", "greater": "greater"}
+_BIN = {
+    "add": "add",
+    "sub": "sub",
+    "mul": "mul",
+    "real_div": "div",
+    "maximum": "max",
+    "minimum": "min",
+    "pow": "pow",
+    "equal": "equal",
+    "less": "less",
+    "greater": "greater",
+}
 
 
 @_mil(*_BIN)
@@ -186,7 +214,7 @@ def _binary(p, op, outs, what):
 
 
 @_mil("greater_equal", "less_equal", "not_equal")
-def _negated_compare(p, op, outs, what):   # not(x < y), not(x > y), not(x == y): a select of bools
+def _negated_compare(p, op, outs, what):  # not(x < y), not(x > y), not(x == y): a select of bools
     x, y = p.arg(op, "x", what), p.arg(op, "y", what)
     base = {"greater_equal": "less", "less_equal": "greater", "not_equal": "equal"}[op.type]
     c = p.emit(base, [x, y], [p.tmp()], source=op.type)
@@ -195,8 +223,7 @@ def _negated_compare(p, op, outs, what):   # not(x < y), not(x > y), not(x == y)
 
 @_mil("logical_not")
 def _logical_not(p, op, outs, what):
-    p.emit("where", [p.arg(op, "x", what), p.const(np.False_), p.const(np.True_)], outs,
-           source="logical_not")
+    p.emit("where", [p.arg(op, "x", what), p.const(np.False_), p.const(np.True_)], outs, source="logical_not")
 
 
 @_mil("shape")
@@ -205,16 +232,22 @@ def _shape(p, op, outs, what):
 
 
 @_mil("fill")
-def _fill(p, op, outs, what):            # a constant broadcast to a (constant) shape
+def _fill(p, op, outs, what):  # a constant broadcast to a (constant) shape
     shape = p.arg(op, "shape", what)
     v = np.asarray(p.cval(op, "value", what, 0.0))
-    p.emit("expand", [p.const(v.astype(np.float32) if v.dtype.kind == "f" else v), shape], outs, source="fill")
+    p.emit(
+        "expand", [p.const(v.astype(np.float32) if v.dtype.kind == "f" else v), shape], outs, source="fill"
+    )
 
 
 @_mil("range_1d")
 def _range_1d(p, op, outs, what):
-    p.emit("range", [p.arg(op, "start", what), p.arg(op, "end", what), p.arg(op, "step", what)], outs,
-           source="range_1d")
+    p.emit(
+        "range",
+        [p.arg(op, "start", what), p.arg(op, "end", what), p.arg(op, "step", what)],
+        outs,
+        source="range_1d",
+    )
 
 
 @_mil("scaled_dot_product_attention")
@@ -245,8 +278,9 @@ def _sdpa(p, op, outs, what):
 
 @_mil("select")
 def _select(p, op, outs, what):
-    p.emit("where", [p.arg(op, "cond", what), p.arg(op, "a", what), p.arg(op, "b", what)], outs,
-           source="select")
+    p.emit(
+        "where", [p.arg(op, "cond", what), p.arg(op, "a", what), p.arg(op, "b", what)], outs, source="select"
+    )
 
 
 @_mil("cast")
@@ -256,7 +290,7 @@ def _cast(p, op, outs, what):
     if to not in _MIL_DTYPE:
         raise ModelError(f"{what}: cast to {to!r} is not supported")
     dt = np.dtype(_MIL_DTYPE[to])
-    if dt == np.float16:     # the fp16 rounding, then on in float32 (the graph's float type)
+    if dt == np.float16:  # the fp16 rounding, then on in float32 (the graph's float type)
         t = p.emit("cast", [x], [p.tmp()], {"to": dt}, source="cast(fp16)")
         p.emit("cast", [t], outs, {"to": np.dtype(np.float32)}, source="cast(fp16)")
     elif dt.kind == "f":
@@ -289,8 +323,13 @@ def _conv(p, op, outs, what):
     wshape = p.rank_hint(w)
     nsp = len(wshape) - 2 if wshape is not None else 2
     auto, pads = _pads_mil(p, op, what, nsp)
-    attrs = {"strides": _ints(p.cval(op, "strides", what)), "dilations": _ints(p.cval(op, "dilations", what)),
-             "pads": pads, "auto_pad": auto, "groups": int(_scalar(p.cval(op, "groups", what, 1), what, "groups"))}
+    attrs = {
+        "strides": _ints(p.cval(op, "strides", what)),
+        "dilations": _ints(p.cval(op, "dilations", what)),
+        "pads": pads,
+        "auto_pad": auto,
+        "groups": int(_scalar(p.cval(op, "groups", what, 1), what, "groups")),
+    }
     if op.type == "conv_transpose":
         osh = p.cval(op, "output_shape", what)
         attrs["output_shape"] = _ints(osh)
@@ -300,14 +339,17 @@ def _conv(p, op, outs, what):
 
 
 @_mil("linear")
-def _linear(p, op, outs, what):          # x @ W^T + b: matmul by the constant W^T, then add
+def _linear(p, op, outs, what):  # x @ W^T + b: matmul by the constant W^T, then add
     x = p.arg(op, "x", what)
     w = p.cval(op, "weight", what)
     if w.ndim != 2:
         raise ModelError(f"{what}: weight must be 2-D, got shape {w.shape}")
     b = p.cval(op, "bias", what)
-    wt = p.const(np.broadcast_to(np.zeros((), w.dtype), w.shape[::-1]) if _placeholder(w)
-                 else np.ascontiguousarray(w.T))
+    wt = p.const(
+        np.broadcast_to(np.zeros((), w.dtype), w.shape[::-1])
+        if _placeholder(w)
+        else np.ascontiguousarray(w.T)
+    )
     if b is None:
         p.emit("matmul", [x, wt], outs, source="linear")
     else:
@@ -323,8 +365,11 @@ def _matmul(p, op, outs, what):
         if bool(np.asarray(p.cval(op, tk, what, False)).reshape(-1)[0]):
             if t in p.consts:
                 c = np.swapaxes(p.consts[t], -1, -2)
-                t = p.const(np.broadcast_to(np.zeros((), c.dtype), c.shape) if _placeholder(c)
-                            else np.ascontiguousarray(c))
+                t = p.const(
+                    np.broadcast_to(np.zeros((), c.dtype), c.shape)
+                    if _placeholder(c)
+                    else np.ascontiguousarray(c)
+                )
             else:
                 r = p.rank_hint(t)
                 if r is None:
@@ -352,15 +397,20 @@ def _batch_norm(p, op, outs, what):
 def _layer_norm(p, op, outs, what):
     x = p.arg(op, "x", what)
     r = p.rank_of(x, what)
-    if op.type == "instance_norm":       # per sample and channel over the spatial axes
+    if op.type == "instance_norm":  # per sample and channel over the spatial axes
         axes = list(range(2, r))
         g, be = p.cval(op, "gamma", what), p.cval(op, "beta", what)
         eps = _scalar(p.cval(op, "epsilon", what, 1e-5), what, "epsilon")
         sh = (-1,) + (1,) * (r - 2)
         g = None if g is None else np.asarray(g, np.float32).reshape(sh)
         be = None if be is None else np.asarray(be, np.float32).reshape(sh)
-        t = p.emit("layer_norm", [x, p.const(np.ones(1, np.float32))], [p.tmp()],
-                   {"axis": 2, "epsilon": eps}, source="instance_norm")
+        t = p.emit(
+            "layer_norm",
+            [x, p.const(np.ones(1, np.float32))],
+            [p.tmp()],
+            {"axis": 2, "epsilon": eps},
+            source="instance_norm",
+        )
         if g is not None:
             t = p.emit("mul", [t, p.const(g)], [p.tmp()] if be is not None else outs, source="instance_norm")
         if be is not None:
@@ -371,8 +421,10 @@ def _layer_norm(p, op, outs, what):
     axes = p.cval(op, "axes", what)
     axes = sorted({int(a) % r for a in np.asarray(axes).reshape(-1)}) if axes is not None else list(range(r))
     if axes != list(range(r - len(axes), r)):
-        raise ModelError(f"{what}: layer_norm over axes {axes} of a {r}-D tensor: fastane normalises "
-                         f"the trailing axes only")
+        raise ModelError(
+            f"{what}: layer_norm over axes {axes} of a {r}-D tensor: fastane normalises "
+            f"the trailing axes only"
+        )
     g, be = p.cval(op, "gamma", what), p.cval(op, "beta", what)
     eps = _scalar(p.cval(op, "epsilon", what, 1e-5), what, "epsilon")
     ins = [x, p.const(np.ones(1, np.float32) if g is None else np.asarray(g, np.float32))]
@@ -384,12 +436,21 @@ def _layer_norm(p, op, outs, what):
 @_mil("softmax")
 def _softmax(p, op, outs, what):
     x = p.arg(op, "x", what)
-    p.emit("softmax", [x], outs, {"axis": int(_scalar(p.cval(op, "axis", what, -1), what, "axis"))},
-           source="softmax")
+    p.emit(
+        "softmax",
+        [x],
+        outs,
+        {"axis": int(_scalar(p.cval(op, "axis", what, -1), what, "axis"))},
+        source="softmax",
+    )
 
 
-_RED = {"reduce_sum": "reduce_sum", "reduce_mean": "reduce_mean", "reduce_max": "reduce_max",
-        "reduce_min": "reduce_min"}
+_RED = {
+    "reduce_sum": "reduce_sum",
+    "reduce_mean": "reduce_mean",
+    "reduce_max": "reduce_max",
+    "reduce_min": "reduce_min",
+}
 
 
 @_mil(*_RED, "reduce_log_sum_exp", "reduce_sum_square", "reduce_l2_norm", "reduce_log_sum")
@@ -402,7 +463,7 @@ def _reduce(p, op, outs, what):
     src = op.type
     if op.type in _RED:
         p.emit(_RED[op.type], [x] + ax, outs, at, source=src)
-    elif op.type == "reduce_log_sum_exp":   # log(sum(exp(x))): the plain composition
+    elif op.type == "reduce_log_sum_exp":  # log(sum(exp(x))): the plain composition
         e = p.emit("exp", [x], [p.tmp()], source=src)
         sm = p.emit("reduce_sum", [e] + ax, [p.tmp()], at, source=src)
         p.emit("log", [sm], outs, source=src)
@@ -413,7 +474,7 @@ def _reduce(p, op, outs, what):
         sq = p.emit("pow", [x, p.const(2.0, np.float32)], [p.tmp()], source=src)
         s = p.emit("reduce_sum", [sq] + ax, [p.tmp()], at, source=src)
         p.emit("sqrt", [s], outs, source=src)
-    else:                                   # reduce_log_sum
+    else:  # reduce_log_sum
         s = p.emit("reduce_sum", [x] + ax, [p.tmp()], at, source=src)
         p.emit("log", [s], outs, source=src)
 
@@ -425,8 +486,13 @@ def _pool(p, op, outs, what):
     if not k:
         raise ModelError(f"{what}: kernel_sizes is required")
     auto, pads = _pads_mil(p, op, what, len(k))
-    attrs = {"kernel": k, "strides": _ints(p.cval(op, "strides", what)), "pads": pads, "auto_pad": auto,
-             "ceil_mode": int(bool(np.asarray(p.cval(op, "ceil_mode", what, False)).reshape(-1)[0]))}
+    attrs = {
+        "kernel": k,
+        "strides": _ints(p.cval(op, "strides", what)),
+        "pads": pads,
+        "auto_pad": auto,
+        "ceil_mode": int(bool(np.asarray(p.cval(op, "ceil_mode", what, False)).reshape(-1)[0])),
+    }
     if op.type == "avg_pool":
         ex = bool(np.asarray(p.cval(op, "exclude_padding_from_average", what, False)).reshape(-1)[0])
         attrs["count_include_pad"] = int(not ex)

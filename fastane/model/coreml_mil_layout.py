@@ -1,5 +1,6 @@
 """The Core ML importer's MIL layout ops (reshape, transpose, concat, slices, pad,
 gather, split, upsample, stack), registered in :data:`fastane.model.coreml_mil.MIL_OPS`."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +26,9 @@ def _concat(p, op, outs, what):
     vals = p.args(op, "values", what)
     if bool(np.asarray(p.cval(op, "interleave", what, False)).reshape(-1)[0]):
         raise ModelError(f"{what}: concat with interleave=True is not supported")
-    p.emit("concat", vals, outs, {"axis": int(_scalar(p.cval(op, "axis", what), what, "axis"))},
-           source="concat")
+    p.emit(
+        "concat", vals, outs, {"axis": int(_scalar(p.cval(op, "axis", what), what, "axis"))}, source="concat"
+    )
 
 
 @_mil("squeeze", "expand_dims")
@@ -57,8 +59,13 @@ def _slice_by_index(p, op, outs, what):
     en = np.where(em, np.where(stride > 0, big, -big), end)
     en = np.where(sm, np.where(begin == -1, big, begin + 1), en)
     st = np.where(sm, begin, st)
-    ins = [x, p.const(st), p.const(en), p.const(np.arange(r, dtype=np.int64)),
-           p.const(np.where(sm, 1, stride))]
+    ins = [
+        x,
+        p.const(st),
+        p.const(en),
+        p.const(np.arange(r, dtype=np.int64)),
+        p.const(np.where(sm, 1, stride)),
+    ]
     if sm.any():
         t = p.emit("slice", ins, [p.tmp()], source="slice_by_index")
         p.emit("squeeze", [t, p.const(np.flatnonzero(sm).astype(np.int64))], outs, source="slice_by_index")
@@ -92,15 +99,25 @@ def _pad(p, op, outs, what):
     modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
     if mode not in modes:
         raise ModelError(f"{what}: pad mode {mode!r} is not supported")
-    p.emit("pad", [x, p.const(np.array(begins + ends, np.int64)), p.const(np.float32(val))], outs,
-           {"mode": modes[mode]}, source="pad")
+    p.emit(
+        "pad",
+        [x, p.const(np.array(begins + ends, np.int64)), p.const(np.float32(val))],
+        outs,
+        {"mode": modes[mode]},
+        source="pad",
+    )
 
 
 @_mil("gather")
 def _gather(p, op, outs, what):
     x, i = p.arg(op, "x", what), p.arg(op, "indices", what)
-    p.emit("gather", [x, i], outs, {"axis": int(_scalar(p.cval(op, "axis", what, 0), what, "axis"))},
-           source="gather")
+    p.emit(
+        "gather",
+        [x, i],
+        outs,
+        {"axis": int(_scalar(p.cval(op, "axis", what, 0), what, "axis"))},
+        source="gather",
+    )
 
 
 @_mil("split")
@@ -124,13 +141,23 @@ def _split(p, op, outs, what):
         raise ModelError(f"{what}: split sizes {sizes} do not cover axis {axis} ({n}) in {len(outs)} outputs")
     start = 0
     for size, o in zip(sizes, outs):
-        p.emit("slice", [x, p.const(np.array([start], np.int64)), p.const(np.array([start + size], np.int64)),
-                         p.const(np.array([axis], np.int64))], [o], source="split", name=o)
+        p.emit(
+            "slice",
+            [
+                x,
+                p.const(np.array([start], np.int64)),
+                p.const(np.array([start + size], np.int64)),
+                p.const(np.array([axis], np.int64)),
+            ],
+            [o],
+            source="split",
+            name=o,
+        )
         start += size
 
 
 @_mil("upsample_nearest_neighbor")
-def _upsample_nn(p, op, outs, what):     # integer scales: reshape, expand (a broadcast copy), reshape
+def _upsample_nn(p, op, outs, what):  # integer scales: reshape, expand (a broadcast copy), reshape
     x = p.arg(op, "x", what)
     shape = p.rank_hint(x)
     if shape is None or len(shape) != 4 or any(isinstance(d, str) for d in shape):
@@ -141,32 +168,50 @@ def _upsample_nn(p, op, outs, what):     # integer scales: reshape, expand (a br
         raise ModelError(f"{what}: only positive integer scale factors are supported, got {sh}, {sw}")
     sh, sw = int(sh), int(sw)
     n, c, h, w = shape
-    t = p.emit("reshape", [x, p.const(np.array([n, c, h, 1, w, 1], np.int64))], [p.tmp()],
-               source="upsample_nearest_neighbor")
-    t = p.emit("expand", [t, p.const(np.array([n, c, h, sh, w, sw], np.int64))], [p.tmp()],
-               source="upsample_nearest_neighbor")
-    p.emit("reshape", [t, p.const(np.array([n, c, h * sh, w * sw], np.int64))], outs,
-           source="upsample_nearest_neighbor")
+    t = p.emit(
+        "reshape",
+        [x, p.const(np.array([n, c, h, 1, w, 1], np.int64))],
+        [p.tmp()],
+        source="upsample_nearest_neighbor",
+    )
+    t = p.emit(
+        "expand",
+        [t, p.const(np.array([n, c, h, sh, w, sw], np.int64))],
+        [p.tmp()],
+        source="upsample_nearest_neighbor",
+    )
+    p.emit(
+        "reshape",
+        [t, p.const(np.array([n, c, h * sh, w * sw], np.int64))],
+        outs,
+        source="upsample_nearest_neighbor",
+    )
 
 
 @_mil("stack")
 def _stack(p, op, outs, what):
     vals = p.args(op, "values", what)
     axis = int(_scalar(p.cval(op, "axis", what), what, "axis"))
-    ex = [p.emit("unsqueeze", [v, p.const(np.array([axis], np.int64))], [p.tmp()], source="stack")
-          for v in vals]
+    ex = [
+        p.emit("unsqueeze", [v, p.const(np.array([axis], np.int64))], [p.tmp()], source="stack") for v in vals
+    ]
     p.emit("concat", ex, outs, {"axis": axis}, source="stack")
 
 
 @_mil("flatten2d")
 def _flatten2d(p, op, outs, what):
     x = p.arg(op, "x", what)
-    p.emit("flatten", [x], outs, {"axis": int(_scalar(p.cval(op, "axis", what, 1), what, "axis"))},
-           source="flatten2d")
+    p.emit(
+        "flatten",
+        [x],
+        outs,
+        {"axis": int(_scalar(p.cval(op, "axis", what, 1), what, "axis"))},
+        source="flatten2d",
+    )
 
 
 @_mil("linear_activation")
-def _linear_activation(p, op, outs, what):     # alpha * x + beta
+def _linear_activation(p, op, outs, what):  # alpha * x + beta
     x = p.arg(op, "x", what)
     al = _scalar(p.cval(op, "alpha", what), what, "alpha")
     be = _scalar(p.cval(op, "beta", what, 0.0), what, "beta")

@@ -1,5 +1,6 @@
 """The Core ML importer's neural network (.mlmodel) layer mapping (see
 :mod:`fastane.model.coreml_import`, the entry point)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +11,20 @@ from .graph import Graph, Node, TensorType, check_size
 
 # ------------------------------------------------------------------ neural network (.mlmodel)
 #: neural network layer types the importer maps
-NN_LAYERS = ("convolution", "innerProduct", "batchnorm", "activation", "add", "multiply",
-             "pooling", "softmax", "flatten", "concat", "reshapeStatic", "flattenTo2D")
+NN_LAYERS = (
+    "convolution",
+    "innerProduct",
+    "batchnorm",
+    "activation",
+    "add",
+    "multiply",
+    "pooling",
+    "softmax",
+    "flatten",
+    "concat",
+    "reshapeStatic",
+    "flattenTo2D",
+)
 
 
 def _weights(wp, n: int, what: str, weights: bool) -> np.ndarray:
@@ -61,7 +74,7 @@ def unpack_bits_msb(raw, nbits: int, count: int) -> np.ndarray:
     need = -(-count * nbits // 8)
     if raw.size < need:
         raise ValueError(f"{count} values of {nbits} bits need {need} bytes, got {raw.size}")
-    bits = np.unpackbits(raw[:need])[:count * nbits].reshape(count, nbits)
+    bits = np.unpackbits(raw[:need])[: count * nbits].reshape(count, nbits)
     return (bits.astype(np.uint16) << np.arange(nbits - 1, -1, -1, dtype=np.uint16)).sum(axis=1)
 
 
@@ -71,8 +84,13 @@ def _nn_input_type(fd, what):
         raise ModelError(f"{what}: only multi-array inputs are supported (got {t})")
     ma = fd.type.multiArrayType
     from coremltools.proto import FeatureTypes_pb2 as F
-    dt = {F.ArrayFeatureType.FLOAT32: np.float32, F.ArrayFeatureType.DOUBLE: np.float64,
-          F.ArrayFeatureType.FLOAT16: np.float16, F.ArrayFeatureType.INT32: np.int32}.get(ma.dataType)
+
+    dt = {
+        F.ArrayFeatureType.FLOAT32: np.float32,
+        F.ArrayFeatureType.DOUBLE: np.float64,
+        F.ArrayFeatureType.FLOAT16: np.float16,
+        F.ArrayFeatureType.INT32: np.int32,
+    }.get(ma.dataType)
     if dt is None:
         raise ModelError(f"{what}: array data type {ma.dataType} is not supported")
     shape = tuple(int(s) for s in ma.shape)
@@ -100,7 +118,6 @@ def _neural_network(spec, nn, name, weights) -> Graph:
         counter[0] += 1
         return f"fastane::nnt{counter[0]}"
 
-    batch_axes: dict = {}
     for fd in spec.description.input:
         dt, shape = _nn_input_type(fd, f"input {fd.name!r}")
         inputs[fd.name] = TensorType(dt, shape)
@@ -115,8 +132,9 @@ def _neural_network(spec, nn, name, weights) -> Graph:
         if len(t.shape) in (1, 3):
             batched = True
             nxt = tmp()
-            nodes.append(Node("unsqueeze", f"{k}:batch", [cur, const(np.array([0], np.int64))], [nxt], {},
-                              "batch"))
+            nodes.append(
+                Node("unsqueeze", f"{k}:batch", [cur, const(np.array([0], np.int64))], [nxt], {}, "batch")
+            )
             cur = nxt
         alias[k] = cur
     for layer in nn.layers:
@@ -133,9 +151,10 @@ def _neural_network(spec, nn, name, weights) -> Graph:
         L = getattr(layer, kind)
         src = kind
 
-        def emit(op, i, o, attrs=None):
+        def emit(op, i, o, attrs=None):  # called within this iteration only (B023 ignored for this file)
             nodes.append(Node(op, layer.name if o == outs else f"{layer.name}:{op}", i, o, attrs or {}, src))
             return o[0]
+
         if kind == "convolution":
             if L.isDeconvolution:
                 raise ModelError(f"{what}: deconvolution layers are not supported yet")
@@ -156,8 +175,12 @@ def _neural_network(spec, nn, name, weights) -> Graph:
             ii = [ins[0], const(w)]
             if L.hasBias:
                 ii.append(const(_weights(L.bias, co, f"{what} bias", weights)))
-            emit("conv", ii, outs, {"strides": strides, "dilations": dil, "pads": pads, "auto_pad": auto,
-                                    "groups": g})
+            emit(
+                "conv",
+                ii,
+                outs,
+                {"strides": strides, "dilations": dil, "pads": pads, "auto_pad": auto, "groups": g},
+            )
         elif kind == "innerProduct":
             co, ci = int(L.outputChannels), int(L.inputChannels)
             n = check_size((co, ci), what)
@@ -173,13 +196,23 @@ def _neural_network(spec, nn, name, weights) -> Graph:
                 emit("matmul", ii, outs)
         elif kind == "batchnorm":
             c = int(L.channels)
-            vals = [_weights(getattr(L, k), c, f"{what} {k}", weights) for k in ("gamma", "beta", "mean", "variance")]
-            emit("batchnorm", [ins[0]] + [const(v) for v in vals], outs, {"epsilon": float(L.epsilon or 1e-5)})
+            vals = [
+                _weights(getattr(L, k), c, f"{what} {k}", weights)
+                for k in ("gamma", "beta", "mean", "variance")
+            ]
+            emit(
+                "batchnorm", [ins[0]] + [const(v) for v in vals], outs, {"epsilon": float(L.epsilon or 1e-5)}
+            )
         elif kind == "activation":
             a = L.WhichOneof("NonlinearityType")
-            table = {"ReLU": ("relu", {}), "sigmoid": ("sigmoid", {}), "tanh": ("tanh", {}),
-                     "softplus": ("softplus", {}), "leakyReLU": ("leaky_relu", {"alpha": L.leakyReLU.alpha}),
-                     "ELU": ("elu", {"alpha": L.ELU.alpha})}
+            table = {
+                "ReLU": ("relu", {}),
+                "sigmoid": ("sigmoid", {}),
+                "tanh": ("tanh", {}),
+                "softplus": ("softplus", {}),
+                "leakyReLU": ("leaky_relu", {"alpha": L.leakyReLU.alpha}),
+                "ELU": ("elu", {"alpha": L.ELU.alpha}),
+            }
             if a not in table and a != "linear":
                 raise ModelError(f"{what}: activation {a!r} is not supported")
             if a == "linear":
@@ -197,7 +230,7 @@ def _neural_network(spec, nn, name, weights) -> Graph:
                     cur = emit(op, [cur, other], outs if i == len(ins) - 2 else [tmp()])
         elif kind == "pooling":
             k = tuple(L.kernelSize) or (3, 3)
-            typ = L.type          # MAX 0, AVERAGE 1
+            typ = L.type  # MAX 0, AVERAGE 1
             if typ not in (0, 1):
                 raise ModelError(f"{what}: L2 pooling is not supported")
             if L.globalPooling:
@@ -209,7 +242,11 @@ def _neural_network(spec, nn, name, weights) -> Graph:
                     auto = "same_upper"
                 elif pk == "valid":
                     bs = L.valid.paddingAmounts.borderAmounts
-                    pads = tuple((int(b.startEdgeSize), int(b.endEdgeSize)) for b in bs) if len(bs) == 2 else None
+                    pads = (
+                        tuple((int(b.startEdgeSize), int(b.endEdgeSize)) for b in bs)
+                        if len(bs) == 2
+                        else None
+                    )
                 else:
                     raise ModelError(f"{what}: includeLastPixel padding is not supported")
                 attrs = {"kernel": k, "strides": tuple(L.stride) or (1, 1), "pads": pads, "auto_pad": auto}
@@ -238,7 +275,16 @@ def _neural_network(spec, nn, name, weights) -> Graph:
             for n in nodes:
                 n.outputs = [inner if t == o else t for t in n.outputs]
                 n.inputs = [inner if t == o else t for t in n.inputs]
-            nodes.append(Node("squeeze", f"{o}:batch", [inner, const(np.array([0], np.int64))], [o], {}, "batch"))
+            nodes.append(
+                Node("squeeze", f"{o}:batch", [inner, const(np.array([0], np.int64))], [o], {}, "batch")
+            )
         final.append(o)
-    return Graph(name, inputs, final, nodes, consts,
-                 origin=f"coreml neuralNetwork (spec {spec.specificationVersion})", weights=weights)
+    return Graph(
+        name,
+        inputs,
+        final,
+        nodes,
+        consts,
+        origin=f"coreml neuralNetwork (spec {spec.specificationVersion})",
+        weights=weights,
+    )
