@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from fastane import DeviceFault
+from fastane import activations as fastane_activations
 from fastane.device import Task, pack_weights
 from fastane.kernels.conv import conv2d_q16
 from fastane.kernels.mac import readout
@@ -227,3 +228,7 @@ def driver_execute(tm, qid, bars, iova, nid, td_count):
             tm.tm_write32(TM_IRQ_ACK, tm.tm_read32(TM_IRQ_ACK) | 2)
     tm.tq_write32(tq(qid, TQ_STATUS), 0x0)
     return events
+
+
+#: every elementwise activation of the public API (fastane.activations.__all__ less its helpers)
+ACTIVATIONS = [n for n in fastane_activations.__all__ if n not in ("lut_table", "last_stats")]

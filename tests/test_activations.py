@@ -9,27 +9,10 @@ import pytest
 import fastane
 from fastane import LUTRangeError, LUTRangeWarning, lut
 from fastane import activations as act
-from device_helpers import bits as _bits
+from device_helpers import ACTIVATIONS, bits as _bits
 from test_lut_reference import bits_to_float, ref_lut, round_fraction
 
-UNARY = [
-    "relu",
-    "tanh",
-    "sigmoid",
-    "silu",
-    "gelu",
-    "exp",
-    "exp2",
-    "relu6",
-    "hardtanh",
-    "leaky_relu",
-    "selu",
-    "sign",
-    "reciprocal",
-    "rsqrt",
-    "sqrt",
-    "log2",
-]
+UNARY = ACTIVATIONS
 
 
 # ---------------------------------------------------------------- ufunc-like surface

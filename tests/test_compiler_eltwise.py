@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from device_helpers import bits
+from device_helpers import ACTIVATIONS, bits
 from planar_helpers import ref_eltwise
 from reference import ref_conv2d, ref_matmul
 from test_lut_reference import QNAN, bits_to_float, ref_ne, round_fraction
@@ -22,24 +22,7 @@ from fastane.td import load_program
 
 F16 = np.float16
 TD = 0x274
-ACTS = [
-    "relu",
-    "tanh",
-    "sigmoid",
-    "silu",
-    "gelu",
-    "exp",
-    "exp2",
-    "relu6",
-    "hardtanh",
-    "leaky_relu",
-    "selu",
-    "sign",
-    "reciprocal",
-    "rsqrt",
-    "sqrt",
-    "log2",
-]
+ACTS = ACTIVATIONS
 #: the NE stage of each activation: (NonlinearMode, registry table, PostScale)
 NE_STAGE = {
     "relu": (1, None, 1.0),

@@ -12,7 +12,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from device_helpers import F16, bits
+from device_helpers import ACTIVATIONS, F16, bits
 from reference import f16_bits_of_fraction
 
 import fastane
@@ -23,24 +23,7 @@ from fastane.operands import fp16_operand
 LD = np.longdouble
 WIDE = np.finfo(LD).nmant > np.finfo(np.float64).nmant
 needs_wide = pytest.mark.skipif(not WIDE, reason="np.longdouble is float64 on this platform")
-ACTS = [
-    "relu",
-    "tanh",
-    "sigmoid",
-    "silu",
-    "gelu",
-    "exp",
-    "exp2",
-    "relu6",
-    "hardtanh",
-    "leaky_relu",
-    "selu",
-    "sign",
-    "reciprocal",
-    "rsqrt",
-    "sqrt",
-    "log2",
-]
+ACTS = ACTIVATIONS
 
 
 def exact(v) -> Fraction:
