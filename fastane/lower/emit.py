@@ -222,7 +222,8 @@ def emit_eltwise(op: Eltwise, lim: Limits) -> LoweredEltwise:
             )
             if stage.post is None:
                 tpl = [eltwise_td(shape, dst=SLOT_OUTPUT, **ne)]
-            elif stage.post == "sigmoid":  # unary/sigmoid.bin
+            else:  # unary/sigmoid.bin; activation/silu.bin multiplies the input by it
+                silu = stage.post != "sigmoid"
                 tpl = [
                     eltwise_td(shape, keep=True, l2_dst=t, **ne),
                     eltwise_td(
@@ -231,36 +232,25 @@ def emit_eltwise(op: Eltwise, lim: Limits) -> LoweredEltwise:
                         offset=0.5,
                         src_in_l2=True,
                         l2_src=t,
-                        dst=SLOT_OUTPUT,
+                        dst=SLOT_INTERMEDIATE if silu else SLOT_OUTPUT,
                         l2_dst=2 * t,
                         eon=False,
                     ),
                 ]
-            else:  # activation/silu.bin
-                tpl = [
-                    eltwise_td(shape, keep=True, l2_dst=t, **ne),
-                    eltwise_td(
-                        shape,
-                        op="scale",
-                        offset=0.5,
-                        src_in_l2=True,
-                        l2_src=t,
-                        dst=SLOT_INTERMEDIATE,
-                        l2_dst=2 * t,
-                        eon=False,
-                    ),
-                    eltwise_td(
-                        shape,
-                        op="mul",
-                        src=SLOT_INPUT,
-                        src1=SLOT_INTERMEDIATE,
-                        dst=SLOT_OUTPUT,
-                        l2_src=0,
-                        l2_src1=t,
-                        l2_dst=2 * t,
-                        eon=False,
-                    ),
-                ]
+                if silu:
+                    tpl.append(
+                        eltwise_td(
+                            shape,
+                            op="mul",
+                            src=SLOT_INPUT,
+                            src1=SLOT_INTERMEDIATE,
+                            dst=SLOT_OUTPUT,
+                            l2_src=0,
+                            l2_src1=t,
+                            l2_dst=2 * t,
+                            eon=False,
+                        )
+                    )
             templates[(h, w)] = tpl
         base = 2 * e0 // ALIGN
         chain = [td.copy() for td in tpl]
