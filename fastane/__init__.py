@@ -2,6 +2,7 @@
 
 from .errors import (
     DeviceFault,
+    DeviceMemoryError,
     FastaneError,
     LUTRangeError,
     LUTRangeWarning,
@@ -72,6 +73,7 @@ __all__ = [
     "FastaneError",
     "TDError",
     "DeviceFault",
+    "DeviceMemoryError",
     "SaturationError",
     "SaturationWarning",
     "LUTRangeError",

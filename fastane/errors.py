@@ -33,6 +33,14 @@ class DeviceFault(FastaneError):
     """The emulated device faulted while running a program (bad BAR, DMA out of range...)."""
 
 
+class DeviceMemoryError(FastaneError, MemoryError):
+    """The emulated device's unified memory cannot hold an allocation (it is full, or a
+    tensor is larger than it).  A ``MemoryError`` subclass, so ``except MemoryError`` still
+    catches it, but never a host allocation failure: those surface as numpy's own
+    ``MemoryError`` (and a task that would make the host allocate beyond the per-task cap is
+    refused first with :class:`fastane.device.HostMemoryFault`)."""
+
+
 class ModelError(FastaneError, ValueError):
     """A model file or graph is malformed, hostile or outside what fastane can run (a
     truncated file, an unknown op, a shape that does not check, a tensor beyond the size

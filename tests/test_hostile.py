@@ -298,3 +298,21 @@ def test_a_lut_block_with_non_finite_coefficients_is_refused_while_planning(dev,
     assert "not finite" in str(err)
     with pytest.raises(fastane.TDError, match="not finite"):
         lut.CoeffBlock.from_bytes(bytes(raw))
+
+
+def test_a_call_too_big_for_the_emulated_dram_is_the_devices_own_error():
+    # a 1 MiB device cannot hold the operands: fastane's DeviceMemoryError (a MemoryError
+    # and a FastaneError), never a host allocation failure, and the device stays usable
+    from fastane import lower
+    from fastane.errors import DeviceMemoryError
+
+    old = lower.default_device()
+    lower.set_default_device(Device(memory_size=1 << 20))
+    try:
+        a = np.ones((256, 1024), np.float16)
+        with pytest.raises(DeviceMemoryError, match="do not fit the device's unified memory"):
+            fastane.matmul(a, a.T)
+        small = np.ones((4, 4), np.float16)
+        np.testing.assert_array_equal(fastane.matmul(small, small), ref_matmul(small, small))
+    finally:
+        lower.set_default_device(old)

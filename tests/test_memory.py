@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from fastane.device.faults import BARFault, DMARangeFault
+from fastane.errors import DeviceMemoryError, FastaneError
 from fastane.device.memory import ALIGN, NUM_BARS, TILE, BARTable, Region, UnifiedMemory, aligned_bytes
 
 
@@ -33,6 +34,15 @@ def test_alloc_rejects_bad_sizes(mem):
         mem.alloc(0)
     with pytest.raises(MemoryError):
         mem.alloc(17 * TILE)
+
+
+def test_exhaustion_is_the_devices_own_error(mem):
+    # a precise fastane error (the emulated DRAM is full), still a MemoryError for callers,
+    # and distinguishable from a host allocation failure (the fuzzing harness relies on it)
+    with pytest.raises(DeviceMemoryError, match="unified memory exhausted") as info:
+        mem.alloc(17 * TILE)
+    assert isinstance(info.value, FastaneError) and isinstance(info.value, MemoryError)
+    assert mem.available == 16 * TILE  # nothing was taken
 
 
 def test_free_coalesces_and_reuses(mem):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import DeviceMemoryError
 from ..m1 import ALIGN, NUM_BARS, TILE, round_up
 from .faults import BARFault, DMARangeFault
 
@@ -94,7 +95,7 @@ class UnifiedMemory:
                     break
             else:
                 free = sum(c for _, c in self._free)
-                raise MemoryError(
+                raise DeviceMemoryError(
                     f"unified memory exhausted: {tiles} tiles requested, "
                     f"{free} free in {len(self._free)} fragments"
                 )

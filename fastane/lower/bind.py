@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import DeviceMemoryError
+
 __all__ = ["Binding", "Bound", "Resident"]
 
 
@@ -190,7 +192,7 @@ def _alloc(dev, size, name, zero, reclaim):
         try:
             return dev.memory.alloc(size, name, zero=zero)
         except MemoryError as exc:
-            raise MemoryError(
+            raise DeviceMemoryError(
                 f"{name}: {size:#x} bytes do not fit the device's unified memory "
                 f"({dev.memory.size >> 20} MiB; {exc})"
             ) from None

@@ -478,10 +478,10 @@ def _outcome(exc) -> str:
 
 
 def _check_error(exc, allowed, where: str):
-    from fastane.errors import FastaneError
+    from fastane.errors import DeviceMemoryError, FastaneError
 
     if isinstance(exc, MemoryError):
-        if "unified memory" in str(exc) or "do not fit the device" in str(exc):
+        if isinstance(exc, DeviceMemoryError):
             return  # fastane's own: the emulated DRAM is full (precise, no host blow-up)
         raise Violation(f"{where}: host memory blow-up: MemoryError: {exc}")
     if not isinstance(exc, allowed) and not isinstance(exc, FastaneError):
