@@ -239,7 +239,7 @@ def _neural_network(spec, nn, name, weights) -> Graph:
                 pk = L.WhichOneof("PoolingPaddingType")
                 auto, pads = (None, None)
                 if pk == "same":
-                    auto = "same_upper"
+                    auto = "same_upper" if L.same.asymmetryMode == 0 else "same_lower"
                 elif pk == "valid":
                     bs = L.valid.paddingAmounts.borderAmounts
                     pads = (

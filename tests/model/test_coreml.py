@@ -664,6 +664,38 @@ def test_neural_network_mlmodel_against_numpy(tmp_path):
     assert y.shape == (5,) and np.abs(y - want).max() < 1e-2 * np.abs(want).max()
 
 
+@pytest.mark.parametrize("mode", ["BOTTOM_RIGHT_HEAVY", "TOP_LEFT_HEAVY"])
+def test_neural_network_same_pooling_keeps_its_asymmetry(tmp_path, mode):
+    # an even window with SAME padding pads one pixel: at the end (BOTTOM_RIGHT_HEAVY, the
+    # default) or at the start (TOP_LEFT_HEAVY); max pooling pads with -inf
+    from coremltools.models import datatypes
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+
+    b = NeuralNetworkBuilder([("x", datatypes.Array(2, 5, 5))], [("y", None)])
+    b.add_pooling(
+        "pool",
+        height=2,
+        width=2,
+        stride_height=1,
+        stride_width=1,
+        layer_type="MAX",
+        padding_type="SAME",
+        same_padding_asymmetry_mode=mode,
+        input_name="x",
+        output_name="y",
+    )
+    p = tmp_path / "pool.mlmodel"
+    ct.models.MLModel(b.spec, skip_model_load=True).save(str(p))
+    m = fastane.load_model(str(p))
+    x = RNG.standard_normal((2, 5, 5)).astype(np.float32)
+    pad = ((0, 0), (0, 1), (0, 1)) if mode == "BOTTOM_RIGHT_HEAVY" else ((0, 0), (1, 0), (1, 0))
+    from numpy.lib.stride_tricks import sliding_window_view as sw
+
+    want = sw(np.pad(x, pad, constant_values=-np.inf), (2, 2), axis=(1, 2)).max(axis=(3, 4))
+    np.testing.assert_array_equal(m.reference(x)["y"], want)
+    np.testing.assert_array_equal(m(x)["y"], want.astype(np.float16))
+
+
 # ------------------------------------------------------------------ iOS18 sparse pairs
 def test_lut_to_sparse_and_sparse_shift_scale_ios18(tmp_path):
     mask = (RNG.random((4, 6)) < 0.5).astype(mtypes.np_uint1_dtype)
