@@ -1042,22 +1042,68 @@ def test_docs_name_every_mil_op():
     assert all(f"`{k}`" in doc for k in ci.MIL_OPS if k.startswith("constexpr"))
 
 
-def test_torch_round_trip_opt_in(tmp_path):
-    """Opt-in (needs torch, not in the test extra): a traced torch network converted by
-    coremltools, against torch's own float32 output."""
+def _torch_nets(torch):
+    """Three networks as users write them: a small classifier; a MobileNet-style stack
+    (depthwise conv, ReLU6, Hardswish, SiLU, max pooling, nearest upsampling, a transposed
+    conv, sigmoid); a pre-norm transformer block (LayerNorm, attention with softmax, GELU)."""
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self, d=32, heads=4):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.ff = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+            self.shape = (1, 10, d, heads)  # literal sizes: traced shape arithmetic would not convert
+
+        def forward(self, x):
+            b, t, d, h = self.shape
+            q, k, v = self.qkv(self.ln1(x)).reshape(b, t, 3, h, d // h).permute(2, 0, 3, 1, 4)
+            a = torch.softmax(q @ k.transpose(-1, -2) / (d // h) ** 0.5, dim=-1)
+            x = x + self.o((a @ v).transpose(1, 2).reshape(b, t, d))
+            return x + self.ff(self.ln2(x))
+
+    small = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    )
+    mobile = nn.Sequential(
+        nn.Conv2d(3, 16, 3, 2, 1),
+        nn.BatchNorm2d(16),
+        nn.ReLU6(),
+        nn.Conv2d(16, 16, 3, 1, 1, groups=16),
+        nn.BatchNorm2d(16),
+        nn.Hardswish(),
+        nn.Conv2d(16, 24, 1),
+        nn.SiLU(),
+        nn.MaxPool2d(2),
+        nn.Upsample(scale_factor=2, mode="nearest"),
+        nn.ConvTranspose2d(24, 8, 2, 2),
+        nn.Sigmoid(),
+    )
+    return {
+        "small": (small, (1, 3, 16, 16)),
+        "mobile": (mobile, (1, 3, 32, 32)),
+        "block": (Block(), (1, 10, 32)),
+    }
+
+
+@pytest.mark.parametrize("name", ["small", "mobile", "block"])
+def test_torch_round_trip_opt_in(tmp_path, name):
+    """Opt-in (needs torch, not in the test extra; `pip install torch`): a traced torch
+    network converted by coremltools, run by fastane, against torch's own float32 output."""
     torch = pytest.importorskip("torch")
-    net = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1),
-        torch.nn.BatchNorm2d(8),
-        torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(),
-        torch.nn.Linear(8, 4),
-    ).eval()
-    x = torch.randn(1, 3, 16, 16)
-    traced = torch.jit.trace(net, x)
+    torch.manual_seed(0)
+    net, shape = _torch_nets(torch)[name]
+    net = net.eval()
+    x = torch.randn(*shape)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        traced = torch.jit.trace(net, x, check_trace=False)
         mm = ct.convert(
             traced,
             inputs=[ct.TensorType(name="x", shape=x.shape)],
@@ -1068,4 +1114,5 @@ def test_torch_round_trip_opt_in(tmp_path):
     m = fastane.load_model(str(tmp_path / "t.mlpackage"))
     want = net(x).detach().numpy().astype(np.float64)
     got = list(m({"x": x.numpy()}).values())[0]
+    assert got.shape == want.shape
     assert np.abs(got - want).max() < 1e-2 * max(np.abs(want).max(), 1.0)
