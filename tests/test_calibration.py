@@ -1,6 +1,8 @@
 """The calibrated time model: the fit reproduces the committed values, and the model orders
 chips as the measurements do (docs/roofline.md, "Calibration" and "Validation")."""
 
+from pathlib import Path
+
 import pytest
 
 from fastane.roofline import calibrate, chips, model, report, validate
@@ -61,3 +63,12 @@ def test_validation_rows_are_computed_for_every_point(cache):
     assert [p.id for p, _, _ in rows] == [p.id for p in validate.VALIDATION]
     assert all(t > 0 for _, t, _ in rows)
     assert not {p.id for p in validate.VALIDATION} & {p.id for p in calibrate.POINTS}
+
+
+def test_the_validation_table_in_the_docs_is_the_models_own():
+    # docs/roofline.md quotes `python -m fastane.roofline.validate` verbatim: a model change
+    # that moves a prediction must regenerate the table (one place for each figure)
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "roofline.md").read_text()
+    assert validate.markdown() in doc, (
+        "docs/roofline.md's validation table is stale: paste `python -m fastane.roofline.validate`"
+    )
