@@ -49,6 +49,7 @@ GROUPS = {
     "operands": "base",
     "workloads": "workloads",
     "layers": "workloads",
+    "convnets": "workloads",
     "td": "td",
     "lut": "lut",
     "lut_codec": "lut",
