@@ -21,9 +21,10 @@ word   meaning
        positive-domain ops (sqrt, rsqrt, log2; negative inputs fall below ``lo``)
 ====== =====================================================================
 
-:class:`CoeffBlock` decodes and encodes that block and packs it for the kernels;
-``*_block()`` functions generate fastane's own tables (identical to Apple's where the
-corpus has one: see :data:`APPLE_IDENTICAL`); :func:`get_block` is the registry.
+:class:`CoeffBlock` (:mod:`fastane.lut_codec`) decodes and encodes that block and packs it
+for the kernels; the ``*_block()`` functions (:mod:`fastane.lut_tables`, re-exported here)
+generate fastane's own tables (identical to Apple's where the corpus has one: see
+:data:`APPLE_IDENTICAL`); :func:`get_block` is the registry.
 :func:`ne_post` is the Python front of the post-MAC pipeline kernel, and
 :func:`fold_affine` the compile-time folding of an affine op into a convolution.
 """
@@ -31,7 +32,6 @@ corpus has one: see :data:`APPLE_IDENTICAL`); :func:`get_block` is the registry.
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
@@ -44,8 +44,31 @@ from .lut_codec import (
     SYMMETRY_POSITIVE,
     WORDS,
     CoeffBlock,
-    _h,
     _v,
+)
+from .lut_tables import (
+    atan_high_block,
+    atan_low_block,
+    exp2_block,
+    fraction_block,
+    gelu_block,
+    gelu_fit_knots,
+    hardtanh_block,
+    identity_block,
+    integer_block,
+    leaky_relu_block,
+    log2_block,
+    reciprocal_block,
+    relu6_block,
+    relu_block,
+    rrelu_block,
+    rsqrt_block,
+    selu_block,
+    sigmoid_block,
+    sign_block,
+    sqrt_block,
+    step_block,
+    tanh_block,
 )
 
 __all__ = [
@@ -82,270 +105,6 @@ __all__ = [
     "APPLE_IDENTICAL",
     "PLANAR_STAGES",
 ]
-
-
-# =============================================================================
-# Table generators.  Each returns the block Apple's compiler produced where the corpus
-# has one (APPLE_IDENTICAL says which are bit-identical); formulas in docs/lut.md.
-# =============================================================================
-_I = np.arange(33)
-_INF = math.inf
-_ZERO = (0.0,) * 33
-
-
-def tanh_block() -> CoeffBlock:
-    """tanh: knots ``round_fp16(tanh(i/8))``, R = 3, odd, saturating to 1 beyond 4."""
-    return CoeffBlock.from_values(
-        0.0, 4.0, 0.0, 1.0, np.tanh(_I / 8), 0, 0, 0, 1.0, R=3, mode=0, symmetry=SYMMETRY_ODD
-    )
-
-
-def sigmoid_block() -> CoeffBlock:
-    """The LUT stage of sigmoid: ``sigmoid(x) - 0.5`` (odd) over [0, 8], R = 2.
-
-    Beyond the table, the line through (8, T[32]) and (10, 0.5); 0.5 above 10.  A planar
-    task adds the 0.5 (see :data:`PLANAR_STAGES`).  Apple stores -1.0 as the (unused)
-    lower bound.
-    """
-    knots = 1.0 / (1.0 + np.exp(-_I / 4)) - 0.5
-    t32 = _v(_h(knots[32]))
-    slope = (0.5 - t32) / (10.0 - 8.0)
-    return CoeffBlock.from_values(
-        -1.0, 10.0, 0.0, 0.5, knots, 0, 0, slope, t32 - 8.0 * slope, R=2, mode=0, symmetry=SYMMETRY_ODD
-    )
-
-
-def _gelu_exact(x):
-    erf = np.vectorize(math.erf, otypes=[float])
-    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
-
-
-#: GELU knots of Apple's compiled gelu (corpus activation/gelu.bin), fp16 patterns.
-#: fastane's own fit (``gelu_block(fit=True)``) reproduces 23 of the 33; the registry uses
-#: these so that fastane.gelu matches an Apple-compiled gelu bit for bit.
-_GELU_APPLE = (
-    0x0000,
-    0x8E8A,
-    0x9230,
-    0x9757,
-    0x9BF0,
-    0xA011,
-    0xA3BF,
-    0xA6EC,
-    0xA9BF,
-    0xAC75,
-    0xAE67,
-    0xB03D,
-    0xB11E,
-    0xB184,
-    0xB104,
-    0xAECF,
-    0x922D,
-    0x3098,
-    0x357E,
-    0x389F,
-    0x3AB8,
-    0x3C78,
-    0x3D9A,
-    0x3EB9,
-    0x3FD2,
-    0x4072,
-    0x40F8,
-    0x417C,
-    0x41FE,
-    0x427F,
-    0x4300,
-    0x4380,
-    0x4400,
-)
-
-
-def gelu_fit_knots() -> np.ndarray:
-    """fastane's GELU knots: least squares over every fp16 x in [-4, 4], ends pinned.
-
-    Continuous piecewise-linear fit of ``x * Phi(x)`` (erf form) with knots at
-    ``-4 + i/4``, ``T[0] = 0`` and ``T[32] = 4`` fixed to meet the lines outside the table.
-    """
-    allx = np.arange(0x10000, dtype=np.uint32).astype(np.uint16).view(np.float16)
-    x = allx[np.isfinite(allx)].astype(np.float64)
-    x = np.unique(x[(x >= -4.0) & (x <= 4.0)])
-    u = (x + 4.0) * 4.0
-    i = np.minimum(np.floor(u).astype(int), 31)
-    a = u - i
-    A = np.zeros((x.size, 33))
-    A[np.arange(x.size), i] = 1.0 - a
-    A[np.arange(x.size), i + 1] += a
-    y = _gelu_exact(x) - 4.0 * A[:, 32]
-    inner = np.linalg.lstsq(A[:, 1:32], y, rcond=None)[0]
-    return np.concatenate([[0.0], inner, [4.0]])
-
-
-def gelu_block(fit: bool = False) -> CoeffBlock:
-    """GELU: table over [-4, 4] (R = 2, centred), 0 below -4.4, ``x`` above 4.
-
-    ``fit=False`` (the registry's choice) uses the knots recovered from Apple's compiled
-    gelu; ``fit=True`` uses fastane's own least-squares fit (:func:`gelu_fit_knots`).
-    """
-    blk = CoeffBlock.from_values(
-        -4.4, _INF, 0.0, _INF, gelu_fit_knots() if fit else _ZERO, 0, 0, 1.0, 0, R=2, mode=1
-    )
-    if not fit:
-        blk = CoeffBlock(**{**blk.__dict__, "knots": _GELU_APPLE})
-    return blk
-
-
-def exp2_block() -> CoeffBlock:
-    """exp2 (exponent mode): knots ``2**(i/32)``, R = 5; 0 below -25, inf above 16.
-
-    ``exp`` is the same table behind a PostScale of ``round_fp16(log2(e))`` (0x3dc5).
-    """
-    return CoeffBlock.from_values(-25.0, 16.0, 0.0, _INF, 2.0 ** (_I / 32), R=5, mode=10)
-
-
-def reciprocal_block() -> CoeffBlock:
-    """1/x (mantissa mode, odd): knots ``1/m`` for m = 0.5 + i/64, R = 6."""
-    return CoeffBlock.from_values(0.0, _INF, _INF, 0.0, 64.0 / (32 + _I), R=6, mode=7, symmetry=SYMMETRY_ODD)
-
-
-def _even_mantissa(fn):
-    with np.errstate(divide="ignore"):
-        k = fn(_I / 16.0)
-    k[:8] = 0.0  # m = i/16 < 0.5 never occurs; Apple stores zeros
-    return k
-
-
-def rsqrt_block() -> CoeffBlock:
-    """1/sqrt(x) (even-exponent mantissa mode): knots ``1/sqrt(i/16)`` for i >= 8, R = 4."""
-    return CoeffBlock.from_values(
-        0.0,
-        _INF,
-        _INF,
-        0.0,
-        _even_mantissa(lambda m: 1 / np.sqrt(m)),
-        R=4,
-        mode=6,
-        symmetry=SYMMETRY_POSITIVE,
-    )
-
-
-def sqrt_block() -> CoeffBlock:
-    """sqrt(x) (even-exponent mantissa mode): knots ``sqrt(i/16)`` for i >= 8, R = 4."""
-    return CoeffBlock.from_values(
-        0.0, _INF, 0.0, _INF, _even_mantissa(np.sqrt), R=4, mode=5, symmetry=SYMMETRY_POSITIVE
-    )
-
-
-def log2_block() -> CoeffBlock:
-    """log2(x) (mantissa mode, adds the exponent): knots ``log2(0.5 + i/64)``, R = 6."""
-    return CoeffBlock.from_values(
-        0.0, _INF, -_INF, 0.0, np.log2((32 + _I) / 64.0), R=6, mode=9, symmetry=SYMMETRY_POSITIVE
-    )
-
-
-def hardtanh_block(min_val: float = -1.0, max_val: float = 1.0) -> CoeffBlock:
-    """clamp(x, min_val, max_val): no table (R = 64), lines of slope 1, centred mode."""
-    return CoeffBlock.from_values(min_val, max_val, min_val, max_val, _ZERO, 1.0, 0, 1.0, 0, R=64, mode=1)
-
-
-def relu6_block() -> CoeffBlock:
-    """min(max(x, 0), 6): :func:`hardtanh_block` (0, 6)."""
-    return hardtanh_block(0.0, 6.0)
-
-
-def leaky_relu_block(negative_slope: float = 0.01) -> CoeffBlock:
-    """``x`` for x >= 0, ``negative_slope * x`` below: two lines, no table (R = 64)."""
-    return CoeffBlock.from_values(-_INF, _INF, -_INF, _INF, _ZERO, negative_slope, 0, 1.0, 0, R=64, mode=1)
-
-
-def rrelu_block(lower: float = 1.0 / 8, upper: float = 1.0 / 3) -> CoeffBlock:
-    """RReLU in inference: a leaky ReLU of slope ``(lower + upper) / 2``."""
-    return leaky_relu_block((lower + upper) / 2.0)
-
-
-_SELU_ALPHA = 1.6732632423543772848170429916717
-_SELU_SCALE = 1.0507009873554804934193349852946
-
-
-def selu_block() -> CoeffBlock:
-    """SELU: table over [-8, 0] (R = 2, mode 2), ``scale * x`` above 0.
-
-    Knots follow Apple's fp16 chain: ``round(scale16 * round(alpha16 * expm1(x)))``
-    with alpha and scale themselves rounded to fp16; ``-scale16 * alpha16`` below -8.
-    """
-    a16 = _v(_h(_SELU_ALPHA))
-    s16 = _v(_h(_SELU_SCALE))
-    x = -8.0 + _I / 4.0
-    elu16 = np.array([_v(_h(a16 * math.expm1(v))) for v in x])
-    knots = np.array([_v(_h(s16 * e)) for e in elu16])
-    low = -s16 * a16
-    return CoeffBlock.from_values(-8.0, _INF, low, _INF, knots, 0, low, s16, 0, R=2, mode=2)
-
-
-def sign_block() -> CoeffBlock:
-    """sign(x): odd, no table (R = 64): 0 at 0, 1 for |x| > 0."""
-    return CoeffBlock.from_values(
-        0.0, 1.0, 0.0, 1.0, _ZERO, 0, 0, 0, 1.0, R=64, mode=0, symmetry=SYMMETRY_ODD
-    )
-
-
-def relu_block() -> CoeffBlock:
-    """ReLU as a LUT (corpus unary/norm.bin): 0 below 0, ``x`` above, no table."""
-    return CoeffBlock.from_values(0.0, _INF, 0.0, _INF, _ZERO, 1.0, 0, 1.0, 0, R=64, mode=1)
-
-
-def step_block() -> CoeffBlock:
-    """Heaviside step ``x > 0`` (ceil's middle stage): 1 above 2**-24, 0 below -2**-24."""
-    tiny = 2.0**-24
-    return CoeffBlock.from_values(-tiny, tiny, 0.0, 1.0, _ZERO, 0, 0, 0, 1.0, R=64, mode=1)
-
-
-def fraction_block() -> CoeffBlock:
-    """``x - trunc(x)`` (fraction mode, odd; ceil's first stage)."""
-    return CoeffBlock.from_values(-_INF, _INF, 0.0, 0.0, _ZERO, R=0, mode=3, symmetry=SYMMETRY_ODD)
-
-
-def integer_block() -> CoeffBlock:
-    """``trunc(x)`` (integer mode, odd, R = 5; ceil's last stage)."""
-    return CoeffBlock.from_values(-_INF, _INF, -_INF, _INF, _ZERO, R=5, mode=4, symmetry=SYMMETRY_ODD)
-
-
-def atan_low_block() -> CoeffBlock:
-    """atan's first term: ``atan(min(|x|, 2))`` (odd), knots ``atan(i/16)``, R = 4."""
-    a2 = math.atan(2.0)
-    return CoeffBlock.from_values(
-        0.0, 2.0, 0.0, a2, np.arctan(_I / 16), 1.0, 0, 0, a2, R=4, mode=0, symmetry=SYMMETRY_ODD
-    )
-
-
-def atan_high_block() -> CoeffBlock:
-    """atan's second term: ``atan(|x|) - atan(2)`` for |x| >= 2 (odd), R = -1 (spacing 2).
-
-    Knots ``atan(2i) - atan(2)``; between 64 and 2000 the secant slope
-    ``(atan(2000) - atan(64)) / 1936`` with intercept ``T[32]`` (Apple's choice: a 2-ulp
-    step at 64); ``atan(2000) - atan(2)`` above 2000.
-    """
-    a2 = math.atan(2.0)
-    knots = np.arctan(2.0 * _I) - a2
-    slope = (math.atan(2000.0) - math.atan(64.0)) / (2000.0 - 64.0)
-    return CoeffBlock.from_values(
-        2.0,
-        2000.0,
-        0.0,
-        math.atan(2000.0) - a2,
-        knots,
-        0,
-        0,
-        slope,
-        knots[32],
-        R=-1,
-        mode=0,
-        symmetry=SYMMETRY_ODD,
-    )
-
-
-def identity_block() -> CoeffBlock:
-    """``x`` everywhere (two lines of slope 1); a neutral block for NonlinearMode != 2."""
-    return CoeffBlock.from_values(-_INF, _INF, -_INF, _INF, _ZERO, 1.0, 0, 1.0, 0, R=64, mode=1)
 
 
 # =============================================================================

@@ -53,6 +53,7 @@ GROUPS = {
     "td": "td",
     "lut": "lut",
     "lut_codec": "lut",
+    "lut_tables": "lut",
     "device": "device",
     "lower": "lower",
     "roofline": "roofline",
