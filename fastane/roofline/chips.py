@@ -35,11 +35,29 @@ Sources, abbreviated in the table below:
 
 Per-task limits (KMem 16 x 64 KiB, L2 2 MiB, TD 0x274 bytes) are the M1's (SPEC 1, 5);
 fastane assumes every chip here has the same ones, which is unknown beyond the M1.
+
+The types (:class:`Figure`, :class:`Chip`) and the builders of the table live in
+:mod:`fastane.roofline.figure`; this module is the table and its look-up.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
+
+from .figure import (
+    DISPATCH_PER_TASK_S,
+    M3_ANE_READ,
+    M3_KERNEL_DMA,
+    M3_TILE_DMA,
+    Chip,
+    Figure,
+    _chip,
+    _cores,
+    _fig,
+    _gbs,
+    _mb,
+    _tops,
+)
 
 __all__ = [
     "Figure",
@@ -53,259 +71,6 @@ __all__ = [
     "DISPATCH_PER_TASK_S",
     "with_figures",
 ]
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One number with its unit, kind (marketing/measured/derived/assumption) and source."""
-
-    value: float
-    unit: str
-    kind: str
-    source: str
-    note: str = ""
-
-    def __post_init__(self):
-        if self.kind not in ("marketing", "measured", "derived", "assumption"):
-            raise ValueError(f"unknown kind of figure {self.kind!r}")
-
-    def __float__(self) -> float:
-        return float(self.value)
-
-    def as_dict(self) -> dict:
-        d = {"value": self.value, "unit": self.unit, "kind": self.kind, "source": self.source}
-        if self.note:
-            d["note"] = self.note
-        return d
-
-
-# -- the measurements every other chip borrows ----------------------------------------
-#: KernelDMA (DRAM -> KMem) sustained read bandwidth, measured on an M3 (seed m1-ane).
-M3_KERNEL_DMA = Figure(37.99e9, "B/s", "measured", "seed m1-ane (M3): KernelDMA 37.99 GB/s")
-#: TileDMA (DRAM -> L2) sustained read bandwidth, measured on an M3 (seed m1-ane).
-M3_TILE_DMA = Figure(59.08e9, "B/s", "measured", "seed m1-ane (M3): TileDMA 59.08 GB/s")
-#: the M3's ANE read bandwidth by anemll-bench: the scale the two above are borrowed by.
-M3_ANE_READ = Figure(63e9, "B/s", "measured", "anemll-bench via SPEC 8: M3 63 GB/s")
-#: time a task costs beyond max(compute, DMA): nobody has measured it per task.
-DISPATCH_PER_TASK_S = Figure(
-    1e-6,
-    "s",
-    "assumption",
-    "fastane assumption",
-    "per task descriptor: ControlDMA of 0x274 bytes plus pipeline fill/drain, taken as "
-    "1 us (~2,700 cycles at the implied 2.69 GHz); unmeasured. The only measured "
-    "dispatch figure is per *request* (~0.095 ms XPC + IOKit on an M4, maderix), which "
-    "is host-side and not per task",
-)
-
-
-@dataclass(frozen=True)
-class Chip:
-    """The figures of one chip's ANE.  Fields that are ``None`` are unknown."""
-
-    key: str
-    name: str
-    cores: Figure
-    lanes_fp16: Figure
-    #: the headline TOP/s exactly as marketed (precision in ``peak_marketing_precision``)
-    peak_marketing: Figure
-    peak_marketing_precision: str
-    #: the FP16 rate the model uses (== peak_marketing where that figure is FP16)
-    peak_ops_fp16: Figure
-    #: DRAM bandwidth of the SoC as marketed (or derived from the memory type for A-series)
-    dram_bw: Figure
-    #: measured ANE read bandwidth (anemll-bench), None where nobody measured it
-    ane_read_bw: Figure | None
-    kernel_dma_bw: Figure
-    tile_dma_bw: Figure
-    dispatch_s: Figure = DISPATCH_PER_TASK_S
-    aliases: tuple = field(default=(), compare=False)
-    #: the ANE read bandwidth the calibrated model streams weights at: this chip's own
-    #: anemll-bench measurement, else a sibling's (derived, named in the note)
-    read_bw_model: Figure | None = None
-    #: ANEs on the chip (2 on an Ultra: two dies) and how many one Core ML program uses
-    anes: int = 1
-    anes_used: Figure | None = None
-    #: the SoC's system-level cache (SLC) in bytes, None where no analysis reports it
-    slc_bytes: Figure | None = None
-
-    @property
-    def peak_ops_program(self) -> float:
-        """FP16 OP/s one Core ML program can use: ``peak_ops_fp16`` x ANEs used / ANEs."""
-        used = self.anes_used.value if self.anes_used is not None else self.anes
-        return self.peak_ops_fp16.value * used / self.anes
-
-    @property
-    def clock_hz(self) -> Figure:
-        """Clock implied by peak FP16 rate / (2 ops x FP16 lanes); a derived number."""
-        hz = self.peak_ops_fp16.value / (2 * self.lanes_fp16.value)
-        return Figure(
-            hz,
-            "Hz",
-            "derived",
-            "implied",
-            f"{self.peak_ops_fp16.value:.4g} OP/s / (2 x {self.lanes_fp16.value:g} "
-            "lanes): implied by the peak figure, not a measured clock"
-            + (
-                "; implausibly high for this lane count, so this chip likely has "
-                "more lanes per core than the M1 (unknown)"
-                if hz > 3.2e9
-                else ""
-            ),
-        )
-
-    @property
-    def ridge_point(self) -> float:
-        """Roofline ridge point in OP/byte: marketing peak FP16 / marketing DRAM bandwidth."""
-        return self.peak_ops_fp16.value / self.dram_bw.value
-
-    def figures(self) -> dict:
-        """Every figure of the chip as a JSON-ready dict (value, unit, kind, source)."""
-        out = {}
-        for name in (
-            "cores",
-            "lanes_fp16",
-            "peak_marketing",
-            "peak_ops_fp16",
-            "dram_bw",
-            "ane_read_bw",
-            "kernel_dma_bw",
-            "tile_dma_bw",
-            "dispatch_s",
-            "read_bw_model",
-            "anes_used",
-            "slc_bytes",
-        ):
-            fig = getattr(self, name)
-            out[name] = None if fig is None else fig.as_dict()
-        out["peak_marketing"]["precision"] = self.peak_marketing_precision
-        out["clock_hz"] = self.clock_hz.as_dict()
-        out["ridge_point"] = self.ridge_point
-        out["anes"] = self.anes
-        return out
-
-
-def _borrowed_dma(read_bw: Figure | None, proxy: str, dram: Figure) -> tuple[Figure, Figure]:
-    """KernelDMA and TileDMA bandwidths borrowed from the M3 measurement.
-
-    Scaled by ``read_bw / 63 GB/s`` (this chip's anemll-bench read bandwidth over the
-    M3's), capped at the chip's DRAM bandwidth.  ``proxy`` names whose read bandwidth
-    ``read_bw`` is when the chip has no measurement of its own.
-    """
-    out = []
-    for base, what in ((M3_KERNEL_DMA, "KernelDMA"), (M3_TILE_DMA, "TileDMA")):
-        scale = read_bw.value / M3_ANE_READ.value
-        value = min(base.value * scale, dram.value)
-        note = (
-            f"borrowed: {what} measured on an M3 ({base.value / 1e9:.2f} GB/s, seed m1-ane) "
-            f"x {proxy} ANE read {read_bw.value / 1e9:g} GB/s / M3 63 GB/s (anemll-bench)"
-        )
-        if value < base.value * scale:
-            note += f", capped at DRAM {dram.value / 1e9:g} GB/s"
-        out.append(Figure(value, "B/s", "derived", "seed m1-ane + anemll-bench", note))
-    return out[0], out[1]
-
-
-def _fig(v, unit, kind, source, note=""):
-    return Figure(v, unit, kind, source, note)
-
-
-def _chip(
-    key,
-    name,
-    *,
-    cores,
-    peak,
-    precision,
-    peak_fp16=None,
-    dram,
-    read=None,
-    proxy_read=None,
-    proxy_name="",
-    aliases=(),
-    lanes_per_core=128,
-    anes=1,
-    model_read=None,
-):
-    """Build a chip.  ``read`` is its own measured read bandwidth; ``proxy_read`` another
-    chip's, used only to borrow the DMA bandwidths (and never reported as its own)."""
-    if key == "m1":
-        lanes = _fig(
-            cores.value * lanes_per_core,
-            "lanes",
-            "measured",
-            "SPEC 1 (seed m1-ane)",
-            "16 cores x 128 FP16 MAC lanes, found by reverse engineering",
-        )
-    else:
-        lanes = _fig(
-            cores.value * lanes_per_core,
-            "lanes",
-            "assumption",
-            "SPEC 1 (M1)",
-            f"{cores.value:g} cores x {lanes_per_core} FP16 lanes: the M1's lanes "
-            "per core, assumed for this chip",
-        )
-    if peak_fp16 is None:
-        peak_fp16 = peak
-    if key == "m3":
-        kdma, tdma = M3_KERNEL_DMA, M3_TILE_DMA
-    else:
-        src = read if read is not None else proxy_read
-        who = name if read is not None else proxy_name
-        kdma, tdma = _borrowed_dma(src, who, dram)
-    if model_read is None:
-        if read is not None:
-            model_read = read
-        else:
-            model_read = Figure(
-                min(proxy_read.value, dram.value),
-                "B/s",
-                "derived",
-                proxy_read.source,
-                f"borrowed: the ANE read bandwidth of {proxy_name} "
-                f"({proxy_read.value / 1e9:g} GB/s, anemll-bench), capped at DRAM "
-                f"{dram.value / 1e9:g} GB/s; nobody measured this chip",
-            )
-    used = None
-    if anes > 1:
-        used = Figure(
-            1,
-            "ANEs",
-            "measured",
-            "anemll-bench Results.MD and issue #8",
-            "Core ML runs a program on one ANE: the lm_head streams at 54.7 GB/s on the "
-            "M1 Ultra as on the M1 Max, and two models at once gain nothing",
-        )
-    return Chip(
-        key=key,
-        name=name,
-        cores=cores,
-        lanes_fp16=lanes,
-        peak_marketing=peak,
-        peak_marketing_precision=precision,
-        peak_ops_fp16=peak_fp16,
-        dram_bw=dram,
-        ane_read_bw=read,
-        kernel_dma_bw=kdma,
-        tile_dma_bw=tdma,
-        aliases=aliases,
-        read_bw_model=model_read,
-        anes=anes,
-        anes_used=used,
-    )
-
-
-def _tops(v, kind="marketing", source="SPEC 8", note=""):
-    return _fig(v * 1e12, "OP/s", kind, source, note)
-
-
-def _gbs(v, kind="marketing", source="SPEC 8", note=""):
-    return _fig(v * 1e9, "B/s", kind, source, note)
-
-
-def _cores(n, source):
-    return _fig(n, "cores", "marketing", source)
 
 
 _ANEMLL = "anemll-bench via SPEC 8"
@@ -322,10 +87,6 @@ _ECLECTIC = (
     "The Eclectic Light Company, 'Apple silicon: memory and internal storage' (Mar 2024): "
     "'a System Level Cache of anything from 8-96 MB, for the M1 chip range from basic to Ultra'"
 )
-
-
-def _mb(v, kind, source, note=""):
-    return _fig(v * 2**20, "B", kind, source, note)
 
 
 #: system-level cache sizes (die-shot analyses; nobody measured them on an ANE)
