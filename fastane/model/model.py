@@ -22,10 +22,7 @@ the first layer whose error exceeds the tolerance of its class (:data:`TOLERANCE
 
 from __future__ import annotations
 
-import json
-import math
 import sys
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,6 +33,7 @@ from ..stats import Stats, last_stats
 from .graph import Bound, Graph, TensorType, bind
 from .ops import host_eval
 from .place import Layer, place
+from .report import LayerRecord, Report, _num
 
 __all__ = ["Model", "Report", "LayerRecord", "TOLERANCE"]
 
@@ -44,184 +42,6 @@ __all__ = ["Model", "Report", "LayerRecord", "TOLERANCE"]
 #: the Q16.16 + readout rounding for MAC ops, the tables' measured errors (docs/lut.md:
 #: gelu 6.2e-3, log 1.3e-2, selu 1.2e-2 abs) for table ops
 TOLERANCE = {"exact": 2.0**-10, "layout": 0.0, "mac": 1e-2, "table": 2e-2, "host": 0.0}
-
-
-@dataclass
-class LayerRecord:
-    layer: Layer
-    placement: str
-    reason: str
-    stats: Stats
-    estimate: object = None  # fastane.roofline.Estimate (ANE layers)
-    max_abs_err: float = 0.0
-    max_rel_err: float = 0.0
-    error: float = 0.0
-    tolerance: float = 0.0
-    shapes: str = ""
-    #: non-finite outputs (inf, nan) the layer made from finite inputs ("born" there),
-    #: and those it passed on from non-finite inputs (inherited); see fastane.model.hunt
-    inf_born: int = 0
-    nan_born: int = 0
-    nonfinite_inherited: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None or not self.error > self.tolerance
-
-    def as_dict(self) -> dict:
-        st, est = self.stats, self.estimate
-        d = {
-            "name": self.layer.name,
-            "op": self.layer.op,
-            "placement": self.placement,
-            "reason": self.reason,
-            "call": self.layer.call if self.placement == "ane" else "",
-            "output": self.shapes,
-            "tasks": st.tasks,
-            "macs": st.macs,
-            "dram_bytes": st.dram_bytes,
-            "saturated": st.saturated,
-            "lut_underflow": st.lut_underflow,
-            "lut_overflow": st.lut_overflow,
-            "op_per_byte": None,
-            "time_s": None,
-            "bound": None,
-            "max_abs_err": _num(self.max_abs_err),
-            "max_rel_err": _num(self.max_rel_err),
-            "error": _num(self.error),
-            "tolerance": self.tolerance,
-            "within_tolerance": self.ok,
-            "inf_born": self.inf_born,
-            "nan_born": self.nan_born,
-            "nonfinite_inherited": self.nonfinite_inherited,
-        }
-        if est is not None:
-            d.update(
-                op_per_byte=None if math.isinf(est.intensity) else est.intensity,
-                time_s=est.time_s,
-                bound=est.limiter,
-            )
-        return d
-
-
-def _num(x):
-    return (
-        None
-        if x is None or (isinstance(x, float) and math.isnan(x))
-        else ("inf" if isinstance(x, float) and math.isinf(x) else x)
-    )
-
-
-@dataclass
-class Report:
-    model: str
-    chip: str
-    layers: list
-    outputs: dict  # name -> {"max_abs_err", "error"} vs the fp32 model
-    first_bad: str | None
-    total: object = None  # Estimate of all ANE layers (with the program overhead)
-    placement: dict = field(default_factory=dict)
-    #: counted from the shapes alone: no outputs, no errors
-    stats_only: bool = False
-    #: the run's outputs (name -> array; empty for a stats-only report)
-    values: dict = field(default_factory=dict, repr=False)
-
-    def as_dict(self) -> dict:
-        return {
-            "model": self.model,
-            "chip": self.chip,
-            "stats_only": self.stats_only,
-            "layers": [r.as_dict() for r in self.layers],
-            "placement": self.placement,
-            "outputs": self.outputs,
-            "first_layer_beyond_tolerance": self.first_bad,
-            "total": None
-            if self.total is None
-            else {
-                k: v
-                for k, v in self.total.as_dict().items()
-                if k in ("tasks", "macs", "dram_bytes", "time_s", "intensity", "limiter")
-            },
-        }
-
-    def to_json(self) -> str:
-        return json.dumps(self.as_dict(), indent=1)
-
-    def table(self) -> str:
-        from ..roofline.report import _si, _t
-
-        head = (
-            f"{'layer':24s} {'op':28s} {'place':6s} {'tasks':>5s} {'MACs':>9s} {'DRAM':>9s} "
-            f"{'OP/B':>6s} {'time':>10s} {'sat':>4s} {'lut':>4s} {'max abs':>9s} {'error':>9s}"
-        )
-        what = (
-            "counted from the shapes (stats only)"
-            if self.stats_only
-            else "error = max|ane - fp32| / max|fp32| of the layer on the same inputs"
-        )
-        lines = [f"model {self.model} on {self.chip}: per layer ({what})", head, "-" * len(head)]
-        notes = []
-        reasons: dict = {}
-        for r in self.layers:
-            d = r.as_dict()
-            est = r.estimate
-            mark = "" if r.ok else " !"
-            lines.append(
-                f"{d['name'][:24]:24s} {d['op'][:28]:28s} {r.placement[:6]:6s} "
-                f"{d['tasks'] if r.placement == 'ane' else '-':>5} "
-                f"{_si(d['macs']) if r.placement == 'ane' else '-':>9s} "
-                f"{_si(d['dram_bytes'], 'B') if r.placement == 'ane' else '-':>9s} "
-                f"{'-' if est is None or math.isinf(est.intensity) else f'{est.intensity:.1f}':>6s} "
-                f"{'-' if est is None else _t(est.time_s):>10s} "
-                f"{d['saturated'] if r.placement == 'ane' else '-':>4} "
-                f"{d['lut_underflow'] + d['lut_overflow'] if r.placement == 'ane' else '-':>4} "
-                f"{_e(r.max_abs_err):>9s} {_e(r.error):>9s}{mark}"
-            )
-            if r.reason:
-                reasons.setdefault((r.placement, r.reason), []).append(d["name"])
-        lines.append("-" * len(head))
-        if self.total is not None:
-            lines.append(
-                f"ANE total: {self.total.tasks} tasks, {_si(self.total.macs)} MACs, "
-                f"{_si(self.total.dram_bytes, 'B')} DRAM, predicted {_t(self.total.time_s)} "
-                f"on {self.chip} (with the program overhead)"
-            )
-        p = self.placement
-        lines.append(
-            f"placement: {p.get('ane', 0)} ANE, {p.get('host', 0)} host, {p.get('layout', 0)} layout layers"
-        )
-        for name, o in self.outputs.items():
-            lines.append(
-                f"output {name}: max abs error {_e(o['max_abs_err'])}, error "
-                f"{_e(o['error'])} against the whole model in fp32"
-            )
-        born = [
-            f"{r.layer.name} ({r.inf_born} inf, {r.nan_born} nan)"
-            for r in self.layers
-            if r.inf_born or r.nan_born
-        ]
-        if born:
-            lines.append("non-finite values born in (finite inputs): " + ", ".join(born))
-        if self.stats_only:
-            lines.append("stats only: counted from the shapes, nothing computed (no errors)")
-        else:
-            lines.append("first layer beyond its tolerance: " + (self.first_bad or "none"))
-        for (place_, why), names in reasons.items():
-            notes.append(f"  {place_}: {why}: {', '.join(names)}")
-        if notes:
-            lines.append("placement reasons:")
-            lines += notes
-        return "\n".join(lines)
-
-
-def _e(x) -> str:
-    if isinstance(x, str):  # "inf" from _num (an output that overflowed)
-        return x
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if math.isinf(x):
-        return "inf"
-    return f"{x:.2e}" if x else "0"
 
 
 def _errors(y, ref):
