@@ -1,5 +1,7 @@
 """Roofline reports: a text table, a JSON dict and a log-log plot; the ``fastane roofline``
-command.
+command.  The planned-and-estimated :class:`Result` is built in
+:mod:`fastane.roofline.result`, the plot drawn in :mod:`fastane.roofline.plot` (both
+re-exported here).
 
     >>> from fastane.roofline import report
     >>> r = report.analyze("gpt2", chip="m1")
@@ -17,16 +19,16 @@ import argparse
 import json
 import math
 import sys
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from .. import workloads as _workloads
 from . import chips as _chips
 from ..m1 import TD_SIZE
 from . import compare as _compare
 from . import spec as _spec
-from .model import DEFAULT_PARAMS, Estimate, ModelParams, dram_traffic, estimate, tokens_per_s_bound
-from .plan import WorkloadPlan, plan_workload
+from .model import Estimate, dram_traffic, estimate, tokens_per_s_bound
+from .plot import measured_points, plot
+from .result import Result, _si, _t, analyze
 
 __all__ = [
     "Result",
@@ -36,6 +38,7 @@ __all__ = [
     "tokens_per_s",
     "to_json",
     "plot",
+    "measured_points",
     "add_arguments",
     "run",
     "DEFAULT_WORKLOADS",
@@ -47,61 +50,6 @@ __all__ = [
 
 #: what ``fastane roofline`` reports when given no workload: a decode step, a vision net
 DEFAULT_WORKLOADS = ("gpt2", "resnet50")
-
-
-@dataclass
-class Result:
-    """A workload planned and estimated on one chip."""
-
-    workload: _workloads.Workload
-    plan: WorkloadPlan
-    chip: _chips.Chip
-    params: ModelParams
-    layers: list  # Estimate per lowered layer (plan.lowered; no program overhead)
-    total: Estimate  # the whole program (with the program overhead)
-    plan_s: float  # seconds the planning took
-
-    @property
-    def is_decode(self) -> bool:
-        return self.workload.phase == "decode"
-
-
-def analyze(
-    workload, chip="m1", params: ModelParams = DEFAULT_PARAMS, planner=None, plan: WorkloadPlan | None = None
-) -> Result:
-    """Plan ``workload`` (a name or a :class:`~fastane.workloads.Workload`) by lowering
-    every layer and counting it on a stats-only device, and estimate it on ``chip``
-    (what ``fastane roofline`` reports).  ``planner``: see
-    :func:`~fastane.roofline.plan.plan_workload`; ``plan`` reuses an existing plan.
-    Layers that could not be lowered are in ``result.plan.not_lowered`` (with the reason)
-    and not in the totals."""
-    if isinstance(workload, str):
-        workload = _workloads.get(workload)
-    chip = _chips.get(chip)
-    t0 = time.perf_counter()
-    if plan is None:
-        plan = plan_workload(workload, planner=planner)
-    plan_s = time.perf_counter() - t0
-    layers = [estimate(lp.stats, chip, params, name=lp.name, program=False) for lp in plan.lowered]
-    total = estimate(plan.tasks, chip, params, name=workload.name, program=True)
-    return Result(workload, plan, chip, params, layers, total, plan_s)
-
-
-def _si(x: float, unit: str = "", digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    for p, s in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= p:
-            return f"{x / p:.{digits}g} {s}{unit}"
-    return f"{x:.{digits}g} {unit}".rstrip()
-
-
-def _t(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3f} ms"
-    return f"{s * 1e6:.1f} us"
 
 
 def tokens_per_s(result: Result, chips=None) -> dict:
@@ -353,127 +301,6 @@ def to_json(results, chips_for_tokens=None) -> dict:
             wl["tokens_per_s_by_chip"] = tokens_per_s(r, chips_for_tokens)
         out["workloads"].append(wl)
     return out
-
-
-def measured_points(result: Result) -> list:
-    """The public measurements of this workload on this chip the docs list (calibration and
-    validation points): ``[(id, seconds)]``."""
-    from . import calibrate, validate
-
-    out = []
-    for p in calibrate.POINTS + validate.VALIDATION:
-        if _chips.get(p.chip).key != result.chip.key or getattr(p, "repeat", 1) != 1:
-            continue
-        w = calibrate.point_workload(p.spec)
-        if w.name == result.workload.name and w.description == result.workload.description:
-            out.append((p.id, p.measured_s))
-    return out
-
-
-def _plot_measured(ax, result: Result, color) -> None:
-    """Hollow diamonds: the measured time of the workload, at the model's intensity."""
-    t = result.total
-    for pid, sec in measured_points(result):
-        ax.scatter(
-            [t.intensity],
-            [t.ops / sec],
-            marker="D",
-            s=90,
-            facecolors="none",
-            edgecolors=color,
-            linewidths=1.8,
-            zorder=6,
-            label=f"{result.workload.name}: measured {pid} ({_t(sec)})",
-        )
-
-
-def plot(results, path, title: str | None = None):
-    """Log-log roofline of ``results`` (one chip) to ``path`` (PNG): the roofs, the ridge
-    point, one dot per layer and a star per workload total.  Needs matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise RuntimeError(
-            "the roofline plot needs matplotlib: pip install 'fastane[plot]' (or pip install matplotlib)"
-        ) from e
-    import numpy as np
-
-    if isinstance(results, Result):
-        results = [results]
-    chip = results[0].chip
-    peak, bw = chip.peak_ops_fp16.value, chip.dram_bw.value
-    xs = [e.intensity for r in results for e in r.layers + [r.total] if e.dram_bytes]
-    lo = min([0.1] + [x for x in xs if x > 0]) / 2
-    hi = max([chip.ridge_point * 20] + xs) * 2
-    x = np.logspace(np.log10(lo), np.log10(hi), 400)
-    fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
-    ax.loglog(
-        x,
-        np.minimum(peak, x * bw),
-        color="black",
-        lw=2,
-        label=f"roof: {peak / 1e12:g} TOP/s FP16, DRAM {bw / 1e9:g} GB/s ({chip.dram_bw.kind})",
-    )
-    if chip.ane_read_bw is not None:
-        b = chip.ane_read_bw.value
-        ax.loglog(
-            x,
-            np.minimum(peak, x * b),
-            color="gray",
-            ls="--",
-            lw=1.2,
-            label=f"ANE read {b / 1e9:g} GB/s (measured, anemll-bench)",
-        )
-    kb = chip.kernel_dma_bw.value
-    ax.loglog(
-        x,
-        np.minimum(peak, x * kb),
-        color="gray",
-        ls=":",
-        lw=1.2,
-        label=f"KernelDMA {kb / 1e9:.1f} GB/s ({chip.kernel_dma_bw.kind})",
-    )
-    ridge = chip.ridge_point
-    ax.axvline(ridge, color="tab:red", ls="-.", lw=1)
-    ax.plot([ridge], [peak], "o", color="tab:red", ms=8)
-    ax.annotate(
-        f"ridge {ridge:.1f} OP/B", (ridge, peak), textcoords="offset points", xytext=(8, -16), color="tab:red"
-    )
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, r in enumerate(results):
-        col = colors[i % len(colors)]
-        pts = [(e.intensity, e.attained_ops) for e in r.layers if e.dram_bytes and e.time_s]
-        if pts:
-            ax.scatter(*zip(*pts), s=14, alpha=0.6, color=col, label=f"{r.workload.name}: layers")
-        t = r.total
-        ax.scatter(
-            [t.intensity],
-            [t.attained_ops],
-            marker="*",
-            s=220,
-            color=col,
-            edgecolors="black",
-            zorder=5,
-            label=f"{r.workload.name}: total ({_si(t.attained_ops, 'OP/s')}, {_t(t.time_s)})",
-        )
-        _plot_measured(ax, r, col)
-    ax.set_xlabel("arithmetic intensity (OP per byte of DRAM traffic)")
-    ax.set_ylabel("attained OP/s (model; diamonds: measured)")
-    ax.set_title(title or f"fastane roofline, {chip.name} ANE")
-    ax.set_xlim(lo, hi)
-    ax.set_ylim(
-        min([peak / 1e5] + [e.attained_ops for r in results for e in r.layers if e.attained_ops > 0]) / 2,
-        peak * 3,
-    )
-    ax.grid(True, which="both", alpha=0.25)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
 
 
 # ------------------------------------------------------------------------------ CLI
