@@ -185,6 +185,27 @@ def test_the_numpy_api_stays_far_below_the_host_cap():
         assert 0 < worst < engine.TASK_HOST_BYTES // 10
 
 
+def test_host_bytes_count_every_buffer_of_a_task():
+    """The estimate, written out buffer by buffer (float64 = 8 B, fp16 = 2 B, flag = 1 B)."""
+    from fastane.device import mac, planar
+
+    def geo(mode, kh, pad):
+        return mac.Geometry(mode, 4, 6, 6, 8, 6, 6, kh, kh, 1, 1, 1, 1, pad, pad, 1, 0, 0, 0)
+
+    n_in, n_out = 4 * 6 * 6, 8 * 6 * 6
+    acc, flag, readout, result, copy = 8, 1, 8, 2, 8
+    conv = geo(mac.CONV, 3, 1)  # not plain: im2col columns of 4 * 3 * 3 per output pixel
+    cols, weights = 4 * 9 * 36, 8 * 4 * 9
+    per_out = acc + flag + readout + result + copy
+    assert mac.host_bytes(conv) == 8 * (n_in + cols + weights) + per_out * n_out
+    plain = geo(mac.CONV, 1, 0)
+    assert mac.host_bytes(plain) == 8 * (n_in + 8 * 4) + per_out * n_out
+    through = geo(mac.PASSTHROUGH, 1, 0)
+    assert mac.host_bytes(through) == 8 * n_in + (readout + result + copy) * n_out
+    pg = planar.PlanarGeometry(4, 6, 6, 4, 6, 6, 0, 0, groups=3, reduce=True)
+    assert planar.host_bytes(pg) == 3 * n_in * (8 + 8 + result + copy)
+
+
 # ---------------------------------------------------------------- 4. huge numpy calls
 def test_a_huge_broadcast_batch_is_refused_before_any_allocation():
     a = np.ones((2**14, 1, 1, 1), F16)

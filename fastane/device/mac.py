@@ -30,6 +30,7 @@ from fastane.kernels import parallel as _kpar
 
 from ..m1 import FP16
 from .faults import DecodeFault, UnsupportedTask
+from .host_memory import task_host_bytes
 
 CONV, PASSTHROUGH = "conv", "passthrough"
 
@@ -154,9 +155,10 @@ def host_bytes(g: Geometry) -> int:
     its flag, the readout (float64), the NE's fp16 result and its float64 copy."""
     n_in, n_out = g.cin * g.hin * g.win, g.cout * g.hout * g.wout
     if g.mode != CONV:
-        return 8 * n_in + 18 * n_out
+        return task_host_bytes(f64=n_in + n_out, results=n_out)
     cols = 0 if plain(g) else g.cin * g.kh * g.kw * g.hout * g.wout
-    return 8 * (n_in + cols + g.cout * g.cin_g * g.kh * g.kw) + 27 * n_out
+    weights = g.cout * g.cin_g * g.kh * g.kw
+    return task_host_bytes(f64=n_in + cols + weights + 2 * n_out, results=n_out, flags=n_out)
 
 
 def plain(g: Geometry) -> bool:

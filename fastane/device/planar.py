@@ -51,6 +51,7 @@ from ..td.planar import (
 )
 from . import tile_dma
 from .faults import DecodeFault, L2Fault, L2Overflow, UnsupportedTask
+from .host_memory import task_host_bytes
 
 #: below this many elements a task's kernel runs on one thread (as kernels.parallel.threads_for does for the MAC array)
 SERIAL_ELEMENTS = 1 << 18
@@ -354,7 +355,8 @@ def geometry(regs: dict, cfg: PlanarConfig, what: str, strict: bool = True) -> P
 def host_bytes(g: PlanarGeometry) -> int:
     """Host bytes a planar task makes the engine allocate at most (from the registers):
     per element its two float64 operands, the fp16 result and its float64 copy."""
-    return 26 * g.groups * g.cin * g.hin * g.win
+    n = g.groups * g.cin * g.hin * g.win
+    return task_host_bytes(f64=2 * n, results=n)
 
 
 # ---------------------------------------------------------------------------- operands
