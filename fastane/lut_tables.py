@@ -15,7 +15,6 @@ from .lut_codec import SYMMETRY_ODD, SYMMETRY_POSITIVE, CoeffBlock, _h, _v
 __all__ = [
     "tanh_block",
     "sigmoid_block",
-    "gelu_fit_knots",
     "gelu_block",
     "exp2_block",
     "reciprocal_block",
