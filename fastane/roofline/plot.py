@@ -65,32 +65,21 @@ def plot(results, path, title: str | None = None):
     hi = max([chip.ridge_point * 20] + xs) * 2
     x = np.logspace(np.log10(lo), np.log10(hi), 400)
     fig, ax = plt.subplots(figsize=(9, 6), dpi=120)
-    ax.loglog(
-        x,
-        np.minimum(peak, x * bw),
+
+    def roof(b, **style):  # the attainable OP/s under a bandwidth b: min(peak, intensity x b)
+        ax.loglog(x, np.minimum(peak, x * b), **style)
+
+    roof(
+        bw,
         color="black",
         lw=2,
         label=f"roof: {peak / 1e12:g} TOP/s FP16, DRAM {bw / 1e9:g} GB/s ({chip.dram_bw.kind})",
     )
     if chip.ane_read_bw is not None:
         b = chip.ane_read_bw.value
-        ax.loglog(
-            x,
-            np.minimum(peak, x * b),
-            color="gray",
-            ls="--",
-            lw=1.2,
-            label=f"ANE read {b / 1e9:g} GB/s (measured, anemll-bench)",
-        )
+        roof(b, color="gray", ls="--", lw=1.2, label=f"ANE read {b / 1e9:g} GB/s (measured, anemll-bench)")
     kb = chip.kernel_dma_bw.value
-    ax.loglog(
-        x,
-        np.minimum(peak, x * kb),
-        color="gray",
-        ls=":",
-        lw=1.2,
-        label=f"KernelDMA {kb / 1e9:.1f} GB/s ({chip.kernel_dma_bw.kind})",
-    )
+    roof(kb, color="gray", ls=":", lw=1.2, label=f"KernelDMA {kb / 1e9:.1f} GB/s ({chip.kernel_dma_bw.kind})")
     ridge = chip.ridge_point
     ax.axvline(ridge, color="tab:red", ls="-.", lw=1)
     ax.plot([ridge], [peak], "o", color="tab:red", ms=8)
