@@ -104,6 +104,18 @@ def _parse_shape(text: str):
     return name, shape
 
 
+def _bound_shape(t, name: str, shapes: dict) -> tuple:
+    """The concrete shape of input ``name`` (type ``t``): its declared shape, or the one
+    ``--shape`` gives; a symbolic dimension left unbound is a one-line error."""
+    shape = shapes.get(name, t.shape)
+    if len(shape) != len(t.shape) or any(isinstance(d, str) for d in shape):
+        raise _Fail(
+            f"input {name!r} has shape {t}: bind it with --shape {name}="
+            + "x".join(str(d) if isinstance(d, int) else "N" for d in t.shape)
+        )
+    return shape
+
+
 def _inputs(model, args) -> dict:
     names = list(model.inputs)
     arrays = {}
@@ -133,14 +145,7 @@ def _inputs(model, args) -> dict:
             if name in arrays:
                 out[name] = arrays[name].shape
                 continue
-            t = model.inputs[name]
-            shape = shapes.get(name, t.shape)
-            if len(shape) != len(t.shape) or any(isinstance(d, str) for d in shape):
-                raise _Fail(
-                    f"input {name!r} has shape {t}: bind it with --shape {name}="
-                    + "x".join(str(d) if isinstance(d, int) else "N" for d in t.shape)
-                )
-            out[name] = shape
+            out[name] = _bound_shape(model.inputs[name], name, shapes)
         return out
     if missing and not args.random:
         t = model.inputs[missing[0]]
@@ -148,12 +153,7 @@ def _inputs(model, args) -> dict:
     rng = np.random.default_rng(args.seed)
     for name in missing:
         t = model.inputs[name]
-        shape = shapes.get(name, t.shape)
-        if len(shape) != len(t.shape) or any(isinstance(d, str) for d in shape):
-            raise _Fail(
-                f"input {name!r} has shape {t}: bind it with --shape {name}="
-                + "x".join(str(d) if isinstance(d, int) else "N" for d in t.shape)
-            )
+        shape = _bound_shape(t, name, shapes)
         if np.dtype(t.dtype).kind != "f":
             raise _Fail(f"input {name!r} ({t}) is not a float tensor: --random cannot make it")
         arrays[name] = rng.standard_normal(shape).astype(t.dtype)

@@ -44,6 +44,7 @@ import numpy as np
 
 from ..errors import ModelError
 from .graph import Graph, Node, TensorType, check_size
+from .tensor import read_protobuf
 
 __all__ = ["load", "is_coreml", "MIL_OPS", "NN_LAYERS", "decompress"]
 
@@ -61,9 +62,6 @@ from .coreml_blob import (
 )
 from .coreml_mil import MIL_OPS
 from .coreml_nn import NN_LAYERS, _neural_network, unpack_bits_msb  # noqa: F401
-
-#: the largest spec file fastane parses (protobuf's own limit is 2 GiB)
-MAX_SPEC_BYTES = 2 << 30
 
 
 # ------------------------------------------------------------------ files
@@ -104,14 +102,7 @@ def _package_spec(path: str):
 
 def _read_spec(path: str):
     Model_pb2, _ = _ct_proto()
-    try:
-        size = os.path.getsize(path)
-    except OSError as exc:
-        raise ModelError(f"cannot read model {path!r}: {exc.strerror or exc}") from None
-    if size > MAX_SPEC_BYTES:
-        raise ModelError(f"{path}: {size} bytes, beyond the 2 GiB a protobuf spec can hold")
-    with open(path, "rb") as f:
-        data = f.read()
+    data = read_protobuf(path, "Core ML spec")
     spec = Model_pb2.Model()
     try:
         spec.ParseFromString(data)

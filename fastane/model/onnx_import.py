@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import ModelError
 from .graph import DTYPES, Graph, Node, TensorType, check_size
+from .tensor import read_protobuf
 
 __all__ = ["load", "from_proto", "SUPPORTED"]
 
@@ -33,10 +34,6 @@ def _onnx():
     return onnx
 
 
-#: the largest model file fastane reads (protobuf's own limit is 2 GiB)
-MAX_FILE_BYTES = 2 << 30
-
-
 #: with ``weights=False``, initializers above this many elements are not decoded
 SHAPE_ONLY_ABOVE = 4096
 
@@ -47,14 +44,7 @@ def load(path, weights: bool = True) -> Graph:
     stats-only report, refused by anything that computes."""
     onnx = _onnx()
     path = os.fspath(path)
-    try:
-        size = os.path.getsize(path)
-    except OSError as exc:
-        raise ModelError(f"cannot read model {path!r}: {exc.strerror or exc}") from None
-    if size > MAX_FILE_BYTES:
-        raise ModelError(f"{path}: {size} bytes, beyond the 2 GiB a protobuf model can hold")
-    with open(path, "rb") as f:
-        data = f.read()
+    data = read_protobuf(path, "model")
     try:
         proto = onnx.ModelProto()
         proto.ParseFromString(data)
@@ -331,32 +321,20 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
                 b.const(a.get("max", 3.4028234663852886e38), np.float32),
             ]
         return mk("clip")
-    if op == "Conv":
+    if op in ("Conv", "ConvTranspose"):
         nsp = rank_of(ins[1]) - 2 if rank_of(ins[1]) else len(a.get("kernel_shape", ())) or 2
-        return mk(
-            "conv",
-            {
-                "strides": a.get("strides"),
-                "dilations": a.get("dilations"),
-                "pads": _pads(a, nsp, node),
-                "auto_pad": _auto_pad(a, node),
-                "groups": a.get("group", 1),
-                "kernel": a.get("kernel_shape"),
-            },
-        )
-    if op == "ConvTranspose":
-        nsp = rank_of(ins[1]) - 2 if rank_of(ins[1]) else len(a.get("kernel_shape", ())) or 2
+        attrs = {
+            "strides": a.get("strides"),
+            "dilations": a.get("dilations"),
+            "pads": _pads(a, nsp, node),
+            "auto_pad": _auto_pad(a, node),
+            "groups": a.get("group", 1),
+        }
+        if op == "Conv":
+            return mk("conv", {**attrs, "kernel": a.get("kernel_shape")})
         return mk(
             "conv_transpose",
-            {
-                "strides": a.get("strides"),
-                "dilations": a.get("dilations"),
-                "pads": _pads(a, nsp, node),
-                "auto_pad": _auto_pad(a, node),
-                "groups": a.get("group", 1),
-                "output_padding": a.get("output_padding"),
-                "output_shape": a.get("output_shape"),
-            },
+            {**attrs, "output_padding": a.get("output_padding"), "output_shape": a.get("output_shape")},
         )
     if op == "Gemm":
         return mk(

@@ -10,13 +10,25 @@ import numpy as np
 
 from ..errors import ModelError
 
-__all__ = ["TensorType", "check_size", "MAX_TENSOR_ELEMENTS", "MAX_FOLD_ELEMENTS", "DTYPES"]
+__all__ = [
+    "TensorType",
+    "check_size",
+    "read_protobuf",
+    "MAX_TENSOR_ELEMENTS",
+    "MAX_FOLD_ELEMENTS",
+    "MAX_PROTOBUF_BYTES",
+    "DTYPES",
+]
 
 #: the largest tensor a model may declare or produce (elements): 2^28 (1 GiB in float32);
 #: a hostile file declaring more gets a ModelError before any allocation
 MAX_TENSOR_ELEMENTS = 1 << 28
 #: constant folding evaluates a node only when its output is at most this many elements
 MAX_FOLD_ELEMENTS = 1 << 22
+
+#: the largest serialized protobuf message (an ONNX model, a Core ML spec): 2 GiB, the
+#: format's own limit; a larger file is refused before it is read
+MAX_PROTOBUF_BYTES = 2 << 30
 
 #: dtypes a graph may carry
 DTYPES = (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_)
@@ -55,3 +67,21 @@ def check_size(shape, what: str) -> int:
             f"fastane's limit of {MAX_TENSOR_ELEMENTS} per tensor"
         )
     return n
+
+
+def read_protobuf(path: str, what: str) -> bytes:
+    """The bytes of the protobuf file at ``path`` (``what``: "model", "Core ML spec"), after
+    checking that it exists and is within :data:`MAX_PROTOBUF_BYTES`; ModelError otherwise."""
+    import os
+
+    try:
+        size = os.path.getsize(path)
+    except OSError as exc:
+        raise ModelError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
+    if size > MAX_PROTOBUF_BYTES:
+        raise ModelError(f"{path}: {size} bytes, beyond the 2 GiB a protobuf {what} can hold")
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise ModelError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
