@@ -1,9 +1,9 @@
 """Helpers of the planar-engine tests: small planar TDs and an independent numpy reference.
 
-The TDs set exactly the registers fastane's planar engine reads (docs/device.md, "Planar
-engine"), in the corpus's conventions: source 0 from ``RBase0`` through TileDMASrc,
-source 1 from ``RBase1`` through TileDMASrc's second register set, the result through
-TileDMADst; L2 windows laid out as the corpus does (source 0, source 1, result).
+The TDs come from fastane's own assembler (fastane.td.asm), in the corpus's conventions:
+source 0 from ``RBase0`` through TileDMASrc, source 1 from ``RBase1`` through TileDMASrc's
+second register set, the result through TileDMADst; L2 windows one after the other
+(source 0, source 1, result).
 """
 
 from fractions import Fraction
@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 
 from fastane.device import planar
-from fastane.td import TaskDescriptor
+from fastane.td.asm import eltwise_td, reduce_td
 
 F16 = np.float16
 QNAN = 0x7E00
@@ -55,7 +55,13 @@ def planar_td(
     nid=1,
 ):
     """A planar TD computing ``name`` (a :data:`fastane.device.planar.OPCODES` key) on
-    ``shape`` = (C, H, W).  Layouts are ``(base, row, plane)`` bytes (default: dense)."""
+    ``shape`` = (C, H, W), built by fastane's assembler (:func:`fastane.td.asm.eltwise_td`,
+    :func:`~fastane.td.asm.reduce_td`; a reduction's rows are ``groups`` rows of ``W``).
+    Layouts are ``(base, row, plane)`` bytes (default: dense).  What the builders refuse
+    to emit -- the malformed or never-observed configurations the fault tests need
+    (``task_type``, ``words``, grouped elementwise tasks, reductions of several rows per
+    group, from L2 or to DRAM, a broadcast unary operand) -- is
+    written over the built TD afterwards."""
     c, h, w = shape
     binary = name in ("add", "sub", "mul", "max", "min")
     reduce = name in ("sum", "max-reduce", "recip-sum")
@@ -63,84 +69,63 @@ def planar_td(
     s0 = src_layout or dense(shape)
     s1 = src1_layout or dense(shape)
     d = dst_layout or dense(shape)
-    strip = ru(w * 2, 16)
-    tile = min(h, 32)
-    src1_l2 = ru(tile * c * strip, 64) if source1_base is None else source1_base
-    res_l2 = src1_l2 + (tile * c * strip if binary else 0) if result_base is None else result_base
-    td = TaskDescriptor.build(
-        {
-            "Header.EON": 1,
-            "Header.NID": nid,
-            "Header.RBase0": src,
-            "Header.RBE0": int(source_type == 2),
-            "Header.RBase1": src1 if rbe1 else 0,
-            "Header.RBE1": int(bool(rbe1)),
-            "Header.WBase": dst,
-            "Header.WBE": int(result_type == 2),
-            "Common.InDim.Win": w,
-            "Common.InDim.Hin": h,
-            "Common.OutDim.Wout": w,
-            "Common.OutDim.Hout": h,
-            "Common.Cin.Cin": c,
-            "Common.Cout.Cout": c,
-            "Common.ChCfg.InFmt": 2,
-            "Common.ChCfg.OutFmt": 2,
-            "Common.ConvCfg.Kw": 1,
-            "Common.ConvCfg.Kh": 1,
-            "Common.ConvCfg.Sx": 1,
-            "Common.ConvCfg.Sy": 1,
-            "Common.GroupConvCfg.NumGroups": groups,
-            "Common.TileCfg.TileHeight": tile,
-            "TileDMASrc.DMAConfig.En": 1,
-            "TileDMASrc.BaseAddr.Addr": s0[0] >> 6,
-            "TileDMASrc.RowStride.Stride": s0[1] >> 6,
-            "TileDMASrc.PlaneStride.PlaneStride": s0[2] >> 6,
-            "TileDMASrc.DepthStride.Stride": c * s0[2] >> 6,
-            "TileDMASrc.GroupStride.Stride": (s0[1] if groups > 1 else c * s0[2]) >> 6,
-            "TileDMASrc.Fmt.MemFmt": 2,
-            "L2.SourceCfg.SourceType": source_type,
-            "L2.SourceBase.Addr": source_base >> 4,
-            "L2.SourceChannelStride.Stride": strip >> 4,
-            "L2.SourceRowStride.Stride": c * strip >> 4,
-            "L2.ResultCfg.ResultType": result_type,
-            "L2.ResultBase.Addr": res_l2 >> 4,
-            "TileDMADst.DMAConfig.En": int(result_type == 2),
-            "TileDMADst.BaseAddr.Addr": d[0] >> 6,
-            "TileDMADst.RowStride.RowStride": d[1] >> 6,
-            "TileDMADst.PlaneStride.PlaneStride": d[2] >> 6,
-            "TileDMADst.DepthStride.DepthStride": c * d[2] >> 6,
-            "TileDMADst.GroupStride.GroupStride": c * d[2] >> 6,
-            "TileDMADst.Fmt.MemFmt": 2,
-            "TileDMADst.Fmt.ZeroPadLast": 1,
-        }
-    )
-    ws = words or planar.words(name, out_scale, offset, in_scale)
-    td.update({f"Planar.Word[{i}]": v for i, v in enumerate(ws)})
-    planar.set_unnamed(
-        td,
-        {
-            "Common.Cfg.TaskType": task_type
-            if task_type is not None
-            else 5
-            if reduce
-            else 3
-            if binary
-            else 2,
-            "Common.ChCfg.Src1InFmt": 2 if binary else 0,
-            "Common.Broadcast.Src0": broadcast[0],
-            "Common.Broadcast.Src1": broadcast[1],
-            "TileDMASrc1.BaseAddr.Addr": s1[0] >> 6,
-            "TileDMASrc1.RowStride.Stride": s1[1] >> 6,
-            "TileDMASrc1.PlaneStride.PlaneStride": s1[2] >> 6,
-            "TileDMASrc1.DepthStride.Stride": c * s1[2] >> 6,
-            "TileDMASrc1.GroupStride.Stride": c * s1[2] >> 6,
-            "TileDMASrc1.Fmt.MemFmt": 2 if binary else 0,
-            "L2.Source1Base.Addr": src1_l2 >> 4 if binary else 0,
-            "L2.Source1ChannelStride.Stride": strip >> 4 if binary else 0,
-            "L2.Source1RowStride.Stride": c * strip >> 4 if binary else 0,
-            "L2.ResultGroupStride.Stride": 1 if reduce else 0,
-        },
-    )
+    scales = dict(in_scale=in_scale, out_scale=out_scale, offset=offset)
+    if reduce:
+        td = reduce_td(
+            groups,
+            w,
+            op=name,
+            src=src,
+            src_base=s0[0],
+            row_stride=s0[1],
+            l2_src=source_base,
+            l2_dst=result_base or 0,
+            nid=nid,
+            **scales,
+        )
+        td.update(
+            {"Common.Cin.Cin": c, "Common.Cout.Cout": c, "Common.InDim.Hin": h, "Common.OutDim.Hout": h}
+        )
+        if result_type != 0:
+            td["L2.ResultCfg.ResultType"] = result_type
+        if source_type != 2:  # rows from L2: no layout is known for them (refused by the device)
+            td.update({"L2.SourceCfg.SourceType": source_type, "Header.RBE0": 0})
+    else:
+        kw = {}
+        if binary and rbe1:
+            kw = dict(src1=src1, src1_base=s1[0], src1_strides=s1[1:])
+        elif binary:
+            kw = dict(src1_in_l2=True, src1_broadcast=bool(broadcast[1]))
+        td = eltwise_td(
+            shape,
+            op=name,
+            src=src,
+            src_base=s0[0],
+            src_strides=s0[1:],
+            dst=dst,
+            dst_base=d[0],
+            dst_strides=d[1:],
+            l2_src=source_base,
+            l2_src1=source1_base,
+            l2_dst=result_base,
+            src_in_l2=source_type in (0, 3),
+            src_vector=source_type == 0,
+            src_broadcast=bool(broadcast[0]),
+            keep=result_type in (0, 3),
+            vector_out=result_type == 0,
+            tile_height=min(h, 32),
+            nid=nid,
+            **kw,
+            **scales,
+        )
+        if groups != 1:
+            td["Common.GroupConvCfg.NumGroups"] = groups
+        if broadcast[1] and not binary:
+            planar.set_unnamed(td, {"Common.Broadcast.Src1": 1})
+    if words is not None:
+        td.update({f"Planar.Word[{i}]": v for i, v in enumerate(words)})
+    if task_type is not None:
+        planar.set_unnamed(td, {"Common.Cfg.TaskType": task_type})
     return td
 
 
