@@ -33,6 +33,16 @@ from .activations import (
     sqrt,
     tanh,
 )
+from .rowops import (
+    layer_norm,
+    log_softmax,
+    reduce_max,
+    reduce_mean,
+    reduce_min,
+    reduce_sum,
+    rms_norm,
+    softmax,
+)
 from .td import Program, TaskDescriptor, load_program
 from .device import Device
 from .model import Model, load_model
@@ -64,6 +74,15 @@ __all__ = [
     "selu",
     "sign",
     "lut_table",
+    # softmax, normalizations, reductions (the planar engine)
+    "softmax",
+    "log_softmax",
+    "layer_norm",
+    "rms_norm",
+    "reduce_sum",
+    "reduce_mean",
+    "reduce_max",
+    "reduce_min",
     # events, counters and errors
     "errstate",
     "geterr",
