@@ -216,6 +216,7 @@ SUPPORTED = sorted(
         "Softmax",
         "LogSoftmax",
         "LayerNormalization",
+        "RMSNormalization",
         "MaxPool",
         "AveragePool",
         "GlobalAveragePool",
@@ -356,8 +357,9 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
             "softmax" if op == "Softmax" else "log_softmax",
             {"axis": a.get("axis", 1 if legacy else -1), "legacy": legacy},
         )
-    if op == "LayerNormalization":
-        return mk("layer_norm", {"axis": a.get("axis", -1), "epsilon": a.get("epsilon", 1e-5)})
+    if op in ("LayerNormalization", "RMSNormalization"):
+        name = "layer_norm" if op == "LayerNormalization" else "rms_norm"
+        return mk(name, {"axis": a.get("axis", -1), "epsilon": a.get("epsilon", 1e-5)})
     if op in _REDUCE:
         if "axes" in a:
             ins = ins[:1] + [b.const(a["axes"], np.int64)]

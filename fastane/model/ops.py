@@ -211,6 +211,14 @@ def _ln(node, x, scale, bias=None):
     return y if bias is None else y + bias
 
 
+@_op("rms_norm", _ln_infer, "table")
+def _rms(node, x, scale, bias=None):
+    axis = _axis(node.attrs.get("axis", -1), x.ndim, node)
+    ms = (x * x).mean(axis=tuple(range(axis, x.ndim)), keepdims=True)
+    y = x / np.sqrt(ms + np.float32(node.attrs.get("epsilon", 1e-5))) * scale
+    return y if bias is None else y + bias
+
+
 def _reduce_axes(node, rank, consts_axes):
     if consts_axes is None or np.size(consts_axes) == 0:
         if node.attrs.get("noop_with_empty_axes"):

@@ -29,6 +29,7 @@ import numpy as np
 from . import plan as _plan
 from .graph import Bound
 from .ops import OPS
+from .place_rows import ROW_OPS, place_rows
 from .place_rules import NO_LOWERING, _activation, _ep, _place_conv, _place_deconv, _place_mac, _scalar
 
 __all__ = ["Layer", "place", "NO_LOWERING"]
@@ -214,6 +215,8 @@ def place(bound: Bound) -> list:
                 name,
                 lambda shape=shape, name=name: _plan.binary(shape, name),
             )
+        elif op in ROW_OPS or op in ("max_pool", "avg_pool"):
+            place_rows(node, consts, types, add)
         elif OPS[op].kind == "layout":
             add(
                 [node],

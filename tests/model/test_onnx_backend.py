@@ -40,6 +40,7 @@ import fastane  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
 
 from test_lut_block import BOUNDS  # noqa: E402  (the table bounds, measured once)
+import row_bounds  # noqa: E402  (the row operations' chain bounds)
 
 #: the node tests run: ONNX op -> regex on the test name (without the "_cpu" suffix)
 OPS = {
@@ -60,6 +61,13 @@ OPS = {
     "Clip": r"test_clip(_[a-z0-9_]+)?(?<!expanded)",
     "Sign": r"test_sign",
     "Softmax": r"test_softmax_[a-z0-9_]+(?<!expanded)(?<!ver18)",
+    "LogSoftmax": r"test_logsoftmax_[a-z0-9_]+(?<!expanded)(?<!ver18)",
+    "LayerNormalization": r"test_layer_normalization_\w+",
+    "RMSNormalization": r"test_rms_normalization_\w+",
+    "ReduceSum": r"test_reduce_sum_(?!square)\w+",
+    "ReduceMean": r"test_reduce_mean_\w+",
+    "ReduceMax": r"test_reduce_max_\w+",
+    "ReduceMin": r"test_reduce_min_\w+",
     "Add": r"test_add(_bcast)?",
     "Mul": r"test_mul(_example|_bcast)?",
     "Div": r"test_div(_example|_bcast)?",
@@ -111,6 +119,7 @@ _PARAM_INPUTS = {
     "clip": (1, 2),
     "prelu": (1,),
     "layer_norm": (1, 2),
+    "rms_norm": (1, 2),
     "pow": (1,),
 }
 
@@ -172,6 +181,28 @@ def _table_bound(layer, ref):
     return (ab or 0.0) + (rel or 0.0) * a
 
 
+_ROW_CALLS = ("softmax", "log_softmax", "reduce_mean", "layer_norm", "rms_norm")
+
+
+def _row_bound(layer, bound, feeds, y16):
+    """The chain's error bound (tests/model/row_bounds.py) on the layer's own input; the
+    node tests feed it directly."""
+    node = layer.nodes[0]
+    rows, width = layer.detail["rows"], layer.detail["width"]
+    x = np.asarray(feeds[node.inputs[0]], np.float64).reshape(rows, width)
+    params = (
+        [bound.consts[t].reshape(-1) if t else None for t in (node.inputs[1:3] + [None, None])[:2]]
+        if layer.call in ("layer_norm", "rms_norm")
+        else [None, None]
+    )
+    params = [None if p is None else np.broadcast_to(p, (width,)) for p in params]
+    eps = float(node.attrs.get("epsilon", 1e-5))
+    y = np.asarray(y16, np.float64)
+    if layer.call == "reduce_mean":
+        return row_bounds.bound("reduce_mean", x, y.reshape(rows, 1)).reshape(y.shape)
+    return row_bounds.bound(layer.call, x, y.reshape(rows, width), *params, eps).reshape(y.shape)
+
+
 def _folds(layer) -> bool:
     """Whether the layer's constants were scaled at compile time (Gemm alpha/beta, a folded
     BatchNormalization): one more rounding of each weight to fp16."""
@@ -214,6 +245,8 @@ def _allowance(ref, last):
                 tol = tol + _mac_k(lay, bound) * 2.0**-17 + 2.0**-10 * np.abs(y16)
                 if _folds(lay):  # constants scaled at compile time, rounded once
                     tol = tol + 2.0**-11 * absref
+            elif lay.kind == "table" and lay.call in _ROW_CALLS:
+                tol = tol + _row_bound(lay, bound, r16, y16)
             elif lay.kind == "table":
                 tol = tol + _table_bound(lay, y16)
         with np.errstate(invalid="ignore"):
