@@ -207,8 +207,40 @@ def test_eltwise_layers_are_reported_not_lowered():
         rplan.plan_layer(el)
     p = rplan.plan_workload("resnet50")
     assert {lp.layer.kind for lp in p.not_lowered} == {"eltwise"}
-    assert len(p.not_lowered) == sum(isinstance(x, Eltwise) for x in p.workload.layers)
+    # every planar layer but the global average pool (a row mean, fastane.lower.rows)
+    lowered = [lp for lp in p.layers if isinstance(lp.layer, Eltwise) and lp.lowered]
+    assert [lp.layer.op for lp in lowered] == ["avgpool"]
+    assert len(p.not_lowered) == sum(isinstance(x, Eltwise) for x in p.workload.layers) - 1
     assert all(lp.stats.tasks == 0 for lp in p.not_lowered)
+    assert "windowed pooling" in next(
+        lp.not_lowered for lp in p.not_lowered if lp.layer.op.startswith("maxpool")
+    )
+
+
+def test_softmax_norms_and_global_pooling_are_planned_by_lowering():
+    """The roofline counts the row operations' programs (fastane.lower.rows): the same
+    Stats as the lowering's stats-only run."""
+    from fastane.lower import rows
+
+    cases = [
+        (Eltwise("sm", "softmax", (12 * 64, 1, 512), ops_per_out=4), rows.RowOp("softmax", 768, 512)),
+        (
+            Eltwise("ln", "layernorm", (768, 1, 64), ops_per_out=4),
+            rows.RowOp("layer_norm", 64, 768, 1e-5, True, True),
+        ),
+        (Eltwise("rn", "rmsnorm", (4096, 1, 8), ops_per_out=4), rows.RowOp("rms_norm", 8, 4096, 1e-5, True)),
+        (
+            Eltwise("gap", "avgpool", (2048, 7, 7), (2048, 1, 1), ops_per_out=49),
+            rows.RowOp("reduce_mean", 2048, 49),
+        ),
+    ]
+    for layer, problem in cases:
+        tasks = rplan.plan_layer(layer)
+        want = rows.plan(problem)
+        assert len(tasks) == want.tasks > 0 and sum(t.planar_ops for t in tasks) == want.planar_ops > 0
+        assert sum(t.tile_dma_src_bytes for t in tasks) == want.tile_dma_src_bytes
+    with pytest.raises(rplan.NotLowered, match="16384"):
+        rplan.plan_layer(Eltwise("long", "softmax", (4, 1, 20000)))
 
 
 def test_planner_can_be_swapped():

@@ -7,8 +7,12 @@ A layer the lowering cannot take is not estimated some other way: its
 (:attr:`WorkloadPlan.not_lowered` lists them; the report shows each one and the count).
 That is the case for
 
-* planar-engine layers (:class:`~fastane.workloads.Eltwise`: adds, pooling, norms,
-  softmax): the lowering does not emit planar programs for them yet;
+* planar-engine layers (:class:`~fastane.workloads.Eltwise`) that fastane cannot lower:
+  windowed pooling (ResNet's 3x3/2 max pool: the planar engine reduces whole rows only,
+  docs/lower.md section 11), rows beyond a planar task's 16384 elements; and the residual
+  adds and multiplies, which :mod:`fastane.lower.binary` lowers only as programs of their
+  own through DRAM (:data:`NOT_PLANNED`).  Softmax, layer/RMS norm and global average
+  pooling are lowered (:func:`plan_eltwise`, :mod:`fastane.lower.rows`);
 * a convolution or matmul past a hardware limit (``NotImplementedError`` from the tiler:
   one output channel's kernel beyond a core's KMem, which would need the reduction split
   across tasks; ``MemoryError``: buffers beyond the planning device's address space).
@@ -39,10 +43,19 @@ __all__ = [
     "layer_conv",
     "sum_stats",
     "NotLowered",
+    "plan_eltwise",
 ]
 
 #: activations a workload names that are not one NE stage -> the NE stage they start with
 _FIRST_STAGE = {"silu": "sigmoid", "sigmoid": "sigmoid"}
+
+
+#: why the roofline leaves the residual adds and multiplies out (decision, docs/roofline.md)
+NOT_PLANNED = (
+    "a planar engine add/multiply, not planned: fastane.lower.binary lowers it as a program of its own through DRAM, where "
+    "Apple's compiler is expected to chain it with its producer on chip; counted that way it "
+    "would put DRAM traffic the ANE does not move into the totals"
+)
 
 
 class NotLowered(Exception):
@@ -85,9 +98,45 @@ def layer_conv(layer) -> _lower.Conv:
     return _lower.Conv.matmul(layer.M, layer.K, layer.N, layer.B, False, act)
 
 
+def plan_eltwise(layer) -> list:
+    """Per-task Stats of a planar-engine layer (:class:`~fastane.workloads.Eltwise`),
+    lowered and counted on a stats-only device; :class:`NotLowered` where fastane has no
+    lowering.  A workload's ``(C, H, W)`` shapes: softmax reduces along W (``C x H`` rows);
+    a norm of ``(d, 1, seq)`` normalizes each of the ``seq`` positions over ``d``, planned
+    as ``seq`` rows of ``d`` (the same elements and bytes; fastane's rows are the last
+    axis, Apple's channel-first layout reduces across channels), with its affine scale
+    (and LayerNorm's bias); a pooling to ``(C, 1, 1)`` is a mean over ``H x W``."""
+    from ..lower import rows as _rows
+
+    c, h, w = layer.in_shape
+    op = layer.op
+    try:
+        if op == "softmax":
+            st = _rows.plan(_rows.RowOp("softmax", c * h, w))
+        elif op in ("layernorm", "rmsnorm"):
+            name = "layer_norm" if op == "layernorm" else "rms_norm"
+            st = _rows.plan(_rows.RowOp(name, h * w, c, 1e-5, True, op == "layernorm"))
+        elif op == "avgpool" and tuple(layer.out_shape[1:]) == (1, 1):
+            st = _rows.plan(_rows.RowOp("reduce_mean", c, h * w))
+        elif op in ("add", "mul", "add+relu"):
+            raise NotLowered(NOT_PLANNED)
+        elif op.startswith(("maxpool", "avgpool")):
+            raise NotLowered(
+                f"windowed pooling ({op}): the planar engine reduces whole rows only and TileDMA cannot "
+                f"read a window's shifted columns; fastane has no ANE lowering for it"
+            )
+        else:
+            raise NotLowered(f"planar op {op!r}: fastane has no lowering for it")
+    except NotImplementedError as e:
+        raise NotLowered(str(e)) from None
+    return list(st.tasks_detail)
+
+
 def plan_layer(layer) -> list:
     """Per-task Stats of a workload layer, lowered and counted on a stats-only device.
     Raises :class:`NotLowered` (with the reason) for a layer the lowering cannot take."""
+    if isinstance(layer, _wl.Eltwise):
+        return plan_eltwise(layer)
     conv = layer_conv(layer)
     try:
         low = _lower.build(conv)
