@@ -55,7 +55,7 @@ VALIDATION = (
         0.13e-3,
         "apple/coremltools opt-palettization-perf.md",
         note="its fixed costs bound the fit (not its time); "
-        "squeeze-excite pooling/scale and residual adds not lowered",
+        "squeeze-excite scale and residual adds not planned",
         independent=False,
     ),
     VPoint(
@@ -74,7 +74,7 @@ VALIDATION = (
         "a14",
         1.86e-3,
         "same table",
-        note="same; squeeze-excite pooling and scale not lowered",
+        note="same; squeeze-excite scale not planned",
     ),
     VPoint(
         "C1",
@@ -83,7 +83,7 @@ VALIDATION = (
         "a15",
         3.47e-3,
         "machinelearning.apple.com/research/neural-engine-transformers",
-        note="norms, softmax, adds not lowered",
+        note="residual adds not planned",
     ),
     VPoint(
         "C2",
