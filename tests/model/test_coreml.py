@@ -1116,3 +1116,33 @@ def test_torch_round_trip_opt_in(tmp_path, name):
     got = list(m({"x": x.numpy()}).values())[0]
     assert got.shape == want.shape
     assert np.abs(got - want).max() < 1e-2 * max(np.abs(want).max(), 1.0)
+
+
+def test_row_ops_run_on_the_ane(tmp_path):
+    """MIL softmax, layer_norm, reduce_* and instance_norm over trailing axes run as planar
+    row programs (fastane.lower.rows), within the fp16 chain's error of numpy; windowed
+    pooling and a non-trailing reduction stay on the host with their reasons."""
+    g = RNG.random(8).astype(np.float32) + 0.5
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4, 6, 8))], opset_version=ct.target.iOS17)
+    def prog(x):
+        a = mb.softmax(x=x, axis=-1)
+        b = mb.layer_norm(x=a, axes=[-1], gamma=g, beta=np.full(8, 0.1, np.float32), epsilon=1e-5)
+        c = mb.instance_norm(x=b, epsilon=1e-3)
+        d = mb.reduce_mean(x=c, axes=[2, 3], keep_dims=True)
+        e = mb.reduce_max(x=b, axes=[1], keep_dims=True)
+        f = mb.avg_pool(x=b, kernel_sizes=[2, 2], strides=[2, 2], pad_type="valid")
+        return d, e, f
+
+    m = fastane.load_model(_save(prog, tmp_path / "rows.mlpackage", ct.target.iOS17))
+    layers = m.placement({next(iter(m.inputs)): (1, 4, 6, 8)})
+    where = {lay.nodes[0].op: (lay.placement, lay.call, lay.reason) for lay in layers}
+    assert where["softmax"][:2] == ("ane", "softmax")
+    assert where["layer_norm"][0] == "ane"
+    assert where["reduce_mean"][:2] == ("ane", "reduce_mean")
+    assert where["reduce_max"][0] == "host" and "trailing" in where["reduce_max"][2]
+    assert where["avg_pool"][0] == "host" and "windowed pooling" in where["avg_pool"][2]
+    x = RNG.standard_normal((1, 4, 6, 8)).astype(np.float32)
+    ref, out = m.reference(x), m(x)
+    for name in m.outputs:
+        assert np.abs(out[name].astype(np.float64) - ref[name]).max() < 2e-2, name
