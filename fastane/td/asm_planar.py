@@ -69,6 +69,31 @@ def _layout3(shape, strides, what):
     return row, plane
 
 
+def _one_to_one(c: int, h: int, w: int, groups: int, tile_height: int, nid: int) -> dict:
+    """The Common registers of a task mapping each fp16 element of ``groups`` x (C, H, W)
+    to one (a 1x1 kernel, stride and dilation 1)."""
+    return {
+        "Common.InDim.Win": w,
+        "Common.InDim.Hin": h,
+        "Common.OutDim.Wout": w,
+        "Common.OutDim.Hout": h,
+        "Common.Cin.Cin": c,
+        "Common.Cout.Cout": c,
+        "Common.ChCfg.InFmt": 2,
+        "Common.ChCfg.OutFmt": 2,
+        "Common.ConvCfg.Kw": 1,
+        "Common.ConvCfg.Kh": 1,
+        "Common.ConvCfg.Sx": 1,
+        "Common.ConvCfg.Sy": 1,
+        "Common.ConvCfg.Ox": 1,
+        "Common.ConvCfg.Oy": 1,
+        "Common.GroupConvCfg.NumGroups": groups,
+        "Common.GroupConvCfg.UnicastCin": 1,
+        "Common.TileCfg.TileHeight": tile_height,
+        "Common.TaskInfo.NID": nid,
+    }
+
+
 def _check_bases(*items):
     for name, base, m in items:
         if base < 0 or base % m:
@@ -255,24 +280,7 @@ def eltwise_td(
         "Header.WBase": 0 if keep else dst,
         "Header.WBE": int(not keep),
         "Header.ENE": 1,
-        "Common.InDim.Win": w,
-        "Common.InDim.Hin": h,
-        "Common.OutDim.Wout": w,
-        "Common.OutDim.Hout": h,
-        "Common.Cin.Cin": c,
-        "Common.Cout.Cout": c,
-        "Common.ChCfg.InFmt": 2,
-        "Common.ChCfg.OutFmt": 2,
-        "Common.ConvCfg.Kw": 1,
-        "Common.ConvCfg.Kh": 1,
-        "Common.ConvCfg.Sx": 1,
-        "Common.ConvCfg.Sy": 1,
-        "Common.ConvCfg.Ox": 1,
-        "Common.ConvCfg.Oy": 1,
-        "Common.GroupConvCfg.NumGroups": 1,
-        "Common.GroupConvCfg.UnicastCin": 1,
-        "Common.TileCfg.TileHeight": tile_height or h,
-        "Common.TaskInfo.NID": nid,
+        **_one_to_one(c, h, w, 1, tile_height or h, nid),
         "Header.NID": nid,
         "L2.SourceCfg.SourceType": (0 if src_vector else 3) if src_in_l2 else 2,
         "L2.SourceBase.Addr": l2_src // L2_UNIT,
@@ -417,24 +425,7 @@ def reduce_td(
         "Header.RBase0": src,
         "Header.RBE0": 1,
         "Header.NID": nid,
-        "Common.InDim.Win": width,
-        "Common.InDim.Hin": 1,
-        "Common.OutDim.Wout": width,
-        "Common.OutDim.Hout": 1,
-        "Common.Cin.Cin": 1,
-        "Common.Cout.Cout": 1,
-        "Common.ChCfg.InFmt": 2,
-        "Common.ChCfg.OutFmt": 2,
-        "Common.ConvCfg.Kw": 1,
-        "Common.ConvCfg.Kh": 1,
-        "Common.ConvCfg.Sx": 1,
-        "Common.ConvCfg.Sy": 1,
-        "Common.ConvCfg.Ox": 1,
-        "Common.ConvCfg.Oy": 1,
-        "Common.GroupConvCfg.NumGroups": rows,
-        "Common.GroupConvCfg.UnicastCin": 1,
-        "Common.TileCfg.TileHeight": 1,
-        "Common.TaskInfo.NID": nid,
+        **_one_to_one(1, 1, width, rows, 1, nid),
         "L2.L2Cfg.PaddingMode": 1,
         "L2.SourceCfg.SourceType": 2,
         "L2.SourceBase.Addr": l2_src // L2_UNIT,
