@@ -19,7 +19,9 @@ One module per concern:
 * :mod:`~fastane.lower.bind`, :mod:`~fastane.lower.runtime` -- buffers, devices,
   :func:`execute`;
 * :mod:`~fastane.lower.calls` -- the numpy API's calls (:func:`run_conv`,
-  :func:`run_matmul`, :func:`run_eltwise`).
+  :func:`run_matmul`, :func:`run_eltwise`);
+* :mod:`~fastane.lower.binary`, :mod:`~fastane.lower.rows` -- the planar engine's
+  elementwise programs and its row programs (softmax, norms, reductions).
 """
 
 from .cache import build, cache_clear, cache_info
