@@ -45,3 +45,9 @@ class ModelError(FastaneError, ValueError):
     """A model file or graph is malformed, hostile or outside what fastane can run (a
     truncated file, an unknown op, a shape that does not check, a tensor beyond the size
     limits); the message names the node or tensor."""
+
+
+class ModelNotImplementedError(ModelError, NotImplementedError):
+    """A model uses a documented variant of an op that fastane does not implement (yet):
+    a :class:`ModelError` (the model cannot be run) that is also a ``NotImplementedError``
+    (the op itself is valid); the message names the node and the variant."""

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import ModelError
 from .graph import DTYPES, Graph, Node, TensorType, check_size
+from .onnx_host import HOST_OPS, convert as _convert_host
 from .tensor import read_protobuf
 
 __all__ = ["load", "from_proto", "SUPPORTED"]
@@ -200,6 +201,7 @@ _REDUCE = {
 SUPPORTED = sorted(
     set(_UNARY)
     | set(_BINARY)
+    | set(HOST_OPS)
     | set(_REDUCE)
     | {
         "Conv",
@@ -407,6 +409,9 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
         if b.opset < 11:
             ins = ins[:1] + [b.const(a["pads"], np.int64), b.const(a.get("value", 0.0), np.float32)]
         return mk("pad", {"mode": a.get("mode", "constant")})
+    host = _convert_host(op, a, ins, outs, name, b)
+    if host is not None:
+        return host
     raise ModelError(
         f"node {name!r}: ONNX op {op!r} is not supported by fastane (no ANE lowering "
         f"and no host implementation)"

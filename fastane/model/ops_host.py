@@ -1,0 +1,356 @@
+"""Host-only ops of the vocabulary: ops fastane has no ANE lowering for, which a user's
+model still contains (Einsum in attention, TopK/ArgMax at a head, CumSum, Trilu, OneHot,
+the logical ops ...).  Each has its shape/dtype inference (inputs checked, sizes computed
+from the shapes alone, so a hostile shape is a ModelError before anything is allocated)
+and a float32 host implementation (float math in float64, rounded once to the inferred
+dtype by :func:`~fastane.model.opdef.host_eval`).  Placement puts them on the host with
+the reason "no ANE lowering in fastane yet" (:mod:`fastane.model.place`).
+
+The index ops (gathers, scatters, tile, depth/space) are in :mod:`.ops_index`, Resize in
+:mod:`.ops_resize`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ModelError
+from .opdef import _axis, _bshape, _const, _float, _need, _op
+from .tensor import TensorType
+
+#: the most multiply-adds one Einsum may cost on the host (the product of every label's
+#: size): beyond it the model is refused rather than left running for hours
+MAX_EINSUM_WORK = 1 << 34
+
+_I64 = np.dtype(np.int64)
+
+
+def _scalar_int(consts, i, node, what, default=None):
+    """The constant scalar integer input ``i`` (``default`` when omitted)."""
+    if i >= len(node.inputs) or not node.inputs[i]:
+        if default is None:
+            raise ModelError(f"{node.describe()}: missing {what} (input {i})")
+        return default
+    v = np.asarray(_const(consts, i, node, what))
+    if v.size != 1 or v.dtype.kind not in "iuf" or (v.dtype.kind == "f" and not np.isfinite(v).all()):
+        raise ModelError(f"{node.describe()}: {what} must be one integer, got {v.dtype.name}{list(v.shape)}")
+    return int(v.reshape(-1)[0])
+
+
+def _wide(x):
+    return x.astype(np.float64) if x.dtype.kind == "f" else x
+
+
+# ------------------------------------------------------------------------ einsum
+def _einsum_spec(node, shapes):
+    """``(equation, output shape, work)`` for Einsum over operands of ``shapes``; the
+    equation normalised to explicit form (``->`` and the output labels)."""
+    eq = str(node.attrs.get("equation", "")).replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    if "->" in rhs:
+        raise ModelError(f"{node.describe()}: equation {eq!r} has more than one '->'")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        raise ModelError(
+            f"{node.describe()}: equation {eq!r} names {len(terms)} operands, the node has {len(shapes)}"
+        )
+    dims: dict = {}
+    ell_shapes = []
+    for k, (term, shape) in enumerate(zip(terms, shapes)):
+        pre, dots, post = term.partition("...")
+        if "." in pre + post or not all(c.isalpha() and c.isascii() for c in pre + post):
+            raise ModelError(
+                f"{node.describe()}: operand {k}'s subscripts {term!r} are not letters (and one '...')"
+            )
+        n_ell = len(shape) - len(pre) - len(post)
+        if n_ell < 0 or (not dots and n_ell):
+            raise ModelError(
+                f"{node.describe()}: subscripts {term!r} do not match operand {k}'s rank {len(shape)}"
+            )
+        ell_shapes.append(tuple(shape[len(pre) : len(pre) + n_ell]))
+        for c, d in zip(pre + post, tuple(shape[: len(pre)]) + tuple(shape[len(shape) - len(post) :])):
+            if dims.setdefault(c, d) != d:
+                raise ModelError(f"{node.describe()}: label {c!r} is {dims[c]} and {d} in equation {eq!r}")
+    ell = _bshape(ell_shapes, node) if ell_shapes else ()
+    has_ell = any("..." in t for t in terms)
+    if not arrow:
+        once = sorted(c for c in dims if lhs.count(c) == 1)
+        rhs = ("..." if has_ell else "") + "".join(once)
+    pre, dots, post = rhs.partition("...")
+    out_labels = pre + post
+    if "." in out_labels or len(set(out_labels)) != len(out_labels) or any(c not in dims for c in out_labels):
+        raise ModelError(f"{node.describe()}: output subscripts {rhs!r} of {eq!r} are invalid")
+    if dots and not has_ell:
+        raise ModelError(f"{node.describe()}: output has '...' but no operand does ({eq!r})")
+    if ell and not dots:
+        raise ModelError(
+            f"{node.describe()}: the operands' '...' dims {ell} are missing from the output of {eq!r}"
+        )
+    out = tuple(dims[c] for c in pre) + (ell if dots else ()) + tuple(dims[c] for c in post)
+    work = math.prod(dims.values()) * math.prod(ell)
+    return f"{lhs}->{rhs}", out, work
+
+
+def _einsum_infer(node, types, consts):
+    ts = [_need(types, i, node) for i in range(len(node.inputs))]
+    if not ts:
+        raise ModelError(f"{node.describe()}: needs at least one operand")
+    if len({np.dtype(t.dtype) for t in ts}) != 1:
+        raise ModelError(f"{node.describe()}: operand dtypes differ: {', '.join(str(t) for t in ts)}")
+    _, out, work = _einsum_spec(node, [t.shape for t in ts])
+    if work > MAX_EINSUM_WORK:
+        raise ModelError(
+            f"{node.describe()}: {work} multiply-adds on the host, beyond fastane's limit of {MAX_EINSUM_WORK}"
+        )
+    return [TensorType(ts[0].dtype, out)]
+
+
+@_op("einsum", _einsum_infer)
+def _einsum(node, *xs):
+    eq, _, _ = _einsum_spec(node, [x.shape for x in xs])
+    return np.einsum(eq, *[_wide(x) for x in xs])
+
+
+# ------------------------------------------------------------------------ top-k, arg-max/min
+def _topk_infer(node, types, consts):
+    x = _need(types, 0, node)
+    a = _axis(node.attrs.get("axis", -1), len(x.shape), node)
+    k = _scalar_int(consts, 1, node, "K")
+    if not 0 <= k <= x.shape[a]:
+        raise ModelError(f"{node.describe()}: K = {k} is outside [0, {x.shape[a]}] (axis {a} of {x})")
+    shape = x.shape[:a] + (k,) + x.shape[a + 1 :]
+    return [TensorType(x.dtype, shape), TensorType(np.dtype(node.attrs.get("index_dtype", _I64)), shape)]
+
+
+def _order(x, axis, largest):
+    """Indices sorting ``x`` along ``axis`` (descending when ``largest``); equal values
+    keep the lower index first either way (ONNX TopK's tie rule)."""
+    if not largest:
+        return np.argsort(x, axis=axis, kind="stable")
+    n = x.shape[axis]
+    rev = np.argsort(np.flip(x, axis), axis=axis, kind="stable")  # ties: higher index first
+    return n - 1 - np.flip(rev, axis)
+
+
+@_op("topk", _topk_infer)
+def _topk(node, x, k):
+    a = _axis(node.attrs.get("axis", -1), x.ndim, node)
+    idx = np.take(
+        _order(x, a, bool(node.attrs.get("largest", 1))), np.arange(int(np.asarray(k).reshape(-1)[0])), a
+    )
+    return [np.take_along_axis(x, idx, a), idx]
+
+
+def _arg_infer(node, types, consts):
+    x = _need(types, 0, node)
+    a = _axis(node.attrs.get("axis", 0), len(x.shape), node)
+    if x.shape[a] == 0:
+        raise ModelError(f"{node.describe()}: axis {a} of {x} is empty")
+    keep = node.attrs.get("keepdims", 1)
+    shape = (
+        tuple(1 if i == a else d for i, d in enumerate(x.shape)) if keep else x.shape[:a] + x.shape[a + 1 :]
+    )
+    return [TensorType(np.dtype(node.attrs.get("index_dtype", _I64)), shape)]
+
+
+def _arg(fn):
+    def host(node, x):
+        a = _axis(node.attrs.get("axis", 0), x.ndim, node)
+        if node.attrs.get("select_last_index", 0):
+            i = x.shape[a] - 1 - fn(np.flip(x, a), axis=a)
+        else:
+            i = fn(x, axis=a)
+        return np.expand_dims(i, a) if node.attrs.get("keepdims", 1) else i
+
+    return host
+
+
+_op("argmax", _arg_infer)(_arg(np.argmax))
+_op("argmin", _arg_infer)(_arg(np.argmin))
+
+
+def _hardmax_infer(node, types, consts):
+    x = _float(_need(types, 0, node), node)
+    _axis(node.attrs.get("axis", -1), len(x.shape), node)
+    return [x]
+
+
+@_op("hardmax", _hardmax_infer)
+def _hardmax(node, x):
+    a = _axis(node.attrs.get("axis", -1), x.ndim, node)
+    if x.shape[a] == 0:
+        return x
+    i = np.expand_dims(np.argmax(x, axis=a), a)
+    y = np.zeros_like(x)
+    np.put_along_axis(y, i, 1, a)
+    return y
+
+
+# ------------------------------------------------------------------------ cumsum, trilu, one-hot
+def _cumsum_infer(node, types, consts):
+    x = _need(types, 0, node)
+    _axis(_scalar_int(consts, 1, node, "axis"), len(x.shape), node)
+    return [x]
+
+
+@_op("cumsum", _cumsum_infer)
+def _cumsum(node, x, axis):
+    a = _axis(np.asarray(axis).reshape(-1)[0], x.ndim, node)
+    y = _wide(x)
+    if node.attrs.get("reverse", 0):
+        y = np.flip(y, a)
+    c = np.cumsum(y, axis=a, dtype=y.dtype)
+    if node.attrs.get("exclusive", 0):
+        c = np.concatenate([np.zeros_like(np.take(c, [0], a)), np.delete(c, -1, a)], a) if c.shape[a] else c
+    return np.flip(c, a) if node.attrs.get("reverse", 0) else c
+
+
+def _trilu_infer(node, types, consts):
+    x = _need(types, 0, node)
+    if len(x.shape) < 2:
+        raise ModelError(f"{node.describe()}: input must have at least 2 dims, got {x}")
+    _scalar_int(consts, 1, node, "k", default=0)
+    return [x]
+
+
+@_op("trilu", _trilu_infer, "layout")
+def _trilu(node, x, k=None):
+    k = 0 if k is None else int(np.asarray(k).reshape(-1)[0])
+    return np.triu(x, k) if node.attrs.get("upper", 1) else np.tril(x, k)
+
+
+def _onehot_infer(node, types, consts):
+    idx = _need(types, 0, node)
+    depth = _scalar_int(consts, 1, node, "depth")
+    vals = _need(types, 2, node, "values")
+    if len(vals.shape) != 1 or vals.shape[0] != 2:
+        raise ModelError(f"{node.describe()}: values must be [off, on], got {vals}")
+    if depth < 1:
+        raise ModelError(f"{node.describe()}: depth {depth} must be >= 1")
+    r = len(idx.shape) + 1
+    a = _axis(node.attrs.get("axis", -1), r, node)
+    return [TensorType(vals.dtype, idx.shape[:a] + (depth,) + idx.shape[a:])]
+
+
+@_op("onehot", _onehot_infer)
+def _onehot(node, idx, depth, values):
+    d = int(np.asarray(depth).reshape(-1)[0])
+    a = _axis(node.attrs.get("axis", -1), idx.ndim + 1, node)
+    i = np.asarray(idx).astype(np.int64)
+    i = np.where(i < 0, i + d, i)
+    hot = np.expand_dims(i, a) == np.arange(d).reshape((-1,) + (1,) * (idx.ndim - a))
+    return np.where(hot, values[1], values[0])
+
+
+# ------------------------------------------------------------------------ logical, tests, misc
+def _bool(t, node):
+    if np.dtype(t.dtype) != np.bool_:
+        raise ModelError(f"{node.describe()}: operands must be boolean tensors, got {t}")
+    return t
+
+
+def _logic_infer(node, types, consts):
+    ts = [_bool(_need(types, i, node), node) for i in range(len(node.inputs))]
+    return [TensorType(np.dtype(np.bool_), _bshape([t.shape for t in ts], node))]
+
+
+_op("logical_and", _logic_infer, "exact")(lambda node, a, b: np.logical_and(a, b))
+_op("logical_or", _logic_infer, "exact")(lambda node, a, b: np.logical_or(a, b))
+_op("logical_xor", _logic_infer, "exact")(lambda node, a, b: np.logical_xor(a, b))
+_op("logical_not", _logic_infer, "exact")(lambda node, a: np.logical_not(a))
+
+
+def _cmp2_infer(node, types, consts):
+    a, b = _need(types, 0, node), _need(types, 1, node)
+    return [TensorType(np.dtype(np.bool_), _bshape([a.shape, b.shape], node))]
+
+
+_op("greater_equal", _cmp2_infer, "exact")(lambda node, a, b: np.greater_equal(a, b))
+_op("less_equal", _cmp2_infer, "exact")(lambda node, a, b: np.less_equal(a, b))
+
+
+def _test_infer(node, types, consts):
+    x = _float(_need(types, 0, node), node)
+    return [TensorType(np.dtype(np.bool_), x.shape)]
+
+
+_op("isnan", _test_infer, "exact")(lambda node, x: np.isnan(x))
+
+
+@_op("isinf", _test_infer, "exact")
+def _isinf(node, x):
+    pos, neg = node.attrs.get("detect_positive", 1), node.attrs.get("detect_negative", 1)
+    return np.isinf(x) & ((x > 0) if pos and not neg else (x < 0) if neg and not pos else (pos and neg))
+
+
+def _same_float(node, types, consts):
+    return [_float(_need(types, 0, node), node)]
+
+
+def _unary_host(name, fn):
+    _op(name, _same_float)(lambda node, x: fn(node, _wide(x)))
+
+
+_unary_host("round", lambda n, x: np.round(x))  # half to even, as ONNX Round
+_unary_host("sin", lambda n, x: np.sin(x))
+_unary_host("cos", lambda n, x: np.cos(x))
+_unary_host("tan", lambda n, x: np.tan(x))
+_unary_host("asin", lambda n, x: np.arcsin(x))
+_unary_host("acos", lambda n, x: np.arccos(x))
+_unary_host("atan", lambda n, x: np.arctan(x))
+_unary_host("sinh", lambda n, x: np.sinh(x))
+_unary_host("asinh", lambda n, x: np.arcsinh(x))
+_unary_host("acosh", lambda n, x: np.arccosh(x))
+_unary_host("atanh", lambda n, x: np.arctanh(x))
+_unary_host("cosh", lambda n, x: np.cosh(x))
+_unary_host("softsign", lambda n, x: x / (1 + np.abs(x)))
+_unary_host("mish", lambda n, x: x * np.tanh(np.logaddexp(0, x)))
+_unary_host("thresholded_relu", lambda n, x: np.where(x > n.attrs.get("alpha", 1.0), x, 0.0))
+_unary_host(
+    "celu",
+    lambda n, x: (
+        np.maximum(x, 0) + np.minimum(0, n.attrs.get("alpha", 1.0) * np.expm1(x / n.attrs.get("alpha", 1.0)))
+    ),
+)
+
+
+def _mean_infer(node, types, consts):
+    ts = [_float(_need(types, i, node), node, i) for i in range(len(node.inputs))]
+    if not ts:
+        raise ModelError(f"{node.describe()}: needs at least one operand")
+    return [TensorType(ts[0].dtype, _bshape([t.shape for t in ts], node))]
+
+
+_op("mean", _mean_infer)(lambda node, *xs: sum(_wide(x) for x in xs) / len(xs))
+
+
+def _mod_infer(node, types, consts):
+    a, b = _need(types, 0, node), _need(types, 1, node)
+    if np.dtype(a.dtype) != np.dtype(b.dtype):
+        raise ModelError(f"{node.describe()}: operand dtypes differ: {a}, {b}")
+    return [TensorType(a.dtype, _bshape([a.shape, b.shape], node))]
+
+
+@_op("mod", _mod_infer)
+def _mod(node, a, b):
+    if a.dtype.kind in "iu" and np.any(b == 0):
+        raise ValueError("integer modulo by zero")
+    return np.fmod(_wide(a), _wide(b)) if node.attrs.get("fmod", 0) else np.mod(a, b)
+
+
+def _reduce_prod_infer(node, types, consts):
+    from .ops import _reduce_infer
+
+    return _reduce_infer(node, types, consts)
+
+
+@_op("reduce_prod", _reduce_prod_infer)
+def _reduce_prod(node, x, axes=None):
+    from .ops import _reduce_axes
+
+    ax = _reduce_axes(node, x.ndim, axes)
+    if not ax:
+        return x
+    return np.prod(_wide(x), axis=ax, keepdims=bool(node.attrs.get("keepdims", 1)))

@@ -1,0 +1,247 @@
+"""Index ops of the vocabulary, run on the host: GatherND, GatherElements, ScatterND,
+ScatterElements, Tile, Split, DepthToSpace/SpaceToDepth (see :mod:`.ops_host`).
+
+Shapes are checked at inference; index values (which only exist at run time) are
+bounds-checked before any array is indexed: an out-of-range index is a ModelError naming
+the node, never a wrap-around or a write outside the tensor."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ModelError
+from .opdef import _axis, _const, _need, _op
+from .tensor import TensorType, check_size
+
+
+def _int_index(t, node, what="indices"):
+    if np.dtype(t.dtype).kind not in "iu":
+        raise ModelError(f"{node.describe()}: {what} must be integers, got {t}")
+    return t
+
+
+def _wrap(idx, n, node, what):
+    """``idx`` with negative entries counted from the end; ValueError outside ``[-n, n)``."""
+    idx = np.asarray(idx).astype(np.int64)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise ValueError(f"{what} out of range [-{n}, {n})")
+    return np.where(idx < 0, idx + n, idx)
+
+
+# ------------------------------------------------------------------------ gathers
+def _gnd_infer(node, types, consts):
+    x, i = _need(types, 0, node), _int_index(_need(types, 1, node), node)
+    r, q, b = len(x.shape), len(i.shape), int(node.attrs.get("batch_dims", 0))
+    if q < 1 or r < 1 or not 0 <= b < min(q, r):
+        raise ModelError(f"{node.describe()}: batch_dims {b} for data {x} and indices {i}")
+    m = i.shape[-1]
+    if not 1 <= m <= r - b:
+        raise ModelError(f"{node.describe()}: indices' last dim {m} must be in [1, {r - b}] for data {x}")
+    if x.shape[:b] != i.shape[:b]:
+        raise ModelError(f"{node.describe()}: batch dims of data {x} and indices {i} differ")
+    return [TensorType(x.dtype, i.shape[:-1] + x.shape[b + m :])]
+
+
+@_op("gather_nd", _gnd_infer, "layout")
+def _gather_nd(node, x, idx):
+    b = int(node.attrs.get("batch_dims", 0))
+    m = idx.shape[-1]
+    nb = math.prod(x.shape[:b])
+    xb = x.reshape((nb,) + x.shape[b:])
+    ib = idx.reshape(nb, -1, m)
+    cols = [_wrap(ib[..., j], x.shape[b + j], node, f"index (column {j})") for j in range(m)]
+    y = xb[(np.arange(nb)[:, None], *cols)]
+    return y.reshape(idx.shape[:-1] + x.shape[b + m :])
+
+
+def _elements_check(node, x, i, axis, what="indices"):
+    if len(x.shape) != len(i.shape):
+        raise ModelError(f"{node.describe()}: data {x} and {what} {i} differ in rank")
+    for d, (a, b) in enumerate(zip(x.shape, i.shape)):
+        if d != axis and b > a:
+            raise ModelError(f"{node.describe()}: {what} {i} are larger than data {x} on axis {d}")
+
+
+def _ge_infer(node, types, consts):
+    x, i = _need(types, 0, node), _int_index(_need(types, 1, node), node)
+    a = _axis(node.attrs.get("axis", 0), len(x.shape), node)
+    _elements_check(node, x, i, a)
+    return [TensorType(x.dtype, i.shape)]
+
+
+@_op("gather_elements", _ge_infer, "layout")
+def _gather_elements(node, x, idx):
+    a = _axis(node.attrs.get("axis", 0), x.ndim, node)
+    part = tuple(slice(None) if d == a else slice(0, n) for d, n in enumerate(idx.shape))
+    return np.take_along_axis(x[part], _wrap(idx, x.shape[a], node, "index"), a)
+
+
+# ------------------------------------------------------------------------ scatters
+#: reduction attribute -> numpy ufunc (None: plain assignment, the last write wins)
+_REDUCTIONS = {
+    "none": None,
+    "add": np.add,
+    "mul": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+    "sub": np.subtract,  # MIL scatter modes
+    "div": np.divide,
+}
+
+
+def _reduction(node):
+    r = str(node.attrs.get("reduction", "none"))
+    if r not in _REDUCTIONS:
+        raise ModelError(f"{node.describe()}: unknown reduction {r!r}")
+    return _REDUCTIONS[r]
+
+
+def _same_dtype(node, x, u):
+    if np.dtype(x.dtype) != np.dtype(u.dtype):
+        raise ModelError(f"{node.describe()}: data {x} and updates {u} differ in dtype")
+
+
+def _snd_infer(node, types, consts):
+    x, i, u = _need(types, 0, node), _int_index(_need(types, 1, node), node), _need(types, 2, node)
+    _reduction(node)
+    _same_dtype(node, x, u)
+    if len(i.shape) < 1 or not 1 <= i.shape[-1] <= len(x.shape):
+        raise ModelError(f"{node.describe()}: indices {i} do not index data {x}")
+    want = i.shape[:-1] + x.shape[i.shape[-1] :]
+    if tuple(u.shape) != want:
+        raise ModelError(
+            f"{node.describe()}: updates {u} must have shape {want} for data {x} and indices {i}"
+        )
+    return [x]
+
+
+@_op("scatter_nd", _snd_infer)
+def _scatter_nd(node, x, idx, upd):
+    m = idx.shape[-1]
+    flat = idx.reshape(-1, m)
+    key = tuple(_wrap(flat[:, j], x.shape[j], node, f"index (column {j})") for j in range(m))
+    upd = upd.reshape((flat.shape[0],) + x.shape[m:])
+    return _scatter(node, x, key, upd)
+
+
+def _scatter(node, x, key, upd):
+    y = np.array(x, copy=True)
+    fn = _reduction(node)
+    if fn is None:
+        y[key] = upd
+    else:
+        fn.at(y, key, upd.astype(y.dtype, copy=False))
+    return y
+
+
+def _se_infer(node, types, consts):
+    x, i, u = _need(types, 0, node), _int_index(_need(types, 1, node), node), _need(types, 2, node)
+    _reduction(node)
+    _same_dtype(node, x, u)
+    a = _axis(node.attrs.get("axis", 0), len(x.shape), node)
+    _elements_check(node, x, i, a)
+    if tuple(u.shape) != tuple(i.shape):
+        raise ModelError(f"{node.describe()}: updates {u} and indices {i} differ in shape")
+    return [x]
+
+
+@_op("scatter_elements", _se_infer)
+def _scatter_elements(node, x, idx, upd):
+    a = _axis(node.attrs.get("axis", 0), x.ndim, node)
+    key = list(np.indices(idx.shape, sparse=True))
+    key[a] = _wrap(idx, x.shape[a], node, "index")
+    return _scatter(node, x, tuple(key), upd)
+
+
+# ------------------------------------------------------------------------ tile, split, depth/space
+def _reps(node, rank, reps):
+    reps = [int(v) for v in np.asarray(reps).reshape(-1)]
+    if len(reps) != rank or min(reps, default=0) < 0:
+        raise ModelError(f"{node.describe()}: repeats {reps} must be {rank} non-negative integers")
+    return reps
+
+
+def _tile_infer(node, types, consts):
+    x = _need(types, 0, node)
+    reps = _reps(node, len(x.shape), _const(consts, 1, node, "repeats"))
+    out = tuple(d * r for d, r in zip(x.shape, reps))
+    check_size(out, node.describe())
+    return [TensorType(x.dtype, out)]
+
+
+_op("tile", _tile_infer, "layout")(lambda node, x, reps: np.tile(x, _reps(node, x.ndim, reps)))
+
+
+def _split_sizes(node, shape, sizes):
+    a = _axis(node.attrs.get("axis", 0), len(shape), node)
+    n, k = shape[a], len(node.outputs)
+    if sizes is not None and np.size(sizes):
+        sizes = [int(v) for v in np.asarray(sizes).reshape(-1)]
+    elif node.attrs.get("split"):
+        sizes = [int(v) for v in node.attrs["split"]]
+    else:
+        parts = int(node.attrs.get("num_outputs", k))
+        if parts < 1:
+            raise ModelError(f"{node.describe()}: cannot split into {parts} parts")
+        step = -(-n // parts)
+        sizes = [min(step, max(n - step * j, 0)) for j in range(parts)]
+    if len(sizes) != k or min(sizes, default=0) < 0 or sum(sizes) != n:
+        raise ModelError(f"{node.describe()}: split sizes {sizes} do not cover axis {a} ({n}) in {k} outputs")
+    return a, sizes
+
+
+def _split_infer(node, types, consts):
+    x = _need(types, 0, node)
+    sizes = _const(consts, 1, node, "split") if len(node.inputs) > 1 and node.inputs[1] else None
+    a, sizes = _split_sizes(node, x.shape, sizes)
+    return [TensorType(x.dtype, x.shape[:a] + (s,) + x.shape[a + 1 :]) for s in sizes]
+
+
+@_op("split", _split_infer, "layout")
+def _split(node, x, sizes=None):
+    a, sizes = _split_sizes(node, x.shape, sizes)
+    return np.split(x, np.cumsum(sizes)[:-1], axis=a)
+
+
+def _d2s_geometry(node, shape):
+    if len(shape) != 4:
+        raise ModelError(f"{node.describe()}: input must be N x C x H x W, got {shape}")
+    b = int(node.attrs.get("blocksize", 0))
+    mode = str(node.attrs.get("mode", "DCR")).upper()
+    if b < 1 or mode not in ("DCR", "CRD"):
+        raise ModelError(f"{node.describe()}: blocksize {b} / mode {mode!r} invalid")
+    n, c, h, w = shape
+    if node.op == "depth_to_space":
+        if c % (b * b):
+            raise ModelError(f"{node.describe()}: channels {c} not divisible by blocksize^2 {b * b}")
+        return b, mode, (n, c // (b * b), h * b, w * b)
+    if h % b or w % b:
+        raise ModelError(f"{node.describe()}: H, W = {h}, {w} not divisible by blocksize {b}")
+    return b, mode, (n, c * b * b, h // b, w // b)
+
+
+def _d2s_infer(node, types, consts):
+    x = _need(types, 0, node)
+    return [TensorType(x.dtype, _d2s_geometry(node, x.shape)[2])]
+
+
+@_op("depth_to_space", _d2s_infer, "layout")
+def _depth_to_space(node, x):
+    b, mode, out = _d2s_geometry(node, x.shape)
+    n, c, h, w = x.shape
+    if mode == "DCR":
+        t = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        t = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return np.ascontiguousarray(t).reshape(out)
+
+
+@_op("space_to_depth", _d2s_infer, "layout")
+def _space_to_depth(node, x):
+    b, mode, out = _d2s_geometry(node, x.shape)
+    n, c, h, w = x.shape
+    t = x.reshape(n, c, h // b, b, w // b, b)
+    t = t.transpose(0, 3, 5, 1, 2, 4) if mode == "DCR" else t.transpose(0, 1, 3, 5, 2, 4)
+    return np.ascontiguousarray(t).reshape(out)
