@@ -48,7 +48,7 @@ from .tensor import read_protobuf
 
 __all__ = ["load", "is_coreml", "MIL_OPS", "NN_LAYERS", "decompress"]
 
-from . import coreml_mil_layout  # noqa: F401  (registers the layout ops in MIL_OPS)
+from . import coreml_mil_host, coreml_mil_layout  # noqa: F401  (register their ops in MIL_OPS)
 from .coreml_blob import (
     SHAPE_ONLY_ABOVE,
     _Blobs,

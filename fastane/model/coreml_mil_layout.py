@@ -7,6 +7,7 @@ import numpy as np
 
 from ..errors import ModelError
 from .coreml_mil import _ints, _mil, _scalar
+from .coreml_mil_host import upsample_nearest_fractional
 
 
 @_mil("reshape")
@@ -160,12 +161,12 @@ def _split(p, op, outs, what):
 def _upsample_nn(p, op, outs, what):  # integer scales: reshape, expand (a broadcast copy), reshape
     x = p.arg(op, "x", what)
     shape = p.rank_hint(x)
-    if shape is None or len(shape) != 4 or any(isinstance(d, str) for d in shape):
-        raise ModelError(f"{what}: needs a 4-D input of static shape, got {shape}")
     sh = _scalar(p.cval(op, "scale_factor_height", what, 1), what, "scale_factor_height")
     sw = _scalar(p.cval(op, "scale_factor_width", what, 1), what, "scale_factor_width")
-    if sh != int(sh) or sw != int(sw) or sh < 1 or sw < 1:
-        raise ModelError(f"{what}: only positive integer scale factors are supported, got {sh}, {sw}")
+    if sh != int(sh) or sw != int(sw) or sh < 1 or sw < 1 or (shape is not None and len(shape) != 4):
+        return upsample_nearest_fractional(p, op, outs, what)  # a resize on the host
+    if shape is None or any(isinstance(d, str) for d in shape):
+        raise ModelError(f"{what}: needs a 4-D input of static shape, got {shape}")
     sh, sw = int(sh), int(sw)
     n, c, h, w = shape
     t = p.emit(

@@ -14,7 +14,10 @@ Per output index ``y`` of an axis of input length ``n``, output length ``m`` and
 ``n / 2 (1 - m / (s n))``; ``pytorch_half_pixel``: as half_pixel, 0 when ``m = 1``;
 ``align_corners``: ``y (n - 1) / (s n - 1)`` (0 when ``s n = 1``); ``asymmetric``:
 ``y / s``; ``tf_crop_and_resize``: ``roi_start (n - 1) + y (roi_end - roi_start) (n -
-1) / (s n - 1)``, outside ``[0, n - 1]`` the extrapolation value.  Nearest picks
+1) / (s n - 1)``, outside ``[0, n - 1]`` the extrapolation value.  Two more for Core ML's
+sampling modes (coremltools' ``resize_bilinear`` documentation): ``align_corners_centred``
+(ALIGN_CORNERS: as align_corners, ``(n - 1) / 2`` when ``m = 1``) and ``offset_corners``
+(``d / 2 + y d``, ``d = max(1, n - 1) / m``).  Nearest picks
 ``floor(x)`` or ``floor(x) + 1`` by the rounding mode (an exact integer is itself);
 linear and cubic weigh the 2 / 4 neighbours of ``floor(x)``, indices clamped to the
 edge (cubic with ``exclude_outside``: outside taps get weight 0, the rest renormalised).
@@ -38,6 +41,9 @@ _COORDS = (
     "align_corners",
     "asymmetric",
     "tf_crop_and_resize",
+    # Core ML's sampling modes that no ONNX mode matches (resize_bilinear, resize)
+    "align_corners_centred",
+    "offset_corners",
 )
 _NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
@@ -129,6 +135,11 @@ def _source(node, n, m, s, lo, hi):
         return (y * (n - 1) / (length - 1) if length != 1 else np.zeros(m)), None
     if coord == "asymmetric":
         return y / s, None
+    if coord == "align_corners_centred":  # Core ML ALIGN_CORNERS: one output samples the centre
+        return (y * (n - 1) / (length - 1) if m > 1 else np.full(m, (n - 1) / 2)), None
+    if coord == "offset_corners":  # Core ML OFFSET_CORNERS
+        delta = max(1, n - 1) / m
+        return 0.5 * delta + y * delta, None
     if length == 1:  # tf_crop_and_resize
         x = np.full(m, (hi - lo) * (n - 1) / 2)
     else:

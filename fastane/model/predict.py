@@ -15,6 +15,8 @@ placement prediction", cites the sources):
     activation ops, pooling, normalisation, softmax, reductions, data movement), not
     one known to fall back (dynamic gathers, comparisons and selects, casts to integers,
     custom layers);
+  - the op is not one fastane runs only on the host (:data:`HOST_ONLY`: einsum, top-k,
+    arg-max, cumsum, gathers/scatters, resize ...: predicted "cpu", "uncertain");
   - a convolution's per-output-channel kernel fits one core's KMem (64 KiB,
     :data:`fastane.m1.KMEM_CORE_BYTES`): beyond it fastane refuses the layer, and
     whether Apple's compiler splits it is not known ("uncertain");
@@ -48,6 +50,27 @@ _FALLBACK = {
     "greater": "a comparison (boolean result)",
     "range": "an integer sequence",
     "shape": "shape arithmetic",
+}
+#: ops fastane runs only on the host (no ANE lowering in fastane): predicted on the CPU
+#: under every setting, the reason saying so (an estimate: whether Core ML's ANE compiler
+#: has a lowering for some of them -- an einsum as a matmul, a resize -- is not known here)
+HOST_ONLY = {
+    "einsum": "an einsum",
+    "topk": "a top-k sort",
+    "argmax": "an arg-max",
+    "argmin": "an arg-min",
+    "hardmax": "a hardmax",
+    "cumsum": "a cumulative sum",
+    "trilu": "a triangular mask",
+    "onehot": "a one-hot encoding",
+    "gather_nd": "a gather with run-time indices",
+    "gather_elements": "a gather with run-time indices",
+    "scatter_nd": "a scatter with run-time indices",
+    "scatter_elements": "a scatter with run-time indices",
+    "tile": "a tile",
+    "resize": "a resize",
+    "reduce_prod": "a product reduction",
+    "mod": "a modulo",
 }
 #: the most dimensions an ANE tensor has (N, D, C, H, W)
 MAX_RANK = 5
@@ -97,6 +120,10 @@ def predict(layers, bound, compute_units: str = "ALL") -> list:
             out.append(Prediction("gpu" if floats else "cpu", "likely", "CPU_AND_GPU: no Neural Engine"))
             continue
         ops = {n.op for n in layer.nodes}
+        host = next((why for op, why in HOST_ONLY.items() if op in ops), None)
+        if host:
+            out.append(Prediction("cpu", "uncertain", f"{host}: no ANE lowering in fastane, run on the host"))
+            continue
         fb = next((why for op, why in _FALLBACK.items() if op in ops), None)
         if not floats:
             out.append(Prediction("cpu", "likely", "integer/boolean tensors: the ANE computes fp16"))

@@ -1,0 +1,322 @@
+"""The Core ML importer's MIL ops that fastane runs only on the host (no ANE lowering):
+einsum, topk, argsort, reduce_argmax/argmin, cumsum, tile, the gathers and scatters,
+one_hot, band_part and the resizes; and the MIL ops fastane refuses with the reason
+(control flow, state, lists).  Registered in :data:`fastane.model.coreml_mil.MIL_OPS`.
+
+Core ML's resize sampling modes (coremltools' MIL op reference, ``resize_bilinear``) map
+onto the vocabulary's ``resize`` coordinate transforms: STRICT_ALIGN_CORNERS ->
+align_corners, ALIGN_CORNERS -> align_corners_centred, DEFAULT -> asymmetric,
+OFFSET_CORNERS -> offset_corners, UNALIGN_CORNERS -> half_pixel.  Nearest neighbour is
+``floor(y n / m)`` (asymmetric, floor: an integer scale repeats each pixel; PyTorch's
+``nearest``, which coremltools converts to these ops)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ModelError, ModelNotImplementedError
+from .coreml_mil import _ints, _mil, _scalar
+
+
+def _flag(p, op, key, what, default=False):
+    return bool(np.asarray(p.cval(op, key, what, default)).reshape(-1)[0])
+
+
+def _int(p, op, key, what, default=None):
+    v = p.cval(op, key, what, default)
+    if v is None:
+        raise ModelError(f"{what}: missing parameter {key!r}")
+    return int(_scalar(v, what, key))
+
+
+def _str(p, op, key, what, default):
+    return str(np.asarray(p.cval(op, key, what, default)).reshape(-1)[0])
+
+
+def _static(p, x, what):
+    shape = p.rank_hint(x)
+    if shape is None or any(isinstance(d, str) for d in shape):
+        raise ModelError(f"{what}: needs an input of static shape, got {shape}")
+    return tuple(int(d) for d in shape)
+
+
+@_mil("einsum")
+def _einsum(p, op, outs, what):
+    eq = _str(p, op, "equation", what, "")
+    p.emit("einsum", p.args(op, "values", what), outs, {"equation": eq}, source="einsum")
+
+
+def _index_dtype(p, op, what):
+    dt = _str(p, op, "output_indices_dtype", what, "int32")
+    if dt != "int32":
+        raise ModelNotImplementedError(f"{what}: output_indices_dtype {dt!r} is not implemented (int32 is)")
+    return np.dtype(np.int32)
+
+
+@_mil("topk")
+def _topk(p, op, outs, what):
+    x = p.arg(op, "x", what)
+    k = _int(p, op, "k", what, 1)
+    attrs = {
+        "axis": _int(p, op, "axis", what, -1),
+        "largest": int(not _flag(p, op, "ascending", what)),
+        "index_dtype": _index_dtype(p, op, what),
+    }
+    o = list(outs) if len(outs) == 2 else [outs[0], p.tmp()]  # return_indices = False
+    p.emit("topk", [x, p.const(np.array([k], np.int64))], o, attrs, source="topk")
+
+
+@_mil("argsort")
+def _argsort(p, op, outs, what):
+    x = p.arg(op, "x", what)
+    shape = _static(p, x, what)
+    axis = _int(p, op, "axis", what, -1)
+    if not -len(shape) <= axis < len(shape):
+        raise ModelError(f"{what}: axis {axis} out of range for shape {shape}")
+    attrs = {
+        "axis": axis,
+        "largest": int(not _flag(p, op, "ascending", what)),
+        "index_dtype": np.dtype(np.int32),
+    }
+    k = p.const(np.array([shape[axis]], np.int64))
+    p.emit("topk", [x, k], [p.tmp(), outs[0]], attrs, source="argsort")
+
+
+@_mil("reduce_argmax", "reduce_argmin")
+def _argmax(p, op, outs, what):
+    x = p.arg(op, "x", what)
+    attrs = {
+        "axis": _int(p, op, "axis", what, -1),
+        "keepdims": int(_flag(p, op, "keep_dims", what)),
+        "index_dtype": np.dtype(np.int32),
+    }
+    p.emit("argmax" if op.type == "reduce_argmax" else "argmin", [x], outs, attrs, source=op.type)
+
+
+@_mil("cumsum")
+def _cumsum(p, op, outs, what):
+    x = p.arg(op, "x", what)
+    attrs = {"exclusive": int(_flag(p, op, "exclusive", what)), "reverse": int(_flag(p, op, "reverse", what))}
+    axis = p.const(np.array(_int(p, op, "axis", what, 0), np.int64))
+    p.emit("cumsum", [x, axis], outs, attrs, source="cumsum")
+
+
+@_mil("tile")
+def _tile(p, op, outs, what):
+    x = p.arg(op, "x", what)
+    reps = p.cval(op, "reps", what)
+    if reps is None:
+        raise ModelError(f"{what}: missing parameter 'reps'")
+    p.emit("tile", [x, p.const(np.asarray(reps, np.int64).reshape(-1))], outs, source="tile")
+
+
+@_mil("gather_nd")
+def _gather_nd(p, op, outs, what):
+    ins = [p.arg(op, "x", what), p.arg(op, "indices", what)]
+    p.emit("gather_nd", ins, outs, {"batch_dims": _int(p, op, "batch_dims", what, 0)}, source="gather_nd")
+
+
+@_mil("gather_along_axis")
+def _gather_along_axis(p, op, outs, what):
+    ins = [p.arg(op, "x", what), p.arg(op, "indices", what)]
+    p.emit("gather_elements", ins, outs, {"axis": _int(p, op, "axis", what, 0)}, source="gather_along_axis")
+
+
+_MODES = {
+    "update": "none",
+    "add": "add",
+    "sub": "sub",
+    "mul": "mul",
+    "div": "div",
+    "max": "max",
+    "min": "min",
+}
+
+
+def _mode(p, op, what):
+    m = _str(p, op, "mode", what, "update")
+    if m not in _MODES:
+        raise ModelError(f"{what}: unknown scatter mode {m!r}")
+    return _MODES[m]
+
+
+@_mil("scatter_nd", "scatter_along_axis")
+def _scatter_nd(p, op, outs, what):
+    ins = [p.arg(op, k, what) for k in ("data", "indices", "updates")]
+    attrs = {"reduction": _mode(p, op, what)}
+    if op.type == "scatter_along_axis":
+        attrs["axis"] = _int(p, op, "axis", what, 0)
+    p.emit("scatter_nd" if op.type == "scatter_nd" else "scatter_elements", ins, outs, attrs, source=op.type)
+
+
+@_mil("scatter")
+def _scatter(p, op, outs, what):  # 1-D indices along axis: scatter_elements with them broadcast
+    data, idx, upd = (p.arg(op, k, what) for k in ("data", "indices", "updates"))
+    ushape = _static(p, upd, what)
+    axis = _int(p, op, "axis", what, 0)
+    r = len(ushape)
+    if not -r <= axis < r:
+        raise ModelError(f"{what}: axis {axis} out of range for updates of shape {ushape}")
+    axis %= r
+    lay = [1] * r
+    lay[axis] = ushape[axis]
+    t = p.emit("reshape", [idx, p.const(np.array(lay, np.int64))], [p.tmp()], source="scatter")
+    t = p.emit("expand", [t, p.const(np.array(ushape, np.int64))], [p.tmp()], source="scatter")
+    attrs = {"axis": axis, "reduction": _mode(p, op, what)}
+    p.emit("scatter_elements", [data, t, upd], outs, attrs, source="scatter")
+
+
+@_mil("one_hot")
+def _one_hot(p, op, outs, what):
+    idx = p.arg(op, "indices", what)
+    depth = _int(p, op, "one_hot_vector_size", what)
+    on = p.cval(op, "on_value", what, 1.0)
+    off = p.cval(op, "off_value", what, 0.0)
+    v = np.array([_scalar(off, what, "off_value"), _scalar(on, what, "on_value")])
+    kind = np.asarray(on).dtype.kind
+    v = v.astype(np.float32) if kind == "f" else v.astype(np.int32)
+    attrs = {"axis": _int(p, op, "axis", what, -1)}
+    p.emit("onehot", [idx, p.const(np.array(depth, np.int64)), p.const(v)], outs, attrs, source="one_hot")
+
+
+@_mil("band_part")
+def _band_part(p, op, outs, what):  # triu(-lower) then tril(upper); a negative bound keeps all
+    x = p.arg(op, "x", what)
+    lower, upper = _int(p, op, "lower", what, -1), _int(p, op, "upper", what, -1)
+    steps = [(k, u) for k, u, keep in ((-lower, 1, lower >= 0), (upper, 0, upper >= 0)) if keep]
+    if not steps:
+        p.emit("identity", [x], outs, source="band_part")
+    for i, (k, u) in enumerate(steps):
+        dst = outs if i == len(steps) - 1 else [p.tmp()]
+        x = p.emit("trilu", [x, p.const(np.array(k, np.int64))], dst, {"upper": u}, source="band_part")
+
+
+# ------------------------------------------------------------------ resizing
+_SAMPLING = {
+    "STRICT_ALIGN_CORNERS": "align_corners",
+    "ALIGN_CORNERS": "align_corners_centred",
+    "DEFAULT": "asymmetric",
+    "OFFSET_CORNERS": "offset_corners",
+    "UNALIGN_CORNERS": "half_pixel",
+}
+
+
+def _emit_resize(p, x, outs, sizes, linear, coord, source):
+    """A ``resize`` of the trailing ``len(sizes)`` axes of ``x`` to ``sizes``."""
+    if min(sizes) < 1:
+        raise ModelError(f"op {outs[0]!r} ({source}): output sizes {sizes} must be >= 1")
+    attrs = {
+        "mode": "linear" if linear else "nearest",
+        "coordinate_transformation_mode": coord,
+        "nearest_mode": "floor",
+        "axes": list(range(-len(sizes), 0)),
+    }
+    p.emit("resize", [x, "", "", p.const(np.array(sizes, np.int64))], outs, attrs, source=source)
+
+
+def _hw(p, x, what):
+    shape = _static(p, x, what)
+    if len(shape) < 3:
+        raise ModelError(f"{what}: needs an input of rank >= 3, got {shape}")
+    return shape[-2:]
+
+
+def _scaled(p, op, x, what):
+    h, w = _hw(p, x, what)
+    sh = _scalar(p.cval(op, "scale_factor_height", what, 1), what, "scale_factor_height")
+    sw = _scalar(p.cval(op, "scale_factor_width", what, 1), what, "scale_factor_width")
+    if not (math.isfinite(sh) and math.isfinite(sw) and sh > 0 and sw > 0):
+        raise ModelError(f"{what}: scale factors {sh}, {sw} must be finite and > 0")
+    return [math.floor(h * sh), math.floor(w * sw)]
+
+
+def upsample_nearest_fractional(p, op, outs, what):
+    """``upsample_nearest_neighbor`` with a fractional scale (the integer case is a
+    broadcast copy, :mod:`fastane.model.coreml_mil_layout`)."""
+    x = p.arg(op, "x", what)
+    _emit_resize(p, x, outs, _scaled(p, op, x, what), False, "asymmetric", "upsample_nearest_neighbor")
+
+
+@_mil("upsample_bilinear")
+def _upsample_bilinear(p, op, outs, what):
+    x = p.arg(op, "x", what)
+    align = _flag(p, op, "align_corners", what, True)
+    half = _flag(p, op, "half_pixel_centers", what, not align)
+    if align and half:
+        raise ModelError(f"{what}: align_corners and half_pixel_centers cannot both be set")
+    coord = "align_corners" if align else ("half_pixel" if half else "asymmetric")
+    _emit_resize(p, x, outs, _scaled(p, op, x, what), True, coord, "upsample_bilinear")
+
+
+def _sampling(p, op, what):
+    m = _str(p, op, "sampling_mode", what, "DEFAULT")
+    if m not in _SAMPLING:
+        raise ModelError(f"{what}: unknown sampling_mode {m!r}")
+    return m
+
+
+@_mil("resize_bilinear", "resize_nearest_neighbor")
+def _resize_target(p, op, outs, what):
+    x = p.arg(op, "x", what)
+    _hw(p, x, what)
+    sizes = [_int(p, op, "target_size_height", what, 1), _int(p, op, "target_size_width", what, 1)]
+    if op.type == "resize_nearest_neighbor":
+        _emit_resize(p, x, outs, sizes, False, "asymmetric", op.type)
+    else:
+        _emit_resize(p, x, outs, sizes, True, _SAMPLING[_sampling(p, op, what)], op.type)
+
+
+@_mil("resize")
+def _resize(p, op, outs, what):  # iOS17: the trailing resized_dims axes from shape (0: keep)
+    x = p.arg(op, "x", what)
+    xs = _static(p, x, what)
+    shape = _ints(p.cval(op, "shape", what))
+    if shape is None:
+        raise ModelError(f"{what}: missing parameter 'shape'")
+    k = _int(p, op, "resized_dims", what)
+    if not 0 < k <= min(len(shape), len(xs)):
+        raise ModelError(f"{what}: resized_dims {k} for shape {list(shape)} and input {xs}")
+    sizes = [s if s else xs[len(xs) - k + j] for j, s in enumerate(shape[len(shape) - k :])]
+    mode = _str(p, op, "interpolation_mode", what, "LINEAR")
+    sampling = _sampling(p, op, what)
+    if mode == "LINEAR":
+        _emit_resize(p, x, outs, sizes, True, _SAMPLING[sampling], "resize")
+    elif mode == "NEAREST_NEIGHBOR":
+        if sampling != "DEFAULT":
+            raise ModelNotImplementedError(
+                f"{what}: NEAREST_NEIGHBOR with sampling_mode {sampling} is not implemented "
+                f"(the rounding is not documented; DEFAULT is)"
+            )
+        _emit_resize(p, x, outs, sizes, False, "asymmetric", "resize")
+    else:
+        raise ModelError(f"{what}: unknown interpolation_mode {mode!r}")
+
+
+# ------------------------------------------------------------------ refused with the reason
+_REFUSED = {
+    "cond": "control flow (a branch on a run-time value)",
+    "while_loop": "control flow (a loop on a run-time condition)",
+    "read_state": "a stateful model (state read and written between predictions)",
+    "write_state": "a stateful model (state read and written between predictions)",
+    "coreml_update_state": "a stateful model (state read and written between predictions)",
+    "make_list": "a tensor list (a run-time sized container)",
+    "list_read": "a tensor list (a run-time sized container)",
+    "list_write": "a tensor list (a run-time sized container)",
+    "list_gather": "a tensor list (a run-time sized container)",
+    "list_scatter": "a tensor list (a run-time sized container)",
+    "list_length": "a tensor list (a run-time sized container)",
+    "non_zero": "an output whose shape depends on the values",
+}
+
+
+def _refuse(p, op, outs, what):
+    raise ModelError(
+        f"{what}: {_REFUSED[op.type]} is not a dataflow graph of static shapes that fastane can "
+        f"place on the ANE or the host; fastane refuses it"
+    )
+
+
+for _n in _REFUSED:
+    _mil(_n)(_refuse)
