@@ -1,0 +1,215 @@
+"""The host-only ops (no ANE lowering in fastane) in ONNX models: hostile shapes refused at
+bind before anything is allocated, run-time indices bounds-checked, the placement's
+reason, integer outputs keeping their dtype, and a user-style model (attention by Einsum,
+a TopK head, a Resize) that loads and runs against onnxruntime.  The node-by-node
+numerics are ONNX's own backend suite (test_onnx_backend.py)."""
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto as T, helper, numpy_helper  # noqa: E402
+
+import fastane  # noqa: E402
+from fastane.errors import ModelError, ModelNotImplementedError  # noqa: E402
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=19):
+    g = helper.make_graph(nodes, "t", inputs, outputs, list(inits))
+    return fastane.load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]))
+
+
+def _vi(name, shape, t=T.FLOAT):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def _i64(name, v):
+    return numpy_helper.from_array(np.asarray(v, np.int64), name)
+
+
+def _f32(name, v):
+    return numpy_helper.from_array(np.asarray(v, np.float32), name)
+
+
+BIG = 1 << 20
+
+
+@pytest.mark.parametrize(
+    "node,inits,shape,match",
+    [
+        (helper.make_node("Tile", ["x", "r"], ["y"]), [_i64("r", [BIG, BIG])], (4, 4), "limit"),
+        (helper.make_node("Tile", ["x", "r"], ["y"]), [_i64("r", [2, -1])], (4, 4), "non-negative"),
+        (helper.make_node("Tile", ["x", "r"], ["y"]), [_i64("r", [2])], (4, 4), "repeats"),
+        (
+            helper.make_node("OneHot", ["i", "d", "v"], ["y"]),
+            [_i64("i", [[1, 2]]), _i64("d", 1 << 40), _f32("v", [0, 1])],
+            (4, 4),
+            "limit",
+        ),
+        (
+            helper.make_node("Resize", ["x", "", "s"], ["y"]),
+            [_f32("s", [1e6, 1e6])],
+            (4, 4),
+            "limit",
+        ),
+        (helper.make_node("Resize", ["x", "", "s"], ["y"]), [_f32("s", [1, -2])], (4, 4), "finite and > 0"),
+        (helper.make_node("Resize", ["x", "", "s"], ["y"]), [_f32("s", [1, np.inf])], (4, 4), "finite"),
+        (
+            helper.make_node("Einsum", ["x", "x"], ["y"], equation="ab,cd->abcd"),
+            [],
+            (1 << 14, 1 << 14),
+            "limit",
+        ),
+        (
+            helper.make_node("Einsum", ["x", "x"], ["y"], equation="ab,cd->"),
+            [],
+            (1 << 14, 1 << 14),
+            "multiply-adds",
+        ),
+        (helper.make_node("Einsum", ["x"], ["y"], equation="abc->a"), [], (4, 4), "rank"),
+        (helper.make_node("Einsum", ["x", "x"], ["y"], equation="ab,ab->c"), [], (4, 4), "invalid"),
+        (helper.make_node("Einsum", ["x", "x"], ["y"], equation="ab,bc"), [], (4, 5), "label 'b'"),
+        (helper.make_node("TopK", ["x", "k"], ["v", "i"]), [_i64("k", [9])], (4, 4), "outside"),
+        (helper.make_node("CumSum", ["x", "a"], ["y"]), [_i64("a", 5)], (4, 4), "out of range"),
+        (helper.make_node("Trilu", ["x"], ["y"]), [], (4,), "at least 2"),
+        (helper.make_node("Split", ["x", "s"], ["a", "b"]), [_i64("s", [1, 2])], (4, 4), "do not cover"),
+        (
+            helper.make_node("GatherND", ["x", "i"], ["y"]),
+            [_i64("i", np.zeros((2, 3), np.int64))],
+            (4, 4),
+            "last dim",
+        ),
+        (
+            helper.make_node("ScatterND", ["x", "i", "u"], ["y"]),
+            [_i64("i", [[0], [1]]), _f32("u", np.zeros((2, 3)))],
+            (4, 4),
+            "updates",
+        ),
+    ],
+    ids=lambda v: getattr(v, "op_type", None) or "",
+)
+def test_hostile_shapes_refused_at_bind(node, inits, shape, match):
+    outs = [_vi(o, None) for o in node.output]
+    m = _model([node], [_vi("x", list(shape))], outs, inits)
+    with pytest.raises(ModelError, match=match):
+        m.bind({"x": shape})
+
+
+def test_data_dependent_k_is_refused():
+    m = _model(
+        [helper.make_node("TopK", ["x", "k"], ["v", "i"])],
+        [_vi("x", [4, 4]), _vi("k", [1], T.INT64)],
+        [_vi("v", None), _vi("i", None)],
+    )
+    with pytest.raises(ModelError, match="K .*constant.*data-dependent"):
+        m.bind({"x": (4, 4), "k": (1,)})
+
+
+def test_antialias_is_not_implemented():
+    m = _model(
+        [helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear", antialias=1)],
+        [_vi("x", [1, 1, 4, 4])],
+        [_vi("y", None)],
+        [_f32("s", [1, 1, 0.5, 0.5])],
+    )
+    with pytest.raises(ModelNotImplementedError, match="antialias") as e:
+        m.bind({"x": (1, 1, 4, 4)})
+    assert isinstance(e.value, NotImplementedError) and isinstance(e.value, ModelError)
+
+
+@pytest.mark.parametrize(
+    "op,idx",
+    [
+        ("GatherElements", [[0, 4]]),
+        ("GatherND", [[0, -5]]),
+        ("ScatterElements", [[4, 0]]),
+        ("ScatterND", [[-5, 0]]),
+    ],
+)
+def test_run_time_indices_are_bounds_checked(op, idx):
+    ins = ["x", "i"] + (["u"] if op.startswith("Scatter") else [])
+    i = np.array(idx, np.int64)
+    u = np.ones(i.shape if op == "ScatterElements" else i.shape[:-1], np.float32)
+    m = _model(
+        [helper.make_node(op, ins, ["y"])],
+        [_vi("x", [4, 4]), _vi("i", list(i.shape), T.INT64)]
+        + ([_vi("u", list(u.shape))] if len(ins) > 2 else []),
+        [_vi("y", None)],
+    )
+    feeds = {"x": np.zeros((4, 4), np.float32), "i": i}
+    if len(ins) > 2:
+        feeds["u"] = u
+    with pytest.raises(ModelError, match="out of range"):
+        m(feeds)
+
+
+def test_placement_reason_and_integer_outputs():
+    m = _model(
+        [
+            helper.make_node("Einsum", ["x", "x"], ["e"], equation="ij,kj->ik"),
+            helper.make_node("ArgMax", ["e"], ["a"], axis=1, keepdims=0),
+            helper.make_node("TopK", ["e", "k"], ["v", "i"], axis=-1),
+        ],
+        [_vi("x", [3, 5])],
+        [_vi("a", None, T.INT64), _vi("v", None), _vi("i", None, T.INT64)],
+        [_i64("k", [2])],
+    )
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    bound, layers = m.bind({"x": x.shape})
+    assert [(lay.op, lay.placement) for lay in layers] == [
+        ("Einsum", "host"),
+        ("ArgMax", "host"),
+        ("TopK", "host"),
+    ]
+    assert all("no ANE lowering in fastane" in lay.reason for lay in layers)
+    out = m({"x": x})
+    e = x.astype(np.float64) @ x.T.astype(np.float64)
+    assert out["a"].dtype == np.int64 and out["i"].dtype == np.int64
+    np.testing.assert_array_equal(out["a"], e.argmax(1))
+    np.testing.assert_array_equal(out["i"], np.argsort(-e, 1, kind="stable")[:, :2])
+    np.testing.assert_allclose(out["v"], np.sort(e, 1)[:, ::-1][:, :2], rtol=2**-10)
+    rep = m.report({"x": x})
+    assert [r.placement for r in rep.layers] == ["host"] * 3
+
+
+def test_user_style_model_against_onnxruntime():
+    """Attention scores by Einsum (ANE-free), a Conv on the ANE, nearest and linear Resize,
+    CumSum, a TopK head: loads, runs, and agrees with onnxruntime float32."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((4, 2, 3, 3)) * 0.3).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Resize", ["c", "", "s"], ["r"], mode="nearest"),
+        helper.make_node(
+            "Resize", ["r", "", "", "z"], ["q"], mode="linear", coordinate_transformation_mode="align_corners"
+        ),
+        helper.make_node("Reshape", ["q", "sh"], ["f"]),
+        helper.make_node("Einsum", ["f", "f"], ["a"], equation="bcn,bdn->bcd"),
+        helper.make_node("CumSum", ["a", "ax"], ["cs"]),
+        helper.make_node("TopK", ["cs", "k"], ["v", "i"]),
+    ]
+    inits = [
+        _f32("w", w),
+        _f32("s", [1, 1, 2, 2]),
+        _i64("z", [1, 4, 5, 7]),
+        _i64("sh", [1, 4, 35]),
+        _i64("ax", 2),
+        _i64("k", [2]),
+    ]
+    g = helper.make_graph(
+        nodes, "u", [_vi("x", [1, 2, 3, 4])], [_vi("v", None), _vi("i", None, T.INT64)], inits
+    )
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    proto.ir_version = 9
+    m = fastane.load_model(proto)
+    x = rng.standard_normal((1, 2, 3, 4)).astype(np.float32)
+    out = m({"x": x})
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    v, i = sess.run(None, {"x": x})
+    scale = np.abs(v).max()
+    assert np.abs(out["v"].astype(np.float64) - v).max() <= 2e-2 * scale
+    assert out["i"].dtype == np.int64 and i.shape == out["i"].shape
+    assert (out["i"] == i).mean() >= 0.75  # near-ties may swap after the ANE's fp16 conv
+    bound, layers = m.bind({"x": x.shape})
+    assert {lay.op: lay.placement for lay in layers}["Conv"] == "ane"
