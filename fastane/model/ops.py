@@ -12,7 +12,8 @@ Attributes are normalised by the importers (fastane's names, operands as inputs)
 
 This module holds the unary, binary, normalisation and pooling ops and re-exports the
 registry (:mod:`.opdef`); the MAC ops are in :mod:`.ops_mac`, the layout ops in
-:mod:`.ops_layout` (importing this module registers them all).
+:mod:`.ops_layout`, the ops fastane runs only on the host in :mod:`.ops_host`,
+:mod:`.ops_index` and :mod:`.ops_resize` (importing this module registers them all).
 """
 
 from __future__ import annotations

@@ -49,6 +49,8 @@ def _gather_nd(node, x, idx):
     b = int(node.attrs.get("batch_dims", 0))
     m = idx.shape[-1]
     nb = math.prod(x.shape[:b])
+    if idx.size == 0 or nb == 0:
+        return np.zeros(idx.shape[:-1] + x.shape[b + m :], x.dtype)
     xb = x.reshape((nb,) + x.shape[b:])
     ib = idx.reshape(nb, -1, m)
     cols = [_wrap(ib[..., j], x.shape[b + j], node, f"index (column {j})") for j in range(m)]

@@ -2,8 +2,6 @@
 with coremltools' MIL builder, against numpy written from the MIL op reference; their
 placement (host, with the reason) and predicted Core ML unit (CPU); control flow refused."""
 
-import warnings
-
 import numpy as np
 import pytest
 
@@ -14,22 +12,13 @@ from coremltools.converters.mil.mil import types as mtypes  # noqa: E402
 import fastane  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
 from fastane.model.predict import predict  # noqa: E402
+from test_coreml import _save  # noqa: E402  (the one way a test saves an ML Program)
 
 RNG = np.random.default_rng(11)
 
 
 def _load(prog, tmp_path, target=ct.target.iOS17):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        m = ct.convert(
-            prog,
-            convert_to="mlprogram",
-            minimum_deployment_target=target,
-            compute_precision=ct.precision.FLOAT32,
-        )
-    path = str(tmp_path / "m.mlpackage")
-    m.save(path)
-    return fastane.load_model(path)
+    return fastane.load_model(_save(prog, tmp_path / "m.mlpackage", target))
 
 
 def _run(m, *xs):
