@@ -251,6 +251,11 @@ class _Program:
         table = _dtypes()
         for nv in fn.inputs:
             what = f"input {nv.name!r}"
+            if nv.type.WhichOneof("type") == "stateType":
+                raise ModelError(
+                    f"{what}: a stateful model (state kept between predictions) is not a dataflow "
+                    f"graph fastane can place; fastane refuses it"
+                )
             if not nv.type.HasField("tensorType"):
                 raise ModelError(f"{what}: only tensor inputs are supported")
             tt = nv.type.tensorType

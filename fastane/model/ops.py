@@ -257,6 +257,7 @@ _reducer("reduce_mean", np.mean)
 _reducer("reduce_sum", np.sum)
 _reducer("reduce_max", np.max)
 _reducer("reduce_min", np.min)
+_reducer("reduce_prod", np.prod)  # host only (no ANE lowering): ONNX ReduceProd
 
 
 # ------------------------------------------------------------------------ pooling

@@ -338,19 +338,3 @@ def _mod(node, a, b):
     if a.dtype.kind in "iu" and np.any(b == 0):
         raise ValueError("integer modulo by zero")
     return np.fmod(_wide(a), _wide(b)) if node.attrs.get("fmod", 0) else np.mod(a, b)
-
-
-def _reduce_prod_infer(node, types, consts):
-    from .ops import _reduce_infer
-
-    return _reduce_infer(node, types, consts)
-
-
-@_op("reduce_prod", _reduce_prod_infer)
-def _reduce_prod(node, x, axes=None):
-    from .ops import _reduce_axes
-
-    ax = _reduce_axes(node, x.ndim, axes)
-    if not ax:
-        return x
-    return np.prod(_wide(x), axis=ax, keepdims=bool(node.attrs.get("keepdims", 1)))

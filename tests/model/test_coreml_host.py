@@ -314,3 +314,17 @@ def test_control_flow_is_refused_with_the_reason(tmp_path):
 
     with pytest.raises(ModelError, match=r"\(while_loop\): control flow"):
         _load(loop, tmp_path)
+
+
+def test_stateful_model_is_refused_with_the_reason(tmp_path):
+    @mb.program(
+        input_specs=[mb.StateTensorSpec((1, 4), dtype=mtypes.fp16), mb.TensorSpec((1, 4), dtype=mtypes.fp16)],
+        opset_version=ct.target.iOS18,
+    )
+    def prog(s, x):
+        y = mb.add(x=mb.read_state(input=s), y=x)
+        mb.coreml_update_state(state=s, value=y)
+        return y
+
+    with pytest.raises(ModelError, match="input 's': a stateful model.*refuses"):
+        fastane.load_model(_save(prog, tmp_path / "st.mlpackage", ct.target.iOS18, fp16=True))
