@@ -188,8 +188,10 @@ def _axis_resize(node, x, ax, s, m, lo, hi):
             tot = w.sum(-1, keepdims=True)
             w = w / np.where(tot == 0, 1.0, tot)
     idx = np.clip(idx, 0, n - 1)
-    taps = np.take(x, idx.reshape(-1), axis=ax).reshape(x.shape[:ax] + idx.shape + x.shape[ax + 1 :])
-    y = (taps * w.reshape((m, w.shape[1]) + (1,) * (x.ndim - ax - 1))).sum(axis=ax + 1)
+    bcast = (m,) + (1,) * (x.ndim - ax - 1)
+    y = np.take(x, idx[:, 0], axis=ax) * w[:, 0].reshape(bcast)
+    for k in range(1, idx.shape[1]):  # one tap at a time: no array beyond the output's size
+        y += np.take(x, idx[:, k], axis=ax) * w[:, k].reshape(bcast)
     if extra is not None and extra.any():
         y = np.where(
             extra.reshape((m,) + (1,) * (x.ndim - ax - 1)), float(a.get("extrapolation_value", 0.0)), y
