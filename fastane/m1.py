@@ -15,7 +15,9 @@ imports nothing of fastane.
 * :data:`FORMATS`: the TD's format codes and their element bytes.
 * :class:`Limits`: what one task may hold, with the widths of the TD fields;
   :func:`kernel_layout`: **the** KMem layout rule (``m = ceil(Cout / 16)`` output
-  channels per core; each core's kernels, then its biases, then on core 0 the LUT block).
+  channels per core; each core's kernels -- after a palettized kernel's palette --, then its
+  biases, then on core 0 the LUT block); :func:`packed_bytes`: a channel's kernel bytes
+  for an element size in bits.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ __all__ = [
     "kernel_layout",
     "channels_per_core",
     "core_bytes",
+    "packed_bytes",
     "size_str",
 ]
 
@@ -126,11 +129,21 @@ def channels_per_core(cout: int, cores: int = CORES) -> int:
     return -(-cout // cores)
 
 
-def core_bytes(m: int, per_channel: int, bias_vector: bool = False, lut: bool = False) -> int:
+def packed_bytes(n: int, bits: int) -> int:
+    """Bytes of ``n`` kernel elements of ``bits`` bits each (16 fp16, 8 int8/uint8, 1-8 a
+    palettized kernel's codes), packed back to back (whole bytes): one output channel's
+    kernel, the ``per_channel`` of :func:`kernel_layout`."""
+    return -(-int(n) * int(bits) // 8)
+
+
+def core_bytes(
+    m: int, per_channel: int, bias_vector: bool = False, lut: bool = False, prefix: int = 0
+) -> int:
     """KMem bytes of one core holding ``m`` output channels of ``per_channel`` kernel bytes:
-    the kernels (padded to 64), then ``m`` fp16 biases (padded to 64), then the LUT block."""
+    ``prefix`` bytes before them (a palettized kernel's palette, a multiple of 64) and the
+    kernels (padded to 64), then ``m`` fp16 biases (padded to 64), then the LUT block."""
     return (
-        round_up(m * per_channel)
+        round_up(prefix + m * per_channel)
         + (round_up(FORMATS[FP16] * m) if bias_vector else 0)
         + (LUT_BLOCK if lut else 0)
     )
@@ -146,7 +159,7 @@ class KernelLayout:
     ``base + offsets[l]``."""
 
     cout: int
-    per_channel: int  # kernel bytes of one output channel (Cin/groups x Kh x Kw x bytes)
+    per_channel: int  # kernel bytes of one output channel (packed_bytes(Cin/groups x Kh x Kw, bits))
     m: int  # output channels per core
     lanes: int  # cores used
     wbytes: int
@@ -177,13 +190,17 @@ class KernelLayout:
 
 
 @functools.lru_cache(maxsize=1024)
-def kernel_layout(cout: int, per_channel: int, bias_vector: bool = False, lut: bool = False) -> KernelLayout:
-    """The :class:`KernelLayout` of ``cout`` (>= 1) output channels of ``per_channel`` bytes each."""
+def kernel_layout(
+    cout: int, per_channel: int, bias_vector: bool = False, lut: bool = False, prefix: int = 0
+) -> KernelLayout:
+    """The :class:`KernelLayout` of ``cout`` (>= 1) output channels of ``per_channel`` bytes
+    each (:func:`packed_bytes`: the element size is the caller's), after ``prefix`` bytes
+    of each core's kernel buffer (a palette; ``wbytes`` includes it)."""
     m = channels_per_core(cout)
     lanes = -(-cout // m)
-    wbytes = round_up(m * per_channel)
-    first = core_bytes(m, per_channel, bias_vector, lut)
-    rest = core_bytes(m, per_channel, bias_vector)
+    wbytes = round_up(prefix + m * per_channel)
+    first = core_bytes(m, per_channel, bias_vector, lut, prefix)
+    rest = core_bytes(m, per_channel, bias_vector, prefix=prefix)
     offsets = tuple(0 if k == 0 else first + (k - 1) * rest for k in range(lanes))
     sizes = tuple(first if k == 0 else rest for k in range(lanes))
     return KernelLayout(cout, per_channel, m, lanes, wbytes, rest - wbytes, first - rest, offsets, sizes)

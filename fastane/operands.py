@@ -18,6 +18,10 @@ value the user gave, whatever its dtype:
   structured dtypes are refused with a :class:`TypeError` that names the function and
   the operand.
 
+Integer operands (the INT8 path's uint8/int8 tensors) are never rounded:
+:func:`int_operand` accepts only values that already are integers of the format's range
+(a float holding one is fine) and raises :class:`ValueError` for the others.
+
 This module sits at the bottom of the import order (it imports numpy only), so the device
 and the front ends share it.
 """
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["real_operand", "fp16_operand"]
+__all__ = ["real_operand", "fp16_operand", "int_operand"]
 
 
 def real_operand(x, func: str, name: str) -> np.ndarray:
@@ -69,3 +73,26 @@ def _round_to_odd_f64(x: np.ndarray) -> np.ndarray:
         inexact = np.isfinite(hi) & (hi.astype(x.dtype) != x)
     bits = hi.view(np.uint64)
     return np.where(inexact, bits | np.uint64(1), bits).view(np.float64)
+
+
+def int_operand(x, dtype, func: str, name: str) -> np.ndarray:
+    """``x`` as an array of the integer ``dtype`` (uint8 or int8): every value must be an
+    integer within the dtype's range (no rounding, no wrapping); else ValueError."""
+    arr = real_operand(x, func, name)
+    dtype = np.dtype(dtype)
+    if arr.dtype == dtype:
+        return arr
+    info = np.iinfo(dtype)
+    if arr.size:
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(arr) if arr.dtype.kind == "f" else np.zeros(arr.shape, bool)
+            bad |= (arr < info.min) | (arr > info.max)
+            if arr.dtype.kind == "f":
+                bad |= arr != np.floor(arr)
+        if bad.any():
+            v = arr[bad].flat[0]
+            raise ValueError(
+                f"{func}: {name} must hold integers in [{info.min}, {info.max}] for a {dtype} "
+                f"tensor (no rounding or wrapping), got {v!r}"
+            )
+    return arr.astype(dtype)

@@ -32,6 +32,8 @@ class Stats:
     kernel_dma_bytes: int = 0
     tile_dma_src_bytes: int = 0
     tile_dma_dst_bytes: int = 0
+    #: of ``macs``, those the INT8 lanes ran (256 a core instead of 128: fastane.device.int8)
+    int8_macs: int = 0
     #: per-task Stats, in execution order (empty for a single-task record)
     tasks_detail: list = field(default_factory=list)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errstate import report_events
-from ..operands import fp16_operand, real_operand
+from ..operands import fp16_operand, int_operand
 from ..stats import Stats
 from ..td import Program
 from ..td.fields import TD_SIZE
@@ -228,9 +228,11 @@ class Device:
         queue: int = 0,
         priority: int | None = None,
     ) -> Outputs:
-        """Run ``program`` on ``inputs`` ({slot: NCHW array}); {slot: NCHW float16} out.
+        """Run ``program`` on ``inputs`` ({slot: NCHW array}); {slot: NCHW array} out, in
+        each slot's format (float16, or uint8/int8 on the INT8 path).
 
-        Inputs of other dtypes are rounded to the slot's format (fp16: nearest even).
+        Inputs of other dtypes are rounded to an fp16 slot's format (nearest even); an
+        integer slot takes integers of its range only (ValueError otherwise).
         Saturations are surfaced through :func:`fastane.errstate` in the calling thread.
         In stats-only mode no data moves and the outputs dict is empty.
         """
@@ -258,10 +260,11 @@ class Device:
         arrays = {}
         for slot, x in inputs.items():
             t = slots[slot]
-            # fp16 slots: the one rounding of every front end; other formats: a cast
-            x = (fp16_operand if t.dtype == np.float16 else real_operand)(
-                x, "Device.run", f"input for slot {slot}"
-            )
+            # fp16 slots: the one rounding of every front end; integer slots: exact integers
+            if t.dtype == np.float16:
+                x = fp16_operand(x, "Device.run", f"input for slot {slot}")
+            else:
+                x = int_operand(x, t.dtype, "Device.run", f"input for slot {slot}")
             if x.shape != t.shape and x.shape != t.shape[1:]:
                 raise ValueError(f"input for slot {slot} has shape {x.shape}; the program reads {t.shape}")
             arrays[slot] = x.reshape(t.shape)

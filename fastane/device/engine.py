@@ -36,7 +36,7 @@ from ..errors import DeviceFault, TDError
 from ..m1 import FORMATS, MAX_CHAIN, TD_SIZE
 from ..stats import Stats
 from ..td import TaskDescriptor
-from . import kernel_dma, l2, mac, ne, planar, tile_dma
+from . import kernel_dma, l2, mac, mac_int8, ne, planar, tile_dma
 from .faults import BARFault, ChainFault, DecodeFault, DMARangeFault, HostMemoryFault
 from .memory import BARTable, UnifiedMemory, aligned_bytes
 
@@ -274,6 +274,7 @@ class Engine:
             kernel_dma_bytes=p.kdma.nbytes,
             tile_dma_src_bytes=src_bytes,
             tile_dma_dst_bytes=p.dst.nbytes if p.dst else 0,
+            int8_macs=g.macs if mac_int8.is_int8(p) else 0,
         )
         return p
 
@@ -302,7 +303,11 @@ class Engine:
             x, cmax = tile_dma.read_max(p.src, data)
         else:
             x = self.l2.read(p.l2.source[0])
-        if p.is_planar:
+        if mac_int8.is_int8(p):  # the INT8 path: MAC and NE in one block (fastane.device.int8)
+            w = self._weights(g, p) if g.mode == mac.CONV else None
+            values, saturated, nans = mac_int8.run(p, x, w, self.kmem)
+            lut_under = lut_over = 0
+        elif p.is_planar:
             values, nans = planar.run(p.planar, g, x, planar.read_operand(p.src1, data, self.l2))
             saturated = lut_under = lut_over = 0
         elif g.mode == mac.CONV:
@@ -440,6 +445,7 @@ assert _FIELDS == (
     "kernel_dma_bytes",
     "tile_dma_src_bytes",
     "tile_dma_dst_bytes",
+    "int8_macs",
 ), _FIELDS
 
 
@@ -457,6 +463,7 @@ def _copy(s: Stats) -> Stats:
         s.kernel_dma_bytes,
         s.tile_dma_src_bytes,
         s.tile_dma_dst_bytes,
+        s.int8_macs,
     )
 
 
@@ -512,6 +519,7 @@ def _events(s: Stats, saturated: int, nans: int, lut_under: int, lut_over: int) 
         s.kernel_dma_bytes,
         s.tile_dma_src_bytes,
         s.tile_dma_dst_bytes,
+        s.int8_macs,
     )
 
 

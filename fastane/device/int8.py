@@ -59,6 +59,7 @@ from fastane.kernels.acc import ACC_MIN as _ACC_MIN
 from fastane.kernels.mac_int8 import OPERAND_SCALE
 
 from ..m1 import DTYPES, FP16
+from .faults import UnsupportedTask
 
 __all__ = [
     "INT_FORMATS",
@@ -76,6 +77,9 @@ __all__ = [
     "is_int",
     "acc_bias",
     "output_range",
+    "format_name",
+    "check_task",
+    "dma_format",
 ]
 
 #: the integer format codes (fastane.m1.DTYPES: 0 uint8, 1 int8)
@@ -118,3 +122,45 @@ def acc_bias(bits: int, shift: int) -> int:
 def output_range(fmt: int) -> tuple:
     """``(lo, hi)`` of an integer output format, or ``(0, 0)`` for fp16 (no clamp)."""
     return OUTPUT_RANGE.get(fmt, (0, 0)) if fmt != FP16 else (0, 0)
+
+
+_NAMES = {0: "uint8", 1: "int8", FP16: "fp16"}
+
+
+def format_name(fmt: int) -> str:
+    """``"uint8"``, ``"int8"``, ``"fp16"`` (or ``"format 3"``) for a TD format code."""
+    return _NAMES.get(fmt, f"format {fmt}")
+
+
+def check_task(regs: dict, what: str) -> None:
+    """Decision 7 (and 4): raise :class:`UnsupportedTask` unless the task's formats are a
+    combination fastane emulates -- the FP16 path (everything fp16) or the INT8 path (an
+    integer input, an integer kernel, any output format, no LUT).  Called by the MAC block
+    while planning, before anything moves."""
+    fi, fo, fk = regs["Common.ChCfg.InFmt"], regs["Common.ChCfg.OutFmt"], regs["NE.KernelCfg.KernelFmt"]
+    conv = regs["NE.MACCfg.KernelMode"] == 0
+    if fi == FP16:
+        if fo != FP16 or (conv and fk != FP16):
+            raise UnsupportedTask(
+                f"{what}: the FP16 path needs fp16 throughout (InFmt {fi}, OutFmt {fo}, "
+                f"KernelFmt {fk}; 2 = FP16): an fp16 input with a {format_name(fo)} output or a "
+                f"{format_name(fk)} kernel is not emulated"
+            )
+        return
+    if not is_int(fi):
+        raise UnsupportedTask(f"{what}: InFmt {fi} is not a known format (0 uint8, 1 int8, 2 FP16)")
+    if conv and not is_int(fk):
+        raise UnsupportedTask(
+            f"{what}: the INT8 path (InFmt {fi}, {format_name(fi)}) needs an integer kernel "
+            f"(KernelFmt 0 or 1), got KernelFmt {fk} ({format_name(fk).upper()})"
+        )
+    if fo not in _NAMES:
+        raise UnsupportedTask(f"{what}: OutFmt {fo} is not a known format (0 uint8, 1 int8, 2 FP16)")
+    if regs["NE.MACCfg.NonlinearMode"] == 2:
+        raise UnsupportedTask(f"{what}: NonlinearMode 2 (the LUT) is not emulated on the INT8 path")
+
+
+def dma_format(regs: dict, engine: str) -> int:
+    """Decision 7: the ``MemFmt`` a MAC task's TileDMA engine must move: its ``InFmt``
+    (TileDMASrc) or ``OutFmt`` (TileDMADst)."""
+    return regs["Common.ChCfg.OutFmt" if engine == "TileDMADst" else "Common.ChCfg.InFmt"]

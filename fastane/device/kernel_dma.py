@@ -34,6 +34,7 @@ from fastane.kernels import dma as _kdma
 from fastane.kernels.fp16 import f16_bits_to_f64_array
 
 from ..m1 import ALIGN, CORES, DTYPES, KMEM_CORE_BYTES, channels_per_core, kernel_layout
+from . import palette
 from .faults import BARFault, KMemOverflow
 
 #: KernelDMA lanes (one per NE core) and the kernel memory of each core (fastane.m1)
@@ -136,19 +137,27 @@ def lane_channels(cout: int, lane: int) -> range:
     return range(lane * m, min((lane + 1) * m, cout))
 
 
-def lane_stride(cout: int, cin_per_group: int, kh: int, kw: int, fmt: int = 2) -> int:
-    """``coeff``: the bytes of one lane's buffer, padded to 64."""
-    return kernel_layout(cout, cin_per_group * kh * kw * DTYPES[fmt].itemsize).wbytes if cout > 0 else 0
+def lane_stride(cout: int, cin_per_group: int, kh: int, kw: int, fmt=2) -> int:
+    """``coeff``: the bytes of one lane's buffer, padded to 64 (``fmt``: a ``KernelFmt``
+    code, or a :class:`fastane.device.palette.Palettized` kernel, palette included)."""
+    if cout <= 0:
+        return 0
+    n = cin_per_group * kh * kw
+    return kernel_layout(cout, palette.channel_bytes(fmt, n), prefix=palette.prefix_bytes(fmt)).wbytes
 
 
-def lane_bytes(cout: int, cin_per_group: int, kh: int, kw: int, fmt: int = 2) -> list[int]:
-    """Bytes of kernel each of the 16 cores reads from its KMem (0 = lane unused)."""
-    per = cin_per_group * kh * kw * DTYPES[fmt].itemsize
+def lane_bytes(cout: int, cin_per_group: int, kh: int, kw: int, fmt=2) -> list[int]:
+    """Bytes of kernel each of the 16 cores reads from its KMem (0 = lane unused; a
+    palettized kernel's palette counts)."""
+    per = palette.channel_bytes(fmt, cin_per_group * kh * kw)
+    pre = palette.prefix_bytes(fmt)
     m = channels_per_core(cout)
-    return [max(0, min(m, cout - lane * m)) * per for lane in range(LANES)]
+    return [
+        (pre + k * per if k > 0 else 0) for k in (max(0, min(m, cout - lane * m)) for lane in range(LANES))
+    ]
 
 
-def check_fits(cout: int, cin_per_group: int, kh: int, kw: int, fmt: int = 2) -> None:
+def check_fits(cout: int, cin_per_group: int, kh: int, kw: int, fmt=2) -> None:
     """Raise :class:`KMemOverflow` if a lane's share of the kernel exceeds its 64 KiB."""
     need = lane_stride(cout, cin_per_group, kh, kw, fmt)
     if need > KMEM_BYTES:
@@ -191,8 +200,13 @@ def pack_weights(w, fmt: int = 2, base: int = 0) -> tuple[bytes, dict]:
     return bytes(out), fields
 
 
-def unpack_weights(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt: int = 2) -> np.ndarray:
-    """The ``[Cout, Cin/groups, Kh, Kw]`` weights (float64, exact) the cores hold in KMem."""
+def unpack_weights(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt=2) -> np.ndarray:
+    """The ``[Cout, Cin/groups, Kh, Kw]`` weights (float64, exact) the cores hold in KMem
+    (a palettized kernel: each core's palette at its codes)."""
+    if isinstance(fmt, palette.Palettized):
+        w = np.empty((cout, cin_g * kh * kw), dtype=np.float64)
+        palette.decode(kmem.data, fmt, cout, cin_g * kh * kw, w)
+        return w.reshape(cout, cin_g, kh, kw)
     dtype = DTYPES[fmt]
     per = cin_g * kh * kw * dtype.itemsize
     w = np.empty((cout, cin_g * kh * kw), dtype=np.float64)
@@ -208,9 +222,12 @@ def unpack_weights(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt: int
     return w.reshape(cout, cin_g, kh, kw)
 
 
-def used_bytes(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt: int = 2) -> bytes:
+def used_bytes(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt=2) -> bytes:
     """A copy of the KMem bytes the MAC reads for a ``[Cout, Cin/groups, Kh, Kw]`` kernel
     (each lane's channels, lane after lane): what its decoded weights depend on."""
+    if isinstance(fmt, palette.Palettized):  # each lane's palette and codes
+        need = lane_bytes(cout, cin_g, kh, kw, fmt)
+        return b"".join(kmem.data[lane, :n].tobytes() for lane, n in enumerate(need) if n)
     per = cin_g * kh * kw * DTYPES[fmt].itemsize
     m = channels_per_core(cout)
     full = cout // m
@@ -219,9 +236,7 @@ def used_bytes(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt: int = 2
     return head + kmem.data[full, :rest].tobytes() if rest else head
 
 
-def check_loaded(
-    p: KernelDMAPlan, cout: int, cin_g: int, kh: int, kw: int, fmt: int = 2, what: str = "MAC"
-) -> None:
+def check_loaded(p: KernelDMAPlan, cout: int, cin_g: int, kh: int, kw: int, fmt=2, what: str = "MAC") -> None:
     """Fault unless every core the convolution uses had its kernel loaded by KernelDMA."""
     loaded = {lane.lane: lane.nbytes for lane in p.lanes}
     for lane, need in enumerate(lane_bytes(cout, cin_g, kh, kw, fmt)):

@@ -28,7 +28,7 @@ from fastane.kernels import dma as _kdma
 from fastane.kernels import mac as _kmac
 from fastane.kernels import parallel as _kpar
 
-from ..m1 import FP16
+from . import int8, palette
 from .faults import DecodeFault, UnsupportedTask
 from .host_memory import task_host_bytes
 
@@ -55,7 +55,7 @@ class Geometry:
     groups: int
     in_fmt: int
     out_fmt: int
-    kernel_fmt: int
+    kernel_fmt: object  # a KernelFmt code, or a fastane.device.palette.Palettized kernel
 
     @property
     def cin_g(self) -> int:
@@ -91,7 +91,7 @@ def geometry(regs: dict, what: str) -> Geometry:
         groups=r["Common.GroupConvCfg.NumGroups"],
         in_fmt=r["Common.ChCfg.InFmt"],
         out_fmt=r["Common.ChCfg.OutFmt"],
-        kernel_fmt=r["NE.KernelCfg.KernelFmt"],
+        kernel_fmt=palette.kernel_format(r, what),
     )
     dims = dict(
         Cin=g.cin,
@@ -114,11 +114,7 @@ def geometry(regs: dict, what: str) -> Geometry:
         raise UnsupportedTask(f"{what}: NE.MACCfg.OpMode = {op} with a kernel is not emulated", op_mode=op)
     if g.mode == PASSTHROUGH and op not in (0, 4):
         raise UnsupportedTask(f"{what}: NE.MACCfg.OpMode = {op} is not emulated", op_mode=op)
-    if g.in_fmt != FP16 or g.out_fmt != FP16 or (g.mode == CONV and g.kernel_fmt != FP16):
-        raise UnsupportedTask(
-            f"{what}: only the FP16 datapath is emulated (InFmt {g.in_fmt}, "
-            f"OutFmt {g.out_fmt}, KernelFmt {g.kernel_fmt}; 2 = FP16)"
-        )
+    int8.check_task(r, what)  # the FP16 path, or the INT8 path (fastane.device.int8)
     if g.cin % g.groups or g.cout % g.groups:
         raise DecodeFault(f"{what}: Cin {g.cin} and Cout {g.cout} must be multiples of NumGroups {g.groups}")
     if regs["L2.L2Cfg.PaddingMode"] != 0:
@@ -158,6 +154,8 @@ def host_bytes(g: Geometry) -> int:
         return task_host_bytes(f64=n_in + n_out, results=n_out)
     cols = 0 if plain(g) else g.cin * g.kh * g.kw * g.hout * g.wout
     weights = g.cout * g.cin_g * g.kh * g.kw
+    if int8.is_int(g.in_fmt):  # the INT8 path: the operands scaled once more (fastane.kernels.mac_int8)
+        n_in, weights = 2 * n_in, 2 * weights
     return task_host_bytes(f64=n_in + cols + weights + 2 * n_out, results=n_out, flags=n_out)
 
 

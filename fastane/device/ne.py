@@ -35,8 +35,9 @@ from fastane.kernels import ne as _kne
 from fastane.kernels import ne_table as _ktable
 
 from ..errors import TDError
+from . import int8, palette
 from .faults import KMemOverflow, UnsupportedTask
-from ..m1 import CORES, DTYPES, LUT_BLOCK, kernel_layout
+from ..m1 import CORES, LUT_BLOCK, kernel_layout
 
 IDENTITY, RELU, LUT = 0, 1, 2
 
@@ -62,27 +63,27 @@ class NEConfig:
 
 def config(regs: dict, what: str) -> NEConfig:
     """Decode and check the NE registers."""
-    for name in (
-        "NE.AccBias.AccBiasShift",
-        "NE.PostScale.PostRightShift",
-        "NE.KernelCfg.PalettizedEn",
-        "NE.KernelCfg.SparseFmt",
-    ):
+    integer = int8.is_int(regs["Common.ChCfg.InFmt"])  # the INT8 path reads the shifts
+    names = (
+        ("NE.KernelCfg.PalettizedEn", "NE.KernelCfg.SparseFmt") if integer else ("NE.KernelCfg.SparseFmt",)
+    )
+    if not integer:  # palettized kernels: fastane.device.palette (the FP16 path)
+        names = ("NE.AccBias.AccBiasShift", "NE.PostScale.PostRightShift") + names
+    for name in names:
         if regs[name]:
-            raise UnsupportedTask(f"{what}: {name} = {regs[name]} is not emulated on the FP16 path")
+            raise UnsupportedTask(
+                f"{what}: {name} = {regs[name]} is not emulated on the {'INT8' if integer else 'FP16'} path"
+            )
     cout = regs["Common.Cout.Cout"]
     vector = bool(regs["NE.MACCfg.BiasMode"] and regs["NE.MACCfg.MatrixBiasEn"])
-    per = 0  # an elementwise task (KernelMode 1) holds no kernels
+    per = prefix = 0  # an elementwise task (KernelMode 1) holds no kernels
     if regs["NE.MACCfg.KernelMode"] == 0 and cout > 0:
         groups = max(regs["Common.GroupConvCfg.NumGroups"], 1)
-        per = (
-            regs["Common.Cin.Cin"]
-            // groups
-            * regs["Common.ConvCfg.Kh"]
-            * regs["Common.ConvCfg.Kw"]
-            * DTYPES[regs["NE.KernelCfg.KernelFmt"] % 3].itemsize
-        )
-    lay = kernel_layout(max(cout, 1), per, vector)
+        n = regs["Common.Cin.Cin"] // groups * regs["Common.ConvCfg.Kh"] * regs["Common.ConvCfg.Kw"]
+        fmt = palette.kernel_format(regs, what)
+        fmt = fmt % 3 if isinstance(fmt, int) else fmt  # 3 is refused by the MAC block first
+        per, prefix = palette.channel_bytes(fmt, n), palette.prefix_bytes(fmt)
+    lay = kernel_layout(max(cout, 1), per, vector, prefix=prefix)
     cfg = NEConfig(
         regs["NE.MACCfg.BiasMode"],
         regs["NE.AccBias.AccBias"],

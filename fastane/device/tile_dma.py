@@ -26,6 +26,7 @@ from fastane.kernels import dma
 
 from ..m1 import FP16
 from ..td.planar import TASK_REDUCE, is_planar
+from . import int8
 from .buffers import FORMATS
 from .faults import BARFault, UnsupportedTask
 from .memory import ALIGN, round_up
@@ -91,10 +92,12 @@ def plan(
     fmt = regs[f"{engine}.Fmt.MemFmt"]
     if fmt not in FORMATS:
         raise UnsupportedTask(f"{what}: {engine}.Fmt.MemFmt = {fmt} is not a known format", fmt=fmt)
-    if fmt != FP16:  # the MAC, NE and planar blocks compute fp16 only
+    want = FP16 if is_planar(regs) else int8.dma_format(regs, engine)  # the planar engine: fp16 only
+    if fmt != want:  # the DMA converts no format (fastane.device.int8, decision 7)
+        name = int8.format_name(want)
         raise UnsupportedTask(
-            f"{what}: {engine}.Fmt.MemFmt = {fmt} ({FORMATS[fmt]}): only fp16 "
-            f"tensors (MemFmt 2) are emulated; the INT8 path is not",
+            f"{what}: {engine}.Fmt.MemFmt = {fmt} ({FORMATS[fmt]}), but the task computes "
+            f"{name} (format {want}): the DMA converts no format: the task moves only {name} tensors",
             fmt=fmt,
         )
     row, plane = (regs[f"{engine}.{k}"] * ALIGN for k in _STRIDES[engine][:2])

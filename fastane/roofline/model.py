@@ -4,7 +4,8 @@ on a :class:`~fastane.roofline.chips.Chip` (:func:`task_times`, :func:`estimate`
 
 The time model:
 
-``compute = 2 x MACs / peak_fp16 + planar_ops / planar_rate``
+``compute = 2 x (MACs - INT8 MACs) / peak_fp16 + 2 x INT8 MACs / peak_int8 + planar_ops / planar_rate``
+(``peak_int8``: :mod:`fastane.roofline.int8`, 256 INT8 lanes a core)
 ``dma = 0.939 x kernel/BW_kernel + 0.981 x tile_src/BW_tile + tile_dst/BW_tile + control/BW_tile``
 (and at least all bytes / DRAM bandwidth)
 ``task = max(compute, dma) + dispatch``;  ``program = sum(task) + 0.001 s``
@@ -29,6 +30,7 @@ import numpy as np
 
 from ..stats import Stats
 from . import chips as _chips
+from . import int8 as _int8
 from .fitted import FITTED
 
 __all__ = [
@@ -108,6 +110,7 @@ def _task_arrays(tasks) -> dict:
         "kernel_dma_bytes",
         "tile_dma_src_bytes",
         "tile_dma_dst_bytes",
+        "int8_macs",
     )
     return {n: np.fromiter((getattr(t, n) for t in tasks), dtype=np.float64, count=len(tasks)) for n in names}
 
@@ -146,7 +149,14 @@ def rates(chip, params: ModelParams = DEFAULT_PARAMS) -> dict:
     else:
         raise ValueError(f"bandwidth must be 'dma' or 'read', got {params.bandwidth!r}")
     disp = chip.dispatch_s.value if params.dispatch_s is None else params.dispatch_s
-    return {"peak": peak * params.compute_efficiency, "kernel": kbw, "tile": tbw, "dispatch": disp}
+    peak8 = _int8.peak_ops_int8_program(chip) if params.one_ane else _int8.peak_ops_int8(chip).value
+    return {
+        "peak": peak * params.compute_efficiency,
+        "peak_int8": peak8 * params.compute_efficiency,
+        "kernel": kbw,
+        "tile": tbw,
+        "dispatch": disp,
+    }
 
 
 def task_times(tasks, chip="m1", params: ModelParams = DEFAULT_PARAMS) -> dict:
@@ -163,7 +173,11 @@ def task_times(tasks, chip="m1", params: ModelParams = DEFAULT_PARAMS) -> dict:
 def _times(a: dict, chip, params: ModelParams) -> dict:
     r = rates(chip, params)
     peak, kbw, tbw, disp = r["peak"], r["kernel"], r["tile"], r["dispatch"]
-    compute = 2 * a["macs"] / peak + a["planar_ops"] / (peak * params.planar_fraction)
+    compute = (
+        2 * (a["macs"] - a["int8_macs"]) / peak  # the FP16 lanes
+        + 2 * a["int8_macs"] / r["peak_int8"]  # the INT8 lanes: fastane.roofline.int8
+        + a["planar_ops"] / (peak * params.planar_fraction)
+    )
     kern = a["kernel_dma_bytes"] / kbw
     tile = a["tile_dma_src_bytes"] / tbw
     dst = a["tile_dma_dst_bytes"] / tbw
