@@ -14,6 +14,7 @@ from .errors import (
 from .errstate import errstate, geterr, seterr
 from .stats import Stats, last_stats
 from .api import conv1d, conv2d, linear, matmul
+from .compress import PalettizedWeight, palettize, quantize
 from .activations import (
     exp,
     exp2,
@@ -57,6 +58,9 @@ __all__ = [
     "linear",
     "conv1d",
     "conv2d",
+    "palettize",
+    "quantize",
+    "PalettizedWeight",
     "relu",
     "tanh",
     "sigmoid",

@@ -22,9 +22,11 @@ import operator
 
 import numpy as np
 
+from . import compress as _compress
 from . import lower as _lower
 from . import lut as _lut
 from .errstate import report_events
+from .lower.compressed import PalettizedWeight
 from .lower.problems import check_addressable, check_matmul
 from .operands import fp16_operand
 from .stats import Stats, last_stats, record
@@ -204,7 +206,8 @@ def linear(x, weight, bias=None, activation=None) -> np.ndarray:
     ``(..., in_features)``.  The bias is added in fp16 after readout (rounded once), then
     the activation (see :func:`conv2d`), both fused in the NE stage of the tasks.
     """
-    w = np.asarray(weight)
+    compressed = isinstance(weight, PalettizedWeight)  # fastane.palettize / quantize
+    w = weight if compressed else np.asarray(weight)
     if w.ndim != 2:
         raise ValueError(f"linear: weight must be 2-D (out_features, in_features), got shape {w.shape}")
     x_arr = np.asarray(x)
@@ -215,7 +218,7 @@ def linear(x, weight, bias=None, activation=None) -> np.ndarray:
         )
     if x_arr.size and w.size:  # the product's size, before the operands' fp16 copies
         check_matmul(1, 1, 1, math.prod(x_arr.shape[:-1]), w.shape[1], w.shape[0], bias is not None)
-    w16 = _fp16_operand(w, "linear", "weight")
+    w16 = w if compressed else _fp16_operand(w, "linear", "weight")
     x16 = _fp16_operand(x_arr, "linear", "x")
     N, K = w16.shape
     b16 = _bias_operand(bias, N, "linear")
@@ -225,6 +228,11 @@ def linear(x, weight, bias=None, activation=None) -> np.ndarray:
     if M * N == 0 or K == 0:
         y = _no_reduction((M, N), b16, -1, stage)
         _finish("linear", Stats(), y.size)
+    elif compressed:
+        with _named("linear"):
+            y, stats = _compress.linear(x16, w16, b16, activation, _lower.run_conv)
+        _finish("linear", stats, y.size)
+        return y
     else:
         with _named("linear"):
             y, stats, _ = _lower.run_matmul(
@@ -291,7 +299,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
 
 def _conv2d(func, x, weight, bias, stride, padding, dilation, groups, activation) -> np.ndarray:
     x16 = _fp16_operand(x, func, "input")
-    w16 = _fp16_operand(weight, func, "weight")
+    # a compressed weight (fastane.palettize / quantize) stays compressed down to KMem
+    w16 = weight if isinstance(weight, PalettizedWeight) else _fp16_operand(weight, func, "weight")
     if w16.ndim != 4:
         raise ValueError(
             f"{func}: expected a 4-D weight (out_channels, in_channels/groups, kH, kW), got shape {w16.shape}"

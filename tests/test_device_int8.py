@@ -169,7 +169,7 @@ def test_integer_inputs_are_checked(dev):
         ({"TileDMADst.Fmt.MemFmt": 0}, "converts no format"),
         ({"NE.MACCfg.NonlinearMode": 2}, "INT8 path"),
         ({"Common.ChCfg.InFmt": 3, "TileDMASrc.Fmt.MemFmt": 3}, "not a known format"),
-        ({"NE.KernelCfg.PalettizedEn": 1}, "INT8 path"),
+        ({"NE.KernelCfg.PalettizedEn": 1}, "palette of KernelFmt 1"),
     ],
 )
 @pytest.mark.parametrize("stats_only", [False, True])

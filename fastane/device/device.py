@@ -258,13 +258,18 @@ class Device:
             if t.problem is not None and t.role != "intermediate":
                 raise NotImplementedError(f"Device.run: {t.problem}")
         arrays = {}
+        bad_input = None  # an integer input out of its range: raised after the program's own faults
         for slot, x in inputs.items():
             t = slots[slot]
             # fp16 slots: the one rounding of every front end; integer slots: exact integers
             if t.dtype == np.float16:
                 x = fp16_operand(x, "Device.run", f"input for slot {slot}")
             else:
-                x = int_operand(x, t.dtype, "Device.run", f"input for slot {slot}")
+                try:
+                    x = int_operand(x, t.dtype, "Device.run", f"input for slot {slot}")
+                except ValueError as exc:
+                    bad_input = bad_input or exc
+                    continue
             if x.shape != t.shape and x.shape != t.shape[1:]:
                 raise ValueError(f"input for slot {slot} has shape {x.shape}; the program reads {t.shape}")
             arrays[slot] = x.reshape(t.shape)
@@ -275,6 +280,9 @@ class Device:
                 if slot in arrays and not stats_only:
                     raw = self.memory.view(regions[slot].iova, regions[slot].size)
                     t.view(raw)[...] = arrays[slot][0].astype(t.dtype)
+            if bad_input is not None:  # a program the device refuses is refused first
+                self.submit(loaded, regions, queue=queue, priority=priority, stats_only=True).wait()
+                raise bad_input
             task = self.submit(loaded, regions, queue=queue, priority=priority, stats_only=stats_only)
             stats = task.wait()
             out = Outputs()

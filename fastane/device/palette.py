@@ -84,14 +84,15 @@ def channel_bytes(fmt, n: int) -> int:
     return packed_bytes(n, bits)
 
 
-def pack(codes, palettes, bits: int, base: int = 0, bias=None) -> tuple[bytes, dict]:
+def pack(codes, palettes, bits: int, base: int = 0, bias=None, lut=None) -> tuple[bytes, dict]:
     """A palettized kernel's KernelDMA bytes and lane registers (the counterpart of
     :func:`fastane.device.kernel_dma.pack_weights`).
 
     ``codes``: integers ``[Cout, Cin/groups, Kh, Kw]`` in ``[0, 2**bits)``; ``palettes``:
     fp16 ``[2**bits]`` (one palette for every core) or ``[cores used, 2**bits]`` (one per
     core); ``bias``: optional fp16 ``[Cout]`` (``MatrixBiasEn``: stored after each core's
-    codes); ``base``: the bytes' offset in the kernel slot (a multiple of 64)."""
+    codes); ``lut``: optional 0x80-byte LUT coefficient block (after core 0's biases);
+    ``base``: the bytes' offset in the kernel slot (a multiple of 64)."""
     codes = np.asarray(codes)
     if codes.ndim != 4 or min(codes.shape) < 1:
         raise ValueError(f"codes must be a non-empty [Cout, Cin/groups, Kh, Kw], got shape {codes.shape}")
@@ -104,7 +105,7 @@ def pack(codes, palettes, bits: int, base: int = 0, bias=None) -> tuple[bytes, d
     fmt = Palettized(bits)
     cout = codes.shape[0]
     n = int(np.prod(codes.shape[1:]))
-    lay = kernel_layout(cout, channel_bytes(fmt, n), bias is not None, False, prefix_bytes(fmt))
+    lay = kernel_layout(cout, channel_bytes(fmt, n), bias is not None, lut is not None, prefix_bytes(fmt))
     pal = np.asarray(palettes)
     if pal.dtype != np.float16:
         raise TypeError(f"palettes must be float16, got {pal.dtype}")
@@ -132,6 +133,8 @@ def pack(codes, palettes, bits: int, base: int = 0, bias=None) -> tuple[bytes, d
         if bias is not None:
             b = np.asarray(bias, np.float16)[lo:hi].astype("<f2").tobytes()
             buf[lay.bias_offset : lay.bias_offset + len(b)] = b
+        if lut is not None and lane == 0:
+            buf[lay.lut_offset : lay.lut_offset + len(lut)] = lut
         out += buf
     return bytes(out), fields
 

@@ -10,6 +10,7 @@ import numpy as np
 from ..kernels import layout as _klayout
 from ..m1 import LIMITS, Limits
 from .cache import build
+from .compressed import PalettizedWeight
 from .problems import Conv, Eltwise, fold
 from .runtime import execute
 
@@ -36,8 +37,12 @@ def run_conv(
     KW)`` are fp16; ``affine = (scale, shift)`` is folded into the weights and bias first
     (:func:`fold`)."""
     x16 = np.asarray(x16)
-    w16 = np.asarray(w16)
+    bits = w16.bits if isinstance(w16, PalettizedWeight) else 0  # kept compressed
+    if not bits:
+        w16 = np.asarray(w16)
     if affine is not None:
+        if bits:
+            raise NotImplementedError("an affine folded into a palettized weight would decompress it")
         w16, bias16 = fold(w16, bias16, *affine)
     N, C, H, W = x16.shape
     CO, CG, KH, KW = w16.shape
@@ -55,6 +60,7 @@ def run_conv(
         groups,
         bias16 is not None,
         activation,
+        bits,
     )
     low = build(conv, limits)
     y, st = execute(low, x16, w16, bias16, device=device, stats_only=stats_only)

@@ -13,6 +13,7 @@ from .. import lut as _lut
 from ..m1 import ALIGN, CORES, L2_UNIT, LUT_BLOCK, Limits, kernel_layout, round_up
 from ..td import BarSlot, Program
 from ..td.asm import conv_td, eltwise_td
+from . import compressed as _compressed
 from .lowered import (
     SLOT_INPUT,
     SLOT_INTERMEDIATE,
@@ -89,9 +90,18 @@ def emit_conv(conv: Conv, lim: Limits) -> Lowered:
     in_layout = AneLayout.of((c.n, c.cin, c.h, c.w))
     out_layout = AneLayout.of((c.n, c.cout, c.hout, c.wout))
     per = c.cin_g * c.kh * c.kw * 2
+    bits = conv.kernel_bits  # a palettized weight: fastane.lower.compressed
     groups, offset = [], 0
     for co0, ct, ci0, cit, ng in kernel_groups(c, t.cout_t, t.groups_t):
-        lay = kernel_layout(ct, per, c.bias, stage.lut)
+        lay = (
+            _compressed.layout(ct, per // 2, c.bias, stage.lut, bits)
+            if bits
+            else kernel_layout(ct, per, c.bias, stage.lut)
+        )
+        if lay.core_bytes > lim.kmem_core_bytes:  # the palette on top of a tile sized for fp16
+            raise NotImplementedError(
+                f"a palettized kernel tile needs {lay.core_bytes} bytes of a core's KMem"
+            )
         groups.append(KernelGroup(co0, ct, ci0, cit, ng, offset, lay))
         offset += lay.nbytes
     ry = axis(c.hout, t.th, c.stride[0], sh, c.pad[0][0], c.h)
@@ -137,6 +147,8 @@ def emit_conv(conv: Conv, lim: Limits) -> Lowered:
                 nid=1,
                 eon=False,
             )
+            if bits:
+                td.update(_compressed.td_fields(g.layout, bits))
             post = _post_chain(td, stage, (g.cout, th, tw), (orow, op), lut_off) if stage.post else []
             tpl = templates[key] = [td] + post
         chain = [td.copy() for td in tpl]

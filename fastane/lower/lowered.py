@@ -14,6 +14,7 @@ from .. import lut as _lut
 from ..m1 import LUT_BLOCK, KernelLayout
 from ..operands import fp16_operand
 from ..td import Program
+from . import compressed as _compressed
 from .bind import Bound
 from .problems import Conv, Eltwise, NEStage
 from .tiler import Tiling
@@ -192,7 +193,10 @@ class Lowered(_Programs):
     def pack(self, raw: np.ndarray, weight, bias=None) -> None:
         """Write the weights ``(Cout, Cin/groups, Kh, Kw)`` (fp16; any strides), the bias
         ``(Cout,)`` and the LUT block into the kernel slot bytes, as every task's KernelDMA
-        lanes expect them (:class:`~fastane.m1.KernelLayout`)."""
+        lanes expect them (:class:`~fastane.m1.KernelLayout`); a palettized weight stays
+        compressed (:func:`fastane.lower.compressed.pack`)."""
+        if isinstance(weight, _compressed.PalettizedWeight):
+            return _compressed.pack(self, raw, weight, bias)
         per = self.eff.cin_g * self.eff.kh * self.eff.kw
         w2 = fp16_operand(weight, "pack", "weight").reshape(self.conv.cout, per)  # one rounding
         k16 = raw[: self.kernel_bytes].view(np.float16)

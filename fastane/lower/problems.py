@@ -141,6 +141,9 @@ class Conv:
     groups: int = 1
     bias: bool = False
     activation: object = None
+    #: 0: fp16 weights; 1-8: a palettized weight of that many bits a code, kept
+    #: compressed in KMem (:mod:`fastane.lower.compressed`)
+    kernel_bits: int = 0
 
     @property
     def span(self) -> tuple:
