@@ -25,6 +25,7 @@ import numpy as np
 from . import compress as _compress
 from . import lower as _lower
 from . import lut as _lut
+from . import quantized as _quantized
 from .errstate import report_events
 from .lower.compressed import PalettizedWeight
 from .lower.problems import check_addressable, check_matmul
@@ -133,7 +134,7 @@ def _precheck_matmul(a, b) -> None:
         check_matmul(math.prod(A[:-2]), math.prod(B[:-2]), nb, M, K, N)
 
 
-def matmul(a, b, out=None, *, activation=None) -> np.ndarray:
+def matmul(a, b, out=None, *, activation=None, scale=None, out_dtype=None) -> np.ndarray:
     """Matrix product of ``a`` and ``b`` as the ANE computes it; ``np.matmul`` semantics.
 
     Batch dimensions broadcast, a 1-D operand is promoted to a matrix and the added
@@ -142,12 +143,21 @@ def matmul(a, b, out=None, *, activation=None) -> np.ndarray:
     ``activation`` (keyword): a fused NE activation (see :func:`conv2d`).
     Returns ``np.float16`` (written into ``out`` when given).
 
+    ``scale`` (and ``out_dtype``): the INT8 path, for int8/uint8 operands (1-D or 2-D;
+    :mod:`fastane.quantized`): the integer products summed exactly, times ``scale``, rounded
+    once to ``out_dtype`` ("float16", "int8" or "uint8").
+
     Runs on the device as a 1x1 convolution in the (B, C, 1, S) layout (``Cin = K``,
     ``Cout = N``, ``S = M``, weights ``b^T``; see :func:`fastane.lower.run_matmul`).
     ``K`` is at most 32,767 (32,704 with a LUT activation): the L2 must hold a task's whole
     K-deep input column (K rows of one 64-byte burst) and its output row, and fastane does
     not split a reduction across tasks (``NotImplementedError``).
     """
+    opts = _quantized.options("matmul", scale, out_dtype)
+    if opts is not None:
+        if out is not None:
+            raise TypeError("matmul: out= is not supported on the INT8 path (scale=)")
+        return _quantized.matmul(a, b, opts, activation)
     _precheck_matmul(a, b)
     a16 = _fp16_operand(a, "matmul", "a")
     b16 = _fp16_operand(b, "matmul", "b")
@@ -199,13 +209,19 @@ def matmul(a, b, out=None, *, activation=None) -> np.ndarray:
     return _store(y, out, "matmul")
 
 
-def linear(x, weight, bias=None, activation=None) -> np.ndarray:
+def linear(x, weight, bias=None, activation=None, *, scale=None, out_dtype=None) -> np.ndarray:
     """``activation(x @ weight.T + bias)`` as the ANE computes it (PyTorch ``nn.functional.linear``).
 
     ``weight`` has shape ``(out_features, in_features)``; ``x`` has shape
     ``(..., in_features)``.  The bias is added in fp16 after readout (rounded once), then
     the activation (see :func:`conv2d`), both fused in the NE stage of the tasks.
+    ``weight`` may be compressed (:func:`fastane.palettize`, :func:`fastane.quantize`): it
+    stays compressed in KMem, with the result of its ``decompress()``.  ``scale``/``out_dtype``:
+    the INT8 path for int8/uint8 ``x`` and ``weight`` (:mod:`fastane.quantized`).
     """
+    opts = _quantized.options("linear", scale, out_dtype)
+    if opts is not None:
+        return _quantized.linear(x, weight, bias, activation, opts)
     compressed = isinstance(weight, PalettizedWeight)  # fastane.palettize / quantize
     w = weight if compressed else np.asarray(weight)
     if w.ndim != 2:
@@ -277,7 +293,19 @@ def _padding(padding, k, dil, stride, func: str) -> tuple[tuple[int, int], tuple
     return (ph, ph), (pw, pw)
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, activation=None) -> np.ndarray:
+def conv2d(
+    x,
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    activation=None,
+    *,
+    scale=None,
+    out_dtype=None,
+) -> np.ndarray:
     """2-D convolution in NCHW as the ANE computes it (PyTorch ``conv2d`` conventions).
 
     ``x``: ``(N, C, H, W)`` or unbatched ``(C, H, W)``; ``weight``: ``(CO, C/groups, KH, KW)``;
@@ -292,15 +320,21 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
     function of that name would.  Bias and activation run fused in the NE stage of the
     tasks; ``"sigmoid"`` and ``"silu"`` (also as the function of that name would) add
     planar-engine tasks after each convolution task, their intermediates kept in L2
-    (docs/lower.md).  Returns ``np.float16``.
+    (docs/lower.md).  Returns ``np.float16``.  A compressed ``weight`` (:func:`fastane.palettize`,
+    :func:`fastane.quantize`) stays compressed in KMem.  ``scale``/``out_dtype``: the INT8
+    path for int8/uint8 ``x`` and ``weight`` (:mod:`fastane.quantized`).
     """
-    return _conv2d("conv2d", x, weight, bias, stride, padding, dilation, groups, activation)
+    opts = _quantized.options("conv2d", scale, out_dtype)
+    return _conv2d("conv2d", x, weight, bias, stride, padding, dilation, groups, activation, opts)
 
 
-def _conv2d(func, x, weight, bias, stride, padding, dilation, groups, activation) -> np.ndarray:
-    x16 = _fp16_operand(x, func, "input")
-    # a compressed weight (fastane.palettize / quantize) stays compressed down to KMem
-    w16 = weight if isinstance(weight, PalettizedWeight) else _fp16_operand(weight, func, "weight")
+def _conv2d(func, x, weight, bias, stride, padding, dilation, groups, activation, opts=None) -> np.ndarray:
+    if opts is not None:  # the INT8 path: integers as they are
+        x16, w16 = _quantized.int8_operand(x, func, "input"), _quantized.int8_operand(weight, func, "weight")
+    else:
+        x16 = _fp16_operand(x, func, "input")
+        # a compressed weight (fastane.palettize / quantize) stays compressed down to KMem
+        w16 = weight if isinstance(weight, PalettizedWeight) else _fp16_operand(weight, func, "weight")
     if w16.ndim != 4:
         raise ValueError(
             f"{func}: expected a 4-D weight (out_channels, in_channels/groups, kH, kW), got shape {w16.shape}"
@@ -337,6 +371,9 @@ def _conv2d(func, x, weight, bias, stride, padding, dilation, groups, activation
             f"{func}: the padded input ({H + pt + pb}x{W + pl + pr}) is smaller than the "
             f"dilated kernel ({d[0] * (KH - 1) + 1}x{d[1] * (KW - 1) + 1})"
         )
+    if opts is not None:
+        y = _quantized.conv2d(func, x16, w16, bias, s, ((pt, pb), (pl, pr)), d, groups, activation, opts)
+        return y[0] if unbatched else y
     stage = _stage(activation, func)
     b16 = _bias_operand(bias, CO, func)
     if N * CO * oh * ow == 0 or CG * KH * KW == 0:

@@ -75,11 +75,14 @@ def report_events(stats, func: str, outputs: int | None = None) -> None:
     sat = stats.saturated
     if sat > 0:
         of = f" of {outputs} outputs" if outputs is not None else " output(s)"
-        _surface(
-            "saturation",
-            f"{func}: {sat}{of} saturated the Q16.16 accumulator (a partial "
-            f"sum left [-32768, 32768)); they read out as +-inf",
-        )
+        if getattr(stats, "int8_macs", 0):  # the INT8 path (docs/numerics.md): accumulator or output range
+            what = (
+                "saturated: the 32-bit integer accumulator clamped, or the result was clamped to the "
+                "integer output's range"
+            )
+        else:
+            what = "saturated the Q16.16 accumulator (a partial sum left [-32768, 32768)); they read out as +-inf"
+        _surface("saturation", f"{func}: {sat}{of} {what}")
     under, over = stats.lut_underflow, stats.lut_overflow
     if under + over > 0:
         _surface(

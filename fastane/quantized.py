@@ -1,0 +1,263 @@
+"""The INT8 path of the numpy surface: ``fastane.matmul``/``linear``/``conv2d`` with
+``scale=`` (and optionally ``out_dtype=``) run on the 256 INT8 lanes of each core.
+
+The keywords (the whole set):
+
+* ``scale`` (a positive float; selecting the INT8 path): the NE multiplies the 32-bit
+  integer accumulator (plus the bias) by it before the one rounding to the output
+  (docs/numerics.md, "The INT8 path").  For a quantized product it is
+  ``scale_a * scale_b / scale_out`` (integer output) or ``scale_a * scale_b`` (fp16
+  output).  The NE holds it as an fp16 ``PostScale`` times ``2**-PostRightShift``, so
+  it is used rounded to 11 significant bits (:func:`ne_scale` says to what);
+* ``out_dtype``: ``"float16"`` (default), ``"int8"`` or ``"uint8"`` (saturating);
+* the operands must be ``np.int8`` or ``np.uint8`` arrays (any combination); ``bias``
+  (``linear``, ``conv2d``) holds integers in accumulator units, each an int16 times one
+  common power of two (the NE's ``AccBias``/``AccBiasShift``); ``activation`` is None or
+  ``"relu"`` (the LUT is not emulated on the INT8 path).
+
+Zero points are not among the keywords: the NE has no zero-point field; an asymmetric
+operand is the caller's to center.  The call is lowered to one task per image (a matmul:
+one task) built with :func:`fastane.td.conv_td` and run on the default device; a problem
+that does not fit one task (KMem, L2, the TD's field widths) raises
+``NotImplementedError``: the tiler does not tile the INT8 path yet.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from . import lower as _lower
+from .errors import DeviceFault, TDError
+from .errstate import errstate, report_events
+from .m1 import FP16, kernel_layout
+from .stats import Stats, record
+from .td import Program, conv_td
+
+__all__ = ["ne_scale", "matmul", "linear", "conv2d"]
+
+_OUT = {"float16": FP16, "int8": 1, "uint8": 0}
+_FMT = {np.dtype(np.uint8): 0, np.dtype(np.int8): 1}
+SRC, DST, KERNEL = 4, 5, 1  # conv_td's BAR slots
+
+
+def options(func: str, scale, out_dtype) -> tuple | None:
+    """``None`` (the FP16 path) or ``(scale, output format code)``; precise errors."""
+    if scale is None:
+        if out_dtype is not None:
+            raise TypeError(
+                f"{func}: out_dtype selects an integer result of the INT8 path, which needs scale="
+            )
+        return None
+    if (
+        isinstance(scale, bool)
+        or not isinstance(scale, numbers.Real)
+        or not math.isfinite(scale)
+        or scale <= 0
+    ):
+        raise ValueError(f"{func}: scale must be a finite positive number, got {scale!r}")
+    name = "float16" if out_dtype is None else np.dtype(out_dtype).name if _is_dtype(out_dtype) else out_dtype
+    if name not in _OUT:
+        raise ValueError(f"{func}: out_dtype must be 'float16', 'int8' or 'uint8', got {out_dtype!r}")
+    return float(scale), _OUT[name]
+
+
+def _is_dtype(x) -> bool:
+    try:
+        np.dtype(x)
+    except TypeError:
+        return False
+    return True
+
+
+def ne_scale(scale: float) -> tuple:
+    """``(PostScale fp16 bits, PostRightShift)`` holding ``scale``: the right shift puts
+    ``scale * 2**shift`` in [1, 2) where it can (0..31), and PostScale is that rounded to
+    fp16 (11 significant bits).  The NE then multiplies by ``float16(scale * 2**shift) *
+    2**-shift``."""
+    shift = min(max(-math.floor(math.log2(scale)), 0), 31)
+    with np.errstate(over="ignore"):
+        bits = int(np.array([scale * 2.0**shift], np.float16).view(np.uint16)[0])
+    if bits >= 0x7C00:
+        raise ValueError(f"scale {scale!r} is beyond the NE's fp16 PostScale (at most 65504)")
+    if bits == 0:
+        raise ValueError(f"scale {scale!r} is below what PostScale x 2**-31 can hold")
+    return bits, shift
+
+
+def int8_operand(x, func: str, name: str) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype not in _FMT:
+        raise TypeError(
+            f"{func}: with scale= (the INT8 path), {name} must be an int8 or uint8 array, got {arr.dtype}"
+        )
+    return arr
+
+
+def _bias(bias, cout: int, func: str):
+    """The bias as (int16 values, AccBiasShift): integers, each ``v * 2**s`` with one s."""
+    if bias is None:
+        return None, 0
+    b = np.asarray(bias)
+    if b.dtype.kind not in "iu" and not (
+        b.dtype.kind == "f" and np.all(np.isfinite(b)) and np.all(b == np.rint(b))
+    ):
+        raise TypeError(
+            f"{func}: on the INT8 path the bias holds integers (accumulator units), got {b.dtype}"
+        )
+    if b.shape != (cout,):
+        raise ValueError(f"{func}: bias must have shape ({cout},), got {b.shape}")
+    v = [int(t) for t in b.tolist()]
+    for s in range(32):
+        if all(t % (1 << s) == 0 and -(2**15) <= t >> s < 2**15 for t in v):
+            return np.array([t >> s for t in v], np.int16), s
+    raise ValueError(f"{func}: every bias must be an int16 times one common power of two 2**s (s <= 31)")
+
+
+def _kernel(w: np.ndarray, b16) -> bytes:
+    """KernelDMA bytes of integer weights ``(Cout, Cin/groups, Kh, Kw)`` (one byte each) and
+    the int16 bias vector, in the KMem layout (:func:`fastane.m1.kernel_layout`)."""
+    cout = w.shape[0]
+    per = int(np.prod(w.shape[1:]))
+    lay = kernel_layout(cout, per, b16 is not None)
+    out = bytearray(lay.nbytes)
+    flat = np.ascontiguousarray(w).reshape(cout, per)
+    for lane in range(lay.lanes):
+        lo, hi = lane * lay.m, min((lane + 1) * lay.m, cout)
+        off = lay.offsets[lane]
+        chunk = flat[lo:hi].tobytes()
+        out[off : off + len(chunk)] = chunk
+        if b16 is not None:
+            bb = b16[lo:hi].astype("<i2").tobytes()
+            out[off + lay.bias_offset : off + lay.bias_offset + len(bb)] = bb
+    return bytes(out)
+
+
+def _run(func, x, w, b, stride, pad, dilation, groups, activation, opts):
+    """The INT8 convolution of ``x`` ``(N, C, H, W)`` by ``w``, one task per image."""
+    scale, fo = opts
+    if activation not in (None, "relu"):
+        raise NotImplementedError(
+            f"{func}: on the INT8 path the activation is None or 'relu', not {activation!r}"
+        )
+    N, C, H, W = x.shape
+    CO = w.shape[0]
+    b16, bshift = _bias(b, CO, func)
+    pbits, rshift = ne_scale(scale)
+    (pt, pb), (pl, pr) = pad
+    oh = (H + pt + pb - dilation[0] * (w.shape[2] - 1) - 1) // stride[0] + 1
+    ow = (W + pl + pr - dilation[1] * (w.shape[3] - 1) - 1) // stride[1] + 1
+    try:
+        td = conv_td(
+            (1, C, H, W),
+            (1, CO, oh, ow),
+            kernel=w.shape[2:],
+            stride=stride,
+            dilation=dilation,
+            padding=pad,
+            groups=groups,
+            in_fmt=_FMT[x.dtype],
+            kernel_fmt=_FMT[w.dtype],
+            out_fmt=fo,
+            bias="channel" if b16 is not None else None,
+            nonlinear="relu" if activation == "relu" else "identity",
+        )
+        td.update(
+            {
+                "NE.PostScale.PostScale": pbits,
+                "NE.PostScale.PostRightShift": rshift,
+                "NE.AccBias.AccBiasShift": bshift,
+            }
+        )
+        program = Program.from_tds([td], kernel=_kernel(w, b16))
+    except (TDError, ValueError) as exc:
+        raise NotImplementedError(
+            f"{func}: the INT8 path runs one task per image, and this one does not fit: {exc}"
+        ) from None
+    dev = _lower.default_device()
+    outs, total = [], Stats()
+    for n in range(N):
+        try:
+            with errstate(saturation="ignore"):
+                got = dev.run(program, {SRC: x[n : n + 1]})
+        except DeviceFault as exc:
+            raise NotImplementedError(
+                f"{func}: the INT8 path runs one task per image, and this one does not fit: {exc}"
+            ) from None
+        outs.append(got[DST])
+        total = total + got.stats
+    y = np.concatenate(outs, axis=0)
+    record(total)
+    report_events(total, func, y.size)
+    return y
+
+
+def matmul(a, b, opts, activation=None) -> np.ndarray:
+    """``a @ b`` of 2-D (or 1-D) int8/uint8 operands on the INT8 path."""
+    func = "matmul"
+    a, b = int8_operand(a, func, "a"), int8_operand(b, func, "b")
+    if a.ndim not in (1, 2) or b.ndim not in (1, 2):
+        raise NotImplementedError(
+            f"{func}: the INT8 path multiplies 1-D and 2-D operands (got {a.shape} @ {b.shape})"
+        )
+    A = a[None] if a.ndim == 1 else a
+    B = b[:, None] if b.ndim == 1 else b
+    (M, K), (K2, N) = A.shape, B.shape
+    if K != K2:
+        raise ValueError(f"{func}: core dimensions differ: a {a.shape} @ b {b.shape} ({K} != {K2})")
+    if M * N * K == 0:
+        raise ValueError(f"{func}: the INT8 path needs non-empty operands, got {a.shape} @ {b.shape}")
+    # the (B, C, 1, S) layout: Cin = K, rows of a along S, weights b^T
+    x = np.ascontiguousarray(A.T).reshape(1, K, 1, M)
+    y = _run(
+        func,
+        x,
+        np.ascontiguousarray(B.T).reshape(N, K, 1, 1),
+        None,
+        (1, 1),
+        ((0, 0), (0, 0)),
+        (1, 1),
+        1,
+        activation,
+        opts,
+    )
+    y = np.ascontiguousarray(y.reshape(N, M).T)
+    if a.ndim == 1:
+        y = y[0]
+    if b.ndim == 1:
+        y = y[..., 0]
+    return y
+
+
+def linear(x, weight, bias, activation, opts) -> np.ndarray:
+    """``x @ weight.T + bias`` of int8/uint8 operands on the INT8 path."""
+    func = "linear"
+    x, w = int8_operand(x, func, "x"), int8_operand(weight, func, "weight")
+    if w.ndim != 2 or x.ndim == 0 or x.shape[-1] != w.shape[1]:
+        raise ValueError(f"linear: x {x.shape} and weight {w.shape} do not match (..., in) x (out, in)")
+    N, K = w.shape
+    batch = x.shape[:-1]
+    M = math.prod(batch)
+    if M * N * K == 0:
+        raise ValueError("linear: the INT8 path needs non-empty operands")
+    xc = np.ascontiguousarray(x.reshape(M, K).T).reshape(1, K, 1, M)
+    y = _run(func, xc, w.reshape(N, K, 1, 1), bias, (1, 1), ((0, 0), (0, 0)), (1, 1), 1, activation, opts)
+    return np.ascontiguousarray(y.reshape(N, M).T).reshape(batch + (N,))
+
+
+def conv2d(func, x, weight, bias, stride, pad, dilation, groups, activation, opts) -> np.ndarray:
+    """An NCHW convolution of int8/uint8 operands on the INT8 path (validated by the caller)."""
+    return _run(
+        func,
+        int8_operand(x, func, "input"),
+        int8_operand(weight, func, "weight"),
+        bias,
+        stride,
+        pad,
+        dilation,
+        groups,
+        activation,
+        opts,
+    )
