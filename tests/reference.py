@@ -170,40 +170,56 @@ def pad_pairs(padding):
     return ph, pw
 
 
-def ref_conv2d(x16, w16, stride=1, padding=0, dilation=1, groups=1, trunc: bool = False) -> np.ndarray:
-    """NCHW conv2d (cross-correlation, PyTorch conventions) as the ANE computes it.
-
-    ``x16``: (N, C, H, W), ``w16``: (CO, C // groups, KH, KW), both fp16.  ``stride`` and
-    ``dilation``: int or (y, x); ``padding``: int, (ph, pw) or ((top, bottom), (left, right)).
-    """
-    X, Wt = _bits16(x16), _bits16(w16)
-    N, C, H, Wd = X.shape
-    CO, CG, KH, KW = Wt.shape
+def conv_terms(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1):
+    """``(output shape, terms)`` of an NCHW conv (cross-correlation, PyTorch conventions):
+    ``terms`` lists, per output ``(n, co, oy, ox)`` in C order, the pairs ``(input index
+    or None for a padded pixel, weight index)`` of its sum in the time order (channel of
+    the group, kernel row, kernel column).  ``stride``/``dilation``: int or (y, x);
+    ``padding``: int, (ph, pw) or ((top, bottom), (left, right))."""
+    N, C, H, Wd = x_shape
+    CO, CG, KH, KW = w_shape
     sy, sx = (stride, stride) if isinstance(stride, int) else stride
     dy, dx = (dilation, dilation) if isinstance(dilation, int) else dilation
     (pt, pb), (pl, pr) = pad_pairs(padding)
     oh = (H + pt + pb - dy * (KH - 1) - 1) // sy + 1
     ow = (Wd + pl + pr - dx * (KW - 1) - 1) // sx + 1
     cog = CO // groups
-    zero = ("num", 0)
-    out = []
+    terms = []
     for n in range(N):
         for co in range(CO):
             g = co // cog
             for oy in range(oh):
                 for ox in range(ow):
-                    prods = []
+                    pairs = []
                     for c in range(CG):  # time order: channel, kernel row, kernel column
                         for ky in range(KH):
                             for kx in range(KW):
                                 y = oy * sy + ky * dy - pt
                                 xx = ox * sx + kx * dx - pl
                                 inside = 0 <= y < H and 0 <= xx < Wd
-                                px = decode_f16(int(X[n, g * CG + c, y, xx])) if inside else zero
-                                wv = decode_f16(int(Wt[co, c, ky, kx]))
-                                prods.append(product_on_grid(px, wv, trunc))
-                    out.append(readout_bits(*accumulate(prods)))
-    return _to_f16_array(out, (N, CO, oh, ow))
+                                pairs.append(((n, g * CG + c, y, xx) if inside else None, (co, c, ky, kx)))
+                    terms.append(pairs)
+    return (N, CO, oh, ow), terms
+
+
+def ref_conv2d(x16, w16, stride=1, padding=0, dilation=1, groups=1, trunc: bool = False) -> np.ndarray:
+    """NCHW conv2d (cross-correlation, PyTorch conventions) as the ANE computes it.
+
+    ``x16``: (N, C, H, W), ``w16``: (CO, C // groups, KH, KW), both fp16.  ``stride`` and
+    ``dilation``: int or (y, x); ``padding``: int, (ph, pw) or ((top, bottom), (left, right)).
+    Padded pixels are fp16 zero operands.
+    """
+    X, Wt = _bits16(x16), _bits16(w16)
+    shape, terms = conv_terms(X.shape, Wt.shape, stride, padding, dilation, groups)
+    zero = ("num", 0)
+    out = []
+    for pairs in terms:
+        prods = [
+            product_on_grid(zero if xi is None else decode_f16(int(X[xi])), decode_f16(int(Wt[wi])), trunc)
+            for xi, wi in pairs
+        ]
+        out.append(readout_bits(*accumulate(prods)))
+    return _to_f16_array(out, shape)
 
 
 def ref_readout_value(acc: int, flag: int = 0, nan: bool = False) -> np.float16:
@@ -221,6 +237,7 @@ __all__ = [
     "ref_conv2d",
     "ref_readout_value",
     "pad_pairs",
+    "conv_terms",
     "ACC_MIN",
     "ACC_MAX",
     "GRID",

@@ -33,7 +33,7 @@ from reference import (
     _div_round,
     decode_f16,
     f16_bits_of_fraction,
-    pad_pairs,
+    conv_terms,
 )
 
 ACC_MIN = -(2**31)
@@ -68,33 +68,13 @@ def ref_matmul_int(a, b):
 
 def ref_conv2d_int(x, w, stride=1, padding=0, dilation=1, groups=1):
     """``(acc, flag)`` nested lists [N][CO][oh][ow] of an integer NCHW conv (padding: zeros)."""
-    X = np.asarray(x).tolist()
-    Wt = np.asarray(w).tolist()
-    N, C, H, Wd = np.asarray(x).shape
-    CO, CG, KH, KW = np.asarray(w).shape
-    sy, sx = (stride, stride) if isinstance(stride, int) else stride
-    dy, dx = (dilation, dilation) if isinstance(dilation, int) else dilation
-    (pt, pb), (pl, pr) = pad_pairs(padding)
-    oh = (H + pt + pb - dy * (KH - 1) - 1) // sy + 1
-    ow = (Wd + pl + pr - dx * (KW - 1) - 1) // sx + 1
-    cog = CO // groups
-    acc = [[[[0] * ow for _ in range(oh)] for _ in range(CO)] for _ in range(N)]
-    flag = [[[[0] * ow for _ in range(oh)] for _ in range(CO)] for _ in range(N)]
-    for n in range(N):
-        for co in range(CO):
-            g = co // cog
-            for oy in range(oh):
-                for ox in range(ow):
-                    prods = []
-                    for c in range(CG):
-                        for ky in range(KH):
-                            for kx in range(KW):
-                                yy = oy * sy + ky * dy - pt
-                                xx = ox * sx + kx * dx - pl
-                                inside = 0 <= yy < H and 0 <= xx < Wd
-                                px = int(X[n][g * CG + c][yy][xx]) if inside else 0
-                                prods.append(px * int(Wt[co][c][ky][kx]))
-                    acc[n][co][oy][ox], flag[n][co][oy][ox] = accumulate_int(prods)
+    X, Wt = np.asarray(x), np.asarray(w)
+    shape, terms = conv_terms(X.shape, Wt.shape, stride, padding, dilation, groups)
+    states = [
+        accumulate_int(0 if xi is None else int(X[xi]) * int(Wt[wi]) for xi, wi in pairs) for pairs in terms
+    ]
+    acc = np.array([a for a, _ in states], dtype=object).reshape(shape).tolist()
+    flag = np.array([f for _, f in states], dtype=object).reshape(shape).tolist()
     return acc, flag
 
 
