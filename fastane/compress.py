@@ -136,6 +136,26 @@ def quantize(w, *, dtype="int8", scale=None, zero_point=None) -> PalettizedWeigh
     return PalettizedWeight(q.view(np.uint8), pal, 8, "quantized", scale, int(zero_point), dt.name)
 
 
+def lossless(w16: np.ndarray):
+    """``w16`` (fp16) as a :class:`PalettizedWeight` of its own distinct bit patterns when it
+    has at most 256 of them and the codes and a palette a core (16 cores) take fewer bytes
+    than the fp16 weight; else ``w16`` itself.  Lossless: ``decompress()`` gives back every
+    bit pattern.  What a dequantized (ONNX QDQ) or palettized model's constant weights
+    become on the ANE (:mod:`fastane.model.place_rules`)."""
+    w16 = np.asarray(w16)
+    if w16.dtype != np.float16 or w16.size == 0:
+        return w16
+    patterns, codes = np.unique(np.ascontiguousarray(w16).view(np.uint16).reshape(-1), return_inverse=True)
+    if patterns.size > 256 or not np.isfinite(patterns.view(np.float16)).all():
+        return w16
+    bits = max(1, int(patterns.size - 1).bit_length())
+    if w16.size * bits // 8 + 16 * (2 << bits) >= 2 * w16.size:
+        return w16
+    palette = np.zeros(1 << bits, np.uint16)
+    palette[: patterns.size] = patterns
+    return PalettizedWeight(codes.astype(np.uint8).reshape(w16.shape), palette.view(np.float16), bits)
+
+
 def linear(x16: np.ndarray, weight: PalettizedWeight, b16, activation, run_conv):
     """``fastane.linear`` with a compressed weight ``(out_features, in_features)``: the 1x1
     convolution of the (1, K, 1, M) layout with the codes kept compressed."""

@@ -367,6 +367,8 @@ def _constexpr(p: "_Program", op, outs, what):  # noqa: F821 (coreml_import._Pro
     for name, v in zip(outs, outs_v):
         check_size(np.shape(v), what)
         p.consts[name] = np.asarray(_float_out(v), order="C")
+    if t in ("constexpr_lut_to_dense", "constexpr_affine_dequantize", "constexpr_blockwise_shift_scale"):
+        p.compressed.add(outs[0])  # stored compressed: the placement keeps it so where lossless
 
 
 def _const_op(p: "_Program", op, outs, what):  # noqa: F821 (coreml_import._Program)

@@ -150,6 +150,7 @@ class _Program:
         self.spec, self.name, self.weights = spec, name, weights
         self.blobs = _Blobs(wdir)
         self.consts: dict = {}
+        self.compressed: set = set()  # consts a constexpr_* op decompressed (coreml_blob)
         self.nodes: list = []
         self.types: dict = {}  # tensor name -> declared shape (dynamic ones)
         self.alias: dict = {}  # MIL name -> graph name (fp16 inputs)
@@ -290,6 +291,7 @@ class _Program:
             self.consts,
             origin=f"coreml mlProgram (spec {version}, opset {fn.opset})",
             weights=self.weights,
+            compressed=self.compressed,
         )
 
     # ---------------------------------------------------------- one op

@@ -67,6 +67,10 @@ class Graph:
     origin: str = ""
     #: False: large constants are shape-only placeholders (a stats-only report only)
     weights: bool = True
+    #: names of constants the source model stored compressed (palettized or linearly
+    #: quantized weights): the placement keeps them compressed on the ANE where that is
+    #: lossless (:func:`fastane.compress.lossless`)
+    compressed: set = field(default_factory=set)
 
     def __post_init__(self):
         self.check()

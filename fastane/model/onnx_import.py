@@ -206,6 +206,10 @@ SUPPORTED = sorted(
     | {
         "Conv",
         "ConvTranspose",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "QLinearConv",
+        "QLinearMatMul",
         "Gemm",
         "BatchNormalization",
         "LeakyRelu",
@@ -263,6 +267,45 @@ def _auto_pad(a, node):
     if v not in table:
         raise ModelError(f"node {node.name!r} ({node.op_type}): unknown auto_pad {v!r}")
     return table[v]
+
+
+def _conv_attrs(a, nsp, node) -> dict:
+    """The attributes Conv, ConvTranspose and QLinearConv share."""
+    return {
+        "strides": a.get("strides"),
+        "dilations": a.get("dilations"),
+        "pads": _pads(a, nsp, node),
+        "auto_pad": _auto_pad(a, node),
+        "groups": a.get("group", 1),
+    }
+
+
+def _qlinear(op, name, ins, mk, a, node, b, rank_of) -> Node:
+    """QLinearConv / QLinearMatMul as dequantize -> conv / matmul -> quantize (ONNX's
+    definition; the int32 bias of QLinearConv has the scale ``x_scale * w_scale``)."""
+    need = 8
+    if len(ins) < need or not all(ins[:need]):
+        raise ModelError(f"node {name!r} ({op}): needs its {need} quantized operands")
+    x, xs, xz, w, ws, wz, ys, yz = ins[:need]
+    tx, tw, ty = f"{name}::x", f"{name}::w", f"{name}::y"
+    b.nodes.append(Node("dequantize", f"{name}/dequantize_x", [x, xs, xz], [tx], {"axis": 1}, op))
+    waxis = 0 if op == "QLinearConv" else 1  # per output channel
+    b.nodes.append(Node("dequantize", f"{name}/dequantize_w", [w, ws, wz], [tw], {"axis": waxis}, op))
+    if op == "QLinearMatMul":
+        b.nodes.append(Node("matmul", f"{name}/matmul", [tx, tw], [ty], {}, op))
+    else:
+        inputs = [tx, tw]
+        if len(ins) > need and ins[need]:
+            tbs, tb = f"{name}::bias_scale", f"{name}::bias"
+            b.nodes.append(Node("mul", f"{name}/bias_scale", [xs, ws], [tbs], {}, op))
+            b.nodes.append(
+                Node("dequantize", f"{name}/dequantize_b", [ins[need], tbs, ""], [tb], {"axis": 0}, op)
+            )
+            inputs.append(tb)
+        nsp = rank_of(w) - 2 if rank_of(w) else len(a.get("kernel_shape", ())) or 2
+        attrs = {**_conv_attrs(a, nsp, node), "kernel": a.get("kernel_shape")}
+        b.nodes.append(Node("conv", f"{name}/conv", inputs, [ty], attrs, op))
+    return mk("quantize", {"axis": 1}, inputs=[ty, ys, yz])
 
 
 def _convert(node, b: _Builder, rank_of) -> Node | None:
@@ -324,15 +367,13 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
                 b.const(a.get("max", 3.4028234663852886e38), np.float32),
             ]
         return mk("clip")
+    if op in ("QuantizeLinear", "DequantizeLinear"):
+        return mk("quantize" if op == "QuantizeLinear" else "dequantize", {"axis": a.get("axis", 1)})
+    if op in ("QLinearConv", "QLinearMatMul"):
+        return _qlinear(op, name, ins, mk, a, node, b, rank_of)
     if op in ("Conv", "ConvTranspose"):
         nsp = rank_of(ins[1]) - 2 if rank_of(ins[1]) else len(a.get("kernel_shape", ())) or 2
-        attrs = {
-            "strides": a.get("strides"),
-            "dilations": a.get("dilations"),
-            "pads": _pads(a, nsp, node),
-            "auto_pad": _auto_pad(a, node),
-            "groups": a.get("group", 1),
-        }
+        attrs = _conv_attrs(a, nsp, node)
         if op == "Conv":
             return mk("conv", {**attrs, "kernel": a.get("kernel_shape")})
         return mk(

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from . import ops_host, ops_index, ops_layout, ops_mac, ops_resize  # register their ops in OPS
+from . import ops_host, ops_index, ops_layout, ops_mac, ops_quant, ops_resize  # register their ops in OPS
 from ..errors import ModelError
 from .opdef import OPS, OpDef, host_eval, _axis, _bshape, _const, _float, _need, _op, _same
 from .ops_mac import bn_affine, conv_geometry, deconv_geometry, _windows

@@ -63,6 +63,11 @@ class Layer:
 def place(bound: Bound) -> list:
     """The layers of ``bound``, in execution order."""
     consts, types = bound.consts, bound.types
+    # weights the model stores compressed: its own, and the outputs of folded dequantize
+    # nodes (ONNX QDQ): kept compressed on the ANE where lossless (place_rules)
+    compressed = set(getattr(bound.graph, "compressed", ())) | {
+        o for n in bound.folded if n.op == "dequantize" for o in n.outputs
+    }
     consumers: dict = {}
     for node in bound.nodes:
         for t in node.inputs:
@@ -139,11 +144,11 @@ def place(bound: Bound) -> list:
             continue
         op = node.op
         if op == "conv":
-            _place_conv(node, consts, types, only, fuse_activation, add)
+            _place_conv(node, consts, types, only, fuse_activation, add, compressed)
         elif op == "conv_transpose":
             _place_deconv(node, consts, types, fuse_activation, add)
         elif op in ("gemm", "matmul"):
-            _place_mac(node, consts, types, only, fuse_activation, add)
+            _place_mac(node, consts, types, only, fuse_activation, add, compressed)
         elif (
             op == "div"
             and len(node.inputs) == 2

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import activations as _activations
 from .. import api as _api
+from .. import compress as _compress
 from .. import lut as _lut
 from ..operands import fp16_operand
 from . import plan as _plan
@@ -99,7 +100,7 @@ def _weights(node, consts, what: str, add):
     return w, b
 
 
-def _place_conv(node, consts, types, only, fuse_activation, add):
+def _place_conv(node, consts, types, only, fuse_activation, add, compressed=()):
     wb = _weights(node, consts, "convolution", add)
     if wb is None:
         return
@@ -131,8 +132,15 @@ def _place_conv(node, consts, types, only, fuse_activation, add):
     padding = tuple(pb for pb, _ in pads)
     note = "" if sym else ("asymmetric padding materialised as zeros on the host (a zero operand either way)")
 
+    kept = []  # the weight as the ANE keeps it: compressed when lossless (fastane.compress.lossless)
+
     def run(xs):
         w16, b16 = consts16()
+        if not one_d:
+            if not kept:
+                stored = node.inputs[1] in compressed and scale is None  # no BN folded in
+                kept.append(_compress.lossless(w16) if stored else w16)
+            w16 = kept[0]
         x = xs[0]
         pad = padding
         if not sym:
@@ -304,7 +312,7 @@ def _act_name(fused):
     return "lut block"
 
 
-def _place_mac(node, consts, types, only, fuse_activation, add):
+def _place_mac(node, consts, types, only, fuse_activation, add, compressed=()):
     a_t = types[node.inputs[0]]
     if np.dtype(a_t.dtype).kind != "f":
         add([node], "host", "integer operands: the ANE multiplies fp16", "mac")
@@ -337,9 +345,13 @@ def _place_mac(node, consts, types, only, fuse_activation, add):
             consts16 = _Lazy(prepare)
             acts, fused = fuse_activation(nodes[-1])
 
+            kept = []  # compressed when lossless (fastane.compress.lossless)
+
             def run(xs):
                 wt, b16 = consts16()
-                return [_ep.linear(xs[0], wt, b16, fused)]
+                if not kept:
+                    kept.append(_compress.lossless(wt) if node.inputs[1] in compressed else wt)
+                return [_ep.linear(xs[0], kept[0], b16, fused)]
 
             consts16.layer = add(
                 nodes + acts,

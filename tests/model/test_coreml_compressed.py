@@ -1,0 +1,64 @@
+"""A palettized Core ML model: its weight stays compressed on the ANE (the model's own
+4-bit palette, losslessly), bit for bit the dense model, with fewer KernelDMA bytes."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+ct = pytest.importorskip("coremltools")
+from coremltools.converters.mil import Builder as mb  # noqa: E402
+
+import fastane  # noqa: E402
+
+RNG = np.random.default_rng(11)
+SHAPE = (64, 64, 3, 3)
+
+
+def _save(prog, path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = ct.convert(
+            prog,
+            convert_to="mlprogram",
+            minimum_deployment_target=ct.target.iOS16,
+            compute_precision=ct.precision.FLOAT32,
+        )
+    m.save(str(path))
+    return str(path)
+
+
+def test_palettized_coreml_conv_stays_compressed(tmp_path):
+    nbits = 4
+    n = int(np.prod(SHAPE))
+    idx = RNG.integers(0, 1 << nbits, n)
+    bits = ((idx[:, None] >> np.arange(nbits)) & 1).astype(np.uint8).reshape(-1)
+    packed = np.packbits(bits, bitorder="little")
+    lut = (RNG.standard_normal(1 << nbits) * 0.1).astype(np.float32)
+    dense = lut[idx].reshape(SHAPE)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 64, 8, 8))], opset_version=ct.target.iOS16)
+    def pal(x):
+        w = mb.constexpr_lut_to_dense(indices=packed, lut=lut, shape=np.uint32(SHAPE))
+        return mb.relu(x=mb.conv(x=x, weight=w, pad_type="same"))
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 64, 8, 8))], opset_version=ct.target.iOS16)
+    def plain(x):
+        return mb.relu(x=mb.conv(x=x, weight=dense, pad_type="same"))
+
+    mp = fastane.load_model(_save(pal, tmp_path / "pal.mlpackage"))
+    md = fastane.load_model(_save(plain, tmp_path / "plain.mlpackage"))
+    x = RNG.standard_normal((1, 64, 8, 8)).astype(np.float32)
+    name = next(iter(mp.graph.inputs))
+    rp, rd = mp.report({name: x}), md.report({next(iter(md.graph.inputs)): x})
+    (yp,), (yd,) = rp.values.values(), rd.values.values()
+    assert np.array_equal(
+        np.asarray(yp, np.float16).view(np.uint16), np.asarray(yd, np.float16).view(np.uint16)
+    )
+    (cp,) = [r for r in rp.layers if r.placement == "ane"]
+    (cd,) = [r for r in rd.layers if r.placement == "ane"]
+    assert cp.stats.macs == cd.stats.macs
+    # 4-bit codes and a 64-byte palette a core, against two bytes a weight
+    assert cp.stats.kernel_dma_bytes < 0.3 * cd.stats.kernel_dma_bytes
