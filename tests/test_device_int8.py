@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from reference_int8 import ref_conv2d_int, ref_ne_int
 
 from fastane import errstate
@@ -186,3 +188,69 @@ def test_fp16_input_with_integer_output_is_refused(dev):
     prog = Program.from_tds([td], kernel=pack_weights(np.ones((1, 2, 1, 1), np.float16))[0])
     with pytest.raises(UnsupportedTask, match="FP16 path"):
         dev.run(prog, {4: np.zeros((1, 2, 1, 1), np.float16)})
+
+
+# ---------------------------------------------------------------- issue 10's invariants
+MUTATIONS = [
+    {},
+    {"NE.KernelCfg.KernelFmt": 2},
+    {"NE.KernelCfg.KernelFmt": 0},
+    {"Common.ChCfg.OutFmt": 3},
+    {"TileDMADst.Fmt.MemFmt": 2},
+    {"NE.MACCfg.NonlinearMode": 2},
+    {"NE.KernelCfg.PalettizedEn": 1},
+    {"NE.KernelCfg.SparseFmt": 1},
+    {"NE.PostScale.PostRightShift": 31, "NE.AccBias.AccBiasShift": 31},
+    {"NE.MACCfg.BiasMode": 1, "NE.AccBias.AccBias": 0x7FFF, "NE.AccBias.AccBiasShift": 31},
+    {"NE.PostScale.PostScale": 0x7E00},  # a NaN scale: NaN results, 0 in an int8 output
+    {"KernelDMASrc.CoeffBfrSize[0].MemBfrSize": 0},
+]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(MUTATIONS), st.booleans(), st.integers(0, 2**32 - 1))
+def test_int8_chains_fault_before_any_write(change, stats_only, seed):
+    """Two INT8 tasks, the second one mutated: either the chain is refused while planning,
+    and nothing was written (the first task's output neither), or both results are the
+    reference's.  A stats-only run reports the same fault."""
+    from fastane import DeviceFault
+    from fastane.device import Task
+
+    dev = Device(memory_size=8 << 20)
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, (1, 4, 3, 5)).astype(np.int8)
+    w = rng.integers(-128, 128, (3, 4, 1, 1)).astype(np.int8)
+    t0 = conv_td(
+        (1, 4, 3, 5), (1, 3, 3, 5), in_fmt="int8", kernel_fmt="int8", out_fmt="int8", dst=6, eon=False
+    )
+    t1 = conv_td((1, 4, 3, 5), (1, 3, 3, 5), in_fmt="int8", kernel_fmt="int8", out_fmt="int8", dst=7, nid=2)
+    scale = {"NE.PostScale.PostScale": 0x3C00, "NE.PostScale.PostRightShift": 6}
+    t0.update(scale)
+    t1.update(scale).update(change)
+    prog = Program.from_tds([t0, t1], kernel=pack_weights(w, fmt=1)[0])
+    regions = {s: dev.alloc(0x1000, f"slot{s}") for s in (4, 6, 7)}
+    dev.memory.view(regions[4].iova, 0x1000)[:] = 0
+    view = dev.tensors(prog)[4].view(dev.memory.view(regions[4].iova, 0x1000))
+    view[...] = x[0]
+    for s in (6, 7):
+        dev.memory.view(regions[s].iova, 0x1000)[:] = 0xA5
+    dev.load(prog)  # the TDs and the kernel in memory first
+    before = dev.memory.data.copy()
+    task = dev.submit(prog, regions, stats_only=stats_only)
+    if task.status == Task.FAULTED:
+        with pytest.raises(DeviceFault):
+            task.wait()
+        assert np.array_equal(dev.memory.data, before), "a refused chain wrote memory"
+        assert change, "the unmutated chain is valid"
+        return
+    with errstate(saturation="ignore"):
+        task.wait()
+    if stats_only:
+        assert np.array_equal(dev.memory.data, before)
+        return
+    want = _expected(x, w, 1, 0, 1, scale, "int8")
+    y0 = dev.tensors(prog)[6].view(dev.memory.view(regions[6].iova, 0x1000))
+    assert np.array_equal(np.asarray(y0)[None], want)
+    y1 = dev.tensors(prog)[7].view(dev.memory.view(regions[7].iova, 0x1000))
+    w1 = w.view(np.uint8) if change.get("NE.KernelCfg.KernelFmt") == 0 else w  # the same bytes, read as uint8
+    assert np.array_equal(np.asarray(y1)[None], _expected(x, w1, 1, 0, 1, {**scale, **change}, "int8"))
