@@ -143,7 +143,7 @@ def matmul(a, b, out=None, *, activation=None, scale=None, out_dtype=None) -> np
     ``activation`` (keyword): a fused NE activation (see :func:`conv2d`).
     Returns ``np.float16`` (written into ``out`` when given).
 
-    ``scale`` (and ``out_dtype``): the INT8 path, for int8/uint8 operands (1-D or 2-D;
+    ``scale`` (and ``out_dtype``): the INT8 path, for int8/uint8 operands (batched: a task a product;
     :mod:`fastane.quantized`): the integer products summed exactly, times ``scale``, rounded
     once to ``out_dtype`` ("float16", "int8" or "uint8").
 
@@ -388,14 +388,29 @@ def _conv2d(func, x, weight, bias, stride, padding, dilation, groups, activation
     return y[0] if unbatched else y
 
 
-def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, activation=None) -> np.ndarray:
+def conv1d(
+    x,
+    weight,
+    bias=None,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups=1,
+    activation=None,
+    *,
+    scale=None,
+    out_dtype=None,
+) -> np.ndarray:
     """1-D convolution in NCL as the ANE computes it (a conv2d of height 1).
 
-    ``x``: ``(N, C, L)`` or ``(C, L)``; ``weight``: ``(CO, C/groups, K)``; other arguments
-    as :func:`conv2d` (ints or ``"valid"``/``"same"`` for ``padding``).
+    ``x``: ``(N, C, L)`` or ``(C, L)``; ``weight``: ``(CO, C/groups, K)`` (or compressed, as
+    for :func:`conv2d`); other arguments as :func:`conv2d` (ints or ``"valid"``/``"same"``
+    for ``padding``; ``scale``/``out_dtype``: the INT8 path).
     """
     func = "conv1d"
-    xa, wa = np.asarray(x), np.asarray(weight)
+    opts = _quantized.options(func, scale, out_dtype)
+    xa = np.asarray(x)
+    wa = weight if isinstance(weight, PalettizedWeight) else np.asarray(weight)
     if xa.ndim not in (2, 3):
         raise ValueError(f"{func}: expected 2-D (unbatched) or 3-D (batched) input, got shape {xa.shape}")
     if wa.ndim != 3:
@@ -416,15 +431,21 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, acti
         return (height_value, val)
 
     pad = padding if isinstance(padding, str) else widen(padding, "padding", 0, 0)
+    w2 = (
+        wa.reshaped(wa.shape[:2] + (1,) + wa.shape[2:])
+        if isinstance(wa, PalettizedWeight)
+        else wa[..., None, :]
+    )
     y = _conv2d(
         func,
         xa[..., None, :],
-        wa[..., None, :],
+        w2,
         bias,
         widen(stride, "stride", 1, 1),
         pad,
         widen(dilation, "dilation", 1, 1),
         groups,
         activation,
+        opts,
     )
     return y[..., 0, :]

@@ -1,7 +1,7 @@
 """Weight compression for the numpy surface: :func:`palettize` and :func:`quantize`.
 
 Both return a :class:`~fastane.lower.compressed.PalettizedWeight` (``bits``-bit codes into
-an fp16 palette) that :func:`fastane.conv2d` and :func:`fastane.linear` accept as their
+an fp16 palette) that :func:`fastane.conv1d`, :func:`fastane.conv2d` and :func:`fastane.linear` accept as their
 ``weight``: the lowering keeps it compressed in KMem (the NE's palettized kernels,
 ``NE.KernelCfg.PalettizedEn``; docs/numerics.md, "Compressed kernels"), so KernelDMA moves
 the codes and the palette, not fp16 weights, and the result is bit for bit that of the same

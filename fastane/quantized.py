@@ -17,7 +17,7 @@ The keywords (the whole set):
 
 Zero points are not among the keywords: the NE has no zero-point field; an asymmetric
 operand is the caller's to center.  The call is lowered to one task per image (a matmul:
-one task) built with :func:`fastane.td.conv_td` and run on the default device; a problem
+one task per product of its batch) built with :func:`fastane.td.conv_td` and run on the default device; a problem
 that does not fit one task (KMem, L2, the TD's field widths) raises
 ``NotImplementedError``: the tiler does not tile the INT8 path yet.
 """
@@ -39,6 +39,7 @@ from .td import Program, conv_td
 __all__ = ["ne_scale", "matmul", "linear", "conv2d"]
 
 _OUT = {"float16": FP16, "int8": 1, "uint8": 0}
+_DTYPE = {code: name for name, code in _OUT.items()}
 _FMT = {np.dtype(np.uint8): 0, np.dtype(np.int8): 1}
 SRC, DST, KERNEL = 4, 5, 1  # conv_td's BAR slots
 
@@ -188,44 +189,48 @@ def _run(func, x, w, b, stride, pad, dilation, groups, activation, opts):
             ) from None
         outs.append(got[DST])
         total = total + got.stats
-    y = np.concatenate(outs, axis=0)
+    return np.concatenate(outs, axis=0), total
+
+
+def _finish(func: str, total: Stats, size: int) -> None:
+    """Record the call's Stats and surface its saturations (as the FP16 surface does)."""
     record(total)
-    report_events(total, func, y.size)
-    return y
+    report_events(total, func, size)
 
 
 def matmul(a, b, opts, activation=None) -> np.ndarray:
-    """``a @ b`` of 2-D (or 1-D) int8/uint8 operands on the INT8 path."""
+    """``a @ b`` of int8/uint8 operands on the INT8 path (``np.matmul``'s 1-D promotion and
+    batch broadcasting; one task a product of the batch)."""
     func = "matmul"
     a, b = int8_operand(a, func, "a"), int8_operand(b, func, "b")
-    if a.ndim not in (1, 2) or b.ndim not in (1, 2):
-        raise NotImplementedError(
-            f"{func}: the INT8 path multiplies 1-D and 2-D operands (got {a.shape} @ {b.shape})"
-        )
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"{func}: operands must be at least 1-D, got {a.shape} @ {b.shape}")
     A = a[None] if a.ndim == 1 else a
     B = b[:, None] if b.ndim == 1 else b
-    (M, K), (K2, N) = A.shape, B.shape
+    (M, K), (K2, N) = A.shape[-2:], B.shape[-2:]
     if K != K2:
         raise ValueError(f"{func}: core dimensions differ: a {a.shape} @ b {b.shape} ({K} != {K2})")
-    if M * N * K == 0:
+    try:
+        batch = np.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"{func}: batch dimensions of a {a.shape} and b {b.shape} do not broadcast"
+        ) from None
+    if M * N * K * math.prod(batch) == 0:
         raise ValueError(f"{func}: the INT8 path needs non-empty operands, got {a.shape} @ {b.shape}")
-    # the (B, C, 1, S) layout: Cin = K, rows of a along S, weights b^T
-    x = np.ascontiguousarray(A.T).reshape(1, K, 1, M)
-    y = _run(
-        func,
-        x,
-        np.ascontiguousarray(B.T).reshape(N, K, 1, 1),
-        None,
-        (1, 1),
-        ((0, 0), (0, 0)),
-        (1, 1),
-        1,
-        activation,
-        opts,
-    )
-    y = np.ascontiguousarray(y.reshape(N, M).T)
+    A, B = np.broadcast_to(A, batch + (M, K)), np.broadcast_to(B, batch + (K, N))
+    y = np.empty(batch + (M, N), np.dtype(_DTYPE[opts[1]]))
+    total = Stats()
+    for idx in np.ndindex(*batch):
+        # the (B, C, 1, S) layout: Cin = K, rows of a along S, weights b^T
+        x = np.ascontiguousarray(A[idx].T).reshape(1, K, 1, M)
+        w = np.ascontiguousarray(B[idx].T).reshape(N, K, 1, 1)
+        r, st = _run(func, x, w, None, (1, 1), ((0, 0), (0, 0)), (1, 1), 1, activation, opts)
+        y[idx] = r.reshape(N, M).T
+        total = total + st
+    _finish(func, total, y.size)
     if a.ndim == 1:
-        y = y[0]
+        y = y[..., 0, :]
     if b.ndim == 1:
         y = y[..., 0]
     return y
@@ -243,13 +248,16 @@ def linear(x, weight, bias, activation, opts) -> np.ndarray:
     if M * N * K == 0:
         raise ValueError("linear: the INT8 path needs non-empty operands")
     xc = np.ascontiguousarray(x.reshape(M, K).T).reshape(1, K, 1, M)
-    y = _run(func, xc, w.reshape(N, K, 1, 1), bias, (1, 1), ((0, 0), (0, 0)), (1, 1), 1, activation, opts)
+    y, total = _run(
+        func, xc, w.reshape(N, K, 1, 1), bias, (1, 1), ((0, 0), (0, 0)), (1, 1), 1, activation, opts
+    )
+    _finish(func, total, y.size)
     return np.ascontiguousarray(y.reshape(N, M).T).reshape(batch + (N,))
 
 
 def conv2d(func, x, weight, bias, stride, pad, dilation, groups, activation, opts) -> np.ndarray:
     """An NCHW convolution of int8/uint8 operands on the INT8 path (validated by the caller)."""
-    return _run(
+    y, total = _run(
         func,
         int8_operand(x, func, "input"),
         int8_operand(weight, func, "weight"),
@@ -261,3 +269,5 @@ def conv2d(func, x, weight, bias, stride, pad, dilation, groups, activation, opt
         activation,
         opts,
     )
+    _finish(func, total, y.size)
+    return y

@@ -87,6 +87,28 @@ def test_conv2d_int8(kx, kw):
     assert fastane.last_stats().tasks == 2  # one task per image
 
 
+def test_batched_matmul_int8_broadcasts_like_numpy():
+    rng = np.random.default_rng(9)
+    a, b = _ints(rng, "int8", (2, 1, 3, 16)), _ints(rng, "uint8", (4, 16, 5))
+    with errstate(saturation="ignore"):
+        y = fastane.matmul(a, b, scale=2.0**-6, out_dtype="int8")
+    assert y.shape == (2, 4, 3, 5) and fastane.last_stats().tasks == 8
+    for i in range(2):
+        for j in range(4):
+            acc, flag = ref_matmul_int(a[i, 0], b[j])
+            _same(y[i, j], _ne_ref(acc, flag, 2.0**-6, "int8"))
+    assert fastane.matmul(a[0, 0, 0], b, scale=1.0).shape == (4, 5)
+
+
+def test_conv1d_int8():
+    rng = np.random.default_rng(8)
+    x, w = _ints(rng, "uint8", (1, 3, 20)), _ints(rng, "int8", (5, 3, 4))
+    with errstate(saturation="ignore"):
+        y = fastane.conv1d(x, w, stride=2, padding=1, scale=2.0**-8, out_dtype="int8")
+    acc, flag = ref_conv2d_int(x[:, :, None, :], w[:, :, None, :], (1, 2), ((0, 0), (1, 1)))
+    _same(y, _ne_ref(np.array(acc), np.array(flag), 2.0**-8, "int8")[:, :, 0, :])
+
+
 def test_saturation_is_reported_like_the_fp16_path():
     a = np.full((1, 4), 127, np.int8)
     with pytest.warns(fastane.SaturationWarning, match="integer output's range"):
@@ -136,10 +158,11 @@ def test_ne_scale_holds_the_scale_to_11_bits():
             "relu",
         ),
         (
-            lambda: fastane.matmul(np.ones((2, 2, 2), np.int8), np.ones((2, 2), np.int8), scale=1),
-            NotImplementedError,
-            "2-D",
+            lambda: fastane.matmul(np.ones((2, 2, 2), np.int8), np.ones((3, 2, 2), np.int8), scale=1),
+            ValueError,
+            "broadcast",
         ),
+        (lambda: fastane.matmul(np.ones((), np.int8), np.ones((2, 2), np.int8), scale=1), ValueError, "1-D"),
         (
             lambda: fastane.linear(
                 np.ones((2, 2), np.int8), np.ones((3, 2), np.int8), np.full(3, 0.5), scale=1

@@ -107,9 +107,14 @@ def test_linear_with_a_quantized_weight_tiles_and_stays_compressed():
     assert s_got.kernel_dma_bytes >= 1536 * 512
 
 
-def test_conv1d_and_matmul_do_not_take_compressed_weights():
-    p = fastane.palettize(np.ones((2, 3, 1)), 1)
-    with pytest.raises((TypeError, ValueError)):
-        fastane.conv1d(np.ones((1, 3, 4)), p)
+def test_conv1d_takes_compressed_weights_and_matmul_does_not():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 8, 40)).astype(F16)
+    p = fastane.palettize(rng.standard_normal((128, 8, 5)).astype(F16), 3)
+    got = fastane.conv1d(x, p, padding=2)
+    s_got = fastane.last_stats()
+    want = fastane.conv1d(x, p.decompress(), padding=2)
+    assert np.array_equal(_bits(got), _bits(want))
+    assert s_got.kernel_dma_bytes < fastane.last_stats().kernel_dma_bytes
     with pytest.raises(TypeError):
         fastane.matmul(np.ones((2, 3)), fastane.palettize(np.ones((3, 2)), 1))
