@@ -105,6 +105,8 @@ def test_linear_with_a_quantized_weight_tiles_and_stays_compressed():
     # one byte a weight plus a 512-byte palette a core and task, vs two bytes a weight
     assert s_got.kernel_dma_bytes < 0.6 * s_want.kernel_dma_bytes
     assert s_got.kernel_dma_bytes >= 1536 * 512
+    # the tiler sizes a core's KMem by the compressed bytes: fewer, larger kernel groups
+    assert s_got.tasks < s_want.tasks
 
 
 def test_conv1d_takes_compressed_weights_and_matmul_does_not():

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..device import palette as _palette
-from ..m1 import LUT_BLOCK, kernel_layout
+from ..m1 import LUT_BLOCK
 from ..operands import fp16_operand
 
-__all__ = ["PalettizedWeight", "layout", "td_fields", "pack"]
+__all__ = ["PalettizedWeight", "kernel_bytes", "td_fields", "pack"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,11 +84,13 @@ class PalettizedWeight:
         )
 
 
-def layout(ct: int, per_weights: int, bias: bool, lut: bool, bits: int):
-    """The :class:`~fastane.m1.KernelLayout` of a kernel group of ``ct`` channels of
-    ``per_weights`` weights: fp16 (``bits`` 0) or ``bits``-bit codes after a palette."""
-    fmt = _palette.Palettized(bits) if bits else 2
-    return kernel_layout(ct, _palette.channel_bytes(fmt, per_weights), bias, lut, _palette.prefix_bytes(fmt))
+def kernel_bytes(c) -> tuple:
+    """``(bytes of one output channel's kernel, bytes before a core's kernels)`` of the
+    convolution ``c`` (a :class:`~fastane.lower.Conv`): fp16 weights, or ``c.kernel_bits``-bit
+    codes after a palette.  What the tiler sizes a core's KMem by and the emitter lays out."""
+    n = c.cin_g * c.kh * c.kw
+    fmt = _palette.Palettized(c.kernel_bits) if c.kernel_bits else 2
+    return _palette.channel_bytes(fmt, n), _palette.prefix_bytes(fmt)
 
 
 def td_fields(lay, bits: int) -> dict:

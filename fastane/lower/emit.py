@@ -89,19 +89,11 @@ def emit_conv(conv: Conv, lim: Limits) -> Lowered:
     sh, sw = c.span
     in_layout = AneLayout.of((c.n, c.cin, c.h, c.w))
     out_layout = AneLayout.of((c.n, c.cout, c.hout, c.wout))
-    per = c.cin_g * c.kh * c.kw * 2
-    bits = conv.kernel_bits  # a palettized weight: fastane.lower.compressed
+    bits = c.kernel_bits  # a palettized weight: fastane.lower.compressed
+    per, prefix = _compressed.kernel_bytes(c)
     groups, offset = [], 0
     for co0, ct, ci0, cit, ng in kernel_groups(c, t.cout_t, t.groups_t):
-        lay = (
-            _compressed.layout(ct, per // 2, c.bias, stage.lut, bits)
-            if bits
-            else kernel_layout(ct, per, c.bias, stage.lut)
-        )
-        if lay.core_bytes > lim.kmem_core_bytes:  # the palette on top of a tile sized for fp16
-            raise NotImplementedError(
-                f"a palettized kernel tile needs {lay.core_bytes} bytes of a core's KMem"
-            )
+        lay = kernel_layout(ct, per, c.bias, stage.lut, prefix)
         groups.append(KernelGroup(co0, ct, ci0, cit, ng, offset, lay))
         offset += lay.nbytes
     ry = axis(c.hout, t.th, c.stride[0], sh, c.pad[0][0], c.h)

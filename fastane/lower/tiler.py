@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import compressed as _compressed
 from ..m1 import ALIGN, LIMITS, LUT_BLOCK, TD_SIZE, Limits, core_bytes, kernel_layout, round_up, size_str
 from .problems import Conv, NEStage, ne_stage
 
@@ -67,6 +68,7 @@ def effective(conv: Conv, lim: Limits, force_padded: bool = False) -> tuple[str,
             groups=conv.groups,
             bias=conv.bias,
             activation=conv.activation,
+            kernel_bits=conv.kernel_bits,
         )
     (pt, pb), (pl, pr) = conv.pad
     sh, sw = conv.span
@@ -80,11 +82,11 @@ def effective(conv: Conv, lim: Limits, force_padded: bool = False) -> tuple[str,
     return "direct", conv
 
 
-def _core_capacity(per_channel: int, bias: bool, lut: bool, lim: Limits) -> int:
-    """Most output channels one core can hold: kernels (+ biases) (+ the LUT block), as
-    :func:`fastane.m1.core_bytes` lays them out."""
-    m = lim.kmem_core_bytes // per_channel
-    while m > 0 and core_bytes(m, per_channel, bias, lut) > lim.kmem_core_bytes:
+def _core_capacity(per_channel: int, bias: bool, lut: bool, lim: Limits, prefix: int = 0) -> int:
+    """Most output channels one core can hold: kernels (after a palette of ``prefix``
+    bytes) (+ biases) (+ the LUT block), as :func:`fastane.m1.core_bytes` lays them out."""
+    m = max(lim.kmem_core_bytes - prefix, 0) // per_channel
+    while m > 0 and core_bytes(m, per_channel, bias, lut, prefix) > lim.kmem_core_bytes:
         m -= 1
     return m
 
@@ -152,11 +154,11 @@ def _cost(c: Conv, cout_t: int, groups_t: int, th: int, tw: int, stage: NEStage,
     src_tile = int((rin[:, None] * _row_bytes(cin_)[None, :]).sum())
     dst_tile = int(rs.sum()) * int(_row_bytes(cs).sum())
     ntiles = len(rs) * len(cs)
-    per = c.cin_g * c.kh * c.kw * 2
+    per, pre = _compressed.kernel_bytes(c)  # fp16, or a palettized weight's codes
     total, tasks = 0, 0
     sizes = collections.Counter((ct, cit) for _, ct, _, cit, _ in kernel_groups(c, cout_t, groups_t))
     for (ct, cit), count in sizes.items():
-        lay = kernel_layout(ct, per, c.bias, stage.lut)
+        lay = kernel_layout(ct, per, c.bias, stage.lut, pre)
         total += count * (ntiles * sum(lay.sizes) + cit * src_tile + ct * dst_tile)
         tasks += count * ntiles
     # the planar tasks after each NE stage (intermediates stay in L2): their TDs, and
@@ -224,11 +226,12 @@ def _tile(conv: Conv, lim: Limits) -> Tiling:
         mode, c = effective(conv, lim, force_padded=True)
         best = _search(c, lim, stage)
     if best is None:
-        per = c.cin_g * c.kh * c.kw * 2
-        if _core_capacity(per, c.bias, stage.lut, lim) < 1:
+        per, pre = _compressed.kernel_bytes(c)
+        if _core_capacity(per, c.bias, stage.lut, lim, pre) < 1:
             extra = (" plus its bias" if c.bias else "") + (" and the LUT block" if stage.lut else "")
             raise NotImplementedError(
-                f"one output channel's kernel ({c.cin_g} input channels x {c.kh} x {c.kw} x 2 bytes "
+                f"one output channel's kernel ({c.cin_g} input channels x {c.kh} x {c.kw} x "
+                f"{'2 bytes' if not c.kernel_bits else f'{c.kernel_bits} bits'} "
                 f"= {per} bytes{extra}) does not fit a core's {size_str(lim.kmem_core_bytes)} KMem; "
                 f"fastane does not split the reduction across tasks, because the partial sums would "
                 f"be read out to fp16 and added again, which changes the numerics"
@@ -243,8 +246,8 @@ def _tile(conv: Conv, lim: Limits) -> Tiling:
 
 
 def _search(c: Conv, lim: Limits, stage: NEStage):
-    per = c.cin_g * c.kh * c.kw * 2
-    m = _core_capacity(per, c.bias, stage.lut, lim)
+    per, pre = _compressed.kernel_bytes(c)
+    m = _core_capacity(per, c.bias, stage.lut, lim, pre)
     if m < 1:
         return None
     cmax = min(m * lim.cores, lim.max_channels)
