@@ -190,8 +190,8 @@ def test_host_bytes_count_every_buffer_of_a_task():
     """The estimate, written out buffer by buffer (float64 = 8 B, fp16 = 2 B, flag = 1 B)."""
     from fastane.device import mac, planar
 
-    def geo(mode, kh, pad):
-        return mac.Geometry(mode, 4, 6, 6, 8, 6, 6, kh, kh, 1, 1, 1, 1, pad, pad, 1, 0, 0, 0)
+    def geo(mode, kh, pad, fmt=2):  # an fp16 task (fmt 0 or 1: the INT8 path, below)
+        return mac.Geometry(mode, 4, 6, 6, 8, 6, 6, kh, kh, 1, 1, 1, 1, pad, pad, 1, fmt, fmt, fmt)
 
     n_in, n_out = 4 * 6 * 6, 8 * 6 * 6
     acc, flag, readout, result, copy = 8, 1, 8, 2, 8
@@ -203,6 +203,8 @@ def test_host_bytes_count_every_buffer_of_a_task():
     assert mac.host_bytes(plain) == 8 * (n_in + 8 * 4) + per_out * n_out
     through = geo(mac.PASSTHROUGH, 1, 0)
     assert mac.host_bytes(through) == 8 * n_in + (readout + result + copy) * n_out
+    # the INT8 path also holds its source and weights scaled by 2**-8 (fastane.kernels.mac_int8)
+    assert mac.host_bytes(geo(mac.CONV, 3, 1, fmt=1)) == 8 * (2 * n_in + cols + 2 * weights) + per_out * n_out
     pg = planar.PlanarGeometry(4, 6, 6, 4, 6, 6, 0, 0, groups=3, reduce=True)
     assert planar.host_bytes(pg) == 3 * n_in * (8 + 8 + result + copy)
 
