@@ -18,7 +18,7 @@ import math
 from ..m1 import ALIGN, CORES, FORMATS, L2_UNIT, kernel_layout
 from ..m1 import round_up as _ru
 from .codec import TaskDescriptor
-from .asm_planar import NONLINEAR_CODES, _fp16_bits
+from .asm_planar import NONLINEAR_CODES, _dst_dma, _fp16_bits, _header, _src_dma
 from .asm_planar import eltwise_td, reduce_td  # noqa: F401 (re-exported: the builders live in one place)
 
 FMT_CODES = {"uint8": 0, "u8": 0, "int8": 1, "i8": 1, "fp16": 2, "float16": 2, "f16": 2}
@@ -181,14 +181,7 @@ def conv_td(
         td.words[off // 4] |= bits
     td.words[0x1F4 // 4] = td.words[0x1F8 // 4] = l2_row << 4
     v = {
-        "Header.EON": int(eon),
-        "Header.LogEvents": log_events,
-        "Header.DebugLogEvents": 0xFFF86A,
-        "Header.SPL": 1,
-        "Header.TSR": 1,
-        "Header.TSE": 1,
-        "Header.SrcLoc": 1,
-        "Header.DstLoc": 1,
+        **_header(eon, log_events),
         "Header.RBase0": src,
         "Header.RBE0": 1,
         "Header.WBase": dst,
@@ -222,24 +215,10 @@ def conv_td(
         "Common.Cfg.ActiveNE": active_ne,
         "Common.Cfg.AccDoubleBufEn": 1,
         "Common.TaskInfo.NID": nid,
-        "TileDMASrc.DMAConfig.En": 1,
-        "TileDMASrc.DMAConfig.CacheHint": 2,
-        "TileDMASrc.DMAConfig.CacheHintReuse": 14,
-        "TileDMASrc.DMAConfig.CacheHintNoReuse": 12,
-        "TileDMASrc.BaseAddr.Addr": src_base >> 6,
-        "TileDMASrc.RowStride.Stride": in_row >> 6,
-        "TileDMASrc.PlaneStride.PlaneStride": in_plane >> 6,
-        "TileDMASrc.DepthStride.Stride": c * in_plane >> 6,
-        "TileDMASrc.GroupStride.Stride": c * in_plane >> 6,
-        "TileDMASrc.Fmt.FmtMode": 1,
-        "TileDMASrc.Fmt.Truncate": 3,
-        "TileDMASrc.Fmt.MemFmt": fi,
-        "TileDMASrc.Fmt.Interleave": 1,
         "L2.SourceCfg.SourceType": 2,
         "L2.SourceChannelStride.Stride": l2_ch,
         "L2.SourceRowStride.Stride": l2_row,
         "L2.ResultCfg.ResultType": 2,
-        "L2.ResultCfg.L2BfrMode": 1,
         "L2.ResultBase.Addr": h * l2_row,
         "NE.KernelCfg.KernelFmt": fk,
         "NE.KernelCfg.PalettizedBits": 8,
@@ -249,21 +228,9 @@ def conv_td(
         "NE.AccBias.AccBias": _fp16_bits(bias) if bias is not None and not vector else 0,
         "NE.MACCfg.NonlinearMode": NONLINEAR_CODES[nonlinear],
         "NE.PostScale.PostScale": _fp16_bits(post_scale),
-        "TileDMADst.DMAConfig.En": 1,
-        "TileDMADst.DMAConfig.CacheHint": 3,
-        "TileDMADst.DMAConfig.L2BfrMode": 1,
-        "TileDMADst.BaseAddr.Addr": dst_base >> 6,
-        "TileDMADst.RowStride.RowStride": out_row >> 6,
-        "TileDMADst.PlaneStride.PlaneStride": out_plane >> 6,
-        "TileDMADst.DepthStride.DepthStride": cout * out_plane >> 6,
-        "TileDMADst.GroupStride.GroupStride": cout * out_plane >> 6,
-        "TileDMADst.Fmt.FmtMode": 1,
-        "TileDMADst.Fmt.Truncate": 3,
-        "TileDMADst.Fmt.MemFmt": fo,
-        "TileDMADst.Fmt.ZeroPadLast": 1,
-        "TileDMADst.Fmt.ZeroPadFirst": 1,
-        "TileDMADst.Fmt.Interleave": 1,
     }
+    _src_dma(v, c, in_row, in_plane, src_base, fi)
+    _dst_dma(v, cout, out_row, out_plane, dst_base, fo)
     for cfg in ("SourceCfg", "ResultCfg"):  # L2 source and result: DMA format/interleave, aliasing
         for k in (
             "AliasConvSrc",

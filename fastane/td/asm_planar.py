@@ -109,44 +109,64 @@ def _l2_override(td: TaskDescriptor, l2) -> None:
     td.update(dict(l2))
 
 
-def _src_dma(v: dict, shape, strides, base: int, prefix: str = "TileDMASrc") -> None:
-    c = shape[0]
-    row, plane = _layout3(shape, strides, "src")
+def _header(eon: bool, log_events: int) -> dict:
+    """The Header words a convolution or elementwise task carries (the seed's and the
+    corpus's values; a row reduction's differ, :func:`reduce_td`)."""
+    return {
+        "Header.EON": int(eon),
+        "Header.LogEvents": log_events,
+        "Header.DebugLogEvents": 0xFFF86A,
+        "Header.SPL": 1,
+        "Header.TSR": 1,
+        "Header.TSE": 1,
+        "Header.SrcLoc": 1,
+        "Header.DstLoc": 1,
+    }
+
+
+def _dma_window(prefix: str, base: int, row: int, plane: int, depth: int, fmt: int) -> dict:
+    """Where a tile DMA (``TileDMASrc``, ``TileDMASrc1``, ``TileDMADst``) reads or writes:
+    its base and strides in 64-byte units (the depth and group strides span the ``depth``
+    bytes of one tensor) and the memory format (the destination names its stride fields
+    after the register)."""
+    dst = prefix == "TileDMADst"
+    r, d, g = ("RowStride", "DepthStride", "GroupStride") if dst else ("Stride",) * 3
+    return {
+        f"{prefix}.BaseAddr.Addr": base >> 6,
+        f"{prefix}.RowStride.{r}": row >> 6,
+        f"{prefix}.PlaneStride.PlaneStride": plane >> 6,
+        f"{prefix}.DepthStride.{d}": depth >> 6,
+        f"{prefix}.GroupStride.{g}": depth >> 6,
+        f"{prefix}.Fmt.MemFmt": fmt,
+    }
+
+
+def _src_dma(v: dict, c: int, row: int, plane: int, base: int, fmt: int = 2) -> None:
+    """TileDMASrc streaming ``c`` planes (``row``/``plane`` bytes apart) from ``base``."""
     v.update(
         {
-            f"{prefix}.DMAConfig.En": 1,
-            f"{prefix}.DMAConfig.CacheHint": 2,
-            f"{prefix}.DMAConfig.CacheHintReuse": 14,
-            f"{prefix}.DMAConfig.CacheHintNoReuse": 12,
-            f"{prefix}.BaseAddr.Addr": base >> 6,
-            f"{prefix}.RowStride.Stride": row >> 6,
-            f"{prefix}.PlaneStride.PlaneStride": plane >> 6,
-            f"{prefix}.DepthStride.Stride": c * plane >> 6,
-            f"{prefix}.GroupStride.Stride": c * plane >> 6,
-            f"{prefix}.Fmt.FmtMode": 1,
-            f"{prefix}.Fmt.Truncate": 3,
-            f"{prefix}.Fmt.MemFmt": 2,
-            f"{prefix}.Fmt.Interleave": 1,
+            "TileDMASrc.DMAConfig.En": 1,
+            "TileDMASrc.DMAConfig.CacheHint": 2,
+            "TileDMASrc.DMAConfig.CacheHintReuse": 14,
+            "TileDMASrc.DMAConfig.CacheHintNoReuse": 12,
+            **_dma_window("TileDMASrc", base, row, plane, c * plane, fmt),
+            "TileDMASrc.Fmt.FmtMode": 1,
+            "TileDMASrc.Fmt.Truncate": 3,
+            "TileDMASrc.Fmt.Interleave": 1,
         }
     )
 
 
-def _dst_dma(v: dict, shape, strides, base: int) -> None:
-    c = shape[0]
-    row, plane = _layout3(shape, strides, "dst")
+def _dst_dma(v: dict, c: int, row: int, plane: int, base: int, fmt: int = 2) -> None:
+    """TileDMADst writing ``c`` planes (``row``/``plane`` bytes apart) at ``base``."""
     v.update(
         {
             "TileDMADst.DMAConfig.En": 1,
             "TileDMADst.DMAConfig.CacheHint": 3,
             "TileDMADst.DMAConfig.L2BfrMode": 1,
-            "TileDMADst.BaseAddr.Addr": base >> 6,
-            "TileDMADst.RowStride.RowStride": row >> 6,
-            "TileDMADst.PlaneStride.PlaneStride": plane >> 6,
-            "TileDMADst.DepthStride.DepthStride": c * plane >> 6,
-            "TileDMADst.GroupStride.GroupStride": c * plane >> 6,
+            **_dma_window("TileDMADst", base, row, plane, c * plane, fmt),
             "TileDMADst.Fmt.FmtMode": 1,
             "TileDMADst.Fmt.Truncate": 3,
-            "TileDMADst.Fmt.MemFmt": 2,
             "TileDMADst.Fmt.ZeroPadLast": 1,
             "TileDMADst.Fmt.ZeroPadFirst": 1,
             "TileDMADst.Fmt.Interleave": 1,
@@ -267,14 +287,7 @@ def eltwise_td(
     # a broadcast vector in L2: one 16-byte unit per row, its channels one after the other
     s0_ch, s0_row = (h, 1) if src_broadcast else (ch16 // L2_UNIT, c * ch16 // L2_UNIT)
     v = {
-        "Header.EON": int(eon),
-        "Header.LogEvents": log_events,
-        "Header.DebugLogEvents": 0xFFF86A,
-        "Header.SPL": 1,
-        "Header.TSR": 1,
-        "Header.TSE": 1,
-        "Header.SrcLoc": 1,
-        "Header.DstLoc": 1,
+        **_header(eon, log_events),
         "Header.RBase0": 0 if src_in_l2 else src,
         "Header.RBE0": int(not src_in_l2),
         "Header.WBase": 0 if keep else dst,
@@ -322,11 +335,11 @@ def eltwise_td(
         for i, word in enumerate(planar_words(op, out_scale, offset, in_scale)):
             v[f"Planar.Word[{i}]"] = word
     if not src_in_l2:
-        _src_dma(v, shape, src_strides, src_base)
+        _src_dma(v, c, *_layout3(shape, src_strides, "src"), src_base)
         for cfg in _ALIAS:
             v[f"L2.SourceCfg.{cfg}"] = 1
     if not keep:
-        _dst_dma(v, shape, dst_strides, dst_base)
+        _dst_dma(v, c, *_layout3(shape, dst_strides, "dst"), dst_base)
     for cfg in ("DMAFmt", "DMAInterleave"):
         v[f"L2.ResultCfg.{cfg}"] = 1
     td.update(v)
@@ -349,16 +362,7 @@ def eltwise_td(
             if not src1_in_l2:  # streamed: the L2 source takes DMA-formatted data
                 row, plane = _layout3(shape, src1_strides, "src1")
                 td.update({"Header.RBase1": src1, "Header.RBE1": 1, "L2.SourceCfg.DMAFmt": 1})
-                unnamed.update(
-                    {
-                        "TileDMASrc1.BaseAddr.Addr": src1_base >> 6,
-                        "TileDMASrc1.RowStride.Stride": row >> 6,
-                        "TileDMASrc1.PlaneStride.PlaneStride": plane >> 6,
-                        "TileDMASrc1.DepthStride.Stride": c * plane >> 6,
-                        "TileDMASrc1.GroupStride.Stride": c * plane >> 6,
-                        "TileDMASrc1.Fmt.MemFmt": 2,
-                    }
-                )
+                unnamed.update(_dma_window("TileDMASrc1", src1_base, row, plane, c * plane, 2))
         td.update(unnamed)
     _l2_override(td, l2)
     return td
