@@ -155,9 +155,32 @@ def _rstd(t: int, vec_in: int, vec_out: int, p: RowOp, lut: dict) -> list:
     ve = functools.partial(eltwise_td, (1, t, 1), tile_height=t, eon=False, src_vector=True, vector_out=True)
     return [
         ve(op="scale", offset=p.eps, l2_src=vec_in, l2_dst=vec_out),
-        ve(nonlinear="lut", kernel_base=lut["sqrt"], l2_src=vec_out, l2_dst=vec_in),
-        ve(nonlinear="lut", kernel_base=lut["reciprocal"], l2_src=vec_in, l2_dst=vec_out),
+        _table(ve, lut, "sqrt", l2_src=vec_out, l2_dst=vec_in),
+        _table(ve, lut, "reciprocal", l2_src=vec_in, l2_dst=vec_out),
     ]
+
+
+def _sub_row(e, vec: int, src: int, a: int, **out):
+    """``x - v``: the tensor of slot ``src`` (L2 window ``a``) less the per-row vector kept
+    in L2 at ``vec``, broadcast along the row (source 1)."""
+    return e(op="sub", src=src, src1_in_l2=True, src1_broadcast=True, l2_src=a, l2_src1=vec, **out)
+
+
+def _mul_row(e, vec: int, src1: int, a: int, **out):
+    """``v * x``: the per-row vector kept in L2 at ``vec``, broadcast along the row
+    (source 0), times the tensor of slot ``src1`` (L2 window ``a``)."""
+    return e(op="mul", src_vector=True, src_broadcast=True, l2_src=vec, src1=src1, l2_src1=a, **out)
+
+
+def _square(e, slot: int, a: int, b: int, c: int, **out):
+    """``x * x`` of the tensor of slot ``slot`` (read twice, L2 windows ``a`` and ``b``),
+    to the intermediate slot (L2 staging ``c``)."""
+    return e(op="mul", src=slot, src1=slot, l2_src=a, l2_src1=b, dst=SLOT_INTERMEDIATE, l2_dst=c, **out)
+
+
+def _table(e, lut: dict, name: str, **io):
+    """The NE task that applies table ``name`` (its block at ``lut[name]`` in the kernel slot)."""
+    return e(nonlinear="lut", kernel_base=lut[name], **io)
 
 
 def _affine(p: RowOp, e, a: int, b: int, c: int) -> list:
@@ -201,54 +224,18 @@ def _tile_tds(p: RowOp, t: int, lut: dict) -> list:
     if p.op in ("softmax", "log_softmax"):
         tds = [
             red(op="max-reduce", src=SLOT_INPUT, l2_src=a, l2_dst=v0),
-            e(
-                op="sub",
-                out_scale=LOG2E,
-                src=SLOT_INPUT,
-                src1_in_l2=True,
-                src1_broadcast=True,
-                l2_src=a,
-                l2_src1=v0,
-                keep=True,
-                l2_dst=b,
-            ),
-            e(
-                nonlinear="lut",
-                kernel_base=lut["exp2"],
-                src_in_l2=True,
-                l2_src=b,
-                dst=SLOT_INTERMEDIATE,
-                l2_dst=a,
-            ),
+            _sub_row(e, v0, SLOT_INPUT, a, out_scale=LOG2E, keep=True, l2_dst=b),
+            _table(e, lut, "exp2", src_in_l2=True, l2_src=b, dst=SLOT_INTERMEDIATE, l2_dst=a),
             red(op="recip-sum", src=SLOT_INTERMEDIATE, l2_src=a, l2_dst=v1),
         ]
         if p.op == "softmax":
             out = dict(dst=SLOT_OUTPUT)
         else:  # the softmax goes to the intermediate slot's second tile
             out = dict(dst=SLOT_INTERMEDIATE, dst_base=t * rb)
-        tds.append(
-            e(
-                op="mul",
-                src_vector=True,
-                src_broadcast=True,
-                l2_src=v1,
-                src1=SLOT_INTERMEDIATE,
-                l2_src1=a,
-                l2_dst=b,
-                **out,
-            )
-        )
+        tds.append(_mul_row(e, v1, SLOT_INTERMEDIATE, a, l2_dst=b, **out))
         if p.op == "log_softmax":
             tds += [
-                e(
-                    nonlinear="lut",
-                    kernel_base=lut["log2"],
-                    src=SLOT_INTERMEDIATE,
-                    src_base=t * rb,
-                    l2_src=a,
-                    keep=True,
-                    l2_dst=b,
-                ),
+                _table(e, lut, "log2", src=SLOT_INTERMEDIATE, src_base=t * rb, l2_src=a, keep=True, l2_dst=b),
                 e(op="scale", out_scale=LN2, src_in_l2=True, l2_src=b, dst=SLOT_OUTPUT, l2_dst=a),
             ]
         return tds
@@ -257,57 +244,19 @@ def _tile_tds(p: RowOp, t: int, lut: dict) -> list:
     if p.op == "layer_norm":
         tds = [
             red(op="sum", out_scale=inv_w, src=SLOT_INPUT, l2_src=a, l2_dst=v0),
-            e(
-                op="sub",
-                src=SLOT_INPUT,
-                src1_in_l2=True,
-                src1_broadcast=True,
-                l2_src=a,
-                l2_src1=v0,
-                dst=SLOT_INTERMEDIATE,
-                l2_dst=b,
-            ),
-            e(
-                op="mul",
-                src=SLOT_INTERMEDIATE,
-                src1=SLOT_INTERMEDIATE,
-                l2_src=a,
-                l2_src1=b,
-                dst=SLOT_INTERMEDIATE,
-                dst_base=t * rb,
-                l2_dst=c,
-            ),
+            _sub_row(e, v0, SLOT_INPUT, a, dst=SLOT_INTERMEDIATE, l2_dst=b),
+            _square(e, SLOT_INTERMEDIATE, a, b, c, dst_base=t * rb),
             red(op="sum", out_scale=inv_w, src=SLOT_INTERMEDIATE, src_base=t * rb, l2_src=a, l2_dst=v1),
             *_rstd(t, v1, v0, p, lut),
         ]
-        tds.append(
-            e(
-                op="mul",
-                src_vector=True,
-                src_broadcast=True,
-                l2_src=v0,
-                src1=SLOT_INTERMEDIATE,
-                l2_src1=a,
-                **last,
-            )
-        )
+        tds.append(_mul_row(e, v0, SLOT_INTERMEDIATE, a, **last))
     else:  # rms_norm
         tds = [
-            e(
-                op="mul",
-                src=SLOT_INPUT,
-                src1=SLOT_INPUT,
-                l2_src=a,
-                l2_src1=b,
-                dst=SLOT_INTERMEDIATE,
-                l2_dst=c,
-            ),
+            _square(e, SLOT_INPUT, a, b, c),
             red(op="sum", out_scale=inv_w, src=SLOT_INTERMEDIATE, l2_src=a, l2_dst=v0),
             *_rstd(t, v0, v1, p, lut),
         ]
-        tds.append(
-            e(op="mul", src_vector=True, src_broadcast=True, l2_src=v1, src1=SLOT_INPUT, l2_src1=a, **last)
-        )
+        tds.append(_mul_row(e, v1, SLOT_INPUT, a, **last))
     return tds + _affine(p, e, a, b, c)
 
 
