@@ -92,37 +92,17 @@ def lower(n: int, op: str) -> LoweredBinary:
     tds = []
     for j, (e0, h, w) in enumerate(tiles):
         base = dict(src_base=2 * e0, dst=SLOT_OUT, dst_base=2 * e0, eon=False)
+        two = dict(base, src1_base=2 * e0)  # the second operand at the same element
         if op == "abs":  # unary/abs.bin: Word[0] = 0x40
             td = eltwise_td((1, h, w), op="abs", src=SLOT_A, **base)
         elif op == "neg":  # the scale op with operand scale -1 (softmin's TD0 negates so)
             td = eltwise_td((1, h, w), op="scale", in_scale=-1.0, src=SLOT_A, **base)
         elif op == "square":  # unary/square.bin: a multiply with RBase0 = RBase1 = the input
-            td = eltwise_td((1, h, w), op="mul", src=SLOT_A, src1=SLOT_A, src1_base=2 * e0, **base)
+            td = eltwise_td((1, h, w), op="mul", src=SLOT_A, src1=SLOT_A, **two)
         elif op == "sub":  # as binary/sub.bin: add(-1 * b, a), b through source 0
-            td = eltwise_td(
-                (1, h, w),
-                op="add",
-                in_scale=-1.0,
-                src=SLOT_B,
-                src1=SLOT_A,
-                dst=SLOT_OUT,
-                src_base=2 * e0,
-                src1_base=2 * e0,
-                dst_base=2 * e0,
-                eon=False,
-            )
+            td = eltwise_td((1, h, w), op="add", in_scale=-1.0, src=SLOT_B, src1=SLOT_A, **two)
         else:
-            td = eltwise_td(
-                (1, h, w),
-                op=op,
-                src=SLOT_A,
-                src1=SLOT_B,
-                dst=SLOT_OUT,
-                src_base=2 * e0,
-                src1_base=2 * e0,
-                dst_base=2 * e0,
-                eon=False,
-            )
+            td = eltwise_td((1, h, w), op=op, src=SLOT_A, src1=SLOT_B, **two)
         tds.append(td)
     nbytes = max(round_up(2 * n), ALIGN)
     bars = {
