@@ -149,10 +149,15 @@ def _tile_rows(p: RowOp, lim: Limits) -> int:
     return -(-p.rows // -(-p.rows // t))  # balanced tiles
 
 
+def _vec(t: int, **kw):
+    """A task on the per-row vector of a tile of ``t`` rows kept in L2 (one value per row)."""
+    return eltwise_td((1, t, 1), tile_height=t, eon=False, src_vector=True, **kw)
+
+
 def _rstd(t: int, vec_in: int, vec_out: int, p: RowOp, lut: dict) -> list:
     """``1 / sqrt(v + eps)`` of the per-row vector at ``vec_in`` (three vector tasks: a
     planar offset, the sqrt and reciprocal tables); the result at ``vec_out``."""
-    ve = functools.partial(eltwise_td, (1, t, 1), tile_height=t, eon=False, src_vector=True, vector_out=True)
+    ve = functools.partial(_vec, t, vector_out=True)
     return [
         ve(op="scale", offset=p.eps, l2_src=vec_in, l2_dst=vec_out),
         _table(ve, lut, "sqrt", l2_src=vec_out, l2_dst=vec_in),
@@ -210,16 +215,7 @@ def _tile_tds(p: RowOp, t: int, lut: dict) -> list:
         scale = inv_w if p.op == "reduce_mean" else 1.0
         return [
             red(op=kind, in_scale=neg, out_scale=scale, src=SLOT_INPUT, l2_src=a, l2_dst=v0),
-            eltwise_td(
-                (1, t, 1),
-                op="scale",
-                in_scale=neg,
-                src_vector=True,
-                l2_src=v0,
-                dst=SLOT_OUTPUT,
-                l2_dst=a,
-                eon=False,
-            ),
+            _vec(t, op="scale", in_scale=neg, l2_src=v0, dst=SLOT_OUTPUT, l2_dst=a),
         ]
     if p.op in ("softmax", "log_softmax"):
         tds = [
