@@ -18,7 +18,7 @@ import math
 from ..m1 import ALIGN, CORES, FORMATS, L2_UNIT, kernel_layout
 from ..m1 import round_up as _ru
 from .codec import TaskDescriptor
-from .asm_planar import NONLINEAR_CODES, _dst_dma, _fp16_bits, _header, _src_dma
+from .asm_planar import _ALIAS, NONLINEAR_CODES, _dst_dma, _fp16_bits, _header, _src_dma
 from .asm_planar import eltwise_td, reduce_td  # noqa: F401 (re-exported: the builders live in one place)
 
 FMT_CODES = {"uint8": 0, "u8": 0, "int8": 1, "i8": 1, "fp16": 2, "float16": 2, "f16": 2}
@@ -232,14 +232,7 @@ def conv_td(
     _src_dma(v, c, in_row, in_plane, src_base, fi)
     _dst_dma(v, cout, out_row, out_plane, dst_base, fo)
     for cfg in ("SourceCfg", "ResultCfg"):  # L2 source and result: DMA format/interleave, aliasing
-        for k in (
-            "AliasConvSrc",
-            "AliasConvRslt",
-            "DMAFmt",
-            "DMAInterleave",
-            "AliasPlanarSrc",
-            "AliasPlanarRslt",
-        ):
+        for k in _ALIAS:
             v[f"L2.{cfg}.{k}"] = 1
     rest = lay.wbytes + lay.bbytes
     for k in range(CORES):  # KernelDMASrc channel k feeds NE core k
