@@ -10,6 +10,7 @@ from .fp16 import round_f16
 ACC_MAX = 2.0**31 - 1.0  # grid units (2**-16): 32768 - 2**-16
 ACC_MIN = -(2.0**31)  # -32768
 SCALE = 65536.0  # 2**16: a values are scaled by it so products come out in grid units
+MAGIC = 1.5 * 2.0**52  # (t + MAGIC) - MAGIC == round-half-even(t) for |t| < 2**51
 
 
 @njit(inline="always")
