@@ -85,12 +85,16 @@ from .bounds import (  # re-exported: tests use them
     _row_abs_stats,
 )
 from .mac_exact import _dot_exact, _exact_elements, _exact_rows, _exact_tile  # noqa: F401 (re-exported)
+from .mac_f32 import F32_PRODUCT_LIMIT, _fast32_rows
 from .mac_fast import ITEMS_PER_TASK, _dot_fast, _fast_dots, _fast_rows, _fast_tile  # noqa: F401
 
 # Row/column/depth blocking of the fast and exact kernels (measured on a 2-core Zen 3).
 ROWS_PER_TILE = 32
 COLS_PER_TILE = 1024
 DEPTH_PER_TILE = 16
+# ... of the float32 fast path (int32 accumulators: half the bytes per column)
+COLS32_PER_TILE = 512
+DEPTH32_PER_TILE = 32
 # Outputs this narrow (columns) take dot products instead of row tiles on the fast path.
 NARROW_COLS = 8
 # Work below this many multiply-adds runs on the calling thread alone (see parallel.threads_for).
@@ -100,14 +104,68 @@ SERIAL_MACS = 1 << 20
 FIX_RATIO = 8
 
 
-def _fast(a, b, ia, ib, rb, ri, trunc, acc):
-    """The fast path for the rows (rb, ri): row tiles, or dot products when N is narrow."""
-    if b.shape[2] <= NARROW_COLS:
-        _fast_dots(a, b, ia, ib, rb, ri, trunc, acc, parallel.workers())
+def _fast(a, b, ia, ib, rb, ri, trunc, acc, ok32, b32):
+    """The fast path for the rows (rb, ri): row tiles, or dot products when N is narrow.
+
+    ``b``: a function returning the float64 ``b`` (made from ``b32`` only when needed);
+    ``b32``: its float32 copy, or None (then made here when enough rows share it, else
+    blocks are converted as the tiles need them).  ``ok32``: bool[B, M], the rows whose
+    products the float32 kernel rounds exactly (:func:`_ok32`); those take it, the
+    others the float64 kernels."""
+    if (b32 if b32 is not None else b()).shape[2] <= NARROW_COLS:
+        _fast_dots(a, b(), ia, ib, rb, ri, trunc, acc, parallel.workers())
+        return
+    sel = ok32[rb, ri]
+    if sel.all():
+        rb32, ri32 = rb, ri
+        rb = ri = rb[:0]
     else:
-        _fast_rows(
-            a, b, ia, ib, rb, ri, trunc, acc, ROWS_PER_TILE, COLS_PER_TILE, DEPTH_PER_TILE, parallel.workers()
+        rb32, ri32, rb, ri = rb[sel], ri[sel], rb[~sel], ri[~sel]
+    if rb32.size:
+        if b32 is None and rb32.size >= ROWS_PER_TILE:  # the copy is shared by many rows
+            b32 = b().astype(np.float32)  # exact: fp16 values
+        use32 = b32 is not None
+        _fast32_rows(
+            a,
+            _NO_B64 if use32 else b(),
+            b32 if use32 else _NO_B32,
+            use32,
+            ia,
+            ib,
+            rb32,
+            ri32,
+            trunc,
+            acc,
+            ROWS_PER_TILE,
+            COLS32_PER_TILE,
+            DEPTH32_PER_TILE,
+            parallel.workers(),
         )
+    if rb.size:
+        _fast_rows(
+            a,
+            b(),
+            ia,
+            ib,
+            rb,
+            ri,
+            trunc,
+            acc,
+            ROWS_PER_TILE,
+            COLS_PER_TILE,
+            DEPTH_PER_TILE,
+            parallel.workers(),
+        )
+
+
+def _ok32(rmax, bmax, ia, ib):
+    """bool[B, M]: the rows the float32 fast path may take (every product small)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (rmax[ia] * bmax[ib][:, None]) * SCALE <= F32_PRODUCT_LIMIT  # exact; NaN: False
+
+
+_NO_B64 = np.zeros((1, 1, 1))
+_NO_B32 = np.zeros((1, 1, 1), np.float32)
 
 
 # ---------------------------------------------------------------- entry points
@@ -116,6 +174,9 @@ def matmul_q16_into(a, b, ia, ib, trunc, acc, flag, bmax=None):
 
     ``bmax``: optional float64[BB], ``max |b[n]|`` per ``b`` batch (NaN if ``b[n]`` holds a
     NaN) when the caller already has it (the conv kernel computes it while unfolding).
+    ``b`` may also be float32 (the same exact fp16 values: resident weights kept in half
+    the bytes), which the float32 fast path reads directly; the other paths then work on
+    a float64 copy made when (and only if) they run.
 
     Returns how the work was split: ``(fast rows, exact rows, exact single elements)``
     (a row on the fast path may also have single elements recomputed exactly).
@@ -134,20 +195,29 @@ def matmul_q16_into(a, b, ia, ib, trunc, acc, flag, bmax=None):
         return _matmul_planned(a, b, ia, ib, trunc, acc, flag, bmax)
 
 
-def _matmul_planned(a, b, ia, ib, trunc, acc, flag, bmax):
+def _matmul_planned(a, b_in, ia, ib, trunc, acc, flag, bmax):
     B = ia.shape[0]
     BA, M, K = a.shape
-    N = b.shape[2]
+    N = b_in.shape[2]
+    b32 = b_in if b_in.dtype == np.float32 else None
+    kept = [None if b32 is not None else b_in]
+
+    def b64():
+        if kept[0] is None:
+            kept[0] = b32.astype(np.float64)
+        return kept[0]
+
     rsum = np.empty((BA, M))
     rmax = np.empty((BA, M))
     have_bmax = bmax is not None
     if not have_bmax:
-        bmax = np.empty(b.shape[0])
+        bmax = np.empty(b_in.shape[0])
     unsafe_rows = np.empty((B, M), np.bool_)
-    if _plan_rows(a, b, ia, ib, bmax, have_bmax, rsum, rmax, unsafe_rows) == 0:
+    if _plan_rows(a, _NO_B64 if have_bmax else b64(), ia, ib, bmax, have_bmax, rsum, rmax, unsafe_rows) == 0:
         rb, ri = np.divmod(np.arange(B * M, dtype=np.int64), M)
-        _fast(a, b, ia, ib, rb, ri, trunc, acc)
+        _fast(a, b64, ia, ib, rb, ri, trunc, acc, _ok32(rmax, bmax, ia, ib), b32)
         return B * M, 0, 0
+    b = b64()
     csum = np.empty((b.shape[0], N))
     cmax = np.empty((b.shape[0], N))
     _col_abs_stats(b, csum, cmax)
@@ -160,7 +230,18 @@ def _matmul_planned(a, b, ia, ib, trunc, acc, flag, bmax):
     rb, ri = np.nonzero(~exact_row)
     n_fast = rb.size
     if rb.size:
-        _fast(a, b, ia, ib, rb.astype(np.int64), ri.astype(np.int64), trunc, acc)
+        _fast(
+            a,
+            b64,
+            ia,
+            ib,
+            rb.astype(np.int64),
+            ri.astype(np.int64),
+            trunc,
+            acc,
+            _ok32(rmax, bmax, ia, ib),
+            b32,
+        )
     rb, ri = np.nonzero(exact_row)
     n_exact = rb.size
     if rb.size:

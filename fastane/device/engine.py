@@ -369,18 +369,13 @@ class Engine:
         return self._weight_entry(g, p)[2]
 
     def _weights_t(self, g, p=None):
-        """``(w^T, max |w|)``: the decoded weights of a 1x1 convolution as ``[groups, Cin/groups,
-        Cout/groups]`` (C-contiguous) and their largest magnitude per group (NaN if a weight
-        is NaN), kept with the decoded weights: the operand of the transposed product
-        that narrow outputs take (:func:`fastane.device.mac.accumulate_fp16`)."""
+        """``(w^T, max |w|)`` of the decoded weights of a 1x1 convolution
+        (:func:`fastane.device.mac.transposed_weights`), kept with the decoded weights: the
+        operand of the transposed product that narrow outputs take
+        (:func:`fastane.device.mac.accumulate_fp16`)."""
         entry = self._weight_entry(g, p)
         if entry[4] is None:
-            G = g.groups
-            w = entry[2].reshape(G, g.cout // G, g.cin_g)
-            wt = np.ascontiguousarray(w.transpose(0, 2, 1))
-            wmax = np.empty(G)
-            mac.abs_max(wt, wmax)
-            entry[4] = derived = (wt, wmax)
+            entry[4] = derived = mac.transposed_weights(g, entry[2])
             if any(e is entry for e in self._wcache):
                 self._trim_weights()  # may drop it from the cache again: too large
             return derived

@@ -246,6 +246,19 @@ def narrow(g: Geometry) -> bool:
     return plain(g) and P <= NARROW_PIXELS and 4 * P <= g.cout // g.groups
 
 
+def transposed_weights(g: Geometry, w: np.ndarray):
+    """``(w^T, max |w|)``: the decoded weights ``w`` of a 1x1 convolution as ``[groups,
+    Cin/groups, Cout/groups]``, C-contiguous **float32** (exact: fp16 values; half the
+    bytes of float64, and what the MAC kernels' float32 fast path reads), and their
+    largest magnitude per group (float64; NaN if a weight is NaN).  The engine keeps them
+    with the decoded weights (resident weights are transposed once)."""
+    G = g.groups
+    w3 = w.reshape(G, g.cout // G, g.cin_g)
+    wmax = np.empty(G)
+    _kmac._abs_max(w3, wmax)
+    return np.ascontiguousarray(w3.transpose(0, 2, 1), dtype=np.float32), wmax
+
+
 def abs_max(x: np.ndarray, out: np.ndarray) -> None:
     """``out[n] = max |x[n]|`` per leading index (NaN when ``x[n]`` holds a NaN)."""
     _kmac._abs_max(x, out)

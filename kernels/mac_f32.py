@@ -1,0 +1,252 @@
+"""The MAC array's float32 fast path (see :mod:`fastane.kernels.mac`, "float32 fast path"):
+rows that cannot clamp and whose every product is small, summed exactly in int32 lanes.
+
+Why it is exact (every step, for a row whose products all satisfy ``|p| <= 2**22`` grid
+units, where ``p = a * 2**16 * b`` for fp16 values ``a``, ``b``):
+
+1. **operands**: every fp16 value is a float32 (11 significant bits, exponents
+   ``-24..15``), and ``a * 2**16`` only moves the exponent (at most ``65504 * 2**16 <
+   2**32``): exact;
+2. **product**: ``p`` has at most ``11 + 11 = 22`` significant bits, float32 has 24, and
+   ``|p|`` lies between ``2**-48 * 2**16 = 2**-32`` and ``2**48``, inside float32's normal
+   range: ``p`` is exact (so fusing the next addition into an FMA changes nothing);
+3. **rounding to the grid**: ``t = fl32(MAGIC32 + p)`` with ``MAGIC32 = 1.5 * 2**23``.
+   For ``|p| <= 2**22``, ``MAGIC32 + p`` lies in ``[2**23, 2**24]``, where the float32
+   spacing is 1: the one rounding of the addition is round-half-even to an integer, and
+   since ``MAGIC32`` is an even integer, ``t = MAGIC32 + r`` with ``r = rne(p)`` exactly
+   (``rne(MAGIC32 + p) = MAGIC32 + rne(p)``: a tie goes to the even neighbour either
+   way).  With ``trunc``, ``t = floor(p) + MAGIC32`` (``floor`` is exact and the sum is an
+   integer of magnitude below ``2**24``: exact);
+4. **bits**: on ``[2**23, 2**24]`` the float32 bit pattern is affine in the value
+   (exponent field fixed at 150, the fraction holds ``t - 2**23``; ``2**24`` itself is
+   ``0x4b800000``, the same line's end), so ``bits(t) = MAGIC32_BITS + r`` with
+   ``MAGIC32_BITS = 0x4b400000``: reading the pattern as an int32 *is* the subtraction
+   of ``MAGIC32``, for free;
+5. **sum**: the int32 lanes add ``bits(t_k)`` for every ``k`` with wrap-around (modulo
+   ``2**32``), so after the ``K`` products a lane holds ``K * MAGIC32_BITS + S`` modulo
+   ``2**32``, ``S = sum_k r_k``, in any order.  The row is on the fast path only when the
+   no-clamp bound holds, which proves ``|S| <= 2**31 - 1`` (and that no partial sum of the
+   serial order leaves the accumulator's range): ``S`` is the int32 that
+   ``lane - K * MAGIC32_BITS`` is congruent to, exactly the serial definition's result.
+
+The condition ``|p| <= 2**22`` is checked per row, before: ``max_k |a_ik| * max |b| *
+2**16 <= 2**22`` (both maxima are fp16 values, so the product and the scaling are exact
+in float64; NaN or inf fails it).  Rows that fail it take the float64 fast path.
+
+Cost: one FMA and one int32 add per multiply-add, in 16-lane vectors (twice the lanes of
+float64, and the float64 pairing's subtraction is gone), on float32 operands: ``b`` as
+float32 (the caller's resident copy, or a block converted as the tile first needs it,
+shared by the tile's rows), each ``a`` scalar converted as it is loaded.
+"""
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+from .acc import SCALE
+from .mac_fast import _tile, _tile_count
+from .parallel import claim
+
+MAGIC32 = 1.5 * 2.0**23  # float32: rne(MAGIC32 + p) == MAGIC32 + rne(p) for |p| <= 2**22
+MAGIC32_BITS = 0x4B400000  # the float32 pattern of MAGIC32; bits(MAGIC32 + r) = MAGIC32_BITS + r
+#: the largest product magnitude (grid units) the float32 rounding handles exactly
+F32_PRODUCT_LIMIT = 2.0**22
+
+
+@intrinsic
+def f32_bits(typingctx, x):
+    """``f32_bits(x)``: the bit pattern of the float32 ``x`` as an int32 (a bitcast)."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.int32(x), codegen
+
+
+@njit(inline="always")
+def f32_row_ok(amax, bmax):
+    """True when every product of a row with ``max|a| = amax`` against ``max|b| = bmax``
+    (fp16 values in float64) is at most :data:`F32_PRODUCT_LIMIT` in grid units (exact in
+    float64; False for NaN)."""
+    return amax * bmax * SCALE <= F32_PRODUCT_LIMIT
+
+
+# ---------------------------------------------------------------- inner loops (inlined)
+@njit(fastmath={"contract"}, inline="always")
+def _bits4x2(c, d, b0, b1, b2, b3, a0, a1, a2, a3, e0, e1, e2, e3):
+    """Two int32 rows += the patterns of MAGIC32 + rne(product), four products each."""
+    m = np.float32(MAGIC32)
+    for j in range(c.size):
+        x0 = b0[j]
+        x1 = b1[j]
+        x2 = b2[j]
+        x3 = b3[j]
+        c[j] += (f32_bits(a0 * x0 + m) + f32_bits(a1 * x1 + m)) + (
+            f32_bits(a2 * x2 + m) + f32_bits(a3 * x3 + m)
+        )
+        d[j] += (f32_bits(e0 * x0 + m) + f32_bits(e1 * x1 + m)) + (
+            f32_bits(e2 * x2 + m) + f32_bits(e3 * x3 + m)
+        )
+
+
+@njit(fastmath={"contract"}, inline="always")
+def _bits4(c, b0, b1, b2, b3, a0, a1, a2, a3):
+    m = np.float32(MAGIC32)
+    for j in range(c.size):
+        c[j] += (f32_bits(a0 * b0[j] + m) + f32_bits(a1 * b1[j] + m)) + (
+            f32_bits(a2 * b2[j] + m) + f32_bits(a3 * b3[j] + m)
+        )
+
+
+@njit(fastmath={"contract"}, inline="always")
+def _bits1(c, b0, a0):
+    m = np.float32(MAGIC32)
+    for j in range(c.size):
+        c[j] += f32_bits(a0 * b0[j] + m)
+
+
+@njit(inline="always")
+def _floor_bits4x2(c, d, b0, b1, b2, b3, a0, a1, a2, a3, e0, e1, e2, e3):
+    """As :func:`_bits4x2` with the products floored (``trunc``)."""
+    m = np.float32(MAGIC32)
+    for j in range(c.size):
+        x0 = b0[j]
+        x1 = b1[j]
+        x2 = b2[j]
+        x3 = b3[j]
+        c[j] += (f32_bits(np.floor(a0 * x0) + m) + f32_bits(np.floor(a1 * x1) + m)) + (
+            f32_bits(np.floor(a2 * x2) + m) + f32_bits(np.floor(a3 * x3) + m)
+        )
+        d[j] += (f32_bits(np.floor(e0 * x0) + m) + f32_bits(np.floor(e1 * x1) + m)) + (
+            f32_bits(np.floor(e2 * x2) + m) + f32_bits(np.floor(e3 * x3) + m)
+        )
+
+
+@njit(inline="always")
+def _floor_bits4(c, b0, b1, b2, b3, a0, a1, a2, a3):
+    m = np.float32(MAGIC32)
+    for j in range(c.size):
+        c[j] += (f32_bits(np.floor(a0 * b0[j]) + m) + f32_bits(np.floor(a1 * b1[j]) + m)) + (
+            f32_bits(np.floor(a2 * b2[j]) + m) + f32_bits(np.floor(a3 * b3[j]) + m)
+        )
+
+
+@njit(inline="always")
+def _floor_bits1(c, b0, a0):
+    m = np.float32(MAGIC32)
+    for j in range(c.size):
+        c[j] += f32_bits(np.floor(a0 * b0[j]) + m)
+
+
+@njit(inline="always")
+def _s32(x):
+    """``x`` (an fp16 value in float64 or float32) times 2**16, as a float32 (exact)."""
+    return np.float32(x) * np.float32(SCALE)
+
+
+# ---------------------------------------------------------------- the tile
+@njit(fastmath={"contract"}, inline="always")
+def _tile32(a, b, b32, use32, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth, ci, blk):
+    """Rows rb/ri[p0:p1], columns j0:j1 (see :func:`_fast32_rows`); ``ci``: int32 scratch
+    of at least (p1 - p0, j1 - j0), ``blk``: float32 scratch (depth, j1 - j0) for a
+    converted block of ``b``."""
+    K = a.shape[2]
+    w = j1 - j0
+    for p in range(p0, p1):
+        ci[p - p0, :w] = 0
+    for k0 in range(0, K, depth):
+        k1 = min(K, k0 + depth)
+        have = -1  # the b batch whose block [k0, k1) x [j0, j1) blk holds
+        p = p0
+        while p < p1:
+            n = rb[p]
+            nb = ib[n]
+            if not use32 and have != nb:
+                for k in range(k0, k1):
+                    src = b[nb, k, j0:j1]
+                    dst = blk[k - k0, :w]
+                    for j in range(w):
+                        dst[j] = np.float32(src[j])
+                have = nb
+            ar = a[ia[n], ri[p]]
+            c = ci[p - p0, :w]
+            pair = p + 1 < p1 and ib[rb[p + 1]] == nb
+            er = ar
+            d = c
+            if pair:
+                er = a[ia[rb[p + 1]], ri[p + 1]]
+                d = ci[p + 1 - p0, :w]
+            k = k0
+            while k < k1:
+                if use32:
+                    b0 = b32[nb, k, j0:j1]
+                else:
+                    b0 = blk[k - k0, :w]
+                if k + 4 <= k1:
+                    if use32:
+                        b1 = b32[nb, k + 1, j0:j1]
+                        b2 = b32[nb, k + 2, j0:j1]
+                        b3 = b32[nb, k + 3, j0:j1]
+                    else:
+                        b1 = blk[k + 1 - k0, :w]
+                        b2 = blk[k + 2 - k0, :w]
+                        b3 = blk[k + 3 - k0, :w]
+                    a0, a1, a2, a3 = _s32(ar[k]), _s32(ar[k + 1]), _s32(ar[k + 2]), _s32(ar[k + 3])
+                    if pair:
+                        e0, e1, e2, e3 = _s32(er[k]), _s32(er[k + 1]), _s32(er[k + 2]), _s32(er[k + 3])
+                        if trunc:
+                            _floor_bits4x2(c, d, b0, b1, b2, b3, a0, a1, a2, a3, e0, e1, e2, e3)
+                        else:
+                            _bits4x2(c, d, b0, b1, b2, b3, a0, a1, a2, a3, e0, e1, e2, e3)
+                    elif trunc:
+                        _floor_bits4(c, b0, b1, b2, b3, a0, a1, a2, a3)
+                    else:
+                        _bits4(c, b0, b1, b2, b3, a0, a1, a2, a3)
+                    k += 4
+                else:
+                    if trunc:
+                        _floor_bits1(c, b0, _s32(ar[k]))
+                        if pair:
+                            _floor_bits1(d, b0, _s32(er[k]))
+                    else:
+                        _bits1(c, b0, _s32(ar[k]))
+                        if pair:
+                            _bits1(d, b0, _s32(er[k]))
+                    k += 1
+            p += 2 if pair else 1
+    offset = np.int64(K) * MAGIC32_BITS
+    for p in range(p0, p1):
+        c = ci[p - p0, :w]
+        out = acc[rb[p], ri[p], j0:j1]
+        for j in range(w):
+            s = (np.int64(c[j]) - offset) & 0xFFFFFFFF  # S modulo 2**32 ...
+            out[j] = np.float64(s - ((s & 0x80000000) << 1))  # ... as the int32 it is
+
+
+@njit(parallel=True, fastmath={"contract"}, cache=True)
+def _fast32_rows(a, b, b32, use32, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile, depth, workers):
+    """acc[rb[p], ri[p], :] = sum_k round(a*b) in any order, for rows that cannot clamp and
+    whose products are at most :data:`F32_PRODUCT_LIMIT` (module docstring: why exact).
+
+    ``a``: float64[BA, M, K]; ``b``: float64[BB, K, N]; ``b32``: float32[BB, K, N], the same
+    values, read instead of ``b`` when ``use32`` (else a block of ``b`` is converted into
+    a scratch tile as the tile first needs it).  Tiles of rows x columns are the tasks of
+    the work queue; depth is blocked for cache; two consecutive rows sharing their ``b``
+    batch are computed together (one load of ``b`` feeds both).
+    """
+    L, N = rb.size, b.shape[2] if not use32 else b32.shape[2]
+    ntasks = _tile_count(L, N, rows_per_tile, cols_per_tile)
+    counter = np.zeros(1, np.int64)
+    width = min(N, cols_per_tile)
+    for _ in prange(workers):
+        ci = np.empty((rows_per_tile, width), np.int32)
+        blk = np.empty((depth if not use32 else 1, width), np.float32)
+        while True:
+            t = claim(counter)
+            if t >= ntasks:
+                break
+            p0, p1, j0, j1 = _tile(t, L, N, rows_per_tile, cols_per_tile)
+            _tile32(a, b, b32, use32, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth, ci, blk)

@@ -1,0 +1,232 @@
+"""The MAC kernels' float32 fast path (fastane.kernels.mac_f32) bit for bit against
+tests/reference.py: the accumulators themselves (grid units), not only their fp16
+readout, on random and adversarial inputs (ties, subnormals, signed zeros, the product
+limit, sums next to the accumulator's range and the int32 wrap-around, rows that must
+not take the path: large products, inf, NaN)."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fastane.kernels import mac, mac_f32
+from device_helpers import assert_same_f16
+from reference import accumulate, decode_f16, product_on_grid, ref_matmul
+
+F16 = np.float16
+LIMIT = 64.0  # |a| * |b| <= 64 <=> |product| <= 2**22 grid units: the float32 path's limit
+
+
+def f16(x):
+    return np.asarray(x, np.float64).astype(F16)
+
+
+def ref_acc(a16, b16, trunc=False):
+    """(acc, flag) by the reference: the serial, per-step clamped sum of grid products."""
+    ab = [[decode_f16(int(v)) for v in row] for row in np.asarray(a16, F16).view(np.uint16)]
+    bb = [[decode_f16(int(v)) for v in row] for row in np.asarray(b16, F16).view(np.uint16)]
+    M, K, N = len(ab), len(bb), len(bb[0]) if bb else 0
+    acc = np.zeros((M, N))
+    flag = np.zeros((M, N), np.int8)
+    for i in range(M):
+        for j in range(N):
+            s, f, nan = accumulate(product_on_grid(ab[i][k], bb[k][j], trunc) for k in range(K))
+            acc[i, j] = np.nan if nan else s
+            flag[i, j] = f
+    return acc, flag
+
+
+def force32(a16, b16, trunc, use32, tiles=(3, 16, 5)):
+    """The float32 kernel alone on every row (bypassing the planner); small tiles by
+    default, so that row pairs, tile edges and depth blocks all occur."""
+    a = np.ascontiguousarray(a16, np.float64)[None]
+    b = np.ascontiguousarray(b16, np.float64)[None]
+    M, N = a.shape[1], b.shape[2]
+    z = np.zeros(1, np.int64)
+    acc = np.full((1, M, N), 12345.0)
+    rb, ri = np.zeros(M, np.int64), np.arange(M, dtype=np.int64)
+    b32 = b.astype(np.float32) if use32 else np.zeros((1, 1, 1), np.float32)
+    b64 = np.zeros((1, 1, 1)) if use32 else b
+    rows, cols, depth = tiles
+    mac_f32._fast32_rows(a, b64, b32, use32, z, z, rb, ri, trunc, acc, rows, cols, depth, 3)
+    return acc[0]
+
+
+def readout16(acc, flag):
+    out = np.empty(acc.shape)
+    mac.readout(acc, flag, out)
+    return out.astype(F16)
+
+
+def assert_acc(got, a16, b16, trunc):
+    want, flag = ref_acc(a16, b16, trunc)
+    assert not flag.any()
+    assert np.array_equal(got, want), np.argwhere(got != want)[:5]
+
+
+def eligible(rng, shape, lo=-24, hi=3):
+    """fp16 values with magnitudes 2**lo .. 8 (subnormals included), both signs, zeros."""
+    x = rng.uniform(1, 2, shape) * 2.0 ** rng.integers(lo, hi, shape) * rng.choice([-1, 1], shape)
+    x[rng.random(shape) < 0.05] = 0.0
+    x = f16(np.clip(x, -8, 8))
+    x[rng.random(shape) < 0.03] = F16(-0.0)
+    return x
+
+
+# ------------------------------------------------------------------ the kernel alone
+@pytest.mark.parametrize("M, K, N", [(1, 1, 1), (3, 5, 17), (5, 19, 23), (4, 64, 40), (7, 13, 33)])
+@pytest.mark.parametrize("trunc", [False, True])
+@pytest.mark.parametrize("use32", [False, True])
+def test_kernel_alone_matches_reference(M, K, N, trunc, use32):
+    rng = np.random.default_rng(M * 100 + K * 10 + N + trunc)
+    a, b = eligible(rng, (M, K)), eligible(rng, (K, N))
+    assert_acc(force32(a, b, trunc, use32), a, b, trunc)
+
+
+@pytest.mark.parametrize("trunc", [False, True])
+def test_every_fp16_pattern_times_chosen_values(trunc):
+    """Every finite fp16 ``b`` with ``|a b| <= 64`` (subnormals and -0 included) times a
+    few ``a`` values, each product rounded alone (K = 1), against the reference's integer
+    rounding; the converted-block variant on every fourth pattern."""
+    vals = np.arange(0x10000, dtype=np.uint32).astype(np.uint16).view(F16)
+    for av in (1.0, -1.0, 2.0**-24, 3 * 2.0**-10, -(2.0**-14), 1.5, 7.99, -8.0, 0.0):
+        b = vals[np.isfinite(vals) & (np.abs(vals.astype(np.float64)) * abs(av) <= LIMIT)][None]
+        a = f16([[av]])
+        da = decode_f16(int(a.view(np.uint16)[0, 0]))
+        want = np.array([product_on_grid(da, decode_f16(int(v)), trunc)[1] for v in b.view(np.uint16)[0]])
+        assert np.array_equal(force32(a, b, trunc, True, tiles=(2, 4096, 4))[0], want), av
+        q = np.ascontiguousarray(b[:, ::4])
+        assert np.array_equal(force32(a, q, trunc, False, tiles=(2, 1000, 4))[0], want[::4]), av
+
+
+def test_half_grid_ties_both_parities():
+    """Products that are exact ties (n + 1/2 grid steps) with n even and odd, positive and
+    negative, alone and summed: half to even per product, floor with trunc."""
+    k = np.arange(1, 41)
+    a = f16(np.where(k % 3 == 0, -1, 1) * (2 * k - 1) * 2.0**-9)[None]  # odd multiples
+    b = f16(np.full((40, 9), 2.0**-8))  # a * b = (2k - 1) * 2**-17: a tie in every product
+    b[:, 1::2] = F16(-(2.0**-8))
+    b[::5, 3] = F16(3 * 2.0**-8)  # 3 x a tie: another tie, or not
+    for trunc in (False, True):
+        for use32 in (False, True):
+            assert_acc(force32(a, b, trunc, use32), a, b, trunc)
+            assert_acc(force32(a.T.copy(), b[:1], trunc, use32), a.T, b[:1], trunc)  # K = 1 each
+
+
+@pytest.mark.parametrize("trunc", [False, True])
+def test_the_product_limit_itself(trunc):
+    """|a b| = 64 exactly (product 2**22 grid units, the top of MAGIC32's binade) and the
+    values right below it, with both signs."""
+    top = f16([8.0, -8.0, 7.996, 4.0, -2.0, 1.0])
+    b = f16([[8.0, -8.0, 8.0, 16.0, 32.0, -64.0, 7.996]])
+    for i in range(top.size):
+        a = top[i : i + 1, None]
+        ok = np.abs(b.astype(np.float64)) * abs(float(a[0, 0])) <= LIMIT
+        bb = b[:, ok[0]]
+        assert_acc(force32(a, bb, trunc, True), a, bb, trunc)
+    assert mac_f32.f32_row_ok(8.0, 8.0) and not mac_f32.f32_row_ok(8.0, 8.0078125)
+
+
+@pytest.mark.parametrize("trunc", [False, True])
+@pytest.mark.parametrize("K", [511, 512, 515, 1000])
+def test_sums_next_to_the_accumulator_range_and_the_wrap(K, trunc):
+    """Lanes that wrap around int32 many times (K * MAGIC32_BITS) with sums S close to the
+    top and the bottom of the accumulator (as close as the no-clamp bound lets a row be
+    on a fast path), cancellation to zero, and mixtures."""
+    big = min(K, 511)
+    a = np.zeros((4, K), F16)
+    a[:, :big] = F16(8.0)
+    a[:, big:] = F16(2.0**-9)  # tiny products beyond the big ones: ties and below
+    b = np.zeros((K, 12), F16)
+    b[:, 0] = F16(8.0)  # S = 511 * 2**22 + small: 2**31 - 2**22 + ...
+    b[:, 1] = F16(-8.0)  # the bottom side
+    b[:, 2] = np.where(np.arange(K) % 2 == 0, F16(8.0), F16(-8.0))  # cancellation
+    b[:, 3] = F16(7.996)
+    b[:, 4:] = f16(np.random.default_rng(K).uniform(-8, 8, (K, 8)))
+    a[1] = -a[1]
+    a[2, ::3] = F16(-8.0)
+    got = force32(a, b, trunc, True, tiles=(4, 16, 64))
+    assert_acc(got, a, b, trunc)
+    assert abs(got[0, 0]) > 2**31 - 2**23 and abs(got[1, 0]) > 2**31 - 2**23
+
+
+# ------------------------------------------------------------------ through the planner
+def _spy(monkeypatch):
+    seen = []
+    real = mac._fast32_rows
+
+    def spy(a, b, b32, use32, ia, ib, rb, ri, *rest):
+        seen.append((rb.copy(), ri.copy(), use32))
+        return real(a, b, b32, use32, ia, ib, rb, ri, *rest)
+
+    monkeypatch.setattr(mac, "_fast32_rows", spy)
+    return seen
+
+
+def planned(a16, b16, trunc, as32=False):
+    a = np.ascontiguousarray(a16, np.float64)[None]
+    b = np.ascontiguousarray(b16, np.float64)[None]
+    if as32:
+        b = b.astype(np.float32)
+    M, N = a.shape[1], b.shape[2]
+    acc, flag = np.empty((1, M, N)), np.empty((1, M, N), np.int8)
+    z = np.zeros(1, np.int64)
+    mac.matmul_q16_into(a, b, z, z, trunc, acc, flag)
+    return acc[0], flag[0]
+
+
+@pytest.mark.parametrize("as32", [False, True])
+@pytest.mark.parametrize("trunc", [False, True])
+def test_planner_sends_only_eligible_rows(monkeypatch, as32, trunc):
+    """Rows with small products take the float32 path; rows with a product above the
+    limit, an inf or a NaN, or that may clamp, do not; the result is the reference's."""
+    seen = _spy(monkeypatch)
+    rng = np.random.default_rng(3 + as32 + 2 * trunc)
+    M, K, N = 40, 48, 37
+    a, b = eligible(rng, (M, K)), eligible(rng, (K, N), -20, 2)  # max |b| <= 4
+    a[5, 3] = F16(40.0)  # 40 * 4 > 64: float64 fast path
+    a[6, 7] = F16(np.inf)
+    a[7, 1] = F16(np.nan)
+    a[8, :] = F16(8000.0)  # saturates: exact rows
+    acc, flag = planned(a, b, trunc, as32)
+    want, wflag = ref_acc(a, b, trunc)
+    assert np.array_equal(acc, want, equal_nan=True) and np.array_equal(flag, wflag)
+    rows = np.concatenate([ri for _, ri, _ in seen])
+    assert set(rows.tolist()) == set(range(M)) - {5, 6, 7, 8}, sorted(rows.tolist())
+    assert all(use32 for *_, use32 in seen)  # 36 rows share b: one float32 copy (or b is one)
+
+
+def test_float32_right_operand_on_every_path():
+    """``b`` given as float32 (resident weights): the float32 path reads it, the other paths
+    (large products, saturation, inf and NaN, narrow outputs) a float64 copy."""
+    rng = np.random.default_rng(11)
+    a = f16(rng.uniform(-300, 300, (9, 30)))
+    a[:3] = eligible(rng, (3, 30))
+    b = eligible(rng, (30, 21))
+    b[3, 4], b[5, 5] = np.inf, np.nan
+    for trunc in (False, True):
+        acc, flag = planned(a, b, trunc, as32=True)
+        want, wflag = ref_acc(a, b, trunc)
+        assert np.array_equal(acc, want, equal_nan=True) and np.array_equal(flag, wflag)
+        acc, flag = planned(a, b[:, :5], trunc, as32=True)  # narrow: the dot-product kernel
+        want, wflag = ref_acc(a, b[:, :5], trunc)
+        assert np.array_equal(acc, want, equal_nan=True) and np.array_equal(flag, wflag)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    shape=st.tuples(st.integers(1, 9), st.integers(1, 40), st.integers(9, 40)),
+    lo=st.integers(-24, 2),
+    seed=st.integers(0, 2**32 - 1),
+    trunc=st.booleans(),
+    as32=st.booleans(),
+)
+def test_hypothesis_small_products(shape, lo, seed, trunc, as32):
+    """Random eligible operands of every scale from subnormal up to the limit."""
+    M, K, N = shape
+    rng = np.random.default_rng(seed)
+    a, b = eligible(rng, (M, K), lo), eligible(rng, (K, N), lo)
+    acc, flag = planned(a, b, trunc, as32)
+    want, wflag = ref_acc(a, b, trunc)
+    assert np.array_equal(acc, want) and np.array_equal(flag, wflag)
+    assert_same_f16(readout16(acc, flag), ref_matmul(a, b, trunc))
