@@ -235,15 +235,19 @@ def accumulate(g: Geometry, x: np.ndarray, w: np.ndarray, cmax=None, trunc: bool
 
 
 #: outputs with at most this many pixels per output channel (``Hout x Wout``; a matmul's
-#: rows), and at least four times as many channels, take the transposed product
+#: rows), and more channels per group than pixels, take the transposed product
 NARROW_PIXELS = 64
+#: ... and run on one thread (``threads_for(0, NARROW_SERIAL)``: always serial)
+NARROW_SERIAL = 1
 
 
 def narrow(g: Geometry) -> bool:
-    """A plain 1x1 convolution whose output is narrow (few pixels, many channels: a matmul
-    with few rows, e.g. a decode step): :func:`accumulate_fp16` computes it transposed."""
+    """A plain 1x1 convolution whose output is narrow (few pixels, more channels: a matmul
+    with few rows, e.g. a decode step or a short prefill): :func:`accumulate_fp16`
+    computes it transposed, vectorized across the channels, reading the transposed
+    weights the engine keeps (float32, :func:`transposed_weights`)."""
     P = g.hout * g.wout
-    return plain(g) and P <= NARROW_PIXELS and 4 * P <= g.cout // g.groups
+    return plain(g) and P <= NARROW_PIXELS and P < g.cout // g.groups
 
 
 def transposed_weights(g: Geometry, w: np.ndarray):
@@ -306,11 +310,12 @@ def accumulate_fp16(
             acc_t = buffer("acc_t", (G, P, cog), np.float64)
             flag_t = buffer("flag_t", (G, P, cog), np.int8)
             idx = _arange(G)
-            # few rows: when the product is one tile of the fast kernel, a parallel region
-            # only hands the work to one thread and waits for it (on a busy machine, for a
-            # scheduler slice: 0.9 ms serial vs 48 ms at 8 x 2048 x 256): run it here
-            tiles = G * -(-P // _kmac.ROWS_PER_TILE) * -(-cog // _kmac.COLS_PER_TILE)
-            with _kpar.threads_for(0 if tiles == 1 else g.macs, _kmac.SERIAL_MACS):
+            # few rows: run it on the calling thread.  The engine runs the tasks one after
+            # the other, so each would be a parallel region of its own, and on a busy
+            # machine every region waits for its worker thread to be scheduled (one tile:
+            # 0.9 ms serial vs 48 ms at 8 x 2048 x 256; 64 x 2048 x 2048 in 8 tasks of two
+            # tiles, load 7 on 2 cores: 60-95 ms on one thread, 370-400 ms on two)
+            with _kpar.threads_for(0, NARROW_SERIAL):
                 _kmac.matmul_q16_into(xt, wt, idx, idx, trunc, acc_t, flag_t, wmax)
             acc.reshape(G, cog, P)[...] = acc_t.transpose(0, 2, 1)
             flag.reshape(G, cog, P)[...] = flag_t.transpose(0, 2, 1)
