@@ -44,6 +44,16 @@ How it is computed (all bit-identical to that serial definition):
   subtraction.  Outputs with at most ``NARROW_COLS`` columns use dot products with four
   independent partial sums instead (same pairing).  With ``trunc`` the products are
   floored one by one (``np.floor``), then summed the same way;
+* **float32 fast path.**  Rows on the fast path whose every product is at most
+  ``2**22`` grid units (``max|a_i| * max|b| <= 64``, tested exactly) take the kernel of
+  :mod:`fastane.kernels.mac_f32` instead: ``t = fma(a*2**16, b, 1.5*2**23)`` in float32
+  is ``1.5*2**23 + rne(p)`` exactly, its bit pattern read as an int32 is
+  ``0x4b400000 + rne(p)``, and int32 lanes add those patterns with wrap-around; the
+  no-clamp bound keeps the true sum within int32, so subtracting ``K * 0x4b400000``
+  (modulo ``2**32``) gives it exactly (the proof, step by step, is that module's
+  docstring and docs/numerics.md).  One FMA and one integer add per multiply-add in
+  16-lane vectors.  ``b`` may be given as float32 (resident weights); otherwise a float32
+  copy is made when many rows share it, or blocks are converted per tile;
 * bounds, cheapest first: per row ``sum_k |a_ik| * max|b|``; for rows that fail it, per
   element ``min(sum_k|a_ik| * max_k|b_kj|, max_k|a_ik| * sum_k|b_kj|)``; for elements
   that still fail, ``|A| @ |B|`` with BLAS (single-threaded, so that OpenBLAS's spinning
@@ -108,8 +118,9 @@ def _fast(a, b, ia, ib, rb, ri, trunc, acc, ok32, b32):
     """The fast path for the rows (rb, ri): row tiles, or dot products when N is narrow.
 
     ``b``: a function returning the float64 ``b`` (made from ``b32`` only when needed);
-    ``b32``: its float32 copy, or None (then made here when enough rows share it, else
-    blocks are converted as the tiles need them).  ``ok32``: bool[B, M], the rows whose
+    ``b32``: the same values as float32 or as fp16 patterns (uint16), or None (then a
+    float32 copy is made here when enough rows share it, else blocks are converted as
+    the tiles need them).  ``ok32``: bool[B, M], the rows whose
     products the float32 kernel rounds exactly (:func:`_ok32`); those take it, the
     others the float64 kernels."""
     if (b32 if b32 is not None else b()).shape[2] <= NARROW_COLS:
@@ -174,9 +185,10 @@ def matmul_q16_into(a, b, ia, ib, trunc, acc, flag, bmax=None):
 
     ``bmax``: optional float64[BB], ``max |b[n]|`` per ``b`` batch (NaN if ``b[n]`` holds a
     NaN) when the caller already has it (the conv kernel computes it while unfolding).
-    ``b`` may also be float32 (the same exact fp16 values: resident weights kept in half
-    the bytes), which the float32 fast path reads directly; the other paths then work on
-    a float64 copy made when (and only if) they run.
+    ``b`` may also be float32 or float16 (the same values: resident weights kept in half
+    or a quarter of the bytes), which the float32 fast path reads directly (float16 as
+    its bit patterns, decoded as they are loaded); the other paths then work on a float64
+    copy made when (and only if) they run.
 
     Returns how the work was split: ``(fast rows, exact rows, exact single elements)``
     (a row on the fast path may also have single elements recomputed exactly).
@@ -199,12 +211,15 @@ def _matmul_planned(a, b_in, ia, ib, trunc, acc, flag, bmax):
     B = ia.shape[0]
     BA, M, K = a.shape
     N = b_in.shape[2]
-    b32 = b_in if b_in.dtype == np.float32 else None
+    if b_in.dtype == np.float64:
+        b32 = None
+    else:  # float32, or float16 read as its bit patterns
+        b32 = b_in.view(np.uint16) if b_in.dtype == np.float16 else b_in
     kept = [None if b32 is not None else b_in]
 
     def b64():
         if kept[0] is None:
-            kept[0] = b32.astype(np.float64)
+            kept[0] = b_in.astype(np.float64)  # exact
         return kept[0]
 
     rsum = np.empty((BA, M))

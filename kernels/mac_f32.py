@@ -35,8 +35,9 @@ in float64; NaN or inf fails it).  Rows that fail it take the float64 fast path.
 
 Cost: one FMA and one int32 add per multiply-add, in 16-lane vectors (twice the lanes of
 float64, and the float64 pairing's subtraction is gone), on float32 operands: ``b`` as
-float32 (the caller's resident copy, or a block converted as the tile first needs it,
-shared by the tile's rows), each ``a`` scalar converted as it is loaded.
+float32 or as fp16 patterns decoded by ``vcvtph2ps`` as they load (the caller's resident
+copy), or a block converted as the tile first needs it and shared by the tile's rows;
+each ``a`` scalar converted as it is loaded.
 """
 
 import numpy as np
@@ -66,6 +67,25 @@ def f32_bits(typingctx, x):
     return types.int32(x), codegen
 
 
+@intrinsic
+def as_f32(typingctx, x):
+    """``as_f32(x)``: a float32 ``x`` itself, or the float32 value of the fp16 bit pattern
+    ``x`` (a uint16; exact: ``fpext half -> float``, one ``vcvtph2ps`` per vector)."""
+    if x == types.float32:
+
+        def codegen(context, builder, signature, args):
+            return args[0]
+
+    elif x == types.uint16:
+
+        def codegen(context, builder, signature, args):
+            return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    else:
+        return None
+    return types.float32(x), codegen
+
+
 @njit(inline="always")
 def f32_row_ok(amax, bmax):
     """True when every product of a row with ``max|a| = amax`` against ``max|b| = bmax``
@@ -80,10 +100,10 @@ def _bits4x2(c, d, b0, b1, b2, b3, a0, a1, a2, a3, e0, e1, e2, e3):
     """Two int32 rows += the patterns of MAGIC32 + rne(product), four products each."""
     m = np.float32(MAGIC32)
     for j in range(c.size):
-        x0 = b0[j]
-        x1 = b1[j]
-        x2 = b2[j]
-        x3 = b3[j]
+        x0 = as_f32(b0[j])
+        x1 = as_f32(b1[j])
+        x2 = as_f32(b2[j])
+        x3 = as_f32(b3[j])
         c[j] += (f32_bits(a0 * x0 + m) + f32_bits(a1 * x1 + m)) + (
             f32_bits(a2 * x2 + m) + f32_bits(a3 * x3 + m)
         )
@@ -96,8 +116,8 @@ def _bits4x2(c, d, b0, b1, b2, b3, a0, a1, a2, a3, e0, e1, e2, e3):
 def _bits4(c, b0, b1, b2, b3, a0, a1, a2, a3):
     m = np.float32(MAGIC32)
     for j in range(c.size):
-        c[j] += (f32_bits(a0 * b0[j] + m) + f32_bits(a1 * b1[j] + m)) + (
-            f32_bits(a2 * b2[j] + m) + f32_bits(a3 * b3[j] + m)
+        c[j] += (f32_bits(a0 * as_f32(b0[j]) + m) + f32_bits(a1 * as_f32(b1[j]) + m)) + (
+            f32_bits(a2 * as_f32(b2[j]) + m) + f32_bits(a3 * as_f32(b3[j]) + m)
         )
 
 
@@ -105,7 +125,7 @@ def _bits4(c, b0, b1, b2, b3, a0, a1, a2, a3):
 def _bits1(c, b0, a0):
     m = np.float32(MAGIC32)
     for j in range(c.size):
-        c[j] += f32_bits(a0 * b0[j] + m)
+        c[j] += f32_bits(a0 * as_f32(b0[j]) + m)
 
 
 @njit(inline="always")
@@ -113,10 +133,10 @@ def _floor_bits4x2(c, d, b0, b1, b2, b3, a0, a1, a2, a3, e0, e1, e2, e3):
     """As :func:`_bits4x2` with the products floored (``trunc``)."""
     m = np.float32(MAGIC32)
     for j in range(c.size):
-        x0 = b0[j]
-        x1 = b1[j]
-        x2 = b2[j]
-        x3 = b3[j]
+        x0 = as_f32(b0[j])
+        x1 = as_f32(b1[j])
+        x2 = as_f32(b2[j])
+        x3 = as_f32(b3[j])
         c[j] += (f32_bits(np.floor(a0 * x0) + m) + f32_bits(np.floor(a1 * x1) + m)) + (
             f32_bits(np.floor(a2 * x2) + m) + f32_bits(np.floor(a3 * x3) + m)
         )
@@ -129,8 +149,8 @@ def _floor_bits4x2(c, d, b0, b1, b2, b3, a0, a1, a2, a3, e0, e1, e2, e3):
 def _floor_bits4(c, b0, b1, b2, b3, a0, a1, a2, a3):
     m = np.float32(MAGIC32)
     for j in range(c.size):
-        c[j] += (f32_bits(np.floor(a0 * b0[j]) + m) + f32_bits(np.floor(a1 * b1[j]) + m)) + (
-            f32_bits(np.floor(a2 * b2[j]) + m) + f32_bits(np.floor(a3 * b3[j]) + m)
+        c[j] += (f32_bits(np.floor(a0 * as_f32(b0[j])) + m) + f32_bits(np.floor(a1 * as_f32(b1[j])) + m)) + (
+            f32_bits(np.floor(a2 * as_f32(b2[j])) + m) + f32_bits(np.floor(a3 * as_f32(b3[j])) + m)
         )
 
 
@@ -138,7 +158,7 @@ def _floor_bits4(c, b0, b1, b2, b3, a0, a1, a2, a3):
 def _floor_bits1(c, b0, a0):
     m = np.float32(MAGIC32)
     for j in range(c.size):
-        c[j] += f32_bits(np.floor(a0 * b0[j]) + m)
+        c[j] += f32_bits(np.floor(a0 * as_f32(b0[j])) + m)
 
 
 @njit(inline="always")
@@ -231,9 +251,11 @@ def _fast32_rows(a, b, b32, use32, ia, ib, rb, ri, trunc, acc, rows_per_tile, co
     """acc[rb[p], ri[p], :] = sum_k round(a*b) in any order, for rows that cannot clamp and
     whose products are at most :data:`F32_PRODUCT_LIMIT` (module docstring: why exact).
 
-    ``a``: float64[BA, M, K]; ``b``: float64[BB, K, N]; ``b32``: float32[BB, K, N], the same
-    values, read instead of ``b`` when ``use32`` (else a block of ``b`` is converted into
-    a scratch tile as the tile first needs it).  Tiles of rows x columns are the tasks of
+    ``a``: float64[BA, M, K]; ``b``: float64[BB, K, N]; ``b32``: the same values as
+    float32[BB, K, N] or as fp16 bit patterns, uint16[BB, K, N] (decoded as they are
+    loaded: a quarter of float64's bytes, for products that stream their weights), read
+    instead of ``b`` when ``use32`` (else a block of ``b`` is converted into a float32
+    scratch tile as the tile first needs it, and ``b32`` is a float32 placeholder).  Tiles of rows x columns are the tasks of
     the work queue; depth is blocked for cache; two consecutive rows sharing their ``b``
     batch are computed together (one load of ``b`` feeds both).
     """
@@ -243,7 +265,7 @@ def _fast32_rows(a, b, b32, use32, ia, ib, rb, ri, trunc, acc, rows_per_tile, co
     width = min(N, cols_per_tile)
     for _ in prange(workers):
         ci = np.empty((rows_per_tile, width), np.int32)
-        blk = np.empty((depth if not use32 else 1, width), np.float32)
+        blk = np.empty((depth if not use32 else 1, width), b32.dtype)  # b32's: one type
         while True:
             t = claim(counter)
             if t >= ntasks:

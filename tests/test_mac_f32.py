@@ -45,7 +45,10 @@ def force32(a16, b16, trunc, use32, tiles=(3, 16, 5)):
     z = np.zeros(1, np.int64)
     acc = np.full((1, M, N), 12345.0)
     rb, ri = np.zeros(M, np.int64), np.arange(M, dtype=np.int64)
-    b32 = b.astype(np.float32) if use32 else np.zeros((1, 1, 1), np.float32)
+    if use32 == "f16":  # fp16 bit patterns, decoded as they are loaded
+        b32 = np.ascontiguousarray(b16, F16).view(np.uint16)[None]
+    else:
+        b32 = b.astype(np.float32) if use32 else np.zeros((1, 1, 1), np.float32)
     b64 = np.zeros((1, 1, 1)) if use32 else b
     rows, cols, depth = tiles
     mac_f32._fast32_rows(a, b64, b32, use32, z, z, rb, ri, trunc, acc, rows, cols, depth, 3)
@@ -76,7 +79,7 @@ def eligible(rng, shape, lo=-24, hi=3):
 # ------------------------------------------------------------------ the kernel alone
 @pytest.mark.parametrize("M, K, N", [(1, 1, 1), (3, 5, 17), (5, 19, 23), (4, 64, 40), (7, 13, 33)])
 @pytest.mark.parametrize("trunc", [False, True])
-@pytest.mark.parametrize("use32", [False, True])
+@pytest.mark.parametrize("use32", [False, True, "f16"])
 def test_kernel_alone_matches_reference(M, K, N, trunc, use32):
     rng = np.random.default_rng(M * 100 + K * 10 + N + trunc)
     a, b = eligible(rng, (M, K)), eligible(rng, (K, N))
@@ -95,6 +98,7 @@ def test_every_fp16_pattern_times_chosen_values(trunc):
         da = decode_f16(int(a.view(np.uint16)[0, 0]))
         want = np.array([product_on_grid(da, decode_f16(int(v)), trunc)[1] for v in b.view(np.uint16)[0]])
         assert np.array_equal(force32(a, b, trunc, True, tiles=(2, 4096, 4))[0], want), av
+        assert np.array_equal(force32(a, b, trunc, "f16", tiles=(2, 4096, 4))[0], want), av
         q = np.ascontiguousarray(b[:, ::4])
         assert np.array_equal(force32(a, q, trunc, False, tiles=(2, 1000, 4))[0], want[::4]), av
 
@@ -108,7 +112,7 @@ def test_half_grid_ties_both_parities():
     b[:, 1::2] = F16(-(2.0**-8))
     b[::5, 3] = F16(3 * 2.0**-8)  # 3 x a tie: another tie, or not
     for trunc in (False, True):
-        for use32 in (False, True):
+        for use32 in (False, True, "f16"):
             assert_acc(force32(a, b, trunc, use32), a, b, trunc)
             assert_acc(force32(a.T.copy(), b[:1], trunc, use32), a.T, b[:1], trunc)  # K = 1 each
 
@@ -147,6 +151,7 @@ def test_sums_next_to_the_accumulator_range_and_the_wrap(K, trunc):
     a[2, ::3] = F16(-8.0)
     got = force32(a, b, trunc, True, tiles=(4, 16, 64))
     assert_acc(got, a, b, trunc)
+    assert np.array_equal(force32(a, b, trunc, "f16", tiles=(3, 32, 100)), got)
     assert abs(got[0, 0]) > 2**31 - 2**23 and abs(got[1, 0]) > 2**31 - 2**23
 
 
@@ -163,11 +168,10 @@ def _spy(monkeypatch):
     return seen
 
 
-def planned(a16, b16, trunc, as32=False):
+def planned(a16, b16, trunc, bdtype=np.float64):
+    """Through matmul_q16_into, with ``b`` as float64, float32 or float16 (resident weights)."""
     a = np.ascontiguousarray(a16, np.float64)[None]
-    b = np.ascontiguousarray(b16, np.float64)[None]
-    if as32:
-        b = b.astype(np.float32)
+    b = np.ascontiguousarray(b16, np.float64)[None].astype(bdtype)
     M, N = a.shape[1], b.shape[2]
     acc, flag = np.empty((1, M, N)), np.empty((1, M, N), np.int8)
     z = np.zeros(1, np.int64)
@@ -175,20 +179,20 @@ def planned(a16, b16, trunc, as32=False):
     return acc[0], flag[0]
 
 
-@pytest.mark.parametrize("as32", [False, True])
+@pytest.mark.parametrize("bdtype", [np.float64, np.float32, np.float16])
 @pytest.mark.parametrize("trunc", [False, True])
-def test_planner_sends_only_eligible_rows(monkeypatch, as32, trunc):
+def test_planner_sends_only_eligible_rows(monkeypatch, bdtype, trunc):
     """Rows with small products take the float32 path; rows with a product above the
     limit, an inf or a NaN, or that may clamp, do not; the result is the reference's."""
     seen = _spy(monkeypatch)
-    rng = np.random.default_rng(3 + as32 + 2 * trunc)
+    rng = np.random.default_rng(3 + 2 * trunc)
     M, K, N = 40, 48, 37
     a, b = eligible(rng, (M, K)), eligible(rng, (K, N), -20, 2)  # max |b| <= 4
     a[5, 3] = F16(40.0)  # 40 * 4 > 64: float64 fast path
     a[6, 7] = F16(np.inf)
     a[7, 1] = F16(np.nan)
     a[8, :] = F16(8000.0)  # saturates: exact rows
-    acc, flag = planned(a, b, trunc, as32)
+    acc, flag = planned(a, b, trunc, bdtype)
     want, wflag = ref_acc(a, b, trunc)
     assert np.array_equal(acc, want, equal_nan=True) and np.array_equal(flag, wflag)
     rows = np.concatenate([ri for _, ri, _ in seen])
@@ -196,19 +200,20 @@ def test_planner_sends_only_eligible_rows(monkeypatch, as32, trunc):
     assert all(use32 for *_, use32 in seen)  # 36 rows share b: one float32 copy (or b is one)
 
 
-def test_float32_right_operand_on_every_path():
-    """``b`` given as float32 (resident weights): the float32 path reads it, the other paths
-    (large products, saturation, inf and NaN, narrow outputs) a float64 copy."""
+@pytest.mark.parametrize("bdtype", [np.float32, np.float16])
+def test_resident_right_operand_on_every_path(bdtype):
+    """``b`` given as float32 or float16 (resident weights): the float32 path reads it, the
+    other paths (large products, saturation, inf and NaN, narrow outputs) a float64 copy."""
     rng = np.random.default_rng(11)
     a = f16(rng.uniform(-300, 300, (9, 30)))
     a[:3] = eligible(rng, (3, 30))
     b = eligible(rng, (30, 21))
     b[3, 4], b[5, 5] = np.inf, np.nan
     for trunc in (False, True):
-        acc, flag = planned(a, b, trunc, as32=True)
+        acc, flag = planned(a, b, trunc, bdtype)
         want, wflag = ref_acc(a, b, trunc)
         assert np.array_equal(acc, want, equal_nan=True) and np.array_equal(flag, wflag)
-        acc, flag = planned(a, b[:, :5], trunc, as32=True)  # narrow: the dot-product kernel
+        acc, flag = planned(a, b[:, :5], trunc, bdtype)  # narrow: the dot-product kernel
         want, wflag = ref_acc(a, b[:, :5], trunc)
         assert np.array_equal(acc, want, equal_nan=True) and np.array_equal(flag, wflag)
 
@@ -219,14 +224,14 @@ def test_float32_right_operand_on_every_path():
     lo=st.integers(-24, 2),
     seed=st.integers(0, 2**32 - 1),
     trunc=st.booleans(),
-    as32=st.booleans(),
+    bdtype=st.sampled_from([np.float64, np.float32, np.float16]),
 )
-def test_hypothesis_small_products(shape, lo, seed, trunc, as32):
+def test_hypothesis_small_products(shape, lo, seed, trunc, bdtype):
     """Random eligible operands of every scale from subnormal up to the limit."""
     M, K, N = shape
     rng = np.random.default_rng(seed)
     a, b = eligible(rng, (M, K), lo), eligible(rng, (K, N), lo)
-    acc, flag = planned(a, b, trunc, as32)
+    acc, flag = planned(a, b, trunc, bdtype)
     want, wflag = ref_acc(a, b, trunc)
     assert np.array_equal(acc, want) and np.array_equal(flag, wflag)
     assert_same_f16(readout16(acc, flag), ref_matmul(a, b, trunc))
