@@ -52,8 +52,8 @@ How it is computed (all bit-identical to that serial definition):
   no-clamp bound keeps the true sum within int32, so subtracting ``K * 0x4b400000``
   (modulo ``2**32``) gives it exactly (the proof, step by step, is that module's
   docstring and docs/numerics.md).  One FMA and one integer add per multiply-add in
-  16-lane vectors.  ``b`` may be given as float32 (resident weights); otherwise a float32
-  copy is made when many rows share it, or blocks are converted per tile;
+  16-lane vectors.  ``b`` may be given as float32 or float16 (resident weights);
+  otherwise a float32 copy is made;
 * bounds, cheapest first: per row ``sum_k |a_ik| * max|b|``; for rows that fail it, per
   element ``min(sum_k|a_ik| * max_k|b_kj|, max_k|a_ik| * sum_k|b_kj|)``; for elements
   that still fail, ``|A| @ |B|`` with BLAS (single-threaded, so that OpenBLAS's spinning
@@ -119,8 +119,7 @@ def _fast(a, b, ia, ib, rb, ri, trunc, acc, ok32, b32):
 
     ``b``: a function returning the float64 ``b`` (made from ``b32`` only when needed);
     ``b32``: the same values as float32 or as fp16 patterns (uint16), or None (then a
-    float32 copy is made here when enough rows share it, else blocks are converted as
-    the tiles need them).  ``ok32``: bool[B, M], the rows whose
+    float32 copy is made here, if a row takes the float32 kernel).  ``ok32``: bool[B, M], the rows whose
     products the float32 kernel rounds exactly (:func:`_ok32`); those take it, the
     others the float64 kernels."""
     if (b32 if b32 is not None else b()).shape[2] <= NARROW_COLS:
@@ -133,14 +132,11 @@ def _fast(a, b, ia, ib, rb, ri, trunc, acc, ok32, b32):
     else:
         rb32, ri32, rb, ri = rb[sel], ri[sel], rb[~sel], ri[~sel]
     if rb32.size:
-        if b32 is None and rb32.size >= ROWS_PER_TILE:  # the copy is shared by many rows
-            b32 = b().astype(np.float32)  # exact: fp16 values
-        use32 = b32 is not None
+        if b32 is None:
+            b32 = b().astype(np.float32)  # exact: fp16 values (one pass over b)
         _fast32_rows(
             a,
-            _NO_B64 if use32 else b(),
-            b32 if use32 else _NO_B32,
-            use32,
+            b32,
             ia,
             ib,
             rb32,
@@ -175,8 +171,7 @@ def _ok32(rmax, bmax, ia, ib):
         return (rmax[ia] * bmax[ib][:, None]) * SCALE <= F32_PRODUCT_LIMIT  # exact; NaN: False
 
 
-_NO_B64 = np.zeros((1, 1, 1))
-_NO_B32 = np.zeros((1, 1, 1), np.float32)
+_NO_B64 = np.zeros((1, 1, 1))  # the b of _plan_rows when it is not read (bmax given)
 
 
 # ---------------------------------------------------------------- entry points

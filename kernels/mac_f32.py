@@ -36,8 +36,7 @@ in float64; NaN or inf fails it).  Rows that fail it take the float64 fast path.
 Cost: one FMA and one int32 add per multiply-add, in 16-lane vectors (twice the lanes of
 float64, and the float64 pairing's subtraction is gone), on float32 operands: ``b`` as
 float32 or as fp16 patterns decoded by ``vcvtph2ps`` as they load (the caller's resident
-copy), or a block converted as the tile first needs it and shared by the tile's rows;
-each ``a`` scalar converted as it is loaded.
+copy, or a float32 copy of a float64 ``b``); each ``a`` scalar converted as it is loaded.
 """
 
 import numpy as np
@@ -169,73 +168,56 @@ def _s32(x):
 
 # ---------------------------------------------------------------- the tile
 @njit(fastmath={"contract"}, inline="always")
-def _tile32(a, b, b32, use32, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth, ci, blk):
+def _tile32(a, bq, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth, ci):
     """Rows rb/ri[p0:p1], columns j0:j1 (see :func:`_fast32_rows`); ``ci``: int32 scratch
-    of at least (p1 - p0, j1 - j0), ``blk``: float32 scratch (depth, j1 - j0) for a
-    converted block of ``b``."""
+    of at least (p1 - p0, j1 - j0)."""
     K = a.shape[2]
     w = j1 - j0
     for p in range(p0, p1):
         ci[p - p0, :w] = 0
     for k0 in range(0, K, depth):
         k1 = min(K, k0 + depth)
-        have = -1  # the b batch whose block [k0, k1) x [j0, j1) blk holds
         p = p0
         while p < p1:
             n = rb[p]
-            nb = ib[n]
-            if not use32 and have != nb:
-                for k in range(k0, k1):
-                    src = b[nb, k, j0:j1]
-                    dst = blk[k - k0, :w]
-                    for j in range(w):
-                        dst[j] = np.float32(src[j])
-                have = nb
+            bb = bq[ib[n]]
             ar = a[ia[n], ri[p]]
             c = ci[p - p0, :w]
-            pair = p + 1 < p1 and ib[rb[p + 1]] == nb
+            pair = p + 1 < p1 and ib[rb[p + 1]] == ib[n]
             er = ar
             d = c
             if pair:
                 er = a[ia[rb[p + 1]], ri[p + 1]]
                 d = ci[p + 1 - p0, :w]
             k = k0
-            while k < k1:
-                if use32:
-                    b0 = b32[nb, k, j0:j1]
-                else:
-                    b0 = blk[k - k0, :w]
-                if k + 4 <= k1:
-                    if use32:
-                        b1 = b32[nb, k + 1, j0:j1]
-                        b2 = b32[nb, k + 2, j0:j1]
-                        b3 = b32[nb, k + 3, j0:j1]
-                    else:
-                        b1 = blk[k + 1 - k0, :w]
-                        b2 = blk[k + 2 - k0, :w]
-                        b3 = blk[k + 3 - k0, :w]
-                    a0, a1, a2, a3 = _s32(ar[k]), _s32(ar[k + 1]), _s32(ar[k + 2]), _s32(ar[k + 3])
-                    if pair:
-                        e0, e1, e2, e3 = _s32(er[k]), _s32(er[k + 1]), _s32(er[k + 2]), _s32(er[k + 3])
-                        if trunc:
-                            _floor_bits4x2(c, d, b0, b1, b2, b3, a0, a1, a2, a3, e0, e1, e2, e3)
-                        else:
-                            _bits4x2(c, d, b0, b1, b2, b3, a0, a1, a2, a3, e0, e1, e2, e3)
-                    elif trunc:
-                        _floor_bits4(c, b0, b1, b2, b3, a0, a1, a2, a3)
-                    else:
-                        _bits4(c, b0, b1, b2, b3, a0, a1, a2, a3)
-                    k += 4
-                else:
+            while k + 4 <= k1:
+                b0 = bb[k, j0:j1]
+                b1 = bb[k + 1, j0:j1]
+                b2 = bb[k + 2, j0:j1]
+                b3 = bb[k + 3, j0:j1]
+                a0, a1, a2, a3 = _s32(ar[k]), _s32(ar[k + 1]), _s32(ar[k + 2]), _s32(ar[k + 3])
+                if pair:
+                    e0, e1, e2, e3 = _s32(er[k]), _s32(er[k + 1]), _s32(er[k + 2]), _s32(er[k + 3])
                     if trunc:
-                        _floor_bits1(c, b0, _s32(ar[k]))
-                        if pair:
-                            _floor_bits1(d, b0, _s32(er[k]))
+                        _floor_bits4x2(c, d, b0, b1, b2, b3, a0, a1, a2, a3, e0, e1, e2, e3)
                     else:
-                        _bits1(c, b0, _s32(ar[k]))
-                        if pair:
-                            _bits1(d, b0, _s32(er[k]))
-                    k += 1
+                        _bits4x2(c, d, b0, b1, b2, b3, a0, a1, a2, a3, e0, e1, e2, e3)
+                elif trunc:
+                    _floor_bits4(c, b0, b1, b2, b3, a0, a1, a2, a3)
+                else:
+                    _bits4(c, b0, b1, b2, b3, a0, a1, a2, a3)
+                k += 4
+            while k < k1:
+                b0 = bb[k, j0:j1]
+                if trunc:
+                    _floor_bits1(c, b0, _s32(ar[k]))
+                    if pair:
+                        _floor_bits1(d, b0, _s32(er[k]))
+                else:
+                    _bits1(c, b0, _s32(ar[k]))
+                    if pair:
+                        _bits1(d, b0, _s32(er[k]))
+                k += 1
             p += 2 if pair else 1
     offset = np.int64(K) * MAGIC32_BITS
     for p in range(p0, p1):
@@ -247,28 +229,24 @@ def _tile32(a, b, b32, use32, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth,
 
 
 @njit(parallel=True, fastmath={"contract"}, cache=True)
-def _fast32_rows(a, b, b32, use32, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile, depth, workers):
+def _fast32_rows(a, bq, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile, depth, workers):
     """acc[rb[p], ri[p], :] = sum_k round(a*b) in any order, for rows that cannot clamp and
     whose products are at most :data:`F32_PRODUCT_LIMIT` (module docstring: why exact).
 
-    ``a``: float64[BA, M, K]; ``b``: float64[BB, K, N]; ``b32``: the same values as
-    float32[BB, K, N] or as fp16 bit patterns, uint16[BB, K, N] (decoded as they are
-    loaded: a quarter of float64's bytes, for products that stream their weights), read
-    instead of ``b`` when ``use32`` (else a block of ``b`` is converted into a float32
-    scratch tile as the tile first needs it, and ``b32`` is a float32 placeholder).  Tiles of rows x columns are the tasks of
-    the work queue; depth is blocked for cache; two consecutive rows sharing their ``b``
-    batch are computed together (one load of ``b`` feeds both).
+    ``a``: float64[BA, M, K]; ``bq``: the ``b`` values as float32[BB, K, N] or as fp16 bit
+    patterns, uint16[BB, K, N] (decoded as they are loaded: a quarter of float64's bytes,
+    for products that stream their weights).  Tiles of rows x columns are the tasks of the
+    work queue; depth is blocked for cache; two consecutive rows sharing their ``b`` batch
+    are computed together (one load of ``b`` feeds both).
     """
-    L, N = rb.size, b.shape[2] if not use32 else b32.shape[2]
+    L, N = rb.size, bq.shape[2]
     ntasks = _tile_count(L, N, rows_per_tile, cols_per_tile)
     counter = np.zeros(1, np.int64)
-    width = min(N, cols_per_tile)
     for _ in prange(workers):
-        ci = np.empty((rows_per_tile, width), np.int32)
-        blk = np.empty((depth if not use32 else 1, width), b32.dtype)  # b32's: one type
+        ci = np.empty((rows_per_tile, min(N, cols_per_tile)), np.int32)
         while True:
             t = claim(counter)
             if t >= ntasks:
                 break
             p0, p1, j0, j1 = _tile(t, L, N, rows_per_tile, cols_per_tile)
-            _tile32(a, b, b32, use32, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth, ci, blk)
+            _tile32(a, bq, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth, ci)

@@ -36,22 +36,21 @@ def ref_acc(a16, b16, trunc=False):
     return acc, flag
 
 
-def force32(a16, b16, trunc, use32, tiles=(3, 16, 5)):
-    """The float32 kernel alone on every row (bypassing the planner); small tiles by
-    default, so that row pairs, tile edges and depth blocks all occur."""
+def force32(a16, b16, trunc, mode="f32", tiles=(3, 16, 5)):
+    """The float32 kernel alone on every row (bypassing the planner), reading ``b`` as
+    float32 or (``mode="f16"``) as fp16 bit patterns; small tiles by default, so that
+    row pairs, tile edges and depth blocks all occur."""
     a = np.ascontiguousarray(a16, np.float64)[None]
-    b = np.ascontiguousarray(b16, np.float64)[None]
-    M, N = a.shape[1], b.shape[2]
+    if mode == "f16":
+        bq = np.ascontiguousarray(b16, F16).view(np.uint16)[None]
+    else:
+        bq = np.ascontiguousarray(b16, np.float32)[None]
+    M, N = a.shape[1], bq.shape[2]
     z = np.zeros(1, np.int64)
     acc = np.full((1, M, N), 12345.0)
     rb, ri = np.zeros(M, np.int64), np.arange(M, dtype=np.int64)
-    if use32 == "f16":  # fp16 bit patterns, decoded as they are loaded
-        b32 = np.ascontiguousarray(b16, F16).view(np.uint16)[None]
-    else:
-        b32 = b.astype(np.float32) if use32 else np.zeros((1, 1, 1), np.float32)
-    b64 = np.zeros((1, 1, 1)) if use32 else b
     rows, cols, depth = tiles
-    mac_f32._fast32_rows(a, b64, b32, use32, z, z, rb, ri, trunc, acc, rows, cols, depth, 3)
+    mac_f32._fast32_rows(a, bq, z, z, rb, ri, trunc, acc, rows, cols, depth, 3)
     return acc[0]
 
 
@@ -79,11 +78,11 @@ def eligible(rng, shape, lo=-24, hi=3):
 # ------------------------------------------------------------------ the kernel alone
 @pytest.mark.parametrize("M, K, N", [(1, 1, 1), (3, 5, 17), (5, 19, 23), (4, 64, 40), (7, 13, 33)])
 @pytest.mark.parametrize("trunc", [False, True])
-@pytest.mark.parametrize("use32", [False, True, "f16"])
-def test_kernel_alone_matches_reference(M, K, N, trunc, use32):
+@pytest.mark.parametrize("mode", ["f32", "f16"])
+def test_kernel_alone_matches_reference(M, K, N, trunc, mode):
     rng = np.random.default_rng(M * 100 + K * 10 + N + trunc)
     a, b = eligible(rng, (M, K)), eligible(rng, (K, N))
-    assert_acc(force32(a, b, trunc, use32), a, b, trunc)
+    assert_acc(force32(a, b, trunc, mode), a, b, trunc)
 
 
 @pytest.mark.parametrize("trunc", [False, True])
@@ -97,10 +96,8 @@ def test_every_fp16_pattern_times_chosen_values(trunc):
         a = f16([[av]])
         da = decode_f16(int(a.view(np.uint16)[0, 0]))
         want = np.array([product_on_grid(da, decode_f16(int(v)), trunc)[1] for v in b.view(np.uint16)[0]])
-        assert np.array_equal(force32(a, b, trunc, True, tiles=(2, 4096, 4))[0], want), av
+        assert np.array_equal(force32(a, b, trunc, "f32", tiles=(2, 4096, 4))[0], want), av
         assert np.array_equal(force32(a, b, trunc, "f16", tiles=(2, 4096, 4))[0], want), av
-        q = np.ascontiguousarray(b[:, ::4])
-        assert np.array_equal(force32(a, q, trunc, False, tiles=(2, 1000, 4))[0], want[::4]), av
 
 
 def test_half_grid_ties_both_parities():
@@ -112,9 +109,9 @@ def test_half_grid_ties_both_parities():
     b[:, 1::2] = F16(-(2.0**-8))
     b[::5, 3] = F16(3 * 2.0**-8)  # 3 x a tie: another tie, or not
     for trunc in (False, True):
-        for use32 in (False, True, "f16"):
-            assert_acc(force32(a, b, trunc, use32), a, b, trunc)
-            assert_acc(force32(a.T.copy(), b[:1], trunc, use32), a.T, b[:1], trunc)  # K = 1 each
+        for mode in ("f32", "f16"):
+            assert_acc(force32(a, b, trunc, mode), a, b, trunc)
+            assert_acc(force32(a.T.copy(), b[:1], trunc, mode), a.T, b[:1], trunc)  # K = 1 each
 
 
 @pytest.mark.parametrize("trunc", [False, True])
@@ -127,7 +124,7 @@ def test_the_product_limit_itself(trunc):
         a = top[i : i + 1, None]
         ok = np.abs(b.astype(np.float64)) * abs(float(a[0, 0])) <= LIMIT
         bb = b[:, ok[0]]
-        assert_acc(force32(a, bb, trunc, True), a, bb, trunc)
+        assert_acc(force32(a, bb, trunc), a, bb, trunc)
     assert mac_f32.f32_row_ok(8.0, 8.0) and not mac_f32.f32_row_ok(8.0, 8.0078125)
 
 
@@ -149,7 +146,7 @@ def test_sums_next_to_the_accumulator_range_and_the_wrap(K, trunc):
     b[:, 4:] = f16(np.random.default_rng(K).uniform(-8, 8, (K, 8)))
     a[1] = -a[1]
     a[2, ::3] = F16(-8.0)
-    got = force32(a, b, trunc, True, tiles=(4, 16, 64))
+    got = force32(a, b, trunc, tiles=(4, 16, 64))
     assert_acc(got, a, b, trunc)
     assert np.array_equal(force32(a, b, trunc, "f16", tiles=(3, 32, 100)), got)
     assert abs(got[0, 0]) > 2**31 - 2**23 and abs(got[1, 0]) > 2**31 - 2**23
@@ -160,9 +157,9 @@ def _spy(monkeypatch):
     seen = []
     real = mac._fast32_rows
 
-    def spy(a, b, b32, use32, ia, ib, rb, ri, *rest):
-        seen.append((rb.copy(), ri.copy(), use32))
-        return real(a, b, b32, use32, ia, ib, rb, ri, *rest)
+    def spy(a, bq, ia, ib, rb, ri, *rest):
+        seen.append((rb.copy(), ri.copy(), bq.dtype))
+        return real(a, bq, ia, ib, rb, ri, *rest)
 
     monkeypatch.setattr(mac, "_fast32_rows", spy)
     return seen
@@ -197,7 +194,8 @@ def test_planner_sends_only_eligible_rows(monkeypatch, bdtype, trunc):
     assert np.array_equal(acc, want, equal_nan=True) and np.array_equal(flag, wflag)
     rows = np.concatenate([ri for _, ri, _ in seen])
     assert set(rows.tolist()) == set(range(M)) - {5, 6, 7, 8}, sorted(rows.tolist())
-    assert all(use32 for *_, use32 in seen)  # 36 rows share b: one float32 copy (or b is one)
+    want_dtype = np.uint16 if bdtype == np.float16 else np.float32  # float16: its bit patterns
+    assert all(dt == want_dtype for *_, dt in seen)
 
 
 @pytest.mark.parametrize("bdtype", [np.float32, np.float16])
