@@ -245,7 +245,7 @@ def narrow(g: Geometry) -> bool:
     """A plain 1x1 convolution whose output is narrow (few pixels, more channels: a matmul
     with few rows, e.g. a decode step or a short prefill): :func:`accumulate_fp16`
     computes it transposed, vectorized across the channels, reading the transposed
-    weights the engine keeps (float32, :func:`transposed_weights`)."""
+    weights the engine keeps (float16, :func:`transposed_weights`)."""
     P = g.hout * g.wout
     return plain(g) and P <= NARROW_PIXELS and P < g.cout // g.groups
 
