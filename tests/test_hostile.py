@@ -198,13 +198,17 @@ def test_host_bytes_count_every_buffer_of_a_task():
     conv = geo(mac.CONV, 3, 1)  # not plain: im2col columns of 4 * 3 * 3 per output pixel
     cols, weights = 4 * 9 * 36, 8 * 4 * 9
     per_out = acc + flag + readout + result + copy
-    assert mac.host_bytes(conv) == 8 * (n_in + cols + weights) + per_out * n_out
+    f32_copy = 4  # the float32 fast path's copy of the right operand (source or columns)
+    assert mac.host_bytes(conv) == 8 * (n_in + cols + weights) + f32_copy * (n_in + cols) + per_out * n_out
     plain = geo(mac.CONV, 1, 0)
-    assert mac.host_bytes(plain) == 8 * (n_in + 8 * 4) + per_out * n_out
+    assert mac.host_bytes(plain) == 8 * (n_in + 8 * 4) + f32_copy * n_in + per_out * n_out
     through = geo(mac.PASSTHROUGH, 1, 0)
     assert mac.host_bytes(through) == 8 * n_in + (readout + result + copy) * n_out
     # the INT8 path also holds its source and weights scaled by 2**-8 (fastane.kernels.mac_int8)
-    assert mac.host_bytes(geo(mac.CONV, 3, 1, fmt=1)) == 8 * (2 * n_in + cols + 2 * weights) + per_out * n_out
+    assert (
+        mac.host_bytes(geo(mac.CONV, 3, 1, fmt=1))
+        == 8 * (2 * n_in + cols + 2 * weights) + f32_copy * (2 * n_in + cols) + per_out * n_out
+    )
     pg = planar.PlanarGeometry(4, 6, 6, 4, 6, 6, 0, 0, groups=3, reduce=True)
     assert planar.host_bytes(pg) == 3 * n_in * (8 + 8 + result + copy)
 

@@ -147,8 +147,9 @@ def geometry(regs: dict, what: str) -> Geometry:
 def host_bytes(g: Geometry) -> int:
     """Host bytes a task of geometry ``g`` makes the MAC and NE blocks allocate at most
     (estimated from the registers): the float64 source, the im2col columns of a
-    non-plain convolution, the float64 weights, and per output the accumulator (float64),
-    its flag, the readout (float64), the NE's fp16 result and its float64 copy."""
+    non-plain convolution, the float64 weights, a float32 copy of the source or columns
+    (the float32 fast path), and per output the accumulator (float64), its flag, the
+    readout (float64), the NE's fp16 result and its float64 copy."""
     n_in, n_out = g.cin * g.hin * g.win, g.cout * g.hout * g.wout
     if g.mode != CONV:
         return task_host_bytes(f64=n_in + n_out, results=n_out)
@@ -156,7 +157,9 @@ def host_bytes(g: Geometry) -> int:
     weights = g.cout * g.cin_g * g.kh * g.kw
     if int8.is_int(g.in_fmt):  # the INT8 path: the operands scaled once more (fastane.kernels.mac_int8)
         n_in, weights = 2 * n_in, 2 * weights
-    return task_host_bytes(f64=n_in + cols + weights + 2 * n_out, results=n_out, flags=n_out)
+    # the float32 fast path's copy of the right operand: the source (a plain 1x1) or the
+    # im2col columns (the transposed product's right operand, the weights, is kept in fp16)
+    return task_host_bytes(f64=n_in + cols + weights + 2 * n_out, results=n_out, flags=n_out, f32=n_in + cols)
 
 
 def plain(g: Geometry) -> bool:
