@@ -29,6 +29,7 @@ from fastane.kernels import mac as _kmac
 from fastane.kernels import parallel as _kpar
 
 from . import int8, palette
+from .dims import task_dims
 from .faults import DecodeFault, UnsupportedTask
 from .host_memory import task_host_bytes
 
@@ -93,22 +94,7 @@ def geometry(regs: dict, what: str) -> Geometry:
         out_fmt=r["Common.ChCfg.OutFmt"],
         kernel_fmt=palette.kernel_format(r, what),
     )
-    dims = dict(
-        Cin=g.cin,
-        Hin=g.hin,
-        Win=g.win,
-        Cout=g.cout,
-        Hout=g.hout,
-        Wout=g.wout,
-        Kh=g.kh,
-        Kw=g.kw,
-        Sy=g.sy,
-        Sx=g.sx,
-        NumGroups=g.groups,
-    )
-    zero = [k for k, v in dims.items() if v < 1]
-    if zero:
-        raise DecodeFault(f"{what}: {', '.join(zero)} must be at least 1 ({dims})")
+    task_dims(r, what, kernel=True)  # every dimension at least 1
     op = r["NE.MACCfg.OpMode"]
     if g.mode == CONV and op != 0:
         raise UnsupportedTask(f"{what}: NE.MACCfg.OpMode = {op} with a kernel is not emulated", op_mode=op)

@@ -50,6 +50,7 @@ from ..td.planar import (
     words,
 )
 from . import tile_dma
+from .dims import task_dims
 from .faults import DecodeFault, L2Fault, L2Overflow, UnsupportedTask
 from .host_memory import task_host_bytes
 
@@ -295,18 +296,7 @@ class PlanarGeometry:
 def geometry(regs: dict, cfg: PlanarConfig, what: str, strict: bool = True) -> PlanarGeometry:
     """Decode and check the geometry of a planar task."""
     r = regs
-    dims = dict(
-        Cin=r["Common.Cin.Cin"],
-        Hin=r["Common.InDim.Hin"],
-        Win=r["Common.InDim.Win"],
-        Cout=r["Common.Cout.Cout"],
-        Hout=r["Common.OutDim.Hout"],
-        Wout=r["Common.OutDim.Wout"],
-        NumGroups=r["Common.GroupConvCfg.NumGroups"],
-    )
-    zero = [k for k, v in dims.items() if v < 1]
-    if zero:
-        raise DecodeFault(f"{what}: {', '.join(zero)} must be at least 1 ({dims})", planar=cfg.words)
+    dims = task_dims(r, what, planar=cfg.words)
     shape_in = (dims["Cin"], dims["Hin"], dims["Win"])
     shape_out = (dims["Cout"], dims["Hout"], dims["Wout"])
     if shape_in != shape_out:
