@@ -26,19 +26,17 @@ and counters are bit for bit those of the block-by-block path, which the other t
 from __future__ import annotations
 
 import collections
-import dataclasses
-import functools
-from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import DeviceFault, TDError
-from ..m1 import FORMATS, MAX_CHAIN, TD_SIZE
+from ..errors import DeviceFault
+from ..m1 import FORMATS, TD_SIZE
 from ..stats import Stats
-from ..td import TaskDescriptor
-from . import kernel_dma, l2, mac, mac_int8, ne, planar, tile_dma
-from .faults import BARFault, ChainFault, DecodeFault, DMARangeFault, HostMemoryFault
+from . import control_dma, kernel_dma, l2, mac, mac_int8, ne, planar, tile_dma
+from .control_dma import decode
+from .faults import DecodeFault, HostMemoryFault
 from .memory import BARTable, UnifiedMemory, aligned_bytes
+from .taskplan import TaskPlan, copy_stats, fast_path, locate, sum_stats, with_events
 
 # the longest chain followed when the pushed TD count is 0 (unknown): fastane.m1.MAX_CHAIN
 #: checked plans kept by :meth:`Engine.plan` (chains)
@@ -60,34 +58,6 @@ SCRATCH_BYTES = 64 << 20
 TASK_HOST_BYTES = 2 << 30
 
 
-@dataclass
-class TaskPlan:
-    """One checked task: its register file and every block's plan."""
-
-    index: int
-    addr: int
-    regs: dict
-    what: str
-    geometry: object
-    ne: object = None
-    kdma: object = None
-    l2: object = None
-    src: object = None
-    dst: object = None
-    is_planar: bool = False
-    planar: object = None  # planar.PlanarConfig of a planar task
-    src1: object = None  # a planar task's second operand (TileDMA plan or L2 operand)
-    fast: object = None  # the fused path's windows (see _fast_path); False: not taken
-    stats: Stats = dataclasses.field(default_factory=Stats)
-
-
-@functools.lru_cache(maxsize=4096)
-def decode(raw: bytes) -> dict:
-    """ControlDMA: TD bytes -> register file ``{canonical field name: value}`` (read-only;
-    cached by content, so re-running a program skips the decode)."""
-    return planar.registers(TaskDescriptor.from_bytes(raw))
-
-
 class Engine:
     """The datapath of one ANE: KMem, L2 and the blocks between them and unified memory."""
 
@@ -101,64 +71,9 @@ class Engine:
 
     # ------------------------------------------------------------------ ControlDMA
     def fetch(self, addr: int, td_size: int, td_count: int, bars: BARTable) -> list:
-        """Follow the chain from ``addr``: ``[(addr, register file), ...]`` (checked)."""
-        limit = td_count or MAX_CHAIN
-        chain, seen, cur, size = [], set(), addr, td_size
-        known = (0, 0)  # an allocation [start, end) already found to hold a TD
-        data = self.memory.data
-        while True:
-            if cur in seen:
-                raise ChainFault(f"{_where(chain, cur)}: the chain loops back to an earlier TD", addr=cur)
-            if len(chain) >= limit:
-                raise ChainFault(
-                    f"the chain from {addr:#x} did not reach EON within the {limit} "
-                    f"TDs pushed (TM_INFO count)",
-                    addr=addr,
-                    count=limit,
-                )
-            seen.add(cur)
-            if size != TD_SIZE:
-                raise DecodeFault(
-                    f"{_where(chain, cur)}: TD size {size:#x} is not the M1 TD size {TD_SIZE:#x}", addr=cur
-                )
-            if not known[0] <= cur <= known[1] - size:  # else: inside the same allocation
-                region = self.memory.region_of(cur)
-                if region is None or region.size < size:
-                    raise DMARangeFault(
-                        f"ControlDMA: {_where(chain, cur)} (+{size:#x} bytes) is not inside mapped memory",
-                        addr=cur,
-                    )
-                known = (cur, region.end)
-            off = self.memory.offset(cur, size, "ControlDMA")
-            try:
-                regs = decode(data[off : off + size].tobytes())
-            except TDError as exc:
-                raise DecodeFault(f"ControlDMA: {_where(chain, cur)} is malformed: {exc}", addr=cur) from exc
-            chain.append((cur, regs))
-            if regs["Header.EON"]:
-                return chain
-            if regs["Header.NextSize"] == 0:
-                raise ChainFault(
-                    f"{_where(chain[:-1], cur)}: neither EON nor a next TD (NextSize = 0): "
-                    f"the chain never ends",
-                    addr=cur,
-                )
-            size = (regs["Header.NextSize"] + 1) * 4
-            nxt = regs["Header.NextPointer"]
-            if regs["Header.TBE"]:
-                slot = regs["Header.TBase"]
-                region = bars[slot]
-                if region is None:
-                    raise BARFault(
-                        f"{_where(chain[:-1], cur)}: the next TD is in BAR slot {slot} "
-                        f"(TBase), which is not mapped",
-                        slot=slot,
-                    )
-                if nxt < 0 or nxt + size > region.size:  # the checks of bars.resolve, which raises
-                    bars.resolve(slot, nxt, size, f"{_where(chain[:-1], cur)}: NextPointer {nxt:#x}")
-                cur = region.iova + nxt
-            else:
-                cur = addr + nxt
+        """Follow the chain from ``addr``: ``[(addr, register file), ...]`` (checked;
+        :func:`fastane.device.control_dma.fetch`)."""
+        return control_dma.fetch(self.memory, addr, td_size, td_count, bars)
 
     # ------------------------------------------------------------------ planning
     def plan(
@@ -173,7 +88,7 @@ class Engine:
         try:
             chain = self.fetch(addr, td_size, td_count, bars)
         except DeviceFault as exc:  # ControlDMA's faults name the TD they fetch as ``addr``
-            _locate(exc, None, getattr(exc, "addr", addr))
+            locate(exc, None, getattr(exc, "addr", addr))
             raise
         key = None
         if all(
@@ -199,7 +114,7 @@ class Engine:
             try:
                 plans.append(self._plan_task(i, a, regs, bars, resident, stats_only))
             except DeviceFault as exc:
-                _locate(exc, i, a)
+                locate(exc, i, a)
                 raise
         self._check_data(plans)
         if key is not None:
@@ -219,7 +134,7 @@ class Engine:
                 try:
                     ne.check_lut(p.ne, p.kdma, self.memory.data, written, f"{p.what}: NE")
                 except DeviceFault as exc:
-                    _locate(exc, p.index, p.addr)
+                    locate(exc, p.index, p.addr)
                     raise
             if p.dst is not None:
                 written.append((p.dst.index, p.dst.index + p.dst.extent, p.index))
@@ -282,10 +197,10 @@ class Engine:
     def run(self, plans: list[TaskPlan], stats_only: bool = False) -> Stats:
         """Run checked plans; the program's Stats with one ``tasks_detail`` entry per TD."""
         if stats_only:  # nothing moves: the counts are the plans' (copied)
-            details = [_copy(p.stats) for p in plans]
+            details = [copy_stats(p.stats) for p in plans]
         else:
             details = [self._run_task(p) for p in plans]
-        total = _sum(details)
+        total = sum_stats(details)
         total.tasks_detail = details
         return total
 
@@ -294,7 +209,7 @@ class Engine:
         self.kmem.load(p.kdma, data)
         fast = p.fast
         if fast is None:
-            fast = p.fast = _fast_path(p, data)
+            fast = p.fast = fast_path(p, data)
         if fast:
             return self._run_fast(p, *fast)
         g = p.geometry
@@ -315,7 +230,7 @@ class Engine:
             window = tile_dma.fp16_window(p.dst, data) if p.dst is not None else None
             if window is not None:  # readout, NE and TileDMADst in one pass
                 nans, saturated, lut_under, lut_over = ne.finish(p.ne, acc, flag, self.kmem, window)
-                return _events(p.stats, saturated, nans, lut_under, lut_over)
+                return with_events(p.stats, saturated, nans, lut_under, lut_over)
             values, saturated, nans = mac.read_out(acc, flag)
             values, lut_under, lut_over = ne.run(p.ne, values, self.kmem, as_fp16=p.dst is not None)
         else:
@@ -325,7 +240,7 @@ class Engine:
             tile_dma.write(p.dst, data, values)
         else:
             self.l2.keep(p.l2.result[0], values, p.l2.result[1])
-        return _events(p.stats, saturated, nans, lut_under, lut_over)
+        return with_events(p.stats, saturated, nans, lut_under, lut_over)
 
     def _run_fast(self, p: TaskPlan, src16, plane, row, window) -> Stats:
         """A convolution from DRAM to DRAM in fp16: TileDMASrc decodes straight into the
@@ -337,7 +252,7 @@ class Engine:
             g, src16, plane, row, self._weights(g, p), self._scratch, transposed=lambda: self._weights_t(g, p)
         )
         nans, saturated, lut_under, lut_over = ne.finish(p.ne, acc, flag, self.kmem, window)
-        return _events(p.stats, saturated, nans, lut_under, lut_over)
+        return with_events(p.stats, saturated, nans, lut_under, lut_over)
 
     def _scratch(self, name: str, shape: tuple, dtype) -> np.ndarray:
         """A C-contiguous ``shape`` array from a buffer kept for the fused path (the MAC's
@@ -426,100 +341,4 @@ class Engine:
         return self.run(self.plan(addr, td_size, td_count, bars, stats_only), stats_only)
 
 
-_FIELDS = tuple(f.name for f in dataclasses.fields(Stats) if f.name != "tasks_detail")
-# _copy and _events build Stats positionally, in this order
-assert _FIELDS == (
-    "tasks",
-    "macs",
-    "saturated",
-    "nan_outputs",
-    "lut_underflow",
-    "lut_overflow",
-    "planar_ops",
-    "control_dma_bytes",
-    "kernel_dma_bytes",
-    "tile_dma_src_bytes",
-    "tile_dma_dst_bytes",
-    "int8_macs",
-), _FIELDS
-
-
-def _copy(s: Stats) -> Stats:
-    """A copy of a task's Stats (no ``tasks_detail``)."""
-    return Stats(
-        s.tasks,
-        s.macs,
-        s.saturated,
-        s.nan_outputs,
-        s.lut_underflow,
-        s.lut_overflow,
-        s.planar_ops,
-        s.control_dma_bytes,
-        s.kernel_dma_bytes,
-        s.tile_dma_src_bytes,
-        s.tile_dma_dst_bytes,
-        s.int8_macs,
-    )
-
-
-def _locate(exc, index: int, addr: int) -> None:
-    """Name the faulting task on a fault raised while planning it (``td_index``, ``td_addr``)."""
-    if getattr(exc, "td_addr", None) is None:
-        exc.td_index, exc.td_addr = index, addr
-
-
-def _where(chain: list, cur: int) -> str:
-    """How a fault names the TD at ``cur``, the ``len(chain)``-th of the chain."""
-    return f"TD {len(chain)} at {cur:#x}"
-
-
-def _fast_path(p: TaskPlan, memory: np.ndarray):
-    """For a convolution streaming fp16 from DRAM to DRAM: ``(source window as uint16,
-    plane, row (elements), destination window)`` -- the checked byte ranges of
-    the plan, viewed once (a cached plan keeps them); else False."""
-    if p.is_planar or p.geometry.mode != mac.CONV or p.src is None or p.dst is None:
-        return False
-    s = p.src
-    if (
-        s.fmt != 2
-        or len(s.shape) != 3
-        or s.strides[2] != 2
-        or s.index % 2
-        or s.strides[0] % 2
-        or s.strides[1] % 2
-    ):
-        return False
-    window = tile_dma.fp16_window(p.dst, memory)
-    if window is None:
-        return False
-    src16 = memory[s.index : s.index + s.extent].view(np.uint16)
-    c, h, w = s.shape
-    plane, row = s.strides[0] // 2, s.strides[1] // 2
-    if c and h and (c - 1) * plane + (h - 1) * row + w > src16.size:
-        return False
-    return src16, plane, row, window
-
-
-def _events(s: Stats, saturated: int, nans: int, lut_under: int, lut_over: int) -> Stats:
-    """A task's planned Stats with the counters that depend on the data."""
-    return Stats(
-        s.tasks,
-        s.macs,
-        saturated,
-        nans,
-        lut_under,
-        lut_over,
-        s.planar_ops,
-        s.control_dma_bytes,
-        s.kernel_dma_bytes,
-        s.tile_dma_src_bytes,
-        s.tile_dma_dst_bytes,
-        s.int8_macs,
-    )
-
-
-def _sum(details: list) -> Stats:
-    """The sum of per-task Stats (``Stats.__add__`` field by field, without its overhead)."""
-    if len(details) == 1:
-        return _copy(details[0])
-    return Stats(*(sum(getattr(d, name) for d in details) for name in _FIELDS))
+__all__ = ["Engine", "TaskPlan", "decode"]

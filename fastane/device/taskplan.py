@@ -1,0 +1,129 @@
+"""A checked task (:class:`TaskPlan`) and the small Stats helpers of the engine: copies,
+the data-dependent counters of a run, sums; and the windows of the fused path
+(:func:`fast_path`).  Used by :class:`fastane.device.engine.Engine`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..stats import Stats
+from . import mac, tile_dma
+
+
+@dataclass
+class TaskPlan:
+    """One checked task: its register file and every block's plan."""
+
+    index: int
+    addr: int
+    regs: dict
+    what: str
+    geometry: object
+    ne: object = None
+    kdma: object = None
+    l2: object = None
+    src: object = None
+    dst: object = None
+    is_planar: bool = False
+    planar: object = None  # planar.PlanarConfig of a planar task
+    src1: object = None  # a planar task's second operand (TileDMA plan or L2 operand)
+    fast: object = None  # the fused path's windows (see fast_path); False: not taken
+    stats: Stats = dataclasses.field(default_factory=Stats)
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Stats) if f.name != "tasks_detail")
+# copy_stats and with_events build Stats positionally, in this order
+assert _FIELDS == (
+    "tasks",
+    "macs",
+    "saturated",
+    "nan_outputs",
+    "lut_underflow",
+    "lut_overflow",
+    "planar_ops",
+    "control_dma_bytes",
+    "kernel_dma_bytes",
+    "tile_dma_src_bytes",
+    "tile_dma_dst_bytes",
+    "int8_macs",
+), _FIELDS
+
+
+def copy_stats(s: Stats) -> Stats:
+    """A copy of a task's Stats (no ``tasks_detail``)."""
+    return Stats(
+        s.tasks,
+        s.macs,
+        s.saturated,
+        s.nan_outputs,
+        s.lut_underflow,
+        s.lut_overflow,
+        s.planar_ops,
+        s.control_dma_bytes,
+        s.kernel_dma_bytes,
+        s.tile_dma_src_bytes,
+        s.tile_dma_dst_bytes,
+        s.int8_macs,
+    )
+
+
+def locate(exc, index: int, addr: int) -> None:
+    """Name the faulting task on a fault raised while planning it (``td_index``, ``td_addr``)."""
+    if getattr(exc, "td_addr", None) is None:
+        exc.td_index, exc.td_addr = index, addr
+
+
+def fast_path(p: TaskPlan, memory: np.ndarray):
+    """For a convolution streaming fp16 from DRAM to DRAM: ``(source window as uint16,
+    plane, row (elements), destination window)`` -- the checked byte ranges of
+    the plan, viewed once (a cached plan keeps them); else False."""
+    if p.is_planar or p.geometry.mode != mac.CONV or p.src is None or p.dst is None:
+        return False
+    s = p.src
+    if (
+        s.fmt != 2
+        or len(s.shape) != 3
+        or s.strides[2] != 2
+        or s.index % 2
+        or s.strides[0] % 2
+        or s.strides[1] % 2
+    ):
+        return False
+    window = tile_dma.fp16_window(p.dst, memory)
+    if window is None:
+        return False
+    src16 = memory[s.index : s.index + s.extent].view(np.uint16)
+    c, h, w = s.shape
+    plane, row = s.strides[0] // 2, s.strides[1] // 2
+    if c and h and (c - 1) * plane + (h - 1) * row + w > src16.size:
+        return False
+    return src16, plane, row, window
+
+
+def with_events(s: Stats, saturated: int, nans: int, lut_under: int, lut_over: int) -> Stats:
+    """A task's planned Stats with the counters that depend on the data."""
+    return Stats(
+        s.tasks,
+        s.macs,
+        saturated,
+        nans,
+        lut_under,
+        lut_over,
+        s.planar_ops,
+        s.control_dma_bytes,
+        s.kernel_dma_bytes,
+        s.tile_dma_src_bytes,
+        s.tile_dma_dst_bytes,
+        s.int8_macs,
+    )
+
+
+def sum_stats(details: list) -> Stats:
+    """The sum of per-task Stats (``Stats.__add__`` field by field, without its overhead)."""
+    if len(details) == 1:
+        return copy_stats(details[0])
+    return Stats(*(sum(getattr(d, name) for d in details) for name in _FIELDS))
