@@ -52,3 +52,44 @@ def ne_lookup(values, table, events, out, counts):
     counts[0] += under
     counts[1] += over
     return True
+
+
+@njit(cache=True, boundscheck=False)
+def lookup_window(src, splane, srow, C, H, W, table, dst, dplane, drow, wpad, counts):
+    """A kernel-less NE task on fp16 patterns, TileDMA window to TileDMA window: for every
+    ``(c, h, w)`` of the ``C x H x W`` tensor, ``v = table[src[c*splane + h*srow + w]]``
+    and ``dst[c*dplane + h*drow + w] = v & 0xffff`` (``src``, ``dst`` flat uint16, strides
+    in elements); ``dst[... + w]`` for ``W <= w < wpad`` is zeroed (the row's last burst).
+    ``table`` (uint32, all 65536 patterns, NaN ones included) holds the result pattern in
+    its low 16 bits, then a LUT underflow bit (16), an overflow bit (17) and a NaN-output
+    bit (18: for an NE task a NaN input, which the pass-through MAC counts).  ``counts``
+    (int64[3]) ``+=`` NaN outputs, LUT underflows, LUT overflows.  Serial: one memory-bound pass
+    (a parallel region costs more than it saves on a shared machine)."""
+    nan = 0
+    under = 0
+    over = 0
+    for c in range(C):
+        for h in range(H):
+            so = c * splane + h * srow
+            do = c * dplane + h * drow
+            for k in range(W):
+                v = table[src[so + k]]
+                dst[do + k] = v
+                under += (v >> 16) & 1
+                over += (v >> 17) & 1
+                nan += v >> 18
+            for k in range(W, wpad):
+                dst[do + k] = 0
+    counts[0] += nan
+    counts[1] += under
+    counts[2] += over
+
+
+@njit(cache=True)
+def lane_table(table, events, out):
+    """The uint32 table of :func:`lookup_window` from :func:`ne_table`'s ``table`` and
+    ``events`` (1 underflow, 2 overflow) of every pattern ``p``: ``out[p] = table[p] |
+    events[p] << 16 | (p is NaN) << 18``."""
+    for p in range(out.size):
+        nan = 1 if (p & 0x7FFF) > 0x7C00 else 0
+        out[p] = np.uint32(table[p]) | (np.uint32(events[p]) << 16) | (np.uint32(nan) << 18)

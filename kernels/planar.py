@@ -187,3 +187,46 @@ eltwise_serial = njit(cache=True)(_eltwise)
 eltwise_parallel = njit(cache=True, parallel=True)(_eltwise)
 reduce_serial = njit(cache=True)(_reduce)
 reduce_parallel = njit(cache=True, parallel=True)(_reduce)
+
+
+_CHUNK = 2048  # elements decoded at a time by eltwise_window (two float64 rows in L1)
+
+
+@njit(cache=True, boundscheck=False)
+def eltwise_window(a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp, dr, wpad):
+    """:func:`_eltwise` on fp16 patterns read and written in place (no float64 tensors):
+    element ``(ch, h, w)`` of operand ``a`` is ``a[ch*ap + h*ar + w*aw]`` (flat uint16;
+    ``aw`` is 1, or 0 for an operand broadcast along the row), of ``b`` likewise (``b``
+    empty for a unary op), and the result goes to ``dst[ch*dp + h*dr + w]``; ``dst[... +
+    w]`` for ``W <= w < wpad`` is zeroed.  Each piece of a row is decoded by the fp16
+    codec into float64 (what TileDMASrc hands :func:`_eltwise`), then computed as there,
+    so the bits and the NaN count (returned) are :func:`_eltwise`'s.  Serial (a
+    memory-bound pass: a parallel region costs more than it saves on a shared machine);
+    destination rows must not overlap."""
+    unary = b.size == 0
+    xa = np.empty(_CHUNK)
+    xb = np.zeros(_CHUNK)
+    nans = 0
+    for t in range(C * H):
+        ch = t // H
+        h = t - ch * H
+        oa = ch * ap + h * ar
+        ob = ch * bp + h * br
+        od = ch * dp + h * dr
+        for st in range(0, W, _CHUNK):
+            m = min(_CHUNK, W - st)
+            for w in range(m):
+                xa[w] = f16_to_f64(a[oa + (st + w) * aw])
+            if not unary:
+                for w in range(m):
+                    xb[w] = f16_to_f64(b[ob + (st + w) * bw])
+            n = 0
+            for w in range(m):
+                v = affine(apply_op(op, _scaled_operand(xa[w], s0), xb[w]), s, c)
+                dst[od + st + w] = f64_to_f16(v)
+                if v != v:
+                    n += 1
+            nans += n
+        for w in range(W, wpad):
+            dst[od + w] = 0
+    return nans

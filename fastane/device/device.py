@@ -28,6 +28,10 @@ from .tile_dma import dram_reads
 from .taskmanager import EVENT_FIFO_DEPTH, HISTORY_SIZE, Task, TaskManager
 
 
+#: BAR tables :meth:`Device.submit` keeps (by their regions), for repeated submits
+BAR_TABLES = 256
+
+
 @dataclass
 class LoadedProgram:
     """A program placed in unified memory: its TD stream and kernel regions."""
@@ -101,6 +105,7 @@ class Device:
         self.stats = Stats()
         self._lock = threading.Lock()
         self._loaded: dict[int, LoadedProgram] = {}
+        self._tables: dict[tuple, BARTable] = {}  # BAR tables of recent submits
 
     # ------------------------------------------------------------------ memory
     def alloc(self, nbytes: int, name: str = "") -> Region:
@@ -188,7 +193,7 @@ class Device:
         (higher runs first).  Returns the :class:`Task` handle; ``task.wait()`` gives its Stats.
         """
         loaded = self.load(program)
-        table = BARTable(self.memory, {**loaded.bars, **dict(bars or {})})
+        table = self._bar_table({**loaded.bars, **dict(bars or {})})
         payload = _Payload(table, self.stats_only if stats_only is None else bool(stats_only))
         first = loaded.program.tds[0]
         return self.tm.submit(
@@ -201,6 +206,22 @@ class Device:
             priority=priority,
             payload=payload,
         )
+
+    def _bar_table(self, slots: dict) -> BARTable:
+        """The BAR table of ``slots`` (checked by :class:`BARTable`), kept for the next
+        submit with the same regions (a table is only read by the engine; regions are
+        values, so equal regions map the same bytes)."""
+        try:
+            key = tuple(sorted(slots.items()))
+            table = self._tables.get(key)
+        except TypeError:  # not Regions, or slots that are not integers: let BARTable say so
+            return BARTable(self.memory, slots)
+        if table is None:
+            table = BARTable(self.memory, slots)
+            if len(self._tables) >= BAR_TABLES:
+                self._tables.clear()
+            self._tables[key] = table
+        return table
 
     def _execute(self, task: Task) -> Stats:
         """The TM's executor: run one pushed chain on the engine."""

@@ -151,7 +151,10 @@ class L2Memory:
         return {a: (s, n, None) for a, (s, n, _v) in self.resident.items()}
 
     def read(self, addr: int) -> np.ndarray:
-        return self.resident[addr][2]
+        """The result kept at ``addr`` as float64 (the fp16 lane keeps fp16 tensors:
+        decoded here, exactly, as the block path decodes its fp16 results)."""
+        value = self.resident[addr][2]
+        return value.astype(np.float64) if value.dtype == np.float16 else value
 
     def keep(self, addr: int, value: np.ndarray, nbytes: int) -> None:
         keep(self.resident, addr, value.shape, nbytes, value)

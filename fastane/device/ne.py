@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fastane.kernels import ne as _kne
+from fastane.kernels import fp16 as _fp16
 from fastane.kernels import ne_table as _ktable
 
 from ..errors import TDError
@@ -226,9 +227,16 @@ def run(cfg: NEConfig, values: np.ndarray, kmem=None, as_fp16: bool = False):
 #: is computed through its table of the 63488 non-NaN fp16 patterns (:mod:`fastane.kernels.ne_table`); tables kept
 TABLE_MIN = 1 << 16
 TABLES = 16
-_PATTERNS = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-_VALUES = _PATTERNS.view(np.float16).astype(np.float64)
-_VALUES[np.isnan(_VALUES)] = 0.0  # never looked up: inputs with a NaN take the kernel
+
+
+@functools.lru_cache(maxsize=1)
+def pattern_values() -> np.ndarray:
+    """Every pattern's value as the fp16 decoder gives it to the kernels (NaN payloads
+    included): the table's NaN entries are what the kernel gives a NaN TileDMASrc read."""
+    patterns = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    values = np.empty(1 << 16)
+    _fp16.f16_bits_to_f64_array(patterns, values)
+    return values
 
 
 @functools.lru_cache(maxsize=TABLES)
@@ -239,7 +247,7 @@ def _table_cached(bias_bits, scale_bits, nonlinear, lutf_bytes, luti_bytes):
     scale = float(np.array([scale_bits], np.uint64).view(np.float64)[0])
     table = np.empty(1 << 16, np.uint16)
     events = np.empty(1 << 16, np.uint8)
-    _ktable.ne_table(_VALUES, b, scale, nonlinear, lutf, luti, table, events)
+    _ktable.ne_table(pattern_values(), b, scale, nonlinear, lutf, luti, table, events)
     table.flags.writeable = False
     events.flags.writeable = False
     return table, events
@@ -253,13 +261,36 @@ def _table(bias, scale, nonlinear, lutf, luti):
     """``(fp16 result, LUT event)`` of the NE stage for every input pattern (cached by the
     bit patterns of the bias and the scale -- -0.0 is not 0.0 --, the nonlinearity and
     the table's parameters)."""
-    return _table_cached(
+    return _table_cached(*_key(bias, scale, nonlinear, lutf, luti))
+
+
+def _key(bias, scale, nonlinear, lutf, luti) -> tuple:
+    return (
         None if bias is None else _bits64(bias),
         _bits64(scale),
         int(nonlinear),
         np.ascontiguousarray(lutf, np.float64).tobytes(),
         np.ascontiguousarray(luti, np.int64).tobytes(),
     )
+
+
+def pattern_table(cfg: NEConfig, kmem, elements: int):
+    """The uint32 table of a kernel-less task's NE stage for every one of the 65536 input
+    patterns (:func:`fastane.kernels.ne_table.lookup_window`'s; NaN ones included: what
+    :func:`run` gives each value TileDMASrc decodes), or None where that does not pay or does not apply: fewer than
+    :data:`TABLE_MIN` elements, or a bias per channel (not a function of the pattern)."""
+    if elements < TABLE_MIN or cfg.bias_vector:
+        return None
+    bias, scale, lutf, luti = _coefficients(cfg, 1, kmem)
+    return _lane_table(*_key(bias[0] if bias.size else None, scale, cfg.nonlinear, lutf, luti))
+
+
+@functools.lru_cache(maxsize=TABLES)
+def _lane_table(*key):
+    out = np.empty(1 << 16, np.uint32)
+    _ktable.lane_table(*_table_cached(*key), out)
+    out.flags.writeable = False
+    return out
 
 
 def finish(cfg: NEConfig, acc: np.ndarray, flag: np.ndarray, kmem, window) -> tuple:

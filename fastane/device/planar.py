@@ -26,6 +26,8 @@ TileDMA bytes for every streamed operand and the result.
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,7 +92,7 @@ class PlanarConfig:
     #: why the task cannot be computed (None: it can); counted all the same
     unsupported: str | None = None
 
-    @property
+    @functools.cached_property
     def op(self) -> int:
         """The kernel's operation code (:mod:`fastane.kernels.planar`)."""
         from fastane.kernels import planar as k

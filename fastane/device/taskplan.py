@@ -83,25 +83,13 @@ def fast_path(p: TaskPlan, memory: np.ndarray):
     the plan, viewed once (a cached plan keeps them); else False."""
     if p.is_planar or p.geometry.mode != mac.CONV or p.src is None or p.dst is None:
         return False
-    s = p.src
-    if (
-        s.fmt != 2
-        or len(s.shape) != 3
-        or s.strides[2] != 2
-        or s.index % 2
-        or s.strides[0] % 2
-        or s.strides[1] % 2
-    ):
+    src = tile_dma.fp16_source(p.src, memory)
+    if src is None:
         return False
     window = tile_dma.fp16_window(p.dst, memory)
     if window is None:
         return False
-    src16 = memory[s.index : s.index + s.extent].view(np.uint16)
-    c, h, w = s.shape
-    plane, row = s.strides[0] // 2, s.strides[1] // 2
-    if c and h and (c - 1) * plane + (h - 1) * row + w > src16.size:
-        return False
-    return src16, plane, row, window
+    return (*src, window)
 
 
 def with_events(s: Stats, saturated: int, nans: int, lut_under: int, lut_over: int) -> Stats:

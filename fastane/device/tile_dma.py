@@ -210,3 +210,21 @@ def fp16_window(p: TileDMAPlan, memory: np.ndarray):
     if c and h and (c - 1) * plane + (h - 1) * row + wpad > win.size:
         return None
     return win, plane, row, wpad
+
+
+def fp16_source(p: TileDMAPlan, memory: np.ndarray):
+    """TileDMASrc of an fp16 ``(C, H, W)`` tensor as the kernels read it in place:
+    ``(uint16 window, plane, row)`` -- the checked bytes ``[index, index + extent)`` as
+    fp16 patterns and the strides in elements -- or None when the layout does not allow
+    it (another format, odd offset or strides)."""
+    if p.fmt != 2 or len(p.shape) != 3:
+        return None
+    plane, row, item = p.strides
+    if item != 2 or p.index % 2 or plane % 2 or row % 2:
+        return None
+    win = memory[p.index : p.index + p.extent].view(np.uint16)
+    c, h, w = p.shape
+    plane, row = plane // 2, row // 2
+    if c and h and (c - 1) * plane + (h - 1) * row + w > win.size:
+        return None
+    return win, plane, row
