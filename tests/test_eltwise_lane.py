@@ -99,6 +99,13 @@ LANE_PROGRAMS = [
     "binary/max",
     "binary/min",
     "binary/ave",
+    "binary/div",
+    "unary/frac",
+    "unary/cube",
+    "unary/atan",
+    "unary/log",
+    "activation/softmax",
+    "activation/logsoftmax",
 ]
 
 
