@@ -193,6 +193,20 @@ _CHUNK = 2048  # elements decoded at a time by eltwise_window (two float64 rows 
 
 
 @njit(inline="always")
+def _decode_piece(src, o, step, x):
+    """``x[w] = decode(src[o + w])`` (``step`` 1), or ``decode(src[o])`` for every ``w``
+    (``step`` 0: a row broadcast)."""
+    if step == 0:
+        v = f16_to_f64(src[o])
+        for w in range(x.size):
+            x[w] = v
+    else:
+        row = src[o : o + x.size]
+        for w in range(x.size):
+            x[w] = f16_to_f64(row[w])
+
+
+@njit(inline="always")
 def _piece_op(xa, xb, op, s0, s, c, d):
     """:func:`_piece` with the common operations as constants."""
     if op == OP_ADD:
@@ -240,14 +254,14 @@ def eltwise_window(a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp,
         od = ch * dp + h * dr
         for st in range(0, W, _CHUNK):
             m = min(_CHUNK, W - st)
-            for w in range(m):
-                xa[w] = f16_to_f64(a[oa + (st + w) * aw])
+            _decode_piece(a, oa + st, aw, xa[:m])
             if not unary:
-                for w in range(m):
-                    xb[w] = f16_to_f64(b[ob + (st + w) * bw])
+                _decode_piece(b, ob + st, bw, xb[:m])
             d = dst[od + st : od + st + m]
             if s0 == 1.0 and s == 1.0 and c == 0.0:  # constants, so each inlined copy is a
                 nans += _piece_op(xa, xb, op, 1.0, 1.0, 0.0, d)  # loop without the dispatch
+            elif s0 == 1.0 and c == 0.0:
+                nans += _piece_op(xa, xb, op, 1.0, s, 0.0, d)
             else:
                 nans += _piece_op(xa, xb, op, s0, s, c, d)
         for w in range(W, wpad):

@@ -236,10 +236,10 @@ class Engine:
                 nans, saturated, lut_under, lut_over = ne.finish(p.ne, acc, flag, self.kmem, window)
                 return with_events(p.stats, saturated, nans, lut_under, lut_over)
             values, saturated, nans = mac.read_out(acc, flag)
-            values, lut_under, lut_over = ne.run(p.ne, values, self.kmem, as_fp16=p.dst is not None)
+            values, lut_under, lut_over = ne.run(p.ne, values, self.kmem, as_fp16=True)
         else:
             values, saturated, nans = mac.run(g, x, None, cmax=cmax)
-            values, lut_under, lut_over = ne.run(p.ne, values, self.kmem, as_fp16=p.dst is not None)
+            values, lut_under, lut_over = ne.run(p.ne, values, self.kmem, as_fp16=True)
         if p.dst is not None:
             tile_dma.write(p.dst, data, values)
         else:

@@ -144,7 +144,7 @@ class L2Memory:
     """The L2's functional state: results kept by tasks with ``ResultType = 3``."""
 
     def __init__(self):
-        self.resident: dict[int, tuple] = {}  # address -> (shape, bytes, float64 tensor)
+        self.resident: dict[int, tuple] = {}  # address -> (shape, bytes, fp16 or float64 tensor)
 
     def shapes(self) -> dict:
         """``address -> (shape, bytes, None)``: what a chain validation starts from."""

@@ -426,8 +426,9 @@ def _rows(x: np.ndarray, width: int) -> np.ndarray:
 
 
 def run(cfg: PlanarConfig, g: PlanarGeometry, a: np.ndarray, b: np.ndarray | None = None):
-    """``(values, nan_outputs)``: the task's result as float64 (exact fp16 values),
-    ``[1, C, H, W]`` for elementwise tasks, ``[1, 1, groups, 1]`` for a row reduction."""
+    """``(values, nan_outputs)``: the task's result as float16 (what TileDMADst writes
+    and L2 keeps), ``[1, C, H, W]`` for elementwise tasks, ``[1, 1, groups, 1]`` for a row
+    reduction."""
     from fastane.kernels import planar as k
 
     big = g.elements >= SERIAL_ELEMENTS
@@ -444,7 +445,7 @@ def run(cfg: PlanarConfig, g: PlanarGeometry, a: np.ndarray, b: np.ndarray | Non
         fn = k.eltwise_parallel if big else k.eltwise_serial
         nans = fn(x, y, cfg.op, cfg.in_scale, cfg.out_scale, cfg.offset, out)
         shape = (1, g.cout, g.hout, g.wout)
-    return out.view(np.float16).astype(np.float64).reshape(shape), int(nans)
+    return out.view(np.float16).reshape(shape), int(nans)
 
 
 __all__ = [
