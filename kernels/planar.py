@@ -254,9 +254,9 @@ def eltwise_window(a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp,
         od = ch * dp + h * dr
         for st in range(0, W, _CHUNK):
             m = min(_CHUNK, W - st)
-            _decode_piece(a, oa + st, aw, xa[:m])
+            _decode_piece(a, oa + st * aw, aw, xa[:m])
             if not unary:
-                _decode_piece(b, ob + st, bw, xb[:m])
+                _decode_piece(b, ob + st * bw, bw, xb[:m])
             d = dst[od + st : od + st + m]
             if s0 == 1.0 and s == 1.0 and c == 0.0:  # constants, so each inlined copy is a
                 nans += _piece_op(xa, xb, op, 1.0, 1.0, 0.0, d)  # loop without the dispatch

@@ -140,3 +140,31 @@ def test_corpus_programs_equal_the_block_path(big_device, corpus, monkeypatch, p
     for s in fast:
         assert np.array_equal(bits(fast[s]), bits(slow[s])), (path, s)
     assert fast.stats == slow.stats
+
+
+# ------------------------------------------------------------------ the binary kernel
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "max", "min"])
+@pytest.mark.parametrize("bcast", [None, "a", "b"])
+def test_binary_kernel_on_long_and_broadcast_rows(op, bcast):
+    """``eltwise_window`` (fp16 windows, rows longer than its decode pieces, a row-broadcast
+    operand) against ``eltwise_serial`` on float64 (the block path's kernel), with scales."""
+    from fastane.kernels import planar as k
+
+    code = {"add": k.OP_ADD, "sub": k.OP_SUB, "mul": k.OP_MUL, "max": k.OP_MAX, "min": k.OP_MIN}[op]
+    H, W = 3, 5000
+    a = _adversarial((H, W), 1).view(np.uint16).reshape(-1)
+    b = _adversarial((H, W), 2).view(np.uint16).reshape(-1)
+    vec = _adversarial((H, 1), 3).view(np.uint16).reshape(-1)
+    for s0, s, c in [(1.0, 1.0, 0.0), (1.0, float(F16(1.4423828125)), 0.0), (float(F16(0.5)), 2.0, 0.5)]:
+        ops = {"a": (a, W, 1), "b": (b, W, 1)}
+        if bcast is not None:
+            ops[bcast] = (vec, 1, 0)
+        (xa, ra, sa), (xb, rb, sb) = ops["a"], ops["b"]
+        out = np.empty(H * W, np.uint16)
+        nans = k.eltwise_window(xa, 0, ra, sa, xb, 0, rb, sb, 1, H, W, code, s0, s, c, out, 0, W, W)
+        fa = xa.view(F16).astype(np.float64).reshape(H, -1)
+        fb = xb.view(F16).astype(np.float64).reshape(H, -1)
+        want = np.empty((H, W), np.uint16)
+        want_nans = k.eltwise_serial(fa, fb, code, s0, s, c, want)
+        assert np.array_equal(out.reshape(H, W), want), (op, bcast, s0, s, c)
+        assert nans == want_nans
