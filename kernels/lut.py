@@ -376,6 +376,17 @@ def lut_eval(x, lutf, luti):
     return np.int64(h), event
 
 
+@njit(inline="always")
+def count_event(ev, under, over):
+    """``(under, over)`` counted on with one evaluation's event ``ev`` (:func:`lut_eval`:
+    negative below the table's range, positive above it, 0 inside)."""
+    if ev < 0:
+        return under + 1, over
+    if ev > 0:
+        return under, over + 1
+    return under, over
+
+
 @njit(cache=True)
 def lut_apply(x, out, lutf, luti, counts):
     """Evaluate a table over a flat float64 array into uint16 fp16 patterns ``out``.
@@ -387,9 +398,6 @@ def lut_apply(x, out, lutf, luti, counts):
     for j in range(x.size):
         h, ev = lut_eval(x[j], lutf, luti)
         out[j] = h
-        if ev < 0:
-            under += 1
-        elif ev > 0:
-            over += 1
+        under, over = count_event(ev, under, over)
     counts[0] += under
     counts[1] += over

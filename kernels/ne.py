@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from .fp16 import f16_to_f64, f64_to_f16, round_f16
-from .lut import lut_eval
+from .lut import count_event, lut_eval
 from .mac import readout_counts, readout_unrounded, readout_value
 
 NL_IDENTITY = 0
@@ -97,10 +97,7 @@ def ne_post(y, bias, scale, nonlinear, lutf, luti, out, counts):
                 else:
                     h, ev = _encode(u, relu), 0
                 out[i, ch, k] = h
-                if ev < 0:
-                    under += 1
-                elif ev > 0:
-                    over += 1
+                under, over = count_event(ev, under, over)
     counts[0] += under
     counts[1] += over
 
@@ -159,10 +156,7 @@ def readout_post(acc, flag, bias, scale, nonlinear, lutf, luti, out16, plane, ro
                 else:
                     hb, ev = _encode(u, relu), 0
                 dst[k] = hb
-                if ev < 0:
-                    under += 1
-                elif ev > 0:
-                    over += 1
+                under, over = count_event(ev, under, over)
             for k in range(W, wpad):
                 dst[k] = 0
     counts[0] += nans
