@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,8 +73,6 @@ def check_size(shape, what: str) -> int:
 def read_protobuf(path: str, what: str) -> bytes:
     """The bytes of the protobuf file at ``path`` (``what``: "model", "Core ML spec"), after
     checking that it exists and is within :data:`MAX_PROTOBUF_BYTES`; ModelError otherwise."""
-    import os
-
     try:
         size = os.path.getsize(path)
     except OSError as exc:
