@@ -920,6 +920,7 @@ def campaign(
     state = {
         "seed": seed,
         "corpus_share": corpus_share,
+        "start": start,
         "next": start,
         "outcomes": {},
         "failures": {},
@@ -931,7 +932,8 @@ def campaign(
         (out / "failures").mkdir(parents=True, exist_ok=True)
         if resume and sfile.exists():
             old = json.loads(sfile.read_text())
-            if old.get("seed") == seed and old.get("corpus_share", CORPUS_SHARE) == corpus_share:
+            same = (old.get("seed"), old.get("corpus_share", CORPUS_SHARE), old.get("start", 0))
+            if same == (seed, corpus_share, start):
                 state = old
     end = start + n  # resuming continues the same campaign up to case start + n
     warm_up()
@@ -983,10 +985,34 @@ def _bucket(detail: str) -> str:
     return detail
 
 
+def merge(states: list) -> dict:
+    """One campaign's figures from its shards (``--start`` ranges of the same seed run
+    separately); the ranges must be of one seed and must not overlap."""
+    if len({s["seed"] for s in states}) != 1:
+        raise ValueError("the shards are of different seeds")
+    spans = sorted((s.get("start", 0), s["next"]) for s in states)
+    for (_, end), (begin, _) in zip(spans, spans[1:]):
+        if begin < end:
+            raise ValueError(f"the shards overlap: {spans}")
+    out = {"seed": states[0]["seed"], "shards": spans, "seconds": sum(s.get("seconds", 0.0) for s in states)}
+    out["cases"] = sum(e - b for b, e in spans)
+    for key in ("outcomes", "failures", "kinds"):
+        total = collections.Counter()
+        for s in states:
+            total.update(s[key])
+        out[key] = dict(total)
+    return out
+
+
 def summary(state: dict) -> str:
     """The campaign's figures as Markdown: cases by kind, failures by class, outcomes."""
+    if "shards" in state:
+        ran, spans = state["cases"], state["shards"]
+    else:
+        ran, spans = state["next"] - state.get("start", 0), [(state.get("start", 0), state["next"])]
+    where = ", ".join(f"{b}..{e - 1}" for b, e in spans)
     lines = [
-        f"Cases run: {state['next']} (seed {state['seed']}, {state.get('seconds', 0) / 60:.0f} min of "
+        f"Cases run: {ran} (seed {state['seed']}, cases {where}; {state.get('seconds', 0) / 60:.0f} min of "
         f"case time); by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(state["kinds"].items())),
         "",
         "Failures: "
@@ -1026,6 +1052,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--start",
+        type=int,
+        default=0,
+        help="the first case (a shard of a campaign: cases START..START+CASES-1)",
+    )
     ap.add_argument("--out", type=Path, default=Path(".fuzz"))
     ap.add_argument("--resume", action="store_true", help="continue the campaign saved in OUT/state.json")
     ap.add_argument("--timeout", type=float, default=TIMEOUT)
@@ -1037,10 +1069,17 @@ def main(argv=None) -> int:
         help="share of the TD cases mutating a corpus program (the rest: small built-in ones)",
     )
     ap.add_argument("--case", type=int, help="run one case in this process (no isolation) and print it")
-    ap.add_argument("--summary", action="store_true", help="print OUT/state.json's figures as Markdown")
+    ap.add_argument(
+        "--summary",
+        nargs="*",
+        type=Path,
+        metavar="DIR",
+        help="print OUT/state.json's figures as Markdown (or the merged figures of the shards' DIRs)",
+    )
     a = ap.parse_args(argv)
-    if a.summary:
-        print(summary(json.loads((a.out / "state.json").read_text())))
+    if a.summary is not None:
+        states = [json.loads((d / "state.json").read_text()) for d in (a.summary or [a.out])]
+        print(summary(merge(states) if len(states) > 1 else states[0]))
         return 0
     if a.case is not None:
         case = make_case(a.seed, a.case, a.corpus_share)
@@ -1052,6 +1091,7 @@ def main(argv=None) -> int:
         a.seed,
         a.out,
         a.resume,
+        start=a.start,
         timeout=a.timeout,
         budget=a.budget,
         corpus_share=a.corpus_share,

@@ -180,3 +180,37 @@ def test_an_imprecise_exception_is_caught(monkeypatch):
     monkeypatch.setattr(fastane, "tanh", lambda *a, **k: np.zeros(3, np.int8))
     with pytest.raises(harness.Violation, match="returned ndarray int8"):
         harness.run_api(case)
+
+
+def test_shards_merge_into_one_campaign():
+    """Two ``--start`` ranges of one seed are one campaign's figures; overlaps are refused."""
+    a = {
+        "seed": 0,
+        "start": 0,
+        "next": 3,
+        "seconds": 1.0,
+        "kinds": {"td": 3},
+        "failures": {},
+        "outcomes": {"x": 3},
+    }
+    b = {
+        "seed": 0,
+        "start": 3,
+        "next": 5,
+        "seconds": 2.0,
+        "kinds": {"td": 1, "api": 1},
+        "failures": {},
+        "outcomes": {"x": 2},
+    }
+    m = harness.merge([b, a])
+    assert (m["cases"], m["kinds"], m["outcomes"], m["shards"]) == (
+        5,
+        {"td": 4, "api": 1},
+        {"x": 5},
+        [(0, 3), (3, 5)],
+    )
+    assert "Cases run: 5 (seed 0, cases 0..2, 3..4" in harness.summary(m)
+    with pytest.raises(ValueError, match="overlap"):
+        harness.merge([a, dict(b, start=2)])
+    with pytest.raises(ValueError, match="seeds"):
+        harness.merge([a, dict(b, seed=1)])
