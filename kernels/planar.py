@@ -206,19 +206,35 @@ def _decode_piece(src, o, step, x):
             x[w] = f16_to_f64(row[w])
 
 
-@njit(inline="always")
-def _piece_op(xa, xb, op, s0, s, c, d):
-    """:func:`_piece` with the common operations as constants."""
+@njit(cache=True)
+def _piece_unit(xa, xb, op, d):
+    """:func:`_piece` for ``s0 = s = 1``, ``c = 0`` (where the operand scale and the output
+    affine are the identity), the common operations as constants so each inlined copy is
+    a branch-free loop; compiled once, not inlined into :func:`eltwise_window` (Numba's
+    inliner costs minutes on a dozen copies)."""
     if op == OP_ADD:
-        return _piece(xa, xb, OP_ADD, s0, s, c, d)
+        return _unit(xa, xb, OP_ADD, d)
     if op == OP_MUL:
-        return _piece(xa, xb, OP_MUL, s0, s, c, d)
+        return _unit(xa, xb, OP_MUL, d)
     if op == OP_SUB:
-        return _piece(xa, xb, OP_SUB, s0, s, c, d)
-    return _piece(xa, xb, op, s0, s, c, d)
+        return _unit(xa, xb, OP_SUB, d)
+    return _unit(xa, xb, op, d)
 
 
 @njit(inline="always")
+def _unit(xa, xb, op, d):
+    """:func:`_piece` with ``s0 = s = 1``, ``c = 0``: ``_scaled_operand(x, 1.0)`` is ``x``
+    and ``affine(y, 1.0, 0.0)`` is ``y``, so the value is ``apply_op``'s."""
+    n = 0
+    for w in range(d.size):
+        v = apply_op(op, xa[w], xb[w])
+        d[w] = f64_to_f16(v)
+        if v != v:
+            n += 1
+    return n
+
+
+@njit(cache=True)
 def _piece(xa, xb, op, s0, s, c, d):
     """``d[w]`` = the fp16 pattern of :func:`_eltwise`'s value for ``xa[w]``, ``xb[w]``
     (``w < d.size``); returns the NaN count."""
@@ -258,12 +274,10 @@ def eltwise_window(a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp,
             if not unary:
                 _decode_piece(b, ob + st * bw, bw, xb[:m])
             d = dst[od + st : od + st + m]
-            if s0 == 1.0 and s == 1.0 and c == 0.0:  # constants, so each inlined copy is a
-                nans += _piece_op(xa, xb, op, 1.0, 1.0, 0.0, d)  # loop without the dispatch
-            elif s0 == 1.0 and c == 0.0:
-                nans += _piece_op(xa, xb, op, 1.0, s, 0.0, d)
+            if s0 == 1.0 and s == 1.0 and c == 0.0:
+                nans += _piece_unit(xa, xb, op, d)
             else:
-                nans += _piece_op(xa, xb, op, s0, s, c, d)
+                nans += _piece(xa, xb, op, s0, s, c, d)
         for w in range(W, wpad):
             dst[od + w] = 0
     return nans
