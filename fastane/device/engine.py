@@ -41,11 +41,11 @@ from .taskplan import TaskPlan, copy_stats, fast_path, locate, sum_stats, with_e
 # the longest chain followed when the pushed TD count is 0 (unknown): fastane.m1.MAX_CHAIN
 #: checked plans kept by :meth:`Engine.plan` (chains)
 PLAN_CACHE = 256
-#: decoded weight sets kept by :meth:`Engine._weights`, and the bytes they may hold in all
-#: (float64 weights, their transposed form for narrow outputs, and the KMem bytes they
-#: came from): enough for every task of a 4096 x 4096 weight matrix (32 tasks, 288 MB)
+#: transposed (fp16) weight sets kept by :meth:`Engine._weights_t`, and the bytes they may
+#: hold in all (the transposed form and the KMem bytes it came from); the float64 weights
+#: are decoded into one kept buffer per task (:meth:`Engine._weights`), never cached
 WEIGHT_CACHE = 64
-WEIGHT_CACHE_BYTES = 384 << 20
+WEIGHT_CACHE_BYTES = 128 << 20
 #: the largest scratch buffer :meth:`Engine._scratch` keeps (bytes)
 SCRATCH_BYTES = 64 << 20
 #: the most host memory one task may make the emulator allocate (bytes; the block-by-block
@@ -66,7 +66,8 @@ class Engine:
         self.kmem = kernel_dma.KMem()
         self.l2 = l2.L2Memory()
         self._plans = collections.OrderedDict()  # checked plans of DRAM-to-DRAM chains
-        self._wcache = []  # decoded weights: [key, KMem bytes, w, generation]
+        self._wcache = []  # transposed weights: [key, KMem bytes, (w^T, max |w|), generation]
+        self._wlast = None  # (key, KMem generation, float64 weights) of the last decode
         self._buffers = {}  # scratch of the fused path: name -> bytes
 
     # ------------------------------------------------------------------ ControlDMA
@@ -279,61 +280,55 @@ class Engine:
     def _weights(self, g, p=None) -> np.ndarray:
         """The ``[Cout, Cin/groups, Kh, Kw]`` float64 weights the cores hold in KMem.
 
-        Decoding them costs a pass over every weight; a program run again with the same
-        weights finds them decoded: the last :data:`WEIGHT_CACHE` decodes are kept with
-        the KMem bytes they came from (and the KernelDMA sources of the task, so that the
-        tasks of one program each find their own entry at once), and reused when KMem
-        holds exactly those bytes again (compared byte for byte, not hashed; a copy and a
-        compare cost about a tenth of the decode)."""
-        return self._weight_entry(g, p)[2]
+        They are decoded out of KMem into one kept buffer (no float64 copy of a model's
+        weights outlives its task: KMem and the kernel region hold them once, in fp16 or
+        the palettized form); a task that finds KMem unchanged since the last decode of
+        the same kernel (same shape and KernelDMA sources, same KMem generation) reuses
+        it.  Decoding is one pass over the fp16 bytes, about what comparing a kept copy
+        with KMem costs."""
+        key = (g.cout, g.cin_g, g.kh, g.kw, g.kernel_fmt, None if p is None else p.kdma.sources)
+        gen = self.kmem.generation
+        last = self._wlast
+        if last is not None and last[0] == key and last[1] == gen:
+            return last[2]
+        buf = self._scratch("weights", (g.cout * g.cin_g * g.kh * g.kw,), np.float64)
+        w = kernel_dma.unpack_weights(self.kmem, *key[:5], out=buf)
+        self._wlast = (key, gen, w)
+        return w
 
     def _weights_t(self, g, p=None):
         """``(w^T, max |w|)`` of the decoded weights of a 1x1 convolution
-        (:func:`fastane.device.mac.transposed_weights`), kept with the decoded weights: the
-        operand of the transposed product that narrow outputs take
-        (:func:`fastane.device.mac.accumulate_fp16`)."""
-        entry = self._weight_entry(g, p)
-        if entry[4] is None:
-            entry[4] = derived = mac.transposed_weights(g, entry[2])
-            if any(e is entry for e in self._wcache):
-                self._trim_weights()  # may drop it from the cache again: too large
-            return derived
-        return entry[4]
-
-    def _weight_entry(self, g, p):
+        (:func:`fastane.device.mac.transposed_weights`, float16): the operand of the
+        transposed product that narrow outputs take (:func:`fastane.device.mac.
+        accumulate_fp16`).  The last :data:`WEIGHT_CACHE` are kept with the KMem bytes
+        they came from (and the task's KernelDMA sources, so that the tasks of one
+        program each find their own entry at once), and reused when KMem holds exactly
+        those bytes again (compared byte for byte, not hashed)."""
         key = (g.cout, g.cin_g, g.kh, g.kw, g.kernel_fmt, None if p is None else p.kdma.sources)
         cache = self._wcache
         gen = self.kmem.generation
         if cache and cache[0][0] == key and cache[0][3] == gen:
-            return cache[0]  # KMem has not changed since these were decoded
+            return cache[0][2]  # KMem has not changed since these were derived
         used = kernel_dma.used_bytes(self.kmem, *key[:5])
         for i, entry in enumerate(cache):
             if entry[0] == key and entry[1] == used:
                 entry[3] = gen
                 if i:
                     cache.insert(0, cache.pop(i))
-                return entry
-        w = kernel_dma.unpack_weights(self.kmem, *key[:5])
-        entry = [key, used, w, gen, None]
-        if len(used) + w.nbytes > WEIGHT_CACHE_BYTES:
-            return entry
-        cache.insert(0, entry)
-        self._trim_weights()
-        return entry
+                return entry[2]
+        derived = mac.transposed_weights(g, self._weights(g, p))
+        if len(used) + derived[0].nbytes <= WEIGHT_CACHE_BYTES:
+            cache.insert(0, [key, used, derived, gen])
+            self._trim_weights()
+        return derived
 
     def _trim_weights(self) -> None:
-        """Keep at most :data:`WEIGHT_CACHE` decodes and :data:`WEIGHT_CACHE_BYTES` bytes."""
+        """Keep at most :data:`WEIGHT_CACHE` transposed weight sets and
+        :data:`WEIGHT_CACHE_BYTES` bytes."""
         cache = self._wcache
         total = 0
-        for i, entry in enumerate(cache):
-            _, snap, kept, _g, derived = entry
-            size = len(snap) + kept.nbytes
-            if derived is not None:
-                if i == 0 and size + derived[0].nbytes > WEIGHT_CACHE_BYTES:
-                    entry[4] = None  # the newest alone is too large with it
-                else:
-                    size += derived[0].nbytes
-            total += size
+        for i, (_, snap, derived, _g) in enumerate(cache):
+            total += len(snap) + derived[0].nbytes
             if i >= WEIGHT_CACHE or (total > WEIGHT_CACHE_BYTES and i):
                 del cache[i:]
                 break

@@ -200,16 +200,19 @@ def pack_weights(w, fmt: int = 2, base: int = 0) -> tuple[bytes, dict]:
     return bytes(out), fields
 
 
-def unpack_weights(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt=2) -> np.ndarray:
+def unpack_weights(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt=2, out=None) -> np.ndarray:
     """The ``[Cout, Cin/groups, Kh, Kw]`` weights (float64, exact) the cores hold in KMem
-    (a palettized kernel: each core's palette at its codes)."""
+    (a palettized kernel: each core's palette at its codes); decoded into ``out`` (a
+    C-contiguous float64 array of ``Cout*Cin/groups*Kh*Kw`` elements) when given."""
+    if out is None:
+        out = np.empty(cout * cin_g * kh * kw, dtype=np.float64)
     if isinstance(fmt, palette.Palettized):
-        w = np.empty((cout, cin_g * kh * kw), dtype=np.float64)
+        w = out.reshape(cout, cin_g * kh * kw)
         palette.decode(kmem.data, fmt, cout, cin_g * kh * kw, w)
         return w.reshape(cout, cin_g, kh, kw)
     dtype = DTYPES[fmt]
     per = cin_g * kh * kw * dtype.itemsize
-    w = np.empty((cout, cin_g * kh * kw), dtype=np.float64)
+    w = out.reshape(cout, cin_g * kh * kw)
     m = channels_per_core(cout)
     flat = w.reshape(-1)
     n = per // dtype.itemsize
