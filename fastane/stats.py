@@ -51,7 +51,7 @@ class Stats:
 
     def plus_counts(self, other: "Stats") -> "Stats":
         """``self + other`` without ``tasks_detail`` (a running total that must not grow)."""
-        return Stats(*[getattr(self, n) + getattr(other, n) for n in _COUNTERS])
+        return Stats(*[getattr(self, n) + getattr(other, n) for n in COUNTERS])
 
     def as_dict(self) -> dict:
         """Counters as a plain dict (JSON-ready), ``tasks_detail`` included."""
@@ -62,8 +62,14 @@ class Stats:
 
 #: the fields in order (the counters, then ``tasks_detail``)
 _NAMES = tuple(f.name for f in dataclasses.fields(Stats))
-_COUNTERS = _NAMES[:-1]
+#: the counters, in field order (every field but ``tasks_detail``)
+COUNTERS = _NAMES[:-1]
 assert _NAMES[-1] == "tasks_detail"
+#: the counters that depend on the data (a stats-only run leaves them 0)
+EVENT_COUNTERS = ("saturated", "nan_outputs", "lut_underflow", "lut_overflow")
+#: the counters a task's plan fixes (a stats-only run counts them as a computing run does)
+PLAN_COUNTERS = tuple(n for n in COUNTERS if n not in EVENT_COUNTERS)
+assert set(EVENT_COUNTERS) <= set(COUNTERS)
 
 _last: contextvars.ContextVar[Stats] = contextvars.ContextVar("fastane_last_stats", default=Stats())  # noqa: B039 (never mutated: record() sets a new one)
 

@@ -14,6 +14,19 @@ MAGIC = 1.5 * 2.0**52  # (t + MAGIC) - MAGIC == round-half-even(t) for |t| < 2**
 
 
 @njit(inline="always")
+def saturate(s, fl):
+    """One saturating step of the accumulator (the sum ``s`` after an addition, grid or
+    integer units) with its sticky clamp flag ``fl``: returns ``(s, fl)``, ``s`` clamped to
+    ``[ACC_MIN, ACC_MAX]`` and ``fl`` +1 / -1 where it clamps at the top / bottom, else
+    unchanged (a NaN sum passes unclamped)."""
+    if s > ACC_MAX:
+        return ACC_MAX, 1
+    if s < ACC_MIN:
+        return ACC_MIN, -1
+    return s, fl
+
+
+@njit(inline="always")
 def readout_unrounded(v, fl):
     """The readout of the accumulator ``v`` (grid units) with clamp flag ``fl``, before its
     one rounding to fp16 (``round_f16`` of it is the value, ``f64_to_f16`` the pattern):

@@ -84,6 +84,7 @@ from .acc import (  # re-exported: the entry points of the docstring
     readout_counts,
     readout_unrounded,
     readout_value,
+    saturate,
 )
 from .bounds import (  # re-exported: tests use them
     BOUND_MARGIN,

@@ -6,8 +6,8 @@ definition, k = 0..K-1 with the clamp and the flag at every step, for whole rows
 import numpy as np
 from numba import njit, prange
 
-from .acc import ACC_MAX, ACC_MIN, MAGIC, SCALE
-from .mac_fast import ITEMS_PER_TASK, _tile, _tile_count
+from .acc import ACC_MAX, ACC_MIN, MAGIC, SCALE, saturate
+from .mac_fast import _item_tasks, _items, _tile, _tile_count
 from .parallel import claim
 
 
@@ -91,13 +91,7 @@ def _dot_exact(ar, bb, j, trunc):
     s = 0.0
     f = 0
     for k in range(ar.size):
-        s += _round_product((ar[k] * SCALE) * bb[k, j], trunc)
-        if s > ACC_MAX:
-            s = ACC_MAX
-            f = 1
-        elif s < ACC_MIN:
-            s = ACC_MIN
-            f = -1
+        s, f = saturate(s + _round_product((ar[k] * SCALE) * bb[k, j], trunc), f)
     return s, f
 
 
@@ -106,14 +100,15 @@ def _exact_elements(a, b, ia, ib, eb, ei, ej, trunc, acc, flag, workers):
     """The serial definition, one output element at a time: (eb[q], ei[q], ej[q]).
     Tasks: ITEMS_PER_TASK elements."""
     L = eb.size
-    ntasks = (L + ITEMS_PER_TASK - 1) // ITEMS_PER_TASK
+    ntasks = _item_tasks(L)
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
         while True:
             t = claim(counter)
             if t >= ntasks:
                 break
-            for q in range(t * ITEMS_PER_TASK, min(L, (t + 1) * ITEMS_PER_TASK)):
+            q0, q1 = _items(t, L)
+            for q in range(q0, q1):
                 n = eb[q]
                 s, f = _dot_exact(a[ia[n], ei[q]], b[ib[n]], ej[q], trunc)
                 acc[n, ei[q], ej[q]] = s

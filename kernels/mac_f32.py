@@ -45,7 +45,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from .acc import SCALE
-from .mac_fast import _tile, _tile_count
+from .mac_fast import _pairs_next, _tile, _tile_count
 from .parallel import claim
 
 MAGIC32 = 1.5 * 2.0**23  # float32: rne(MAGIC32 + p) == MAGIC32 + rne(p) for |p| <= 2**22
@@ -183,7 +183,7 @@ def _tile32(a, bq, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth, ci):
             bb = bq[ib[n]]
             ar = a[ia[n], ri[p]]
             c = ci[p - p0, :w]
-            pair = p + 1 < p1 and ib[rb[p + 1]] == ib[n]
+            pair = _pairs_next(p, p1, rb, ib)
             er = ar
             d = c
             if pair:

@@ -86,6 +86,25 @@ def _tile(t, L, N, rows_per_tile, cols_per_tile):
     return p0, min(L, p0 + rows_per_tile), j0, min(N, j0 + cols_per_tile)
 
 
+@njit(inline="always")
+def _item_tasks(L):
+    """Tasks of the per-element kernels over ``L`` items: ITEMS_PER_TASK items each."""
+    return (L + ITEMS_PER_TASK - 1) // ITEMS_PER_TASK
+
+
+@njit(inline="always")
+def _items(t, L):
+    """Task ``t`` of :func:`_item_tasks`: items ``q0:q1``."""
+    return t * ITEMS_PER_TASK, min(L, (t + 1) * ITEMS_PER_TASK)
+
+
+@njit(inline="always")
+def _pairs_next(p, p1, rb, ib):
+    """True when listed row ``p + 1`` is in the tile (``p1``: its end) and shares row ``p``'s
+    ``b`` batch: the row kernels compute the two together (one load of ``b`` feeds both)."""
+    return p + 1 < p1 and ib[rb[p + 1]] == ib[rb[p]]
+
+
 @njit(fastmath={"contract"}, inline="always")
 def _fast_tile(a, b, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth_per_tile):
     """Rows rb/ri[p0:p1], columns j0:j1 of the fast path (see _fast_rows)."""
@@ -100,7 +119,7 @@ def _fast_tile(a, b, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth_per_tile)
             bb = b[ib[n]]
             ar = a[ia[n], ri[p]]
             c = acc[n, ri[p], j0:j1]
-            pair = p + 1 < p1 and ib[rb[p + 1]] == ib[n]
+            pair = _pairs_next(p, p1, rb, ib)
             er = ar
             d = c
             if pair:
@@ -248,14 +267,15 @@ def _fast_dots(a, b, ia, ib, rb, ri, trunc, acc, workers):
     for rows that cannot clamp (any order is exact)."""
     N = b.shape[2]
     L = rb.size
-    ntasks = (L + ITEMS_PER_TASK - 1) // ITEMS_PER_TASK
+    ntasks = _item_tasks(L)
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
         while True:
             t = claim(counter)
             if t >= ntasks:
                 break
-            for p in range(t * ITEMS_PER_TASK, min(L, (t + 1) * ITEMS_PER_TASK)):
+            q0, q1 = _items(t, L)
+            for p in range(q0, q1):
                 n = rb[p]
                 i = ri[p]
                 ar = a[ia[n], i]

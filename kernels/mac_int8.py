@@ -26,7 +26,7 @@ even) onto the output grid: the integers, clamped to ``[lo, hi]`` (uint8/int8), 
 import numpy as np
 from numba import njit
 
-from .acc import ACC_MAX, ACC_MIN
+from .acc import saturate
 from .conv import conv2d_q16
 from .fp16 import round_f16
 from .mac import matmul_q16_into
@@ -99,13 +99,7 @@ def ne_int(acc, flag, bias, scale, relu, is_int, lo, hi, nan_value, out, counts)
             a = acc[ch, k]
             f = flag[ch, k]
             if has_bias:
-                a = a + b  # exact: |a| <= 2**31, |b| <= 2**46
-                if a > ACC_MAX:
-                    a = ACC_MAX
-                    f = 1
-                elif a < ACC_MIN:
-                    a = ACC_MIN
-                    f = -1
+                a, f = saturate(a + b, f)  # the sum is exact: |a| <= 2**31, |b| <= 2**46
             if f > 0:
                 v = np.inf
             elif f < 0:

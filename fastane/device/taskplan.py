@@ -6,11 +6,12 @@ the data-dependent counters of a run, sums; and the windows of the fused path
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..stats import Stats
+from ..stats import COUNTERS, Stats
 from . import mac, tile_dma
 
 
@@ -35,40 +36,12 @@ class TaskPlan:
     stats: Stats = dataclasses.field(default_factory=Stats)
 
 
-_FIELDS = tuple(f.name for f in dataclasses.fields(Stats) if f.name != "tasks_detail")
-# copy_stats and with_events build Stats positionally, in this order
-assert _FIELDS == (
-    "tasks",
-    "macs",
-    "saturated",
-    "nan_outputs",
-    "lut_underflow",
-    "lut_overflow",
-    "planar_ops",
-    "control_dma_bytes",
-    "kernel_dma_bytes",
-    "tile_dma_src_bytes",
-    "tile_dma_dst_bytes",
-    "int8_macs",
-), _FIELDS
+_counters = operator.attrgetter(*COUNTERS)
 
 
 def copy_stats(s: Stats) -> Stats:
     """A copy of a task's Stats (no ``tasks_detail``)."""
-    return Stats(
-        s.tasks,
-        s.macs,
-        s.saturated,
-        s.nan_outputs,
-        s.lut_underflow,
-        s.lut_overflow,
-        s.planar_ops,
-        s.control_dma_bytes,
-        s.kernel_dma_bytes,
-        s.tile_dma_src_bytes,
-        s.tile_dma_dst_bytes,
-        s.int8_macs,
-    )
+    return Stats(*_counters(s))
 
 
 def locate(exc, index: int, addr: int) -> None:
@@ -93,25 +66,15 @@ def fast_path(p: TaskPlan, memory: np.ndarray):
 
 
 def with_events(s: Stats, saturated: int, nans: int, lut_under: int, lut_over: int) -> Stats:
-    """A task's planned Stats with the counters that depend on the data."""
-    return Stats(
-        s.tasks,
-        s.macs,
-        saturated,
-        nans,
-        lut_under,
-        lut_over,
-        s.planar_ops,
-        s.control_dma_bytes,
-        s.kernel_dma_bytes,
-        s.tile_dma_src_bytes,
-        s.tile_dma_dst_bytes,
-        s.int8_macs,
-    )
+    """A task's planned Stats with the counters that depend on the data
+    (:data:`fastane.stats.EVENT_COUNTERS`)."""
+    t = copy_stats(s)
+    t.saturated, t.nan_outputs, t.lut_underflow, t.lut_overflow = saturated, nans, lut_under, lut_over
+    return t
 
 
 def sum_stats(details: list) -> Stats:
     """The sum of per-task Stats (``Stats.__add__`` field by field, without its overhead)."""
     if len(details) == 1:
         return copy_stats(details[0])
-    return Stats(*(sum(getattr(d, name) for d in details) for name in _FIELDS))
+    return Stats(*(sum(getattr(d, name) for d in details) for name in COUNTERS))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..stats import Stats
+from ..stats import PLAN_COUNTERS, Stats
 from . import chips as _chips
 from . import int8 as _int8
 from .fitted import FITTED
@@ -103,16 +103,11 @@ SEED_PARAMS = ModelParams()
 
 
 def _task_arrays(tasks) -> dict:
-    names = (
-        "macs",
-        "planar_ops",
-        "control_dma_bytes",
-        "kernel_dma_bytes",
-        "tile_dma_src_bytes",
-        "tile_dma_dst_bytes",
-        "int8_macs",
-    )
-    return {n: np.fromiter((getattr(t, n) for t in tasks), dtype=np.float64, count=len(tasks)) for n in names}
+    """float64 arrays, one per counter the plan fixes (:data:`fastane.stats.PLAN_COUNTERS`)."""
+    return {
+        n: np.fromiter((getattr(t, n) for t in tasks), dtype=np.float64, count=len(tasks))
+        for n in PLAN_COUNTERS
+    }
 
 
 def _as_tasks(stats) -> list:
