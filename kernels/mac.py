@@ -5,6 +5,7 @@ Entry points (fixed interface, used by the front end and the device engine)::
 
     acc, flag = matmul_q16(a, b, ia, ib, trunc)
     readout(acc, flag, out)
+    matmul_q16_small(a, b, ia, ib, trunc, acc, flag)  # small work (SMALL_MACS), float64 b
 
 ``a``: float64[BA, M, K] and ``b``: float64[BB, K, N], C-contiguous, holding exact fp16
 values; ``ia``/``ib``: int64[B] map each output batch to its ``a``/``b`` batch (so
@@ -62,6 +63,11 @@ How it is computed (all bit-identical to that serial definition):
 * **exact path.**  Elements that may clamp are recomputed in the serial order with the
   per-step clamp: whole rows (vectorized across the row) when many of a row's elements
   need it, one element at a time otherwise;
+* **small work** (at most ``SMALL_MACS`` multiply-adds in all, e.g. a tiny matmul or one
+  small task on the device): :func:`matmul_q16_small` runs the serial definition itself
+  for every output, on the calling thread -- planning the split costs more than the
+  arithmetic there (a 4 x 4 x 4 product: about 25 us of planning and thread switching
+  against well under 1 us of serial sums);
 * **threads.**  The parallel kernels hand out tiles through a shared atomic counter (a
   work queue: a thread that loses its core does fewer tiles instead of stalling the
   call); work below ``SERIAL_MACS`` multiply-adds runs on the calling thread alone.
@@ -95,7 +101,7 @@ from .bounds import (  # re-exported: tests use them
     _plan_rows,
     _row_abs_stats,
 )
-from .mac_exact import _dot_exact, _exact_elements, _exact_rows, _exact_tile  # noqa: F401 (re-exported)
+from .mac_exact import _dot_exact, _exact_all, _exact_elements, _exact_rows, _exact_tile  # noqa: F401 (re-exported)
 from .mac_f32 import F32_PRODUCT_LIMIT, _fast32_rows
 from .mac_fast import ITEMS_PER_TASK, _dot_fast, _fast_dots, _fast_rows, _fast_tile  # noqa: F401
 
@@ -110,6 +116,9 @@ DEPTH32_PER_TILE = 32
 NARROW_COLS = 8
 # Work below this many multiply-adds runs on the calling thread alone (see parallel.threads_for).
 SERIAL_MACS = 1 << 20
+# Work up to this many multiply-adds may take matmul_q16_small (the serial definition on
+# the calling thread; about 1-2 ns a multiply-add, against a fixed ~25 us for planning).
+SMALL_MACS = 1 << 12
 # A row goes to the vectorized exact kernel when more than 1/FIX_RATIO of its elements
 # need the exact path; otherwise those elements are recomputed one at a time.
 FIX_RATIO = 8
@@ -287,6 +296,14 @@ def _matmul_planned(a, b_in, ia, ib, trunc, acc, flag, bmax):
             parallel.workers(),
         )
     return n_fast, n_exact, eb.size
+
+
+def matmul_q16_small(a, b, ia, ib, trunc, acc, flag) -> None:
+    """:func:`matmul_q16_into` for small work (``SMALL_MACS``): the serial definition,
+    ``k = 0..K-1`` with the clamp and the flag at every step, for every output, on the
+    calling thread -- by definition the same bits as every other path.  ``b`` is
+    float64 here (the device's decoded weights or its unfolded columns)."""
+    _exact_all(a, b, ia, ib, bool(trunc), acc, flag)
 
 
 def matmul_q16(a, b, ia, ib, trunc):

@@ -113,3 +113,17 @@ def _exact_elements(a, b, ia, ib, eb, ei, ej, trunc, acc, flag, workers):
                 s, f = _dot_exact(a[ia[n], ei[q]], b[ib[n]], ej[q], trunc)
                 acc[n, ei[q], ej[q]] = s
                 flag[n, ei[q], ej[q]] = f
+
+
+@njit(fastmath={"contract"}, cache=True)
+def _exact_all(a, b, ia, ib, trunc, acc, flag):
+    """The serial definition for every output, on the calling thread (small work: no
+    bounds to plan, no parallel region; :func:`fastane.kernels.mac.matmul_q16_small`)."""
+    for n in range(ia.size):
+        aa = a[ia[n]]
+        bb = b[ib[n]]
+        for i in range(aa.shape[0]):
+            for j in range(bb.shape[1]):
+                s, f = _dot_exact(aa[i], bb, j, trunc)
+                acc[n, i, j] = s
+                flag[n, i, j] = f

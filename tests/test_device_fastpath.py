@@ -166,3 +166,22 @@ def test_unfolded_conv_from_fp16_is_the_reference(device, xs, ws, stride, paddin
         x, w, stride=stride, padding=tuple((p, p) for p in pad), dilation=dilation, groups=groups
     )
     assert np.array_equal(got.view(np.uint16), np.asarray(want, F16).view(np.uint16))
+
+
+@pytest.mark.parametrize("shape", [(4, 4, 4), (3, 250, 5), (1, 64, 64), (7, 9, 3)])
+def test_small_tasks_take_the_serial_definition_with_the_same_bits(device, monkeypatch, shape):
+    """A task of at most SMALL_MACS multiply-adds runs the serial definition (no bounds);
+    with the threshold at 0 the same call takes the planned path: same bits, same Stats."""
+    M, K, N = shape
+    rng = np.random.default_rng(M * K * N)
+    a = (rng.standard_normal((M, K)) * 60).astype(F16)
+    b = (rng.standard_normal((K, N)) * 60).astype(F16)
+    a[0, 0], b[-1, -1] = np.nan, np.inf
+    runs = []
+    for small in (1 << 12, 0):
+        monkeypatch.setattr(mac, "SMALL_MACS", small)
+        with fastane.errstate(saturation="ignore"):
+            y = fastane.matmul(a, b)
+        runs.append((y.view(np.uint16).copy(), fastane.last_stats()))
+    assert M * K * N <= 1 << 12
+    assert np.array_equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]

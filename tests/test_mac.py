@@ -503,3 +503,23 @@ def test_readout_value_bits_and_counts_are_one_readout():
 
     ref = [readout_bits(int(a), int(f), False) for a, f in zip(acc[~nan], flag[~nan])]
     assert np.array_equal(bits[~nan], np.array(ref, np.uint16))
+
+
+@pytest.mark.parametrize("trunc", [False, True])
+def test_small_kernel_is_the_reference(trunc):
+    """matmul_q16_small (the serial definition for small work) on random, saturating,
+    NaN and inf operands, batched with index maps: the reference's and matmul_q16's bits."""
+    rng = np.random.default_rng(11)
+    for M, K, N, scale in [(4, 4, 4, 1.0), (3, 40, 5, 200.0), (1, 300, 2, 128.0), (6, 9, 7, 1e-3)]:
+        a16 = (rng.standard_normal((2, M, K)) * scale).astype(F16)
+        b16 = (rng.standard_normal((3, K, N)) * scale).astype(F16)
+        a16[0, 0, 0], b16[1, -1, -1] = np.nan, np.inf
+        a = a16.astype(np.float64)
+        b = b16.astype(np.float64)
+        ia, ib = np.array([0, 1, 1], np.int64), np.array([2, 0, 1], np.int64)
+        acc, flag = np.empty((3, M, N)), np.empty((3, M, N), np.int8)
+        mac.matmul_q16_small(a, b, ia, ib, trunc, acc, flag)
+        want_acc, want_flag = mac.matmul_q16(a, b, ia, ib, trunc)
+        assert np.array_equal(acc, want_acc, equal_nan=True) and np.array_equal(flag, want_flag)
+        for n in range(3):
+            assert_same_f16(readout16(acc, flag)[n], ref_matmul(a16[ia[n]], b16[ib[n]], trunc))

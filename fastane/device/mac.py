@@ -284,15 +284,31 @@ def accumulate_fp16(
     per-step clamped sum over ``k = 0..K-1`` of ``round(x[k] * w[k])`` (a product of two
     fp16 values is exact, so ``x * w`` and ``w * x`` are the same number), which
     ``matmul_q16_into`` computes exactly whichever operand is on the left; only the proof
-    of which outputs cannot clamp (the bounds) looks at the operands the other way round."""
+    of which outputs cannot clamp (the bounds) looks at the operands the other way round.
+
+    Small work (``g.macs <= SMALL_MACS``) skips the bounds and the split: the serial
+    definition itself, on the calling thread (:func:`fastane.kernels.mac.matmul_q16_small`)."""
     G, P = g.groups, g.hout * g.wout
     cog, kc = g.cout // G, g.cin_g * g.kh * g.kw
     acc = buffer("acc", (1, g.cout, g.hout, g.wout), np.float64)
     flag = buffer("flag", (1, g.cout, g.hout, g.wout), np.int8)
+    small = g.macs <= _kmac.SMALL_MACS
     if plain(g):
         x = buffer("x", (1, g.cin, g.hin, g.win), np.float64)
         cmax = np.empty(g.cin, np.int64)
         _kdma.gather_f16(src16, plane, row, x[0], cmax)
+        if small:
+            idx = _arange(G)
+            _kmac.matmul_q16_small(
+                w.reshape(G, cog, kc),
+                x.reshape(G, kc, P),
+                idx,
+                idx,
+                trunc,
+                acc.reshape(G, cog, P),
+                flag.reshape(G, cog, P),
+            )
+            return acc, flag
         if transposed is not None and narrow(g):
             wt, wmax = transposed()
             xt = buffer("xt", (G, P, g.cin_g), np.float64)

@@ -26,11 +26,28 @@ class Task:
         self.status = Task.QUEUED
         self.stats = None
         self.error: BaseException | None = None
-        self._done = threading.Event()
+        # completion: a flag the TM sets under its lock, and a threading.Event made only
+        # when a thread has to block for it (most tasks run in the thread that waits)
+        self._finished = False
+        self._event = None
         self._callbacks = []
 
     def done(self) -> bool:
-        return self._done.is_set()
+        return self._finished
+
+    def _finish(self) -> None:
+        """Mark the task complete (the TM's lock held) and wake a blocked waiter."""
+        self._finished = True
+        if self._event is not None:
+            self._event.set()
+
+    def _blocker(self) -> threading.Event:
+        with self._tm._lock:
+            if self._event is None:
+                self._event = threading.Event()
+                if self._finished:
+                    self._event.set()
+            return self._event
 
     def wait(self, timeout: float | None = None):
         """Block until the task completes; its Stats, or its fault raised.
@@ -38,18 +55,19 @@ class Task:
         Raises RuntimeError at once when the calling thread itself holds the task manager
         (the task could never run), and TimeoutError after ``timeout`` seconds.
         """
-        if not self._done.is_set():
+        if not self._finished:
             self._tm.run_pending()
-            if self._tm.held_by_me() and timeout is None:
-                raise RuntimeError(
-                    f"waiting for {self} inside a hold() of the same thread would "
-                    f"never return: leave the hold first"
-                )
-        if not self._done.wait(timeout):
-            raise TimeoutError(
-                f"task {self} did not complete within {timeout} s"
-                + (" (the task manager is held)" if self._tm.held else "")
-            )
+            if not self._finished:
+                if self._tm.held_by_me() and timeout is None:
+                    raise RuntimeError(
+                        f"waiting for {self} inside a hold() of the same thread would "
+                        f"never return: leave the hold first"
+                    )
+                if not self._blocker().wait(timeout):
+                    raise TimeoutError(
+                        f"task {self} did not complete within {timeout} s"
+                        + (" (the task manager is held)" if self._tm.held else "")
+                    )
         if self.error is not None:
             raise self.error
         return self.stats
@@ -68,7 +86,7 @@ class Task:
     def add_done_callback(self, fn) -> None:
         """Call ``fn(task)`` on completion (at once if already complete)."""
         with self._tm._lock:
-            if not self._done.is_set():
+            if not self._finished:
                 self._callbacks.append(fn)
                 return
         _call(fn, self)

@@ -87,6 +87,11 @@ from .tm_regs import (
 )
 
 
+def _run_order(task: Task):
+    """Pending tasks run highest priority first, equal priorities in push order."""
+    return (-task.priority, task.seq)
+
+
 class _Slot:
     """One ping-pong slot of a task queue: BAR table, NID, TD size and address."""
 
@@ -282,18 +287,24 @@ class TaskManager:
         q = self.queues[qid]
         if not q.status:
             raise QueueFault(f"TM_PUSH to TQ {qid}, which is not enabled (TQ_STATUS = 0)", qid=qid)
-        armed = [i for i, s in enumerate(q.slots) if s.armed and not s.busy]
-        if not armed:
-            raise QueueFault(f"TM_PUSH to TQ {qid} with no armed slot (write NID with bit 0 set)", qid=qid)
-        i = min(armed, key=lambda j: q.slots[j].armed_seq) if slot_index is None else slot_index
+        if slot_index is None:  # a driver's TM_PUSH
+            armed = [i for i, s in enumerate(q.slots) if s.armed and not s.busy]
+            if not armed:
+                raise QueueFault(
+                    f"TM_PUSH to TQ {qid} with no armed slot (write NID with bit 0 set)", qid=qid
+                )
+            i = min(armed, key=lambda j: q.slots[j].armed_seq)
+        else:  # _refill: the slot it has just armed
+            i = slot_index
         slot = q.slots[i]
         info = self.tm[TM_INFO]
         dwords = (info >> 16) + 1
         if task is None:
             task = Task(self, qid, priority)
+            task.bars = list(slot.bars)
+        # else: _refill's task, whose own list the slot's BAR registers were copied from
         task.slot, task.nid = i, (slot.nid >> 8) & 0xFF
         task.addr, task.td_size, task.td_count = self.tm[TM_ADDR], dwords * 4, info & 0xFFFF
-        task.bars = list(slot.bars)
         task.priority, task.seq, task.status = priority, next(self._seq), Task.PENDING
         slot.busy = True
         self.tm[TM_COMMITTED] = (self.tm[TM_COMMITTED] + 1) & 0xFFFFFFFF
@@ -330,7 +341,7 @@ class TaskManager:
     def pending(self) -> list[Task]:
         """Pushed tasks not yet run, in the order they will run."""
         with self._lock:
-            return sorted(self._pending, key=lambda t: (-t.priority, t.seq))
+            return sorted(self._pending, key=_run_order)
 
     def run_pending(self, limit: int | None = None, force: bool = False) -> int:
         """Run pushed tasks, highest priority first, until none is left; returns how many.
@@ -345,10 +356,11 @@ class TaskManager:
                 return 0  # re-entered from a callback: the outer loop picks the work up
             while limit is None or ran < limit:
                 with self._lock:
-                    if not self._pending:
+                    pending = self._pending
+                    if not pending:
                         return ran
-                    task = min(self._pending, key=lambda t: (-t.priority, t.seq))
-                    self._pending.remove(task)
+                    task = pending[0] if len(pending) == 1 else min(pending, key=_run_order)
+                    pending.remove(task)
                     task.status, task.order = Task.RUNNING, next(self._order)
                     self._runner = threading.get_ident()
                 try:
@@ -388,9 +400,10 @@ class TaskManager:
                 self.tm[TM_ERROR3] = (task.nid & 0xFF) << 8 | task.qid
             self._history.append(task)
             callbacks, task._callbacks = task._callbacks, []
-            callbacks = list(self._callbacks) + callbacks
+            if self._callbacks:
+                callbacks = self._callbacks + callbacks  # a new list: on_complete may append
             self._refill(q)
-            task._done.set()
+            task._finish()
         for fn in callbacks:
             _call(fn, task)
 
