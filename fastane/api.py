@@ -127,7 +127,7 @@ def _precheck_matmul(a, b) -> None:
     B = sb + (1,) if len(sb) == 1 else sb
     (M, K), (K2, N) = A[-2:], B[-2:]
     try:
-        nb = math.prod(np.broadcast_shapes(A[:-2], B[:-2]))
+        nb = math.prod(np.broadcast_shapes(A[:-2], B[:-2])) if A[:-2] or B[:-2] else 1
     except ValueError:
         return
     if K == K2 and nb * M * N and K:
@@ -177,7 +177,7 @@ def matmul(a, b, out=None, *, activation=None, scale=None, out_dtype=None) -> np
             f"signature {_MATMUL_SIG} (size {K2} is different from {K})"
         )
     try:
-        batch = np.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+        batch = np.broadcast_shapes(A.shape[:-2], B.shape[:-2]) if A.ndim > 2 or B.ndim > 2 else ()
     except ValueError:
         raise ValueError(
             f"matmul: operands could not be broadcast together: batch dimensions "

@@ -153,3 +153,29 @@ def test_run_rejects_non_real_inputs(dev, corpus, bad):
     program = seed_program(corpus, np.ones((3, 8, 1, 1), F16))
     with pytest.raises(TypeError, match="real numeric"):
         dev.run(program, {4: bad})
+
+
+def test_a_repeated_push_sees_changed_td_bytes_and_freed_td_memory(dev):
+    """The engine's plan cache skips the fetch of a chain pushed again with the same BAR
+    regions only while the TDs' bytes and their allocation are unchanged."""
+    from fastane.device import pack_weights
+    from fastane.errors import DeviceFault
+    from fastane.td import Program, conv_td
+
+    kernel, _ = pack_weights(np.ones((3, 8, 1, 1), F16))
+    program = Program.from_tds([conv_td((1, 8, 4, 1), (1, 3, 4, 1), nid=1)], kernel=kernel, name="t")
+    loaded = dev.load(program)
+    src, dst = seed_io(dev, np.ones((1, 8, 4, 1), F16))
+    bars = {4: src, 5: dst}
+    for _ in range(3):  # planned once, then from the cache
+        assert dev.submit(loaded, bars).wait().macs == 96
+    td = dev.memory.view(loaded.td_region.iova, len(program.td_stream))
+    saved = td.copy()
+    td[:] = 0  # no EON, no next TD
+    with pytest.raises(DeviceFault):
+        dev.submit(loaded, bars).wait()
+    td[:] = saved
+    assert dev.submit(loaded, bars).wait().macs == 96
+    dev.memory.free(loaded.td_region)  # the TD stream is no longer mapped memory
+    with pytest.raises(DeviceFault, match="not inside mapped memory"):
+        dev.submit(loaded, bars).wait()

@@ -25,8 +25,12 @@ def decode(raw: bytes) -> dict:
     return planar.registers(TaskDescriptor.from_bytes(raw))
 
 
-def fetch(memory: UnifiedMemory, addr: int, td_size: int, td_count: int, bars: BARTable) -> list:
-    """Follow the chain from ``addr``: ``[(addr, register file), ...]`` (checked)."""
+def fetch(memory: UnifiedMemory, addr: int, td_size: int, td_count: int, bars: BARTable, trace=None) -> list:
+    """Follow the chain from ``addr``: ``[(addr, register file), ...]`` (checked).
+
+    ``trace``: a list that receives what the fetch depended on beyond its arguments: the
+    allocations the TDs were found in (:class:`Region`) and ``(offset, TD bytes)`` per TD
+    (the engine's plan cache re-checks exactly these)."""
     limit = td_count or MAX_CHAIN
     chain, seen, cur, size = [], set(), addr, td_size
     known = (0, 0)  # an allocation [start, end) already found to hold a TD
@@ -46,16 +50,21 @@ def fetch(memory: UnifiedMemory, addr: int, td_size: int, td_count: int, bars: B
                 f"{_where(chain, cur)}: TD size {size:#x} is not the M1 TD size {TD_SIZE:#x}", addr=cur
             )
         if not known[0] <= cur <= known[1] - size:  # else: inside the same allocation
-            region = memory.region_of(cur)
-            if region is None or region.size < size:
+            region = memory.allocation_of(cur)
+            if region is None or region.end - cur < size:
                 raise DMARangeFault(
                     f"ControlDMA: {_where(chain, cur)} (+{size:#x} bytes) is not inside mapped memory",
                     addr=cur,
                 )
             known = (cur, region.end)
+            if trace is not None:
+                trace.append(region)
         off = memory.offset(cur, size, "ControlDMA")
+        raw = data[off : off + size].tobytes()
+        if trace is not None:
+            trace.append((off, raw))
         try:
-            regs = decode(data[off : off + size].tobytes())
+            regs = decode(raw)
         except TDError as exc:
             raise DecodeFault(f"ControlDMA: {_where(chain, cur)} is malformed: {exc}", addr=cur) from exc
         chain.append((cur, regs))

@@ -68,13 +68,14 @@ class Engine:
         self._plans = collections.OrderedDict()  # checked plans of DRAM-to-DRAM chains
         self._wcache = []  # transposed weights: [key, KMem bytes, (w^T, max |w|), generation]
         self._wlast = None  # (key, KMem generation, float64 weights) of the last decode
+        self._quick = {}  # the same plans by push and BAR objects: (slots, fetch trace, plans)
         self._buffers = {}  # scratch of the fused path: name -> bytes
 
     # ------------------------------------------------------------------ ControlDMA
-    def fetch(self, addr: int, td_size: int, td_count: int, bars: BARTable) -> list:
+    def fetch(self, addr: int, td_size: int, td_count: int, bars: BARTable, trace=None) -> list:
         """Follow the chain from ``addr``: ``[(addr, register file), ...]`` (checked;
         :func:`fastane.device.control_dma.fetch`)."""
-        return control_dma.fetch(self.memory, addr, td_size, td_count, bars)
+        return control_dma.fetch(self.memory, addr, td_size, td_count, bars, trace)
 
     # ------------------------------------------------------------------ planning
     def plan(
@@ -85,9 +86,28 @@ class Engine:
         The checked plan of a chain that streams DRAM to DRAM (no L2-resident source or
         result, no planar task) depends only on its register files and its BAR regions:
         it is kept (:data:`PLAN_CACHE` chains), so re-running a program with the same
-        buffers re-fetches and re-decodes its TDs but skips the block checks."""
+        buffers re-fetches and re-decodes its TDs but skips the block checks.
+
+        A push of the same chain with the very same BAR regions (the same objects) skips
+        the fetch as well, when what the fetch depended on is unchanged: the allocations
+        holding the TDs are still live and every TD has the same bytes (compared, not
+        hashed) -- then the chain, its register files and its checks are the same."""
+        quick = (addr, td_size, td_count, stats_only, tuple(map(id, bars.slots)))
+        hit = self._quick.get(quick)
+        if hit is not None:
+            _slots, trace, plans = hit  # _slots keeps the ids of the key alive
+            data = self.memory.data
+            if all(
+                data[t[0] : t[0] + len(t[1])].tobytes() == t[1]
+                if isinstance(t, tuple)
+                else self.memory.is_live(t)
+                for t in trace
+            ):
+                self._check_data(plans)
+                return plans
+        trace = []
         try:
-            chain = self.fetch(addr, td_size, td_count, bars)
+            chain = self.fetch(addr, td_size, td_count, bars, trace)
         except DeviceFault as exc:  # ControlDMA's faults name the TD they fetch as ``addr``
             locate(exc, None, getattr(exc, "addr", addr))
             raise
@@ -122,6 +142,9 @@ class Engine:
             self._plans[key] = plans
             if len(self._plans) > PLAN_CACHE:
                 self._plans.popitem(last=False)
+            self._quick[quick] = (list(bars.slots), trace, plans)
+            if len(self._quick) > PLAN_CACHE:
+                self._quick.pop(next(iter(self._quick)))
         return plans
 
     def _check_data(self, plans: list) -> None:

@@ -138,6 +138,18 @@ class UnifiedMemory:
                     return Region(iova, region.end - iova, region.name)
         return None
 
+    def allocation_of(self, iova: int) -> Region | None:
+        """The live allocation holding ``iova`` (the whole of it), or None."""
+        with self._lock:
+            for region in self._allocs.values():
+                if region.contains(iova):
+                    return region
+        return None
+
+    def is_live(self, region: Region) -> bool:
+        """Whether ``region`` (an allocation :meth:`allocation_of` returned) is still allocated."""
+        return self._allocs.get(region.iova) is region
+
     # -- access --------------------------------------------------------------------------
     def offset(self, iova: int, nbytes: int, what: str = "access") -> int:
         """Index into :attr:`data` of ``[iova, iova + nbytes)``; faults outside the window."""

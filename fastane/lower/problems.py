@@ -6,6 +6,8 @@ convolution into its weights).  docs/lower.md, sections 1 and 9.
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -208,10 +210,12 @@ def check_conv(c: Conv) -> None:
         )
 
 
+@functools.lru_cache(maxsize=1024)
 def check_matmul(BA: int, BB: int, B: int, M: int, K: int, N: int, bias: bool = False) -> None:
     """Refuse (``ValueError``), before anything is allocated, ``B`` products ``(M, K) @ (K, N)``
     of ``BA`` left and ``BB`` right operands whose convolution (as
-    :func:`fastane.lower.run_matmul` lowers them) exceeds what the ANE can address."""
+    :func:`fastane.lower.run_matmul` lowers them) exceeds what the ANE can address.
+    (A function of the sizes alone: shapes that passed are remembered, a refusal is not.)"""
     if BB == 1:
         conv = Conv.matmul(B * M, K, N, 1, bias)
     elif BA == 1 and not bias:
