@@ -66,8 +66,8 @@ How it is computed (all bit-identical to that serial definition):
 * **small work** (at most ``SMALL_MACS`` multiply-adds in all, e.g. a tiny matmul or one
   small task on the device): :func:`matmul_q16_small` runs the serial definition itself
   for every output, on the calling thread -- planning the split costs more than the
-  arithmetic there (a 4 x 4 x 4 product: about 25 us of planning and thread switching
-  against well under 1 us of serial sums);
+  arithmetic there (one 4 x 4 x 4 task on the loaded 2-core machine: about 30 us through
+  ``matmul_q16_into``, about 2 us through ``matmul_q16_small``);
 * **threads.**  The parallel kernels hand out tiles through a shared atomic counter (a
   work queue: a thread that loses its core does fewer tiles instead of stalling the
   call); work below ``SERIAL_MACS`` multiply-adds runs on the calling thread alone.
@@ -117,7 +117,7 @@ NARROW_COLS = 8
 # Work below this many multiply-adds runs on the calling thread alone (see parallel.threads_for).
 SERIAL_MACS = 1 << 20
 # Work up to this many multiply-adds may take matmul_q16_small (the serial definition on
-# the calling thread; about 1-2 ns a multiply-add, against a fixed ~25 us for planning).
+# the calling thread, no bounds; the device's small tasks take it: fastane.device.mac).
 SMALL_MACS = 1 << 12
 # A row goes to the vectorized exact kernel when more than 1/FIX_RATIO of its elements
 # need the exact path; otherwise those elements are recomputed one at a time.
