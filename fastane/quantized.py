@@ -16,10 +16,13 @@ The keywords (the whole set):
   ``"relu"`` (the LUT is not emulated on the INT8 path).
 
 Zero points are not among the keywords: the NE has no zero-point field; an asymmetric
-operand is the caller's to center.  The call is lowered to one task per image (a matmul:
-one task per product of its batch) built with :func:`fastane.td.conv_td` and run on the default device; a problem
-that does not fit one task (KMem, L2, the TD's field widths) raises
-``NotImplementedError``: the tiler does not tile the INT8 path yet.
+operand is the caller's to center.  The call (a matmul: each product of its batch) is cut
+into tasks by the lowering's tiler (:func:`fastane.lower.plan_tiling`: kernel groups that
+fit KMem at one byte a weight, output tiles that fit L2), each task built with
+:func:`fastane.td.conv_td` and run on the default device.  As on the FP16 path the
+reduction is never split (``NotImplementedError`` when one output channel's kernel does
+not fit a core), and a kernel, stride or dilation beyond the TD's fields (the FP16 path's
+im2col) raises ``NotImplementedError`` here.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ import numpy as np
 from . import lower as _lower
 from .errors import DeviceFault, TDError
 from .errstate import errstate, report_events
-from .m1 import FP16, kernel_layout
+from .lower.problems import Conv
+from .lower.tiler import axis, effective, kernel_groups, plan_tiling
+from .m1 import FP16, LIMITS, Limits, kernel_layout
 from .stats import Stats, record
 from .td import Program, conv_td
 
@@ -40,6 +45,7 @@ __all__ = ["ne_scale", "matmul", "linear", "conv2d"]
 
 _OUT = {"float16": FP16, "int8": 1, "uint8": 0}
 _DTYPE = {code: name for name, code in _OUT.items()}
+_DTYPE_NP = {code: np.dtype(name) for code, name in _DTYPE.items()}
 _FMT = {np.dtype(np.uint8): 0, np.dtype(np.int8): 1}
 SRC, DST, KERNEL = 4, 5, 1  # conv_td's BAR slots
 
@@ -136,9 +142,14 @@ def _kernel(w: np.ndarray, b16) -> bytes:
     return bytes(out)
 
 
-def _run(func, x, w, b, stride, pad, dilation, groups, activation, opts):
-    """The INT8 convolution of ``x`` ``(N, C, H, W)`` by ``w``, one task per image."""
+def _run(func, x, w, b, stride, pad, dilation, groups, activation, opts, limits: Limits | None = None):
+    """The INT8 convolution of ``x`` ``(N, C, H, W)`` by ``w``, cut into tasks by the
+    lowering's tiler (:func:`fastane.lower.plan_tiling`, the only one; ``Conv.kernel_int8``:
+    one KMem byte a weight): one task per image x kernel group x output tile, each run on
+    the default device with its input tile (and halo) sliced on the host.  The reduction is
+    never split, so every output is the one task's accumulation, as untiled."""
     scale, fo = opts
+    limits = LIMITS if limits is None else limits  # (the module's LIMITS: tests shrink it)
     if activation not in (None, "relu"):
         raise NotImplementedError(
             f"{func}: on the INT8 path the activation is None or 'relu', not {activation!r}"
@@ -147,19 +158,64 @@ def _run(func, x, w, b, stride, pad, dilation, groups, activation, opts):
     CO = w.shape[0]
     b16, bshift = _bias(b, CO, func)
     pbits, rshift = ne_scale(scale)
-    (pt, pb), (pl, pr) = pad
-    oh = (H + pt + pb - dilation[0] * (w.shape[2] - 1) - 1) // stride[0] + 1
-    ow = (W + pl + pr - dilation[1] * (w.shape[3] - 1) - 1) // stride[1] + 1
+    conv = Conv(
+        N, C, H, W, CO, w.shape[2], w.shape[3], tuple(stride), tuple(dilation),
+        tuple(tuple(p) for p in pad), groups, b16 is not None, activation, kernel_int8=True,
+    )  # fmt: skip
+    t = plan_tiling(conv, limits)  # NotImplementedError when no tiling fits
+    if t.mode == "im2col":
+        raise NotImplementedError(
+            f"{func}: the INT8 path does not unfold a kernel, stride or dilation beyond the TD's "
+            f"fields (kernel <= {limits.max_kernel}, stride <= {limits.max_stride}, dilation <= "
+            f"{limits.max_dilation}) on the host"
+        )
+    c = effective(conv, limits, force_padded=t.mode == "padded")[1]
+    if t.mode == "padded":  # the padding materialized: zeros, as the TD's padding reads
+        (pt, pb), (pl, pr) = conv.pad
+        x = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    sh, sw = c.span
+    ry = list(zip(*axis(c.hout, t.th, c.stride[0], sh, c.pad[0][0], c.h)))
+    rx = list(zip(*axis(c.wout, t.tw, c.stride[1], sw, c.pad[1][0], c.w)))
+    y = np.empty((N, CO, c.hout, c.wout), _DTYPE_NP[fo])
+    dev = _lower.default_device()
+    programs, total = {}, Stats()
+    for co0, ct, ci0, cit, ng in kernel_groups(c, t.cout_t, t.groups_t):
+        wk = w[co0 : co0 + ct]
+        bk = None if b16 is None else b16[co0 : co0 + ct]
+        for oy0, th, r0, rows, padt in ry:
+            padb = (oy0 + th - 1) * c.stride[0] - c.pad[0][0] + sh - (r0 + rows)
+            for ox0, tw, c0, cols, padl in rx:
+                padr = (ox0 + tw - 1) * c.stride[1] - c.pad[1][0] + sw - (c0 + cols)
+                key = (co0, rows, cols, th, tw, padt, padb, padl, padr)
+                if key not in programs:
+                    programs[key] = _program(
+                        func, x.dtype, wk, bk, (cit, rows, cols), (ct, th, tw),
+                        ((padt, padb), (padl, padr)), c, ng, activation, fo, pbits, rshift, bshift,
+                    )  # fmt: skip
+                for n in range(N):
+                    tile = x[n : n + 1, ci0 : ci0 + cit, r0 : r0 + rows, c0 : c0 + cols]
+                    try:
+                        with errstate(saturation="ignore"):
+                            got = dev.run(programs[key], {SRC: np.ascontiguousarray(tile)})
+                    except DeviceFault as exc:
+                        raise NotImplementedError(f"{func}: an INT8 task does not fit: {exc}") from None
+                    y[n, co0 : co0 + ct, oy0 : oy0 + th, ox0 : ox0 + tw] = got[DST][0]
+                    total = total + got.stats
+    return y, total
+
+
+def _program(func, in_dtype, w, b16, src, dst, pad, c, groups, activation, fo, pbits, rshift, bshift):
+    """One INT8 task's :class:`~fastane.td.Program`: ``src``/``dst`` ``(C, H, W)`` tiles."""
     try:
         td = conv_td(
-            (1, C, H, W),
-            (1, CO, oh, ow),
-            kernel=w.shape[2:],
-            stride=stride,
-            dilation=dilation,
+            (1, *src),
+            (1, *dst),
+            kernel=(c.kh, c.kw),
+            stride=c.stride,
+            dilation=c.dilation,
             padding=pad,
             groups=groups,
-            in_fmt=_FMT[x.dtype],
+            in_fmt=_FMT[in_dtype],
             kernel_fmt=_FMT[w.dtype],
             out_fmt=fo,
             bias="channel" if b16 is not None else None,
@@ -172,24 +228,9 @@ def _run(func, x, w, b, stride, pad, dilation, groups, activation, opts):
                 "NE.AccBias.AccBiasShift": bshift,
             }
         )
-        program = Program.from_tds([td], kernel=_kernel(w, b16))
+        return Program.from_tds([td], kernel=_kernel(w, b16))
     except (TDError, ValueError) as exc:
-        raise NotImplementedError(
-            f"{func}: the INT8 path runs one task per image, and this one does not fit: {exc}"
-        ) from None
-    dev = _lower.default_device()
-    outs, total = [], Stats()
-    for n in range(N):
-        try:
-            with errstate(saturation="ignore"):
-                got = dev.run(program, {SRC: x[n : n + 1]})
-        except DeviceFault as exc:
-            raise NotImplementedError(
-                f"{func}: the INT8 path runs one task per image, and this one does not fit: {exc}"
-            ) from None
-        outs.append(got[DST])
-        total = total + got.stats
-    return np.concatenate(outs, axis=0), total
+        raise NotImplementedError(f"{func}: an INT8 task of the tiling does not fit a TD: {exc}") from None
 
 
 def _finish(func: str, total: Stats, size: int) -> None:

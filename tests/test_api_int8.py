@@ -180,7 +180,7 @@ def test_ne_scale_holds_the_scale_to_11_bits():
         (
             lambda: fastane.matmul(np.ones((2, 70000), np.int8), np.ones((70000, 2), np.int8), scale=1),
             NotImplementedError,
-            "one task",
+            "does not fit a core.s 64 KiB KMem",
         ),
     ],
 )
@@ -192,3 +192,69 @@ def test_bad_keywords_and_operands(call, exc, match):
 def test_without_scale_integers_still_round_to_fp16():
     assert fastane.matmul(np.array([[3]], np.int8), np.array([[True]]))[0, 0] == 3
     assert fastane.matmul(np.array([[3]], np.int8), np.array([[2]], np.int8)).dtype == np.float16
+
+
+# -- tiling: the lowering's tiler cuts an INT8 call into kernel groups and output tiles
+
+
+def _small(monkeypatch, **kw):
+    from fastane import quantized
+    from fastane.m1 import Limits
+
+    monkeypatch.setattr(quantized, "LIMITS", Limits(**kw))
+
+
+@pytest.mark.parametrize(
+    "kx,kw", [("int8", "int8"), ("uint8", "int8"), ("uint8", "uint8"), ("int8", "uint8")]
+)
+def test_conv2d_int8_tiled_against_the_reference(monkeypatch, kx, kw):
+    # 2 cores of 128 bytes: one channel of 36 weights (and its bias) a core, so 2-channel
+    # kernel groups (parts of a conv group); a 2 KiB L2: a few output rows a tile
+    _small(monkeypatch, cores=2, kmem_core_bytes=128, l2_bytes=2048, min_group=2)
+    rng = np.random.default_rng(12)
+    x, w = _ints(rng, kx, (2, 8, 13, 11)), _ints(rng, kw, (12, 4, 3, 3))
+    bias = rng.integers(-30000, 30000, 12) * 2  # some beyond int16: AccBiasShift 1
+    with errstate(saturation="ignore"):
+        y = fastane.conv2d(x, w, bias, padding=1, groups=2, scale=2.0**-9, out_dtype="int8")
+    s = fastane.last_stats()
+    acc, flag = ref_conv2d_int(x, w, 1, 1, 1, 2)
+    bs = next(
+        s for s in range(32) if all(int(v) % (1 << s) == 0 and -(2**15) <= int(v) >> s < 2**15 for v in bias)
+    )
+    per = [((int(bias[j]) >> bs) & 0xFFFF, bs) for n in range(2) for j in range(12) for _ in range(13 * 11)]
+    _same(y, _ne_ref(np.array(acc), np.array(flag), 2.0**-9, "int8", bias=per))
+    assert s.tasks == 2 * 6 * 4  # images x kernel groups x row tiles (4 rows of 13)
+    assert s.macs == s.int8_macs == 2 * 12 * 13 * 11 * 4 * 9
+
+
+def test_conv2d_int8_column_tiles_materialize_the_padding(monkeypatch):
+    # rows too wide for the L2: column tiles of one row, the left padding materialized
+    _small(monkeypatch, l2_bytes=2048, min_group=1)
+    rng = np.random.default_rng(13)
+    x, w = _ints(rng, "uint8", (1, 3, 5, 200)), _ints(rng, "int8", (2, 3, 3, 3))
+    with errstate(saturation="ignore"):
+        y = fastane.conv2d(x, w, padding=1, scale=2.0**-10, out_dtype="uint8")
+    acc, flag = ref_conv2d_int(x, w, 1, 1)
+    _same(y, _ne_ref(np.array(acc), np.array(flag), 2.0**-10, "uint8"))
+    assert fastane.last_stats().tasks == 5 * 4  # rows x 64-column tiles of 200
+
+
+def test_large_int8_matmul_is_tiled():
+    # 300 channels of 4096 weights do not fit the 16 cores' KMem at once (16 a core):
+    # two kernel groups.  |acc| <= 4096 * 128 * 128 < 2**31: nothing clamps, so numpy's
+    # int64 product is the accumulator.
+    rng = np.random.default_rng(14)
+    a, b = _ints(rng, "int8", (3, 4096)), _ints(rng, "int8", (4096, 300))
+    y = fastane.matmul(a, b, scale=2.0**-12)
+    s = fastane.last_stats()
+    acc = a.astype(np.int64) @ b.astype(np.int64)
+    _same(y, _ne_ref(acc, np.zeros_like(acc), 2.0**-12, "float16"))
+    assert s.tasks == 2 and s.kernel_dma_bytes >= 300 * 4096 and s.macs == 3 * 4096 * 300
+
+
+def test_int8_kernel_beyond_one_core_still_refused():
+    rng = np.random.default_rng(15)
+    # 8192 x 3 x 3 one-byte weights = 72 KiB > a core's 64 KiB KMem: the reduction is not split
+    x, w = _ints(rng, "int8", (1, 8192, 3, 3)), _ints(rng, "int8", (1, 8192, 3, 3))
+    with pytest.raises(NotImplementedError, match="1 byte.*does not fit a core"):
+        fastane.conv2d(x, w, scale=1.0)

@@ -87,8 +87,11 @@ class PalettizedWeight:
 def kernel_bytes(c) -> tuple:
     """``(bytes of one output channel's kernel, bytes before a core's kernels)`` of the
     convolution ``c`` (a :class:`~fastane.lower.Conv`): fp16 weights, or ``c.kernel_bits``-bit
-    codes after a palette.  What the tiler sizes a core's KMem by and the emitter lays out."""
+    codes after a palette, or an int8/uint8 kernel's bytes (``c.kernel_int8``: one a weight, no
+    prefix).  What the tiler sizes a core's KMem by and the emitter lays out."""
     n = c.cin_g * c.kh * c.kw
+    if c.kernel_int8:
+        return n, 0
     fmt = _palette.Palettized(c.kernel_bits) if c.kernel_bits else 2
     return _palette.channel_bytes(fmt, n), _palette.prefix_bytes(fmt)
 

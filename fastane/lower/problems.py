@@ -146,6 +146,8 @@ class Conv:
     #: 0: fp16 weights; 1-8: a palettized weight of that many bits a code, kept
     #: compressed in KMem (:mod:`fastane.lower.compressed`)
     kernel_bits: int = 0
+    #: an int8/uint8 kernel (the INT8 path, :mod:`fastane.quantized`): one byte a weight
+    kernel_int8: bool = False
 
     @property
     def span(self) -> tuple:

@@ -69,6 +69,7 @@ def effective(conv: Conv, lim: Limits, force_padded: bool = False) -> tuple[str,
             bias=conv.bias,
             activation=conv.activation,
             kernel_bits=conv.kernel_bits,
+            kernel_int8=conv.kernel_int8,
         )
     (pt, pb), (pl, pr) = conv.pad
     sh, sw = conv.span
@@ -231,7 +232,7 @@ def _tile(conv: Conv, lim: Limits) -> Tiling:
             extra = (" plus its bias" if c.bias else "") + (" and the LUT block" if stage.lut else "")
             raise NotImplementedError(
                 f"one output channel's kernel ({c.cin_g} input channels x {c.kh} x {c.kw} x "
-                f"{'2 bytes' if not c.kernel_bits else f'{c.kernel_bits} bits'} "
+                f"{_weight_size(c)} "
                 f"= {per} bytes{extra}) does not fit a core's {size_str(lim.kmem_core_bytes)} KMem; "
                 f"fastane does not split the reduction across tasks, because the partial sums would "
                 f"be read out to fp16 and added again, which changes the numerics"
@@ -243,6 +244,10 @@ def _tile(conv: Conv, lim: Limits) -> Tiling:
             f"numerics"
         )
     return dataclasses.replace(best[1], mode=mode)
+
+
+def _weight_size(c: Conv) -> str:
+    return "1 byte" if c.kernel_int8 else f"{c.kernel_bits} bits" if c.kernel_bits else "2 bytes"
 
 
 def _search(c: Conv, lim: Limits, stage: NEStage):
