@@ -199,7 +199,10 @@ def _ln_infer(node, types, consts):
     for i in (1, 2):
         if len(types) > i and types[i] is not None:
             _bshape([types[i].shape, x.shape[axis:]], node)
-    return [x]
+    # ONNX LayerNormalization's optional Mean and InvStdDev: one value per row, the
+    # normalised axes kept as 1s.
+    stats = TensorType(x.dtype, x.shape[:axis] + (1,) * (len(x.shape) - axis))
+    return [x] + [stats] * (len(node.outputs) - 1)
 
 
 @_op("layer_norm", _ln_infer, "table")
@@ -208,8 +211,9 @@ def _ln(node, x, scale, bias=None):
     axes = tuple(range(axis, x.ndim))
     mean = x.mean(axis=axes, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
-    y = (x - mean) / np.sqrt(var + np.float32(node.attrs.get("epsilon", 1e-5))) * scale
-    return y if bias is None else y + bias
+    inv = 1 / np.sqrt(var + np.float32(node.attrs.get("epsilon", 1e-5)))
+    y = (x - mean) * inv * scale
+    return [y if bias is None else y + bias, mean, inv]
 
 
 @_op("rms_norm", _ln_infer, "table")

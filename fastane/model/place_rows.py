@@ -111,6 +111,12 @@ def place_rows(node, consts, types, add) -> None:
         add([node], "host", POOL_REASON, "host")
         return
     rows, width, reason = why_not(node, consts, types)
+    if reason is None and len(node.outputs) > 1:
+        reason = (
+            "the Mean and InvStdDev outputs are used: the ANE's layer-norm chain keeps its mean and "
+            "1/std vectors in L2 and writes only the normalised rows (fastane has no lowering that "
+            "writes them out)"
+        )
     op = ROW_OPS[node.op]
     kind = KIND.get(op, "table")
     if reason is not None:

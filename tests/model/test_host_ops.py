@@ -354,3 +354,38 @@ def test_random_host_op_nodes_run_or_raise_model_errors():
         except (ModelError, NotImplementedError):
             pass
     assert ran > 40  # the cases are not all refused
+
+
+def test_layer_norm_with_mean_and_inv_std_dev_runs_on_the_host_with_the_reason():
+    """LayerNormalization asking for its Mean and InvStdDev outputs runs on the host (the
+    ANE's chain writes only the normalised rows); with Y alone it stays on the ANE."""
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((2, 3, 8)) * 3 + 1).astype(np.float32)
+    s, b = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    inits = [numpy_helper.from_array(s, "s"), numpy_helper.from_array(b, "b")]
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv"], axis=-1)
+    m = _model([node], [_vi("x", [2, 3, 8])], [_vi("y", None), _vi("mean", None), _vi("inv", None)], inits)
+    _, layers = m.bind({"x": x.shape})
+    assert [lay.placement for lay in layers] == ["host"] and "Mean and InvStdDev" in layers[0].reason
+    out = m({"x": x})
+    x64 = x.astype(np.float64)
+    mean = x64.mean(-1, keepdims=True)
+    inv = 1 / np.sqrt(((x64 - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
+    assert out["mean"].shape == out["inv"].shape == (2, 3, 1)
+    np.testing.assert_allclose(out["mean"], mean, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(out["inv"], inv, rtol=1e-3)
+    np.testing.assert_allclose(out["y"], (x64 - mean) * inv * s + b, rtol=1e-3, atol=1e-3)
+    only_y = _model(
+        [helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1)],
+        [_vi("x", [2, 3, 8])],
+        [_vi("y", None)],
+        inits,
+    )
+    assert [lay.placement for lay in only_y.bind({"x": x.shape})[1]] == ["ane"]
+
+
+def test_layer_norm_stash_type_other_than_float32_is_refused():
+    node = helper.make_node("LayerNormalization", ["x", "s"], ["y"], stash_type=0)
+    inits = [numpy_helper.from_array(np.ones(4, np.float32), "s")]
+    with pytest.raises(ModelError, match="stash_type"):
+        _model([node], [_vi("x", [1, 4])], [_vi("y", None)], inits).bind({"x": (1, 4)})
