@@ -107,7 +107,17 @@ def place_rows(node, consts, types, add) -> None:
     """Add the layer of ``node`` (one of :data:`ROW_OPS`, or a windowed pooling)."""
     from .. import rowops
 
-    if node.op in ("max_pool", "avg_pool"):
+    if node.op == "avg_pool":
+        from .place_rules import avg_pool_as_conv
+
+        conv, reason = avg_pool_as_conv(node, types)
+        if conv is None:
+            add([node], "host", reason, "host")
+            return
+        call, plan, name = conv
+        add([node], "ane", reason, "mac", lambda xs: [call(xs[0])], name, plan, pool_weight=True)
+        return
+    if node.op == "max_pool":
         add([node], "host", POOL_REASON, "host")
         return
     rows, width, reason = why_not(node, consts, types)

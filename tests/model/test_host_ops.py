@@ -389,3 +389,49 @@ def test_layer_norm_stash_type_other_than_float32_is_refused():
     inits = [numpy_helper.from_array(np.ones(4, np.float32), "s")]
     with pytest.raises(ModelError, match="stash_type"):
         _model([node], [_vi("x", [1, 4])], [_vi("y", None)], inits).bind({"x": (1, 4)})
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1),
+        dict(kernel_shape=[2, 3], strides=[1, 2], dilations=[2, 1]),
+        dict(kernel_shape=[3, 3], pads=[0, 1, 2, 0], count_include_pad=1),  # asymmetric
+    ],
+)
+@pytest.mark.filterwarnings("ignore::fastane.errors.SaturationWarning")  # the inf input
+def test_average_pool_is_a_depthwise_convolution_on_the_ane(attrs):
+    """An AveragePool whose divisor is the whole window runs on the ANE as a depthwise
+    convolution with weights fp16(1 / window): bit for bit the slow reference's conv."""
+    from reference import ref_conv2d
+
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((1, 3, 9, 10)) * 4).astype(np.float32)
+    x[0, 0, 0, :4] = [60000, -60000, 1e-6, np.inf]  # saturation, subnormal products, inf
+    m = _model(
+        [helper.make_node("AveragePool", ["x"], ["y"], **attrs)], [_vi("x", [1, 3, 9, 10])], [_vi("y", None)]
+    )
+    _, layers = m.bind({"x": x.shape})
+    assert [lay.placement for lay in layers] == ["ane"] and "fp16(1/" in layers[0].reason
+    k = attrs["kernel_shape"]
+    w16 = np.full((3, 1, *k), 1 / np.prod(k), np.float16)
+    p = attrs.get("pads", [0] * 4)
+    want = ref_conv2d(
+        x.astype(np.float16),
+        w16,
+        stride=tuple(attrs.get("strides", [1, 1])),
+        padding=((p[0], p[2]), (p[1], p[3])),
+        dilation=tuple(attrs.get("dilations", [1, 1])),
+        groups=3,
+    )
+    got = m({"x": x})["y"]
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got.view(np.uint16), want.astype(np.float16).view(np.uint16))
+
+
+def test_average_pool_not_counting_the_padding_stays_on_the_host():
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    _, layers = _model([node], [_vi("x", [1, 2, 5, 5])], [_vi("y", None)]).bind({"x": (1, 2, 5, 5)})
+    assert [lay.placement for lay in layers] == ["host"] and "divisor changes at the border" in layers[
+        0
+    ].reason

@@ -241,10 +241,13 @@ def _row_bound(layer, bound, feeds, y16):
 
 def _folds(layer) -> bool:
     """Whether the layer's constants were scaled at compile time (Gemm alpha/beta, a folded
-    BatchNormalization): one more rounding of each weight to fp16."""
+    BatchNormalization, an AveragePool's weight fp16(1 / window)): one more rounding of
+    each weight to fp16."""
     n = layer.nodes[0]
-    return layer.detail.get("folded_bn") or (
-        n.op == "gemm" and (n.attrs.get("alpha", 1.0) != 1.0 or n.attrs.get("beta", 1.0) != 1.0)
+    return (
+        layer.detail.get("folded_bn")
+        or layer.detail.get("pool_weight")
+        or (n.op == "gemm" and (n.attrs.get("alpha", 1.0) != 1.0 or n.attrs.get("beta", 1.0) != 1.0))
     )
 
 
@@ -253,6 +256,8 @@ def _mac_k(layer, bound):
     t = [bound.types[n].shape for n in node.inputs if n]
     if node.op == "conv":
         return math.prod(t[1][1:])
+    if node.op == "avg_pool":  # the depthwise convolution: one window
+        return math.prod(node.attrs["kernel"])
     if node.op == "conv_transpose":  # the equivalent conv: Cin/groups x kernel
         return t[1][0] // int(node.attrs.get("groups", 1)) * math.prod(t[1][2:])
     if node.op == "gemm":
