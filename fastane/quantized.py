@@ -41,7 +41,7 @@ from .m1 import FP16, LIMITS, Limits, kernel_layout
 from .stats import Stats, record
 from .td import Program, conv_td
 
-__all__ = ["ne_scale", "matmul", "linear", "conv2d"]
+__all__ = ["ne_scale", "matmul", "linear", "conv2d", "plan"]
 
 _OUT = {"float16": FP16, "int8": 1, "uint8": 0}
 _DTYPE = {code: name for name, code in _OUT.items()}
@@ -142,12 +142,27 @@ def _kernel(w: np.ndarray, b16) -> bytes:
     return bytes(out)
 
 
-def _run(func, x, w, b, stride, pad, dilation, groups, activation, opts, limits: Limits | None = None):
+def _run(
+    func,
+    x,
+    w,
+    b,
+    stride,
+    pad,
+    dilation,
+    groups,
+    activation,
+    opts,
+    limits: Limits | None = None,
+    stats_only=False,
+):
     """The INT8 convolution of ``x`` ``(N, C, H, W)`` by ``w``, cut into tasks by the
     lowering's tiler (:func:`fastane.lower.plan_tiling`, the only one; ``Conv.kernel_int8``:
     one KMem byte a weight): one task per image x kernel group x output tile, each run on
     the default device with its input tile (and halo) sliced on the host.  The reduction is
-    never split, so every output is the one task's accumulation, as untiled."""
+    never split, so every output is the one task's accumulation, as untiled.  ``stats_only``:
+    the same tasks counted on the lowering's stats-only device (nothing computed; ``y`` is
+    left unwritten)."""
     scale, fo = opts
     limits = LIMITS if limits is None else limits  # (the module's LIMITS: tests shrink it)
     if activation not in (None, "relu"):
@@ -177,7 +192,7 @@ def _run(func, x, w, b, stride, pad, dilation, groups, activation, opts, limits:
     ry = list(zip(*axis(c.hout, t.th, c.stride[0], sh, c.pad[0][0], c.h)))
     rx = list(zip(*axis(c.wout, t.tw, c.stride[1], sw, c.pad[1][0], c.w)))
     y = np.empty((N, CO, c.hout, c.wout), _DTYPE_NP[fo])
-    dev = _lower.default_device()
+    dev = _lower.stats_device() if stats_only else _lower.default_device()
     programs, total = {}, Stats()
     for co0, ct, ci0, cit, ng in kernel_groups(c, t.cout_t, t.groups_t):
         wk = w[co0 : co0 + ct]
@@ -193,6 +208,9 @@ def _run(func, x, w, b, stride, pad, dilation, groups, activation, opts, limits:
                         ((padt, padb), (padl, padr)), c, ng, activation, fo, pbits, rshift, bshift,
                     )  # fmt: skip
                 for n in range(N):
+                    if stats_only:
+                        total = total + dev.run(programs[key], {}, stats_only=True).stats
+                        continue
                     tile = x[n : n + 1, ci0 : ci0 + cit, r0 : r0 + rows, c0 : c0 + cols]
                     try:
                         with errstate(saturation="ignore"):
@@ -202,6 +220,31 @@ def _run(func, x, w, b, stride, pad, dilation, groups, activation, opts, limits:
                     y[n, co0 : co0 + ct, oy0 : oy0 + th, ox0 : ox0 + tw] = got[DST][0]
                     total = total + got.stats
     return y, total
+
+
+def plan(
+    x_shape,
+    x_dtype,
+    w_shape,
+    w_dtype,
+    bias: bool,
+    stride,
+    pad,
+    dilation,
+    groups,
+    activation,
+    scale,
+    out_dtype,
+) -> Stats:
+    """The Stats of the INT8 convolution :func:`conv2d` would run (``x_shape`` N C H W,
+    ``w_shape`` Cout Cin/groups Kh Kw, ``pad`` ((t, b), (l, r))), counted from the shapes
+    and dtypes alone on the stats-only device: no values needed (the weights are zero
+    placeholders; an int8/uint8 weight is one KernelDMA byte whatever its values)."""
+    x = np.broadcast_to(np.zeros((), x_dtype), tuple(x_shape))
+    w = np.zeros(tuple(w_shape), w_dtype)
+    b = np.zeros(w_shape[0], np.int64) if bias else None
+    opts = options("plan", scale, out_dtype)
+    return _run("plan", x, w, b, stride, pad, dilation, groups, activation, opts, stats_only=True)[1]
 
 
 def _program(func, in_dtype, w, b16, src, dst, pad, c, groups, activation, fo, pbits, rshift, bshift):

@@ -29,6 +29,7 @@ import numpy as np
 from . import plan as _plan
 from .graph import Bound
 from .ops import OPS
+from .place_qlinear import place_qlinear
 from .place_rows import ROW_OPS, place_rows
 from .place_rules import NO_LOWERING, _activation, _ep, _place_conv, _place_deconv, _place_mac, _scalar
 
@@ -82,6 +83,7 @@ def place(bound: Bound) -> list:
 
     done: set = set()
     layers = []
+    off_int8: dict = {}  # quantized chains left off the INT8 path: the reason (place_qlinear)
 
     def dyn(nodes):
         produced = {o for n in nodes for o in n.outputs}
@@ -143,6 +145,8 @@ def place(bound: Bound) -> list:
         if id(node) in done:
             continue
         op = node.op
+        if op == "dequantize" and place_qlinear(node, bound, only, add, off_int8):
+            continue  # a quantized conv/matmul chain on the INT8 path (place_qlinear)
         if op == "conv":
             _place_conv(node, consts, types, only, fuse_activation, add, compressed)
         elif op == "conv_transpose":
@@ -257,6 +261,10 @@ def place(bound: Bound) -> list:
                 )
             else:
                 add([node], "host", fn if isinstance(fn, str) else NO_LOWERING, OPS[op].kind)
+    for layer in layers:  # a quantized chain left off the INT8 path says why (place_qlinear)
+        why = [off_int8[id(n)] for n in layer.nodes if id(n) in off_int8]
+        if why:
+            layer.reason = "; ".join(filter(None, [layer.reason, *why]))
     return layers
 
 
