@@ -120,6 +120,9 @@ def match(dq, bound, only, why=None) -> dict | None:
     ys, yz = _scalar(consts, nxt.inputs[1]), _scalar(consts, nxt.inputs[2] if len(nxt.inputs) > 2 else "")
     if ys is None or yz is None or np.dtype(types[nxt.outputs[0]].dtype) not in _INT8:
         return None
+    scales = np.concatenate([ws, [float(xs), float(ys)]])
+    if not (np.isfinite(scales).all() and (scales > 0).all()):
+        return _why(mac, "a scale that is not finite and positive (the NE's PostScale)")
     if relu and int(yz) != 0:
         # max(round(v) + y_zp, y_zp): no NE field clamps at the zero point
         return _why(mac, "a ReLU before a quantize with a non-zero zero point (no NE clamp at it)")

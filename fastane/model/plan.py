@@ -9,6 +9,7 @@ Each function mirrors what the public entry point the layer calls would lower
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -24,8 +25,11 @@ def _run(low) -> Stats:
     return st
 
 
-def conv(x_shape, w_shape, stride, pads, dilation, groups, bias: bool, activation) -> Stats:
-    """A conv2d (``x_shape`` N C H W) or conv1d (N C W) with ``pads`` ((b, e), ...)."""
+def conv(
+    x_shape, w_shape, stride, pads, dilation, groups, bias: bool, activation, kernel_bits: int = 0
+) -> Stats:
+    """A conv2d (``x_shape`` N C H W) or conv1d (N C W) with ``pads`` ((b, e), ...);
+    ``kernel_bits``: a weight kept compressed in KMem with codes of that many bits."""
     if len(x_shape) == 3:
         x_shape = (x_shape[0], x_shape[1], 1, x_shape[2])
         w_shape = (w_shape[0], w_shape[1], 1, w_shape[2])
@@ -46,18 +50,23 @@ def conv(x_shape, w_shape, stride, pads, dilation, groups, bias: bool, activatio
         groups,
         bias,
         activation,
+        kernel_bits,
     )
     if N * CO * c.hout * c.wout == 0 or CG * KH * KW == 0:
         return Stats()
     return _run(_lower.build(c))
 
 
-def linear(x_shape, n_out: int, bias: bool, activation) -> Stats:
-    """``fastane.linear`` of ``x`` (..., K) with ``n_out`` outputs."""
+def linear(x_shape, n_out: int, bias: bool, activation, kernel_bits: int = 0) -> Stats:
+    """``fastane.linear`` of ``x`` (..., K) with ``n_out`` outputs (``kernel_bits``: see
+    :func:`conv`)."""
     M, K = math.prod(x_shape[:-1]), x_shape[-1]
     if M * n_out == 0 or K == 0:
         return Stats()
-    return _run(_lower.build(_lower.Conv.matmul(M, K, n_out, 1, bias, activation)))
+    c = _lower.Conv.matmul(M, K, n_out, 1, bias, activation)
+    if kernel_bits:
+        c = dataclasses.replace(c, kernel_bits=kernel_bits)
+    return _run(_lower.build(c))
 
 
 def matmul(a_shape, b_shape, activation) -> Stats:

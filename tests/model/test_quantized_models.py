@@ -150,3 +150,21 @@ def test_qlinear_ops_run_end_to_end(op):
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
     ane = [r for r in rep.layers if r.placement == "ane"]
     assert ane and all(r.stats.macs for r in ane)
+
+
+def test_stats_only_counts_an_int8_typed_weight_as_8_bit_codes():
+    """The stats-only report needs no weight values: a weight dequantized from int8 with one
+    scale is counted as 8-bit codes and a palette a core, as the computed run moves them
+    (255 distinct values here: the run's codes are 8-bit too)."""
+    rng = np.random.default_rng(0)
+    qdq, plain = _qdq_pair(rng)
+    x = rng.standard_normal((1, 64, 8, 8)).astype(np.float32)
+    shapes = {"x": (1, 64, 8, 8)}
+    sq = _conv_record(fastane.load_model(qdq).report(shapes, stats_only=True))
+    sp = _conv_record(fastane.load_model(plain).report(shapes, stats_only=True))
+    run = _conv_record(fastane.load_model(qdq).report({"x": x}))
+    assert sq.stats.kernel_dma_bytes == run.stats.kernel_dma_bytes < 0.75 * sp.stats.kernel_dma_bytes
+    assert (
+        sp.stats.kernel_dma_bytes
+        == _conv_record(fastane.load_model(plain).report({"x": x})).stats.kernel_dma_bytes
+    )
