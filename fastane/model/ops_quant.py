@@ -8,9 +8,10 @@ dequantize -> conv/matmul -> quantize).  Host ops with ONNX's semantics:
   when it is omitted).
 
 ``scale`` and ``zero_point`` are scalars (per tensor) or 1-D along ``axis`` (per axis).
-On the ANE side, a convolution whose constant weight came out of a ``dequantize`` has at
-most 256 distinct fp16 values, which the placement keeps compressed (an 8-bit palette,
-:func:`fastane.model.place_rules`).
+On the ANE side, a ``dequantize -> conv/matmul -> quantize`` chain runs on the INT8 lanes
+(:mod:`fastane.model.place_qlinear`); a convolution left on the FP16 path whose constant
+weight came out of a ``dequantize`` has at most 256 distinct fp16 values, which the
+placement keeps compressed (an 8-bit palette, :func:`fastane.model.place_rules`).
 """
 
 from __future__ import annotations
