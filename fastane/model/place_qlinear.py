@@ -282,7 +282,7 @@ def place_qlinear(dq, bound, only, add, why=None) -> bool:
         notes.append(f"per-channel weight scales: {len(tasks)} task groups, one a scale")
     if is_conv and padded:
         notes.append("the padding materialized on the host as the input zero point")
-    add(
+    layer = add(
         m["nodes"],
         "ane",
         "; ".join(notes),
@@ -293,4 +293,5 @@ def place_qlinear(dq, bound, only, add, why=None) -> bool:
         int8=True,
         activation=act,
     )
+    layer.name = mac.name  # named after its MAC op (the chain starts at the dequantize)
     return True
