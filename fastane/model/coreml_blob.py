@@ -327,6 +327,9 @@ def _constexpr(p: "_Program", op, outs, what):  # noqa: F821 (coreml_import._Pro
         v = p.cval(op, k, what)
         if v is not None:
             kw[k] = v
+    bits = _lut_bits(t, kw)
+    if bits:
+        p.code_bits[outs[0]] = bits
     if not p.weights and any(_placeholder(v) for v in kw.values()):
         # weights=False: a placeholder of the output's declared type
         o = op.outputs[0].type.tensorType
@@ -383,6 +386,22 @@ def _const_op(p: "_Program", op, outs, what):  # noqa: F821 (coreml_import._Prog
         p.consts[outs[0]] = np.broadcast_to(np.zeros((), np.float32), v.shape) if v.dtype.kind == "f" else v
     else:
         p.consts[outs[0]] = _float_out(v)
+
+
+def _lut_bits(op_type: str, kw: dict) -> int:
+    """The code width of a ``constexpr_lut_to_dense`` weight from its table's shape alone
+    (no values: a ``weights=False`` load has them too) when one table of ``2**bits`` scalars
+    holds the whole tensor (an iOS16 table; an iOS18 one with a single palette and vector
+    size 1); else 0.  What one fp16 palette a core can hold (docs/models.md)."""
+    if op_type != "constexpr_lut_to_dense" or "lut" not in kw:
+        return 0
+    shape = np.shape(kw["lut"])
+    if "shape" in kw:  # iOS16: a flat table
+        n = shape[0] if len(shape) == 1 else 0
+    else:  # iOS18: (*1 a palette per block, 2**bits, vector size)
+        n = shape[-2] if len(shape) >= 2 and shape[-1] == 1 and all(s == 1 for s in shape[:-2]) else 0
+    bits = int(n).bit_length() - 1 if n else 0
+    return bits if 1 <= bits <= 8 and n == 1 << bits else 0
 
 
 def _placeholder(v) -> bool:

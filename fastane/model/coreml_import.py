@@ -151,6 +151,7 @@ class _Program:
         self.blobs = _Blobs(wdir)
         self.consts: dict = {}
         self.compressed: set = set()  # consts a constexpr_* op decompressed (coreml_blob)
+        self.code_bits: dict = {}  # of those, the palette code width by type (coreml_blob)
         self.nodes: list = []
         self.types: dict = {}  # tensor name -> declared shape (dynamic ones)
         self.alias: dict = {}  # MIL name -> graph name (fp16 inputs)
@@ -292,6 +293,7 @@ class _Program:
             origin=f"coreml mlProgram (spec {version}, opset {fn.opset})",
             weights=self.weights,
             compressed=self.compressed,
+            code_bits=self.code_bits,
         )
 
     # ---------------------------------------------------------- one op

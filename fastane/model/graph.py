@@ -71,6 +71,9 @@ class Graph:
     #: quantized weights): the placement keeps them compressed on the ANE where that is
     #: lossless (:func:`fastane.compress.lossless`)
     compressed: set = field(default_factory=set)
+    #: of those, the code width their type gives (a palette of ``2**bits`` fp16 values a
+    #: core holds them): the stats-only report counts them so, without their values
+    code_bits: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.check()

@@ -71,13 +71,15 @@ def place(bound: Bound) -> list:
     }
     # of those, the ones int8/uint8 by type with one scale: the stats-only report counts
     # them as 8-bit codes (place_rules.typed_bits), no values needed
-    int8_weights = {
-        n.outputs[0]
+    typed_codes = {
+        n.outputs[0]: 8
         for n in bound.folded
         if n.op == "dequantize"
         and np.dtype(consts[n.inputs[0]].dtype) in (np.dtype(np.int8), np.dtype(np.uint8))
         and all(not t or consts[t].size == 1 for t in n.inputs[1:])
     }
+    # and Core ML's one-table palettized weights, at their table's code width
+    typed_codes.update(getattr(bound.graph, "code_bits", {}))
     consumers: dict = {}
     for node in bound.nodes:
         for t in node.inputs:
@@ -157,11 +159,11 @@ def place(bound: Bound) -> list:
         if op == "dequantize" and place_qlinear(node, bound, only, add, off_int8):
             continue  # a quantized conv/matmul chain on the INT8 path (place_qlinear)
         if op == "conv":
-            _place_conv(node, consts, types, only, fuse_activation, add, compressed, int8_weights)
+            _place_conv(node, consts, types, only, fuse_activation, add, compressed, typed_codes)
         elif op == "conv_transpose":
             _place_deconv(node, consts, types, fuse_activation, add)
         elif op in ("gemm", "matmul"):
-            _place_mac(node, consts, types, only, fuse_activation, add, compressed, int8_weights)
+            _place_mac(node, consts, types, only, fuse_activation, add, compressed, typed_codes)
         elif (
             op == "div"
             and len(node.inputs) == 2

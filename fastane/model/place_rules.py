@@ -100,19 +100,19 @@ def _weights(node, consts, what: str, add):
     return w, b
 
 
-def typed_bits(name: str, int8_weights, size: int) -> int:
+def typed_bits(name: str, typed_codes: dict, size: int) -> int:
     """The code width the stats-only report counts for a weight kept compressed, from its
-    type alone: 8 for the output of a folded per-tensor dequantize of an int8/uint8 tensor
-    (at most 256 distinct values: an 8-bit palette holds it losslessly), when 8-bit codes and
-    a palette a core pay (:func:`fastane.compress.lossless`'s rule); else 0 (fp16).  A
-    computed run reads the values and may find fewer distinct ones (narrower codes): the
-    type's count is then an upper bound (docs/models.md)."""
-    if name not in int8_weights:
-        return 0
-    return 8 if size + 16 * (2 << 8) < 2 * size else 0
+    type alone (``typed_codes``: name -> bits): 8 for the output of a folded per-tensor
+    dequantize of an int8/uint8 tensor (at most 256 distinct values: an 8-bit palette holds
+    it losslessly), a Core ML table's width for a one-table ``constexpr_lut_to_dense``;
+    counted when the codes and a palette a core pay (:func:`fastane.compress.lossless`'s
+    rule); else 0 (fp16).  A computed run reads the values and may find fewer distinct ones
+    (narrower codes): the type's count is then an upper bound (docs/models.md)."""
+    b = (typed_codes or {}).get(name, 0)
+    return b if b and size * b / 8 + 16 * (2 << b) < 2 * size else 0
 
 
-def _place_conv(node, consts, types, only, fuse_activation, add, compressed=(), int8_weights=()):
+def _place_conv(node, consts, types, only, fuse_activation, add, compressed=(), typed_codes=None):
     wb = _weights(node, consts, "convolution", add)
     if wb is None:
         return
@@ -163,7 +163,7 @@ def _place_conv(node, consts, types, only, fuse_activation, add, compressed=(), 
         return [_ep.conv2d(x, w16, b16, s, pad, d, groups, fused)]
 
     # the stats-only count of a compressed weight, from its type (typed_bits)
-    bits = 0 if one_d or scale is not None else typed_bits(node.inputs[1], int8_weights, w.size)
+    bits = 0 if one_d or scale is not None else typed_bits(node.inputs[1], typed_codes, w.size)
 
     def plan():
         xs = tuple(x_shape)
@@ -327,7 +327,7 @@ def _act_name(fused):
     return "lut block"
 
 
-def _place_mac(node, consts, types, only, fuse_activation, add, compressed=(), int8_weights=()):
+def _place_mac(node, consts, types, only, fuse_activation, add, compressed=(), typed_codes=None):
     a_t = types[node.inputs[0]]
     if np.dtype(a_t.dtype).kind != "f":
         add([node], "host", "integer operands: the ANE multiplies fp16", "mac")
@@ -380,7 +380,7 @@ def _place_mac(node, consts, types, only, fuse_activation, add, compressed=(), i
                     b.shape[1],
                     c is not None,
                     fused,
-                    typed_bits(node.inputs[1], int8_weights, b.size),
+                    typed_bits(node.inputs[1], typed_codes, b.size),
                 ),
                 activation=_act_name(fused),
             )

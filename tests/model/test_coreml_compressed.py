@@ -62,3 +62,10 @@ def test_palettized_coreml_conv_stays_compressed(tmp_path):
     assert cp.stats.macs == cd.stats.macs
     # 4-bit codes and a 64-byte palette a core, against two bytes a weight
     assert cp.stats.kernel_dma_bytes < 0.3 * cd.stats.kernel_dma_bytes
+    # the stats-only report counts the same compressed bytes from the table's shape alone
+    so = mp.report({name: x.shape}, stats_only=True)
+    (cs,) = [r for r in so.layers if r.placement == "ane"]
+    assert cs.stats.kernel_dma_bytes == cp.stats.kernel_dma_bytes
+    shapes = fastane.load_model(str(tmp_path / "pal.mlpackage"), weights=False)
+    (cw,) = [r for r in shapes.report({name: x.shape}, stats_only=True).layers if r.placement == "ane"]
+    assert cw.stats.kernel_dma_bytes == cp.stats.kernel_dma_bytes
