@@ -276,6 +276,8 @@ class Model:
             progress(len(layers), len(layers))
         events = Stats(
             saturated=sum(r.stats.saturated for r in records),
+            # the saturations of INT8 layers: named as the integer path's (errstate.report_events)
+            int8_macs=sum(r.stats.int8_macs for r in records if r.stats.saturated),
             lut_underflow=sum(r.stats.lut_underflow for r in records),
             lut_overflow=sum(r.stats.lut_overflow for r in records),
         )

@@ -234,3 +234,20 @@ def test_bias_grid_rounds_onto_int16_times_a_power_of_two():
     b, s = pq.bias_grid(np.array([100001.0, -5.0, 3.0]))
     assert s == 2 and b.tolist() == [100000, -4, 4]
     assert all(-(2**15) <= v >> s < 2**15 for v in b.tolist())
+
+
+def test_an_int8_model_names_its_saturation_as_the_integer_paths():
+    """An INT8 layer whose outputs clamp to the integer range warns with the integer
+    path's wording, not the fp16 accumulator's."""
+    rng = np.random.default_rng(3)
+    qw = rng.integers(0, 256, (4, 3, 3, 3)).astype(np.uint8)
+    bq = np.zeros(4, np.int32)
+    qx = np.full((1, 3, 5, 6), 255, np.uint8)
+    m = fastane.load_model(
+        _qconv_model(
+            qw, np.float32(0.05), np.uint8(0), bq, np.uint8(0), np.float32(0.01), np.uint8(0), np.uint8
+        )
+    )
+    with pytest.warns(fastane.errors.SaturationWarning, match="integer") as rec:
+        m({"xq": qx})
+    assert not any("Q16.16" in str(w.message) for w in rec)
