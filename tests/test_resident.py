@@ -181,3 +181,30 @@ def test_engine_weight_cache_stays_bounded(monkeypatch):
         cache = dev.engine._wcache
         total = sum(len(e[1]) + e[2][0].nbytes for e in cache)
         assert len(cache) <= 3 and total <= 300_000
+
+
+def test_fastane_own_frozen_weights_are_kept_by_reference_not_copied(packs):
+    """A weight fastane froze (a model's compile-time constant: read-only, owned) is held by
+    the Resident itself and recognised by identity; a user's array is still copied, and a
+    frozen array cannot be written."""
+    from fastane.lower import bind
+
+    rng = np.random.default_rng(5)
+    w = bind.freeze(rng.standard_normal((16, 24)))
+    with pytest.raises(ValueError):
+        w[0, 0] = 1
+    res = bind.Resident(w, None)
+    assert res.weight[0] is w and res.holds(w, None)
+    user = np.array(w)  # the same bits, a mutable array of the caller's: copied and compared
+    res_user = bind.Resident(user, None)
+    assert res_user.weight[0] is not user and res_user.holds(user, None)
+    user[0, 0] = -user[0, 0] if user[0, 0] != 0 else 1
+    assert not res_user.holds(user, None)
+    # a frozen linear weight's transposed view is the same constant
+    wt = bind.freeze(rng.standard_normal((24, 16))).T
+    assert bind.Resident(wt, None).holds(wt, None)
+    del packs[:]
+    a = rng.standard_normal((3, 16)).astype(F16)
+    for _ in range(3):
+        assert np.array_equal(_bits(fastane.matmul(a, w)), _bits(ref_matmul(a, w)))
+    assert len(packs) <= 1

@@ -6,6 +6,7 @@ docs/lower.md, section 5.
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,6 +44,30 @@ class Resident:
         return _same(self.weight, weight) and _same(self.bias, bias)
 
 
+# ---------------------------------------------------------------- frozen operands
+# fp16 arrays fastane makes and owns (a model's compile-time weights): read-only, never
+# handed out for writing, so a Resident may hold the array itself instead of a copy and
+# know it unchanged by identity.  Keyed by id, checked against a weak reference (an id is
+# reused only after its array is gone).
+_FROZEN: dict = {}
+
+
+def freeze(x) -> np.ndarray:
+    """``x`` as a C-ordered float16 array fastane owns and never writes: read-only, and
+    remembered as frozen (:class:`Resident` keeps it by reference, compared by identity).
+    For fastane's own constants only (a user's array stays mutable and is copied)."""
+    a = np.array(x, dtype=np.float16, order="C", copy=True)
+    a.flags.writeable = False
+    key = id(a)
+    _FROZEN[key] = weakref.ref(a, lambda _, key=key: _FROZEN.pop(key, None))
+    return a
+
+
+def _frozen(x) -> bool:
+    r = _FROZEN.get(id(x))
+    return r is not None and r() is x
+
+
 def _fp16(x) -> bool:
     return isinstance(x, np.ndarray) and x.dtype == np.float16
 
@@ -59,7 +84,23 @@ def _snapshot(x):
     if x is None:
         return None
     x, flipped = _canonical(x)
+    if _whole_frozen(x):  # fastane's own read-only constant: kept by reference
+        return x.base if x.base is not None and _frozen(x.base) else x, flipped
     return np.array(x, dtype=np.float16, order="C", copy=True), flipped
+
+
+def _whole_frozen(x) -> bool:
+    """``x`` is a frozen array, or a view of one spanning all of it in its own order."""
+    if _frozen(x):
+        return True
+    base = x.base
+    return (
+        base is not None
+        and _frozen(base)
+        and x.shape == base.shape
+        and x.strides == base.strides
+        and x.__array_interface__["data"][0] == base.__array_interface__["data"][0]
+    )
 
 
 def _same(kept, x) -> bool:
@@ -72,6 +113,8 @@ def _same(kept, x) -> bool:
     kept, kflipped = kept
     if flipped != kflipped or x.shape != kept.shape:
         return False
+    if _frozen(kept) and (x is kept or (_whole_frozen(x) and x.base is kept)):
+        return True  # the very constant it was packed from: frozen, so unchanged
     if x.size <= _CHUNK:  # small: one bytes compare is cheapest
         return x.tobytes() == kept.tobytes()
     a = kept.reshape(-1).view(np.uint16)

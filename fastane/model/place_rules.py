@@ -13,6 +13,7 @@ from .. import activations as _activations
 from .. import api as _api
 from .. import compress as _compress
 from .. import lut as _lut
+from ..lower import bind as _bind
 from ..operands import fp16_operand
 from . import plan as _plan
 from .graph import Node
@@ -195,7 +196,12 @@ class _Lazy:
 
     def __call__(self):
         if self.value is None:
-            self.value = self.fn()
+            # frozen (read-only, fastane's own): the lowering keeps them resident by
+            # reference, with no private copy to compare against (lower.bind.freeze)
+            self.value = tuple(
+                _bind.freeze(v) if isinstance(v, np.ndarray) and v.dtype == np.float16 else v
+                for v in self.fn()
+            )
             note = _overflow(*self.value)
             if note and self.layer is not None:
                 self.layer.reason = "; ".join(filter(None, [self.layer.reason, note]))
