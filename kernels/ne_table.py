@@ -54,6 +54,10 @@ def ne_lookup(values, table, events, out, counts):
     return True
 
 
+#: elements :func:`lookup_window` gathers into its scratch row before it splits and counts them
+CHUNK = 4096
+
+
 @njit(cache=True, boundscheck=False)
 def lookup_window(src, splane, srow, C, H, W, table, dst, dplane, drow, wpad, counts):
     """A kernel-less NE task on fp16 patterns, TileDMA window to TileDMA window: for every
@@ -63,8 +67,14 @@ def lookup_window(src, splane, srow, C, H, W, table, dst, dplane, drow, wpad, co
     ``table`` (uint32, all 65536 patterns, NaN ones included) holds the result pattern in
     its low 16 bits, then a LUT underflow bit (16), an overflow bit (17) and a NaN-output
     bit (18: for an NE task a NaN input, which the pass-through MAC counts).  ``counts``
-    (int64[3]) ``+=`` NaN outputs, LUT underflows, LUT overflows.  Serial: one memory-bound pass
-    (a parallel region costs more than it saves on a shared machine)."""
+    (int64[3]) ``+=`` NaN outputs, LUT underflows, LUT overflows.
+
+    Serial: one memory-bound pass (a parallel region costs more than it saves on a shared
+    machine).  Each row goes by :data:`CHUNK` elements: a bare gather loop into a scratch
+    row, then one loop that writes the result patterns and counts the event bits, which
+    the compiler vectorizes (the bit tests in the gather loop cost about as much as the
+    gather itself)."""
+    buf = np.empty(min(W, CHUNK), np.uint32)
     nan = 0
     under = 0
     over = 0
@@ -72,12 +82,16 @@ def lookup_window(src, splane, srow, C, H, W, table, dst, dplane, drow, wpad, co
         for h in range(H):
             so = c * splane + h * srow
             do = c * dplane + h * drow
-            for k in range(W):
-                v = table[src[so + k]]
-                dst[do + k] = v
-                under += (v >> 16) & 1
-                over += (v >> 17) & 1
-                nan += v >> 18
+            for k0 in range(0, W, CHUNK):
+                m = min(CHUNK, W - k0)
+                for k in range(m):
+                    buf[k] = table[src[so + k0 + k]]
+                for k in range(m):
+                    v = buf[k]
+                    dst[do + k0 + k] = v
+                    under += (v >> 16) & 1
+                    over += (v >> 17) & 1
+                    nan += v >> 18
             for k in range(W, wpad):
                 dst[do + k] = 0
     counts[0] += nan

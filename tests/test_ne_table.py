@@ -93,3 +93,37 @@ def test_nan_outputs_of_a_pass_through(n):
     x.view(np.uint16)[[3, 500, n - 1]] = [0x7E00, 0xFE01, 0x7C01]
     fastane.relu(x)
     assert fastane.last_stats().nan_outputs == 3
+
+
+@pytest.mark.parametrize(
+    "C,H,W,wpad",
+    [(1, 1, 1, 1), (2, 3, 7, 8), (1, 2, 4096, 4096), (1, 1, 4097, 4100), (3, 2, 9000, 9024)],
+)
+def test_lookup_window_is_the_table_gather_and_its_event_counts(C, H, W, wpad):
+    """kernels.ne_table.lookup_window (chunked gather, then split and count) against numpy
+    on a random table with random event bits: strided windows, rows across the chunk size,
+    the padding zeroed, the cells outside the window untouched, counts added to."""
+    from fastane.kernels import ne_table as kt
+
+    rng = np.random.default_rng(C * 1000 + W)
+    table = rng.integers(0, 1 << 16, 1 << 16).astype(np.uint32)
+    table |= (rng.random(1 << 16) < 0.2).astype(np.uint32) << 16
+    table |= (rng.random(1 << 16) < 0.2).astype(np.uint32) << 17
+    table |= (rng.random(1 << 16) < 0.2).astype(np.uint32) << 18
+    srow, drow = W + 5, wpad + 3
+    splane, dplane = H * srow + 11, H * drow + 2
+    src = rng.integers(0, 1 << 16, C * splane).astype(np.uint16)
+    src[: min(src.size, 50)] = 0x7E00  # runs of one pattern as well
+    dst = rng.integers(0, 1 << 16, C * dplane).astype(np.uint16)
+    want = dst.copy()
+    counts = np.array([5, 6, 7], np.int64)
+    want_counts = counts.copy()
+    for c in range(C):
+        for h in range(H):
+            v = table[src[c * splane + h * srow :][:W]]
+            want[c * dplane + h * drow :][:W] = v & 0xFFFF
+            want[c * dplane + h * drow + W :][: wpad - W] = 0
+            want_counts += [int((v >> 18).sum()), int(((v >> 16) & 1).sum()), int(((v >> 17) & 1).sum())]
+    kt.lookup_window(src, splane, srow, C, H, W, table, dst, dplane, drow, wpad, counts)
+    assert np.array_equal(dst, want)
+    assert np.array_equal(counts, want_counts)
