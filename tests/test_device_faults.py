@@ -188,3 +188,26 @@ def test_unsupported_modes(dev, seed, corpus):
     assert_faults(
         dev, Program.from_tds([td], kernel=seed.kernel), {4: src, 5: dst}, UnsupportedTask, "ResultType"
     )
+
+
+def test_l2_source_checked_again_when_l2_changes_under_a_cached_plan(dev, seed):
+    """A chain reading L2 has its plan kept under what L2 held when it started: run with a
+    result of the right shape there, then with L2 emptied and with a result of another
+    shape, the same chain faults as on its first push (the kept plan is not reused)."""
+    src, dst = io(dev)
+    td = seed.tds[0].copy().update({"L2.SourceCfg.SourceType": 3, "L2.SourceBase.Addr": 0x100})
+    program = Program.from_tds([td], kernel=seed.kernel)
+    shape = (1, td["Common.Cin.Cin"], td["Common.InDim.Hin"], td["Common.InDim.Win"])
+    held = np.ones(shape)
+    for _ in range(2):
+        dev.engine.l2.keep(0x100 * 16, held, held.size * 2)
+        dev.load(program)
+        dev.submit(program, {4: src, 5: dst}).wait()
+    dev.engine.l2.clear()
+    assert_faults(dev, program, {4: src, 5: dst}, L2Fault, "no earlier task")
+    other = np.ones(shape[:3] + (shape[3] + 1,))
+    dev.engine.l2.keep(0x100 * 16, other, other.size * 2)
+    assert_faults(dev, program, {4: src, 5: dst}, L2Fault, "the result in L2")
+    dev.engine.l2.clear()
+    dev.engine.l2.keep(0x100 * 16, held, held.size * 2)
+    dev.submit(program, {4: src, 5: dst}).wait()

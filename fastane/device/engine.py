@@ -83,16 +83,20 @@ class Engine:
     ) -> list[TaskPlan]:
         """Fetch, decode and check the whole chain; nothing moves yet.
 
-        The checked plan of a chain that streams DRAM to DRAM (no L2-resident source or
-        result, no planar task) depends only on its register files and its BAR regions:
-        it is kept (:data:`PLAN_CACHE` chains), so re-running a program with the same
-        buffers re-fetches and re-decodes its TDs but skips the block checks.
+        The checked plan of a chain depends only on its register files, its BAR regions
+        and the shapes and sizes of the results L2 holds when it starts (what
+        :func:`fastane.device.l2.plan` and :func:`fastane.device.planar.plan_second` check
+        an L2 source against; not their values): it is kept under those
+        (:data:`PLAN_CACHE` chains), so re-running a program with the same buffers
+        re-fetches and re-decodes its TDs but skips the block checks.
 
         A push of the same chain with the very same BAR regions (the same objects) skips
         the fetch as well, when what the fetch depended on is unchanged: the allocations
         holding the TDs are still live and every TD has the same bytes (compared, not
         hashed) -- then the chain, its register files and its checks are the same."""
-        quick = (addr, td_size, td_count, stats_only, tuple(map(id, bars.slots)))
+        resident = {a: v for a, v in self.l2.resident.items() if stats_only or v[2] is not None}
+        held = tuple(sorted((a, v[0], v[1]) for a, v in resident.items()))
+        quick = (addr, td_size, td_count, stats_only, tuple(map(id, bars.slots)), held)
         hit = self._quick.get(quick)
         if hit is not None:
             _slots, trace, plans = hit  # _slots keeps the ids of the key alive
@@ -116,20 +120,13 @@ class Engine:
             tuple((a, id(r)) for a, r in chain),
             stats_only,
             tuple((s.iova, s.size) if s is not None else None for s in bars.slots),
+            held,
         )
         hit = self._plans.get(key)
         if hit is not None:
             self._plans.move_to_end(key)
             self._check_data(hit)
             return hit
-        if not all(
-            r["L2.SourceCfg.SourceType"] == l2.DRAM
-            and r["L2.ResultCfg.ResultType"] == l2.DRAM
-            and not planar.is_planar(r)
-            for _, r in chain
-        ):
-            key = None  # its plan depends on what L2 holds: not kept
-        resident = {a: v for a, v in self.l2.resident.items() if stats_only or v[2] is not None}
         plans = []
         for i, (a, regs) in enumerate(chain):
             try:
@@ -138,13 +135,12 @@ class Engine:
                 locate(exc, i, a)
                 raise
         self._check_data(plans)
-        if key is not None:
-            self._plans[key] = plans
-            if len(self._plans) > PLAN_CACHE:
-                self._plans.popitem(last=False)
-            self._quick[quick] = (list(bars.slots), trace, plans)
-            if len(self._quick) > PLAN_CACHE:
-                self._quick.pop(next(iter(self._quick)))
+        self._plans[key] = plans
+        if len(self._plans) > PLAN_CACHE:
+            self._plans.popitem(last=False)
+        self._quick[quick] = (list(bars.slots), trace, plans)
+        if len(self._quick) > PLAN_CACHE:
+            self._quick.pop(next(iter(self._quick)))
         return plans
 
     def _check_data(self, plans: list) -> None:
