@@ -185,3 +185,56 @@ def test_small_tasks_take_the_serial_definition_with_the_same_bits(device, monke
         runs.append((y.view(np.uint16).copy(), fastane.last_stats()))
     assert M * K * N <= 1 << 12
     assert np.array_equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+
+
+@pytest.mark.parametrize("cout,cin", [(24, 40), (40, 7), (256, 2048), (3, 1)])
+def test_kmem_holds_compares_every_used_byte_in_place(cout, cin):
+    """The engine's transposed-weight cache reuses an entry only when KMem holds exactly
+    its bytes: every byte the MAC reads is compared (one flipped bit anywhere, a sign bit
+    -- a signed zero -- or a NaN payload's low bit), and bytes it does not read are not."""
+    from fastane.device import kernel_dma
+
+    rng = np.random.default_rng(cout + cin)
+    kmem = kernel_dma.KMem()
+    kmem.data[...] = rng.integers(0, 256, kmem.data.shape, dtype=np.uint8)
+    used = kernel_dma.used_bytes(kmem, cout, cin, 1, 1)
+    assert used.size == cout * cin * 2
+    assert kernel_dma.holds(kmem, cout, cin, 1, 1, 2, used)
+    assert not kernel_dma.holds(kmem, cout, cin, 1, 1, 2, used[:-2])
+    lanes = kernel_dma._used_lanes(cout, cin, 1, 1)
+    for lane, n in lanes:
+        for pos in {0, n // 2, n - 1, n - 2}:
+            for bit in (0x01, 0x80):  # a payload's low bit; the sign of a zero (high byte)
+                kmem.data[lane, pos] ^= bit
+                assert not kernel_dma.holds(kmem, cout, cin, 1, 1, 2, used)
+                kmem.data[lane, pos] ^= bit
+        if n < kmem.data.shape[1]:  # past what the MAC reads: not compared
+            kmem.data[lane, n] ^= 0xFF
+    unused = [lane for lane in range(kmem.data.shape[0]) if lane not in {ln for ln, _ in lanes}]
+    for lane in unused:
+        kmem.data[lane] ^= 0xFF
+    assert kernel_dma.holds(kmem, cout, cin, 1, 1, 2, used)
+
+
+def test_resident_narrow_product_does_not_decode_its_weights_again(device, monkeypatch):
+    """A narrow product (few rows) whose transposed fp16 weights the engine keeps reads
+    those: the float64 decode of KMem runs on the first call only (also when its tasks
+    load KMem in turn), and the bits match."""
+    from fastane.device import kernel_dma
+
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((3, 2048)).astype(F16)
+    b = rng.standard_normal((2048, 512)).astype(F16)  # two tasks of 256 channels: KMem alternates
+    y1 = fastane.matmul(a, b)
+    calls = []
+    real = kernel_dma.unpack_weights
+    monkeypatch.setattr(kernel_dma, "unpack_weights", lambda *a, **k: calls.append(1) or real(*a, **k))
+    y2 = fastane.matmul(a, b)
+    assert not calls
+    assert np.array_equal(y1.view(np.uint16), y2.view(np.uint16))
+    b[5, 7] = -b[5, 7] if b[5, 7] else F16(2)
+    y3 = fastane.matmul(a, b)
+    assert calls  # new weights: decoded again
+    want = (a.astype(np.float64) @ b.astype(np.float64)).astype(F16)
+    assert np.allclose(y3.astype(float), want.astype(float), rtol=1e-2, atol=1e-2)
+    assert not np.array_equal(y3[:, 7].view(np.uint16), y1[:, 7].view(np.uint16))

@@ -273,7 +273,13 @@ class Engine:
         results in one pass.  The operand and the accumulators are kept buffers."""
         g = p.geometry
         acc, flag = mac.accumulate_fp16(
-            g, src16, plane, row, self._weights(g, p), self._scratch, transposed=lambda: self._weights_t(g, p)
+            g,
+            src16,
+            plane,
+            row,
+            lambda: self._weights(g, p),
+            self._scratch,
+            transposed=lambda: self._weights_t(g, p),
         )
         nans, saturated, lut_under, lut_over = ne.finish(p.ne, acc, flag, self.kmem, window)
         return with_events(p.stats, saturated, nans, lut_under, lut_over)
@@ -328,13 +334,13 @@ class Engine:
         gen = self.kmem.generation
         if cache and cache[0][0] == key and cache[0][3] == gen:
             return cache[0][2]  # KMem has not changed since these were derived
-        used = kernel_dma.used_bytes(self.kmem, *key[:5])
         for i, entry in enumerate(cache):
-            if entry[0] == key and entry[1] == used:
+            if entry[0] == key and kernel_dma.holds(self.kmem, *key[:5], entry[1]):
                 entry[3] = gen
                 if i:
                     cache.insert(0, cache.pop(i))
                 return entry[2]
+        used = kernel_dma.used_bytes(self.kmem, *key[:5])
         derived = mac.transposed_weights(g, self._weights(g, p))
         if len(used) + derived[0].nbytes <= WEIGHT_CACHE_BYTES:
             cache.insert(0, [key, used, derived, gen])

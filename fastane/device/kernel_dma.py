@@ -225,18 +225,46 @@ def unpack_weights(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt=2, o
     return w.reshape(cout, cin_g, kh, kw)
 
 
-def used_bytes(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt=2) -> bytes:
-    """A copy of the KMem bytes the MAC reads for a ``[Cout, Cin/groups, Kh, Kw]`` kernel
-    (each lane's channels, lane after lane): what its decoded weights depend on."""
-    if isinstance(fmt, palette.Palettized):  # each lane's palette and codes
-        need = lane_bytes(cout, cin_g, kh, kw, fmt)
-        return b"".join(kmem.data[lane, :n].tobytes() for lane, n in enumerate(need) if n)
+def _used_lanes(cout: int, cin_g: int, kh: int, kw: int, fmt=2) -> list[tuple[int, int]]:
+    """``(lane, bytes)`` of the KMem bytes the MAC reads for a ``[Cout, Cin/groups, Kh, Kw]``
+    kernel (each lane's channels, or a palettized kernel's palette and codes), lane order."""
+    if isinstance(fmt, palette.Palettized):
+        return [(lane, n) for lane, n in enumerate(lane_bytes(cout, cin_g, kh, kw, fmt)) if n]
     per = cin_g * kh * kw * DTYPES[fmt].itemsize
     m = channels_per_core(cout)
     full = cout // m
     rest = (cout - full * m) * per
-    head = kmem.data[:full, : m * per].tobytes()
-    return head + kmem.data[full, :rest].tobytes() if rest else head
+    return [(lane, m * per) for lane in range(full)] + ([(full, rest)] if rest else [])
+
+
+def used_bytes(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt=2) -> np.ndarray:
+    """A copy (uint8, 1-D) of the KMem bytes the MAC reads for a ``[Cout, Cin/groups, Kh,
+    Kw]`` kernel (each lane's channels, lane after lane): what its decoded weights depend
+    on.  :func:`holds` compares KMem with such a copy in place."""
+    lanes = _used_lanes(cout, cin_g, kh, kw, fmt)
+    out = np.empty(sum(n for _, n in lanes), np.uint8)
+    o = 0
+    for lane, n in lanes:
+        out[o : o + n] = kmem.data[lane, :n]
+        o += n
+    return out
+
+
+def holds(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt, used: np.ndarray) -> bool:
+    """Whether KMem holds exactly the bytes :func:`used_bytes` copied into ``used`` for this
+    kernel (compared byte for byte, in place: no copy of KMem is made)."""
+    lanes = _used_lanes(cout, cin_g, kh, kw, fmt)
+    if sum(n for _, n in lanes) != used.size:
+        return False
+    o = 0
+    for lane, n in lanes:
+        a, b = kmem.data[lane, :n], used[o : o + n]
+        if n % 8 == 0 and o % 8 == 0:  # KMem rows and the copy are 8-byte aligned
+            a, b = a.view(np.int64), b.view(np.int64)
+        if not np.array_equal(a, b):  # at most one KMem (64 KiB) at a time
+            return False
+        o += n
+    return True
 
 
 def check_loaded(p: KernelDMAPlan, cout: int, cin_g: int, kh: int, kw: int, fmt=2, what: str = "MAC") -> None:

@@ -263,7 +263,7 @@ def accumulate_fp16(
     src16: np.ndarray,
     plane: int,
     row: int,
-    w: np.ndarray,
+    w,
     buffer,
     trunc: bool = False,
     transposed=None,
@@ -286,6 +286,9 @@ def accumulate_fp16(
     ``matmul_q16_into`` computes exactly whichever operand is on the left; only the proof
     of which outputs cannot clamp (the bounds) looks at the operands the other way round.
 
+    ``w`` is the decoded weights (float64 ``[Cout, Cin/G, Kh, Kw]``) or a callable that
+    returns them: a narrow output whose ``transposed()`` is kept never decodes them.
+
     Small work (``g.macs <= SMALL_MACS``) skips the bounds and the split: the serial
     definition itself, on the calling thread (:func:`fastane.kernels.mac.matmul_q16_small`)."""
     G, P = g.groups, g.hout * g.wout
@@ -300,7 +303,7 @@ def accumulate_fp16(
         if small:
             idx = _arange(G)
             _kmac.matmul_q16_small(
-                w.reshape(G, cog, kc),
+                _decoded(w).reshape(G, cog, kc),
                 x.reshape(G, kc, P),
                 idx,
                 idx,
@@ -356,9 +359,21 @@ def accumulate_fp16(
         bmax = tmax.reshape(G, g.cin_g).max(axis=1)  # NaN propagates
     idx = _arange(G)
     _kmac.matmul_q16_into(
-        w.reshape(G, cog, kc), cols, idx, idx, trunc, acc.reshape(G, cog, P), flag.reshape(G, cog, P), bmax
+        _decoded(w).reshape(G, cog, kc),
+        cols,
+        idx,
+        idx,
+        trunc,
+        acc.reshape(G, cog, P),
+        flag.reshape(G, cog, P),
+        bmax,
     )
     return acc, flag
+
+
+def _decoded(w) -> np.ndarray:
+    """The weights ``w`` of :func:`accumulate_fp16`: the array, or what the callable returns."""
+    return w() if callable(w) else w
 
 
 def read_out(acc: np.ndarray, flag: np.ndarray):
