@@ -128,6 +128,37 @@ def load_lanes(mem, lanes, sources, sizes, kmem):
     return changed != 0
 
 
+@njit(cache=True, boundscheck=False)
+def equal_words(a, b):
+    """Whether the 1-D integer arrays ``a`` and ``b`` (one size, one dtype) hold the same
+    words: their bit patterns (a NaN payload, a signed zero), compared in blocks of 1024
+    (a vectorized xor-or each), stopping at the first block that differs."""
+    n = a.size
+    for i in range(0, n, 1024):
+        x = a[i : i + 1024]
+        y = b[i : i + 1024]
+        d = np.int64(0)
+        for k in range(x.size):
+            d |= x[k] ^ y[k]
+        if d != 0:
+            return False
+    return True
+
+
+@njit(cache=True, boundscheck=False)
+def lanes_equal(kmem, lanes, sizes, kept):
+    """Whether ``kmem[lanes[i], :sizes[i]]``, lane after lane, are the words of ``kept``
+    (``kmem`` an integer [16, ...] view of the KMem bytes, ``kept`` a copy of them in the
+    same words; ``sizes`` in words): the compare of :func:`equal_words`, in place."""
+    o = 0
+    for i in range(lanes.size):
+        n = sizes[i]
+        if not equal_words(kmem[lanes[i], :n], kept[o : o + n]):
+            return False
+        o += n
+    return True
+
+
 # ---------------------------------------------------------------- the MAC's im2col operand, from fp16
 @njit(parallel=True, cache=True, boundscheck=False)
 def unfold_f16(

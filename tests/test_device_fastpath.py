@@ -238,3 +238,21 @@ def test_resident_narrow_product_does_not_decode_its_weights_again(device, monke
     want = (a.astype(np.float64) @ b.astype(np.float64)).astype(F16)
     assert np.allclose(y3.astype(float), want.astype(float), rtol=1e-2, atol=1e-2)
     assert not np.array_equal(y3[:, 7].view(np.uint16), y1[:, 7].view(np.uint16))
+
+
+@pytest.mark.parametrize("n", [1, 7, 1023, 1024, 1025, 5000])
+@pytest.mark.parametrize("dtype", [np.int64, np.uint16, np.uint8])
+def test_equal_words_sees_any_difference(n, dtype):
+    """The block compare behind the resident checks: any one differing bit, in the first,
+    a boundary or the last (partial) block, and an empty array."""
+    rng = np.random.default_rng(n)
+    a = rng.integers(0, 256, n * np.dtype(dtype).itemsize, dtype=np.uint8).view(dtype)
+    b = a.copy()
+    assert dma.equal_words(a, b) and dma.equal_words(a[:0], b[:0])
+    top = np.dtype(dtype).itemsize * 8 - 1
+    for pos in sorted({0, n // 2, min(1023, n - 1), min(1024, n - 1), n - 1}):
+        for bit in (0, top):
+            b[pos] ^= dtype(1) << dtype(bit)
+            assert not dma.equal_words(a, b) and not dma.equal_words(b, a)
+            b[pos] = a[pos]
+    assert dma.equal_words(a, b)

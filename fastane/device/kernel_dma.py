@@ -256,15 +256,11 @@ def holds(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt, used: np.nda
     lanes = _used_lanes(cout, cin_g, kh, kw, fmt)
     if sum(n for _, n in lanes) != used.size:
         return False
-    o = 0
-    for lane, n in lanes:
-        a, b = kmem.data[lane, :n], used[o : o + n]
-        if n % 8 == 0 and o % 8 == 0:  # KMem rows and the copy are 8-byte aligned
-            a, b = a.view(np.int64), b.view(np.int64)
-        if not np.array_equal(a, b):  # at most one KMem (64 KiB) at a time
-            return False
-        o += n
-    return True
+    word = 8 if all(n % 8 == 0 for _, n in lanes) else 1  # KMem rows and the copy: 8-aligned
+    dt = np.int64 if word == 8 else np.uint8
+    idx = np.array([lane for lane, _ in lanes], np.int64)
+    sizes = np.array([n // word for _, n in lanes], np.int64)
+    return _kdma.lanes_equal(kmem.data.view(dt), idx, sizes, used.view(dt))
 
 
 def check_loaded(p: KernelDMAPlan, cout: int, cin_g: int, kh: int, kw: int, fmt=2, what: str = "MAC") -> None:

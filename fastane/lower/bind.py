@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DeviceMemoryError
+from ..kernels import dma as _kdma
 
 __all__ = ["Binding", "Bound", "Resident"]
 
@@ -122,13 +123,10 @@ def _same(kept, x) -> bool:
     b = b.view(np.uint16)
     if a.size % 4 == 0:  # compare 64-bit words: a quarter of the elements
         a, b = a.view(np.uint64), b.view(np.uint64)
-    for i in range(0, a.size, _CHUNK):  # in cache-sized pieces, stopping at a difference
-        if not np.array_equal(a[i : i + _CHUNK], b[i : i + _CHUNK]):
-            return False
-    return True
+    return _kdma.equal_words(a, b)  # one pass, stopping at a difference
 
 
-_CHUNK = 1 << 15
+_CHUNK = 1 << 15  # elements: at most this many are compared as one bytes object
 
 
 @dataclass
