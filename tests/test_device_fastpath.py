@@ -116,7 +116,7 @@ def test_transpose_all_paths(shape, monkeypatch):
 
 def test_weight_cache_sees_new_weights(device):
     rng = np.random.default_rng(5)
-    a = rng.standard_normal((6, 40)).astype(F16)
+    a = rng.standard_normal((12, 40)).astype(F16)  # more rows than SKINNY_ROWS: the kept w^T
     b = rng.standard_normal((40, 24)).astype(F16)
     y1 = fastane.matmul(a, b)
     assert device.engine._wcache  # decoded once, kept
@@ -223,7 +223,7 @@ def test_resident_narrow_product_does_not_decode_its_weights_again(device, monke
     from fastane.device import kernel_dma
 
     rng = np.random.default_rng(11)
-    a = rng.standard_normal((3, 2048)).astype(F16)
+    a = rng.standard_normal((12, 2048)).astype(F16)  # more rows than SKINNY_ROWS
     b = rng.standard_normal((2048, 512)).astype(F16)  # two tasks of 256 channels: KMem alternates
     y1 = fastane.matmul(a, b)
     calls = []

@@ -280,6 +280,7 @@ class Engine:
             lambda: self._weights(g, p),
             self._scratch,
             transposed=lambda: self._weights_t(g, p),
+            kmem16=lambda: kernel_dma.fp16_channels(self.kmem, g.cout, g.cin_g, g.kh, g.kw, g.kernel_fmt),
         )
         nans, saturated, lut_under, lut_over = ne.finish(p.ne, acc, flag, self.kmem, window)
         return with_events(p.stats, saturated, nans, lut_under, lut_over)

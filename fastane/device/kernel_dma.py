@@ -237,6 +237,22 @@ def _used_lanes(cout: int, cin_g: int, kh: int, kw: int, fmt=2) -> list[tuple[in
     return [(lane, m * per) for lane in range(full)] + ([(full, rest)] if rest else [])
 
 
+def fp16_channels(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt=2):
+    """``(k16, per_lane, lanes, sizes)``: a plain fp16 kernel where KMem holds it -- ``k16``
+    the 16 KMems as uint16, output channel ``n`` at ``k16[n // per_lane, (n % per_lane) * c
+    :][:c]`` (``c = Cin/groups * Kh * Kw``), and the lanes the MAC reads with their sizes in
+    fp16 values -- or None for another format (palettized, int8)."""
+    if isinstance(fmt, palette.Palettized) or DTYPES[fmt] != np.float16:
+        return None
+    lanes = _used_lanes(cout, cin_g, kh, kw, fmt)
+    return (
+        kmem.data.view(np.uint16),
+        channels_per_core(cout),
+        np.array([lane for lane, _ in lanes], np.int64),
+        np.array([n // 2 for _, n in lanes], np.int64),
+    )
+
+
 def used_bytes(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt=2) -> np.ndarray:
     """A copy (uint8, 1-D) of the KMem bytes the MAC reads for a ``[Cout, Cin/groups, Kh,
     Kw]`` kernel (each lane's channels, lane after lane): what its decoded weights depend

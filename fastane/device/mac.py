@@ -25,7 +25,9 @@ import numpy as np
 
 from fastane.kernels import conv as _kconv
 from fastane.kernels import dma as _kdma
+from fastane.kernels import bounds as _kbounds
 from fastane.kernels import mac as _kmac
+from fastane.kernels import mac_skinny as _kskinny
 from fastane.kernels import parallel as _kpar
 
 from . import int8, palette
@@ -228,6 +230,10 @@ def accumulate(g: Geometry, x: np.ndarray, w: np.ndarray, cmax=None, trunc: bool
 NARROW_PIXELS = 64
 #: ... and run on one thread (``threads_for(0, NARROW_SERIAL)``: always serial)
 NARROW_SERIAL = 1
+#: ungrouped narrow outputs with at most this many pixels (rows) are computed from the
+#: fp16 weights in KMem, along ``Cin`` (:mod:`fastane.kernels.mac_skinny`), when their
+#: rows pass its bounds; no transposed copy of the weights is made or kept
+SKINNY_ROWS = 8
 
 
 def narrow(g: Geometry) -> bool:
@@ -267,6 +273,7 @@ def accumulate_fp16(
     buffer,
     trunc: bool = False,
     transposed=None,
+    kmem16=None,
 ):
     """``(acc, flag)`` of the convolution of the fp16 tensor TileDMASrc reads
     (``src16[c*plane + y*row + x]``, the checked window as uint16), the decode fused into
@@ -285,6 +292,11 @@ def accumulate_fp16(
     fp16 values is exact, so ``x * w`` and ``w * x`` are the same number), which
     ``matmul_q16_into`` computes exactly whichever operand is on the left; only the proof
     of which outputs cannot clamp (the bounds) looks at the operands the other way round.
+
+    ``kmem16()``, when given, returns the fp16 weights where KMem holds them, ``(k16,
+    per_lane, lanes, sizes)`` (:func:`fastane.device.kernel_dma.fp16_channels`), or None:
+    an ungrouped narrow output of at most :data:`SKINNY_ROWS` pixels whose rows pass the
+    bounds is then computed from them (:func:`skinny`), the same bits again.
 
     ``w`` is the decoded weights (float64 ``[Cout, Cin/G, Kh, Kw]``) or a callable that
     returns them: a narrow output whose ``transposed()`` is kept never decodes them.
@@ -312,6 +324,9 @@ def accumulate_fp16(
                 flag.reshape(G, cog, P),
             )
             return acc, flag
+        if kmem16 is not None and G == 1 and P <= SKINNY_ROWS and narrow(g):
+            if skinny(g, x, kmem16(), buffer, trunc, acc, flag):
+                return acc, flag
         if transposed is not None and narrow(g):
             wt, wmax = transposed()
             xt = buffer("xt", (G, P, g.cin_g), np.float64)
@@ -369,6 +384,31 @@ def accumulate_fp16(
         bmax,
     )
     return acc, flag
+
+
+def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag) -> bool:
+    """The accumulators of an ungrouped 1x1 convolution with few pixels (``x``: the float64
+    input ``[1, Cin, H, W]``) from the fp16 weights in KMem (``weights``: ``(k16,
+    per_lane, lanes, sizes)``, or None), along ``Cin`` (:func:`fastane.kernels.mac_skinny.
+    skinny_q16`).  Returns False, computing nothing, unless every row's products fit the
+    float32 rounding and its bound proves no step clamps (then the caller's general
+    kernels, which handle those rows exactly, run instead)."""
+    if weights is None:
+        return False
+    k16, per_lane, lanes, sizes = weights
+    P, K = g.hout * g.wout, g.cin
+    xt = buffer("xt", (1, P, K), np.float64)
+    xt[0] = x.reshape(K, P).T
+    rsum, rmax = np.empty((1, P)), np.empty((1, P))
+    _kbounds._row_abs_stats(xt, rsum, rmax)
+    bmax = _kskinny.kmem_abs_max(k16, lanes, sizes)
+    if not _kskinny.rows_ok(rsum[0], rmax[0], bmax, K):
+        return False
+    acc_t = buffer("acc_t", (P, g.cout), np.float64)
+    _kskinny.skinny_q16(xt[0], k16, per_lane, K, g.cout, trunc, acc_t)
+    acc.reshape(g.cout, P)[...] = acc_t.T
+    flag[...] = 0
+    return True
 
 
 def _decoded(w) -> np.ndarray:

@@ -1,0 +1,102 @@
+"""Products with very few rows computed from the fp16 weights in KMem
+(fastane.kernels.mac_skinny, taken by fastane.device.mac.accumulate_fp16): bit-identical
+to the slow reference on random and adversarial inputs -- subnormals, signed zeros,
+products too large for the float32 rounding, sums that clamp, NaN and inf (the last three
+must leave this kernel to the general ones) -- with rounded and truncated products."""
+
+import numpy as np
+import pytest
+
+import fastane
+from fastane.device import kernel_dma
+from fastane.device import mac as dmac
+from fastane.kernels import mac, mac_skinny
+from reference import ref_matmul
+
+F16 = np.float16
+
+
+def _operands(kind, m, k, n, rng):
+    a = rng.standard_normal((m, k)).astype(F16)
+    b = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(F16)
+    if kind == "tiny":  # subnormal products, signed zeros, exact ties on the grid
+        a = (rng.standard_normal((m, k)) * 2.0**-10).astype(F16)
+        b = (rng.standard_normal((k, n)) * 2.0**-12).astype(F16)
+        a[:, ::7] = -0.0
+        b[::5] = F16(2.0**-24)
+        a[0, :4] = [2.0**-8, -(2.0**-8), 2.0**-9, 3 * 2.0**-9]  # x * 2**-8 * 2**16: ties
+    elif kind == "large":  # products above 2**22 grid units: not for float32
+        a[0, 3] = F16(30000.0)
+    elif kind == "saturating":  # the sum clamps: inf outputs
+        a[:] = F16(200.0)
+        b[:] = F16(100.0)
+    elif kind == "nan_inf":
+        a[-1, 2] = np.nan
+        b[5, 1] = np.inf
+    elif kind == "nan_weight":
+        b[0, 0] = np.uint16(0x7E01).view(F16)  # a NaN with a payload
+    return a, b
+
+
+KINDS = ["random", "tiny", "large", "saturating", "nan_inf", "nan_weight"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("m,k,n", [(1, 200, 40), (3, 130, 33), (8, 64, 100), (5, 37, 48)])
+def test_few_rows_are_the_reference(device, monkeypatch, kind, m, k, n):
+    assert m * k * n > mac.SMALL_MACS  # not the serial definition of small work
+    rng = np.random.default_rng(m * 1000 + k + n)
+    a, b = _operands(kind, m, k, n, rng)
+    calls = []
+    real = mac_skinny.skinny_q16
+    monkeypatch.setattr(mac_skinny, "skinny_q16", lambda *x: calls.append(1) or real(*x))
+    with fastane.errstate(saturation="ignore"):
+        y = fastane.matmul(a, b)
+    assert np.array_equal(y.view(np.uint16), ref_matmul(a, b).view(np.uint16))
+    # the bounds decide: these take the skinny kernel, the others the general ones
+    assert bool(calls) == (kind in ("random", "tiny")), calls
+
+
+def _kmem_of(w):
+    """A KMem holding ``w`` ([Cout, Cin] fp16) as KernelDMA would (pack_weights' layout)."""
+    cout, cin = w.shape
+    data, _ = kernel_dma.pack_weights(w.reshape(cout, cin, 1, 1))
+    kmem = kernel_dma.KMem()
+    stride = kernel_dma.lane_stride(cout, cin, 1, 1)
+    raw = np.frombuffer(data, np.uint8)
+    for lane in range(len(raw) // stride):
+        kmem.data[lane, :stride] = raw[lane * stride : (lane + 1) * stride]
+    return kmem
+
+
+@pytest.mark.parametrize("trunc", [False, True])
+@pytest.mark.parametrize("kind", ["random", "tiny"])
+def test_kernel_rounds_and_truncates_as_the_reference(trunc, kind):
+    rng = np.random.default_rng(7 + trunc)
+    m, k, n = 4, 75, 37
+    a, b = _operands(kind, m, k, n, rng)
+    kmem = _kmem_of(np.ascontiguousarray(b.T))
+    k16, per_lane, lanes, sizes = kernel_dma.fp16_channels(kmem, n, k, 1, 1)
+    x = a.astype(np.float64)
+    bmax = mac_skinny.kmem_abs_max(k16, lanes, sizes)
+    assert bmax == np.abs(b.astype(np.float64)).max()
+    assert mac_skinny.rows_ok(np.abs(x).sum(1), np.abs(x).max(1), bmax, k)
+    acc = np.empty((m, n))
+    mac_skinny.skinny_q16(x, k16, per_lane, k, n, trunc, acc)
+    y = np.empty_like(acc)
+
+    mac.readout(acc, np.zeros(acc.shape, np.int8), y)
+    want = ref_matmul(a, b, trunc=trunc)
+    assert np.array_equal(y.astype(F16).view(np.uint16), want.view(np.uint16))
+
+
+def test_abs_max_sees_nan_and_inf():
+    kmem = _kmem_of(np.ones((20, 9), F16))
+    k16, _, lanes, sizes = kernel_dma.fp16_channels(kmem, 20, 9, 1, 1)
+    assert mac_skinny.kmem_abs_max(k16, lanes, sizes) == 1.0
+    k16[lanes[-1], sizes[-1] - 1] = np.float16(-np.inf).view(np.uint16)
+    assert mac_skinny.kmem_abs_max(k16, lanes, sizes) == np.inf
+    k16[lanes[0], 0] = 0xFC01  # a negative NaN
+    assert np.isnan(mac_skinny.kmem_abs_max(k16, lanes, sizes))
+    assert kernel_dma.fp16_channels(kmem, 20, 9, 1, 1, fmt=1) is None  # int8: not this kernel
+    assert dmac.SKINNY_ROWS >= 8
