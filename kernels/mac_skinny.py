@@ -52,12 +52,55 @@ def rows_ok(rsum, rmax, bmax, K):
     return True
 
 
+@njit(fastmath={"contract"}, inline="always")
+def _q(xk, wk, m, trunc):
+    """``bits(MAGIC32 + round(xk * wk))`` (``floor`` with ``trunc``) as an int32."""
+    if trunc:
+        return f32_bits(np.floor(xk * wk) + m)
+    return f32_bits(xk * wk + m)
+
+
+@njit(fastmath={"contract"}, inline="always")
+def _sum(s, offset):
+    """The exact sum ``S`` from an int32 lane sum ``s = K * MAGIC32_BITS + S`` (mod 2**32)."""
+    t = (np.int64(s) - offset) & 0xFFFFFFFF  # S modulo 2**32 ...
+    return np.float64(t - ((t & 0x80000000) << 1))  # ... as the int32 it is
+
+
+@njit(fastmath={"contract"}, inline="always")
+def _dot1(x, w, K, m, trunc):
+    s = np.int32(0)
+    for k in range(K):
+        s = np.int32(s + _q(x[k], as_f32(w[k]), m, trunc))
+    return s
+
+
+@njit(fastmath={"contract"}, inline="always")
+def _dot4x2(x0, x1, x2, x3, wa, wb, K, m, trunc):
+    """Four rows against two channels: each weight is loaded and decoded once for four
+    rows, each input once for two channels (eight int32 lane sums)."""
+    s0 = s1 = s2 = s3 = t0 = t1 = t2 = t3 = np.int32(0)
+    for k in range(K):
+        a = as_f32(wa[k])
+        b = as_f32(wb[k])
+        s0 = np.int32(s0 + _q(x0[k], a, m, trunc))
+        s1 = np.int32(s1 + _q(x1[k], a, m, trunc))
+        s2 = np.int32(s2 + _q(x2[k], a, m, trunc))
+        s3 = np.int32(s3 + _q(x3[k], a, m, trunc))
+        t0 = np.int32(t0 + _q(x0[k], b, m, trunc))
+        t1 = np.int32(t1 + _q(x1[k], b, m, trunc))
+        t2 = np.int32(t2 + _q(x2[k], b, m, trunc))
+        t3 = np.int32(t3 + _q(x3[k], b, m, trunc))
+    return s0, s1, s2, s3, t0, t1, t2, t3
+
+
 @njit(fastmath={"contract"}, cache=True, boundscheck=False)
 def skinny_q16(x, k16, per_lane, K, N, trunc, acc):
     """``acc[p, n] = sum_k round(x[p, k] * w[n, k])`` in grid units (float64), for rows
     :func:`rows_ok` admits; ``w[n, k]`` is the fp16 pattern ``k16[n // per_lane, (n %
     per_lane) * K + k]`` (the KMem layout: ``per_lane`` channels a core).  ``x``:
-    float64[P, K], fp16 values.  ``trunc``: products floored instead of rounded."""
+    float64[P, K], fp16 values.  ``trunc``: products floored instead of rounded.  Blocks
+    of four rows by two channels; the rows and the channel left over one by one."""
     P = x.shape[0]
     xs = np.empty((P, K), np.float32)
     for p in range(P):
@@ -65,17 +108,21 @@ def skinny_q16(x, k16, per_lane, K, N, trunc, acc):
             xs[p, k] = np.float32(x[p, k]) * np.float32(SCALE)  # exact: an fp16 value * 2**16
     m = np.float32(MAGIC32)
     offset = np.int64(K) * MAGIC32_BITS
-    for n in range(N):
+    P4 = P - P % 4
+    for n in range(0, N, 2):
         o = (n % per_lane) * K
-        w = k16[n // per_lane, o : o + K]
-        for p in range(P):
-            xp = xs[p]
-            s = np.int32(0)
-            if trunc:
-                for k in range(K):
-                    s = np.int32(s + f32_bits(np.floor(xp[k] * as_f32(w[k])) + m))
-            else:
-                for k in range(K):
-                    s = np.int32(s + f32_bits(xp[k] * as_f32(w[k]) + m))
-            t = (np.int64(s) - offset) & 0xFFFFFFFF  # S modulo 2**32 ...
-            acc[p, n] = np.float64(t - ((t & 0x80000000) << 1))  # ... as the int32 it is
+        wa = k16[n // per_lane, o : o + K]
+        if n + 1 == N:  # the last channel of an odd count
+            for p in range(P):
+                acc[p, n] = _sum(_dot1(xs[p], wa, K, m, trunc), offset)
+            break
+        o = ((n + 1) % per_lane) * K
+        wb = k16[(n + 1) // per_lane, o : o + K]
+        for p in range(0, P4, 4):
+            s = _dot4x2(xs[p], xs[p + 1], xs[p + 2], xs[p + 3], wa, wb, K, m, trunc)
+            for q in range(4):
+                acc[p + q, n] = _sum(s[q], offset)
+                acc[p + q, n + 1] = _sum(s[4 + q], offset)
+        for p in range(P4, P):
+            acc[p, n] = _sum(_dot1(xs[p], wa, K, m, trunc), offset)
+            acc[p, n + 1] = _sum(_dot1(xs[p], wb, K, m, trunc), offset)

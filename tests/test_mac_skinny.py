@@ -42,7 +42,9 @@ KINDS = ["random", "tiny", "large", "saturating", "nan_inf", "nan_weight"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("m,k,n", [(1, 200, 40), (3, 130, 33), (8, 64, 100), (5, 37, 48)])
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 200, 40), (3, 130, 33), (8, 64, 100), (5, 37, 48), (13, 40, 33), (64, 24, 97)]
+)
 def test_few_rows_are_the_reference(device, monkeypatch, kind, m, k, n):
     assert m * k * n > mac.SMALL_MACS  # not the serial definition of small work
     rng = np.random.default_rng(m * 1000 + k + n)
@@ -71,9 +73,10 @@ def _kmem_of(w):
 
 @pytest.mark.parametrize("trunc", [False, True])
 @pytest.mark.parametrize("kind", ["random", "tiny"])
-def test_kernel_rounds_and_truncates_as_the_reference(trunc, kind):
-    rng = np.random.default_rng(7 + trunc)
-    m, k, n = 4, 75, 37
+@pytest.mark.parametrize("m,k,n", [(4, 75, 37), (7, 50, 20), (1, 33, 9), (9, 8, 2)])
+def test_kernel_rounds_and_truncates_as_the_reference(trunc, kind, m, k, n):
+    """Blocks of four rows by two channels, the rows and the odd channel left over."""
+    rng = np.random.default_rng(7 + trunc + m)
     a, b = _operands(kind, m, k, n, rng)
     kmem = _kmem_of(np.ascontiguousarray(b.T))
     k16, per_lane, lanes, sizes = kernel_dma.fp16_channels(kmem, n, k, 1, 1)

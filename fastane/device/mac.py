@@ -232,8 +232,9 @@ NARROW_PIXELS = 64
 NARROW_SERIAL = 1
 #: ungrouped narrow outputs with at most this many pixels (rows) are computed from the
 #: fp16 weights in KMem, along ``Cin`` (:mod:`fastane.kernels.mac_skinny`), when their
-#: rows pass its bounds; no transposed copy of the weights is made or kept
-SKINNY_ROWS = 8
+#: rows pass its bounds; no transposed copy of the weights is made or kept (the kept
+#: ``w^T`` serves grouped ones and rows the bounds leave to the general kernels)
+SKINNY_ROWS = NARROW_PIXELS
 
 
 def narrow(g: Geometry) -> bool:
