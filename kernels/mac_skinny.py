@@ -20,6 +20,7 @@ from numba import njit
 from .acc import SCALE
 from .bounds import _safe
 from .mac_f32 import MAGIC32, MAGIC32_BITS, as_f32, f32_bits, f32_row_ok
+from .parallel import nan_max
 
 _NAN_MAG = 0x7C00  # fp16 magnitudes above this pattern are NaN
 
@@ -94,18 +95,39 @@ def _dot4x2(x0, x1, x2, x3, wa, wb, K, m, trunc):
     return s0, s1, s2, s3, t0, t1, t2, t3
 
 
+@njit(cache=True, boundscheck=False)
+def prepare(x, xs, rsum, rmax):
+    """From the input as the gather leaves it, ``x`` float64[K, P] (fp16 values; channels
+    by pixels), the rows of the product: ``xs[p, k] = x[k, p] * 2**16`` as float32 (exact),
+    and ``rsum[p]``/``rmax[p]``, the sum and the max of ``|x[:, p]|`` (NaN propagates),
+    summed in the order of ``k`` as ``fastane.kernels.bounds._row_abs_stats`` sums them."""
+    K, P = x.shape
+    rsum[:] = 0.0
+    rmax[:] = 0.0
+    for k0 in range(0, K, 16):  # a cache line of each row of xs at a time
+        k1 = min(K, k0 + 16)
+        for p in range(P):
+            s = rsum[p]
+            m = rmax[p]
+            for k in range(k0, k1):
+                v = x[k, p]
+                xs[p, k] = np.float32(v) * np.float32(SCALE)
+                a = abs(v)
+                s += a
+                m = nan_max(m, a)
+            rsum[p] = s
+            rmax[p] = m
+
+
 @njit(fastmath={"contract"}, cache=True, boundscheck=False)
-def skinny_q16(x, k16, per_lane, K, N, trunc, acc):
-    """``acc[p, n] = sum_k round(x[p, k] * w[n, k])`` in grid units (float64), for rows
+def skinny_q16(xs, k16, per_lane, K, N, trunc, acc):
+    """``acc[n, p] = sum_k round(x[p, k] * w[n, k])`` in grid units (float64), for rows
     :func:`rows_ok` admits; ``w[n, k]`` is the fp16 pattern ``k16[n // per_lane, (n %
-    per_lane) * K + k]`` (the KMem layout: ``per_lane`` channels a core).  ``x``:
-    float64[P, K], fp16 values.  ``trunc``: products floored instead of rounded.  Blocks
-    of four rows by two channels; the rows and the channel left over one by one."""
-    P = x.shape[0]
-    xs = np.empty((P, K), np.float32)
-    for p in range(P):
-        for k in range(K):
-            xs[p, k] = np.float32(x[p, k]) * np.float32(SCALE)  # exact: an fp16 value * 2**16
+    per_lane) * K + k]`` (the KMem layout: ``per_lane`` channels a core).  ``xs``:
+    float32[P, K], the rows times ``2**16`` (:func:`prepare`).  ``trunc``: products floored
+    instead of rounded.  Blocks of four rows by two channels; the rows and the channel
+    left over one by one."""
+    P = xs.shape[0]
     m = np.float32(MAGIC32)
     offset = np.int64(K) * MAGIC32_BITS
     P4 = P - P % 4
@@ -114,15 +136,15 @@ def skinny_q16(x, k16, per_lane, K, N, trunc, acc):
         wa = k16[n // per_lane, o : o + K]
         if n + 1 == N:  # the last channel of an odd count
             for p in range(P):
-                acc[p, n] = _sum(_dot1(xs[p], wa, K, m, trunc), offset)
+                acc[n, p] = _sum(_dot1(xs[p], wa, K, m, trunc), offset)
             break
         o = ((n + 1) % per_lane) * K
         wb = k16[(n + 1) // per_lane, o : o + K]
         for p in range(0, P4, 4):
             s = _dot4x2(xs[p], xs[p + 1], xs[p + 2], xs[p + 3], wa, wb, K, m, trunc)
             for q in range(4):
-                acc[p + q, n] = _sum(s[q], offset)
-                acc[p + q, n + 1] = _sum(s[4 + q], offset)
+                acc[n, p + q] = _sum(s[q], offset)
+                acc[n + 1, p + q] = _sum(s[4 + q], offset)
         for p in range(P4, P):
-            acc[p, n] = _sum(_dot1(xs[p], wa, K, m, trunc), offset)
-            acc[p, n + 1] = _sum(_dot1(xs[p], wb, K, m, trunc), offset)
+            acc[n, p] = _sum(_dot1(xs[p], wa, K, m, trunc), offset)
+            acc[n + 1, p] = _sum(_dot1(xs[p], wb, K, m, trunc), offset)

@@ -10,7 +10,7 @@ import pytest
 import fastane
 from fastane.device import kernel_dma
 from fastane.device import mac as dmac
-from fastane.kernels import mac, mac_skinny
+from fastane.kernels import bounds, mac, mac_skinny
 from reference import ref_matmul
 
 F16 = np.float16
@@ -83,12 +83,17 @@ def test_kernel_rounds_and_truncates_as_the_reference(trunc, kind, m, k, n):
     x = a.astype(np.float64)
     bmax = mac_skinny.kmem_abs_max(k16, lanes, sizes)
     assert bmax == np.abs(b.astype(np.float64)).max()
-    assert mac_skinny.rows_ok(np.abs(x).sum(1), np.abs(x).max(1), bmax, k)
-    acc = np.empty((m, n))
-    mac_skinny.skinny_q16(x, k16, per_lane, k, n, trunc, acc)
-    y = np.empty_like(acc)
-
-    mac.readout(acc, np.zeros(acc.shape, np.int8), y)
+    xs, rsum, rmax = np.empty((m, k), np.float32), np.empty(m), np.empty(m)
+    mac_skinny.prepare(np.ascontiguousarray(x.T), xs, rsum, rmax)
+    want_sum, want_max = np.empty((1, m)), np.empty((1, m))
+    bounds._row_abs_stats(x[None], want_sum, want_max)  # the general kernels' row bound
+    assert np.array_equal(rsum, want_sum[0]) and np.array_equal(rmax, want_max[0])
+    assert np.array_equal(xs, (x * 2.0**16).astype(np.float32))
+    assert mac_skinny.rows_ok(rsum, rmax, bmax, k)
+    acc = np.empty((n, m))
+    mac_skinny.skinny_q16(xs, k16, per_lane, k, n, trunc, acc)
+    y = np.empty((m, n))
+    mac.readout(np.ascontiguousarray(acc.T), np.zeros(y.shape, np.int8), y)
     want = ref_matmul(a, b, trunc=trunc)
     assert np.array_equal(y.astype(F16).view(np.uint16), want.view(np.uint16))
 

@@ -25,7 +25,6 @@ import numpy as np
 
 from fastane.kernels import conv as _kconv
 from fastane.kernels import dma as _kdma
-from fastane.kernels import bounds as _kbounds
 from fastane.kernels import mac as _kmac
 from fastane.kernels import mac_skinny as _kskinny
 from fastane.kernels import parallel as _kpar
@@ -398,16 +397,13 @@ def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag) 
         return False
     k16, per_lane, lanes, sizes = weights
     P, K = g.hout * g.wout, g.cin
-    xt = buffer("xt", (1, P, K), np.float64)
-    xt[0] = x.reshape(K, P).T
-    rsum, rmax = np.empty((1, P)), np.empty((1, P))
-    _kbounds._row_abs_stats(xt, rsum, rmax)
+    xs = buffer("xs", (P, K), np.float32)
+    rsum, rmax = np.empty(P), np.empty(P)
+    _kskinny.prepare(x.reshape(K, P), xs, rsum, rmax)
     bmax = _kskinny.kmem_abs_max(k16, lanes, sizes)
-    if not _kskinny.rows_ok(rsum[0], rmax[0], bmax, K):
+    if not _kskinny.rows_ok(rsum, rmax, bmax, K):
         return False
-    acc_t = buffer("acc_t", (P, g.cout), np.float64)
-    _kskinny.skinny_q16(xt[0], k16, per_lane, K, g.cout, trunc, acc_t)
-    acc.reshape(g.cout, P)[...] = acc_t.T
+    _kskinny.skinny_q16(xs, k16, per_lane, K, g.cout, trunc, acc.reshape(g.cout, P))
     flag[...] = 0
     return True
 
