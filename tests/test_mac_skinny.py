@@ -108,3 +108,21 @@ def test_abs_max_sees_nan_and_inf():
     assert np.isnan(mac_skinny.kmem_abs_max(k16, lanes, sizes))
     assert kernel_dma.fp16_channels(kmem, 20, 9, 1, 1, fmt=1) is None  # int8: not this kernel
     assert dmac.SKINNY_ROWS >= 8
+
+
+@pytest.mark.parametrize("kind", ["random", "tiny", "nan_inf"])
+def test_a_1x1_convolution_of_few_pixels_is_the_reference(device, monkeypatch, kind):
+    """Pixels over two dimensions (rows of the input a TileDMA row stride apart)."""
+    from reference import ref_conv2d
+
+    rng = np.random.default_rng(3)
+    a, b = _operands(kind, 15, 70, 40, rng)  # 15 pixels (3 x 5), 70 -> 40 channels
+    x = np.ascontiguousarray(a.T.reshape(1, 70, 3, 5))
+    w = np.ascontiguousarray(b.T.reshape(40, 70, 1, 1))
+    calls = []
+    real = mac_skinny.skinny_q16
+    monkeypatch.setattr(mac_skinny, "skinny_q16", lambda *z: calls.append(1) or real(*z))
+    with fastane.errstate(saturation="ignore"):
+        y = fastane.conv2d(x, w)
+    assert np.array_equal(y.view(np.uint16), ref_conv2d(x, w).view(np.uint16))
+    assert bool(calls) == (kind != "nan_inf")
