@@ -13,7 +13,7 @@ from .errors import (
 )
 from .errstate import errstate, geterr, seterr
 from .stats import Stats, last_stats
-from .api import conv1d, conv2d, linear, matmul
+from .api import constant, conv1d, conv2d, linear, matmul
 from .compress import PalettizedWeight, palettize, quantize
 from .activations import (
     exp,
@@ -58,6 +58,7 @@ __all__ = [
     "linear",
     "conv1d",
     "conv2d",
+    "constant",
     "palettize",
     "quantize",
     "PalettizedWeight",

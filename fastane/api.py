@@ -32,7 +32,7 @@ from .lower.problems import check_addressable, check_matmul
 from .operands import fp16_operand
 from .stats import Stats, last_stats, record
 
-__all__ = ["matmul", "linear", "conv1d", "conv2d", "last_stats"]
+__all__ = ["matmul", "linear", "conv1d", "conv2d", "constant", "last_stats"]
 
 _MATMUL_SIG = "(n?,k),(k,m?)->(n?,m?)"
 _ONE_PRODUCT = np.zeros(1, np.int64)
@@ -109,6 +109,17 @@ def _store(result: np.ndarray, out, func: str) -> np.ndarray:
         raise TypeError(f"{func}: cannot store float16 results into out of dtype {out.dtype}")
     np.copyto(out, res)
     return out
+
+
+def constant(w) -> np.ndarray:
+    """``w`` as a model constant: rounded once to fp16 into a read-only array fastane owns
+    (``fastane.lower.bind.freeze``).  Passed as a weight to :func:`matmul`, :func:`linear`,
+    :func:`conv1d` or :func:`conv2d`, it is packed into KMem once and then known unchanged
+    by identity, with no per-call compare of its bits against a private copy (what a
+    plain, mutable numpy array costs: one read of every weight each call; docs/lower.md
+    section 5).  This is how a model's weights are held (``fastane.load_model``).  The
+    result is a view that cannot be made writeable; do not write through its ``.base``."""
+    return _lower.bind.freeze(_fp16_operand(w, "constant", "w")).view()
 
 
 # ---------------------------------------------------------------------------- matmul

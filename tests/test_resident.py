@@ -209,3 +209,29 @@ def test_fastane_own_frozen_weights_are_kept_by_reference_not_copied(packs):
     for _ in range(3):
         assert np.array_equal(_bits(fastane.matmul(a, w)), _bits(ref_matmul(a, w)))
     assert len(packs) <= 1
+
+
+def test_a_constant_is_rounded_once_read_only_and_packed_once(packs, monkeypatch):
+    """``fastane.constant``: the fp16 rounding of the weight, a view nobody can make
+    writeable, packed once however often it is used, with the reference's bits, and kept
+    by reference (no private copy)."""
+    from fastane.lower import bind
+
+    kept = []
+    snapshot = bind._snapshot
+    monkeypatch.setattr(bind, "_snapshot", lambda v: kept.append(snapshot(v)) or kept[-1])
+    rng = np.random.default_rng(8)
+    w64 = rng.standard_normal((32, 20))
+    c = fastane.constant(w64)
+    assert c.dtype == F16 and np.array_equal(_bits(c), _bits(w64.astype(F16)))
+    with pytest.raises(ValueError):
+        c.setflags(write=True)
+    del packs[:]
+    for i in range(3):
+        a = rng.standard_normal((2, 32)).astype(F16)
+        assert np.array_equal(_bits(fastane.matmul(a, c)), _bits(ref_matmul(a, c)))
+        x = rng.standard_normal((2, 20)).astype(F16)
+        assert np.array_equal(_bits(fastane.linear(x, c)), _bits(ref_matmul(x, c.T)))
+    assert len(packs) == 2  # one program each, packed once
+    weights = [k[0] for k in kept if k is not None]
+    assert len(weights) == 2 and all(bind._frozen(w) for w in weights)
