@@ -16,6 +16,10 @@ import math
 
 import numpy as np
 
+from .. import api as _api
+from . import plan as _plan
+from .ops import conv_geometry
+
 #: graph ops placed here -> the row operation of fastane.lower.rows
 ROW_OPS = {
     "softmax": "softmax",
@@ -108,8 +112,6 @@ def place_rows(node, consts, types, add) -> None:
     from .. import rowops
 
     if node.op == "avg_pool":
-        from .place_rules import avg_pool_as_conv
-
         conv, reason = avg_pool_as_conv(node, types)
         if conv is None:
             add([node], "host", reason, "host")
@@ -158,3 +160,56 @@ def place_rows(node, consts, types, add) -> None:
     problem = _rows.RowOp(op, rows, width, eps, scale is not None, bias is not None)
     note = "" if width == x_shape[-1] else "the trailing axes as one row (a reshape: no data movement)"
     add([node], "ane", note, kind, run, op, lambda: _rows.plan(problem), rows=rows, width=width)
+
+
+# ------------------------------------------------------------------------ average pooling
+def avg_pool_as_conv(node, types):
+    """``(call, reason)``: an AveragePool is a depthwise convolution with every weight
+    fp16(1 / window) when each output divides by the whole window (no padding, or
+    ``count_include_pad``) and no ceil-mode window runs past the padding; ``call(x)``
+    runs it through ``fastane.conv1d/conv2d`` (the MAC's numerics: the weight rounded
+    once to fp16, each product on the Q16.16 grid, one fp16 readout).  ``(None, reason)``
+    otherwise.  No corpus program shows Apple's pooling; this is the plain lowering onto
+    the one ANE unit fastane knows that sums windows (docs/lower.md, section 12)."""
+    x_shape = types[node.inputs[0]].shape
+    if np.dtype(types[node.inputs[0]].dtype).kind != "f":
+        return None, "integer operands: the MAC array computes fp16"
+    if len(x_shape) not in (3, 4):
+        return None, f"{len(x_shape) - 2}-D pooling: the ANE's convolution has one or two spatial axes"
+    k = tuple(int(v) for v in node.attrs["kernel"])
+    s, d, pads, out = conv_geometry(node, x_shape, k)
+    past = any(
+        (o - 1) * st + (kk - 1) * dd + 1 > n + pb + pe
+        for o, st, kk, dd, n, (pb, pe) in zip(out, s, k, d, x_shape[2:], pads)
+    )
+    padded = any(pb or pe for pb, pe in pads)
+    if past or (padded and not node.attrs.get("count_include_pad", 0)):
+        return None, (
+            "an average whose divisor changes at the border (padding not counted, or ceil-mode "
+            "windows past the end): not one convolution; " + "windowed pooling has no other ANE lowering"
+        )
+    c = x_shape[1]
+    w16 = np.full((c, 1) + k, 1.0 / math.prod(k), np.float16)
+    one_d = len(x_shape) == 3
+    sym = all(pb == pe for pb, pe in pads)
+
+    def call(x):
+        pad = tuple(pb for pb, _ in pads)
+        if not sym:
+            x = np.pad(np.asarray(x), ((0, 0), (0, 0)) + tuple(pads))
+            pad = (0,) * len(pads)
+        if one_d:
+            return _api.conv1d(x, w16, None, s[0], pad[0], d[0], c)
+        return _api.conv2d(x, w16, None, s, pad, d, c)
+
+    def plan():
+        xs = tuple(x_shape)
+        if not sym:
+            xs = xs[:2] + tuple(n + pb + pe for n, (pb, pe) in zip(xs[2:], pads))
+        return _plan.conv(xs, w16.shape, s, pads if sym else ((0, 0),) * len(pads), d, c, False, None)
+
+    note = (
+        f"average pooling as a depthwise convolution with weights fp16(1/{math.prod(k)}) = "
+        f"{float(w16.flat[0])!r} (no pooling program in the corpus)"
+    )
+    return (call, plan, "conv1d" if one_d else "conv2d"), note
