@@ -401,14 +401,11 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
             {"axis": a.get("axis", 1 if legacy else -1), "legacy": legacy},
         )
     if op in ("LayerNormalization", "RMSNormalization"):
-        if op == "LayerNormalization" and a.get("stash_type", 1) != 1:
-            raise ModelError(
-                f"node {name!r} (LayerNormalization): stash_type {a['stash_type']} is not supported "
-                f"(only 1, float32)"
-            )
-        name = "layer_norm" if op == "LayerNormalization" else "rms_norm"
+        ln = op == "LayerNormalization"
+        if ln and a.get("stash_type", 1) != 1:
+            raise ModelError(f"node {name!r} ({op}): stash_type {a['stash_type']} is not supported (only 1)")
         attrs = {"axis": a.get("axis", -1), "epsilon": a.get("epsilon", 1e-5)}
-        return mk(name, attrs, n_out=3 if op == "LayerNormalization" else 1)
+        return mk("layer_norm" if ln else "rms_norm", attrs, n_out=3 if ln else 1)
     if op in _REDUCE:
         if "axes" in a:
             ins = ins[:1] + [b.const(a["axes"], np.int64)]

@@ -435,3 +435,16 @@ def test_average_pool_not_counting_the_padding_stays_on_the_host():
     assert [lay.placement for lay in layers] == ["host"] and "divisor changes at the border" in layers[
         0
     ].reason
+
+
+def test_norm_nodes_keep_their_names():
+    """LayerNormalization and RMSNormalization nodes keep the model's names (the report
+    names layers by them)."""
+    inits = [numpy_helper.from_array(np.ones(8, np.float32), "s")]
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "s"], ["y"], name="ln_a"),
+        helper.make_node("RMSNormalization", ["y", "s"], ["z"], name="rms_b"),
+        helper.make_node("LayerNormalization", ["z", "s"], ["w"], name="ln_c"),
+    ]
+    m = _model(nodes, [_vi("x", [2, 8])], [_vi("w", None)], inits, opset=23)
+    assert [n.name for n in m.graph.nodes] == ["ln_a", "rms_b", "ln_c"]
