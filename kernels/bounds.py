@@ -35,6 +35,25 @@ def _row_abs_stats(a, rsum, rmax):
 
 
 @njit(parallel=True, cache=True)
+def _row_abs_stats_par(a, rsum, rmax):
+    """:func:`_row_abs_stats` with the rows split across Numba's threads (each row summed
+    in the same order: the same values), for a large ``a`` (``ROW_STATS_PARALLEL``)."""
+    BA, M, K = a.shape
+    for t in prange(BA * M):
+        n = t // M
+        i = t - n * M
+        r = a[n, i]
+        s = 0.0
+        m = 0.0
+        for k in range(K):
+            v = abs(r[k])
+            s += v
+            m = nan_max(m, v)
+        rsum[n, i] = s
+        rmax[n, i] = m
+
+
+@njit(parallel=True, cache=True)
 def _col_abs_stats(b, csum, cmax):
     """csum[n, j] = sum_k |b[n, k, j]|, cmax[n, j] = max_k |b[n, k, j]| (NaN propagates)."""
     BB, K, N = b.shape
@@ -71,11 +90,13 @@ def _safe(bound, K):
 
 
 @njit(cache=True)
-def _plan_rows(a, b, ia, ib, bmax, have_bmax, rsum, rmax, unsafe_rows):
-    """Row statistics of ``a``, ``max|b|`` per batch (unless given), and the cheap row bound:
-    unsafe_rows[n, i] when sum_k|a_ik| * max|b| does not prove that no step clamps.
-    Returns the number of unsafe rows.  (One call: a tiny matmul pays one dispatch.)"""
-    _row_abs_stats(a, rsum, rmax)
+def _plan_rows(a, b, ia, ib, bmax, have_bmax, rsum, rmax, unsafe_rows, have_rows=False):
+    """Row statistics of ``a`` (unless ``have_rows``: the caller filled ``rsum``/``rmax``),
+    ``max|b|`` per batch (unless given), and the cheap row bound: unsafe_rows[n, i] when
+    sum_k|a_ik| * max|b| does not prove that no step clamps.  Returns the number of
+    unsafe rows.  (One call: a tiny matmul pays one dispatch.)"""
+    if not have_rows:
+        _row_abs_stats(a, rsum, rmax)
     if not have_bmax:
         _abs_max(b, bmax)
     K = a.shape[2]

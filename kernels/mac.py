@@ -100,6 +100,7 @@ from .bounds import (  # re-exported: tests use them
     _element_unsafe,
     _plan_rows,
     _row_abs_stats,
+    _row_abs_stats_par,
 )
 from .mac_exact import _dot_exact, _exact_all, _exact_elements, _exact_rows, _exact_tile  # noqa: F401 (re-exported)
 from .mac_f32 import F32_PRODUCT_LIMIT, _fast32_rows
@@ -119,6 +120,9 @@ SERIAL_MACS = 1 << 20
 # Work up to this many multiply-adds may take matmul_q16_small (the serial definition on
 # the calling thread, no bounds; the device's small tasks take it: fastane.device.mac).
 SMALL_MACS = 1 << 12
+# Left operands of at least this many elements have their row statistics (the bounds)
+# computed across the threads (bounds._row_abs_stats_par), smaller ones on the caller's.
+ROW_STATS_PARALLEL = 1 << 18
 # A row goes to the vectorized exact kernel when more than 1/FIX_RATIO of its elements
 # need the exact path; otherwise those elements are recomputed one at a time.
 FIX_RATIO = 8
@@ -233,7 +237,11 @@ def _matmul_planned(a, b_in, ia, ib, trunc, acc, flag, bmax):
     if not have_bmax:
         bmax = np.empty(b_in.shape[0])
     unsafe_rows = np.empty((B, M), np.bool_)
-    if _plan_rows(a, _NO_B64 if have_bmax else b64(), ia, ib, bmax, have_bmax, rsum, rmax, unsafe_rows) == 0:
+    have_rows = a.size >= ROW_STATS_PARALLEL and parallel.workers() > 1
+    if have_rows:
+        _row_abs_stats_par(a, rsum, rmax)
+    b_rows = _NO_B64 if have_bmax else b64()
+    if _plan_rows(a, b_rows, ia, ib, bmax, have_bmax, rsum, rmax, unsafe_rows, have_rows) == 0:
         rb, ri = np.divmod(np.arange(B * M, dtype=np.int64), M)
         _fast(a, b64, ia, ib, rb, ri, trunc, acc, _ok32(rmax, bmax, ia, ib), b32)
         return B * M, 0, 0

@@ -16,7 +16,7 @@ Entry point for the device engine and the numpy API: :func:`ne_post`.
 """
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .fp16 import f16_to_f64, f64_to_f16, round_f16
 from .lut import count_event, lut_eval
@@ -201,18 +201,20 @@ def _row_affine(a, f, dst, b, do_bias, scale, do_scale, relu):
     return nans, sat
 
 
-@njit(cache=True, boundscheck=False)
+@njit(parallel=True, cache=True, boundscheck=False)
 def readout_fast(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts):
     """:func:`readout_post` for the NE stages without a LUT (identity or ReLU), as loops
     that vectorize (no table in the loop; LLVM turns the readout's and the codec's
-    branches into selects).  Same bits
-    and counts as :func:`readout_post` (``counts[2:4]``, the LUT events, stay 0)."""
+    branches into selects), the channels split across Numba's threads (each writes its
+    own outputs; the caller runs small outputs on one thread, ``parallel.threads_for``).
+    Same bits and counts as :func:`readout_post` (``counts[2:4]``, the LUT events, stay
+    0)."""
     C, H, W = acc.shape
     has_bias = bias.size > 0
     do_scale = scale != 1.0
     nans = 0
     sat = 0
-    for c in range(C):
+    for c in prange(C):
         b = bias[c] if has_bias else 0.0
         for h in range(H):
             o = c * plane + h * row

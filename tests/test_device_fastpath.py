@@ -259,3 +259,61 @@ def test_equal_words_sees_any_difference(n, dtype):
             assert not dma.equal_words(a, b) and not dma.equal_words(b, a)
             b[pos] = a[pos]
     assert dma.equal_words(a, b)
+
+
+def test_parallel_readout_is_the_serial_readout():
+    """readout_fast splits the channels across the threads: many channels (more than
+    the threads, uneven rows) give readout_post's bits and counts."""
+    rng = np.random.default_rng(5)
+    C, H, W = 37, 6, 29
+    acc, flag = _acc(rng, (C, H, W))
+    bias = rng.integers(0, 1 << 16, C).astype(np.uint16).view(F16).astype(np.float64)
+    bias[:3] = [np.inf, -np.inf, 0.5]
+    lutf, luti = np.zeros(41), np.zeros(3, np.int64)
+    plane, row, wpad = 8 * 32, 32, 32
+    for b, scale, relu in ((bias, 1.0, True), (bias, 0.5, False), (np.zeros(0), 1.0, False)):
+        got = np.full(C * plane, 0xABCD, np.uint16)
+        want = got.copy()
+        cg, cw = np.zeros(4, np.int64), np.zeros(4, np.int64)
+        kne.readout_fast(acc, flag, b, scale, relu, got, plane, row, wpad, cg)
+        kne.readout_post(acc, flag, b, scale, int(relu), lutf, luti, want, plane, row, wpad, cw)
+        assert np.array_equal(got, want) and np.array_equal(cg, cw) and cg[0] > 0 and cg[1] > 0
+
+
+def test_parallel_row_stats_are_the_serial_ones():
+    rng = np.random.default_rng(6)
+    a = (rng.standard_normal((3, 7, 501)) * np.exp2(rng.integers(-20, 15, (3, 7, 501)))).astype(F16)
+    a = a.astype(np.float64)
+    a[1, 2, 9], a[2, 0, 0], a[0, 6, 500] = np.nan, np.inf, -np.inf
+    got = np.empty((3, 7)), np.empty((3, 7))
+    want = np.empty((3, 7)), np.empty((3, 7))
+    mac._row_abs_stats_par(a, *got)
+    mac._row_abs_stats(a, *want)
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w, equal_nan=True)
+    assert np.isnan(got[0][1, 2]) and np.isinf(got[1][2, 0])
+
+
+@pytest.mark.parametrize("kernel,stride,special", [(1, 1, False), (3, 1, False), (3, 2, False), (3, 1, True)])
+def test_float32_operands_of_the_fused_conv_are_the_reference(device, monkeypatch, kernel, stride, special):
+    """The fused conv decodes its right operand (the input, or its im2col columns) into
+    float32: rows the float32 kernel takes, rows that need a float64 copy (products past
+    its limit), a NaN weight, clamping rows, with the row statistics on the threads or
+    not; ``special`` puts NaN and inf in the input (every bound fails)."""
+    from reference import ref_conv2d
+
+    rng = np.random.default_rng(kernel * 10 + stride + special)
+    x = (rng.standard_normal((1, 24, 12, 12)) * 4).astype(F16)
+    w = (rng.standard_normal((40, 24, kernel, kernel)) * 0.5).astype(F16)
+    w[3] *= F16(8)  # products past the float32 kernel's limit: the float64 kernel
+    w[5, 1, 0, 0] = np.nan
+    w[7] *= F16(2000)  # clamps
+    if special:
+        x.reshape(-1)[[5, 700]] = [np.nan, np.inf]
+    want = ref_conv2d(x, w, stride=stride, padding=((kernel // 2,) * 2,) * 2)
+    want = np.asarray(want, F16).view(np.uint16)
+    for rows_parallel in (1 << 18, 0):
+        monkeypatch.setattr(mac, "ROW_STATS_PARALLEL", rows_parallel)
+        with fastane.errstate(saturation="ignore"):
+            got = fastane.conv2d(x, w, stride=stride, padding=kernel // 2)
+        assert np.array_equal(got.view(np.uint16), want)

@@ -309,7 +309,10 @@ def accumulate_fp16(
     flag = buffer("flag", (1, g.cout, g.hout, g.wout), np.int8)
     small = g.macs <= _kmac.SMALL_MACS
     if plain(g):
-        x = buffer("x", (1, g.cin, g.hin, g.win), np.float64)
+        # the float32 fast path's operand is float32 (exact: fp16 values): decoded so
+        # directly, unless the product is small or narrow (those read float64)
+        f32 = not small and not (transposed is not None and narrow(g))
+        x = buffer("x32" if f32 else "x", (1, g.cin, g.hin, g.win), np.float32 if f32 else np.float64)
         cmax = np.empty(g.cin, np.int64)
         _kdma.gather_f16(src16, plane, row, x[0], cmax)
         if small:
@@ -347,7 +350,9 @@ def accumulate_fp16(
         cols = x.reshape(G, g.cin_g, P)
         bmax = _max_abs(cmax, G)
     else:
-        cols = buffer("cols", (G, kc, P), np.float64)
+        # float32 columns (exact: fp16 values): the operand the float32 fast path reads
+        # (matmul_q16_into makes a float64 copy only if another path needs one)
+        cols = buffer("cols32", (G, kc, P), np.float32)
         tmax = np.empty(g.cin)
         with _kpar.threads_for(g.macs, _kmac.SERIAL_MACS):  # as conv2d_q16 runs its unfolding
             _kdma.unfold_f16(

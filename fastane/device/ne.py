@@ -34,6 +34,7 @@ import numpy as np
 from fastane.kernels import ne as _kne
 from fastane.kernels import fp16 as _fp16
 from fastane.kernels import ne_table as _ktable
+from fastane.kernels import parallel as _kpar
 
 from ..errors import TDError
 from . import int8, palette
@@ -227,6 +228,8 @@ def run(cfg: NEConfig, values: np.ndarray, kmem=None, as_fp16: bool = False):
 #: is computed through its table of the 63488 non-NaN fp16 patterns (:mod:`fastane.kernels.ne_table`); tables kept
 TABLE_MIN = 1 << 16
 TABLES = 16
+#: outputs below this many run the fused readout (:func:`finish`, no LUT) on one thread
+READOUT_SERIAL = 1 << 15
 
 
 @functools.lru_cache(maxsize=1)
@@ -319,17 +322,18 @@ def finish(cfg: NEConfig, acc: np.ndarray, flag: np.ndarray, kmem, window) -> tu
             wpad,
             counts,
         )
-    else:  # identity or ReLU: the branch-free kernel
-        _kne.readout_fast(
-            acc.reshape(c, h, w),
-            flag.reshape(c, h, w),
-            bias,
-            scale,
-            cfg.nonlinear == RELU,
-            out16,
-            plane,
-            row,
-            wpad,
-            counts,
-        )
+    else:  # identity or ReLU: the branch-free kernel (threads across the channels)
+        with _kpar.threads_for(c * h * w, READOUT_SERIAL):
+            _kne.readout_fast(
+                acc.reshape(c, h, w),
+                flag.reshape(c, h, w),
+                bias,
+                scale,
+                cfg.nonlinear == RELU,
+                out16,
+                plane,
+                row,
+                wpad,
+                counts,
+            )
     return int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3])
