@@ -14,6 +14,19 @@ from .parallel import nan_max
 BOUND_MARGIN = 1.0 + 2.0**-20  # covers the float error of the bounds for K < 2**30
 
 
+@njit
+def _abs_stats(r):
+    """``(sum |r[k]|, max |r[k]|)`` of one row, in order k = 0.. (NaN propagates): the one
+    definition both row kernels below use, so they give the same values."""
+    s = 0.0
+    m = 0.0
+    for k in range(r.size):
+        v = abs(r[k])
+        s += v
+        m = nan_max(m, v)
+    return s, m
+
+
 @njit(cache=True)
 def _row_abs_stats(a, rsum, rmax):
     """rsum[n, i] = sum_k |a[n, i, k]|, rmax[n, i] = max_k |a[n, i, k]| (NaN propagates).
@@ -23,15 +36,7 @@ def _row_abs_stats(a, rsum, rmax):
     BA, M, K = a.shape
     for n in range(BA):
         for i in range(M):
-            r = a[n, i]
-            s = 0.0
-            m = 0.0
-            for k in range(K):
-                v = abs(r[k])
-                s += v
-                m = nan_max(m, v)
-            rsum[n, i] = s
-            rmax[n, i] = m
+            rsum[n, i], rmax[n, i] = _abs_stats(a[n, i])
 
 
 @njit(parallel=True, cache=True)
@@ -42,15 +47,7 @@ def _row_abs_stats_par(a, rsum, rmax):
     for t in prange(BA * M):
         n = t // M
         i = t - n * M
-        r = a[n, i]
-        s = 0.0
-        m = 0.0
-        for k in range(K):
-            v = abs(r[k])
-            s += v
-            m = nan_max(m, v)
-        rsum[n, i] = s
-        rmax[n, i] = m
+        rsum[n, i], rmax[n, i] = _abs_stats(a[n, i])
 
 
 @njit(parallel=True, cache=True)

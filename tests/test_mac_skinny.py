@@ -16,6 +16,15 @@ from reference import ref_matmul
 F16 = np.float16
 
 
+@pytest.fixture
+def skinny_calls(monkeypatch):
+    """A list that grows by one at every call of the skinny kernel (which path ran)."""
+    calls = []
+    real = mac_skinny.skinny_q16
+    monkeypatch.setattr(mac_skinny, "skinny_q16", lambda *x: calls.append(1) or real(*x))
+    return calls
+
+
 def _operands(kind, m, k, n, rng):
     a = rng.standard_normal((m, k)).astype(F16)
     b = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(F16)
@@ -45,13 +54,11 @@ KINDS = ["random", "tiny", "large", "saturating", "nan_inf", "nan_weight"]
 @pytest.mark.parametrize(
     "m,k,n", [(1, 200, 40), (3, 130, 33), (8, 64, 100), (5, 37, 48), (13, 40, 33), (64, 24, 97)]
 )
-def test_few_rows_are_the_reference(device, monkeypatch, kind, m, k, n):
+def test_few_rows_are_the_reference(device, skinny_calls, kind, m, k, n):
     assert m * k * n > mac.SMALL_MACS  # not the serial definition of small work
     rng = np.random.default_rng(m * 1000 + k + n)
     a, b = _operands(kind, m, k, n, rng)
-    calls = []
-    real = mac_skinny.skinny_q16
-    monkeypatch.setattr(mac_skinny, "skinny_q16", lambda *x: calls.append(1) or real(*x))
+    calls = skinny_calls
     with fastane.errstate(saturation="ignore"):
         y = fastane.matmul(a, b)
     assert np.array_equal(y.view(np.uint16), ref_matmul(a, b).view(np.uint16))
@@ -111,7 +118,7 @@ def test_abs_max_sees_nan_and_inf():
 
 
 @pytest.mark.parametrize("kind", ["random", "tiny", "nan_inf"])
-def test_a_1x1_convolution_of_few_pixels_is_the_reference(device, monkeypatch, kind):
+def test_a_1x1_convolution_of_few_pixels_is_the_reference(device, skinny_calls, kind):
     """Pixels over two dimensions (rows of the input a TileDMA row stride apart)."""
     from reference import ref_conv2d
 
@@ -119,9 +126,7 @@ def test_a_1x1_convolution_of_few_pixels_is_the_reference(device, monkeypatch, k
     a, b = _operands(kind, 15, 70, 40, rng)  # 15 pixels (3 x 5), 70 -> 40 channels
     x = np.ascontiguousarray(a.T.reshape(1, 70, 3, 5))
     w = np.ascontiguousarray(b.T.reshape(40, 70, 1, 1))
-    calls = []
-    real = mac_skinny.skinny_q16
-    monkeypatch.setattr(mac_skinny, "skinny_q16", lambda *z: calls.append(1) or real(*z))
+    calls = skinny_calls
     with fastane.errstate(saturation="ignore"):
         y = fastane.conv2d(x, w)
     assert np.array_equal(y.view(np.uint16), ref_conv2d(x, w).view(np.uint16))
