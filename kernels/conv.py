@@ -13,7 +13,7 @@ group, then the kernel row, then the kernel column, on the saturating Q16.16
 accumulator of :mod:`fastane.kernels.mac`.  ``acc``: float64[N, CO, oh, ow] in grid
 units, ``flag``: int8[N, CO, oh, ow], exactly as ``matmul_q16`` returns them.
 
-How: the input is unfolded (im2col) into ``[C/groups * KH * KW, oh * ow]`` per image
+How: the input's fp16 bit patterns are unfolded (im2col) into ``[C/groups * KH * KW, oh * ow]`` per image
 and group, with rows in the time order ``(c * KH + ky) * KW + kx``; the conv is then
 the matmul ``w[g] @ cols`` whose ``k = 0..K-1`` order is exactly the conv's order, so
 :func:`fastane.kernels.mac.matmul_q16_into` (its fast path, bounds and exact path)
@@ -25,23 +25,44 @@ import numpy as np
 from numba import njit, prange
 
 from . import mac, parallel
+from .fp16 import f16_to_f64
 from .mac import matmul_q16_into
-from .parallel import claim, nan_max
+from .mac_f32 import f16_patterns
+from .parallel import claim
 
-# Unfold at most this many float64 elements at a time (32 MiB), but at least one image.
+# Unfold at most this many elements at a time (8 MiB of fp16 patterns), but at least one image.
 CHUNK_ELEMENTS = 1 << 22
 
 
+def read_masks(H, W, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow):
+    """``(rows, cols)``: which input rows (uint16 (H,), 1 = read) and columns (uint16
+    (W,), 0x7fff = read, else 0) a convolution's windows read.  A pixel is read exactly
+    when its row and its column are (the windows' rows and columns are independent), so
+    :func:`unfold_channel` takes the max over that product set from the source."""
+    rows = np.zeros(H, np.uint16)
+    cols = np.zeros(W, np.uint16)
+    for mask, n_out, n_in, s, k, d, pad, on in (
+        (rows, oh, H, sy, KH, dy, pad_top, 1),
+        (cols, ow, W, sx, KW, dx, pad_left, 0x7FFF),
+    ):
+        at = (np.arange(n_out)[:, None] * s + np.arange(k)[None, :] * d - pad).ravel()
+        mask[at[(at >= 0) & (at < n_in)]] = on
+    return rows, cols
+
+
 @njit(inline="always")
-def unfold_channel(src, c, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, rows):
-    """The im2col core: input channel ``c`` of a group, ``src`` (float64 (H, W)), into the
-    group's matrix ``rows`` (float64 (CG*KH*KW, oh*ow)):
+def unfold_channel(src, c, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, rows, read_y, read_x):
+    """The im2col core: input channel ``c`` of a group, ``src`` (fp16 bit patterns, uint16
+    (H, W)), into the group's matrix ``rows`` (uint16 (CG*KH*KW, oh*ow)):
     ``rows[(c*KH + ky)*KW + kx, oy*ow + ox] = src[y, x]`` at ``y = oy*sy + ky*dy - pad_top``,
-    ``x = ox*sx + kx*dx - pad_left``, or 0 outside ``src``.  Returns the largest magnitude
-    written (NaN if one is NaN), for the matmul's bound on ``max |b|``."""
+    ``x = ox*sx + kx*dx - pad_left``, or 0 (+0.0) outside ``src``.  Returns the largest
+    magnitude pattern written (``bits & 0x7fff``; above 0x7c00 a NaN was written), whose
+    decoded value is the bound on ``max |b|`` the matmul wants (fp16 magnitudes order like
+    their patterns): the max over the pixels read, ``read_y`` x ``read_x``
+    (:func:`read_masks`).  Patterns, not values: a quarter of float64's bytes, and the
+    operand the float32 fast path decodes as it loads (``fastane.kernels.mac_f32``)."""
     H = src.shape[0]
     W = src.shape[1]
-    m = 0.0
     for ky in range(KH):
         for kx in range(KW):
             row = rows[(c * KH + ky) * KW + kx]
@@ -53,30 +74,57 @@ def unfold_channel(src, c, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, ro
                 y = oy * sy + ky * dy - pad_top
                 dst = row[oy * ow : (oy + 1) * ow]
                 if y < 0 or y >= H:
-                    dst[:] = 0.0
+                    dst[:] = 0
                     continue
                 line = src[y]
-                for ox in range(lo):
-                    dst[ox] = 0.0
-                for ox in range(lo, hi):
-                    v = line[ox * sx + x0]
-                    dst[ox] = v
-                    m = nan_max(m, abs(v))
-                for ox in range(hi, ow):
-                    dst[ox] = 0.0
-    return m
+                dst[:lo] = 0
+                if sx == 1:  # unit stride: the copy vectorizes
+                    for ox in range(lo, hi):
+                        dst[ox] = line[ox + x0]
+                else:
+                    for ox in range(lo, hi):
+                        dst[ox] = line[ox * sx + x0]
+                dst[hi:] = 0
+    m = 0
+    for y in range(H):
+        if read_y[y]:
+            line = src[y]
+            for x in range(W):
+                m = max(m, line[x] & read_x[x])
+    return np.int64(m)
 
 
 @njit(parallel=True, cache=True)
-def _im2col(x, n0, n1, groups, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols, tmax, workers):
-    """cols[n - n0, g, (c*KH + ky)*KW + kx, oy*ow + ox] = x[n, g*CG + c, y, x], or 0
-    outside ``x`` (y = oy*sy + ky*dy - pad_top, x = ox*sx + kx*dx - pad_left).
+def _im2col(
+    x16,
+    n0,
+    n1,
+    groups,
+    KH,
+    KW,
+    sy,
+    sx,
+    dy,
+    dx,
+    pad_top,
+    pad_left,
+    oh,
+    ow,
+    cols,
+    tmax,
+    read_y,
+    read_x,
+    workers,
+):
+    """cols[n - n0, g, (c*KH + ky)*KW + kx, oy*ow + ox] = x16[n, g*CG + c, y, x], or 0
+    outside ``x16`` (y = oy*sy + ky*dy - pad_top, x = ox*sx + kx*dx - pad_left); ``x16``
+    and ``cols``: fp16 bit patterns (uint16).
 
     ``tmax[((n - n0)*groups + g)*CG + c]``: max |value| written for that input channel
     (NaN if one is NaN), for the matmul's bound on ``max |b|``.  Tasks (one per input
     channel) are handed out through the work queue of :mod:`fastane.kernels.parallel`."""
-    CG = x.shape[1] // groups
-    ntasks = (n1 - n0) * x.shape[1]
+    CG = x16.shape[1] // groups
+    ntasks = (n1 - n0) * x16.shape[1]
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
         while True:
@@ -86,8 +134,24 @@ def _im2col(x, n0, n1, groups, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow
             nl = t // (groups * CG)  # image - n0
             g = (t // CG) % groups
             c = t % CG
-            tmax[t] = unfold_channel(
-                x[n0 + nl, g * CG + c], c, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols[nl, g]
+            tmax[t] = f16_to_f64(
+                unfold_channel(
+                    x16[n0 + nl, g * CG + c],
+                    c,
+                    KH,
+                    KW,
+                    sy,
+                    sx,
+                    dy,
+                    dx,
+                    pad_top,
+                    pad_left,
+                    oh,
+                    ow,
+                    cols[nl, g],
+                    read_y,
+                    read_x,
+                )
             )
 
 
@@ -108,6 +172,8 @@ def conv2d_q16(x, w, sy, sx, dy, dx, pad_top, pad_left, oh, ow, groups, trunc):
     )
     chunk = max(1, min(N, CHUNK_ELEMENTS // max(1, G * KC * P)))
     wg = w.reshape(G, COG, KC)
+    x16 = None  # the input's fp16 patterns, made for the first unfolded chunk
+    read = None if plain else read_masks(H, W, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow)
     for n0 in range(0, N, chunk):
         n1 = min(N, n0 + chunk)
         nb = (n1 - n0) * G
@@ -115,11 +181,14 @@ def conv2d_q16(x, w, sy, sx, dy, dx, pad_top, pad_left, oh, ow, groups, trunc):
             cols = x[n0:n1].reshape(nb, KC, P)  # a view: the input already is the matrix
             bmax = None
         else:
-            cols = np.empty((n1 - n0, G, KC, P))
+            if x16 is None:
+                x16 = np.empty(x.shape, np.uint16)
+                f16_patterns(np.ascontiguousarray(x), x16)  # exact: fp16 values
+            cols = np.empty((n1 - n0, G, KC, P), np.uint16)
             tmax = np.empty(nb * CG)
             with parallel.threads_for(nb * COG * P * KC, mac.SERIAL_MACS):  # as the matmul that follows
                 _im2col(
-                    x,
+                    x16,
                     n0,
                     n1,
                     G,
@@ -135,9 +204,10 @@ def conv2d_q16(x, w, sy, sx, dy, dx, pad_top, pad_left, oh, ow, groups, trunc):
                     ow,
                     cols,
                     tmax,
+                    *read,
                     parallel.workers(),
                 )
-            cols = cols.reshape(nb, KC, P)
+            cols = cols.reshape(nb, KC, P).view(np.float16)  # read as patterns by the fast path
             bmax = tmax.reshape(nb, CG).max(axis=1)  # NaN propagates
         ia = np.tile(np.arange(G, dtype=np.int64), n1 - n0)
         ib = np.arange(nb, dtype=np.int64)

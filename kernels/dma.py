@@ -88,6 +88,24 @@ def gather_f16(mem16, plane, row, out, cmax):
         cmax[c] = _decode_plane(mem16, c * plane, row, out[c])
 
 
+@njit(cache=True, boundscheck=False)
+def gather_bits(mem16, plane, row, out, cmax):
+    """As :func:`gather_f16`, the fp16 bit patterns themselves: ``out`` uint16 (C, H, W),
+    the operand the MAC kernels' float32 fast path decodes as it loads."""
+    C, H, W = out.shape
+    for c in range(C):
+        m = 0
+        for h in range(H):
+            o = c * plane + h * row
+            src = mem16[o : o + W]
+            d = out[c, h]
+            for k in range(W):
+                v = src[k]
+                d[k] = v
+                m = max(m, np.int64(v) & 0x7FFF)
+        cmax[c] = m
+
+
 def window(mem, offset, shape, strides, itemsize, burst=64):
     """The bytes a checked transfer spans, ``mem[offset:offset + extent]``."""
     return mem[offset : offset + extent(shape, strides, itemsize, burst)]
@@ -162,26 +180,65 @@ def lanes_equal(kmem, lanes, sizes, kept):
 # ---------------------------------------------------------------- the MAC's im2col operand, from fp16
 @njit(parallel=True, cache=True, boundscheck=False)
 def unfold_f16(
-    mem16, plane, row, H, W, CG, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols, tmax, workers
+    mem16,
+    plane,
+    row,
+    H,
+    W,
+    CG,
+    KH,
+    KW,
+    sy,
+    sx,
+    dy,
+    dx,
+    pad_top,
+    pad_left,
+    oh,
+    ow,
+    cols,
+    tmax,
+    read_y,
+    read_x,
+    workers,
 ):
     """TileDMASrc straight into the MAC's im2col operand: ``cols[g, (c*KH + ky)*KW + kx,
-    oy*ow + ox]`` = the fp16 input (``mem16[ch*plane + y*row + x]``, ``ch = g*CG + c``,
-    ``plane``/``row`` in elements) at ``y = oy*sy + ky*dy - pad_top``, ``x = ox*sx + kx*dx -
-    pad_left``, or 0 outside the input; ``tmax[ch]`` = max |value| written (NaN if one is
-    NaN).  The same values, in the same places, as ``fastane.kernels.conv``'s ``_im2col``
-    of the decoded input (the same core, :func:`fastane.kernels.conv.unfold_channel`),
-    without the decoded input: one task per input channel (decoded into a buffer of the
-    thread, then unfolded), handed out through the work queue of
-    :mod:`fastane.kernels.parallel`."""
+    oy*ow + ox]`` = the fp16 input's bit pattern (``mem16[ch*plane + y*row + x]``, ``ch =
+    g*CG + c``, ``plane``/``row`` in elements) at ``y = oy*sy + ky*dy - pad_top``, ``x =
+    ox*sx + kx*dx - pad_left``, or 0 outside the input (``cols`` uint16); ``tmax[ch]`` =
+    max |value| written (NaN if one is NaN); ``read_y``, ``read_x``: the pixels the windows
+    read (:func:`fastane.kernels.conv.read_masks`).  The same patterns, in the same places, as
+    ``fastane.kernels.conv``'s ``_im2col`` (the same core,
+    :func:`fastane.kernels.conv.unfold_channel`): one task per input channel (its rows
+    copied into a buffer of the thread, then unfolded), handed out through the work queue
+    of :mod:`fastane.kernels.parallel`."""
     ntasks = tmax.size
     counter = np.zeros(1, np.int64)
     for _ in prange(workers):
-        line = np.empty((H, W))
+        line = np.empty((H, W), np.uint16)
         while True:
             t = claim(counter)
             if t >= ntasks:
                 break
-            _decode_plane(mem16, t * plane, row, line)  # the channel, into the thread's buffer
-            tmax[t] = unfold_channel(
-                line, t % CG, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, cols[t // CG]
+            for y in range(H):  # the channel, into the thread's buffer
+                o = t * plane + y * row
+                line[y] = mem16[o : o + W]
+            tmax[t] = f16_to_f64(
+                unfold_channel(
+                    line,
+                    t % CG,
+                    KH,
+                    KW,
+                    sy,
+                    sx,
+                    dy,
+                    dx,
+                    pad_top,
+                    pad_left,
+                    oh,
+                    ow,
+                    cols[t // CG],
+                    read_y,
+                    read_x,
+                )
             )

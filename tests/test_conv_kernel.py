@@ -231,3 +231,49 @@ def conv_problem(draw):
 def test_hypothesis_conv(problem, trunc):
     x, w, kw = problem
     check(x, w, trunc, **kw)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(1, 9),
+    st.integers(1, 9),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(1, 2),
+    st.integers(0, 2),
+    st.integers(0, 2**32 - 1),
+)
+def test_unfold_columns_and_their_max(H, W, KH, KW, s, d, pad, seed):
+    """_im2col (fp16 patterns) against numpy's unfolding of the same patterns, and its
+    per-channel max |value| (taken on the source over the pixels read: read_masks)
+    against the max over the columns it wrote, with NaNs and huge values both on read and
+    on skipped pixels."""
+    span_y, span_x = (KH - 1) * d + 1, (KW - 1) * d + 1
+    if H + 2 * pad < span_y or W + 2 * pad < span_x:
+        return
+    oh, ow = (H + 2 * pad - span_y) // s + 1, (W + 2 * pad - span_x) // s + 1
+    rng = np.random.default_rng(seed)
+    C = 3
+    x = f16(rng.uniform(-4, 4, (1, C, H, W)))
+    x.reshape(-1)[rng.integers(0, x.size, 2)] = [np.nan, 60000.0]
+    bits = x.view(np.uint16)
+    padded = np.zeros((C, H + 2 * pad, W + 2 * pad), np.uint16)
+    padded[:, pad : pad + H, pad : pad + W] = bits[0]
+    want = np.empty((C * KH * KW, oh * ow), np.uint16)
+    for c in range(C):
+        for ky in range(KH):
+            for kx in range(KW):
+                win = padded[
+                    c, ky * d : ky * d + (oh - 1) * s + 1 : s, kx * d : kx * d + (ow - 1) * s + 1 : s
+                ]
+                want[(c * KH + ky) * KW + kx] = win.reshape(-1)
+    cols = np.empty((1, 1, C * KH * KW, oh * ow), np.uint16)
+    tmax = np.empty(C)
+    read = conv.read_masks(H, W, KH, KW, s, s, d, d, pad, pad, oh, ow)
+    conv._im2col(bits, 0, 1, 1, KH, KW, s, s, d, d, pad, pad, oh, ow, cols, tmax, *read, 2)
+    assert np.array_equal(cols[0, 0], want)
+    vals = np.abs(want.view(F16).astype(np.float64)).reshape(C, -1)
+    nan = np.isnan(vals).any(axis=1)
+    assert np.array_equal(np.isnan(tmax), nan)
+    assert np.array_equal(tmax[~nan], vals[~nan].max(axis=1))

@@ -198,8 +198,12 @@ def test_host_bytes_count_every_buffer_of_a_task():
     conv = geo(mac.CONV, 3, 1)  # not plain: im2col columns of 4 * 3 * 3 per output pixel
     cols, weights = 4 * 9 * 36, 8 * 4 * 9
     per_out = acc + flag + readout + result + copy
-    f32_copy = 4  # the float32 fast path's copy of the right operand (source or columns)
-    assert mac.host_bytes(conv) == 8 * (n_in + cols + weights) + f32_copy * (n_in + cols) + per_out * n_out
+    # the float32 fast path's operand: a float32 copy of a plain source, the columns' patterns
+    f32_copy, f16_cols = 4, 2
+    assert (
+        mac.host_bytes(conv)
+        == 8 * (n_in + cols + weights) + f32_copy * n_in + f16_cols * cols + per_out * n_out
+    )
     plain = geo(mac.CONV, 1, 0)
     assert mac.host_bytes(plain) == 8 * (n_in + 8 * 4) + f32_copy * n_in + per_out * n_out
     through = geo(mac.PASSTHROUGH, 1, 0)
@@ -207,7 +211,7 @@ def test_host_bytes_count_every_buffer_of_a_task():
     # the INT8 path also holds its source and weights scaled by 2**-8 (fastane.kernels.mac_int8)
     assert (
         mac.host_bytes(geo(mac.CONV, 3, 1, fmt=1))
-        == 8 * (2 * n_in + cols + 2 * weights) + f32_copy * (2 * n_in + cols) + per_out * n_out
+        == 8 * (2 * n_in + cols + 2 * weights) + f32_copy * 2 * n_in + f16_cols * cols + per_out * n_out
     )
     pg = planar.PlanarGeometry(4, 6, 6, 4, 6, 6, 0, 0, groups=3, reduce=True)
     assert planar.host_bytes(pg) == 3 * n_in * (8 + 8 + result + copy)

@@ -176,6 +176,18 @@ def planned(a16, b16, trunc, bdtype=np.float64):
     return acc[0], flag[0]
 
 
+def test_f16_patterns_every_pattern():
+    """f16_patterns (the float64 operand's copy the float32 path reads) gives numpy's
+    float16 bit pattern for every fp16 value, in any shape; NaNs stay NaNs."""
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    x = bits.view(F16).astype(np.float64).reshape(256, 256)
+    out = np.empty(x.shape, np.uint16)
+    mac_f32.f16_patterns(x, out)
+    nan = np.isnan(x)
+    assert np.array_equal(out[~nan], bits.reshape(256, 256)[~nan])
+    assert np.isnan(out[nan].view(F16)).all()
+
+
 @pytest.mark.parametrize("bdtype", [np.float64, np.float32, np.float16])
 @pytest.mark.parametrize("trunc", [False, True])
 def test_planner_sends_only_eligible_rows(monkeypatch, bdtype, trunc):
@@ -194,8 +206,9 @@ def test_planner_sends_only_eligible_rows(monkeypatch, bdtype, trunc):
     assert np.array_equal(acc, want, equal_nan=True) and np.array_equal(flag, wflag)
     rows = np.concatenate([ri for _, ri, _ in seen])
     assert set(rows.tolist()) == set(range(M)) - {5, 6, 7, 8}, sorted(rows.tolist())
-    want_dtype = np.uint16 if bdtype == np.float16 else np.float32  # float16: its bit patterns
-    assert all(dt == want_dtype for *_, dt in seen)
+    # float16: its bit patterns; float64: a copy of its patterns (f16_patterns)
+    want_dtype = np.float32 if bdtype == np.float32 else np.uint16
+    assert all(dt == want_dtype for *_, dt in seen), [dt for *_, dt in seen]
 
 
 @pytest.mark.parametrize("bdtype", [np.float32, np.float16])

@@ -19,6 +19,7 @@ back the saturation flags.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,8 +135,8 @@ def geometry(regs: dict, what: str) -> Geometry:
 def host_bytes(g: Geometry) -> int:
     """Host bytes a task of geometry ``g`` makes the MAC and NE blocks allocate at most
     (estimated from the registers): the float64 source, the im2col columns of a
-    non-plain convolution, the float64 weights, a float32 copy of the source or columns
-    (the float32 fast path), and per output the accumulator (float64), its flag, the
+    non-plain convolution as fp16 patterns and (if a row leaves the float32 fast path) as
+    float64, the float64 weights, a float32 copy of a plain convolution's source, and per output the accumulator (float64), its flag, the
     readout (float64), the NE's fp16 result and its float64 copy."""
     n_in, n_out = g.cin * g.hin * g.win, g.cout * g.hout * g.wout
     if g.mode != CONV:
@@ -144,9 +145,24 @@ def host_bytes(g: Geometry) -> int:
     weights = g.cout * g.cin_g * g.kh * g.kw
     if int8.is_int(g.in_fmt):  # the INT8 path: the operands scaled once more (fastane.kernels.mac_int8)
         n_in, weights = 2 * n_in, 2 * weights
-    # the float32 fast path's copy of the right operand: the source (a plain 1x1) or the
-    # im2col columns (the transposed product's right operand, the weights, is kept in fp16)
-    return task_host_bytes(f64=n_in + cols + weights + 2 * n_out, results=n_out, flags=n_out, f32=n_in + cols)
+    # the float32 fast path's operand: a float32 copy of the source (a plain 1x1) or the
+    # im2col columns' fp16 patterns (the transposed product's right operand, the weights,
+    # is kept in fp16)
+    return task_host_bytes(
+        f64=n_in + cols + weights + 2 * n_out, results=n_out, flags=n_out, f32=n_in, f16=cols
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _read_masks(g: Geometry):
+    """The input rows and columns a convolution's windows read
+    (:func:`fastane.kernels.conv.read_masks`), per geometry (read-only)."""
+    masks = _kconv.read_masks(
+        g.hin, g.win, g.kh, g.kw, g.sy, g.sx, g.dy, g.dx, g.pad_top, g.pad_left, g.hout, g.wout
+    )
+    for m in masks:
+        m.flags.writeable = False
+    return masks
 
 
 def plain(g: Geometry) -> bool:
@@ -309,50 +325,22 @@ def accumulate_fp16(
     flag = buffer("flag", (1, g.cout, g.hout, g.wout), np.int8)
     small = g.macs <= _kmac.SMALL_MACS
     if plain(g):
-        # the float32 fast path's operand is float32 (exact: fp16 values): decoded so
-        # directly, unless the product is small or narrow (those read float64)
-        f32 = not small and not (transposed is not None and narrow(g))
-        x = buffer("x32" if f32 else "x", (1, g.cin, g.hin, g.win), np.float32 if f32 else np.float64)
         cmax = np.empty(g.cin, np.int64)
-        _kdma.gather_f16(src16, plane, row, x[0], cmax)
-        if small:
-            idx = _arange(G)
-            _kmac.matmul_q16_small(
-                _decoded(w).reshape(G, cog, kc),
-                x.reshape(G, kc, P),
-                idx,
-                idx,
-                trunc,
-                acc.reshape(G, cog, P),
-                flag.reshape(G, cog, P),
-            )
-            return acc, flag
-        if kmem16 is not None and G == 1 and P <= SKINNY_ROWS and narrow(g):
-            if skinny(g, x, kmem16(), buffer, trunc, acc, flag):
+        if not small and not narrow(g):
+            # the float32 fast path's operand: the input's fp16 patterns, decoded as they
+            # load (matmul_q16_into makes a float64 copy only if another path needs one)
+            x = buffer("x16", (1, g.cin, g.hin, g.win), np.uint16)
+            _kdma.gather_bits(src16, plane, row, x[0], cmax)
+            cols = x.reshape(G, kc, P).view(np.float16)
+        else:
+            cols = _plain_narrow(g, src16, plane, row, w, buffer, transposed, kmem16, trunc, acc, flag, cmax)
+            if cols is None:
                 return acc, flag
-        if transposed is not None and narrow(g):
-            wt, wmax = transposed()
-            xt = buffer("xt", (G, P, g.cin_g), np.float64)
-            xt[...] = x.reshape(G, g.cin_g, P).transpose(0, 2, 1)
-            acc_t = buffer("acc_t", (G, P, cog), np.float64)
-            flag_t = buffer("flag_t", (G, P, cog), np.int8)
-            idx = _arange(G)
-            # few rows: run it on the calling thread.  The engine runs the tasks one after
-            # the other, so each would be a parallel region of its own, and on a busy
-            # machine every region waits for its worker thread to be scheduled (one tile:
-            # 0.9 ms serial vs 48 ms at 8 x 2048 x 256; 64 x 2048 x 2048 in 8 tasks of two
-            # tiles, load 7 on 2 cores: 60-95 ms on one thread, 370-400 ms on two)
-            with _kpar.threads_for(0, NARROW_SERIAL):
-                _kmac.matmul_q16_into(xt, wt, idx, idx, trunc, acc_t, flag_t, wmax)
-            acc.reshape(G, cog, P)[...] = acc_t.transpose(0, 2, 1)
-            flag.reshape(G, cog, P)[...] = flag_t.transpose(0, 2, 1)
-            return acc, flag
-        cols = x.reshape(G, g.cin_g, P)
         bmax = _max_abs(cmax, G)
     else:
-        # float32 columns (exact: fp16 values): the operand the float32 fast path reads
-        # (matmul_q16_into makes a float64 copy only if another path needs one)
-        cols = buffer("cols32", (G, kc, P), np.float32)
+        # the columns as fp16 patterns: the operand the float32 fast path decodes as it
+        # loads (matmul_q16_into makes a float64 copy only if another path needs one)
+        cols = buffer("cols16", (G, kc, P), np.uint16)
         tmax = np.empty(g.cin)
         with _kpar.threads_for(g.macs, _kmac.SERIAL_MACS):  # as conv2d_q16 runs its unfolding
             _kdma.unfold_f16(
@@ -374,8 +362,10 @@ def accumulate_fp16(
                 g.wout,
                 cols,
                 tmax,
+                *_read_masks(g),
                 _kpar.workers(),
             )
+        cols = cols.view(np.float16)
         bmax = tmax.reshape(G, g.cin_g).max(axis=1)  # NaN propagates
     idx = _arange(G)
     _kmac.matmul_q16_into(
@@ -389,6 +379,55 @@ def accumulate_fp16(
         bmax,
     )
     return acc, flag
+
+
+def _plain_narrow(g: Geometry, src16, plane, row, w, buffer, transposed, kmem16, trunc, acc, flag, cmax):
+    """:func:`accumulate_fp16` of a plain convolution that is small or :func:`narrow`: the
+    input decoded (``cmax``: its per-channel largest magnitude patterns), then the
+    serial definition, the skinny kernel or the transposed product, each filling ``acc``
+    and ``flag`` (returns None); or, when none applies, the decoded input as the
+    general kernels' right operand ``[G, Cin/G, P]``."""
+    G, P = g.groups, g.hout * g.wout
+    cog, kc = g.cout // G, g.cin_g * g.kh * g.kw
+    small = g.macs <= _kmac.SMALL_MACS
+    # float32 (exact: fp16 values) for the skinny kernel, unless the product is small
+    # or takes the transposed weights (those read float64)
+    f32 = not small and transposed is None
+    x = buffer("x32" if f32 else "x", (1, g.cin, g.hin, g.win), np.float32 if f32 else np.float64)
+    _kdma.gather_f16(src16, plane, row, x[0], cmax)
+    if small:
+        idx = _arange(G)
+        _kmac.matmul_q16_small(
+            _decoded(w).reshape(G, cog, kc),
+            x.reshape(G, kc, P),
+            idx,
+            idx,
+            trunc,
+            acc.reshape(G, cog, P),
+            flag.reshape(G, cog, P),
+        )
+        return None
+    if kmem16 is not None and G == 1 and P <= SKINNY_ROWS and narrow(g):
+        if skinny(g, x, kmem16(), buffer, trunc, acc, flag):
+            return None
+    if transposed is not None and narrow(g):
+        wt, wmax = transposed()
+        xt = buffer("xt", (G, P, g.cin_g), np.float64)
+        xt[...] = x.reshape(G, g.cin_g, P).transpose(0, 2, 1)
+        acc_t = buffer("acc_t", (G, P, cog), np.float64)
+        flag_t = buffer("flag_t", (G, P, cog), np.int8)
+        idx = _arange(G)
+        # few rows: run it on the calling thread.  The engine runs the tasks one after
+        # the other, so each would be a parallel region of its own, and on a busy
+        # machine every region waits for its worker thread to be scheduled (one tile:
+        # 0.9 ms serial vs 48 ms at 8 x 2048 x 256; 64 x 2048 x 2048 in 8 tasks of two
+        # tiles, load 7 on 2 cores: 60-95 ms on one thread, 370-400 ms on two)
+        with _kpar.threads_for(0, NARROW_SERIAL):
+            _kmac.matmul_q16_into(xt, wt, idx, idx, trunc, acc_t, flag_t, wmax)
+        acc.reshape(G, cog, P)[...] = acc_t.transpose(0, 2, 1)
+        flag.reshape(G, cog, P)[...] = flag_t.transpose(0, 2, 1)
+        return None
+    return x.reshape(G, g.cin_g, P)
 
 
 def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag) -> bool:
