@@ -51,6 +51,79 @@ def read_masks(H, W, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow):
 
 
 @njit(inline="always")
+def _unfold_windows(src, c, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, rows):
+    """:func:`unfold_channel`'s copy, window row by window row (any strides)."""
+    H = src.shape[0]
+    W = src.shape[1]
+    for ky in range(KH):
+        for kx in range(KW):
+            r = (c * KH + ky) * KW + kx
+            x0 = kx * dx - pad_left  # input column of ox = 0
+            lo, hi = _inside(x0, W, sx, ow)
+            dst = rows[r]
+            for oy in range(oh):
+                y = oy * sy + ky * dy - pad_top
+                d = dst[oy * ow : (oy + 1) * ow]
+                if y < 0 or y >= H:
+                    for ox in range(ow):
+                        d[ox] = 0
+                    continue
+                for ox in range(lo):
+                    d[ox] = 0
+                # views indexed from 0 (no negative-index wrap: the unit-stride copy vectorizes)
+                seg = src[y, lo * sx + x0 : (hi - 1) * sx + x0 + 1 : sx] if hi > lo else src[y, :0]
+                inner = d[lo:hi]
+                for i in range(inner.size):
+                    inner[i] = seg[i]
+                for ox in range(hi, ow):
+                    d[ox] = 0
+
+
+@njit(inline="always")
+def _unfold_shifted(src, c, KH, KW, dy, dx, pad_top, pad_left, oh, rows):
+    """:func:`unfold_channel`'s copy for stride 1 with as many output as input columns
+    (a "same" convolution): row ``(ky, kx)`` is the flat channel shifted by ``(ky*dy -
+    pad_top)*W + kx*dx - pad_left``, one long copy (it vectorizes), zero where the shift
+    leaves the channel; then the columns whose window starts outside the row (they hold
+    a neighbouring row's pixels) are zeroed."""
+    H = src.shape[0]
+    W = src.shape[1]
+    n = oh * W
+    flat = src.reshape(H * W)
+    for ky in range(KH):
+        for kx in range(KW):
+            r = (c * KH + ky) * KW + kx
+            x0 = kx * dx - pad_left
+            shift = (ky * dy - pad_top) * W + x0
+            i0 = min(n, max(0, -shift))
+            i1 = max(i0, min(n, H * W - shift))
+            dst = rows[r]
+            for i in range(i0):
+                dst[i] = 0
+            d = dst[i0:i1]  # views indexed from 0: no negative-index wrap, so it vectorizes
+            f = flat[i0 + shift : i1 + shift]
+            for i in range(d.size):
+                d[i] = f[i]
+            for i in range(i1, n):
+                dst[i] = 0
+            lo, hi = _inside(x0, W, 1, W)
+            for oy in range(oh):
+                for ox in range(lo):
+                    rows[r, oy * W + ox] = 0
+                for ox in range(hi, W):
+                    rows[r, oy * W + ox] = 0
+
+
+@njit(inline="always")
+def _inside(x0, W, sx, ow):
+    """``(lo, hi)``: the output columns ``lo <= ox < hi`` whose pixel ``ox*sx + x0`` lies
+    inside a row of ``W`` input columns."""
+    lo = 0 if x0 >= 0 else min(ow, (-x0 + sx - 1) // sx)  # first ox inside
+    hi = 0 if W - 1 - x0 < 0 else min(ow, (W - 1 - x0) // sx + 1)  # past the last
+    return lo, max(hi, lo)
+
+
+@njit(inline="always")
 def unfold_channel(src, c, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, rows, read_y, read_x):
     """The im2col core: input channel ``c`` of a group, ``src`` (fp16 bit patterns, uint16
     (H, W)), into the group's matrix ``rows`` (uint16 (CG*KH*KW, oh*ow)):
@@ -63,28 +136,10 @@ def unfold_channel(src, c, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, ro
     operand the float32 fast path decodes as it loads (``fastane.kernels.mac_f32``)."""
     H = src.shape[0]
     W = src.shape[1]
-    for ky in range(KH):
-        for kx in range(KW):
-            row = rows[(c * KH + ky) * KW + kx]
-            x0 = kx * dx - pad_left  # input column of ox = 0
-            lo = 0 if x0 >= 0 else min(ow, (-x0 + sx - 1) // sx)  # first ox inside
-            hi = 0 if W - 1 - x0 < 0 else min(ow, (W - 1 - x0) // sx + 1)  # past the last
-            hi = max(hi, lo)
-            for oy in range(oh):
-                y = oy * sy + ky * dy - pad_top
-                dst = row[oy * ow : (oy + 1) * ow]
-                if y < 0 or y >= H:
-                    dst[:] = 0
-                    continue
-                line = src[y]
-                dst[:lo] = 0
-                if sx == 1:  # unit stride: the copy vectorizes
-                    for ox in range(lo, hi):
-                        dst[ox] = line[ox + x0]
-                else:
-                    for ox in range(lo, hi):
-                        dst[ox] = line[ox * sx + x0]
-                dst[hi:] = 0
+    if sy == 1 and sx == 1 and ow == W:
+        _unfold_shifted(src, c, KH, KW, dy, dx, pad_top, pad_left, oh, rows)
+    else:
+        _unfold_windows(src, c, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, rows)
     m = 0
     for y in range(H):
         if read_y[y]:
