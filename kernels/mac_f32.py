@@ -111,6 +111,27 @@ def f16_patterns(x, out):
         of[i] = _f16_bits(np.float32(xf[i]))
 
 
+@njit(cache=True, boundscheck=False)
+def round_f32_to_f16(x, out):
+    """``out[...] = the fp16 bit patterns of x rounded to nearest, ties to even`` (``x``
+    float32, ``out`` uint16 of the same shape, both C-contiguous): one rounding by the
+    hardware's ``vcvtps2ph`` (overflow to +-inf, NaN stays NaN); numpy's
+    ``astype(np.float16)`` gives the same patterns in software, several times slower."""
+    xf = x.reshape(-1)
+    of = out.reshape(-1)
+    for i in range(xf.size):
+        of[i] = _f16_bits(xf[i])
+
+
+@njit(cache=True, boundscheck=False)
+def widen_f16(bits, out):
+    """``out[...] = the float32 values of the fp16 patterns bits`` (exact; ``vcvtph2ps``)."""
+    bf = bits.reshape(-1)
+    of = out.reshape(-1)
+    for i in range(bf.size):
+        of[i] = as_f32(bf[i])
+
+
 @njit(inline="always")
 def f32_row_ok(amax, bmax):
     """True when every product of a row with ``max|a| = amax`` against ``max|b| = bmax``

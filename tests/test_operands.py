@@ -268,3 +268,34 @@ def test_device_run_rounds_once(name):
     assert np.array_equal(bits(out[lower.lowered.SLOT_OUTPUT].reshape(n)), bits(want))
     with pytest.raises(TypeError, match="Device.run: input for slot 5 must be a real numeric"):
         Device(memory_size=16 << 20).run(program, {lower.lowered.SLOT_INPUT: x.reshape(1, 1, 1, n) * 1j})
+
+
+def test_float32_arrays_take_the_hardware_rounding_with_numpys_bits():
+    """float32 arrays of at least HW_CONVERT_MIN elements are rounded by the hardware
+    conversion: numpy's bits on random patterns (subnormals, inf, overflow included), on
+    every fp16 value's halfway points and neighbours, and on a non-contiguous view."""
+    from fastane import operands
+
+    rng = np.random.default_rng(5)
+    rand = rng.integers(0, 2**32, 1 << 18, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(F16).astype(np.float32).view(np.uint32)
+    near = np.concatenate([(h.astype(np.int64) + d) % 2**32 for d in (-1, 0, 1, 4095, 4096, 4097)])
+    for x in (rand, near.astype(np.uint32).view(np.float32), rand.reshape(512, 512)[:, ::3]):
+        assert x.size >= operands.HW_CONVERT_MIN
+        got = fp16_operand(x, "f", "x")
+        with np.errstate(all="ignore"):
+            want = x.astype(F16)
+        nan = np.isnan(x)
+        assert got.dtype == F16 and got.shape == x.shape
+        assert np.array_equal(bits(got)[~nan], bits(want)[~nan])
+        assert np.isnan(got[nan]).all()
+
+
+def test_widen_fp16_every_pattern():
+    from fastane import operands
+
+    x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(F16).reshape(256, 256)
+    got, want = operands.widen_fp16(x[:, ::2]), x[:, ::2].astype(np.float32)
+    nan = np.isnan(want)
+    assert got.dtype == np.float32 and np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    assert np.isnan(got[nan]).all()

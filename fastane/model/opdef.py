@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import ModelError
+from ..operands import widen_fp16
 from .tensor import TensorType
 
 
@@ -84,6 +85,8 @@ def _same(node, types, consts):
 def _fl(x):
     """float inputs widened to float32 (integer tensors unchanged)."""
     x = np.asarray(x)
+    if x.dtype == np.float16:
+        return widen_fp16(x)
     return x.astype(np.float32) if x.dtype.kind == "f" and x.dtype != _F32 else x
 
 
