@@ -15,12 +15,12 @@ serial definition's exact sum (see that module's docstring for the proof of each
 """
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .acc import SCALE
 from .bounds import _safe
 from .mac_f32 import MAGIC32, MAGIC32_BITS, as_f32, f32_bits, f32_row_ok
-from .parallel import nan_max
+from .parallel import claim, nan_max
 
 _NAN_MAG = 0x7C00  # fp16 magnitudes above this pattern are NaN
 
@@ -100,7 +100,8 @@ def prepare(x, xs, rsum, rmax):
     """From the input as the gather leaves it, ``x`` float64[K, P] (fp16 values; channels
     by pixels), the rows of the product: ``xs[p, k] = x[k, p] * 2**16`` as float32 (exact),
     and ``rsum[p]``/``rmax[p]``, the sum and the max of ``|x[:, p]|`` (NaN propagates),
-    summed in the order of ``k`` as ``fastane.kernels.bounds._row_abs_stats`` sums them."""
+    summed in the order of ``k`` (``fastane.kernels.bounds._row_abs_stats`` sums in
+    another fixed order; either is a valid bound, BOUND_MARGIN covering any order)."""
     K, P = x.shape
     rsum[:] = 0.0
     rmax[:] = 0.0
@@ -119,6 +120,30 @@ def prepare(x, xs, rsum, rmax):
             rmax[p] = m
 
 
+@njit(fastmath={"contract"}, inline="always")
+def _channels(xs, k16, per_lane, K, N, trunc, acc, n, m, offset):
+    """Output channels ``n`` and ``n + 1`` (only ``n`` when it is the last of an odd
+    ``N``) of :func:`skinny_q16`: blocks of four rows, the rows left over one by one."""
+    P = xs.shape[0]
+    P4 = P - P % 4
+    o = (n % per_lane) * K
+    wa = k16[n // per_lane, o : o + K]
+    if n + 1 == N:  # the last channel of an odd count
+        for p in range(P):
+            acc[n, p] = _sum(_dot1(xs[p], wa, K, m, trunc), offset)
+        return
+    o = ((n + 1) % per_lane) * K
+    wb = k16[(n + 1) // per_lane, o : o + K]
+    for p in range(0, P4, 4):
+        s = _dot4x2(xs[p], xs[p + 1], xs[p + 2], xs[p + 3], wa, wb, K, m, trunc)
+        for q in range(4):
+            acc[n, p + q] = _sum(s[q], offset)
+            acc[n + 1, p + q] = _sum(s[4 + q], offset)
+    for p in range(P4, P):
+        acc[n, p] = _sum(_dot1(xs[p], wa, K, m, trunc), offset)
+        acc[n + 1, p] = _sum(_dot1(xs[p], wb, K, m, trunc), offset)
+
+
 @njit(fastmath={"contract"}, cache=True, boundscheck=False)
 def skinny_q16(xs, k16, per_lane, K, N, trunc, acc):
     """``acc[n, p] = sum_k round(x[p, k] * w[n, k])`` in grid units (float64), for rows
@@ -127,24 +152,24 @@ def skinny_q16(xs, k16, per_lane, K, N, trunc, acc):
     float32[P, K], the rows times ``2**16`` (:func:`prepare`).  ``trunc``: products floored
     instead of rounded.  Blocks of four rows by two channels; the rows and the channel
     left over one by one."""
-    P = xs.shape[0]
     m = np.float32(MAGIC32)
     offset = np.int64(K) * MAGIC32_BITS
-    P4 = P - P % 4
     for n in range(0, N, 2):
-        o = (n % per_lane) * K
-        wa = k16[n // per_lane, o : o + K]
-        if n + 1 == N:  # the last channel of an odd count
-            for p in range(P):
-                acc[n, p] = _sum(_dot1(xs[p], wa, K, m, trunc), offset)
-            break
-        o = ((n + 1) % per_lane) * K
-        wb = k16[(n + 1) // per_lane, o : o + K]
-        for p in range(0, P4, 4):
-            s = _dot4x2(xs[p], xs[p + 1], xs[p + 2], xs[p + 3], wa, wb, K, m, trunc)
-            for q in range(4):
-                acc[n, p + q] = _sum(s[q], offset)
-                acc[n + 1, p + q] = _sum(s[4 + q], offset)
-        for p in range(P4, P):
-            acc[n, p] = _sum(_dot1(xs[p], wa, K, m, trunc), offset)
-            acc[n + 1, p] = _sum(_dot1(xs[p], wb, K, m, trunc), offset)
+        _channels(xs, k16, per_lane, K, N, trunc, acc, n, m, offset)
+
+
+@njit(fastmath={"contract"}, parallel=True, cache=True, boundscheck=False)
+def skinny_q16_par(xs, k16, per_lane, K, N, trunc, acc, workers):
+    """:func:`skinny_q16` with the channel pairs handed out to Numba's threads through
+    the work queue of :mod:`fastane.kernels.parallel` (each output computed as there: the
+    same bits), for tasks large enough to pay a parallel region."""
+    m = np.float32(MAGIC32)
+    offset = np.int64(K) * MAGIC32_BITS
+    ntasks = (N + 1) // 2
+    counter = np.zeros(1, np.int64)
+    for _ in prange(workers):
+        while True:
+            t = claim(counter)
+            if t >= ntasks:
+                break
+            _channels(xs, k16, per_lane, K, N, trunc, acc, 2 * t, m, offset)

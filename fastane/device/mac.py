@@ -250,6 +250,9 @@ NARROW_SERIAL = 1
 #: rows pass its bounds; no transposed copy of the weights is made or kept (the kept
 #: ``w^T`` serves grouped ones and rows the bounds leave to the general kernels)
 SKINNY_ROWS = NARROW_PIXELS
+#: ... on Numba's threads from this many multiply-adds (a task of 64 x 4096 x 128 is 2**25;
+#: below, one thread: a parallel region costs more than it saves on a small task)
+SKINNY_PARALLEL = 1 << 24
 
 
 def narrow(g: Geometry) -> bool:
@@ -447,7 +450,10 @@ def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag) 
     bmax = _kskinny.kmem_abs_max(k16, lanes, sizes)
     if not _kskinny.rows_ok(rsum, rmax, bmax, K):
         return False
-    _kskinny.skinny_q16(xs, k16, per_lane, K, g.cout, trunc, acc.reshape(g.cout, P))
+    if g.macs >= SKINNY_PARALLEL and _kpar.workers() > 1:
+        _kskinny.skinny_q16_par(xs, k16, per_lane, K, g.cout, trunc, acc.reshape(g.cout, P), _kpar.workers())
+    else:
+        _kskinny.skinny_q16(xs, k16, per_lane, K, g.cout, trunc, acc.reshape(g.cout, P))
     flag[...] = 0
     return True
 
