@@ -84,16 +84,20 @@ def lookup_window(src, splane, srow, C, H, W, table, dst, dplane, drow, wpad, co
             do = c * dplane + h * drow
             for k0 in range(0, W, CHUNK):
                 m = min(CHUNK, W - k0)
+                # views indexed from 0: no negative-index wrap in the loops, so they vectorize
+                s = src[so + k0 : so + k0 + m]
+                d = dst[do + k0 : do + k0 + m]
                 for k in range(m):
-                    buf[k] = table[src[so + k0 + k]]
+                    buf[k] = table[s[k]]
                 for k in range(m):
                     v = buf[k]
-                    dst[do + k0 + k] = v
+                    d[k] = v
                     under += (v >> 16) & 1
                     over += (v >> 17) & 1
                     nan += v >> 18
-            for k in range(W, wpad):
-                dst[do + k] = 0
+            tail = dst[do + W : do + wpad]
+            for k in range(tail.size):
+                tail[k] = 0
     counts[0] += nan
     counts[1] += under
     counts[2] += over
