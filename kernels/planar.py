@@ -138,7 +138,15 @@ def _sum_row(a, r, s0):
                 ninf = True
             continue
         acc += np.int64(x * _SCALE)  # exact: an integer below 2**40
-    if pinf and ninf:
+    return _sum_value(acc, False, pinf, ninf)
+
+
+@njit(cache=True, inline="always")
+def _sum_value(acc, nan, pinf, ninf):
+    """A row's sum from the exact sum ``acc`` of its finite elements (in units of
+    ``2**-24``) and whether it held a NaN, +inf, -inf: NaN for a NaN or both
+    infinities, else the infinity, else ``acc`` rounded once to fp16."""
+    if nan or (pinf and ninf):
         return np.nan
     if pinf:
         return np.inf
@@ -161,6 +169,17 @@ def _max_row(a, r, s0):
     return m
 
 
+@njit(cache=True, inline="always")
+def _finish_row(y, recip, s, c):
+    """A reduced row ``y`` through the reciprocal (when ``recip``) and the output affine."""
+    if recip:
+        if y == 0.0:
+            y = -np.inf if _signbit(y) else np.inf
+        else:  # 1/h of an fp16 h is never near an fp16 tie
+            y = round_f16(1.0 / y)
+    return affine(y, s, c)
+
+
 def _reduce(a, kind, s0, recip, s, c, out):
     """Row reductions: ``out[r]`` = sum or max of ``a[r, :]`` (then ``1/.`` when
     ``recip``, then the output affine), as fp16 patterns.  Returns the NaN count."""
@@ -171,12 +190,7 @@ def _reduce(a, kind, s0, recip, s, c, out):
             y = _max_row(a, r, s0)
         else:
             y = _sum_row(a, r, s0)
-        if recip:
-            if y == 0.0:
-                y = -np.inf if _signbit(y) else np.inf
-            else:  # 1/h of an fp16 h is never near an fp16 tie
-                y = round_f16(1.0 / y)
-        v = affine(y, s, c)
+        v = _finish_row(y, recip, s, c)
         out[r] = f64_to_f16(v)
         if v != v:
             nans += 1
@@ -235,6 +249,36 @@ def _unit(xa, xb, op, d):
 
 
 @njit(cache=True)
+def _piece_scaled(xa, xb, op, s0, s, d):
+    """:func:`_piece` for an offset ``c = 0`` (every corpus planar task: ``sub`` is an add
+    with ``s0 = -1``, ``ave`` an add with ``s = 0.5``, softmax's subtraction has
+    ``s = log2(e)``), the common operations as constants, as :func:`_piece_unit`."""
+    if op == OP_ADD:
+        return _scaled(xa, xb, OP_ADD, s0, s, d)
+    if op == OP_MUL:
+        return _scaled(xa, xb, OP_MUL, s0, s, d)
+    if op == OP_SUB:
+        return _scaled(xa, xb, OP_SUB, s0, s, d)
+    return _scaled(xa, xb, op, s0, s, d)
+
+
+@njit(inline="always")
+def _scaled(xa, xb, op, s0, s, d):
+    """:func:`_piece` with ``c = 0``, without its branches on the scales: for an fp16
+    value ``x`` (or a NaN) ``round_f16(1.0 * x)`` is ``x``, so ``round_f16(s0 * x)`` is
+    :func:`_scaled_operand` for every ``s0`` (1 included) and ``round_f16(s * y)`` is
+    :func:`affine` ``(y, s, 0)`` for every ``s`` (the NaNs are NaNs: only whether a value
+    is NaN reaches the output, as 0x7e00)."""
+    n = 0
+    for w in range(d.size):
+        v = round_f16(s * apply_op(op, round_f16(s0 * xa[w]), xb[w]))
+        d[w] = f64_to_f16(v)
+        if v != v:
+            n += 1
+    return n
+
+
+@njit(cache=True)
 def _piece(xa, xb, op, s0, s, c, d):
     """``d[w]`` = the fp16 pattern of :func:`_eltwise`'s value for ``xa[w]``, ``xb[w]``
     (``w < d.size``); returns the NaN count."""
@@ -276,8 +320,76 @@ def eltwise_window(a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp,
             d = dst[od + st : od + st + m]
             if s0 == 1.0 and s == 1.0 and c == 0.0:
                 nans += _piece_unit(xa, xb, op, d)
+            elif c == 0.0:
+                nans += _piece_scaled(xa, xb, op, s0, s, d)
             else:
                 nans += _piece(xa, xb, op, s0, s, c, d)
         for w in range(W, wpad):
             dst[od + w] = 0
+    return nans
+
+
+@njit(inline="always")
+def _sum_bits(row):
+    """:func:`_sum_row` of a row of fp16 patterns (uint16) with ``s0 = 1``, on the patterns:
+    a finite element's value in units of ``2**-24`` is its significand (the implicit bit
+    set for a normal exponent ``e``) shifted left by ``max(e - 1, 0)``, the same integer as
+    ``x * 2**24``; the int64 sum is the same in any order."""
+    acc = np.int64(0)
+    special = np.int64(0)  # bit 0: a NaN, bit 1: +inf, bit 2: -inf
+    for w in range(row.size):
+        h = np.int64(row[w])
+        a = h & 0x7FFF
+        e = a >> 10
+        v = ((a & 0x3FF) | (np.int64(e != 0) << 10)) << max(e - 1, 0)
+        v = v if e != 31 else 0
+        acc += -v if h & 0x8000 else v
+        special |= np.int64(a > 0x7C00) | (np.int64(h == 0x7C00) << 1) | (np.int64(h == 0xFC00) << 2)
+    return _sum_value(acc, special & 1 != 0, special & 2 != 0, special & 4 != 0)
+
+
+@njit(inline="always")
+def _max_bits(row):
+    """:func:`_max_row` of a row of fp16 patterns with ``s0 = 1``, on the patterns: the
+    key ``a`` (+) or ``-a - 1`` (-) of the magnitude ``a`` orders the non-NaN patterns as
+    their values, with ``-0`` below ``+0`` as :func:`_max_row` keeps them; the start is
+    -inf's key, so an empty row is -inf there too."""
+    kmax = np.int64(-0x7C01)
+    nan = False
+    for w in range(row.size):
+        h = np.int64(row[w])
+        a = h & 0x7FFF
+        key = -a - 1 if h & 0x8000 else a
+        kmax = max(kmax, key)
+        nan |= a > 0x7C00
+    if nan:
+        return np.nan
+    return f16_to_f64(kmax if kmax >= 0 else (-kmax - 1) | 0x8000)
+
+
+@njit(cache=True, boundscheck=False)
+def reduce_window(src, stride, rows, W, kind, s0, recip, s, c, out):
+    """:func:`_reduce` on fp16 patterns read in place (no float64 tensor): row ``r`` is
+    ``src[r*stride : r*stride + W]`` (flat uint16), ``out[r]`` its fp16 pattern; returns
+    the NaN count.  With ``s0 = 1`` (every corpus reduction) the sum and the max work on
+    the patterns (:func:`_sum_bits`, :func:`_max_bits`); otherwise each row is decoded by
+    the fp16 codec and reduced by :func:`_sum_row` / :func:`_max_row` themselves.  Either
+    way the row then goes through :func:`_finish_row`, as in :func:`_reduce`.  Serial (a
+    memory-bound pass, as :func:`eltwise_window`)."""
+    x = np.empty((1, W if s0 != 1.0 else 0))
+    nans = 0
+    for r in range(rows):
+        row = src[r * stride : r * stride + W]
+        if s0 != 1.0:
+            for w in range(W):
+                x[0, w] = f16_to_f64(row[w])
+            y = _max_row(x, 0, s0) if kind == RED_MAX else _sum_row(x, 0, s0)
+        elif kind == RED_MAX:
+            y = _max_bits(row)
+        else:
+            y = _sum_bits(row)
+        v = _finish_row(y, recip, s, c)
+        out[r] = f64_to_f16(v)
+        if v != v:
+            nans += 1
     return nans

@@ -106,7 +106,13 @@ LANE_PROGRAMS = [
     "unary/log",
     "activation/softmax",
     "activation/logsoftmax",
+    "activation/softmin",
+    "unary/norm",
+    "unary/ceil",
 ]
+#: the programs with row reductions (max, sum, 1/sum along W), also run on
+#: :func:`_adversarial_rows` (random patterns put a NaN in nearly every row)
+ROW_PROGRAMS = ["activation/softmax", "activation/logsoftmax", "activation/softmin", "unary/norm"]
 
 
 @pytest.fixture(scope="module")
@@ -124,13 +130,43 @@ def _adversarial(shape, seed):
     return np.where(rng.random(n) < 0.3, raw, normal).reshape(shape)
 
 
-@pytest.mark.parametrize("path", LANE_PROGRAMS)
-def test_corpus_programs_equal_the_block_path(big_device, corpus, monkeypatch, path):
+def _adversarial_rows(shape, seed):
+    """Rows (along W) of one kind each, so that a row reduction sees each: fp16 values
+    of every magnitude, without NaN or inf (sums that overflow, cancel, or stay
+    subnormal), with one +inf, with +inf and -inf, with one NaN, huge values (saturating
+    sums), subnormals and signed zeros only, all -0, ordinary values."""
+    rng = np.random.default_rng(seed)
+    *outer, w = shape
+    rows = int(np.prod(outer))
+    finite = rng.integers(0, 0x7C00, (rows, w)).astype(np.uint16) | (
+        rng.integers(0, 2, (rows, w)) << 15
+    ).astype(np.uint16)
+    kind = np.arange(rows) % 8
+    x = finite.view(F16).copy()
+    x[kind == 7] = (rng.standard_normal(((kind == 7).sum(), w)) * 3).astype(F16)
+    x[kind == 4] = np.where(rng.random(((kind == 4).sum(), w)) < 0.5, 65504, 60000).astype(F16)
+    x[kind == 5] = (
+        (rng.integers(0, 0x400, ((kind == 5).sum(), w)) | 0x8000 * (rng.random(((kind == 5).sum(), w)) < 0.5))
+        .astype(np.uint16)
+        .view(F16)
+    )
+    x[kind == 6] = F16(-0.0)
+    col = rng.integers(0, w, rows)
+    for r in np.flatnonzero(kind == 1):
+        x[r, col[r]] = np.inf
+    for r in np.flatnonzero(kind == 2):
+        x[r, col[r]], x[r, (col[r] + 1) % w] = np.inf, -np.inf
+    for r in np.flatnonzero(kind == 3):
+        x[r, col[r]] = np.nan
+    return x.reshape(shape)
+
+
+def _corpus_run(big_device, corpus, monkeypatch, path, make):
     meta = json.loads((corpus / "m1-kernels" / "kernels.json").read_text())
     program = load_program(corpus / "m1-kernels" / f"{path}.bin")
     assert meta[path.split("/")[1]]["file"] == f"{path}.bin"
     slots = big_device.tensors(program)
-    inputs = {s: _adversarial(t.shape, s) for s, t in slots.items() if t.role == "input"}
+    inputs = {s: make(t.shape, s) for s, t in slots.items() if t.role == "input"}
     with fastane.errstate(lut_range="ignore", saturation="ignore"):
         fast = big_device.run(program, inputs)
         with monkeypatch.context() as m:
@@ -140,31 +176,132 @@ def test_corpus_programs_equal_the_block_path(big_device, corpus, monkeypatch, p
     for s in fast:
         assert np.array_equal(bits(fast[s]), bits(slow[s])), (path, s)
     assert fast.stats == slow.stats
+    return fast
+
+
+@pytest.mark.parametrize("path", LANE_PROGRAMS)
+def test_corpus_programs_equal_the_block_path(big_device, corpus, monkeypatch, path):
+    _corpus_run(big_device, corpus, monkeypatch, path, _adversarial)
+
+
+@pytest.mark.parametrize("path", ROW_PROGRAMS)
+def test_corpus_row_programs_equal_the_block_path(big_device, corpus, monkeypatch, path):
+    """The reductions on rows of every kind, and every task of the chain on the lane
+    except the NE tasks over one value per row (too few elements for a table)."""
+    calls = []
+    real = eltwise.run
+
+    def spy(p, *a):
+        out = real(p, *a)
+        calls.append((out is not None, p.geometry.cin * p.geometry.hin * p.geometry.win))
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(eltwise, "run", spy)
+        fast = _corpus_run(big_device, corpus, monkeypatch, path, _adversarial_rows)
+    assert calls and all(on for on, n in calls if n >= 1 << 16), (path, calls)
+    for y in fast.values():  # some rows NaN, not all
+        rows = np.isnan(y.astype(np.float32)).reshape(-1, y.shape[-1]).any(axis=1)
+        assert 0 < rows.sum() < rows.size, path
 
 
 # ------------------------------------------------------------------ the binary kernel
-@pytest.mark.parametrize("op", ["add", "sub", "mul", "max", "min"])
-@pytest.mark.parametrize("bcast", [None, "a", "b"])
-def test_binary_kernel_on_long_and_broadcast_rows(op, bcast):
+#: (s0, s, c): the identity, the corpus's (softmax's log2(e), sub's -1, ave's 0.5), scales
+#: that make subnormals or saturate, and an offset (the general piece)
+WINDOW_SCALES = [
+    (1.0, 1.0, 0.0),
+    (1.0, float(F16(1.4423828125)), 0.0),
+    (-1.0, 1.0, 0.0),
+    (1.0, 0.5, 0.0),
+    (float(F16(2.0**-10)), 1.0, 0.0),
+    (1.0, float(F16(2.0**-12)), 0.0),
+    (3.0, -(2.0**15), 0.0),
+    (float(F16(0.5)), 2.0, 0.5),
+]
+
+
+@pytest.mark.parametrize(
+    "op,bcast",
+    [(op, bc) for op in ("add", "sub", "mul", "max", "min") for bc in (None, "a", "b")]
+    + [(op, bc) for op in ("scale", "abs") for bc in (None, "a")],
+)
+def test_window_kernel_on_long_and_broadcast_rows(op, bcast):
     """``eltwise_window`` (fp16 windows, rows longer than its decode pieces, a row-broadcast
-    operand) against ``eltwise_serial`` on float64 (the block path's kernel), with scales."""
+    operand; the unary ops too, which the lane runs there when a table does not fit)
+    against ``eltwise_serial`` on float64 (the block path's kernel), with scales."""
     from fastane.kernels import planar as k
 
-    code = {"add": k.OP_ADD, "sub": k.OP_SUB, "mul": k.OP_MUL, "max": k.OP_MAX, "min": k.OP_MIN}[op]
+    code = {
+        "add": k.OP_ADD,
+        "sub": k.OP_SUB,
+        "mul": k.OP_MUL,
+        "max": k.OP_MAX,
+        "min": k.OP_MIN,
+        "scale": k.OP_PASS,
+        "abs": k.OP_ABS,
+    }[op]
     H, W = 3, 5000
     a = _adversarial((H, W), 1).view(np.uint16).reshape(-1)
     b = _adversarial((H, W), 2).view(np.uint16).reshape(-1)
+    if op in ("scale", "abs"):
+        b = np.zeros(0, np.uint16)
     vec = _adversarial((H, 1), 3).view(np.uint16).reshape(-1)
-    for s0, s, c in [(1.0, 1.0, 0.0), (1.0, float(F16(1.4423828125)), 0.0), (float(F16(0.5)), 2.0, 0.5)]:
-        ops = {"a": (a, W, 1), "b": (b, W, 1)}
+    for s0, s, c in WINDOW_SCALES:
+        ops = {"a": (a, W, 1), "b": (b, W if b.size else 0, 1 if b.size else 0)}
         if bcast is not None:
             ops[bcast] = (vec, 1, 0)
         (xa, ra, sa), (xb, rb, sb) = ops["a"], ops["b"]
         out = np.empty(H * W, np.uint16)
         nans = k.eltwise_window(xa, 0, ra, sa, xb, 0, rb, sb, 1, H, W, code, s0, s, c, out, 0, W, W)
         fa = xa.view(F16).astype(np.float64).reshape(H, -1)
-        fb = xb.view(F16).astype(np.float64).reshape(H, -1)
+        fb = xb.view(F16).astype(np.float64).reshape(H, -1) if xb.size else np.empty((H, 0))
         want = np.empty((H, W), np.uint16)
         want_nans = k.eltwise_serial(fa, fb, code, s0, s, c, want)
         assert np.array_equal(out.reshape(H, W), want), (op, bcast, s0, s, c)
+        assert nans == want_nans
+
+
+# ------------------------------------------------------------------ the row reductions
+REDUCTIONS = [("sum", False), ("sum", True), ("max", False), ("max", True)]
+ROW_SCALES = [
+    (1.0, 1.0, 0.0),
+    (1.0, 1.4423828125, 0.0),
+    (1.0, 0.5, 0.25),
+    (-1.0, 1.0, 0.0),
+    (float(F16(2.0**-10)), 1.0, 0.0),
+    (3.0, -2.0, 0.5),
+    (1.0, 2.0**15, 0.0),
+]
+
+
+@pytest.mark.parametrize("kind,recip", REDUCTIONS)
+@pytest.mark.parametrize("scales", ROW_SCALES)
+def test_reduce_kernel_on_rows_in_place(kind, recip, scales):
+    """``reduce_window`` (fp16 rows read in place at a row stride, the sum and the max on
+    the patterns when ``s0 = 1``) against ``reduce_serial`` on float64 (the block path's
+    kernel): rows of every kind (:func:`_adversarial_rows`), all 65536 patterns in one
+    row, rows longer than 2**21 / 65504 would let an int32 sum overflow, and an empty row."""
+    from fastane.kernels import planar as k
+
+    code = k.RED_MAX if kind == "max" else k.RED_SUM
+    s0, s, c = scales
+    W, stride = 1600, 1664
+    x = _adversarial_rows((64, W), 5).view(np.uint16)
+    patterns = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    cases = [(x, W, stride)]
+    finite = patterns[(patterns & 0x7FFF) < 0x7C00]
+    for row in (patterns[(patterns & 0x7FFF) <= 0x7C00], finite, finite[finite < 0x8000]):
+        cases.append((row[None], row.size, row.size))
+    cases.append((np.full((2, 1 << 16), 0x7BFF, np.uint16), 1 << 16, 1 << 16))  # 2**16 x 65504
+    cases.append((np.zeros((3, 0), np.uint16), 0, 0))
+    for rows, w, st in cases:
+        r = rows.shape[0]
+        flat = np.zeros(max((r - 1) * st + w, 0) + 7, np.uint16)
+        for i in range(r):
+            flat[i * st : i * st + w] = rows[i]
+        got = np.empty(r, np.uint16)
+        nans = k.reduce_window(flat, st, r, w, code, s0, recip, s, c, got)
+        want = np.empty(r, np.uint16)
+        want_nans = k.reduce_serial(rows.view(F16).astype(np.float64), code, s0, recip, s, c, want)
+        assert np.array_equal(got, want), (kind, recip, scales, w, np.flatnonzero(got != want)[:5])
         assert nans == want_nans

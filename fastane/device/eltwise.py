@@ -12,14 +12,17 @@ directly, one parallel pass per task:
   is a function of the input pattern, looked up in the stage's table of all 65536
   patterns (:func:`fastane.device.ne.pattern_table`, built by the same kernel);
 * a unary planar task (scale and offset, abs): likewise, through its table of the 65536
-  patterns, built by :func:`fastane.kernels.planar.eltwise_serial` itself;
+  patterns, built by :func:`fastane.kernels.planar.eltwise_serial` itself (a source
+  broadcast along the row, or too few elements for a table: as a binary task);
 * a binary planar task: :func:`fastane.kernels.planar.eltwise_window`, the same
-  arithmetic as :func:`fastane.kernels.planar.eltwise_parallel` on decoded operands.
+  arithmetic as :func:`fastane.kernels.planar.eltwise_parallel` on decoded operands;
+* a planar row reduction (sum, max, 1/sum) streamed from DRAM into L2:
+  :func:`fastane.kernels.planar.reduce_window` on the rows in place.
 
 Same bits and the same counters as the block path (tests/test_eltwise_lane.py compares
 both, and the reference).  Where a case does not fit -- another format, odd strides, a
-bias per channel, too few elements for a table, a destination overlapping a source, a
-row reduction -- :func:`run` returns None and the block path runs.
+bias per channel, too few elements for an NE table, a destination overlapping a source
+-- :func:`run` returns None and the block path runs.
 """
 
 from __future__ import annotations
@@ -38,8 +41,6 @@ from .taskplan import with_events
 def run(p, memory: np.ndarray, kmem, l2mem):
     """Run the task of plan ``p`` on the fp16 lane: its Stats, or None if it does not fit."""
     if p.is_planar:
-        if p.planar.reduce:
-            return None
         return _planar(p, memory, l2mem)
     if p.geometry.mode != mac.PASSTHROUGH:
         return None
@@ -78,17 +79,20 @@ def _planar(p, memory, l2mem):
     shape = (g.cin, g.hin, g.win)
     if (g.cout, g.hout, g.wout) != shape:
         return None
+    if cfg.reduce:
+        return _reduce(p, memory, l2mem)
     a = _source(p.src, p.l2, memory, l2mem, shape, broadcast=g.src_broadcast)
     if a is None:
         return None
-    if not cfg.binary:  # a function of the pattern: a table, as for the NE
-        if a[3] != 1 or g.cin * g.hin * g.win < ne.TABLE_MIN:
+    if not cfg.binary:
+        if a[3] == 1 and g.cin * g.hin * g.win >= ne.TABLE_MIN:  # a table, as for the NE
+            table = _unary_table(cfg.op, cfg.in_scale, cfg.out_scale, cfg.offset)
+            return _lookup(p, memory, l2mem, shape, a, table)
+        b = (_EMPTY, 0, 0, 0)  # a broadcast row or a small tensor: computed as below
+    else:
+        b = _second(p.src1, memory, l2mem, shape)
+        if b is None:
             return None
-        table = _unary_table(cfg.op, cfg.in_scale, cfg.out_scale, cfg.offset)
-        return _lookup(p, memory, l2mem, shape, a, table)
-    b = _second(p.src1, memory, l2mem, shape)
-    if b is None:
-        return None
     dst = _destination(p, memory, l2mem, shape, (a, b))
     if dst is None:
         return None
@@ -99,6 +103,24 @@ def _planar(p, memory, l2mem):
             *a, *b, *shape, cfg.op, cfg.in_scale, cfg.out_scale, cfg.offset, out, dp, dr, wpad
         )
     keep()
+    return with_events(p.stats, 0, int(nans), 0, 0)
+
+
+def _reduce(p, memory, l2mem):
+    """A row reduction streamed from DRAM into L2: :func:`fastane.kernels.planar.
+    reduce_window` on the rows in place, the ``(1, 1, groups, 1)`` fp16 result kept in L2
+    as the block path keeps it."""
+    g, cfg = p.geometry, p.planar
+    if p.src is None or p.dst is not None or (g.cin, g.hin) != (1, 1):
+        return None
+    rows = tile_dma.fp16_rows(p.src, memory)
+    if rows is None or rows[2] != g.groups:
+        return None
+    value = np.empty((1, 1, g.groups, 1), np.float16)
+    nans = _kplanar.reduce_window(
+        *rows, cfg.op, cfg.in_scale, cfg.recip, cfg.out_scale, cfg.offset, value.reshape(-1).view(np.uint16)
+    )
+    l2mem.keep(p.l2.result[0], value, p.l2.result[1])
     return with_events(p.stats, 0, int(nans), 0, 0)
 
 

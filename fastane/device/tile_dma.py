@@ -228,3 +228,21 @@ def fp16_source(p: TileDMAPlan, memory: np.ndarray):
     if c and h and (c - 1) * plane + (h - 1) * row + w > win.size:
         return None
     return win, plane, row
+
+
+def fp16_rows(p: TileDMAPlan, memory: np.ndarray):
+    """TileDMASrc of a planar row reduction's fp16 rows (``(groups, 1, 1, W)`` at
+    ``GroupStride``, or one ``(1, 1, W)`` row) as the kernels read them in place:
+    ``(uint16 window, row stride in elements, rows, W)``, or None when the layout does not
+    allow it (another format, odd offset or stride, several rows per group)."""
+    if p.fmt != 2 or p.shape[-3:-1] != (1, 1) or len(p.shape) not in (3, 4):
+        return None
+    rows, w = (p.shape[0], p.shape[-1]) if len(p.shape) == 4 else (1, p.shape[-1])
+    stride = p.strides[0] if len(p.shape) == 4 else 0
+    if p.strides[-1] != 2 or p.index % 2 or stride % 2:
+        return None
+    win = memory[p.index : p.index + p.extent].view(np.uint16)
+    stride //= 2
+    if rows and (rows - 1) * stride + w > win.size:
+        return None
+    return win, stride, rows, w
