@@ -54,8 +54,12 @@ def ne_lookup(values, table, events, out, counts):
     return True
 
 
-#: elements :func:`lookup_window` gathers into its scratch row before it splits and counts them
-CHUNK = 4096
+#: elements of a row :func:`lookup_window` counts in one packed sum (each count then fits
+#: its 16-bit field)
+CHUNK = 1 << 15
+#: the three event bits of a table entry (``v >> 16``: underflow, overflow, NaN) spread
+#: into the 16-bit fields of a packed count (0, 16, 32)
+_SPREAD = np.array([(b & 1) | ((b >> 1) & 1) << 16 | ((b >> 2) & 1) << 32 for b in range(8)], np.uint64)
 
 
 @njit(cache=True, boundscheck=False)
@@ -70,11 +74,10 @@ def lookup_window(src, splane, srow, C, H, W, table, dst, dplane, drow, wpad, co
     (int64[3]) ``+=`` NaN outputs, LUT underflows, LUT overflows.
 
     Serial: one memory-bound pass (a parallel region costs more than it saves on a shared
-    machine).  Each row goes by :data:`CHUNK` elements: a bare gather loop into a scratch
-    row, then one loop that writes the result patterns and counts the event bits, which
-    the compiler vectorizes (the bit tests in the gather loop cost about as much as the
-    gather itself)."""
-    buf = np.empty(min(W, CHUNK), np.uint32)
+    machine).  One loop per row does the gather, the store and the counting: the three
+    event bits index :data:`_SPREAD`, whose entries add each bit into its own 16-bit field
+    of one uint64 sum, split every :data:`CHUNK` elements (one add per element instead of
+    three shifts, masks and adds: about half the time of a gather then a counting pass)."""
     nan = 0
     under = 0
     over = 0
@@ -84,20 +87,18 @@ def lookup_window(src, splane, srow, C, H, W, table, dst, dplane, drow, wpad, co
             do = c * dplane + h * drow
             for k0 in range(0, W, CHUNK):
                 m = min(CHUNK, W - k0)
-                # views indexed from 0: no negative-index wrap in the loops, so they vectorize
                 s = src[so + k0 : so + k0 + m]
                 d = dst[do + k0 : do + k0 + m]
+                acc = np.uint64(0)
                 for k in range(m):
-                    buf[k] = table[s[k]]
-                for k in range(m):
-                    v = buf[k]
+                    v = table[s[k]]
                     d[k] = v
-                    under += (v >> 16) & 1
-                    over += (v >> 17) & 1
-                    nan += v >> 18
-            tail = dst[do + W : do + wpad]
-            for k in range(tail.size):
-                tail[k] = 0
+                    acc += _SPREAD[v >> 16]
+                under += acc & 0xFFFF
+                over += (acc >> 16) & 0xFFFF
+                nan += acc >> 32
+            for k in range(W, wpad):
+                dst[do + k] = 0
     counts[0] += nan
     counts[1] += under
     counts[2] += over

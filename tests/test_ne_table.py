@@ -96,20 +96,29 @@ def test_nan_outputs_of_a_pass_through(n):
 
 
 @pytest.mark.parametrize(
-    "C,H,W,wpad",
-    [(1, 1, 1, 1), (2, 3, 7, 8), (1, 2, 4096, 4096), (1, 1, 4097, 4100), (3, 2, 9000, 9024)],
+    "C,H,W,wpad,p",
+    [
+        (1, 1, 1, 1, 0.2),
+        (2, 3, 7, 8, 0.2),
+        (1, 2, 4096, 4096, 0.2),
+        (1, 1, 4097, 4100, 0.2),
+        (3, 2, 9000, 9024, 0.2),
+        (1, 2, 70000, 70016, 0.2),
+        (1, 2, 70000, 70000, 1.0),  # every event on every element: full packed fields
+    ],
 )
-def test_lookup_window_is_the_table_gather_and_its_event_counts(C, H, W, wpad):
-    """kernels.ne_table.lookup_window (chunked gather, then split and count) against numpy
-    on a random table with random event bits: strided windows, rows across the chunk size,
-    the padding zeroed, the cells outside the window untouched, counts added to."""
+def test_lookup_window_is_the_table_gather_and_its_event_counts(C, H, W, wpad, p):
+    """kernels.ne_table.lookup_window (gather and packed event counts, split every CHUNK
+    elements) against numpy on a random table with random event bits (each with
+    probability ``p``): strided windows, rows across the chunk size, the padding zeroed,
+    the cells outside the window untouched, counts added to."""
     from fastane.kernels import ne_table as kt
 
     rng = np.random.default_rng(C * 1000 + W)
     table = rng.integers(0, 1 << 16, 1 << 16).astype(np.uint32)
-    table |= (rng.random(1 << 16) < 0.2).astype(np.uint32) << 16
-    table |= (rng.random(1 << 16) < 0.2).astype(np.uint32) << 17
-    table |= (rng.random(1 << 16) < 0.2).astype(np.uint32) << 18
+    table |= (rng.random(1 << 16) < p).astype(np.uint32) << 16
+    table |= (rng.random(1 << 16) < p).astype(np.uint32) << 17
+    table |= (rng.random(1 << 16) < p).astype(np.uint32) << 18
     srow, drow = W + 5, wpad + 3
     splane, dplane = H * srow + 11, H * drow + 2
     src = rng.integers(0, 1 << 16, C * splane).astype(np.uint16)
