@@ -232,6 +232,10 @@ def _piece_unit(xa, xb, op, d):
         return _unit(xa, xb, OP_MUL, d)
     if op == OP_SUB:
         return _unit(xa, xb, OP_SUB, d)
+    if op == OP_MAX:
+        return _unit(xa, xb, OP_MAX, d)
+    if op == OP_MIN:
+        return _unit(xa, xb, OP_MIN, d)
     return _unit(xa, xb, op, d)
 
 
@@ -252,11 +256,10 @@ def _unit(xa, xb, op, d):
 def _piece_scaled(xa, xb, op, s0, s, d):
     """:func:`_piece` for an offset ``c = 0`` (every corpus planar task: ``sub`` is an add
     with ``s0 = -1``, ``ave`` an add with ``s = 0.5``, softmax's subtraction has
-    ``s = log2(e)``), the common operations as constants, as :func:`_piece_unit`."""
+    ``s = log2(e)``), those two operations as constants, as :func:`_piece_unit` (each
+    inlined copy costs seconds of a cold compile)."""
     if op == OP_ADD:
         return _scaled(xa, xb, OP_ADD, s0, s, d)
-    if op == OP_MUL:
-        return _scaled(xa, xb, OP_MUL, s0, s, d)
     if op == OP_SUB:
         return _scaled(xa, xb, OP_SUB, s0, s, d)
     return _scaled(xa, xb, op, s0, s, d)
