@@ -136,8 +136,9 @@ def host_bytes(g: Geometry) -> int:
     """Host bytes a task of geometry ``g`` makes the MAC and NE blocks allocate at most
     (estimated from the registers): the float64 source, the im2col columns of a
     non-plain convolution as fp16 patterns and (if a row leaves the float32 fast path) as
-    float64, the float64 weights, a float32 copy of a plain convolution's source, and per output the accumulator (float64), its flag, the
-    readout (float64), the NE's fp16 result and its float64 copy."""
+    float64, the float64 weights, a float32 copy of a plain convolution's source, and per
+    output the accumulator (float64), its flag, the readout (float64), the NE's fp16
+    result and its float64 copy."""
     n_in, n_out = g.cin * g.hin * g.win, g.cout * g.hout * g.wout
     if g.mode != CONV:
         return task_host_bytes(f64=n_in + n_out, results=n_out)
