@@ -93,6 +93,10 @@ def test_gather_decodes_and_bounds():
     assert np.array_equal(x.reshape(-1).view(np.int64), want.view(np.int64))
     assert np.array_equal(cmax, (view & 0x7FFF).reshape(3, -1).max(axis=1))
     assert dma.gather_fp16(mem, 127, shape, strides) is None  # odd: the numpy path
+    # the same window as patterns (the float32 fast path's operand), with the same bound
+    bits, cmax16 = np.empty(shape, np.uint16), np.empty(3, np.int64)
+    dma.gather_bits(mem[128:].view(np.uint16), 256, 64, bits, cmax16)
+    assert np.array_equal(bits, view) and np.array_equal(cmax16, cmax)
 
 
 @pytest.mark.parametrize("shape", [(4, 8), (3, 5), (64, 36), (2, 12, 20), (40, 1030)])
