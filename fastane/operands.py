@@ -33,7 +33,7 @@ import numpy as np
 from .kernels import mac_f32 as _kf32
 
 #: arrays at least this large convert between float32 and fp16 with the hardware's
-#: instructions (``fastane.kernels.mac_f32.round_f32_to_f16`` / ``widen_f16``: the same
+#: instructions (``fastane.kernels.mac_f32.f16_patterns`` / ``widen_f16``: the same
 #: bits as numpy's software conversion, 25x faster at 2**20 elements); smaller ones with
 #: numpy, whose call costs less than a kernel's dispatch
 HW_CONVERT_MIN = 4096
@@ -66,7 +66,7 @@ def fp16_operand(x, func: str, name: str) -> np.ndarray:
         return arr
     if arr.dtype == np.float32 and arr.size >= HW_CONVERT_MIN:
         out = np.empty(arr.shape, np.uint16)
-        _kf32.round_f32_to_f16(np.ascontiguousarray(arr), out)  # the same single rounding
+        _kf32.f16_patterns(np.ascontiguousarray(arr), out)  # the same single rounding
         return out.view(np.float16)
     if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
         arr = _round_to_odd_f64(arr)

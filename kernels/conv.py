@@ -34,11 +34,18 @@ from .parallel import claim
 CHUNK_ELEMENTS = 1 << 22
 
 
-def read_masks(H, W, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow):
+def window(KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow):
+    """A convolution's windows as the one tuple the unfolding kernels take: kernel size,
+    strides, dilations, top/left padding and output size (ints)."""
+    return tuple(int(v) for v in (KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow))
+
+
+def read_masks(H, W, win):
     """``(rows, cols)``: which input rows (uint16 (H,), 1 = read) and columns (uint16
-    (W,), 0x7fff = read, else 0) a convolution's windows read.  A pixel is read exactly
+    (W,), 0x7fff = read, else 0) the windows ``win`` (:func:`window`) read.  A pixel is read exactly
     when its row and its column are (the windows' rows and columns are independent), so
     :func:`unfold_channel` takes the max over that product set from the source."""
+    KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow = win
     rows = np.zeros(H, np.uint16)
     cols = np.zeros(W, np.uint16)
     for mask, n_out, n_in, s, k, d, pad, on in (
@@ -124,9 +131,10 @@ def _inside(x0, W, sx, ow):
 
 
 @njit(inline="always")
-def unfold_channel(src, c, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, rows, read_y, read_x):
+def unfold_channel(src, c, win, rows, read_y, read_x):
     """The im2col core: input channel ``c`` of a group, ``src`` (fp16 bit patterns, uint16
-    (H, W)), into the group's matrix ``rows`` (uint16 (CG*KH*KW, oh*ow)):
+    (H, W)), into the group's matrix ``rows`` (uint16 (CG*KH*KW, oh*ow)), for the windows
+    ``win = (KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow)`` (:func:`window`):
     ``rows[(c*KH + ky)*KW + kx, oy*ow + ox] = src[y, x]`` at ``y = oy*sy + ky*dy - pad_top``,
     ``x = ox*sx + kx*dx - pad_left``, or 0 (+0.0) outside ``src``.  Returns the largest
     magnitude pattern written (``bits & 0x7fff``; above 0x7c00 a NaN was written), whose
@@ -136,6 +144,7 @@ def unfold_channel(src, c, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, ro
     operand the float32 fast path decodes as it loads (``fastane.kernels.mac_f32``)."""
     H = src.shape[0]
     W = src.shape[1]
+    KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow = win
     if sy == 1 and sx == 1 and ow == W:
         _unfold_shifted(src, c, KH, KW, dy, dx, pad_top, pad_left, oh, rows)
     else:
@@ -150,30 +159,10 @@ def unfold_channel(src, c, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow, ro
 
 
 @njit(parallel=True, cache=True)
-def _im2col(
-    x16,
-    n0,
-    n1,
-    groups,
-    KH,
-    KW,
-    sy,
-    sx,
-    dy,
-    dx,
-    pad_top,
-    pad_left,
-    oh,
-    ow,
-    cols,
-    tmax,
-    read_y,
-    read_x,
-    workers,
-):
+def _im2col(x16, n0, n1, groups, win, read_y, read_x, cols, tmax, workers):
     """cols[n - n0, g, (c*KH + ky)*KW + kx, oy*ow + ox] = x16[n, g*CG + c, y, x], or 0
-    outside ``x16`` (y = oy*sy + ky*dy - pad_top, x = ox*sx + kx*dx - pad_left); ``x16``
-    and ``cols``: fp16 bit patterns (uint16).
+    outside ``x16`` (y = oy*sy + ky*dy - pad_top, x = ox*sx + kx*dx - pad_left; ``win``:
+    :func:`window`); ``x16`` and ``cols``: fp16 bit patterns (uint16).
 
     ``tmax[((n - n0)*groups + g)*CG + c]``: max |value| written for that input channel
     (NaN if one is NaN), for the matmul's bound on ``max |b|``.  Tasks (one per input
@@ -190,23 +179,7 @@ def _im2col(
             g = (t // CG) % groups
             c = t % CG
             tmax[t] = f16_to_f64(
-                unfold_channel(
-                    x16[n0 + nl, g * CG + c],
-                    c,
-                    KH,
-                    KW,
-                    sy,
-                    sx,
-                    dy,
-                    dx,
-                    pad_top,
-                    pad_left,
-                    oh,
-                    ow,
-                    cols[nl, g],
-                    read_y,
-                    read_x,
-                )
+                unfold_channel(x16[n0 + nl, g * CG + c], c, win, cols[nl, g], read_y, read_x)
             )
 
 
@@ -228,7 +201,8 @@ def conv2d_q16(x, w, sy, sx, dy, dx, pad_top, pad_left, oh, ow, groups, trunc):
     chunk = max(1, min(N, CHUNK_ELEMENTS // max(1, G * KC * P)))
     wg = w.reshape(G, COG, KC)
     x16 = None  # the input's fp16 patterns, made for the first unfolded chunk
-    read = None if plain else read_masks(H, W, KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow)
+    win = window(KH, KW, sy, sx, dy, dx, pad_top, pad_left, oh, ow)
+    read = None if plain else read_masks(H, W, win)
     for n0 in range(0, N, chunk):
         n1 = min(N, n0 + chunk)
         nb = (n1 - n0) * G
@@ -242,26 +216,7 @@ def conv2d_q16(x, w, sy, sx, dy, dx, pad_top, pad_left, oh, ow, groups, trunc):
             cols = np.empty((n1 - n0, G, KC, P), np.uint16)
             tmax = np.empty(nb * CG)
             with parallel.threads_for(nb * COG * P * KC, mac.SERIAL_MACS):  # as the matmul that follows
-                _im2col(
-                    x16,
-                    n0,
-                    n1,
-                    G,
-                    KH,
-                    KW,
-                    sy,
-                    sx,
-                    dy,
-                    dx,
-                    pad_top,
-                    pad_left,
-                    oh,
-                    ow,
-                    cols,
-                    tmax,
-                    *read,
-                    parallel.workers(),
-                )
+                _im2col(x16, n0, n1, G, win, *read, cols, tmax, parallel.workers())
             cols = cols.reshape(nb, KC, P).view(np.float16)  # read as patterns by the fast path
             bmax = tmax.reshape(nb, CG).max(axis=1)  # NaN propagates
         ia = np.tile(np.arange(G, dtype=np.int64), n1 - n0)

@@ -179,35 +179,14 @@ def lanes_equal(kmem, lanes, sizes, kept):
 
 # ---------------------------------------------------------------- the MAC's im2col operand, from fp16
 @njit(parallel=True, cache=True, boundscheck=False)
-def unfold_f16(
-    mem16,
-    plane,
-    row,
-    H,
-    W,
-    CG,
-    KH,
-    KW,
-    sy,
-    sx,
-    dy,
-    dx,
-    pad_top,
-    pad_left,
-    oh,
-    ow,
-    cols,
-    tmax,
-    read_y,
-    read_x,
-    workers,
-):
+def unfold_f16(mem16, plane, row, H, W, CG, win, read_y, read_x, cols, tmax, workers):
     """TileDMASrc straight into the MAC's im2col operand: ``cols[g, (c*KH + ky)*KW + kx,
     oy*ow + ox]`` = the fp16 input's bit pattern (``mem16[ch*plane + y*row + x]``, ``ch =
     g*CG + c``, ``plane``/``row`` in elements) at ``y = oy*sy + ky*dy - pad_top``, ``x =
-    ox*sx + kx*dx - pad_left``, or 0 outside the input (``cols`` uint16); ``tmax[ch]`` =
-    max |value| written (NaN if one is NaN); ``read_y``, ``read_x``: the pixels the windows
-    read (:func:`fastane.kernels.conv.read_masks`).  The same patterns, in the same places, as
+    ox*sx + kx*dx - pad_left``, or 0 outside the input (``cols`` uint16; ``win``: the
+    windows, :func:`fastane.kernels.conv.window`); ``tmax[ch]`` = max |value| written (NaN
+    if one is NaN); ``read_y``, ``read_x``: the pixels the windows read
+    (:func:`fastane.kernels.conv.read_masks`).  The same patterns, in the same places, as
     ``fastane.kernels.conv``'s ``_im2col`` (the same core,
     :func:`fastane.kernels.conv.unfold_channel`): one task per input channel (its rows
     copied into a buffer of the thread, then unfolded), handed out through the work queue
@@ -223,22 +202,4 @@ def unfold_f16(
             for y in range(H):  # the channel, into the thread's buffer
                 o = t * plane + y * row
                 line[y] = mem16[o : o + W]
-            tmax[t] = f16_to_f64(
-                unfold_channel(
-                    line,
-                    t % CG,
-                    KH,
-                    KW,
-                    sy,
-                    sx,
-                    dy,
-                    dx,
-                    pad_top,
-                    pad_left,
-                    oh,
-                    ow,
-                    cols[t // CG],
-                    read_y,
-                    read_x,
-                )
-            )
+            tmax[t] = f16_to_f64(unfold_channel(line, t % CG, win, cols[t // CG], read_y, read_x))

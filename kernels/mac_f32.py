@@ -100,27 +100,18 @@ def _f16_bits(typingctx, x):
 
 @njit(cache=True, boundscheck=False)
 def f16_patterns(x, out):
-    """``out[...] = the fp16 bit patterns of x`` (``x`` float64 holding fp16 values, ``out``
-    uint16 of the same shape, both C-contiguous): the operand :func:`_fast32_rows` reads in
-    a quarter of float64's bytes.  Exact for fp16 values (float64 -> float32 -> fp16 moves
-    no bit of them); numpy's ``astype(np.float16)`` gives the same patterns about 10x
-    slower (it rounds in software)."""
+    """``out[...] = the fp16 bit patterns of x`` (``out`` uint16 of ``x``'s shape, both
+    C-contiguous), by the hardware's ``vcvtps2ph`` (round to nearest, ties to even;
+    overflow to +-inf, NaN stays NaN).  ``x`` float32: its one correct rounding to fp16,
+    numpy's bits (the rounding of user input, ``fastane.operands``).  ``x`` float64: only
+    for fp16 values (the MAC operand the float32 fast path reads in a quarter of
+    float64's bytes), which float64 -> float32 -> fp16 moves exactly; other float64
+    values would be rounded twice.  numpy's ``astype(np.float16)`` gives the same patterns
+    in software, 10-25x slower."""
     xf = x.reshape(-1)
     of = out.reshape(-1)
     for i in range(xf.size):
         of[i] = _f16_bits(np.float32(xf[i]))
-
-
-@njit(cache=True, boundscheck=False)
-def round_f32_to_f16(x, out):
-    """``out[...] = the fp16 bit patterns of x rounded to nearest, ties to even`` (``x``
-    float32, ``out`` uint16 of the same shape, both C-contiguous): one rounding by the
-    hardware's ``vcvtps2ph`` (overflow to +-inf, NaN stays NaN); numpy's
-    ``astype(np.float16)`` gives the same patterns in software, several times slower."""
-    xf = x.reshape(-1)
-    of = out.reshape(-1)
-    for i in range(xf.size):
-        of[i] = _f16_bits(xf[i])
 
 
 @njit(cache=True, boundscheck=False)

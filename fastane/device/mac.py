@@ -155,15 +155,15 @@ def host_bytes(g: Geometry) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def _read_masks(g: Geometry):
-    """The input rows and columns a convolution's windows read
-    (:func:`fastane.kernels.conv.read_masks`), per geometry (read-only)."""
-    masks = _kconv.read_masks(
-        g.hin, g.win, g.kh, g.kw, g.sy, g.sx, g.dy, g.dx, g.pad_top, g.pad_left, g.hout, g.wout
-    )
+def _unfolding(g: Geometry):
+    """``(win, read_y, read_x)``: the windows of a convolution
+    (:func:`fastane.kernels.conv.window`) and the input rows and columns they read
+    (:func:`fastane.kernels.conv.read_masks`, read-only), per geometry."""
+    win = _kconv.window(g.kh, g.kw, g.sy, g.sx, g.dy, g.dx, g.pad_top, g.pad_left, g.hout, g.wout)
+    masks = _kconv.read_masks(g.hin, g.win, win)
     for m in masks:
         m.flags.writeable = False
-    return masks
+    return (win, *masks)
 
 
 def plain(g: Geometry) -> bool:
@@ -348,26 +348,7 @@ def accumulate_fp16(
         tmax = np.empty(g.cin)
         with _kpar.threads_for(g.macs, _kmac.SERIAL_MACS):  # as conv2d_q16 runs its unfolding
             _kdma.unfold_f16(
-                src16,
-                plane,
-                row,
-                g.hin,
-                g.win,
-                g.cin_g,
-                g.kh,
-                g.kw,
-                g.sy,
-                g.sx,
-                g.dy,
-                g.dx,
-                g.pad_top,
-                g.pad_left,
-                g.hout,
-                g.wout,
-                cols,
-                tmax,
-                *_read_masks(g),
-                _kpar.workers(),
+                src16, plane, row, g.hin, g.win, g.cin_g, *_unfolding(g), cols, tmax, _kpar.workers()
             )
         cols = cols.view(np.float16)
         bmax = tmax.reshape(G, g.cin_g).max(axis=1)  # NaN propagates
