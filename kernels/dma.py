@@ -84,7 +84,15 @@ def gather_f16(mem16, plane, row, out, cmax):
     C-contiguous; ``plane``/``row`` in elements).  ``cmax[c]``: the largest magnitude
     pattern (``bits & 0x7fff``) of channel ``c``: above 0x7c00 it holds a NaN, else its
     decoded value is the channel's max |x| (fp16 magnitudes order like their patterns)."""
-    for c in range(out.shape[0]):
+    C, H, W = out.shape
+    if H * W == 1:  # one value a channel (a decode step's input): no per-row views
+        o1 = out.reshape(C)
+        for c in range(C):
+            v = np.int64(mem16[c * plane])
+            o1[c] = f16_to_f64(v)
+            cmax[c] = v & 0x7FFF
+        return
+    for c in range(C):
         cmax[c] = _decode_plane(mem16, c * plane, row, out[c])
 
 
@@ -132,17 +140,25 @@ def load_lanes(mem, lanes, sources, sizes, kmem):
     """KernelDMA: ``kmem[lanes[i], :sizes[i]] = mem[sources[i]:sources[i] + sizes[i]]`` for
     every lane, in int64 words (``mem`` int64[...] and ``kmem`` int64[16, ...] views of the
     bytes; ``sources`` and ``sizes`` in words; the ranges are checked by the caller's plan).
-    Returns whether any word of KMem changed (the copy compares as it goes: one pass)."""
+    Returns whether any word of KMem changed: the copy compares as it goes (one pass), in
+    blocks of 512 words until the first block that differs, then only copies."""
     changed = np.int64(0)
     for i in range(lanes.size):
         src = mem[sources[i] : sources[i] + sizes[i]]
         dst = kmem[lanes[i], : sizes[i]]
-        d = np.int64(0)
-        for k in range(src.size):
-            v = src[k]
-            d |= v ^ dst[k]
-            dst[k] = v
-        changed |= d
+        k = 0
+        while changed == 0 and k < src.size:
+            s = src[k : k + 512]
+            t = dst[k : k + 512]
+            for j in range(s.size):
+                v = s[j]
+                changed |= v ^ t[j]
+                t[j] = v
+            k += s.size
+        s = src[k:]
+        t = dst[k:]
+        for j in range(s.size):
+            t[j] = s[j]
     return changed != 0
 
 

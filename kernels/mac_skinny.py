@@ -18,24 +18,20 @@ import numpy as np
 from numba import njit, prange
 
 from .acc import SCALE
-from .bounds import _safe
+from .bounds import _abs_stats, _safe
 from .mac_f32 import MAGIC32, MAGIC32_BITS, as_f32, f32_bits, f32_row_ok
-from .parallel import claim, nan_max
+from .parallel import claim
 
 _NAN_MAG = 0x7C00  # fp16 magnitudes above this pattern are NaN
+_MAG = np.uint16(0x7FFF)  # the magnitude bits of an fp16 pattern
 
 
-@njit(cache=True, boundscheck=False)
-def kmem_abs_max(k16, lanes, sizes):
-    """``max |w|`` (float64; NaN if a weight is NaN) over ``k16[lanes[i], :sizes[i]]``:
-    the fp16 patterns of the weights in KMem (``k16`` a uint16 view of the 16 KMems).  The
-    largest magnitude pattern is the pattern of the largest magnitude (fp16 is
-    sign-magnitude, and its magnitudes order as their patterns do)."""
-    m = np.int32(0)
-    for i in range(lanes.size):
-        w = k16[lanes[i], : sizes[i]]
-        for k in range(w.size):
-            m = max(m, np.int32(w[k] & 0x7FFF))
+@njit(cache=True)
+def pattern_abs(m):
+    """``|w|`` (float64) of the largest magnitude pattern ``m`` (``bits & 0x7fff``) of fp16
+    weights, NaN above 0x7c00 (a NaN weight): the largest magnitude pattern is the pattern
+    of the largest magnitude (fp16 is sign-magnitude, and its magnitudes order as their
+    patterns do)."""
     if m > _NAN_MAG:
         return np.nan
     return np.float64(as_f32(np.uint16(m)))
@@ -69,21 +65,28 @@ def _sum(s, offset):
 
 
 @njit(fastmath={"contract"}, inline="always")
-def _dot1(x, w, K, m, trunc):
+def _dot1(x, w, K, m, trunc, wmax):
+    """One row against one channel; ``wmax`` on with the channel's magnitude patterns."""
     s = np.int32(0)
+    mag = np.uint16(0)  # in 16-bit lanes: twice as many a vector as int32's
     for k in range(K):
-        s = np.int32(s + _q(x[k], as_f32(w[k]), m, trunc))
-    return s
+        v = w[k]
+        s = np.int32(s + _q(x[k], as_f32(v), m, trunc))
+        mag = max(mag, np.uint16(v & _MAG))
+    return s, max(wmax, np.int32(mag))
 
 
 @njit(fastmath={"contract"}, inline="always")
 def _dot4x2(x0, x1, x2, x3, wa, wb, K, m, trunc):
     """Four rows against two channels: each weight is loaded and decoded once for four
-    rows, each input once for two channels (eight int32 lane sums)."""
+    rows, each input once for two channels (eight int32 lane sums), and the channels'
+    largest magnitude pattern last."""
     s0 = s1 = s2 = s3 = t0 = t1 = t2 = t3 = np.int32(0)
+    mag = np.uint16(0)
     for k in range(K):
         a = as_f32(wa[k])
         b = as_f32(wb[k])
+        mag = max(mag, np.uint16(wa[k] & _MAG), np.uint16(wb[k] & _MAG))
         s0 = np.int32(s0 + _q(x0[k], a, m, trunc))
         s1 = np.int32(s1 + _q(x1[k], a, m, trunc))
         s2 = np.int32(s2 + _q(x2[k], a, m, trunc))
@@ -92,7 +95,7 @@ def _dot4x2(x0, x1, x2, x3, wa, wb, K, m, trunc):
         t1 = np.int32(t1 + _q(x1[k], b, m, trunc))
         t2 = np.int32(t2 + _q(x2[k], b, m, trunc))
         t3 = np.int32(t3 + _q(x3[k], b, m, trunc))
-    return s0, s1, s2, s3, t0, t1, t2, t3
+    return s0, s1, s2, s3, t0, t1, t2, t3, np.int32(mag)
 
 
 @njit(cache=True, boundscheck=False)
@@ -100,48 +103,69 @@ def prepare(x, xs, rsum, rmax):
     """From the input as the gather leaves it, ``x`` float64[K, P] (fp16 values; channels
     by pixels), the rows of the product: ``xs[p, k] = x[k, p] * 2**16`` as float32 (exact),
     and ``rsum[p]``/``rmax[p]``, the sum and the max of ``|x[:, p]|`` (NaN propagates),
-    summed in the order of ``k`` (``fastane.kernels.bounds._row_abs_stats`` sums in
-    another fixed order; either is a valid bound, BOUND_MARGIN covering any order)."""
+    by ``fastane.kernels.bounds._abs_stats``: the general kernels' row statistics."""
     K, P = x.shape
-    rsum[:] = 0.0
-    rmax[:] = 0.0
-    for k0 in range(0, K, 16):  # a cache line of each row of xs at a time
-        k1 = min(K, k0 + 16)
-        for p in range(P):
-            s = rsum[p]
-            m = rmax[p]
-            for k in range(k0, k1):
-                v = x[k, p]
-                xs[p, k] = np.float32(v) * np.float32(SCALE)
-                a = abs(v)
-                s += a
-                m = nan_max(m, a)
-            rsum[p] = s
-            rmax[p] = m
+    if P == 1:
+        x1 = x.reshape(K)
+        r = xs.reshape(K)
+        for k in range(K):
+            r[k] = np.float32(x1[k]) * np.float32(SCALE)
+    else:
+        for k0 in range(0, K, 16):  # a cache line of each row of xs at a time
+            k1 = min(K, k0 + 16)
+            for p in range(P):
+                for k in range(k0, k1):
+                    xs[p, k] = np.float32(x[k, p]) * np.float32(SCALE)
+    for p in range(P):
+        rsum[p], rmax[p] = _abs_stats(x[:, p])
+
+
+@njit(fastmath={"contract"}, inline="always")
+def _channel(xs, k16, per_lane, K, acc, n, m, trunc, offset, wmax):
+    """Output channel ``n`` of :func:`skinny_q16` for every row, one row at a time (fewer
+    than four rows); ``wmax`` on with the channel's largest magnitude pattern."""
+    o = (n % per_lane) * K
+    w = k16[n // per_lane, o : o + K]
+    for p in range(xs.shape[0]):
+        s, wmax = _dot1(xs[p], w, K, m, trunc, wmax)
+        acc[n, p] = _sum(s, offset)
+    return wmax
 
 
 @njit(fastmath={"contract"}, inline="always")
 def _channels(xs, k16, per_lane, K, N, trunc, acc, n, m, offset):
     """Output channels ``n`` and ``n + 1`` (only ``n`` when it is the last of an odd
-    ``N``) of :func:`skinny_q16`: blocks of four rows, the rows left over one by one."""
+    ``N``) of :func:`skinny_q16`: blocks of four rows, the rows left over one by one.
+    Returns the largest magnitude pattern of the channels' weights."""
     P = xs.shape[0]
+    wmax = np.int32(0)
+    if P < 4:
+        wmax = _channel(xs, k16, per_lane, K, acc, n, m, trunc, offset, wmax)
+        if n + 1 < N:
+            wmax = _channel(xs, k16, per_lane, K, acc, n + 1, m, trunc, offset, wmax)
+        return wmax
     P4 = P - P % 4
     o = (n % per_lane) * K
     wa = k16[n // per_lane, o : o + K]
     if n + 1 == N:  # the last channel of an odd count
         for p in range(P):
-            acc[n, p] = _sum(_dot1(xs[p], wa, K, m, trunc), offset)
-        return
+            s, wmax = _dot1(xs[p], wa, K, m, trunc, wmax)
+            acc[n, p] = _sum(s, offset)
+        return wmax
     o = ((n + 1) % per_lane) * K
     wb = k16[(n + 1) // per_lane, o : o + K]
     for p in range(0, P4, 4):
         s = _dot4x2(xs[p], xs[p + 1], xs[p + 2], xs[p + 3], wa, wb, K, m, trunc)
+        wmax = max(wmax, s[8])
         for q in range(4):
             acc[n, p + q] = _sum(s[q], offset)
             acc[n + 1, p + q] = _sum(s[4 + q], offset)
     for p in range(P4, P):
-        acc[n, p] = _sum(_dot1(xs[p], wa, K, m, trunc), offset)
-        acc[n + 1, p] = _sum(_dot1(xs[p], wb, K, m, trunc), offset)
+        s, wmax = _dot1(xs[p], wa, K, m, trunc, wmax)
+        acc[n, p] = _sum(s, offset)
+        s, wmax = _dot1(xs[p], wb, K, m, trunc, wmax)
+        acc[n + 1, p] = _sum(s, offset)
+    return wmax
 
 
 @njit(fastmath={"contract"}, cache=True, boundscheck=False)
@@ -151,25 +175,44 @@ def skinny_q16(xs, k16, per_lane, K, N, trunc, acc):
     per_lane) * K + k]`` (the KMem layout: ``per_lane`` channels a core).  ``xs``:
     float32[P, K], the rows times ``2**16`` (:func:`prepare`).  ``trunc``: products floored
     instead of rounded.  Blocks of four rows by two channels; the rows and the channel
-    left over one by one."""
+    left over one by one.
+
+    Returns the largest magnitude pattern (``bits & 0x7fff``) of the weights it read:
+    :func:`pattern_abs` of it is the ``max |w|`` that :func:`rows_ok` must admit for the
+    sums to be exact (the caller checks it after the one pass over the weights, and
+    discards ``acc`` when it fails)."""
     m = np.float32(MAGIC32)
     offset = np.int64(K) * MAGIC32_BITS
+    wmax = np.int32(0)
+    if xs.shape[0] < 4:  # no block of four rows: the channels one by one
+        for n in range(N):
+            wmax = _channel(xs, k16, per_lane, K, acc, n, m, trunc, offset, wmax)
+        return wmax
     for n in range(0, N, 2):
-        _channels(xs, k16, per_lane, K, N, trunc, acc, n, m, offset)
+        wmax = max(wmax, _channels(xs, k16, per_lane, K, N, trunc, acc, n, m, offset))
+    return wmax
 
 
 @njit(fastmath={"contract"}, parallel=True, cache=True, boundscheck=False)
 def skinny_q16_par(xs, k16, per_lane, K, N, trunc, acc, workers):
     """:func:`skinny_q16` with the channel pairs handed out to Numba's threads through
     the work queue of :mod:`fastane.kernels.parallel` (each output computed as there: the
-    same bits), for tasks large enough to pay a parallel region."""
+    same bits, the same largest pattern returned), for tasks large enough to pay a
+    parallel region."""
     m = np.float32(MAGIC32)
     offset = np.int64(K) * MAGIC32_BITS
     ntasks = (N + 1) // 2
     counter = np.zeros(1, np.int64)
-    for _ in prange(workers):
+    wmax = np.zeros(workers, np.int32)
+    for i in prange(workers):
         while True:
             t = claim(counter)
             if t >= ntasks:
                 break
-            _channels(xs, k16, per_lane, K, N, trunc, acc, 2 * t, m, offset)
+            w = _channels(xs, k16, per_lane, K, N, trunc, acc, 2 * t, m, offset)
+            if w > wmax[i]:
+                wmax[i] = w
+    r = np.int32(0)
+    for i in range(workers):
+        r = max(r, wmax[i])
+    return r

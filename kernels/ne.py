@@ -120,6 +120,18 @@ def ne_post_bits(x, bias, scale, nonlinear, lutf, luti, out, counts):
     ne_post(y, bias, scale, nonlinear, lutf, luti, out, counts)
 
 
+@njit(inline="always")
+def _post_one(a, f, has_bias, b, do_scale, scale, lut, relu, lutf, luti):
+    """One accumulator of :func:`readout_post` through the readout and the NE stage:
+    ``(fp16 pattern, LUT event)``."""
+    u = _affine_inline(readout_value(a, f), has_bias, b, do_scale, scale)
+    if lut:
+        hb, ev = lut_eval(_rounded(u, has_bias or do_scale), lutf, luti)
+    else:
+        hb, ev = _encode_inline(u, relu), 0
+    return hb, ev
+
+
 @njit(cache=True, boundscheck=False)
 def readout_post(acc, flag, bias, scale, nonlinear, lutf, luti, out16, plane, row, wpad, counts):
     """The accumulator readout and the NE stage in one pass, into the destination layout.
@@ -145,6 +157,26 @@ def readout_post(acc, flag, bias, scale, nonlinear, lutf, luti, out16, plane, ro
     sat = 0
     under = 0
     over = 0
+    if H * W == 1:  # one output a channel (a decode step): no per-row views
+        a1 = acc.reshape(C)
+        f1 = flag.reshape(C)
+        if plane == wpad:  # the channels' bursts tile the window: zero it in one pass
+            z = out16[: C * plane]
+            for i in range(z.size):
+                z[i] = 0
+        for c in range(C):
+            n, st = readout_counts(a1[c], f1[c])
+            nans += n
+            sat += st
+            b = bias[c] if has_bias else 0.0
+            hb, ev = _post_one(a1[c], f1[c], has_bias, b, do_scale, scale, lut, relu, lutf, luti)
+            o = c * plane
+            out16[o] = hb
+            if plane != wpad:
+                for k in range(1, wpad):
+                    out16[o + k] = 0
+            under, over = count_event(ev, under, over)
+        C = 0  # done
     for c in range(C):
         b = bias[c] if has_bias else 0.0
         for h in range(H):
@@ -156,11 +188,7 @@ def readout_post(acc, flag, bias, scale, nonlinear, lutf, luti, out16, plane, ro
                 n, st = readout_counts(a[k], f[k])
                 nans += n
                 sat += st
-                u = _affine(readout_value(a[k], f[k]), has_bias, b, do_scale, scale)
-                if lut:
-                    hb, ev = lut_eval(_rounded(u, has_bias or do_scale), lutf, luti)
-                else:
-                    hb, ev = _encode(u, relu), 0
+                hb, ev = _post_one(a[k], f[k], has_bias, b, do_scale, scale, lut, relu, lutf, luti)
                 dst[k] = hb
                 under, over = count_event(ev, under, over)
             for k in range(W, wpad):

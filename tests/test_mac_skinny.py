@@ -18,10 +18,18 @@ F16 = np.float16
 
 @pytest.fixture
 def skinny_calls(monkeypatch):
-    """A list that grows by one at every call of the skinny kernel (which path ran)."""
+    """A list of the tasks whose accumulators the skinny kernel gave (which path ran: the
+    kernel may run and have its sums discarded when the weights' bound fails)."""
     calls = []
-    real = mac_skinny.skinny_q16
-    monkeypatch.setattr(mac_skinny, "skinny_q16", lambda *x: calls.append(1) or real(*x))
+    real = dmac.skinny
+
+    def spy(*x):
+        used = real(*x)
+        if used:
+            calls.append(1)
+        return used
+
+    monkeypatch.setattr(dmac, "skinny", spy)
     return calls
 
 
@@ -88,8 +96,6 @@ def test_kernel_rounds_and_truncates_as_the_reference(trunc, kind, m, k, n):
     kmem = _kmem_of(np.ascontiguousarray(b.T))
     k16, per_lane, lanes, sizes = kernel_dma.fp16_channels(kmem, n, k, 1, 1)
     x = a.astype(np.float64)
-    bmax = mac_skinny.kmem_abs_max(k16, lanes, sizes)
-    assert bmax == np.abs(b.astype(np.float64)).max()
     xs, rsum, rmax = np.empty((m, k), np.float32), np.empty(m), np.empty(m)
     mac_skinny.prepare(np.ascontiguousarray(x.T), xs, rsum, rmax)
     want_sum, want_max = np.empty((1, m)), np.empty((1, m))
@@ -97,26 +103,40 @@ def test_kernel_rounds_and_truncates_as_the_reference(trunc, kind, m, k, n):
     assert np.array_equal(rmax, want_max[0])  # sums of so few fp16 values are exact in any order
     assert np.array_equal(rsum, want_sum[0])
     assert np.array_equal(xs, (x * 2.0**16).astype(np.float32))
-    assert mac_skinny.rows_ok(rsum, rmax, bmax, k)
     acc = np.empty((n, m))
-    mac_skinny.skinny_q16(xs, k16, per_lane, k, n, trunc, acc)
+    wmax = mac_skinny.skinny_q16(xs, k16, per_lane, k, n, trunc, acc)
+    assert mac_skinny.pattern_abs(wmax) == np.abs(b.astype(np.float64)).max()
+    assert mac_skinny.rows_ok(rsum, rmax, mac_skinny.pattern_abs(wmax), k)
     acc_par = np.full((n, m), np.nan)
-    mac_skinny.skinny_q16_par(xs, k16, per_lane, k, n, trunc, acc_par, 2)  # the threaded twin
-    assert np.array_equal(acc_par, acc)
+    wmax_par = mac_skinny.skinny_q16_par(xs, k16, per_lane, k, n, trunc, acc_par, 2)  # the threaded twin
+    assert np.array_equal(acc_par, acc) and wmax_par == wmax
     y = np.empty((m, n))
     mac.readout(np.ascontiguousarray(acc.T), np.zeros(y.shape, np.int8), y)
     want = ref_matmul(a, b, trunc=trunc)
     assert np.array_equal(y.astype(F16).view(np.uint16), want.view(np.uint16))
 
 
-def test_abs_max_sees_nan_and_inf():
-    kmem = _kmem_of(np.ones((20, 9), F16))
-    k16, _, lanes, sizes = kernel_dma.fp16_channels(kmem, 20, 9, 1, 1)
-    assert mac_skinny.kmem_abs_max(k16, lanes, sizes) == 1.0
+@pytest.mark.parametrize("m", [1, 5])  # one row a channel at a time, and blocks of four
+def test_abs_max_sees_nan_and_inf(m):
+    """The kernel's largest weight pattern covers every weight it read, the last channel
+    of an odd count and the last weight included; inf and NaN read as such."""
+    kmem = _kmem_of(np.ones((21, 9), F16))
+    k16, per_lane, lanes, sizes = kernel_dma.fp16_channels(kmem, 21, 9, 1, 1)
+    xs, acc = np.ones((m, 9), np.float32), np.empty((21, m))
+
+    def bmax():
+        w = mac_skinny.skinny_q16(xs, k16, per_lane, 9, 21, False, acc)
+        assert mac_skinny.skinny_q16_par(xs, k16, per_lane, 9, 21, False, acc, 2) == w
+        return mac_skinny.pattern_abs(w)
+
+    assert bmax() == 1.0
     k16[lanes[-1], sizes[-1] - 1] = np.float16(-np.inf).view(np.uint16)
-    assert mac_skinny.kmem_abs_max(k16, lanes, sizes) == np.inf
+    assert bmax() == np.inf
     k16[lanes[0], 0] = 0xFC01  # a negative NaN
-    assert np.isnan(mac_skinny.kmem_abs_max(k16, lanes, sizes))
+    assert np.isnan(bmax())
+    k16[lanes[0], 0] = k16[lanes[-1], sizes[-1] - 1] = 0x3C00
+    k16[lanes[-1], sizes[-1] - 9] = 0x4000  # the first weight of the last (odd) channel: 2.0
+    assert bmax() == 2.0
     assert kernel_dma.fp16_channels(kmem, 20, 9, 1, 1, fmt=1) is None  # int8: not this kernel
     assert dmac.SKINNY_ROWS >= 8
 

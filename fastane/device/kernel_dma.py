@@ -26,6 +26,7 @@ kernel slots it reads (``Header.KBase{CrH}``, which must be enabled by ``KBE{CrH
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,9 +61,17 @@ class KernelDMAPlan:
     #: (lanes, sources, sizes) in int64 words for the copy kernel, or False (first load)
     _arrays: object = field(default=None, compare=False, repr=False)
 
-    @property
+    @functools.cached_property
     def nbytes(self) -> int:
         return sum(lane.nbytes for lane in self.lanes)
+
+    @functools.cached_property
+    def loaded(self) -> tuple:
+        """The bytes each core's KMem holds after these lanes ran (0: not loaded)."""
+        out = [0] * LANES
+        for lane in self.lanes:
+            out[lane.lane] = lane.nbytes
+        return tuple(out)
 
 
 def plan(regs: dict, bars, what: str = "KernelDMA") -> KernelDMAPlan:
@@ -100,12 +109,12 @@ class KMem:
 
     def __init__(self):
         self.data = np.zeros((LANES, KMEM_BYTES), dtype=np.uint8)
-        self.loaded = [0] * LANES  # bytes valid in each core's KMem
+        self.loaded = (0,) * LANES  # bytes valid in each core's KMem
         self.generation = 0
 
     def load(self, p: KernelDMAPlan, memory: np.ndarray) -> int:
         """Run the lanes of plan ``p`` against the unified-memory bytes; bytes moved."""
-        self.loaded = loaded = [0] * LANES
+        self.loaded = p.loaded
         if not p.lanes:
             return 0
         arrays = p._arrays
@@ -125,8 +134,6 @@ class KMem:
             for lane, src in zip(p.lanes, p.sources):
                 self.data[lane.lane, : lane.nbytes] = memory[src : src + lane.nbytes]
             self.generation += 1
-        for lane in p.lanes:
-            loaded[lane.lane] = lane.nbytes
         return p.nbytes
 
 
@@ -244,13 +251,17 @@ def fp16_channels(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt=2):
     fp16 values -- or None for another format (palettized, int8)."""
     if isinstance(fmt, palette.Palettized) or DTYPES[fmt] != np.float16:
         return None
-    lanes = _used_lanes(cout, cin_g, kh, kw, fmt)
-    return (
-        kmem.data.view(np.uint16),
-        channels_per_core(cout),
-        np.array([lane for lane, _ in lanes], np.int64),
-        np.array([n // 2 for _, n in lanes], np.int64),
-    )
+    return (kmem.data.view(np.uint16), channels_per_core(cout), *_fp16_lanes(cout, cin_g, kh, kw))
+
+
+@functools.lru_cache(maxsize=256)
+def _fp16_lanes(cout: int, cin_g: int, kh: int, kw: int) -> tuple:
+    """``(lanes, sizes)`` of :func:`fp16_channels` (int64 arrays, read-only; kept per shape)."""
+    lanes = _used_lanes(cout, cin_g, kh, kw, 2)
+    out = np.array([lane for lane, _ in lanes], np.int64), np.array([n // 2 for _, n in lanes], np.int64)
+    for a in out:
+        a.flags.writeable = False
+    return out
 
 
 def used_bytes(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt=2) -> np.ndarray:

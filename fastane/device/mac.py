@@ -64,7 +64,7 @@ class Geometry:
     def cin_g(self) -> int:
         return self.cin // self.groups
 
-    @property
+    @functools.cached_property
     def macs(self) -> int:
         """Multiply-accumulates the task performs (0 when nothing is multiplied)."""
         if self.mode != CONV:
@@ -419,9 +419,11 @@ def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag) 
     """The accumulators of an ungrouped 1x1 convolution with few pixels (``x``: the float64
     input ``[1, Cin, H, W]``) from the fp16 weights in KMem (``weights``: ``(k16,
     per_lane, lanes, sizes)``, or None), along ``Cin`` (:func:`fastane.kernels.mac_skinny.
-    skinny_q16`).  Returns False, computing nothing, unless every row's products fit the
-    float32 rounding and its bound proves no step clamps (then the caller's general
-    kernels, which handle those rows exactly, run instead)."""
+    skinny_q16`).  Returns False, its ``acc`` discarded, unless every row's products fit
+    the float32 rounding and its bound proves no step clamps (then the caller's general
+    kernels, which handle those rows exactly, run instead).  The bound's ``max |w|`` is
+    the one the kernel returns from its single pass over the weights: checked after the
+    sums, before they are used."""
     if weights is None:
         return False
     k16, per_lane, lanes, sizes = weights
@@ -429,13 +431,16 @@ def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag) 
     xs = buffer("xs", (P, K), np.float32)
     rsum, rmax = np.empty(P), np.empty(P)
     _kskinny.prepare(x.reshape(K, P), xs, rsum, rmax)
-    bmax = _kskinny.kmem_abs_max(k16, lanes, sizes)
-    if not _kskinny.rows_ok(rsum, rmax, bmax, K):
+    if not _kskinny.rows_ok(rsum, rmax, 0.0, K):  # NaN or inf in x: no max |w| admits it
         return False
     if g.macs >= SKINNY_PARALLEL and _kpar.workers() > 1:
-        _kskinny.skinny_q16_par(xs, k16, per_lane, K, g.cout, trunc, acc.reshape(g.cout, P), _kpar.workers())
+        wmax = _kskinny.skinny_q16_par(
+            xs, k16, per_lane, K, g.cout, trunc, acc.reshape(g.cout, P), _kpar.workers()
+        )
     else:
-        _kskinny.skinny_q16(xs, k16, per_lane, K, g.cout, trunc, acc.reshape(g.cout, P))
+        wmax = _kskinny.skinny_q16(xs, k16, per_lane, K, g.cout, trunc, acc.reshape(g.cout, P))
+    if not _kskinny.rows_ok(rsum, rmax, _kskinny.pattern_abs(wmax), K):
+        return False
     flag[...] = 0
     return True
 
