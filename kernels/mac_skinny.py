@@ -121,11 +121,11 @@ def prepare(x, xs, rsum, rmax):
 
 
 @njit(fastmath={"contract"}, inline="always")
-def _channel(xs, k16, per_lane, K, acc, n, m, trunc, offset, wmax):
+def _channel(xs, k16, base, per_lane, K, acc, n, m, trunc, offset, wmax):
     """Output channel ``n`` of :func:`skinny_q16` for every row, one row at a time (fewer
     than four rows); ``wmax`` on with the channel's largest magnitude pattern."""
-    o = (n % per_lane) * K
-    w = k16[n // per_lane, o : o + K]
+    o = base[n // per_lane] + (n % per_lane) * K
+    w = k16[o : o + K]
     for p in range(xs.shape[0]):
         s, wmax = _dot1(xs[p], w, K, m, trunc, wmax)
         acc[n, p] = _sum(s, offset)
@@ -133,27 +133,27 @@ def _channel(xs, k16, per_lane, K, acc, n, m, trunc, offset, wmax):
 
 
 @njit(fastmath={"contract"}, inline="always")
-def _channels(xs, k16, per_lane, K, N, trunc, acc, n, m, offset):
+def _channels(xs, k16, base, per_lane, K, N, trunc, acc, n, m, offset):
     """Output channels ``n`` and ``n + 1`` (only ``n`` when it is the last of an odd
     ``N``) of :func:`skinny_q16`: blocks of four rows, the rows left over one by one.
     Returns the largest magnitude pattern of the channels' weights."""
     P = xs.shape[0]
     wmax = np.int32(0)
     if P < 4:
-        wmax = _channel(xs, k16, per_lane, K, acc, n, m, trunc, offset, wmax)
+        wmax = _channel(xs, k16, base, per_lane, K, acc, n, m, trunc, offset, wmax)
         if n + 1 < N:
-            wmax = _channel(xs, k16, per_lane, K, acc, n + 1, m, trunc, offset, wmax)
+            wmax = _channel(xs, k16, base, per_lane, K, acc, n + 1, m, trunc, offset, wmax)
         return wmax
     P4 = P - P % 4
-    o = (n % per_lane) * K
-    wa = k16[n // per_lane, o : o + K]
+    o = base[n // per_lane] + (n % per_lane) * K
+    wa = k16[o : o + K]
     if n + 1 == N:  # the last channel of an odd count
         for p in range(P):
             s, wmax = _dot1(xs[p], wa, K, m, trunc, wmax)
             acc[n, p] = _sum(s, offset)
         return wmax
-    o = ((n + 1) % per_lane) * K
-    wb = k16[(n + 1) // per_lane, o : o + K]
+    o = base[(n + 1) // per_lane] + ((n + 1) % per_lane) * K
+    wb = k16[o : o + K]
     for p in range(0, P4, 4):
         s = _dot4x2(xs[p], xs[p + 1], xs[p + 2], xs[p + 3], wa, wb, K, m, trunc)
         wmax = max(wmax, s[8])
@@ -169,10 +169,12 @@ def _channels(xs, k16, per_lane, K, N, trunc, acc, n, m, offset):
 
 
 @njit(fastmath={"contract"}, cache=True, boundscheck=False)
-def skinny_q16(xs, k16, per_lane, K, N, trunc, acc):
+def skinny_q16(xs, k16, base, per_lane, K, N, trunc, acc):
     """``acc[n, p] = sum_k round(x[p, k] * w[n, k])`` in grid units (float64), for rows
-    :func:`rows_ok` admits; ``w[n, k]`` is the fp16 pattern ``k16[n // per_lane, (n %
-    per_lane) * K + k]`` (the KMem layout: ``per_lane`` channels a core).  ``xs``:
+    :func:`rows_ok` admits; ``w[n, k]`` is the fp16 pattern ``k16[base[n // per_lane] + (n
+    % per_lane) * K + k]`` (the KMem layout: ``per_lane`` channels a core, core ``l``'s
+    first word at ``base[l]``; ``k16`` 1-D: KMem, or unified memory where KernelDMA reads
+    the same bytes, ``fastane.device.kernel_dma.KMem.fp16_lanes``).  ``xs``:
     float32[P, K], the rows times ``2**16`` (:func:`prepare`).  ``trunc``: products floored
     instead of rounded.  Blocks of four rows by two channels; the rows and the channel
     left over one by one.
@@ -186,15 +188,15 @@ def skinny_q16(xs, k16, per_lane, K, N, trunc, acc):
     wmax = np.int32(0)
     if xs.shape[0] < 4:  # no block of four rows: the channels one by one
         for n in range(N):
-            wmax = _channel(xs, k16, per_lane, K, acc, n, m, trunc, offset, wmax)
+            wmax = _channel(xs, k16, base, per_lane, K, acc, n, m, trunc, offset, wmax)
         return wmax
     for n in range(0, N, 2):
-        wmax = max(wmax, _channels(xs, k16, per_lane, K, N, trunc, acc, n, m, offset))
+        wmax = max(wmax, _channels(xs, k16, base, per_lane, K, N, trunc, acc, n, m, offset))
     return wmax
 
 
 @njit(fastmath={"contract"}, parallel=True, cache=True, boundscheck=False)
-def skinny_q16_par(xs, k16, per_lane, K, N, trunc, acc, workers):
+def skinny_q16_par(xs, k16, base, per_lane, K, N, trunc, acc, workers):
     """:func:`skinny_q16` with the channel pairs handed out to Numba's threads through
     the work queue of :mod:`fastane.kernels.parallel` (each output computed as there: the
     same bits, the same largest pattern returned), for tasks large enough to pay a
@@ -209,7 +211,7 @@ def skinny_q16_par(xs, k16, per_lane, K, N, trunc, acc, workers):
             t = claim(counter)
             if t >= ntasks:
                 break
-            w = _channels(xs, k16, per_lane, K, N, trunc, acc, 2 * t, m, offset)
+            w = _channels(xs, k16, base, per_lane, K, N, trunc, acc, 2 * t, m, offset)
             if w > wmax[i]:
                 wmax[i] = w
     r = np.int32(0)

@@ -94,7 +94,7 @@ def test_kernel_rounds_and_truncates_as_the_reference(trunc, kind, m, k, n):
     rng = np.random.default_rng(7 + trunc + m)
     a, b = _operands(kind, m, k, n, rng)
     kmem = _kmem_of(np.ascontiguousarray(b.T))
-    k16, per_lane, lanes, sizes = kernel_dma.fp16_channels(kmem, n, k, 1, 1)
+    k16, base, per_lane, lanes, sizes = kernel_dma.fp16_channels(kmem, n, k, 1, 1)
     x = a.astype(np.float64)
     xs, rsum, rmax = np.empty((m, k), np.float32), np.empty(m), np.empty(m)
     mac_skinny.prepare(np.ascontiguousarray(x.T), xs, rsum, rmax)
@@ -104,11 +104,13 @@ def test_kernel_rounds_and_truncates_as_the_reference(trunc, kind, m, k, n):
     assert np.array_equal(rsum, want_sum[0])
     assert np.array_equal(xs, (x * 2.0**16).astype(np.float32))
     acc = np.empty((n, m))
-    wmax = mac_skinny.skinny_q16(xs, k16, per_lane, k, n, trunc, acc)
+    wmax = mac_skinny.skinny_q16(xs, k16, base, per_lane, k, n, trunc, acc)
     assert mac_skinny.pattern_abs(wmax) == np.abs(b.astype(np.float64)).max()
     assert mac_skinny.rows_ok(rsum, rmax, mac_skinny.pattern_abs(wmax), k)
     acc_par = np.full((n, m), np.nan)
-    wmax_par = mac_skinny.skinny_q16_par(xs, k16, per_lane, k, n, trunc, acc_par, 2)  # the threaded twin
+    wmax_par = mac_skinny.skinny_q16_par(
+        xs, k16, base, per_lane, k, n, trunc, acc_par, 2
+    )  # the threaded twin
     assert np.array_equal(acc_par, acc) and wmax_par == wmax
     y = np.empty((m, n))
     mac.readout(np.ascontiguousarray(acc.T), np.zeros(y.shape, np.int8), y)
@@ -121,12 +123,13 @@ def test_abs_max_sees_nan_and_inf(m):
     """The kernel's largest weight pattern covers every weight it read, the last channel
     of an odd count and the last weight included; inf and NaN read as such."""
     kmem = _kmem_of(np.ones((21, 9), F16))
-    k16, per_lane, lanes, sizes = kernel_dma.fp16_channels(kmem, 21, 9, 1, 1)
+    k16, base, per_lane, lanes, sizes = kernel_dma.fp16_channels(kmem, 21, 9, 1, 1)
+    k16 = k16.reshape(len(base), -1)  # the 16 KMems, a row each (base: the rows' starts)
     xs, acc = np.ones((m, 9), np.float32), np.empty((21, m))
 
     def bmax():
-        w = mac_skinny.skinny_q16(xs, k16, per_lane, 9, 21, False, acc)
-        assert mac_skinny.skinny_q16_par(xs, k16, per_lane, 9, 21, False, acc, 2) == w
+        w = mac_skinny.skinny_q16(xs, k16.reshape(-1), base, per_lane, 9, 21, False, acc)
+        assert mac_skinny.skinny_q16_par(xs, k16.reshape(-1), base, per_lane, 9, 21, False, acc, 2) == w
         return mac_skinny.pattern_abs(w)
 
     assert bmax() == 1.0

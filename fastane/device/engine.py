@@ -198,6 +198,12 @@ class Engine:
             if not regs["TileDMADst.DMAConfig.En"]:
                 raise DecodeFault(f"{what}: ResultType 2 (DRAM) with TileDMADst disabled")
             p.dst = tile_dma.plan_dst(regs, bars, g.cout, g.hout, g.wout, what)
+            p.lazy_kmem = (
+                not p.is_planar
+                and p.src is not None
+                and mac.skinny_candidate(g)
+                and not _writes_kernel(p.dst, p.kdma)
+            )
         else:
             l2.keep(resident, p.l2.result[0], p.l2.shape_out, p.l2.result[1], True)
         src_bytes = (p.src.nbytes if p.src else 0) + (p.src1.nbytes if p.src1 else 0)
@@ -219,14 +225,17 @@ class Engine:
         if stats_only:  # nothing moves: the counts are the plans' (copied)
             details = [copy_stats(p.stats) for p in plans]
         else:
-            details = [self._run_task(p) for p in plans]
+            try:
+                details = [self._run_task(p) for p in plans]
+            finally:  # a deferred KernelDMA copy is made before anything else writes memory
+                self.kmem.settle()
         total = sum_stats(details)
         total.tasks_detail = details
         return total
 
     def _run_task(self, p: TaskPlan) -> Stats:
         data = self.memory.data
-        self.kmem.load(p.kdma, data)
+        self.kmem.load(p.kdma, data, p.lazy_kmem)
         fast = p.fast
         if fast is None:
             fast = p.fast = fast_path(p, data)
@@ -367,3 +376,9 @@ class Engine:
 
 
 __all__ = ["Engine", "TaskPlan", "decode"]
+
+
+def _writes_kernel(dst, kdma) -> bool:
+    """Whether TileDMADst's bytes ``dst`` overlap a byte the task's KernelDMA lanes read."""
+    lo, hi = dst.index, dst.index + dst.extent
+    return any(src < hi and lo < src + lane.nbytes for lane, src in zip(kdma.lanes, kdma.sources))

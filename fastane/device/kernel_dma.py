@@ -41,6 +41,7 @@ from .faults import BARFault, KMemOverflow
 #: KernelDMA lanes (one per NE core) and the kernel memory of each core (fastane.m1)
 LANES = CORES
 KMEM_BYTES = KMEM_CORE_BYTES
+_KMEM_WORDS = np.arange(LANES, dtype=np.int64) * (KMEM_BYTES // 2)  # core l's first fp16 word
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,17 @@ class KernelDMAPlan:
     @functools.cached_property
     def nbytes(self) -> int:
         return sum(lane.nbytes for lane in self.lanes)
+
+    @functools.cached_property
+    def halfwords(self):
+        """Where each core's lane reads, in fp16 words of unified memory (int64[16]; 0 for a
+        lane not loaded), or None when a source is at an odd byte."""
+        if any(src % 2 for src in self.sources):
+            return None
+        out = np.zeros(LANES, np.int64)
+        for lane, src in zip(self.lanes, self.sources):
+            out[lane.lane] = src // 2
+        return out
 
     @functools.cached_property
     def loaded(self) -> tuple:
@@ -105,15 +117,63 @@ class KMem:
     """The 16 kernel memories, with what each lane last loaded.
 
     ``generation`` counts the loads that changed a byte of KMem: what was read out of it
-    (the decoded weights) is still what it holds while the generation is the same."""
+    (the decoded weights) is still what it holds while the generation is the same.
+
+    A *deferred* load (``load(..., lazy=True)``) records its plan instead of copying, for a
+    task whose MAC reads the fp16 weights where KernelDMA reads them (:meth:`fp16_lanes`:
+    the same bytes).  The copy is made when anything reads :attr:`data`, when the next
+    load would leave some of its bytes in place, or at :meth:`settle`; the engine settles
+    at the end of every run and defers only tasks whose TileDMADst does not write over
+    their own kernel bytes, so nothing writes the bytes a deferred load reads before they
+    are copied.  A deferred load counts as a change of generation (it is not compared)."""
 
     def __init__(self):
-        self.data = np.zeros((LANES, KMEM_BYTES), dtype=np.uint8)
+        self._data = np.zeros((LANES, KMEM_BYTES), dtype=np.uint8)
         self.loaded = (0,) * LANES  # bytes valid in each core's KMem
         self.generation = 0
+        self._deferred = None  # (plan, unified memory) of a load not yet copied
 
-    def load(self, p: KernelDMAPlan, memory: np.ndarray) -> int:
-        """Run the lanes of plan ``p`` against the unified-memory bytes; bytes moved."""
+    @property
+    def data(self) -> np.ndarray:
+        """The bytes of the 16 KMems, uint8[16, 64 KiB] (a deferred load copied in first)."""
+        if self._deferred is not None:
+            self.settle()
+        return self._data
+
+    def settle(self) -> None:
+        """Copy a deferred load's bytes into KMem (nothing when there is none)."""
+        d, self._deferred = self._deferred, None
+        if d is not None:
+            p, memory = d
+            for lane, src in zip(p.lanes, p.sources):
+                self._data[lane.lane, : lane.nbytes] = memory[src : src + lane.nbytes]
+
+    def fp16_lanes(self) -> tuple:
+        """``(k16, base)``: the fp16 patterns core ``l``'s KMem holds start at ``k16[base[l]]``
+        (``k16`` uint16, 1-D): unified memory where a deferred load reads them, else KMem."""
+        d = self._deferred
+        if d is None:
+            return self._data.reshape(-1).view(np.uint16), _KMEM_WORDS
+        p, memory = d
+        return memory.view(np.uint16), p.halfwords
+
+    def load(self, p: KernelDMAPlan, memory: np.ndarray, lazy: bool = False) -> int:
+        """Run the lanes of plan ``p`` against the unified-memory bytes; bytes moved.
+        ``lazy``: defer the copy (see the class), when the lanes are at even bytes."""
+        d = self._deferred
+        if lazy and p.lanes and memory.size % 2 == 0 and p.halfwords is not None:
+            if (
+                d is not None
+                and d[0].loaded != p.loaded
+                and any(n > m for n, m in zip(d[0].loaded, p.loaded))
+            ):
+                self.settle()  # bytes the new load leaves in place: copied first
+            self._deferred = (p, memory)
+            self.loaded = p.loaded
+            self.generation += 1
+            return p.nbytes
+        if d is not None:
+            self.settle()
         self.loaded = p.loaded
         if not p.lanes:
             return 0
@@ -128,11 +188,11 @@ class KMem:
             object.__setattr__(p, "_arrays", arrays)
         if arrays and memory.ctypes.data % 8 == 0:
             # every lane is 64-byte aligned and sized: one pass that copies and compares
-            if _kdma.load_lanes(memory.view(np.int64), *arrays, self.data.view(np.int64)):
+            if _kdma.load_lanes(memory.view(np.int64), *arrays, self._data.view(np.int64)):
                 self.generation += 1
         else:
             for lane, src in zip(p.lanes, p.sources):
-                self.data[lane.lane, : lane.nbytes] = memory[src : src + lane.nbytes]
+                self._data[lane.lane, : lane.nbytes] = memory[src : src + lane.nbytes]
             self.generation += 1
         return p.nbytes
 
@@ -245,13 +305,14 @@ def _used_lanes(cout: int, cin_g: int, kh: int, kw: int, fmt=2) -> list[tuple[in
 
 
 def fp16_channels(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt=2):
-    """``(k16, per_lane, lanes, sizes)``: a plain fp16 kernel where KMem holds it -- ``k16``
-    the 16 KMems as uint16, output channel ``n`` at ``k16[n // per_lane, (n % per_lane) * c
-    :][:c]`` (``c = Cin/groups * Kh * Kw``), and the lanes the MAC reads with their sizes in
-    fp16 values -- or None for another format (palettized, int8)."""
+    """``(k16, base, per_lane, lanes, sizes)``: a plain fp16 kernel where KMem holds it --
+    output channel ``n`` at ``k16[base[n // per_lane] + (n % per_lane) * c:][:c]`` (``c =
+    Cin/groups * Kh * Kw``; ``k16``, ``base``: :meth:`KMem.fp16_lanes`), and the lanes the
+    MAC reads with their sizes in fp16 values -- or None for another format (palettized,
+    int8)."""
     if isinstance(fmt, palette.Palettized) or DTYPES[fmt] != np.float16:
         return None
-    return (kmem.data.view(np.uint16), channels_per_core(cout), *_fp16_lanes(cout, cin_g, kh, kw))
+    return (*kmem.fp16_lanes(), channels_per_core(cout), *_fp16_lanes(cout, cin_g, kh, kw))
 
 
 @functools.lru_cache(maxsize=256)

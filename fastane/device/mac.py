@@ -30,6 +30,7 @@ from fastane.kernels import mac as _kmac
 from fastane.kernels import mac_skinny as _kskinny
 from fastane.kernels import parallel as _kpar
 
+from ..m1 import DTYPES
 from . import int8, palette
 from .dims import task_dims
 from .faults import DecodeFault, UnsupportedTask
@@ -256,6 +257,21 @@ SKINNY_ROWS = NARROW_PIXELS
 SKINNY_PARALLEL = 1 << 24
 
 
+def skinny_candidate(g: Geometry) -> bool:
+    """Whether :func:`accumulate_fp16` tries the skinny kernel for this task (an ungrouped,
+    :func:`narrow` fp16 1x1 convolution of at most :data:`SKINNY_ROWS` pixels, above
+    ``SMALL_MACS``): its MAC would read the fp16 weights where KernelDMA puts them."""
+    return (
+        g.mode == CONV
+        and g.groups == 1
+        and g.macs > _kmac.SMALL_MACS
+        and g.hout * g.wout <= SKINNY_ROWS
+        and not isinstance(g.kernel_fmt, palette.Palettized)
+        and DTYPES[g.kernel_fmt] == np.float16
+        and narrow(g)
+    )
+
+
 def narrow(g: Geometry) -> bool:
     """A plain 1x1 convolution whose output is narrow (few pixels, more channels: a matmul
     with few rows, e.g. a decode step or a short prefill): :func:`accumulate_fp16`
@@ -392,7 +408,7 @@ def _plain_narrow(g: Geometry, src16, plane, row, w, buffer, transposed, kmem16,
             flag.reshape(G, cog, P),
         )
         return None
-    if kmem16 is not None and G == 1 and P <= SKINNY_ROWS and narrow(g):
+    if kmem16 is not None and skinny_candidate(g):
         if skinny(g, x, kmem16(), buffer, trunc, acc, flag):
             return None
     if transposed is not None and narrow(g):
@@ -426,7 +442,7 @@ def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag) 
     sums, before they are used."""
     if weights is None:
         return False
-    k16, per_lane, lanes, sizes = weights
+    k16, base, per_lane, _, _ = weights
     P, K = g.hout * g.wout, g.cin
     xs = buffer("xs", (P, K), np.float32)
     rsum, rmax = np.empty(P), np.empty(P)
@@ -435,10 +451,10 @@ def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag) 
         return False
     if g.macs >= SKINNY_PARALLEL and _kpar.workers() > 1:
         wmax = _kskinny.skinny_q16_par(
-            xs, k16, per_lane, K, g.cout, trunc, acc.reshape(g.cout, P), _kpar.workers()
+            xs, k16, base, per_lane, K, g.cout, trunc, acc.reshape(g.cout, P), _kpar.workers()
         )
     else:
-        wmax = _kskinny.skinny_q16(xs, k16, per_lane, K, g.cout, trunc, acc.reshape(g.cout, P))
+        wmax = _kskinny.skinny_q16(xs, k16, base, per_lane, K, g.cout, trunc, acc.reshape(g.cout, P))
     if not _kskinny.rows_ok(rsum, rmax, _kskinny.pattern_abs(wmax), K):
         return False
     flag[...] = 0

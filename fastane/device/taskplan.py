@@ -33,6 +33,8 @@ class TaskPlan:
     planar: object = None  # planar.PlanarConfig of a planar task
     src1: object = None  # a planar task's second operand (TileDMA plan or L2 operand)
     fast: object = None  # the fused path's windows (see fast_path); False: not taken
+    #: KernelDMA deferred (KMem.load's lazy): the MAC reads the weights where they are
+    lazy_kmem: bool = False
     stats: Stats = dataclasses.field(default_factory=Stats)
 
 
