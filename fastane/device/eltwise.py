@@ -33,6 +33,7 @@ import numpy as np
 
 from fastane.kernels import ne_table as _ktable
 from fastane.kernels import planar as _kplanar
+from fastane.kernels import planar_mul as _kmul
 
 from . import mac, ne, planar, tile_dma
 from .taskplan import with_events
@@ -98,12 +99,20 @@ def _planar(p, memory, l2mem):
         return None
     out, dp, dr, wpad, keep = dst
     nans = 0
-    if out.size:
+    if out.size and _unit_mul(cfg):  # through the CPU's fp16 conversions: the same bits
+        nans = _kmul.mul_window(*a, *b, *shape, out, dp, dr, wpad)
+    elif out.size:
         nans = _kplanar.eltwise_window(
             *a, *b, *shape, cfg.op, cfg.in_scale, cfg.out_scale, cfg.offset, out, dp, dr, wpad
         )
     keep()
     return with_events(p.stats, 0, int(nans), 0, 0)
+
+
+def _unit_mul(cfg) -> bool:
+    """A binary multiply without operand scale or output affine (``fastane.kernels.
+    planar_mul``)."""
+    return cfg.binary and cfg.op == _kplanar.OP_MUL and (cfg.in_scale, cfg.out_scale, cfg.offset) == (1, 1, 0)
 
 
 def _reduce(p, memory, l2mem):
