@@ -33,7 +33,7 @@ import numpy as np
 
 from fastane.kernels import ne_table as _ktable
 from fastane.kernels import planar as _kplanar
-from fastane.kernels import planar_mul as _kmul
+from fastane.kernels import planar_f32 as _kf32
 
 from . import mac, ne, planar, tile_dma
 from .taskplan import with_events
@@ -99,8 +99,9 @@ def _planar(p, memory, l2mem):
         return None
     out, dp, dr, wpad, keep = dst
     nans = 0
-    if out.size and _unit_mul(cfg):  # through the CPU's fp16 conversions: the same bits
-        nans = _kmul.mul_window(*a, *b, *shape, out, dp, dr, wpad)
+    if out.size and _float32(cfg):  # through the CPU's fp16 conversions: the same bits
+        mul, sub = cfg.op == _kplanar.OP_MUL, cfg.op == _kplanar.OP_SUB
+        nans = _kf32.binary_window(*a, *b, *shape, mul, sub, cfg.in_scale, cfg.out_scale, out, dp, dr, wpad)
     elif out.size:
         nans = _kplanar.eltwise_window(
             *a, *b, *shape, cfg.op, cfg.in_scale, cfg.out_scale, cfg.offset, out, dp, dr, wpad
@@ -109,10 +110,14 @@ def _planar(p, memory, l2mem):
     return with_events(p.stats, 0, int(nans), 0, 0)
 
 
-def _unit_mul(cfg) -> bool:
-    """A binary multiply without operand scale or output affine (``fastane.kernels.
-    planar_mul``)."""
-    return cfg.binary and cfg.op == _kplanar.OP_MUL and (cfg.in_scale, cfg.out_scale, cfg.offset) == (1, 1, 0)
+def _float32(cfg) -> bool:
+    """A binary add, subtract or multiply without an output offset: each stage one
+    operation on fp16 values, which float32 rounds as float64 does
+    (:mod:`fastane.kernels.planar_f32`)."""
+    return cfg.binary and cfg.offset == 0 and cfg.op in _F32_OPS
+
+
+_F32_OPS = (_kplanar.OP_ADD, _kplanar.OP_SUB, _kplanar.OP_MUL)
 
 
 def _reduce(p, memory, l2mem):
