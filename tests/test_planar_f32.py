@@ -3,8 +3,8 @@
 (eltwise_window, itself checked against the slow reference in tests/test_planar*.py):
 every fp16 pattern against a spread of partners (subnormals, signed zeros, inf, NaN with
 payloads, sums and products that overflow, cancel or round into the subnormals), with
-operand and output scales, rows broadcast either way, the burst tail.
-(``scripts/check_planar_f32.py`` compares every pair of patterns.)"""
+operand and output scales, rows broadcast either way, the burst tail; and, without
+scales, every pair of patterns (2**32 an operation, a few seconds each)."""
 
 import numpy as np
 import pytest
@@ -53,6 +53,22 @@ def test_every_pattern_against_special_and_random_partners(op):
         d1, n1, d2, n2 = _both(ALL, 0, 0, 1, b, 0, 0, 1, 1, 1, ALL.size, ALL.size, op)
         assert n1 == n2
         assert np.array_equal(d1, d2), hex(q)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_every_pair_of_patterns(op):
+    a = ALL
+    d1, d2 = np.empty_like(a), np.empty_like(a)
+    mul, sub = op == planar.OP_MUL, op == planar.OP_SUB
+    bad = 0
+    for q in range(1 << 16):
+        b = np.full(a.size, q, np.uint16)
+        n1 = planar.eltwise_window(a, 0, 0, 1, b, 0, 0, 1, 1, 1, a.size, op, 1.0, 1.0, 0.0, d1, 0, 0, a.size)
+        n2 = planar_f32.binary_window(
+            a, 0, 0, 1, b, 0, 0, 1, 1, 1, a.size, mul, sub, 1.0, 1.0, d2, 0, 0, a.size
+        )
+        bad += int(np.count_nonzero(d1 != d2)) + (n1 != n2)
+    assert bad == 0
 
 
 @pytest.mark.parametrize("s0,s", SCALES)
