@@ -68,12 +68,18 @@ def f32_bits(typingctx, x):
 
 @intrinsic
 def as_f32(typingctx, x):
-    """``as_f32(x)``: a float32 ``x`` itself, or the float32 value of the fp16 bit pattern
-    ``x`` (a uint16; exact: ``fpext half -> float``, one ``vcvtph2ps`` per vector)."""
+    """``as_f32(x)``: a float32 ``x`` itself, the float32 value of the fp16 bit pattern
+    ``x`` (a uint16; exact: ``fpext half -> float``, one ``vcvtph2ps`` per vector), or a
+    float64 ``x`` that holds an fp16 value as a float32 (``fptrunc``: exact for those)."""
     if x == types.float32:
 
         def codegen(context, builder, signature, args):
             return args[0]
+
+    elif x == types.float64:
+
+        def codegen(context, builder, signature, args):
+            return builder.fptrunc(args[0], ir.FloatType())
 
     elif x == types.uint16:
 

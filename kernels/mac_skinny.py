@@ -20,7 +20,7 @@ from numba import njit, prange
 from .acc import SCALE
 from .bounds import _abs_stats, _safe
 from .mac_f32 import MAGIC32, MAGIC32_BITS, as_f32, f32_bits, f32_row_ok
-from .parallel import claim
+from .parallel import claim, nan_max
 
 _NAN_MAG = 0x7C00  # fp16 magnitudes above this pattern are NaN
 _MAG = np.uint16(0x7FFF)  # the magnitude bits of an fp16 pattern
@@ -100,24 +100,46 @@ def _dot4x2(x0, x1, x2, x3, wa, wb, K, m, trunc):
 
 @njit(cache=True, boundscheck=False)
 def prepare(x, xs, rsum, rmax):
-    """From the input as the gather leaves it, ``x`` float64[K, P] (fp16 values; channels
-    by pixels), the rows of the product: ``xs[p, k] = x[k, p] * 2**16`` as float32 (exact),
-    and ``rsum[p]``/``rmax[p]``, the sum and the max of ``|x[:, p]|`` (NaN propagates),
-    by ``fastane.kernels.bounds._abs_stats``: the general kernels' row statistics."""
+    """From the input ``x`` [K, P] (input channels, or unfolded columns, by pixels) as
+    float64 or float32 fp16 values or as fp16 patterns (uint16: im2col's columns), the
+    rows of the product: ``xs[p, k] = x[k, p] * 2**16`` as float32 (exact), and
+    ``rsum[p]``/``rmax[p]``, the sum and the max of ``|x[:, p]|`` (NaN propagates), summed
+    in a fixed order: one row, by ``fastane.kernels.bounds._abs_stats`` (the general
+    kernels' row statistics); more, along ``k`` for every pixel at once (any order is as
+    good a bound: BOUND_MARGIN).  Both are computed on the rows of ``xs`` and scaled back
+    by ``2**-16``, exactly (a power of two)."""
     K, P = x.shape
     if P == 1:
         x1 = x.reshape(K)
         r = xs.reshape(K)
         for k in range(K):
-            r[k] = np.float32(x1[k]) * np.float32(SCALE)
-    else:
-        for k0 in range(0, K, 16):  # a cache line of each row of xs at a time
-            k1 = min(K, k0 + 16)
+            r[k] = as_f32(x1[k]) * np.float32(SCALE)
+        s, m = _abs_stats(r)
+        rsum[0] = s * (1.0 / SCALE)
+        rmax[0] = m * (1.0 / SCALE)
+        return
+    # 16 rows of x at a time: decoded along the pixels (and summed), then transposed in L1
+    tmp = np.empty((16, P), np.float32)
+    rsum[:] = 0.0
+    rmax[:] = 0.0
+    for k0 in range(0, K, 16):
+        n = min(K, k0 + 16) - k0
+        for j in range(n):
+            row = x[k0 + j]
+            t = tmp[j]
             for p in range(P):
-                for k in range(k0, k1):
-                    xs[p, k] = np.float32(x[k, p]) * np.float32(SCALE)
+                v = as_f32(row[p]) * np.float32(SCALE)
+                t[p] = v
+                a = abs(np.float64(v))
+                rsum[p] += a
+                rmax[p] = nan_max(rmax[p], a)
+        for p in range(P):
+            dst = xs[p, k0 : k0 + n]
+            for j in range(n):
+                dst[j] = tmp[j, p]
     for p in range(P):
-        rsum[p], rmax[p] = _abs_stats(x[:, p])
+        rsum[p] *= 1.0 / SCALE
+        rmax[p] *= 1.0 / SCALE
 
 
 @njit(fastmath={"contract"}, inline="always")

@@ -60,7 +60,8 @@ KINDS = ["random", "tiny", "large", "saturating", "nan_inf", "nan_weight"]
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(
-    "m,k,n", [(1, 200, 40), (3, 130, 33), (8, 64, 100), (5, 37, 48), (13, 40, 33), (64, 24, 97)]
+    "m,k,n",
+    [(1, 200, 40), (3, 130, 33), (8, 64, 100), (5, 37, 48), (13, 40, 33), (64, 24, 97), (100, 30, 130)],
 )
 def test_few_rows_are_the_reference(device, skinny_calls, kind, m, k, n):
     assert m * k * n > mac.SMALL_MACS  # not the serial definition of small work
@@ -97,7 +98,7 @@ def test_kernel_rounds_and_truncates_as_the_reference(trunc, kind, m, k, n):
     k16, base, per_lane, lanes, sizes = kernel_dma.fp16_channels(kmem, n, k, 1, 1)
     x = a.astype(np.float64)
     xs, rsum, rmax = np.empty((m, k), np.float32), np.empty(m), np.empty(m)
-    mac_skinny.prepare(np.ascontiguousarray(x.T), xs, rsum, rmax)
+    mac_skinny.prepare(np.ascontiguousarray(a.T).astype(np.float32), xs, rsum, rmax)
     want_sum, want_max = np.empty((1, m)), np.empty((1, m))
     bounds._row_abs_stats(x[None], want_sum, want_max)  # the general kernels' row bound
     assert np.array_equal(rmax, want_max[0])  # sums of so few fp16 values are exact in any order
@@ -158,3 +159,31 @@ def test_a_1x1_convolution_of_few_pixels_is_the_reference(device, skinny_calls, 
         y = fastane.conv2d(x, w)
     assert np.array_equal(y.view(np.uint16), ref_conv2d(x, w).view(np.uint16))
     assert bool(calls) == (kind != "nan_inf")
+
+
+@pytest.mark.parametrize("kind", ["random", "tiny", "nan_inf", "large"])
+@pytest.mark.parametrize("stride,padding,dilation", [(1, 1, 1), (2, 1, 1), (1, 0, 2)])
+def test_an_unfolded_convolution_of_few_pixels_is_the_reference(
+    device, skinny_calls, kind, stride, padding, dilation
+):
+    """A 3x3 convolution with fewer pixels than channels (ResNet-50's 7 x 7 and 14 x 14
+    layers) reads its im2col columns (fp16 patterns) and the KMem weights; the bounds
+    leave NaN, inf and large products to the general kernels."""
+    from reference import ref_conv2d
+
+    rng = np.random.default_rng(stride * 10 + padding + dilation)
+    x = rng.standard_normal((1, 24, 9, 9))
+    w = rng.standard_normal((96, 24, 3, 3)) / 15
+    if kind == "tiny":
+        x, w = x * 2.0**-10, w * 2.0**-12
+    x, w = x.astype(F16), w.astype(F16)
+    if kind == "nan_inf":
+        x[0, 3, 4, 4], x[0, 5, 0, 1] = np.nan, np.inf
+    elif kind == "large":
+        x[0, 0, 4, 4] = F16(30000.0)
+    calls = skinny_calls
+    with fastane.errstate(saturation="ignore"):
+        y = fastane.conv2d(x, w, stride=stride, padding=padding, dilation=dilation)
+    want = ref_conv2d(x, w, stride=stride, padding=padding, dilation=dilation)
+    assert np.array_equal(y.view(np.uint16), want.view(np.uint16))
+    assert bool(calls) == (kind in ("random", "tiny"))

@@ -247,28 +247,33 @@ def accumulate(g: Geometry, x: np.ndarray, w: np.ndarray, cmax=None, trunc: bool
 NARROW_PIXELS = 64
 #: ... and run on one thread (``threads_for(0, NARROW_SERIAL)``: always serial)
 NARROW_SERIAL = 1
-#: ungrouped narrow outputs with at most this many pixels (rows) are computed from the
-#: fp16 weights in KMem, along ``Cin`` (:mod:`fastane.kernels.mac_skinny`), when their
-#: rows pass its bounds; no transposed copy of the weights is made or kept (the kept
-#: ``w^T`` serves grouped ones and rows the bounds leave to the general kernels)
-SKINNY_ROWS = NARROW_PIXELS
+#: ungrouped outputs with at most this many pixels (rows), fewer than their channels, are
+#: computed from the fp16 weights in KMem, along ``Cin x Kh x Kw`` (the input, or its
+#: im2col columns; :mod:`fastane.kernels.mac_skinny`), when their rows pass its bounds;
+#: no transposed copy of the weights is made or kept (the kept ``w^T`` serves grouped
+#: narrow ones and rows the bounds leave to the general kernels).  One thread, against
+#: the general kernels: 50 vs 14 GMAC/s at 49 x 4608 x 112 (ResNet-50's 7 x 7 layers),
+#: 47 vs 30 at 196 x 2304 x 224 (14 x 14), 42 vs 45 at 784 x 1152 x 448 (28 x 28)
+SKINNY_ROWS = 256
 #: ... on Numba's threads from this many multiply-adds (a task of 64 x 4096 x 128 is 2**25;
 #: below, one thread: a parallel region costs more than it saves on a small task)
 SKINNY_PARALLEL = 1 << 24
 
 
 def skinny_candidate(g: Geometry) -> bool:
-    """Whether :func:`accumulate_fp16` tries the skinny kernel for this task (an ungrouped,
-    :func:`narrow` fp16 1x1 convolution of at most :data:`SKINNY_ROWS` pixels, above
-    ``SMALL_MACS``): its MAC would read the fp16 weights where KernelDMA puts them."""
+    """Whether :func:`accumulate_fp16` tries the skinny kernel for this task (an ungrouped
+    fp16 convolution of at most :data:`SKINNY_ROWS` pixels, fewer than its output
+    channels, above ``SMALL_MACS``): its MAC would read the fp16 weights where KernelDMA
+    puts them."""
+    P = g.hout * g.wout
     return (
         g.mode == CONV
         and g.groups == 1
         and g.macs > _kmac.SMALL_MACS
-        and g.hout * g.wout <= SKINNY_ROWS
+        and P <= SKINNY_ROWS
+        and P < g.cout
         and not isinstance(g.kernel_fmt, palette.Palettized)
         and DTYPES[g.kernel_fmt] == np.float16
-        and narrow(g)
     )
 
 
@@ -351,6 +356,9 @@ def accumulate_fp16(
             # load (matmul_q16_into makes a float64 copy only if another path needs one)
             x = buffer("x16", (1, g.cin, g.hin, g.win), np.uint16)
             _kdma.gather_bits(src16, plane, row, x[0], cmax)
+            if kmem16 is not None and skinny_candidate(g):
+                if skinny(g, x.reshape(kc, P), kmem16(), buffer, trunc, acc, flag):
+                    return acc, flag
             cols = x.reshape(G, kc, P).view(np.float16)
         else:
             cols = _plain_narrow(g, src16, plane, row, w, buffer, transposed, kmem16, trunc, acc, flag, cmax)
@@ -366,6 +374,9 @@ def accumulate_fp16(
             _kdma.unfold_f16(
                 src16, plane, row, g.hin, g.win, g.cin_g, *_unfolding(g), cols, tmax, _kpar.workers()
             )
+        if kmem16 is not None and skinny_candidate(g):
+            if skinny(g, cols[0], kmem16(), buffer, trunc, acc, flag):
+                return acc, flag
         cols = cols.view(np.float16)
         bmax = tmax.reshape(G, g.cin_g).max(axis=1)  # NaN propagates
     idx = _arange(G)
@@ -409,7 +420,7 @@ def _plain_narrow(g: Geometry, src16, plane, row, w, buffer, transposed, kmem16,
         )
         return None
     if kmem16 is not None and skinny_candidate(g):
-        if skinny(g, x, kmem16(), buffer, trunc, acc, flag):
+        if skinny(g, x.reshape(kc, P), kmem16(), buffer, trunc, acc, flag):
             return None
     if transposed is not None and narrow(g):
         wt, wmax = transposed()
@@ -432,10 +443,12 @@ def _plain_narrow(g: Geometry, src16, plane, row, w, buffer, transposed, kmem16,
 
 
 def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag) -> bool:
-    """The accumulators of an ungrouped 1x1 convolution with few pixels (``x``: the float64
-    input ``[1, Cin, H, W]``) from the fp16 weights in KMem (``weights``: ``(k16,
-    per_lane, lanes, sizes)``, or None), along ``Cin`` (:func:`fastane.kernels.mac_skinny.
-    skinny_q16`).  Returns False, its ``acc`` discarded, unless every row's products fit
+    """The accumulators of an ungrouped convolution with few pixels (``x`` ``[K, P]``: the
+    input of a 1x1 convolution, float64 or float32 fp16 values or their patterns, or the
+    im2col columns as patterns, ``K = Cin x Kh x Kw``) from the fp16 weights in KMem
+    (``weights``: :func:`fastane.device.kernel_dma.fp16_channels`, or None), along ``K``
+    (:func:`fastane.kernels.mac_skinny.skinny_q16`).  Returns False, its ``acc``
+    discarded, unless every row's products fit
     the float32 rounding and its bound proves no step clamps (then the caller's general
     kernels, which handle those rows exactly, run instead).  The bound's ``max |w|`` is
     the one the kernel returns from its single pass over the weights: checked after the
@@ -443,10 +456,10 @@ def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag) 
     if weights is None:
         return False
     k16, base, per_lane, _, _ = weights
-    P, K = g.hout * g.wout, g.cin
+    K, P = x.shape
     xs = buffer("xs", (P, K), np.float32)
     rsum, rmax = np.empty(P), np.empty(P)
-    _kskinny.prepare(x.reshape(K, P), xs, rsum, rmax)
+    _kskinny.prepare(x, xs, rsum, rmax)
     if not _kskinny.rows_ok(rsum, rmax, 0.0, K):  # NaN or inf in x: no max |w| admits it
         return False
     if g.macs >= SKINNY_PARALLEL and _kpar.workers() > 1:
