@@ -34,6 +34,7 @@ import numpy as np
 from fastane.kernels import ne as _kne
 from fastane.kernels import fp16 as _fp16
 from fastane.kernels import ne_table as _ktable
+from fastane.kernels import parallel as _kpar
 
 from ..errors import TDError
 from . import int8, palette
@@ -227,8 +228,11 @@ def run(cfg: NEConfig, values: np.ndarray, kmem=None, as_fp16: bool = False):
 #: is computed through its table of the 63488 non-NaN fp16 patterns (:mod:`fastane.kernels.ne_table`); tables kept
 TABLE_MIN = 1 << 16
 TABLES = 16
-#: outputs below this many are read out by the serial general kernel (:func:`finish`), above
-#: by the threaded branch-free one
+#: outputs below this many are read out by the general kernel (:func:`finish`; it has a
+#: LUT branch and scalar code: 28 ns an output, against the branch-free kernel's fixed
+#: ~5 us), above by the branch-free one, on one thread up to READOUT_SERIAL (entering a
+#: parallel region costs ~10 us, and on a busy machine a scheduler slice)
+READOUT_TINY = 1 << 9
 READOUT_SERIAL = 1 << 15
 
 
@@ -307,9 +311,9 @@ def finish(cfg: NEConfig, acc: np.ndarray, flag: np.ndarray, kmem, window) -> tu
     bias, scale, lutf, luti = _coefficients(cfg, c, kmem)
     counts = np.zeros(4, dtype=np.int64)
     out16, plane, row, wpad = window
-    if cfg.nonlinear == LUT or c * h * w < READOUT_SERIAL:
-        # the general kernel: a table, or outputs too few for threads (readout_fast gives
-        # the same bits and counts, docs; entering its parallel region costs ~10 us)
+    if cfg.nonlinear == LUT or c * h * w < READOUT_TINY:
+        # the general kernel: a table, or a few outputs (readout_fast gives the same bits
+        # and counts, docs)
         _kne.readout_post(
             acc.reshape(c, h, w),
             flag.reshape(c, h, w),
@@ -325,16 +329,17 @@ def finish(cfg: NEConfig, acc: np.ndarray, flag: np.ndarray, kmem, window) -> tu
             counts,
         )
     else:  # identity or ReLU: the branch-free kernel (threads across the channels)
-        _kne.readout_fast(
-            acc.reshape(c, h, w),
-            flag.reshape(c, h, w),
-            bias,
-            scale,
-            cfg.nonlinear == RELU,
-            out16,
-            plane,
-            row,
-            wpad,
-            counts,
-        )
+        with _kpar.threads_for(c * h * w, READOUT_SERIAL):
+            _kne.readout_fast(
+                acc.reshape(c, h, w),
+                flag.reshape(c, h, w),
+                bias,
+                scale,
+                cfg.nonlinear == RELU,
+                out16,
+                plane,
+                row,
+                wpad,
+                counts,
+            )
     return int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3])
