@@ -46,8 +46,10 @@ PLAN_CACHE = 256
 #: are decoded into one kept buffer per task (:meth:`Engine._weights`), never cached
 WEIGHT_CACHE = 64
 WEIGHT_CACHE_BYTES = 128 << 20
-#: the largest scratch buffer :meth:`Engine._scratch` keeps (bytes)
+#: the largest scratch buffer :meth:`Engine._scratch` keeps (bytes), and how many of its
+#: views (name, shape, dtype) it keeps to hand out again
 SCRATCH_BYTES = 64 << 20
+SCRATCH_VIEWS = 512
 #: the most host memory one task may make the emulator allocate (bytes; the block-by-block
 #: path's float64 operands, im2col columns, accumulators and results, as each block
 #: estimates them from the registers: ``mac.host_bytes``, ``planar.host_bytes``).  The
@@ -70,6 +72,7 @@ class Engine:
         self._wlast = None  # (key, KMem generation, float64 weights) of the last decode
         self._quick = {}  # the same plans by push and BAR objects: (slots, fetch trace, plans)
         self._buffers = {}  # scratch of the fused path: name -> bytes
+        self._views = {}  # (name, shape, dtype) -> the array _scratch gave for them
 
     # ------------------------------------------------------------------ ControlDMA
     def fetch(self, addr: int, td_size: int, td_count: int, bars: BARTable, trace=None) -> list:
@@ -301,6 +304,10 @@ class Engine:
         threads at once; kept ones stay mapped.  They are 64-byte aligned: the MAC kernels'
         vector loads and stores of rows that straddle cache lines cost about 6% at 512^3
         (numpy aligns to 16 bytes).  Buffers above :data:`SCRATCH_BYTES` are not kept."""
+        key = (name, shape, dtype)
+        view = self._views.get(key)
+        if view is not None:
+            return view
         n = 1
         for d in shape:
             n *= d
@@ -310,7 +317,11 @@ class Engine:
             buf = aligned_bytes(max(nbytes, 64), 64, zero=False)
             if nbytes <= SCRATCH_BYTES:
                 self._buffers[name] = buf
-        return buf[:nbytes].view(dtype).reshape(shape)
+                self._views = {k: v for k, v in self._views.items() if k[0] != name}  # the old bytes
+        view = buf[:nbytes].view(dtype).reshape(shape)
+        if self._buffers.get(name) is buf and len(self._views) < SCRATCH_VIEWS:
+            self._views[key] = view
+        return view
 
     def _weights(self, g, p=None) -> np.ndarray:
         """The ``[Cout, Cin/groups, Kh, Kw]`` float64 weights the cores hold in KMem.

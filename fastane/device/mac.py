@@ -458,7 +458,7 @@ def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag) 
     k16, base, per_lane, _, _ = weights
     K, P = x.shape
     xs = buffer("xs", (P, K), np.float32)
-    rsum, rmax = np.empty(P), np.empty(P)
+    rsum, rmax = buffer("rsum", (P,), np.float64), buffer("rmax", (P,), np.float64)
     _kskinny.prepare(x, xs, rsum, rmax)
     if not _kskinny.rows_ok(rsum, rmax, 0.0, K):  # NaN or inf in x: no max |w| admits it
         return False
