@@ -48,6 +48,9 @@ def test_any_mix_of_deferred_and_eager_loads_holds_the_eager_bytes():
             got = k16[base[lane.lane] : base[lane.lane] + lane.nbytes // 2]
             want = eager._data[lane.lane, : lane.nbytes].view(np.uint16)
             assert np.array_equal(got, want)
+        lanes, off = int(rng.integers(1, LANES + 1)), 64 * int(rng.integers(0, 64))
+        n = int(rng.integers(1, 4096))
+        assert np.array_equal(lazy.read(lanes, off, n), eager._data[:lanes, off : off + n])
         if rng.random() < 0.2:  # a reader of the bytes: the copy is made
             assert np.array_equal(lazy.data, eager.data)
         if rng.random() < 0.1:  # the end of a run: settled, then the host writes memory

@@ -48,12 +48,12 @@ def test_table_path_is_the_reference_on_every_pattern(name, bias, scale_bits, nl
         cout=1,
     )
 
-    class _KMem:  # core 0's KMem holds the block at offset 0
-        data = np.zeros((16, 0x10000), np.uint8)
+    from fastane.device.kernel_dma import KMem
 
-    _KMem.data[0, : len(block.to_bytes())] = np.frombuffer(block.to_bytes(), np.uint8)
+    kmem = KMem()  # core 0's KMem holds the block at offset 0
+    kmem.data[0, : len(block.to_bytes())] = np.frombuffer(block.to_bytes(), np.uint8)
     values = x.view(np.float16).astype(np.float64).reshape(1, 1, 1, -1)
-    got, under, over = ne.run(cfg, values, _KMem, as_fp16=True)
+    got, under, over = ne.run(cfg, values, kmem, as_fp16=True)
     scale = bits_to_float(scale_bits)
     want = _ref_table(words, bias, scale, nl)
     g = got.reshape(-1).view(np.uint16)
@@ -65,7 +65,7 @@ def test_table_path_is_the_reference_on_every_pattern(name, bias, scale_bits, nl
     nan_free = values.reshape(1, 1, -1)
     out = np.empty(nan_free.shape, np.uint16)
     counts = np.zeros(2, np.int64)
-    bias_arr, sc, lutf, luti = ne._coefficients(cfg, 1, _KMem)
+    bias_arr, sc, lutf, luti = ne._coefficients(cfg, 1, kmem)
     from fastane.kernels import ne as kne
 
     kne.ne_post(nan_free, bias_arr, sc, nl, lutf, luti, out, counts)

@@ -120,8 +120,9 @@ class KMem:
     (the decoded weights) is still what it holds while the generation is the same.
 
     A *deferred* load (``load(..., lazy=True)``) records its plan instead of copying, for a
-    task whose MAC reads the fp16 weights where KernelDMA reads them (:meth:`fp16_lanes`:
-    the same bytes).  The copy is made when anything reads :attr:`data`, when the next
+    task whose MAC reads the fp16 weights where KernelDMA reads them (:meth:`fp16_lanes`,
+    and the NE its bias or table, :meth:`read`: the same bytes).  The copy is made when
+    anything reads :attr:`data`, when the next
     load would leave some of its bytes in place, or at :meth:`settle`; the engine settles
     at the end of every run and defers only tasks whose TileDMADst does not write over
     their own kernel bytes, so nothing writes the bytes a deferred load reads before they
@@ -147,6 +148,19 @@ class KMem:
             p, memory = d
             for lane, src in zip(p.lanes, p.sources):
                 self._data[lane.lane, : lane.nbytes] = memory[src : src + lane.nbytes]
+
+    def read(self, lanes: int, offset: int, nbytes: int) -> np.ndarray:
+        """A copy of bytes ``[offset, offset + nbytes)`` of the first ``lanes`` cores' KMem
+        (uint8 ``[lanes, nbytes]``; a deferred load's bytes read where it reads them)."""
+        out = self._data[:lanes, offset : offset + nbytes].copy()
+        d = self._deferred
+        if d is not None:
+            p, memory = d
+            for lane, src in zip(p.lanes, p.sources):
+                n = min(nbytes, lane.nbytes - offset)
+                if lane.lane < lanes and n > 0:
+                    out[lane.lane, :n] = memory[src + offset : src + offset + n]
+        return out
 
     def fp16_lanes(self) -> tuple:
         """``(k16, base)``: the fp16 patterns core ``l``'s KMem holds start at ``k16[base[l]]``
