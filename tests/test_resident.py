@@ -186,8 +186,8 @@ def test_engine_weight_cache_stays_bounded(monkeypatch):
 
 def test_fastane_own_frozen_weights_are_kept_by_reference_not_copied(packs):
     """A weight fastane froze (a model's compile-time constant: read-only, owned) is held by
-    the Resident itself and recognised by identity; a user's array is still copied, and a
-    frozen array cannot be written."""
+    the Resident itself (by weak reference) and recognised by identity; a user's array is
+    still copied, and a frozen array cannot be written."""
     from fastane.lower import bind
 
     rng = np.random.default_rng(5)
@@ -195,10 +195,11 @@ def test_fastane_own_frozen_weights_are_kept_by_reference_not_copied(packs):
     with pytest.raises(ValueError):
         w[0, 0] = 1
     res = bind.Resident(w, None)
-    assert res.weight[0] is w and res.holds(w, None)
+    assert res.weight[0]() is w and res.holds(w, None) and res.constant() and res.of(w, None)
     user = np.array(w)  # the same bits, a mutable array of the caller's: copied and compared
     res_user = bind.Resident(user, None)
     assert res_user.weight[0] is not user and res_user.holds(user, None)
+    assert not res_user.constant() and not res_user.of(user, None)
     user[0, 0] = -user[0, 0] if user[0, 0] != 0 else 1
     assert not res_user.holds(user, None)
     # a frozen linear weight's transposed view is the same constant
@@ -233,5 +234,38 @@ def test_a_constant_is_rounded_once_read_only_and_packed_once(packs, monkeypatch
         x = rng.standard_normal((2, 20)).astype(F16)
         assert np.array_equal(_bits(fastane.linear(x, c)), _bits(ref_matmul(x, c.T)))
     assert len(packs) == 2  # one program each, packed once
-    weights = [k[0] for k in kept if k is not None]
+    weights = [k[0]() for k in kept if k is not None]
     assert len(weights) == 2 and all(bind._frozen(w) for w in weights)
+
+
+def test_constants_of_one_shape_each_keep_their_kernel_slot(packs):
+    """Layers of one shape with different constant weights (a model's repeated blocks)
+    share one program; each constant keeps a kernel slot of its own, packed once, with the
+    reference's bits; a user's array between them does not evict them (it gets a slot of
+    its own, compared and repacked as before); a constant nobody holds any more frees its
+    slot for the next one."""
+    import gc
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 6, 5, 5)).astype(F16)
+    ws = [fastane.constant(rng.standard_normal((7, 6, 3, 3))) for _ in range(3)]
+    user = rng.standard_normal((7, 6, 3, 3)).astype(F16)
+    low = lower.build(lower.Conv(1, 6, 5, 5, 7, 3, 3, pad=((1, 1), (1, 1))))
+    dev = lower.default_device()
+    del packs[:]
+    for _ in range(3):
+        for w in ws + [user]:
+            assert np.array_equal(_bits(fastane.conv2d(x, w, padding=1)), _bits(ref_conv2d(x, w, padding=1)))
+    assert len(packs) <= 4  # each constant once, the user's array once (an earlier test may share a slot)
+    n = len(low._free[id(dev)])
+    assert 4 <= n <= 5
+    user[0, 0, 0, 0] = -user[0, 0, 0, 0] if user[0, 0, 0, 0] != 0 else F16(1)  # a change is still packed
+    before = len(packs)
+    assert np.array_equal(_bits(fastane.conv2d(x, user, padding=1)), _bits(ref_conv2d(x, user, padding=1)))
+    assert len(packs) == before + 1
+    del ws, w
+    gc.collect()
+    for _ in range(3):  # new constants take the freed slots: no new buffers
+        w = fastane.constant(rng.standard_normal((7, 6, 3, 3)))
+        assert np.array_equal(_bits(fastane.conv2d(x, w, padding=1)), _bits(ref_conv2d(x, w, padding=1)))
+    assert len(low._free[id(dev)]) == n

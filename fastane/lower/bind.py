@@ -44,6 +44,16 @@ class Resident:
         """Whether the slot was packed from operands with exactly these bits."""
         return _same(self.weight, weight) and _same(self.bias, bias)
 
+    def constant(self) -> bool:
+        """Whether the slot holds one of fastane's constants that is still alive (frozen
+        operands are kept by weak reference: a constant nobody holds frees its slot)."""
+        kept = [k for k in (self.weight, self.bias) if k is not None]
+        return bool(kept) and all(isinstance(k[0], weakref.ref) and k[0]() is not None for k in kept)
+
+    def of(self, weight, bias) -> bool:
+        """Whether the slot holds these very constants (identity only: no bits read)."""
+        return _is_kept(self.weight, weight) and _is_kept(self.bias, bias)
+
 
 # ---------------------------------------------------------------- frozen operands
 # fp16 arrays fastane makes and owns (a model's compile-time weights): read-only, never
@@ -55,7 +65,7 @@ _FROZEN: dict = {}
 
 def freeze(x) -> np.ndarray:
     """``x`` as a C-ordered float16 array fastane owns and never writes: read-only, and
-    remembered as frozen (:class:`Resident` keeps it by reference, compared by identity).
+    remembered as frozen (:class:`Resident` keeps it by weak reference, compared by identity).
     For fastane's own constants only (a user's array stays mutable and is copied)."""
     a = np.array(x, dtype=np.float16, order="C", copy=True)
     a.flags.writeable = False
@@ -85,9 +95,31 @@ def _snapshot(x):
     if x is None:
         return None
     x, flipped = _canonical(x)
-    if _whole_frozen(x):  # fastane's own read-only constant: kept by reference
-        return x.base if x.base is not None and _frozen(x.base) else x, flipped
+    if _whole_frozen(x):  # fastane's own read-only constant: kept by (weak) reference
+        return weakref.ref(x.base if x.base is not None and _frozen(x.base) else x), flipped
     return np.array(x, dtype=np.float16, order="C", copy=True), flipped
+
+
+def _is_constant(x) -> bool:
+    """``x`` is one of fastane's constants (whole, in its own order or transposed)."""
+    return _fp16(x) and _whole_frozen(_canonical(x)[0])
+
+
+def _is_kept(kept, x) -> bool:
+    """``x`` is the very constant ``kept`` refers to (or both are None)."""
+    if kept is None or x is None:
+        return kept is None and x is None
+    ref, kflipped = kept
+    if not isinstance(ref, weakref.ref) or not _fp16(x):
+        return False
+    k = ref()
+    x, flipped = _canonical(x)
+    return k is not None and flipped == kflipped and _views(x, k)
+
+
+def _views(x, k) -> bool:
+    """``x`` (canonical) is the frozen array ``k``, or a whole view of it."""
+    return x is k or (_whole_frozen(x) and x.base is k)
 
 
 def _whole_frozen(x) -> bool:
@@ -112,9 +144,13 @@ def _same(kept, x) -> bool:
         return False
     x, flipped = _canonical(x)
     kept, kflipped = kept
+    if isinstance(kept, weakref.ref):  # a constant: gone means not the same
+        kept = kept()
+        if kept is None:
+            return False
     if flipped != kflipped or x.shape != kept.shape:
         return False
-    if _frozen(kept) and (x is kept or (_whole_frozen(x) and x.base is kept)):
+    if _frozen(kept) and _views(x, kept):
         return True  # the very constant it was packed from: frozen, so unchanged
     if x.size <= _CHUNK:  # small: one bytes compare is cheapest
         return x.tobytes() == kept.tobytes()
@@ -156,15 +192,23 @@ class Bound:
         self._evicted = False
         self._lock = threading.Lock()
 
-    def acquire(self, dev, stats_only: bool, reclaim=None) -> Binding:
+    def acquire(self, dev, stats_only: bool, reclaim=None, weight=None, bias=None) -> Binding:
         """A binding on ``dev`` (a kept one, or new buffers; in stats-only mode never
-        written).  ``reclaim(dev)`` is called once when unified memory is full."""
+        written).  ``reclaim(dev)`` is called once when unified memory is full.
+
+        ``weight`` and ``bias`` are the call's operands: a kept binding whose kernel slot
+        holds fastane's constants (a model's weights, :func:`freeze`) is kept for them, so
+        that layers of one shape with different constant weights each keep their own
+        kernel slot, packed once (docs/lower.md, section 5): it is given back only for
+        those very constants (identity), or once nobody holds them any more."""
         with self._lock:
             self._active += 1
             self._devices[id(dev)] = dev
             free = self._free.get(id(dev))
             if free and not stats_only:
-                return free.pop()
+                i = _pick(free, weight, bias)
+                if i is not None:
+                    return free.pop(i)
         regions = {}
         try:
             for slot, size in self.buffer_sizes().items():
@@ -221,6 +265,24 @@ class Bound:
         for dev in devices:
             for p in self.programs:
                 dev.unload(p)
+
+
+def _pick(free: list, weight, bias):
+    """The index in ``free`` of the binding a call with ``weight`` and ``bias`` runs on, or
+    None for new buffers: the one holding these very constants; else the most recently
+    kept one not holding live constants (its slot is compared and repacked as needed)."""
+    const = any(v is not None for v in (weight, bias)) and all(
+        v is None or _is_constant(v) for v in (weight, bias)
+    )
+    spare = None
+    for i in range(len(free) - 1, -1, -1):
+        res = free[i].resident
+        if res is not None and res.constant():
+            if const and res.of(weight, bias):
+                return i
+        elif spare is None:
+            spare = i
+    return spare
 
 
 def _alloc(dev, size, name, zero, reclaim):

@@ -108,7 +108,8 @@ def execute(
     """
     dev = device if device is not None else default_device()
     stats_only = bool(dev.stats_only if stats_only is None else stats_only)
-    b = low.acquire(dev, stats_only, reclaim)
+    src = weight if weight_of is None else weight_of
+    b = low.acquire(dev, stats_only, reclaim, src, bias)
     ok = False
     try:
         if not stats_only:
@@ -116,7 +117,6 @@ def execute(
                 x(low.input_view(b.raw[SLOT_INPUT]))
             else:
                 low.write_input(b.raw[SLOT_INPUT], fp16_operand(x, "execute", "x"))  # one rounding
-            src = weight if weight_of is None else weight_of
             res = b.resident
             if res is None or not res.holds(src, bias):
                 b.resident = None  # the slot is being rewritten
