@@ -43,6 +43,29 @@ def test_bit_exact_against_reference(name, n):
     np.testing.assert_array_equal(bits(y), bits(ref_eltwise(binary.OPS[name], a, b)))
 
 
+@pytest.mark.parametrize("n", [33, 70001])
+def test_kept_buffers_carry_nothing_between_calls(n):
+    """The program keeps its buffers on the device between calls: each call on them gives
+    the reference's bits of its own operands (the previous ones, NaN and infinities here,
+    leave nothing behind), and no new buffers are bound."""
+    from fastane import lower
+
+    rng = np.random.default_rng(7)
+    low = binary.lower(n, "add")
+    dev = lower.default_device()
+    for i in range(4):
+        a = (rng.standard_normal(n) * 300).astype(np.float16)
+        b = (rng.standard_normal(n) * 300).astype(np.float16)
+        if i % 2 == 0:
+            a[::3], b[1::5] = np.nan, -np.inf
+        for name in ("add", "sub", "maximum"):
+            y = binary.binary(name, a, b)
+            np.testing.assert_array_equal(bits(y), bits(ref_eltwise(binary.OPS[name], a, b)))
+        y = binary.negative(a)
+        np.testing.assert_array_equal(bits(y), bits(-a))
+    assert len(low._free[id(dev)]) == 1
+
+
 def test_every_special_pair():
     a, b = np.meshgrid(SPECIAL, SPECIAL)
     for name in binary.OPS:

@@ -23,7 +23,6 @@ engine's own per-row broadcast (``Common.Broadcast``) is not used yet.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 
@@ -33,8 +32,8 @@ from ..operands import fp16_operand as _fp16_operand
 from ..stats import Stats, last_stats, record
 from ..td import BarSlot
 from ..td.asm import eltwise_td
-from .bind import _alloc
-from .cache import CACHE_SIZE, reclaim
+from .bind import Bound
+from .cache import cached, reclaim
 from .emit import _chains
 from .lowered import SLOT_TD
 from .runtime import _concat, default_device, stats_device
@@ -65,8 +64,12 @@ UNARY = {"absolute": "abs", "negative": "neg", "square": "square"}
 SLOT_OUT, SLOT_A, SLOT_B = 4, 5, 6
 
 
-@dataclasses.dataclass(frozen=True)
-class LoweredBinary:
+@dataclasses.dataclass(eq=False)
+class LoweredBinary(Bound):
+    """A planar program over ``n`` elements: its operands' slots (``slots``, the result's
+    last) each hold ``nbytes``; the buffers it binds on a device are kept for the next
+    call, as every lowered program's are (:class:`~fastane.lower.bind.Bound`)."""
+
     op: str
     n: int
     tiles: tuple  # (first element, rows, width)
@@ -77,11 +80,26 @@ class LoweredBinary:
     def n_tasks(self) -> int:
         return len(self.tiles)
 
+    @property
+    def program(self):
+        return self.programs[0]
 
-@functools.lru_cache(maxsize=CACHE_SIZE)
+    @property
+    def slots(self) -> tuple:
+        """The operands' slots, then the result's."""
+        return (SLOT_A, SLOT_OUT) if self.op in UNARY.values() else (SLOT_A, SLOT_B, SLOT_OUT)
+
+    def buffer_sizes(self) -> dict:
+        return {slot: self.nbytes for slot in self.slots}
+
+
 def lower(n: int, op: str) -> LoweredBinary:
     """The program of ``op`` (a planar op of :data:`OPS` or :data:`UNARY`) over ``n`` fp16
-    elements (cached)."""
+    elements (cached with every lowered program: :func:`fastane.lower.cache.cached`)."""
+    return cached(("planar", n, op), lambda: _lower(n, op))
+
+
+def _lower(n: int, op: str) -> LoweredBinary:
     if n < 1:
         raise ValueError(f"cannot lower a binary op on {n} elements")
     if op not in OPS.values() and op not in UNARY.values():
@@ -122,32 +140,24 @@ def plan(n: int, op: str) -> Stats:
 
 
 def _execute(low: LoweredBinary, a16, b16, device=None, stats_only: bool = False):
+    """Run ``low`` on buffers it keeps on the device (each call writes every operand
+    element and reads every result element: nothing of an earlier call is read)."""
     dev = device if device is not None else default_device()
-    regions = {}
+    b = low.acquire(dev, stats_only, reclaim)
+    ok = False
     try:
-        slots = (SLOT_A, SLOT_OUT) if low.op in UNARY.values() else (SLOT_A, SLOT_B, SLOT_OUT)
-        for slot in slots:
-            regions[slot] = _alloc(dev, low.nbytes, f"{low.op}:{slot}", not stats_only, reclaim)
+        if not stats_only:
+            for slot, x in zip(low.slots[:-1], (a16, b16)):
+                b.raw[slot][: 2 * low.n].view(np.float16)[...] = x.reshape(-1)
         total = None
-        if stats_only:
-            for p in low.programs:
-                st = dev.submit(p, regions, stats_only=True).wait()
-                total = st if total is None else _concat(total, st)
-            return None, total
-        for slot, x in ((SLOT_A, a16), (SLOT_B, b16))[: len(slots) - 1]:
-            r = regions[slot]
-            dev.memory.view(r.iova, r.size)[: 2 * low.n].view(np.float16)[...] = x.reshape(-1)
         for p in low.programs:
-            st = dev.submit(p, regions).wait()
+            st = dev.submit(p, b.regions, stats_only=stats_only).wait()
             total = st if total is None else _concat(total, st)
-        r = regions[SLOT_OUT]
-        y = np.array(dev.memory.view(r.iova, r.size)[: 2 * low.n].view(np.float16))
+        y = None if stats_only else np.array(b.raw[SLOT_OUT][: 2 * low.n].view(np.float16))
+        ok = True
         return y, total
     finally:
-        for r in regions.values():
-            dev.free(r)
-        for p in low.programs:
-            dev.unload(p)
+        low.release(b, keep=ok and not stats_only)
 
 
 def binary(name: str, a, b) -> np.ndarray:

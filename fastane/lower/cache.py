@@ -11,7 +11,7 @@ from ..m1 import LIMITS, Limits
 from .emit import emit_conv, emit_eltwise
 from .problems import Eltwise
 
-__all__ = ["CACHE_SIZE", "build", "cache_info", "cache_clear", "reclaim"]
+__all__ = ["CACHE_SIZE", "build", "cached", "cache_info", "cache_clear", "reclaim"]
 
 #: lowered programs kept (an LRU keyed by the call and the limits)
 CACHE_SIZE = 128
@@ -24,14 +24,23 @@ def build(problem, limits: Limits = LIMITS):
     """Lower a :class:`~fastane.lower.Conv` (to a :class:`~fastane.lower.Lowered`) or an
     :class:`~fastane.lower.Eltwise` (to a :class:`~fastane.lower.LoweredEltwise`) to TDs
     (cached: the same call gives the same object)."""
-    key = (problem, limits)
+    if isinstance(problem, Eltwise):
+        return cached((problem, limits), lambda: emit_eltwise(problem, limits))
+    return cached((problem, limits), lambda: emit_conv(problem, limits))
+
+
+def cached(key, make):
+    """The lowered program kept under ``key`` (hashable), lowered by ``make()`` on a miss:
+    the one LRU of every kind of lowered program that binds device buffers (a
+    :class:`~fastane.lower.bind.Bound`), so that an evicted one frees them and
+    :func:`reclaim` reaches them all."""
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
             _CACHE.move_to_end(key)
             _STATS["hits"] += 1
             return hit
-    low = emit_eltwise(problem, limits) if isinstance(problem, Eltwise) else emit_conv(problem, limits)
+    low = make()
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
         if hit is not None:  # another thread lowered it meanwhile
