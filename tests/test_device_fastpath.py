@@ -321,3 +321,47 @@ def test_float32_operands_of_the_fused_conv_are_the_reference(device, monkeypatc
         with fastane.errstate(saturation="ignore"):
             got = fastane.conv2d(x, w, stride=stride, padding=kernel // 2)
         assert np.array_equal(got.view(np.uint16), want)
+
+
+def test_an_unfolding_is_reused_only_while_its_source_is_unchanged(monkeypatch):
+    """The tasks of one chain that unfold the same source window (a layer split by output
+    channels) unfold it once; a task writing over that window (here one writing its
+    result into the input's own slot) makes the next reader unfold it again, and so does
+    a new run with a new input: every result is the reference's, bit for bit, NaN and
+    infinities included."""
+    from device_helpers import ref_conv
+
+    from fastane.device import Device, pack_weights
+    from fastane.td import Program, conv_td
+
+    rng = np.random.default_rng(21)
+    c, h, w = 6, 7, 9
+    ws = [(rng.standard_normal((c, c, 3, 3)) * 4).astype(F16) for _ in range(4)]
+    kernel, tds = b"", []
+    for i, (wi, dst) in enumerate(zip(ws, (5, 6, 4, 7))):  # TD 2 writes over the input (slot 4)
+        k, fields = pack_weights(wi, base=len(kernel))
+        kernel += k
+        tds.append(
+            conv_td(
+                (1, c, h, w), (1, c, h, w), kernel=3, padding=1, src=4, dst=dst, nid=i + 1, eon=i == 3
+            ).update(fields)
+        )
+    program = Program.from_tds(tds, kernel=kernel, name="unfold-reuse")
+    dev = Device(memory_size=32 << 20)
+    calls = []
+    unfold = dmac._kdma.unfold_f16
+    monkeypatch.setattr(dmac._kdma, "unfold_f16", lambda *a: calls.append(1) or unfold(*a))
+    for run in range(2):
+        x = (rng.standard_normal((1, c, h, w)) * 4).astype(F16)
+        x.reshape(-1)[[5, 40 + run]] = [np.nan, np.inf]
+        with fastane.errstate(saturation="ignore"):
+            out = dev.run(program, {4: x})
+            x2 = ref_conv(x, ws[2], pad=(1, 1))
+            want = [
+                ref_conv(x, ws[0], pad=(1, 1)),
+                ref_conv(x, ws[1], pad=(1, 1)),
+                ref_conv(x2, ws[3], pad=(1, 1)),
+            ]
+        for slot, y in zip((5, 6, 7), want):
+            assert np.array_equal(out[slot].view(np.uint16), np.asarray(y, F16).view(np.uint16)), (run, slot)
+        assert len(calls) == 2 * (run + 1)  # TD 0 and TD 3 unfold; TDs 1 and 2 reuse TD 0's

@@ -73,6 +73,9 @@ class Engine:
         self._quick = {}  # the same plans by push and BAR objects: (slots, fetch trace, plans)
         self._buffers = {}  # scratch of the fused path: name -> bytes
         self._views = {}  # (name, shape, dtype) -> the array _scratch gave for them
+        #: what the fused path's im2col buffer holds: {mac.unfolding_key: max |x| per
+        #: channel}, valid within one chain until a task writes DRAM over its source
+        self._columns = {}
 
     # ------------------------------------------------------------------ ControlDMA
     def fetch(self, addr: int, td_size: int, td_count: int, bars: BARTable, trace=None) -> list:
@@ -228,6 +231,7 @@ class Engine:
         if stats_only:  # nothing moves: the counts are the plans' (copied)
             details = [copy_stats(p.stats) for p in plans]
         else:
+            self._columns.clear()  # the host may have written anything since the last chain
             try:
                 details = [self._run_task(p) for p in plans]
             finally:  # a deferred KernelDMA copy is made before anything else writes memory
@@ -243,7 +247,14 @@ class Engine:
         if fast is None:
             fast = p.fast = fast_path(p, data)
         if fast:
-            return self._run_fast(p, *fast)
+            stats = self._run_fast(p, *fast)
+            if self._columns and p.dst is not None:  # the unfolded source, written over?
+                lo, hi = next(iter(self._columns))[:2]
+                start = data.__array_interface__["data"][0] + p.dst.index
+                if start < hi and lo < start + p.dst.extent:
+                    self._columns.clear()
+            return stats
+        self._columns.clear()  # any other task: forget the unfolding (no bookkeeping)
         int8 = mac_int8.is_int8(p)
         done = None if int8 else eltwise.run(p, data, self.kmem, self.l2)
         if done is not None:  # the fp16 lane of the elementwise tasks
@@ -293,6 +304,7 @@ class Engine:
             self._scratch,
             transposed=lambda: self._weights_t(g, p),
             kmem16=lambda: kernel_dma.fp16_channels(self.kmem, g.cout, g.cin_g, g.kh, g.kw, g.kernel_fmt),
+            columns=self._columns,
         )
         nans, saturated, lut_under, lut_over = ne.finish(p.ne, acc, flag, self.kmem, window)
         return with_events(p.stats, saturated, nans, lut_under, lut_over)
@@ -314,6 +326,8 @@ class Engine:
         nbytes = n * np.dtype(dtype).itemsize
         buf = self._buffers.get(name)
         if buf is None or buf.size < nbytes:
+            if name == mac.COLUMNS:
+                self._columns.clear()  # a new buffer holds no unfolding
             buf = aligned_bytes(max(nbytes, 64), 64, zero=False)
             if nbytes <= SCRATCH_BYTES:
                 self._buffers[name] = buf

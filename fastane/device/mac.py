@@ -315,6 +315,7 @@ def accumulate_fp16(
     trunc: bool = False,
     transposed=None,
     kmem16=None,
+    columns=None,
 ):
     """``(acc, flag)`` of the convolution of the fp16 tensor TileDMASrc reads
     (``src16[c*plane + y*row + x]``, the checked window as uint16), the decode fused into
@@ -343,7 +344,13 @@ def accumulate_fp16(
     returns them: a narrow output whose ``transposed()`` is kept never decodes them.
 
     Small work (``g.macs <= SMALL_MACS``) skips the bounds and the split: the serial
-    definition itself, on the calling thread (:func:`fastane.kernels.mac.matmul_q16_small`)."""
+    definition itself, on the calling thread (:func:`fastane.kernels.mac.matmul_q16_small`).
+
+    ``columns``, when given, is the engine's record of what the :data:`COLUMNS` buffer holds
+    (``{key: max |x| per channel}``, see :func:`unfolding_key`): an unfolding of the same
+    source window with the same windows is not made again (the tasks of one layer split
+    by output channels all read one input; the engine forgets the record when a task
+    writes DRAM over that window, when a chain starts, and when the buffer changes)."""
     G, P = g.groups, g.hout * g.wout
     cog, kc = g.cout // G, g.cin_g * g.kh * g.kw
     acc = buffer("acc", (1, g.cout, g.hout, g.wout), np.float64)
@@ -368,12 +375,18 @@ def accumulate_fp16(
     else:
         # the columns as fp16 patterns: the operand the float32 fast path decodes as it
         # loads (matmul_q16_into makes a float64 copy only if another path needs one)
-        cols = buffer("cols16", (G, kc, P), np.uint16)
-        tmax = np.empty(g.cin)
-        with _kpar.threads_for(g.macs, _kmac.SERIAL_MACS):  # as conv2d_q16 runs its unfolding
-            _kdma.unfold_f16(
-                src16, plane, row, g.hin, g.win, g.cin_g, *_unfolding(g), cols, tmax, _kpar.workers()
-            )
+        cols = buffer(COLUMNS, (G, kc, P), np.uint16)
+        key = None if columns is None else unfolding_key(g, src16, plane, row)
+        tmax = None if key is None else columns.get(key)
+        if tmax is None:
+            tmax = np.empty(g.cin)
+            with _kpar.threads_for(g.macs, _kmac.SERIAL_MACS):  # as conv2d_q16 runs its unfolding
+                _kdma.unfold_f16(
+                    src16, plane, row, g.hin, g.win, g.cin_g, *_unfolding(g), cols, tmax, _kpar.workers()
+                )
+            if key is not None:
+                columns.clear()  # the buffer holds this unfolding only
+                columns[key] = tmax
         if kmem16 is not None and skinny_candidate(g):
             if skinny(g, cols[0], kmem16(), buffer, trunc, acc, flag):
                 return acc, flag
@@ -391,6 +404,37 @@ def accumulate_fp16(
         bmax,
     )
     return acc, flag
+
+
+#: the scratch buffer (``buffer(name, ...)``) the im2col columns are unfolded into
+COLUMNS = "cols16"
+
+
+def unfolding_key(g: Geometry, src16: np.ndarray, plane: int, row: int) -> tuple:
+    """What an im2col unfolding depends on: the source window (its address and length in
+    unified memory, its strides) and the windows read from it; the first two entries are
+    the window's byte range ``[lo, hi)`` (what a write must miss to leave it valid)."""
+    lo = src16.__array_interface__["data"][0]
+    return (
+        lo,
+        lo + src16.nbytes,
+        plane,
+        row,
+        g.cin,
+        g.groups,
+        g.hin,
+        g.win,
+        g.hout,
+        g.wout,
+        g.kh,
+        g.kw,
+        g.sy,
+        g.sx,
+        g.dy,
+        g.dx,
+        g.pad_top,
+        g.pad_left,
+    )
 
 
 def _plain_narrow(g: Geometry, src16, plane, row, w, buffer, transposed, kmem16, trunc, acc, flag, cmax):

@@ -252,9 +252,9 @@ class Model:
             if outs is None:
                 outs = _on_host(layer, bound, values)
             values.update(zip(layer.outputs, outs))
-            rec = LayerRecord(
-                layer, placement, reason, stats, shapes=" ".join(str(bound.types[o]) for o in layer.outputs)
-            )
+            # the record's output shapes are for a report (a plain call drops the records)
+            shapes = " ".join(str(bound.types[o]) for o in layer.outputs) if compare or observe else ""
+            rec = LayerRecord(layer, placement, reason, stats, shapes=shapes)
             if compare and placement == "ane":
                 ref = _on_host(layer, bound, {**values, **{t: _wide(values[t]) for t in layer.inputs}})
                 errs = [_errors(y, r) for y, r in zip(outs, ref)]
@@ -345,8 +345,6 @@ def _wide(x):
 
 
 def _tolerance(layer: Layer) -> float:
-    from .graph import Node  # noqa: F401
-
     return TOLERANCE.get(layer.kind, 0.0)
 
 
