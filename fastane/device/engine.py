@@ -250,8 +250,7 @@ class Engine:
             stats = self._run_fast(p, *fast)
             if self._columns and p.dst is not None:  # the unfolded source, written over?
                 lo, hi = next(iter(self._columns))[:2]
-                start = data.__array_interface__["data"][0] + p.dst.index
-                if start < hi and lo < start + p.dst.extent:
+                if p.dst.index < hi and lo < p.dst.index + p.dst.extent:
                     self._columns.clear()
             return stats
         self._columns.clear()  # any other task: forget the unfolding (no bookkeeping)
@@ -295,6 +294,9 @@ class Engine:
         kernels accumulate, and the readout, the NE stage and TileDMADst write the fp16
         results in one pass.  The operand and the accumulators are kept buffers."""
         g = p.geometry
+        key = p.columns_key
+        if key is None:
+            key = p.columns_key = mac.unfolding_key(g, p.src.index, p.src.index + p.src.extent, plane, row)
         acc, flag = mac.accumulate_fp16(
             g,
             src16,
@@ -304,7 +306,7 @@ class Engine:
             self._scratch,
             transposed=lambda: self._weights_t(g, p),
             kmem16=lambda: kernel_dma.fp16_channels(self.kmem, g.cout, g.cin_g, g.kh, g.kw, g.kernel_fmt),
-            columns=self._columns,
+            columns=(self._columns, key),
         )
         nans, saturated, lut_under, lut_over = ne.finish(p.ne, acc, flag, self.kmem, window)
         return with_events(p.stats, saturated, nans, lut_under, lut_over)

@@ -346,8 +346,9 @@ def accumulate_fp16(
     Small work (``g.macs <= SMALL_MACS``) skips the bounds and the split: the serial
     definition itself, on the calling thread (:func:`fastane.kernels.mac.matmul_q16_small`).
 
-    ``columns``, when given, is the engine's record of what the :data:`COLUMNS` buffer holds
-    (``{key: max |x| per channel}``, see :func:`unfolding_key`): an unfolding of the same
+    ``columns``, when given, is ``(record, key)``: the engine's record of what the
+    :data:`COLUMNS` buffer holds (``{key: max |x| per channel}``) and this task's
+    :func:`unfolding_key`: an unfolding of the same
     source window with the same windows is not made again (the tasks of one layer split
     by output channels all read one input; the engine forgets the record when a task
     writes DRAM over that window, when a chain starts, and when the buffer changes)."""
@@ -376,17 +377,17 @@ def accumulate_fp16(
         # the columns as fp16 patterns: the operand the float32 fast path decodes as it
         # loads (matmul_q16_into makes a float64 copy only if another path needs one)
         cols = buffer(COLUMNS, (G, kc, P), np.uint16)
-        key = None if columns is None else unfolding_key(g, src16, plane, row)
-        tmax = None if key is None else columns.get(key)
+        memo, key = columns if columns is not None else (None, None)
+        tmax = None if memo is None else memo.get(key)
         if tmax is None:
             tmax = np.empty(g.cin)
             with _kpar.threads_for(g.macs, _kmac.SERIAL_MACS):  # as conv2d_q16 runs its unfolding
                 _kdma.unfold_f16(
                     src16, plane, row, g.hin, g.win, g.cin_g, *_unfolding(g), cols, tmax, _kpar.workers()
                 )
-            if key is not None:
-                columns.clear()  # the buffer holds this unfolding only
-                columns[key] = tmax
+            if memo is not None:
+                memo.clear()  # the buffer holds this unfolding only
+                memo[key] = tmax
         if kmem16 is not None and skinny_candidate(g):
             if skinny(g, cols[0], kmem16(), buffer, trunc, acc, flag):
                 return acc, flag
@@ -410,14 +411,13 @@ def accumulate_fp16(
 COLUMNS = "cols16"
 
 
-def unfolding_key(g: Geometry, src16: np.ndarray, plane: int, row: int) -> tuple:
-    """What an im2col unfolding depends on: the source window (its address and length in
+def unfolding_key(g: Geometry, lo: int, hi: int, plane: int, row: int) -> tuple:
+    """What an im2col unfolding depends on: the source window (its bytes ``[lo, hi)`` in
     unified memory, its strides) and the windows read from it; the first two entries are
-    the window's byte range ``[lo, hi)`` (what a write must miss to leave it valid)."""
-    lo = src16.__array_interface__["data"][0]
+    ``lo`` and ``hi`` (the range a write must miss to leave the unfolding valid)."""
     return (
         lo,
-        lo + src16.nbytes,
+        hi,
         plane,
         row,
         g.cin,

@@ -35,6 +35,7 @@ class TaskPlan:
     fast: object = None  # the fused path's windows (see fast_path); False: not taken
     #: KernelDMA deferred (KMem.load's lazy): the MAC reads the weights where they are
     lazy_kmem: bool = False
+    columns_key: object = None  # the fused path's mac.unfolding_key (made on first use)
     stats: Stats = dataclasses.field(default_factory=Stats)
 
 
