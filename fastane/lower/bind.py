@@ -30,11 +30,13 @@ class Resident:
     without weights (an activation's LUT block only) is packed once per binding.
     """
 
-    __slots__ = ("weight", "bias")
+    __slots__ = ("weight", "bias", "key")
 
     def __init__(self, weight, bias):
         self.weight = _snapshot(weight)
         self.bias = _snapshot(bias)
+        #: the identities of the constants held (:func:`constant_key`), or None
+        self.key = _kept_key(self.weight, self.bias)
 
     @staticmethod
     def usable(weight, bias) -> bool:
@@ -42,17 +44,22 @@ class Resident:
 
     def holds(self, weight, bias) -> bool:
         """Whether the slot was packed from operands with exactly these bits."""
+        if self.key is not None and self.of_key(constant_key(weight, bias)):
+            return True  # these very constants (identity: no bits read)
         return _same(self.weight, weight) and _same(self.bias, bias)
 
     def constant(self) -> bool:
-        """Whether the slot holds one of fastane's constants that is still alive (frozen
+        """Whether the slot holds fastane's constants that are all still alive (frozen
         operands are kept by weak reference: a constant nobody holds frees its slot)."""
-        kept = [k for k in (self.weight, self.bias) if k is not None]
-        return bool(kept) and all(isinstance(k[0], weakref.ref) and k[0]() is not None for k in kept)
+        return self.key is not None and all(k is None or k[0]() is not None for k in (self.weight, self.bias))
 
     def of(self, weight, bias) -> bool:
         """Whether the slot holds these very constants (identity only: no bits read)."""
-        return _is_kept(self.weight, weight) and _is_kept(self.bias, bias)
+        return self.of_key(constant_key(weight, bias))
+
+    def of_key(self, key) -> bool:
+        """:meth:`of`, given the call's :func:`constant_key`."""
+        return key is not None and key == self.key and self.constant()
 
 
 # ---------------------------------------------------------------- frozen operands
@@ -100,21 +107,36 @@ def _snapshot(x):
     return np.array(x, dtype=np.float16, order="C", copy=True), flipped
 
 
-def _is_constant(x) -> bool:
-    """``x`` is one of fastane's constants (whole, in its own order or transposed)."""
-    return _fp16(x) and _whole_frozen(_canonical(x)[0])
-
-
-def _is_kept(kept, x) -> bool:
-    """``x`` is the very constant ``kept`` refers to (or both are None)."""
-    if kept is None or x is None:
-        return kept is None and x is None
-    ref, kflipped = kept
-    if not isinstance(ref, weakref.ref) or not _fp16(x):
+def _identity(x):
+    """``(id, transposed)`` of the frozen array ``x`` is or wholly views (in its own order or
+    transposed); None for None; False when ``x`` is not one of fastane's constants."""
+    if x is None:
+        return None
+    if not _fp16(x):
         return False
-    k = ref()
     x, flipped = _canonical(x)
-    return k is not None and flipped == kflipped and _views(x, k)
+    if _frozen(x):
+        return id(x), flipped
+    return (id(x.base), flipped) if _whole_frozen(x) else False
+
+
+def constant_key(weight, bias):
+    """The identities of a call's operands when they are fastane's constants (at least
+    one given, none of them anything else), else None: equal to a live :class:`Resident`'s
+    ``key`` only for those very arrays (an id is reused only after its array is gone, and
+    the Resident's weak references tell)."""
+    key = (_identity(weight), _identity(bias))
+    return None if False in key or key == (None, None) else key
+
+
+def _kept_key(weight, bias):
+    """A Resident's ``key`` from its snapshots (None unless both are constants or None)."""
+    key = []
+    for k in (weight, bias):
+        if k is not None and not isinstance(k[0], weakref.ref):
+            return None  # a private copy: not a constant
+        key.append(None if k is None else (id(k[0]()), k[1]))
+    return None if key == [None, None] else tuple(key)
 
 
 def _views(x, k) -> bool:
@@ -271,14 +293,12 @@ def _pick(free: list, weight, bias):
     """The index in ``free`` of the binding a call with ``weight`` and ``bias`` runs on, or
     None for new buffers: the one holding these very constants; else the most recently
     kept one not holding live constants (its slot is compared and repacked as needed)."""
-    const = any(v is not None for v in (weight, bias)) and all(
-        v is None or _is_constant(v) for v in (weight, bias)
-    )
+    key = constant_key(weight, bias)
     spare = None
     for i in range(len(free) - 1, -1, -1):
         res = free[i].resident
         if res is not None and res.constant():
-            if const and res.of(weight, bias):
+            if key is not None and res.key == key:
                 return i
         elif spare is None:
             spare = i
