@@ -296,7 +296,7 @@ def _pool(node, x, kind):
         xp = np.pad(x, full, constant_values=-np.inf)
         y = np.full(x.shape[:2] + out, -np.inf, np.float32)
         for _, win in _windows(xp, k, s, d, out):
-            y = np.maximum(y, win)
+            np.maximum(y, win, out=y)  # in place: no array per window
         return y
     xp = np.pad(x, full)
     inside = np.pad(np.ones(x.shape[2:], np.float32), tuple((pb, pe + e) for (pb, pe), e in zip(pads, extra)))
