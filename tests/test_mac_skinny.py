@@ -187,3 +187,27 @@ def test_an_unfolded_convolution_of_few_pixels_is_the_reference(
     want = ref_conv2d(x, w, stride=stride, padding=padding, dilation=dilation)
     assert np.array_equal(y.view(np.uint16), want.view(np.uint16))
     assert bool(calls) == (kind in ("random", "tiny"))
+
+
+def test_tasks_of_one_layer_share_the_rows_of_their_columns(device, skinny_calls, monkeypatch):
+    """A 3x3 convolution split by output channels into tasks (KMem holds at most 224 of
+    its 512 channels) unfolds its input once and transposes the columns once for all its
+    tasks; a new call (new input) prepares them again; the bits are those of the general kernels
+    (the skinny kernel off), which the tests above hold to the reference."""
+    preps = []
+    real = mac_skinny.prepare
+    monkeypatch.setattr(mac_skinny, "prepare", lambda *a: preps.append(1) or real(*a))
+    rng = np.random.default_rng(9)
+    w = (rng.standard_normal((512, 256, 3, 3)) / 48).astype(F16)
+    xs = [rng.standard_normal((1, 256, 10, 10)).astype(F16) for _ in range(2)]
+    got = []
+    for x in xs:
+        preps.clear()
+        skinny_calls.clear()
+        got.append(fastane.conv2d(x, w, padding=1))
+        assert len(skinny_calls) >= 2 and len(preps) == 1, (len(skinny_calls), len(preps))
+    monkeypatch.setattr(dmac, "SKINNY_ROWS", 0)
+    for x, y in zip(xs, got):
+        skinny_calls.clear()
+        assert np.array_equal(y.view(np.uint16), fastane.conv2d(x, w, padding=1).view(np.uint16))
+        assert not skinny_calls

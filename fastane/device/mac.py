@@ -347,11 +347,12 @@ def accumulate_fp16(
     definition itself, on the calling thread (:func:`fastane.kernels.mac.matmul_q16_small`).
 
     ``columns``, when given, is ``(record, key)``: the engine's record of what the
-    :data:`COLUMNS` buffer holds (``{key: max |x| per channel}``) and this task's
-    :func:`unfolding_key`: an unfolding of the same
-    source window with the same windows is not made again (the tasks of one layer split
-    by output channels all read one input; the engine forgets the record when a task
-    writes DRAM over that window, when a chain starts, and when the buffer changes)."""
+    :data:`COLUMNS` buffer holds (``{key: [max |x| per channel, the skinny kernel's rows
+    of them or None]}``) and this task's :func:`unfolding_key`: an unfolding of the same
+    source window with the same windows is not made again, nor are its rows for the
+    skinny kernel (the tasks of one layer split by output channels all read one input;
+    the engine forgets the record when a task writes DRAM over that window, when a chain
+    starts, and when the buffer changes)."""
     G, P = g.groups, g.hout * g.wout
     cog, kc = g.cout // G, g.cin_g * g.kh * g.kw
     acc = buffer("acc", (1, g.cout, g.hout, g.wout), np.float64)
@@ -378,18 +379,20 @@ def accumulate_fp16(
         # loads (matmul_q16_into makes a float64 copy only if another path needs one)
         cols = buffer(COLUMNS, (G, kc, P), np.uint16)
         memo, key = columns if columns is not None else (None, None)
-        tmax = None if memo is None else memo.get(key)
-        if tmax is None:
+        kept = None if memo is None else memo.get(key)
+        if kept is None:
             tmax = np.empty(g.cin)
             with _kpar.threads_for(g.macs, _kmac.SERIAL_MACS):  # as conv2d_q16 runs its unfolding
                 _kdma.unfold_f16(
                     src16, plane, row, g.hin, g.win, g.cin_g, *_unfolding(g), cols, tmax, _kpar.workers()
                 )
+            kept = [tmax, None]
             if memo is not None:
                 memo.clear()  # the buffer holds this unfolding only
-                memo[key] = tmax
+                memo[key] = kept
+        tmax = kept[0]
         if kmem16 is not None and skinny_candidate(g):
-            if skinny(g, cols[0], kmem16(), buffer, trunc, acc, flag):
+            if skinny(g, cols[0], kmem16(), buffer, trunc, acc, flag, kept):
                 return acc, flag
         cols = cols.view(np.float16)
         bmax = tmax.reshape(G, g.cin_g).max(axis=1)  # NaN propagates
@@ -486,7 +489,7 @@ def _plain_narrow(g: Geometry, src16, plane, row, w, buffer, transposed, kmem16,
     return x.reshape(G, g.cin_g, P)
 
 
-def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag) -> bool:
+def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag, kept=None) -> bool:
     """The accumulators of an ungrouped convolution with few pixels (``x`` ``[K, P]``: the
     input of a 1x1 convolution, float64 or float32 fp16 values or their patterns, or the
     im2col columns as patterns, ``K = Cin x Kh x Kw``) from the fp16 weights in KMem
@@ -496,14 +499,23 @@ def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag) 
     the float32 rounding and its bound proves no step clamps (then the caller's general
     kernels, which handle those rows exactly, run instead).  The bound's ``max |w|`` is
     the one the kernel returns from its single pass over the weights: checked after the
-    sums, before they are used."""
+    sums, before they are used.
+
+    ``kept``: the record of :func:`accumulate_fp16` for im2col columns (``x``), whose rows
+    (``xs`` and their row statistics, in their own buffer) it keeps in ``kept[1]`` for the
+    next task that reads the same columns."""
     if weights is None:
         return False
     k16, base, per_lane, _, _ = weights
     K, P = x.shape
-    xs = buffer("xs", (P, K), np.float32)
-    rsum, rmax = buffer("rsum", (P,), np.float64), buffer("rmax", (P,), np.float64)
-    _kskinny.prepare(x, xs, rsum, rmax)
+    xs = buffer("xs" if kept is None else "xs_columns", (P, K), np.float32)
+    if kept is not None and kept[1] is not None and kept[1][0] is xs:  # the same buffer
+        _, rsum, rmax = kept[1]
+    else:
+        rsum, rmax = np.empty(P), np.empty(P)
+        _kskinny.prepare(x, xs, rsum, rmax)
+        if kept is not None:
+            kept[1] = (xs, rsum, rmax)
     if not _kskinny.rows_ok(rsum, rmax, 0.0, K):  # NaN or inf in x: no max |w| admits it
         return False
     if g.macs >= SKINNY_PARALLEL and _kpar.workers() > 1:
