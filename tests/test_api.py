@@ -317,3 +317,18 @@ def test_reduction_too_long_for_one_core_is_refused_with_the_function_name():
 def test_absurd_geometry_is_refused_before_any_allocation(kw):
     with pytest.raises(ValueError, match="GiB the ANE can address"):
         fastane.conv2d(np.ones((1, 2, 8, 8)), np.ones((3, 2, 3, 3)), **kw)
+
+
+def test_import_makes_numba_threads_sleep_when_idle():
+    """fastane asks the OpenMP layer for passive waiting unless the user chose (docs/architecture.md)."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import fastane, os; print(os.environ['OMP_WAIT_POLICY'])"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "PASSIVE"
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ACTIVE"
