@@ -1,7 +1,9 @@
 """The fp16 codec of the kernels: IEEE binary16 <-> float64 for Numba (which has no
 float16 on the CPU).  Every kernel converts through these functions, and only these.
 
-Scalar (nopython, inlined into their callers)::
+Scalar (nopython; compiled once each and inlined by LLVM where they are called, not by
+Numba's IR-level ``inline="always"``, whose copy at every call site cost seconds of a cold
+compile: about half of ``scripts/compile_profile.py``'s total, for the same machine code)::
 
     f16_to_f64(h)   exact float64 value of the fp16 pattern h (an integer 0..0xffff)
     f64_to_f16(x)   the fp16 pattern nearest to x (half to even), an int64; NaN -> 0x7e00
@@ -66,7 +68,7 @@ _TWO16 = 0x40F0000000000000  # float64 pattern of 2**16: rounded magnitudes >= i
 _SUB_MAGIC = 1.5 * 2.0**28  # (t + M) - M rounds t to a multiple of 2**-24 (|t| < 2**27)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def f16_to_f64(h):
     """Exact float64 value of the fp16 bit pattern ``h`` (an integer 0..0xffff)."""
     h = np.int64(h)
@@ -77,7 +79,7 @@ def f16_to_f64(h):
     return np.int64((sub if a < 0x400 else bits) | sign).view(np.float64)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def f64_to_f16(x):
     """fp16 bit pattern nearest to ``x`` (round half to even), as an int64; NaN gives the
     quiet NaN 0x7e00."""
@@ -94,7 +96,7 @@ def f64_to_f16(x):
     return sign | np.int64(np.rint(np.int64(au).view(np.float64) * 2.0**24))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def round_f16(x):
     """``x`` rounded to the nearest fp16 value (half to even), returned as a float64.
 
