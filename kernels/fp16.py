@@ -3,7 +3,8 @@ float16 on the CPU).  Every kernel converts through these functions, and only th
 
 Scalar (nopython; compiled once each and inlined by LLVM where they are called, not by
 Numba's IR-level ``inline="always"``, whose copy at every call site cost seconds of a cold
-compile: about half of ``scripts/compile_profile.py``'s total, for the same machine code)::
+compile: about half of ``scripts/compile_profile.py``'s total, for the same machine code;
+``f64_to_f16_inline`` and ``round_f16_inline`` are IR-inlined copies for the NE)::
 
     f16_to_f64(h)   exact float64 value of the fp16 pattern h (an integer 0..0xffff)
     f64_to_f16(x)   the fp16 pattern nearest to x (half to even), an int64; NaN -> 0x7e00
@@ -68,8 +69,7 @@ _TWO16 = 0x40F0000000000000  # float64 pattern of 2**16: rounded magnitudes >= i
 _SUB_MAGIC = 1.5 * 2.0**28  # (t + M) - M rounds t to a multiple of 2**-24 (|t| < 2**27)
 
 
-@njit(cache=True)
-def f16_to_f64(h):
+def _f16_to_f64(h):
     """Exact float64 value of the fp16 bit pattern ``h`` (an integer 0..0xffff)."""
     h = np.int64(h)
     a = h & 0x7FFF
@@ -79,8 +79,7 @@ def f16_to_f64(h):
     return np.int64((sub if a < 0x400 else bits) | sign).view(np.float64)
 
 
-@njit(cache=True)
-def f64_to_f16(x):
+def _f64_to_f16(x):
     """fp16 bit pattern nearest to ``x`` (round half to even), as an int64; NaN gives the
     quiet NaN 0x7e00."""
     u = np.float64(x).view(np.int64)
@@ -96,8 +95,7 @@ def f64_to_f16(x):
     return sign | np.int64(np.rint(np.int64(au).view(np.float64) * 2.0**24))
 
 
-@njit(cache=True)
-def round_f16(x):
+def _round_f16(x):
     """``x`` rounded to the nearest fp16 value (half to even), returned as a float64.
 
     The value of ``f64_to_f16(x)`` without leaving float64: in the normal range the 42 low
@@ -115,6 +113,14 @@ def round_f16(x):
         return np.int64((u & _SIGN) | r).view(np.float64)
     v = (np.int64(au).view(np.float64) + _SUB_MAGIC) - _SUB_MAGIC
     return np.int64((u & _SIGN) | np.float64(v).view(np.int64)).view(np.float64)
+
+
+# Each a plain call (compiled once; LLVM inlines it), and the encoder and the rounding also
+# as an IR-inlined copy of the same definition for the NE's per-element helpers
+# (fastane.kernels.ne): chains of plain calls there (helper -> codec) ran 10-40% slower.
+f16_to_f64 = njit(cache=True)(_f16_to_f64)
+f64_to_f16, f64_to_f16_inline = njit(cache=True)(_f64_to_f16), njit(inline="always")(_f64_to_f16)
+round_f16, round_f16_inline = njit(cache=True)(_round_f16), njit(inline="always")(_round_f16)
 
 
 @njit(cache=True)

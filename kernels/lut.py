@@ -41,10 +41,6 @@ Range events: an input left of the table (``x < lo``, or ``u < 0`` in modes 0-2)
 as an underflow, right of it (``x > hi`` or ``u > 32``) as an overflow.  NaN, and zeros
 and infinities in the mantissa modes, are not counted.
 
-The table evaluation and the exact four-term rounding are plain calls (compiled once,
-inlined by LLVM), not Numba IR-level copies at every call site: a cold compile of the NE
-kernels took several seconds more with those.
-
 Parameters are passed packed, so that one signature serves every caller:
 
 * ``lutf`` float64[41]: ``[0:33]`` the knots (fp16 values), then ``lo, hi, lo_value,
@@ -212,7 +208,7 @@ _HALF42 = 1 << 41
 _MIN_NORMAL16 = 2.0**-14
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def round_sum_f16(t0, t1, t2, t3):
     """fp16 pattern (RNE) of the exact sum ``t0 + t1 + t2 + t3`` of finite doubles.
 
@@ -291,7 +287,7 @@ def _scaled(t0, t1, t2, n):
     return round_sum_f16(t0 * f, t1 * f, t2 * f, 0.0)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def lut_eval(x, lutf, luti):
     """Evaluate one table at the fp16 value ``x`` (a float64).
 

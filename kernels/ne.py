@@ -18,7 +18,7 @@ Entry point for the device engine and the numpy API: :func:`ne_post`.
 import numpy as np
 from numba import njit, prange
 
-from .fp16 import f16_to_f64, f64_to_f16, round_f16
+from .fp16 import f16_to_f64, f64_to_f16_inline, round_f16_inline
 from .lut import count_event, lut_eval
 from .mac import readout_counts, readout_unrounded, readout_value
 
@@ -35,7 +35,7 @@ def _affine_py(t, has_bias, b, do_scale, scale):
     if has_bias:
         t = t + b
         if do_scale:
-            t = round_f16(t) * scale
+            t = round_f16_inline(t) * scale
     elif do_scale:
         t = t * scale
     return t
@@ -45,7 +45,7 @@ def _encode_py(u, relu):
     """Steps 3-4 without a table: the fp16 pattern of ``u`` (rounded once), then ReLU on the
     pattern when ``relu``: a set sign bit (negative, -0, -inf) gives +0; NaN is already the
     positive quiet NaN 0x7e00 and stays."""
-    h = f64_to_f16(u)
+    h = f64_to_f16_inline(u)
     return (0 if (h & 0x8000) != 0 else h) if relu else h
 
 
@@ -53,7 +53,7 @@ def _encode_py(u, relu):
 def _rounded(u, affine):
     """The fp16 value of ``u`` from :func:`_affine` (rounded when a step ran, else ``u`` as
     it is): the input of the table."""
-    return round_f16(u) if affine else u
+    return round_f16_inline(u) if affine else u
 
 
 # Each helper compiled twice from its one definition: a plain call for ne_post (whose

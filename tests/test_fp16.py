@@ -255,7 +255,9 @@ def test_every_kernel_converts_through_the_one_codec():
 
     assert dma.f16_to_f64 is fp16.f16_to_f64
     assert lut.f16_to_f64 is fp16.f16_to_f64 and lut.f64_to_f16 is fp16.f64_to_f16
-    assert ne.f64_to_f16 is fp16.f64_to_f16 and ne.round_f16 is fp16.round_f16
+    assert ne.f64_to_f16_inline is fp16.f64_to_f16_inline and ne.round_f16_inline is fp16.round_f16_inline
+    assert fp16.f64_to_f16_inline.py_func is fp16.f64_to_f16.py_func  # one definition, two compilations
+    assert fp16.round_f16_inline.py_func is fp16.round_f16.py_func
     assert ne.f16_to_f64 is fp16.f16_to_f64
     assert acc.round_f16 is fp16.round_f16  # the MAC readout (kernels/acc.py)
     assert planar.f16_to_f64 is fp16.f16_to_f64 and planar.f64_to_f16 is fp16.f64_to_f16
