@@ -58,8 +58,7 @@ def _scaled_operand(x, s0):
     return round_f16(x * s0) if s0 != 1.0 else x
 
 
-@njit(cache=True, inline="always")
-def affine(y, s, c):
+def _affine_py(y, s, c):
     """``round16(s * y + c)`` for an exact fp16 value ``y`` and fp16 ``s``, ``c``."""
     if s == 1.0 and c == 0.0:
         return y
@@ -75,8 +74,7 @@ def affine(y, s, c):
     return f16_to_f64(round_sum_f16(t, c, 0.0, 0.0))
 
 
-@njit(cache=True, inline="always")
-def apply_op(op, a, b):
+def _apply_op_py(op, a, b):
     """``round16(op(a, b))`` for exact fp16 values ``a``, ``b``."""
     if op == OP_ADD:
         return round_f16(a + b)
@@ -100,6 +98,14 @@ def apply_op(op, a, b):
     return a
 
 
+# Each compiled twice from its one definition (as fastane.kernels.ne's helpers): a plain
+# call where the operation is a constant (compiled once per operation and scales, inlined
+# by LLVM: the cold compile of the window kernels takes ~1 s, not ~5 s of Numba's IR-level
+# copies), and an IR-inlined copy for the loops over an operation known only at run time.
+affine, _affine_inline = njit(cache=True)(_affine_py), njit(inline="always")(_affine_py)
+apply_op, _apply_op_inline = njit(cache=True)(_apply_op_py), njit(inline="always")(_apply_op_py)
+
+
 def _eltwise(a, b, op, s0, s, c, out):
     """Elementwise over rows: ``a`` (R, Wa), ``b`` (R, Wb) with ``Wa``/``Wb`` equal to
     ``out``'s W or 1 (broadcast along the row); ``b`` is ignored by unary ops.
@@ -113,7 +119,7 @@ def _eltwise(a, b, op, s0, s, c, out):
         for w in range(width):
             x = _scaled_operand(a[r, w if wa != 1 else 0], s0)
             y = b[r, w if wb != 1 else 0] if wb > 0 else 0.0
-            v = affine(apply_op(op, x, y), s, c)
+            v = _affine_inline(_apply_op_inline(op, x, y), s, c)
             out[r, w] = f64_to_f16(v)
             if v != v:
                 n += 1
@@ -223,9 +229,10 @@ def _decode_piece(src, o, step, x):
 @njit(cache=True)
 def _piece_unit(xa, xb, op, d):
     """:func:`_piece` for ``s0 = s = 1``, ``c = 0`` (where the operand scale and the output
-    affine are the identity), the common operations as constants so each inlined copy is
-    a branch-free loop; compiled once, not inlined into :func:`eltwise_window` (Numba's
-    inliner costs minutes on a dozen copies)."""
+    affine are the identity), the common operations as constants: Numba compiles
+    :func:`_unit` (and :func:`apply_op` in it) once for each constant operation, as a
+    literal, so each is a branch-free loop; plain calls, which LLVM inlines, not Numba's
+    IR-level copies (its inliner cost seconds of a cold compile per copy)."""
     if op == OP_ADD:
         return _unit(xa, xb, OP_ADD, d)
     if op == OP_MUL:
@@ -239,7 +246,7 @@ def _piece_unit(xa, xb, op, d):
     return _unit(xa, xb, op, d)
 
 
-@njit(inline="always")
+@njit(cache=True)
 def _unit(xa, xb, op, d):
     """:func:`_piece` with ``s0 = s = 1``, ``c = 0``: ``_scaled_operand(x, 1.0)`` is ``x``
     and ``affine(y, 1.0, 0.0)`` is ``y``, so the value is ``apply_op``'s."""
@@ -256,8 +263,7 @@ def _unit(xa, xb, op, d):
 def _piece_scaled(xa, xb, op, s0, s, d):
     """:func:`_piece` for an offset ``c = 0`` (every corpus planar task: ``sub`` is an add
     with ``s0 = -1``, ``ave`` an add with ``s = 0.5``, softmax's subtraction has
-    ``s = log2(e)``), those two operations as constants, as :func:`_piece_unit` (each
-    inlined copy costs seconds of a cold compile)."""
+    ``s = log2(e)``), those two operations as constants, as :func:`_piece_unit`."""
     if op == OP_ADD:
         return _scaled(xa, xb, OP_ADD, s0, s, d)
     if op == OP_SUB:
@@ -265,7 +271,7 @@ def _piece_scaled(xa, xb, op, s0, s, d):
     return _scaled(xa, xb, op, s0, s, d)
 
 
-@njit(inline="always")
+@njit(cache=True)
 def _scaled(xa, xb, op, s0, s, d):
     """:func:`_piece` with ``c = 0``, without its branches on the scales: for an fp16
     value ``x`` (or a NaN) ``round_f16(1.0 * x)`` is ``x``, so ``round_f16(s0 * x)`` is
@@ -287,7 +293,7 @@ def _piece(xa, xb, op, s0, s, c, d):
     (``w < d.size``); returns the NaN count."""
     n = 0
     for w in range(d.size):
-        v = affine(apply_op(op, _scaled_operand(xa[w], s0), xb[w]), s, c)
+        v = _affine_inline(_apply_op_inline(op, _scaled_operand(xa[w], s0), xb[w]), s, c)
         d[w] = f64_to_f16(v)
         if v != v:
             n += 1
