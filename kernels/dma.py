@@ -13,7 +13,7 @@ from numba import njit, prange
 
 from .conv import unfold_channel
 from .fp16 import f16_to_f64
-from .parallel import claim
+from .parallel import claim, new_queue
 
 
 def extent(shape, strides, itemsize, burst=64):
@@ -207,15 +207,25 @@ def unfold_f16(mem16, plane, row, H, W, CG, win, read_y, read_x, cols, tmax, wor
     :func:`fastane.kernels.conv.unfold_channel`): one task per input channel (its rows
     copied into a buffer of the thread, then unfolded), handed out through the work queue
     of :mod:`fastane.kernels.parallel`."""
-    ntasks = tmax.size
-    counter = np.zeros(1, np.int64)
+    counter = new_queue()
     for _ in prange(workers):
-        line = np.empty((H, W), np.uint16)
-        while True:
-            t = claim(counter)
-            if t >= ntasks:
-                break
-            for y in range(H):  # the channel, into the thread's buffer
-                o = t * plane + y * row
-                line[y] = mem16[o : o + W]
-            tmax[t] = f16_to_f64(unfold_channel(line, t % CG, win, cols[t // CG], read_y, read_x))
+        _unfold_tasks(mem16, plane, row, H, W, CG, win, read_y, read_x, cols, tmax, counter)
+
+
+@njit(cache=True, boundscheck=False)
+def _unfold_tasks(mem16, plane, row, H, W, CG, win, read_y, read_x, cols, tmax, counter):
+    """One thread of :func:`unfold_f16`: channels claimed from ``counter`` until none are
+    left (the parallel loop only calls this: its body is compiled again with everything
+    inlined into it: :mod:`fastane.kernels.parallel`)."""
+    line = np.empty((H, W), np.uint16)
+    while True:
+        t = claim(counter)
+        if t >= tmax.size:
+            break
+        for y in range(H):  # the channel, into the thread's buffer (a loop: an array
+            o = t * plane + y * row  # assignment compiles numba's shape-mismatch message)
+            src = mem16[o : o + W]
+            dst = line[y]
+            for x in range(W):
+                dst[x] = src[x]
+        tmax[t] = f16_to_f64(unfold_channel(line, t % CG, win, cols[t // CG], read_y, read_x))

@@ -5,12 +5,20 @@ element, zero to start): each of the :func:`workers` ``prange`` iterations (one 
 thread) loops on ``t = claim(counter)`` and does task ``t`` until ``t`` reaches the task
 count; every task writes its own outputs only.
 
+A work-queue kernel makes its counter with :func:`new_queue` (a ``np.zeros`` in a
+parallel function is a parallel region of its own) and, where that costs no speed
+(measured: ``dma.unfold_f16``, ``ne.readout_fast``; not the MAC's tile loops), keeps its
+``prange`` body to one call of a plain function: Numba compiles a parallel region's
+body again, with everything inlined into it, as a function of its own -- a second or
+more of a cold compile for each.
+
 Numba's own ``prange`` split is static; on a shared machine where one thread loses its
 core for a while, the other threads then do the remaining tasks instead of waiting for
 it.  Small work runs on the calling thread alone (:func:`threads_for`): a parallel region
 costs a thread hand-off, and a worker thread waiting for a core can hold the whole call
 up for a scheduler slice.
 
+* ``new_queue() -> int64[1]`` (nopython): a work queue's counter, zero;
 * ``claim(counter: int64[1]) -> int64`` (nopython): ``counter[0] += 1`` atomically,
   returns the value before;
 * ``workers() -> int`` (Python): the worker count to pass to a work-queue kernel;
@@ -23,11 +31,18 @@ up for a scheduler slice.
 import contextlib
 
 import numba
+import numpy as np
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["claim", "workers", "threads_for", "nan_max"]
+__all__ = ["new_queue", "claim", "workers", "threads_for", "nan_max"]
+
+
+@njit(cache=True)
+def new_queue():
+    """A work queue's counter: int64[1], zero (no task claimed yet)."""
+    return np.zeros(1, np.int64)
 
 
 @intrinsic
