@@ -46,7 +46,7 @@ from numba.extending import intrinsic
 
 from .acc import SCALE
 from .mac_fast import _pairs_next, _tile, _tile_count
-from .parallel import claim
+from .parallel import claim, new_queue
 
 MAGIC32 = 1.5 * 2.0**23  # float32: rne(MAGIC32 + p) == MAGIC32 + rne(p) for |p| <= 2**22
 MAGIC32_BITS = 0x4B400000  # the float32 pattern of MAGIC32; bits(MAGIC32 + r) = MAGIC32_BITS + r
@@ -272,7 +272,6 @@ def _tile32(a, bq, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth, ci):
             out[j] = np.float64(s - ((s & 0x80000000) << 1))  # ... as the int32 it is
 
 
-@njit(parallel=True, fastmath={"contract"}, cache=True)
 def _fast32_rows(a, bq, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile, depth, workers):
     """acc[rb[p], ri[p], :] = sum_k round(a*b) in any order, for rows that cannot clamp and
     whose products are at most :data:`F32_PRODUCT_LIMIT` (module docstring: why exact).
@@ -283,9 +282,20 @@ def _fast32_rows(a, bq, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile
     work queue; depth is blocked for cache; two consecutive rows sharing their ``b`` batch
     are computed together (one load of ``b`` feeds both).
     """
+    kernel = _fast32_floor if trunc else _fast32_rne
+    kernel(a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, workers)
+
+
+# One kernel per rounding, the rounding a constant in each (its tiles compile only their own
+# inner loops; the first use of the other rounding compiles that one: a cold compile of the
+# demo's matmul took 5 s with both).  Each its own parallel loop (an IR-inlined body holding
+# the ``prange`` with ``trunc=True`` lost its stores).
+@njit(parallel=True, fastmath={"contract"}, cache=True)
+def _fast32_rne(a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, workers):
+    """:func:`_fast32_rows` rounding the products half to even."""
     L, N = rb.size, bq.shape[2]
     ntasks = _tile_count(L, N, rows_per_tile, cols_per_tile)
-    counter = np.zeros(1, np.int64)
+    counter = new_queue()
     for _ in prange(workers):
         ci = np.empty((rows_per_tile, min(N, cols_per_tile)), np.int32)
         while True:
@@ -293,4 +303,20 @@ def _fast32_rows(a, bq, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile
             if t >= ntasks:
                 break
             p0, p1, j0, j1 = _tile(t, L, N, rows_per_tile, cols_per_tile)
-            _tile32(a, bq, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth, ci)
+            _tile32(a, bq, ia, ib, rb, ri, False, acc, p0, p1, j0, j1, depth, ci)
+
+
+@njit(parallel=True, fastmath={"contract"}, cache=True)
+def _fast32_floor(a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, workers):
+    """:func:`_fast32_rows` with the products floored (``trunc``)."""
+    L, N = rb.size, bq.shape[2]
+    ntasks = _tile_count(L, N, rows_per_tile, cols_per_tile)
+    counter = new_queue()
+    for _ in prange(workers):
+        ci = np.empty((rows_per_tile, min(N, cols_per_tile)), np.int32)
+        while True:
+            t = claim(counter)
+            if t >= ntasks:
+                break
+            p0, p1, j0, j1 = _tile(t, L, N, rows_per_tile, cols_per_tile)
+            _tile32(a, bq, ia, ib, rb, ri, True, acc, p0, p1, j0, j1, depth, ci)
