@@ -21,6 +21,7 @@ from numba import njit, prange
 from .fp16 import f16_to_f64, f64_to_f16_inline, round_f16_inline
 from .lut import count_event, lut_eval
 from .mac import readout_counts, readout_unrounded, readout_value
+from .parallel import workers
 
 NL_IDENTITY = 0
 NL_RELU = 1
@@ -229,7 +230,6 @@ def _row_affine(a, f, dst, b, do_bias, scale, do_scale, relu):
     return nans, sat
 
 
-@njit(parallel=True, cache=True, boundscheck=False)
 def readout_fast(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts):
     """:func:`readout_post` for the NE stages without a LUT (identity or ReLU), as loops
     that vectorize (no table in the loop; LLVM turns the readout's and the codec's
@@ -237,12 +237,38 @@ def readout_fast(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts):
     own outputs; the caller runs small outputs on one thread, ``parallel.threads_for``).
     Same bits and counts as :func:`readout_post` (``counts[2:4]``, the LUT events, stay
     0)."""
+    _readout_parallel(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts, workers())
+
+
+@njit(parallel=True, cache=True)
+def _readout_parallel(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts, workers):
+    """:func:`readout_fast` on ``workers`` threads, one block of channels each (as
+    ``prange`` over the channels splits them); the parallel loop only calls
+    :func:`_readout_channels` (:mod:`fastane.kernels.parallel`: a parallel region's body
+    is compiled again, with everything inlined into it)."""
+    C = acc.shape[0]
+    parts = max(1, min(C, workers))
+    nans = 0
+    sat = 0
+    for t in prange(parts):
+        c0 = t * C // parts
+        c1 = (t + 1) * C // parts
+        n, s = _readout_channels(acc, flag, bias, scale, relu, out16, plane, row, wpad, c0, c1)
+        nans += n
+        sat += s
+    counts[0] += nans
+    counts[1] += sat
+
+
+@njit(cache=True, boundscheck=False)
+def _readout_channels(acc, flag, bias, scale, relu, out16, plane, row, wpad, c0, c1):
+    """Channels ``c0:c1`` of :func:`readout_fast`: ``(NaN outputs, saturated outputs)``."""
     C, H, W = acc.shape
     has_bias = bias.size > 0
     do_scale = scale != 1.0
     nans = 0
     sat = 0
-    for c in prange(C):
+    for c in range(c0, c1):
         b = bias[c] if has_bias else 0.0
         for h in range(H):
             o = c * plane + h * row
@@ -257,5 +283,4 @@ def readout_fast(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts):
             sat += s
             for k in range(o + W, o + wpad):
                 out16[k] = 0
-    counts[0] += nans
-    counts[1] += sat
+    return nans, sat
