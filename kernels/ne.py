@@ -260,6 +260,14 @@ def _readout_parallel(acc, flag, bias, scale, relu, out16, plane, row, wpad, cou
     counts[1] += sat
 
 
+@njit(cache=True)
+def readout_serial(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts):
+    """:func:`readout_fast` on the calling thread (no parallel region: for small outputs)."""
+    n, s = _readout_channels(acc, flag, bias, scale, relu, out16, plane, row, wpad, 0, acc.shape[0])
+    counts[0] += n
+    counts[1] += s
+
+
 @njit(cache=True, boundscheck=False)
 def _readout_channels(acc, flag, bias, scale, relu, out16, plane, row, wpad, c0, c1):
     """Channels ``c0:c1`` of :func:`readout_fast`: ``(NaN outputs, saturated outputs)``."""

@@ -34,7 +34,6 @@ import numpy as np
 from fastane.kernels import ne as _kne
 from fastane.kernels import fp16 as _fp16
 from fastane.kernels import ne_table as _ktable
-from fastane.kernels import parallel as _kpar
 
 from ..errors import TDError
 from . import int8, palette
@@ -183,13 +182,13 @@ def _coefficients(cfg: NEConfig, c: int, kmem):
     if cfg.bias_vector:
         m, off = cfg.per_core, cfg.bias_offset
         lanes = -(-c // m)
-        bias = kmem.read(lanes, off, 2 * m).view("<f2").reshape(-1)[:c].astype(np.float64)
+        bias = kmem.data[:lanes, off : off + 2 * m].copy().view("<f2").reshape(-1)[:c].astype(np.float64)
     elif cfg.bias_mode:
         bias = np.full(c, cfg.f16(cfg.acc_bias))
     else:
         bias = _NO_BIAS
     if cfg.nonlinear == LUT:
-        lutf, luti = _lut_args(kmem.read(1, cfg.lut_offset, LUT_BLOCK).tobytes())
+        lutf, luti = _lut_args(kmem.data[0, cfg.lut_offset : cfg.lut_offset + LUT_BLOCK].tobytes())
     else:
         lutf, luti = _NO_LUT
     return bias, _f16(cfg.post_scale), lutf, luti
@@ -228,11 +227,8 @@ def run(cfg: NEConfig, values: np.ndarray, kmem=None, as_fp16: bool = False):
 #: is computed through its table of the 63488 non-NaN fp16 patterns (:mod:`fastane.kernels.ne_table`); tables kept
 TABLE_MIN = 1 << 16
 TABLES = 16
-#: outputs below this many are read out by the general kernel (:func:`finish`; it has a
-#: LUT branch and scalar code: 28 ns an output, against the branch-free kernel's fixed
-#: ~5 us), above by the branch-free one, on one thread up to READOUT_SERIAL (entering a
-#: parallel region costs ~10 us, and on a busy machine a scheduler slice)
-READOUT_TINY = 1 << 9
+#: outputs below this many are read out on the calling thread (:func:`finish`), above across
+#: the threads (the branch-free kernels either way, but for a LUT)
 READOUT_SERIAL = 1 << 15
 
 
@@ -311,9 +307,7 @@ def finish(cfg: NEConfig, acc: np.ndarray, flag: np.ndarray, kmem, window) -> tu
     bias, scale, lutf, luti = _coefficients(cfg, c, kmem)
     counts = np.zeros(4, dtype=np.int64)
     out16, plane, row, wpad = window
-    if cfg.nonlinear == LUT or c * h * w < READOUT_TINY:
-        # the general kernel: a table, or a few outputs (readout_fast gives the same bits
-        # and counts, docs)
+    if cfg.nonlinear == LUT:  # the general kernel (readout_fast gives the same bits and counts)
         _kne.readout_post(
             acc.reshape(c, h, w),
             flag.reshape(c, h, w),
@@ -328,18 +322,19 @@ def finish(cfg: NEConfig, acc: np.ndarray, flag: np.ndarray, kmem, window) -> tu
             wpad,
             counts,
         )
-    else:  # identity or ReLU: the branch-free kernel (threads across the channels)
-        with _kpar.threads_for(c * h * w, READOUT_SERIAL):
-            _kne.readout_fast(
-                acc.reshape(c, h, w),
-                flag.reshape(c, h, w),
-                bias,
-                scale,
-                cfg.nonlinear == RELU,
-                out16,
-                plane,
-                row,
-                wpad,
-                counts,
-            )
+    else:  # identity or ReLU: the branch-free kernel, on the calling thread for outputs too
+        # few for threads (entering its parallel region costs ~10 us), else across the channels
+        kernel = _kne.readout_serial if c * h * w < READOUT_SERIAL else _kne.readout_fast
+        kernel(
+            acc.reshape(c, h, w),
+            flag.reshape(c, h, w),
+            bias,
+            scale,
+            cfg.nonlinear == RELU,
+            out16,
+            plane,
+            row,
+            wpad,
+            counts,
+        )
     return int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3])
