@@ -110,6 +110,21 @@ def ne_post(y, bias, scale, nonlinear, lutf, luti, out, counts):
 
 
 @njit(cache=True)
+def ne_post_plain(y, bias, scale, relu, out):
+    """:func:`ne_post` without a LUT (identity, or ReLU when ``relu``), from the same
+    per-element helpers: the same bits, without the table (most of a cold compile of
+    :func:`ne_post`; no table events to count)."""
+    n, c, s = y.shape
+    has_bias = bias.size > 0
+    do_scale = scale != 1.0
+    for i in range(n):
+        for ch in range(c):
+            b = bias[ch] if has_bias else 0.0
+            for k in range(s):
+                out[i, ch, k] = _encode(_affine(y[i, ch, k], has_bias, b, do_scale, scale), relu)
+
+
+@njit(cache=True)
 def ne_post_bits(x, bias, scale, nonlinear, lutf, luti, out, counts):
     """:func:`ne_post` on fp16 patterns: ``x`` is uint16[N, C, S] (e.g. L2 contents)."""
     n, c, s = x.shape

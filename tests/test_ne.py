@@ -133,6 +133,23 @@ def test_ne_post_bits_equals_float_path():
     assert np.array_equal(a, b) and c1.tolist() == c2.tolist()
 
 
+@pytest.mark.parametrize("nonlinear", [0, 1])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("scale", [1.0, 0.5, -3.0, 2.0**-20])
+def test_ne_post_plain_equals_ne_post(nonlinear, with_bias, scale):
+    """ne_post_plain (no table compiled) gives ne_post's bits on every fp16 pattern
+    (NaNs, infinities, subnormals, -0), with and without bias and PostScale."""
+    pats = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    y = pats.view(np.float16).astype(np.float64).reshape(1, 4, -1)
+    bias = np.array([0.0, -0.0, 65504.0, -(2.0**-24)]) if with_bias else np.zeros(0)
+    lutf, luti = np.zeros(41), np.zeros(3, np.int64)
+    want = np.empty(y.shape, np.uint16)
+    kne.ne_post(y, bias, scale, nonlinear, lutf, luti, want, np.zeros(2, np.int64))
+    got = np.empty(y.shape, np.uint16)
+    kne.ne_post_plain(y, bias, scale, nonlinear == 1, got)
+    assert np.array_equal(got, want)
+
+
 def test_ne_post_front_end_errors():
     y = np.zeros((1, 2, 3))
     with pytest.raises(ValueError, match="N, C, S"):

@@ -215,8 +215,12 @@ def run(cfg: NEConfig, values: np.ndarray, kmem=None, as_fp16: bool = False):
         table, events = _table(bias[0] if bias.size else None, scale, cfg.nonlinear, lutf, luti)
         # False at a NaN input (its payload is the kernel's business): then the kernel
         looked_up = _ktable.ne_lookup(y.reshape(-1), table, events, out.reshape(-1), counts)
-    if not looked_up:
+    if looked_up:
+        pass
+    elif cfg.nonlinear == LUT:
         _kne.ne_post(y, bias, scale, cfg.nonlinear, lutf, luti, out, counts)
+    else:  # the same bits without compiling the table
+        _kne.ne_post_plain(y, bias, scale, cfg.nonlinear == RELU, out)
     result = out.view(np.float16).reshape(values.shape)
     if not as_fp16:
         result = result.astype(np.float64)
