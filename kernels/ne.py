@@ -266,8 +266,8 @@ def _readout_parallel(acc, flag, bias, scale, relu, out16, plane, row, wpad, cou
     nans = 0
     sat = 0
     for t in prange(parts):
-        c0 = t * C // parts
-        c1 = (t + 1) * C // parts
+        c0 = np.int64(t) * C // parts  # int64, as readout_serial passes them (a prange
+        c1 = (np.int64(t) + 1) * C // parts  # index is unsigned: a second compilation)
         n, s = _readout_channels(acc, flag, bias, scale, relu, out16, plane, row, wpad, c0, c1)
         nans += n
         sat += s
@@ -278,7 +278,8 @@ def _readout_parallel(acc, flag, bias, scale, relu, out16, plane, row, wpad, cou
 @njit(cache=True)
 def readout_serial(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts):
     """:func:`readout_fast` on the calling thread (no parallel region: for small outputs)."""
-    n, s = _readout_channels(acc, flag, bias, scale, relu, out16, plane, row, wpad, 0, acc.shape[0])
+    c0 = np.int64(0)  # int64, as _readout_parallel passes it (a literal 0: a second compile)
+    n, s = _readout_channels(acc, flag, bias, scale, relu, out16, plane, row, wpad, c0, acc.shape[0])
     counts[0] += n
     counts[1] += s
 
