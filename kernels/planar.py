@@ -227,7 +227,7 @@ def _decode_piece(src, o, step, x):
 
 
 @njit(cache=True)
-def _piece_unit(xa, xb, op, d):
+def _piece_unit(xa, xb, op, s0, s, c, d):
     """:func:`_piece` for ``s0 = s = 1``, ``c = 0`` (where the operand scale and the output
     affine are the identity), the common operations as constants: Numba compiles
     :func:`_unit` (and :func:`apply_op` in it) once for each constant operation, as a
@@ -260,7 +260,7 @@ def _unit(xa, xb, op, d):
 
 
 @njit(cache=True)
-def _piece_scaled(xa, xb, op, s0, s, d):
+def _piece_scaled(xa, xb, op, s0, s, c, d):
     """:func:`_piece` for an offset ``c = 0`` (every corpus planar task: ``sub`` is an add
     with ``s0 = -1``, ``ave`` an add with ``s = 0.5``, softmax's subtraction has
     ``s = log2(e)``), those two operations as constants, as :func:`_piece_unit`."""
@@ -300,7 +300,6 @@ def _piece(xa, xb, op, s0, s, c, d):
     return n
 
 
-@njit(cache=True, boundscheck=False)
 def eltwise_window(a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp, dr, wpad):
     """:func:`_eltwise` on fp16 patterns read and written in place (no float64 tensors):
     element ``(ch, h, w)`` of operand ``a`` is ``a[ch*ap + h*ar + w*aw]`` (flat uint16;
@@ -310,7 +309,22 @@ def eltwise_window(a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp,
     codec into float64 (what TileDMASrc hands :func:`_eltwise`), then computed as there,
     so the bits and the NaN count (returned) are :func:`_eltwise`'s.  Serial (a
     memory-bound pass: a parallel region costs more than it saves on a shared machine);
-    destination rows must not overlap."""
+    destination rows must not overlap.
+
+    One kernel per scale case (:func:`_piece_unit`, :func:`_piece_scaled`, :func:`_piece`),
+    compiled on its first use (a cold compile of the three took ~4 s)."""
+    if s0 == 1.0 and s == 1.0 and c == 0.0:
+        kernel = _window_unit
+    elif c == 0.0:
+        kernel = _window_scaled
+    else:
+        kernel = _window_affine
+    return kernel(a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp, dr, wpad)
+
+
+@njit(inline="always")
+def _window(piece, a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp, dr, wpad):
+    """:func:`eltwise_window`'s loop, each decoded piece computed by ``piece``."""
     unary = b.size == 0
     xa = np.empty(_CHUNK)
     xb = np.zeros(_CHUNK)
@@ -326,16 +340,25 @@ def eltwise_window(a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp,
             _decode_piece(a, oa + st * aw, aw, xa[:m])
             if not unary:
                 _decode_piece(b, ob + st * bw, bw, xb[:m])
-            d = dst[od + st : od + st + m]
-            if s0 == 1.0 and s == 1.0 and c == 0.0:
-                nans += _piece_unit(xa, xb, op, d)
-            elif c == 0.0:
-                nans += _piece_scaled(xa, xb, op, s0, s, d)
-            else:
-                nans += _piece(xa, xb, op, s0, s, c, d)
+            nans += piece(xa, xb, op, s0, s, c, dst[od + st : od + st + m])
         for w in range(W, wpad):
             dst[od + w] = 0
     return nans
+
+
+@njit(cache=True, boundscheck=False)
+def _window_unit(a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp, dr, wpad):
+    return _window(_piece_unit, a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp, dr, wpad)
+
+
+@njit(cache=True, boundscheck=False)
+def _window_scaled(a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp, dr, wpad):
+    return _window(_piece_scaled, a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp, dr, wpad)
+
+
+@njit(cache=True, boundscheck=False)
+def _window_affine(a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp, dr, wpad):
+    return _window(_piece, a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp, dr, wpad)
 
 
 @njit(inline="always")
