@@ -182,13 +182,13 @@ def _coefficients(cfg: NEConfig, c: int, kmem):
     if cfg.bias_vector:
         m, off = cfg.per_core, cfg.bias_offset
         lanes = -(-c // m)
-        bias = kmem.data[:lanes, off : off + 2 * m].copy().view("<f2").reshape(-1)[:c].astype(np.float64)
+        bias = kmem.read(lanes, off, 2 * m).view("<f2").reshape(-1)[:c].astype(np.float64)
     elif cfg.bias_mode:
         bias = np.full(c, cfg.f16(cfg.acc_bias))
     else:
         bias = _NO_BIAS
     if cfg.nonlinear == LUT:
-        lutf, luti = _lut_args(kmem.data[0, cfg.lut_offset : cfg.lut_offset + LUT_BLOCK].tobytes())
+        lutf, luti = _lut_args(kmem.read(1, cfg.lut_offset, LUT_BLOCK).tobytes())
     else:
         lutf, luti = _NO_LUT
     return bias, _f16(cfg.post_scale), lutf, luti
