@@ -19,10 +19,11 @@ from numba import njit, prange
 
 from .acc import SCALE
 from .bounds import _abs_stats, _safe
+from .fp16 import F16_INF
 from .mac_f32 import MAGIC32, MAGIC32_BITS, as_f32, f32_bits, f32_row_ok
 from .parallel import claim, nan_max
 
-_NAN_MAG = 0x7C00  # fp16 magnitudes above this pattern are NaN
+_NAN_MAG = F16_INF  # fp16 magnitudes above this pattern are NaN
 _MAG = np.uint16(0x7FFF)  # the magnitude bits of an fp16 pattern
 
 

@@ -173,26 +173,6 @@ def readout_post(acc, flag, bias, scale, nonlinear, lutf, luti, out16, plane, ro
     sat = 0
     under = 0
     over = 0
-    if H * W == 1:  # one output a channel (a decode step): no per-row views
-        a1 = acc.reshape(C)
-        f1 = flag.reshape(C)
-        if plane == wpad:  # the channels' bursts tile the window: zero it in one pass
-            z = out16[: C * plane]
-            for i in range(z.size):
-                z[i] = 0
-        for c in range(C):
-            n, st = readout_counts(a1[c], f1[c])
-            nans += n
-            sat += st
-            b = bias[c] if has_bias else 0.0
-            hb, ev = _post_one(a1[c], f1[c], has_bias, b, do_scale, scale, lut, relu, lutf, luti)
-            o = c * plane
-            out16[o] = hb
-            if plane != wpad:
-                for k in range(1, wpad):
-                    out16[o + k] = 0
-            under, over = count_event(ev, under, over)
-        C = 0  # done
     for c in range(C):
         b = bias[c] if has_bias else 0.0
         for h in range(H):

@@ -22,10 +22,11 @@ float64 path.  ``tests/test_planar_f32.py`` compares the two on every pair of pa
 import numpy as np
 from numba import njit
 
+from .fp16 import F16_INF, F16_QNAN
 from .mac_f32 import _f16_bits, as_f32
 
-_QNAN = np.uint16(0x7E00)
-_INF = np.uint16(0x7C00)
+_QNAN = np.uint16(F16_QNAN)
+_INF = np.uint16(F16_INF)
 _MAG = np.uint16(0x7FFF)
 _SIGN = np.uint16(0x8000)
 
