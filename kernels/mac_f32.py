@@ -129,6 +129,39 @@ def widen_f16(bits, out):
         of[i] = as_f32(bf[i])
 
 
+@intrinsic
+def _clz32(typingctx, x):
+    """``_clz32(x)``: the leading zero bits of the uint32 ``x`` (32 for 0; ``vplzcntd``)."""
+    if x != types.uint32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return types.uint32(x), codegen
+
+
+@njit(inline="always")
+def sum_value32(s):
+    """The fp16 value (a float32) that an exact, unclamped accumulator sum ``s`` (int32 grid
+    units, ``|s| < 2**31``: what the int32 lanes above leave) reads out as: ``s / 2**16``
+    rounded half to even to fp16, the readout's one rounding (``fastane.kernels.acc.
+    readout_value`` of ``float64(s)``).  In integers: ``|s|`` rounded half to even to its
+    11 leading significant bits (below ``2**11`` it has no more: exact, fp16 subnormals
+    included, since ``s / 2**16`` is then a multiple of ``2**-24``), which float32 then
+    holds exactly, as it holds the division by ``2**16``; ``|s / 2**16| < 2**15``, so no
+    overflow.  Branch-free, for 16-lane loops (``fastane.kernels.ne.readout_sums``)."""
+    m = np.uint32(abs(np.int64(s)))
+    e = np.int32(31) - np.int32(_clz32(m))  # the leading bit's index (-1 for 0)
+    sh = np.uint32(max(e - 10, 0))  # the bits below the 11 kept
+    q = m >> sh
+    rem = m - (q << sh)
+    half = (np.uint32(1) << sh) >> np.uint32(1)  # 0 when nothing is dropped
+    up = (rem > half) | ((rem == half) & (sh > 0) & ((q & np.uint32(1)) == 1))
+    v = np.float32(np.int64((q + np.uint32(up)) << sh)) * np.float32(1.0 / SCALE)
+    return -v if s < 0 else v
+
+
 @njit(inline="always")
 def f32_row_ok(amax, bmax):
     """True when every product of a row with ``max|a| = amax`` against ``max|b| = bmax``

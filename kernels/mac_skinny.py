@@ -60,9 +60,10 @@ def _q(xk, wk, m, trunc):
 
 @njit(fastmath={"contract"}, inline="always")
 def _sum(s, offset):
-    """The exact sum ``S`` from an int32 lane sum ``s = K * MAGIC32_BITS + S`` (mod 2**32)."""
-    t = (np.int64(s) - offset) & 0xFFFFFFFF  # S modulo 2**32 ...
-    return np.float64(t - ((t & 0x80000000) << 1))  # ... as the int32 it is
+    """The exact sum ``S`` (int32) from an int32 lane sum ``s = K * MAGIC32_BITS + S``
+    (mod 2**32): the difference truncated to 32 bits is ``S`` modulo ``2**32``, the int32
+    it is."""
+    return np.int32(np.int64(s) - offset)
 
 
 @njit(fastmath={"contract"}, inline="always")
@@ -193,7 +194,7 @@ def _channels(xs, k16, base, per_lane, K, N, trunc, acc, n, m, offset):
 
 @njit(fastmath={"contract"}, cache=True, boundscheck=False)
 def skinny_q16(xs, k16, base, per_lane, K, N, trunc, acc):
-    """``acc[n, p] = sum_k round(x[p, k] * w[n, k])`` in grid units (float64), for rows
+    """``acc[n, p] = sum_k round(x[p, k] * w[n, k])`` in grid units (int32), for rows
     :func:`rows_ok` admits; ``w[n, k]`` is the fp16 pattern ``k16[base[n // per_lane] + (n
     % per_lane) * K + k]`` (the KMem layout: ``per_lane`` channels a core, core ``l``'s
     first word at ``base[l]``; ``k16`` 1-D: KMem, or unified memory where KernelDMA reads

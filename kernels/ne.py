@@ -18,9 +18,10 @@ Entry point for the device engine and the numpy API: :func:`ne_post`.
 import numpy as np
 from numba import njit, prange
 
-from .fp16 import f16_to_f64, f64_to_f16_inline, round_f16_inline
+from .fp16 import F16_INF, F16_QNAN, f16_to_f64, f64_to_f16_inline, round_f16_inline
 from .lut import count_event, lut_eval
 from .mac import readout_counts, readout_unrounded, readout_value
+from .mac_f32 import _f16_bits, as_f32, sum_value32
 from .parallel import workers
 
 NL_IDENTITY = 0
@@ -288,3 +289,81 @@ def _readout_channels(acc, flag, bias, scale, relu, out16, plane, row, wpad, c0,
             for k in range(o + W, o + wpad):
                 out16[k] = 0
     return nans, sat
+
+
+# ------------------------------------------------- exact int32 sums (the skinny kernel's)
+_QNAN16 = np.uint16(F16_QNAN)
+_INF16 = np.uint16(F16_INF)
+
+
+@njit(inline="always")
+def _sum_post(s, b, has_bias, scale, do_scale, relu):
+    """The fp16 pattern the exact sum ``s`` (int32 grid units) leaves the NE with, without
+    a LUT: :func:`fastane.kernels.mac_f32.sum_value32` (the readout), then ``+ b`` and
+    ``x scale`` each rounded to fp16 in float32 (a product of two fp16 values is exact in
+    float32; a sum is rounded to float32 first, which is innocuous before fp16: Figueroa's
+    ``2p + 2`` bound, see :mod:`fastane.kernels.planar_f32`), NaN written 0x7e00, then ReLU
+    on the pattern -- :func:`_affine_py` and :func:`_encode_py`'s steps and bits."""
+    t = sum_value32(s)
+    if has_bias:
+        t = t + b
+        if do_scale:
+            t = as_f32(_f16_bits(t)) * scale
+    elif do_scale:
+        t = t * scale
+    h = _f16_bits(t)
+    h = _QNAN16 if (h & np.uint16(0x7FFF)) > _INF16 else h
+    if relu:
+        h = np.uint16(0) if (h & np.uint16(0x8000)) != 0 else h
+    return h
+
+
+@njit(inline="always")
+def _sums_row(src, dst, W, b, has_bias, scale, do_scale, relu):
+    """``dst[k]`` (``wpad`` of them): the first ``W`` from ``src``, the rest 0 (one masked
+    loop: rows of 7 or 14 outputs are too short for a loop of their own and a tail loop)."""
+    for k in range(dst.size):
+        dst[k] = _sum_post(src[k], b, has_bias, scale, do_scale, relu) if k < W else np.uint16(0)
+
+
+@njit(cache=True, boundscheck=False)
+def _sums_channels(sums, bias, scale, relu, out16, plane, row, wpad, W, c0, c1):
+    """Channels ``c0:c1`` of :func:`readout_sums`."""
+    H = sums.shape[1] // W
+    has_bias = bias.size > 0
+    do_scale = scale != 1.0
+    sc = np.float32(scale)  # fp16 values: exact in float32
+    for c in range(c0, c1):
+        b = np.float32(bias[c]) if has_bias else np.float32(0.0)
+        for h in range(H):
+            o = c * plane + h * row
+            src = sums[c, h * W : (h + 1) * W]
+            dst = out16[o : o + wpad]
+            if has_bias and not do_scale:
+                _sums_row(src, dst, W, b, True, sc, False, relu)
+            else:
+                _sums_row(src, dst, W, b, has_bias, sc, do_scale, relu)
+
+
+@njit(parallel=True, cache=True)
+def _sums_parallel(sums, bias, scale, relu, out16, plane, row, wpad, W, workers):
+    """:func:`readout_sums` on ``workers`` threads, one block of channels each."""
+    C = sums.shape[0]
+    parts = max(1, min(C, workers))
+    for t in prange(parts):
+        c0 = np.int64(t) * C // parts
+        c1 = (np.int64(t) + 1) * C // parts
+        _sums_channels(sums, bias, scale, relu, out16, plane, row, wpad, W, c0, c1)
+
+
+def readout_sums(sums, bias, scale, relu, out16, plane, row, wpad, W, threads=True):
+    """:func:`readout_fast` of exact, unclamped sums: ``sums`` int32 ``[C, H * W]`` (grid
+    units; the skinny kernel's, which leaves only rows whose bound proves no step clamps),
+    rows ``W`` long.  No accumulator is NaN or flagged, so there is nothing to count.
+    Identity or ReLU, bias and PostScale as :func:`readout_post` (the same bits), in 16
+    lanes of int32 and float32 instead of 8 of float64; ``threads``: across the channels,
+    else on the calling thread."""
+    if threads:
+        _sums_parallel(sums, bias, scale, relu, out16, plane, row, wpad, W, workers())
+    else:
+        _sums_channels(sums, bias, scale, relu, out16, plane, row, wpad, W, np.int64(0), sums.shape[0])

@@ -164,16 +164,19 @@ def round_float(x: float) -> float:
 def ref_ne(y: float, bias, scale: float, nonlinear: int, words):
     """One element through bias -> PostScale -> nonlinearity; returns fp16 bits."""
     t = y
+    # an exact zero result takes IEEE 754's sign (x * -0, -0 + -0), which the float
+    # operation gives exactly; a rational 0 has none
     if bias is not None:
         s = t + bias  # IEEE: inf - inf = nan; finite sums handled exactly below
-        t = (
-            round_float(s)
-            if not (math.isfinite(t) and math.isfinite(bias))
-            else bits_to_float(round_fraction(Fraction(t) + Fraction(bias)))
-        )
+        if not (math.isfinite(t) and math.isfinite(bias)):
+            t = round_float(s)
+        else:
+            q = Fraction(t) + Fraction(bias)
+            t = s if q == 0 else bits_to_float(round_fraction(q))
     if scale != 1.0:
         if math.isfinite(t) and math.isfinite(scale):
-            t = bits_to_float(round_fraction(Fraction(t) * Fraction(scale)))
+            q = Fraction(t) * Fraction(scale)
+            t = t * scale if q == 0 else bits_to_float(round_fraction(q))
         else:
             t = t * scale
     if nonlinear == 2:

@@ -24,10 +24,10 @@ def skinny_calls(monkeypatch):
     real = dmac.skinny
 
     def spy(*x):
-        used = real(*x)
-        if used:
+        sums = real(*x)
+        if sums is not None:
             calls.append(1)
-        return used
+        return sums
 
     monkeypatch.setattr(dmac, "skinny", spy)
     return calls
@@ -104,17 +104,17 @@ def test_kernel_rounds_and_truncates_as_the_reference(trunc, kind, m, k, n):
     assert np.array_equal(rmax, want_max[0])  # sums of so few fp16 values are exact in any order
     assert np.array_equal(rsum, want_sum[0])
     assert np.array_equal(xs, (x * 2.0**16).astype(np.float32))
-    acc = np.empty((n, m))
+    acc = np.empty((n, m), np.int32)
     wmax = mac_skinny.skinny_q16(xs, k16, base, per_lane, k, n, trunc, acc)
     assert mac_skinny.pattern_abs(wmax) == np.abs(b.astype(np.float64)).max()
     assert mac_skinny.rows_ok(rsum, rmax, mac_skinny.pattern_abs(wmax), k)
-    acc_par = np.full((n, m), np.nan)
+    acc_par = np.full((n, m), -1, np.int32)
     wmax_par = mac_skinny.skinny_q16_par(
         xs, k16, base, per_lane, k, n, trunc, acc_par, 2
     )  # the threaded twin
     assert np.array_equal(acc_par, acc) and wmax_par == wmax
     y = np.empty((m, n))
-    mac.readout(np.ascontiguousarray(acc.T), np.zeros(y.shape, np.int8), y)
+    mac.readout(np.ascontiguousarray(acc.T).astype(np.float64), np.zeros(y.shape, np.int8), y)
     want = ref_matmul(a, b, trunc=trunc)
     assert np.array_equal(y.astype(F16).view(np.uint16), want.view(np.uint16))
 
@@ -126,7 +126,7 @@ def test_abs_max_sees_nan_and_inf(m):
     kmem = _kmem_of(np.ones((21, 9), F16))
     k16, base, per_lane, lanes, sizes = kernel_dma.fp16_channels(kmem, 21, 9, 1, 1)
     k16 = k16.reshape(len(base), -1)  # the 16 KMems, a row each (base: the rows' starts)
-    xs, acc = np.ones((m, 9), np.float32), np.empty((21, m))
+    xs, acc = np.ones((m, 9), np.float32), np.empty((21, m), np.int32)
 
     def bmax():
         w = mac_skinny.skinny_q16(xs, k16.reshape(-1), base, per_lane, 9, 21, False, acc)
@@ -211,3 +211,30 @@ def test_tasks_of_one_layer_share_the_rows_of_their_columns(device, skinny_calls
         skinny_calls.clear()
         assert np.array_equal(y.view(np.uint16), fastane.conv2d(x, w, padding=1).view(np.uint16))
         assert not skinny_calls
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "tanh"])
+@pytest.mark.parametrize("m", [1, 6])
+def test_fused_bias_and_activation_after_the_kernel(device, skinny_calls, activation, m):
+    """The skinny kernel's int32 sums through the NE stage (bias, the activation; a LUT
+    reads them as unflagged accumulators): each output the slow reference's readout, then
+    its bias and activation element by element (tests/test_lut_reference.ref_ne)."""
+    from fastane.lower.problems import ne_stage
+    from test_lut_reference import ref_ne
+
+    rng = np.random.default_rng(m + len(activation or ""))
+    k, n = 300, 40
+    a, b = _operands("random", m, k, n, rng)
+    a[0, :3] = [2.0**-8, -(2.0**-8), 3 * 2.0**-9]  # ties on the grid
+    bias = (rng.standard_normal(n) * 2).astype(F16)
+    bias[:2] = [0.0, -0.0]
+    y = fastane.linear(a, np.ascontiguousarray(b.T), bias, activation)
+    assert skinny_calls  # the int32 sums were read out
+    stage = ne_stage(activation)
+    nonlinear = {"identity": 0, "relu": 1, "lut": 2}[stage.nonlinear]
+    words = stage.block.to_words() if stage.block is not None else None
+    readout = ref_matmul(a, b)
+    for i in range(m):
+        for j in range(n):
+            want = ref_ne(float(readout[i, j]), float(bias[j]), stage.post_scale, nonlinear, words)
+            assert int(y[i, j].view(np.uint16)) == want, (i, j, activation)

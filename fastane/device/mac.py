@@ -338,7 +338,9 @@ def accumulate_fp16(
     ``kmem16()``, when given, returns the fp16 weights where KMem holds them, ``(k16,
     per_lane, lanes, sizes)`` (:func:`fastane.device.kernel_dma.fp16_channels`), or None:
     an ungrouped narrow output of at most :data:`SKINNY_ROWS` pixels whose rows pass the
-    bounds is then computed from them (:func:`skinny`), the same bits again.
+    bounds is then computed from them (:func:`skinny`), the same bits again; the result
+    is then ``(sums, None)``: exact int32 sums, no step clamped (no flags), which
+    :func:`fastane.device.ne.finish` reads out as it reads ``(acc, flag)``.
 
     ``w`` is the decoded weights (float64 ``[Cout, Cin/G, Kh, Kw]``) or a callable that
     returns them: a narrow output whose ``transposed()`` is kept never decodes them.
@@ -366,13 +368,16 @@ def accumulate_fp16(
             x = buffer("x16", (1, g.cin, g.hin, g.win), np.uint16)
             _kdma.gather_bits(src16, plane, row, x[0], cmax)
             if kmem16 is not None and skinny_candidate(g):
-                if skinny(g, x.reshape(kc, P), kmem16(), buffer, trunc, acc, flag):
-                    return acc, flag
+                sums = skinny(g, x.reshape(kc, P), kmem16(), buffer, trunc)
+                if sums is not None:
+                    return sums, None
             cols = x.reshape(G, kc, P).view(np.float16)
         else:
-            cols = _plain_narrow(g, src16, plane, row, w, buffer, transposed, kmem16, trunc, acc, flag, cmax)
-            if cols is None:
-                return acc, flag
+            done, cols = _plain_narrow(
+                g, src16, plane, row, w, buffer, transposed, kmem16, trunc, acc, flag, cmax
+            )
+            if done is not None:
+                return done
         bmax = _max_abs(cmax, G)
     else:
         # the columns as fp16 patterns: the operand the float32 fast path decodes as it
@@ -392,8 +397,9 @@ def accumulate_fp16(
                 memo[key] = kept
         tmax = kept[0]
         if kmem16 is not None and skinny_candidate(g):
-            if skinny(g, cols[0], kmem16(), buffer, trunc, acc, flag, kept):
-                return acc, flag
+            sums = skinny(g, cols[0], kmem16(), buffer, trunc, kept)
+            if sums is not None:
+                return sums, None
         cols = cols.view(np.float16)
         bmax = tmax.reshape(G, g.cin_g).max(axis=1)  # NaN propagates
     idx = _arange(G)
@@ -443,9 +449,9 @@ def unfolding_key(g: Geometry, lo: int, hi: int, plane: int, row: int) -> tuple:
 def _plain_narrow(g: Geometry, src16, plane, row, w, buffer, transposed, kmem16, trunc, acc, flag, cmax):
     """:func:`accumulate_fp16` of a plain convolution that is small or :func:`narrow`: the
     input decoded (``cmax``: its per-channel largest magnitude patterns), then the
-    serial definition, the skinny kernel or the transposed product, each filling ``acc``
-    and ``flag`` (returns None); or, when none applies, the decoded input as the
-    general kernels' right operand ``[G, Cin/G, P]``."""
+    serial definition, the skinny kernel or the transposed product: ``(result, None)``
+    with :func:`accumulate_fp16`'s result; or, when none applies, ``(None, the decoded
+    input as the general kernels' right operand [G, Cin/G, P])``."""
     G, P = g.groups, g.hout * g.wout
     cog, kc = g.cout // G, g.cin_g * g.kh * g.kw
     small = g.macs <= _kmac.SMALL_MACS
@@ -465,10 +471,11 @@ def _plain_narrow(g: Geometry, src16, plane, row, w, buffer, transposed, kmem16,
             acc.reshape(G, cog, P),
             flag.reshape(G, cog, P),
         )
-        return None
+        return (acc, flag), None
     if kmem16 is not None and skinny_candidate(g):
-        if skinny(g, x.reshape(kc, P), kmem16(), buffer, trunc, acc, flag):
-            return None
+        sums = skinny(g, x.reshape(kc, P), kmem16(), buffer, trunc)
+        if sums is not None:
+            return (sums, None), None
     if transposed is not None and narrow(g):
         wt, wmax = transposed()
         xt = buffer("xt", (G, P, g.cin_g), np.float64)
@@ -485,27 +492,28 @@ def _plain_narrow(g: Geometry, src16, plane, row, w, buffer, transposed, kmem16,
             _kmac.matmul_q16_into(xt, wt, idx, idx, trunc, acc_t, flag_t, wmax)
         acc.reshape(G, cog, P)[...] = acc_t.transpose(0, 2, 1)
         flag.reshape(G, cog, P)[...] = flag_t.transpose(0, 2, 1)
-        return None
-    return x.reshape(G, g.cin_g, P)
+        return (acc, flag), None
+    return None, x.reshape(G, g.cin_g, P)
 
 
-def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag, kept=None) -> bool:
-    """The accumulators of an ungrouped convolution with few pixels (``x`` ``[K, P]``: the
+def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, kept=None):
+    """The exact sums of an ungrouped convolution with few pixels (``x`` ``[K, P]``: the
     input of a 1x1 convolution, float64 or float32 fp16 values or their patterns, or the
     im2col columns as patterns, ``K = Cin x Kh x Kw``) from the fp16 weights in KMem
     (``weights``: :func:`fastane.device.kernel_dma.fp16_channels`, or None), along ``K``
-    (:func:`fastane.kernels.mac_skinny.skinny_q16`).  Returns False, its ``acc``
-    discarded, unless every row's products fit
-    the float32 rounding and its bound proves no step clamps (then the caller's general
-    kernels, which handle those rows exactly, run instead).  The bound's ``max |w|`` is
-    the one the kernel returns from its single pass over the weights: checked after the
-    sums, before they are used.
+    (:func:`fastane.kernels.mac_skinny.skinny_q16`): int32 ``[1, Cout, Hout, Wout]`` in
+    grid units, none clamped (:func:`fastane.kernels.ne.readout_sums` reads them out).
+    Returns None, the sums discarded, unless every row's products fit the float32
+    rounding and its bound proves no step clamps (then the caller's general kernels,
+    which handle those rows exactly, run instead).  The bound's ``max |w|`` is the one the
+    kernel returns from its single pass over the weights: checked after the sums, before
+    they are used.
 
     ``kept``: the record of :func:`accumulate_fp16` for im2col columns (``x``), whose rows
     (``xs`` and their row statistics, in their own buffer) it keeps in ``kept[1]`` for the
     next task that reads the same columns."""
     if weights is None:
-        return False
+        return None
     k16, base, per_lane, _, _ = weights
     K, P = x.shape
     xs = buffer("xs" if kept is None else "xs_columns", (P, K), np.float32)
@@ -517,17 +525,15 @@ def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, acc, flag, 
         if kept is not None:
             kept[1] = (xs, rsum, rmax)
     if not _kskinny.rows_ok(rsum, rmax, 0.0, K):  # NaN or inf in x: no max |w| admits it
-        return False
+        return None
+    sums = buffer("sums", (g.cout, P), np.int32)
     if g.macs >= SKINNY_PARALLEL and _kpar.workers() > 1:
-        wmax = _kskinny.skinny_q16_par(
-            xs, k16, base, per_lane, K, g.cout, trunc, acc.reshape(g.cout, P), _kpar.workers()
-        )
+        wmax = _kskinny.skinny_q16_par(xs, k16, base, per_lane, K, g.cout, trunc, sums, _kpar.workers())
     else:
-        wmax = _kskinny.skinny_q16(xs, k16, base, per_lane, K, g.cout, trunc, acc.reshape(g.cout, P))
+        wmax = _kskinny.skinny_q16(xs, k16, base, per_lane, K, g.cout, trunc, sums)
     if not _kskinny.rows_ok(rsum, rmax, _kskinny.pattern_abs(wmax), K):
-        return False
-    flag[...] = 0
-    return True
+        return None
+    return sums.reshape(1, g.cout, g.hout, g.wout)
 
 
 def _decoded(w) -> np.ndarray:

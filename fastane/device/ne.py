@@ -306,11 +306,32 @@ def finish(cfg: NEConfig, acc: np.ndarray, flag: np.ndarray, kmem, window) -> tu
     destination ``window`` (:func:`fastane.device.tile_dma.fp16_window`), bit for bit
     what ``mac.run`` -> :func:`run` -> ``tile_dma.write`` produce.
 
+    ``flag`` None: ``acc`` holds exact, unclamped int32 sums (the skinny kernel's,
+    :func:`fastane.device.mac.skinny`), read out by :func:`fastane.kernels.ne.
+    readout_sums` (nothing NaN or saturated to count) -- or, before a LUT, as float64
+    accumulators with no flag set, by the general kernel.
+
     Returns ``(nan_outputs, saturated, lut_underflow, lut_overflow)``."""
     _, c, h, w = acc.shape
     bias, scale, lutf, luti = _coefficients(cfg, c, kmem)
-    counts = np.zeros(4, dtype=np.int64)
     out16, plane, row, wpad = window
+    if flag is None:
+        if cfg.nonlinear != LUT:
+            _kne.readout_sums(
+                acc.reshape(c, h * w),
+                bias,
+                scale,
+                cfg.nonlinear == RELU,
+                out16,
+                plane,
+                row,
+                wpad,
+                w,
+                threads=c * h * w >= READOUT_SERIAL,
+            )
+            return 0, 0, 0, 0
+        acc, flag = acc.astype(np.float64), np.zeros(acc.shape, np.int8)
+    counts = np.zeros(4, dtype=np.int64)
     if cfg.nonlinear == LUT:  # the general kernel (readout_fast gives the same bits and counts)
         _kne.readout_post(
             acc.reshape(c, h, w),
