@@ -112,3 +112,47 @@ def lane_table(table, events, out):
     for p in range(out.size):
         nan = 1 if (p & 0x7FFF) > 0x7C00 else 0
         out[p] = np.uint32(table[p]) | (np.uint32(events[p]) << 16) | (np.uint32(nan) << 18)
+
+
+_MAG = np.uint16(0x7FFF)
+_SIGN = np.uint16(0x8000)
+_INF = np.uint16(0x7C00)
+_QNAN = np.uint16(0x7E00)
+
+
+@njit(inline="always")
+def _plain_row(s, d, relu):
+    """One row of :func:`plain_window`: the NaN count."""
+    nan = 0
+    for k in range(s.size):
+        v = s[k]
+        isnan = (v & _MAG) > _INF
+        r = _QNAN if isnan else v
+        if relu:
+            r = np.uint16(0) if (r & _SIGN) != 0 else r
+        d[k] = r
+        nan += isnan
+    return nan
+
+
+@njit(cache=True, boundscheck=False)
+def plain_window(src, splane, srow, C, H, W, relu, dst, dplane, drow, wpad):
+    """:func:`lookup_window` of the NE stage without a bias, a PostScale or a LUT (identity
+    or ReLU): each pattern as it is, a NaN written 0x7e00 (the quiet NaN every NaN reads out
+    as) and counted, ReLU clearing the negative ones (-0 and -inf included) -- what the
+    table of that stage holds for every pattern, with no table: a vector loop of compares
+    and selects.  Returns the NaN count."""
+    nan = 0
+    for c in range(C):
+        for h in range(H):
+            so = c * splane + h * srow
+            do = c * dplane + h * drow
+            s = src[so : so + W]
+            d = dst[do : do + W]
+            if relu:
+                nan += _plain_row(s, d, True)
+            else:
+                nan += _plain_row(s, d, False)
+            for k in range(W, wpad):
+                dst[do + k] = 0
+    return nan

@@ -305,3 +305,29 @@ def test_reduce_kernel_on_rows_in_place(kind, recip, scales):
         want_nans = k.reduce_serial(rows.view(F16).astype(np.float64), code, s0, recip, s, c, want)
         assert np.array_equal(got, want), (kind, recip, scales, w, np.flatnonzero(got != want)[:5])
         assert nans == want_nans
+
+
+@pytest.mark.parametrize("nonlinear", [0, 1])
+def test_plain_stage_kernel_is_its_table(nonlinear):
+    """The NE stage without bias, PostScale or LUT (identity, ReLU) needs no table:
+    plain_window gives what lookup_window gives with that stage's table, on every pattern
+    (NaN ones, -0, -inf, subnormals), in strided windows with zeroed row tails."""
+    from fastane.device import ne
+    from fastane.kernels import ne_table
+
+    cfg = ne.NEConfig(bias_mode=0, acc_bias=0, post_scale=0x3C00, nonlinear=nonlinear)
+    assert ne.plain(cfg)
+    assert not ne.plain(dataclasses.replace(cfg, bias_mode=1))  # an added +0 turns -0 into +0
+    assert not ne.plain(dataclasses.replace(cfg, post_scale=0x3800))
+    table = ne.pattern_table(cfg, None, 1 << 16)
+    C, H, W = 4, 128, 130  # 66560 elements: every pattern and some twice
+    src = np.zeros(C * H * 160, np.uint16)
+    grid = src.reshape(C, H, 160)
+    grid[:, :, :W] = np.resize(np.random.default_rng(1).permutation(1 << 16), (C, H, W)).astype(np.uint16)
+    got = np.full(C * H * 192, 0xABCD, np.uint16)
+    want = got.copy()
+    counts = np.zeros(3, np.int64)
+    ne_table.lookup_window(src, H * 160, 160, C, H, W, table, want, H * 192, 192, 136, counts)
+    nans = ne_table.plain_window(src, H * 160, 160, C, H, W, nonlinear == 1, got, H * 192, 192, 136)
+    assert np.array_equal(got, want)
+    assert nans == counts[0] > 0 and counts[1] == counts[2] == 0

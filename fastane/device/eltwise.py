@@ -56,6 +56,16 @@ def _ne(p, memory, kmem, l2mem):
     src = _source(p.src, p.l2, memory, l2mem, shape)
     if src is None:
         return None
+    if ne.plain(p.ne) and src[3] == 1:  # identity or ReLU alone: no table to look up
+        dst = _destination(p, memory, l2mem, shape, (src,))
+        if dst is None:
+            return None
+        (a, ap, ar, _step), (out, dp, dr, wpad), keep = src, dst[:4], dst[4]
+        nans = 0
+        if a.size and out.size:
+            nans = _ktable.plain_window(a, ap, ar, *shape, p.ne.nonlinear == ne.RELU, out, dp, dr, wpad)
+        keep()
+        return with_events(p.stats, 0, int(nans), 0, 0)
     table = ne.pattern_table(p.ne, kmem, g.cin * g.hin * g.win)
     if table is None:
         return None

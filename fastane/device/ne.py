@@ -281,6 +281,13 @@ def _key(bias, scale, nonlinear, lutf, luti) -> tuple:
     )
 
 
+def plain(cfg: NEConfig) -> bool:
+    """Whether the stage is identity or ReLU alone: no bias (an added +0 would turn -0
+    into +0), PostScale 1.0, no LUT -- a function of the fp16 pattern needing no table
+    (:func:`fastane.kernels.ne_table.plain_window`)."""
+    return not (cfg.bias_mode or cfg.bias_vector) and cfg.post_scale == 0x3C00 and cfg.nonlinear != LUT
+
+
 def pattern_table(cfg: NEConfig, kmem, elements: int):
     """The uint32 table of a kernel-less task's NE stage for every one of the 65536 input
     patterns (:func:`fastane.kernels.ne_table.lookup_window`'s; NaN ones included: what
