@@ -200,3 +200,39 @@ def test_unary_programs_match_apples(corpus, name, program):
     x = (np.random.default_rng(9).standard_normal((1, 1, 2560, 1600)) * 100).astype(np.float16)
     out = Device(memory_size=96 << 20).run(apple, {5: x})
     np.testing.assert_array_equal(bits(out[4]), bits(binary.unary(name, x)))
+
+
+def _ref_relu_bits(y16):
+    """ReLU of fp16 results as the NE's ReLU gives it: a set sign bit (negative, -0,
+    -inf) gives +0; every NaN reads out 0x7e00."""
+    b = bits(y16).copy()
+    b[(b & 0x8000) != 0] = 0
+    b[np.isnan(y16)] = 0x7E00
+    return b
+
+
+@pytest.mark.parametrize("name", sorted(binary.OPS))
+@pytest.mark.parametrize("n", [1, 33, 70001, 802816])
+def test_relu_after_it_in_one_program(device, name, n):
+    """``activation="relu"``: the planar result stays in L2 and an NE task writes its ReLU:
+    the reference's rounded result, then ReLU on it, bit for bit; two tasks a tile, NaN
+    counted by both tasks, as by the two calls one after the other."""
+    rng = np.random.default_rng(n + len(name))
+    a = rng.integers(0, 1 << 16, n).astype(np.uint16).view(np.float16)
+    b = (rng.standard_normal(n) * 300).astype(np.float16)
+    a[: min(n, SPECIAL.size)] = SPECIAL[: min(n, SPECIAL.size)]
+    b[: min(n, SPECIAL.size)] = SPECIAL[::-1][: min(n, SPECIAL.size)]
+    y = binary.binary(name, a, b, "relu")
+    st = fastane.last_stats()
+    ref = ref_eltwise(binary.OPS[name], a, b)
+    np.testing.assert_array_equal(bits(y), _ref_relu_bits(ref))
+    low = binary.lower(n, binary.OPS[name], True)
+    assert st.tasks == low.n_tasks == 2 * len(low.tiles)
+    with np.errstate(all="ignore"):
+        z = binary.binary(name, a, b)
+        separate = fastane.last_stats().nan_outputs
+        fastane.relu(z)
+        separate += fastane.last_stats().nan_outputs
+    assert st.nan_outputs == separate  # the planar task's and the NE task's, as in two calls
+    with pytest.raises(ValueError, match="activation must be None or 'relu'"):
+        binary.binary(name, a, b, "tanh")

@@ -15,7 +15,8 @@ The lowering: both operands (rounded to fp16, as every entry point does) sit fla
 dense in their slots (``SLOT_A``, ``SLOT_B``; the result in ``SLOT_OUT``), cut into
 ``(1, 1, rows, width)`` tiles exactly as the activations' elementwise programs are (rows
 of a multiple of 32 elements, so every tile starts on a 64-byte burst, plus a remainder
-row), sized so that the three tiles fit the 2 MiB L2 together.  numpy broadcasting is
+row), sized so that the three tiles fit the 2 MiB L2 together (four with a ReLU after
+the op: :func:`binary`'s ``activation``).  numpy broadcasting is
 materialised on the host first (a copy: layout work, no value changes); the planar
 engine's own per-row broadcast (``Common.Broadcast``) is not used yet.
 """
@@ -27,7 +28,7 @@ import dataclasses
 import numpy as np
 
 from ..errstate import report_events
-from ..m1 import ALIGN, LIMITS, round_up
+from ..m1 import ALIGN, L2_UNIT, LIMITS, round_up
 from ..operands import fp16_operand as _fp16_operand
 from ..stats import Stats, last_stats, record
 from ..td import BarSlot
@@ -75,10 +76,11 @@ class LoweredBinary(Bound):
     tiles: tuple  # (first element, rows, width)
     programs: tuple
     nbytes: int
+    relu: bool = False  # each tile's result through an NE task's ReLU (a second task)
 
     @property
     def n_tasks(self) -> int:
-        return len(self.tiles)
+        return len(self.tiles) * (2 if self.relu else 1)
 
     @property
     def program(self):
@@ -93,20 +95,25 @@ class LoweredBinary(Bound):
         return {slot: self.nbytes for slot in self.slots}
 
 
-def lower(n: int, op: str) -> LoweredBinary:
+def lower(n: int, op: str, relu: bool = False) -> LoweredBinary:
     """The program of ``op`` (a planar op of :data:`OPS` or :data:`UNARY`) over ``n`` fp16
-    elements (cached with every lowered program: :func:`fastane.lower.cache.cached`)."""
-    return cached(("planar", n, op), lambda: _lower(n, op))
+    elements (cached with every lowered program: :func:`fastane.lower.cache.cached`);
+    ``relu``: each tile's result then goes through an NE task with ReLU (see
+    :func:`binary`)."""
+    return cached(("planar", n, op, bool(relu)), lambda: _lower(n, op, bool(relu)))
 
 
-def _lower(n: int, op: str) -> LoweredBinary:
+def _lower(n: int, op: str, relu: bool = False) -> LoweredBinary:
     if n < 1:
         raise ValueError(f"cannot lower a binary op on {n} elements")
     if op not in OPS.values() and op not in UNARY.values():
         raise ValueError(f"unknown planar op {op!r}; one of {sorted(OPS.values()) + sorted(UNARY.values())}")
     unary = op in ("abs", "neg")
-    # the operands and the result in L2 at once: the activations' flat tiling
-    _, _, _, tiles = flat_tiles(n, None, LIMITS, k=2 if unary else 3)
+    if relu and op in UNARY.values():
+        raise ValueError(f"a ReLU after {op!r} is not lowered (only after a binary op)")
+    # the operands and the result in L2 at once: the activations' flat tiling (with a
+    # ReLU, the planar result stays in L2 and the NE task's result is staged after it)
+    _, _, _, tiles = flat_tiles(n, None, LIMITS, k=2 if unary else 4 if relu else 3)
     tds = []
     for j, (e0, h, w) in enumerate(tiles):
         base = dict(src_base=2 * e0, dst=SLOT_OUT, dst_base=2 * e0, eon=False)
@@ -121,6 +128,11 @@ def _lower(n: int, op: str) -> LoweredBinary:
             td = eltwise_td((1, h, w), op="add", in_scale=-1.0, src=SLOT_B, src1=SLOT_A, **two)
         else:
             td = eltwise_td((1, h, w), op=op, src=SLOT_A, src1=SLOT_B, **two)
+        if relu:  # the result kept in L2 (after both sources), then an NE task's ReLU
+            t = h * round_up(2 * w, L2_UNIT)  # one tile in L2
+            td = eltwise_td((1, h, w), op=op, src=SLOT_A, src1=SLOT_B, keep=True, l2_dst=2 * t, **two)
+            tds.append(td)
+            td = eltwise_td((1, h, w), nonlinear="relu", src_in_l2=True, l2_src=2 * t, **base)
         tds.append(td)
     nbytes = max(round_up(2 * n), ALIGN)
     bars = {
@@ -130,13 +142,14 @@ def _lower(n: int, op: str) -> LoweredBinary:
     }
     if op not in UNARY.values():
         bars[SLOT_B] = BarSlot(SLOT_B, "input", nbytes, "b")
-    programs = tuple(_chains(tds, 1, dict(sorted(bars.items())), f"{op}{n}", LIMITS))
-    return LoweredBinary(op, n, tuple(tiles), programs, nbytes)
+    programs = tuple(_chains(tds, 2 if relu else 1, dict(sorted(bars.items())), f"{op}{n}", LIMITS))
+    return LoweredBinary(op, n, tuple(tiles), programs, nbytes, relu)
 
 
-def plan(n: int, op: str) -> Stats:
-    """The Stats of ``op`` over ``n`` elements, counted on the lowering's stats-only device."""
-    return _execute(lower(n, op), None, None, device=stats_device(), stats_only=True)[1]
+def plan(n: int, op: str, relu: bool = False) -> Stats:
+    """The Stats of ``op`` (then ReLU) over ``n`` elements, counted on the lowering's
+    stats-only device."""
+    return _execute(lower(n, op, relu), None, None, device=stats_device(), stats_only=True)[1]
 
 
 def _execute(low: LoweredBinary, a16, b16, device=None, stats_only: bool = False):
@@ -160,11 +173,20 @@ def _execute(low: LoweredBinary, a16, b16, device=None, stats_only: bool = False
         low.release(b, keep=ok and not stats_only)
 
 
-def binary(name: str, a, b) -> np.ndarray:
+def binary(name: str, a, b, activation=None) -> np.ndarray:
     """``name`` (a key of :data:`OPS`) of ``a`` and ``b`` (numpy broadcasting) on the
-    planar engine; ``np.float16``."""
+    planar engine; ``np.float16``.
+
+    ``activation="relu"``: each tile's result stays in L2 and an NE task (identity
+    kernel mode, NonlinearMode 1) writes its ReLU, in the same program: ``relu(round16(op(a,
+    b)))``, the bits of the two calls one after the other (the sum rounded to fp16 where it
+    waits, as in DRAM), without the trip through DRAM.  The planar engine itself has no
+    nonlinearity (no task of the corpus does); Apple's compiler emits an NE task for a
+    ReLU after an add (docs/lower.md)."""
     if name not in OPS:
         raise ValueError(f"unknown binary op {name!r}; one of {sorted(OPS)}")
+    if activation not in (None, "relu"):
+        raise ValueError(f"{name}: activation must be None or 'relu', got {activation!r}")
     a16 = _fp16_operand(a, name, "a")
     b16 = _fp16_operand(b, name, "b")
     try:
@@ -179,7 +201,8 @@ def binary(name: str, a, b) -> np.ndarray:
         return np.empty(shape, np.float16)
     a16 = np.broadcast_to(a16, shape)  # materialised below: layout, no rounding
     b16 = np.broadcast_to(b16, shape)
-    y, stats = _execute(lower(n, OPS[name]), np.ascontiguousarray(a16), np.ascontiguousarray(b16))
+    low = lower(n, OPS[name], activation == "relu")
+    y, stats = _execute(low, np.ascontiguousarray(a16), np.ascontiguousarray(b16))
     record(stats)
     report_events(stats, name)  # (a planar op counts no events today)
     y = y.reshape(shape)

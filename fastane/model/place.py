@@ -197,27 +197,30 @@ def place(bound: Bound) -> list:
         ):
             from ..lower import binary as _binary
 
-            fn = getattr(_binary, _BINARY[op])
             note = (
                 ""
                 if types[node.inputs[0]].shape == types[node.inputs[1]].shape
                 else "broadcast materialised on the host (a copy, no rounding)"
             )
+            # a ReLU after it (its one consumer): an NE task in the same program
+            nxt = only(node.outputs[0])
+            relu = nxt is not None and nxt.op in _ACTIVATIONS and _activation(nxt, consts)[0] == "relu"
+            act = "relu" if relu else None
 
-            def run(xs, fn=fn, node=node):
+            def run(xs, name=_BINARY[op], node=node, act=act):
                 vals = {t: x for t, x in zip(_dyn_inputs(node, consts), xs)}
                 a, b = (vals[t] if t in vals else consts[t] for t in node.inputs)
-                return [fn(a, b)]
+                return [_binary.binary(name, a, b, act)]
 
             out_shape = types[node.outputs[0]].shape
             add(
-                [node],
+                [node, nxt] if relu else [node],
                 "ane",
                 note,
                 "exact",
                 run,
                 _BINARY[op],
-                lambda out_shape=out_shape, op=op: _plan.binary(out_shape, _BINARY[op]),
+                lambda out_shape=out_shape, op=op, relu=relu: _plan.binary(out_shape, _BINARY[op], relu),
             )
         elif (op in ("abs", "neg") or (op == "pow" and _scalar(consts, node, 1) == 2.0)) and np.dtype(
             types[node.inputs[0]].dtype

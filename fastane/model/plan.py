@@ -95,12 +95,13 @@ def eltwise(shape, activation) -> Stats:
     return _run(_lower.build(_lower.Eltwise(n, activation)))
 
 
-def binary(shape, op: str) -> Stats:
+def binary(shape, op: str, relu: bool = False) -> Stats:
     """A :mod:`fastane.lower.binary` op (``op`` a key of its :data:`~fastane.lower.binary.OPS` or
-    :data:`~fastane.lower.binary.UNARY`) whose result has ``shape``."""
+    :data:`~fastane.lower.binary.UNARY`) whose result has ``shape``; ``relu``: with the NE
+    task of a ReLU after it (``binary(..., activation="relu")``)."""
     from ..lower import binary as _binary
 
     n = math.prod(shape)
     if n == 0:
         return Stats()
-    return _binary.plan(n, _binary.OPS.get(op) or _binary.UNARY[op])
+    return _binary.plan(n, _binary.OPS.get(op) or _binary.UNARY[op], relu)

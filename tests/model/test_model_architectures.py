@@ -46,6 +46,8 @@ def test_resnet_block_net_matches_onnxruntime_and_top1():
     assert host == set()  # GlobalAveragePool too: a planar mean over each channel's H x W row
     assert [lay.call for lay in ane if lay.nodes[0].op == "global_avg_pool"] == ["reduce_mean"]
     assert sum(lay.call == "add" for lay in ane) == 2  # the residual Adds: planar tasks
+    # each with the ReLU after it: an NE task in the same program (the sum waits in L2)
+    assert all(lay.op == "Add+Relu" for lay in ane if lay.call == "add")
 
 
 def test_transformer_block_matches_onnxruntime():
