@@ -321,52 +321,20 @@ def finish(cfg: NEConfig, acc: np.ndarray, flag: np.ndarray, kmem, window) -> tu
     Returns ``(nan_outputs, saturated, lut_underflow, lut_overflow)``."""
     _, c, h, w = acc.shape
     bias, scale, lutf, luti = _coefficients(cfg, c, kmem)
-    out16, plane, row, wpad = window
+    relu = cfg.nonlinear == RELU
     if flag is None:
         if cfg.nonlinear != LUT:
             _kne.readout_sums(
-                acc.reshape(c, h * w),
-                bias,
-                scale,
-                cfg.nonlinear == RELU,
-                out16,
-                plane,
-                row,
-                wpad,
-                w,
-                threads=c * h * w >= READOUT_SERIAL,
+                acc.reshape(c, h * w), bias, scale, relu, *window, w, threads=c * h * w >= READOUT_SERIAL
             )
             return 0, 0, 0, 0
         acc, flag = acc.astype(np.float64), np.zeros(acc.shape, np.int8)
     counts = np.zeros(4, dtype=np.int64)
+    acc, flag = acc.reshape(c, h, w), flag.reshape(c, h, w)
     if cfg.nonlinear == LUT:  # the general kernel (readout_fast gives the same bits and counts)
-        _kne.readout_post(
-            acc.reshape(c, h, w),
-            flag.reshape(c, h, w),
-            bias,
-            scale,
-            cfg.nonlinear,
-            lutf,
-            luti,
-            out16,
-            plane,
-            row,
-            wpad,
-            counts,
-        )
+        _kne.readout_post(acc, flag, bias, scale, cfg.nonlinear, lutf, luti, *window, counts)
     else:  # identity or ReLU: the branch-free kernel, on the calling thread for outputs too
         # few for threads (entering its parallel region costs ~10 us), else across the channels
         kernel = _kne.readout_serial if c * h * w < READOUT_SERIAL else _kne.readout_fast
-        kernel(
-            acc.reshape(c, h, w),
-            flag.reshape(c, h, w),
-            bias,
-            scale,
-            cfg.nonlinear == RELU,
-            out16,
-            plane,
-            row,
-            wpad,
-            counts,
-        )
+        kernel(acc, flag, bias, scale, relu, *window, counts)
     return int(counts[0]), int(counts[1]), int(counts[2]), int(counts[3])
