@@ -229,20 +229,11 @@ def _decode_piece(src, o, step, x):
 @njit(cache=True)
 def _piece_unit(xa, xb, op, s0, s, c, d):
     """:func:`_piece` for ``s0 = s = 1``, ``c = 0`` (where the operand scale and the output
-    affine are the identity), the common operations as constants: Numba compiles
-    :func:`_unit` (and :func:`apply_op` in it) once for each constant operation, as a
-    literal, so each is a branch-free loop; plain calls, which LLVM inlines, not Numba's
-    IR-level copies (its inliner cost seconds of a cold compile per copy)."""
-    if op == OP_ADD:
-        return _unit(xa, xb, OP_ADD, d)
-    if op == OP_MUL:
-        return _unit(xa, xb, OP_MUL, d)
-    if op == OP_SUB:
-        return _unit(xa, xb, OP_SUB, d)
-    if op == OP_MAX:
-        return _unit(xa, xb, OP_MAX, d)
-    if op == OP_MIN:
-        return _unit(xa, xb, OP_MIN, d)
+    affine are the identity): :func:`_unit`.  Its callers (:func:`_window_unit_for`) pass
+    the operation as a constant, so Numba compiles it, :func:`_unit` and :func:`apply_op`
+    in it once for each operation, as a literal: a branch-free loop each; plain calls,
+    which LLVM inlines, not Numba's IR-level copies (its inliner cost seconds of a cold
+    compile per copy)."""
     return _unit(xa, xb, op, d)
 
 
@@ -263,7 +254,8 @@ def _unit(xa, xb, op, d):
 def _piece_scaled(xa, xb, op, s0, s, c, d):
     """:func:`_piece` for an offset ``c = 0`` (every corpus planar task: ``sub`` is an add
     with ``s0 = -1``, ``ave`` an add with ``s = 0.5``, softmax's subtraction has
-    ``s = log2(e)``), those two operations as constants, as :func:`_piece_unit`."""
+    ``s = log2(e)``), those two operations as constants (each a literal in its call, as
+    :func:`_window_unit_for` passes them)."""
     if op == OP_ADD:
         return _scaled(xa, xb, OP_ADD, s0, s, d)
     if op == OP_SUB:
@@ -311,10 +303,11 @@ def eltwise_window(a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp,
     memory-bound pass: a parallel region costs more than it saves on a shared machine);
     destination rows must not overlap.
 
-    One kernel per scale case (:func:`_piece_unit`, :func:`_piece_scaled`, :func:`_piece`),
-    compiled on its first use (a cold compile of the three took ~4 s)."""
+    One kernel per scale case (:func:`_piece_unit`, :func:`_piece_scaled`, :func:`_piece`;
+    with unit scales one per operation, :func:`_window_unit_for`), compiled on its first
+    use (a cold compile of the three took ~4 s)."""
     if s0 == 1.0 and s == 1.0 and c == 0.0:
-        kernel = _window_unit
+        kernel = _WINDOW_UNIT[op]
     elif c == 0.0:
         kernel = _window_scaled
     else:
@@ -346,9 +339,21 @@ def _window(piece, a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp,
     return nans
 
 
-@njit(cache=True, boundscheck=False)
-def _window_unit(a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp, dr, wpad):
-    return _window(_piece_unit, a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp, dr, wpad)
+def _window_unit_for(op):
+    """:func:`eltwise_window`'s kernel for unit scales and the one operation ``op``, a
+    constant (:func:`_piece_unit`): the first use of an operation compiles its loop only
+    (one kernel over a run-time operation compiled all seven: ResNet's one pass-through
+    copy cost ~1.4 s of a cold compile for them)."""
+
+    @njit(cache=True, boundscheck=False)
+    def window_unit(a, ap, ar, aw, b, bp, br, bw, C, H, W, op_, s0, s, c, dst, dp, dr, wpad):
+        return _window(_piece_unit, a, ap, ar, aw, b, bp, br, bw, C, H, W, op, s0, s, c, dst, dp, dr, wpad)
+
+    return window_unit
+
+
+#: eltwise_window's kernel of each operation code with unit scales (each compiled on first use)
+_WINDOW_UNIT = {op: _window_unit_for(op) for op in (OP_PASS, OP_ADD, OP_SUB, OP_MUL, OP_MAX, OP_MIN, OP_ABS)}
 
 
 @njit(cache=True, boundscheck=False)
