@@ -404,7 +404,6 @@ def _max_bits(row):
     return f16_to_f64(kmax if kmax >= 0 else (-kmax - 1) | 0x8000)
 
 
-@njit(cache=True, boundscheck=False)
 def reduce_window(src, stride, rows, W, kind, s0, recip, s, c, out):
     """:func:`_reduce` on fp16 patterns read in place (no float64 tensor): row ``r`` is
     ``src[r*stride : r*stride + W]`` (flat uint16), ``out[r]`` its fp16 pattern; returns
@@ -412,19 +411,46 @@ def reduce_window(src, stride, rows, W, kind, s0, recip, s, c, out):
     the patterns (:func:`_sum_bits`, :func:`_max_bits`); otherwise each row is decoded by
     the fp16 codec and reduced by :func:`_sum_row` / :func:`_max_row` themselves.  Either
     way the row then goes through :func:`_finish_row`, as in :func:`_reduce`.  Serial (a
-    memory-bound pass, as :func:`eltwise_window`)."""
-    x = np.empty((1, W if s0 != 1.0 else 0))
+    memory-bound pass, as :func:`eltwise_window`).  One kernel per case, compiled on its
+    first use (ResNet's average pool compiled all three: ~0.8 s of a cold compile)."""
+    if s0 != 1.0:
+        kernel = _reduce_decoded
+    else:
+        kernel = _reduce_max_bits if kind == RED_MAX else _reduce_sum_bits
+    return kernel(src, stride, rows, W, kind, s0, recip, s, c, out)
+
+
+@njit(inline="always")
+def _reduce_rows(reduce_row, src, stride, rows, W, recip, s, c, out):
+    """:func:`reduce_window`'s loop, each row reduced by ``reduce_row(row)``."""
+    nans = 0
+    for r in range(rows):
+        v = _finish_row(reduce_row(src[r * stride : r * stride + W]), recip, s, c)
+        out[r] = f64_to_f16(v)
+        if v != v:
+            nans += 1
+    return nans
+
+
+@njit(cache=True, boundscheck=False)
+def _reduce_sum_bits(src, stride, rows, W, kind, s0, recip, s, c, out):
+    return _reduce_rows(_sum_bits, src, stride, rows, W, recip, s, c, out)
+
+
+@njit(cache=True, boundscheck=False)
+def _reduce_max_bits(src, stride, rows, W, kind, s0, recip, s, c, out):
+    return _reduce_rows(_max_bits, src, stride, rows, W, recip, s, c, out)
+
+
+@njit(cache=True, boundscheck=False)
+def _reduce_decoded(src, stride, rows, W, kind, s0, recip, s, c, out):
+    x = np.empty((1, W))
     nans = 0
     for r in range(rows):
         row = src[r * stride : r * stride + W]
-        if s0 != 1.0:
-            for w in range(W):
-                x[0, w] = f16_to_f64(row[w])
-            y = _max_row(x, 0, s0) if kind == RED_MAX else _sum_row(x, 0, s0)
-        elif kind == RED_MAX:
-            y = _max_bits(row)
-        else:
-            y = _sum_bits(row)
+        for w in range(W):
+            x[0, w] = f16_to_f64(row[w])
+        y = _max_row(x, 0, s0) if kind == RED_MAX else _sum_row(x, 0, s0)
         v = _finish_row(y, recip, s, c)
         out[r] = f64_to_f16(v)
         if v != v:
