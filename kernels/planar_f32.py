@@ -74,7 +74,6 @@ def _mul_row(x, y, s0, s, d, W, unit):
     return n
 
 
-@njit(cache=True, boundscheck=False)
 def binary_window(a, ap, ar, aw, b, bp, br, bw, C, H, W, mul, sub, s0, s, dst, dp, dr, wpad):
     """``dst[ch*dp + h*dr + w]`` = the fp16 pattern of ``round16(s * round16(op(round16(s0
     * a[...]), b[...])))`` for the ``C x H x W`` tensor, ``op`` the product (``mul``), else
@@ -82,34 +81,49 @@ def binary_window(a, ap, ar, aw, b, bp, br, bw, C, H, W, mul, sub, s0, s, dst, d
     uint16 patterns; ``aw``, ``bw`` 1, or 0 for an operand broadcast along the row, read
     from a row filled with it); ``dst[... + w]`` for ``W <= w < wpad`` zeroed.  Returns
     the NaN outputs (``eltwise_window``'s arguments with ``c = 0``).  Destination rows
-    must not overlap."""
-    s0f = np.float32(s0)
-    sf = np.float32(s)
-    flip = _SIGN if sub else np.uint16(0)
-    unit = s0 == 1.0 and s == 1.0
-    ra = np.empty(W if aw == 0 else 0, np.uint16)
-    rb = np.empty(W if bw == 0 else 0, np.uint16)
-    nans = 0
-    for t in range(C * H):
-        ch = t // H
-        h = t - ch * H
-        x = a[ch * ap + h * ar :]
-        y = b[ch * bp + h * br :]
-        if aw == 0:
-            ra[:] = x[0]
-            x = ra
-        if bw == 0:
-            rb[:] = y[0]
-            y = rb
-        d = dst[ch * dp + h * dr : ch * dp + h * dr + wpad]
-        if mul and unit:
-            nans += _mul_row(x[:W], y[:W], s0f, sf, d, W, True)
-        elif mul:
-            nans += _mul_row(x[:W], y[:W], s0f, sf, d, W, False)
-        elif unit:
-            nans += _add_row(x[:W], y[:W], flip, s0f, sf, d, W, True)
-        else:
-            nans += _add_row(x[:W], y[:W], flip, s0f, sf, d, W, False)
-        for w in range(W, wpad):
-            d[w] = 0
-    return nans
+    must not overlap.  One kernel per operation (product or sum) and scale case
+    (:func:`_binary_window_for`), compiled on its first use."""
+    kernel = _BINARY_WINDOW[bool(mul), s0 == 1.0 and s == 1.0]
+    return kernel(a, ap, ar, aw, b, bp, br, bw, C, H, W, sub, s0, s, dst, dp, dr, wpad)
+
+
+def _binary_window_for(mul, unit):
+    """:func:`binary_window`'s kernel for the product (``mul``) or the sum, with unit
+    scales (``unit``: ``s0 = s = 1``) or not, both constants: its one row loop (one kernel
+    over the four compiled them all: ResNet's adds took ~0.6 s of a cold compile)."""
+
+    @njit(cache=True, boundscheck=False)
+    def window(a, ap, ar, aw, b, bp, br, bw, C, H, W, sub, s0, s, dst, dp, dr, wpad):
+        s0f = np.float32(s0)
+        sf = np.float32(s)
+        flip = _SIGN if sub else np.uint16(0)
+        ra = np.empty(W if aw == 0 else 0, np.uint16)
+        rb = np.empty(W if bw == 0 else 0, np.uint16)
+        nans = 0
+        for t in range(C * H):
+            ch = t // H
+            h = t - ch * H
+            x = a[ch * ap + h * ar :]
+            y = b[ch * bp + h * br :]
+            if aw == 0:
+                ra[:] = x[0]
+                x = ra
+            if bw == 0:
+                rb[:] = y[0]
+                y = rb
+            d = dst[ch * dp + h * dr : ch * dp + h * dr + wpad]
+            if mul:
+                nans += _mul_row(x[:W], y[:W], s0f, sf, d, W, unit)
+            else:
+                nans += _add_row(x[:W], y[:W], flip, s0f, sf, d, W, unit)
+            for w in range(W, wpad):
+                d[w] = 0
+        return nans
+
+    return window
+
+
+#: binary_window's kernel for each (mul, unit scales), each compiled on first use
+_BINARY_WINDOW = {
+    (mul, unit): _binary_window_for(mul, unit) for mul in (False, True) for unit in (False, True)
+}
