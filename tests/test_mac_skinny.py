@@ -61,7 +61,17 @@ KINDS = ["random", "tiny", "large", "saturating", "nan_inf", "nan_weight"]
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(
     "m,k,n",
-    [(1, 200, 40), (3, 130, 33), (8, 64, 100), (5, 37, 48), (13, 40, 33), (64, 24, 97), (100, 30, 130)],
+    [
+        (1, 200, 40),
+        (3, 130, 33),
+        (8, 64, 100),
+        (5, 37, 48),
+        (13, 40, 33),
+        (64, 24, 97),
+        (100, 30, 130),
+        (49, 40, 32),
+        (60, 24, 16),
+    ],
 )
 def test_few_rows_are_the_reference(device, skinny_calls, kind, m, k, n):
     assert m * k * n > mac.SMALL_MACS  # not the serial definition of small work
@@ -211,6 +221,24 @@ def test_tasks_of_one_layer_share_the_rows_of_their_columns(device, skinny_calls
         skinny_calls.clear()
         assert np.array_equal(y.view(np.uint16), fastane.conv2d(x, w, padding=1).view(np.uint16))
         assert not skinny_calls
+
+
+def test_a_narrow_tail_task_reads_the_rows_its_layer_made(device, skinny_calls, monkeypatch):
+    """The last task of a split layer (16 of 240 channels, 196 pixels: more pixels than
+    channels) takes the skinny kernel too, on the rows of the columns the first task
+    made; the bits are those of the general kernels."""
+    preps = []
+    real = mac_skinny.prepare
+    monkeypatch.setattr(mac_skinny, "prepare", lambda *a: preps.append(1) or real(*a))
+    rng = np.random.default_rng(10)
+    w = (rng.standard_normal((240, 256, 3, 3)) / 48).astype(F16)
+    x = rng.standard_normal((1, 256, 14, 14)).astype(F16)
+    y = fastane.conv2d(x, w, padding=1)
+    assert len(skinny_calls) == 2 and len(preps) == 1, (len(skinny_calls), len(preps))
+    monkeypatch.setattr(dmac, "SKINNY_ROWS", 0)
+    skinny_calls.clear()
+    assert np.array_equal(y.view(np.uint16), fastane.conv2d(x, w, padding=1).view(np.uint16))
+    assert not skinny_calls
 
 
 @pytest.mark.parametrize("activation", [None, "relu", "gelu", "tanh"])

@@ -253,25 +253,30 @@ NARROW_SERIAL = 1
 #: no transposed copy of the weights is made or kept (the kept ``w^T`` serves grouped
 #: narrow ones and rows the bounds leave to the general kernels).  One thread, against
 #: the general kernels: 50 vs 14 GMAC/s at 49 x 4608 x 112 (ResNet-50's 7 x 7 layers),
-#: 47 vs 30 at 196 x 2304 x 224 (14 x 14), 42 vs 45 at 784 x 1152 x 448 (28 x 28)
+#: 47 vs 30 at 196 x 2304 x 224 (14 x 14), 42 vs 45 at 784 x 1152 x 448 (28 x 28); also
+#: with more pixels than channels when they are few (:data:`NARROW_PIXELS`: 0.12 vs 0.17 ms
+#: at 49 x 512 x 32) or when an earlier task of the layer made the kernel's rows of the
+#: columns (ResNet-50's 32-channel tails: 0.30 vs 0.41 ms at 196 x 2304 x 32; without
+#: the rows made, the general kernels are faster there, 0.51 vs 0.64 ms)
 SKINNY_ROWS = 256
 #: ... on Numba's threads from this many multiply-adds (a task of 64 x 4096 x 128 is 2**25;
 #: below, one thread: a parallel region costs more than it saves on a small task)
 SKINNY_PARALLEL = 1 << 24
 
 
-def skinny_candidate(g: Geometry) -> bool:
+def skinny_candidate(g: Geometry, rows_kept: bool = False) -> bool:
     """Whether :func:`accumulate_fp16` tries the skinny kernel for this task (an ungrouped
-    fp16 convolution of at most :data:`SKINNY_ROWS` pixels, fewer than its output
-    channels, above ``SMALL_MACS``): its MAC would read the fp16 weights where KernelDMA
-    puts them."""
+    fp16 convolution of at most :data:`SKINNY_ROWS` pixels, above ``SMALL_MACS``, with
+    fewer pixels than output channels, at most :data:`NARROW_PIXELS` pixels, or
+    ``rows_kept``: the kernel's rows of these im2col columns made by an earlier task of
+    the layer): its MAC would read the fp16 weights where KernelDMA puts them."""
     P = g.hout * g.wout
     return (
         g.mode == CONV
         and g.groups == 1
         and g.macs > _kmac.SMALL_MACS
         and P <= SKINNY_ROWS
-        and P < g.cout
+        and (P < g.cout or P <= NARROW_PIXELS or rows_kept)
         and not isinstance(g.kernel_fmt, palette.Palettized)
         and DTYPES[g.kernel_fmt] == np.float16
     )
@@ -396,7 +401,7 @@ def accumulate_fp16(
                 memo.clear()  # the buffer holds this unfolding only
                 memo[key] = kept
         tmax = kept[0]
-        if kmem16 is not None and skinny_candidate(g):
+        if kmem16 is not None and skinny_candidate(g, kept[1] is not None):
             sums = skinny(g, cols[0], kmem16(), buffer, trunc, kept)
             if sums is not None:
                 return sums, None
