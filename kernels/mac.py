@@ -6,6 +6,7 @@ Entry points (fixed interface, used by the front end and the device engine)::
     acc, flag = matmul_q16(a, b, ia, ib, trunc)
     readout(acc, flag, out)
     matmul_q16_small(a, b, ia, ib, trunc, acc, flag)  # small work (SMALL_MACS), float64 b
+    took = matmul_q16_sums(a, b, ia, ib, trunc, sums, acc, flag)  # int32 sums when it can
 
 ``a``: float64[BA, M, K] and ``b``: float64[BB, K, N], C-contiguous, holding exact fp16
 values; ``ia``/``ib``: int64[B] map each output batch to its ``a``/``b`` batch (so
@@ -54,7 +55,9 @@ How it is computed (all bit-identical to that serial definition):
   (modulo ``2**32``) gives it exactly (the proof, step by step, is that module's
   docstring and docs/numerics.md).  One FMA and one integer add per multiply-add in
   16-lane vectors.  ``b`` may be given as float32 or float16 (resident weights);
-  otherwise a copy of its fp16 patterns is made;
+  otherwise a copy of its fp16 patterns is made.  When every row takes it,
+  :func:`matmul_q16_sums` leaves those int32 sums (no float64 accumulators, no flags:
+  nothing clamped or NaN);
 * bounds, cheapest first: per row ``sum_k |a_ik| * max|b|``; for rows that fail it, per
   element ``min(sum_k|a_ik| * max_k|b_kj|, max_k|a_ik| * sum_k|b_kj|)``; for elements
   that still fail, ``|A| @ |B|`` with BLAS (single-threaded, so that OpenBLAS's spinning
@@ -135,29 +138,40 @@ ROW_STATS_PARALLEL = 1 << 18
 FIX_RATIO = 8
 
 
-def _fast(a, b, ia, ib, rb, ri, trunc, acc, ok32, b32):
+def _fast(a, b, ia, ib, rb, ri, trunc, acc, ok32, b32, sums=None) -> bool:
     """The fast path for the rows (rb, ri): row tiles, or dot products when N is narrow.
 
     ``b``: a function returning the float64 ``b`` (made from ``b32`` only when needed);
     ``b32``: the same values as float32 or as fp16 patterns (uint16), or None (then an
-    fp16-pattern copy is made here, if a row takes the float32 kernel).  ``ok32``: bool[B, M], the rows whose
-    products the float32 kernel rounds exactly (:func:`_ok32`); those take it, the
-    others the float64 kernels."""
+    fp16-pattern copy is made here, if a row takes the float32 kernel).  ``ok32``:
+    bool[B, M], the rows whose products the float32 kernel rounds exactly
+    (:func:`_ok32`); those take it, the others the float64 kernels.  ``sums``: int32
+    [B, M, N] or None: when every row takes the float32 kernel, its exact sums are left
+    there (``acc`` untouched) and True is returned; otherwise False, ``acc`` written."""
     if (b32 if b32 is not None else b()).shape[2] <= NARROW_COLS:
         _fast_dots(a, b(), ia, ib, rb, ri, trunc, acc, parallel.workers())
-        return
+        return False
     sel = ok32[rb, ri]
     if sel.all():
         rb32, ri32 = rb, ri
         rb = ri = rb[:0]
     else:
         rb32, ri32, rb, ri = rb[sel], ri[sel], rb[~sel], ri[~sel]
+    whole = rb32.size == acc.shape[0] * acc.shape[1]  # every row
     if rb32.size:
         if b32 is None:
             b64 = b()
             b32 = np.empty(b64.shape, np.uint16)
             f16_patterns(np.ascontiguousarray(b64), b32)  # exact: fp16 values (one pass)
-        _fast32(a, b32, ia, ib, rb32, ri32, trunc, acc)
+        if whole and sums is not None:
+            _fast32(a, b32, ia, ib, rb32, ri32, trunc, sums)
+            return True
+        s32 = np.empty(acc.shape, np.int32)
+        _fast32(a, b32, ia, ib, rb32, ri32, trunc, s32)
+        if whole:
+            acc[...] = s32
+        else:
+            acc[rb32, ri32] = s32[rb32, ri32]
     if rb.size:
         _fast_rows(
             a,
@@ -173,6 +187,7 @@ def _fast(a, b, ia, ib, rb, ri, trunc, acc, ok32, b32):
             DEPTH_PER_TILE,
             parallel.workers(),
         )
+    return False
 
 
 def _fast32(a, b32, ia, ib, rb, ri, trunc, acc):
@@ -206,21 +221,33 @@ def matmul_q16_into(a, b, ia, ib, trunc, acc, flag, bmax=None):
     Returns how the work was split: ``(fast rows, exact rows, exact single elements)``
     (a row on the fast path may also have single elements recomputed exactly).
     """
+    return _matmul(a, b, ia, ib, trunc, acc, flag, bmax, None)
+
+
+def matmul_q16_sums(a, b, ia, ib, trunc, sums, acc, flag, bmax=None) -> bool:
+    """:func:`matmul_q16_into` that leaves the float32 fast path's int32 sums when every
+    output takes it: True when so, the exact, unclamped sums (grid units) then in
+    ``sums`` (int32[B, M, N]; ``acc`` and ``flag`` untouched: no output is NaN or
+    clamped), to be read out by :func:`fastane.kernels.ne.readout_sums` (half the bytes
+    of ``acc``, and no flags); False when not, the result then in ``acc`` and ``flag``."""
+    return _matmul(a, b, ia, ib, trunc, acc, flag, bmax, sums) is None
+
+
+def _matmul(a, b, ia, ib, trunc, acc, flag, bmax, sums):
     B = ia.shape[0]
     BA, M, K = a.shape
     N = b.shape[2]
     trunc = bool(trunc)
-    flag[...] = 0
-    if B * M * N == 0:
-        return 0, 0, 0
-    if K == 0:
+    if B * M * N == 0 or K == 0:
+        flag[...] = 0
         acc[...] = 0.0
-        return B * M, 0, 0
+        return (B * M if K == 0 else 0), 0, 0
     with parallel.threads_for(B * M * N * K, SERIAL_MACS):
-        return _matmul_planned(a, b, ia, ib, trunc, acc, flag, bmax)
+        return _matmul_planned(a, b, ia, ib, trunc, acc, flag, bmax, sums)
 
 
-def _matmul_planned(a, b_in, ia, ib, trunc, acc, flag, bmax):
+def _matmul_planned(a, b_in, ia, ib, trunc, acc, flag, bmax, sums):
+    """The plan and the kernels of :func:`_matmul`; None when the sums were left in ``sums``."""
     B = ia.shape[0]
     BA, M, K = a.shape
     N = b_in.shape[2]
@@ -247,8 +274,11 @@ def _matmul_planned(a, b_in, ia, ib, trunc, acc, flag, bmax):
     b_rows = _NO_B64 if have_bmax else b64()
     if _plan_rows(a, b_rows, ia, ib, bmax, have_bmax, rsum, rmax, unsafe_rows, have_rows) == 0:
         rb, ri = np.divmod(np.arange(B * M, dtype=np.int64), M)
-        _fast(a, b64, ia, ib, rb, ri, trunc, acc, _ok32(rmax, bmax, ia, ib), b32)
+        if _fast(a, b64, ia, ib, rb, ri, trunc, acc, _ok32(rmax, bmax, ia, ib), b32, sums):
+            return None
+        flag[...] = 0  # the fast path clamps nowhere
         return B * M, 0, 0
+    flag[...] = 0  # the exact paths set the flags of what they recompute
     b = b64()
     csum = np.empty((b.shape[0], N))
     cmax = np.empty((b.shape[0], N))

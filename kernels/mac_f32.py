@@ -302,12 +302,14 @@ def _tile32(a, bq, ia, ib, rb, ri, trunc, acc, p0, p1, j0, j1, depth, ci):
         out = acc[rb[p], ri[p], j0:j1]
         for j in range(w):
             s = (np.int64(c[j]) - offset) & 0xFFFFFFFF  # S modulo 2**32 ...
-            out[j] = np.float64(s - ((s & 0x80000000) << 1))  # ... as the int32 it is
+            out[j] = np.int32(s - ((s & 0x80000000) << 1))  # ... as the int32 it is
 
 
 def _fast32_rows(a, bq, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile, depth, workers):
     """acc[rb[p], ri[p], :] = sum_k round(a*b) in any order, for rows that cannot clamp and
     whose products are at most :data:`F32_PRODUCT_LIMIT` (module docstring: why exact).
+    ``acc``: int32[B, M, N], the exact sums in grid units (int32 only: one compiled
+    specialization per rounding).
 
     ``a``: float64[BA, M, K]; ``bq``: the ``b`` values as float32[BB, K, N] or as fp16 bit
     patterns, uint16[BB, K, N] (decoded as they are loaded: a quarter of float64's bytes,

@@ -194,10 +194,10 @@ def test_host_bytes_count_every_buffer_of_a_task():
         return mac.Geometry(mode, 4, 6, 6, 8, 6, 6, kh, kh, 1, 1, 1, 1, pad, pad, 1, fmt, fmt, fmt)
 
     n_in, n_out = 4 * 6 * 6, 8 * 6 * 6
-    acc, flag, readout, result, copy = 8, 1, 8, 2, 8
+    sums, acc, flag, readout, result, copy = 4, 8, 1, 8, 2, 8
     conv = geo(mac.CONV, 3, 1)  # not plain: im2col columns of 4 * 3 * 3 per output pixel
     cols, weights = 4 * 9 * 36, 8 * 4 * 9
-    per_out = acc + flag + readout + result + copy
+    per_out = sums + acc + flag + readout + result + copy
     # the float32 fast path's operand: a float32 copy of a plain source, the columns' patterns
     f32_copy, f16_cols = 4, 2
     assert (

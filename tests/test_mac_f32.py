@@ -47,7 +47,7 @@ def force32(a16, b16, trunc, mode="f32", tiles=(3, 16, 5)):
         bq = np.ascontiguousarray(b16, np.float32)[None]
     M, N = a.shape[1], bq.shape[2]
     z = np.zeros(1, np.int64)
-    acc = np.full((1, M, N), 12345.0)
+    acc = np.full((1, M, N), 12345, np.int32)
     rb, ri = np.zeros(M, np.int64), np.arange(M, dtype=np.int64)
     rows, cols, depth = tiles
     mac_f32._fast32_rows(a, bq, z, z, rb, ri, trunc, acc, rows, cols, depth, 3)
@@ -246,3 +246,63 @@ def test_hypothesis_small_products(shape, lo, seed, trunc, bdtype):
     want, wflag = ref_acc(a, b, trunc)
     assert np.array_equal(acc, want) and np.array_equal(flag, wflag)
     assert_same_f16(readout16(acc, flag), ref_matmul(a, b, trunc))
+
+
+# ------------------------------------------------------------------ the int32 sums left
+def summed(a16, b16, trunc, bdtype=np.float16):
+    """Through matmul_q16_sums: ``(took, sums, acc, flag)``; the arrays start as sentinels,
+    so what was not written shows."""
+    a = np.ascontiguousarray(a16, np.float64)[None]
+    b = np.ascontiguousarray(b16, np.float64)[None].astype(bdtype)
+    M, N = a.shape[1], b.shape[2]
+    sums = np.full((1, M, N), 777, np.int32)
+    acc, flag = np.full((1, M, N), 555.0), np.full((1, M, N), 3, np.int8)
+    z = np.zeros(1, np.int64)
+    took = mac.matmul_q16_sums(a, b, z, z, trunc, sums, acc, flag)
+    return took, sums[0], acc[0], flag[0]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    shape=st.tuples(st.integers(1, 9), st.integers(1, 40), st.integers(9, 40)),
+    lo=st.integers(-24, 2),
+    seed=st.integers(0, 2**32 - 1),
+    trunc=st.booleans(),
+    bdtype=st.sampled_from([np.float64, np.float32, np.float16]),
+)
+def test_sums_of_eligible_products_are_the_reference(shape, lo, seed, trunc, bdtype):
+    """Every row on the float32 path: the int32 sums are the reference's accumulators and
+    ``acc``/``flag`` are not touched."""
+    M, K, N = shape
+    rng = np.random.default_rng(seed)
+    a, b = eligible(rng, (M, K), lo), eligible(rng, (K, N), lo)
+    took, sums, acc, flag = summed(a, b, trunc, bdtype)
+    want, wflag = ref_acc(a, b, trunc)
+    assert took and not wflag.any()
+    assert np.array_equal(sums, want) and (acc == 555.0).all() and (flag == 3).all()
+
+
+@pytest.mark.parametrize("trunc", [False, True])
+@pytest.mark.parametrize("case", ["large", "inf", "nan", "clamps", "narrow", "empty"])
+def test_sums_not_left_when_a_row_leaves_the_path(case, trunc):
+    """A product above the float32 limit, an inf, a NaN, a row that may clamp, an output
+    too narrow for the row kernels, or no depth: no sums (``sums`` untouched), and
+    ``acc``/``flag`` hold the reference's result, as from matmul_q16_into."""
+    rng = np.random.default_rng(5)
+    a, b = eligible(rng, (6, 24)), eligible(rng, (24, 19), -20, 2)
+    if case == "large":
+        a[2, 3] = F16(40.0)
+    elif case == "inf":
+        b[4, 4] = F16(-np.inf)
+    elif case == "nan":
+        a[0, 0] = F16(np.nan)
+    elif case == "clamps":
+        a[1, :], b[:, 2] = F16(8000.0), F16(8000.0)
+    elif case == "narrow":
+        b = b[:, : mac.NARROW_COLS]
+    else:
+        a, b = a[:, :0], b[:0]
+    took, sums, acc, flag = summed(a, b, trunc)
+    want, wflag = ref_acc(a, b, trunc) if b.size else (np.zeros(acc.shape), np.zeros(acc.shape, np.int8))
+    assert not took and (sums == 777).all()
+    assert np.array_equal(acc, want, equal_nan=True) and np.array_equal(flag, wflag)

@@ -266,3 +266,41 @@ def test_fused_bias_and_activation_after_the_kernel(device, skinny_calls, activa
         for j in range(n):
             want = ref_ne(float(readout[i, j]), float(bias[j]), stage.post_scale, nonlinear, words)
             assert int(y[i, j].view(np.uint16)) == want, (i, j, activation)
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "tanh"])
+def test_general_kernels_int32_sums_through_the_ne(device, skinny_calls, monkeypatch, activation):
+    """A convolution with more pixels than the skinny kernel takes, every product small:
+    the general kernels leave int32 sums (``matmul_q16_sums``), which the NE reads out
+    with the bias and the activation; with one weight too large for the float32 path
+    they leave float64 accumulators instead.  Both the bits of the slow reference
+    (before the activation) and of each other where nothing differs."""
+    from reference import ref_conv2d
+
+    took = []
+    real = mac.matmul_q16_sums
+    monkeypatch.setattr(mac, "matmul_q16_sums", lambda *a: took.append(real(*a)) or took[-1])
+    rng = np.random.default_rng(len(activation or ""))
+    x = rng.standard_normal((1, 8, 12, 12)).astype(F16)
+    w = (rng.standard_normal((16, 8, 3, 3)) / 8).astype(F16)
+    y = fastane.conv2d(x, w, padding=1)
+    assert took == [True] and not skinny_calls
+    assert np.array_equal(y.view(np.uint16), ref_conv2d(x, w, padding=1).view(np.uint16))
+    w[3, 2, 1, 1] = F16(100.0)  # 100 * max|x| > 64: that row leaves the float32 path
+    y = fastane.conv2d(x, w, padding=1)
+    assert took[-1] is False
+    assert np.array_equal(y.view(np.uint16), ref_conv2d(x, w, padding=1).view(np.uint16))
+    w[3, 2, 1, 1] = F16(0.5)
+    bias = rng.standard_normal(16).astype(F16)
+    took.clear()
+    fused = fastane.conv2d(x, w, bias, padding=1, activation=activation)
+    into = mac.matmul_q16_into
+
+    def float64_acc(a, b, ia, ib, trunc, sums, acc, flag, bmax):  # matmul_q16_into's bits
+        into(a, b, ia, ib, trunc, acc, flag, bmax)
+        return False
+
+    monkeypatch.setattr(mac, "matmul_q16_sums", float64_acc)
+    plain = fastane.conv2d(x, w, bias, padding=1, activation=activation)
+    assert took == [True]
+    assert np.array_equal(fused.view(np.uint16), plain.view(np.uint16))

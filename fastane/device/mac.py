@@ -138,8 +138,8 @@ def host_bytes(g: Geometry) -> int:
     (estimated from the registers): the float64 source, the im2col columns of a
     non-plain convolution as fp16 patterns and (if a row leaves the float32 fast path) as
     float64, the float64 weights, a float32 copy of a plain convolution's source, and per
-    output the accumulator (float64), its flag, the readout (float64), the NE's fp16
-    result and its float64 copy."""
+    output the int32 sum of the float32 fast path, the accumulator (float64), its flag,
+    the readout (float64), the NE's fp16 result and its float64 copy."""
     n_in, n_out = g.cin * g.hin * g.win, g.cout * g.hout * g.wout
     if g.mode != CONV:
         return task_host_bytes(f64=n_in + n_out, results=n_out)
@@ -149,9 +149,9 @@ def host_bytes(g: Geometry) -> int:
         n_in, weights = 2 * n_in, 2 * weights
     # the float32 fast path's operand: a float32 copy of the source (a plain 1x1) or the
     # im2col columns' fp16 patterns (the transposed product's right operand, the weights,
-    # is kept in fp16)
+    # is kept in fp16); its int32 sums, one an output (4 bytes, as a float32)
     return task_host_bytes(
-        f64=n_in + cols + weights + 2 * n_out, results=n_out, flags=n_out, f32=n_in, f16=cols
+        f64=n_in + cols + weights + 2 * n_out, results=n_out, flags=n_out, f32=n_in + n_out, f16=cols
     )
 
 
@@ -345,7 +345,9 @@ def accumulate_fp16(
     an ungrouped narrow output of at most :data:`SKINNY_ROWS` pixels whose rows pass the
     bounds is then computed from them (:func:`skinny`), the same bits again; the result
     is then ``(sums, None)``: exact int32 sums, no step clamped (no flags), which
-    :func:`fastane.device.ne.finish` reads out as it reads ``(acc, flag)``.
+    :func:`fastane.device.ne.finish` reads out as it reads ``(acc, flag)``.  The general
+    kernels return ``(sums, None)`` too when every row takes their float32 fast path
+    (:func:`fastane.kernels.mac.matmul_q16_sums`), else ``(acc, flag)``.
 
     ``w`` is the decoded weights (float64 ``[Cout, Cin/G, Kh, Kw]``) or a callable that
     returns them: a narrow output whose ``transposed()`` is kept never decodes them.
@@ -408,16 +410,19 @@ def accumulate_fp16(
         cols = cols.view(np.float16)
         bmax = tmax.reshape(G, g.cin_g).max(axis=1)  # NaN propagates
     idx = _arange(G)
-    _kmac.matmul_q16_into(
+    sums = buffer("sums", (1, g.cout, g.hout, g.wout), np.int32)
+    if _kmac.matmul_q16_sums(
         _decoded(w).reshape(G, cog, kc),
         cols,
         idx,
         idx,
         trunc,
+        sums.reshape(G, cog, P),
         acc.reshape(G, cog, P),
         flag.reshape(G, cog, P),
         bmax,
-    )
+    ):
+        return sums, None
     return acc, flag
 
 
