@@ -40,8 +40,9 @@ def test_model_resnet50(measure, compare, smoke, resnet50):
     assert float(np.abs(y.astype(np.float64) - ref).max() / np.abs(ref).max()) < 1e-2
     assert y.argmax() == ref.argmax()
     macs = model.report({"x": x.shape}, stats_only=True).total.macs
-    t = measure(lambda: model({"x": x}), rounds=3)
-    compare(t, macs, {"onnxruntime_f32": (lambda: sess.run(None, {"x": x}), 5)})
+    # medians of several rounds: the shared machine's neighbours move single forwards by 20%
+    t = measure(lambda: model({"x": x}), rounds=9)
+    compare(t, macs, {"onnxruntime_f32": (lambda: sess.run(None, {"x": x}), 25)})
 
 
 def _stats_only(model):

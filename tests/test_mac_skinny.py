@@ -99,9 +99,12 @@ def _kmem_of(w):
 
 @pytest.mark.parametrize("trunc", [False, True])
 @pytest.mark.parametrize("kind", ["random", "tiny"])
-@pytest.mark.parametrize("m,k,n", [(4, 75, 37), (7, 50, 20), (1, 33, 9), (9, 8, 2)])
-def test_kernel_rounds_and_truncates_as_the_reference(trunc, kind, m, k, n):
-    """Blocks of four rows by two channels, the rows and the odd channel left over."""
+@pytest.mark.parametrize("m,k,n", [(4, 75, 37), (7, 50, 20), (1, 33, 9), (9, 8, 2), (23, 12, 37)])
+@pytest.mark.parametrize("row_bytes", [mac_skinny.ROW_BLOCK_BYTES, 0])
+def test_kernel_rounds_and_truncates_as_the_reference(trunc, kind, m, k, n, row_bytes):
+    """Blocks of four rows by two channels, the rows and the odd channel left over; the
+    rows all in one block, or (``row_bytes`` 0) in blocks of four, the last one longer,
+    the threaded twin's tasks then blocks of CHANNEL_BLOCK channels."""
     rng = np.random.default_rng(7 + trunc + m)
     a, b = _operands(kind, m, k, n, rng)
     kmem = _kmem_of(np.ascontiguousarray(b.T))
@@ -115,12 +118,12 @@ def test_kernel_rounds_and_truncates_as_the_reference(trunc, kind, m, k, n):
     assert np.array_equal(rsum, want_sum[0])
     assert np.array_equal(xs, (x * 2.0**16).astype(np.float32))
     acc = np.empty((n, m), np.int32)
-    wmax = mac_skinny.skinny_q16(xs, k16, base, per_lane, k, n, trunc, acc)
+    wmax = mac_skinny.skinny_q16(xs, k16, base, per_lane, k, n, trunc, acc, row_bytes)
     assert mac_skinny.pattern_abs(wmax) == np.abs(b.astype(np.float64)).max()
     assert mac_skinny.rows_ok(rsum, rmax, mac_skinny.pattern_abs(wmax), k)
     acc_par = np.full((n, m), -1, np.int32)
     wmax_par = mac_skinny.skinny_q16_par(
-        xs, k16, base, per_lane, k, n, trunc, acc_par, 2
+        xs, k16, base, per_lane, k, n, trunc, acc_par, row_bytes, 2
     )  # the threaded twin
     assert np.array_equal(acc_par, acc) and wmax_par == wmax
     y = np.empty((m, n))
@@ -139,8 +142,12 @@ def test_abs_max_sees_nan_and_inf(m):
     xs, acc = np.ones((m, 9), np.float32), np.empty((21, m), np.int32)
 
     def bmax():
-        w = mac_skinny.skinny_q16(xs, k16.reshape(-1), base, per_lane, 9, 21, False, acc)
-        assert mac_skinny.skinny_q16_par(xs, k16.reshape(-1), base, per_lane, 9, 21, False, acc, 2) == w
+        rb = mac_skinny.ROW_BLOCK_BYTES
+        w = mac_skinny.skinny_q16(xs, k16.reshape(-1), base, per_lane, 9, 21, False, acc, rb)
+        for r in (rb, 0):
+            assert (
+                mac_skinny.skinny_q16_par(xs, k16.reshape(-1), base, per_lane, 9, 21, False, acc, r, 2) == w
+            )
         return mac_skinny.pattern_abs(w)
 
     assert bmax() == 1.0

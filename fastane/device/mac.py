@@ -538,9 +538,11 @@ def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, kept=None):
         return None
     sums = buffer("sums", (g.cout, P), np.int32)
     if g.macs >= SKINNY_PARALLEL and _kpar.workers() > 1:
-        wmax = _kskinny.skinny_q16_par(xs, k16, base, per_lane, K, g.cout, trunc, sums, _kpar.workers())
+        wmax = _kskinny.skinny_q16_par(
+            xs, k16, base, per_lane, K, g.cout, trunc, sums, _kskinny.ROW_BLOCK_BYTES, _kpar.workers()
+        )
     else:
-        wmax = _kskinny.skinny_q16(xs, k16, base, per_lane, K, g.cout, trunc, sums)
+        wmax = _kskinny.skinny_q16(xs, k16, base, per_lane, K, g.cout, trunc, sums, _kskinny.ROW_BLOCK_BYTES)
     if not _kskinny.rows_ok(rsum, rmax, _kskinny.pattern_abs(wmax), K):
         return None
     return sums.reshape(1, g.cout, g.hout, g.wout)
