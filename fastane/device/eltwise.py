@@ -73,7 +73,7 @@ def _ne(p, memory, kmem, l2mem):
 
 
 def _lookup(p, memory, l2mem, shape, src, table):
-    """Run a task that is a function of the input pattern, through its uint32 table."""
+    """Run a task that is a function of the input pattern, through its uint64 table."""
     dst = _destination(p, memory, l2mem, shape, (src,))
     if dst is None:
         return None
@@ -152,12 +152,12 @@ def _reduce(p, memory, l2mem):
 def _unary_table(op: int, in_scale: float, out_scale: float, offset: float) -> np.ndarray:
     """A unary planar operation on every fp16 pattern, by the kernel itself
     (:func:`fastane.kernels.planar.eltwise_serial` on the decoded patterns), as
-    :func:`fastane.kernels.ne_table.lookup_window`'s table (bit 18: a NaN output)."""
+    :func:`fastane.kernels.ne_table.lookup_window`'s table (a NaN output: its NaN bit)."""
     x = ne.pattern_values().reshape(-1, 1)
     out = np.empty(x.shape, np.uint16)
     _kplanar.eltwise_serial(x, np.empty((x.shape[0], 0)), op, in_scale, out_scale, offset, out)
-    bits = out.reshape(-1).astype(np.uint32)
-    table = bits | (((bits & 0x7FFF) > 0x7C00).astype(np.uint32) << 18)
+    bits = out.reshape(-1).astype(np.uint64)
+    table = bits | (((bits & 0x7FFF) > 0x7C00).astype(np.uint64) << np.uint64(_ktable.NAN_SHIFT))
     table.flags.writeable = False
     return table
 

@@ -289,7 +289,7 @@ def plain(cfg: NEConfig) -> bool:
 
 
 def pattern_table(cfg: NEConfig, kmem, elements: int):
-    """The uint32 table of a kernel-less task's NE stage for every one of the 65536 input
+    """The uint64 table of a kernel-less task's NE stage for every one of the 65536 input
     patterns (:func:`fastane.kernels.ne_table.lookup_window`'s; NaN ones included: what
     :func:`run` gives each value TileDMASrc decodes), or None where that does not pay or does not apply: fewer than
     :data:`TABLE_MIN` elements, or a bias per channel (not a function of the pattern)."""
@@ -301,7 +301,7 @@ def pattern_table(cfg: NEConfig, kmem, elements: int):
 
 @functools.lru_cache(maxsize=TABLES)
 def _lane_table(*key):
-    out = np.empty(1 << 16, np.uint32)
+    out = np.empty(1 << 16, np.uint64)
     _ktable.lane_table(*_table_cached(*key), out)
     out.flags.writeable = False
     return out
