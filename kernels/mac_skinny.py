@@ -30,7 +30,8 @@ _NAN_MAG = F16_INF  # fp16 magnitudes above this pattern are NaN
 #: 14 x 14 3 x 3 tasks, 1.8 MB of rows) 83-87 -> 91-93 GMAC/s, 256 x 1152 x 448 89 -> 92;
 #: at 256 KiB, 49 x 4608 x 112 (0.9 MB, one block at 512 KiB) lost 71 -> 65
 ROW_BLOCK_BYTES = 1 << 19
-#: the channels a task of :func:`skinny_q16_par` computes when the rows are in blocks
+#: the channels a task of :func:`skinny_q16_par` computes when the rows are in blocks (even:
+#: a block starts a channel pair)
 CHANNEL_BLOCK = 16
 _MAG = np.uint16(0x7FFF)  # the magnitude bits of an fp16 pattern
 
