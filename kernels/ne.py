@@ -226,6 +226,17 @@ def _row_affine(a, f, dst, b, do_bias, scale, do_scale, relu):
     return nans, sat
 
 
+# The row loop's three cases (the bias and the PostScale of a stage), each its own kernel,
+# compiled on first use (one kernel over the three compiled them all; Numba's IR-level copies
+# of the inlined rows cost most of a cold compile).
+_PLAIN, _BIAS, _AFFINE = 0, 1, 2
+
+
+def _case(bias, scale):
+    """The row loop's case: PostScale (with or without a bias), a bias alone, or neither."""
+    return _AFFINE if scale != 1.0 else _BIAS if bias.size > 0 else _PLAIN
+
+
 def readout_fast(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts):
     """:func:`readout_post` for the NE stages without a LUT (identity or ReLU), as loops
     that vectorize (no table in the loop; LLVM turns the readout's and the codec's
@@ -233,62 +244,85 @@ def readout_fast(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts):
     own outputs; the caller runs small outputs on one thread, ``parallel.threads_for``).
     Same bits and counts as :func:`readout_post` (``counts[2:4]``, the LUT events, stay
     0)."""
-    _readout_parallel(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts, workers())
+    kernel = _READOUT_PARALLEL[_case(bias, scale)]
+    kernel(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts, workers())
 
 
-@njit(parallel=True, cache=True)
-def _readout_parallel(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts, workers):
-    """:func:`readout_fast` on ``workers`` threads, one block of channels each (as
-    ``prange`` over the channels splits them); the parallel loop only calls
-    :func:`_readout_channels` (:mod:`fastane.kernels.parallel`: a parallel region's body
-    is compiled again, with everything inlined into it)."""
-    C = acc.shape[0]
-    parts = max(1, min(C, workers))
-    nans = 0
-    sat = 0
-    for t in prange(parts):
-        c0 = np.int64(t) * C // parts  # int64, as readout_serial passes them (a prange
-        c1 = (np.int64(t) + 1) * C // parts  # index is unsigned: a second compilation)
-        n, s = _readout_channels(acc, flag, bias, scale, relu, out16, plane, row, wpad, c0, c1)
-        nans += n
-        sat += s
-    counts[0] += nans
-    counts[1] += sat
-
-
-@njit(cache=True)
 def readout_serial(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts):
     """:func:`readout_fast` on the calling thread (no parallel region: for small outputs)."""
-    c0 = np.int64(0)  # int64, as _readout_parallel passes it (a literal 0: a second compile)
-    n, s = _readout_channels(acc, flag, bias, scale, relu, out16, plane, row, wpad, c0, acc.shape[0])
+    kernel = _READOUT_CHANNELS[_case(bias, scale)]
+    n, s = kernel(acc, flag, bias, scale, relu, out16, plane, row, wpad, 0, acc.shape[0])
     counts[0] += n
     counts[1] += s
 
 
-@njit(cache=True, boundscheck=False)
-def _readout_channels(acc, flag, bias, scale, relu, out16, plane, row, wpad, c0, c1):
-    """Channels ``c0:c1`` of :func:`readout_fast`: ``(NaN outputs, saturated outputs)``."""
-    C, H, W = acc.shape
-    has_bias = bias.size > 0
-    do_scale = scale != 1.0
-    nans = 0
-    sat = 0
-    for c in range(c0, c1):
-        b = bias[c] if has_bias else 0.0
-        for h in range(H):
-            o = c * plane + h * row
-            dst = out16[o : o + W]
-            if has_bias and not do_scale:
-                n, s = _row_affine(acc[c, h], flag[c, h], dst, b, True, 1.0, False, relu)
-            elif has_bias or do_scale:
-                n, s = _row_affine(acc[c, h], flag[c, h], dst, b, has_bias, scale, do_scale, relu)
+def _readout_channels_for(case):
+    """Channels ``c0:c1`` of :func:`readout_fast` for one case (:func:`_case`, a constant:
+    only its row loop compiles): ``(NaN outputs, saturated outputs)``."""
+
+    @njit(cache=True, boundscheck=False)
+    def readout_channels(acc, flag, bias, scale, relu, out16, plane, row, wpad, c0, c1):
+        C, H, W = acc.shape
+        nans = 0
+        sat = 0
+        for c in range(c0, c1):
+            b = bias[c] if bias.size > 0 else 0.0
+            for h in range(H):
+                o = c * plane + h * row
+                dst = out16[o : o + W]
+                if case == _PLAIN:
+                    n, s = _row_readout(acc[c, h], flag[c, h], dst, relu)
+                elif case == _BIAS:
+                    n, s = _row_affine(acc[c, h], flag[c, h], dst, b, True, 1.0, False, relu)
+                else:
+                    n, s = _row_affine(acc[c, h], flag[c, h], dst, b, bias.size > 0, scale, True, relu)
+                nans += n
+                sat += s
+                for k in range(o + W, o + wpad):
+                    out16[k] = 0
+        return nans, sat
+
+    return readout_channels
+
+
+# module globals, which the parallel kernels call (a closure's captured dispatcher would
+# not let Numba cache them)
+_readout_plain = _readout_channels_for(_PLAIN)
+_readout_bias = _readout_channels_for(_BIAS)
+_readout_affine = _readout_channels_for(_AFFINE)
+_READOUT_CHANNELS = {_PLAIN: _readout_plain, _BIAS: _readout_bias, _AFFINE: _readout_affine}
+
+
+def _readout_parallel_for(case):
+    """:func:`readout_fast`'s kernel for one case (:func:`_case`, a constant): ``workers``
+    threads, one block of channels each (as ``prange`` over the channels splits them); the
+    parallel loop only calls the case's channel kernel (:mod:`fastane.kernels.parallel`: a
+    parallel region's body is compiled again, with everything inlined into it)."""
+
+    @njit(parallel=True, cache=True)
+    def readout_parallel(acc, flag, bias, scale, relu, out16, plane, row, wpad, counts, workers):
+        C = acc.shape[0]
+        parts = max(1, min(C, workers))
+        nans = 0
+        sat = 0
+        for t in prange(parts):
+            c0 = np.int64(t) * C // parts  # int64, as readout_serial passes them (a prange
+            c1 = (np.int64(t) + 1) * C // parts  # index is unsigned: a second compilation)
+            if case == _PLAIN:
+                n, s = _readout_plain(acc, flag, bias, scale, relu, out16, plane, row, wpad, c0, c1)
+            elif case == _BIAS:
+                n, s = _readout_bias(acc, flag, bias, scale, relu, out16, plane, row, wpad, c0, c1)
             else:
-                n, s = _row_readout(acc[c, h], flag[c, h], dst, relu)
+                n, s = _readout_affine(acc, flag, bias, scale, relu, out16, plane, row, wpad, c0, c1)
             nans += n
             sat += s
-            for k in range(o + W, o + wpad):
-                out16[k] = 0
-    return nans, sat
+        counts[0] += nans
+        counts[1] += sat
+
+    return readout_parallel
+
+
+_READOUT_PARALLEL = {case: _readout_parallel_for(case) for case in (_PLAIN, _BIAS, _AFFINE)}
 
 
 # ------------------------------------------------- exact int32 sums (the skinny kernel's)
