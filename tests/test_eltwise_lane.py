@@ -331,3 +331,24 @@ def test_plain_stage_kernel_is_its_table(nonlinear):
     nans = ne_table.plain_window(src, H * 160, 160, C, H, W, nonlinear == 1, got, H * 192, 192, 136)
     assert np.array_equal(got, want)
     assert nans == counts[0] > 0 and counts[1] == counts[2] == 0
+
+
+def test_copy_is_the_plain_window():
+    """A unary pass with unit scales and no offset (the lane's copy,
+    ``fastane.device.eltwise._copy``) writes what ``ne_table.plain_window`` without ReLU
+    writes, for every fp16 pattern: the same bits, the same NaN count, the same zeroed
+    burst tails."""
+    from fastane.kernels import ne_table
+    from fastane.kernels import planar as k
+
+    C, H, W, wpad = 2, 4, 8192, 8200
+    a = np.arange(1 << 16, dtype=np.uint16)
+    want = np.full(C * H * wpad, 0xFFFF, np.uint16)
+    got = want.copy()
+    empty = np.zeros(0, np.uint16)
+    want_nans = k.eltwise_window(
+        a, H * W, W, 1, empty, 0, 0, 0, C, H, W, k.OP_PASS, 1.0, 1.0, 0.0, want, H * wpad, wpad, wpad
+    )
+    nans = ne_table.plain_window(a, H * W, W, C, H, W, False, got, H * wpad, wpad, wpad)
+    assert np.array_equal(got, want)
+    assert nans == want_nans == 2 * 1023
