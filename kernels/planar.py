@@ -158,9 +158,30 @@ def _sum_value(acc, nan, pinf, ninf):
         return np.inf
     if ninf:
         return -np.inf
-    hi = np.float64(acc)
-    lo = np.float64(acc - np.int64(hi))
-    return f16_to_f64(round_sum_f16(hi * _INV_SCALE, lo * _INV_SCALE, 0.0, 0.0))
+    return _round_units(acc)
+
+
+@njit(inline="always")
+def _round_units(acc):
+    """The fp16 value (a float64) nearest ``acc * 2**-24`` (``acc``: an int64 of units of
+    ``2**-24``, ``|acc| < 2**62``), half to even, an infinity beyond fp16's range: in
+    integers, ``|acc|`` rounded half to even to its 11 leading significant bits (an fp16
+    significand; below ``2**11`` units every integer is an fp16 value, subnormals
+    included), which float64 then holds exactly, as it holds the scaling (0 is +0)."""
+    m = abs(acc)
+    sh = 0
+    while (m >> sh) >= 2048:
+        sh += 1
+    q = m >> sh
+    if sh > 0:
+        rem = m - (q << sh)
+        half = np.int64(1) << (sh - 1)
+        if rem > half or (rem == half and (q & 1) == 1):
+            q += 1
+    v = np.float64(q << sh) * _INV_SCALE
+    if v > 65504.0:
+        v = np.inf
+    return -v if acc < 0 else v
 
 
 @njit(cache=True, inline="always")
@@ -178,12 +199,18 @@ def _max_row(a, r, s0):
 @njit(cache=True, inline="always")
 def _finish_row(y, recip, s, c):
     """A reduced row ``y`` through the reciprocal (when ``recip``) and the output affine."""
+    return affine(_reciprocal(y, recip), s, c)
+
+
+@njit(inline="always")
+def _reciprocal(y, recip):
+    """``1/y`` rounded to fp16 when ``recip`` (an infinity for a zero), else ``y``."""
     if recip:
         if y == 0.0:
             y = -np.inf if _signbit(y) else np.inf
         else:  # 1/h of an fp16 h is never near an fp16 tie
             y = round_f16(1.0 / y)
-    return affine(y, s, c)
+    return y
 
 
 def _reduce(a, kind, s0, recip, s, c, out):
@@ -407,13 +434,15 @@ def _max_bits(row):
 def reduce_window(src, stride, rows, W, kind, s0, recip, s, c, out):
     """:func:`_reduce` on fp16 patterns read in place (no float64 tensor): row ``r`` is
     ``src[r*stride : r*stride + W]`` (flat uint16), ``out[r]`` its fp16 pattern; returns
-    the NaN count.  With ``s0 = 1`` (every corpus reduction) the sum and the max work on
-    the patterns (:func:`_sum_bits`, :func:`_max_bits`); otherwise each row is decoded by
-    the fp16 codec and reduced by :func:`_sum_row` / :func:`_max_row` themselves.  Either
-    way the row then goes through :func:`_finish_row`, as in :func:`_reduce`.  Serial (a
+    the NaN count.  With ``s0 = 1`` and ``c = 0`` (every corpus reduction) the sum and the
+    max work on the patterns (:func:`_sum_bits`, :func:`_max_bits`), then the reciprocal
+    and the scale (:func:`_finish_row` for ``c = 0``, where :func:`affine` is
+    ``round_f16(s * y)``: no offset's exact rounding to compile); otherwise each row is decoded by the fp16 codec, reduced by
+    :func:`_sum_row` / :func:`_max_row` themselves and finished by :func:`_finish_row`, as
+    in :func:`_reduce`.  Serial (a
     memory-bound pass, as :func:`eltwise_window`).  One kernel per case, compiled on its
     first use (ResNet's average pool compiled all three: ~0.8 s of a cold compile)."""
-    if s0 != 1.0:
+    if s0 != 1.0 or c != 0.0:
         kernel = _reduce_decoded
     else:
         kernel = _reduce_max_bits if kind == RED_MAX else _reduce_sum_bits
@@ -425,7 +454,8 @@ def _reduce_rows(reduce_row, src, stride, rows, W, recip, s, c, out):
     """:func:`reduce_window`'s loop, each row reduced by ``reduce_row(row)``."""
     nans = 0
     for r in range(rows):
-        v = _finish_row(reduce_row(src[r * stride : r * stride + W]), recip, s, c)
+        y = _reciprocal(reduce_row(src[r * stride : r * stride + W]), recip)
+        v = y if s == 1.0 else round_f16(s * y)  # affine(y, s, 0)
         out[r] = f64_to_f16(v)
         if v != v:
             nans += 1

@@ -352,3 +352,36 @@ def test_copy_is_the_plain_window():
     nans = ne_table.plain_window(a, H * W, W, C, H, W, False, got, H * wpad, wpad, wpad)
     assert np.array_equal(got, want)
     assert nans == want_nans == 2 * 1023
+
+
+def test_sum_value_rounds_the_exact_sum_once():
+    """``planar._sum_value`` (integer rounding of an exact sum in units of ``2**-24``) gives
+    the fp16 value ``lut.round_sum_f16`` gives that sum: random sums of every magnitude,
+    the ties and their neighbours at every rounding position, and fp16's overflow edge."""
+    from numba import njit
+
+    from fastane.kernels import planar as k
+    from fastane.kernels.fp16 import f16_to_f64
+    from fastane.kernels.lut import round_sum_f16
+
+    @njit
+    def mismatches(vals):
+        bad = 0
+        for acc in vals:
+            hi = np.float64(acc)
+            lo = np.float64(acc - np.int64(hi))
+            want = f16_to_f64(round_sum_f16(hi * 2.0**-24, lo * 2.0**-24, 0.0, 0.0))
+            got = k._sum_value(acc, False, False, False)
+            bad += not (got == want and np.signbit(got) == np.signbit(want))
+        return bad
+
+    rng = np.random.default_rng(0)
+    vals = [np.arange(-(1 << 13), 1 << 13, dtype=np.int64)]
+    vals.append(np.arange(65504 * 2**24 - 2**22, 65536 * 2**24 + 2**20, 99991, dtype=np.int64))
+    for e in range(1, 52):
+        vals.append(rng.integers(0, 1 << e, 500, dtype=np.int64))
+        q = rng.integers(1024, 2048, 50, dtype=np.int64) << np.int64(e)
+        for d in (-1, 0, 1):
+            vals.append(q + (np.int64(1) << np.int64(e - 1)) + d)
+    vals = np.concatenate(vals)
+    assert mismatches(np.concatenate([vals, -vals])) == 0
