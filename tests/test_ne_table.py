@@ -115,10 +115,9 @@ def test_lookup_window_is_the_table_gather_and_its_event_counts(C, H, W, wpad, p
     from fastane.kernels import ne_table as kt
 
     rng = np.random.default_rng(C * 1000 + W)
-    table = rng.integers(0, 1 << 16, 1 << 16).astype(np.uint32)
-    table |= (rng.random(1 << 16) < p).astype(np.uint32) << 16
-    table |= (rng.random(1 << 16) < p).astype(np.uint32) << 17
-    table |= (rng.random(1 << 16) < p).astype(np.uint32) << 18
+    table = rng.integers(0, 1 << 16, 1 << 16).astype(np.uint64)
+    for shift in (kt.UNDER_SHIFT, kt.OVER_SHIFT, kt.NAN_SHIFT):  # the entry's event bits
+        table |= (rng.random(1 << 16) < p).astype(np.uint64) << np.uint64(shift)
     srow, drow = W + 5, wpad + 3
     splane, dplane = H * srow + 11, H * drow + 2
     src = rng.integers(0, 1 << 16, C * splane).astype(np.uint16)
@@ -132,7 +131,10 @@ def test_lookup_window_is_the_table_gather_and_its_event_counts(C, H, W, wpad, p
             v = table[src[c * splane + h * srow :][:W]]
             want[c * dplane + h * drow :][:W] = v & 0xFFFF
             want[c * dplane + h * drow + W :][: wpad - W] = 0
-            want_counts += [int((v >> 18).sum()), int(((v >> 16) & 1).sum()), int(((v >> 17) & 1).sum())]
+            want_counts += [
+                int(((v >> np.uint64(s)) & np.uint64(1)).sum())
+                for s in (kt.NAN_SHIFT, kt.UNDER_SHIFT, kt.OVER_SHIFT)
+            ]
     kt.lookup_window(src, splane, srow, C, H, W, table, dst, dplane, drow, wpad, counts)
     assert np.array_equal(dst, want)
     assert np.array_equal(counts, want_counts)
