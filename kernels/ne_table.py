@@ -99,9 +99,9 @@ def lookup_window(src, splane, srow, C, H, W, table, dst, dplane, drow, wpad, co
                     v = table[s[k]]
                     d[k] = np.uint16(v & _RESULT)
                     acc += v >> np.uint64(UNDER_SHIFT)
-                under += acc & _FIELD
-                over += (acc >> np.uint64(OVER_SHIFT - UNDER_SHIFT)) & _FIELD
-                nan += acc >> np.uint64(NAN_SHIFT - UNDER_SHIFT)
+                under += np.int64(acc & _FIELD)  # int64 counts (int64 + uint64 is float64)
+                over += np.int64((acc >> np.uint64(OVER_SHIFT - UNDER_SHIFT)) & _FIELD)
+                nan += np.int64(acc >> np.uint64(NAN_SHIFT - UNDER_SHIFT))
             for k in range(W, wpad):
                 dst[do + k] = 0
     counts[0] += nan
