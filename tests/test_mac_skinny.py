@@ -281,7 +281,7 @@ def test_general_kernels_int32_sums_through_the_ne(device, skinny_calls, monkeyp
     the general kernels leave int32 sums (``matmul_q16_sums``), which the NE reads out
     with the bias and the activation; with one weight too large for the float32 path
     they leave float64 accumulators instead.  Both the bits of the slow reference
-    (before the activation) and of each other where nothing differs."""
+    (its readout, bias and activation) and of each other where nothing differs."""
     from reference import ref_conv2d
 
     took = []
@@ -311,3 +311,15 @@ def test_general_kernels_int32_sums_through_the_ne(device, skinny_calls, monkeyp
     plain = fastane.conv2d(x, w, bias, padding=1, activation=activation)
     assert took == [True]
     assert np.array_equal(fused.view(np.uint16), plain.view(np.uint16))
+    # and the slow reference: its readout, then the bias and the activation element by element
+    from fastane.lower.problems import ne_stage
+    from test_lut_reference import ref_ne
+
+    stage = ne_stage(activation)
+    nonlinear = {"identity": 0, "relu": 1, "lut": 2}[stage.nonlinear]
+    words = stage.block.to_words() if stage.block is not None else None
+    readout = ref_conv2d(x, w, padding=1)[0]
+    for c in range(16):
+        for i, v in enumerate(readout[c].reshape(-1)):
+            want = ref_ne(float(v), float(bias[c]), stage.post_scale, nonlinear, words)
+            assert int(fused[0, c].reshape(-1)[i].view(np.uint16)) == want, (c, i, activation)
