@@ -150,7 +150,9 @@ def sum_value32(s):
     11 leading significant bits (below ``2**11`` it has no more: exact, fp16 subnormals
     included, since ``s / 2**16`` is then a multiple of ``2**-24``), which float32 then
     holds exactly, as it holds the division by ``2**16``; ``|s / 2**16| < 2**15``, so no
-    overflow.  Branch-free, for 16-lane loops (``fastane.kernels.ne.readout_sums``)."""
+    overflow.  Branch-free, for 16-lane loops (``fastane.kernels.ne.readout_sums``); the
+    planar reductions' int64 version (units of ``2**-24``, overflow to inf) is
+    ``fastane.kernels.planar._round_units``."""
     m = np.uint32(abs(np.int64(s)))
     e = np.int32(31) - np.int32(_clz32(m))  # the leading bit's index (-1 for 0)
     sh = np.uint32(max(e - 10, 0))  # the bits below the 11 kept

@@ -167,7 +167,9 @@ def _round_units(acc):
     ``2**-24``, ``|acc| < 2**62``), half to even, an infinity beyond fp16's range: in
     integers, ``|acc|`` rounded half to even to its 11 leading significant bits (an fp16
     significand; below ``2**11`` units every integer is an fp16 value, subnormals
-    included), which float64 then holds exactly, as it holds the scaling (0 is +0)."""
+    included), which float64 then holds exactly, as it holds the scaling (0 is +0).  The
+    readout's int32 twin, branch-free for 16 lanes, is :func:`fastane.kernels.mac_f32.
+    sum_value32` (units of ``2**-16``, no overflow)."""
     m = abs(acc)
     sh = 0
     while (m >> sh) >= 2048:
