@@ -28,7 +28,7 @@ from . import mac, parallel
 from .fp16 import f16_to_f64
 from .mac import matmul_q16_into
 from .mac_f32 import f16_patterns
-from .parallel import claim
+from .parallel import claim, new_queue
 
 # Unfold at most this many elements at a time (8 MiB of fp16 patterns), but at least one image.
 CHUNK_ELEMENTS = 1 << 22
@@ -169,7 +169,7 @@ def _im2col(x16, n0, n1, groups, win, read_y, read_x, cols, tmax, workers):
     channel) are handed out through the work queue of :mod:`fastane.kernels.parallel`."""
     CG = x16.shape[1] // groups
     ntasks = (n1 - n0) * x16.shape[1]
-    counter = np.zeros(1, np.int64)
+    counter = new_queue()
     for _ in prange(workers):
         while True:
             t = claim(counter)

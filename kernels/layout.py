@@ -26,7 +26,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .parallel import claim, workers
+from .parallel import claim, new_queue, workers
 
 BLOCK = 32
 #: below this many elements numpy's copy is cheaper than a kernel call
@@ -96,7 +96,7 @@ def transpose_4x4_parallel(s, d, workers):
     nb, m = s.shape[0], s.shape[1]
     per = (m + ROWS_PER_TASK - 1) // ROWS_PER_TASK
     ntasks = nb * per
-    counter = np.zeros(1, np.int64)
+    counter = new_queue()
     for _ in prange(workers):
         while True:
             t = claim(counter)

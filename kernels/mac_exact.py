@@ -8,7 +8,7 @@ from numba import njit, prange
 
 from .acc import ACC_MAX, ACC_MIN, MAGIC, SCALE, saturate
 from .mac_fast import _item_tasks, _items, _tile, _tile_count
-from .parallel import claim
+from .parallel import claim, new_queue
 
 
 @njit(fastmath={"contract"}, inline="always")
@@ -75,7 +75,7 @@ def _exact_rows(
     """
     L, N = rb.size, b.shape[2]
     ntasks = _tile_count(L, N, rows_per_tile, cols_per_tile)
-    counter = np.zeros(1, np.int64)
+    counter = new_queue()
     for _ in prange(workers):
         while True:
             t = claim(counter)
@@ -101,7 +101,7 @@ def _exact_elements(a, b, ia, ib, eb, ei, ej, trunc, acc, flag, workers):
     Tasks: ITEMS_PER_TASK elements."""
     L = eb.size
     ntasks = _item_tasks(L)
-    counter = np.zeros(1, np.int64)
+    counter = new_queue()
     for _ in prange(workers):
         while True:
             t = claim(counter)

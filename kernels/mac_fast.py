@@ -7,7 +7,7 @@ import numpy as np
 from numba import njit, prange
 
 from .acc import MAGIC, SCALE
-from .parallel import claim
+from .parallel import claim, new_queue
 
 # Tasks of the per-element kernels (_fast_dots: rows; mac_exact._exact_elements: elements).
 ITEMS_PER_TASK = 16
@@ -218,7 +218,7 @@ def _fast_rows(a, b, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile, d
     """
     L, N = rb.size, b.shape[2]
     ntasks = _tile_count(L, N, rows_per_tile, cols_per_tile)
-    counter = np.zeros(1, np.int64)
+    counter = new_queue()
     for _ in prange(workers):
         while True:
             t = claim(counter)
@@ -268,7 +268,7 @@ def _fast_dots(a, b, ia, ib, rb, ri, trunc, acc, workers):
     N = b.shape[2]
     L = rb.size
     ntasks = _item_tasks(L)
-    counter = np.zeros(1, np.int64)
+    counter = new_queue()
     for _ in prange(workers):
         while True:
             t = claim(counter)

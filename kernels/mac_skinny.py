@@ -21,7 +21,7 @@ from .acc import SCALE
 from .bounds import _abs_stats, _safe
 from .fp16 import F16_INF
 from .mac_f32 import MAGIC32, MAGIC32_BITS, as_f32, f32_bits, f32_row_ok
-from .parallel import claim, nan_max
+from .parallel import claim, nan_max, new_queue
 
 _NAN_MAG = F16_INF  # fp16 magnitudes above this pattern are NaN
 #: the rows of ``xs`` a block holds at most (bytes): a block is read again for every
@@ -237,9 +237,10 @@ def skinny_q16_par(xs, k16, base, per_lane, K, N, trunc, acc, row_bytes, workers
     rows, blocks = _row_blocks(P, K, row_bytes)
     width = 2 if blocks == 1 else CHANNEL_BLOCK
     ntasks = (N + width - 1) // width * blocks
-    counter = np.zeros(1, np.int64)
-    wmax = np.zeros(workers, np.int32)
+    counter = new_queue()
+    wmax = np.empty(workers, np.int32)  # not np.zeros: that is a parallel region of its own
     for i in prange(workers):
+        wmax[i] = 0
         while True:
             t = claim(counter)
             if t >= ntasks:

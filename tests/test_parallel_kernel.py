@@ -2,6 +2,9 @@
 atomic claim hands every task out exactly once across threads, threads_for runs small
 work on one thread and restores the count, nan_max keeps a NaN once seen."""
 
+import ast
+from pathlib import Path
+
 import numba
 import numpy as np
 import pytest
@@ -57,3 +60,53 @@ def test_nan_max_keeps_nan():
     assert np.isnan(run(np.array([np.nan, 1.0])))
     assert run(np.array([np.inf, 1.0])) == np.inf
     assert run(np.zeros(0)) == 0.0
+
+
+# ---------------------------------------------------------------- one region a kernel
+_KERNELS = Path(parallel.__file__).parent
+#: numpy calls Numba turns into a parallel loop of their own inside a parallel function
+_PARFOR_CALLS = {"zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange"}
+
+
+def _parallel_kernels():
+    for path in sorted(_KERNELS.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef) and any(
+                isinstance(d, ast.Call)
+                and any(k.arg == "parallel" and getattr(k.value, "value", False) is True for k in d.keywords)
+                for d in node.decorator_list
+            ):
+                yield f"{path.name}:{node.name}", node
+
+
+def _is_prange(node) -> bool:
+    return (
+        isinstance(node, ast.For)
+        and isinstance(node.iter, ast.Call)
+        and getattr(node.iter.func, "id", "") == "prange"
+    )
+
+
+def test_every_parallel_kernel_is_one_parallel_region():
+    """Each ``parallel=True`` kernel has one ``prange`` loop and, outside it, nothing Numba
+    makes a parallel loop of (``np.zeros`` and the like, a slice assignment): every extra
+    loop is a region of its own, and every region wakes the sleeping worker threads (tens
+    of microseconds on a virtual machine, docs/architecture.md)."""
+    kernels = list(_parallel_kernels())
+    assert len(kernels) >= 8  # the parse found them
+    for name, fn in kernels:
+        pranges = [n for n in ast.walk(fn) if _is_prange(n)]
+        assert len(pranges) == 1, f"{name}: {len(pranges)} prange loops"
+        inside = {id(n) for n in ast.walk(pranges[0])}
+        for n in ast.walk(fn):
+            if id(n) in inside:
+                continue
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _PARFOR_CALLS:
+                assert getattr(n.func.value, "id", "") != "np", f"{name}: np.{n.func.attr} outside its prange"
+            targets = (
+                n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AugAssign) else []
+            )
+            for t in targets:
+                assert not (isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Slice)), (
+                    f"{name}: a slice assignment outside its prange (line {n.lineno})"
+                )
