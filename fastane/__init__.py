@@ -2,11 +2,13 @@
 
 import os as _os
 
-# Numba's OpenMP threads sleep when idle instead of spinning (the default spins): on a
-# machine shared with other work a spinning worker takes the core the others need, and
-# every parallel region then waits for a scheduler slice -- a ResNet-50 forward on the
-# 2-core machine next to a test run: 0.95-2.5 s spinning, 0.13-0.15 s passive.  Set
-# before the OpenMP runtime loads; a value the user set is kept (docs/architecture.md).
+# Numba runs on TBB when fastane.kernels.parallel finds it (a dependency on Linux x86-64).
+# Without it Numba runs on OpenMP, whose threads then sleep when idle instead of spinning
+# (the default spins): on a machine shared with other work a spinning worker takes the
+# core the others need, and every parallel region then waits for a scheduler slice -- a
+# ResNet-50 forward on the 2-core machine next to a test run: 0.95-2.5 s spinning,
+# 0.13-0.15 s passive.  Set before the OpenMP runtime loads; a value the user set is kept
+# (docs/architecture.md).
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .errors import (

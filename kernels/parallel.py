@@ -18,6 +18,9 @@ it.  Small work runs on the calling thread alone (:func:`threads_for`): a parall
 costs a thread hand-off, and a worker thread waiting for a core can hold the whole call
 up for a scheduler slice.
 
+Numba's threading layer is TBB when it is installed (:data:`TBB`, the library this
+module loads for Numba; docs/architecture.md says why TBB).
+
 * ``new_queue() -> int64[1]`` (nopython): a work queue's counter, zero;
 * ``claim(counter: int64[1]) -> int64`` (nopython): ``counter[0] += 1`` atomically,
   returns the value before;
@@ -25,10 +28,15 @@ up for a scheduler slice.
 * ``threads_for(work: int, serial_below: int)`` (Python context manager): one thread
   inside when ``work < serial_below``;
 * ``nan_max(m: float, v: float) -> float`` (nopython): ``max(m, v)`` where a NaN, once
-  seen, stays.
+  seen, stays;
+* ``TBB: str | None``: the path of the TBB library loaded for Numba, None when none was.
 """
 
 import contextlib
+import ctypes
+import os
+import sys
+import sysconfig
 
 import numba
 import numpy as np
@@ -36,7 +44,44 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["new_queue", "claim", "workers", "threads_for", "nan_max"]
+__all__ = ["new_queue", "claim", "workers", "threads_for", "nan_max", "TBB"]
+
+
+def _load_tbb() -> str | None:
+    """Load the TBB runtime that ``pip install tbb`` put in the environment's ``lib``
+    directory, where the dynamic linker does not look (numba/numba#6108), so that Numba's
+    default search finds its first choice of threading layer: the path loaded, or None.
+
+    Why TBB and not OpenMP: a TBB worker that runs out of work spins a while, yielding its
+    core to any thread that wants it, then sleeps; a passive OpenMP worker sleeps at once
+    and every parallel region then waits for it to wake (docs/architecture.md, "Numba's
+    threads").  A user's ``NUMBA_THREADING_LAYER`` is kept; without the library, Numba
+    falls back to OpenMP (passive, fastane/__init__.py)."""
+    if os.environ.get("NUMBA_THREADING_LAYER", "default") not in ("default", "tbb"):
+        return None
+    name = {"linux": "libtbb.so.12", "darwin": "libtbb.12.dylib"}.get(sys.platform)
+    if name is None:
+        return None
+    seen = set()
+    for scheme in (None, f"{os.name}_user"):
+        try:
+            data = sysconfig.get_path("data", scheme) if scheme else sysconfig.get_path("data")
+        except KeyError:
+            continue
+        path = os.path.join(data, "lib", name)
+        if path in seen or not os.path.exists(path):
+            continue
+        seen.add(path)
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            continue
+        return path
+    return None
+
+
+#: the TBB runtime loaded for Numba's threading layer (None: not found, or not wanted)
+TBB = _load_tbb()
 
 
 @njit(cache=True)

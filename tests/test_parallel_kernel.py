@@ -3,6 +3,8 @@ atomic claim hands every task out exactly once across threads, threads_for runs 
 work on one thread and restores the count, nan_max keeps a NaN once seen."""
 
 import ast
+import importlib.metadata
+import os
 from pathlib import Path
 
 import numba
@@ -60,6 +62,20 @@ def test_nan_max_keeps_nan():
     assert np.isnan(run(np.array([np.nan, 1.0])))
     assert run(np.array([np.inf, 1.0])) == np.inf
     assert run(np.zeros(0)) == 0.0
+
+
+def test_numba_runs_on_tbb_when_it_is_installed():
+    """pip puts TBB where the dynamic linker does not look; kernels.parallel loads it, so
+    that Numba's default search takes it (docs/architecture.md, "Numba's threads")."""
+    try:
+        importlib.metadata.distribution("tbb")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("tbb is not installed (fastane depends on it on Linux x86-64 only)")
+    if os.environ.get("NUMBA_THREADING_LAYER", "default") not in ("default", "tbb"):
+        pytest.skip("NUMBA_THREADING_LAYER chooses another layer")
+    assert parallel.TBB is not None and os.path.exists(parallel.TBB)
+    _claim_all(3, 2, np.zeros(3, np.int64), np.zeros(3, np.int64))  # a parallel kernel has run
+    assert numba.threading_layer() == "tbb"
 
 
 # ---------------------------------------------------------------- one region a kernel
