@@ -160,7 +160,7 @@ def sum_value32(s):
     rem = m - (q << sh)
     half = (np.uint32(1) << sh) >> np.uint32(1)  # 0 when nothing is dropped
     up = (rem > half) | ((rem == half) & (sh > 0) & ((q & np.uint32(1)) == 1))
-    v = np.float32(np.int64((q + np.uint32(up)) << sh)) * np.float32(1.0 / SCALE)
+    v = np.float32((q + np.uint32(up)) << sh) * np.float32(1.0 / SCALE)  # uint32: at most 2**31
     return -v if s < 0 else v
 
 

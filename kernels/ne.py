@@ -353,30 +353,39 @@ def _sum_post(s, b, has_bias, scale, do_scale, relu):
 
 
 @njit(inline="always")
-def _sums_row(src, dst, W, b, has_bias, scale, do_scale, relu):
-    """``dst[k]`` (``wpad`` of them): the first ``W`` from ``src``, the rest 0 (one masked
-    loop: rows of 7 or 14 outputs are too short for a loop of their own and a tail loop)."""
+def _sums_line(src, dst, b, has_bias, scale, do_scale, relu):
+    """``dst[k]`` = the pattern of ``src[k]`` for every ``k`` (one 16-lane loop)."""
     for k in range(dst.size):
-        dst[k] = _sum_post(src[k], b, has_bias, scale, do_scale, relu) if k < W else np.uint16(0)
+        dst[k] = _sum_post(src[k], b, has_bias, scale, do_scale, relu)
 
 
 @njit(cache=True, boundscheck=False)
 def _sums_channels(sums, bias, scale, relu, out16, plane, row, wpad, W, c0, c1):
-    """Channels ``c0:c1`` of :func:`readout_sums`."""
+    """Channels ``c0:c1`` of :func:`readout_sums`.  A channel's ``H * W`` sums are read out
+    in one loop (a loop over each padded row computes its padding too: 32 lanes for 7
+    outputs), into the output when its rows are unpadded, else into a scratch line whose
+    rows are then copied out, each padded with zeros to ``wpad``."""
     H = sums.shape[1] // W
     has_bias = bias.size > 0
     do_scale = scale != 1.0
     sc = np.float32(scale)  # fp16 values: exact in float32
+    direct = W == wpad and row == W
+    line = np.empty(0 if direct else H * W + wpad, np.uint16)  # a row's padded read stays inside
     for c in range(c0, c1):
         b = np.float32(bias[c]) if has_bias else np.float32(0.0)
+        dst = out16[c * plane : c * plane + H * W] if direct else line
+        if has_bias and not do_scale:
+            _sums_line(sums[c], dst, b, True, sc, False, relu)
+        else:
+            _sums_line(sums[c], dst, b, has_bias, sc, do_scale, relu)
+        if direct:
+            continue
         for h in range(H):
             o = c * plane + h * row
-            src = sums[c, h * W : (h + 1) * W]
-            dst = out16[o : o + wpad]
-            if has_bias and not do_scale:
-                _sums_row(src, dst, W, b, True, sc, False, relu)
-            else:
-                _sums_row(src, dst, W, b, has_bias, sc, do_scale, relu)
+            out = out16[o : o + wpad]
+            src = line[h * W : h * W + wpad]
+            for k in range(wpad):  # one masked loop (a row of 7 is too short for two)
+                out[k] = src[k] if k < W else np.uint16(0)
 
 
 @njit(parallel=True, cache=True)
