@@ -62,21 +62,14 @@ def _load_tbb() -> str | None:
     name = {"linux": "libtbb.so.12", "darwin": "libtbb.12.dylib"}.get(sys.platform)
     if name is None:
         return None
-    seen = set()
-    for scheme in (None, f"{os.name}_user"):
-        try:
-            data = sysconfig.get_path("data", scheme) if scheme else sysconfig.get_path("data")
-        except KeyError:
-            continue
-        path = os.path.join(data, "lib", name)
-        if path in seen or not os.path.exists(path):
-            continue
-        seen.add(path)
-        try:
-            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-        except OSError:
-            continue
-        return path
+    for scheme in (sysconfig.get_default_scheme(), f"{os.name}_user"):  # a venv or prefix; --user
+        path = os.path.join(sysconfig.get_path("data", scheme), "lib", name)
+        if os.path.exists(path):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                continue
+            return path
     return None
 
 

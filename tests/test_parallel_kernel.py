@@ -81,7 +81,7 @@ def test_numba_runs_on_tbb_when_it_is_installed():
 # ---------------------------------------------------------------- one region a kernel
 _KERNELS = Path(parallel.__file__).parent
 #: numpy calls Numba turns into a parallel loop of their own inside a parallel function
-_PARFOR_CALLS = {"zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange"}
+_PARFOR_CALLS = {"zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange", "linspace"}
 
 
 def _parallel_kernels():
