@@ -109,16 +109,50 @@ def _dot4x2(x0, x1, x2, x3, wa, wb, K, m, trunc):
     return s0, s1, s2, s3, t0, t1, t2, t3, np.int32(mag)
 
 
+#: the rows of ``x`` (16 a block) a task of :func:`prepare_par` decodes and transposes
+PREPARE_ROWS = 64
+#: the elements ``K x P`` from which fastane.device.mac.skinny makes the rows on Numba's
+#: threads (:func:`prepare_par`); below, one thread
+PREPARE_PARALLEL = 1 << 16
+
+
+@njit(cache=True, boundscheck=False)
+def _prepare_rows(x, xs, rsum, rmax, k0, k1):
+    """Rows ``k0:k1`` of ``x`` into columns ``k0:k1`` of ``xs`` (16 rows of ``x`` at a time
+    decoded along the pixels, then transposed in L1), their ``|x|`` added into ``rsum``
+    and maxed into ``rmax`` (both times ``2**16``)."""
+    P = x.shape[1]
+    tmp = np.empty((16, P), np.float32)
+    for b in range(k0, k1, 16):
+        n = min(k1, b + 16) - b
+        for j in range(n):
+            row = x[b + j]
+            t = tmp[j]
+            for p in range(P):
+                v = as_f32(row[p]) * np.float32(SCALE)
+                t[p] = v
+                a = abs(np.float64(v))
+                rsum[p] += a
+                rmax[p] = nan_max(rmax[p], a)
+        for p in range(P):
+            dst = xs[p, b : b + n]
+            for j in range(n):
+                dst[j] = tmp[j, p]
+
+
 @njit(cache=True, boundscheck=False)
 def prepare(x, xs, rsum, rmax):
     """From the input ``x`` [K, P] (input channels, or unfolded columns, by pixels) as
     float64 or float32 fp16 values or as fp16 patterns (uint16: im2col's columns), the
     rows of the product: ``xs[p, k] = x[k, p] * 2**16`` as float32 (exact), and
-    ``rsum[p]``/``rmax[p]``, the sum and the max of ``|x[:, p]|`` (NaN propagates), summed
-    in a fixed order: one row, by ``fastane.kernels.bounds._abs_stats`` (the general
-    kernels' row statistics); more, along ``k`` for every pixel at once (any order is as
-    good a bound: BOUND_MARGIN).  Both are computed on the rows of ``xs`` and scaled back
-    by ``2**-16``, exactly (a power of two)."""
+    ``rsum[p]``/``rmax[p]``, the sum and the max of ``|x[:, p]|`` (NaN propagates): one
+    row, by ``fastane.kernels.bounds._abs_stats`` (the general kernels' row statistics);
+    more, along ``k`` for every pixel at once.  Any order is as good a bound
+    (BOUND_MARGIN), and up to ``K = 2**13`` every order gives the same sum: fp16
+    magnitudes are multiples of ``2**-24`` below ``2**16``, so such a sum and every
+    partial sum is a multiple of ``2**-24`` below ``2**29``, exact in float64.  Both are
+    computed on the rows of ``xs`` and scaled back by ``2**-16``, exactly (a power of
+    two)."""
     K, P = x.shape
     if P == 1:
         x1 = x.reshape(K)
@@ -129,28 +163,51 @@ def prepare(x, xs, rsum, rmax):
         rsum[0] = s * (1.0 / SCALE)
         rmax[0] = m * (1.0 / SCALE)
         return
-    # 16 rows of x at a time: decoded along the pixels (and summed), then transposed in L1
-    tmp = np.empty((16, P), np.float32)
     rsum[:] = 0.0
     rmax[:] = 0.0
-    for k0 in range(0, K, 16):
-        n = min(K, k0 + 16) - k0
-        for j in range(n):
-            row = x[k0 + j]
-            t = tmp[j]
-            for p in range(P):
-                v = as_f32(row[p]) * np.float32(SCALE)
-                t[p] = v
-                a = abs(np.float64(v))
-                rsum[p] += a
-                rmax[p] = nan_max(rmax[p], a)
-        for p in range(P):
-            dst = xs[p, k0 : k0 + n]
-            for j in range(n):
-                dst[j] = tmp[j, p]
+    _prepare_rows(x, xs, rsum, rmax, 0, K)
     for p in range(P):
         rsum[p] *= 1.0 / SCALE
         rmax[p] *= 1.0 / SCALE
+
+
+@njit(cache=True, boundscheck=False)
+def _prepare_task(x, xs, psum, pmax, t):
+    """Task ``t`` of :func:`prepare_par`: rows ``t * PREPARE_ROWS`` on of ``x``, their
+    sums and maxima into row ``t`` of the partials."""
+    k0 = t * PREPARE_ROWS
+    psum[t] = 0.0
+    pmax[t] = 0.0
+    _prepare_rows(x, xs, psum[t], pmax[t], k0, min(x.shape[0], k0 + PREPARE_ROWS))
+
+
+@njit(parallel=True, cache=True, boundscheck=False)
+def prepare_par(x, xs, rsum, rmax, workers):
+    """:func:`prepare` of ``P > 1`` pixels with the rows of ``x`` in blocks of
+    :data:`PREPARE_ROWS` handed out to Numba's threads (the work queue of
+    :mod:`fastane.kernels.parallel`), each block's sums and maxima kept apart, then added
+    and maxed in block order: the same ``xs`` and ``rmax``, and the same ``rsum`` as
+    :func:`prepare` (exact in any order) up to ``K = 2**13``; above, as good a bound, and
+    the same on any thread count."""
+    K, P = x.shape
+    ntasks = (K + PREPARE_ROWS - 1) // PREPARE_ROWS
+    psum = np.empty((ntasks, P))
+    pmax = np.empty((ntasks, P))
+    counter = new_queue()
+    for _ in prange(workers):
+        while True:
+            t = claim(counter)
+            if t >= ntasks:
+                break
+            _prepare_task(x, xs, psum, pmax, t)
+    for p in range(P):
+        s = 0.0
+        m = 0.0
+        for t in range(ntasks):
+            s += psum[t, p]
+            m = nan_max(m, pmax[t, p])
+        rsum[p] = s * (1.0 / SCALE)
+        rmax[p] = m * (1.0 / SCALE)
 
 
 @njit(fastmath={"contract"}, inline="always")

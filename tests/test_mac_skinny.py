@@ -4,6 +4,8 @@ to the slow reference on random and adversarial inputs -- subnormals, signed zer
 products too large for the float32 rounding, sums that clamp, NaN and inf (the last three
 must leave this kernel to the general ones) -- with rounded and truncated products."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -31,6 +33,17 @@ def skinny_calls(monkeypatch):
 
     monkeypatch.setattr(dmac, "skinny", spy)
     return calls
+
+
+@pytest.fixture
+def preps(monkeypatch):
+    """A list with one entry for each time the skinny kernel's rows were made (prepare, on
+    one thread or on Numba's threads)."""
+    made = []
+    for name in ("prepare", "prepare_par"):
+        real = getattr(mac_skinny, name)
+        monkeypatch.setattr(mac_skinny, name, lambda *a, real=real: made.append(1) or real(*a))
+    return made
 
 
 def _operands(kind, m, k, n, rng):
@@ -132,6 +145,57 @@ def test_kernel_rounds_and_truncates_as_the_reference(trunc, kind, m, k, n, row_
     assert np.array_equal(y.astype(F16).view(np.uint16), want.view(np.uint16))
 
 
+def _rows_reference(x16):
+    """The rows the skinny kernel reads, slowly: ``x^T * 2**16`` as float32, and per pixel
+    the sum (math.fsum: exact) and max of ``|x|``, NaN when the pixel has one."""
+    x = x16.astype(np.float64)
+    rsum = np.array([math.fsum(np.abs(x[:, p])) for p in range(x.shape[1])])
+    rmax = np.abs(x).max(axis=0)
+    return (x.T * 2.0**16).astype(np.float32), rsum, rmax
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32, np.float64])
+@pytest.mark.parametrize("k,p", [(2304, 196), (130, 49), (64, 2), (17, 3), (8192, 5), (9000, 4)])
+@pytest.mark.parametrize("kind", ["random", "tiny", "extremes", "nan_inf"])
+def test_rows_of_the_product_serial_and_threaded(dtype, k, p, kind):
+    """prepare and prepare_par (blocks of PREPARE_ROWS rows of x on the threads, their
+    partial sums added in block order) make the rows and row statistics of the slow
+    reference; the sums of up to 2**13 fp16 magnitudes are exact in float64 in any order,
+    above (9000) they are as good a bound (BOUND_MARGIN) and the same on any thread count."""
+    rng = np.random.default_rng(k + p)
+    x16 = rng.standard_normal((k, p)).astype(F16)
+    if kind == "tiny":
+        x16 = (rng.standard_normal((k, p)) * 2.0**-14).astype(F16)  # subnormals
+        x16[::3] = -0.0
+    elif kind == "extremes":  # 65504 next to 2**-24: the widest span the exact sum needs
+        x16[::2, 0] = F16(65504.0)
+        x16[1::2, 0] = F16(2.0**-24)
+        x16[:, -1] = F16(-65504.0)
+    elif kind == "nan_inf":
+        x16[k // 2, 0] = np.inf
+        x16[-1, p - 1] = np.nan
+    x = x16.view(np.uint16) if dtype is np.uint16 else x16.astype(dtype)
+    want_xs, want_sum, want_max = _rows_reference(x16)
+    for workers in (None, 1, 2):
+        xs, rsum, rmax = np.full((p, k), -1, np.float32), np.empty(p), np.empty(p)
+        if workers is None:
+            mac_skinny.prepare(x, xs, rsum, rmax)
+        else:
+            mac_skinny.prepare_par(x, xs, rsum, rmax, workers)
+        assert np.array_equal(xs, want_xs, equal_nan=True)
+        assert np.array_equal(rmax, want_max, equal_nan=True)
+        if k <= 1 << 13:
+            assert np.array_equal(rsum, want_sum, equal_nan=True)
+        else:
+            fin = np.isfinite(want_sum)
+            assert np.array_equal(np.isnan(rsum), np.isnan(want_sum))
+            np.testing.assert_allclose(rsum[fin], want_sum[fin], rtol=k * 2.0**-52)
+            if workers == 2:
+                one = np.empty(p)
+                mac_skinny.prepare_par(x, np.empty((p, k), np.float32), one, np.empty(p), 1)
+                assert np.array_equal(rsum, one, equal_nan=True)  # not on the thread count
+
+
 @pytest.mark.parametrize("m", [1, 5])  # one row a channel at a time, and blocks of four
 def test_abs_max_sees_nan_and_inf(m):
     """The kernel's largest weight pattern covers every weight it read, the last channel
@@ -206,14 +270,11 @@ def test_an_unfolded_convolution_of_few_pixels_is_the_reference(
     assert bool(calls) == (kind in ("random", "tiny"))
 
 
-def test_tasks_of_one_layer_share_the_rows_of_their_columns(device, skinny_calls, monkeypatch):
+def test_tasks_of_one_layer_share_the_rows_of_their_columns(device, skinny_calls, preps, monkeypatch):
     """A 3x3 convolution split by output channels into tasks (KMem holds at most 224 of
     its 512 channels) unfolds its input once and transposes the columns once for all its
     tasks; a new call (new input) prepares them again; the bits are those of the general kernels
     (the skinny kernel off), which the tests above hold to the reference."""
-    preps = []
-    real = mac_skinny.prepare
-    monkeypatch.setattr(mac_skinny, "prepare", lambda *a: preps.append(1) or real(*a))
     rng = np.random.default_rng(9)
     w = (rng.standard_normal((512, 256, 3, 3)) / 48).astype(F16)
     xs = [rng.standard_normal((1, 256, 10, 10)).astype(F16) for _ in range(2)]
@@ -230,13 +291,10 @@ def test_tasks_of_one_layer_share_the_rows_of_their_columns(device, skinny_calls
         assert not skinny_calls
 
 
-def test_a_narrow_tail_task_reads_the_rows_its_layer_made(device, skinny_calls, monkeypatch):
+def test_a_narrow_tail_task_reads_the_rows_its_layer_made(device, skinny_calls, preps, monkeypatch):
     """The last task of a split layer (16 of 240 channels, 196 pixels: more pixels than
     channels) takes the skinny kernel too, on the rows of the columns the first task
     made; the bits are those of the general kernels."""
-    preps = []
-    real = mac_skinny.prepare
-    monkeypatch.setattr(mac_skinny, "prepare", lambda *a: preps.append(1) or real(*a))
     rng = np.random.default_rng(10)
     w = (rng.standard_normal((240, 256, 3, 3)) / 48).astype(F16)
     x = rng.standard_normal((1, 256, 14, 14)).astype(F16)

@@ -531,7 +531,10 @@ def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, kept=None):
         _, rsum, rmax = kept[1]
     else:
         rsum, rmax = np.empty(P), np.empty(P)
-        _kskinny.prepare(x, xs, rsum, rmax)
+        if K * P >= _kskinny.PREPARE_PARALLEL and P > 1 and _kpar.workers() > 1:
+            _kskinny.prepare_par(x, xs, rsum, rmax, _kpar.workers())
+        else:
+            _kskinny.prepare(x, xs, rsum, rmax)
         if kept is not None:
             kept[1] = (xs, rsum, rmax)
     if not _kskinny.rows_ok(rsum, rmax, 0.0, K):  # NaN or inf in x: no max |w| admits it
