@@ -105,13 +105,17 @@ def test_nan_outputs_of_a_pass_through(n):
         (3, 2, 9000, 9024, 0.2),
         (1, 2, 70000, 70016, 0.2),
         (1, 2, 70000, 70000, 1.0),  # every event on every element: full packed fields
+        (5, 7, 3000, 3008, 0.5),  # rows of 3000: five rows a threaded task
+        (1, 3, 16384, 16384, 0.2),  # a threaded task a row, exactly
+        (2, 2, 16385, 16416, 0.2),  # a row in two parts, the second of one element
     ],
 )
 def test_lookup_window_is_the_table_gather_and_its_event_counts(C, H, W, wpad, p):
     """kernels.ne_table.lookup_window (gather and packed event counts, split every CHUNK
     elements) against numpy on a random table with random event bits (each with
     probability ``p``): strided windows, rows across the chunk size, the padding zeroed,
-    the cells outside the window untouched, counts added to."""
+    the cells outside the window untouched, counts added to; lookup_window_par (rows, or
+    parts of long rows, as tasks) the same on 1 to 3 threads."""
     from fastane.kernels import ne_table as kt
 
     rng = np.random.default_rng(C * 1000 + W)
@@ -135,6 +139,12 @@ def test_lookup_window_is_the_table_gather_and_its_event_counts(C, H, W, wpad, p
                 int(((v >> np.uint64(s)) & np.uint64(1)).sum())
                 for s in (kt.NAN_SHIFT, kt.UNDER_SHIFT, kt.OVER_SHIFT)
             ]
+    before = (dst.copy(), counts.copy())
     kt.lookup_window(src, splane, srow, C, H, W, table, dst, dplane, drow, wpad, counts)
     assert np.array_equal(dst, want)
     assert np.array_equal(counts, want_counts)
+    for workers in (1, 2, 3):  # the threaded twin: rows, or parts of long rows, as tasks
+        dst, counts = before[0].copy(), before[1].copy()
+        kt.lookup_window_par(src, splane, srow, C, H, W, table, dst, dplane, drow, wpad, counts, workers)
+        assert np.array_equal(dst, want)
+        assert np.array_equal(counts, want_counts)

@@ -32,6 +32,7 @@ import functools
 import numpy as np
 
 from fastane.kernels import ne_table as _ktable
+from fastane.kernels import parallel as _kpar
 from fastane.kernels import planar as _kplanar
 from fastane.kernels import planar_f32 as _kf32
 
@@ -80,7 +81,10 @@ def _lookup(p, memory, l2mem, shape, src, table):
     (a, ap, ar, _step), (out, dp, dr, wpad), keep = src, dst[:4], dst[4]
     counts = np.zeros(3, np.int64)
     if a.size and out.size:
-        _ktable.lookup_window(a, ap, ar, *shape, table, out, dp, dr, wpad, counts)
+        if shape[0] * shape[1] * shape[2] >= _ktable.LOOKUP_PARALLEL and _kpar.workers() > 1:
+            _ktable.lookup_window_par(a, ap, ar, *shape, table, out, dp, dr, wpad, counts, _kpar.workers())
+        else:
+            _ktable.lookup_window(a, ap, ar, *shape, table, out, dp, dr, wpad, counts)
     keep()
     return with_events(p.stats, 0, int(counts[0]), int(counts[1]), int(counts[2]))
 
