@@ -259,9 +259,12 @@ NARROW_SERIAL = 1
 #: columns (ResNet-50's 32-channel tails: 0.30 vs 0.41 ms at 196 x 2304 x 32; without
 #: the rows made, the general kernels are faster there, 0.51 vs 0.64 ms)
 SKINNY_ROWS = 256
-#: ... on Numba's threads from this many multiply-adds (a task of 64 x 4096 x 128 is 2**25;
-#: below, one thread: a parallel region costs more than it saves on a small task)
-SKINNY_PARALLEL = 1 << 24
+#: ... on Numba's threads from this many multiply-adds: a decode step's task (1 x 4096 x 128,
+#: 1 x 2048 x 256) is 2**19.  Below, one thread: a parallel region costs more than it saves.
+#: Lowered from 2**24 when Numba moved to TBB, whose workers do not sleep between regions
+#: (medians, one process, the two alternated: 8 x 2048 x 2048 1.10 -> 0.98 ms, 1 x 4096 x
+#: 4096 3.13 -> 2.56, 8 x 4096 x 4096 6.42 -> 4.77; 1 x 2048 x 2048 and ResNet-50 unchanged)
+SKINNY_PARALLEL = 1 << 19
 
 
 def skinny_candidate(g: Geometry, rows_kept: bool = False) -> bool:
