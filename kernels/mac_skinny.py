@@ -112,7 +112,8 @@ def _dot4x2(x0, x1, x2, x3, wa, wb, K, m, trunc):
 #: the rows of ``x`` (16 a block) a task of :func:`prepare_par` decodes and transposes
 PREPARE_ROWS = 64
 #: the elements ``K x P`` from which fastane.device.mac.skinny makes the rows on Numba's
-#: threads (:func:`prepare_par`); below, one thread
+#: threads (:func:`prepare_par`); below, one thread (ResNet-50's tasks, in a forward:
+#: 512 x 196 57 -> 34 us, 1024 x 196 141 -> 71, 2304 x 196 422 -> 156)
 PREPARE_PARALLEL = 1 << 16
 
 
