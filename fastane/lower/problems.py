@@ -86,13 +86,17 @@ MULTI_STAGE = {
 }
 
 
+#: the stage of no activation (NEStage is frozen: one instance serves every call)
+_IDENTITY = NEStage("identity")
+
+
 def ne_stage(activation) -> NEStage:
     """The :class:`NEStage` of ``activation``: None, ``"relu"``, a single-stage LUT
     activation of :mod:`fastane.activations` (:data:`SINGLE_STAGE`), ``"sigmoid"`` or
     ``"silu"`` (an NE stage followed by planar tasks, :data:`MULTI_STAGE`), or a
     :class:`fastane.lut.CoeffBlock` (a table of your own)."""
     if activation is None:
-        return NEStage("identity")
+        return _IDENTITY
     if isinstance(activation, _lut.CoeffBlock):
         return NEStage("lut", "lut", activation, 1.0)
     if not isinstance(activation, str):
