@@ -81,8 +81,9 @@ def _lookup(p, memory, l2mem, shape, src, table):
     (a, ap, ar, _step), (out, dp, dr, wpad), keep = src, dst[:4], dst[4]
     counts = np.zeros(3, np.int64)
     if a.size and out.size:
-        if shape[0] * shape[1] * shape[2] >= _ktable.LOOKUP_PARALLEL and _kpar.workers() > 1:
-            _ktable.lookup_window_par(a, ap, ar, *shape, table, out, dp, dr, wpad, counts, _kpar.workers())
+        nw = _kpar.workers() if shape[0] * shape[1] * shape[2] >= _ktable.LOOKUP_PARALLEL else 1
+        if nw > 1:
+            _ktable.lookup_window_par(a, ap, ar, *shape, table, out, dp, dr, wpad, counts, nw)
         else:
             _ktable.lookup_window(a, ap, ar, *shape, table, out, dp, dr, wpad, counts)
     keep()

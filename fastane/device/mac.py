@@ -529,13 +529,14 @@ def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, kept=None):
         return None
     k16, base, per_lane, _, _ = weights
     K, P = x.shape
+    nw = _kpar.workers()
     xs = buffer("xs" if kept is None else "xs_columns", (P, K), np.float32)
     if kept is not None and kept[1] is not None and kept[1][0] is xs:  # the same buffer
         _, rsum, rmax = kept[1]
     else:
         rsum, rmax = np.empty(P), np.empty(P)
-        if K * P >= _kskinny.PREPARE_PARALLEL and P > 1 and _kpar.workers() > 1:
-            _kskinny.prepare_par(x, xs, rsum, rmax, _kpar.workers())
+        if K * P >= _kskinny.PREPARE_PARALLEL and P > 1 and nw > 1:
+            _kskinny.prepare_par(x, xs, rsum, rmax, nw)
         else:
             _kskinny.prepare(x, xs, rsum, rmax)
         if kept is not None:
@@ -543,9 +544,9 @@ def skinny(g: Geometry, x: np.ndarray, weights, buffer, trunc: bool, kept=None):
     if not _kskinny.rows_ok(rsum, rmax, 0.0, K):  # NaN or inf in x: no max |w| admits it
         return None
     sums = buffer("sums", (g.cout, P), np.int32)
-    if g.macs >= SKINNY_PARALLEL and _kpar.workers() > 1:
+    if g.macs >= SKINNY_PARALLEL and nw > 1:
         wmax = _kskinny.skinny_q16_par(
-            xs, k16, base, per_lane, K, g.cout, trunc, sums, _kskinny.ROW_BLOCK_BYTES, _kpar.workers()
+            xs, k16, base, per_lane, K, g.cout, trunc, sums, _kskinny.ROW_BLOCK_BYTES, nw
         )
     else:
         wmax = _kskinny.skinny_q16(xs, k16, base, per_lane, K, g.cout, trunc, sums, _kskinny.ROW_BLOCK_BYTES)
