@@ -32,10 +32,11 @@ import numpy as np
 
 from .kernels import mac_f32 as _kf32
 
-#: arrays at least this large convert between float32 and fp16 with the hardware's
-#: instructions (``fastane.kernels.mac_f32.f16_patterns`` / ``widen_f16``: the same
-#: bits as numpy's software conversion, 25x faster at 2**20 elements); smaller ones with
-#: numpy, whose call costs less than a kernel's dispatch
+#: fp16 arrays at least this large widen to float32 with the hardware's instructions
+#: (``fastane.kernels.mac_f32.widen_f16``: numpy's bits, 25x faster at 2**20 elements);
+#: smaller ones with numpy, whose call costs less than a kernel's dispatch.  float32 is
+#: rounded to fp16 by the hardware (``f16_patterns``) at every size: numpy's rounding
+#: needs an ``np.errstate`` for overflow, which costs more than the kernel's dispatch
 HW_CONVERT_MIN = 4096
 
 __all__ = ["real_operand", "fp16_operand", "int_operand"]
@@ -64,9 +65,9 @@ def fp16_operand(x, func: str, name: str) -> np.ndarray:
     arr = real_operand(x, func, name)
     if arr.dtype == np.float16:
         return arr
-    if arr.dtype == np.float32 and arr.size >= HW_CONVERT_MIN:
+    if arr.dtype == np.float32:  # any size: no np.errstate to enter (2 us in a tiny call)
         out = np.empty(arr.shape, np.uint16)
-        _kf32.f16_patterns(np.ascontiguousarray(arr), out)  # the same single rounding
+        _kf32.f16_patterns(np.ascontiguousarray(arr).reshape(-1), out.reshape(-1))  # one rounding
         return out.view(np.float16)
     if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
         arr = _round_to_odd_f64(arr)

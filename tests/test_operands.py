@@ -8,6 +8,7 @@ float32 (float64): a double rounding gets half of them wrong, which the tests ch
 so they can fail."""
 
 import functools
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -271,18 +272,25 @@ def test_device_run_rounds_once(name):
 
 
 def test_float32_arrays_take_the_hardware_rounding_with_numpys_bits():
-    """float32 arrays of at least HW_CONVERT_MIN elements are rounded by the hardware
-    conversion: numpy's bits on random patterns (subnormals, inf, overflow included), on
-    every fp16 value's halfway points and neighbours, and on a non-contiguous view."""
-    from fastane import operands
-
+    """float32 arrays of every size are rounded by the hardware conversion: numpy's bits
+    on random patterns (subnormals, inf, overflow included), on every fp16 value's halfway
+    points and neighbours, on a non-contiguous view, and on arrays of a few elements (a
+    tiny call's operands, 0-d included), with no warning on overflow."""
     rng = np.random.default_rng(5)
     rand = rng.integers(0, 2**32, 1 << 18, dtype=np.uint64).astype(np.uint32).view(np.float32)
     h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(F16).astype(np.float32).view(np.uint32)
     near = np.concatenate([(h.astype(np.int64) + d) % 2**32 for d in (-1, 0, 1, 4095, 4096, 4097)])
-    for x in (rand, near.astype(np.uint32).view(np.float32), rand.reshape(512, 512)[:, ::3]):
-        assert x.size >= operands.HW_CONVERT_MIN
-        got = fp16_operand(x, "f", "x")
+    near32 = near.astype(np.uint32).view(np.float32)
+    small = (
+        rand[:1],
+        near32[:7].reshape(7, 1),
+        near32[-4095:],
+        np.float32(1e9) * np.ones((4, 4), np.float32),
+    )
+    for x in (rand, near32, rand.reshape(512, 512)[:, ::3], np.array(np.float32(65520.0)), *small):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = fp16_operand(x, "f", "x")
         with np.errstate(all="ignore"):
             want = x.astype(F16)
         nan = np.isnan(x)

@@ -70,7 +70,7 @@ class Engine:
         self._plans = collections.OrderedDict()  # checked plans of DRAM-to-DRAM chains
         self._wcache = []  # transposed weights: [key, KMem bytes, (w^T, max |w|), generation]
         self._wlast = None  # (key, KMem generation, float64 weights) of the last decode
-        self._quick = {}  # the same plans by push and BAR objects: (slots, fetch trace, plans)
+        self._quick = {}  # the same plans by push and BAR table: (table, slots, fetch trace, plans)
         self._buffers = {}  # scratch of the fused path: name -> bytes
         self._views = {}  # (name, shape, dtype) -> the array _scratch gave for them
         #: what the fused path's im2col buffer holds: {mac.unfolding_key: max |x| per
@@ -96,16 +96,20 @@ class Engine:
         (:data:`PLAN_CACHE` chains), so re-running a program with the same buffers
         re-fetches and re-decodes its TDs but skips the block checks.
 
-        A push of the same chain with the very same BAR regions (the same objects) skips
-        the fetch as well, when what the fetch depended on is unchanged: the allocations
-        holding the TDs are still live and every TD has the same bytes (compared, not
-        hashed) -- then the chain, its register files and its checks are the same."""
-        resident = {a: v for a, v in self.l2.resident.items() if stats_only or v[2] is not None}
-        held = tuple(sorted((a, v[0], v[1]) for a, v in resident.items()))
-        quick = (addr, td_size, td_count, stats_only, tuple(map(id, bars.slots)), held)
+        A push of the same chain with the same BAR table (the same object, mapping the
+        same regions) skips the fetch as well, when what the fetch depended on is
+        unchanged: the allocations holding the TDs are still live and every TD has the
+        same bytes (compared, not hashed) -- then the chain, its register files and its
+        checks are the same."""
+        resident = self.l2.resident  # a copy: planning the chain writes into it
+        resident = {a: v for a, v in resident.items() if stats_only or v[2] is not None} if resident else {}
+        held = tuple(sorted((a, v[0], v[1]) for a, v in resident.items())) if resident else ()
+        quick = (addr, td_size, td_count, stats_only, id(bars), held)
         hit = self._quick.get(quick)
-        if hit is not None:
-            _slots, trace, plans = hit  # _slots keeps the ids of the key alive
+        # the same table (kept alive by the entry, so its id is its own) mapping the same
+        # regions (a list compare: identical entries compare at once)
+        if hit is not None and hit[0] is bars and hit[1] == bars.slots:
+            trace, plans = hit[2], hit[3]
             data = self.memory.data
             if all(
                 data[t[0] : t[0] + len(t[1])].tobytes() == t[1]
@@ -144,7 +148,7 @@ class Engine:
         self._plans[key] = plans
         if len(self._plans) > PLAN_CACHE:
             self._plans.popitem(last=False)
-        self._quick[quick] = (list(bars.slots), trace, plans)
+        self._quick[quick] = (bars, list(bars.slots), trace, plans)
         if len(self._quick) > PLAN_CACHE:
             self._quick.pop(next(iter(self._quick)))
         return plans

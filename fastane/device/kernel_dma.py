@@ -130,6 +130,8 @@ class KMem:
 
     def __init__(self):
         self._data = np.zeros((LANES, KMEM_BYTES), dtype=np.uint8)
+        self._data64 = self._data.view(np.int64)
+        self._words = (None, None)  # (unified memory, its int64 view): checked aligned once
         self.loaded = (0,) * LANES  # bytes valid in each core's KMem
         self.generation = 0
         self._deferred = None  # (plan, unified memory) of a load not yet copied
@@ -200,9 +202,13 @@ class KMem:
                 np.array([lane.nbytes for lane in p.lanes], np.int64) // 8,
             )
             object.__setattr__(p, "_arrays", arrays)
-        if arrays and memory.ctypes.data % 8 == 0:
+        words = self._words[1] if self._words[0] is memory else None
+        if arrays and words is None and memory.ctypes.data % 8 == 0 and memory.size % 8 == 0:
+            words = memory.view(np.int64)
+            self._words = (memory, words)  # a device's unified memory: the same array each task
+        if arrays and words is not None:
             # every lane is 64-byte aligned and sized: one pass that copies and compares
-            if _kdma.load_lanes(memory.view(np.int64), *arrays, self._data.view(np.int64)):
+            if _kdma.load_lanes(words, *arrays, self._data64):
                 self.generation += 1
         else:
             for lane, src in zip(p.lanes, p.sources):

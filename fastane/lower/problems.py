@@ -180,8 +180,18 @@ class Conv:
     @classmethod
     def matmul(cls, M: int, K: int, N: int, groups: int = 1, bias: bool = False, activation=None) -> "Conv":
         """``groups`` products ``(M, K) @ (K, N)`` as one 1x1 convolution in the (B, C, 1, S)
-        layout: ``Cin = groups * K``, ``Cout = groups * N``, ``S = M`` along W."""
-        return cls(1, groups * K, 1, M, groups * N, groups=groups, bias=bias, activation=activation)
+        layout: ``Cin = groups * K``, ``Cout = groups * N``, ``S = M`` along W.  The same
+        arguments give the same (immutable) object: a tiny product's call then finds its
+        program by identity, without building and comparing a new Conv (about 2.5 us)."""
+        try:
+            return _matmul_conv(cls, M, K, N, groups, bias, activation)
+        except TypeError:  # an unhashable activation: Conv's own checks name it
+            return cls(1, groups * K, 1, M, groups * N, groups=groups, bias=bias, activation=activation)
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _matmul_conv(cls, M, K, N, groups, bias, activation) -> Conv:
+    return cls(1, groups * K, 1, M, groups * N, groups=groups, bias=bias, activation=activation)
 
 
 @dataclass(frozen=True)
