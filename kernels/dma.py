@@ -13,7 +13,7 @@ from numba import njit, prange
 
 from .conv import unfold_channel
 from .fp16 import f16_to_f64
-from .parallel import claim, new_queue
+from .parallel import call_native, claim, native_entry, new_queue
 
 
 def extent(shape, strides, itemsize, burst=64):
@@ -194,7 +194,6 @@ def lanes_equal(kmem, lanes, sizes, kept):
 
 
 # ---------------------------------------------------------------- the MAC's im2col operand, from fp16
-@njit(parallel=True, cache=True, boundscheck=False)
 def unfold_f16(mem16, plane, row, H, W, CG, win, read_y, read_x, cols, tmax, workers):
     """TileDMASrc straight into the MAC's im2col operand: ``cols[g, (c*KH + ky)*KW + kx,
     oy*ow + ox]`` = the fp16 input's bit pattern (``mem16[ch*plane + y*row + x]``, ``ch =
@@ -206,10 +205,22 @@ def unfold_f16(mem16, plane, row, H, W, CG, win, read_y, read_x, cols, tmax, wor
     ``fastane.kernels.conv``'s ``_im2col`` (the same core,
     :func:`fastane.kernels.conv.unfold_channel`): one task per input channel (its rows
     copied into a buffer of the thread, then unfolded), handed out through the work queue
-    of :mod:`fastane.kernels.parallel`."""
+    of :mod:`fastane.kernels.parallel`, whose threads call :func:`_unfold_tasks` through
+    its address (:func:`fastane.kernels.parallel.call_native`)."""
+    args = (mem16, plane, row, H, W, CG, win, read_y, read_x, cols, tmax)
+    _unfold_par(native_entry(_unfold_tasks, *args, _COUNTER), *args, workers)
+
+
+_COUNTER = np.zeros(1, np.int64)  # of the type new_queue() makes: _unfold_tasks' counter
+
+
+@njit(parallel=True, cache=True, boundscheck=False)
+def _unfold_par(entry, mem16, plane, row, H, W, CG, win, read_y, read_x, cols, tmax, workers):
     counter = new_queue()
     for _ in prange(workers):
-        _unfold_tasks(mem16, plane, row, H, W, CG, win, read_y, read_x, cols, tmax, counter)
+        call_native(
+            _unfold_tasks, entry, (mem16, plane, row, H, W, CG, win, read_y, read_x, cols, tmax, counter)
+        )
 
 
 @njit(cache=True, boundscheck=False)

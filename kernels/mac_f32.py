@@ -46,7 +46,7 @@ from numba.extending import intrinsic
 
 from .acc import SCALE
 from .mac_fast import _pairs_next, _tile, _tile_count
-from .parallel import claim, new_queue
+from .parallel import NoAliasCompiler, call_native, claim, native_entry, new_queue
 
 MAGIC32 = 1.5 * 2.0**23  # float32: rne(MAGIC32 + p) == MAGIC32 + rne(p) for |p| <= 2**22
 MAGIC32_BITS = 0x4B400000  # the float32 pattern of MAGIC32; bits(MAGIC32 + r) = MAGIC32_BITS + r
@@ -332,41 +332,72 @@ def _fast32_rows(a, bq, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile
     work queue; depth is blocked for cache; two consecutive rows sharing their ``b`` batch
     are computed together (one load of ``b`` feeds both).
     """
+    rows = _rows32_floor if trunc else _rows32_rne
     kernel = _fast32_floor if trunc else _fast32_rne
-    kernel(a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, workers)
+    args = (a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth)
+    kernel(native_entry(rows, *args, _COUNTER), *args, workers)
 
 
-# One kernel per rounding, the rounding a constant in each (its tiles compile only their own
-# inner loops; the first use of the other rounding compiles that one: a cold compile of the
-# demo's matmul took 5 s with both).  Each its own parallel loop (an IR-inlined body holding
-# the ``prange`` with ``trunc=True`` lost its stores).
-@njit(parallel=True, fastmath={"contract"}, cache=True)
-def _fast32_rne(a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, workers):
-    """:func:`_fast32_rows` rounding the products half to even."""
+_COUNTER = np.zeros(1, np.int64)  # of the type new_queue() makes: the thread bodies' counter
+
+
+# One thread body per rounding, the rounding a constant in each (its tiles compile only their
+# own inner loops; the first use of the other rounding compiles that one).  The parallel
+# kernels call them through their address (fastane.kernels.parallel.call_native): compiled
+# once, with their arrays noalias and numpy's error model as in a parallel region
+# (parallel.NoAliasCompiler), the tile loops run as fast as inlined into the region (1024^3,
+# 256 x 4096 x 1024, alternated: within the noise), and _fast32_rne's cold compile went from
+# 3.5 to 1.9 s (its tile was compiled three times over: the region, its gufunc wrapper, the
+# kernel).
+@njit(
+    fastmath={"contract"}, boundscheck=False, error_model="numpy", pipeline_class=NoAliasCompiler, cache=True
+)
+def _rows32_rne(a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, counter):
+    """One thread of :func:`_fast32_rows`, rounding the products half to even: tiles
+    claimed from ``counter`` until none are left."""
     L, N = rb.size, bq.shape[2]
     ntasks = _tile_count(L, N, rows_per_tile, cols_per_tile)
-    counter = new_queue()
-    for _ in prange(workers):
-        ci = np.empty((rows_per_tile, min(N, cols_per_tile)), np.int32)
-        while True:
-            t = claim(counter)
-            if t >= ntasks:
-                break
-            p0, p1, j0, j1 = _tile(t, L, N, rows_per_tile, cols_per_tile)
-            _tile32_rne(a, bq, ia, ib, rb, ri, acc, p0, p1, j0, j1, depth, ci)
+    ci = np.empty((rows_per_tile, min(N, cols_per_tile)), np.int32)
+    while True:
+        t = claim(counter)
+        if t >= ntasks:
+            break
+        p0, p1, j0, j1 = _tile(t, L, N, rows_per_tile, cols_per_tile)
+        _tile32_rne(a, bq, ia, ib, rb, ri, acc, p0, p1, j0, j1, depth, ci)
 
 
-@njit(parallel=True, fastmath={"contract"}, cache=True)
-def _fast32_floor(a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, workers):
-    """:func:`_fast32_rows` with the products floored (``trunc``)."""
+@njit(
+    fastmath={"contract"}, boundscheck=False, error_model="numpy", pipeline_class=NoAliasCompiler, cache=True
+)
+def _rows32_floor(a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, counter):
+    """:func:`_rows32_rne` with the products floored (``trunc``)."""
     L, N = rb.size, bq.shape[2]
     ntasks = _tile_count(L, N, rows_per_tile, cols_per_tile)
+    ci = np.empty((rows_per_tile, min(N, cols_per_tile)), np.int32)
+    while True:
+        t = claim(counter)
+        if t >= ntasks:
+            break
+        p0, p1, j0, j1 = _tile(t, L, N, rows_per_tile, cols_per_tile)
+        _tile32_floor(a, bq, ia, ib, rb, ri, acc, p0, p1, j0, j1, depth, ci)
+
+
+@njit(parallel=True, cache=True)
+def _fast32_rne(entry, a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, workers):
+    """:func:`_fast32_rows` rounding the products half to even (``entry``: the address of
+    :func:`_rows32_rne` for these arguments)."""
     counter = new_queue()
     for _ in prange(workers):
-        ci = np.empty((rows_per_tile, min(N, cols_per_tile)), np.int32)
-        while True:
-            t = claim(counter)
-            if t >= ntasks:
-                break
-            p0, p1, j0, j1 = _tile(t, L, N, rows_per_tile, cols_per_tile)
-            _tile32_floor(a, bq, ia, ib, rb, ri, acc, p0, p1, j0, j1, depth, ci)
+        call_native(
+            _rows32_rne, entry, (a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, counter)
+        )
+
+
+@njit(parallel=True, cache=True)
+def _fast32_floor(entry, a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, workers):
+    """:func:`_fast32_rows` with the products floored (``entry``: of :func:`_rows32_floor`)."""
+    counter = new_queue()
+    for _ in prange(workers):
+        call_native(
+            _rows32_floor, entry, (a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, counter)
+        )

@@ -22,7 +22,7 @@ from .fp16 import F16_INF, F16_QNAN, f16_to_f64, f64_to_f16_inline, round_f16_in
 from .lut import count_event, lut_eval
 from .mac import readout_counts, readout_unrounded, readout_value
 from .mac_f32 import _f16_bits, as_f32, sum_value32
-from .parallel import workers
+from .parallel import call_native, native_entry, workers
 
 NL_IDENTITY = 0
 NL_RELU = 1
@@ -389,14 +389,19 @@ def _sums_channels(sums, bias, scale, relu, out16, plane, row, wpad, W, c0, c1):
 
 
 @njit(parallel=True, cache=True)
-def _sums_parallel(sums, bias, scale, relu, out16, plane, row, wpad, W, workers):
-    """:func:`readout_sums` on ``workers`` threads, one block of channels each."""
+def _sums_parallel(entry, sums, bias, scale, relu, out16, plane, row, wpad, W, workers):
+    """:func:`readout_sums` on ``workers`` threads, one block of channels each, each
+    calling :func:`_sums_channels` through its address ``entry`` (``fastane.kernels.
+    parallel.call_native``)."""
     C = sums.shape[0]
     parts = max(1, min(C, workers))
     for t in prange(parts):
         c0 = np.int64(t) * C // parts
         c1 = (np.int64(t) + 1) * C // parts
-        _sums_channels(sums, bias, scale, relu, out16, plane, row, wpad, W, c0, c1)
+        call_native(_sums_channels, entry, (sums, bias, scale, relu, out16, plane, row, wpad, W, c0, c1))
+
+
+_I64 = np.int64(0)  # of the type of _sums_parallel's channel bounds
 
 
 def readout_sums(sums, bias, scale, relu, out16, plane, row, wpad, W, threads=True):
@@ -407,6 +412,7 @@ def readout_sums(sums, bias, scale, relu, out16, plane, row, wpad, W, threads=Tr
     lanes of int32 and float32 instead of 8 of float64; ``threads``: across the channels,
     else on the calling thread."""
     if threads:
-        _sums_parallel(sums, bias, scale, relu, out16, plane, row, wpad, W, workers())
+        args = (sums, bias, scale, relu, out16, plane, row, wpad, W)
+        _sums_parallel(native_entry(_sums_channels, *args, _I64, _I64), *args, workers())
     else:
         _sums_channels(sums, bias, scale, relu, out16, plane, row, wpad, W, np.int64(0), sums.shape[0])

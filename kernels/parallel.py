@@ -6,11 +6,18 @@ thread) loops on ``t = claim(counter)`` and does task ``t`` until ``t`` reaches 
 count; every task writes its own outputs only.
 
 A work-queue kernel makes its counter with :func:`new_queue` (a ``np.zeros`` in a
-parallel function is a parallel region of its own) and, where that costs no speed
-(measured: ``dma.unfold_f16``, ``ne.readout_fast``; not the MAC's tile loops), keeps its
-``prange`` body to one call of a plain function: Numba compiles a parallel region's
-body again, with everything inlined into it, as a function of its own -- a second or
-more of a cold compile for each.
+parallel function is a parallel region of its own) and keeps its ``prange`` body to one
+call of a plain function, the thread's loop over its tasks.  Numba links a callee's
+code into its caller, where LLVM optimizes and compiles it again: a parallel region's
+body was compiled three times over (the region, its gufunc wrapper, the kernel), one to
+two seconds of a cold compile for each kernel.  :func:`call_native` calls the thread's
+function through its address instead (:func:`native_entry`): its code is compiled once,
+and the parallel kernel around it costs what a trivial one does (``dma.unfold_f16``:
+4.1 -> 2.4 s of a cold compile; ``mac_f32._fast32_rne``: 3.5 -> 1.7 s; the same speed).
+A thread function whose vectorized loops read and write several arrays (the MAC's
+tiles) compiles with :class:`NoAliasCompiler`, as a parallel region's body does: without
+it, the tiles ran 3-4% slower than inlined into the region.  (``ne.readout_fast``'s
+kernels still call theirs as plain functions.)
 
 Numba's own ``prange`` split is static; on a shared machine where one thread loses its
 core for a while, the other threads then do the remaining tasks instead of waiting for
@@ -22,6 +29,12 @@ Numba's threading layer is TBB when it is installed (:data:`TBB`, the library th
 module loads for Numba; docs/architecture.md says why TBB).
 
 * ``new_queue() -> int64[1]`` (nopython): a work queue's counter, zero;
+* ``call_native(fn, entry, args)`` (nopython): ``fn(*args)`` through ``entry``, the
+  address :func:`native_entry` gives for ``fn`` and the types of ``args`` (a tuple);
+* ``native_entry(fn, *args) -> int`` (Python): that address, for values of the types
+  the kernel passes (compiles ``fn`` for them, or loads it from the cache, once);
+* ``NoAliasCompiler``: ``njit(pipeline_class=NoAliasCompiler, error_model="numpy")``
+  compiles a thread body as Numba compiles a parallel region's (its arrays ``noalias``);
 * ``claim(counter: int64[1]) -> int64`` (nopython): ``counter[0] += 1`` atomically,
   returns the value before;
 * ``workers() -> int`` (Python): the worker count to pass to a work-queue kernel;
@@ -41,10 +54,21 @@ import sysconfig
 import numba
 import numpy as np
 from numba import njit, types
-from numba.core import cgutils
+from numba.core import cgutils, typing
+from numba.core.compiler import Compiler
 from numba.extending import intrinsic
 
-__all__ = ["new_queue", "claim", "workers", "threads_for", "nan_max", "TBB"]
+__all__ = [
+    "NoAliasCompiler",
+    "new_queue",
+    "claim",
+    "call_native",
+    "native_entry",
+    "workers",
+    "threads_for",
+    "nan_max",
+    "TBB",
+]
 
 
 def _load_tbb() -> str | None:
@@ -97,6 +121,90 @@ def claim(typingctx, counter):
         return builder.atomic_rmw("add", ptr, context.get_constant(types.int64, 1), "monotonic")
 
     return types.int64(counter), codegen
+
+
+@intrinsic
+def call_native(typingctx, fn, entry, args):
+    """``call_native(fn, entry, args)``: ``fn(*args)`` (``fn`` a Numba dispatcher, a global
+    of the caller; ``args`` a tuple) through ``entry`` (an int64), the native entry of
+    ``fn``'s specialization for exactly the types of ``args`` (:func:`native_entry`; any
+    other address is undefined behaviour).  Typing compiles that specialization (it is
+    ``fn``'s own, shared with every other caller); unlike a plain call, nothing of it is
+    linked into the caller.  Returns what ``fn`` returns; an exception ``fn`` raises
+    propagates."""
+    if not (
+        isinstance(fn, types.Dispatcher)
+        and isinstance(entry, types.Integer)
+        and isinstance(args, types.BaseTuple)
+    ):
+        return None
+    # the specialization for the plain types (a literal constant in ``args`` types as its
+    # non-literal type, as numba.typeof gives it to native_entry)
+    callee = typingctx.resolve_function_type(fn, tuple(types.unliteral(t) for t in args.types), {})
+    if callee is None:
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        tup = llargs[2]
+        values = [
+            context.cast(builder, builder.extract_value(tup, i), have, want)
+            for i, (have, want) in enumerate(zip(args.types, callee.args))
+        ]
+        fnty = context.call_conv.get_function_type(callee.return_type, callee.args)
+        address = context.cast(builder, llargs[1], entry, types.intp)
+        fnptr = builder.inttoptr(address, fnty.as_pointer())
+        status, result = context.call_conv.call_function(
+            builder, fnptr, callee.return_type, callee.args, values
+        )
+        with cgutils.if_unlikely(builder, status.is_error):
+            context.call_conv.return_status_propagate(builder, status)
+        return result
+
+    return typing.signature(callee.return_type, fn, entry, args), codegen
+
+
+class NoAliasCompiler(Compiler):
+    """Numba's compiler for a work-queue kernel's thread body (``njit(pipeline_class=...)``,
+    with ``error_model="numpy"``), called through :func:`call_native`: its array arguments
+    are declared ``noalias`` (no two of them overlap where one is written), as Numba
+    declares a parallel region's when it finds no aliases -- the vectorized loops then need
+    no overlap checks.  Only for functions whose callers never pass overlapping arrays."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.state.flags.noalias = True
+
+
+#: the bits of ``ndarray.flags.num`` that decide an array's Numba type (besides its
+#: dtype and ndim): C_CONTIGUOUS, F_CONTIGUOUS (the layout) and WRITEABLE (readonly)
+_TYPE_FLAGS = 0x1 | 0x2 | 0x400
+_ENTRIES: dict = {}
+
+
+def _type_key(v):
+    """What of ``v`` decides ``numba.typeof(v)``, cheaply (0.15 us for an array, against
+    5.6 for ``typeof`` itself)."""
+    if isinstance(v, np.ndarray):
+        return (v.dtype, v.ndim, v.flags.num & _TYPE_FLAGS)
+    if isinstance(v, tuple):
+        return (tuple, *map(_type_key, v))
+    if type(v) is int:
+        return (int, -(2**63) <= v < 2**63)  # int64, else typed by value
+    return type(v)
+
+
+def native_entry(fn, *args) -> int:
+    """The address of the native entry of dispatcher ``fn``'s specialization for the types
+    of the values ``args`` (what :func:`call_native` calls): compiled, or loaded from the
+    cache, on first use, then kept per ``fn`` and argument types."""
+    key = (fn, *map(_type_key, args))
+    entry = _ENTRIES.get(key)
+    if entry is None:
+        sig = tuple(numba.typeof(a) for a in args)
+        fn.compile(sig)
+        cres = fn.overloads[sig]
+        entry = _ENTRIES[key] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+    return entry
 
 
 def workers() -> int:

@@ -126,3 +126,42 @@ def test_every_parallel_kernel_is_one_parallel_region():
                 assert not (isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Slice)), (
                     f"{name}: a slice assignment outside its prange (line {n.lineno})"
                 )
+
+
+@njit
+def _scaled_sum(x, scale, out):
+    """A plain function to call through its address: writes ``out[0]`` and returns a value."""
+    s = 0.0
+    for v in x.ravel():
+        s += v
+    out[0] = s * scale
+    return s
+
+
+@njit(parallel=True)
+def _through_entry(entry, xs, scale, out, ret):
+    for i in prange(xs.shape[0]):
+        ret[i] = parallel.call_native(_scaled_sum, entry, (xs[i], scale, out[i]))
+
+
+def test_call_native_calls_the_specialization_native_entry_gives():
+    """A function called through its address from a parallel region gives what a direct
+    call gives; native_entry tells apart the specializations (dtype, layout, readonly) a
+    call of other types needs, and keeps one address per specialization."""
+    xs = np.arange(12.0).reshape(3, 4)
+    out = np.zeros((3, 1))
+    ret = np.zeros(3)
+    entry = parallel.native_entry(_scaled_sum, xs[0], 2.0, out[0])
+    assert parallel.native_entry(_scaled_sum, xs[1], 3.0, out[1]) == entry  # the same types
+    _through_entry(entry, xs, 2.0, out, ret)
+    assert np.array_equal(ret, xs.sum(axis=1)) and np.array_equal(out[:, 0], 2.0 * xs.sum(axis=1))
+    ro = xs.copy()
+    ro.flags.writeable = False
+    others = [
+        parallel.native_entry(_scaled_sum, xs[0].astype(np.float32), 2.0, out[0]),
+        parallel.native_entry(_scaled_sum, ro[0], 2.0, out[0]),
+        parallel.native_entry(_scaled_sum, xs[:, 0], 2.0, out[0]),  # strided: layout "A"
+        parallel.native_entry(_scaled_sum, xs[0], np.float32(2.0), out[0]),
+    ]
+    assert len({entry, *others}) == 5
+    assert len(_scaled_sum.overloads) >= 5
