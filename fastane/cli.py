@@ -1,4 +1,4 @@
-"""The ``fastane`` command line: ``fastane demo | disasm | roofline | bench | run``.
+"""The ``fastane`` command line: ``fastane demo | disasm | roofline | bench | run | sweep | warm``.
 
 Each subcommand lives in the module that owns its subject and exposes
 ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when
@@ -22,6 +22,7 @@ COMMANDS = {
         "fastane.model.sweep_cli",
         "sweep a model input over a range: an output on the ANE and in fp32",
     ),
+    "warm": ("fastane.warm", "compile the kernels a first run needs into Numba's cache, on every core"),
 }
 
 

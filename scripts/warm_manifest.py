@@ -1,0 +1,123 @@
+"""Record ``fastane/warm.json``: the kernels the demo's workloads compile, with their types.
+
+    .venv/bin/python scripts/warm_manifest.py            # writes fastane/warm.json
+    .venv/bin/python scripts/warm_manifest.py --check    # exit 1 if it would change
+
+Runs, in this process and with an empty Numba cache of its own, what ``scripts/demo.sh``
+runs that compiles (``fastane demo`` and ``fastane run`` of the zoo's small ResNet, with
+``--report``) and keeps every compilation of a ``fastane.kernels`` function that no other
+compilation started (the kernels it calls compile with it), with its argument types and
+CPU seconds (what ``fastane warm`` balances its processes by).  A kernel is named by its
+module global, or by a dict global and its key; any other cannot be recorded and is
+reported.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="fastane-warm-")  # before numba loads
+
+from numba.core import event  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class _Recorder(event.Listener):
+    def __init__(self):
+        self.depth = 0
+        self.start = {}
+        self.entries = {}
+        self.unnamed = set()
+
+    def on_start(self, ev):
+        if self.depth == 0:
+            self.start[id(ev.data["dispatcher"])] = time.thread_time()
+        self.depth += 1
+
+    def on_end(self, ev):
+        self.depth -= 1
+        if self.depth:
+            return
+        from fastane import warm
+
+        d = ev.data["dispatcher"]
+        seconds = time.thread_time() - self.start.pop(id(d))
+        module = d.py_func.__module__
+        if not module.startswith("fastane.kernels"):
+            return
+        where = _global_of(sys.modules[module], d)
+        if where is None:
+            self.unnamed.add(f"{module}.{d.py_func.__qualname__}")
+            return
+        args = [warm.encode_type(t) for t in ev.data["args"]]
+        key = (module, json.dumps(where), json.dumps(args))
+        e = self.entries.setdefault(key, {"module": module, **where, "args": args, "seconds": 0.0})
+        e["seconds"] = round(e["seconds"] + seconds, 2)
+
+
+def _global_of(mod, d):
+    """``{"name": global}`` of the module global that is ``d``, or ``{"name": global,
+    "key": key}`` of the dict global holding it (a tuple key as a list), or None."""
+    for k, v in vars(mod).items():
+        if v is d:
+            return {"name": k}
+    for k, v in vars(mod).items():
+        if isinstance(v, dict):
+            for key, item in v.items():
+                if item is d and isinstance(key, (bool, int, str, tuple)):
+                    return {"name": k, "key": list(key) if isinstance(key, tuple) else key}
+    return None
+
+
+def record() -> dict:
+    from fastane.cli import main as cli
+
+    rec = _Recorder()
+    event.register("numba:compile", rec)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "resnet.onnx")
+        from fastane.model import zoo
+
+        zoo.main(["resnet", model])
+        for argv in (["demo"], ["run", model, "--random", "--shape", "x=1x3x32x32", "--report"]):
+            cli(argv)
+    for name in sorted(rec.unnamed):
+        print(f"warm_manifest: not a module global, not recorded: {name}", file=sys.stderr)
+    kernels = sorted(rec.entries.values(), key=lambda e: (e["module"], e["name"], json.dumps(e)))
+    return {
+        "about": "the kernels fastane warm compiles: written by scripts/warm_manifest.py, do not edit",
+        "kernels": kernels,
+    }
+
+
+def main(argv) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="exit 1 if the kernels or their types would change")
+    args = p.parse_args(argv)
+    from fastane import warm
+
+    new = record()
+    if args.check:
+        old = json.loads(warm.MANIFEST.read_text())
+        strip = [{k: v for k, v in e.items() if k != "seconds"} for e in old["kernels"]]
+        fresh = [{k: v for k, v in e.items() if k != "seconds"} for e in new["kernels"]]
+        if strip != fresh:
+            print("warm_manifest: fastane/warm.json is stale: run scripts/warm_manifest.py", file=sys.stderr)
+            return 1
+        return 0
+    warm.MANIFEST.write_text(json.dumps(new, indent=1) + "\n")
+    total = sum(e["seconds"] for e in new["kernels"])
+    print(
+        f"wrote {warm.MANIFEST.relative_to(ROOT)}: {len(new['kernels'])} kernels, {total:.1f} s recorded",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
