@@ -76,14 +76,19 @@ def load_manifest(path=MANIFEST) -> list[dict]:
 
 
 def partition(entries: list[dict], parts: int) -> list[list[dict]]:
-    """``entries`` in ``parts`` groups of about equal recorded seconds (longest first,
-    each to the lightest group)."""
+    """``entries`` in at most ``parts`` groups of about equal recorded seconds, the kernels
+    of one module in one group (they share callees, which two processes would each
+    compile: a parallel kernel and its thread function, say); modules longest first, each
+    to the lightest group."""
+    modules: dict = {}
+    for e in entries:
+        modules.setdefault(e["module"], []).append(e)
     groups = [[] for _ in range(max(1, parts))]
     load = [0.0] * len(groups)
-    for e in sorted(entries, key=lambda e: -float(e["seconds"])):
+    for mod in sorted(modules.values(), key=lambda m: -sum(float(e["seconds"]) for e in m)):
         i = load.index(min(load))
-        groups[i].append(e)
-        load[i] += float(e["seconds"])
+        groups[i].extend(mod)
+        load[i] += sum(float(e["seconds"]) for e in mod)
     return [g for g in groups if g]
 
 

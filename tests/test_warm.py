@@ -41,12 +41,19 @@ def test_unrecordable_types_and_values_are_refused():
             warm.decode_type(bad)
 
 
-def test_partition_balances_by_recorded_seconds():
-    entries = [{"seconds": s, "i": i} for i, s in enumerate([5, 4, 3, 3, 2, 1])]
+def test_partition_balances_modules_by_recorded_seconds():
+    """A module's kernels stay in one part (they share callees); the parts balance."""
+    mods = ["a", "b", "c", "c", "d", "e"]
+    entries = [{"module": m, "seconds": s, "i": i} for i, (m, s) in enumerate(zip(mods, [5, 4, 3, 3, 2, 1]))]
     parts = warm.partition(entries, 2)
     assert sorted(e["i"] for p in parts for e in p) == list(range(6))
-    loads = sorted(sum(e["seconds"] for e in p) for p in parts)
-    assert loads == [9, 9]
+    assert sorted(sum(e["seconds"] for e in p) for p in parts) == [9, 9]
+    assert all(
+        len({e["module"] for e in p} & {e["module"] for e in q}) == 0
+        for p in parts
+        for q in parts
+        if p is not q
+    )
     assert len(warm.partition(entries[:1], 4)) == 1  # no empty parts
 
 
