@@ -68,9 +68,12 @@ def decode_type(v):
 def load_manifest(path=MANIFEST) -> list[dict]:
     """The manifest's entries: ``{"module", "name", "args", "seconds"}`` each, and ``"key"``
     for a kernel held in a dict global ``name`` (a list key stands for a tuple)."""
-    entries = json.loads(Path(path).read_text())["kernels"]
+    data = json.loads(Path(path).read_text())
+    entries = data.get("kernels") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: not a warm manifest (no list of kernels)")
     for e in entries:
-        if not {"module", "name", "args", "seconds"} <= set(e):
+        if not isinstance(e, dict) or not {"module", "name", "args", "seconds"} <= set(e):
             raise ValueError(f"{path}: an entry needs module, name, args and seconds: {e}")
     return entries
 
@@ -118,7 +121,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    entries = load_manifest(args.manifest)
+    try:
+        entries = load_manifest(args.manifest)
+    except (OSError, ValueError) as exc:
+        print(f"fastane warm: cannot read the manifest {args.manifest}: {exc}", file=sys.stderr)
+        return 2
     if args.part is not None:  # a worker: compile its share, report it as one JSON line
         i, n = (int(v) for v in args.part.split("/"))
         parts = partition(entries, n)

@@ -196,14 +196,18 @@ def _type_key(v):
 def native_entry(fn, *args) -> int:
     """The address of the native entry of dispatcher ``fn``'s specialization for the types
     of the values ``args`` (what :func:`call_native` calls): compiled, or loaded from the
-    cache, on first use, then kept per ``fn`` and argument types."""
+    cache, on first use, then kept per ``fn`` and argument types -- with the compiled
+    result, which keeps the code alive and is checked to be still ``fn``'s (a dispatcher
+    that recompiled has new code at a new address)."""
     key = (fn, *map(_type_key, args))
-    entry = _ENTRIES.get(key)
-    if entry is None:
-        sig = tuple(numba.typeof(a) for a in args)
-        fn.compile(sig)
-        cres = fn.overloads[sig]
-        entry = _ENTRIES[key] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+    hit = _ENTRIES.get(key)
+    if hit is not None and fn.overloads.get(hit[0].signature.args) is hit[0]:
+        return hit[1]
+    sig = tuple(numba.typeof(a) for a in args)
+    fn.compile(sig)
+    cres = fn.overloads[sig]
+    entry = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+    _ENTRIES[key] = (cres, entry)
     return entry
 
 

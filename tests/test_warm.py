@@ -68,6 +68,29 @@ def test_the_manifest_names_kernels_that_exist():
         [warm.decode_type(a) for a in e["args"]]
 
 
+def test_a_manifest_that_is_not_one_is_refused(tmp_path, capsys):
+    for text in ("{not json", '{"kernels": 3}', '{"kernels": [{"module": "m"}]}', "[]"):
+        path = tmp_path / "m.json"
+        path.write_text(text)
+        with pytest.raises(ValueError):
+            warm.load_manifest(path)
+    assert warm.run(_args(manifest=str(tmp_path / "missing.json"))) == 2
+    assert "cannot read the manifest" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="at least 1"):
+        warm.run(_args(jobs=0))
+
+
+def _args(**kw):
+    import argparse
+
+    p = argparse.ArgumentParser()
+    warm.add_arguments(p)
+    args = p.parse_args([])
+    for k, v in kw.items():
+        setattr(args, k, v)
+    return args
+
+
 def test_a_stale_entry_is_reported_and_the_rest_compiled():
     good = {
         "module": "fastane.kernels.parallel",
