@@ -73,8 +73,15 @@ def load_manifest(path=MANIFEST) -> list[dict]:
     if not isinstance(entries, list):
         raise ValueError(f"{path}: not a warm manifest (no list of kernels)")
     for e in entries:
-        if not isinstance(e, dict) or not {"module", "name", "args", "seconds"} <= set(e):
-            raise ValueError(f"{path}: an entry needs module, name, args and seconds: {e}")
+        if not (
+            isinstance(e, dict)
+            and isinstance(e.get("module"), str)
+            and isinstance(e.get("name"), str)
+            and isinstance(e.get("args"), list)
+            and isinstance(e.get("seconds"), (int, float))
+            and not isinstance(e.get("seconds"), bool)
+        ):
+            raise ValueError(f"{path}: an entry needs module and name (text), args (a list), seconds: {e}")
     return entries
 
 
@@ -113,8 +120,28 @@ def compile_entries(entries: list[dict]) -> dict:
 
 
 # ---------------------------------------------------------------------------- the command
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def _cores() -> int:
+    """The cores this process may run on (its affinity, which a container's limit sets)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+#: seconds a worker process may take before it is stopped (its kernels then compile on
+#: first use)
+WORKER_TIMEOUT = 900
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
+    p.add_argument("--jobs", type=_positive, default=None, help="worker processes (default: one per core)")
     p.add_argument("--manifest", default=str(MANIFEST), help="the kernels to compile (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="print nothing unless an entry fails")
     p.add_argument("--part", default=None, help=argparse.SUPPRESS)  # "i/n": one worker's share
@@ -131,9 +158,10 @@ def run(args) -> int:
         parts = partition(entries, n)
         print(json.dumps(compile_entries(parts[i] if i < len(parts) else [])))
         return 0
-    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    jobs = args.jobs if args.jobs is not None else _cores()
     if jobs < 1:
-        raise SystemExit("fastane warm: --jobs must be at least 1")
+        print("fastane warm: --jobs must be at least 1", file=sys.stderr)
+        return 2
     parts = partition(entries, jobs)
     t0 = time.perf_counter()
     workers = [
@@ -154,12 +182,22 @@ def run(args) -> int:
         for i in range(1, len(parts))
     ]
     results = [compile_entries(parts[0])] if parts else []
-    for w in workers:
-        out, _ = w.communicate()
+    for i, w in enumerate(workers, start=1):
         try:
+            out, _ = w.communicate(timeout=WORKER_TIMEOUT)
             results.append(json.loads(out.strip().splitlines()[-1]))
-        except (ValueError, IndexError):
-            results.append({"compiled": 0, "failed": [("worker", f"exit code {w.returncode}")], "cpu": 0.0})
+        except (ValueError, IndexError, subprocess.TimeoutExpired) as exc:
+            w.kill()
+            w.wait()
+            why = (
+                f"stopped after {WORKER_TIMEOUT} s"
+                if isinstance(exc, subprocess.TimeoutExpired)
+                else (f"its process ended with code {w.returncode}")
+            )
+            kernels = ", ".join(f"{e['module']}.{e['name']}" for e in parts[i])
+            results.append(
+                {"compiled": 0, "failed": [(f"part {i + 1} of {len(parts)} ({kernels})", why)], "cpu": 0.0}
+            )
     wall = time.perf_counter() - t0
     failed = [f for r in results for f in r["failed"]]
     compiled = sum(r["compiled"] for r in results)

@@ -229,7 +229,9 @@ def matmul_q16_sums(a, b, ia, ib, trunc, sums, acc, flag, bmax=None) -> bool:
     output takes it: True when so, the exact, unclamped sums (grid units) then in
     ``sums`` (int32[B, M, N]; ``acc`` and ``flag`` untouched: no output is NaN or
     clamped), to be read out by :func:`fastane.kernels.ne.readout_sums` (half the bytes
-    of ``acc``, and no flags); False when not, the result then in ``acc`` and ``flag``."""
+    of ``acc``, and no flags); False when not, the result then in ``acc`` and ``flag``.
+    ``sums`` must not overlap ``a`` or ``b`` (the fast path's threads write it as a
+    ``noalias`` argument, ``fastane.kernels.mac_f32``)."""
     return _matmul(a, b, ia, ib, trunc, acc, flag, bmax, sums) is None
 
 

@@ -13,15 +13,19 @@ reported.
 """
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="fastane-warm-")  # before numba loads
+os.environ["NUMBA_CACHE_DIR"] = _CACHE = tempfile.mkdtemp(prefix="fastane-warm-")  # before numba loads
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
+from numba import types  # noqa: E402
 from numba.core import event  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +58,11 @@ class _Recorder(event.Listener):
         if where is None:
             self.unnamed.add(f"{module}.{d.py_func.__qualname__}")
             return
-        args = [warm.encode_type(t) for t in ev.data["args"]]
+        try:
+            args = [warm.encode_type(types.unliteral(t)) for t in ev.data["args"]]
+        except ValueError as exc:  # an argument type the manifest cannot hold
+            self.unnamed.add(f"{module}.{d.py_func.__qualname__} ({exc})")
+            return
         key = (module, json.dumps(where), json.dumps(args))
         e = self.entries.setdefault(key, {"module": module, **where, "args": args, "seconds": 0.0})
         e["seconds"] = round(e["seconds"] + seconds, 2)
@@ -87,7 +95,10 @@ def record() -> dict:
         for argv in (["demo"], ["run", model, "--random", "--shape", "x=1x3x32x32", "--report"]):
             cli(argv)
     for name in sorted(rec.unnamed):
-        print(f"warm_manifest: not a module global, not recorded: {name}", file=sys.stderr)
+        print(
+            f"warm_manifest: not recorded (not a module global, or an argument type it cannot hold): {name}",
+            file=sys.stderr,
+        )
     kernels = sorted(rec.entries.values(), key=lambda e: (e["module"], e["name"], json.dumps(e)))
     return {
         "about": "the kernels fastane warm compiles: written by scripts/warm_manifest.py, do not edit",

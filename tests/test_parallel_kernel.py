@@ -170,3 +170,28 @@ def test_call_native_calls_the_specialization_native_entry_gives():
     ret[:] = 0
     _through_entry(again, xs, 2.0, out, ret)
     assert np.array_equal(ret, xs.sum(axis=1))
+
+
+def test_the_type_key_tells_apart_what_numba_types_apart():
+    """native_entry's cheap key: values of different Numba types never share a key (a
+    shared key would hand one specialization's address to another's arguments)."""
+    import collections
+
+    pair = collections.namedtuple("pair", "a b")
+    rec = np.zeros(1, dtype=[("x", "i4")])[0], np.zeros(1, dtype=[("x", "f8")])[0]
+    groups = [
+        (np.zeros(3), np.zeros(3, np.float32), np.zeros((3, 1)), np.zeros((2, 3))[:, 0], np.zeros(3).view()),
+        ((1, 2), pair(1, 2), (1.0, 2), (np.int32(1), 2)),
+        (1, 2**63, 1.0, True, np.int32(1), np.float32(1.0), np.bool_(True)),
+        (np.datetime64(1, "s"), np.datetime64(1, "ms"), *rec, [1], [1.0]),
+    ]
+    ro = np.zeros(3)
+    ro.flags.writeable = False
+    groups[0] = (*groups[0][:4], ro)
+    for values in groups:
+        keys = [parallel._type_key(v) for v in values]
+        types_ = [numba.typeof(v) for v in values]
+        for i in range(len(values)):
+            for j in range(i):
+                if types_[i] != types_[j]:
+                    assert keys[i] != keys[j], (values[i], values[j])

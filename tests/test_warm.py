@@ -2,6 +2,7 @@
 a stale entry is reported and skipped, and after a warm with an empty cache the demo
 compiles nothing (the manifest covers it; scripts/warm_manifest.py rewrites it)."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -69,20 +70,29 @@ def test_the_manifest_names_kernels_that_exist():
 
 
 def test_a_manifest_that_is_not_one_is_refused(tmp_path, capsys):
-    for text in ("{not json", '{"kernels": 3}', '{"kernels": [{"module": "m"}]}', "[]"):
+    entry = '{"module": "m", "name": "k", "args": [], "seconds": %s}'
+    for text in (
+        "{not json",
+        '{"kernels": 3}',
+        '{"kernels": [{"module": "m"}]}',
+        "[]",
+        '{"kernels": [%s]}' % (entry % "null"),
+    ):
         path = tmp_path / "m.json"
         path.write_text(text)
         with pytest.raises(ValueError):
             warm.load_manifest(path)
     assert warm.run(_args(manifest=str(tmp_path / "missing.json"))) == 2
     assert "cannot read the manifest" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="at least 1"):
-        warm.run(_args(jobs=0))
+    assert warm.run(_args(jobs=0)) == 2
+    assert "at least 1" in capsys.readouterr().err
+    parser = argparse.ArgumentParser()
+    warm.add_arguments(parser)
+    with pytest.raises(SystemExit):  # the command line refuses it before
+        parser.parse_args(["--jobs", "0"])
 
 
 def _args(**kw):
-    import argparse
-
     p = argparse.ArgumentParser()
     warm.add_arguments(p)
     args = p.parse_args([])

@@ -101,7 +101,7 @@ class Engine:
         unchanged: the allocations holding the TDs are still live and every TD has the
         same bytes (compared, not hashed) -- then the chain, its register files and its
         checks are the same."""
-        resident = self.l2.resident  # a copy: planning the chain writes into it
+        resident = self.l2.resident  # copied below: planning the chain writes into its dict
         resident = {a: v for a, v in resident.items() if stats_only or v[2] is not None} if resident else {}
         held = tuple(sorted((a, v[0], v[1]) for a, v in resident.items())) if resident else ()
         quick = (addr, td_size, td_count, stats_only, id(bars), held)
