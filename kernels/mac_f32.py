@@ -341,45 +341,46 @@ def _fast32_rows(a, bq, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile
 _COUNTER = np.zeros(1, np.int64)  # of the type new_queue() makes: the thread bodies' counter
 
 
-# One thread body per rounding, the rounding a constant in each (its tiles compile only their
+# One thread body per rounding, the rounding a constant of each (its tiles compile only their
 # own inner loops; the first use of the other rounding compiles that one).  The parallel
 # kernels call them through their address (fastane.kernels.parallel.call_native): compiled
 # once, with their arrays noalias and numpy's error model as in a parallel region
 # (parallel.NoAliasCompiler), the tile loops run as fast as inlined into the region (1024^3,
 # 256 x 4096 x 1024, alternated: within the noise), and _fast32_rne's cold compile went from
-# 3.5 to 1.9 s (its tile was compiled three times over: the region, its gufunc wrapper, the
+# 3.5 to 1.7 s (its tile was compiled three times over: the region, its gufunc wrapper, the
 # kernel).
-@njit(
-    fastmath={"contract"}, boundscheck=False, error_model="numpy", pipeline_class=NoAliasCompiler, cache=True
-)
-def _rows32_rne(a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, counter):
-    """One thread of :func:`_fast32_rows`, rounding the products half to even: tiles
-    claimed from ``counter`` until none are left."""
-    L, N = rb.size, bq.shape[2]
-    ntasks = _tile_count(L, N, rows_per_tile, cols_per_tile)
-    ci = np.empty((rows_per_tile, min(N, cols_per_tile)), np.int32)
-    while True:
-        t = claim(counter)
-        if t >= ntasks:
-            break
-        p0, p1, j0, j1 = _tile(t, L, N, rows_per_tile, cols_per_tile)
-        _tile32_rne(a, bq, ia, ib, rb, ri, acc, p0, p1, j0, j1, depth, ci)
+def _rows32_for(trunc: bool):
+    """One thread of :func:`_fast32_rows` for one rounding (``trunc``: the products floored,
+    else half to even; a constant): tiles claimed from ``counter`` until none are left."""
+
+    @njit(
+        fastmath={"contract"},
+        boundscheck=False,
+        error_model="numpy",
+        pipeline_class=NoAliasCompiler,
+        cache=True,
+    )
+    def rows32(a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, counter):
+        L, N = rb.size, bq.shape[2]
+        ntasks = _tile_count(L, N, rows_per_tile, cols_per_tile)
+        ci = np.empty((rows_per_tile, min(N, cols_per_tile)), np.int32)
+        while True:
+            t = claim(counter)
+            if t >= ntasks:
+                break
+            p0, p1, j0, j1 = _tile(t, L, N, rows_per_tile, cols_per_tile)
+            if trunc:
+                _tile32_floor(a, bq, ia, ib, rb, ri, acc, p0, p1, j0, j1, depth, ci)
+            else:
+                _tile32_rne(a, bq, ia, ib, rb, ri, acc, p0, p1, j0, j1, depth, ci)
+
+    return rows32
 
 
-@njit(
-    fastmath={"contract"}, boundscheck=False, error_model="numpy", pipeline_class=NoAliasCompiler, cache=True
-)
-def _rows32_floor(a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, counter):
-    """:func:`_rows32_rne` with the products floored (``trunc``)."""
-    L, N = rb.size, bq.shape[2]
-    ntasks = _tile_count(L, N, rows_per_tile, cols_per_tile)
-    ci = np.empty((rows_per_tile, min(N, cols_per_tile)), np.int32)
-    while True:
-        t = claim(counter)
-        if t >= ntasks:
-            break
-        p0, p1, j0, j1 = _tile(t, L, N, rows_per_tile, cols_per_tile)
-        _tile32_floor(a, bq, ia, ib, rb, ri, acc, p0, p1, j0, j1, depth, ci)
+# module globals, which the parallel kernels call (a closure's captured dispatcher would
+# not let Numba cache them)
+_rows32_rne = _rows32_for(False)
+_rows32_floor = _rows32_for(True)
 
 
 @njit(parallel=True, cache=True)
