@@ -165,7 +165,7 @@ def test_call_native_calls_the_specialization_native_entry_gives():
     ]
     assert len({entry, *others}) == 5
     assert len(_scaled_sum.overloads) >= 5
-    _scaled_sum.recompile()  # new code at a new address: the kept entry is not reused
+    _scaled_sum.recompile()  # the kept address stays valid (Numba never unmaps code)
     again = parallel.native_entry(_scaled_sum, xs[0], 2.0, out[0])
     ret[:] = 0
     _through_entry(again, xs, 2.0, out, ret)
