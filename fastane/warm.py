@@ -31,7 +31,16 @@ from pathlib import Path
 
 MANIFEST = Path(__file__).with_name("warm.json")
 
-__all__ = ["MANIFEST", "load_manifest", "encode_type", "decode_type", "partition", "compile_entries", "run"]
+__all__ = [
+    "MANIFEST",
+    "load_manifest",
+    "encode_type",
+    "decode_type",
+    "partition",
+    "kernel_of",
+    "compile_entries",
+    "run",
+]
 
 
 # ---------------------------------------------------------------------------- the types
@@ -93,13 +102,25 @@ def partition(entries: list[dict], parts: int) -> list[list[dict]]:
     modules: dict = {}
     for e in entries:
         modules.setdefault(e["module"], []).append(e)
+    weighed = sorted(
+        ((sum(float(e["seconds"]) for e in m), m) for m in modules.values()), key=lambda w: -w[0]
+    )
     groups = [[] for _ in range(max(1, parts))]
     load = [0.0] * len(groups)
-    for mod in sorted(modules.values(), key=lambda m: -sum(float(e["seconds"]) for e in m)):
+    for seconds, mod in weighed:
         i = load.index(min(load))
         groups[i].extend(mod)
-        load[i] += sum(float(e["seconds"]) for e in mod)
+        load[i] += seconds
     return [g for g in groups if g]
+
+
+def kernel_of(entry: dict):
+    """The Numba dispatcher a manifest entry names (its module global, or the item
+    ``key`` of that dict global; AttributeError, KeyError or ImportError when gone)."""
+    fn = getattr(importlib.import_module(entry["module"]), entry["name"])
+    if "key" in entry:  # a kernel held in a dict global (one per case)
+        fn = fn[tuple(entry["key"]) if isinstance(entry["key"], list) else entry["key"]]
+    return fn
 
 
 def compile_entries(entries: list[dict]) -> dict:
@@ -110,10 +131,7 @@ def compile_entries(entries: list[dict]) -> dict:
     for e in entries:
         kernel = f"{e['module']}.{e['name']}"
         try:
-            fn = getattr(importlib.import_module(e["module"]), e["name"])
-            if "key" in e:  # a kernel held in a dict global (one per case)
-                fn = fn[tuple(e["key"]) if isinstance(e["key"], list) else e["key"]]
-            fn.compile(tuple(decode_type(a) for a in e["args"]))
+            kernel_of(e).compile(tuple(decode_type(a) for a in e["args"]))
         except Exception as exc:  # noqa: BLE001  a stale entry: report it, warm the rest
             failed.append((kernel, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
     return {"compiled": len(entries) - len(failed), "failed": failed, "cpu": time.process_time() - t0}

@@ -13,7 +13,7 @@ from numba import njit, prange
 
 from .conv import unfold_channel
 from .fp16 import f16_to_f64
-from .parallel import call_native, claim, native_entry, new_queue
+from .parallel import QUEUE, call_native, claim, native_entry, new_queue
 
 
 def extent(shape, strides, itemsize, burst=64):
@@ -208,10 +208,7 @@ def unfold_f16(mem16, plane, row, H, W, CG, win, read_y, read_x, cols, tmax, wor
     of :mod:`fastane.kernels.parallel`, whose threads call :func:`_unfold_tasks` through
     its address (:func:`fastane.kernels.parallel.call_native`)."""
     args = (mem16, plane, row, H, W, CG, win, read_y, read_x, cols, tmax)
-    _unfold_par(native_entry(_unfold_tasks, *args, _COUNTER), *args, workers)
-
-
-_COUNTER = np.zeros(1, np.int64)  # of the type new_queue() makes: _unfold_tasks' counter
+    _unfold_par(native_entry(_unfold_tasks, *args, QUEUE), *args, workers)
 
 
 @njit(parallel=True, cache=True, boundscheck=False)

@@ -46,7 +46,7 @@ from numba.extending import intrinsic
 
 from .acc import SCALE
 from .mac_fast import _pairs_next, _tile, _tile_count
-from .parallel import NoAliasCompiler, call_native, claim, native_entry, new_queue
+from .parallel import QUEUE, NoAliasCompiler, call_native, claim, native_entry, new_queue
 
 MAGIC32 = 1.5 * 2.0**23  # float32: rne(MAGIC32 + p) == MAGIC32 + rne(p) for |p| <= 2**22
 MAGIC32_BITS = 0x4B400000  # the float32 pattern of MAGIC32; bits(MAGIC32 + r) = MAGIC32_BITS + r
@@ -335,10 +335,7 @@ def _fast32_rows(a, bq, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile
     rows = _rows32_floor if trunc else _rows32_rne
     kernel = _fast32_floor if trunc else _fast32_rne
     args = (a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth)
-    kernel(native_entry(rows, *args, _COUNTER), *args, workers)
-
-
-_COUNTER = np.zeros(1, np.int64)  # of the type new_queue() makes: the thread bodies' counter
+    kernel(native_entry(rows, *args, QUEUE), *args, workers)
 
 
 # One thread body per rounding, the rounding a constant of each (its tiles compile only their

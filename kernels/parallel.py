@@ -28,7 +28,8 @@ up for a scheduler slice.
 Numba's threading layer is TBB when it is installed (:data:`TBB`, the library this
 module loads for Numba; docs/architecture.md says why TBB).
 
-* ``new_queue() -> int64[1]`` (nopython): a work queue's counter, zero;
+* ``new_queue() -> int64[1]`` (nopython): a work queue's counter, zero; ``QUEUE``: a
+  value of its type, for :func:`native_entry`;
 * ``call_native(fn, entry, args)`` (nopython): ``fn(*args)`` through ``entry``, the
   address :func:`native_entry` gives for ``fn`` and the types of ``args`` (a tuple);
 * ``native_entry(fn, *args) -> int`` (Python): that address, for values of the types
@@ -61,6 +62,7 @@ from numba.extending import intrinsic
 __all__ = [
     "NoAliasCompiler",
     "new_queue",
+    "QUEUE",
     "claim",
     "call_native",
     "native_entry",
@@ -105,6 +107,11 @@ TBB = _load_tbb()
 def new_queue():
     """A work queue's counter: int64[1], zero (no task claimed yet)."""
     return np.zeros(1, np.int64)
+
+
+#: a value of the type :func:`new_queue` makes, for :func:`native_entry` (the counter a
+#: thread function gets from its parallel kernel)
+QUEUE = np.zeros(1, np.int64)
 
 
 @intrinsic

@@ -121,7 +121,8 @@ def main(argv) -> int:
             print("warm_manifest: fastane/warm.json is stale: run scripts/warm_manifest.py", file=sys.stderr)
             return 1
         return 0
-    warm.MANIFEST.write_text(json.dumps(new, indent=1) + "\n")
+    lines = ",\n  ".join(json.dumps(e) for e in new["kernels"])  # one kernel a line
+    warm.MANIFEST.write_text(f'{{\n "about": {json.dumps(new["about"])},\n "kernels": [\n  {lines}\n ]\n}}\n')
     total = sum(e["seconds"] for e in new["kernels"])
     print(
         f"wrote {warm.MANIFEST.relative_to(ROOT)}: {len(new['kernels'])} kernels, {total:.1f} s recorded",
