@@ -14,6 +14,7 @@ from numba import njit, prange
 from .conv import unfold_channel
 from .fp16 import f16_to_f64
 from .parallel import QUEUE, call_native, claim, native_entry, new_queue
+from .simd import wide_vectors
 
 
 def extent(shape, strides, itemsize, burst=64):
@@ -225,6 +226,7 @@ def _unfold_tasks(mem16, plane, row, H, W, CG, win, read_y, read_x, cols, tmax, 
     """One thread of :func:`unfold_f16`: channels claimed from ``counter`` until none are
     left (the parallel loop only calls this: its body is compiled again with everything
     inlined into it: :mod:`fastane.kernels.parallel`)."""
+    wide_vectors()
     line = np.empty((H, W), np.uint16)
     while True:
         t = claim(counter)

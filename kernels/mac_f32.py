@@ -47,6 +47,7 @@ from numba.extending import intrinsic
 from .acc import SCALE
 from .mac_fast import _pairs_next, _tile, _tile_count
 from .parallel import QUEUE, NoAliasCompiler, call_native, claim, native_entry, new_queue
+from .simd import wide_vectors
 
 MAGIC32 = 1.5 * 2.0**23  # float32: rne(MAGIC32 + p) == MAGIC32 + rne(p) for |p| <= 2**22
 MAGIC32_BITS = 0x4B400000  # the float32 pattern of MAGIC32; bits(MAGIC32 + r) = MAGIC32_BITS + r
@@ -358,6 +359,7 @@ def _rows32_for(trunc: bool):
         cache=True,
     )
     def rows32(a, bq, ia, ib, rb, ri, acc, rows_per_tile, cols_per_tile, depth, counter):
+        wide_vectors()
         L, N = rb.size, bq.shape[2]
         ntasks = _tile_count(L, N, rows_per_tile, cols_per_tile)
         ci = np.empty((rows_per_tile, min(N, cols_per_tile)), np.int32)

@@ -8,6 +8,7 @@ from numba import njit, prange
 
 from .acc import MAGIC, SCALE
 from .parallel import claim, new_queue
+from .simd import wide_vectors
 
 # Tasks of the per-element kernels (_fast_dots: rows; mac_exact._exact_elements: elements).
 ITEMS_PER_TASK = 16
@@ -220,6 +221,7 @@ def _fast_rows(a, b, ia, ib, rb, ri, trunc, acc, rows_per_tile, cols_per_tile, d
     ntasks = _tile_count(L, N, rows_per_tile, cols_per_tile)
     counter = new_queue()
     for _ in prange(workers):
+        wide_vectors()
         while True:
             t = claim(counter)
             if t >= ntasks:

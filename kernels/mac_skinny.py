@@ -22,6 +22,7 @@ from .bounds import _abs_stats, _safe
 from .fp16 import F16_INF
 from .mac_f32 import MAGIC32, MAGIC32_BITS, as_f32, f32_bits, f32_row_ok
 from .parallel import claim, nan_max, new_queue
+from .simd import wide_vectors
 
 _NAN_MAG = F16_INF  # fp16 magnitudes above this pattern are NaN
 #: the rows of ``xs`` a block holds at most (bytes): a block is read again for every
@@ -270,6 +271,7 @@ def skinny_q16(xs, k16, base, per_lane, K, N, trunc, acc, row_bytes):
     :func:`pattern_abs` of it is the ``max |w|`` that :func:`rows_ok` must admit for the
     sums to be exact (the caller checks it after the one pass over the weights, and
     discards ``acc`` when it fails)."""
+    wide_vectors()
     m = np.float32(MAGIC32)
     offset = np.int64(K) * MAGIC32_BITS
     P = xs.shape[0]
@@ -298,6 +300,7 @@ def skinny_q16_par(xs, k16, base, per_lane, K, N, trunc, acc, row_bytes, workers
     counter = new_queue()
     wmax = np.empty(workers, np.int32)  # not np.zeros: that is a parallel region of its own
     for i in prange(workers):
+        wide_vectors()
         wmax[i] = 0
         while True:
             t = claim(counter)

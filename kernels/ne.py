@@ -23,6 +23,7 @@ from .lut import count_event, lut_eval
 from .mac import readout_counts, readout_unrounded, readout_value
 from .mac_f32 import _f16_bits, as_f32, sum_value32
 from .parallel import call_native, native_entry, workers
+from .simd import wide_vectors
 
 NL_IDENTITY = 0
 NL_RELU = 1
@@ -262,6 +263,7 @@ def _readout_channels_for(case):
 
     @njit(cache=True, boundscheck=False)
     def readout_channels(acc, flag, bias, scale, relu, out16, plane, row, wpad, c0, c1):
+        wide_vectors()
         C, H, W = acc.shape
         nans = 0
         sat = 0
@@ -365,6 +367,7 @@ def _sums_channels(sums, bias, scale, relu, out16, plane, row, wpad, W, c0, c1):
     in one loop (a loop over each padded row computes its padding too: 32 lanes for 7
     outputs), into the output when its rows are unpadded, else into a scratch line whose
     rows are then copied out, each padded with zeros to ``wpad``."""
+    wide_vectors()
     H = sums.shape[1] // W
     has_bias = bias.size > 0
     do_scale = scale != 1.0

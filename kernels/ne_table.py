@@ -13,6 +13,7 @@ from numba import njit, prange
 from .fp16 import f64_to_f16
 from .ne import ne_post
 from .parallel import claim, new_queue
+from .simd import wide_vectors
 
 
 @njit(cache=True)
@@ -71,6 +72,7 @@ def _lookup_span(src, so, table, dst, do, k0, k1, W, wpad):
     """Elements ``k0:k1`` of the row at ``src[so:]`` -> ``dst[do:]`` of
     :func:`lookup_window`, in pieces of :data:`CHUNK`; the row's padding ``W:wpad`` is
     zeroed when ``k1 == W``.  Returns the counts ``(nan, under, over)``."""
+    wide_vectors()
     nan = 0
     under = 0
     over = 0
@@ -230,6 +232,7 @@ def plain_window(src, splane, srow, C, H, W, relu, dst, dplane, drow, wpad):
     as) and counted, ReLU clearing the negative ones (-0 and -inf included) -- what the
     table of that stage holds for every pattern, with no table: a vector loop of compares
     and selects.  Returns the NaN count."""
+    wide_vectors()
     nan = 0
     for c in range(C):
         for h in range(H):

@@ -24,6 +24,7 @@ from numba import njit
 
 from .fp16 import F16_INF, F16_QNAN
 from .mac_f32 import _f16_bits, as_f32
+from .simd import wide_vectors
 
 _QNAN = np.uint16(F16_QNAN)
 _INF = np.uint16(F16_INF)
@@ -94,6 +95,7 @@ def _binary_window_for(mul, unit):
 
     @njit(cache=True, boundscheck=False)
     def window(a, ap, ar, aw, b, bp, br, bw, C, H, W, sub, s0, s, dst, dp, dr, wpad):
+        wide_vectors()
         s0f = np.float32(s0)
         sf = np.float32(s)
         flip = _SIGN if sub else np.uint16(0)
