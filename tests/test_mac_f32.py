@@ -39,7 +39,7 @@ def ref_acc(a16, b16, trunc=False):
 def force32(a16, b16, trunc, mode="f32", tiles=(3, 16, 5)):
     """The float32 kernel alone on every row (bypassing the planner), reading ``b`` as
     float32 or (``mode="f16"``) as fp16 bit patterns; small tiles by default, so that
-    row pairs, tile edges and depth blocks all occur."""
+    tile edges and depth blocks all occur."""
     a = np.ascontiguousarray(a16, np.float64)[None]
     if mode == "f16":
         bq = np.ascontiguousarray(b16, F16).view(np.uint16)[None]
@@ -79,10 +79,40 @@ def eligible(rng, shape, lo=-24, hi=3):
 @pytest.mark.parametrize("M, K, N", [(1, 1, 1), (3, 5, 17), (5, 19, 23), (4, 64, 40), (7, 13, 33)])
 @pytest.mark.parametrize("trunc", [False, True])
 @pytest.mark.parametrize("mode", ["f32", "f16"])
-def test_kernel_alone_matches_reference(M, K, N, trunc, mode):
+@pytest.mark.parametrize("tiles", [(3, 16, 5), (8, 16, 6)])
+def test_kernel_alone_matches_reference(M, K, N, trunc, mode, tiles):
+    """Tiles of 3 rows (every row alone) and of 8 (rows four together), depth blocks of
+    odd and even length."""
     rng = np.random.default_rng(M * 100 + K * 10 + N + trunc)
     a, b = eligible(rng, (M, K)), eligible(rng, (K, N))
-    assert_acc(force32(a, b, trunc, mode), a, b, trunc)
+    assert_acc(force32(a, b, trunc, mode, tiles), a, b, trunc)
+
+
+@pytest.mark.parametrize("trunc", [False, True])
+@pytest.mark.parametrize("mode", ["f32", "f16"])
+@pytest.mark.parametrize("tiles", [(4, 16, 5), (8, 9, 6), (7, 21, 3)])
+def test_kernel_alone_rows_of_mixed_batches(trunc, mode, tiles):
+    """Listed rows whose ``b`` batch changes after 5, 1, 3, 2, 10, 8 and 4 rows: rows go
+    four together only while they share their batch, else one by one."""
+    rng = np.random.default_rng(17 + trunc)
+    B, M, K, N = 3, 11, 13, 21
+    a, b = eligible(rng, (B, M, K)), eligible(rng, (B, K, N))
+    ia, ib = np.array([0, 1, 2]), np.array([2, 0, 1])
+    runs = [(0, 0, 5), (1, 0, 1), (2, 0, 3), (0, 5, 7), (1, 1, 11), (2, 3, 11), (0, 7, 11)]
+    rb = np.concatenate([np.full(i1 - i0, n) for n, i0, i1 in runs]).astype(np.int64)
+    ri = np.concatenate([np.arange(i0, i1) for n, i0, i1 in runs]).astype(np.int64)
+    if mode == "f16":
+        bq = np.ascontiguousarray(b, F16).view(np.uint16)
+    else:
+        bq = np.ascontiguousarray(b, np.float32)
+    acc = np.full((B, M, N), 12345, np.int32)
+    rows, cols, depth = tiles
+    a64 = np.ascontiguousarray(a, np.float64)
+    mac_f32._fast32_rows(a64, bq, ia, ib, rb, ri, trunc, acc, rows, cols, depth, 3)
+    for n in range(B):
+        want, flag = ref_acc(a[ia[n]], b[ib[n]], trunc)
+        assert not flag.any()
+        assert np.array_equal(acc[n], want), (n, np.argwhere(acc[n] != want)[:5])
 
 
 @pytest.mark.parametrize("trunc", [False, True])
