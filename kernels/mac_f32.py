@@ -37,8 +37,8 @@ Cost: one FMA and one int32 add per multiply-add, in 16-lane vectors (twice the 
 float64, and the float64 pairing's subtraction is gone), on float32 operands: ``b`` as
 float32 or as fp16 patterns decoded by ``vcvtph2ps`` as they load (the caller's resident
 copy, or a float32 copy of a float64 ``b``), each decoded vector feeding four rows (a
-row alone where four do not share their ``b``); each ``a`` scalar converted as it is
-loaded.  On a core whose 512-bit FMA, integer add and conversion share two vector ports
+row alone where four do not share their ``b``, and at a tile's end of fewer than four);
+each ``a`` scalar converted as it is loaded.  On a core whose 512-bit FMA, integer add and conversion share two vector ports
 (Intel's), the decode was a third of the loop's work with two rows a vector; four rows
 took the kernel at 1024 x 1024 x 256 from 4.37-4.52 to 3.61-3.90 ms, a 1024^3
 ``fastane.matmul`` from 22.7-24.5 to 21.0-23.1 ms (an Intel Xeon, 3 alternated processes,
@@ -180,8 +180,9 @@ def f32_row_ok(amax, bmax):
 
 
 # ---------------------------------------------------------------- inner loops (inlined)
-# Numba's IR-level copies: left to LLVM (plain calls), they compile in 2.7 s instead of
-# 3.5 s, but the products run 6-12% slower (1024^3, 256 x 4096 x 1024).
+# Numba's IR-level copies: left to LLVM (plain calls), they compiled in 2.7 s instead of
+# 3.5 s, but the products ran 6-12% slower (1024^3, 256 x 4096 x 1024; session 12, when
+# the tile took two rows at a time).
 @njit(fastmath={"contract"}, inline="always")
 def _bits4(c, b0, b1, b2, b3, a0, a1, a2, a3):
     m = np.float32(MAGIC32)

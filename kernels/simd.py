@@ -8,11 +8,12 @@ fp16 decode per multiply-add; the NE's and planar engine's rows), so the kernels
 run them ask, with one call of :func:`wide_vectors` where the loops are compiled.
 
 Measured on an Intel Xeon with AVX-512 (LLVM: ``rocketlake``), 2 cores, the same output
-bits; three alternated processes each, medians: a 1024^3 ``fastane.matmul`` 27.4-29.0 ->
+bits; processes of the two codes alternated, 2-3 rounds, medians: a 1024^3 ``fastane.matmul`` 27.4-29.0 ->
 24.1-26.5 ms; 64 x 2048 x 2048 with the weights resident 9.2-9.9 -> 7.9-8.4 ms (64 x
 4096 x 4096 42.6-42.7 -> 36.3-37.7); a ResNet-50 224 x 224 forward 176-180 -> 154-162
 ms; ``fastane.relu`` of 2^20 elements 0.76-0.81 -> 0.60-0.73 ms.  A CPU without AVX-512
-has no wider vectors to give: nothing changes there.
+has no wider vectors to give: its machine code does not change.  Not measured on AMD's
+cores with AVX-512.
 """
 
 from numba import types
@@ -29,12 +30,21 @@ def wide_vectors(typingctx):
     """``wide_vectors()`` (nopython, no result): the function being compiled where the call
     stands -- a kernel, a thread function called through its address
     (:func:`fastane.kernels.parallel.call_native`), or inside a ``prange`` loop the
-    parallel region's body -- vectorizes its loops up to 512 bits wide (its own loops and
-    those of the functions inlined into it).  llvmlite's attribute set admits only
-    LLVM's keyword attributes; a string attribute is written as it prints."""
+    parallel region's body -- vectorizes its loops up to 512 bits wide: its own loops and
+    those of its ``inline="always"`` helpers (Numba's IR-level copies).  A plain ``njit``
+    callee is optimized in its own library before LLVM inlines it: it needs its own call.
+    A cached kernel does not see this module change (docs/architecture.md, "A cached
+    kernel does not see its callees change").
+
+    llvmlite's attribute set admits only LLVM's keyword attributes; a string attribute is
+    added past that check and printed as it is (the same from llvmlite 0.42 on).  Where
+    the set is not a ``set`` (a future llvmlite), the hint is left out: the code stays
+    the same, only narrower."""
 
     def codegen(context, builder, signature, args):
-        set.add(builder.function.attributes, VECTOR_ATTRIBUTE)
+        attributes = builder.function.attributes
+        if isinstance(attributes, set):
+            set.add(attributes, VECTOR_ATTRIBUTE)
         return context.get_dummy_value()
 
     return types.none(), codegen

@@ -91,13 +91,16 @@ def test_kernel_alone_matches_reference(M, K, N, trunc, mode, tiles):
 @pytest.mark.parametrize("trunc", [False, True])
 @pytest.mark.parametrize("mode", ["f32", "f16"])
 @pytest.mark.parametrize("tiles", [(4, 16, 5), (8, 9, 6), (7, 21, 3)])
-def test_kernel_alone_rows_of_mixed_batches(trunc, mode, tiles):
-    """Listed rows whose ``b`` batch changes after 5, 1, 3, 2, 10, 8 and 4 rows: rows go
-    four together only while they share their batch, else one by one."""
+@pytest.mark.parametrize("maps", [([0, 1, 2], [2, 0, 1]), ([0, 1, 2], [0, 0, 1]), ([1, 1, 0], [0, 1, 1])])
+def test_kernel_alone_rows_of_mixed_batches(trunc, mode, tiles, maps):
+    """Listed rows whose output batch changes after 5, 1, 3, 2, 10, 8 and 4 rows, the
+    batches' ``a`` and ``b`` given by ``maps`` (a permutation; a ``b`` shared by outputs
+    of different ``a``; an ``a`` shared by outputs of different ``b``): rows go four
+    together only while they share their ``b``, each with its own ``a``."""
     rng = np.random.default_rng(17 + trunc)
     B, M, K, N = 3, 11, 13, 21
     a, b = eligible(rng, (B, M, K)), eligible(rng, (B, K, N))
-    ia, ib = np.array([0, 1, 2]), np.array([2, 0, 1])
+    ia, ib = (np.array(m) for m in maps)
     runs = [(0, 0, 5), (1, 0, 1), (2, 0, 3), (0, 5, 7), (1, 1, 11), (2, 3, 11), (0, 7, 11)]
     rb = np.concatenate([np.full(i1 - i0, n) for n, i0, i1 in runs]).astype(np.int64)
     ri = np.concatenate([np.arange(i0, i1) for n, i0, i1 in runs]).astype(np.int64)

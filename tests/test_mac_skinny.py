@@ -196,10 +196,13 @@ def test_rows_of_the_product_serial_and_threaded(dtype, k, p, kind):
                 assert np.array_equal(rsum, one, equal_nan=True)  # not on the thread count
 
 
-@pytest.mark.parametrize("m", [1, 5])  # one row a channel at a time, and blocks of four
+# one row at a time; four rows together (their channels' largest pattern in a loop of its
+# own), alone and followed by one row, and twice
+@pytest.mark.parametrize("m", [1, 4, 5, 8])
 def test_abs_max_sees_nan_and_inf(m):
     """The kernel's largest weight pattern covers every weight it read, the last channel
-    of an odd count and the last weight included; inf and NaN read as such."""
+    of an odd count, the second channel of a pair and the last weight included; inf and
+    NaN read as such."""
     kmem = _kmem_of(np.ones((21, 9), F16))
     k16, base, per_lane, lanes, sizes = kernel_dma.fp16_channels(kmem, 21, 9, 1, 1)
     k16 = k16.reshape(len(base), -1)  # the 16 KMems, a row each (base: the rows' starts)
@@ -222,6 +225,15 @@ def test_abs_max_sees_nan_and_inf(m):
     k16[lanes[0], 0] = k16[lanes[-1], sizes[-1] - 1] = 0x3C00
     k16[lanes[-1], sizes[-1] - 9] = 0x4000  # the first weight of the last (odd) channel: 2.0
     assert bmax() == 2.0
+    flat = k16.reshape(-1)
+
+    def weight(n, j):  # where channel n's weight j is (fp16_channels' layout)
+        return base[n // per_lane] + (n % per_lane) * 9 + j
+
+    flat[weight(1, 8)] = 0x4400  # the last weight of the first pair's second channel: 4.0
+    assert bmax() == 4.0
+    flat[weight(3, 4)] = 0x7E00  # a NaN inside the second pair's second channel
+    assert np.isnan(bmax())
     assert kernel_dma.fp16_channels(kmem, 20, 9, 1, 1, fmt=1) is None  # int8: not this kernel
     assert dmac.SKINNY_ROWS >= 8
 

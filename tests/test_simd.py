@@ -1,14 +1,17 @@
 """fastane.kernels.simd.wide_vectors: the function where the call stands carries LLVM's
 ``prefer-vector-width`` attribute (a plain function, and the body of a ``prange`` loop),
-its code still computes what it did, and the hot kernels ask for it."""
+its code still computes what it did, the hot kernels ask for it, and on a CPU with
+AVX-512 the MAC's thread function runs 512-bit vectors."""
 
+import ast
 import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 from numba import njit, prange
 
-from fastane.kernels import simd
+from fastane.kernels import mac_f32, simd
 
 
 @njit(boundscheck=False)
@@ -72,7 +75,41 @@ def test_a_parallel_loop_body_carries_the_attribute():
     assert any("__numba_parfor_gufunc" in name for name in _library_names(cres.library))
 
 
+#: the kernels' modules and how many functions in each ask for wide vectors
+_CALLERS = {"mac_f32": 1, "mac_skinny": 2, "mac_fast": 1, "ne": 2, "dma": 1, "ne_table": 2, "planar_f32": 1}
+
+
 def test_the_hot_kernels_ask_for_wide_vectors():
     kernels = Path(simd.__file__).parent
-    for module in ("mac_f32", "mac_skinny", "mac_fast", "ne", "dma", "ne_table", "planar_f32"):
-        assert "wide_vectors()" in (kernels / f"{module}.py").read_text(), module
+    for module, n in _CALLERS.items():
+        tree = ast.parse((kernels / f"{module}.py").read_text())
+        calls = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "wide_vectors"
+        ]
+        assert len(calls) == n, module
+
+
+def _avx512() -> bool:
+    try:
+        return " avx512f" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _avx512(), reason="512-bit vectors need a CPU with AVX-512 (avx512f)")
+def test_the_mac_thread_function_runs_512_bit_vectors():
+    """The MAC's thread function compiled afresh (not from the cache, whose code cannot be
+    inspected) with its own options: its machine code uses the 512-bit registers."""
+    rows32 = mac_f32._rows32_rne
+    options = {k: v for k, v in rows32.targetoptions.items() if k != "nopython"}  # njit's own
+    fresh = njit(**{**options, "cache": False})(rows32.py_func)
+    a = np.ones((1, 8, 8))
+    bq = np.ones((1, 8, 32), np.uint16)
+    ia = np.zeros(1, np.int64)
+    ia.flags.writeable = False
+    rb, ri = np.zeros(8, np.int64), np.arange(8, dtype=np.int64)
+    fresh(a, bq, ia, ia, rb, ri, np.empty((1, 8, 32), np.int32), 8, 32, 8, np.zeros(1, np.int64))
+    (asm,) = fresh.inspect_asm().values()
+    assert "zmm" in asm
