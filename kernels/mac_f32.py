@@ -38,11 +38,11 @@ float64, and the float64 pairing's subtraction is gone), on float32 operands: ``
 float32 or as fp16 patterns decoded by ``vcvtph2ps`` as they load (the caller's resident
 copy, or a float32 copy of a float64 ``b``), each decoded vector feeding four rows (a
 row alone where four do not share their ``b``, and at a tile's end of fewer than four);
-each ``a`` scalar converted as it is loaded.  On a core whose 512-bit FMA, integer add and conversion share two vector ports
-(Intel's), the decode was a third of the loop's work with two rows a vector; four rows
-took the kernel at 1024 x 1024 x 256 from 4.37-4.52 to 3.61-3.90 ms, a 1024^3
-``fastane.matmul`` from 22.7-24.5 to 21.0-23.1 ms (an Intel Xeon, 3 alternated processes,
-the same bits).
+each ``a`` scalar converted as it is loaded.  On a core whose 512-bit FMA, integer add
+and conversion share two vector ports (Intel's), the decode was a third of the loop's
+work with two rows a vector; four rows took the kernel at 1024 x 1024 x 256 from
+4.37-4.52 to 3.61-3.90 ms, a 1024^3 ``fastane.matmul`` from 22.7-24.5 to 21.0-23.1 ms
+(an Intel Xeon, 3 alternated processes, the same bits).
 """
 
 import numpy as np
