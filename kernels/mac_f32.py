@@ -275,6 +275,7 @@ def _make_tile32(trunc: bool):
             p = p0
             while p < p1:
                 bb = bq[ib[rb[p]]]
+                k = k0
                 if p + 4 <= p1 and _quad(p, rb, ib):
                     r0 = a[ia[rb[p]], ri[p]]
                     r1 = a[ia[rb[p + 1]], ri[p + 1]]
@@ -284,7 +285,6 @@ def _make_tile32(trunc: bool):
                     c1 = ci[p + 1 - p0, :w]
                     c2 = ci[p + 2 - p0, :w]
                     c3 = ci[p + 3 - p0, :w]
-                    k = k0
                     while k + 2 <= k1:
                         b0 = bb[k, j0:j1]
                         b1 = bb[k + 1, j0:j1]
@@ -299,7 +299,6 @@ def _make_tile32(trunc: bool):
                         k += 2
                     q1 = p + 4
                 else:  # one row alone
-                    k = k0
                     ar = a[ia[rb[p]], ri[p]]
                     c = ci[p - p0, :w]
                     while k + 4 <= k1:

@@ -8,10 +8,11 @@ fp16 decode per multiply-add; the NE's and planar engine's rows), so the kernels
 run them ask, with one call of :func:`wide_vectors` where the loops are compiled.
 
 Measured on an Intel Xeon with AVX-512 (LLVM: ``rocketlake``), 2 cores, the same output
-bits; processes of the two codes alternated, 2-3 rounds, medians: a 1024^3 ``fastane.matmul`` 27.4-29.0 ->
-24.1-26.5 ms; 64 x 2048 x 2048 with the weights resident 9.2-9.9 -> 7.9-8.4 ms (64 x
-4096 x 4096 42.6-42.7 -> 36.3-37.7); a ResNet-50 224 x 224 forward 176-180 -> 154-162
-ms; ``fastane.relu`` of 2^20 elements 0.76-0.81 -> 0.60-0.73 ms.  A CPU without AVX-512
+bits; processes of the two codes alternated, 2-3 rounds, medians: a 1024^3
+``fastane.matmul`` 27.4-29.0 -> 24.1-26.5 ms; 64 x 2048 x 2048 with the weights resident
+9.2-9.9 -> 7.9-8.4 ms (64 x 4096 x 4096 42.6-42.7 -> 36.3-37.7); a ResNet-50 224 x 224
+forward 176-180 -> 154-162 ms; ``fastane.relu`` of 2^20 elements 0.76-0.81 -> 0.60-0.73
+ms.  A CPU without AVX-512
 has no wider vectors to give: its machine code does not change.  Not measured on AMD's
 cores with AVX-512.
 """

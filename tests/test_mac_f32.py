@@ -36,15 +36,19 @@ def ref_acc(a16, b16, trunc=False):
     return acc, flag
 
 
+def operand_b(b16, mode):
+    """``b`` as the float32 kernel reads it: float32, or (``mode="f16"``) fp16 bit patterns."""
+    if mode == "f16":
+        return np.ascontiguousarray(b16, F16).view(np.uint16)
+    return np.ascontiguousarray(b16, np.float32)
+
+
 def force32(a16, b16, trunc, mode="f32", tiles=(3, 16, 5)):
     """The float32 kernel alone on every row (bypassing the planner), reading ``b`` as
     float32 or (``mode="f16"``) as fp16 bit patterns; small tiles by default, so that
     tile edges and depth blocks all occur."""
     a = np.ascontiguousarray(a16, np.float64)[None]
-    if mode == "f16":
-        bq = np.ascontiguousarray(b16, F16).view(np.uint16)[None]
-    else:
-        bq = np.ascontiguousarray(b16, np.float32)[None]
+    bq = operand_b(b16, mode)[None]
     M, N = a.shape[1], bq.shape[2]
     z = np.zeros(1, np.int64)
     acc = np.full((1, M, N), 12345, np.int32)
@@ -104,10 +108,7 @@ def test_kernel_alone_rows_of_mixed_batches(trunc, mode, tiles, maps):
     runs = [(0, 0, 5), (1, 0, 1), (2, 0, 3), (0, 5, 7), (1, 1, 11), (2, 3, 11), (0, 7, 11)]
     rb = np.concatenate([np.full(i1 - i0, n) for n, i0, i1 in runs]).astype(np.int64)
     ri = np.concatenate([np.arange(i0, i1) for n, i0, i1 in runs]).astype(np.int64)
-    if mode == "f16":
-        bq = np.ascontiguousarray(b, F16).view(np.uint16)
-    else:
-        bq = np.ascontiguousarray(b, np.float32)
+    bq = operand_b(b, mode)
     acc = np.full((B, M, N), 12345, np.int32)
     rows, cols, depth = tiles
     a64 = np.ascontiguousarray(a, np.float64)
