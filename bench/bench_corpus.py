@@ -6,8 +6,9 @@ a 1600 x 2560 fp16 tensor, 4M elements) on the emulated device (pytest-benchmark
 * ``test_corpus_kernel[name]``: ``Device.submit(program, bars).wait()`` with the input
   already in its buffer (the device's work: ControlDMA, every block, TileDMA; not the
   host's copy of the input into the tiled layout, which ``Device.run`` adds).  Target:
-  under 20 ms each (issue 12).  Beside it, in the same run, numpy float32 ``np.tanh`` over
-  4M values (``speedup_vs_numpy_f32_tanh``: the machine's yardstick, not the same work).
+  under 20 ms each (the README's speed table).  Beside it, in the same run, numpy float32
+  ``np.tanh`` over 4M values (``speedup_vs_numpy_f32_tanh``: the machine's yardstick, not
+  the same work).
 
 Before timing, the result is checked bit for bit against the engine's block-by-block
 path (the fp16 lane switched off), so a broken lane cannot post a fast time.  Needs the

@@ -1,4 +1,4 @@
-"""The shapes real models use, against numpy in the same run (issue 12's table;
+"""The shapes real models use, against numpy in the same run (the README's speed table;
 pytest-benchmark).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python -m pytest bench/bench_speed.py --benchmark-only

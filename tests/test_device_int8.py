@@ -190,7 +190,7 @@ def test_fp16_input_with_integer_output_is_refused(dev):
         dev.run(prog, {4: np.zeros((1, 2, 1, 1), np.float16)})
 
 
-# ---------------------------------------------------------------- issue 10's invariants
+# ---------------------------------------------------------------- the hostile-input invariants (c7c8773)
 MUTATIONS = [
     {},
     {"NE.KernelCfg.KernelFmt": 2},

@@ -1,4 +1,4 @@
-"""Regressions of issue 10 (hostile programs and inputs): each defect the fuzzing found.
+"""Regressions for hostile programs and inputs (c7c8773, 2026-12-01): each defect the fuzzing found.
 
 1. every fault is found while planning, before any task writes memory (LUT blocks too),
    with the faulting TD's address, and stats-only reports the same fault;

@@ -1,6 +1,6 @@
 """Loading and running a model holds its weights about once: the peak traced allocation
 (numpy's buffers are traced by tracemalloc) during load and one run of a model with W
-bytes of fp16 weights stays under C * W (issue 15, item 8)."""
+bytes of fp16 weights stays under C * W (the models' memory target: docs/models.md, "Memory")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The roofline's plan (every layer lowered and counted on a stats-only device): KMem and
 L2 limits, traffic = sum of the tasks, hand cases, and the layers it cannot lower.
 
-(Until issue 9 these tests ran against an analytic tiler in fastane.roofline.model; it is
-gone, and the same assertions now hold for the lowered plan.  Split-K and the planar
+(Until 7392208 (2026-12-01) these tests ran against an analytic tiler in fastane.roofline.model;
+it is gone, and the same assertions now hold for the lowered plan.  Split-K and the planar
 Eltwise layers, which only the analytic tiler planned, are reported as not lowered.)"""
 
 import math
