@@ -8,7 +8,7 @@
   emulated ANE; pooling on the host) against onnxruntime's CPU provider in float32, in
   the same run; the ratio is in the summary.  Smoke mode runs a 64 x 64 image once.
 * ``test_model_stats_only_resnet50``: the stats-only report of the same model at 224 x
-  224 (the lowering's caches cleared first): the issue's budget is 2 s.
+  224 (the lowering's caches cleared first): the target is 2 s (the README's speed table).
 """
 
 from __future__ import annotations
