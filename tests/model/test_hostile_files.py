@@ -231,3 +231,23 @@ def test_oversized_manifest(pkg, tmp_path):
     p = _copy(pkg, tmp_path)
     open(os.path.join(p, "Manifest.json"), "w").write(" " * (2 << 20) + "{}")
     _refused(p, "Manifest.json.* beyond the limit of 1048576")
+
+
+@pytest.mark.parametrize("command", [["run", "{m}", "--random", "--report"], ["roofline", "{m}"]])
+@pytest.mark.parametrize("where", ["model", "weight"])
+def test_cli_gives_one_line(pkg, tmp_path, capsys, command, where):
+    """`fastane run` and `fastane roofline` on a FIFO (the model file, or weight.bin in a
+    package): one line, exit status 2, no hang."""
+    from fastane.cli import main
+
+    if where == "model":
+        m = str(tmp_path / "m.onnx")
+        os.mkfifo(m)
+    else:
+        m = _copy(pkg, tmp_path)
+        w = os.path.join(_data(m), "weights", "weight.bin")
+        os.remove(w)
+        os.mkfifo(w)
+    rc = main([a.format(m=m) for a in command])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "is a FIFO, not a regular file" in err, err
