@@ -251,3 +251,17 @@ def test_cli_gives_one_line(pkg, tmp_path, capsys, command, where):
     rc = main([a.format(m=m) for a in command])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "is a FIFO, not a regular file" in err, err
+
+
+def test_placement_file_fifo(tmp_path):
+    """--compare-placement's JSON is opened under the same rule (a FIFO blocked there too)."""
+    from fastane.model.predict import load_observed
+
+    f = tmp_path / "observed.json"
+    os.mkfifo(f)
+    with pytest.raises(ValueError, match="placement file: .* is a FIFO, not a regular file"):
+        load_observed(str(f))
+    g = tmp_path / "deep.json"
+    g.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ValueError, match="not a readable JSON placement file"):
+        load_observed(str(g))
