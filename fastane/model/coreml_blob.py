@@ -249,7 +249,12 @@ def decompress(op_type: str, **kw) -> np.ndarray:
         vals = lut.reshape(-1, V)[blk * P + idx.astype(np.int64)]  # indices.shape + (V,)
         if V == 1:
             return vals[..., 0]
-        a = int(np.asarray(va)) % idx.ndim
+        a = int(np.asarray(va).reshape(-1)[0]) if np.size(va) == 1 else None
+        if a is None or not -idx.ndim <= a < idx.ndim:
+            raise ValueError(
+                f"vector_axis {np.asarray(va).tolist()} is not an axis of indices of rank {idx.ndim}"
+            )
+        a %= idx.ndim
         vals = np.moveaxis(vals, -1, a + 1)
         shape = list(idx.shape)
         shape[a] *= V

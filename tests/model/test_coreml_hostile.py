@@ -166,3 +166,18 @@ def test_transformer_block_with_negative_perm(tmp_path):
     out = list(m(x).values())[0]
     assert out.dtype == np.float16 and out.shape == ref.shape
     assert np.abs(out - ref).max() < 5e-2
+
+
+@pytest.mark.parametrize("axis", [2, -3, [0, 1]])
+def test_lut_vector_axis_out_of_range(axis):
+    """iOS18 constexpr_lut_to_dense: a vector_axis outside the indices' rank was wrapped
+    (2 became 0) instead of refused."""
+    from fastane.model.coreml_import import decompress
+
+    idx, lut = np.zeros((4, 2), np.uint8), np.zeros((1, 1, 4, 2), np.float32)
+    assert decompress("constexpr_lut_to_dense", indices=idx, lut=lut, vector_axis=np.asarray(-2)).shape == (
+        8,
+        2,
+    )
+    with pytest.raises(ValueError, match="vector_axis .* is not an axis of indices of rank 2"):
+        decompress("constexpr_lut_to_dense", indices=idx, lut=lut, vector_axis=np.asarray(axis))
