@@ -18,6 +18,7 @@ import os
 from ..errors import ModelError
 from .graph import Graph, Node, TensorType, bind
 from .model import Model, Report
+from .tensor import read_protobuf
 
 __all__ = [
     "load_model",
@@ -70,29 +71,32 @@ def is_model_path(name) -> bool:
 
 def _sniff_coreml(path) -> bool:
     """A file of another suffix than .onnx/.mlmodel: Core ML if it is a directory (a
-    package) or if its protobuf carries a Core ML spec version and no ONNX graph."""
+    package) or if its protobuf carries a Core ML spec version and no ONNX graph (a file
+    that cannot be read is left to the ONNX importer, which says why)."""
     p = os.fspath(path)
     if os.path.isdir(p):
         return True
     if p.lower().endswith(".onnx") or not os.path.isfile(p):
         return False
-    with open(p, "rb") as f:
-        head = f.read(2)
+    try:
+        data = read_protobuf(p, "model")
+    except ModelError:
+        return False
     # an ONNX ModelProto starts with field 1 (ir_version, varint: 0x08); a Core ML Model
     # with field 1 too (specificationVersion, 0x08): tell them apart by parsing
-    if head[:1] != b"\x08":
+    if data[:1] != b"\x08":
         return False
     try:
-        from .coreml_import import _read_spec
+        from .coreml_import import _parse_spec
 
-        _read_spec(p)
+        _parse_spec(data, p)
     except (ModelError, ImportError):
         return False
     try:
         import onnx
 
         m = onnx.ModelProto()
-        m.ParseFromString(open(p, "rb").read())
+        m.ParseFromString(data)
         return not m.HasField("graph")
     except Exception:
         return True

@@ -6,12 +6,12 @@ the entry point).  coremltools' protobuf classes only through :func:`_ct_proto`,
 from __future__ import annotations
 
 import math
-import mmap
 import os
 
 import numpy as np
 
 from ..errors import ModelError
+from .files import inside, map_file
 from .graph import check_size
 
 #: with ``weights=False``, constants above this many elements are not decoded
@@ -26,14 +26,6 @@ def _ct_proto():
     return Model_pb2, MIL_pb2
 
 
-def _inside(root: str, rel: str, what: str) -> str:
-    full = os.path.realpath(os.path.join(root, rel))
-    base = os.path.realpath(root)
-    if os.path.commonpath([full, base]) != base:
-        raise ModelError(f"{what}: path {rel!r} points outside the package")
-    return full
-
-
 # ------------------------------------------------------------------ the weight blob
 #: MIL storage blob header and per-blob metadata (little-endian): the file starts with a
 #: 64-byte header (u32 count, u32 version); each blob's metadata (64 bytes, where the
@@ -44,10 +36,12 @@ _BLOB_HEADER = 64
 
 
 class _Blobs:
-    """The weight files of a package, opened lazily, every read bounds-checked."""
+    """The weight files of a package (in ``wdir``, and like every file of the package inside
+    the real path of ``root``, :mod:`~fastane.model.files`), opened lazily, every read
+    bounds-checked."""
 
-    def __init__(self, wdir):
-        self.wdir = wdir
+    def __init__(self, wdir, root):
+        self.wdir, self.root = wdir, root
         self.files: dict = {}
 
     def read(self, file_name: str, offset: int, nbytes: int, what: str) -> memoryview:
@@ -61,20 +55,12 @@ class _Blobs:
             raise ModelError(f"{what}: weight file {file_name!r} is not under @model_path/weights/")
         rel = file_name[len(prefix) :]
         if rel not in self.files:
-            full = _inside(self.wdir, rel, what)
-            try:
-                # mapped, not read: a blob is copied only when a constant is decoded
-                with open(full, "rb") as f:
-                    size = os.fstat(f.fileno()).st_size
-                    self.files[rel] = memoryview(
-                        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-                    )
-            except FileNotFoundError:
-                raise ModelError(f"{what}: weight file {file_name!r} is missing from the package") from None
-            except OSError as exc:
-                raise ModelError(
-                    f"{what}: cannot read weight file {file_name!r}: {exc.strerror or exc}"
-                ) from None
+            # checked against the package, not the weights folder: a weights folder that
+            # is a link out of the package (weights -> /etc) is refused
+            full = inside(self.root, os.path.join(self.wdir, rel), f"{what}: weight file {file_name!r}")
+            missing = f"{what}: weight file {file_name!r} is missing from the package"
+            # mapped, not read: a blob is copied only when a constant is decoded
+            self.files[rel] = map_file(full, f"{what}: weight file {file_name!r}", missing)
         buf = self.files[rel]
         size = len(buf)
         if size < _BLOB_HEADER:
@@ -263,7 +249,12 @@ def decompress(op_type: str, **kw) -> np.ndarray:
         vals = lut.reshape(-1, V)[blk * P + idx.astype(np.int64)]  # indices.shape + (V,)
         if V == 1:
             return vals[..., 0]
-        a = int(np.asarray(va)) % idx.ndim
+        a = int(np.asarray(va).reshape(-1)[0]) if np.size(va) == 1 else None
+        if a is None or not -idx.ndim <= a < idx.ndim:
+            raise ValueError(
+                f"vector_axis {np.asarray(va).tolist()} is not an axis of indices of rank {idx.ndim}"
+            )
+        a %= idx.ndim
         vals = np.moveaxis(vals, -1, a + 1)
         shape = list(idx.shape)
         shape[a] *= V

@@ -44,6 +44,7 @@ import numpy as np
 
 from ..errors import ModelError
 from .graph import Graph, Node, TensorType, check_size
+from .files import inside, read_file
 from .tensor import read_protobuf
 
 __all__ = ["load", "is_coreml", "MIL_OPS", "NN_LAYERS", "decompress"]
@@ -55,7 +56,6 @@ from .coreml_blob import (
     _ct_proto,
     _dt_name,
     _dtypes,
-    _inside,  # noqa: F401
     _tensor_shape,
     decompress,
     unpack_bits,
@@ -75,12 +75,22 @@ def is_coreml(path) -> bool:
     return p.lower().endswith(".mlmodel")
 
 
+#: the largest Manifest.json read (a package's manifest is a few hundred bytes)
+MAX_MANIFEST_BYTES = 1 << 20
+
+
 def _package_spec(path: str):
-    """``(spec file, weights directory)`` of an .mlpackage, from its Manifest.json."""
-    man = os.path.join(path, "Manifest.json")
+    """``(spec file, weights directory)`` of an .mlpackage, from its Manifest.json (every
+    file of the package opened under :mod:`~fastane.model.files`' rule)."""
+    man = inside(path, "Manifest.json", f"{path}: Manifest.json")
+    raw = read_file(
+        man,
+        f"{path}: Manifest.json",
+        MAX_MANIFEST_BYTES,
+        "1 MiB, for a manifest of a few hundred bytes",
+        missing=f"{path}: not an .mlpackage (no Manifest.json)",
+    )
     try:
-        with open(man, "rb") as f:
-            raw = f.read(1 << 20)
         info = json.loads(raw)
         entries = info["itemInfoEntries"]
         root = info.get("rootModelIdentifier")
@@ -90,19 +100,24 @@ def _package_spec(path: str):
             else next(e for e in entries.values() if str(e.get("path", "")).endswith(".mlmodel"))
         )
         rel = os.path.join("Data", str(item["path"]))
-    except FileNotFoundError:
-        raise ModelError(f"{path}: not an .mlpackage (no Manifest.json)") from None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration) as exc:
+    except RecursionError:
+        raise ModelError(
+            f"{path}: Manifest.json is not a valid package manifest (nested too deeply)"
+        ) from None
+    except (ValueError, KeyError, TypeError, AttributeError, StopIteration) as exc:
         raise ModelError(f"{path}: Manifest.json is not a valid package manifest ({exc!r})") from None
-    spec = _inside(path, rel, f"{path}: Manifest.json")
-    if not os.path.isfile(spec):
+    spec = inside(path, rel, f"{path}: Manifest.json")
+    if not os.path.exists(spec):
         raise ModelError(f"{path}: the manifest names {rel!r}, which does not exist")
     return spec, os.path.join(os.path.dirname(spec), "weights")
 
 
 def _read_spec(path: str):
+    return _parse_spec(read_protobuf(path, "Core ML spec"), path)
+
+
+def _parse_spec(data: bytes, path: str):
     Model_pb2, _ = _ct_proto()
-    data = read_protobuf(path, "Core ML spec")
     spec = Model_pb2.Model()
     try:
         spec.ParseFromString(data)
@@ -122,14 +137,14 @@ def load(path, weights: bool = True) -> Graph:
     placeholder): enough for a stats-only report."""
     p = os.fspath(path)
     if os.path.isdir(p):
-        spec_path, wdir = _package_spec(p)
+        spec_path, wdir, root = *_package_spec(p), p
     else:
-        spec_path, wdir = p, None
+        spec_path, wdir, root = p, None, None
     spec = _read_spec(spec_path)
     kind = spec.WhichOneof("Type")
     name = os.path.basename(p.rstrip("/"))
     if kind == "mlProgram":
-        return _Program(spec, wdir, name, weights).graph()
+        return _Program(spec, _Blobs(wdir, root), name, weights).graph()
     if kind in ("neuralNetwork", "neuralNetworkClassifier", "neuralNetworkRegressor"):
         try:
             return _neural_network(spec, getattr(spec, kind), name, weights)
@@ -146,9 +161,9 @@ def load(path, weights: bool = True) -> Graph:
 class _Program:
     """One ML Program's main function, converted op by op."""
 
-    def __init__(self, spec, wdir, name, weights):
+    def __init__(self, spec, blobs, name, weights):
         self.spec, self.name, self.weights = spec, name, weights
-        self.blobs = _Blobs(wdir)
+        self.blobs = blobs
         self.consts: dict = {}
         self.compressed: set = set()  # consts a constexpr_* op decompressed (coreml_blob)
         self.code_bits: dict = {}  # of those, the palette code width by type (coreml_blob)

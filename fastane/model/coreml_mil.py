@@ -60,6 +60,20 @@ def _scalar(v, what, key):
     return float(a.reshape(-1)[0])
 
 
+def _axes(v, rank: int, what: str, key: str = "axes") -> list:
+    """The axes ``v`` of a ``rank``-D tensor as non-negative ints (MIL counts a negative axis
+    from the end, as coremltools writes a transpose's ``perm``); a ModelError for an axis
+    out of range or given twice."""
+    ax = [int(a) for a in np.asarray(v).reshape(-1)]
+    bad = [a for a in ax if not -rank <= a < rank]
+    if bad:
+        raise ModelError(f"{what}: {key} {ax}: axis {bad[0]} is out of range for a {rank}-D tensor")
+    norm = [a % rank for a in ax]
+    if len(set(norm)) != len(norm):
+        raise ModelError(f"{what}: {key} {ax} names an axis twice")
+    return norm
+
+
 @_mil(*_UNARY)
 def _unary_op(p, op, outs, what):
     x = p.arg(op, "x", what)
@@ -342,6 +356,8 @@ def _conv(p, op, outs, what):
 def _linear(p, op, outs, what):  # x @ W^T + b: matmul by the constant W^T, then add
     x = p.arg(op, "x", what)
     w = p.cval(op, "weight", what)
+    if w is None:
+        raise ModelError(f"{what}: missing parameter 'weight'")
     if w.ndim != 2:
         raise ModelError(f"{what}: weight must be 2-D, got shape {w.shape}")
     b = p.cval(op, "bias", what)
@@ -419,7 +435,7 @@ def _layer_norm(p, op, outs, what):
             p.emit("identity", [t], outs, source="instance_norm")
         return
     axes = p.cval(op, "axes", what)
-    axes = sorted({int(a) % r for a in np.asarray(axes).reshape(-1)}) if axes is not None else list(range(r))
+    axes = sorted(_axes(axes, r, what)) if axes is not None else list(range(r))
     if axes != list(range(r - len(axes), r)):
         raise ModelError(
             f"{what}: layer_norm over axes {axes} of a {r}-D tensor: fastane normalises "

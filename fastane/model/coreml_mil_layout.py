@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError
-from .coreml_mil import _ints, _mil, _scalar
+from .coreml_mil import _axes, _mil, _scalar
 from .coreml_mil_host import upsample_nearest_fractional
 
 
@@ -19,7 +19,15 @@ def _reshape(p, op, outs, what):
 @_mil("transpose")
 def _transpose(p, op, outs, what):
     x = p.arg(op, "x", what)
-    p.emit("transpose", [x], outs, {"perm": list(_ints(p.cval(op, "perm", what)))}, source="transpose")
+    perm = p.cval(op, "perm", what)
+    if perm is None:
+        raise ModelError(f"{what}: missing parameter 'perm'")
+    shape = p.rank_hint(x)
+    rank = np.asarray(perm).size if shape is None else len(shape)
+    perm = _axes(perm, rank, what, "perm")  # (0, 2, -3, -1): coremltools writes negative axes
+    if len(perm) != rank:
+        raise ModelError(f"{what}: perm {perm} has {len(perm)} axes, the input has {rank}")
+    p.emit("transpose", [x], outs, {"perm": perm}, source="transpose")
 
 
 @_mil("concat")

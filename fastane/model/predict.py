@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from .. import m1
+from .files import read_file
 
 __all__ = ["COMPUTE_UNITS", "predict", "Prediction", "compare", "load_observed"]
 
@@ -174,10 +175,10 @@ def load_observed(path) -> dict:
     ValueError for anything else."""
     import json
 
+    raw = read_file(path, "placement file", 16 << 20, "16 MiB, for one name per layer")
     try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read(16 << 20))
-    except (OSError, ValueError) as exc:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
         raise ValueError(f"{path}: not a readable JSON placement file ({exc})") from None
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and str(v).lower() in ("ane", "cpu", "gpu") for k, v in data.items()

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ModelError
+from .files import read_file
 
 __all__ = [
     "TensorType",
@@ -71,16 +72,13 @@ def check_size(shape, what: str) -> int:
 
 
 def read_protobuf(path: str, what: str) -> bytes:
-    """The bytes of the protobuf file at ``path`` (``what``: "model", "Core ML spec"), after
-    checking that it exists and is within :data:`MAX_PROTOBUF_BYTES`; ModelError otherwise."""
-    try:
-        size = os.path.getsize(path)
-    except OSError as exc:
-        raise ModelError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
-    if size > MAX_PROTOBUF_BYTES:
-        raise ModelError(f"{path}: {size} bytes, beyond the 2 GiB a protobuf {what} can hold")
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        raise ModelError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
+    """The bytes of the protobuf file at ``path`` (``what``: "model", "Core ML spec"), read
+    under :mod:`~fastane.model.files`' rule (a regular file, never a FIFO or device) and
+    within :data:`MAX_PROTOBUF_BYTES`; ModelError otherwise."""
+    return read_file(
+        path,
+        what,
+        MAX_PROTOBUF_BYTES,
+        "the 2 GiB a protobuf message can hold",
+        missing=f"cannot read {what} {os.fspath(path)!r}: no such file",
+    )

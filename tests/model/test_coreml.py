@@ -393,7 +393,7 @@ def test_bad_spec_and_manifest(cnn, tmp_path):
     for e in info["itemInfoEntries"].values():
         e["path"] = "../../../../etc/passwd"
     open(os.path.join(p, "Manifest.json"), "w").write(json.dumps(info))
-    with pytest.raises(ModelError, match="outside the package|does not exist"):
+    with pytest.raises(ModelError, match="outside the model.s folder|does not exist"):
         fastane.load_model(str(p))
 
 
