@@ -262,7 +262,10 @@ def _range_infer(node, types, consts):
     st, li, de = (_const(consts, i, node, n) for i, n in ((0, "start"), (1, "limit"), (2, "delta")))
     if float(de) == 0:
         raise ModelError(f"{node.describe()}: delta is 0")
-    n = max(int(math.ceil((float(li) - float(st)) / float(de))), 0)
+    steps = (float(li) - float(st)) / float(de)
+    if not math.isfinite(steps):
+        raise ModelError(f"{node.describe()}: start {st}, limit {li}, delta {de} give no finite length")
+    n = max(int(math.ceil(steps)), 0)
     check_size((n,), node.describe())
     return [TensorType(np.asarray(st).dtype, (n,))]
 
