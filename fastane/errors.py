@@ -1,7 +1,8 @@
 """fastane's exception and warning hierarchy.
 
 User input errors are plain ``ValueError``/``TypeError`` (as numpy raises them).
-Malformed programs and device faults derive from :class:`FastaneError`.
+Malformed programs and device faults derive from :class:`FastaneError`.  A message that
+cites text from a model file (a name, a string attribute) cites it through :func:`quote`.
 """
 
 

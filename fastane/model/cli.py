@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, quote
 
 __all__ = ["add_arguments", "run"]
 
@@ -91,6 +91,19 @@ class _Fail(Exception):
     pass
 
 
+#: the longest error line the commands print (characters)
+MAX_ERROR_LINE = 400
+
+
+def _error(command: str, exc: Exception) -> int:
+    """Print ``exc`` as one line on stderr (its first line, unprintable characters
+    escaped, cut after :data:`MAX_ERROR_LINE` characters); the exit status, 2."""
+    lines = str(exc).splitlines()
+    msg = quote(lines[0], MAX_ERROR_LINE, marks=False) if lines else type(exc).__name__
+    print(f"fastane {command}: error: {msg}", file=sys.stderr)
+    return 2
+
+
 def _parse_shape(text: str):
     if "=" not in text:
         raise _Fail(f"--shape {text!r}: expected NAME=1x3x224x224")
@@ -158,7 +171,7 @@ def _inputs(model, args) -> dict:
             raise _Fail(f"input {name!r} ({t}) is not a float tensor: --random cannot make it")
         arrays[name] = rng.standard_normal(shape).astype(t.dtype)
         print(
-            f"fastane run: input {name!r}: random {np.dtype(t.dtype).name}"
+            f"fastane run: input {quote(name)}: random {np.dtype(t.dtype).name}"
             f"[{'x'.join(map(str, shape))}] (seed {args.seed})",
             file=sys.stderr,
         )
@@ -204,9 +217,7 @@ def run(args) -> int:
         else:
             outs = model(arrays)
     except (_Fail, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"fastane run: error: {msg}", file=sys.stderr)
-        return 2
+        return _error("run", exc)
     if outs is None:
         units = getattr(args, "compute_units", None)
         if units is None and str(model.graph.origin).startswith("coreml"):
@@ -322,9 +333,7 @@ def roofline(args, names) -> int:
             }
             reports.append(model.report(shapes, chip=chip, stats_only=True))
     except (_Fail, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"fastane roofline: error: {msg}", file=sys.stderr)
-        return 2
+        return _error("roofline", exc)
     if args.json:
         print(json.dumps({"models": [r.as_dict() for r in reports]}, indent=1))
     else:
