@@ -54,18 +54,19 @@ class ModelNotImplementedError(ModelError, NotImplementedError):
     (the op itself is valid); the message names the node and the variant."""
 
 
-def quote(text, limit: int = 80, marks: bool = True) -> str:
+def quote(text, limit: int | None = 80, marks: bool = True) -> str:
     """``text`` (a name, string or bytes taken from a model file) fit for a one-line
     message: control and other unprintable characters escaped as ``repr`` escapes them,
-    bytes that are not UTF-8 as ``\\xNN``, cut after ``limit`` characters with ``...`` and
-    the full length; between quotes unless ``marks`` is false (a table cell)."""
+    bytes that are not UTF-8 as ``\\xNN``, cut after ``limit`` characters (None: never)
+    with ``...`` and the full length; between quotes unless ``marks`` is false (a table
+    cell)."""
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8", "backslashreplace")
     text = str(text)
     out, n = [], 0
     for c in text:
         e = c if c.isprintable() else repr(c)[1:-1]
-        if n + len(e) > limit:
+        if limit is not None and n + len(e) > limit:
             out.append(f"...({len(text)} characters)")
             break
         out.append(e)

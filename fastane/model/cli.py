@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from ..errors import ModelError, quote
+from ..errors import ModelError, quote, quote_names
 
 __all__ = ["add_arguments", "run"]
 
@@ -123,7 +123,7 @@ def _bound_shape(t, name: str, shapes: dict) -> tuple:
     shape = shapes.get(name, t.shape)
     if len(shape) != len(t.shape) or any(isinstance(d, str) for d in shape):
         raise _Fail(
-            f"input {name!r} has shape {t}: bind it with --shape {name}="
+            f"input {quote(name)} has shape {t}: bind it with --shape {quote(name, marks=False)}="
             + "x".join(str(d) if isinstance(d, int) else "N" for d in t.shape)
         )
     return shape
@@ -131,6 +131,8 @@ def _bound_shape(t, name: str, shapes: dict) -> tuple:
 
 def _inputs(model, args) -> dict:
     names = list(model.inputs)
+    # a name with unprintable characters is given as the messages print it
+    shown = {quote(n, None, marks=False): n for n in names}
     arrays = {}
     for item in args.input:
         name, path = item.split("=", 1) if "=" in item else (None, item)
@@ -138,19 +140,23 @@ def _inputs(model, args) -> dict:
             if len(names) != 1:
                 raise _Fail(
                     f"--input {item!r}: the model has {len(names)} inputs "
-                    f"({', '.join(names)}); write NAME=FILE.npy"
+                    f"({quote_names(names)}); write NAME=FILE.npy"
                 )
             name = names[0]
+        name = name if name in model.inputs else shown.get(name, name)
         if name not in model.inputs:
-            raise _Fail(f"--input {item!r}: the model has no input {name!r} (inputs: {', '.join(names)})")
+            raise _Fail(
+                f"--input {item!r}: the model has no input {quote(name)} (inputs: {quote_names(names)})"
+            )
         try:
             arrays[name] = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise _Fail(f"--input {item!r}: cannot read {path!r} as a .npy array ({exc})") from None
     shapes = dict(_parse_shape(s) for s in args.shape)
+    shapes = {k if k in model.inputs else shown.get(k, k): v for k, v in shapes.items()}
     for name in shapes:
         if name not in model.inputs:
-            raise _Fail(f"--shape: the model has no input {name!r} (inputs: {', '.join(names)})")
+            raise _Fail(f"--shape: the model has no input {quote(name)} (inputs: {quote_names(names)})")
     missing = [n for n in names if n not in arrays]
     if getattr(args, "stats_only", False):
         out = {}
@@ -162,13 +168,14 @@ def _inputs(model, args) -> dict:
         return out
     if missing and not args.random:
         t = model.inputs[missing[0]]
-        raise _Fail(f"missing input {missing[0]!r} ({t}): give --input {missing[0]}=FILE.npy (or --random)")
+        name = quote(missing[0], marks=False)
+        raise _Fail(f"missing input '{name}' ({t}): give --input {name}=FILE.npy (or --random)")
     rng = np.random.default_rng(args.seed)
     for name in missing:
         t = model.inputs[name]
         shape = _bound_shape(t, name, shapes)
         if np.dtype(t.dtype).kind != "f":
-            raise _Fail(f"input {name!r} ({t}) is not a float tensor: --random cannot make it")
+            raise _Fail(f"input {quote(name)} ({t}) is not a float tensor: --random cannot make it")
         arrays[name] = rng.standard_normal(shape).astype(t.dtype)
         print(
             f"fastane run: input {quote(name)}: random {np.dtype(t.dtype).name}"

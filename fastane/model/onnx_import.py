@@ -140,7 +140,10 @@ def _value_type(vi, what: str) -> TensorType:
                 raise ModelError(f"{what}: negative dimension {d.dim_value}")
             dims.append(int(d.dim_value))
         else:
-            dims.append(_text(d.dim_param) or f"{name}:{i}")
+            # a symbol is only compared: its unprintable characters escaped keep messages one line
+            dims.append(
+                quote(_text(d.dim_param), None, marks=False) or f"{quote(name, None, marks=False)}:{i}"
+            )
     return TensorType(dt, tuple(dims))
 
 
