@@ -169,7 +169,8 @@ def _check_schema(op: str, opset: int, types: dict, ins: list, outs: list, where
     """The node against ONNX's schema of ``op`` at ``opset`` (the newest one when the op is
     newer than the model's opset): required attributes present, every known attribute of
     its declared type, the input and output counts within the op's, no required input
-    left empty.  Attributes the schema does not name are ignored."""
+    left empty (a deprecated op's inputs are not checked: fastane also takes their older
+    forms).  Attributes the schema does not name are ignored."""
     from onnx import AttributeProto, defs
 
     try:
@@ -191,18 +192,16 @@ def _check_schema(op: str, opset: int, types: dict, ins: list, outs: list, where
                 else types[k]
             )
             raise ModelError(f"{where}: attribute {k!r} is {got}, {ver} takes {spec.type.name}")
-    if schema.deprecated:  # Upsample, Scatter: fastane also takes their older forms
-        return
-    for what, names, lo, hi in (
-        ("input", ins, schema.min_input, schema.max_input),
-        ("output", outs, schema.min_output, schema.max_output),
-    ):
+    counts = [("output", outs, schema.min_output, schema.max_output)]
+    if not schema.deprecated:  # Upsample, Scatter: fastane also takes their older inputs
+        counts.append(("input", ins, schema.min_input, schema.max_input))
+    for what, names, lo, hi in counts:
         if not lo <= len(names) <= hi:
             takes = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi < 1 << 30 else f"at least {lo}"
             raise ModelError(
                 f"{where}: has {len(names)} {what}{'s' if len(names) != 1 else ''}, {ver} takes {takes}"
             )
-    for i, (formal, name) in enumerate(zip(schema.inputs, ins)):
+    for i, (formal, name) in enumerate(zip([] if schema.deprecated else schema.inputs, ins)):
         if not name and formal.option == defs.OpSchema.FormalParameterOption.Single:
             raise ModelError(f"{where}: input {i} ({formal.name}) is required but given as ''")
 
