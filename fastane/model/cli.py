@@ -95,8 +95,8 @@ class _Fail(Exception):
 MAX_ERROR_LINE = 400
 
 
-def _error(command: str, exc: Exception) -> int:
-    """Print ``exc`` as one line on stderr (its first line, unprintable characters
+def _error(command: str, exc) -> int:
+    """Print ``exc`` (an exception or a message) as one line on stderr (its first line, unprintable characters
     escaped, cut after :data:`MAX_ERROR_LINE` characters); the exit status, 2."""
     lines = str(exc).splitlines()
     msg = quote(lines[0], MAX_ERROR_LINE, marks=False) if lines else type(exc).__name__
@@ -237,8 +237,7 @@ def run(args) -> int:
                 bound, layers = model.bind(_shapes(arrays))
                 pred = predict(layers, bound, units)
             except ValueError as exc:
-                print(f"fastane run: error: --compute-units: {exc}", file=sys.stderr)
-                return 2
+                return _error("run", f"--compute-units: {exc}")
         if args.json:
             d = rep.as_dict()
             if pred is not None:
@@ -263,19 +262,18 @@ def run(args) -> int:
             try:
                 cmp = compare(layers, pred, load_observed(args.compare_placement))
             except ValueError as exc:
-                print(f"fastane run: error: --compare-placement: {exc}", file=sys.stderr)
-                return 2
+                return _error("run", f"--compare-placement: {exc}")
             print(
                 f"against {args.compare_placement}: {cmp['agree']} layers agree, "
                 f"{len(cmp['disagree'])} disagree, {len(cmp['unmatched'])} not in the file"
             )
             for name, p_, o in cmp["disagree"]:
-                print(f"  {name}: predicted {p_}, observed {o}")
+                print(f"  {quote(name, marks=False)}: predicted {p_}, observed {o}")
         if args.output:
             outs = rep.values
     else:
         for name, v in outs.items():
-            print(f"{name}: {v.dtype.name}[{'x'.join(map(str, v.shape))}]")
+            print(f"{quote(name, marks=False)}: {v.dtype.name}[{'x'.join(map(str, v.shape))}]")
     if args.output:
         np.savez(args.output, **outs)
         print(f"fastane run: outputs saved to {args.output}", file=sys.stderr)
@@ -308,7 +306,8 @@ def prediction_table(rep, pred, units) -> str:
     for r, p in zip(rep.layers, pred):
         counts[p.unit] = counts.get(p.unit, 0) + 1
         lines.append(
-            f"  {r.layer.name[:32]:32s} {r.layer.op[:24]:24s} {p.unit:4s} {p.confidence:9s} {p.reason}"
+            f"  {quote(r.layer.name, 32, marks=False)[:32]:32s} {quote(r.layer.op, 24, marks=False)[:24]:24s} "
+            f"{p.unit:4s} {p.confidence:9s} {p.reason}"
         )
     lines.append("  predicted: " + ", ".join(f"{n} {u}" for u, n in sorted(counts.items())))
     return "\n".join(lines)

@@ -345,6 +345,25 @@ def test_input_and_dimension_names_with_control_characters(tmp_path, capsys):
     assert "\x1b" not in out + err and "random float32[2x3]" in err
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["--report", "--compute-units", "ALL"],
+        ["--first-divergence"],
+        ["--json", "--compute-units", "ALL"],
+    ],
+)
+def test_control_characters_never_reach_the_terminal(tmp_path, capsys, extra):
+    relu = helper.make_node("Relu", ["x"], ["o\x1b[2J"], name="n\x1b]0;title\x07")
+    p = tmp_path / "m.onnx"
+    onnx.save(_model([relu], [X], [_vi("o\x1b[2J", None)]), str(p))
+    assert main(["run", str(p), "--random", *extra]) == 0
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    assert ("\\u001b" if "--json" in extra else "\\x1b" if "--first-divergence" not in extra else "") in out
+
+
 def test_long_names_are_shortened():
     name = "n" * 4000
     with pytest.raises(ModelError) as info:
