@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, quote
 from .opdef import _axis, _bshape, _const, _need, _op
 from .tensor import TensorType, check_size
 
@@ -199,7 +199,7 @@ def _pad_infer(node, types, consts):
     axes = _const(consts, 3, node, "axes") if len(node.inputs) > 3 and node.inputs[3] else None
     w = _pad_widths(node, x.shape, _const(consts, 1, node, "pads"), axes)
     if node.attrs.get("mode", "constant") not in ("constant", "reflect", "edge"):
-        raise ModelError(f"{node.describe()}: unknown pad mode {node.attrs.get('mode')!r}")
+        raise ModelError(f"{node.describe()}: unknown pad mode {quote(node.attrs.get('mode'))}")
     return [TensorType(x.dtype, tuple(d + a + b for d, (a, b) in zip(x.shape, w)))]
 
 

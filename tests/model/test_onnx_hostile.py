@@ -369,6 +369,18 @@ def test_long_names_are_shortened():
     with pytest.raises(ModelError) as info:
         fastane.load_model(_model([helper.make_node("Cast", ["x"], ["y"], name=name)], [X], [Y]))
     assert len(str(info.value)) < 200 and "(4000 characters)" in str(info.value)
+    for node in (
+        helper.make_node("Einsum", ["x"], ["y"], equation="\xff" * 2000 + "->->"),
+        helper.make_node("Pad", ["x", "p"], ["y"], mode="\x00" * 4000),
+        helper.make_node(
+            "Resize", ["x", "", "s"], ["y"], mode="nearest", coordinate_transformation_mode="c" * 4000
+        ),
+    ):
+        pads = _const("p", np.zeros(8, np.int64))
+        scales = _const("s", np.ones(4, np.float32))
+        with pytest.raises(ModelError) as info:
+            _exercise(_model([node], [X], [Y], [pads, scales], opset=18))
+        assert len(str(info.value)) < 300 and "characters)" in str(info.value), str(info.value)
 
 
 def test_quote():
