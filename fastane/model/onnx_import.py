@@ -102,13 +102,15 @@ def _tensor(t, what: str, values: bool = True) -> np.ndarray:
         have = len(t.raw_data)
         if have != n * dt.itemsize:
             raise ModelError(
-                f"{what}: declares shape {tuple(t.dims)} ({n * dt.itemsize} bytes of "
+                f"{what}: declares shape {quote(tuple(t.dims), marks=False)} ({n * dt.itemsize} bytes of "
                 f"{dt.name}) but holds {have} bytes"
             )
     else:
         have = len(getattr(t, _TYPED_FIELDS[dt]))
         if have != n:
-            raise ModelError(f"{what}: declares shape {tuple(t.dims)} ({n} values) but holds {have}")
+            raise ModelError(
+                f"{what}: declares shape {quote(tuple(t.dims), marks=False)} ({n} values) but holds {have}"
+            )
     if not values and n > SHAPE_ONLY_ABOVE:
         return np.broadcast_to(np.zeros((), dt), tuple(int(d) for d in t.dims))
     try:
