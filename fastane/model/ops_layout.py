@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..errors import ModelError, quote
+from ..errors import ModelError, ModelNotImplementedError, quote
 from .opdef import _axis, _bshape, _const, _need, _op
 from .tensor import TensorType, check_size
 
@@ -187,7 +187,7 @@ def _pad_widths(node, shape, pads, axes):
     if len(pads) != 2 * len(axes):
         raise ModelError(f"{node.describe()}: pads has {len(pads)} values for {len(axes)} axes")
     if min(pads, default=0) < 0:
-        raise NotImplementedError(f"{node.describe()}: negative pads (cropping) are not supported yet")
+        raise ModelNotImplementedError(f"{node.describe()}: negative pads (cropping) are not supported yet")
     w = [(0, 0)] * len(shape)
     for i, a in enumerate(axes):
         w[a] = (pads[i], pads[i + len(axes)])

@@ -173,6 +173,13 @@ def test_parameters_the_ane_block_cannot_hold_stay_on_the_host(node):
     assert [r.placement for r in rep.layers] == ["host"]
 
 
+def test_negative_pads_are_model_not_implemented():
+    pads = _const("p", np.array([0, 0, -1, 0, 0, 0, 0, 0], np.int64))
+    m = _model([helper.make_node("Pad", ["x", "p"], ["y"], name="pad")], [X], [Y], [pads])
+    with pytest.raises(ModelNotImplementedError, match=r"node 'pad' \(Pad\): negative pads"):
+        _exercise(m)
+
+
 def test_required_input_given_empty():
     m = _model([helper.make_node("Conv", ["x", ""], ["y"], name="v")], [X], [Y])
     with pytest.raises(ModelError, match=r"node 'v' \(Conv\): input 1 \(W\) is required"):
