@@ -1,7 +1,8 @@
 """fastane's exception and warning hierarchy.
 
 User input errors are plain ``ValueError``/``TypeError`` (as numpy raises them).
-Malformed programs and device faults derive from :class:`FastaneError`.
+Malformed programs and device faults derive from :class:`FastaneError`.  A message that
+cites text from a model file (a name, a string attribute) cites it through :func:`quote`.
 """
 
 
@@ -51,3 +52,31 @@ class ModelNotImplementedError(ModelError, NotImplementedError):
     """A model uses a documented variant of an op that fastane does not implement (yet):
     a :class:`ModelError` (the model cannot be run) that is also a ``NotImplementedError``
     (the op itself is valid); the message names the node and the variant."""
+
+
+def quote(text, limit: int | None = 80, marks: bool = True) -> str:
+    """``text`` (a name, string or bytes taken from a model file) fit for a one-line
+    message: control and other unprintable characters escaped as ``repr`` escapes them,
+    bytes that are not UTF-8 as ``\\xNN``, cut after ``limit`` characters (None: never)
+    with ``...`` and the full length; between quotes unless ``marks`` is false (a table
+    cell)."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", "backslashreplace")
+    text = str(text)
+    out, n = [], 0
+    for c in text:
+        e = c if c.isprintable() else repr(c)[1:-1]
+        if limit is not None and n + len(e) > limit:
+            out.append(f"...({len(text)} characters)")
+            break
+        out.append(e)
+        n += len(e)
+    body = "".join(out)
+    return f"'{body}'" if marks else body
+
+
+def quote_names(names, limit: int = 4) -> str:
+    """The first ``limit`` of ``names``, each through :func:`quote`, and how many more."""
+    names = list(names)
+    text = ", ".join(quote(n) for n in names[:limit])
+    return text + (f" and {len(names) - limit} more" if len(names) > limit else "")

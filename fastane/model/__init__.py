@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import ModelError
+from ..errors import ModelError, quote
 from .graph import Graph, Node, TensorType, bind
 from .model import Model, Report
 from .tensor import read_protobuf
@@ -38,8 +38,10 @@ def load_model(path, weights: bool = True) -> Model:
     """Load a model file (``.onnx``, an ``.mlpackage`` directory or an ``.mlmodel``) as a
     :class:`Model`; the importer is picked by the suffix, else by the content.
 
-    Raises :class:`~fastane.errors.ModelError` (a ``ValueError``) for a file that is not a
-    valid model, uses an op fastane does not know, or declares tensors beyond the limits.
+    Raises :class:`~fastane.errors.ModelError` (a ``ValueError``) for a path that names no
+    file (a NUL byte in it too), a file that is not a valid model, uses an op fastane does
+    not know, or declares tensors beyond the limits; ``TypeError`` for an argument that is
+    neither a path nor an ``onnx.ModelProto``.
     ``weights=False`` keeps large weights as shape-only placeholders (no copy): the model
     then supports only ``report(shapes, stats_only=True)``."""
     if not isinstance(path, (str, os.PathLike)):
@@ -49,6 +51,9 @@ def load_model(path, weights: bool = True) -> Model:
 
             return Model(from_proto(path, weights=weights))
         raise TypeError(f"load_model: expected a path or an onnx.ModelProto, got {proto_type}")
+    text = os.fspath(path)
+    if (b"\0" if isinstance(text, bytes) else "\0") in text:
+        raise ModelError(f"{quote(text)}: a path with a NUL byte names no file")
     from .coreml_import import is_coreml
 
     if is_coreml(path) or _sniff_coreml(path):

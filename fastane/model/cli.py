@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, quote, quote_names
 
 __all__ = ["add_arguments", "run"]
 
@@ -91,6 +91,19 @@ class _Fail(Exception):
     pass
 
 
+#: the longest error line the commands print (characters)
+MAX_ERROR_LINE = 400
+
+
+def _error(command: str, exc) -> int:
+    """Print ``exc`` (an exception or a message) as one line on stderr (its first line, unprintable characters
+    escaped, cut after :data:`MAX_ERROR_LINE` characters); the exit status, 2."""
+    lines = str(exc).splitlines()
+    msg = quote(lines[0], MAX_ERROR_LINE, marks=False) if lines else type(exc).__name__
+    print(f"fastane {command}: error: {msg}", file=sys.stderr)
+    return 2
+
+
 def _parse_shape(text: str):
     if "=" not in text:
         raise _Fail(f"--shape {text!r}: expected NAME=1x3x224x224")
@@ -110,7 +123,7 @@ def _bound_shape(t, name: str, shapes: dict) -> tuple:
     shape = shapes.get(name, t.shape)
     if len(shape) != len(t.shape) or any(isinstance(d, str) for d in shape):
         raise _Fail(
-            f"input {name!r} has shape {t}: bind it with --shape {name}="
+            f"input {quote(name)} has shape {t}: bind it with --shape {quote(name, marks=False)}="
             + "x".join(str(d) if isinstance(d, int) else "N" for d in t.shape)
         )
     return shape
@@ -118,6 +131,8 @@ def _bound_shape(t, name: str, shapes: dict) -> tuple:
 
 def _inputs(model, args) -> dict:
     names = list(model.inputs)
+    # a name with unprintable characters is given as the messages print it
+    shown = {quote(n, None, marks=False): n for n in names}
     arrays = {}
     for item in args.input:
         name, path = item.split("=", 1) if "=" in item else (None, item)
@@ -125,19 +140,23 @@ def _inputs(model, args) -> dict:
             if len(names) != 1:
                 raise _Fail(
                     f"--input {item!r}: the model has {len(names)} inputs "
-                    f"({', '.join(names)}); write NAME=FILE.npy"
+                    f"({quote_names(names)}); write NAME=FILE.npy"
                 )
             name = names[0]
+        name = name if name in model.inputs else shown.get(name, name)
         if name not in model.inputs:
-            raise _Fail(f"--input {item!r}: the model has no input {name!r} (inputs: {', '.join(names)})")
+            raise _Fail(
+                f"--input {item!r}: the model has no input {quote(name)} (inputs: {quote_names(names)})"
+            )
         try:
             arrays[name] = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise _Fail(f"--input {item!r}: cannot read {path!r} as a .npy array ({exc})") from None
     shapes = dict(_parse_shape(s) for s in args.shape)
+    shapes = {k if k in model.inputs else shown.get(k, k): v for k, v in shapes.items()}
     for name in shapes:
         if name not in model.inputs:
-            raise _Fail(f"--shape: the model has no input {name!r} (inputs: {', '.join(names)})")
+            raise _Fail(f"--shape: the model has no input {quote(name)} (inputs: {quote_names(names)})")
     missing = [n for n in names if n not in arrays]
     if getattr(args, "stats_only", False):
         out = {}
@@ -149,16 +168,17 @@ def _inputs(model, args) -> dict:
         return out
     if missing and not args.random:
         t = model.inputs[missing[0]]
-        raise _Fail(f"missing input {missing[0]!r} ({t}): give --input {missing[0]}=FILE.npy (or --random)")
+        name = quote(missing[0], marks=False)
+        raise _Fail(f"missing input '{name}' ({t}): give --input {name}=FILE.npy (or --random)")
     rng = np.random.default_rng(args.seed)
     for name in missing:
         t = model.inputs[name]
         shape = _bound_shape(t, name, shapes)
         if np.dtype(t.dtype).kind != "f":
-            raise _Fail(f"input {name!r} ({t}) is not a float tensor: --random cannot make it")
+            raise _Fail(f"input {quote(name)} ({t}) is not a float tensor: --random cannot make it")
         arrays[name] = rng.standard_normal(shape).astype(t.dtype)
         print(
-            f"fastane run: input {name!r}: random {np.dtype(t.dtype).name}"
+            f"fastane run: input {quote(name)}: random {np.dtype(t.dtype).name}"
             f"[{'x'.join(map(str, shape))}] (seed {args.seed})",
             file=sys.stderr,
         )
@@ -204,9 +224,7 @@ def run(args) -> int:
         else:
             outs = model(arrays)
     except (_Fail, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"fastane run: error: {msg}", file=sys.stderr)
-        return 2
+        return _error("run", exc)
     if outs is None:
         units = getattr(args, "compute_units", None)
         if units is None and str(model.graph.origin).startswith("coreml"):
@@ -219,8 +237,7 @@ def run(args) -> int:
                 bound, layers = model.bind(_shapes(arrays))
                 pred = predict(layers, bound, units)
             except ValueError as exc:
-                print(f"fastane run: error: --compute-units: {exc}", file=sys.stderr)
-                return 2
+                return _error("run", f"--compute-units: {exc}")
         if args.json:
             d = rep.as_dict()
             if pred is not None:
@@ -245,19 +262,18 @@ def run(args) -> int:
             try:
                 cmp = compare(layers, pred, load_observed(args.compare_placement))
             except ValueError as exc:
-                print(f"fastane run: error: --compare-placement: {exc}", file=sys.stderr)
-                return 2
+                return _error("run", f"--compare-placement: {exc}")
             print(
                 f"against {args.compare_placement}: {cmp['agree']} layers agree, "
                 f"{len(cmp['disagree'])} disagree, {len(cmp['unmatched'])} not in the file"
             )
             for name, p_, o in cmp["disagree"]:
-                print(f"  {name}: predicted {p_}, observed {o}")
+                print(f"  {quote(name, marks=False)}: predicted {p_}, observed {o}")
         if args.output:
             outs = rep.values
     else:
         for name, v in outs.items():
-            print(f"{name}: {v.dtype.name}[{'x'.join(map(str, v.shape))}]")
+            print(f"{quote(name, marks=False)}: {v.dtype.name}[{'x'.join(map(str, v.shape))}]")
     if args.output:
         np.savez(args.output, **outs)
         print(f"fastane run: outputs saved to {args.output}", file=sys.stderr)
@@ -290,7 +306,8 @@ def prediction_table(rep, pred, units) -> str:
     for r, p in zip(rep.layers, pred):
         counts[p.unit] = counts.get(p.unit, 0) + 1
         lines.append(
-            f"  {r.layer.name[:32]:32s} {r.layer.op[:24]:24s} {p.unit:4s} {p.confidence:9s} {p.reason}"
+            f"  {quote(r.layer.name, 32, marks=False)[:32]:32s} {quote(r.layer.op, 24, marks=False)[:24]:24s} "
+            f"{p.unit:4s} {p.confidence:9s} {p.reason}"
         )
     lines.append("  predicted: " + ", ".join(f"{n} {u}" for u, n in sorted(counts.items())))
     return "\n".join(lines)
@@ -322,9 +339,7 @@ def roofline(args, names) -> int:
             }
             reports.append(model.report(shapes, chip=chip, stats_only=True))
     except (_Fail, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"fastane roofline: error: {msg}", file=sys.stderr)
-        return 2
+        return _error("roofline", exc)
     if args.json:
         print(json.dumps({"models": [r.as_dict() for r in reports]}, indent=1))
     else:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, quote, quote_names
 from .tensor import DTYPES, MAX_FOLD_ELEMENTS, MAX_TENSOR_ELEMENTS, TensorType, check_size
 
 __all__ = [
@@ -53,7 +53,7 @@ class Node:
     source: str = ""
 
     def describe(self) -> str:
-        return f"node {self.name!r} ({self.source or self.op})"
+        return f"node {quote(self.name)} ({quote(self.source or self.op, marks=False)})"
 
 
 @dataclass
@@ -86,24 +86,24 @@ class Graph:
         defined = set(self.inputs) | set(self.consts)
         if set(self.inputs) & set(self.consts):
             both = sorted(set(self.inputs) & set(self.consts))[0]
-            raise ModelError(f"tensor {both!r} is both a model input and a constant")
+            raise ModelError(f"tensor {quote(both)} is both a model input and a constant")
         for node in self.nodes:
             if node.op not in OPS:
-                raise ModelError(f"{node.describe()}: op {node.op!r} is unknown to fastane")
+                raise ModelError(f"{node.describe()}: op {quote(node.op)} is unknown to fastane")
             for name in node.inputs:
                 if name and name not in defined:
                     raise ModelError(
-                        f"{node.describe()}: input {name!r} is not defined before the "
+                        f"{node.describe()}: input {quote(name)} is not defined before the "
                         f"node (the graph is not in topological order, or the tensor "
                         f"does not exist)"
                     )
             for name in node.outputs:
                 if name in defined:
-                    raise ModelError(f"{node.describe()}: output {name!r} is defined twice")
+                    raise ModelError(f"{node.describe()}: output {quote(name)} is defined twice")
                 defined.add(name)
         for name in self.outputs:
             if name not in defined:
-                raise ModelError(f"model output {name!r} is not produced by any node")
+                raise ModelError(f"model output {quote(name)} is not produced by any node")
         if not self.outputs:
             raise ModelError("the model has no outputs")
 
@@ -132,33 +132,35 @@ def bind(graph: Graph, input_types: dict) -> Bound:
     types: dict = {}
     for name, declared in graph.inputs.items():
         if name not in input_types:
-            raise ModelError(f"missing input {name!r} (expected {declared})")
+            raise ModelError(f"missing input {quote(name)} (expected {declared})")
         given = input_types[name]
         if np.dtype(given.dtype) != np.dtype(declared.dtype):
             raise ModelError(
-                f"input {name!r}: expected dtype {np.dtype(declared.dtype).name}, "
+                f"input {quote(name)}: expected dtype {np.dtype(declared.dtype).name}, "
                 f"got {np.dtype(given.dtype).name}"
             )
         if len(given.shape) != len(declared.shape):
             raise ModelError(
-                f"input {name!r}: expected shape {_fmt(declared.shape)} "
+                f"input {quote(name)}: expected shape {_fmt(declared.shape)} "
                 f"({len(declared.shape)}-D), got {_fmt(given.shape)}"
             )
         for i, (d, g) in enumerate(zip(declared.shape, given.shape)):
             if isinstance(d, str):
                 if symbols.setdefault(d, g) != g:
                     raise ModelError(
-                        f"input {name!r}: dimension {i} is {d!r} = {symbols[d]} elsewhere, got {g}"
+                        f"input {quote(name)}: dimension {i} is {quote(d)} = {symbols[d]} elsewhere, got {g}"
                     )
             elif d != g:
                 raise ModelError(
-                    f"input {name!r}: expected shape {_fmt(declared.shape)}, got {_fmt(given.shape)}"
+                    f"input {quote(name)}: expected shape {_fmt(declared.shape)}, got {_fmt(given.shape)}"
                 )
-        check_size(given.shape, f"input {name!r}")
+        check_size(given.shape, f"input {quote(name)}")
         types[name] = TensorType(np.dtype(given.dtype), tuple(int(g) for g in given.shape))
     extra = sorted(set(input_types) - set(graph.inputs))
     if extra:
-        raise ModelError(f"unknown input {extra[0]!r}; the model's inputs are {list(graph.inputs)}")
+        raise ModelError(
+            f"unknown input {quote(extra[0])}; the model's inputs are {quote_names(graph.inputs)}"
+        )
     consts = dict(graph.consts)
     for name, arr in consts.items():
         types[name] = TensorType(arr.dtype, arr.shape)
@@ -171,14 +173,14 @@ def bind(graph: Graph, input_types: dict) -> Bound:
             out_types = op.infer(node, in_types, in_consts)
         except ModelError:
             raise
-        except (ValueError, TypeError, IndexError, KeyError) as exc:
-            raise ModelError(f"{node.describe()}: {exc}") from None
+        except (ValueError, TypeError, IndexError, KeyError, OverflowError, ZeroDivisionError) as exc:
+            raise ModelError(f"{node.describe()}: {quote(str(exc), 200, marks=False)}") from None
         if len(out_types) < len(node.outputs):
             raise ModelError(
                 f"{node.describe()}: has {len(node.outputs)} outputs, the op makes {len(out_types)}"
             )
         for name, t in zip(node.outputs, out_types):
-            check_size(t.shape, f"{node.describe()}, output {name!r}")
+            check_size(t.shape, f"{node.describe()}, output {quote(name)}")
             types[name] = t
         foldable = op.foldable and all((n == "" or n in consts) for n in node.inputs)
         if node.op == "shape":  # needs only its input's (now concrete) shape

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, quote, quote_names
 
 __all__ = [
     "count_nonfinite",
@@ -110,14 +110,14 @@ class Divergence:
             else f"{self.inf_born} inf and {self.nan_born} NaN born here"
         )
         lines = [
-            f"first divergence: layer {self.layer!r} ({self.op}, {self.placement}) after "
+            f"first divergence: layer {quote(self.layer)} ({quote(self.op, marks=False)}, {self.placement}) after "
             f"{self.layers_run} layers: {why}"
         ]
         if self.reason:
             lines.append(f"  placement: {self.reason}")
         for kind, tensors in (("input", self.inputs), ("output", self.outputs)):
             for name, r in tensors.items():
-                lines.append(f"  {kind} {name}: {_fmt_range(r)}")
+                lines.append(f"  {kind} {quote(name, marks=False)}: {_fmt_range(r)}")
         return "\n".join(lines)
 
 
@@ -271,13 +271,15 @@ def sweep(
     ``base``) to each of ``values`` in turn (the other inputs from ``base``), run the model
     on the ANE and in fp32, and read ``output`` (default the first) at flat ``index``."""
     if name not in model.inputs:
-        raise ModelError(f"sweep: the model has no input {name!r} (inputs: {', '.join(model.inputs)})")
+        raise ModelError(f"sweep: the model has no input {quote(name)} (inputs: {quote_names(model.inputs)})")
     output = output or model.outputs[0]
     if output not in model.outputs:
-        raise ModelError(f"sweep: the model has no output {output!r} (outputs: {', '.join(model.outputs)})")
+        raise ModelError(
+            f"sweep: the model has no output {quote(output)} (outputs: {quote_names(model.outputs)})"
+        )
     shape = np.shape(base[name])
     if element is not None and not 0 <= element < max(math.prod(shape), 1):
-        raise ModelError(f"sweep: --element {element} is outside input {name!r} of shape {shape}")
+        raise ModelError(f"sweep: --element {element} is outside input {quote(name)} of shape {shape}")
     ane, ref = [], []
     for v in np.asarray(values):
         feed = dict(base)

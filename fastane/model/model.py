@@ -22,11 +22,12 @@ the first layer whose error exceeds the tolerance of its class (:data:`TOLERANCE
 
 from __future__ import annotations
 
+import operator
 import sys
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, quote, quote_names
 from ..operands import fp16_operand
 from ..errstate import errstate, report_events
 from ..stats import Stats, last_stats
@@ -84,7 +85,7 @@ class Model:
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {t}" for n, t in self.graph.inputs.items())
-        return f"<fastane Model {self.name!r} ({self.graph.origin}): {len(self.graph.nodes)} nodes; inputs {ins}>"
+        return f"<fastane Model {quote(self.name)} ({self.graph.origin}): {len(self.graph.nodes)} nodes; inputs {ins}>"
 
     def freeze(self, values: dict) -> "Model":
         """A copy of the model with the inputs in ``values`` (name -> array) made constants:
@@ -101,17 +102,19 @@ class Model:
         out = {}
         for name, v in values.items():
             if name not in self.graph.inputs:
-                raise ModelError(f"unknown input {name!r}; the model's inputs are {list(self.graph.inputs)}")
+                raise ModelError(
+                    f"unknown input {quote(name)}; the model's inputs are {quote_names(self.graph.inputs)}"
+                )
             want = self.graph.inputs[name]
-            arr = np.asarray(v)
+            arr = _array(name, v)
             if arr.dtype != np.dtype(want.dtype):
                 raise ModelError(
-                    f"input {name!r}: expected dtype {np.dtype(want.dtype).name}, got {arr.dtype.name}"
+                    f"input {quote(name)}: expected dtype {np.dtype(want.dtype).name}, got {arr.dtype.name}"
                 )
             if len(arr.shape) != len(want.shape) or any(
                 isinstance(d, int) and d != g for d, g in zip(want.shape, arr.shape)
             ):
-                raise ModelError(f"input {name!r}: expected shape {want}, got {arr.shape}")
+                raise ModelError(f"input {quote(name)}: expected shape {want}, got {arr.shape}")
             out[name] = np.asarray(arr, order="C")
         return out
 
@@ -119,7 +122,7 @@ class Model:
     def _need_weights(self, what: str) -> None:
         if not self.graph.weights:
             raise ModelError(
-                f"{what}: model {self.name!r} was loaded without its weights "
+                f"{what}: model {quote(self.name)} was loaded without its weights "
                 f"(weights=False); only report(shapes, stats_only=True) works"
             )
 
@@ -134,18 +137,20 @@ class Model:
         out = {}
         for name, v in inputs.items():
             if name not in self.graph.inputs:
-                raise ModelError(f"unknown input {name!r}; the model's inputs are {list(self.graph.inputs)}")
-            arr = np.asarray(v)
+                raise ModelError(
+                    f"unknown input {quote(name)}; the model's inputs are {quote_names(self.graph.inputs)}"
+                )
+            arr = _array(name, v)
             want = np.dtype(self.graph.inputs[name].dtype)
             if arr.dtype != want:
                 if want.kind == "f" and arr.dtype.kind == "f":
                     arr = arr.astype(want)  # a float array for a float input
                 else:
-                    raise ModelError(f"input {name!r}: expected dtype {want.name}, got {arr.dtype.name}")
+                    raise ModelError(f"input {quote(name)}: expected dtype {want.name}, got {arr.dtype.name}")
             out[name] = arr
         for name in self.graph.inputs:
             if name not in out:
-                raise ModelError(f"missing input {name!r} (expected {self.graph.inputs[name]})")
+                raise ModelError(f"missing input {quote(name)} (expected {self.graph.inputs[name]})")
         return out
 
     def bind(self, shapes: dict) -> tuple:
@@ -331,12 +336,27 @@ def _shapes_of(model, inputs) -> dict:
     out = {}
     for k, v in inputs.items():
         if k not in model.graph.inputs:
-            raise ModelError(f"unknown input {k!r}; the model's inputs are {list(model.graph.inputs)}")
-        out[k] = tuple(int(d) for d in (v.shape if hasattr(v, "shape") else v))
+            raise ModelError(
+                f"unknown input {quote(k)}; the model's inputs are {quote_names(model.graph.inputs)}"
+            )
+        try:
+            out[k] = tuple(operator.index(d) for d in (v.shape if hasattr(v, "shape") else v))
+        except TypeError:
+            raise ModelError(
+                f"input {quote(k)}: expected an array or a shape (a tuple of ints), got {quote(repr(v), 40, marks=False)}"
+            ) from None
     for k in model.graph.inputs:
         if k not in out:
-            raise ModelError(f"missing input {k!r} (expected {model.graph.inputs[k]})")
+            raise ModelError(f"missing input {quote(k)} (expected {model.graph.inputs[k]})")
     return out
+
+
+def _array(name, v) -> np.ndarray:
+    """The value given for input ``name`` as an array (a ModelError if numpy cannot make one)."""
+    try:
+        return np.asarray(v)
+    except (ValueError, TypeError) as exc:
+        raise ModelError(f"input {quote(name)}: not an array ({quote(str(exc), marks=False)})") from None
 
 
 def _wide(x):

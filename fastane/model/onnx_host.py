@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelError, ModelNotImplementedError
+from ..errors import ModelError, ModelNotImplementedError, quote
 from .graph import Node
 
 #: ONNX op type -> fastane op, for the ops whose attributes keep their ONNX names
@@ -65,7 +65,7 @@ def _outputs(outs, name, n):
     """The node's first ``n`` outputs, an omitted (``""``) one given a private name."""
     outs = list(outs) + [""] * (n - len(outs))
     if any(outs[n:]):
-        raise ModelError(f"node {name!r}: has {len(outs)} outputs, the op makes {n}")
+        raise ModelError(f"node {quote(name)}: has {len(outs)} outputs, the op makes {n}")
     return [o or f"fastane::{name}:unused{i}" for i, o in enumerate(outs[:n])]
 
 
@@ -81,7 +81,7 @@ def convert(op, a, ins, outs, name, b):
     if op in _SAME:
         if op == "Hardmax" and b.opset < 13:
             raise ModelNotImplementedError(
-                f"node {name!r} (Hardmax): opset {b.opset}'s 2-D coerced form is not implemented (opset 13+ is)"
+                f"node {quote(name)} (Hardmax): opset {b.opset}'s 2-D coerced form is not implemented (opset 13+ is)"
             )
         if op == "Scatter" or (op == "ScatterElements" and b.opset < 16):
             a = {k: v for k, v in a.items() if k != "reduction"}
@@ -114,12 +114,12 @@ def convert(op, a, ins, outs, name, b):
         if op == "Upsample" or b.opset < 11:  # Resize-10 / Upsample: scales only, x / scale
             scales = b.const(a["scales"], np.float32) if "scales" in a else (ins[1] if len(ins) > 1 else "")
             if not scales:
-                raise ModelError(f"node {name!r} ({op}): needs scales")
+                raise ModelError(f"node {quote(name)} ({op}): needs scales")
             attrs.update(coordinate_transformation_mode="asymmetric", nearest_mode="floor")
             ins = [ins[0], "", scales, ""]
         else:
             ins = (list(ins) + ["", "", ""])[:4]
         if attrs["mode"] not in ("nearest", "linear", "cubic"):
-            raise ModelError(f"node {name!r} ({op}): unknown mode {a.get('mode')!r}")
+            raise ModelError(f"node {quote(name)} ({op}): unknown mode {quote(str(a.get('mode')))}")
         return node("resize", attrs, ins)
     return None

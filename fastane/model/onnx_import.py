@@ -10,7 +10,11 @@ become constant inputs.
 A hostile file gets a :class:`~fastane.errors.ModelError` before anything large is
 allocated: the protobuf must parse, every initializer's declared size is checked against
 :data:`~fastane.model.graph.MAX_TENSOR_ELEMENTS` and against the bytes it actually holds,
-external data is refused, and ops outside the vocabulary are named.
+external data is refused, and ops outside the vocabulary are named.  Every node is checked
+against ONNX's schema of its op (required attributes, attribute types, input and output
+counts, no required input left empty), and whatever else goes wrong while a node is
+converted is a ModelError naming the node.  A string field that is not valid UTF-8 (which
+protobuf hands over as bytes) becomes a ``str`` with ``\\xNN`` escapes.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import os
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, ModelNotImplementedError, quote
 from .graph import DTYPES, Graph, Node, TensorType, check_size
 from .onnx_host import HOST_OPS, convert as _convert_host
 from .tensor import read_protobuf
@@ -84,7 +88,7 @@ def _tensor(t, what: str, values: bool = True) -> np.ndarray:
     """A TensorProto as a numpy array, its declared size checked before conversion
     (``values=False``: a zero placeholder of its shape when it is large)."""
     onnx = _onnx()
-    what = f"{what} {t.name!r}" if t.name else what
+    what = f"{what} {quote(_text(t.name))}" if t.name else what
     if t.data_location == onnx.TensorProto.EXTERNAL:
         raise ModelError(
             f"{what}: external tensor data is not supported by fastane yet "
@@ -98,13 +102,15 @@ def _tensor(t, what: str, values: bool = True) -> np.ndarray:
         have = len(t.raw_data)
         if have != n * dt.itemsize:
             raise ModelError(
-                f"{what}: declares shape {tuple(t.dims)} ({n * dt.itemsize} bytes of "
+                f"{what}: declares shape {quote(tuple(t.dims), marks=False)} ({n * dt.itemsize} bytes of "
                 f"{dt.name}) but holds {have} bytes"
             )
     else:
         have = len(getattr(t, _TYPED_FIELDS[dt]))
         if have != n:
-            raise ModelError(f"{what}: declares shape {tuple(t.dims)} ({n} values) but holds {have}")
+            raise ModelError(
+                f"{what}: declares shape {quote(tuple(t.dims), marks=False)} ({n} values) but holds {have}"
+            )
     if not values and n > SHAPE_ONLY_ABOVE:
         return np.broadcast_to(np.zeros((), dt), tuple(int(d) for d in t.dims))
     try:
@@ -114,40 +120,92 @@ def _tensor(t, what: str, values: bool = True) -> np.ndarray:
     return np.asarray(arr.astype(dt, copy=False), order="C")
 
 
+def _text(s) -> str:
+    """A string field of the protobuf as ``str``: protobuf gives the bytes of a field that
+    is not valid UTF-8, here decoded with ``\\xNN`` escapes for those bytes."""
+    return s.decode("utf-8", "backslashreplace") if isinstance(s, bytes) else s
+
+
 def _value_type(vi, what: str) -> TensorType:
+    name = _text(vi.name)
+    what = f"{what} {quote(name)}"
     if not vi.type.HasField("tensor_type"):
-        raise ModelError(f"{what} {vi.name!r}: only tensor inputs are supported")
+        raise ModelError(f"{what}: only tensor inputs are supported")
     tt = vi.type.tensor_type
-    dt = _np_dtype(tt.elem_type, f"{what} {vi.name!r}")
+    dt = _np_dtype(tt.elem_type, what)
     if not tt.HasField("shape"):
-        raise ModelError(f"{what} {vi.name!r}: has no declared shape (rank unknown)")
+        raise ModelError(f"{what}: has no declared shape (rank unknown)")
     dims = []
     for i, d in enumerate(tt.shape.dim):
         if d.HasField("dim_value"):
             if d.dim_value < 0:
-                raise ModelError(f"{what} {vi.name!r}: negative dimension {d.dim_value}")
+                raise ModelError(f"{what}: negative dimension {d.dim_value}")
             dims.append(int(d.dim_value))
         else:
-            dims.append(d.dim_param or f"{vi.name}:{i}")
+            # a symbol is only compared: its unprintable characters escaped keep messages one line
+            dims.append(
+                quote(_text(d.dim_param), None, marks=False) or f"{quote(name, None, marks=False)}:{i}"
+            )
     return TensorType(dt, tuple(dims))
 
 
-def _attrs(node) -> dict:
+def _attrs(node, where: str) -> tuple:
+    """``(values, types)``: the node's attributes by name, and their ONNX attribute types."""
     onnx = _onnx()
-    out = {}
+    out, types = {}, {}
     for a in node.attribute:
+        k = _text(a.name)
         try:
             v = onnx.helper.get_attribute_value(a)
         except Exception as exc:
-            raise ModelError(
-                f"node {node.name!r} ({node.op_type}): bad attribute {a.name!r} ({exc})"
-            ) from None
+            raise ModelError(f"{where}: bad attribute {quote(k)} ({quote(str(exc), marks=False)})") from None
         if isinstance(v, bytes):
             v = v.decode("utf-8", "replace")
         elif isinstance(v, list):
             v = [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
-        out[a.name] = v
-    return out
+        out[k], types[k] = v, a.type
+    return out, types
+
+
+def _check_schema(op: str, opset: int, types: dict, ins: list, outs: list, where: str) -> None:
+    """The node against ONNX's schema of ``op`` at ``opset`` (the newest one when the op is
+    newer than the model's opset): required attributes present, every known attribute of
+    its declared type, the input and output counts within the op's, no required input
+    left empty (a deprecated op's inputs are not checked: fastane also takes their older
+    forms).  Attributes the schema does not name are ignored."""
+    from onnx import AttributeProto, defs
+
+    try:
+        schema = defs.get_schema(op, opset, "")
+    except Exception:
+        try:
+            schema = defs.get_schema(op)
+        except Exception:  # pragma: no cover - every op of SUPPORTED has a schema
+            return
+    ver = f"{op}-{schema.since_version}"
+    for k, spec in schema.attributes.items():
+        if k not in types:
+            if spec.required:
+                raise ModelError(f"{where}: the required attribute {k!r} of {ver} is missing")
+        elif types[k] != int(spec.type):
+            got = (
+                AttributeProto.AttributeType.Name(types[k])
+                if types[k] in AttributeProto.AttributeType.values()
+                else types[k]
+            )
+            raise ModelError(f"{where}: attribute {k!r} is {got}, {ver} takes {spec.type.name}")
+    counts = [("output", outs, schema.min_output, schema.max_output)]
+    if not schema.deprecated:  # Upsample, Scatter: fastane also takes their older inputs
+        counts.append(("input", ins, schema.min_input, schema.max_input))
+    for what, names, lo, hi in counts:
+        if not lo <= len(names) <= hi:
+            takes = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi < 1 << 30 else f"at least {lo}"
+            raise ModelError(
+                f"{where}: has {len(names)} {what}{'s' if len(names) != 1 else ''}, {ver} takes {takes}"
+            )
+    for i, (formal, name) in enumerate(zip([] if schema.deprecated else schema.inputs, ins)):
+        if not name and formal.option == defs.OpSchema.FormalParameterOption.Single:
+            raise ModelError(f"{where}: input {i} ({formal.name}) is required but given as ''")
 
 
 _UNARY = {
@@ -252,40 +310,40 @@ class _Builder:
         return name
 
 
-def _pads(a, nsp, node):
+def _pads(a, nsp, where):
     p = a.get("pads")
     if p is None:
         return None
     if len(p) != 2 * nsp:
-        raise ModelError(f"node {node.name!r} ({node.op_type}): pads {list(p)} must have {2 * nsp} values")
+        raise ModelError(f"{where}: pads has {len(p)} values, {nsp} spatial axes need {2 * nsp}")
     return tuple((int(p[i]), int(p[i + nsp])) for i in range(nsp))
 
 
-def _auto_pad(a, node):
+def _auto_pad(a, where):
     v = a.get("auto_pad", "NOTSET")
     table = {"NOTSET": None, "SAME_UPPER": "same_upper", "SAME_LOWER": "same_lower", "VALID": "valid"}
     if v not in table:
-        raise ModelError(f"node {node.name!r} ({node.op_type}): unknown auto_pad {v!r}")
+        raise ModelError(f"{where}: unknown auto_pad {quote(v)}")
     return table[v]
 
 
-def _conv_attrs(a, nsp, node) -> dict:
+def _conv_attrs(a, nsp, where) -> dict:
     """The attributes Conv, ConvTranspose and QLinearConv share."""
     return {
         "strides": a.get("strides"),
         "dilations": a.get("dilations"),
-        "pads": _pads(a, nsp, node),
-        "auto_pad": _auto_pad(a, node),
+        "pads": _pads(a, nsp, where),
+        "auto_pad": _auto_pad(a, where),
         "groups": a.get("group", 1),
     }
 
 
-def _qlinear(op, name, ins, mk, a, node, b, rank_of) -> Node:
+def _qlinear(op, name, ins, mk, a, where, b, rank_of) -> Node:
     """QLinearConv / QLinearMatMul as dequantize -> conv / matmul -> quantize (ONNX's
     definition; the int32 bias of QLinearConv has the scale ``x_scale * w_scale``)."""
     need = 8
     if len(ins) < need or not all(ins[:need]):
-        raise ModelError(f"node {name!r} ({op}): needs its {need} quantized operands")
+        raise ModelError(f"{where}: needs its {need} quantized operands")
     x, xs, xz, w, ws, wz, ys, yz = ins[:need]
     tx, tw, ty = f"{name}::x", f"{name}::w", f"{name}::y"
     b.nodes.append(Node("dequantize", f"{name}/dequantize_x", [x, xs, xz], [tx], {"axis": 1}, op))
@@ -303,36 +361,59 @@ def _qlinear(op, name, ins, mk, a, node, b, rank_of) -> Node:
             )
             inputs.append(tb)
         nsp = rank_of(w) - 2 if rank_of(w) else len(a.get("kernel_shape", ())) or 2
-        attrs = {**_conv_attrs(a, nsp, node), "kernel": a.get("kernel_shape")}
+        attrs = {**_conv_attrs(a, nsp, where), "kernel": a.get("kernel_shape")}
         b.nodes.append(Node("conv", f"{name}/conv", inputs, [ty], attrs, op))
     return mk("quantize", {"axis": 1}, inputs=[ty, ys, yz])
 
 
 def _convert(node, b: _Builder, rank_of) -> Node | None:
-    op, a = node.op_type, _attrs(node)
-    ins, outs = list(node.input), list(node.output)
-    name = node.name or f"{op}_{len(b.nodes)}"
+    """The fastane node of ONNX ``node`` (None for a Constant: it becomes a constant).  A
+    node that does not match its op's schema, or whose attributes or operands fastane
+    cannot use, is a ModelError naming it, whatever went wrong."""
+    op = _text(node.op_type)
+    name = _text(node.name) or f"{op}_{len(b.nodes)}"
+    where = f"node {quote(name)} ({quote(op, marks=False)})"
+    a, types = _attrs(node, where)
+    ins, outs = [_text(i) for i in node.input], [_text(o) for o in node.output]
+    if op in SUPPORTED:
+        _check_schema(op, b.opset, types, ins, outs, where)
+    try:
+        return _convert_node(op, a, ins, outs, name, where, b, rank_of)
+    except ModelError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+        raise ModelError(
+            f"{where}: cannot use its attributes or operands ({type(exc).__name__}: {quote(str(exc), marks=False)})"
+        ) from None
 
+
+def _convert_node(op, a, ins, outs, name, where, b: _Builder, rank_of) -> Node | None:
     def mk(fop, attrs=None, inputs=None, n_out=1):
-        if len([o for o in outs if o]) > n_out or any(not o for o in outs[:n_out]):
-            raise ModelError(
-                f"node {name!r} ({op}): fastane supports only its first {n_out} "
-                f"output(s), the model uses {len(outs)}"
+        used = [(i, o) for i, o in enumerate(outs) if o]
+        if used and used[-1][0] >= n_out:
+            i, o = used[-1]
+            raise ModelNotImplementedError(
+                f"{where}: fastane computes only {'output 0' if n_out == 1 else f'outputs 0 to {n_out - 1}'} "
+                f"of {op}, the model uses output {i} ({quote(o)})"
             )
-        return Node(fop, name, inputs if inputs is not None else ins, outs[:n_out], attrs or {}, op)
+        # an omitted ("") output before the last one used gets a private name
+        names = [
+            o or f"fastane::{name}:unused{i}" for i, o in enumerate(outs[: used[-1][0] + 1 if used else 1])
+        ]
+        return Node(fop, name, inputs if inputs is not None else ins, names, attrs or {}, op)
 
     if op == "Constant":
         if len(a) != 1:
-            raise ModelError(f"node {name!r} (Constant): needs exactly one value attribute")
+            raise ModelError(f"{where}: needs exactly one value attribute, has {len(a)}")
         ((k, v),) = a.items()
         if k == "value":
-            arr = _tensor(v, f"node {name!r} (Constant) value")
+            arr = _tensor(v, f"{where} value")
         elif k in ("value_float", "value_floats"):
             arr = np.asarray(v, np.float32)
         elif k in ("value_int", "value_ints"):
             arr = np.asarray(v, np.int64)
         else:
-            raise ModelError(f"node {name!r} (Constant): attribute {k!r} is not supported")
+            raise ModelError(f"{where}: attribute {quote(k)} is not supported")
         b.consts[outs[0]] = arr
         return None
     if op in _UNARY:
@@ -359,7 +440,7 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
     if op == "Gelu":
         return mk("gelu", {"approximate": a.get("approximate", "none")})
     if op == "Cast":
-        return mk("cast", {"to": _np_dtype(a["to"], f"node {name!r} (Cast)")})
+        return mk("cast", {"to": _np_dtype(a["to"], where)})
     if op == "Clip":
         if b.opset < 11:
             ins = ins[:1] + [
@@ -370,10 +451,10 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
     if op in ("QuantizeLinear", "DequantizeLinear"):
         return mk("quantize" if op == "QuantizeLinear" else "dequantize", {"axis": a.get("axis", 1)})
     if op in ("QLinearConv", "QLinearMatMul"):
-        return _qlinear(op, name, ins, mk, a, node, b, rank_of)
+        return _qlinear(op, name, ins, mk, a, where, b, rank_of)
     if op in ("Conv", "ConvTranspose"):
         nsp = rank_of(ins[1]) - 2 if rank_of(ins[1]) else len(a.get("kernel_shape", ())) or 2
-        attrs = _conv_attrs(a, nsp, node)
+        attrs = _conv_attrs(a, nsp, where)
         if op == "Conv":
             return mk("conv", {**attrs, "kernel": a.get("kernel_shape")})
         return mk(
@@ -392,7 +473,7 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
         )
     if op == "BatchNormalization":
         if a.get("training_mode", 0):
-            raise ModelError(f"node {name!r} (BatchNormalization): training mode is not supported")
+            raise ModelNotImplementedError(f"{where}: training mode is not supported")
         return mk("batchnorm", {"epsilon": a.get("epsilon", 1e-5)})
     if op in ("Softmax", "LogSoftmax"):
         legacy = b.opset < 13
@@ -403,7 +484,7 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
     if op in ("LayerNormalization", "RMSNormalization"):
         ln = op == "LayerNormalization"
         if ln and a.get("stash_type", 1) != 1:
-            raise ModelError(f"node {name!r} ({op}): stash_type {a['stash_type']} is not supported (only 1)")
+            raise ModelNotImplementedError(f"{where}: stash_type {a['stash_type']} is not supported (only 1)")
         attrs = {"axis": a.get("axis", -1), "epsilon": a.get("epsilon", 1e-5)}
         return mk("layer_norm" if ln else "rms_norm", attrs, n_out=3 if ln else 1)
     if op in _REDUCE:
@@ -416,17 +497,17 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
     if op in ("MaxPool", "AveragePool"):
         k = a.get("kernel_shape")
         if not k:
-            raise ModelError(f"node {name!r} ({op}): kernel_shape is required")
+            raise ModelError(f"{where}: kernel_shape is required")
         if op == "MaxPool" and a.get("storage_order", 0):
-            raise ModelError(f"node {name!r} (MaxPool): storage_order=1 is not supported")
+            raise ModelNotImplementedError(f"{where}: storage_order=1 is not supported")
         return mk(
             "max_pool" if op == "MaxPool" else "avg_pool",
             {
                 "kernel": tuple(k),
                 "strides": a.get("strides"),
                 "dilations": a.get("dilations"),
-                "pads": _pads(a, len(k), node),
-                "auto_pad": _auto_pad(a, node),
+                "pads": _pads(a, len(k), where),
+                "auto_pad": _auto_pad(a, where),
                 "ceil_mode": a.get("ceil_mode", 0),
                 "count_include_pad": a.get("count_include_pad", 0),
             },
@@ -437,6 +518,8 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
         return mk("global_max_pool")
     if op == "Reshape":
         if b.opset < 5:
+            if "shape" not in a:
+                raise ModelError(f"{where}: has no shape attribute (Reshape-1 takes the shape as one)")
             ins = ins[:1] + [b.const(a["shape"], np.int64)]
         return mk("reshape", {"allowzero": a.get("allowzero", 0)})
     if op in ("Squeeze", "Unsqueeze"):
@@ -457,7 +540,7 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
     if host is not None:
         return host
     raise ModelError(
-        f"node {name!r}: ONNX op {op!r} is not supported by fastane (no ANE lowering "
+        f"node {quote(name)}: ONNX op {quote(op)} is not supported by fastane (no ANE lowering "
         f"and no host implementation)"
     )
 
@@ -467,35 +550,41 @@ def from_proto(proto, name: str = "", weights: bool = True) -> Graph:
     g = proto.graph
     opset = None
     for imp in proto.opset_import:
-        if imp.domain in ("", "ai.onnx"):
+        if _text(imp.domain) in ("", "ai.onnx"):
             opset = int(imp.version)
     if opset is None:
         raise ModelError("the model imports no version of the default ONNX operator set")
     b = _Builder(opset)
     for t in g.initializer:
-        b.consts[t.name] = _tensor(t, "initializer", weights)
+        b.consts[_text(t.name)] = _tensor(t, "initializer", weights)
     if len(g.sparse_initializer):
         raise ModelError("sparse initializers are not supported by fastane")
     inputs = {}
     for vi in g.input:
-        if vi.name in b.consts:
+        if _text(vi.name) in b.consts:
             continue  # an initializer listed as an input (IR < 4): a constant
-        inputs[vi.name] = _value_type(vi, "input")
+        inputs[_text(vi.name)] = _value_type(vi, "input")
     ranks = {n: len(t.shape) for n, t in inputs.items()}
     ranks.update({n: v.ndim for n, v in b.consts.items()})
     for vi in g.value_info:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            ranks.setdefault(vi.name, len(vi.type.tensor_type.shape.dim))
+            ranks.setdefault(_text(vi.name), len(vi.type.tensor_type.shape.dim))
     for node in g.node:
         if node.domain not in ("", "ai.onnx"):
+            op = quote(f"{_text(node.domain)}.{_text(node.op_type)}")
             raise ModelError(
-                f"node {node.name!r}: op {node.domain}.{node.op_type} (custom domain) "
-                f"is not supported by fastane"
+                f"node {quote(_text(node.name))}: op {op} (custom domain) is not supported by fastane"
             )
         n = _convert(node, b, ranks.get)
         if n is not None:
             b.nodes.append(n)
-    outputs = [o.name for o in g.output]
+    outputs = [_text(o.name) for o in g.output]
     return Graph(
-        g.name or name, inputs, outputs, b.nodes, b.consts, origin=f"onnx opset {opset}", weights=weights
+        _text(g.name) or name,
+        inputs,
+        outputs,
+        b.nodes,
+        b.consts,
+        origin=f"onnx opset {opset}",
+        weights=weights,
     )

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, quote
 from ..operands import widen_fp16
 from .tensor import TensorType
 
@@ -100,8 +100,8 @@ def host_eval(node, arrays, out_dtypes=None):
             outs = op.host(node, *args)
         except ModelError:
             raise
-        except (ValueError, IndexError, TypeError) as exc:
-            raise ModelError(f"{node.describe()}: {exc}") from None
+        except (ValueError, IndexError, TypeError, KeyError, OverflowError, ZeroDivisionError) as exc:
+            raise ModelError(f"{node.describe()}: {quote(str(exc), 200, marks=False)}") from None
     if not isinstance(outs, (list, tuple)):
         outs = [outs]
     res = []

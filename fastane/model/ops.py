@@ -196,9 +196,17 @@ _op("log_softmax", _softmax_infer, "table")(lambda node, x: _softmax_core(node, 
 def _ln_infer(node, types, consts):
     x = _float(_need(types, 0, node), node)
     axis = _axis(node.attrs.get("axis", -1), len(x.shape), node)
+    inner = tuple(x.shape[axis:])
     for i in (1, 2):
         if len(types) > i and types[i] is not None:
-            _bshape([types[i].shape, x.shape[axis:]], node)
+            # one value per normalised element: leading 1s aside (no more than x has), the
+            # operand broadcasts to them
+            s = types[i].shape
+            if len(s) > len(x.shape) or math.prod(_bshape([s, inner], node)) != math.prod(inner):
+                raise ModelError(
+                    f"{node.describe()}: input {i} of shape {types[i].shape} does not broadcast to "
+                    f"the normalised shape {inner}"
+                )
     # ONNX LayerNormalization's optional Mean and InvStdDev: one value per row, the
     # normalised axes kept as 1s.
     stats = TensorType(x.dtype, x.shape[:axis] + (1,) * (len(x.shape) - axis))

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, quote
 from .opdef import _axis, _bshape, _const, _float, _need, _op
 from .tensor import TensorType
 
@@ -50,11 +50,11 @@ def _einsum_spec(node, shapes):
     eq = str(node.attrs.get("equation", "")).replace(" ", "")
     lhs, arrow, rhs = eq.partition("->")
     if "->" in rhs:
-        raise ModelError(f"{node.describe()}: equation {eq!r} has more than one '->'")
+        raise ModelError(f"{node.describe()}: equation {quote(eq)} has more than one '->'")
     terms = lhs.split(",")
     if len(terms) != len(shapes):
         raise ModelError(
-            f"{node.describe()}: equation {eq!r} names {len(terms)} operands, the node has {len(shapes)}"
+            f"{node.describe()}: equation {quote(eq)} names {len(terms)} operands, the node has {len(shapes)}"
         )
     dims: dict = {}
     ell_shapes = []
@@ -62,17 +62,19 @@ def _einsum_spec(node, shapes):
         pre, dots, post = term.partition("...")
         if "." in pre + post or not all(c.isalpha() and c.isascii() for c in pre + post):
             raise ModelError(
-                f"{node.describe()}: operand {k}'s subscripts {term!r} are not letters (and one '...')"
+                f"{node.describe()}: operand {k}'s subscripts {quote(term)} are not letters (and one '...')"
             )
         n_ell = len(shape) - len(pre) - len(post)
         if n_ell < 0 or (not dots and n_ell):
             raise ModelError(
-                f"{node.describe()}: subscripts {term!r} do not match operand {k}'s rank {len(shape)}"
+                f"{node.describe()}: subscripts {quote(term)} do not match operand {k}'s rank {len(shape)}"
             )
         ell_shapes.append(tuple(shape[len(pre) : len(pre) + n_ell]))
         for c, d in zip(pre + post, tuple(shape[: len(pre)]) + tuple(shape[len(shape) - len(post) :])):
             if dims.setdefault(c, d) != d:
-                raise ModelError(f"{node.describe()}: label {c!r} is {dims[c]} and {d} in equation {eq!r}")
+                raise ModelError(
+                    f"{node.describe()}: label {quote(c)} is {dims[c]} and {d} in equation {quote(eq)}"
+                )
     ell = _bshape(ell_shapes, node) if ell_shapes else ()
     has_ell = any("..." in t for t in terms)
     if not arrow:
@@ -81,12 +83,12 @@ def _einsum_spec(node, shapes):
     pre, dots, post = rhs.partition("...")
     out_labels = pre + post
     if "." in out_labels or len(set(out_labels)) != len(out_labels) or any(c not in dims for c in out_labels):
-        raise ModelError(f"{node.describe()}: output subscripts {rhs!r} of {eq!r} are invalid")
+        raise ModelError(f"{node.describe()}: output subscripts {quote(rhs)} of {quote(eq)} are invalid")
     if dots and not has_ell:
-        raise ModelError(f"{node.describe()}: output has '...' but no operand does ({eq!r})")
+        raise ModelError(f"{node.describe()}: output has '...' but no operand does ({quote(eq)})")
     if ell and not dots:
         raise ModelError(
-            f"{node.describe()}: the operands' '...' dims {ell} are missing from the output of {eq!r}"
+            f"{node.describe()}: the operands' '...' dims {ell} are missing from the output of {quote(eq)}"
         )
     out = tuple(dims[c] for c in pre) + (ell if dots else ()) + tuple(dims[c] for c in post)
     work = math.prod(dims.values()) * math.prod(ell)

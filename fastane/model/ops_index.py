@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, quote
 from .opdef import _axis, _const, _need, _op
 from .tensor import TensorType, check_size
 
@@ -96,7 +96,7 @@ _REDUCTIONS = {
 def _reduction(node):
     r = str(node.attrs.get("reduction", "none"))
     if r not in _REDUCTIONS:
-        raise ModelError(f"{node.describe()}: unknown reduction {r!r}")
+        raise ModelError(f"{node.describe()}: unknown reduction {quote(r)}")
     return _REDUCTIONS[r]
 
 
@@ -213,7 +213,7 @@ def _d2s_geometry(node, shape):
     b = int(node.attrs.get("blocksize", 0))
     mode = str(node.attrs.get("mode", "DCR")).upper()
     if b < 1 or mode not in ("DCR", "CRD"):
-        raise ModelError(f"{node.describe()}: blocksize {b} / mode {mode!r} invalid")
+        raise ModelError(f"{node.describe()}: blocksize {b} / mode {quote(mode)} invalid")
     n, c, h, w = shape
     if node.op == "depth_to_space":
         if c % (b * b):

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, ModelNotImplementedError, quote
 from .opdef import _axis, _bshape, _const, _need, _op
 from .tensor import TensorType, check_size
 
@@ -187,7 +187,7 @@ def _pad_widths(node, shape, pads, axes):
     if len(pads) != 2 * len(axes):
         raise ModelError(f"{node.describe()}: pads has {len(pads)} values for {len(axes)} axes")
     if min(pads, default=0) < 0:
-        raise NotImplementedError(f"{node.describe()}: negative pads (cropping) are not supported yet")
+        raise ModelNotImplementedError(f"{node.describe()}: negative pads (cropping) are not supported yet")
     w = [(0, 0)] * len(shape)
     for i, a in enumerate(axes):
         w[a] = (pads[i], pads[i + len(axes)])
@@ -199,7 +199,7 @@ def _pad_infer(node, types, consts):
     axes = _const(consts, 3, node, "axes") if len(node.inputs) > 3 and node.inputs[3] else None
     w = _pad_widths(node, x.shape, _const(consts, 1, node, "pads"), axes)
     if node.attrs.get("mode", "constant") not in ("constant", "reflect", "edge"):
-        raise ModelError(f"{node.describe()}: unknown pad mode {node.attrs.get('mode')!r}")
+        raise ModelError(f"{node.describe()}: unknown pad mode {quote(node.attrs.get('mode'))}")
     return [TensorType(x.dtype, tuple(d + a + b for d, (a, b) in zip(x.shape, w)))]
 
 
@@ -262,7 +262,10 @@ def _range_infer(node, types, consts):
     st, li, de = (_const(consts, i, node, n) for i, n in ((0, "start"), (1, "limit"), (2, "delta")))
     if float(de) == 0:
         raise ModelError(f"{node.describe()}: delta is 0")
-    n = max(int(math.ceil((float(li) - float(st)) / float(de))), 0)
+    steps = (float(li) - float(st)) / float(de)
+    if not math.isfinite(steps):
+        raise ModelError(f"{node.describe()}: start {st}, limit {li}, delta {de} give no finite length")
+    n = max(int(math.ceil(steps)), 0)
     check_size((n,), node.describe())
     return [TensorType(np.asarray(st).dtype, (n,))]
 

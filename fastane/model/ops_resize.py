@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from ..errors import ModelError, ModelNotImplementedError
+from ..errors import ModelError, ModelNotImplementedError, quote
 from .opdef import _axis, _const, _float, _need, _op
 from .tensor import TensorType, check_size
 
@@ -62,11 +62,11 @@ def _plan(node, shape, roi, scales, sizes):
     mode = str(a.get("mode", "nearest"))
     coord = str(a.get("coordinate_transformation_mode", "half_pixel"))
     if mode not in _MODES:
-        raise ModelError(f"{node.describe()}: unknown mode {mode!r}")
+        raise ModelError(f"{node.describe()}: unknown mode {quote(mode)}")
     if coord not in _COORDS:
-        raise ModelError(f"{node.describe()}: unknown coordinate_transformation_mode {coord!r}")
+        raise ModelError(f"{node.describe()}: unknown coordinate_transformation_mode {quote(coord)}")
     if str(a.get("nearest_mode", "round_prefer_floor")) not in _NEAREST:
-        raise ModelError(f"{node.describe()}: unknown nearest_mode {a.get('nearest_mode')!r}")
+        raise ModelError(f"{node.describe()}: unknown nearest_mode {quote(a.get('nearest_mode'))}")
     if a.get("antialias", 0):
         raise ModelNotImplementedError(f"{node.describe()}: antialias = 1 is not implemented by fastane")
     r = len(shape)
@@ -97,7 +97,7 @@ def _plan(node, shape, roi, scales, sizes):
             sc = [s] * len(axes)
             want = [int(s * shape[ax] + 0.5) for ax in axes]  # round half up
         elif policy != "stretch":
-            raise ModelError(f"{node.describe()}: unknown keep_aspect_ratio_policy {policy!r}")
+            raise ModelError(f"{node.describe()}: unknown keep_aspect_ratio_policy {quote(policy)}")
     else:
         sc = [float(v) for v in scales]
         if not all(math.isfinite(s) and s > 0 for s in sc):

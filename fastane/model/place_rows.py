@@ -104,6 +104,9 @@ def why_not(node, consts, types):
         for i in (1, 2):
             if len(node.inputs) > i and node.inputs[i] and node.inputs[i] not in consts:
                 return 0, 0, "scale or bias is not constant: the program holds them as compile-time data"
+        eps = float(node.attrs.get("epsilon", 1e-5))
+        if not 0.0 <= eps <= 65504.0:  # the lowering's epsilon: an fp16 number >= 0 (NaN fails too)
+            return 0, 0, f"epsilon {eps} is not an fp16 number >= 0, which the planar engine adds"
     return rows, width, None
 
 
@@ -141,7 +144,8 @@ def place_rows(node, consts, types, add) -> None:
     if op in ("layer_norm", "rms_norm"):  # constants over the normalized (trailing) axes
         inner = x_shape[len(x_shape) - len(_reduced_axes(node, consts, len(x_shape))) :]
         scale, bias = (
-            np.broadcast_to(consts[node.inputs[i]], inner).reshape(width)
+            # leading 1s beyond the normalised axes dropped (the shape inference checked them)
+            np.broadcast_to(_trailing(consts[node.inputs[i]], len(inner)), inner).reshape(width)
             if len(node.inputs) > i and node.inputs[i]
             else None
             for i in (1, 2)
@@ -213,3 +217,9 @@ def avg_pool_as_conv(node, types):
         f"{float(w16.flat[0])!r} (no pooling program in the corpus)"
     )
     return (call, plan, "conv1d" if one_d else "conv2d"), note
+
+
+def _trailing(c, rank: int) -> np.ndarray:
+    """``c`` without the leading dimensions beyond ``rank`` (all 1s)."""
+    c = np.asarray(c)
+    return c.reshape(c.shape[max(c.ndim - rank, 0) :])

@@ -50,6 +50,11 @@ def _activation(node: Node, consts: dict):
         return "gelu", _ep.gelu
     if op == "leaky_relu":
         s = float(a.get("alpha", 0.01))
+        if not abs(s) <= 65504.0:  # the block's slope is an fp16 coefficient (NaN fails too)
+            return (
+                None,
+                f"LeakyRelu alpha {s} is not finite in fp16: the slope of the ANE's block cannot hold it",
+            )
         blk = "leaky_relu" if np.float32(s) == np.float32(0.01) else _lut.leaky_relu_block(s)
         return blk, lambda x: _ep.leaky_relu(x, s)
     if op == "selu":

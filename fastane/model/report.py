@@ -9,6 +9,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from ..errors import quote
 from ..stats import Stats
 from .place import Layer
 
@@ -128,7 +129,11 @@ class Report:
             if self.stats_only
             else "error = max|ane - fp32| / max|fp32| of the layer on the same inputs"
         )
-        lines = [f"model {self.model} on {self.chip}: per layer ({what})", head, "-" * len(head)]
+        lines = [
+            f"model {quote(self.model, marks=False)} on {self.chip}: per layer ({what})",
+            head,
+            "-" * len(head),
+        ]
         notes = []
         reasons: dict = {}
         for r in self.layers:
@@ -136,7 +141,7 @@ class Report:
             est = r.estimate
             mark = "" if r.ok else " !"
             lines.append(
-                f"{d['name'][:24]:24s} {d['op'][:28]:28s} {r.placement[:6]:6s} "
+                f"{quote(d['name'], 24, marks=False)[:24]:24s} {quote(d['op'], 28, marks=False)[:28]:28s} {r.placement[:6]:6s} "
                 f"{d['tasks'] if r.placement == 'ane' else '-':>5} "
                 f"{_si(d['macs']) if r.placement == 'ane' else '-':>9s} "
                 f"{_si(d['dram_bytes'], 'B') if r.placement == 'ane' else '-':>9s} "
@@ -147,7 +152,7 @@ class Report:
                 f"{_e(r.max_abs_err):>9s} {_e(r.error):>9s}{mark}"
             )
             if r.reason:
-                reasons.setdefault((r.placement, r.reason), []).append(d["name"])
+                reasons.setdefault((r.placement, r.reason), []).append(quote(d["name"], marks=False))
         lines.append("-" * len(head))
         if self.total is not None:
             lines.append(
@@ -161,11 +166,11 @@ class Report:
         )
         for name, o in self.outputs.items():
             lines.append(
-                f"output {name}: max abs error {_e(o['max_abs_err'])}, error "
+                f"output {quote(name, marks=False)}: max abs error {_e(o['max_abs_err'])}, error "
                 f"{_e(o['error'])} against the whole model in fp32"
             )
         born = [
-            f"{r.layer.name} ({r.inf_born} inf, {r.nan_born} nan)"
+            f"{quote(r.layer.name, marks=False)} ({r.inf_born} inf, {r.nan_born} nan)"
             for r in self.layers
             if r.inf_born or r.nan_born
         ]
