@@ -9,8 +9,8 @@ import pytest
 import fastane
 from fastane import LUTRangeError, LUTRangeWarning, lut
 from fastane import activations as act
-from device_helpers import ACTIVATIONS, bits as _bits
-from test_lut_reference import bits_to_float, ref_lut, round_fraction
+from tests.helpers.device import ACTIVATIONS, bits as _bits
+from tests.helpers.lut_reference import bits_to_float, ref_lut, round_fraction
 
 UNARY = ACTIVATIONS
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import fastane
-from device_helpers import bits
-from reference import ref_conv2d, ref_matmul
+from tests.helpers.device import bits
+from tests.helpers.reference import ref_conv2d, ref_matmul
 
 rng = np.random.default_rng(1234)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference_int8 import ref_conv2d_int, ref_matmul_int, ref_ne_int
+from tests.helpers.reference_int8 import ref_conv2d_int, ref_matmul_int, ref_ne_int
 
 import fastane
 from fastane import errstate

@@ -5,9 +5,9 @@ import threading
 
 import numpy as np
 import pytest
-from device_helpers import bits
-from reference import ref_conv2d, ref_matmul
-from test_lut_reference import ref_ne
+from tests.helpers.device import bits
+from tests.helpers.reference import ref_conv2d, ref_matmul
+from tests.helpers.lut_reference import ref_ne
 
 import fastane
 from fastane import activations, lower

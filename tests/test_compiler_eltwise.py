@@ -2,14 +2,9 @@
 sigmoid/silu fused after convolutions as NE + planar tasks (docs/lower.md, section 7)."""
 
 import dataclasses
-from fractions import Fraction
 
 import numpy as np
 import pytest
-from device_helpers import ACTIVATIONS, bits
-from planar_helpers import ref_eltwise
-from reference import ref_conv2d, ref_matmul
-from test_lut_reference import QNAN, bits_to_float, ref_ne, round_fraction
 
 import fastane
 from fastane import activations, lower, lut
@@ -20,32 +15,15 @@ from fastane.device import planar as planarmod
 from fastane.device.engine import Engine
 from fastane.td import load_program
 
+from tests.helpers.activations import NE_STAGE, ref_bits
+from tests.helpers.device import ACTIVATIONS, bits
+from tests.helpers.reference import ref_conv2d, ref_matmul
+from tests.helpers.lut_reference import QNAN
+
 F16 = np.float16
 TD = 0x274
 ACTS = ACTIVATIONS
-#: the NE stage of each activation: (NonlinearMode, registry table, PostScale)
-NE_STAGE = {
-    "relu": (1, None, 1.0),
-    "exp": (2, "exp2", bits_to_float(0x3DC5)),
-    "sigmoid": (2, "sigmoid", 1.0),
-    "silu": (2, "sigmoid", 1.0),
-}
 SMALL = Limits(kmem_core_bytes=512, l2_bytes=8192)
-
-
-def ref_bits(name, xb: int) -> int:
-    """The independent reference (exact rationals, tests/test_lut_reference.py): the NE
-    stage, then the planar chain of sigmoid/silu, each step rounded once."""
-    nl, table, scale = NE_STAGE.get(name, (2, name, 1.0))
-    words = None if table is None else lut.get_block(table).to_words()
-    r = ref_ne(bits_to_float(xb), None, scale, nl, words)
-    if name not in ("sigmoid", "silu") or r == QNAN:
-        return r
-    s = round_fraction(Fraction(bits_to_float(r)) + Fraction(1, 2))  # planar: + 0.5
-    if name == "sigmoid":
-        return s
-    prod = ref_eltwise("mul", np.uint16(xb).view(F16), bits_to_float(s))
-    return QNAN if np.isnan(prod) else int(bits(prod)[()])
 
 
 def sample(seed, n=90):

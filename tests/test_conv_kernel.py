@@ -6,8 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastane.kernels import conv, mac
-from device_helpers import assert_same_f16
-from reference import pad_pairs, ref_conv2d
+from tests.helpers.device import assert_same_f16
+from tests.helpers.reference import pad_pairs, ref_conv2d
 
 F16 = np.float16
 

@@ -92,7 +92,7 @@ def test_l2_model_reproduces_the_corpus_result_bases(corpus):
 
 
 def test_hwx_programs_run(dev, corpus):
-    from device_helpers import ref_conv
+    from tests.helpers.device import ref_conv
 
     x = np.random.default_rng(1).standard_normal((1, 3, 1, 1)).astype(np.float16)
     out = dev.run(load_program(corpus / "m1-hwx" / "model.hwx"), {5: x})

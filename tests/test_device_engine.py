@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from device_helpers import F16, bits, l2_chain, padded_conv_td, ref_conv, seed_program
+from tests.helpers.device import F16, bits, l2_chain, padded_conv_td, ref_conv, seed_program
 
 from fastane import SaturationError, SaturationWarning, errstate
 from fastane.device import AneLayout, Device, pack_weights, unpack_weights

@@ -163,7 +163,7 @@ CONVS = [  # (N, C, H, W), (CO, C/groups, KH, KW), stride, padding, dilation, gr
 
 @pytest.mark.parametrize("xs,ws,stride,padding,dilation,groups", CONVS)
 def test_unfolded_conv_from_fp16_is_the_reference(device, xs, ws, stride, padding, dilation, groups):
-    from reference import ref_conv2d
+    from tests.helpers.reference import ref_conv2d
 
     rng = np.random.default_rng(sum(xs) + sum(ws))
     x = (rng.standard_normal(xs) * 30).astype(F16)
@@ -308,7 +308,7 @@ def test_float32_operands_of_the_fused_conv_are_the_reference(device, monkeypatc
     float32: rows the float32 kernel takes, rows that need a float64 copy (products past
     its limit), a NaN weight, clamping rows, with the row statistics on the threads or
     not; ``special`` puts NaN and inf in the input (every bound fails)."""
-    from reference import ref_conv2d
+    from tests.helpers.reference import ref_conv2d
 
     rng = np.random.default_rng(kernel * 10 + stride + special)
     x = (rng.standard_normal((1, 24, 12, 12)) * 4).astype(F16)
@@ -333,7 +333,7 @@ def test_an_unfolding_is_reused_only_while_its_source_is_unchanged(monkeypatch):
     result into the input's own slot) makes the next reader unfold it again, and so does
     a new run with a new input: every result is the reference's, bit for bit, NaN and
     infinities included."""
-    from device_helpers import ref_conv
+    from tests.helpers.device import ref_conv
 
     from fastane.device import Device, pack_weights
     from fastane.td import Program, conv_td

@@ -5,7 +5,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from device_helpers import F16, TD_SIZE, assert_submit_faults, l2_chain, looping_program, seed_program
+from tests.helpers.device import F16, TD_SIZE, assert_submit_faults, l2_chain, looping_program, seed_program
 
 from fastane.device import (
     BARFault,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference_int8 import ref_conv2d_int, ref_ne_int
+from tests.helpers.reference_int8 import ref_conv2d_int, ref_ne_int
 
 from fastane import errstate
 from fastane.device import Device, UnsupportedTask, pack_weights

@@ -5,7 +5,7 @@ import threading
 
 import numpy as np
 import pytest
-from device_helpers import F16, driver_enable, driver_execute, ref_conv, seed_program
+from tests.helpers.device import F16, driver_enable, driver_execute, ref_conv, seed_program
 
 from fastane.device import AneLayout, Device, Task
 from fastane.device.taskmanager import QUEUE_PRIORITIES

@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
-from device_helpers import ACTIVATIONS, bits
-from test_compiler_eltwise import ref_bits
-from test_lut_reference import QNAN
+from tests.helpers.device import ACTIVATIONS, bits
+from tests.helpers.activations import ref_bits
+from tests.helpers.lut_reference import QNAN
 
 import fastane
 from fastane.device import Device

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fastane.kernels import fp16
-from reference import decode_f16, f16_bits_of_fraction
+from tests.helpers.reference import decode_f16, f16_bits_of_fraction
 
 ALL = np.arange(65536, dtype=np.uint16)
 

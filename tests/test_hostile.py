@@ -11,7 +11,7 @@
 
 import numpy as np
 import pytest
-from reference import ref_matmul
+from tests.helpers.reference import ref_matmul
 
 import fastane
 from fastane import DeviceFault, lut

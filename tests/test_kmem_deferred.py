@@ -14,7 +14,7 @@ from fastane.device import kernel_dma
 from fastane.device import mac as dmac
 from fastane.device.engine import _writes_kernel
 from fastane.device.kernel_dma import KMEM_BYTES, LANES, KernelDMAPlan, KMem, Lane
-from reference import ref_matmul
+from tests.helpers.reference import ref_matmul
 
 F16 = np.float16
 MEM = 1 << 22

@@ -6,7 +6,7 @@ import pytest
 
 import fastane
 from fastane.lower import binary
-from planar_helpers import bits, ref_eltwise
+from tests.helpers.planar import bits, ref_eltwise
 
 SPECIAL = np.array(
     [

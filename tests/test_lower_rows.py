@@ -7,8 +7,8 @@ import dataclasses
 
 import numpy as np
 import pytest
-import reference_rows as R
-from planar_helpers import F16, bits
+from tests.helpers import reference_rows as R
+from tests.helpers.planar import F16, bits
 
 from fastane.device import Device, planar
 from fastane.lower import rows

@@ -7,7 +7,7 @@ import pytest
 
 from fastane import lut
 from fastane.kernels import lut as klut
-from test_lut_reference import QNAN, bits_to_float, float_to_bits, ref_lut, round_fraction
+from tests.helpers.lut_reference import QNAN, bits_to_float, float_to_bits, ref_lut, round_fraction
 
 SPEC_TANH = (
     "0000 2ff5 33d6 35bc 3765 3870 3915 39a2 3a18 3a79 3ac9 3b0a 3b3e 3b67 3b88 "

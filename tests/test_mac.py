@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from fastane.kernels import mac
-from device_helpers import assert_same_f16
-from reference import ACC_MAX, ACC_MIN, ref_matmul, ref_readout_value
+from tests.helpers.device import assert_same_f16
+from tests.helpers.reference import ACC_MAX, ACC_MIN, ref_matmul, ref_readout_value
 
 F16 = np.float16
 
@@ -499,7 +499,7 @@ def test_readout_value_bits_and_counts_are_one_readout():
     assert np.array_equal(bits[~nan], want)
     assert np.array_equal(counts[:, 0], nan.astype(np.int64))
     assert np.array_equal(counts[:, 1], ((flag != 0) & ~nan).astype(np.int64))
-    from reference import readout_bits
+    from tests.helpers.reference import readout_bits
 
     ref = [readout_bits(int(a), int(f), False) for a, f in zip(acc[~nan], flag[~nan])]
     assert np.array_equal(bits[~nan], np.array(ref, np.uint16))

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fastane.kernels import mac, mac_f32
-from device_helpers import assert_same_f16
-from reference import accumulate, decode_f16, product_on_grid, ref_matmul
+from tests.helpers.device import assert_same_f16
+from tests.helpers.reference import accumulate, decode_f16, product_on_grid, ref_matmul
 
 F16 = np.float16
 LIMIT = 64.0  # |a| * |b| <= 64 <=> |product| <= 2**22 grid units: the float32 path's limit

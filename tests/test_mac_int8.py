@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference_int8 import ref_conv2d_int, ref_matmul_int, ref_ne_int
+from tests.helpers.reference_int8 import ref_conv2d_int, ref_matmul_int, ref_ne_int
 
 from fastane.device import int8 as decisions
 from fastane.kernels import mac_int8

@@ -13,7 +13,7 @@ import fastane
 from fastane.device import kernel_dma
 from fastane.device import mac as dmac
 from fastane.kernels import bounds, mac, mac_skinny
-from reference import ref_matmul
+from tests.helpers.reference import ref_matmul
 
 F16 = np.float16
 
@@ -241,7 +241,7 @@ def test_abs_max_sees_nan_and_inf(m):
 @pytest.mark.parametrize("kind", ["random", "tiny", "nan_inf"])
 def test_a_1x1_convolution_of_few_pixels_is_the_reference(device, skinny_calls, kind):
     """Pixels over two dimensions (rows of the input a TileDMA row stride apart)."""
-    from reference import ref_conv2d
+    from tests.helpers.reference import ref_conv2d
 
     rng = np.random.default_rng(3)
     a, b = _operands(kind, 15, 70, 40, rng)  # 15 pixels (3 x 5), 70 -> 40 channels
@@ -262,7 +262,7 @@ def test_an_unfolded_convolution_of_few_pixels_is_the_reference(
     """A 3x3 convolution with fewer pixels than channels (ResNet-50's 7 x 7 and 14 x 14
     layers) reads its im2col columns (fp16 patterns) and the KMem weights; the bounds
     leave NaN, inf and large products to the general kernels."""
-    from reference import ref_conv2d
+    from tests.helpers.reference import ref_conv2d
 
     rng = np.random.default_rng(stride * 10 + padding + dilation)
     x = rng.standard_normal((1, 24, 9, 9))
@@ -325,7 +325,7 @@ def test_fused_bias_and_activation_after_the_kernel(device, skinny_calls, activa
     reads them as unflagged accumulators): each output the slow reference's readout, then
     its bias and activation element by element (tests/test_lut_reference.ref_ne)."""
     from fastane.lower.problems import ne_stage
-    from test_lut_reference import ref_ne
+    from tests.helpers.lut_reference import ref_ne
 
     rng = np.random.default_rng(m + len(activation or ""))
     k, n = 300, 40
@@ -352,7 +352,7 @@ def test_general_kernels_int32_sums_through_the_ne(device, skinny_calls, monkeyp
     with the bias and the activation; with one weight too large for the float32 path
     they leave float64 accumulators instead.  Both the bits of the slow reference
     (its readout, bias and activation) and of each other where nothing differs."""
-    from reference import ref_conv2d
+    from tests.helpers.reference import ref_conv2d
 
     took = []
     real = mac.matmul_q16_sums
@@ -383,7 +383,7 @@ def test_general_kernels_int32_sums_through_the_ne(device, skinny_calls, monkeyp
     assert np.array_equal(fused.view(np.uint16), plain.view(np.uint16))
     # and the slow reference: its readout, then the bias and the activation element by element
     from fastane.lower.problems import ne_stage
-    from test_lut_reference import ref_ne
+    from tests.helpers.lut_reference import ref_ne
 
     stage = ne_stage(activation)
     nonlinear = {"identity": 0, "relu": 1, "lut": 2}[stage.nonlinear]

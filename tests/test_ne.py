@@ -5,7 +5,7 @@ import pytest
 
 from fastane import lut
 from fastane.kernels import ne as kne
-from test_lut_reference import QNAN, ref_lut, ref_ne
+from tests.helpers.lut_reference import QNAN, ref_lut, ref_ne
 
 SPECIAL = np.array(
     [

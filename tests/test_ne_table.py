@@ -9,7 +9,7 @@ import pytest
 import fastane
 from fastane import lut
 from fastane.device import ne
-from test_lut_reference import ref_ne, bits_to_float
+from tests.helpers.lut_reference import ref_ne, bits_to_float
 
 PATTERNS = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
 FINITE = PATTERNS[~np.isnan(PATTERNS.view(np.float16))]

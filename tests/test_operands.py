@@ -13,8 +13,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from device_helpers import ACTIVATIONS, F16, bits
-from reference import f16_bits_of_fraction
+from tests.helpers.device import ACTIVATIONS, F16, bits
+from tests.helpers.reference import f16_bits_of_fraction
 
 import fastane
 from fastane import activations, lower, lut

@@ -7,8 +7,8 @@ import dataclasses
 
 import numpy as np
 import pytest
-from device_helpers import assert_submit_faults
-from planar_helpers import F16, bits, dense, planar_td, ref_eltwise
+from tests.helpers.device import assert_submit_faults
+from tests.helpers.planar import F16, bits, dense, planar_td, ref_eltwise
 
 from fastane.device import DecodeFault, Device, DMARangeFault, L2Fault, L2Overflow, UnsupportedTask, planar
 from fastane.td import Program

@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from planar_helpers import F16, bits
+from tests.helpers.planar import F16, bits
 
 from fastane.device import Device, l2, planar
 from fastane.td import load_program

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from planar_helpers import F16, QNAN, bits, ref_eltwise, round16_exact
+from tests.helpers.planar import F16, QNAN, bits, ref_eltwise, round16_exact
 
 from fastane.kernels import planar as k
 

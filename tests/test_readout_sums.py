@@ -10,8 +10,8 @@ from numba import njit
 
 from fastane.kernels import mac_f32
 from fastane.kernels import ne as kne
-from reference import ref_readout_value
-from test_lut_reference import ref_ne
+from tests.helpers.reference import ref_readout_value
+from tests.helpers.lut_reference import ref_ne
 
 F16 = np.float16
 NO_LUT = np.zeros(41), np.zeros(3, np.int64)

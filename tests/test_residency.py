@@ -10,7 +10,7 @@ from fastane.lower import Conv
 from fastane.lower.chain import build_chain, execute_chain, link_reason
 from fastane.device import Device
 
-from reference import ref_conv2d
+from tests.helpers.reference import ref_conv2d
 
 F16 = np.float16
 

@@ -9,7 +9,7 @@ import pytest
 import fastane
 from fastane import lower
 from fastane.lower import lowered as _lowered
-from reference import ref_conv2d, ref_matmul
+from tests.helpers.reference import ref_conv2d, ref_matmul
 
 F16 = np.float16
 

@@ -3,8 +3,8 @@ shapes, axes and errors; values bit for bit against tests/reference_rows.py."""
 
 import numpy as np
 import pytest
-import reference_rows as R
-from planar_helpers import F16, bits
+from tests.helpers import reference_rows as R
+from tests.helpers.planar import F16, bits
 
 import fastane
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from device_helpers import TD_SIZE, driver_enable, driver_execute, tq
+from tests.helpers.device import TD_SIZE, driver_enable, driver_execute, tq
 
 from fastane.device.faults import BARFault, QueueFault
 from fastane.device.taskmanager import (

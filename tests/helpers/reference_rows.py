@@ -6,17 +6,17 @@ of the kernels and of the lowering:
   value sits on) or the max, rounded once to fp16 (``round16_exact``), IEEE for NaN/inf;
   the reciprocal rounded once again;
 * a planar output affine ``round16(s * y + c)`` in exact rationals;
-* an elementwise planar op: ``planar_helpers.ref_eltwise`` (float64 is exact for one
+* an elementwise planar op: ``tests.helpers.planar.ref_eltwise`` (float64 is exact for one
   fp16 add, subtract or multiply; numpy's fp16 conversion rounds it once);
-* a table: ``test_lut_reference.ref_lut`` (Fractions), on every distinct input pattern.
+* a table: ``tests.helpers.lut_reference.ref_lut`` (Fractions), on every distinct input pattern.
 """
 
 from fractions import Fraction
 import math
 
 import numpy as np
-from planar_helpers import F16, ref_eltwise, round16_exact
-from test_lut_reference import QNAN, ref_lut
+from tests.helpers.planar import F16, ref_eltwise, round16_exact
+from tests.helpers.lut_reference import QNAN, ref_lut
 
 from fastane import lut
 

@@ -1,13 +1,13 @@
 """Error bounds of the row operations' ANE chains (fastane.lower.rows, docs/lower.md
 section 11), for the ONNX backend tests: derived stage by stage from the chain -- every
 planar stage one fp16 rounding (unit roundoff u = 2^-11), the fp16 constants' own error
-(log2 e, ln 2, 1/n, eps), each table's measured error (tests/test_lut_block.BOUNDS) --
+(log2 e, ln 2, 1/n, eps), each table's measured error (tests/helpers/lut_bounds.BOUNDS) --
 and evaluated on the layer's actual inputs.  They are not fitted to fastane's output."""
 
 from __future__ import annotations
 
 import numpy as np
-from test_lut_block import BOUNDS
+from tests.helpers.lut_bounds import BOUNDS
 
 U = 2.0**-11
 TINY = 2.0**-23  # two subnormal roundings

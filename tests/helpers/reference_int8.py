@@ -26,7 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from reference import (
+from tests.helpers.reference import (
     F16_NAN,
     F16_NEG_INF,
     F16_POS_INF,
