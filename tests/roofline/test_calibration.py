@@ -68,7 +68,7 @@ def test_validation_rows_are_computed_for_every_point(cache):
 def test_the_validation_table_in_the_docs_is_the_models_own():
     # docs/roofline.md quotes `python -m fastane.roofline.validate` verbatim: a model change
     # that moves a prediction must regenerate the table (one place for each figure)
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "roofline.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "roofline.md").read_text()
     assert validate.markdown() in doc, (
         "docs/roofline.md's validation table is stale: paste `python -m fastane.roofline.validate`"
     )

@@ -250,7 +250,7 @@ def test_matmul_k_limit_is_the_documented_one():
 def test_readme_states_the_k_limit():
     from pathlib import Path
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert "`K` is at most 32,767" in readme.replace("\n", " ")
 
 
