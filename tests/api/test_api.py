@@ -2,7 +2,7 @@
 
 Values here are small integers, for which the ANE's arithmetic is exact, so float64
 numpy is an independent oracle for shapes and semantics.  Bit-exactness on hard inputs
-is tested against tests/reference.py in test_mac.py / test_conv_kernel.py and below.
+is tested against tests/helpers/reference.py in test_mac.py / test_conv_kernel.py and below.
 """
 
 import warnings

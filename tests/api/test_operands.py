@@ -2,7 +2,7 @@
 docs/numerics.md "Operands"): the numpy API, the activations, a LUT block, Device.run.
 
 The reference is exact: the value the user gave, as a Fraction, rounded to nearest even
-by tests/reference.py (f16_bits_of_fraction), never fastane's own conversion.  The inputs
+by tests/helpers/reference.py (f16_bits_of_fraction), never fastane's own conversion.  The inputs
 sit at fp16 rounding ties, displaced by less than the spacing of float64 (longdouble) or
 float32 (float64): a double rounding gets half of them wrong, which the tests check too,
 so they can fail."""

@@ -1,5 +1,5 @@
 """The public softmax / normalization / reduction calls (fastane.rowops): numpy-style
-shapes, axes and errors; values bit for bit against tests/reference_rows.py."""
+shapes, axes and errors; values bit for bit against tests/helpers/reference_rows.py."""
 
 import numpy as np
 import pytest

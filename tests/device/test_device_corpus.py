@@ -63,7 +63,7 @@ def test_planar_program_is_counted_and_computed(dev, corpus, x):
     s = dev.run(program, stats_only=True).stats
     assert s.planar_ops == 1600 * 2560 and s.macs == 0
     assert s.tile_dma_src_bytes == 2 * 2560 * 3200 and s.tile_dma_dst_bytes == 2560 * 3200
-    out = dev.run(program, {5: x, 6: x})  # the planar engine (tests/test_planar_corpus.py)
+    out = dev.run(program, {5: x, 6: x})  # the planar engine (tests/device/test_planar_corpus.py)
     assert np.array_equal(out[4], (x.astype(np.float64) * 2).astype(np.float16))
     assert out.stats == s
 

@@ -2,7 +2,7 @@
 the readout + NE stage writing fp16 patterns straight into the destination layout, the
 fp16 gather of TileDMASrc, the blocked layout transposes, the KMem weight cache, and the
 plain 1x1 accumulation with the bound taken from the gather.  (The branch-free fp16
-codec they use is checked on every pattern in tests/test_fp16.py.)"""
+codec they use is checked on every pattern in tests/kernels/test_fp16.py.)"""
 
 import numpy as np
 import pytest

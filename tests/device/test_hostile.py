@@ -3,7 +3,8 @@
 1. every fault is found while planning, before any task writes memory (LUT blocks too),
    with the faulting TD's address, and stats-only reports the same fault;
 2. int8/uint8 DMA formats on an fp16 task are refused at plan time (no silent integer
-   outputs; the INT8 path moves integer tensors for integer tasks: tests/test_device_int8.py);
+   outputs; the INT8 path moves integer tensors for integer tasks:
+   tests/device/test_device_int8.py);
 3. one task cannot make the host allocate more than ``engine.TASK_HOST_BYTES``;
 4. huge numpy calls get precise errors before allocating; the real matmul K limit;
 5. ``Device.run`` returns a slot several TDs write whole (``concat.hwx``).

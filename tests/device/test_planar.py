@@ -1,5 +1,5 @@
 """The planar engine through the device: small planar TDs built register by register
-(tests/planar_helpers.py), bit for bit against numpy fp16; its operands (two TileDMA
+(tests/helpers/planar.py), bit for bit against numpy fp16; its operands (two TileDMA
 register sets, L2 results, broadcast vectors), row reductions, counters, and faults that
 leave memory untouched."""
 

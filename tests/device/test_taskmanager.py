@@ -1,5 +1,5 @@
 """The task manager: TM/TQ registers as the Linux driver uses them, priorities, ping-pong
-slots, events, faults, threads.  The executor here is a stub; tests/test_device_*.py run
+slots, events, faults, threads.  The executor here is a stub; tests/device/test_device_*.py run
 the real engine behind it."""
 
 import random

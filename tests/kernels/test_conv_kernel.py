@@ -1,4 +1,4 @@
-"""The conv kernel (fastane.kernels.conv) bit for bit against tests/reference.py."""
+"""The conv kernel (fastane.kernels.conv) bit for bit against tests/helpers/reference.py."""
 
 import numpy as np
 import pytest

@@ -1,6 +1,6 @@
 """fp16 <-> float64 conversions of fastane.kernels.fp16, against numpy (whose float64 ->
 float16 cast is correctly rounded) and against the Fraction-based rounding of
-tests/reference.py."""
+tests/helpers/reference.py."""
 
 from fractions import Fraction
 
@@ -203,7 +203,7 @@ def test_nan_payloads_and_signs(pattern):
 
 
 # ------------------------------------------------------------------ one codec for every kernel
-# (moved here from tests/test_device_fastpath.py: the branch-free decoder and encoder that
+# (moved here from tests/device/test_device_fastpath.py: the branch-free decoder and encoder that
 # TileDMA and the fused readout used are now the codec itself, so they are checked against
 # the definitions, not against a second copy.)
 def test_decode_every_pattern_bit_for_bit_nan_payloads_too():

@@ -1,4 +1,4 @@
-"""The MAC kernels (fastane.kernels.mac) bit for bit against tests/reference.py."""
+"""The MAC kernels (fastane.kernels.mac) bit for bit against tests/helpers/reference.py."""
 
 import numpy as np
 import pytest

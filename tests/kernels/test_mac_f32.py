@@ -1,5 +1,5 @@
 """The MAC kernels' float32 fast path (fastane.kernels.mac_f32) bit for bit against
-tests/reference.py: the accumulators themselves (grid units), not only their fp16
+tests/helpers/reference.py: the accumulators themselves (grid units), not only their fp16
 readout, on random and adversarial inputs (ties, subnormals, signed zeros, the product
 limit, sums next to the accumulator's range and the int32 wrap-around, rows that must
 not take the path: large products, inf, NaN)."""

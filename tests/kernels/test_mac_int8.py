@@ -1,4 +1,4 @@
-"""The INT8 path's kernels against the slow reference (tests/reference_int8.py), bit for
+"""The INT8 path's kernels against the slow reference (tests/helpers/reference_int8.py), bit for
 bit: random operands of every signedness combination, saturation, convolution geometry,
 and the NE stage over its whole parameter space (hypothesis)."""
 

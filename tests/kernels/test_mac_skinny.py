@@ -323,7 +323,7 @@ def test_a_narrow_tail_task_reads_the_rows_its_layer_made(device, skinny_calls, 
 def test_fused_bias_and_activation_after_the_kernel(device, skinny_calls, activation, m):
     """The skinny kernel's int32 sums through the NE stage (bias, the activation; a LUT
     reads them as unflagged accumulators): each output the slow reference's readout, then
-    its bias and activation element by element (tests/test_lut_reference.ref_ne)."""
+    its bias and activation element by element (tests/helpers/lut_reference.ref_ne)."""
     from fastane.lower.problems import ne_stage
     from tests.helpers.lut_reference import ref_ne
 

@@ -1,10 +1,11 @@
 """The planar add, subtract and multiply through the CPU's fp16 conversions
 (fastane.kernels.planar_f32) give the bits and the NaN count of the float64 planar kernel
-(eltwise_window, itself checked against the slow reference in tests/test_planar*.py):
-every fp16 pattern against a spread of partners (subnormals, signed zeros, inf, NaN with
-payloads, sums and products that overflow, cancel or round into the subnormals), with
-operand and output scales, rows broadcast either way, the burst tail; and, without
-scales, every pair of patterns (2**32 an operation, a few seconds each)."""
+(eltwise_window, itself checked against the slow reference in
+tests/kernels/test_planar_kernel.py and tests/device/test_planar*.py): every fp16 pattern
+against a spread of partners (subnormals, signed zeros, inf, NaN with payloads, sums and
+products that overflow, cancel or round into the subnormals), with operand and output
+scales, rows broadcast either way, the burst tail; and, without scales, every pair of
+patterns (2**32 an operation, a few seconds each)."""
 
 import numpy as np
 import pytest
@@ -107,7 +108,7 @@ def test_random_rows(xs, seed, op, scales):
 
 def test_silu_through_the_device_takes_it_with_the_same_bits(device, monkeypatch):
     """silu of every fp16 pattern: its planar multiply takes this kernel, and the whole
-    program's bits are those with the float64 kernel in its place (tests/test_activations.py
+    program's bits are those with the float64 kernel in its place (tests/api/test_activations.py
     checks silu against exact arithmetic)."""
     calls = []
     real = planar_f32.binary_window

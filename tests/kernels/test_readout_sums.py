@@ -1,6 +1,6 @@
 """The NE readout of exact int32 sums (fastane.kernels.ne.readout_sums, what the skinny
 kernel's outputs take): bit for bit the slow reference's readout and NE stage
-(tests/reference.py, tests/test_lut_reference.py), and the general fused kernel's
+(tests/helpers/reference.py, tests/helpers/lut_reference.py), and the general fused kernel's
 (readout_post of the same sums as float64 accumulators, no flag set), on every rounding
 position's ties, the extremes, and NaN/inf biases and PostScales."""
 

@@ -34,7 +34,7 @@ def f16(rng, shape, scale=4.0):
 
 
 def kernel_conv(x, w, stride=(1, 1), pad=((0, 0), (0, 0)), dil=(1, 1), groups=1):
-    """The MAC kernels called directly (proven against tests/reference.py in test_conv_kernel)."""
+    """The MAC kernels called directly (proven against tests/helpers/reference.py in test_conv_kernel)."""
     (pt, pb), (pl, pr) = pad
     co, cg, kh, kw = w.shape
     n, c, h, wd = x.shape
@@ -250,7 +250,7 @@ def test_fused_bias_and_activation_match_an_independent_computation(act):
 
 def test_multi_stage_activations_and_unknown_names():
     x, w = np.ones((1, 2, 3, 3)), np.ones((2, 2, 1, 1))
-    for act in ("sigmoid", "silu"):  # NE stage + planar tasks (tests/test_compiler_eltwise.py)
+    for act in ("sigmoid", "silu"):  # NE stage + planar tasks (tests/lower/test_lower_eltwise.py)
         y = fastane.conv2d(x, w, activation=act)
         assert np.array_equal(bits(y), bits(getattr(activations, act)(np.full((1, 2, 3, 3), 2.0))))
     with pytest.raises(ValueError, match="unknown activation"):

@@ -1,5 +1,5 @@
 """Row operations lowered to planar programs (fastane.lower.rows): bit for bit against the
-slow reference (tests/reference_rows.py) on random and adversarial rows, tiled and
+slow reference (tests/helpers/reference_rows.py) on random and adversarial rows, tiled and
 untiled, counted in stats-only mode, and against Apple's own softmax/log-softmax programs
 run on the device for the corpus shape."""
 

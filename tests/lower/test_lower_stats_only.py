@@ -1,8 +1,9 @@
 """The lowering as the roofline's planner: stats-only runs of real TDs, traffic of tiled
 programs, stats-only vs computing Stats.
 
-(Until 7392208 (2026-12-01) this file also compared the lowered plan with an analytic
-tiler; that tiler is gone: the roofline plans by lowering only, tests/test_roofline_plan.py.)"""
+(Until 7392208 (2026-12-01) this file, then tests/test_compiler_plan.py, also compared
+the lowered plan with an analytic tiler; that tiler is gone: the roofline plans by
+lowering only, tests/roofline/test_roofline_plan.py.)"""
 
 import numpy as np
 import pytest
