@@ -17,7 +17,7 @@ pytest-benchmark).
   Target: at most 60 us per call.
 
 The fastane result is checked first (a few rows against the MAC kernels called directly
-on float64 operands; the unit tests check every path against ``tests/reference.py``), so
+on float64 operands; the unit tests check every path against ``tests/helpers/reference.py``), so
 a broken path cannot post a fast time.  The machines are shared and noisy: compare the
 ratios within one run.
 """

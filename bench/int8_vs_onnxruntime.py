@@ -7,13 +7,13 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "model")]
+sys.path[:0] = [ROOT]  # the tests package (tests.model.test_int8_models, tests.helpers)
 
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 from onnx import TensorProto as T  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
-from test_int8_models import SHAPE, YS, classifier  # noqa: E402
+from tests.model.test_int8_models import SHAPE, YS, classifier  # noqa: E402
 
 import fastane  # noqa: E402
 

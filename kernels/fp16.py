@@ -43,7 +43,7 @@ and vectorizes (measured against the branch-free forms: same or faster there, sl
 the scalar chains).
 
 Verified on all 65,536 patterns both ways (NaN payloads included), on millions of random
-float64 and float32 values, and on every tie, in tests/test_fp16.py.
+float64 and float32 values, and on every tie, in tests/kernels/test_fp16.py.
 """
 
 import numpy as np

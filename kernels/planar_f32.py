@@ -15,7 +15,7 @@ innocuous?", ACM SIGNUM Newsletter 30(3), 1995), and ``2 * 11 + 2 = 24``.  IEEE 
 gives NaN where the float64 path does (NaN in, ``inf - inf``, ``0 * inf``); every NaN
 result is written as the quiet NaN 0x7e00 and counted.  An output offset ``c`` makes the
 last stage ``round16(s * y + c)``, two operations in one rounding: that stays with the
-float64 path.  ``tests/test_planar_f32.py`` compares the two on every pair of patterns
+float64 path.  ``tests/kernels/test_planar_f32.py`` compares the two on every pair of patterns
 (without scales) and on every pattern against spreads of partners with scales.
 """
 

@@ -5,6 +5,9 @@ from pathlib import Path
 
 import pytest
 
+# the helpers' asserts report their operands as the tests' own do
+pytest.register_assert_rewrite("tests.helpers")
+
 from fastane import lower
 from fastane.device import Device
 

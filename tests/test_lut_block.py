@@ -1,12 +1,12 @@
 """Coefficient block codec, table generators, registry, and error bounds of every table."""
 
-import math
-
 import numpy as np
 import pytest
 
 from fastane import TDError, lut
 from fastane import activations as act
+
+from tests.helpers.lut_bounds import BOUNDS
 
 ALL16 = np.arange(0x10000, dtype=np.uint32).astype(np.uint16).view(np.float16)
 X16 = ALL16[np.isfinite(ALL16)]
@@ -120,68 +120,7 @@ def test_gelu_fit_is_close_to_apple():
 
 
 # ------------------------------------------------------------- error bounds (all fp16)
-def _erf(v):
-    return np.vectorize(math.erf, otypes=[float])(v)
-
-
-_AL, _SC = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
-
-
-def _blk(name):
-    return lambda x: lut.get_block(name)(x)
-
-
-# name: (function on fp16 array, meaning, domain mask, max abs error, max rel error)
-# abs bound over the domain where the meaning is finite; rel bound where |meaning| >= 2**-14.
-BOUNDS = {
-    "tanh": (act.tanh, np.tanh, None, 1.7e-3, 5.9e-3),
-    "sigmoid_stage": (_blk("sigmoid"), lambda x: 1 / (1 + np.exp(-x)) - 0.5, None, 8.3e-4, 5.9e-3),
-    "sigmoid": (act.sigmoid, lambda x: 1 / (1 + np.exp(-x)), None, 1.1e-3, None),
-    "silu": (act.silu, lambda x: x / (1 + np.exp(-x)), None, 3.7e-3, None),
-    "gelu": (act.gelu, lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2))), None, 6.2e-3, None),
-    "exp2": (act.exp2, np.exp2, None, None, 8.7e-4),
-    "exp": (act.exp, np.exp, None, None, 5.4e-3),
-    "reciprocal": (act.reciprocal, lambda x: 1 / x, lambda x: x != 0, None, 8.4e-4),
-    "rsqrt": (act.rsqrt, lambda x: 1 / np.sqrt(x), lambda x: x > 0, None, 1.45e-3),
-    "sqrt": (act.sqrt, np.sqrt, lambda x: x >= 0, None, 9.3e-4),
-    "log2": (act.log2, np.log2, lambda x: x > 0, 8e-3, 1.4e-2),
-    "relu6": (act.relu6, lambda x: np.clip(x, 0, 6), None, 0.0, 0.0),
-    "hardtanh": (act.hardtanh, lambda x: np.clip(x, -1, 1), None, 0.0, 0.0),
-    "leaky_relu": (act.leaky_relu, lambda x: np.where(x >= 0, x, 0.01 * x), None, None, 7e-4),
-    "rrelu": (_blk("rrelu"), lambda x: np.where(x >= 0, x, x * (1 / 8 + 1 / 3) / 2), None, None, 6.6e-4),
-    "selu_neg": (act.selu, lambda x: _SC * _AL * np.expm1(x), lambda x: x <= 0, 1.25e-2, None),
-    "selu_pos": (act.selu, lambda x: _SC * x, lambda x: x > 0, None, 5.6e-4),
-    "sign": (act.sign, np.sign, None, 0.0, 0.0),
-    "relu_lut": (_blk("relu"), lambda x: np.maximum(x, 0), None, 0.0, 0.0),
-    "step": (_blk("step"), lambda x: (x > 0).astype(float), None, 0.0, 0.0),
-    "fraction": (_blk("fraction"), lambda x: x - np.trunc(x), None, 0.0, 0.0),
-    "integer": (_blk("integer"), np.trunc, None, 0.0, 0.0),
-    "atan_low": (
-        _blk("atan_low"),
-        lambda x: np.sign(x) * np.arctan(np.minimum(np.abs(x), 2)),
-        None,
-        8.8e-4,
-        2e-3,
-    ),
-    "atan": (
-        lambda x: (_blk("atan_low")(x).astype(float) + _blk("atan_high")(x).astype(float)).astype(np.float16),
-        np.arctan,
-        None,
-        3.35e-2,
-        2.8e-2,
-    ),
-    "ceil": (
-        lambda x: (_blk("integer")(x).astype(float) + _blk("step")(_blk("fraction")(x)).astype(float)).astype(
-            np.float16
-        ),
-        np.ceil,
-        None,
-        0.0,
-        0.0,
-    ),
-}
-
-
+# BOUNDS (tests/helpers/lut_bounds.py): every table's measured error, checked here
 @pytest.mark.parametrize("name", sorted(BOUNDS))
 def test_error_bound_over_all_finite_fp16(name):
     fn, meaning, dom, abs_bound, rel_bound = BOUNDS[name]

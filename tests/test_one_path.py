@@ -3,8 +3,8 @@
 
 import numpy as np
 import pytest
-from device_helpers import bits
-from reference import ref_conv2d, ref_matmul
+from tests.helpers.device import bits
+from tests.helpers.reference import ref_conv2d, ref_matmul
 
 import fastane
 from fastane import lower

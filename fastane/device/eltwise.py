@@ -19,7 +19,7 @@ directly, one parallel pass per task:
 * a planar row reduction (sum, max, 1/sum) streamed from DRAM into L2:
   :func:`fastane.kernels.planar.reduce_window` on the rows in place.
 
-Same bits and the same counters as the block path (tests/test_eltwise_lane.py compares
+Same bits and the same counters as the block path (tests/device/test_eltwise_lane.py compares
 both, and the reference).  Where a case does not fit -- another format, odd strides, a
 bias per channel, too few elements for an NE table, a destination overlapping a source
 -- :func:`run` returns None and the block path runs.

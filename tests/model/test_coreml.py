@@ -18,21 +18,9 @@ from coremltools.converters.mil.mil import types as mtypes  # noqa: E402
 import fastane  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
 from fastane.model import coreml_import as ci  # noqa: E402
+from tests.helpers.coreml import save as _save  # noqa: E402
 
 RNG = np.random.default_rng(7)
-
-
-def _save(prog, path, target, fp16=False):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        m = ct.convert(
-            prog,
-            convert_to="mlprogram",
-            minimum_deployment_target=target,
-            compute_precision=ct.precision.FLOAT16 if fp16 else ct.precision.FLOAT32,
-        )
-    m.save(str(path))
-    return str(path)
 
 
 W = (RNG.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)

@@ -12,7 +12,7 @@ from coremltools.converters.mil.mil import types as mtypes  # noqa: E402
 import fastane  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
 from fastane.model.predict import predict  # noqa: E402
-from test_coreml import _save  # noqa: E402  (the one way a test saves an ML Program)
+from tests.helpers.coreml import save as _save  # noqa: E402  (the one way a test saves an ML Program)
 
 RNG = np.random.default_rng(11)
 

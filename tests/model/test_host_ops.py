@@ -403,7 +403,7 @@ def test_layer_norm_stash_type_other_than_float32_is_refused():
 def test_average_pool_is_a_depthwise_convolution_on_the_ane(attrs):
     """An AveragePool whose divisor is the whole window runs on the ANE as a depthwise
     convolution with weights fp16(1 / window): bit for bit the slow reference's conv."""
-    from reference import ref_conv2d
+    from tests.helpers.reference import ref_conv2d
 
     rng = np.random.default_rng(2)
     x = (rng.standard_normal((1, 3, 9, 10)) * 4).astype(np.float32)

@@ -13,7 +13,7 @@ from onnx import TensorProto as T, helper, numpy_helper  # noqa: E402
 
 import fastane  # noqa: E402
 from fastane.model import place_qlinear as pq  # noqa: E402
-import reference_int8 as ref8  # noqa: E402
+from tests.helpers import reference_int8 as ref8  # noqa: E402
 
 XS, XZ = np.float32(0.02), np.uint8(118)  # the input's quantization
 CS, CZ = np.float32(0.12), np.uint8(97)  # the conv's output (zero point not 0)

@@ -39,8 +39,8 @@ import onnx.backend.test  # noqa: E402
 import fastane  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
 
-from test_lut_block import BOUNDS  # noqa: E402  (the table bounds, measured once)
-import row_bounds  # noqa: E402  (the row operations' chain bounds)
+from tests.helpers.lut_bounds import BOUNDS  # noqa: E402  (the table bounds, measured once)
+from tests.helpers import row_bounds  # noqa: E402  (the row operations' chain bounds)
 
 #: the node tests run: ONNX op -> regex on the test name (without the "_cpu" suffix)
 OPS = {
