@@ -1,7 +1,7 @@
 """Quantized ONNX models on the INT8 path (fastane/model/place_qlinear.py): a conv + relu +
 matmul classifier built offline in its QLinear and QDQ forms, run end to end against
 onnxruntime; the report shows the INT8 MACs and fewer KernelDMA bytes than the fp16 model;
-the folded zero points are bit for bit the INT8 reference (tests/reference_int8.py)."""
+the folded zero points are bit for bit the INT8 reference (tests/helpers/reference_int8.py)."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def _qconv_model(qw, ws, wz, bq, xz, ys, yz, y_dtype):
 @pytest.mark.parametrize("seed", range(4))
 def test_folded_zero_points_are_the_reference_int8_conv(seed):
     """A QLinearConv with every zero point non-zero (input, a uint8 weight's 128, output) and
-    asymmetric padding, run by the model, equals the INT8 reference (tests/reference_int8.py)
+    asymmetric padding, run by the model, equals the INT8 reference (tests/helpers/reference_int8.py)
     fed the folded operands (the input padded with its zero point, the centered kernel, the
     folded bias on its int16 x 2**shift grid), bit for bit; and the fold is the integer
     identity sum (qx - xz) wc = sum qx wc - xz sum_k wc."""

@@ -221,7 +221,7 @@ _ROW_CALLS = ("softmax", "log_softmax", "reduce_mean", "layer_norm", "rms_norm")
 
 
 def _row_bound(layer, bound, feeds, y16):
-    """The chain's error bound (tests/model/row_bounds.py) on the layer's own input; the
+    """The chain's error bound (tests/helpers/row_bounds.py) on the layer's own input; the
     node tests feed it directly."""
     node = layer.nodes[0]
     rows, width = layer.detail["rows"], layer.detail["width"]
