@@ -153,6 +153,8 @@ def node_cost(node, in_types: list, out_types: list) -> Cost:
     from .opdef import OPS  # noqa: PLC0415 (the registry imports tensor, which imports this)
     from .ops_mac import conv_geometry, deconv_geometry  # noqa: PLC0415
 
+    if node.op == "shape":  # reads its input's shape, never its values
+        return Cost(8 * sum(math.prod(t.shape) for t in out_types))
     ins = [t for t in in_types if t is not None]
     n_in = sum(math.prod(t.shape) for t in ins)
     n_out = sum(math.prod(t.shape) for t in out_types)
