@@ -170,19 +170,35 @@ def _inputs(model, args) -> dict:
         t = model.inputs[missing[0]]
         name = quote(missing[0], marks=False)
         raise _Fail(f"missing input '{name}' ({t}): give --input {name}=FILE.npy (or --random)")
+    want = {name: _bound_shape(model.inputs[name], name, shapes) for name in missing}
+    for name in missing:
+        t = model.inputs[name]
+        if np.dtype(t.dtype).kind != "f":
+            raise _Fail(f"input {quote(name)} ({t}) is not a float tensor: --random cannot make it")
+    # bind first: the sizes and the host budget are checked before any input is made
+    model.bind({**{k: v.shape for k, v in arrays.items()}, **want})
     rng = np.random.default_rng(args.seed)
     for name in missing:
         t = model.inputs[name]
-        shape = _bound_shape(t, name, shapes)
-        if np.dtype(t.dtype).kind != "f":
-            raise _Fail(f"input {quote(name)} ({t}) is not a float tensor: --random cannot make it")
-        arrays[name] = rng.standard_normal(shape).astype(t.dtype)
+        shape = want[name]
+        arrays[name] = _standard_normal(rng, shape, t.dtype)
         print(
             f"fastane run: input {quote(name)}: random {np.dtype(t.dtype).name}"
             f"[{'x'.join(map(str, shape))}] (seed {args.seed})",
             file=sys.stderr,
         )
     return arrays
+
+
+def _standard_normal(rng, shape, dtype, chunk: int = 1 << 20) -> np.ndarray:
+    """``rng.standard_normal(shape).astype(dtype)``, drawn ``chunk`` values at a time (the
+    same values: the generator fills in order) so that no float64 array of the whole
+    shape is made."""
+    out = np.empty(shape, dtype)
+    flat = out.reshape(-1)
+    for i in range(0, flat.size, chunk):
+        flat[i : i + chunk] = rng.standard_normal(min(chunk, flat.size - i))
+    return out
 
 
 def run(args) -> int:

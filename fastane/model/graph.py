@@ -13,8 +13,9 @@ An importer (:mod:`fastane.model.onnx_import`; later Core ML) builds a :class:`G
 :func:`bind` turns it into a :class:`Bound` graph for concrete input shapes: every tensor's
 shape and dtype inferred, symbolic dimensions bound (and checked for consistency), and
 every node whose inputs are all constant folded into a constant (shape arithmetic such
-as ``Shape -> Gather -> Concat -> Reshape`` disappears).  Sizes are checked *before*
-anything is allocated: no tensor may exceed :data:`MAX_TENSOR_ELEMENTS`.
+as ``Shape -> Gather -> Concat -> Reshape`` disappears).  Sizes and costs are checked
+*before* anything is allocated or computed: no tensor may exceed
+:data:`MAX_TENSOR_ELEMENTS`, no node or run the other limits of :mod:`.budget`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ModelError, quote, quote_names
+from .cost import RunBudget
 from .tensor import DTYPES, MAX_FOLD_ELEMENTS, MAX_TENSOR_ELEMENTS, TensorType, check_size
 
 __all__ = [
@@ -161,6 +163,9 @@ def bind(graph: Graph, input_types: dict) -> Bound:
         raise ModelError(
             f"unknown input {quote(extra[0])}; the model's inputs are {quote_names(graph.inputs)}"
         )
+    budget = RunBudget(graph)
+    for name, t in types.items():
+        budget.input(name, t)
     consts = dict(graph.consts)
     for name, arr in consts.items():
         types[name] = TensorType(arr.dtype, arr.shape)
@@ -185,7 +190,9 @@ def bind(graph: Graph, input_types: dict) -> Bound:
         foldable = op.foldable and all((n == "" or n in consts) for n in node.inputs)
         if node.op == "shape":  # needs only its input's (now concrete) shape
             foldable = True
-        if foldable and all(types[n].size <= MAX_FOLD_ELEMENTS for n in node.outputs):
+        foldable = foldable and all(types[n].size <= MAX_FOLD_ELEMENTS for n in node.outputs)
+        budget.node(node, in_types, [types[n] for n in node.outputs], foldable)
+        if foldable:
             if node.op == "shape":
                 start, end = node.attrs.get("start", 0), node.attrs.get("end", len(in_types[0].shape))
                 outs = [np.array(in_types[0].shape[slice(start, end)], np.int64)]
@@ -200,6 +207,7 @@ def bind(graph: Graph, input_types: dict) -> Bound:
             folded.append(node)
         else:
             nodes.append(node)
+    budget.done()
     return Bound(graph, dict(input_types), types, consts, nodes, folded, symbols)
 
 

@@ -45,22 +45,31 @@ __all__ = ["Model", "Report", "LayerRecord", "TOLERANCE"]
 TOLERANCE = {"exact": 2.0**-10, "layout": 0.0, "mac": 1e-2, "table": 2e-2, "host": 0.0}
 
 
-def _errors(y, ref):
-    """(max abs, max rel over |ref| >= 2^-14, normalised error) of ``y`` against ``ref``."""
-    y = np.asarray(y, np.float64)
-    ref = np.asarray(ref, np.float64)
+def _errors(y, ref, chunk: int = 1 << 20):
+    """(max abs, max rel over |ref| >= 2^-14, normalised error) of ``y`` against ``ref``,
+    in float64 ``chunk`` elements at a time (the temporaries stay small beside the
+    tensors: :data:`fastane.model.budget.MAX_LAYER_BYTES`)."""
+    y = np.asarray(y)
+    ref = np.asarray(ref)
     if y.shape != ref.shape or y.size == 0:
         return 0.0, 0.0, 0.0
-    same = (y == ref) | (np.isnan(y) & np.isnan(ref))
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.where(same, 0.0, np.abs(y - ref))
-    diff = np.where(np.isnan(diff), np.inf, diff)
-    mabs = float(diff.max())
-    big = np.abs(ref) >= 2.0**-14
-    rel = float((diff[big] / np.abs(ref[big])).max()) if big.any() else 0.0
-    finite = np.isfinite(ref)
-    scale = max(float(np.abs(ref[finite]).max()) if finite.any() else 0.0, 2.0**-14)
-    return mabs, rel, mabs / scale
+    y, ref = y.reshape(-1), ref.reshape(-1)
+    mabs, rel, top = 0.0, 0.0, 0.0
+    for i in range(0, y.size, chunk):
+        yc = y[i : i + chunk].astype(np.float64)
+        rc = ref[i : i + chunk].astype(np.float64)
+        same = (yc == rc) | (np.isnan(yc) & np.isnan(rc))
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.where(same, 0.0, np.abs(yc - rc))
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        mabs = max(mabs, float(diff.max()))
+        big = np.abs(rc) >= 2.0**-14
+        if big.any():
+            rel = max(rel, float((diff[big] / np.abs(rc[big])).max()))
+        finite = np.isfinite(rc)
+        if finite.any():
+            top = max(top, float(np.abs(rc[finite]).max()))
+    return mabs, rel, mabs / max(top, 2.0**-14)
 
 
 class Model:
@@ -189,13 +198,18 @@ class Model:
         bound, _ = self.bind({k: v.shape for k, v in arrays.items()})
         values = dict(bound.consts)
         values.update(arrays)
-        for node in bound.nodes:
+        last_use = {t: i for i, node in enumerate(bound.nodes) for t in node.inputs}
+        keep = set(bound.graph.outputs) | set(bound.consts) | set(arrays)
+        for i, node in enumerate(bound.nodes):
             outs = host_eval(
                 node,
                 [values[t] if t else None for t in node.inputs],
                 [bound.types[t].dtype for t in node.outputs],
             )
             values.update(zip(node.outputs, outs))
+            for t in node.inputs:  # intermediates freed after their last use, as _run does
+                if last_use.get(t) == i and t not in keep:
+                    values.pop(t, None)
         return {n: np.asarray(values[n]) for n in bound.graph.outputs}
 
     def _plan_report(self, inputs, chip) -> Report:

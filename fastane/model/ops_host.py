@@ -17,12 +17,10 @@ import math
 import numpy as np
 
 from ..errors import ModelError, quote
+from .budget import MAX_EINSUM_WORK, beyond
 from .opdef import _axis, _bshape, _const, _float, _need, _op
 from .tensor import TensorType
 
-#: the most multiply-adds one Einsum may cost on the host (the product of every label's
-#: size): beyond it the model is refused rather than left running for hours
-MAX_EINSUM_WORK = 1 << 34
 
 _I64 = np.dtype(np.int64)
 
@@ -103,9 +101,7 @@ def _einsum_infer(node, types, consts):
         raise ModelError(f"{node.describe()}: operand dtypes differ: {', '.join(str(t) for t in ts)}")
     _, out, work = _einsum_spec(node, [t.shape for t in ts])
     if work > MAX_EINSUM_WORK:
-        raise ModelError(
-            f"{node.describe()}: {work} multiply-adds on the host, beyond fastane's limit of {MAX_EINSUM_WORK}"
-        )
+        raise beyond(node.describe(), work, "multiply-adds", "MAX_EINSUM_WORK")
     return [TensorType(ts[0].dtype, out)]
 
 

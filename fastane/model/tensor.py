@@ -1,5 +1,6 @@
 """Tensor types of a model graph and the size limit every tensor is checked against
-(shared by :mod:`~fastane.model.graph` and :mod:`~fastane.model.ops`)."""
+(shared by :mod:`~fastane.model.graph` and :mod:`~fastane.model.ops`; the limits are
+:mod:`~fastane.model.budget`'s)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ModelError
+from .budget import MAX_FOLD_ELEMENTS, MAX_TENSOR_ELEMENTS, beyond
 from .files import read_file
 
 __all__ = [
@@ -22,11 +24,6 @@ __all__ = [
     "DTYPES",
 ]
 
-#: the largest tensor a model may declare or produce (elements): 2^28 (1 GiB in float32);
-#: a hostile file declaring more gets a ModelError before any allocation
-MAX_TENSOR_ELEMENTS = 1 << 28
-#: constant folding evaluates a node only when its output is at most this many elements
-MAX_FOLD_ELEMENTS = 1 << 22
 
 #: the largest serialized protobuf message (an ONNX model, a Core ML spec): 2 GiB, the
 #: format's own limit; a larger file is refused before it is read
@@ -64,10 +61,7 @@ def check_size(shape, what: str) -> int:
             raise ModelError(f"{what}: invalid dimension {d!r} in shape {tuple(shape)}")
         n *= int(d)
     if n > MAX_TENSOR_ELEMENTS:
-        raise ModelError(
-            f"{what}: shape {tuple(int(d) for d in shape)} has {n} elements, beyond "
-            f"fastane's limit of {MAX_TENSOR_ELEMENTS} per tensor"
-        )
+        raise beyond(f"{what}: shape {tuple(int(d) for d in shape)}", n, "elements", "MAX_TENSOR_ELEMENTS")
     return n
 
 

@@ -1,0 +1,94 @@
+"""What a model may ask of the host: one budget, checked at bind time, before anything is
+allocated or computed.
+
+A model file is a program: a 300-byte ONNX model can ``Expand`` two scalars into a 2^28-
+element tensor and a 512 x 512 x 3 x 3 kernel and ask for a convolution of 10^12
+multiply-adds, or pad a 64 x 64 image by 2^20 columns.  :func:`fastane.model.graph.bind`
+costs every node from the inferred shapes alone (:func:`node_cost`) and refuses the model
+with a :class:`~fastane.errors.ModelError` naming the node, the limit and its value when
+one of these is exceeded:
+
+* :data:`MAX_TENSOR_ELEMENTS` = 2^28 elements per tensor (1 GiB in float32): any tensor
+  a model declares, stores or produces (:func:`fastane.model.tensor.check_size`).
+* :data:`MAX_LAYER_BYTES` = 2^30 bytes (1 GiB) per node: its inputs and outputs (a float
+  element counted at 4 bytes: the host widens float16 to float32), the temporaries its
+  host implementation makes (a convolution's padded input and one window's patch, a
+  pooling's padded input, a transposed convolution's full-size result, the float64 passes
+  of Resize, Einsum and the erf-based ops) and what the per-layer report adds beside them
+  (the ANE's float16 copies, the float32 reference): :func:`node_cost`.
+* :data:`MAX_RUN_BYTES` = 2^30 bytes held at once, node by node in graph order: the
+  node's bytes and every other tensor alive across it (an intermediate from its node to
+  its last reader; the model's inputs and outputs, and the constants folded at bind
+  time, to the end).  The weights read from the file are not counted (the file holds them
+  already).  The address space a run takes is the libraries' (about 0.36 GiB), the
+  emulated DRAM the default device reserves (2 GiB: :data:`fastane.lower.runtime.DEFAULT_MEMORY`)
+  and this: within 4 GiB, with room for the estimate's error.
+* :data:`MAX_LAYER_WORK` = 2^36 multiply-adds per node (matmul, gemm, conv,
+  conv_transpose): seconds, not minutes (a 2^34 multiply-add matmul's report, the ANE run
+  and the float32 reference, took 3.7 s on this machine).  GPT-2's language-model head
+  at 1024 tokens is 2^35.2, ResNet-50's largest layer at 224 x 224 2^26.8.
+* :data:`MAX_EINSUM_WORK` = 2^34 multiply-adds per Einsum (the product of every label's
+  size): numpy's einsum loops run well below BLAS speed.
+* :data:`MAX_LAYER_ELEMENT_OPS` = 2^32 element operations per node (pooling: output
+  elements x window; the others: every input and output element once): numpy runs them
+  one strided pass at a time (a 32 x 32 MaxPool of 2^31.6 took 3.3 s).
+* :data:`MAX_RUN_WORK` = 2^38 per run: the multiply-adds and element operations of all
+  nodes, folded ones included.  GPT-2 (124M parameters) at 1024 tokens is about 2^37,
+  ResNet-50 at 224 x 224 2^32.
+* :data:`MAX_FOLD_ELEMENTS` = 2^22: a node whose inputs are all constant is evaluated at
+  bind time only when its outputs are at most this many elements (it runs as a layer
+  otherwise).
+
+The built-in roofline workloads (:mod:`fastane.workloads`) are not models and are not
+checked.  ``fastane roofline M`` and a stats-only report bind the same way and refuse a
+model with the same line as a run.
+"""
+
+from __future__ import annotations
+
+
+from ..errors import ModelError
+
+__all__ = [
+    "MAX_TENSOR_ELEMENTS",
+    "MAX_FOLD_ELEMENTS",
+    "MAX_LAYER_BYTES",
+    "MAX_LAYER_WORK",
+    "MAX_EINSUM_WORK",
+    "MAX_LAYER_ELEMENT_OPS",
+    "MAX_RUN_WORK",
+    "MAX_RUN_BYTES",
+    "LIMITS",
+    "beyond",
+]
+
+MAX_TENSOR_ELEMENTS = 1 << 28
+MAX_FOLD_ELEMENTS = 1 << 22
+MAX_LAYER_BYTES = 1 << 30
+MAX_LAYER_WORK = 1 << 36
+MAX_EINSUM_WORK = 1 << 34
+MAX_LAYER_ELEMENT_OPS = 1 << 32
+MAX_RUN_WORK = 1 << 38
+MAX_RUN_BYTES = 1 << 30
+
+#: name -> (value, what it limits), for messages and docs/models.md
+LIMITS = {
+    "MAX_TENSOR_ELEMENTS": (MAX_TENSOR_ELEMENTS, "elements per tensor"),
+    "MAX_LAYER_BYTES": (MAX_LAYER_BYTES, "bytes per layer"),
+    "MAX_LAYER_WORK": (MAX_LAYER_WORK, "work per layer"),
+    "MAX_EINSUM_WORK": (MAX_EINSUM_WORK, "work per Einsum"),
+    "MAX_LAYER_ELEMENT_OPS": (MAX_LAYER_ELEMENT_OPS, "element operations per layer"),
+    "MAX_RUN_WORK": (MAX_RUN_WORK, "work per run"),
+    "MAX_RUN_BYTES": (MAX_RUN_BYTES, "bytes per run"),
+}
+
+
+def beyond(what: str, amount: int, unit: str, name: str) -> ModelError:
+    """The error for ``amount`` ``unit`` beyond the limit ``name``: ``"node 'c' (Conv):
+    3.1e12 multiply-adds, beyond fastane's limit for work per layer (MAX_LAYER_WORK =
+    2^36)"``."""
+    value, desc = LIMITS[name]
+    n = f"{amount}" if amount < 10**6 else f"{amount:.1e}".replace("e+", "e")
+    return ModelError(
+        f"{what}: {n} {unit}, beyond fastane's limit for {desc} ({name} = 2^{value.bit_length() - 1})"
+    )
