@@ -113,6 +113,11 @@ class Limits:
     min_group: int = 16  # smallest kernel group the tiler tries
     col_align: int = ALIGN // FORMATS[FP16]  # fp16 columns in one 64-byte DMA burst
     max_chain: int = MAX_CHAIN  # TDs in one submitted chain
+    #: fastane's decision, not the hardware's: the largest input it unfolds on the host
+    #: (im2col) for a kernel, stride or dilation beyond the TD's fields (docs/lower.md,
+    #: section 2); a larger one stays off the ANE (a 32 x 32 pooling window over a
+    #: 64 x 256 x 256 map would unfold to 6.6 GB)
+    max_unfold_bytes: int = 1 << 28
 
     @property
     def kmem_bytes(self) -> int:

@@ -221,6 +221,12 @@ def plan_tiling(conv: Conv, limits: Limits = LIMITS) -> Tiling:
 def _tile(conv: Conv, lim: Limits) -> Tiling:
     stage = ne_stage(conv.activation)
     mode, c = effective(conv, lim)
+    if mode == "im2col" and c.n * c.cin * c.h * c.w * 2 > lim.max_unfold_bytes:
+        raise NotImplementedError(
+            f"a {conv.kh}x{conv.kw} kernel with stride {conv.stride} and dilation {conv.dilation} is "
+            f"beyond the TD's fields and would be unfolded on the host to {size_str(c.n * c.cin * c.h * c.w * 2)}, "
+            f"beyond the {size_str(lim.max_unfold_bytes)} fastane unfolds (Limits.max_unfold_bytes)"
+        )
     best = _search(c, lim, stage)
     if best is not None and best[1].tw < c.wout and mode == "direct" and c.pad[1][0]:
         # column tiles must start on 64-byte boundaries: materialize the padding

@@ -125,6 +125,16 @@ def test_tiling_rules():
     assert lower.build(Conv.matmul(4, 64, 512, groups=8)).n_tasks == 1
 
 
+def test_unfold_beyond_its_limit_is_not_implemented():
+    # a 32 x 32 window (beyond the TD's 31) over 64 x 256 x 256 would unfold to 6.6 GB on the
+    # host: refused before anything is allocated; the same window over 64 x 40 x 40 unfolds
+    with pytest.raises(NotImplementedError, match="max_unfold_bytes"):
+        lower.plan_tiling(Conv(1, 64, 256, 256, 64, 32, 32, groups=64))
+    assert lower.plan_tiling(Conv(1, 64, 40, 40, 64, 32, 32, groups=64)).mode == "im2col"
+    with pytest.raises(NotImplementedError, match="1 MiB"):
+        lower.plan_tiling(Conv(1, 64, 40, 40, 64, 32, 32, groups=64), Limits(max_unfold_bytes=1 << 20))
+
+
 def test_reduction_is_never_split():
     with pytest.raises(NotImplementedError, match="does not fit a core's 64 KiB KMem.*numerics"):
         lower.plan_tiling(Conv(1, 4096, 3, 3, 8, 3, 3))  # 72 KiB for one channel

@@ -284,3 +284,13 @@ def test_shape_reads_no_values():
     t = TensorType(f32, (16384, 16384))
     g = _graph([Node("shape", "s", ["x"], ["y"])], {"x": t}, ["y"])
     assert bind(g, {"x": t}).consts["y"].tolist() == [16384, 16384]
+
+
+def test_a_pooling_window_too_wide_to_unfold_stays_on_the_host(tmp_path):
+    """Before: a 32 x 32 AveragePool over 1 x 64 x 256 x 256 (within the budget) failed with
+    a TD field's overflow that named no node: its unfold (the window is beyond the TD's
+    31) would be 6.6 GB.  Now the layer runs on the host, with the reason."""
+    pool = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[32, 32], name="pool")
+    m = fastane.load_model(_onnx(tmp_path / "a.onnx", [pool], [], inputs=[("x", [1, 64, 256, 256])]))
+    (layer,) = m.report({"x": (1, 64, 256, 256)}, stats_only=True).layers
+    assert layer.placement == "host" and "max_unfold_bytes" in layer.reason
