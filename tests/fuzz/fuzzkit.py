@@ -19,6 +19,7 @@ import os
 import resource
 import select
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -255,9 +256,10 @@ def arguments(description: str, timeout: float, out: str) -> argparse.ArgumentPa
     return ap
 
 
-def main(a: argparse.Namespace, summarize, replay, run_campaign) -> int:
+def main(a: argparse.Namespace, summarize, replay, run_campaign, **settings) -> int:
     """Dispatch a parsed command line: ``--summary`` (``summarize(state)``), ``--case``
-    (``replay(seed, index)`` in this process) or a campaign (``run_campaign(a, log)``)."""
+    (``replay(seed, index)`` in this process) or a campaign (``run_campaign`` with the
+    options of :func:`arguments` and the harness's ``settings``)."""
     if a.summary is not None:
         states = [json.loads((d / "state.json").read_text()) for d in (a.summary or [a.out])]
         print(summarize(merge(states) if len(states) > 1 else states[0]))
@@ -265,13 +267,58 @@ def main(a: argparse.Namespace, summarize, replay, run_campaign) -> int:
     if a.case is not None:
         print(replay(a.seed, a.case))
         return 0
-    st = run_campaign(a, lambda m: print(m, file=sys.stderr, flush=True))
+    st = run_campaign(
+        a.cases,
+        a.seed,
+        a.out,
+        a.resume,
+        start=a.start,
+        timeout=a.timeout,
+        budget=a.budget,
+        log=lambda m: print(m, file=sys.stderr, flush=True),
+        **settings,
+    )
     print(
         json.dumps(
             {k: st[k] for k in ("seed", "next", "kinds", "failures", "outcomes")}, indent=1, sort_keys=True
         )
     )
     return 1 if st["failures"] else 0
+
+
+def misbehave(what: str) -> None:
+    """Go wrong as ``what`` says (``crash``, ``hang``, ``memory``): the harnesses' own
+    tests check that each is named."""
+    if what == "crash":
+        signal.signal(signal.SIGSEGV, signal.SIG_DFL)  # no Python-level handler (pytest's faulthandler)
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if what == "hang":
+        time.sleep(3600)
+    if what == "memory":
+        bytearray(1 << 42)
+
+
+def run_slice(script: Path, out: Path, budget: float, *args: str) -> tuple:
+    """Run a campaign as its script does (a separate process on one core, ``script`` with
+    ``--out out --budget budget`` and ``args``): ``(process, state, the first failures)`` (their
+    class and detail, and their file's name)."""
+    root = Path(__file__).resolve().parent.parent.parent
+    env = dict(
+        os.environ,
+        NUMBA_NUM_THREADS="1",
+        OMP_NUM_THREADS="1",
+        OPENBLAS_NUM_THREADS="1",
+        NUMBA_THREADING_LAYER="workqueue",
+        PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    )
+    cmd = [sys.executable, str(script), "--out", str(out), "--budget", str(budget), *args]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=budget + 600)
+    state = json.loads((out / "state.json").read_text())
+    files = sorted((out / "failures").glob("*.json"))[:10]
+    failures = [
+        {k: v for k, v in json.loads(f.read_text()).items() if k != "case"} | {"file": f.name} for f in files
+    ]
+    return proc, state, failures
 
 
 def single_threaded_numba() -> None:

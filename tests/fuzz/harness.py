@@ -40,9 +40,7 @@ import json
 import math
 import os
 import random
-import signal
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -780,15 +778,8 @@ def run_api(case: dict) -> str:
 
 def run_selftest(case: dict) -> str:
     """Cases that misbehave on purpose: the harness must name each (its own tests)."""
-    what = case["what"]
-    if what == "crash":
-        signal.signal(signal.SIGSEGV, signal.SIG_DFL)  # no Python-level handler (pytest's faulthandler)
-        os.kill(os.getpid(), signal.SIGSEGV)
-    if what == "hang":
-        time.sleep(3600)
-    if what == "memory":
-        np.ones(1 << 40, np.uint8)
-    if what == "error":
+    fuzzkit.misbehave(case["what"])
+    if case["what"] == "error":
         raise KeyError("not a precise error")
     return "ok"
 
@@ -903,17 +894,8 @@ def main(argv=None) -> int:
         a,
         summary,
         lambda seed, index: _replay(seed, index, a.corpus_share),
-        lambda a, log: campaign(
-            a.cases,
-            a.seed,
-            a.out,
-            a.resume,
-            start=a.start,
-            timeout=a.timeout,
-            budget=a.budget,
-            corpus_share=a.corpus_share,
-            log=log,
-        ),
+        campaign,
+        corpus_share=a.corpus_share,
     )
 
 
