@@ -609,7 +609,7 @@ def make_case(seed: int, index: int) -> dict:
             case["mutations"].append(_package_game(case, rng))
         elif m == "game" and base.startswith("onnx") and "model.onnx" in case["files"]:
             case["mutations"].append(_external_data_game(case, rng))
-        elif m == "game" and rng.random() < 0.2:
+        elif m == "game" and rng.random() < 0.05:  # (a FIFO blocks open() until the timeout)
             _place(case, s["model"], "fifos")
             case["mutations"].append("the model file is a FIFO")
         elif m == "struct" and proto_file in case["files"]:
@@ -646,6 +646,12 @@ class Traceback_(fuzzkit.Failure):
     """An exception escaped the command line, or its error was not one line."""
 
     status = "traceback"
+
+
+class MemoryBlowUp(fuzzkit.Failure):
+    """A host ``MemoryError`` (not fastane's own ``DeviceMemoryError``)."""
+
+    status = "memory"
 
 
 class ReadOutside(fuzzkit.Failure):
@@ -733,8 +739,8 @@ INFO_PREFIXES = ("fastane run: input ",)
 
 def run_cli(argv: list) -> tuple:
     """``fastane ARGV`` in this process: ``(exit status, stderr)``; stdout is encoded as a
-    terminal's (UTF-8, strict).  An exception escaping it is a :class:`Traceback_`; a
-    host ``MemoryError`` is raised as it is."""
+    terminal's (UTF-8, strict).  An exception escaping it is a :class:`Traceback_`, a
+    host ``MemoryError`` a :class:`MemoryBlowUp`."""
     from fastane import cli
     from fastane.errors import DeviceMemoryError
 
@@ -749,7 +755,7 @@ def run_cli(argv: list) -> tuple:
                 code = exc.code if isinstance(exc.code, int) else 2
     except MemoryError as exc:
         if not isinstance(exc, DeviceMemoryError):
-            raise
+            raise MemoryBlowUp(f"fastane {argv[0]}: MemoryError: {exc} at {_where(exc)}") from None
         raise Traceback_(f"fastane {argv[0]}: DeviceMemoryError escaped: {exc} at {_where(exc)}") from None
     except Exception as exc:  # noqa: BLE001
         msg = str(exc)
@@ -809,7 +815,7 @@ def run_case(case: dict) -> str:
             code, err = run_cli(full)
             what = argv[0] + (" --report" if "--report" in argv else "")
             res.append(f"{what} {check_outcome(full, code, err)}")
-        except Traceback_ as exc:
+        except (Traceback_, MemoryBlowUp) as exc:
             failure = exc
             break
     if outside:
