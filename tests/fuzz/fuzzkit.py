@@ -21,6 +21,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -49,16 +50,18 @@ def run_isolated(case: dict, run_case, timeout: float, headroom: int = AS_HEADRO
     what ``run_case`` returned) or a failure class: a :class:`Failure`'s ``status``,
     ``crash`` (a signal), ``hang`` (no answer in time), ``memory`` (``MemoryError``) or
     ``error`` (any other exception escaping ``run_case``)."""
+    import faulthandler
+
     limit = _vm_bytes() + headroom
     rfd, wfd = os.pipe()
+    stack = tempfile.TemporaryFile()  # where a hanging child's stack is dumped
     pid = os.fork()
     if pid == 0:  # the child
         os.close(rfd)
         code = 0
         try:
-            import faulthandler
-
             faulthandler.disable()  # a crash is reported by the parent, not dumped
+            faulthandler.dump_traceback_later(timeout * 0.9, file=stack)
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
             signal.alarm(int(timeout) + 5)  # a hard stop if the parent's kill is late
             try:
@@ -82,7 +85,7 @@ def run_isolated(case: dict, run_case, timeout: float, headroom: int = AS_HEADRO
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             os.close(rfd)
-            return "hang", f"no result within {timeout:g} s"
+            return "hang", f"no result within {timeout:g} s" + _stack(stack)
         r, _, _ = select.select([rfd], [], [], min(left, 1.0))
         if r:
             b = os.read(rfd, 1 << 16)
@@ -90,6 +93,7 @@ def run_isolated(case: dict, run_case, timeout: float, headroom: int = AS_HEADRO
                 break
             chunks.append(b)
     os.close(rfd)
+    stack.close()
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -100,6 +104,17 @@ def run_isolated(case: dict, run_case, timeout: float, headroom: int = AS_HEADRO
         return "crash", f"exit status {os.WEXITSTATUS(status)} without a result"
     st, detail = json.loads(b"".join(chunks))
     return st, detail
+
+
+def _stack(f) -> str:
+    """The innermost frames of the stack a hanging child dumped into ``f`` (faulthandler's
+    text, innermost first)."""
+    f.seek(0)
+    frames = [
+        ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip().startswith("File")
+    ]
+    f.close()
+    return "; stack: " + " < ".join(frames[:4]) if frames else ""
 
 
 def campaign(

@@ -524,7 +524,7 @@ def _package_game(case: dict, rng: random.Random) -> str:
     )
     off = rng.choice([0, 1, 63, 2**31 - 1, 2**63 - 1, 2**64 - 1]) if name is None else None
     _set_blobs(case, name, off, rng)
-    return f"weight blob: fileName {name!r}, offset {off}"
+    return f"weight blobs: fileName = {name!r}" if name is not None else f"a weight blob: offset = {off}"
 
 
 def _set_blobs(case: dict, name, offset, rng=None) -> None:

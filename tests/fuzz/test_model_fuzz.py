@@ -113,7 +113,7 @@ def _failing(monkeypatch, seeds, what):
     "what,status,words",
     [
         ("crash", "crash", "SIGSEGV"),
-        ("hang", "hang", "no result within"),
+        ("hang", "hang", "in misbehave"),
         ("memory", "memory", "MemoryError"),
         ("traceback", "traceback", "KeyError: 'not a precise error' at"),
         ("read-outside", "read-outside", "/etc/hostname"),
