@@ -34,25 +34,21 @@ Usage: ``python tests/fuzz/harness.py --cases N [--seed S] [--out .fuzz] [--resu
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import json
 import math
 import os
 import random
-import resource
-import select
-import signal
 import sys
-import time
 import traceback
 from pathlib import Path
 
 import numpy as np
 
-#: address space a case may add to the parent's (the per-task host cap is 2 GiB)
-AS_HEADROOM = 3 << 30
+import fuzzkit
+from fuzzkit import AS_HEADROOM
+
 #: seconds a case may run
 TIMEOUT = 60.0
 CANARY = 0xA5
@@ -67,8 +63,10 @@ CORPUS_SHARE = 0.3
 _BASES = None  # name -> Program, built once in the parent
 
 
-class Violation(Exception):
+class Violation(fuzzkit.Failure):
     """An invariant failed."""
+
+    status = "violation"
 
 
 # ------------------------------------------------------------------ base programs
@@ -780,15 +778,8 @@ def run_api(case: dict) -> str:
 
 def run_selftest(case: dict) -> str:
     """Cases that misbehave on purpose: the harness must name each (its own tests)."""
-    what = case["what"]
-    if what == "crash":
-        signal.signal(signal.SIGSEGV, signal.SIG_DFL)  # no Python-level handler (pytest's faulthandler)
-        os.kill(os.getpid(), signal.SIGSEGV)
-    if what == "hang":
-        time.sleep(3600)
-    if what == "memory":
-        np.ones(1 << 40, np.uint8)
-    if what == "error":
+    fuzzkit.misbehave(case["what"])
+    if case["what"] == "error":
         raise KeyError("not a precise error")
     return "ok"
 
@@ -801,69 +792,10 @@ def run_case(case: dict) -> str:
 
 
 # ------------------------------------------------------------------ the child process
-def _vm_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def run_isolated(case: dict, timeout: float = TIMEOUT, headroom: int = AS_HEADROOM) -> tuple:
     """``(status, detail)``: status ``"ok"`` (detail: the outcome class) or a failure
     class (``violation``, ``crash``, ``hang``, ``memory``, ``error``)."""
-    limit = _vm_bytes() + headroom
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        os.close(rfd)
-        code = 0
-        try:
-            import faulthandler
-
-            faulthandler.disable()  # a crash is reported by the parent, not dumped
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-            signal.alarm(int(timeout) + 5)  # a hard stop if the parent's kill is late
-            try:
-                res = ("ok", run_case(case))
-            except Violation as v:
-                res = ("violation", str(v))
-            except MemoryError as exc:
-                res = ("memory", f"MemoryError: {exc}")
-            except BaseException as exc:  # noqa: BLE001
-                res = ("error", "".join(traceback.format_exception(exc))[-3000:])
-            os.write(wfd, json.dumps(res).encode())
-        except BaseException:  # noqa: BLE001
-            code = 3
-        finally:
-            os._exit(code)
-    os.close(wfd)
-    chunks, deadline = [], time.monotonic() + timeout
-    status = None
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(rfd)
-            return "hang", f"no result within {timeout:.0f} s"
-        r, _, _ = select.select([rfd], [], [], min(left, 1.0))
-        if r:
-            b = os.read(rfd, 1 << 16)
-            if not b:
-                break
-            chunks.append(b)
-    os.close(rfd)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        return (
-            "hang" if sig == signal.SIGALRM else "crash"
-        ), f"killed by signal {sig} ({signal.Signals(sig).name})"
-    if not chunks:
-        return "crash", f"exit status {os.WEXITSTATUS(status)} without a result"
-    st, detail = json.loads(b"".join(chunks))
-    return st, detail
+    return fuzzkit.run_isolated(case, run_case, timeout, headroom)
 
 
 # ------------------------------------------------------------------ campaigns
@@ -908,192 +840,63 @@ def campaign(
 ) -> dict:
     """Run cases ``start .. start+n-1`` of campaign ``seed``; tallies, failures saved under ``out``.
     ``budget``: stop after that many seconds (the cases run so far are reported)."""
-    state = {
-        "seed": seed,
-        "corpus_share": corpus_share,
-        "start": start,
-        "next": start,
-        "outcomes": {},
-        "failures": {},
-        "kinds": {},
-        "seconds": 0.0,
-    }
-    sfile = out / "state.json" if out is not None else None
-    if out is not None:
-        (out / "failures").mkdir(parents=True, exist_ok=True)
-        if resume and sfile.exists():
-            old = json.loads(sfile.read_text())
-            same = (old.get("seed"), old.get("corpus_share", CORPUS_SHARE), old.get("start", 0))
-            if same == (seed, corpus_share, start):
-                state = old
-    end = start + n  # resuming continues the same campaign up to case start + n
-    warm_up()
-    t0 = time.monotonic()
-    outcomes = collections.Counter(state["outcomes"])
-    failures = collections.Counter(state["failures"])
-    kinds = collections.Counter(state["kinds"])
-    began = time.monotonic()
-    for i in range(state["next"], end):
-        if budget is not None and time.monotonic() - began > budget:
-            end = i
-            break
-        case = make_case(seed, i, corpus_share)
-        status, detail = run_isolated(case, timeout)
-        kinds[case["kind"]] += 1
-        if status == "ok":
-            outcomes[f"{case['kind']}: {_bucket(detail)}"] += 1
-        else:
-            failures[status] += 1
-            if out is not None:
-                (out / "failures" / f"{seed}-{i}.json").write_text(
-                    json.dumps({"status": status, "detail": detail, "case": case}, indent=1)
-                )
-            if log:
-                log(f"case {i} ({case['kind']} {case.get('base', '')}): {status}: {detail[:500]}")
-        if out is not None and (i % 100 == 99 or i == end - 1):
-            state.update(
-                next=i + 1,
-                outcomes=dict(outcomes),
-                failures=dict(failures),
-                kinds=dict(kinds),
-                seconds=state.get("seconds", 0.0) + time.monotonic() - t0,
-            )
-            t0 = time.monotonic()
-            sfile.write_text(json.dumps(state, indent=1, sort_keys=True))
-    state.update(
-        next=end,
-        outcomes=dict(outcomes),
-        failures=dict(failures),
-        kinds=dict(kinds),
-        seconds=state.get("seconds", 0.0) + time.monotonic() - t0,
+    return fuzzkit.campaign(
+        n,
+        seed,
+        out,
+        resume,
+        start,
+        timeout,
+        make_case=lambda s, i: make_case(s, i, corpus_share),
+        run=run_isolated,
+        warm_up=warm_up,
+        params={"corpus_share": corpus_share},
+        log=log,
+        budget=budget,
     )
-    if out is not None:
-        sfile.write_text(json.dumps(state, indent=1, sort_keys=True))
-    return state
 
 
-def _bucket(detail: str) -> str:
-    return detail
-
-
-def merge(states: list) -> dict:
-    """One campaign's figures from its shards (``--start`` ranges of the same seed run
-    separately); the ranges must be of one seed and must not overlap."""
-    if len({s["seed"] for s in states}) != 1:
-        raise ValueError("the shards are of different seeds")
-    spans = sorted((s.get("start", 0), s["next"]) for s in states)
-    for (_, end), (begin, _) in zip(spans, spans[1:]):
-        if begin < end:
-            raise ValueError(f"the shards overlap: {spans}")
-    out = {"seed": states[0]["seed"], "shards": spans, "seconds": sum(s.get("seconds", 0.0) for s in states)}
-    out["cases"] = sum(e - b for b, e in spans)
-    for key in ("outcomes", "failures", "kinds"):
-        total = collections.Counter()
-        for s in states:
-            total.update(s[key])
-        out[key] = dict(total)
-    return out
+merge = fuzzkit.merge
 
 
 def summary(state: dict) -> str:
     """The campaign's figures as Markdown: cases by kind, failures by class, outcomes."""
-    if "shards" in state:
-        ran, spans = state["cases"], state["shards"]
-    else:
-        ran, spans = state["next"] - state.get("start", 0), [(state.get("start", 0), state["next"])]
-    where = ", ".join(f"{b}..{e - 1}" for b, e in spans)
-    lines = [
-        f"Cases run: {ran} (seed {state['seed']}, cases {where}; {state.get('seconds', 0) / 60:.0f} min of "
-        f"case time); by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(state["kinds"].items())),
-        "",
-        "Failures: "
-        + (
-            ", ".join(f"{k} {v}" for k, v in sorted(state["failures"].items()))
-            or "none (no crash, hang, memory blow-up, unexpected exception or broken invariant)"
-        ),
-        "",
-        "| outcome | cases |",
-        "| --- | ---: |",
-    ]
-    merged = collections.Counter()
+    merged, runs = collections.Counter(), collections.Counter()
     for k, v in state["outcomes"].items():
         merged[k.split("; run:")[0]] += v
-    for k, v in sorted(merged.items(), key=lambda kv: (kv[0].split(":")[0], -kv[1])):
-        lines.append(f"| {k} | {v} |")
-    runs = collections.Counter()
-    for k, v in state["outcomes"].items():
         if "; run:" in k:
             runs[k.split("; run:")[1]] += v
+    lines = fuzzkit.summary(
+        state, "none (no crash, hang, memory blow-up, unexpected exception or broken invariant)", merged
+    )
     if runs:
-        lines += [
-            "",
-            "`Device.run` of the mutated TDs (stats-only / computing):",
-            "",
-            "| outcome | cases |",
-            "| --- | ---: |",
-        ]
-        lines += [f"| {k} | {v} |" for k, v in runs.most_common()]
+        lines += ["", "`Device.run` of the mutated TDs (stats-only / computing):", "", *fuzzkit.table(runs)]
     return "\n".join(lines)
 
 
+def _replay(seed: int, index: int, corpus_share: float) -> str:
+    case = make_case(seed, index, corpus_share)
+    shown = {k: v for k, v in case.items() if k not in ("stream", "kernel", "data")}
+    return json.dumps(shown, indent=1) + "\n" + run_case(case)
+
+
 def main(argv=None) -> int:
-    # before fastane (and Numba) load: GNU OpenMP is not fork-safe.  Not at import: the
-    # workqueue layer is not thread-safe, and the test suite imports this module.
-    os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cases", type=int, default=1000)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument(
-        "--start",
-        type=int,
-        default=0,
-        help="the first case (a shard of a campaign: cases START..START+CASES-1)",
-    )
-    ap.add_argument("--out", type=Path, default=Path(".fuzz"))
-    ap.add_argument("--resume", action="store_true", help="continue the campaign saved in OUT/state.json")
-    ap.add_argument("--timeout", type=float, default=TIMEOUT)
-    ap.add_argument("--budget", type=float, help="stop after this many seconds")
+    fuzzkit.single_threaded_numba()
+    ap = fuzzkit.arguments(__doc__.split("\n")[0], TIMEOUT, ".fuzz")
     ap.add_argument(
         "--corpus-share",
         type=float,
         default=CORPUS_SHARE,
         help="share of the TD cases mutating a corpus program (the rest: small built-in ones)",
     )
-    ap.add_argument("--case", type=int, help="run one case in this process (no isolation) and print it")
-    ap.add_argument(
-        "--summary",
-        nargs="*",
-        type=Path,
-        metavar="DIR",
-        help="print OUT/state.json's figures as Markdown (or the merged figures of the shards' DIRs)",
-    )
     a = ap.parse_args(argv)
-    if a.summary is not None:
-        states = [json.loads((d / "state.json").read_text()) for d in (a.summary or [a.out])]
-        print(summary(merge(states) if len(states) > 1 else states[0]))
-        return 0
-    if a.case is not None:
-        case = make_case(a.seed, a.case, a.corpus_share)
-        print(json.dumps({k: v for k, v in case.items() if k not in ("stream", "kernel", "data")}, indent=1))
-        print(run_case(case))
-        return 0
-    st = campaign(
-        a.cases,
-        a.seed,
-        a.out,
-        a.resume,
-        start=a.start,
-        timeout=a.timeout,
-        budget=a.budget,
+    return fuzzkit.main(
+        a,
+        summary,
+        lambda seed, index: _replay(seed, index, a.corpus_share),
+        campaign,
         corpus_share=a.corpus_share,
-        log=lambda m: print(m, file=sys.stderr, flush=True),
     )
-    print(
-        json.dumps(
-            {k: st[k] for k in ("seed", "next", "kinds", "failures", "outcomes")}, indent=1, sort_keys=True
-        )
-    )
-    return 1 if st["failures"] else 0
 
 
 if __name__ == "__main__":

@@ -9,13 +9,12 @@ per case, on one core -- with fewer corpus bases (:data:`CI_CORPUS_SHARE`), stop
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import fuzzkit
 import harness
 
 CI_SEED = 1
@@ -28,37 +27,17 @@ HERE = Path(__file__).parent
 
 
 def test_a_seeded_slice_of_the_campaign_finds_nothing(tmp_path):
-    env = dict(
-        os.environ,
-        NUMBA_NUM_THREADS="1",
-        OMP_NUM_THREADS="1",
-        OPENBLAS_NUM_THREADS="1",
-        NUMBA_THREADING_LAYER="workqueue",
+    proc, state, detail = fuzzkit.run_slice(
+        HERE / "harness.py",
+        tmp_path,
+        CI_BUDGET,
+        *("--cases", str(CI_CASES), "--seed", str(CI_SEED), "--corpus-share", str(CI_CORPUS_SHARE)),
     )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(HERE / "harness.py"),
-            "--cases",
-            str(CI_CASES),
-            "--seed",
-            str(CI_SEED),
-            "--out",
-            str(tmp_path),
-            "--budget",
-            str(CI_BUDGET),
-            "--corpus-share",
-            str(CI_CORPUS_SHARE),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CI_BUDGET + 600,
+    assert proc.returncode == 0 and not state["failures"], (
+        state["failures"],
+        detail[:5],
+        proc.stderr[-3000:],
     )
-    state = json.loads((tmp_path / "state.json").read_text())
-    failures = sorted(p.name for p in (tmp_path / "failures").glob("*.json"))
-    detail = [json.loads((tmp_path / "failures" / f).read_text()) for f in failures[:5]]
-    assert proc.returncode == 0 and not state["failures"], (state["failures"], detail, proc.stderr[-3000:])
     ran = state["next"]
     assert ran >= min(CI_CASES, 200), f"only {ran} cases ran in {CI_BUDGET} s"
     kinds = state["kinds"]
