@@ -51,6 +51,7 @@ from ..errors import ModelError
 
 __all__ = [
     "MAX_TENSOR_ELEMENTS",
+    "MAX_RANK",
     "MAX_FOLD_ELEMENTS",
     "MAX_LAYER_BYTES",
     "MAX_LAYER_WORK",
@@ -63,6 +64,9 @@ __all__ = [
 ]
 
 MAX_TENSOR_ELEMENTS = 1 << 28
+#: the most dimensions a tensor may have: numpy 1.x's own limit (NPY_MAXDIMS); models use
+#: at most 8 (the ANE 5)
+MAX_RANK = 32
 MAX_FOLD_ELEMENTS = 1 << 22
 MAX_LAYER_BYTES = 1 << 30
 MAX_LAYER_WORK = 1 << 36
@@ -74,6 +78,7 @@ MAX_RUN_BYTES = 1 << 30
 #: name -> (value, what it limits), for messages and docs/models.md
 LIMITS = {
     "MAX_TENSOR_ELEMENTS": (MAX_TENSOR_ELEMENTS, "elements per tensor"),
+    "MAX_RANK": (MAX_RANK, "dimensions per tensor"),
     "MAX_LAYER_BYTES": (MAX_LAYER_BYTES, "bytes per layer"),
     "MAX_LAYER_WORK": (MAX_LAYER_WORK, "work per layer"),
     "MAX_EINSUM_WORK": (MAX_EINSUM_WORK, "work per Einsum"),
@@ -88,7 +93,13 @@ def beyond(what: str, amount: int, unit: str, name: str) -> ModelError:
     3.1e12 multiply-adds, beyond fastane's limit for work per layer (MAX_LAYER_WORK =
     2^36)"``."""
     value, desc = LIMITS[name]
-    n = f"{amount}" if amount < 10**6 else f"{amount:.1e}".replace("e+", "e")
+    digits = str(int(amount))
+    if len(digits) <= 6:
+        n = digits
+    elif len(digits) < 300:
+        n = f"{int(amount):.1e}".replace("e+", "e")
+    else:  # a hostile shape's product, beyond any float
+        n = f"{digits[0]}.{digits[1]}e{len(digits) - 1}"
     return ModelError(
         f"{what}: {n} {unit}, beyond fastane's limit for {desc} ({name} = 2^{value.bit_length() - 1})"
     )

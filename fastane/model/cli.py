@@ -12,11 +12,14 @@ shape or dtype is one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 
 import numpy as np
 
 from ..errors import ModelError, quote, quote_names
+from .budget import MAX_TENSOR_ELEMENTS
+from .files import read_file
 
 __all__ = ["add_arguments", "run"]
 
@@ -148,10 +151,19 @@ def _inputs(model, args) -> dict:
             raise _Fail(
                 f"--input {item!r}: the model has no input {quote(name)} (inputs: {quote_names(names)})"
             )
+        # read as a model's files are (a regular file: a FIFO would block), within the
+        # largest tensor a model may take (float64) and a header
+        data = read_file(
+            path,
+            f"--input {quote(item)}",
+            MAX_TENSOR_ELEMENTS * 8 + (1 << 20),
+            "the largest input",
+            missing=f"--input {quote(item)}: cannot read {quote(path)}: no such file",
+        )
         try:
-            arrays[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise _Fail(f"--input {item!r}: cannot read {path!r} as a .npy array ({exc})") from None
+            arrays[name] = np.load(io.BytesIO(data), allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise _Fail(f"--input {quote(item)}: cannot read {quote(path)} as a .npy array ({exc})") from None
     shapes = dict(_parse_shape(s) for s in args.shape)
     shapes = {k if k in model.inputs else shown.get(k, k): v for k, v in shapes.items()}
     for name in shapes:

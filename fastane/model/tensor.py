@@ -10,13 +10,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ModelError
-from .budget import MAX_FOLD_ELEMENTS, MAX_TENSOR_ELEMENTS, beyond
+from ..errors import ModelError, quote
+from .budget import MAX_FOLD_ELEMENTS, MAX_RANK, MAX_TENSOR_ELEMENTS, beyond
 from .files import read_file
 
 __all__ = [
     "TensorType",
     "check_size",
+    "shape_text",
     "read_protobuf",
     "MAX_TENSOR_ELEMENTS",
     "MAX_FOLD_ELEMENTS",
@@ -49,19 +50,27 @@ class TensorType:
         return math.prod(self.shape)
 
     def __str__(self) -> str:
-        return f"{np.dtype(self.dtype).name}[{'x'.join(str(d) for d in self.shape)}]"
+        return f"{np.dtype(self.dtype).name}[{quote('x'.join(str(d) for d in self.shape), marks=False)}]"
+
+
+def shape_text(shape, limit: int = 80) -> str:
+    """``shape`` as a tuple for a message, cut after ``limit`` characters (a hostile model's
+    rank can be in the thousands)."""
+    return quote(str(tuple(shape)), limit, marks=False)
 
 
 def check_size(shape, what: str) -> int:
     """The element count of ``shape``, or a ModelError if a dimension is negative or the
     tensor would exceed :data:`MAX_TENSOR_ELEMENTS`."""
+    if len(shape) > MAX_RANK:
+        raise beyond(f"{what}: shape {shape_text(shape)}", len(shape), "dimensions", "MAX_RANK")
     n = 1
     for d in shape:
         if not isinstance(d, (int, np.integer)) or d < 0:
-            raise ModelError(f"{what}: invalid dimension {d!r} in shape {tuple(shape)}")
+            raise ModelError(f"{what}: invalid dimension {quote(repr(d))} in shape {shape_text(shape)}")
         n *= int(d)
     if n > MAX_TENSOR_ELEMENTS:
-        raise beyond(f"{what}: shape {tuple(int(d) for d in shape)}", n, "elements", "MAX_TENSOR_ELEMENTS")
+        raise beyond(f"{what}: shape {shape_text(shape)}", n, "elements", "MAX_TENSOR_ELEMENTS")
     return n
 
 

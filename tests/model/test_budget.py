@@ -294,3 +294,17 @@ def test_a_pooling_window_too_wide_to_unfold_stays_on_the_host(tmp_path):
     m = fastane.load_model(_onnx(tmp_path / "a.onnx", [pool], [], inputs=[("x", [1, 64, 256, 256])]))
     (layer,) = m.report({"x": (1, 64, 256, 256)}, stats_only=True).layers
     assert layer.placement == "host" and "max_unfold_bytes" in layer.reason
+
+
+def test_hostile_ranks_and_products_are_one_short_line():
+    """Before: a shape of 2000 dimensions quoted whole (a 6.7 KB message), and a product
+    beyond any float raised OverflowError from the message's formatting."""
+    from fastane.model.tensor import check_size
+
+    with pytest.raises(ModelError, match=r"2000 dimensions, .*\(MAX_RANK = 2\^5\)") as e:
+        check_size((2,) * 2000, "input 'x'")
+    assert len(str(e.value)) < 300
+    with pytest.raises(ModelError, match=r"8\.2e559 elements") as e:
+        check_size((1 << 62,) * 30, "input 'x'")
+    assert len(str(e.value)) < 300
+    assert check_size((1 << 62,) * 30 + (0,), "input 'x'") == 0

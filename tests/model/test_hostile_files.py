@@ -265,3 +265,15 @@ def test_placement_file_fifo(tmp_path):
     g.write_text("[" * 200_000 + "]" * 200_000)
     with pytest.raises(ValueError, match="not a readable JSON placement file"):
         load_observed(str(g))
+
+
+def test_input_array_fifo(pkg, tmp_path, capsys):
+    """`fastane run M -i x=FIFO`: the input array is read under the same rule (np.load
+    blocked on it); one line, exit status 2."""
+    from fastane.cli import main
+
+    x = tmp_path / "x.npy"
+    os.mkfifo(x)
+    rc = main(["run", pkg, "-i", f"x={x}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "is a FIFO, not a regular file" in err, err

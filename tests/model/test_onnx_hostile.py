@@ -389,7 +389,7 @@ def test_long_names_are_shortened():
             _exercise(_model([node], [X], [Y], [pads, scales], opset=18))
         assert len(str(info.value)) < 300 and "characters)" in str(info.value), str(info.value)
     many = onnx.TensorProto(name="w", data_type=T.FLOAT, dims=[1] * 1000, float_data=[1.0, 2.0])
-    with pytest.raises(ModelError, match="declares shape") as info:
+    with pytest.raises(ModelError, match=r"shape \(1, 1, 1.*MAX_RANK") as info:
         fastane.load_model(_model([helper.make_node("Add", ["x", "w"], ["y"])], [X], [Y], [many]))
     assert len(str(info.value)) < 300, str(info.value)
 
