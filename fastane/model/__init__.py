@@ -2,9 +2,9 @@
 
 - :mod:`~fastane.model.graph`: the front-end-neutral graph, shape binding, constant folding;
 - :mod:`~fastane.model.ops`: the op vocabulary (shape inference, float32 host implementations);
-- :mod:`~fastane.model.onnx_import`: the ONNX importer (the only module that imports onnx);
-- :mod:`~fastane.model.place`: placement on the ANE or the host, with the reason;
-- :mod:`~fastane.model.model`: :class:`Model` (run, fp32 reference, per-layer report);
+- :mod:`~fastane.model.frontends.onnx.importer`: the ONNX importer (the only module that imports onnx);
+- :mod:`~fastane.model.placement.place`: placement on the ANE or the host, with the reason;
+- :mod:`~fastane.model.run.model`: :class:`Model` (run, fp32 reference, per-layer report);
 - :mod:`~fastane.model.cli`: ``fastane run``.
 
 ``import fastane`` imports this package but never onnx: the importer loads it when a
@@ -17,7 +17,7 @@ import os
 
 from ..errors import ModelError, quote
 from .graph import Graph, Node, TensorType, bind
-from .model import Model, Report
+from .run.model import Model, Report
 from .tensor import read_protobuf
 
 __all__ = [
@@ -47,20 +47,20 @@ def load_model(path, weights: bool = True) -> Model:
     if not isinstance(path, (str, os.PathLike)):
         proto_type = type(path).__name__
         if proto_type == "ModelProto":
-            from .onnx_import import from_proto
+            from .frontends.onnx.importer import from_proto
 
             return Model(from_proto(path, weights=weights))
         raise TypeError(f"load_model: expected a path or an onnx.ModelProto, got {proto_type}")
     text = os.fspath(path)
     if (b"\0" if isinstance(text, bytes) else "\0") in text:
         raise ModelError(f"{quote(text)}: a path with a NUL byte names no file")
-    from .coreml_import import is_coreml
+    from .frontends.coreml.importer import is_coreml
 
     if is_coreml(path) or _sniff_coreml(path):
-        from .coreml_import import load as load_coreml
+        from .frontends.coreml.importer import load as load_coreml
 
         return Model(load_coreml(path, weights))
-    from .onnx_import import load
+    from .frontends.onnx.importer import load
 
     return Model(load(path, weights))
 
@@ -92,9 +92,9 @@ def _sniff_coreml(path) -> bool:
     if data[:1] != b"\x08":
         return False
     try:
-        from .coreml_import import _parse_spec
+        from .frontends.coreml.importer import parse_spec
 
-        _parse_spec(data, p)
+        parse_spec(data, p)
     except (ModelError, ImportError):
         return False
     try:

@@ -1,5 +1,5 @@
 """The per-layer report of a model run (:class:`Report`, one :class:`LayerRecord` a
-layer): a text table and a JSON-ready dict.  :mod:`fastane.model.model` builds it and
+layer): a text table and a JSON-ready dict.  :mod:`fastane.model.run.model` builds it and
 re-exports both names.
 """
 
@@ -9,9 +9,9 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from ..errors import quote
-from ..stats import Stats
-from .place import Layer
+from ...errors import quote
+from ...stats import Stats
+from ..placement.place import Layer
 
 __all__ = ["Report", "LayerRecord"]
 
@@ -29,7 +29,7 @@ class LayerRecord:
     tolerance: float = 0.0
     shapes: str = ""
     #: non-finite outputs (inf, nan) the layer made from finite inputs ("born" there),
-    #: and those it passed on from non-finite inputs (inherited); see fastane.model.hunt
+    #: and those it passed on from non-finite inputs (inherited); see fastane.model.run.hunt
     inf_born: int = 0
     nan_born: int = 0
     nonfinite_inherited: int = 0
@@ -56,9 +56,9 @@ class LayerRecord:
             "op_per_byte": None,
             "time_s": None,
             "bound": None,
-            "max_abs_err": _num(self.max_abs_err),
-            "max_rel_err": _num(self.max_rel_err),
-            "error": _num(self.error),
+            "max_abs_err": json_number(self.max_abs_err),
+            "max_rel_err": json_number(self.max_rel_err),
+            "error": json_number(self.error),
             "tolerance": self.tolerance,
             "within_tolerance": self.ok,
             "inf_born": self.inf_born,
@@ -74,7 +74,8 @@ class LayerRecord:
         return d
 
 
-def _num(x):
+def json_number(x):
+    """``x`` as JSON holds it: NaN -> None, an infinity -> ``"inf"``."""
     return (
         None
         if x is None or (isinstance(x, float) and math.isnan(x))
@@ -118,7 +119,7 @@ class Report:
         return json.dumps(self.as_dict(), indent=1)
 
     def table(self) -> str:
-        from ..roofline.result import _si, _t
+        from ...roofline.result import _si, _t
 
         head = (
             f"{'layer':24s} {'op':28s} {'place':6s} {'tasks':>5s} {'MACs':>9s} {'DRAM':>9s} "
@@ -189,7 +190,7 @@ class Report:
 
 
 def _e(x) -> str:
-    if isinstance(x, str):  # "inf" from _num (an output that overflowed)
+    if isinstance(x, str):  # "inf" from json_number (an output that overflowed)
         return x
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"

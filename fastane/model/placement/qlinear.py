@@ -39,9 +39,9 @@ import math
 
 import numpy as np
 
-from .. import quantized as _q
-from ..stats import Stats
-from .ops import conv_geometry
+from ... import quantized as _q
+from ...stats import Stats
+from ..ops import conv_geometry
 
 __all__ = ["place_qlinear", "match", "bias_grid"]
 
