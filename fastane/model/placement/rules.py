@@ -282,7 +282,7 @@ def _place_gemm_full_c(node, c, b, trans_a, types, add):
     """Gemm whose C is not one value per column: ``linear`` (x @ (alpha W)^T), then a planar
     add of ``beta C`` (broadcast to the output on the host): two ANE calls, one layer."""
     from ...lower import binary as _binary
-    from ...lower.runtime import _concat
+    from ...lower.runtime import concat_stats
 
     at = node.attrs
     M, N = types[node.outputs[0]].shape
@@ -304,7 +304,7 @@ def _place_gemm_full_c(node, c, b, trans_a, types, add):
         y = _api.linear(x, w16, None, None)
         st = _api.last_stats()
         y = _binary.add(y, c16)
-        return [y], _concat(st, _api.last_stats())
+        return [y], concat_stats(st, _api.last_stats())
 
     notes = [
         "x @ W^T on the MAC array, then beta C added by a planar task (two calls)",
