@@ -119,7 +119,7 @@ class Report:
         return json.dumps(self.as_dict(), indent=1)
 
     def table(self) -> str:
-        from ...roofline.result import _si, _t
+        from ...roofline.result import format_si, format_time
 
         head = (
             f"{'layer':24s} {'op':28s} {'place':6s} {'tasks':>5s} {'MACs':>9s} {'DRAM':>9s} "
@@ -144,10 +144,10 @@ class Report:
             lines.append(
                 f"{quote(d['name'], 24, marks=False)[:24]:24s} {quote(d['op'], 28, marks=False)[:28]:28s} {r.placement[:6]:6s} "
                 f"{d['tasks'] if r.placement == 'ane' else '-':>5} "
-                f"{_si(d['macs']) if r.placement == 'ane' else '-':>9s} "
-                f"{_si(d['dram_bytes'], 'B') if r.placement == 'ane' else '-':>9s} "
+                f"{format_si(d['macs']) if r.placement == 'ane' else '-':>9s} "
+                f"{format_si(d['dram_bytes'], 'B') if r.placement == 'ane' else '-':>9s} "
                 f"{'-' if est is None or math.isinf(est.intensity) else f'{est.intensity:.1f}':>6s} "
-                f"{'-' if est is None else _t(est.time_s):>10s} "
+                f"{'-' if est is None else format_time(est.time_s):>10s} "
                 f"{d['saturated'] if r.placement == 'ane' else '-':>4} "
                 f"{d['lut_underflow'] + d['lut_overflow'] if r.placement == 'ane' else '-':>4} "
                 f"{_e(r.max_abs_err):>9s} {_e(r.error):>9s}{mark}"
@@ -157,8 +157,8 @@ class Report:
         lines.append("-" * len(head))
         if self.total is not None:
             lines.append(
-                f"ANE total: {self.total.tasks} tasks, {_si(self.total.macs)} MACs, "
-                f"{_si(self.total.dram_bytes, 'B')} DRAM, predicted {_t(self.total.time_s)} "
+                f"ANE total: {self.total.tasks} tasks, {format_si(self.total.macs)} MACs, "
+                f"{format_si(self.total.dram_bytes, 'B')} DRAM, predicted {format_time(self.total.time_s)} "
                 f"on {self.chip} (with the program overhead)"
             )
         p = self.placement
