@@ -1,14 +1,28 @@
-"""fastane.model: a user's model on the emulated ANE.
+"""fastane.model: a user's model (ONNX, Core ML) on the emulated ANE.
 
-- :mod:`~fastane.model.graph`: the front-end-neutral graph, shape binding, constant folding;
-- :mod:`~fastane.model.ops`: the op vocabulary (shape inference, float32 host implementations);
-- :mod:`~fastane.model.frontends.onnx.importer`: the ONNX importer (the only module that imports onnx);
-- :mod:`~fastane.model.placement.place`: placement on the ANE or the host, with the reason;
-- :mod:`~fastane.model.run.model`: :class:`Model` (run, fp32 reference, per-layer report);
-- :mod:`~fastane.model.cli`: ``fastane run``.
+The sub-packages follow the data path, a file to a per-layer report:
 
-``import fastane`` imports this package but never onnx: the importer loads it when a
-model is loaded (the ``onnx`` extra).
+- :mod:`~fastane.model.frontends`: the importers, a model file -> a :class:`Graph` of
+  fastane's ops: :mod:`~fastane.model.frontends.onnx` (the only package that imports onnx)
+  and :mod:`~fastane.model.frontends.coreml` (``.mlpackage`` and ``.mlmodel``; the only one
+  that imports coremltools);
+- :mod:`~fastane.model.graph`: the front-end-neutral graph, shape binding, constant folding,
+  with :mod:`~fastane.model.tensor` (tensor types, the size check),
+  :mod:`~fastane.model.budget` and :mod:`~fastane.model.cost` (what a model may ask of the
+  host), :mod:`~fastane.model.files` (the one place a model's files are opened);
+- :mod:`~fastane.model.ops`: the op vocabulary, one registry (shape and dtype inference, the
+  float32 host implementations);
+- :mod:`~fastane.model.placement`: which layers run on the ANE and which on the host, and why;
+  the stats-only plan; the Core ML placement estimate;
+- :mod:`~fastane.model.run`: :class:`Model` (run, fp32 reference), the per-layer
+  :class:`Report`, the fp16 hunt;
+- :mod:`~fastane.model.cli` and :mod:`~fastane.model.sweep_cli`: ``fastane run`` and
+  ``fastane sweep``; :mod:`~fastane.model.zoo`: small architectures built offline.
+
+Imports go that way down: run -> placement, frontends -> graph -> ops -> tensor, budget,
+files (``tests/test_imports.py``).  ``import fastane`` imports this package but neither onnx
+nor coremltools: an importer loads its library when a model is loaded (the ``onnx`` and
+``coreml`` extras).
 """
 
 from __future__ import annotations
