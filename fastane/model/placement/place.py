@@ -30,6 +30,7 @@ from ... import activations as _activations
 from . import plan as _plan
 from ..graph import Bound
 from ..ops import OPS
+from .context import Context
 from .qlinear import place_qlinear
 from .rows import ROW_OPS, place_rows
 from .rules import NO_LOWERING, activation_rule, const_scalar, place_conv, place_deconv, place_mac
@@ -153,18 +154,19 @@ def place(bound: Bound) -> list:
             return None
         return [sig, mul]
 
+    ctx = Context(bound, only, add, fuse_activation, compressed, typed_codes)
     for node in bound.nodes:
         if id(node) in done:
             continue
         op = node.op
-        if op == "dequantize" and place_qlinear(node, bound, only, add, off_int8):
+        if op == "dequantize" and place_qlinear(node, ctx, off_int8):
             continue  # a quantized conv/matmul chain on the INT8 path (place_qlinear)
         if op == "conv":
-            place_conv(node, consts, types, only, fuse_activation, add, compressed, typed_codes)
+            place_conv(node, ctx)
         elif op == "conv_transpose":
-            place_deconv(node, consts, types, fuse_activation, add)
+            place_deconv(node, ctx)
         elif op in ("gemm", "matmul"):
-            place_mac(node, consts, types, only, fuse_activation, add, compressed, typed_codes)
+            place_mac(node, ctx)
         elif (
             op == "div"
             and len(node.inputs) == 2
@@ -240,7 +242,7 @@ def place(bound: Bound) -> list:
                 lambda shape=shape, name=name: _plan.binary(shape, name),
             )
         elif op in ROW_OPS or op in ("max_pool", "avg_pool"):
-            place_rows(node, consts, types, add)
+            place_rows(node, ctx)
         elif OPS[op].kind == "layout":
             add(
                 [node],

@@ -18,6 +18,7 @@ import numpy as np
 
 from ... import api as _api
 from . import plan as _plan
+from .context import Context
 from ..ops import conv_geometry
 
 #: graph ops placed here -> the row operation of fastane.lower.rows
@@ -110,8 +111,9 @@ def why_not(node, consts, types):
     return rows, width, None
 
 
-def place_rows(node, consts, types, add) -> None:
+def place_rows(node, ctx: Context) -> None:
     """Add the layer of ``node`` (one of :data:`ROW_OPS`, or a windowed pooling)."""
+    consts, types, add = ctx.consts, ctx.types, ctx.add
     from ... import rowops
 
     if node.op == "avg_pool":

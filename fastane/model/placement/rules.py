@@ -16,6 +16,7 @@ from ... import lut as _lut
 from ...lower import bind as _bind
 from ...operands import fp16_operand
 from . import plan as _plan
+from .context import Context
 from ..graph import Node
 from ..ops import conv_geometry
 
@@ -108,9 +109,11 @@ def typed_bits(name: str, typed_codes: dict, size: int) -> int:
     return b if b and size * b / 8 + 16 * (2 << b) < 2 * size else 0
 
 
-def place_conv(node, consts, types, only, fuse_activation, add, compressed=(), typed_codes=None):
+def place_conv(node, ctx: Context):
     """Place a convolution (with a following BatchNormalization and activation fused) on the
-    ANE, or on the host with the reason, through ``add``."""
+    ANE, or on the host with the reason, through ``ctx.add``."""
+    consts, types, only, fuse_activation, add = ctx.consts, ctx.types, ctx.only, ctx.fuse_activation, ctx.add
+    compressed, typed_codes = ctx.compressed, ctx.typed_codes
     wb = _weights(node, consts, "convolution", add)
     if wb is None:
         return
@@ -210,12 +213,13 @@ def _fp16(x, node, name):
     return fp16_operand(x, node.describe(), name)
 
 
-def place_deconv(node, consts, types, fuse_activation, add):
+def place_deconv(node, ctx: Context):
     """ConvTranspose as a stride-1 convolution on the ANE: the input's pixels spread
     ``stride`` apart with zeros between them and padded (or cropped) on the host (layout:
     data movement), the kernel flipped and its in/out channels swapped per group.  Each
     output sums the same products as the definition plus exact zeros (the MAC counts
     include those zero products; the corpus shows no deconvolution task)."""
+    consts, types, fuse_activation, add = ctx.consts, ctx.types, ctx.fuse_activation, ctx.add
     from ..ops import deconv_geometry
 
     wb = _weights(node, consts, "transposed convolution", add)
@@ -330,9 +334,11 @@ def _act_name(fused):
     return "lut block"
 
 
-def place_mac(node, consts, types, only, fuse_activation, add, compressed=(), typed_codes=None):
+def place_mac(node, ctx: Context):
     """Place a Gemm or a MatMul (with a following bias add and activation fused) on the ANE,
-    or on the host with the reason, through ``add``."""
+    or on the host with the reason, through ``ctx.add``."""
+    consts, types, only, fuse_activation, add = ctx.consts, ctx.types, ctx.only, ctx.fuse_activation, ctx.add
+    compressed, typed_codes = ctx.compressed, ctx.typed_codes
     a_t = types[node.inputs[0]]
     if np.dtype(a_t.dtype).kind != "f":
         add([node], "host", "integer operands: the ANE multiplies fp16", "mac")
