@@ -105,7 +105,9 @@ def _same_dtype(node, x, u):
         raise ModelError(f"{node.describe()}: data {x} and updates {u} differ in dtype")
 
 
-def _snd_infer(node, types, consts):
+def _scatter_types(node, types):
+    """The types of a scatter's data, indices and updates, with its reduction and the
+    data's and updates' dtypes checked."""
     x, i, u = (
         need_input(types, 0, node),
         _int_index(need_input(types, 1, node), node),
@@ -113,6 +115,11 @@ def _snd_infer(node, types, consts):
     )
     _reduction(node)
     _same_dtype(node, x, u)
+    return x, i, u
+
+
+def _snd_infer(node, types, consts):
+    x, i, u = _scatter_types(node, types)
     if len(i.shape) < 1 or not 1 <= i.shape[-1] <= len(x.shape):
         raise ModelError(f"{node.describe()}: indices {i} do not index data {x}")
     want = i.shape[:-1] + x.shape[i.shape[-1] :]
@@ -143,13 +150,7 @@ def _scatter(node, x, key, upd):
 
 
 def _se_infer(node, types, consts):
-    x, i, u = (
-        need_input(types, 0, node),
-        _int_index(need_input(types, 1, node), node),
-        need_input(types, 2, node),
-    )
-    _reduction(node)
-    _same_dtype(node, x, u)
+    x, i, u = _scatter_types(node, types)
     a = check_axis(node.attrs.get("axis", 0), len(x.shape), node)
     _elements_check(node, x, i, a)
     if tuple(u.shape) != tuple(i.shape):

@@ -26,11 +26,3 @@ class Context:
     compressed: set = field(default_factory=set)
     #: of those, the code width by type alone (:func:`~.rules.typed_bits`)
     typed_codes: dict = field(default_factory=dict)
-
-    @property
-    def consts(self) -> dict:
-        return self.bound.consts
-
-    @property
-    def types(self) -> dict:
-        return self.bound.types

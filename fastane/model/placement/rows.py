@@ -113,7 +113,7 @@ def why_not(node, consts, types):
 
 def place_rows(node, ctx: Context) -> None:
     """Add the layer of ``node`` (one of :data:`ROW_OPS`, or a windowed pooling)."""
-    consts, types, add = ctx.consts, ctx.types, ctx.add
+    consts, types, add = ctx.bound.consts, ctx.bound.types, ctx.add
     from ... import rowops
 
     if node.op == "avg_pool":

@@ -112,7 +112,8 @@ def typed_bits(name: str, typed_codes: dict, size: int) -> int:
 def place_conv(node, ctx: Context):
     """Place a convolution (with a following BatchNormalization and activation fused) on the
     ANE, or on the host with the reason, through ``ctx.add``."""
-    consts, types, only, fuse_activation, add = ctx.consts, ctx.types, ctx.only, ctx.fuse_activation, ctx.add
+    consts, types = ctx.bound.consts, ctx.bound.types
+    only, fuse_activation, add = ctx.only, ctx.fuse_activation, ctx.add
     compressed, typed_codes = ctx.compressed, ctx.typed_codes
     wb = _weights(node, consts, "convolution", add)
     if wb is None:
@@ -219,7 +220,7 @@ def place_deconv(node, ctx: Context):
     data movement), the kernel flipped and its in/out channels swapped per group.  Each
     output sums the same products as the definition plus exact zeros (the MAC counts
     include those zero products; the corpus shows no deconvolution task)."""
-    consts, types, fuse_activation, add = ctx.consts, ctx.types, ctx.fuse_activation, ctx.add
+    consts, types, fuse_activation, add = ctx.bound.consts, ctx.bound.types, ctx.fuse_activation, ctx.add
     from ..ops import deconv_geometry
 
     wb = _weights(node, consts, "transposed convolution", add)
@@ -337,7 +338,8 @@ def _act_name(fused):
 def place_mac(node, ctx: Context):
     """Place a Gemm or a MatMul (with a following bias add and activation fused) on the ANE,
     or on the host with the reason, through ``ctx.add``."""
-    consts, types, only, fuse_activation, add = ctx.consts, ctx.types, ctx.only, ctx.fuse_activation, ctx.add
+    consts, types = ctx.bound.consts, ctx.bound.types
+    only, fuse_activation, add = ctx.only, ctx.fuse_activation, ctx.add
     compressed, typed_codes = ctx.compressed, ctx.typed_codes
     a_t = types[node.inputs[0]]
     if np.dtype(a_t.dtype).kind != "f":
