@@ -315,6 +315,17 @@ def test_a_planted_bad_import_is_caught(g):
     assert private_imports("fastane.model.ops.mac", "from numpy import _x\n", False, g) == []
 
 
+def test_every_package_is_installed():
+    """pyproject.toml names every package of fastane (setuptools installs only those)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"fastane.kernels"} | {
+        ".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "fastane").rglob("__init__.py")
+    }
+    assert listed == found
+
+
 def test_public_surface():
     import types
 
