@@ -139,17 +139,32 @@ def _dt_name(code) -> str:
 
 def unpack_bits(raw, nbits: int, count: int, signed: bool = False) -> np.ndarray:
     """``count`` ``nbits``-bit integers packed into bytes least significant bit first (the
-    MIL storage's sub-byte layout), as uint8 (int8 for ``signed``)."""
+    MIL storage's sub-byte layout), as uint8 (int8 for ``signed``).  Unpacked a chunk at a
+    time into the uint8 result: the temporaries stay small whatever ``count``."""
     raw = np.frombuffer(raw, np.uint8)
     need = -(-count * nbits // 8)
     if raw.size < need:
         raise ValueError(f"{count} values of {nbits} bits need {need} bytes, got {raw.size}")
-    bits = np.unpackbits(raw[:need], bitorder="little")[: count * nbits].reshape(count, nbits)
-    vals = (bits.astype(np.uint16) << np.arange(nbits, dtype=np.uint16)).sum(axis=1)
+    out = np.empty(count, np.uint8)
+    step = _UNPACK_CHUNK  # a multiple of 8 values: each chunk starts on a byte
+    for s in range(0, count, step):
+        m = min(step, count - s)
+        b0 = s * nbits // 8
+        bits = np.unpackbits(raw[b0 : b0 + -(-m * nbits // 8)], bitorder="little", count=m * nbits)
+        bits = bits.reshape(m, nbits)
+        v = out[s : s + m]
+        v[...] = bits[:, 0]
+        for b in range(1, nbits):
+            v |= bits[:, b] << np.uint8(b)
     if signed:
-        vals = np.where(vals >= 1 << (nbits - 1), vals.astype(np.int16) - (1 << nbits), vals)
-        return vals.astype(np.int8)
-    return vals.astype(np.uint8)
+        # two's complement of nbits, sign-extended to 8 bits in place
+        out |= ((out >> np.uint8(nbits - 1)) & np.uint8(1)) * np.uint8((0xFF << nbits) & 0xFF)
+        return out.view(np.int8)
+    return out
+
+
+#: values unpacked at a time by :func:`unpack_bits`
+_UNPACK_CHUNK = 1 << 20
 
 
 def _tensor_shape(tt, what: str, symbols=False):
@@ -240,6 +255,7 @@ def decompress(op_type: str, **kw) -> np.ndarray:
             raise ValueError("vector palettes (VECTOR_SIZE > 1) need vector_axis")
         if idx.size and int(idx.max()) >= P:
             raise ValueError(f"an index {int(idx.max())} is beyond the {P} palette entries")
+        check_size(idx.shape + (V,), "constexpr_lut_to_dense output")  # before it is built
         blk = np.zeros(idx.shape, np.int64)
         for d in range(idx.ndim):
             if lut.shape[d] < 1 or idx.shape[d] % lut.shape[d]:
@@ -359,7 +375,7 @@ def _constexpr(p: "_Program", op, outs, what):  # noqa: F821 (coreml_import._Pro
     except (ValueError, IndexError, KeyError) as exc:
         raise ModelError(f"{what}: {exc}") from None
     for name, v in zip(outs, outs_v):
-        check_size(np.shape(v), what)
+        p.spend(np.shape(v), np.asarray(v).dtype, what)
         p.consts[name] = np.asarray(_float_out(v), order="C")
     if t in ("constexpr_lut_to_dense", "constexpr_affine_dequantize", "constexpr_blockwise_shift_scale"):
         p.compressed.add(outs[0])  # stored compressed: the placement keeps it so where lossless
@@ -375,6 +391,11 @@ def _const_op(p: "_Program", op, outs, what):  # noqa: F821 (coreml_import._Prog
         return
     if _placeholder(v):
         p.consts[outs[0]] = np.broadcast_to(np.zeros((), np.float32), v.shape) if v.dtype.kind == "f" else v
+    elif not v.flags.writeable and v.dtype.kind == "f":
+        # a blob's value (decoded once, shared): widened once too
+        if id(v) not in p.widened:
+            p.widened[id(v)] = (v, _float_out(v))
+        p.consts[outs[0]] = p.widened[id(v)][1]
     else:
         p.consts[outs[0]] = _float_out(v)
 

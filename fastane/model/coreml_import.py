@@ -43,9 +43,10 @@ import os
 import numpy as np
 
 from ..errors import ModelError
+from .budget import MAX_CONST_BYTES, beyond
 from .graph import Graph, Node, TensorType, check_size
 from .files import inside, read_file
-from .tensor import read_protobuf
+from .tensor import read_protobuf, shape_text
 
 __all__ = ["load", "is_coreml", "MIL_OPS", "NN_LAYERS", "decompress"]
 
@@ -171,6 +172,24 @@ class _Program:
         self.types: dict = {}  # tensor name -> declared shape (dynamic ones)
         self.alias: dict = {}  # MIL name -> graph name (fp16 inputs)
         self._n = 0
+        self.decoded: dict = {}  # (file, offset, type, shape) -> a blob's value, decoded once
+        self.widened: dict = {}  # id of a decoded blob value -> (it, its float32 copy)
+        self.const_bytes = 0  # decoded at load so far (MAX_CONST_BYTES)
+
+    def spend(self, shape, dtype, what: str):
+        """Count a constant of ``shape`` and ``dtype`` decoded at load (a float at 4 bytes,
+        as the graph holds it) against :data:`~fastane.model.budget.MAX_CONST_BYTES`,
+        before it is made."""
+        n = check_size(shape, what)
+        dt = np.dtype(dtype)
+        self.const_bytes += n * (max(dt.itemsize, 4) if dt.kind == "f" else dt.itemsize)
+        if self.const_bytes > MAX_CONST_BYTES:
+            raise beyond(
+                f"{what}: {shape_text(shape)} {dt.name}: the constants decoded so far",
+                self.const_bytes,
+                "bytes",
+                "MAX_CONST_BYTES",
+            )
 
     # ---------------------------------------------------------- values
     def value(self, v, what: str) -> np.ndarray:
@@ -189,8 +208,15 @@ class _Program:
             nbytes = -(-n * bits // 8)
             if not self.weights and n > SHAPE_ONLY_ABOVE and bits >= 8:
                 return np.broadcast_to(np.zeros((), dt), shape)
-            raw = self.blobs.read(v.blobFileValue.fileName, int(v.blobFileValue.offset), nbytes, what)
-            return self._decode(raw, dt, bits, n, shape, tt.dataType, what)
+            key = (v.blobFileValue.fileName, int(v.blobFileValue.offset), tt.dataType, shape)
+            if key not in self.decoded:
+                raw = self.blobs.read(key[0], key[1], nbytes, what)
+                if bits:
+                    self.spend(shape, dt, what)
+                val = self._decode(raw, dt, bits, n, shape, tt.dataType, what)
+                val.flags.writeable = False  # shared by every op that refers to the blob
+                self.decoded[key] = val
+            return self.decoded[key]
         if kind != "immediateValue":
             raise ModelError(f"{what}: value kind {kind!r} is not supported")
         iv = v.immediateValue
@@ -201,6 +227,8 @@ class _Program:
         if field is None:
             vals = np.zeros(0, dt)
         elif field == "bytes":
+            if bits:
+                self.spend(shape, dt, what)
             return self._decode(t.bytes.values, dt, bits, n, shape, tt.dataType, what)
         else:
             seq = getattr(t, field).values
@@ -229,7 +257,7 @@ class _Program:
                 f"{what}: declares shape {shape} ({n * item} bytes of "
                 f"{np.dtype(dt).name}) but holds {len(raw)} bytes"
             )
-        return np.frombuffer(raw, np.dtype(dt).newbyteorder("<")).astype(dt).reshape(shape).copy()
+        return np.frombuffer(raw, np.dtype(dt).newbyteorder("<")).astype(dt).reshape(shape)
 
     def const(self, value, dtype=None) -> str:
         self._n += 1
