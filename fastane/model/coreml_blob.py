@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, quote
 from .files import inside, map_file
 from .graph import check_size
 
@@ -47,31 +47,31 @@ class _Blobs:
     def read(self, file_name: str, offset: int, nbytes: int, what: str) -> memoryview:
         if self.wdir is None:
             raise ModelError(
-                f"{what}: refers to weight file {file_name!r}, but a bare .mlmodel has "
+                f"{what}: refers to weight file {quote(file_name)}, but a bare .mlmodel has "
                 f"no weights directory (load the .mlpackage)"
             )
         prefix = "@model_path/weights/"
         if not file_name.startswith(prefix):
-            raise ModelError(f"{what}: weight file {file_name!r} is not under @model_path/weights/")
+            raise ModelError(f"{what}: weight file {quote(file_name)} is not under @model_path/weights/")
         rel = file_name[len(prefix) :]
         if rel not in self.files:
             # checked against the package, not the weights folder: a weights folder that
             # is a link out of the package (weights -> /etc) is refused
-            full = inside(self.root, os.path.join(self.wdir, rel), f"{what}: weight file {file_name!r}")
-            missing = f"{what}: weight file {file_name!r} is missing from the package"
+            full = inside(self.root, os.path.join(self.wdir, rel), f"{what}: weight file {quote(file_name)}")
+            missing = f"{what}: weight file {quote(file_name)} is missing from the package"
             # mapped, not read: a blob is copied only when a constant is decoded
-            self.files[rel] = map_file(full, f"{what}: weight file {file_name!r}", missing)
+            self.files[rel] = map_file(full, f"{what}: weight file {quote(file_name)}", missing)
         buf = self.files[rel]
         size = len(buf)
         if size < _BLOB_HEADER:
             raise ModelError(
-                f"{what}: weight file {file_name!r} has {size} bytes, less than its "
+                f"{what}: weight file {quote(file_name)} has {size} bytes, less than its "
                 f"{_BLOB_HEADER}-byte header (truncated)"
             )
         if offset < _BLOB_HEADER or offset + 64 > size:
             raise ModelError(
                 f"{what}: blob metadata at offset {offset} lies outside the "
-                f"{size}-byte weight file {file_name!r}"
+                f"{size}-byte weight file {quote(file_name)}"
             )
         sentinel, _dtype, nb, data_off = (
             np.frombuffer(buf[offset : offset + 24], "<u4", 2).tolist()
@@ -79,7 +79,7 @@ class _Blobs:
         )
         if sentinel != _SENTINEL:
             raise ModelError(
-                f"{what}: no blob at offset {offset} of {file_name!r} (sentinel "
+                f"{what}: no blob at offset {offset} of {quote(file_name)} (sentinel "
                 f"{sentinel:#x}, expected {_SENTINEL:#x}): corrupted weight file"
             )
         if nb != nbytes:
@@ -89,7 +89,7 @@ class _Blobs:
         if data_off + nb > size:
             raise ModelError(
                 f"{what}: the blob's data ({nb} bytes at offset {data_off}) runs past "
-                f"the end of the {size}-byte weight file {file_name!r} (truncated)"
+                f"the end of the {size}-byte weight file {quote(file_name)} (truncated)"
             )
         return buf[data_off : data_off + nb]
 
@@ -350,7 +350,7 @@ def _constexpr(p: "_Program", op, outs, what):  # noqa: F821 (coreml_import._Pro
     if "output_dtype" in kw:
         s = str(np.asarray(kw["output_dtype"]).reshape(-1)[0])
         if s not in _MIL_DTYPE:
-            raise ModelError(f"{what}: output_dtype {s!r} is not supported")
+            raise ModelError(f"{what}: output_dtype {quote(s)} is not supported")
         kw["output_dtype"] = _MIL_DTYPE[s]
     try:
         if t == "constexpr_lut_to_sparse":

@@ -42,7 +42,7 @@ import os
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, quote
 from .budget import MAX_CONST_BYTES, beyond
 from .graph import Graph, Node, TensorType, check_size
 from .files import inside, read_file
@@ -106,10 +106,12 @@ def _package_spec(path: str):
             f"{path}: Manifest.json is not a valid package manifest (nested too deeply)"
         ) from None
     except (ValueError, KeyError, TypeError, AttributeError, StopIteration) as exc:
-        raise ModelError(f"{path}: Manifest.json is not a valid package manifest ({exc!r})") from None
+        raise ModelError(
+            f"{path}: Manifest.json is not a valid package manifest ({quote(repr(exc), 160, marks=False)})"
+        ) from None
     spec = inside(path, rel, f"{path}: Manifest.json")
     if not os.path.exists(spec):
-        raise ModelError(f"{path}: the manifest names {rel!r}, which does not exist")
+        raise ModelError(f"{path}: the manifest names {quote(rel)}, which does not exist")
     return spec, os.path.join(os.path.dirname(spec), "weights")
 
 
@@ -151,10 +153,12 @@ def load(path, weights: bool = True) -> Graph:
             return _neural_network(spec, getattr(spec, kind), name, weights)
         except ModelError:
             raise
-        except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
-            raise ModelError(f"{p}: malformed neural network ({type(exc).__name__}: {exc})") from None
+        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as exc:
+            raise ModelError(
+                f"{p}: malformed neural network ({type(exc).__name__}: {quote(str(exc), 160, marks=False)})"
+            ) from None
     raise ModelError(
-        f"{p}: Core ML model type {kind!r} is not supported by fastane (ML Program "
+        f"{p}: Core ML model type {quote(kind)} is not supported by fastane (ML Program "
         f"and neural network models only)"
     )
 
@@ -218,7 +222,7 @@ class _Program:
                 self.decoded[key] = val
             return self.decoded[key]
         if kind != "immediateValue":
-            raise ModelError(f"{what}: value kind {kind!r} is not supported")
+            raise ModelError(f"{what}: value kind {quote(kind)} is not supported")
         iv = v.immediateValue
         if iv.WhichOneof("value") != "tensor":
             raise ModelError(f"{what}: only tensor immediate values are supported")
@@ -275,7 +279,7 @@ class _Program:
     def rank_of(self, name, what) -> int:
         shape = self.rank_hint(name)
         if shape is None:
-            raise ModelError(f"{what}: input {name!r} of unknown rank")
+            raise ModelError(f"{what}: input {quote(name)} of unknown rank")
         return len(shape)
 
     def tmp(self) -> str:
@@ -290,12 +294,12 @@ class _Program:
             raise ModelError(f"{self.name}: the ML Program has no 'main' function (functions: {fns})")
         fn = prog.functions["main"]
         if fn.opset not in fn.block_specializations:
-            raise ModelError(f"{self.name}: function 'main' has no block for its opset {fn.opset!r}")
+            raise ModelError(f"{self.name}: function 'main' has no block for its opset {quote(fn.opset)}")
         block = fn.block_specializations[fn.opset]
         inputs = {}
         table = _dtypes()
         for nv in fn.inputs:
-            what = f"input {nv.name!r}"
+            what = f"input {quote(nv.name)}"
             if nv.type.WhichOneof("type") == "stateType":
                 raise ModelError(
                     f"{what}: a stateful model (state kept between predictions) is not a dataflow "
@@ -344,17 +348,17 @@ class _Program:
         """The tensor name bound to parameter ``key`` (an immediate value becomes a constant)."""
         if key not in op.inputs:
             if required:
-                raise ModelError(f"{what}: missing parameter {key!r}")
+                raise ModelError(f"{what}: missing parameter {quote(key)}")
             return None
         args = op.inputs[key].arguments
         if len(args) != 1:
-            raise ModelError(f"{what}: parameter {key!r} has {len(args)} arguments, expected 1")
-        return self.binding(args[0], f"{what}, parameter {key!r}")
+            raise ModelError(f"{what}: parameter {quote(key)} has {len(args)} arguments, expected 1")
+        return self.binding(args[0], f"{what}, parameter {quote(key)}")
 
     def args(self, op, key, what):
         if key not in op.inputs:
-            raise ModelError(f"{what}: missing parameter {key!r}")
-        return [self.binding(a, f"{what}, parameter {key!r}") for a in op.inputs[key].arguments]
+            raise ModelError(f"{what}: missing parameter {quote(key)}")
+        return [self.binding(a, f"{what}, parameter {quote(key)}") for a in op.inputs[key].arguments]
 
     def binding(self, b, what):
         kind = b.WhichOneof("binding")
@@ -369,22 +373,22 @@ class _Program:
         """The constant value of parameter ``key`` (a ModelError if it is not constant)."""
         if key not in op.inputs:
             if key in op.attributes and key != "name":
-                return self.value(op.attributes[key], f"{what}, attribute {key!r}")
+                return self.value(op.attributes[key], f"{what}, attribute {quote(key)}")
             return default
         t = self.arg(op, key, what)
         if t not in self.consts:
             raise ModelError(
-                f"{what}: parameter {key!r} must be a constant; fastane does not run data-dependent {key}"
+                f"{what}: parameter {quote(key)} must be a constant; fastane does not run data-dependent {key}"
             )
         return self.consts[t]
 
     def convert(self, op):
         t = op.type
         outs = [o.name for o in op.outputs]
-        what = f"op {outs[0] if outs else '?'!r} ({t})"
+        what = f"op {quote(outs[0] if outs else '?')} ({quote(t, marks=False)})"
         if t not in MIL_OPS:
             raise ModelError(
-                f"{what}: MIL op {t!r} is not supported by fastane (no ANE lowering and "
+                f"{what}: MIL op {quote(t)} is not supported by fastane (no ANE lowering and "
                 f"no host implementation)"
             )
         for o in op.outputs:
@@ -395,9 +399,12 @@ class _Program:
             MIL_OPS[t](self, op, outs, what)
         except ModelError:
             raise
-        except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
-            # a parameter missing or of the wrong kind (a hostile or mistyped program)
-            raise ModelError(f"{what}: malformed parameters ({type(exc).__name__}: {exc})") from None
+        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as exc:
+            # a parameter missing or of the wrong kind (a hostile or mistyped program), or
+            # one that makes the arithmetic fail (a division by a zero size)
+            raise ModelError(
+                f"{what}: malformed parameters ({type(exc).__name__}: {quote(str(exc), 160, marks=False)})"
+            ) from None
 
     def emit(self, fop, inputs, outputs, attrs=None, source="", name=None):
         """A node of the current MIL op (named after the op's output; the parts of a

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelError
+from ..errors import ModelError, quote
 from .graph import Graph, Node, TensorType, check_size
 
 
@@ -61,7 +61,7 @@ def _weights(wp, n: int, what: str, weights: bool) -> np.ndarray:
             per = n // sc.size
             with np.errstate(over="ignore", invalid="ignore"):
                 return (idx.reshape(sc.size, per) * sc[:, None] + bi[:, None]).astype(np.float32).reshape(-1)
-        raise ModelError(f"{what}: quantization {kind!r} is not supported")
+        raise ModelError(f"{what}: quantization {quote(kind)} is not supported")
     if n == 0:
         return np.zeros(0, np.float32)
     raise ModelError(f"{what}: no weight values (the layer needs {n})")
@@ -119,9 +119,9 @@ def _neural_network(spec, nn, name, weights) -> Graph:
         return f"fastane::nnt{counter[0]}"
 
     for fd in spec.description.input:
-        dt, shape = _nn_input_type(fd, f"input {fd.name!r}")
+        dt, shape = _nn_input_type(fd, f"input {quote(fd.name)}")
         inputs[fd.name] = TensorType(dt, shape)
-        check_size(shape, f"input {fd.name!r}")
+        check_size(shape, f"input {quote(fd.name)}")
     alias = {}
     batched = False
     for k, t in inputs.items():
@@ -139,9 +139,9 @@ def _neural_network(spec, nn, name, weights) -> Graph:
         alias[k] = cur
     for layer in nn.layers:
         kind = layer.WhichOneof("layer")
-        what = f"layer {layer.name!r} ({kind})"
+        what = f"layer {quote(layer.name)} ({kind})"
         if kind not in NN_LAYERS:
-            raise ModelError(f"{what}: neural network layer {kind!r} is not supported by fastane")
+            raise ModelError(f"{what}: neural network layer {quote(kind)} is not supported by fastane")
         ins = [alias.get(i, i) for i in layer.input]
         outs = list(layer.output)
         if len(outs) != 1:
@@ -214,7 +214,7 @@ def _neural_network(spec, nn, name, weights) -> Graph:
                 "ELU": ("elu", {"alpha": L.ELU.alpha}),
             }
             if a not in table and a != "linear":
-                raise ModelError(f"{what}: activation {a!r} is not supported")
+                raise ModelError(f"{what}: activation {quote(a)} is not supported")
             if a == "linear":
                 t = emit("mul", [ins[0], const(np.float32(L.linear.alpha))], [tmp()])
                 emit("add", [t, const(np.float32(L.linear.beta))], outs)
@@ -269,7 +269,7 @@ def _neural_network(spec, nn, name, weights) -> Graph:
     produced = {o for n in nodes for o in n.outputs}
     for o in out_names:
         if o not in produced and o not in alias:
-            raise ModelError(f"model output {o!r} is not produced by any layer")
+            raise ModelError(f"model output {quote(o)} is not produced by any layer")
         if batched:
             inner = f"fastane::nnout:{o}"
             for n in nodes:

@@ -315,3 +315,71 @@ def test_lut_vector_palette_checked_before_it_is_built():
         "    print('refused', exc)\n"
     )
     assert "refused constexpr_lut_to_dense output: shape (65536, 65536)" in _child(code)
+
+
+def test_split_num_splits_on_an_empty_axis(tmp_path):
+    """split by num_splits along an axis of size 0 raised ZeroDivisionError; a count that
+    differs from the op's outputs is refused before any list is built."""
+    params = {"x": "x", "axis": np.array(0, np.int32), "num_splits": np.array(2, np.int32)}
+    with pytest.raises(ModelError, match=r"op 'y' \(split\): num_splits 2 for 1 outputs"):
+        fastane.load_model(_one_op(tmp_path, "split", params, (0, 4)))
+    params["num_splits"] = np.array(1, np.int32)
+    assert fastane.load_model(_one_op(tmp_path, "split", params, (0, 4))).graph.nodes[-1].op == "slice"
+
+
+def test_arithmetic_error_in_a_handler_is_a_model_error(tmp_path, monkeypatch):
+    """An ArithmeticError from an op's conversion (a division by a zero size) is a
+    ModelError naming the op, its text quoted and cut."""
+    from fastane.model import coreml_import
+
+    def boom(p, op, outs, what):
+        raise ZeroDivisionError("x" * 1000)
+
+    monkeypatch.setitem(coreml_import.MIL_OPS, "relu", boom)
+    with pytest.raises(
+        ModelError, match=r"op 'y' \(relu\): malformed parameters \(ZeroDivisionError: x+\.\.\."
+    ):
+        fastane.load_model(_one_op(tmp_path, "relu", {"x": "x"}, (4,)))
+
+
+def test_core_ml_names_quoted(tmp_path):
+    """An op's output name and a weight file name from the spec reach a message quoted
+    and cut, control characters escaped."""
+    path = _one_op(tmp_path, "relu", {"x": "x"}, (4,))
+    spec = Model_pb2.Model()
+    spec.ParseFromString(open(path, "rb").read())
+    block = spec.mlProgram.functions["main"].block_specializations["CoreML7"]
+    op = block.operations[0]
+    op.type = "no_such_op"
+    op.outputs[0].name = "\x1b[2J" + "n" * 5000
+    open(path, "wb").write(spec.SerializeToString())
+    with pytest.raises(ModelError) as err:
+        fastane.load_model(path)
+    msg = str(err.value)
+    assert "\x1b" not in msg and "\\x1b[2J" in msg and len(msg) < 400, msg
+    op.type = "const"
+    op.outputs[0].name = "c"
+    v = op.attributes["val"]
+    v.type.tensorType.dataType = MIL_pb2.FLOAT32
+    v.blobFileValue.fileName = "@model_path/weights/" + "w\n" * 3000
+    v.blobFileValue.offset = 64
+    open(path, "wb").write(spec.SerializeToString())
+    with pytest.raises(ModelError, match="bare .mlmodel has no weights directory") as err:
+        fastane.load_model(path)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 400
+
+
+def test_arithmetic_error_in_a_neural_network_is_a_model_error(tmp_path, monkeypatch):
+    from fastane.model import coreml_import
+
+    def boom(*args):
+        raise ZeroDivisionError("integer division or modulo by zero")
+
+    spec = Model_pb2.Model()
+    spec.specificationVersion = 4
+    spec.neuralNetwork.SetInParent()
+    path = os.path.join(tmp_path, "nn.mlmodel")
+    open(path, "wb").write(spec.SerializeToString())
+    monkeypatch.setattr(coreml_import, "_neural_network", boom)
+    with pytest.raises(ModelError, match=r"malformed neural network \(ZeroDivisionError"):
+        fastane.load_model(path)
