@@ -60,7 +60,7 @@ class _Blobs:
             full = inside(self.root, os.path.join(self.wdir, rel), f"{what}: weight file {quote(file_name)}")
             missing = f"{what}: weight file {quote(file_name)} is missing from the package"
             # mapped, not read: a blob is copied only when a constant is decoded
-            self.files[rel] = map_file(full, f"{what}: weight file {quote(file_name)}", missing)
+            self.files[rel] = map_file(full, f"{what}: weight file {quote(file_name)}", missing, self.root)
         buf = self.files[rel]
         size = len(buf)
         if size < _BLOB_HEADER:

@@ -90,6 +90,7 @@ def _package_spec(path: str):
         MAX_MANIFEST_BYTES,
         "1 MiB, for a manifest of a few hundred bytes",
         missing=f"{path}: not an .mlpackage (no Manifest.json)",
+        root=path,
     )
     try:
         info = json.loads(raw)
@@ -115,8 +116,8 @@ def _package_spec(path: str):
     return spec, os.path.join(os.path.dirname(spec), "weights")
 
 
-def _read_spec(path: str):
-    return _parse_spec(read_protobuf(path, "Core ML spec"), path)
+def _read_spec(path: str, root=None):
+    return _parse_spec(read_protobuf(path, "Core ML spec", root), path)
 
 
 def _parse_spec(data: bytes, path: str):
@@ -143,7 +144,7 @@ def load(path, weights: bool = True) -> Graph:
         spec_path, wdir, root = *_package_spec(p), p
     else:
         spec_path, wdir, root = p, None, None
-    spec = _read_spec(spec_path)
+    spec = _read_spec(spec_path, root)
     kind = spec.WhichOneof("Type")
     name = os.path.basename(p.rstrip("/"))
     if kind == "mlProgram":

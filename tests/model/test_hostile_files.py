@@ -277,3 +277,50 @@ def test_input_array_fifo(pkg, tmp_path, capsys):
     rc = main(["run", pkg, "-i", f"x={x}"])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "is a FIFO, not a regular file" in err, err
+
+
+@pytest.mark.parametrize("swapped", ["Data", "Data/com.apple.CoreML/weights"])
+def test_folder_swapped_for_a_link_after_the_check(pkg, tmp_path, monkeypatch, swapped):
+    """A process writing into the package swaps a folder for a link out of it between the
+    containment check and the open: the open, one component at a time with O_NOFOLLOW
+    from the package's real path, refuses it instead of reading outside."""
+    from fastane.model import coreml_blob, coreml_import, files
+
+    p = _copy(pkg, tmp_path)
+    out = tmp_path / "outside"
+    for rel in ("com.apple.CoreML/model.mlmodel", "com.apple.CoreML/weights/weight.bin", "weight.bin"):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(SECRET)
+    done = []
+
+    def racing_inside(root, rel, what):
+        full = files.inside(root, rel, what)
+        if not done and full.startswith(os.path.realpath(os.path.join(p, swapped))):
+            os.rename(os.path.join(p, swapped), os.path.join(p, swapped) + ".old")
+            os.symlink(out, os.path.join(p, swapped))
+            done.append(full)
+        return full
+
+    monkeypatch.setattr(coreml_import, "inside", racing_inside)
+    monkeypatch.setattr(coreml_blob, "inside", racing_inside)
+    _refused(p, r"changed while it was opened \(a link in its path\)")
+    assert done
+
+
+def test_read_file_under_a_root(tmp_path):
+    """files.read_file with root: the real path is opened under it, component by component."""
+    from fastane.model.files import inside, read_file
+
+    root = tmp_path / "pkg"
+    (root / "Data").mkdir(parents=True)
+    (root / "Data" / "f").write_bytes(b"inside")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "f").write_bytes(SECRET)
+    full = inside(str(root), "Data/f", "f")
+    assert read_file(full, "f", 100, "test", root=str(root)) == b"inside"
+    os.rename(root / "Data", root / "Data.old")
+    os.symlink(tmp_path / "outside", root / "Data")
+    with pytest.raises(ModelError, match="changed while it was opened"):
+        read_file(full, "f", 100, "test", root=str(root))
+    with pytest.raises(ModelError, match="not a file inside the model's folder"):
+        read_file(str(tmp_path / "outside" / "f"), "f", 100, "test", root=str(root))
