@@ -324,3 +324,35 @@ def test_read_file_under_a_root(tmp_path):
         read_file(full, "f", 100, "test", root=str(root))
     with pytest.raises(ModelError, match="not a file inside the model's folder"):
         read_file(str(tmp_path / "outside" / "f"), "f", 100, "test", root=str(root))
+
+
+def test_content_sniffed_from_the_top_level_fields(pkg, tmp_path, monkeypatch):
+    """A model file of another suffix: told Core ML or ONNX from its top-level protobuf
+    fields on the mapped file; the spec is parsed once (it was read and parsed up to three
+    times: Core ML, ONNX, then the load)."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from fastane.model import _sniff_coreml, coreml_import
+
+    parsed = []
+    real = coreml_import._parse_spec
+    monkeypatch.setattr(coreml_import, "_parse_spec", lambda *a: parsed.append(1) or real(*a))
+    spec = tmp_path / "spec.bin"
+    shutil.copy(os.path.join(_data(pkg), "model.mlmodel"), spec)
+    with pytest.raises(ModelError, match="bare .mlmodel has no weights directory"):
+        fastane.load_model(str(spec))
+    assert parsed == [1]
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = tmp_path / "model.bin"
+    model.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString())
+    assert not _sniff_coreml(model) and _sniff_coreml(spec)
+    assert fastane.load_model(str(model)).graph.origin.startswith("onnx") and parsed == [1]
+    for junk in (b"", b"\x08", b"\x08\x01\xff", b"\x08\x01\xa2\x1f\xff\xff\xff\xff\x0f", SECRET):
+        (tmp_path / "junk.bin").write_bytes(junk)
+        assert not _sniff_coreml(tmp_path / "junk.bin")
