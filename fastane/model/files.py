@@ -29,7 +29,7 @@ import stat
 
 from ..errors import ModelError
 
-__all__ = ["inside", "read_file", "map_file"]
+__all__ = ["inside", "read_file", "map_file", "open_file"]
 
 _FLAGS = (
     os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -143,6 +143,13 @@ def read_file(path, what: str, limit: int, why: str, missing: str | None = None,
             return f.read(size)
     except OSError as exc:
         raise ModelError(f"{what}: cannot read {path!r}: {exc.strerror or exc}") from None
+
+
+def open_file(path, what: str, limit: int, why: str, missing: str | None = None):
+    """The regular file at ``path`` open for reading (binary), under the same checks as
+    :func:`read_file`: for a caller that reads a header before deciding to read the rest."""
+    fd, _ = _open(path, what, limit, why, missing)
+    return os.fdopen(fd, "rb")
 
 
 def map_file(path, what: str, missing: str | None = None, root=None) -> memoryview:

@@ -356,3 +356,40 @@ def test_content_sniffed_from_the_top_level_fields(pkg, tmp_path, monkeypatch):
     for junk in (b"", b"\x08", b"\x08\x01\xff", b"\x08\x01\xa2\x1f\xff\xff\xff\xff\x0f", SECRET):
         (tmp_path / "junk.bin").write_bytes(junk)
         assert not _sniff_coreml(tmp_path / "junk.bin")
+
+
+def test_input_array_header_checked_before_its_data_is_read(tmp_path, capsys):
+    """`fastane run M -i x=BIG.npy`: the .npy header's shape is bound (and refused by the
+    budget) before the data is read; the whole file (up to 2 GiB) was read first."""
+    import tracemalloc
+
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from fastane.cli import main
+
+    n = 1 << 28
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])],
+    )
+    model = tmp_path / "relu.onnx"
+    model.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString())
+    big = tmp_path / "x.npy"
+    with open(big, "wb") as f:  # a sparse file: the header, then n float32 zeros
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (n,)})
+        f.truncate(f.tell() + 4 * n)
+    tracemalloc.start()
+    try:
+        rc = main(["run", str(model), "-i", f"x={big}"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    err = capsys.readouterr().err
+    assert rc == 2 and "beyond fastane's limit" in err and len(err.strip().splitlines()) == 1, err
+    assert peak < 64 << 20, peak
+    (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY\x02\x00" + (1 << 30).to_bytes(4, "little"))
+    assert main(["run", str(model), "-i", f"x={tmp_path / 'bad.npy'}"]) == 2
+    assert "a header of 1073741824 bytes" in capsys.readouterr().err
