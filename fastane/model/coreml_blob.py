@@ -137,10 +137,11 @@ def _dt_name(code) -> str:
         return str(code)
 
 
-def unpack_bits(raw, nbits: int, count: int, signed: bool = False) -> np.ndarray:
+def unpack_bits(raw, nbits: int, count: int, signed: bool = False, msb: bool = False) -> np.ndarray:
     """``count`` ``nbits``-bit integers packed into bytes least significant bit first (the
-    MIL storage's sub-byte layout), as uint8 (int8 for ``signed``).  Unpacked a chunk at a
-    time into the uint8 result: the temporaries stay small whatever ``count``."""
+    MIL storage's sub-byte layout; ``msb``: most significant bit first, the neural network
+    weights' layout), as uint8 (int8 for ``signed``).  Unpacked a chunk at a time into the
+    uint8 result: the temporaries stay small whatever ``count``."""
     raw = np.frombuffer(raw, np.uint8)
     need = -(-count * nbits // 8)
     if raw.size < need:
@@ -150,8 +151,9 @@ def unpack_bits(raw, nbits: int, count: int, signed: bool = False) -> np.ndarray
     for s in range(0, count, step):
         m = min(step, count - s)
         b0 = s * nbits // 8
-        bits = np.unpackbits(raw[b0 : b0 + -(-m * nbits // 8)], bitorder="little", count=m * nbits)
-        bits = bits.reshape(m, nbits)
+        order = "big" if msb else "little"
+        bits = np.unpackbits(raw[b0 : b0 + -(-m * nbits // 8)], bitorder=order, count=m * nbits)
+        bits = bits.reshape(m, nbits)[:, ::-1] if msb else bits.reshape(m, nbits)
         v = out[s : s + m]
         v[...] = bits[:, 0]
         for b in range(1, nbits):

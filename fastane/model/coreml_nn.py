@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelError, quote
+from .coreml_blob import unpack_bits
 from .graph import Graph, Node, TensorType, check_size
 
 
@@ -69,13 +70,8 @@ def _weights(wp, n: int, what: str, weights: bool) -> np.ndarray:
 
 def unpack_bits_msb(raw, nbits: int, count: int) -> np.ndarray:
     """Neural network quantized weights: ``nbits``-bit indices packed most significant bit
-    first (Core ML's NeuralNetwork.proto)."""
-    raw = np.frombuffer(raw, np.uint8)
-    need = -(-count * nbits // 8)
-    if raw.size < need:
-        raise ValueError(f"{count} values of {nbits} bits need {need} bytes, got {raw.size}")
-    bits = np.unpackbits(raw[:need])[: count * nbits].reshape(count, nbits)
-    return (bits.astype(np.uint16) << np.arange(nbits - 1, -1, -1, dtype=np.uint16)).sum(axis=1)
+    first (Core ML's NeuralNetwork.proto), as uint8."""
+    return unpack_bits(raw, nbits, count, msb=True)
 
 
 def _nn_input_type(fd, what):

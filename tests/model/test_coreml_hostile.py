@@ -383,3 +383,23 @@ def test_arithmetic_error_in_a_neural_network_is_a_model_error(tmp_path, monkeyp
     monkeypatch.setattr(coreml_import, "_neural_network", boom)
     with pytest.raises(ModelError, match=r"malformed neural network \(ZeroDivisionError"):
         fastane.load_model(path)
+
+
+@pytest.mark.parametrize("msb", [False, True])
+def test_unpack_bits_memory(msb):
+    """2^26 one-bit values (an 8 MiB blob): an int16 array and a uint64 sum per value
+    peaked at 704 MiB; now the 64 MiB uint8 result and a chunk."""
+    import tracemalloc
+
+    from fastane.model.coreml_blob import unpack_bits
+    from fastane.model.coreml_nn import unpack_bits_msb
+
+    raw = bytes(range(256)) * (1 << 15)
+    tracemalloc.start()
+    try:
+        v = unpack_bits_msb(raw, 1, 1 << 26) if msb else unpack_bits(raw, 1, 1 << 26)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert v.dtype == np.uint8 and v[:16].tolist() == ([0] * 15 + [1] if msb else [0] * 8 + [1] + [0] * 7)
+    assert peak < 80 << 20, peak
