@@ -258,13 +258,19 @@ def decompress(op_type: str, **kw) -> np.ndarray:
         if idx.size and int(idx.max()) >= P:
             raise ValueError(f"an index {int(idx.max())} is beyond the {P} palette entries")
         check_size(idx.shape + (V,), "constexpr_lut_to_dense output")  # before it is built
-        blk = np.zeros(idx.shape, np.int64)
+        # each index's row in the flat table (block * P + index), in the smallest unsigned
+        # type that holds them (one byte a value for up to 256 rows), not int64
+        it = np.min_scalar_type(max(lut.size // max(V, 1) - 1, 0))
+        blk = np.zeros(idx.shape, it)
         for d in range(idx.ndim):
             if lut.shape[d] < 1 or idx.shape[d] % lut.shape[d]:
                 raise ValueError(f"lut shape {lut.shape} does not divide indices shape {idx.shape}")
-            pos = np.arange(idx.shape[d]) // (idx.shape[d] // lut.shape[d])
-            blk = blk * lut.shape[d] + pos.reshape((-1,) + (1,) * (idx.ndim - 1 - d))
-        vals = lut.reshape(-1, V)[blk * P + idx.astype(np.int64)]  # indices.shape + (V,)
+            if lut.shape[d] > 1:
+                pos = np.arange(lut.shape[d], dtype=it).repeat(idx.shape[d] // lut.shape[d])
+                blk = blk * it.type(lut.shape[d]) + pos.reshape((-1,) + (1,) * (idx.ndim - 1 - d))
+        blk *= it.type(P)
+        blk += idx.astype(it, copy=False)
+        vals = lut.reshape(-1, V)[blk]  # indices.shape + (V,)
         if V == 1:
             return vals[..., 0]
         a = int(np.asarray(va).reshape(-1)[0]) if np.size(va) == 1 else None

@@ -403,3 +403,17 @@ def test_unpack_bits_memory(msb):
         tracemalloc.stop()
     assert v.dtype == np.uint8 and v[:16].tolist() == ([0] * 15 + [1] if msb else [0] * 8 + [1] + [0] * 7)
     assert peak < 80 << 20, peak
+
+
+def test_lut_per_block_palettes_without_int64_indices():
+    """iOS18 constexpr_lut_to_dense with a palette per block: each index's table row was
+    built in int64 (with int64 aranges along each axis), 2^28 indices asking for over
+    6 GiB; now in the smallest type that holds the rows."""
+    code = (
+        "import numpy as np; from fastane.model.coreml_import import decompress\n"
+        "idx = np.zeros(1 << 28, np.uint8); idx[1 << 27] = 1\n"
+        "lut = np.arange(4, dtype=np.float16).reshape(2, 2, 1)\n"
+        "v = decompress('constexpr_lut_to_dense', indices=idx, lut=lut)\n"
+        "print('ok', v.shape, v[0], v[(1 << 27) - 1], v[1 << 27], v[-1])\n"
+    )
+    assert "ok (268435456,) 0.0 0.0 3.0 2.0" in _child(code)
