@@ -183,8 +183,9 @@ class _Program:
 
     def spend(self, shape, dtype, what: str):
         """Count a constant of ``shape`` and ``dtype`` decoded at load (a float at 4 bytes,
-        as the graph holds it) against :data:`~fastane.model.budget.MAX_CONST_BYTES`,
-        before it is made."""
+        as the graph holds it) against :data:`~fastane.model.budget.MAX_CONST_BYTES`: a
+        blob's value before it is decoded, a ``constexpr_*`` output (its size checked
+        while it is computed) before it is kept."""
         n = check_size(shape, what)
         dt = np.dtype(dtype)
         self.const_bytes += n * (max(dt.itemsize, 4) if dt.kind == "f" else dt.itemsize)
