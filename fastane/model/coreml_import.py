@@ -42,7 +42,7 @@ import os
 
 import numpy as np
 
-from ..errors import ModelError, quote
+from ..errors import ModelError, quote, quote_names
 from .budget import MAX_CONST_BYTES, beyond
 from .graph import Graph, Node, TensorType, check_size
 from .files import inside, read_file
@@ -293,7 +293,9 @@ class _Program:
         prog = self.spec.mlProgram
         if "main" not in prog.functions:
             fns = list(prog.functions)
-            raise ModelError(f"{self.name}: the ML Program has no 'main' function (functions: {fns})")
+            raise ModelError(
+                f"{self.name}: the ML Program has no 'main' function (functions: {quote_names(fns)})"
+            )
         fn = prog.functions["main"]
         if fn.opset not in fn.block_specializations:
             raise ModelError(f"{self.name}: function 'main' has no block for its opset {quote(fn.opset)}")
@@ -380,7 +382,8 @@ class _Program:
         t = self.arg(op, key, what)
         if t not in self.consts:
             raise ModelError(
-                f"{what}: parameter {quote(key)} must be a constant; fastane does not run data-dependent {key}"
+                f"{what}: parameter {quote(key)} must be a constant; fastane does not run "
+                f"data-dependent {quote(key, marks=False)}"
             )
         return self.consts[t]
 

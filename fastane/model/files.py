@@ -16,8 +16,8 @@ is checked before anything is read.  A file inside a model's folder (``root``) i
 one path component at a time from the folder's real path, each directory with
 ``O_NOFOLLOW`` relative to the one before: a directory of the package swapped for a link
 between the check and the open (by a process writing into the package while it loads)
-is refused, never followed out of the folder.  A refused file is never read: no byte of it reaches
-an error message.  Every refusal is a :class:`~fastane.errors.ModelError` naming the file
+is refused, never followed out of the folder.  A refused file is never read: no byte of
+it reaches an error message.  Every refusal is a :class:`~fastane.errors.ModelError` naming the file
 and the reason."""
 
 from __future__ import annotations
