@@ -12,13 +12,14 @@ must be a regular file too.
 The file is opened with ``O_NONBLOCK`` (a FIFO cannot block the open) and ``O_NOFOLLOW``
 (a link put in place of the checked file is not followed), then checked again on the open
 descriptor (``fstat``: a regular file, the same inode as the checked path) and its size
-is checked before anything is read.  A file inside a model's folder (``root``) is opened
-one path component at a time from the folder's real path, each directory with
-``O_NOFOLLOW`` relative to the one before: a directory of the package swapped for a link
-between the check and the open (by a process writing into the package while it loads)
-is refused, never followed out of the folder.  A refused file is never read: no byte of
-it reaches an error message.  Every refusal is a :class:`~fastane.errors.ModelError` naming the file
-and the reason."""
+is checked before anything is read.  A file inside a model's folder (``root``) is checked
+inside it again on the open descriptor (its path from ``/proc/self/fd``; where there is
+no ``/proc``, it is opened one path component at a time from the folder's real path, each
+directory with ``O_NOFOLLOW`` relative to the one before): a directory of the package
+swapped for a link between the check and the open (by a process writing into the package
+while it loads) is refused before anything is read.  A refused file is never read: no
+byte of it reaches an error message.  Every refusal is a
+:class:`~fastane.errors.ModelError` naming the file and the reason."""
 
 from __future__ import annotations
 
@@ -66,14 +67,43 @@ _DIR_FLAGS = (
 
 
 def _open_under(root: str, real: str, path: str, what: str) -> tuple:
-    """``(fd, stat)`` of the file at ``real`` (a real path), opened from the real path of
-    ``root`` one component at a time, no link followed."""
+    """``(fd, stat)`` of the file at ``real`` (a real path inside the real path of
+    ``root``), checked inside it on the open descriptor: its path from ``/proc/self/fd``
+    (Linux), else opened from the root one component at a time, no link followed."""
     base = os.path.realpath(root)
     rel = os.path.relpath(real, base)
-    parts = rel.split(os.sep)
     if os.path.commonpath([real, base]) != base or rel == os.curdir:
         raise ModelError(f"{what}: {path!r} is not a file inside the model's folder {base!r}")
     changed = f"{what}: {path!r} changed while it was opened (a link in its path); fastane does not read it"
+    if os.path.isdir("/proc/self/fd"):
+        st = os.lstat(real)
+        _check_kind(st, path, what, changed)
+        fd = os.open(real, _FLAGS)
+        try:
+            where = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            where = None
+        if where is not None:
+            if os.path.commonpath([where, base]) != base:
+                os.close(fd)
+                raise ModelError(changed)
+            return fd, st
+        os.close(fd)
+    return _walk_open(base, rel.split(os.sep), path, what, changed)
+
+
+def _check_kind(st, path: str, what: str, changed: str) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise ModelError(changed)
+    if not stat.S_ISREG(st.st_mode):
+        raise ModelError(
+            f"{what}: {path!r} is {_kind(st.st_mode)}, not a regular file; fastane does not open it"
+        )
+
+
+def _walk_open(base: str, parts: list, path: str, what: str, changed: str) -> tuple:
+    """``(fd, stat)`` of ``base/parts...``, each directory opened with ``O_NOFOLLOW``
+    relative to the one before."""
     dfd = os.open(base, _DIR_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))
     try:
         for part in parts[:-1]:
@@ -88,12 +118,7 @@ def _open_under(root: str, real: str, path: str, what: str) -> tuple:
             os.close(dfd)
             dfd = nfd
         st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
-        if stat.S_ISLNK(st.st_mode):
-            raise ModelError(changed)
-        if not stat.S_ISREG(st.st_mode):
-            raise ModelError(
-                f"{what}: {path!r} is {_kind(st.st_mode)}, not a regular file; fastane does not open it"
-            )
+        _check_kind(st, path, what, changed)
         return os.open(parts[-1], _FLAGS, dir_fd=dfd), st
     finally:
         os.close(dfd)

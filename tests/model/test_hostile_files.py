@@ -307,9 +307,15 @@ def test_folder_swapped_for_a_link_after_the_check(pkg, tmp_path, monkeypatch, s
     assert done
 
 
-def test_read_file_under_a_root(tmp_path):
-    """files.read_file with root: the real path is opened under it, component by component."""
+@pytest.mark.parametrize("proc", [True, False])
+def test_read_file_under_a_root(tmp_path, monkeypatch, proc):
+    """files.read_file with root: the open descriptor's path checked inside it (Linux's
+    /proc/self/fd), or the file opened under it component by component (no /proc)."""
     from fastane.model.files import inside, read_file
+
+    if not proc:
+        isdir = os.path.isdir
+        monkeypatch.setattr(os.path, "isdir", lambda p: p != "/proc/self/fd" and isdir(p))
 
     root = tmp_path / "pkg"
     (root / "Data").mkdir(parents=True)
