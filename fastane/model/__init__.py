@@ -31,8 +31,8 @@ import os
 
 from ..errors import ModelError, quote
 from .graph import Graph, Node, TensorType, bind
+from .files import map_file
 from .run.model import Model, Report
-from .tensor import read_protobuf
 
 __all__ = [
     "load_model",
@@ -90,32 +90,71 @@ def is_model_path(name) -> bool:
 
 def _sniff_coreml(path) -> bool:
     """A file of another suffix than .onnx/.mlmodel: Core ML if it is a directory (a
-    package) or if its protobuf carries a Core ML spec version and no ONNX graph (a file
-    that cannot be read is left to the ONNX importer, which says why)."""
+    package) or if its protobuf's top-level fields, scanned without parsing their
+    payloads (the file mapped, not read), hold a Core ML model type (field 200 and above:
+    ``neuralNetwork``, ``mlProgram``...) before any ONNX graph (field 7); a file that
+    cannot be read is left to the ONNX importer, which says why."""
     p = os.fspath(path)
     if os.path.isdir(p):
         return True
     if p.lower().endswith(".onnx") or not os.path.isfile(p):
         return False
     try:
-        data = read_protobuf(p, "model")
+        buf = map_file(p, "model")
     except ModelError:
         return False
     # an ONNX ModelProto starts with field 1 (ir_version, varint: 0x08); a Core ML Model
-    # with field 1 too (specificationVersion, 0x08): tell them apart by parsing
-    if data[:1] != b"\x08":
+    # with field 1 too (specificationVersion, 0x08)
+    if buf[:1] != b"\x08":
         return False
-    try:
-        from .frontends.coreml.importer import parse_spec
+    for number, wire in _top_fields(buf, _SNIFF_FIELDS):
+        if number == 7:  # ModelProto.graph
+            return False
+        if number >= 200:  # Model.Type, a message
+            return wire == 2
+    return False
 
-        parse_spec(data, p)
-    except (ModelError, ImportError):
-        return False
-    try:
-        import onnx
 
-        m = onnx.ModelProto()
-        m.ParseFromString(data)
-        return not m.HasField("graph")
-    except Exception:
-        return True
+#: the most top-level fields :func:`_sniff_coreml` scans (a model has a handful)
+_SNIFF_FIELDS = 1 << 12
+
+
+def _top_fields(buf, most: int):
+    """``(field number, wire type)`` of the first ``most`` top-level fields of the protobuf
+    message in ``buf``, each payload skipped, not parsed; stops at the first malformed one."""
+
+    def varint(i):
+        v = shift = 0
+        while i < len(buf) and shift < 64:
+            b = buf[i]
+            v |= (b & 0x7F) << shift
+            i += 1
+            if not b & 0x80:
+                return v, i
+            shift += 7
+        return None, i
+
+    i = 0
+    for _ in range(most):
+        if i >= len(buf):
+            return
+        tag, i = varint(i)
+        if tag is None:
+            return
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            v, i = varint(i)
+            if v is None:
+                return
+        elif wire == 1 or wire == 5:
+            i += 8 if wire == 1 else 4
+        elif wire == 2:
+            n, i = varint(i)
+            if n is None:
+                return
+            i += n
+        else:
+            return
+        if i > len(buf):
+            return
+        yield number, wire

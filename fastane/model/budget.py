@@ -35,6 +35,11 @@ one of these is exceeded:
 * :data:`MAX_RUN_WORK` = 2^38 per run: the multiply-adds and element operations of all
   nodes, folded ones included.  GPT-2 (124M parameters) at 1024 tokens is about 2^37,
   ResNet-50 at 224 x 224 2^32.
+* :data:`MAX_CONST_BYTES` = 2^30 bytes of constants decoded at load from a Core ML
+  package's weight files and ``constexpr_*`` ops (a float counted at 4 bytes: the graph
+  holds float32), each blob decoded once however many ops refer to it: a sub-byte blob
+  expands 8x or more, and a small package could otherwise ask for gigabytes.  The float32
+  weights of a 268M-parameter model.
 * :data:`MAX_FOLD_ELEMENTS` = 2^22: a node whose inputs are all constant is evaluated at
   bind time only when its outputs are at most this many elements (it runs as a layer
   otherwise).
@@ -59,6 +64,7 @@ __all__ = [
     "MAX_LAYER_ELEMENT_OPS",
     "MAX_RUN_WORK",
     "MAX_RUN_BYTES",
+    "MAX_CONST_BYTES",
     "LIMITS",
     "beyond",
 ]
@@ -74,6 +80,7 @@ MAX_EINSUM_WORK = 1 << 34
 MAX_LAYER_ELEMENT_OPS = 1 << 32
 MAX_RUN_WORK = 1 << 38
 MAX_RUN_BYTES = 1 << 30
+MAX_CONST_BYTES = 1 << 30
 
 #: name -> (value, what it limits), for messages and docs/models.md
 LIMITS = {
@@ -85,6 +92,7 @@ LIMITS = {
     "MAX_LAYER_ELEMENT_OPS": (MAX_LAYER_ELEMENT_OPS, "element operations per layer"),
     "MAX_RUN_WORK": (MAX_RUN_WORK, "work per run"),
     "MAX_RUN_BYTES": (MAX_RUN_BYTES, "bytes per run"),
+    "MAX_CONST_BYTES": (MAX_CONST_BYTES, "bytes of constants decoded at load"),
 }
 
 

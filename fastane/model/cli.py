@@ -12,14 +12,15 @@ shape or dtype is one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
-import io
+import struct
 import sys
 
 import numpy as np
 
 from ..errors import ModelError, quote, quote_names
 from .budget import MAX_TENSOR_ELEMENTS
-from .files import read_file
+from .files import open_file
+from .tensor import check_size
 
 __all__ = ["add_arguments", "run"]
 
@@ -137,36 +138,85 @@ def _inputs(model, args) -> dict:
     names = list(model.inputs)
     # a name with unprintable characters is given as the messages print it
     shown = {quote(n, None, marks=False): n for n in names}
-    arrays = {}
-    for item in args.input:
-        name, path = item.split("=", 1) if "=" in item else (None, item)
-        if name is None:
-            if len(names) != 1:
+    arrays, npy = {}, {}
+    try:
+        for item in args.input:
+            name, path = item.split("=", 1) if "=" in item else (None, item)
+            if name is None:
+                if len(names) != 1:
+                    raise CommandError(
+                        f"--input {item!r}: the model has {len(names)} inputs "
+                        f"({quote_names(names)}); write NAME=FILE.npy"
+                    )
+                name = names[0]
+            name = name if name in model.inputs else shown.get(name, name)
+            if name not in model.inputs:
                 raise CommandError(
-                    f"--input {item!r}: the model has {len(names)} inputs "
-                    f"({quote_names(names)}); write NAME=FILE.npy"
+                    f"--input {item!r}: the model has no input {quote(name)} (inputs: {quote_names(names)})"
                 )
-            name = names[0]
-        name = name if name in model.inputs else shown.get(name, name)
-        if name not in model.inputs:
-            raise CommandError(
-                f"--input {item!r}: the model has no input {quote(name)} (inputs: {quote_names(names)})"
+            # opened as a model's files are (a regular file: a FIFO would block), within the
+            # largest tensor a model may take (float64) and a header; only the header is read
+            # until the model is bound with its shape
+            f = open_file(
+                path,
+                f"--input {quote(item)}",
+                MAX_TENSOR_ELEMENTS * 8 + (1 << 20),
+                "the largest input",
+                missing=f"--input {quote(item)}: cannot read {quote(path)}: no such file",
             )
-        # read as a model's files are (a regular file: a FIFO would block), within the
-        # largest tensor a model may take (float64) and a header
-        data = read_file(
-            path,
-            f"--input {quote(item)}",
-            MAX_TENSOR_ELEMENTS * 8 + (1 << 20),
-            "the largest input",
-            missing=f"--input {quote(item)}: cannot read {quote(path)}: no such file",
-        )
-        try:
-            arrays[name] = np.load(io.BytesIO(data), allow_pickle=False)
-        except (OSError, ValueError, EOFError) as exc:
-            raise CommandError(
-                f"--input {quote(item)}: cannot read {quote(path)} as a .npy array ({exc})"
-            ) from None
+            if name in npy:  # given twice: the last one counts
+                npy[name][0].close()
+            npy[name] = (f, item, path)
+            try:
+                shape = _npy_shape(f)
+            except (OSError, ValueError, EOFError) as exc:
+                raise CommandError(
+                    f"--input {quote(item)}: cannot read {quote(path)} as a .npy array ({exc})"
+                ) from None
+            check_size(shape, f"--input {quote(item)}")
+            arrays[name] = shape
+        return _inputs_bound(model, args, names, shown, arrays, npy)
+    finally:
+        for f, _, _ in npy.values():
+            f.close()
+
+
+def _npy_shape(f) -> tuple:
+    """The shape in the .npy header at the start of ``f`` (a header of at most 10000
+    bytes, numpy's own default limit, and no Python objects: nothing else is read)."""
+    version = np.lib.format.read_magic(f)
+    if version not in ((1, 0), (2, 0)):
+        raise ValueError(f"format version {version} is not supported (1.0 and 2.0 are)")
+    n = struct.calcsize("<H" if version == (1, 0) else "<I")
+    pos = f.tell()
+    (size,) = struct.unpack("<H" if version == (1, 0) else "<I", f.read(n).ljust(n, b"\0"))
+    if size > 10000:
+        raise ValueError(f"a header of {size} bytes (at most 10000)")
+    f.seek(pos)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _, dtype = read(f)
+    if dtype.hasobject:
+        raise ValueError("the array holds Python objects")
+    return tuple(shape)
+
+
+def _read_npy(f, item, path, shape) -> np.ndarray:
+    """The array of the open .npy file ``f`` whose header gave ``shape``."""
+    try:
+        f.seek(0)
+        a = np.load(f, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise CommandError(
+            f"--input {quote(item)}: cannot read {quote(path)} as a .npy array ({exc})"
+        ) from None
+    if a.shape != shape:
+        raise CommandError(f"--input {quote(item)}: {quote(path)} changed while it was read")
+    return a
+
+
+def _inputs_bound(model, args, names, shown, arrays, npy) -> dict:
+    """The rest of :func:`_inputs`: ``arrays`` maps each ``--input`` to its header's shape,
+    its data read (``npy``: the open files) once the model is bound with every shape."""
     shapes = dict(parse_shape(s) for s in args.shape)
     shapes = {k if k in model.inputs else shown.get(k, k): v for k, v in shapes.items()}
     for name in shapes:
@@ -179,7 +229,7 @@ def _inputs(model, args) -> dict:
         out = {}
         for name in names:
             if name in arrays:
-                out[name] = arrays[name].shape
+                out[name] = arrays[name]
                 continue
             out[name] = _bound_shape(model.inputs[name], name, shapes)
         return out
@@ -192,8 +242,10 @@ def _inputs(model, args) -> dict:
         t = model.inputs[name]
         if np.dtype(t.dtype).kind != "f":
             raise CommandError(f"input {quote(name)} ({t}) is not a float tensor: --random cannot make it")
-    # bind first: the sizes and the host budget are checked before any input is made
-    model.bind({**{k: v.shape for k, v in arrays.items()}, **want})
+    # bind first: the sizes and the host budget are checked before any input is read or made
+    model.bind({**arrays, **want})
+    for name, (f, item, path) in npy.items():
+        arrays[name] = _read_npy(f, item, path, arrays[name])
     rng = np.random.default_rng(args.seed)
     for name in missing:
         t = model.inputs[name]

@@ -12,19 +12,25 @@ must be a regular file too.
 The file is opened with ``O_NONBLOCK`` (a FIFO cannot block the open) and ``O_NOFOLLOW``
 (a link put in place of the checked file is not followed), then checked again on the open
 descriptor (``fstat``: a regular file, the same inode as the checked path) and its size
-is checked before anything is read.  A refused file is never read: no byte of it reaches
-an error message.  Every refusal is a :class:`~fastane.errors.ModelError` naming the file
-and the reason."""
+is checked before anything is read.  A file inside a model's folder (``root``) is checked
+inside it again on the open descriptor (its path from ``/proc/self/fd``; where there is
+no ``/proc``, it is opened one path component at a time from the folder's real path, each
+directory with ``O_NOFOLLOW`` relative to the one before): a directory of the package
+swapped for a link between the check and the open (by a process writing into the package
+while it loads) is refused before anything is read.  A refused file is never read: no
+byte of it reaches an error message.  Every refusal is a
+:class:`~fastane.errors.ModelError` naming the file and the reason."""
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import stat
 
 from ..errors import ModelError
 
-__all__ = ["inside", "read_file", "map_file"]
+__all__ = ["inside", "read_file", "map_file", "open_file"]
 
 _FLAGS = (
     os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -55,19 +61,87 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), f"not a regular file (mode {mode:#o})")
 
 
-def _open(path, what: str, limit, why, missing) -> tuple:
-    """``(fd, size)`` of the regular file at the real path of ``path``."""
+_DIR_FLAGS = (
+    os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+)
+
+
+def _open_under(root: str, real: str, path: str, what: str) -> tuple:
+    """``(fd, stat)`` of the file at ``real`` (a real path inside the real path of
+    ``root``), checked inside it on the open descriptor: its path from ``/proc/self/fd``
+    (Linux), else opened from the root one component at a time, no link followed."""
+    base = os.path.realpath(root)
+    rel = os.path.relpath(real, base)
+    if os.path.commonpath([real, base]) != base or rel == os.curdir:
+        raise ModelError(f"{what}: {path!r} is not a file inside the model's folder {base!r}")
+    changed = f"{what}: {path!r} changed while it was opened (a link in its path); fastane does not read it"
+    if os.path.isdir("/proc/self/fd"):
+        st = os.lstat(real)
+        _check_kind(st, path, what, changed)
+        fd = os.open(real, _FLAGS)
+        try:
+            where = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            where = None
+        if where is not None:
+            if os.path.commonpath([where, base]) != base:
+                os.close(fd)
+                raise ModelError(changed)
+            return fd, st
+        os.close(fd)
+    return _walk_open(base, rel.split(os.sep), path, what, changed)
+
+
+def _check_kind(st, path: str, what: str, changed: str) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise ModelError(changed)
+    if not stat.S_ISREG(st.st_mode):
+        raise ModelError(
+            f"{what}: {path!r} is {_kind(st.st_mode)}, not a regular file; fastane does not open it"
+        )
+
+
+def _walk_open(base: str, parts: list, path: str, what: str, changed: str) -> tuple:
+    """``(fd, stat)`` of ``base/parts...``, each directory opened with ``O_NOFOLLOW``
+    relative to the one before."""
+    dfd = os.open(base, _DIR_FLAGS & ~getattr(os, "O_NOFOLLOW", 0))
+    try:
+        for part in parts[:-1]:
+            try:
+                nfd = os.open(part, _DIR_FLAGS, dir_fd=dfd)
+            except (NotADirectoryError, IsADirectoryError):
+                raise ModelError(changed) from None
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.EMLINK):  # a link (EMLINK: FreeBSD)
+                    raise ModelError(changed) from None
+                raise
+            os.close(dfd)
+            dfd = nfd
+        st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+        _check_kind(st, path, what, changed)
+        return os.open(parts[-1], _FLAGS, dir_fd=dfd), st
+    finally:
+        os.close(dfd)
+
+
+def _open(path, what: str, limit, why, missing, root=None) -> tuple:
+    """``(fd, size)`` of the regular file at the real path of ``path`` (with ``root``:
+    ``path`` is the real path of a file inside that folder, from :func:`inside`, opened
+    under it with no link followed)."""
     path = os.fspath(path)
     if "\0" in path:
         raise ModelError(f"{what}: path {path!r} holds a NUL byte")
-    real = os.path.realpath(path)
+    real = os.path.realpath(path) if root is None else os.path.abspath(path)
     try:
-        st = os.stat(real)
-        if not stat.S_ISREG(st.st_mode):
-            raise ModelError(
-                f"{what}: {path!r} is {_kind(st.st_mode)}, not a regular file; fastane does not open it"
-            )
-        fd = os.open(real, _FLAGS)
+        if root is not None:
+            fd, st = _open_under(root, real, path, what)
+        else:
+            st = os.stat(real)
+            if not stat.S_ISREG(st.st_mode):
+                raise ModelError(
+                    f"{what}: {path!r} is {_kind(st.st_mode)}, not a regular file; fastane does not open it"
+                )
+            fd = os.open(real, _FLAGS)
     except FileNotFoundError:
         raise ModelError(missing or f"{what}: {path!r} does not exist") from None
     except OSError as exc:
@@ -84,10 +158,11 @@ def _open(path, what: str, limit, why, missing) -> tuple:
     return fd, fst.st_size
 
 
-def read_file(path, what: str, limit: int, why: str, missing: str | None = None) -> bytes:
+def read_file(path, what: str, limit: int, why: str, missing: str | None = None, root=None) -> bytes:
     """The bytes of the regular file at ``path``: at most ``limit`` bytes (``why``: the limit's
-    reason, for the message), else a ModelError; ``missing``: the message if it does not exist."""
-    fd, size = _open(path, what, limit, why, missing)
+    reason, for the message), else a ModelError; ``missing``: the message if it does not exist;
+    ``root``: the model's folder ``path`` lies in (from :func:`inside`), checked again at the open."""
+    fd, size = _open(path, what, limit, why, missing, root)
     try:
         with os.fdopen(fd, "rb") as f:
             return f.read(size)
@@ -95,9 +170,17 @@ def read_file(path, what: str, limit: int, why: str, missing: str | None = None)
         raise ModelError(f"{what}: cannot read {path!r}: {exc.strerror or exc}") from None
 
 
-def map_file(path, what: str, missing: str | None = None) -> memoryview:
-    """The regular file at ``path``, mapped read-only (nothing copied until a slice is)."""
-    fd, size = _open(path, what, None, "", missing)
+def open_file(path, what: str, limit: int, why: str, missing: str | None = None):
+    """The regular file at ``path`` open for reading (binary), under the same checks as
+    :func:`read_file`: for a caller that reads a header before deciding to read the rest."""
+    fd, _ = _open(path, what, limit, why, missing)
+    return os.fdopen(fd, "rb")
+
+
+def map_file(path, what: str, missing: str | None = None, root=None) -> memoryview:
+    """The regular file at ``path``, mapped read-only (nothing copied until a slice is);
+    ``root`` as for :func:`read_file`."""
+    fd, size = _open(path, what, None, "", missing, root)
     try:
         return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if size else b"")
     except OSError as exc:

@@ -74,14 +74,15 @@ def check_size(shape, what: str) -> int:
     return n
 
 
-def read_protobuf(path: str, what: str) -> bytes:
+def read_protobuf(path: str, what: str, root=None) -> bytes:
     """The bytes of the protobuf file at ``path`` (``what``: "model", "Core ML spec"), read
-    under :mod:`~fastane.model.files`' rule (a regular file, never a FIFO or device) and
-    within :data:`MAX_PROTOBUF_BYTES`; ModelError otherwise."""
+    under :mod:`~fastane.model.files`' rule (a regular file, never a FIFO or device; inside
+    the folder ``root`` if given) and within :data:`MAX_PROTOBUF_BYTES`; ModelError otherwise."""
     return read_file(
         path,
         what,
         MAX_PROTOBUF_BYTES,
         "the 2 GiB a protobuf message can hold",
         missing=f"cannot read {what} {os.fspath(path)!r}: no such file",
+        root=root,
     )

@@ -181,3 +181,239 @@ def test_lut_vector_axis_out_of_range(axis):
     )
     with pytest.raises(ValueError, match="vector_axis .* is not an axis of indices of rank 2"):
         decompress("constexpr_lut_to_dense", indices=idx, lut=lut, vector_axis=np.asarray(axis))
+
+
+AS_LIMIT = 4 << 30
+
+
+def _child(code, timeout=120):
+    """``code`` run in a child limited to 4 GiB of address space: its stdout + stderr."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+
+    env = dict(os.environ, NUMBA_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        preexec_fn=limit,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return p.stdout + p.stderr
+
+
+def _uint1_package(path, n, offsets):
+    """An .mlpackage whose weight file holds one blob per distinct entry of ``offsets``
+    (``n`` UINT1 values, all zero) and a const op per entry, beside ``y = relu(x)``."""
+    import json
+    import struct
+
+    wdir = os.path.join(path, "Data", "com.apple.CoreML", "weights")
+    os.makedirs(wdir)
+    with open(os.path.join(path, "Manifest.json"), "w") as f:
+        json.dump(
+            {
+                "fileFormatVersion": "1.0.0",
+                "itemInfoEntries": {"a": {"path": "com.apple.CoreML/model.mlmodel"}},
+                "rootModelIdentifier": "a",
+            },
+            f,
+        )
+    nb = n // 8
+    blobs = sorted(set(offsets))
+    with open(os.path.join(wdir, "weight.bin"), "wb") as f:
+        f.write(struct.pack("<II", len(blobs), 2).ljust(64, b"\0"))
+        for i in range(len(blobs)):
+            assert f.tell() == 64 + i * (64 + nb) == blobs[i]
+            f.write(struct.pack("<IIQQ", 0xDEADBEEF, 0, nb, f.tell() + 64).ljust(64, b"\0"))
+            f.write(bytes(nb))
+    spec = Model_pb2.Model()
+    spec.specificationVersion = 8
+    fn = spec.mlProgram.functions["main"]
+    fn.opset = "CoreML7"
+    nv = fn.inputs.add()
+    nv.name = "x"
+    nv.type.tensorType.dataType = MIL_pb2.FLOAT32
+    nv.type.tensorType.rank = 1
+    nv.type.tensorType.dimensions.add().constant.size = 4
+    block = fn.block_specializations["CoreML7"]
+    for k, off in enumerate(offsets):
+        op = block.operations.add()
+        op.type = "const"
+        o = op.outputs.add()
+        o.name = f"c{k}"
+        v = op.attributes["val"]
+        tt = v.type.tensorType
+        tt.dataType = MIL_pb2.UINT1
+        tt.rank = 1
+        tt.dimensions.add().constant.size = n
+        o.type.CopyFrom(v.type)
+        v.blobFileValue.fileName = "@model_path/weights/weight.bin"
+        v.blobFileValue.offset = off
+    op = block.operations.add()
+    op.type = "relu"
+    op.inputs["x"].arguments.add().name = "x"
+    o = op.outputs.add()
+    o.name = "y"
+    o.type.CopyFrom(nv.type)
+    block.outputs.append("y")
+    with open(os.path.join(path, "Data", "com.apple.CoreML", "model.mlmodel"), "wb") as f:
+        f.write(spec.SerializeToString())
+    return str(path)
+
+
+def test_sub_byte_blob_decoded_once(tmp_path):
+    """Twelve const ops on one 32 MB blob of 2^28 UINT1 values: each was decoded again,
+    through an int16 array and a uint64 sum per value (3 GB for one, MemoryError for
+    twelve); now decoded once into uint8, in 4 GiB of address space."""
+    path = _uint1_package(tmp_path / "amp.mlpackage", 1 << 28, [64] * 12)
+    code = (
+        f"import fastane; m = fastane.load_model({path!r}); c = m.graph.consts; "
+        "print('ok', all(c[f'c{k}'] is c['c0'] for k in range(12)))"
+    )
+    assert "ok True" in _child(code)
+
+
+def test_decoded_constants_budget(tmp_path, monkeypatch):
+    """The constants a package decodes at load are counted against MAX_CONST_BYTES."""
+    from fastane.model.frontends.coreml import importer as coreml_import
+
+    n = 1 << 16
+    path = _uint1_package(tmp_path / "two.mlpackage", n, [64, 64 + 64 + n // 8])
+    assert fastane.load_model(path).graph.consts["c1"].shape == (n,)
+    monkeypatch.setattr(coreml_import, "MAX_CONST_BYTES", n + n // 2)
+    with pytest.raises(ModelError, match=r"op 'c1' \(const\).*MAX_CONST_BYTES = 2\^30"):
+        fastane.load_model(path)
+
+
+def test_unpack_bits_values():
+    """Sub-byte values unpacked least significant bit first, int4 sign-extended."""
+    from fastane.model.frontends.coreml.blob import unpack_bits
+
+    raw = bytes([0b10110100, 0b01111000, 0xFF])
+    assert unpack_bits(raw, 1, 9).tolist() == [0, 0, 1, 0, 1, 1, 0, 1, 0]
+    assert unpack_bits(raw, 2, 5).tolist() == [0, 1, 3, 2, 0]
+    assert unpack_bits(raw, 3, 7).tolist() == [4, 6, 2, 4, 7, 6, 7]
+    assert unpack_bits(raw, 4, 4, signed=True).tolist() == [4, -5, -8, 7]
+    assert unpack_bits(raw, 6, 4).tolist() == [52, 34, 55, 63]
+
+
+def test_lut_vector_palette_checked_before_it_is_built():
+    """iOS18 constexpr_lut_to_dense with vector size 2^16 over 2^16 indices asked for
+    8 GiB before its size was checked."""
+    code = (
+        "import numpy as np; from fastane.model.frontends.coreml.importer import decompress\n"
+        "idx = np.zeros(1 << 16, np.uint8); lut = np.zeros((1, 2, 1 << 16), np.float16)\n"
+        "try:\n"
+        "    decompress('constexpr_lut_to_dense', indices=idx, lut=lut, vector_axis=np.int32(0))\n"
+        "except ValueError as exc:\n"
+        "    print('refused', exc)\n"
+    )
+    assert "refused constexpr_lut_to_dense output: shape (65536, 65536)" in _child(code)
+
+
+def test_split_num_splits_on_an_empty_axis(tmp_path):
+    """split by num_splits along an axis of size 0 raised ZeroDivisionError; a count that
+    differs from the op's outputs is refused before any list is built."""
+    params = {"x": "x", "axis": np.array(0, np.int32), "num_splits": np.array(2, np.int32)}
+    with pytest.raises(ModelError, match=r"op 'y' \(split\): num_splits 2 for 1 outputs"):
+        fastane.load_model(_one_op(tmp_path, "split", params, (0, 4)))
+    params["num_splits"] = np.array(1, np.int32)
+    assert fastane.load_model(_one_op(tmp_path, "split", params, (0, 4))).graph.nodes[-1].op == "slice"
+
+
+def test_arithmetic_error_in_a_handler_is_a_model_error(tmp_path, monkeypatch):
+    """An ArithmeticError from an op's conversion (a division by a zero size) is a
+    ModelError naming the op, its text quoted and cut."""
+    from fastane.model.frontends.coreml import importer as coreml_import
+
+    def boom(p, op, outs, what):
+        raise ZeroDivisionError("x" * 1000)
+
+    monkeypatch.setitem(coreml_import.MIL_OPS, "relu", boom)
+    with pytest.raises(
+        ModelError, match=r"op 'y' \(relu\): malformed parameters \(ZeroDivisionError: x+\.\.\."
+    ):
+        fastane.load_model(_one_op(tmp_path, "relu", {"x": "x"}, (4,)))
+
+
+def test_core_ml_names_quoted(tmp_path):
+    """An op's output name and a weight file name from the spec reach a message quoted
+    and cut, control characters escaped."""
+    path = _one_op(tmp_path, "relu", {"x": "x"}, (4,))
+    spec = Model_pb2.Model()
+    spec.ParseFromString(open(path, "rb").read())
+    block = spec.mlProgram.functions["main"].block_specializations["CoreML7"]
+    op = block.operations[0]
+    op.type = "no_such_op"
+    op.outputs[0].name = "\x1b[2J" + "n" * 5000
+    open(path, "wb").write(spec.SerializeToString())
+    with pytest.raises(ModelError) as err:
+        fastane.load_model(path)
+    msg = str(err.value)
+    assert "\x1b" not in msg and "\\x1b[2J" in msg and len(msg) < 400, msg
+    op.type = "const"
+    op.outputs[0].name = "c"
+    v = op.attributes["val"]
+    v.type.tensorType.dataType = MIL_pb2.FLOAT32
+    v.blobFileValue.fileName = "@model_path/weights/" + "w\n" * 3000
+    v.blobFileValue.offset = 64
+    open(path, "wb").write(spec.SerializeToString())
+    with pytest.raises(ModelError, match="bare .mlmodel has no weights directory") as err:
+        fastane.load_model(path)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 400
+
+
+def test_arithmetic_error_in_a_neural_network_is_a_model_error(tmp_path, monkeypatch):
+    from fastane.model.frontends.coreml import importer as coreml_import
+
+    def boom(*args):
+        raise ZeroDivisionError("integer division or modulo by zero")
+
+    spec = Model_pb2.Model()
+    spec.specificationVersion = 4
+    spec.neuralNetwork.SetInParent()
+    path = os.path.join(tmp_path, "nn.mlmodel")
+    open(path, "wb").write(spec.SerializeToString())
+    monkeypatch.setattr(coreml_import, "neural_network", boom)
+    with pytest.raises(ModelError, match=r"malformed neural network \(ZeroDivisionError"):
+        fastane.load_model(path)
+
+
+@pytest.mark.parametrize("msb", [False, True])
+def test_unpack_bits_memory(msb):
+    """2^26 one-bit values (an 8 MiB blob): an int16 array and a uint64 sum per value
+    peaked at 704 MiB; now the 64 MiB uint8 result and a chunk."""
+    import tracemalloc
+
+    from fastane.model.frontends.coreml.blob import unpack_bits
+    from fastane.model.frontends.coreml.nn import unpack_bits_msb
+
+    raw = bytes(range(256)) * (1 << 15)
+    tracemalloc.start()
+    try:
+        v = unpack_bits_msb(raw, 1, 1 << 26) if msb else unpack_bits(raw, 1, 1 << 26)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert v.dtype == np.uint8 and v[:16].tolist() == ([0] * 15 + [1] if msb else [0] * 8 + [1] + [0] * 7)
+    assert peak < 80 << 20, peak
+
+
+def test_lut_per_block_palettes_without_int64_indices():
+    """iOS18 constexpr_lut_to_dense with a palette per block: each index's table row was
+    built in int64 (with int64 aranges along each axis), 2^28 indices asking for over
+    6 GiB; now in the smallest type that holds the rows."""
+    code = (
+        "import numpy as np; from fastane.model.frontends.coreml.importer import decompress\n"
+        "idx = np.zeros(1 << 28, np.uint8); idx[1 << 27] = 1\n"
+        "lut = np.arange(4, dtype=np.float16).reshape(2, 2, 1)\n"
+        "v = decompress('constexpr_lut_to_dense', indices=idx, lut=lut)\n"
+        "print('ok', v.shape, v[0], v[(1 << 27) - 1], v[1 << 27], v[-1])\n"
+    )
+    assert "ok (268435456,) 0.0 0.0 3.0 2.0" in _child(code)

@@ -277,3 +277,128 @@ def test_input_array_fifo(pkg, tmp_path, capsys):
     rc = main(["run", pkg, "-i", f"x={x}"])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "is a FIFO, not a regular file" in err, err
+
+
+@pytest.mark.parametrize("swapped", ["Data", "Data/com.apple.CoreML/weights"])
+def test_folder_swapped_for_a_link_after_the_check(pkg, tmp_path, monkeypatch, swapped):
+    """A process writing into the package swaps a folder for a link out of it between the
+    containment check and the open: the open, one component at a time with O_NOFOLLOW
+    from the package's real path, refuses it instead of reading outside."""
+    from fastane.model import files
+    from fastane.model.frontends.coreml import blob as coreml_blob
+    from fastane.model.frontends.coreml import importer as coreml_import
+
+    p = _copy(pkg, tmp_path)
+    out = tmp_path / "outside"
+    for rel in ("com.apple.CoreML/model.mlmodel", "com.apple.CoreML/weights/weight.bin", "weight.bin"):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(SECRET)
+    done = []
+
+    def racing_inside(root, rel, what):
+        full = files.inside(root, rel, what)
+        if not done and full.startswith(os.path.realpath(os.path.join(p, swapped))):
+            os.rename(os.path.join(p, swapped), os.path.join(p, swapped) + ".old")
+            os.symlink(out, os.path.join(p, swapped))
+            done.append(full)
+        return full
+
+    monkeypatch.setattr(coreml_import, "inside", racing_inside)
+    monkeypatch.setattr(coreml_blob, "inside", racing_inside)
+    _refused(p, r"changed while it was opened \(a link in its path\)")
+    assert done
+
+
+@pytest.mark.parametrize("proc", [True, False])
+def test_read_file_under_a_root(tmp_path, monkeypatch, proc):
+    """files.read_file with root: the open descriptor's path checked inside it (Linux's
+    /proc/self/fd), or the file opened under it component by component (no /proc)."""
+    from fastane.model.files import inside, read_file
+
+    if not proc:
+        isdir = os.path.isdir
+        monkeypatch.setattr(os.path, "isdir", lambda p: p != "/proc/self/fd" and isdir(p))
+
+    root = tmp_path / "pkg"
+    (root / "Data").mkdir(parents=True)
+    (root / "Data" / "f").write_bytes(b"inside")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "f").write_bytes(SECRET)
+    full = inside(str(root), "Data/f", "f")
+    assert read_file(full, "f", 100, "test", root=str(root)) == b"inside"
+    os.rename(root / "Data", root / "Data.old")
+    os.symlink(tmp_path / "outside", root / "Data")
+    with pytest.raises(ModelError, match="changed while it was opened"):
+        read_file(full, "f", 100, "test", root=str(root))
+    with pytest.raises(ModelError, match="not a file inside the model's folder"):
+        read_file(str(tmp_path / "outside" / "f"), "f", 100, "test", root=str(root))
+
+
+def test_content_sniffed_from_the_top_level_fields(pkg, tmp_path, monkeypatch):
+    """A model file of another suffix: told Core ML or ONNX from its top-level protobuf
+    fields on the mapped file; the spec is parsed once (it was read and parsed up to three
+    times: Core ML, ONNX, then the load)."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from fastane.model import _sniff_coreml
+    from fastane.model.frontends.coreml import importer as coreml_import
+
+    parsed = []
+    real = coreml_import.parse_spec
+    monkeypatch.setattr(coreml_import, "parse_spec", lambda *a: parsed.append(1) or real(*a))
+    spec = tmp_path / "spec.bin"
+    shutil.copy(os.path.join(_data(pkg), "model.mlmodel"), spec)
+    with pytest.raises(ModelError, match="bare .mlmodel has no weights directory"):
+        fastane.load_model(str(spec))
+    assert parsed == [1]
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = tmp_path / "model.bin"
+    model.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString())
+    assert not _sniff_coreml(model) and _sniff_coreml(spec)
+    assert fastane.load_model(str(model)).graph.origin.startswith("onnx") and parsed == [1]
+    for junk in (b"", b"\x08", b"\x08\x01\xff", b"\x08\x01\xa2\x1f\xff\xff\xff\xff\x0f", SECRET):
+        (tmp_path / "junk.bin").write_bytes(junk)
+        assert not _sniff_coreml(tmp_path / "junk.bin")
+
+
+def test_input_array_header_checked_before_its_data_is_read(tmp_path, capsys):
+    """`fastane run M -i x=BIG.npy`: the .npy header's shape is bound (and refused by the
+    budget) before the data is read; the whole file (up to 2 GiB) was read first."""
+    import tracemalloc
+
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from fastane.cli import main
+
+    n = 1 << 28
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])],
+    )
+    model = tmp_path / "relu.onnx"
+    model.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString())
+    big = tmp_path / "x.npy"
+    with open(big, "wb") as f:  # a sparse file: the header, then n float32 zeros
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (n,)})
+        f.truncate(f.tell() + 4 * n)
+    tracemalloc.start()
+    try:
+        rc = main(["run", str(model), "-i", f"x={big}"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    err = capsys.readouterr().err
+    assert rc == 2 and "beyond fastane's limit" in err and len(err.strip().splitlines()) == 1, err
+    assert peak < 64 << 20, peak
+    (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY\x02\x00" + (1 << 30).to_bytes(4, "little"))
+    assert main(["run", str(model), "-i", f"x={tmp_path / 'bad.npy'}"]) == 2
+    assert "a header of 1073741824 bytes" in capsys.readouterr().err

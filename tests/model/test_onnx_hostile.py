@@ -438,3 +438,16 @@ def test_cli_errors_are_one_line(tmp_path, capsys, command):
         err = capsys.readouterr().err
         assert rc == 2 and err.count("\n") == 1 and err.startswith(f"fastane {command[0]}: error: "), err
         assert len(err) < 500 and "Traceback" not in err
+
+
+def test_string_attribute_not_utf8_escaped_as_names_are(tmp_path):
+    """A string attribute that is not UTF-8 is decoded as names are (\\xNN escapes), not
+    with U+FFFD replacement characters."""
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="MODEA")
+    s = _const("s", np.ones(4, np.float32))
+    m = _model([node], [X], [Y], [s])
+    p = tmp_path / "m.onnx"
+    p.write_bytes(m.SerializeToString().replace(b"MODEA", b"M\xff\xfeDA"))
+    with pytest.raises(ModelError) as e:
+        fastane.load_model(p)
+    assert "M\\xff\\xfeDA" in str(e.value) and "\ufffd" not in str(e.value), str(e.value)

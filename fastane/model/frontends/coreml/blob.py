@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from ....errors import ModelError
+from ....errors import ModelError, quote
 from ...files import inside, map_file
 from ...graph import check_size
 
@@ -48,31 +48,31 @@ class Blobs:
     def read(self, file_name: str, offset: int, nbytes: int, what: str) -> memoryview:
         if self.wdir is None:
             raise ModelError(
-                f"{what}: refers to weight file {file_name!r}, but a bare .mlmodel has "
+                f"{what}: refers to weight file {quote(file_name)}, but a bare .mlmodel has "
                 f"no weights directory (load the .mlpackage)"
             )
         prefix = "@model_path/weights/"
         if not file_name.startswith(prefix):
-            raise ModelError(f"{what}: weight file {file_name!r} is not under @model_path/weights/")
+            raise ModelError(f"{what}: weight file {quote(file_name)} is not under @model_path/weights/")
         rel = file_name[len(prefix) :]
         if rel not in self.files:
             # checked against the package, not the weights folder: a weights folder that
             # is a link out of the package (weights -> /etc) is refused
-            full = inside(self.root, os.path.join(self.wdir, rel), f"{what}: weight file {file_name!r}")
-            missing = f"{what}: weight file {file_name!r} is missing from the package"
+            full = inside(self.root, os.path.join(self.wdir, rel), f"{what}: weight file {quote(file_name)}")
+            missing = f"{what}: weight file {quote(file_name)} is missing from the package"
             # mapped, not read: a blob is copied only when a constant is decoded
-            self.files[rel] = map_file(full, f"{what}: weight file {file_name!r}", missing)
+            self.files[rel] = map_file(full, f"{what}: weight file {quote(file_name)}", missing, self.root)
         buf = self.files[rel]
         size = len(buf)
         if size < _BLOB_HEADER:
             raise ModelError(
-                f"{what}: weight file {file_name!r} has {size} bytes, less than its "
+                f"{what}: weight file {quote(file_name)} has {size} bytes, less than its "
                 f"{_BLOB_HEADER}-byte header (truncated)"
             )
         if offset < _BLOB_HEADER or offset + 64 > size:
             raise ModelError(
                 f"{what}: blob metadata at offset {offset} lies outside the "
-                f"{size}-byte weight file {file_name!r}"
+                f"{size}-byte weight file {quote(file_name)}"
             )
         sentinel, _dtype, nb, data_off = (
             np.frombuffer(buf[offset : offset + 24], "<u4", 2).tolist()
@@ -80,7 +80,7 @@ class Blobs:
         )
         if sentinel != _SENTINEL:
             raise ModelError(
-                f"{what}: no blob at offset {offset} of {file_name!r} (sentinel "
+                f"{what}: no blob at offset {offset} of {quote(file_name)} (sentinel "
                 f"{sentinel:#x}, expected {_SENTINEL:#x}): corrupted weight file"
             )
         if nb != nbytes:
@@ -90,7 +90,7 @@ class Blobs:
         if data_off + nb > size:
             raise ModelError(
                 f"{what}: the blob's data ({nb} bytes at offset {data_off}) runs past "
-                f"the end of the {size}-byte weight file {file_name!r} (truncated)"
+                f"the end of the {size}-byte weight file {quote(file_name)} (truncated)"
             )
         return buf[data_off : data_off + nb]
 
@@ -139,19 +139,36 @@ def dtype_name(code) -> str:
         return str(code)
 
 
-def unpack_bits(raw, nbits: int, count: int, signed: bool = False) -> np.ndarray:
+def unpack_bits(raw, nbits: int, count: int, signed: bool = False, msb: bool = False) -> np.ndarray:
     """``count`` ``nbits``-bit integers packed into bytes least significant bit first (the
-    MIL storage's sub-byte layout), as uint8 (int8 for ``signed``)."""
+    MIL storage's sub-byte layout; ``msb``: most significant bit first, the neural network
+    weights' layout), as uint8 (int8 for ``signed``).  Unpacked a chunk at a time into the
+    uint8 result: the temporaries stay small whatever ``count``."""
     raw = np.frombuffer(raw, np.uint8)
     need = -(-count * nbits // 8)
     if raw.size < need:
         raise ValueError(f"{count} values of {nbits} bits need {need} bytes, got {raw.size}")
-    bits = np.unpackbits(raw[:need], bitorder="little")[: count * nbits].reshape(count, nbits)
-    vals = (bits.astype(np.uint16) << np.arange(nbits, dtype=np.uint16)).sum(axis=1)
+    out = np.empty(count, np.uint8)
+    step = _UNPACK_CHUNK  # a multiple of 8 values: each chunk starts on a byte
+    for s in range(0, count, step):
+        m = min(step, count - s)
+        b0 = s * nbits // 8
+        order = "big" if msb else "little"
+        bits = np.unpackbits(raw[b0 : b0 + -(-m * nbits // 8)], bitorder=order, count=m * nbits)
+        bits = bits.reshape(m, nbits)[:, ::-1] if msb else bits.reshape(m, nbits)
+        v = out[s : s + m]
+        v[...] = bits[:, 0]
+        for b in range(1, nbits):
+            v |= bits[:, b] << np.uint8(b)
     if signed:
-        vals = np.where(vals >= 1 << (nbits - 1), vals.astype(np.int16) - (1 << nbits), vals)
-        return vals.astype(np.int8)
-    return vals.astype(np.uint8)
+        # two's complement of nbits, sign-extended to 8 bits in place
+        out |= ((out >> np.uint8(nbits - 1)) & np.uint8(1)) * np.uint8((0xFF << nbits) & 0xFF)
+        return out.view(np.int8)
+    return out
+
+
+#: values unpacked at a time by :func:`unpack_bits`
+_UNPACK_CHUNK = 1 << 20
 
 
 def tensor_shape(tt, what: str, symbols=False):
@@ -244,13 +261,20 @@ def decompress(op_type: str, **kw) -> np.ndarray:
             raise ValueError("vector palettes (VECTOR_SIZE > 1) need vector_axis")
         if idx.size and int(idx.max()) >= P:
             raise ValueError(f"an index {int(idx.max())} is beyond the {P} palette entries")
-        blk = np.zeros(idx.shape, np.int64)
+        check_size(idx.shape + (V,), "constexpr_lut_to_dense output")  # before it is built
+        # each index's row in the flat table (block * P + index), in the smallest unsigned
+        # type that holds them (one byte a value for up to 256 rows), not int64
+        it = np.min_scalar_type(max(lut.size // max(V, 1) - 1, 0))
+        blk = np.zeros(idx.shape, it)
         for d in range(idx.ndim):
             if lut.shape[d] < 1 or idx.shape[d] % lut.shape[d]:
                 raise ValueError(f"lut shape {lut.shape} does not divide indices shape {idx.shape}")
-            pos = np.arange(idx.shape[d]) // (idx.shape[d] // lut.shape[d])
-            blk = blk * lut.shape[d] + pos.reshape((-1,) + (1,) * (idx.ndim - 1 - d))
-        vals = lut.reshape(-1, V)[blk * P + idx.astype(np.int64)]  # indices.shape + (V,)
+            if lut.shape[d] > 1:
+                pos = np.arange(lut.shape[d], dtype=it).repeat(idx.shape[d] // lut.shape[d])
+                blk = blk * it.type(lut.shape[d]) + pos.reshape((-1,) + (1,) * (idx.ndim - 1 - d))
+        blk *= it.type(P)
+        blk += idx.astype(it, copy=False)
+        vals = lut.reshape(-1, V)[blk]  # indices.shape + (V,)
         if V == 1:
             return vals[..., 0]
         a = int(np.asarray(va).reshape(-1)[0]) if np.size(va) == 1 else None
@@ -339,7 +363,7 @@ def constexpr(p: "_Program", op, outs, what):  # noqa: F821 (importer._Program)
     if "output_dtype" in kw:
         s = str(np.asarray(kw["output_dtype"]).reshape(-1)[0])
         if s not in MIL_DTYPE:
-            raise ModelError(f"{what}: output_dtype {s!r} is not supported")
+            raise ModelError(f"{what}: output_dtype {quote(s)} is not supported")
         kw["output_dtype"] = MIL_DTYPE[s]
     try:
         if t == "constexpr_lut_to_sparse":
@@ -364,7 +388,7 @@ def constexpr(p: "_Program", op, outs, what):  # noqa: F821 (importer._Program)
     except (ValueError, IndexError, KeyError) as exc:
         raise ModelError(f"{what}: {exc}") from None
     for name, v in zip(outs, outs_v):
-        check_size(np.shape(v), what)
+        p.spend(np.shape(v), np.asarray(v).dtype, what)
         p.consts[name] = np.asarray(_float_out(v), order="C")
     if t in ("constexpr_lut_to_dense", "constexpr_affine_dequantize", "constexpr_blockwise_shift_scale"):
         p.compressed.add(outs[0])  # stored compressed: the placement keeps it so where lossless
@@ -381,6 +405,11 @@ def const_op(p: "_Program", op, outs, what):  # noqa: F821 (importer._Program)
         return
     if is_placeholder(v):
         p.consts[outs[0]] = np.broadcast_to(np.zeros((), np.float32), v.shape) if v.dtype.kind == "f" else v
+    elif not v.flags.writeable and v.dtype.kind == "f":
+        # a blob's value (decoded once, shared): widened once too
+        if id(v) not in p.widened:
+            p.widened[id(v)] = (v, _float_out(v))
+        p.consts[outs[0]] = p.widened[id(v)][1]
     else:
         p.consts[outs[0]] = _float_out(v)
 

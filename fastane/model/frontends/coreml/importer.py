@@ -42,10 +42,11 @@ import os
 
 import numpy as np
 
-from ....errors import ModelError
+from ....errors import ModelError, quote, quote_names
+from ...budget import MAX_CONST_BYTES, beyond
 from ...graph import Graph, Node, TensorType, check_size
 from ...files import inside, read_file
-from ...tensor import read_protobuf
+from ...tensor import read_protobuf, shape_text
 
 __all__ = ["load", "is_coreml", "MIL_OPS", "NN_LAYERS", "decompress"]
 
@@ -89,6 +90,7 @@ def _package_spec(path: str):
         MAX_MANIFEST_BYTES,
         "1 MiB, for a manifest of a few hundred bytes",
         missing=f"{path}: not an .mlpackage (no Manifest.json)",
+        root=path,
     )
     try:
         info = json.loads(raw)
@@ -105,15 +107,17 @@ def _package_spec(path: str):
             f"{path}: Manifest.json is not a valid package manifest (nested too deeply)"
         ) from None
     except (ValueError, KeyError, TypeError, AttributeError, StopIteration) as exc:
-        raise ModelError(f"{path}: Manifest.json is not a valid package manifest ({exc!r})") from None
+        raise ModelError(
+            f"{path}: Manifest.json is not a valid package manifest ({quote(repr(exc), 160, marks=False)})"
+        ) from None
     spec = inside(path, rel, f"{path}: Manifest.json")
     if not os.path.exists(spec):
-        raise ModelError(f"{path}: the manifest names {rel!r}, which does not exist")
+        raise ModelError(f"{path}: the manifest names {quote(rel)}, which does not exist")
     return spec, os.path.join(os.path.dirname(spec), "weights")
 
 
-def _read_spec(path: str):
-    return parse_spec(read_protobuf(path, "Core ML spec"), path)
+def _read_spec(path: str, root=None):
+    return parse_spec(read_protobuf(path, "Core ML spec", root), path)
 
 
 def parse_spec(data: bytes, path: str):
@@ -142,7 +146,7 @@ def load(path, weights: bool = True) -> Graph:
         spec_path, wdir, root = *_package_spec(p), p
     else:
         spec_path, wdir, root = p, None, None
-    spec = _read_spec(spec_path)
+    spec = _read_spec(spec_path, root)
     kind = spec.WhichOneof("Type")
     name = os.path.basename(p.rstrip("/"))
     if kind == "mlProgram":
@@ -152,10 +156,12 @@ def load(path, weights: bool = True) -> Graph:
             return neural_network(spec, getattr(spec, kind), name, weights)
         except ModelError:
             raise
-        except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
-            raise ModelError(f"{p}: malformed neural network ({type(exc).__name__}: {exc})") from None
+        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as exc:
+            raise ModelError(
+                f"{p}: malformed neural network ({type(exc).__name__}: {quote(str(exc), 160, marks=False)})"
+            ) from None
     raise ModelError(
-        f"{p}: Core ML model type {kind!r} is not supported by fastane (ML Program "
+        f"{p}: Core ML model type {quote(kind)} is not supported by fastane (ML Program "
         f"and neural network models only)"
     )
 
@@ -167,12 +173,31 @@ class _Program:
         self.spec, self.name, self.weights = spec, name, weights
         self.blobs = blobs
         self.consts: dict = {}
-        self.compressed: set = set()  # consts a constexpr_* op decompressed (blob.py)
-        self.code_bits: dict = {}  # of those, the palette code width by type (blob.py)
+        self.compressed: set = set()  # consts a constexpr_* op decompressed (blob)
+        self.code_bits: dict = {}  # of those, the palette code width by type (blob)
         self.nodes: list = []
         self.types: dict = {}  # tensor name -> declared shape (dynamic ones)
         self.alias: dict = {}  # MIL name -> graph name (fp16 inputs)
         self._n = 0
+        self.decoded: dict = {}  # (file, offset, type, shape) -> a blob's value, decoded once
+        self.widened: dict = {}  # id of a decoded blob value -> (it, its float32 copy)
+        self.const_bytes = 0  # decoded at load so far (MAX_CONST_BYTES)
+
+    def spend(self, shape, dtype, what: str):
+        """Count a constant of ``shape`` and ``dtype`` decoded at load (a float at 4 bytes,
+        as the graph holds it) against :data:`~fastane.model.budget.MAX_CONST_BYTES`: a
+        blob's value before it is decoded, a ``constexpr_*`` output (its size checked
+        while it is computed) before it is kept."""
+        n = check_size(shape, what)
+        dt = np.dtype(dtype)
+        self.const_bytes += n * (max(dt.itemsize, 4) if dt.kind == "f" else dt.itemsize)
+        if self.const_bytes > MAX_CONST_BYTES:
+            raise beyond(
+                f"{what}: {shape_text(shape)} {dt.name}: the constants decoded so far",
+                self.const_bytes,
+                "bytes",
+                "MAX_CONST_BYTES",
+            )
 
     # ---------------------------------------------------------- values
     def value(self, v, what: str) -> np.ndarray:
@@ -191,10 +216,17 @@ class _Program:
             nbytes = -(-n * bits // 8)
             if not self.weights and n > SHAPE_ONLY_ABOVE and bits >= 8:
                 return np.broadcast_to(np.zeros((), dt), shape)
-            raw = self.blobs.read(v.blobFileValue.fileName, int(v.blobFileValue.offset), nbytes, what)
-            return self._decode(raw, dt, bits, n, shape, tt.dataType, what)
+            key = (v.blobFileValue.fileName, int(v.blobFileValue.offset), tt.dataType, shape)
+            if key not in self.decoded:
+                raw = self.blobs.read(key[0], key[1], nbytes, what)
+                if bits:
+                    self.spend(shape, dt, what)
+                val = self._decode(raw, dt, bits, n, shape, tt.dataType, what)
+                val.flags.writeable = False  # shared by every op that refers to the blob
+                self.decoded[key] = val
+            return self.decoded[key]
         if kind != "immediateValue":
-            raise ModelError(f"{what}: value kind {kind!r} is not supported")
+            raise ModelError(f"{what}: value kind {quote(kind)} is not supported")
         iv = v.immediateValue
         if iv.WhichOneof("value") != "tensor":
             raise ModelError(f"{what}: only tensor immediate values are supported")
@@ -203,6 +235,8 @@ class _Program:
         if field is None:
             vals = np.zeros(0, dt)
         elif field == "bytes":
+            if bits:
+                self.spend(shape, dt, what)
             return self._decode(t.bytes.values, dt, bits, n, shape, tt.dataType, what)
         else:
             seq = getattr(t, field).values
@@ -231,7 +265,7 @@ class _Program:
                 f"{what}: declares shape {shape} ({n * item} bytes of "
                 f"{np.dtype(dt).name}) but holds {len(raw)} bytes"
             )
-        return np.frombuffer(raw, np.dtype(dt).newbyteorder("<")).astype(dt).reshape(shape).copy()
+        return np.frombuffer(raw, np.dtype(dt).newbyteorder("<")).astype(dt).reshape(shape)
 
     def const(self, value, dtype=None) -> str:
         self._n += 1
@@ -249,7 +283,7 @@ class _Program:
     def rank_of(self, name, what) -> int:
         shape = self.rank_hint(name)
         if shape is None:
-            raise ModelError(f"{what}: input {name!r} of unknown rank")
+            raise ModelError(f"{what}: input {quote(name)} of unknown rank")
         return len(shape)
 
     def tmp(self) -> str:
@@ -261,15 +295,17 @@ class _Program:
         prog = self.spec.mlProgram
         if "main" not in prog.functions:
             fns = list(prog.functions)
-            raise ModelError(f"{self.name}: the ML Program has no 'main' function (functions: {fns})")
+            raise ModelError(
+                f"{self.name}: the ML Program has no 'main' function (functions: {quote_names(fns)})"
+            )
         fn = prog.functions["main"]
         if fn.opset not in fn.block_specializations:
-            raise ModelError(f"{self.name}: function 'main' has no block for its opset {fn.opset!r}")
+            raise ModelError(f"{self.name}: function 'main' has no block for its opset {quote(fn.opset)}")
         block = fn.block_specializations[fn.opset]
         inputs = {}
         table = mil_dtypes()
         for nv in fn.inputs:
-            what = f"input {nv.name!r}"
+            what = f"input {quote(nv.name)}"
             if nv.type.WhichOneof("type") == "stateType":
                 raise ModelError(
                     f"{what}: a stateful model (state kept between predictions) is not a dataflow "
@@ -318,17 +354,17 @@ class _Program:
         """The tensor name bound to parameter ``key`` (an immediate value becomes a constant)."""
         if key not in op.inputs:
             if required:
-                raise ModelError(f"{what}: missing parameter {key!r}")
+                raise ModelError(f"{what}: missing parameter {quote(key)}")
             return None
         args = op.inputs[key].arguments
         if len(args) != 1:
-            raise ModelError(f"{what}: parameter {key!r} has {len(args)} arguments, expected 1")
-        return self.binding(args[0], f"{what}, parameter {key!r}")
+            raise ModelError(f"{what}: parameter {quote(key)} has {len(args)} arguments, expected 1")
+        return self.binding(args[0], f"{what}, parameter {quote(key)}")
 
     def args(self, op, key, what):
         if key not in op.inputs:
-            raise ModelError(f"{what}: missing parameter {key!r}")
-        return [self.binding(a, f"{what}, parameter {key!r}") for a in op.inputs[key].arguments]
+            raise ModelError(f"{what}: missing parameter {quote(key)}")
+        return [self.binding(a, f"{what}, parameter {quote(key)}") for a in op.inputs[key].arguments]
 
     def binding(self, b, what):
         kind = b.WhichOneof("binding")
@@ -343,22 +379,23 @@ class _Program:
         """The constant value of parameter ``key`` (a ModelError if it is not constant)."""
         if key not in op.inputs:
             if key in op.attributes and key != "name":
-                return self.value(op.attributes[key], f"{what}, attribute {key!r}")
+                return self.value(op.attributes[key], f"{what}, attribute {quote(key)}")
             return default
         t = self.arg(op, key, what)
         if t not in self.consts:
             raise ModelError(
-                f"{what}: parameter {key!r} must be a constant; fastane does not run data-dependent {key}"
+                f"{what}: parameter {quote(key)} must be a constant; fastane does not run "
+                f"data-dependent {quote(key, marks=False)}"
             )
         return self.consts[t]
 
     def convert(self, op):
         t = op.type
         outs = [o.name for o in op.outputs]
-        what = f"op {outs[0] if outs else '?'!r} ({t})"
+        what = f"op {quote(outs[0] if outs else '?')} ({quote(t, marks=False)})"
         if t not in MIL_OPS:
             raise ModelError(
-                f"{what}: MIL op {t!r} is not supported by fastane (no ANE lowering and "
+                f"{what}: MIL op {quote(t)} is not supported by fastane (no ANE lowering and "
                 f"no host implementation)"
             )
         for o in op.outputs:
@@ -369,9 +406,12 @@ class _Program:
             MIL_OPS[t](self, op, outs, what)
         except ModelError:
             raise
-        except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
-            # a parameter missing or of the wrong kind (a hostile or mistyped program)
-            raise ModelError(f"{what}: malformed parameters ({type(exc).__name__}: {exc})") from None
+        except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as exc:
+            # a parameter missing or of the wrong kind (a hostile or mistyped program), or
+            # one that makes the arithmetic fail (a division by a zero size)
+            raise ModelError(
+                f"{what}: malformed parameters ({type(exc).__name__}: {quote(str(exc), 160, marks=False)})"
+            ) from None
 
     def emit(self, fop, inputs, outputs, attrs=None, source="", name=None):
         """A node of the current MIL op (named after the op's output; the parts of a

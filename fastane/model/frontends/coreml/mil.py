@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ....errors import ModelError
+from ....errors import ModelError, quote
 from .blob import MIL_DTYPE, const_op, constexpr, is_placeholder
 
 
@@ -117,7 +117,7 @@ def _gelu(p, op, outs, what):
         s = p.emit("sigmoid", [t], [p.tmp()], source="gelu(sigmoid)")
         p.emit("mul", [x, s], outs, source="gelu(sigmoid)")
     else:
-        raise ModelError(f"{what}: unknown gelu mode {mode!r}")
+        raise ModelError(f"{what}: unknown gelu mode {quote(mode)}")
 
 
 @mil_op("silu")
@@ -305,7 +305,7 @@ def _cast(p, op, outs, what):
     x = p.arg(op, "x", what)
     to = str(np.asarray(p.cval(op, "dtype", what)).reshape(-1)[0])
     if to not in MIL_DTYPE:
-        raise ModelError(f"{what}: cast to {to!r} is not supported")
+        raise ModelError(f"{what}: cast to {quote(to)} is not supported")
     dt = np.dtype(MIL_DTYPE[to])
     if dt == np.float16:  # the fp16 rounding, then on in float32 (the graph's float type)
         t = p.emit("cast", [x], [p.tmp()], {"to": dt}, source="cast(fp16)")
@@ -325,7 +325,7 @@ def _pads_mil(p, op, what, nsp):
         return None, tuple((int(pad[2 * i]), int(pad[2 * i + 1])) for i in range(nsp))
     table = {"valid": "valid", "same": "same_upper", "same_lower": "same_lower"}
     if pad_type not in table:
-        raise ModelError(f"{what}: unknown pad_type {pad_type!r}")
+        raise ModelError(f"{what}: unknown pad_type {quote(pad_type)}")
     return table[pad_type], None
 
 

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ....errors import ModelError, ModelNotImplementedError
+from ....errors import ModelError, ModelNotImplementedError, quote
 from .mil import int_tuple, mil_op, scalar_value
 
 
@@ -27,7 +27,7 @@ def _flag(p, op, key, what, default=False):
 def _int(p, op, key, what, default=None):
     v = p.cval(op, key, what, default)
     if v is None:
-        raise ModelError(f"{what}: missing parameter {key!r}")
+        raise ModelError(f"{what}: missing parameter {quote(key)}")
     return int(scalar_value(v, what, key))
 
 
@@ -51,7 +51,9 @@ def _einsum(p, op, outs, what):
 def _index_dtype(p, op, what):
     dt = _str(p, op, "output_indices_dtype", what, "int32")
     if dt != "int32":
-        raise ModelNotImplementedError(f"{what}: output_indices_dtype {dt!r} is not implemented (int32 is)")
+        raise ModelNotImplementedError(
+            f"{what}: output_indices_dtype {quote(dt)} is not implemented (int32 is)"
+        )
     return np.dtype(np.int32)
 
 
@@ -138,7 +140,7 @@ _MODES = {
 def _mode(p, op, what):
     m = _str(p, op, "mode", what, "update")
     if m not in _MODES:
-        raise ModelError(f"{what}: unknown scatter mode {m!r}")
+        raise ModelError(f"{what}: unknown scatter mode {quote(m)}")
     return _MODES[m]
 
 
@@ -206,7 +208,7 @@ _SAMPLING = {
 def _emit_resize(p, x, outs, sizes, linear, coord, source):
     """A ``resize`` of the trailing ``len(sizes)`` axes of ``x`` to ``sizes``."""
     if min(sizes) < 1:
-        raise ModelError(f"op {outs[0]!r} ({source}): output sizes {sizes} must be >= 1")
+        raise ModelError(f"op {quote(outs[0])} ({source}): output sizes {sizes} must be >= 1")
     attrs = {
         "mode": "linear" if linear else "nearest",
         "coordinate_transformation_mode": coord,
@@ -253,7 +255,7 @@ def _upsample_bilinear(p, op, outs, what):
 def _sampling(p, op, what):
     m = _str(p, op, "sampling_mode", what, "DEFAULT")
     if m not in _SAMPLING:
-        raise ModelError(f"{what}: unknown sampling_mode {m!r}")
+        raise ModelError(f"{what}: unknown sampling_mode {quote(m)}")
     return m
 
 
@@ -291,7 +293,7 @@ def _resize(p, op, outs, what):  # iOS17: the trailing resized_dims axes from sh
             )
         _emit_resize(p, x, outs, sizes, False, "asymmetric", "resize")
     else:
-        raise ModelError(f"{what}: unknown interpolation_mode {mode!r}")
+        raise ModelError(f"{what}: unknown interpolation_mode {quote(mode)}")
 
 
 # ------------------------------------------------------------------ refused with the reason

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....errors import ModelError
+from ....errors import ModelError, quote
 from .mil import axis_list, mil_op, scalar_value
 from .mil_host import upsample_nearest_fractional
+from ...tensor import shape_text
 
 
 @mil_op("reshape")
@@ -111,7 +112,7 @@ def _pad(p, op, outs, what):
     ends = [0] * (r - k) + [int(pad[2 * i + 1]) for i in range(k)]
     modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
     if mode not in modes:
-        raise ModelError(f"{what}: pad mode {mode!r} is not supported")
+        raise ModelError(f"{what}: pad mode {quote(mode)} is not supported")
     p.emit(
         "pad",
         [x, p.const(np.array(begins + ends, np.int64)), p.const(np.float32(val))],
@@ -140,18 +141,23 @@ def _split(p, op, outs, what):
     r = p.rank_of(x, what)
     axis = int(scalar_value(p.cval(op, "axis", what), what, "axis"))
     if not -r <= axis < r or isinstance(shape[axis % r], str):
-        raise ModelError(f"{what}: axis {axis} is out of range or symbolic for shape {shape}")
+        raise ModelError(f"{what}: axis {axis} is out of range or symbolic for shape {shape_text(shape)}")
     axis %= r
     n = shape[axis]
     sizes = p.cval(op, "split_sizes", what)
     if sizes is None:
         k = int(scalar_value(p.cval(op, "num_splits", what), what, "num_splits"))
-        if k < 1:
-            raise ModelError(f"{what}: num_splits {k} must be >= 1")
-        sizes = [-(-n // k)] * (n // -(-n // k)) + ([n % -(-n // k)] if n % -(-n // k) else [])
+        if k < 1 or k != len(outs):
+            raise ModelError(f"{what}: num_splits {k} for {len(outs)} outputs")
+        c = -(-n // k)  # 0 for an empty axis: k empty parts
+        sizes = [c] * (n // c) + ([n % c] if n % c else []) if c else [0] * k
+    if np.size(sizes) != len(outs):
+        raise ModelError(f"{what}: {np.size(sizes)} split sizes for {len(outs)} outputs")
     sizes = [int(v) for v in np.asarray(sizes).reshape(-1)]
-    if sum(sizes) != n or len(sizes) != len(outs) or min(sizes) < 0:
-        raise ModelError(f"{what}: split sizes {sizes} do not cover axis {axis} ({n}) in {len(outs)} outputs")
+    if sum(sizes) != n or min(sizes) < 0:
+        raise ModelError(
+            f"{what}: split sizes {shape_text(sizes)} do not cover axis {axis} ({n}) in {len(outs)} outputs"
+        )
     start = 0
     for size, o in zip(sizes, outs):
         p.emit(

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....errors import ModelError
+from ....errors import ModelError, quote
+from .blob import unpack_bits
 from ...graph import Graph, Node, TensorType, check_size
 
 
@@ -61,7 +62,7 @@ def _weights(wp, n: int, what: str, weights: bool) -> np.ndarray:
             per = n // sc.size
             with np.errstate(over="ignore", invalid="ignore"):
                 return (idx.reshape(sc.size, per) * sc[:, None] + bi[:, None]).astype(np.float32).reshape(-1)
-        raise ModelError(f"{what}: quantization {kind!r} is not supported")
+        raise ModelError(f"{what}: quantization {quote(kind)} is not supported")
     if n == 0:
         return np.zeros(0, np.float32)
     raise ModelError(f"{what}: no weight values (the layer needs {n})")
@@ -69,13 +70,8 @@ def _weights(wp, n: int, what: str, weights: bool) -> np.ndarray:
 
 def unpack_bits_msb(raw, nbits: int, count: int) -> np.ndarray:
     """Neural network quantized weights: ``nbits``-bit indices packed most significant bit
-    first (Core ML's NeuralNetwork.proto)."""
-    raw = np.frombuffer(raw, np.uint8)
-    need = -(-count * nbits // 8)
-    if raw.size < need:
-        raise ValueError(f"{count} values of {nbits} bits need {need} bytes, got {raw.size}")
-    bits = np.unpackbits(raw[:need])[: count * nbits].reshape(count, nbits)
-    return (bits.astype(np.uint16) << np.arange(nbits - 1, -1, -1, dtype=np.uint16)).sum(axis=1)
+    first (Core ML's NeuralNetwork.proto), as uint8."""
+    return unpack_bits(raw, nbits, count, msb=True)
 
 
 def _nn_input_type(fd, what):
@@ -119,9 +115,9 @@ def neural_network(spec, nn, name, weights) -> Graph:
         return f"fastane::nnt{counter[0]}"
 
     for fd in spec.description.input:
-        dt, shape = _nn_input_type(fd, f"input {fd.name!r}")
+        dt, shape = _nn_input_type(fd, f"input {quote(fd.name)}")
         inputs[fd.name] = TensorType(dt, shape)
-        check_size(shape, f"input {fd.name!r}")
+        check_size(shape, f"input {quote(fd.name)}")
     alias = {}
     batched = False
     for k, t in inputs.items():
@@ -139,9 +135,9 @@ def neural_network(spec, nn, name, weights) -> Graph:
         alias[k] = cur
     for layer in nn.layers:
         kind = layer.WhichOneof("layer")
-        what = f"layer {layer.name!r} ({kind})"
+        what = f"layer {quote(layer.name)} ({kind})"
         if kind not in NN_LAYERS:
-            raise ModelError(f"{what}: neural network layer {kind!r} is not supported by fastane")
+            raise ModelError(f"{what}: neural network layer {quote(kind)} is not supported by fastane")
         ins = [alias.get(i, i) for i in layer.input]
         outs = list(layer.output)
         if len(outs) != 1:
@@ -214,7 +210,7 @@ def neural_network(spec, nn, name, weights) -> Graph:
                 "ELU": ("elu", {"alpha": L.ELU.alpha}),
             }
             if a not in table and a != "linear":
-                raise ModelError(f"{what}: activation {a!r} is not supported")
+                raise ModelError(f"{what}: activation {quote(a)} is not supported")
             if a == "linear":
                 t = emit("mul", [ins[0], const(np.float32(L.linear.alpha))], [tmp()])
                 emit("add", [t, const(np.float32(L.linear.beta))], outs)
@@ -269,7 +265,7 @@ def neural_network(spec, nn, name, weights) -> Graph:
     produced = {o for n in nodes for o in n.outputs}
     for o in out_names:
         if o not in produced and o not in alias:
-            raise ModelError(f"model output {o!r} is not produced by any layer")
+            raise ModelError(f"model output {quote(o)} is not produced by any layer")
         if batched:
             inner = f"fastane::nnout:{o}"
             for n in nodes:

@@ -160,9 +160,9 @@ def _attrs(node, where: str) -> tuple:
         except Exception as exc:
             raise ModelError(f"{where}: bad attribute {quote(k)} ({quote(str(exc), marks=False)})") from None
         if isinstance(v, bytes):
-            v = v.decode("utf-8", "replace")
+            v = _text(v)
         elif isinstance(v, list):
-            v = [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
+            v = [_text(x) for x in v]
         out[k], types[k] = v, a.type
     return out, types
 
