@@ -451,3 +451,12 @@ def test_string_attribute_not_utf8_escaped_as_names_are(tmp_path):
     with pytest.raises(ModelError) as e:
         fastane.load_model(p)
     assert "M\\xff\\xfeDA" in str(e.value) and "\ufffd" not in str(e.value), str(e.value)
+
+
+def test_expand_to_64_dimensions_is_one_line():
+    """Found by the model-file campaign (seed 0, cases 77822 and 85220: a weight matrix of 64
+    values given to Expand as its shape): numpy's broadcast raised RuntimeError beyond 32
+    dimensions."""
+    shape = _const("s", np.ones(64, np.int64))
+    with pytest.raises(ModelError, match=r"64 dimensions, .*MAX_RANK"):
+        _exercise(_model([helper.make_node("Expand", ["x", "s"], ["y"], name="e")], [X], [Y], [shape]))

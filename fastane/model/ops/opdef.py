@@ -12,7 +12,8 @@ import numpy as np
 
 from ...errors import ModelError, quote
 from ...operands import widen_fp16
-from ..tensor import TensorType
+from ..budget import MAX_RANK, beyond
+from ..tensor import TensorType, shape_text
 
 
 _F32 = np.dtype(np.float32)
@@ -77,12 +78,16 @@ def check_axis(a, rank, node, what="axis"):
 
 
 def broadcast_shape(shapes, node):
-    """The numpy broadcast of ``shapes``; a ModelError if they do not broadcast."""
+    """The numpy broadcast of ``shapes``; a ModelError if they do not broadcast (or have
+    more than :data:`~fastane.model.budget.MAX_RANK` dimensions, beyond numpy's own)."""
+    for s in shapes:
+        if len(s) > MAX_RANK:
+            raise beyond(f"{node.describe()}: shape {shape_text(s)}", len(s), "dimensions", "MAX_RANK")
     try:
         return tuple(int(d) for d in np.broadcast_shapes(*shapes))
-    except ValueError:
+    except (ValueError, RuntimeError):
         raise ModelError(
-            f"{node.describe()}: shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast"
+            f"{node.describe()}: shapes {' and '.join(shape_text(s) for s in shapes)} do not broadcast"
         ) from None
 
 
