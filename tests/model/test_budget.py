@@ -307,4 +307,91 @@ def test_hostile_ranks_and_products_are_one_short_line():
     with pytest.raises(ModelError, match=r"8\.2e559 elements") as e:
         check_size((1 << 62,) * 30, "input 'x'")
     assert len(str(e.value)) < 300
-    assert check_size((1 << 62,) * 30 + (0,), "input 'x'") == 0
+    # an empty tensor with a huge dimension: refused too (the hosts allocate per axis)
+    with pytest.raises(ModelError, match=r"elements along one axis, .*\(MAX_TENSOR_ELEMENTS = 2\^28\)"):
+        check_size((1 << 62,) * 30 + (0,), "input 'x'")
+    assert check_size((1 << 28, 0), "input 'x'") == 0
+
+
+def _op_model(path, op, inits, inputs=(), **attrs):
+    """A model of one ``op`` node named 'n' on inputs ``x`` (or none) and constants."""
+    names = [n for n, _ in inputs] + [t.name for t in inits]
+    return _onnx(path, [helper.make_node(op, names, ["y"], name="n", **attrs)], inits, inputs)
+
+
+@pytest.mark.parametrize(
+    "op, kind, limit",
+    [
+        ("Conv", "conv", "1.0e06 kernel taps"),  # before: 26.5 CPU-s
+        ("Conv", "batch0", "1.0e06 kernel taps"),  # a batch of 0: no work counted, the loop ran
+        ("ConvTranspose", "deconv", "1.0e06 kernel taps"),  # before: 26.1 s
+        ("AveragePool", "pool", "1.0e06 kernel taps"),  # before: 35 s
+    ],
+)
+def test_kernel_taps(tmp_path, op, kind, limit):
+    """The host makes one pass per kernel tap: a 1024 x 1024 kernel over a 1 x 1 output
+    counted a million multiply-adds and took half a minute."""
+    k = 1024
+    w = [_c("w", np.ones((1, 1, k, k), np.float32))]
+    x = {"conv": [1, 1, k, k], "batch0": [0, 1, k, k], "deconv": [1, 1, 1, 1], "pool": [1, 1, k, k]}[kind]
+    if kind == "pool":
+        p = _op_model(tmp_path / "k.onnx", op, [], [("x", x)], kernel_shape=[k, k])
+    else:
+        p = _op_model(tmp_path / "k.onnx", op, w, [("x", x)])
+    rc, err = _cli("run", p, "--random", timeout=20)
+    assert rc == 2 and _line(err) == (
+        f"fastane run: error: node 'n' ({op}): {limit} (one host pass each), beyond fastane's "
+        "limit for kernel taps per layer (MAX_KERNEL_TAPS = 2^14)"
+    )
+
+
+def test_einsum_of_more_than_two_operands(tmp_path):
+    """Before: ``a,b,c,d->`` of 300 values each (2^32.9, within MAX_EINSUM_WORK) folded at
+    bind in numpy's one nested loop for 28.5 s.  Now counted 64 times, and run as pairwise
+    contractions when within the limit."""
+    inits = [_c(k, np.ones(300, np.float32)) for k in "abcd"]
+    p = _op_model(tmp_path / "e.onnx", "Einsum", inits, equation="a,b,c,d->")
+    rc, err = _cli("run", p, timeout=20)
+    assert rc == 2 and _line(err).endswith(
+        "multiply-adds (counted 64 times: more than two operands), beyond fastane's limit for "
+        "work per Einsum (MAX_EINSUM_WORK = 2^34)"
+    )
+    inits = [_c(k, np.full(100, 0.1, np.float32)) for k in "abcd"]
+    p = _op_model(tmp_path / "e2.onnx", "Einsum", inits, equation="a,b,c,d->")
+    y = fastane.load_model(p)({})["y"]
+    assert y.shape == () and abs(float(y) - 1e4) < 10
+
+
+def test_empty_tensors_with_huge_dimensions(tmp_path):
+    """Before: OneHot of empty indices with depth 2^40 ran np.arange(2^40) (MemoryError
+    through Model.__call__)."""
+    inits = [
+        _c("i", np.zeros((0,), np.int64)),
+        _c("d", np.array([1 << 40], np.int64)),
+        _c("v", np.array([0, 1], np.float32)),
+    ]
+    p = _op_model(tmp_path / "o.onnx", "OneHot", inits)
+    rc, err = _cli("run", p, timeout=30)
+    assert rc == 2 and _line(err).endswith(
+        "elements along one axis, beyond fastane's limit for elements per tensor (MAX_TENSOR_ELEMENTS = 2^28)"
+    )
+
+
+def test_resize_shrinks_first(tmp_path):
+    """Before: x[1, 65536] scaled by [8192, 1/65536] upscaled the first axis first: a
+    2^29-element float64 intermediate (4 GiB) for an 8192 x 1 output."""
+    p = str(tmp_path / "r.onnx")
+    g = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "s"], ["y"], name="n")],
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 65536])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[_c("s", np.array([8192, 1 / 65536], np.float32))],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p)
+    x = np.arange(65536, dtype=np.float32)[None]
+    np.save(tmp_path / "x.npy", x)
+    rc, err = _cli("run", p, "-i", f"x={tmp_path / 'x.npy'}", "-o", tmp_path / "y.npz", timeout=60)
+    assert rc == 0, err[-2000:]
+    y = np.load(tmp_path / "y.npz")["y"]
+    assert y.shape == (8192, 1)
