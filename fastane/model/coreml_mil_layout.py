@@ -144,7 +144,11 @@ def _split(p, op, outs, what):
         k = int(_scalar(p.cval(op, "num_splits", what), what, "num_splits"))
         if k < 1:
             raise ModelError(f"{what}: num_splits {k} must be >= 1")
+        if k != len(outs):  # before the list of sizes is made
+            raise ModelError(f"{what}: num_splits {k}, the op has {len(outs)} outputs")
         sizes = [-(-n // k)] * (n // -(-n // k)) + ([n % -(-n // k)] if n % -(-n // k) else [])
+    if np.size(sizes) != len(outs):  # before any int(): a constant can hold millions
+        raise ModelError(f"{what}: {np.size(sizes)} split sizes for {len(outs)} outputs")
     sizes = [int(v) for v in np.asarray(sizes).reshape(-1)]
     if sum(sizes) != n or len(sizes) != len(outs) or min(sizes) < 0:
         raise ModelError(f"{what}: split sizes {sizes} do not cover axis {axis} ({n}) in {len(outs)} outputs")

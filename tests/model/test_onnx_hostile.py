@@ -438,3 +438,47 @@ def test_cli_errors_are_one_line(tmp_path, capsys, command):
         err = capsys.readouterr().err
         assert rc == 2 and err.count("\n") == 1 and err.startswith(f"fastane {command[0]}: error: "), err
         assert len(err) < 500 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "node, inits, message",
+    [
+        # before: a list of 10^12 sizes built before any check (hung)
+        (
+            helper.make_node("Split", ["x"], ["y"], num_outputs=10**12, name="n"),
+            [],
+            "node 'n' (Split): num_outputs = 1000000000000, the node has 1 outputs",
+        ),
+        (
+            helper.make_node("Split", ["x", "s"], ["y"], name="n"),
+            [_const("s", np.ones(10**7, np.int64))],
+            "node 'n' (Split): 10000000 split sizes for 1 outputs",
+        ),
+        (
+            helper.make_node("Tile", ["x", "r"], ["y"], name="n"),
+            [_const("r", np.ones(10**7, np.int64))],
+            "node 'n' (Tile): repeats has 10000000 values, must be 1 non-negative integers",
+        ),
+        (
+            helper.make_node("Pad", ["x", "p"], ["y"], name="n"),
+            [_const("p", np.ones(10**7, np.int64))],
+            "node 'n' (Pad): pads has 10000000 values for 1 axes",
+        ),
+        (
+            helper.make_node("Reshape", ["x", "s"], ["y"], name="n"),
+            [_const("s", np.ones(10**7, np.int64))],
+            "node 'n' (Reshape): target shape: 1.0e07 dimensions, beyond fastane's limit for "
+            "dimensions per tensor (MAX_RANK = 2^5)",
+        ),
+    ],
+    ids=["split-num-outputs", "split-sizes", "tile", "pad", "reshape"],
+)
+def test_long_constants_are_counted_before_listing(tmp_path, node, inits, message):
+    """A constant of 10^7 values turned into a Python list before its length was checked
+    took seconds and put the whole list in the message (10^12 parts: a hang)."""
+    from tests.model.test_budget import _cli, _line
+
+    p = str(tmp_path / "m.onnx")
+    onnx.save(_model([node], [_vi("x", [4])], [Y], inits), p)
+    rc, err = _cli("run", p, "--random", timeout=30)
+    assert rc == 2 and _line(err) == "fastane run: error: " + message
