@@ -6,7 +6,9 @@ Without ``--report`` it prints each output's name, shape and dtype (and saves th
 the same as JSON, ``--stats-only`` the report from the shapes alone (nothing computed:
 the same programs counted on a stats-only device).  ``--random`` feeds seeded standard-normal inputs to the inputs not given
 (their shapes from the model or ``--shape``).  A bad model file, a missing input, a wrong
-shape or dtype is one line on stderr and exit status 2.
+shape or dtype is one line on stderr and exit status 2; any other exception (a bug in
+fastane) one line too, ``fastane run: internal error: TYPE: MESSAGE``, and exit status 3
+(the environment variable ``FASTANE_TRACEBACK=1`` shows its traceback instead).
 """
 
 from __future__ import annotations
@@ -105,6 +107,20 @@ def _error(command: str, exc) -> int:
     msg = quote(lines[0], MAX_ERROR_LINE, marks=False) if lines else type(exc).__name__
     print(f"fastane {command}: error: {msg}", file=sys.stderr)
     return 2
+
+
+#: the exit status of an exception that is not the model's or the command line's (a bug)
+INTERNAL_ERROR = 3
+
+
+def internal_error(command: str, exc: BaseException) -> int:
+    """Print ``exc`` (not a ModelError: a bug, or memory the budget did not foresee) as one
+    line, ``fastane run: internal error: MemoryError: ...``; the exit status,
+    :data:`INTERNAL_ERROR`."""
+    lines = str(exc).splitlines()
+    msg = quote(f"{type(exc).__name__}: {lines[0] if lines else ''}", MAX_ERROR_LINE, marks=False)
+    print(f"fastane {command}: internal error: {msg}", file=sys.stderr)
+    return INTERNAL_ERROR
 
 
 def _parse_shape(text: str):

@@ -395,3 +395,20 @@ def test_resize_shrinks_first(tmp_path):
     assert rc == 0, err[-2000:]
     y = np.load(tmp_path / "y.npz")["y"]
     assert y.shape == (8192, 1)
+
+
+def test_a_host_memory_error_is_the_nodes_model_error(monkeypatch):
+    """Before: a MemoryError of a host op (the budget is an estimate) escaped bind and
+    Model.__call__ as itself (the CLI printed its traceback)."""
+    import dataclasses
+
+    from fastane.model.opdef import OPS, host_eval
+
+    def boom(node, x):
+        raise MemoryError("Unable to allocate 8.0 TiB")
+
+    monkeypatch.setitem(OPS, "relu", dataclasses.replace(OPS["relu"], host=boom))
+    with pytest.raises(ModelError) as e:
+        host_eval(Node("relu", "r", ["x"], ["y"], source="Relu"), [np.ones(2, np.float32)])
+    assert str(e.value) == "node 'r' (Relu): the host ran out of memory (Unable to allocate 8.0 TiB)"
+

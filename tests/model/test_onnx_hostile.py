@@ -482,3 +482,22 @@ def test_long_constants_are_counted_before_listing(tmp_path, node, inits, messag
     onnx.save(_model([node], [_vi("x", [4])], [Y], inits), p)
     rc, err = _cli("run", p, "--random", timeout=30)
     assert rc == 2 and _line(err) == "fastane run: error: " + message
+
+
+def test_internal_errors_are_one_line(tmp_path, capsys, monkeypatch):
+    """Before: an exception outside the commands' lists (a MemoryError, a bug) printed a
+    full traceback; now one line and exit status 3 (2 stays the model's or the command
+    line's error), the traceback with FASTANE_TRACEBACK=1."""
+    import fastane.model
+
+    def boom(*a, **k):
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(fastane.model, "load_model", boom)
+    monkeypatch.delenv("FASTANE_TRACEBACK", raising=False)
+    p = str(tmp_path / "m.onnx")
+    assert main(["run", p, "--random"]) == 3
+    assert capsys.readouterr().err == "fastane run: internal error: RuntimeError: boom\n"
+    monkeypatch.setenv("FASTANE_TRACEBACK", "1")
+    with pytest.raises(RuntimeError, match="boom"):
+        main(["run", p, "--random"])
