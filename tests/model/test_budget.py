@@ -412,3 +412,18 @@ def test_a_host_memory_error_is_the_nodes_model_error(monkeypatch):
         host_eval(Node("relu", "r", ["x"], ["y"], source="Relu"), [np.ones(2, np.float32)])
     assert str(e.value) == "node 'r' (Relu): the host ran out of memory (Unable to allocate 8.0 TiB)"
 
+
+def test_sweep_binds_before_drawing(tmp_path):
+    """Before: ``fastane sweep`` drew its random inputs from the declared shape before any
+    check (x[2^20, 2^20]: a MemoryError traceback) and loaded ``--set`` files with np.load
+    (a FIFO blocked it for ever)."""
+    relu = helper.make_node("Relu", ["x"], ["y"], name="r")
+    p = _onnx(tmp_path / "b.onnx", [relu], [], [("x", [1 << 20, 1 << 20]), ("z", [1])])
+    rc, err = _cli("sweep", p, "-i", "z", "--range", "0:1:3", timeout=30)
+    assert rc == 2 and _line(err).startswith("fastane sweep: error: input 'x': shape (1048576, 1048576)")
+    assert _line(err).endswith("(MAX_TENSOR_ELEMENTS = 2^28)")
+    p = _onnx(tmp_path / "s.onnx", [relu], [], [("x", [4])])
+    fifo = tmp_path / "fifo.npy"
+    os.mkfifo(fifo)
+    rc, err = _cli("sweep", p, "-i", "x", "--range", "0:1:3", "--set", f"x={fifo}", timeout=30)
+    assert rc == 2 and _line(err).endswith("is a FIFO, not a regular file; fastane does not open it")
