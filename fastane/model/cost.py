@@ -116,6 +116,13 @@ def node_cost(node, in_types: list, out_types: list) -> Cost:
     elif op == "einsum":
         temp = 8 * n_in  # the operands widened to float64
         macs, elem_ops = einsum_spec(node, [t.shape for t in ins])[2], 0
+    elif op == "topk":
+        a = int(node.attrs.get("axis", -1)) % len(in_types[0].shape)
+        k = out_types[0].shape[a]
+        # a partition's copy, its masks and running count (or the whole axis's sort with
+        # k = n: int64 indices, the flipped copy); then the k sorted
+        temp = 24 * n_in
+        elem_ops = 8 * n_in + 16 * n_out * max(1, k.bit_length())
     elif op == "resize":
         temp = 8 * (n_in + 2 * n_out)  # float64 passes, one axis at a time
         elem_ops = 4 * len(out_types[0].shape) * n_out + n_in

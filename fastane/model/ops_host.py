@@ -140,12 +140,32 @@ def _order(x, axis, largest):
     return n - 1 - np.flip(rev, axis)
 
 
+def _top(x, k, largest):
+    """Indices along the last axis of the ``k`` first of ``x`` in :func:`_order`'s order,
+    without sorting the whole axis when ``k`` is smaller: the ``k``-th value found by a
+    partition, the values beyond it and, of those equal to it, the ones of lowest index
+    taken (NaN counts as the largest value, as numpy sorts it), then only ``k`` sorted."""
+    n = x.shape[-1]
+    if k >= n or k == 0:
+        return _order(x, -1, largest)[..., :k]
+    j = n - k if largest else k - 1
+    t = np.partition(x, j, axis=-1)[..., j : j + 1]
+    eq, beyond = x == t, (x > t) if largest else (x < t)
+    if x.dtype.kind == "f":
+        xn, tn = np.isnan(x), np.isnan(t)
+        eq |= xn & tn
+        beyond |= (xn & ~tn) if largest else (~xn & tn)
+    need = k - beyond.sum(-1, keepdims=True)
+    sel = beyond | (eq & (np.cumsum(eq, -1, dtype=np.int64 if n >> 31 else np.int32) <= need))
+    idx = np.nonzero(sel)[-1].reshape(x.shape[:-1] + (k,))  # ascending index along each row
+    return np.take_along_axis(idx, _order(np.take_along_axis(x, idx, -1), -1, largest), -1)
+
+
 @_op("topk", _topk_infer)
 def _topk(node, x, k):
     a = _axis(node.attrs.get("axis", -1), x.ndim, node)
-    idx = np.take(
-        _order(x, a, bool(node.attrs.get("largest", 1))), np.arange(int(np.asarray(k).reshape(-1)[0])), a
-    )
+    k = int(np.asarray(k).reshape(-1)[0])
+    idx = np.moveaxis(_top(np.moveaxis(x, a, -1), k, bool(node.attrs.get("largest", 1))), -1, a)
     return [np.take_along_axis(x, idx, a), idx]
 
 
