@@ -35,9 +35,9 @@ one of these is exceeded:
   product of the kernel's spatial sizes): the host makes one numpy pass per tap (about
   20-75 us for a convolution's, whatever the tensors' sizes), so a 1024 x 1024 kernel over
   a 1 x 1 output took 26 s; 2^14 taps (128 x 128) is about a second.
-* :data:`MAX_NODES` = 2^17 nodes per graph (ONNX nodes, Core ML operations or layers),
-  checked before conversion: the host spends about 130 us a node per run whatever its
-  size (200k Relu nodes, a 5 MB file, ran in 27 s).
+* :data:`MAX_NODES` = 2^17 nodes per graph: an ONNX file's nodes before conversion, any
+  graph's (Core ML operations or layers) when it is made: the host spends about 130 us a
+  node per run whatever its size (200k Relu nodes, a 5 MB file, ran in 27 s).
 * :data:`MAX_LAYER_ELEMENT_OPS` = 2^32 element operations per node (pooling: output
   elements x window; the others: every input and output element once): numpy runs them
   one strided pass at a time (a 32 x 32 MaxPool of 2^31.6 took 3.3 s).
@@ -72,6 +72,7 @@ __all__ = [
     "MAX_RUN_BYTES",
     "LIMITS",
     "beyond",
+    "check_nodes",
 ]
 
 MAX_TENSOR_ELEMENTS = 1 << 28
@@ -118,3 +119,10 @@ def beyond(what: str, amount: int, unit: str, name: str) -> ModelError:
     return ModelError(
         f"{what}: {n} {unit}, beyond fastane's limit for {desc} ({name} = 2^{value.bit_length() - 1})"
     )
+
+
+def check_nodes(count: int, what: str) -> None:
+    """A ModelError when a graph of ``count`` nodes (``what``: "model 'm'") is beyond
+    :data:`MAX_NODES`: checked on the file's node list before anything is converted."""
+    if count > MAX_NODES:
+        raise beyond(what, count, "nodes", "MAX_NODES")

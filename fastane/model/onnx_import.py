@@ -24,6 +24,7 @@ import os
 import numpy as np
 
 from ..errors import ModelError, ModelNotImplementedError, quote
+from .budget import check_nodes
 from .graph import DTYPES, Graph, Node, TensorType, check_size
 from .onnx_host import HOST_OPS, convert as _convert_host
 from .tensor import read_protobuf
@@ -569,6 +570,7 @@ def from_proto(proto, name: str = "", weights: bool = True) -> Graph:
     for vi in g.value_info:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             ranks.setdefault(_text(vi.name), len(vi.type.tensor_type.shape.dim))
+    check_nodes(len(g.node), f"model {quote(_text(g.name) or name)}")
     for node in g.node:
         if node.domain not in ("", "ai.onnx"):
             op = quote(f"{_text(node.domain)}.{_text(node.op_type)}")

@@ -466,3 +466,31 @@ def test_topk_partitions_and_counts_its_temporaries(tmp_path):
             for n in range(shape[-1] + 1):
                 for largest in (True, False):
                     assert (_top(x, n, largest) == _order(x, -1, largest)[..., :n]).all()
+
+
+def test_node_count(tmp_path):
+    """Before: 200k Relu nodes (a 5 MB file) loaded in 3.5 s and ran in 27 s (about 130 us
+    a node).  Now a file of more than MAX_NODES nodes is refused before conversion, and a
+    graph (ONNX or Core ML) of more when it is made."""
+    n = budget.MAX_NODES + 1
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    g.node.extend([g.node[0]] * (n - 1))
+    p = str(tmp_path / "n.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p)
+    msg = "model 'm': 131073 nodes, beyond fastane's limit for nodes per model (MAX_NODES = 2^17)"
+    with pytest.raises(ModelError) as e:
+        fastane.load_model(p)
+    assert str(e.value) == msg
+    f32 = TensorType(np.dtype(np.float32), (1,))
+    nodes = [Node("relu", f"r{i}", [f"t{i}"], [f"t{i + 1}"]) for i in range(n)]
+    with pytest.raises(ModelError) as e:
+        _graph(nodes, {"t0": f32}, [f"t{n}"])
+    assert (
+        str(e.value)
+        == "model 'g': 131073 nodes, beyond fastane's limit for nodes per model (MAX_NODES = 2^17)"
+    )
