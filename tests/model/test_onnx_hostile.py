@@ -501,3 +501,27 @@ def test_internal_errors_are_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FASTANE_TRACEBACK", "1")
     with pytest.raises(RuntimeError, match="boom"):
         main(["run", p, "--random"])
+
+
+def test_unused_outputs_one_rule():
+    """The host ops' converter and the others' name omitted outputs and refuse a later one
+    used the same way (they raised different exception types and messages)."""
+    from fastane.model.onnx_host import output_names
+
+    where = "node 't' (TopK)"
+    assert output_names(["", "i"], "t", where, "TopK", 2) == ["fastane::t:unused0", "i"]
+    assert output_names(["y"], "t", where, "TopK", 2) == ["y"]
+    assert output_names(["y"], "t", where, "TopK", 2, keep=True) == ["y", "fastane::t:unused1"]
+    with pytest.raises(
+        ModelNotImplementedError,
+        match=r"^node 't' \(TopK\): fastane computes only outputs 0 to 1 of TopK, the model uses output 2 \('z'\)$",
+    ):
+        output_names(["y", "", "z"], "t", where, "TopK", 2, keep=True)
+    m = _model(
+        [helper.make_node("TopK", ["x", "k"], ["", "i"], name="t")],
+        [_vi("x", [4])],
+        [_vi("i", None, T.INT64)],
+        [_const("k", np.array([2], np.int64))],
+    )
+    out = fastane.load_model(m)({"x": np.array([1, 3, 2, 0], np.float32)})
+    assert out["i"].tolist() == [1, 2]
