@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from ..errors import ModelError
+from .budget import MAX_RANK
 from .coreml_blob import _MIL_DTYPE, _const_op, _constexpr, _placeholder
 
 
@@ -64,7 +65,7 @@ def _axes(v, rank: int, what: str, key: str = "axes") -> list:
     """The axes ``v`` of a ``rank``-D tensor as non-negative ints (MIL counts a negative axis
     from the end, as coremltools writes a transpose's ``perm``); a ModelError for an axis
     out of range or given twice."""
-    if np.size(v) > rank:  # before any int(): a constant can hold millions
+    if np.size(v) > MAX_RANK:  # before any int(): a constant can hold millions
         raise ModelError(f"{what}: {key} has {np.size(v)} values for a {rank}-D tensor")
     ax = [int(a) for a in np.asarray(v).reshape(-1)]
     bad = [a for a in ax if not -rank <= a < rank]

@@ -494,3 +494,13 @@ def test_node_count(tmp_path):
         str(e.value)
         == "model 'g': 131073 nodes, beyond fastane's limit for nodes per model (MAX_NODES = 2^17)"
     )
+
+
+def test_coreml_axes_counted_before_listing():
+    """Before: Core ML's axes and perm were turned into a list of ints before any check
+    (a constant of 10^7 values: seconds, and the whole list in the message)."""
+    from fastane.model.coreml_mil import _axes
+
+    with pytest.raises(ModelError) as e:
+        _axes(np.zeros(10**7, np.int64), 4, "op 'y' (transpose)", "perm")
+    assert str(e.value) == "op 'y' (transpose): perm has 10000000 values for a 4-D tensor"
