@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name -> (module, one-line help)
@@ -35,6 +36,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    try:
+        return _command(args, rest)
+    except Exception as exc:  # a bug: one line, not a traceback (FASTANE_TRACEBACK=1 shows it)
+        if os.environ.get("FASTANE_TRACEBACK"):
+            raise
+        from .model.cli import internal_error
+
+        return internal_error(args.command, exc)
+
+
+def _command(args, rest) -> int:
     module = importlib.import_module(COMMANDS[args.command][0])
     cmd = argparse.ArgumentParser(prog=f"fastane {args.command}", description=COMMANDS[args.command][1])
     if args.command == "roofline" and any(_is_model(a) for a in rest):

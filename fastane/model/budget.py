@@ -28,7 +28,16 @@ one of these is exceeded:
   and the float32 reference, took 3.7 s on this machine).  GPT-2's language-model head
   at 1024 tokens is 2^35.2, ResNet-50's largest layer at 224 x 224 2^26.8.
 * :data:`MAX_EINSUM_WORK` = 2^34 multiply-adds per Einsum (the product of every label's
-  size): numpy's einsum loops run well below BLAS speed.
+  size, counted 64 times for more than two operands): numpy's einsum loops run well below
+  BLAS speed, its one nested loop over more than two operands 60 times slower still
+  (``a,b,c,d->`` of 300 values each, 2^32.9, took 28 s).
+* :data:`MAX_KERNEL_TAPS` = 2^14 kernel taps per Conv, ConvTranspose or pooling (the
+  product of the kernel's spatial sizes): the host makes one numpy pass per tap (about
+  20-75 us for a convolution's, whatever the tensors' sizes), so a 1024 x 1024 kernel over
+  a 1 x 1 output took 26 s; 2^14 taps (128 x 128) is about a second.
+* :data:`MAX_NODES` = 2^17 nodes per graph: an ONNX file's nodes before conversion, any
+  graph's (Core ML operations or layers) when it is made: the host spends about 130 us a
+  node per run whatever its size (200k Relu nodes, a 5 MB file, ran in 27 s).
 * :data:`MAX_LAYER_ELEMENT_OPS` = 2^32 element operations per node (pooling: output
   elements x window; the others: every input and output element once): numpy runs them
   one strided pass at a time (a 32 x 32 MaxPool of 2^31.6 took 3.3 s).
@@ -62,11 +71,14 @@ __all__ = [
     "MAX_LAYER_WORK",
     "MAX_EINSUM_WORK",
     "MAX_LAYER_ELEMENT_OPS",
+    "MAX_KERNEL_TAPS",
+    "MAX_NODES",
     "MAX_RUN_WORK",
     "MAX_RUN_BYTES",
     "MAX_CONST_BYTES",
     "LIMITS",
     "beyond",
+    "check_nodes",
 ]
 
 MAX_TENSOR_ELEMENTS = 1 << 28
@@ -78,6 +90,8 @@ MAX_LAYER_BYTES = 1 << 30
 MAX_LAYER_WORK = 1 << 36
 MAX_EINSUM_WORK = 1 << 34
 MAX_LAYER_ELEMENT_OPS = 1 << 32
+MAX_KERNEL_TAPS = 1 << 14
+MAX_NODES = 1 << 17
 MAX_RUN_WORK = 1 << 38
 MAX_RUN_BYTES = 1 << 30
 MAX_CONST_BYTES = 1 << 30
@@ -90,6 +104,8 @@ LIMITS = {
     "MAX_LAYER_WORK": (MAX_LAYER_WORK, "work per layer"),
     "MAX_EINSUM_WORK": (MAX_EINSUM_WORK, "work per Einsum"),
     "MAX_LAYER_ELEMENT_OPS": (MAX_LAYER_ELEMENT_OPS, "element operations per layer"),
+    "MAX_KERNEL_TAPS": (MAX_KERNEL_TAPS, "kernel taps per layer"),
+    "MAX_NODES": (MAX_NODES, "nodes per model"),
     "MAX_RUN_WORK": (MAX_RUN_WORK, "work per run"),
     "MAX_RUN_BYTES": (MAX_RUN_BYTES, "bytes per run"),
     "MAX_CONST_BYTES": (MAX_CONST_BYTES, "bytes of constants decoded at load"),
@@ -111,3 +127,10 @@ def beyond(what: str, amount: int, unit: str, name: str) -> ModelError:
     return ModelError(
         f"{what}: {n} {unit}, beyond fastane's limit for {desc} ({name} = 2^{value.bit_length() - 1})"
     )
+
+
+def check_nodes(count: int, what: str) -> None:
+    """A ModelError when a graph of ``count`` nodes (``what``: "model 'm'") is beyond
+    :data:`MAX_NODES`: checked on the file's node list before anything is converted."""
+    if count > MAX_NODES:
+        raise beyond(what, count, "nodes", "MAX_NODES")

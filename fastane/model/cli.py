@@ -6,7 +6,9 @@ Without ``--report`` it prints each output's name, shape and dtype (and saves th
 the same as JSON, ``--stats-only`` the report from the shapes alone (nothing computed:
 the same programs counted on a stats-only device).  ``--random`` feeds seeded standard-normal inputs to the inputs not given
 (their shapes from the model or ``--shape``).  A bad model file, a missing input, a wrong
-shape or dtype is one line on stderr and exit status 2.
+shape or dtype is one line on stderr and exit status 2; any other exception (a bug in
+fastane) one line too, ``fastane run: internal error: TYPE: MESSAGE``, and exit status 3
+(the environment variable ``FASTANE_TRACEBACK=1`` shows its traceback instead).
 """
 
 from __future__ import annotations
@@ -99,13 +101,27 @@ class CommandError(Exception):
 MAX_ERROR_LINE = 400
 
 
-def _error(command: str, exc) -> int:
+def error_line(command: str, exc) -> int:
     """Print ``exc`` (an exception or a message) as one line on stderr (its first line, unprintable characters
     escaped, cut after :data:`MAX_ERROR_LINE` characters); the exit status, 2."""
     lines = str(exc).splitlines()
     msg = quote(lines[0], MAX_ERROR_LINE, marks=False) if lines else type(exc).__name__
     print(f"fastane {command}: error: {msg}", file=sys.stderr)
     return 2
+
+
+#: the exit status of an exception that is not the model's or the command line's (a bug)
+INTERNAL_ERROR = 3
+
+
+def internal_error(command: str, exc: BaseException) -> int:
+    """Print ``exc`` (not a ModelError: a bug, or memory the budget did not foresee) as one
+    line, ``fastane run: internal error: MemoryError: ...``; the exit status,
+    :data:`INTERNAL_ERROR`."""
+    lines = str(exc).splitlines()
+    msg = quote(f"{type(exc).__name__}: {lines[0] if lines else ''}", MAX_ERROR_LINE, marks=False)
+    print(f"fastane {command}: internal error: {msg}", file=sys.stderr)
+    return INTERNAL_ERROR
 
 
 def parse_shape(text: str):
@@ -134,7 +150,7 @@ def _bound_shape(t, name: str, shapes: dict) -> tuple:
     return shape
 
 
-def _inputs(model, args) -> dict:
+def read_inputs(model, args) -> dict:
     names = list(model.inputs)
     # a name with unprintable characters is given as the messages print it
     shown = {quote(n, None, marks=False): n for n in names}
@@ -215,7 +231,7 @@ def _read_npy(f, item, path, shape) -> np.ndarray:
 
 
 def _inputs_bound(model, args, names, shown, arrays, npy) -> dict:
-    """The rest of :func:`_inputs`: ``arrays`` maps each ``--input`` to its header's shape,
+    """The rest of :func:`read_inputs`: ``arrays`` maps each ``--input`` to its header's shape,
     its data read (``npy``: the open files) once the model is bound with every shape."""
     shapes = dict(parse_shape(s) for s in args.shape)
     shapes = {k if k in model.inputs else shown.get(k, k): v for k, v in shapes.items()}
@@ -276,7 +292,7 @@ def run(args) -> int:
 
     try:
         model = load_model(args.model, weights=not args.stats_only)
-        arrays = _inputs(model, args)
+        arrays = read_inputs(model, args)
         if args.stats_only and args.output:
             raise CommandError("--stats-only computes nothing: it cannot save outputs (-o)")
         if getattr(args, "first_divergence", False):
@@ -309,7 +325,7 @@ def run(args) -> int:
         else:
             outs = model(arrays)
     except (CommandError, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
-        return _error("run", exc)
+        return error_line("run", exc)
     if outs is None:
         units = getattr(args, "compute_units", None)
         if units is None and str(model.graph.origin).startswith("coreml"):
@@ -322,7 +338,7 @@ def run(args) -> int:
                 bound, layers = model.bind(_shapes(arrays))
                 pred = predict(layers, bound, units)
             except ValueError as exc:
-                return _error("run", f"--compute-units: {exc}")
+                return error_line("run", f"--compute-units: {exc}")
         if args.json:
             d = rep.as_dict()
             if pred is not None:
@@ -347,7 +363,7 @@ def run(args) -> int:
             try:
                 cmp = compare(layers, pred, load_observed(args.compare_placement))
             except ValueError as exc:
-                return _error("run", f"--compare-placement: {exc}")
+                return error_line("run", f"--compare-placement: {exc}")
             print(
                 f"against {args.compare_placement}: {cmp['agree']} layers agree, "
                 f"{len(cmp['disagree'])} disagree, {len(cmp['unmatched'])} not in the file"
@@ -424,7 +440,7 @@ def roofline(args, names) -> int:
             }
             reports.append(model.report(shapes, chip=chip, stats_only=True))
     except (CommandError, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
-        return _error("roofline", exc)
+        return error_line("roofline", exc)
     if args.json:
         print(json.dumps({"models": [r.as_dict() for r in reports]}, indent=1))
     else:

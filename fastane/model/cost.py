@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import quote
 from .budget import (
     MAX_EINSUM_WORK,
+    MAX_KERNEL_TAPS,
     MAX_LAYER_BYTES,
     MAX_LAYER_ELEMENT_OPS,
     MAX_LAYER_WORK,
@@ -20,7 +21,7 @@ from .budget import (
     beyond,
 )
 from .ops.opdef import OPS
-from .ops.host import einsum_spec
+from .ops.host import EINSUM_MULTI_FACTOR, einsum_spec
 from .ops.mac import conv_geometry, deconv_geometry
 
 __all__ = ["Cost", "node_cost", "check_node", "RunBudget"]
@@ -115,6 +116,13 @@ def node_cost(node, in_types: list, out_types: list) -> Cost:
     elif op == "einsum":
         temp = 8 * n_in  # the operands widened to float64
         macs, elem_ops = einsum_spec(node, [t.shape for t in ins])[2], 0
+    elif op == "topk":
+        a = int(node.attrs.get("axis", -1)) % len(in_types[0].shape)
+        k = out_types[0].shape[a]
+        # a partition's copy, its masks and running count (or the whole axis's sort with
+        # k = n: int64 indices, the flipped copy); then the k sorted
+        temp = 24 * n_in
+        elem_ops = 8 * n_in + 16 * n_out * max(1, k.bit_length())
     elif op == "resize":
         temp = 8 * (n_in + 2 * n_out)  # float64 passes, one axis at a time
         elem_ops = 4 * len(out_types[0].shape) * n_out + n_in
@@ -132,12 +140,20 @@ def check_node(node, in_types: list, out_types: list) -> Cost:
     """The node's :class:`Cost`, or a ModelError when it is beyond a per-layer limit."""
     cost = node_cost(node, in_types, out_types)
     what = node.describe()
+    if node.op in ("conv", "conv_transpose", "max_pool", "avg_pool"):
+        # one host pass per tap, whatever the batch (0 included) and the output's size
+        k = in_types[1].shape[2:] if node.op.startswith("conv") else node.attrs["kernel"]
+        taps = math.prod(int(v) for v in k)
+        if taps > MAX_KERNEL_TAPS:
+            raise beyond(what, taps, "kernel taps (one host pass each)", "MAX_KERNEL_TAPS")
+    if node.op == "einsum" and cost.macs > MAX_EINSUM_WORK:  # before the bytes: the cause
+        unit = "multiply-adds" + (
+            f" (counted {EINSUM_MULTI_FACTOR} times: more than two operands)" if len(in_types) > 2 else ""
+        )
+        raise beyond(what, cost.macs, unit, "MAX_EINSUM_WORK")
     if cost.bytes > MAX_LAYER_BYTES:
         raise beyond(what, cost.bytes, "bytes of inputs, outputs and temporaries", "MAX_LAYER_BYTES")
-    if node.op == "einsum":
-        if cost.macs > MAX_EINSUM_WORK:
-            raise beyond(what, cost.macs, "multiply-adds", "MAX_EINSUM_WORK")
-    elif cost.macs > MAX_LAYER_WORK:
+    if node.op != "einsum" and cost.macs > MAX_LAYER_WORK:
         raise beyond(what, cost.macs, "multiply-adds", "MAX_LAYER_WORK")
     if cost.elem_ops > MAX_LAYER_ELEMENT_OPS:
         raise beyond(what, cost.elem_ops, "element operations", "MAX_LAYER_ELEMENT_OPS")

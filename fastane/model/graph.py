@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ModelError, quote, quote_names
+from .budget import check_nodes
 from .cost import RunBudget
 from .tensor import DTYPES, MAX_FOLD_ELEMENTS, MAX_TENSOR_ELEMENTS, TensorType, check_size
 
@@ -82,8 +83,11 @@ class Graph:
 
     def check(self) -> None:
         """Every node's inputs are defined before it, no tensor is defined twice, every
-        output is defined, every op is known."""
+        output is defined, every op is known, and there are at most
+        :data:`~fastane.model.budget.MAX_NODES` nodes."""
         from .ops import OPS  # noqa: PLC0415 (ops imports tensor, not graph)
+
+        check_nodes(len(self.nodes), f"model {quote(self.name)}")
 
         defined = set(self.inputs) | set(self.consts)
         if set(self.inputs) & set(self.consts):

@@ -12,7 +12,6 @@ import argparse
 import json
 import sys
 
-import numpy as np
 
 from ..errors import ModelError
 
@@ -52,33 +51,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from . import load_model
-    from .cli import CommandError, parse_shape
+    from .cli import CommandError, error_line, read_inputs
     from .run.hunt import parse_range, sweep
 
     try:
         values = parse_range(args.range)
         model = load_model(args.model)
-        shapes = dict(parse_shape(s) for s in args.shape)
-        rng = np.random.default_rng(args.seed)
-        base = {}
         for item in args.set:
             if "=" not in item:
                 raise CommandError(f"--set {item!r}: expected NAME=FILE.npy")
-            k, path = item.split("=", 1)
-            base[k] = np.load(path, allow_pickle=False)
-        for k, t in model.inputs.items():
-            if k in base:
-                continue
-            shape = shapes.get(k, t.shape)
-            if any(isinstance(d, str) for d in shape):
-                raise CommandError(f"input {k!r} has shape {t}: bind it with --shape")
-            if np.dtype(t.dtype).kind != "f":
-                raise CommandError(f"input {k!r} ({t}) is not float: give it with --set")
-            base[k] = rng.standard_normal(shape).astype(t.dtype)
+        # the inputs as ``fastane run --random`` makes them: the --set files read under the
+        # files rule, the model bound (sizes and host budget) before any value is drawn
+        given = argparse.Namespace(input=args.set, shape=args.shape, random=True, seed=args.seed)
+        base = read_inputs(model, given)
         sw = sweep(model, args.input, values, base, args.output, args.at, args.element)
     except (CommandError, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
-        print(f"fastane sweep: error: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 2
+        return error_line("sweep", exc)
     if args.json:
         print(json.dumps(sw.as_dict()))
     else:

@@ -61,7 +61,8 @@ def shape_text(shape, limit: int = 80) -> str:
 
 def check_size(shape, what: str) -> int:
     """The element count of ``shape``, or a ModelError if a dimension is negative or the
-    tensor would exceed :data:`MAX_TENSOR_ELEMENTS`."""
+    tensor (or any one dimension, even of an empty tensor) would exceed
+    :data:`MAX_TENSOR_ELEMENTS`."""
     if len(shape) > MAX_RANK:
         raise beyond(f"{what}: shape {shape_text(shape)}", len(shape), "dimensions", "MAX_RANK")
     n = 1
@@ -71,6 +72,11 @@ def check_size(shape, what: str) -> int:
         n *= int(d)
     if n > MAX_TENSOR_ELEMENTS:
         raise beyond(f"{what}: shape {shape_text(shape)}", n, "elements", "MAX_TENSOR_ELEMENTS")
+    if n == 0 and shape and max(shape) > MAX_TENSOR_ELEMENTS:  # the hosts allocate per axis
+        d = int(max(shape))
+        raise beyond(
+            f"{what}: shape {shape_text(shape)}", d, "elements along one axis", "MAX_TENSOR_ELEMENTS"
+        )
     return n
 
 

@@ -6,9 +6,6 @@ The command-line reproducers run in a child with a 4 GiB address-space limit and
 timeout: before the budget they hung or exhausted memory."""
 
 import os
-import resource
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -21,29 +18,7 @@ import fastane  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
 from fastane.model import budget, zoo  # noqa: E402
 from fastane.model.graph import Graph, Node, TensorType, bind  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-AS_LIMIT = 4 << 30
-CLI = "import sys; from fastane.cli import main; sys.exit(main(sys.argv[1:]))"
-
-
-def _cli(*argv, timeout=120):
-    """``fastane ARGV`` in a child limited to 4 GiB of address space: (status, stderr)."""
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
-
-    env = dict(os.environ, NUMBA_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    p = subprocess.run(
-        [sys.executable, "-c", CLI, *map(str, argv)],
-        cwd=ROOT,
-        env=env,
-        preexec_fn=limit,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    return p.returncode, p.stderr
+from tests.helpers.cli import cli as _cli, one_line as _line  # noqa: E402
 
 
 def _c(name, v):
@@ -72,12 +47,6 @@ def _expand_then(path, shape, node, wshape=None):
         nodes.append(helper.make_node("Expand", ["w0", "ws"], ["w"]))
         inits += [_c("w0", np.ones((1, 1, 1, 1), np.float32)), _c("ws", np.array(wshape, np.int64))]
     return _onnx(path, nodes + [node], inits)
-
-
-def _line(err):
-    lines = [ln for ln in err.splitlines() if ln.startswith("fastane")]
-    assert lines and "Traceback" not in err, err[-2000:]
-    return lines[-1]
 
 
 # ------------------------------------------------------------------------ the limits
@@ -307,4 +276,200 @@ def test_hostile_ranks_and_products_are_one_short_line():
     with pytest.raises(ModelError, match=r"8\.2e559 elements") as e:
         check_size((1 << 62,) * 30, "input 'x'")
     assert len(str(e.value)) < 300
-    assert check_size((1 << 62,) * 30 + (0,), "input 'x'") == 0
+    # an empty tensor with a huge dimension: refused too (the hosts allocate per axis)
+    with pytest.raises(ModelError, match=r"elements along one axis, .*\(MAX_TENSOR_ELEMENTS = 2\^28\)"):
+        check_size((1 << 62,) * 30 + (0,), "input 'x'")
+    assert check_size((1 << 28, 0), "input 'x'") == 0
+
+
+def _op_model(path, op, inits, inputs=(), **attrs):
+    """A model of one ``op`` node named 'n' on inputs ``x`` (or none) and constants."""
+    names = [n for n, _ in inputs] + [t.name for t in inits]
+    return _onnx(path, [helper.make_node(op, names, ["y"], name="n", **attrs)], inits, inputs)
+
+
+@pytest.mark.parametrize(
+    "op, kind, limit",
+    [
+        ("Conv", "conv", "1.0e06 kernel taps"),  # before: 26.5 CPU-s
+        ("Conv", "batch0", "1.0e06 kernel taps"),  # a batch of 0: no work counted, the loop ran
+        ("ConvTranspose", "deconv", "1.0e06 kernel taps"),  # before: 26.1 s
+        ("AveragePool", "pool", "1.0e06 kernel taps"),  # before: 35 s
+    ],
+)
+def test_kernel_taps(tmp_path, op, kind, limit):
+    """The host makes one pass per kernel tap: a 1024 x 1024 kernel over a 1 x 1 output
+    counted a million multiply-adds and took half a minute."""
+    k = 1024
+    w = [_c("w", np.ones((1, 1, k, k), np.float32))]
+    x = {"conv": [1, 1, k, k], "batch0": [0, 1, k, k], "deconv": [1, 1, 1, 1], "pool": [1, 1, k, k]}[kind]
+    if kind == "pool":
+        p = _op_model(tmp_path / "k.onnx", op, [], [("x", x)], kernel_shape=[k, k])
+    else:
+        p = _op_model(tmp_path / "k.onnx", op, w, [("x", x)])
+    rc, err = _cli("run", p, "--random", timeout=20)
+    assert rc == 2 and _line(err) == (
+        f"fastane run: error: node 'n' ({op}): {limit} (one host pass each), beyond fastane's "
+        "limit for kernel taps per layer (MAX_KERNEL_TAPS = 2^14)"
+    )
+
+
+def test_einsum_of_more_than_two_operands(tmp_path):
+    """Before: ``a,b,c,d->`` of 300 values each (2^32.9, within MAX_EINSUM_WORK) folded at
+    bind in numpy's one nested loop for 28.5 s.  Now counted 64 times, and run as pairwise
+    contractions when within the limit."""
+    inits = [_c(k, np.ones(300, np.float32)) for k in "abcd"]
+    p = _op_model(tmp_path / "e.onnx", "Einsum", inits, equation="a,b,c,d->")
+    rc, err = _cli("run", p, timeout=20)
+    assert rc == 2 and _line(err).endswith(
+        "multiply-adds (counted 64 times: more than two operands), beyond fastane's limit for "
+        "work per Einsum (MAX_EINSUM_WORK = 2^34)"
+    )
+    inits = [_c(k, np.full(100, 0.1, np.float32)) for k in "abcd"]
+    p = _op_model(tmp_path / "e2.onnx", "Einsum", inits, equation="a,b,c,d->")
+    y = fastane.load_model(p)({})["y"]
+    assert y.shape == () and abs(float(y) - 1e4) < 10
+
+
+def test_empty_tensors_with_huge_dimensions(tmp_path):
+    """Before: OneHot of empty indices with depth 2^40 ran np.arange(2^40) (MemoryError
+    through Model.__call__)."""
+    inits = [
+        _c("i", np.zeros((0,), np.int64)),
+        _c("d", np.array([1 << 40], np.int64)),
+        _c("v", np.array([0, 1], np.float32)),
+    ]
+    p = _op_model(tmp_path / "o.onnx", "OneHot", inits)
+    rc, err = _cli("run", p, timeout=30)
+    assert rc == 2 and _line(err).endswith(
+        "elements along one axis, beyond fastane's limit for elements per tensor (MAX_TENSOR_ELEMENTS = 2^28)"
+    )
+
+
+def test_resize_shrinks_first(tmp_path):
+    """Before: x[1, 65536] scaled by [8192, 1/65536] upscaled the first axis first: a
+    2^29-element float64 intermediate (4 GiB) for an 8192 x 1 output."""
+    p = str(tmp_path / "r.onnx")
+    g = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "s"], ["y"], name="n")],
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 65536])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[_c("s", np.array([8192, 1 / 65536], np.float32))],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p)
+    x = np.arange(65536, dtype=np.float32)[None]
+    np.save(tmp_path / "x.npy", x)
+    rc, err = _cli("run", p, "-i", f"x={tmp_path / 'x.npy'}", "-o", tmp_path / "y.npz", timeout=60)
+    assert rc == 0, err[-2000:]
+    y = np.load(tmp_path / "y.npz")["y"]
+    assert y.shape == (8192, 1)
+
+
+def test_a_host_memory_error_is_the_nodes_model_error(monkeypatch):
+    """Before: a MemoryError of a host op (the budget is an estimate) escaped bind and
+    Model.__call__ as itself (the CLI printed its traceback)."""
+    import dataclasses
+
+    from fastane.model.ops.opdef import OPS, host_eval
+
+    def boom(node, x):
+        raise MemoryError("Unable to allocate 8.0 TiB")
+
+    monkeypatch.setitem(OPS, "relu", dataclasses.replace(OPS["relu"], host=boom))
+    with pytest.raises(ModelError) as e:
+        host_eval(Node("relu", "r", ["x"], ["y"], source="Relu"), [np.ones(2, np.float32)])
+    assert str(e.value) == "node 'r' (Relu): the host ran out of memory (Unable to allocate 8.0 TiB)"
+
+
+def test_sweep_binds_before_drawing(tmp_path):
+    """Before: ``fastane sweep`` drew its random inputs from the declared shape before any
+    check (x[2^20, 2^20]: a MemoryError traceback) and loaded ``--set`` files with np.load
+    (a FIFO blocked it for ever)."""
+    relu = helper.make_node("Relu", ["x"], ["y"], name="r")
+    p = _onnx(tmp_path / "b.onnx", [relu], [], [("x", [1 << 20, 1 << 20]), ("z", [1])])
+    rc, err = _cli("sweep", p, "-i", "z", "--range", "0:1:3", timeout=30)
+    assert rc == 2 and _line(err).startswith("fastane sweep: error: input 'x': shape (1048576, 1048576)")
+    assert _line(err).endswith("(MAX_TENSOR_ELEMENTS = 2^28)")
+    p = _onnx(tmp_path / "s.onnx", [relu], [], [("x", [4])])
+    fifo = tmp_path / "fifo.npy"
+    os.mkfifo(fifo)
+    rc, err = _cli("sweep", p, "-i", "x", "--range", "0:1:3", "--set", f"x={fifo}", timeout=30)
+    assert rc == 2 and _line(err).endswith("is a FIFO, not a regular file; fastane does not open it")
+
+
+def test_topk_partitions_and_counts_its_temporaries(tmp_path):
+    """Before: TopK sorted the whole axis (three int64 arrays of the input's size) and
+    counted 4 bytes an input element: k = 1 of 2^26 values ran for 19 s and 2^24 peaked at
+    256 MiB against 128 counted.  Now a partition (2^24: 240 MiB traced, counted 24 bytes
+    an element besides the allowance) and 2^26 is refused at bind."""
+    from fastane.model.cost import node_cost
+    from fastane.model.ops.host import _order, _top
+
+    k = helper.make_node("TopK", ["x", "k"], ["y", "i"], name="t")
+    g = helper.make_graph(
+        [k],
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1 << 26])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("i", TensorProto.INT64, None),
+        ],
+        initializer=[_c("k", np.array([1], np.int64))],
+    )
+    p = str(tmp_path / "t.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p)
+    rc, err = _cli("run", p, "--random", timeout=30)
+    assert rc == 2 and _line(err).startswith("fastane run: error: node 't' (TopK): 2.1e09 bytes")
+    f32 = TensorType(np.dtype(np.float32), (1 << 24,))
+    node = Node("topk", "t", ["x", "k"], ["y", "i"], {"axis": -1})
+    one = TensorType(np.dtype(np.float32), (1,))
+    assert node_cost(node, [f32, None], [one, one]).bytes >= 28 << 24
+    # the same indices as the whole axis's stable sort: ties to the lower index, NaN largest
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        shape = tuple(rng.integers(1, 6, size=rng.integers(1, 3)))
+        xf = rng.integers(0, 3, size=shape).astype(np.float32)
+        xf[rng.random(shape) < 0.2] = np.nan
+        for x in (xf, rng.integers(-2, 2, size=shape)):
+            for n in range(shape[-1] + 1):
+                for largest in (True, False):
+                    assert (_top(x, n, largest) == _order(x, -1, largest)[..., :n]).all()
+
+
+def test_node_count(tmp_path):
+    """Before: 200k Relu nodes (a 5 MB file) loaded in 3.5 s and ran in 27 s (about 130 us
+    a node).  Now a file of more than MAX_NODES nodes is refused before conversion, and a
+    graph (ONNX or Core ML) of more when it is made."""
+    n = budget.MAX_NODES + 1
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    g.node.extend([g.node[0]] * (n - 1))
+    p = str(tmp_path / "n.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), p)
+    msg = "model 'm': 131073 nodes, beyond fastane's limit for nodes per model (MAX_NODES = 2^17)"
+    with pytest.raises(ModelError) as e:
+        fastane.load_model(p)
+    assert str(e.value) == msg
+    f32 = TensorType(np.dtype(np.float32), (1,))
+    nodes = [Node("relu", f"r{i}", [f"t{i}"], [f"t{i + 1}"]) for i in range(n)]
+    with pytest.raises(ModelError) as e:
+        _graph(nodes, {"t0": f32}, [f"t{n}"])
+    assert (
+        str(e.value)
+        == "model 'g': 131073 nodes, beyond fastane's limit for nodes per model (MAX_NODES = 2^17)"
+    )
+
+
+def test_coreml_axes_counted_before_listing():
+    """Before: Core ML's axes and perm were turned into a list of ints before any check
+    (a constant of 10^7 values: seconds, and the whole list in the message)."""
+    from fastane.model.frontends.coreml.mil import axis_list as _axes
+
+    with pytest.raises(ModelError) as e:
+        _axes(np.zeros(10**7, np.int64), 4, "op 'y' (transpose)", "perm")
+    assert str(e.value) == "op 'y' (transpose): perm has 10000000 values for a 4-D tensor"

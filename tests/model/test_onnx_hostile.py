@@ -14,6 +14,7 @@ import fastane  # noqa: E402
 from fastane.cli import main  # noqa: E402
 from fastane.errors import ModelError, ModelNotImplementedError, quote  # noqa: E402
 from fastane.model.frontends.onnx.importer import SUPPORTED  # noqa: E402
+from tests.helpers.cli import cli, one_line  # noqa: E402
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):
@@ -460,3 +461,88 @@ def test_expand_to_64_dimensions_is_one_line():
     shape = _const("s", np.ones(64, np.int64))
     with pytest.raises(ModelError, match=r"64 dimensions, .*MAX_RANK"):
         _exercise(_model([helper.make_node("Expand", ["x", "s"], ["y"], name="e")], [X], [Y], [shape]))
+
+
+@pytest.mark.parametrize(
+    "node, inits, message",
+    [
+        # before: a list of 10^12 sizes built before any check (hung)
+        (
+            helper.make_node("Split", ["x"], ["y"], num_outputs=10**12, name="n"),
+            [],
+            "node 'n' (Split): num_outputs = 1000000000000, the node has 1 outputs",
+        ),
+        (
+            helper.make_node("Split", ["x", "s"], ["y"], name="n"),
+            [_const("s", np.ones(10**7, np.int64))],
+            "node 'n' (Split): 10000000 split sizes for 1 outputs",
+        ),
+        (
+            helper.make_node("Tile", ["x", "r"], ["y"], name="n"),
+            [_const("r", np.ones(10**7, np.int64))],
+            "node 'n' (Tile): repeats has 10000000 values, must be 1 non-negative integers",
+        ),
+        (
+            helper.make_node("Pad", ["x", "p"], ["y"], name="n"),
+            [_const("p", np.ones(10**7, np.int64))],
+            "node 'n' (Pad): pads has 10000000 values for 1 axes",
+        ),
+        (
+            helper.make_node("Reshape", ["x", "s"], ["y"], name="n"),
+            [_const("s", np.ones(10**7, np.int64))],
+            "node 'n' (Reshape): target shape: 1.0e07 dimensions, beyond fastane's limit for "
+            "dimensions per tensor (MAX_RANK = 2^5)",
+        ),
+    ],
+    ids=["split-num-outputs", "split-sizes", "tile", "pad", "reshape"],
+)
+def test_long_constants_are_counted_before_listing(tmp_path, node, inits, message):
+    """A constant of 10^7 values turned into a Python list before its length was checked
+    took seconds and put the whole list in the message (10^12 parts: a hang)."""
+    p = str(tmp_path / "m.onnx")
+    onnx.save(_model([node], [_vi("x", [4])], [Y], inits), p)
+    rc, err = cli("run", p, "--random", timeout=30)
+    assert rc == 2 and one_line(err) == "fastane run: error: " + message
+
+
+def test_internal_errors_are_one_line(tmp_path, capsys, monkeypatch):
+    """Before: an exception outside the commands' lists (a MemoryError, a bug) printed a
+    full traceback; now one line and exit status 3 (2 stays the model's or the command
+    line's error), the traceback with FASTANE_TRACEBACK=1."""
+    import fastane.model
+
+    def boom(*a, **k):
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(fastane.model, "load_model", boom)
+    monkeypatch.delenv("FASTANE_TRACEBACK", raising=False)
+    p = str(tmp_path / "m.onnx")
+    assert main(["run", p, "--random"]) == 3
+    assert capsys.readouterr().err == "fastane run: internal error: RuntimeError: boom\n"
+    monkeypatch.setenv("FASTANE_TRACEBACK", "1")
+    with pytest.raises(RuntimeError, match="boom"):
+        main(["run", p, "--random"])
+
+
+def test_unused_outputs_one_rule():
+    """The host ops' converter and the others' name omitted outputs and refuse a later one
+    used the same way (they raised different exception types and messages)."""
+    from fastane.model.frontends.onnx.host import output_names
+
+    where = "node 't' (TopK)"
+    assert output_names(["", "i"], "t", where, "TopK", 2) == ["fastane::t:unused0", "i"]
+    assert output_names(["y"], "t", where, "TopK", 2) == ["y"]
+    assert output_names(["y"], "t", where, "TopK", 2, keep=True) == ["y", "fastane::t:unused1"]
+    with pytest.raises(
+        ModelNotImplementedError,
+        match=r"^node 't' \(TopK\): fastane computes only outputs 0 to 1 of TopK, the model uses output 2 \('z'\)$",
+    ):
+        output_names(["y", "", "z"], "t", where, "TopK", 2, keep=True)
+    m = _model(
+        [helper.make_node("TopK", ["x", "k"], ["", "i"], name="t")],
+        [_vi("x", [4])],
+        [_vi("i", None, T.INT64)],
+        [_const("k", np.array([2], np.int64))],
+    )
+    out = fastane.load_model(m)({"x": np.array([1, 3, 2, 0], np.float32)})
+    assert out["i"].tolist() == [1, 2]

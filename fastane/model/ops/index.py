@@ -13,7 +13,7 @@ import numpy as np
 
 from ...errors import ModelError, quote
 from .opdef import check_axis, need_const, need_input, register_op
-from ..tensor import TensorType, check_size
+from ..tensor import TensorType, check_size, shape_text
 
 
 def _int_index(t, node, what="indices"):
@@ -168,9 +168,16 @@ def _scatter_elements(node, x, idx, upd):
 
 # ------------------------------------------------------------------------ tile, split, depth/space
 def _reps(node, rank, reps):
-    reps = [int(v) for v in np.asarray(reps).reshape(-1)]
-    if len(reps) != rank or min(reps, default=0) < 0:
-        raise ModelError(f"{node.describe()}: repeats {reps} must be {rank} non-negative integers")
+    reps = np.asarray(reps).reshape(-1)
+    if reps.size != rank:  # before any int(): a constant can hold millions
+        raise ModelError(
+            f"{node.describe()}: repeats has {reps.size} values, must be {rank} non-negative integers"
+        )
+    reps = [int(v) for v in reps]
+    if min(reps, default=0) < 0:
+        raise ModelError(
+            f"{node.describe()}: repeats {shape_text(reps)} must be {rank} non-negative integers"
+        )
     return reps
 
 
@@ -188,18 +195,23 @@ register_op("tile", _tile_infer, "layout")(lambda node, x, reps: np.tile(x, _rep
 def _split_sizes(node, shape, sizes):
     a = check_axis(node.attrs.get("axis", 0), len(shape), node)
     n, k = shape[a], len(node.outputs)
-    if sizes is not None and np.size(sizes):
-        sizes = [int(v) for v in np.asarray(sizes).reshape(-1)]
-    elif node.attrs.get("split"):
-        sizes = [int(v) for v in node.attrs["split"]]
+    given = sizes if sizes is not None and np.size(sizes) else node.attrs.get("split")
+    if given is not None and np.size(given):
+        if np.size(given) != k:  # before any int(): a constant can hold millions
+            raise ModelError(f"{node.describe()}: {np.size(given)} split sizes for {k} outputs")
+        sizes = [int(v) for v in np.asarray(given).reshape(-1)]
     else:
         parts = int(node.attrs.get("num_outputs", k))
         if parts < 1:
             raise ModelError(f"{node.describe()}: cannot split into {parts} parts")
+        if parts != k:  # before the list of parts is made
+            raise ModelError(f"{node.describe()}: num_outputs = {parts}, the node has {k} outputs")
         step = -(-n // parts)
         sizes = [min(step, max(n - step * j, 0)) for j in range(parts)]
     if len(sizes) != k or min(sizes, default=0) < 0 or sum(sizes) != n:
-        raise ModelError(f"{node.describe()}: split sizes {sizes} do not cover axis {a} ({n}) in {k} outputs")
+        raise ModelError(
+            f"{node.describe()}: split sizes {shape_text(sizes)} do not cover axis {a} ({n}) in {k} outputs"
+        )
     return a, sizes
 
 

@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from ...errors import ModelError, ModelNotImplementedError, quote
+from ..budget import MAX_RANK, beyond
 from .opdef import check_axis, broadcast_shape, need_const, need_input, register_op
 from ..tensor import TensorType, check_size
 
@@ -30,7 +31,10 @@ register_op("flatten", _flatten_infer, "layout")(
 
 
 def _reshape_target(node, shape, target):
-    target = [int(v) for v in np.asarray(target).reshape(-1)]
+    target = np.asarray(target).reshape(-1)
+    if target.size > MAX_RANK:  # before any int(): a constant can hold millions
+        raise beyond(f"{node.describe()}: target shape", target.size, "dimensions", "MAX_RANK")
+    target = [int(v) for v in target]
     allowzero = node.attrs.get("allowzero", 0)
     out = []
     for i, v in enumerate(target):
@@ -180,14 +184,18 @@ register_op("slice", _slice_infer, "layout")(
 
 
 def _pad_widths(node, shape, pads, axes):
-    pads = [int(v) for v in np.asarray(pads).reshape(-1)]
+    pads = np.asarray(pads).reshape(-1)
+    n_axes = len(shape) if axes is None else np.size(axes)
+    if n_axes > len(shape):
+        raise ModelError(f"{node.describe()}: axes has {n_axes} values for a {len(shape)}-D tensor")
+    if pads.size != 2 * n_axes:  # before any int(): a constant can hold millions
+        raise ModelError(f"{node.describe()}: pads has {pads.size} values for {n_axes} axes")
+    pads = [int(v) for v in pads]
     axes = (
         list(range(len(shape)))
         if axes is None
         else [check_axis(a, len(shape), node) for a in np.asarray(axes).reshape(-1)]
     )
-    if len(pads) != 2 * len(axes):
-        raise ModelError(f"{node.describe()}: pads has {len(pads)} values for {len(axes)} axes")
     if min(pads, default=0) < 0:
         raise ModelNotImplementedError(f"{node.describe()}: negative pads (cropping) are not supported yet")
     w = [(0, 0)] * len(shape)

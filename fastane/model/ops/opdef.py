@@ -106,7 +106,17 @@ def _fl(x):
 
 def host_eval(node, arrays, out_dtypes=None):
     """Run ``node`` on the host (float inputs widened to float32); outputs cast to
-    ``out_dtypes`` (the inferred dtypes) when given."""
+    ``out_dtypes`` (the inferred dtypes) when given.  A MemoryError (the budget is an
+    estimate) is the node's ModelError."""
+    try:
+        return _host_eval(node, arrays, out_dtypes)
+    except MemoryError as exc:
+        raise ModelError(
+            f"{node.describe()}: the host ran out of memory ({quote(str(exc), 120, marks=False)})"
+        ) from None
+
+
+def _host_eval(node, arrays, out_dtypes):
     op = OPS[node.op]
     args = [None if a is None else _fl(a) for a in arrays]
     with np.errstate(all="ignore"):

@@ -207,7 +207,11 @@ def _resize(node, x, roi=None, scales=None, sizes=None):
     plan = _plan(node, x.shape, flat(roi), flat(scales), flat(sizes))
     y = x.astype(np.float64)
     coord = str(node.attrs.get("coordinate_transformation_mode", "half_pixel"))
-    for ax, (s, m, lo, hi) in enumerate(plan):
+    # the shrinking axes first: an upscale before a downscale would make an intermediate
+    # larger than both the input and the output
+    order = sorted(range(len(plan)), key=lambda ax: plan[ax][1] / max(x.shape[ax], 1))
+    for ax in order:
+        s, m, lo, hi = plan[ax]
         if m == x.shape[ax] and s == 1.0 and (coord != "tf_crop_and_resize" or (lo, hi) == (0.0, 1.0)):
             continue  # an identity on this axis
         if m == 0:

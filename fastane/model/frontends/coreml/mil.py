@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from ....errors import ModelError, quote
+from ...budget import MAX_RANK
 from .blob import MIL_DTYPE, const_op, constexpr, is_placeholder
 
 
@@ -67,6 +68,8 @@ def axis_list(v, rank: int, what: str, key: str = "axes") -> list:
     """The axes ``v`` of a ``rank``-D tensor as non-negative ints (MIL counts a negative axis
     from the end, as coremltools writes a transpose's ``perm``); a ModelError for an axis
     out of range or given twice."""
+    if np.size(v) > MAX_RANK:  # before any int(): a constant can hold millions
+        raise ModelError(f"{what}: {key} has {np.size(v)} values for a {rank}-D tensor")
     ax = [int(a) for a in np.asarray(v).reshape(-1)]
     bad = [a for a in ax if not -rank <= a < rank]
     if bad:

@@ -151,7 +151,7 @@ def _split(p, op, outs, what):
             raise ModelError(f"{what}: num_splits {k} for {len(outs)} outputs")
         c = -(-n // k)  # 0 for an empty axis: k empty parts
         sizes = [c] * (n // c) + ([n % c] if n % c else []) if c else [0] * k
-    if np.size(sizes) != len(outs):
+    if np.size(sizes) != len(outs):  # before any int(): a constant can hold millions
         raise ModelError(f"{what}: {np.size(sizes)} split sizes for {len(outs)} outputs")
     sizes = [int(v) for v in np.asarray(sizes).reshape(-1)]
     if sum(sizes) != n or min(sizes) < 0:

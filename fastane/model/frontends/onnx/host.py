@@ -61,22 +61,32 @@ _SAME = {
 HOST_OPS = sorted(set(_SAME) | {"TopK", "Split", "Resize", "Upsample", "ReduceProd"})
 
 
-def _outputs(outs, name, n):
-    """The node's first ``n`` outputs, an omitted (``""``) one given a private name."""
-    outs = list(outs) + [""] * (n - len(outs))
-    if any(outs[n:]):
-        raise ModelError(f"node {quote(name)}: has {len(outs)} outputs, the op makes {n}")
-    return [o or f"fastane::{name}:unused{i}" for i, o in enumerate(outs[:n])]
+def output_names(outs, name, where, op, n_out, keep=False) -> list:
+    """The output names of the fastane node for ONNX node ``name`` (``where``: "node 'n'
+    (Op)") whose outputs are ``outs``, of which fastane computes the first ``n_out``: an
+    omitted (``""``) one before the last one used given a private name (with ``keep``,
+    every one of the ``n_out``).  The model using a later output is a
+    ModelNotImplementedError (the schema check has refused outputs the op does not
+    define)."""
+    used = [(i, o) for i, o in enumerate(outs) if o]
+    if used and used[-1][0] >= n_out:
+        i, o = used[-1]
+        raise ModelNotImplementedError(
+            f"{where}: fastane computes only {'output 0' if n_out == 1 else f'outputs 0 to {n_out - 1}'} "
+            f"of {op}, the model uses output {i} ({quote(o)})"
+        )
+    last = n_out if keep else (used[-1][0] + 1 if used else 1)
+    outs = list(outs[:last]) + [""] * (last - len(outs))
+    return [o or f"fastane::{name}:unused{i}" for i, o in enumerate(outs)]
 
 
-def convert(op, a, ins, outs, name, b):
+def convert(op, a, ins, outs, name, where, b):
     """The fastane node for ONNX node ``name`` (op type ``op``, attributes ``a``), or
     None when this module does not map ``op``."""
 
     def node(fop, attrs, inputs=None, n_out=1):
-        return Node(
-            fop, name, list(ins if inputs is None else inputs), _outputs(outs, name, n_out), attrs, op
-        )
+        names = output_names(outs, name, where, op, n_out, keep=True)
+        return Node(fop, name, list(ins if inputs is None else inputs), names, attrs, op)
 
     if op in _SAME:
         if op == "Hardmax" and b.opset < 13:

@@ -24,8 +24,9 @@ import os
 import numpy as np
 
 from ....errors import ModelError, ModelNotImplementedError, quote
+from ...budget import check_nodes
 from ...graph import DTYPES, Graph, Node, TensorType, check_size
-from .host import HOST_OPS, convert as _convert_host
+from .host import HOST_OPS, convert as _convert_host, output_names
 from ...tensor import read_protobuf
 
 __all__ = ["load", "from_proto", "SUPPORTED"]
@@ -389,17 +390,7 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
 
 def _convert_node(op, a, ins, outs, name, where, b: _Builder, rank_of) -> Node | None:
     def mk(fop, attrs=None, inputs=None, n_out=1):
-        used = [(i, o) for i, o in enumerate(outs) if o]
-        if used and used[-1][0] >= n_out:
-            i, o = used[-1]
-            raise ModelNotImplementedError(
-                f"{where}: fastane computes only {'output 0' if n_out == 1 else f'outputs 0 to {n_out - 1}'} "
-                f"of {op}, the model uses output {i} ({quote(o)})"
-            )
-        # an omitted ("") output before the last one used gets a private name
-        names = [
-            o or f"fastane::{name}:unused{i}" for i, o in enumerate(outs[: used[-1][0] + 1 if used else 1])
-        ]
+        names = output_names(outs, name, where, op, n_out)
         return Node(fop, name, inputs if inputs is not None else ins, names, attrs or {}, op)
 
     if op == "Constant":
@@ -536,7 +527,7 @@ def _convert_node(op, a, ins, outs, name, where, b: _Builder, rank_of) -> Node |
         if b.opset < 11:
             ins = ins[:1] + [b.const(a["pads"], np.int64), b.const(a.get("value", 0.0), np.float32)]
         return mk("pad", {"mode": a.get("mode", "constant")})
-    host = _convert_host(op, a, ins, outs, name, b)
+    host = _convert_host(op, a, ins, outs, name, where, b)
     if host is not None:
         return host
     raise ModelError(
@@ -569,6 +560,7 @@ def from_proto(proto, name: str = "", weights: bool = True) -> Graph:
     for vi in g.value_info:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             ranks.setdefault(_text(vi.name), len(vi.type.tensor_type.shape.dim))
+    check_nodes(len(g.node), f"model {quote(_text(g.name) or name)}")
     for node in g.node:
         if node.domain not in ("", "ai.onnx"):
             op = quote(f"{_text(node.domain)}.{_text(node.op_type)}")
