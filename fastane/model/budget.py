@@ -39,9 +39,11 @@ one of these is exceeded:
   bind time only when its outputs are at most this many elements (it runs as a layer
   otherwise).
 
-The built-in roofline workloads (:mod:`fastane.workloads`) are not models and are not
-checked.  ``fastane roofline M`` and a stats-only report bind the same way and refuse a
-model with the same line as a run.
+``fastane roofline M`` and a stats-only report bind the same way and refuse a model
+beyond a per-node limit with the same line as a run.  The two run limits
+(:data:`MAX_RUN_BYTES`, :data:`MAX_RUN_WORK`) bound what a run holds and computes: a graph
+loaded without its weights (``weights=False``; the built-in roofline networks of
+:mod:`fastane.networks` too) is only planned, one layer at a time, and is not held to them.
 """
 
 from __future__ import annotations
