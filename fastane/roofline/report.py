@@ -20,6 +20,7 @@ from dataclasses import asdict
 
 from . import chips as _chips
 from ..m1 import TD_SIZE
+from . import compare as _compare
 from .model import Estimate, dram_traffic, estimate, tokens_per_s_bound
 from .plot import measured_points, plot
 from .result import Result, _si, _t, analyze
@@ -39,8 +40,8 @@ __all__ = [
     "SCHEMA",
 ]
 
-#: the version of the JSON report (:func:`to_json`; docs/roofline.md, "JSON report")
-SCHEMA = "fastane.roofline/2"
+#: the version of the JSON report (:func:`to_json`; docs/roofline.md, "The JSON report")
+SCHEMA = _compare.SCHEMAS[-1]
 
 
 def tokens_per_s(result: Result, chips=None) -> dict:

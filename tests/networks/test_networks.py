@@ -119,3 +119,18 @@ def test_a_model_file_and_a_builtin_are_not_mixed(tmp_path, capsys):
 def test_graph_inputs_are_float16():
     g = networks.graph("gpt2")
     assert {np.dtype(t.dtype) for t in g.inputs.values()} == {np.dtype(np.float16)}
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"models": [{"model": "m"}]}', "a model report of an older fastane"),
+        ('{"schema": "fastane.roofline/9", "workloads": []}', "is not one this fastane reads"),
+    ],
+)
+def test_compare_names_an_old_or_unknown_schema(tmp_path, capsys, content, message):
+    p = tmp_path / "old.json"
+    p.write_text(content)
+    assert main(["roofline", "--matmul", "1x64x64", "--quiet", "--compare", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
