@@ -15,6 +15,7 @@ from .budget import (
     MAX_LAYER_BYTES,
     MAX_LAYER_ELEMENT_OPS,
     MAX_LAYER_WORK,
+    MAX_PLAN_WORK,
     MAX_RUN_BYTES,
     MAX_RUN_WORK,
     beyond,
@@ -148,8 +149,8 @@ class RunBudget:
     """The totals of one bind: :func:`check_node` on each node, the work of all nodes
     (:data:`MAX_RUN_WORK`) and the bytes held at once (:data:`MAX_RUN_BYTES`), the nodes
     given in graph order.  A graph without its weights (``Graph.weights`` False: it can only
-    be planned, stats-only, one layer at a time) holds no tensors and does no work: only the
-    per-node limits apply to it."""
+    be planned, stats-only, one layer at a time) holds no tensors: the per-node limits and
+    :data:`MAX_PLAN_WORK` apply to it."""
 
     def __init__(self, graph):
         self.name = graph.name
@@ -190,8 +191,8 @@ class RunBudget:
         return cost
 
     def done(self) -> None:
-        """A ModelError when the model's total work is beyond :data:`MAX_RUN_WORK`."""
-        if self.runs and self.work > MAX_RUN_WORK:
-            raise beyond(
-                f"model {quote(self.name)}", self.work, "multiply-adds and element operations", "MAX_RUN_WORK"
-            )
+        """A ModelError when the model's total work is beyond :data:`MAX_RUN_WORK`
+        (:data:`MAX_PLAN_WORK` for a graph without its weights)."""
+        name, limit = ("MAX_RUN_WORK", MAX_RUN_WORK) if self.runs else ("MAX_PLAN_WORK", MAX_PLAN_WORK)
+        if self.work > limit:
+            raise beyond(f"model {quote(self.name)}", self.work, "multiply-adds and element operations", name)
