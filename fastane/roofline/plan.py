@@ -1,6 +1,11 @@
-"""The roofline's plan, by lowering: every layer of a workload is lowered to TDs
-(:mod:`fastane.lower`, the one tiler) and its program is run on a stats-only device,
-which counts what each task's engines move without computing (~0.1 s per network).
+"""The calibration's plan of a workload's layer shapes, by lowering: every layer is
+lowered to TDs (:mod:`fastane.lower`, the one tiler) and its program is run on a
+stats-only device, which counts what each task's engines move without computing (~0.1 s
+per network).  The calibration (:mod:`fastane.roofline.calibrate`) and the validation
+were fitted and measured on these plans, residency chains included; ``fastane roofline``
+plans the same workloads through the model front end (:mod:`fastane.networks`), which
+counts every layer but keeps nothing in L2 yet (docs/roofline.md, "Predictions before
+and after the one path").
 
 A layer the lowering cannot take is not estimated some other way: its
 :class:`LayerPlan` says why (``not_lowered``), and the plan's totals leave it out

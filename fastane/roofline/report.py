@@ -1,16 +1,17 @@
-"""Roofline reports: a text table, a JSON dict and a log-log plot; the ``fastane roofline``
-command.  The planned-and-estimated :class:`Result` is built in
-:mod:`fastane.roofline.result`, the plot drawn in :mod:`fastane.roofline.plot` (both
-re-exported here).
+"""Roofline reports of a planned-and-estimated :class:`Result`: a text table, the JSON
+report (:data:`SCHEMA`) and a log-log plot (:mod:`fastane.roofline.plot`, re-exported
+here).
 
-    >>> from fastane.roofline import report
-    >>> r = report.analyze("gpt2", chip="m1")
+    >>> from fastane.networks.plan import analyze
+    >>> r = analyze("gpt2", chip="m1")              # as ``fastane roofline gpt2`` plans it
     >>> print(report.table(r))                       # per layer and total
     >>> report.to_json([r])                          # JSON-ready dict
     >>> report.plot([r], "roofline.png")             # needs matplotlib
 
-The ``fastane roofline`` command, which plans built-in networks and model files one way,
-is :mod:`fastane.networks.cli`.
+:func:`analyze` (:mod:`fastane.roofline.result`) is the calibration's plan of a
+workload's layer shapes (:mod:`fastane.roofline.plan`).  The ``fastane roofline``
+command, which plans built-in networks and model files one way, is
+:mod:`fastane.networks.cli`.
 """
 
 from __future__ import annotations
