@@ -155,6 +155,8 @@ def _what_if(result: Result, **figures) -> float:
 def verdict(result: Result) -> str:
     """One line: what bounds the workload and what 2x more of it would give."""
     tot, c = result.total, result.chip
+    if not tot.tasks:
+        return "no layer runs on the ANE: nothing to bound"
     lim = limiter(tot)
     unit = "tokens/s" if result.workload.tokens and result.workload.phase == "decode" else "runs/s"
     if lim in ("KernelDMA", "TileDMA"):

@@ -52,7 +52,8 @@ def analyze(
         plan = plan_workload(workload, planner=planner)
     plan_s = time.perf_counter() - t0
     layers = [estimate(lp.stats, chip, params, name=lp.name, program=False) for lp in plan.lowered]
-    total = estimate(plan.tasks, chip, params, name=workload.name, program=True)
+    # no task on the ANE: no program, no program overhead
+    total = estimate(plan.tasks, chip, params, name=workload.name, program=bool(plan.tasks))
     return Result(workload, plan, chip, params, layers, total, plan_s)
 
 

@@ -134,3 +134,17 @@ def test_compare_names_an_old_or_unknown_schema(tmp_path, capsys, content, messa
     assert main(["roofline", "--matmul", "1x64x64", "--quiet", "--compare", str(p)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_a_model_with_no_ane_layer_has_no_program(tmp_path, capsys):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    x, y = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4]) for n in "xy")
+    g = helper.make_graph([helper.make_node("Floor", ["x"], ["y"], name="f")], "g", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "floor.onnx"))
+    (w,) = _json(capsys, str(tmp_path / "floor.onnx"))["workloads"]
+    assert w["layers"] == [] and w["total"]["tasks"] == 0 and w["total"]["time_s"] == 0
+    assert [(x["layer"], x["placement"]) for x in w["not_lowered"]] == [("f", "host")]
