@@ -36,11 +36,11 @@ from ..model.cost import node_cost
 
 __all__ = ["graph", "input_shapes", "slices", "DTYPE"]
 
-#: the element type of the graphs' inputs and weights (a model file's float32: the ANE
-#: layers round to fp16 as they would for a file)
+#: the element type of the graphs' inputs and weights: the workloads' fp16 (an fp16 model
+#: file's; a float32 file's layers round to fp16 on the ANE and plan the same tasks)
 DTYPE = np.dtype(np.float16)
 
-#: a workload's fused activation -> the ONNX ops (fastane op, source) that spell it
+#: a workload's fused activation -> the ops that spell it: (fastane op, ONNX op)
 _ACT = {
     "relu": [("relu", "Relu")],
     "gelu": [("gelu", "Gelu")],
