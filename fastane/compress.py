@@ -141,7 +141,7 @@ def lossless(w16: np.ndarray):
     has at most 256 of them and the codes and a palette a core (16 cores) take fewer bytes
     than the fp16 weight; else ``w16`` itself.  Lossless: ``decompress()`` gives back every
     bit pattern.  What a dequantized (ONNX QDQ) or palettized model's constant weights
-    become on the ANE (:mod:`fastane.model.place_rules`)."""
+    become on the ANE (:mod:`fastane.model.placement.rules`)."""
     w16 = np.asarray(w16)
     if w16.dtype != np.float16 or w16.size == 0:
         return w16

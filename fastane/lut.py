@@ -44,7 +44,7 @@ from .lut_codec import (
     SYMMETRY_POSITIVE,
     WORDS,
     CoeffBlock,
-    _v,
+    fp16_value,
 )
 from . import lut_tables as _tables
 from .lut_tables import (
@@ -146,7 +146,7 @@ APPLE_IDENTICAL = {
 PLANAR_STAGES = {
     "sigmoid": (1.0, "+0.5: round_fp16(lut + 0.5)"),
     "silu": (1.0, "+0.5, then *x: round_fp16(x * round_fp16(lut + 0.5))"),
-    "exp": (_v(0x3DC5), "PostScale log2(e) = 0x3dc5 before the exp2 table"),
+    "exp": (fp16_value(0x3DC5), "PostScale log2(e) = 0x3dc5 before the exp2 table"),
 }
 
 

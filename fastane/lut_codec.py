@@ -50,12 +50,12 @@ MODE_NAMES = {
 _R_MIN = -24
 
 
-def _h(x: float) -> int:
+def fp16_pattern(x: float) -> int:
     """fp16 pattern of ``x`` (round half to even)."""
     return int(np.array(x, dtype=np.float64).astype(np.float16).view(np.uint16))
 
 
-def _v(bits: int) -> float:
+def fp16_value(bits: int) -> float:
     """float value of the fp16 pattern ``bits``."""
     return float(np.array(bits, dtype=np.uint16).view(np.float16))
 
@@ -133,15 +133,15 @@ class CoeffBlock:
         if mode not in MODE_NAMES:
             raise ValueError(f"unknown LUT mode {mode!r}; known: {sorted(MODE_NAMES)}")
         return cls(
-            _h(lo),
-            _h(hi),
-            _h(lo_value),
-            _h(hi_value),
+            fp16_pattern(lo),
+            fp16_pattern(hi),
+            fp16_pattern(lo_value),
+            fp16_pattern(hi_value),
             _knots16(knots),
-            _h(slope_left),
-            _h(icpt_left),
-            _h(slope_right),
-            _h(icpt_right),
+            fp16_pattern(slope_left),
+            fp16_pattern(icpt_left),
+            fp16_pattern(slope_right),
+            fp16_pattern(icpt_right),
             int(R),
             _SYM_CODE[symmetry] | mode,
         )
@@ -242,8 +242,8 @@ class CoeffBlock:
         """One line: mode, R, symmetry, range."""
         return (
             f"mode {self.mode_word:#06x} ({MODE_NAMES.get(self.mode, '?')}, "
-            f"{self.symmetry}), R={self.R}, x in [{_v(self.lo)}, {_v(self.hi)}] "
-            f"else {_v(self.lo_value)} / {_v(self.hi_value)}"
+            f"{self.symmetry}), R={self.R}, x in [{fp16_value(self.lo)}, {fp16_value(self.hi)}] "
+            f"else {fp16_value(self.lo_value)} / {fp16_value(self.hi_value)}"
         )
 
     def __call__(self, x, out=None) -> np.ndarray:
@@ -265,7 +265,7 @@ def _pack(blk: CoeffBlock):
     f = np.empty(_klut.NPARAMS)
     f[:33] = blk.knot_values
     f[33:41] = [
-        _v(b)
+        fp16_value(b)
         for b in (
             blk.lo,
             blk.hi,

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .lut_codec import SYMMETRY_ODD, SYMMETRY_POSITIVE, CoeffBlock, _h, _v
+from .lut_codec import SYMMETRY_ODD, SYMMETRY_POSITIVE, CoeffBlock, fp16_pattern, fp16_value
 
 __all__ = [
     "tanh_block",
@@ -61,7 +61,7 @@ def sigmoid_block() -> CoeffBlock:
     lower bound.
     """
     knots = 1.0 / (1.0 + np.exp(-_I / 4)) - 0.5
-    t32 = _v(_h(knots[32]))
+    t32 = fp16_value(fp16_pattern(knots[32]))
     slope = (0.5 - t32) / (10.0 - 8.0)
     return CoeffBlock.from_values(
         -1.0, 10.0, 0.0, 0.5, knots, 0, 0, slope, t32 - 8.0 * slope, R=2, mode=0, symmetry=SYMMETRY_ODD
@@ -225,11 +225,11 @@ def selu_block() -> CoeffBlock:
     Knots follow Apple's fp16 chain: ``round(scale16 * round(alpha16 * expm1(x)))``
     with alpha and scale themselves rounded to fp16; ``-scale16 * alpha16`` below -8.
     """
-    a16 = _v(_h(_SELU_ALPHA))
-    s16 = _v(_h(_SELU_SCALE))
+    a16 = fp16_value(fp16_pattern(_SELU_ALPHA))
+    s16 = fp16_value(fp16_pattern(_SELU_SCALE))
     x = -8.0 + _I / 4.0
-    elu16 = np.array([_v(_h(a16 * math.expm1(v))) for v in x])
-    knots = np.array([_v(_h(s16 * e)) for e in elu16])
+    elu16 = np.array([fp16_value(fp16_pattern(a16 * math.expm1(v))) for v in x])
+    knots = np.array([fp16_value(fp16_pattern(s16 * e)) for e in elu16])
     low = -s16 * a16
     return CoeffBlock.from_values(-8.0, _INF, low, _INF, knots, 0, low, s16, 0, R=2, mode=2)
 

@@ -20,6 +20,13 @@ through ``fastane.model``, so it sits beside the model front end, above ``roofli
 chips, the time model, the per-task estimate, the reports' formats).  ``workloads`` stays
 at rank 1: the networks' layer shapes, which ``networks`` turns into graphs and which the
 calibration plans layer by layer.
+
+Inside :mod:`fastane.model` the data path has its own order (:data:`MODEL_RANKS`):
+
+    tools (cli, sweep_cli, zoo)  ->  fastane.model (load_model)  ->  run
+      ->  frontends, placement  ->  graph (graph, cost)  ->  ops  ->  core (tensor, budget, files)
+
+and no module imports a private name (``_x``) of another module.
 """
 
 from __future__ import annotations
@@ -69,6 +76,31 @@ GROUPS = {
     "": "package",
     "cli": "app",
     "demo": "app",
+}
+
+
+#: group of fastane.model -> rank; the same rule as :data:`RANKS`
+MODEL_RANKS = {
+    "core": 0,
+    "ops": 1,
+    "graph": 2,
+    "frontends": 3,
+    "placement": 3,
+    "run": 4,
+    "package": 5,  # fastane/model/__init__.py: load_model and the public names
+    "tools": 6,
+}
+#: module or sub-package of fastane.model -> group (a sub-package is its own group)
+MODEL_GROUPS = {
+    "tensor": "core",
+    "budget": "core",
+    "files": "core",
+    "graph": "graph",
+    "cost": "graph",
+    "": "package",
+    "cli": "tools",
+    "sweep_cli": "tools",
+    "zoo": "tools",
 }
 
 
@@ -145,6 +177,49 @@ def violations(g: dict) -> list:
     return bad
 
 
+def model_group(mod: str) -> str:
+    """The group of a module of :mod:`fastane.model` (:data:`MODEL_GROUPS`; a sub-package
+    not listed there is its own group)."""
+    sub = mod.split(".")[2] if mod.count(".") >= 2 else ""
+    return MODEL_GROUPS.get(sub, sub)
+
+
+def model_violations(g: dict) -> list:
+    """Imports inside :mod:`fastane.model` against :data:`MODEL_RANKS`, as ``(importer, imported, why)``."""
+    bad = []
+    for a, targets in g.items():
+        if not (a == "fastane.model" or a.startswith("fastane.model.")):
+            continue
+        ga = model_group(a)
+        for b in sorted(targets):
+            if not (b == "fastane.model" or b.startswith("fastane.model.")):
+                continue
+            gb = model_group(b)
+            ra, rb = MODEL_RANKS.get(ga), MODEL_RANKS.get(gb)
+            if ra is None or rb is None:
+                bad.append((a, b, f"no rank for {ga if ra is None else gb} in MODEL_RANKS"))
+            elif ga != gb and rb >= ra:
+                bad.append((a, b, f"model.{ga} (rank {ra}) may not import model.{gb} (rank {rb})"))
+    return bad
+
+
+def private_imports(mod: str, source: str, is_pkg: bool, known) -> list:
+    """``(line, module, name)`` for each private name (``_x``, not a dunder) that ``mod``
+    imports from another fastane module (``from X import _y``; a package importing from its
+    own sub-module counts too)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = _resolve(mod, is_pkg, node.level, node.module)
+        if not base.startswith("fastane") or base == mod:
+            continue
+        for a in node.names:
+            if a.name.startswith("_") and not a.name.startswith("__"):
+                out.append((node.lineno, base, a.name))
+    return out
+
+
 def cycles(g: dict) -> list:
     """Every module that lies on an import circle, with one circle through it."""
     found, state, stack = [], {}, []
@@ -202,6 +277,25 @@ def test_no_import_circles(g):
     assert not found, "\n".join(" -> ".join(c) for c in found)
 
 
+def test_model_imports_follow_the_data_path(g):
+    assert {model_group(m) for m in g if m.startswith("fastane.model")} == set(MODEL_RANKS)
+    bad = model_violations(g)
+    assert not bad, "\n".join(f"{a} imports {b}: {why}" for a, b, why in bad)
+
+
+def test_no_private_names_across_modules():
+    """Every module of ``fastane/`` (``kernels/`` is left to its own conventions: njit helpers
+    shared between kernel modules)."""
+    mods = modules()
+    found = [
+        f"{p.relative_to(ROOT)}:{line}: from {src} import {name}"
+        for m, p in mods.items()
+        if not m.startswith("fastane.kernels")
+        for line, src, name in private_imports(m, p.read_text(), p.name == "__init__.py", mods)
+    ]
+    assert not found, "\n".join(found)
+
+
 def test_a_planted_bad_import_is_caught(g):
     """The checks are not vacuous: an upward import and a circle are both found."""
     planted = {m: set(t) for m, t in g.items()}
@@ -213,6 +307,32 @@ def test_a_planted_bad_import_is_caught(g):
     assert any("fastane.td.codec" in c for c in cycles(planted))
     src = "def f():\n    from ..device import planar\n"  # function-level, relative
     assert imports_of("fastane.td.asm", src, False, g) == {"fastane.device.planar"}
+    planted["fastane.model.ops.core"].add("fastane.model.placement.place")  # ops -> placement: upward
+    assert ("fastane.model.ops.core", "fastane.model.placement.place") in [
+        (a, b) for a, b, _ in model_violations(planted)
+    ]
+    planted["fastane.model.placement.rules"].add("fastane.model.frontends.onnx.importer")  # same rank
+    assert any(a == "fastane.model.placement.rules" for a, _, _ in model_violations(planted))
+    src = "from .opdef import OPS, _need\nfrom . import core\n"  # a private name of a sibling
+    assert private_imports("fastane.model.ops.mac", src, False, g) == [
+        (1, "fastane.model.ops.opdef", "_need")
+    ]
+    src = "def f():\n    from .importer import _parse\n"  # a package from its own sub-module
+    assert private_imports("fastane.model.frontends.coreml", src, True, g) == [
+        (2, "fastane.model.frontends.coreml.importer", "_parse")
+    ]
+    assert private_imports("fastane.model.ops.mac", "from numpy import _x\n", False, g) == []
+
+
+def test_every_package_is_installed():
+    """pyproject.toml names every package of fastane (setuptools installs only those)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"fastane.kernels"} | {
+        ".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "fastane").rglob("__init__.py")
+    }
+    assert listed == found
 
 
 def test_public_surface():
@@ -220,8 +340,18 @@ def test_public_surface():
 
     import fastane
     import fastane.lower
+    import fastane.model
+    import fastane.model.frontends.coreml
+    import fastane.model.frontends.onnx
+    import fastane.model.ops
+    import fastane.model.placement
+    import fastane.model.run
 
-    for mod in (fastane, fastane.lower):
+    subpackages = [fastane.model.ops, fastane.model.placement, fastane.model.run]
+    subpackages += [fastane.model.frontends.onnx, fastane.model.frontends.coreml]
+    for mod in subpackages:
+        assert 0 < len(mod.__all__) <= 8, mod.__name__
+    for mod in (fastane, fastane.lower, fastane.model, *subpackages):
         assert len(mod.__all__) == len(set(mod.__all__))
         for name in mod.__all__:
             assert hasattr(mod, name), (mod.__name__, name)

@@ -89,14 +89,15 @@ class Task:
             if not self._finished:
                 self._callbacks.append(fn)
                 return
-        _call(fn, self)
+        run_callback(fn, self)
 
     def __repr__(self) -> str:
         where = f" slot {self.slot}" if self.slot is not None else ""
         return f"<Task q{self.qid}{where} nid={self.nid} prio={self.priority} {self.status}>"
 
 
-def _call(fn, task):
+def run_callback(fn, task):
+    """Call a completion callback ``fn(task)``; an exception it raises is logged, not raised."""
     try:
         fn(task)
     except Exception:  # noqa: BLE001  (a callback must not break the device)

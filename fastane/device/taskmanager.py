@@ -39,7 +39,7 @@ from ..errors import DeviceFault
 from .faults import QueueFault
 from ..m1 import MAX_CHAIN
 from .memory import NUM_BARS
-from .task import Task, _call
+from .task import Task, run_callback
 from .tm_regs import (
     NUM_QUEUES,
     QUEUE_PRIORITIES,
@@ -405,7 +405,7 @@ class TaskManager:
             self._refill(q)
             task._finish()
         for fn in callbacks:
-            _call(fn, task)
+            run_callback(fn, task)
 
     def on_complete(self, fn) -> None:
         """Call ``fn(task)`` after every task completes (done or faulted)."""

@@ -35,9 +35,9 @@ from ..td import BarSlot
 from ..td.asm import eltwise_td
 from .bind import Bound
 from .cache import cached, reclaim
-from .emit import _chains
+from .emit import task_chains
 from .lowered import SLOT_TD
-from .runtime import _concat, default_device, stats_device
+from .runtime import concat_stats, default_device, stats_device
 from .tiler import flat_tiles
 
 __all__ = [
@@ -142,7 +142,7 @@ def _lower(n: int, op: str, relu: bool = False) -> LoweredBinary:
     }
     if op not in UNARY.values():
         bars[SLOT_B] = BarSlot(SLOT_B, "input", nbytes, "b")
-    programs = tuple(_chains(tds, 2 if relu else 1, dict(sorted(bars.items())), f"{op}{n}", LIMITS))
+    programs = tuple(task_chains(tds, 2 if relu else 1, dict(sorted(bars.items())), f"{op}{n}", LIMITS))
     return LoweredBinary(op, n, tuple(tiles), programs, nbytes, relu)
 
 
@@ -165,7 +165,7 @@ def _execute(low: LoweredBinary, a16, b16, device=None, stats_only: bool = False
         total = None
         for p in low.programs:
             st = dev.submit(p, b.regions, stats_only=stats_only).wait()
-            total = st if total is None else _concat(total, st)
+            total = st if total is None else concat_stats(total, st)
         y = None if stats_only else np.array(b.raw[SLOT_OUT][: 2 * low.n].view(np.float16))
         ok = True
         return y, total
@@ -278,7 +278,7 @@ def divide(a, b):
         return binary("mul", a, b16)
     r, st, _ = run_eltwise(b16, "reciprocal")
     y = binary("mul", a, r)
-    total = _concat(st, last_stats())
+    total = concat_stats(st, last_stats())
     record(total)
     report_events(total, "divide")
     return y

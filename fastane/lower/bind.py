@@ -234,7 +234,9 @@ class Bound:
         regions = {}
         try:
             for slot, size in self.buffer_sizes().items():
-                regions[slot] = _alloc(dev, size, f"{self.program.name}:{slot}", not stats_only, reclaim)
+                regions[slot] = alloc_buffer(
+                    dev, size, f"{self.program.name}:{slot}", not stats_only, reclaim
+                )
         except BaseException:
             for r in regions.values():
                 dev.free(r)
@@ -305,7 +307,8 @@ def _pick(free: list, weight, bias):
     return spare
 
 
-def _alloc(dev, size, name, zero, reclaim):
+def alloc_buffer(dev, size, name, zero, reclaim):
+    """Allocate ``size`` bytes on ``dev``; when memory is full, ``reclaim(dev)`` once and retry."""
     try:
         return dev.memory.alloc(size, name, zero=zero)
     except MemoryError:

@@ -33,8 +33,8 @@ import numpy as np
 from ..m1 import ALIGN, L2_UNIT, LIMITS, Limits, round_up
 from ..td import BarSlot
 from .cache import build
-from .emit import _COEFF_BASE, _chains
-from .lowered import SLOT_INPUT, SLOT_KERNEL, SLOT_OUTPUT, SLOT_TD, Lowered, _Programs
+from .emit import COEFF_BASE, task_chains
+from .lowered import SLOT_INPUT, SLOT_KERNEL, SLOT_OUTPUT, SLOT_TD, Lowered, Programs
 from .problems import Conv
 
 __all__ = ["ChainSegment", "LoweredChain", "build_chain", "execute_chain", "link_reason"]
@@ -76,7 +76,7 @@ def link_reason(a: Lowered, b: Lowered) -> str | None:
 
 
 @dataclass(eq=False)
-class ChainSegment(_Programs):
+class ChainSegment(Programs):
     """Layers ``first .. first + len(layers) - 1`` of a chain, their intermediates in L2:
     one program (or several of at most MAX_CHAIN TDs, split between layers only where no
     intermediate is in L2).  Runs with :func:`~fastane.lower.execute` (``weight``: the
@@ -150,7 +150,7 @@ class LoweredChain:
 def _rebase_kernels(td, low: Lowered, k: int, offset: int) -> None:
     lay = low.groups[k].layout
     for lane in range(len(lay.offsets)):
-        td[_COEFF_BASE[lane]] = td[_COEFF_BASE[lane]] + offset // ALIGN
+        td[COEFF_BASE[lane]] = td[COEFF_BASE[lane]] + offset // ALIGN
 
 
 def _segment(layers: list, first: int, lim: Limits) -> ChainSegment:
@@ -212,7 +212,7 @@ def _segment(layers: list, first: int, lim: Limits) -> ChainSegment:
     }
     if len(tds) > lim.max_chain:
         raise ValueError("a resident segment exceeds one chain")  # build_chain prevents it
-    programs = _chains(tds, 1, dict(sorted(bars.items())), f"chain{first}-{first + len(layers) - 1}", lim)
+    programs = task_chains(tds, 1, dict(sorted(bars.items())), f"chain{first}-{first + len(layers) - 1}", lim)
     return ChainSegment(layers, first, offsets, programs, kernel_bytes, per_layer, resident)
 
 

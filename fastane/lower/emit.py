@@ -34,7 +34,7 @@ _SRC_BASE, _SRC1_BASE, _DST_BASE = (
     "TileDMASrc1.BaseAddr.Addr",
     "TileDMADst.BaseAddr.Addr",
 )
-_COEFF_BASE = tuple(f"KernelDMASrc.CoeffBaseAddr[{k}].Addr" for k in range(CORES))
+COEFF_BASE = tuple(f"KernelDMASrc.CoeffBaseAddr[{k}].Addr" for k in range(CORES))
 _TASK_DTYPE = np.dtype(
     [
         ("n", "i8"),
@@ -53,7 +53,7 @@ _TASK_DTYPE = np.dtype(
 )
 
 
-def _chains(tds: list, per: int, bars: dict, name: str, lim: Limits) -> list:
+def task_chains(tds: list, per: int, bars: dict, name: str, lim: Limits) -> list:
     """The TDs as programs of at most ``lim.max_chain`` TDs (a task's ``per`` TDs never
     span two chains), each TD numbered (``TID``, ``LNID``) within its chain."""
     chunk = lim.max_chain // per * per
@@ -146,14 +146,14 @@ def emit_conv(conv: Conv, lim: Limits) -> Lowered:
         chain = [td.copy() for td in tpl]
         chain[0][_SRC_BASE] = (n * ib + g.ci0 * ip + r0 * ir + c0 * 2) // ALIGN
         for lane, off in enumerate(g.layout.offsets):
-            chain[0][_COEFF_BASE[lane]] = (g.offset + off) // ALIGN
+            chain[0][COEFF_BASE[lane]] = (g.offset + off) // ALIGN
         # the last TD of the task's chain writes the output tile
         chain[-1][_DST_BASE] = (n * ob + g.co0 * op + oy0 * orow + ox0 * 2) // ALIGN
         tds += chain
 
     kernel_bytes = max(offset + (LUT_BLOCK if stage.post == "silu" else 0), ALIGN)
     bars = _bars(kernel_bytes, "weights", out_layout.nbytes, in_layout.nbytes)
-    programs = _chains(tds, 1 + stage.post_tasks, bars, f"conv{c.cin}x{c.h}x{c.w}-{c.cout}", lim)
+    programs = task_chains(tds, 1 + stage.post_tasks, bars, f"conv{c.cin}x{c.h}x{c.w}-{c.cout}", lim)
     return Lowered(conv, c, t, stage, groups, tasks, programs, in_layout, out_layout, kernel_bytes)
 
 
@@ -268,5 +268,5 @@ def emit_eltwise(op: Eltwise, lim: Limits) -> LoweredEltwise:
     kernel_bytes = LUT_BLOCK if block is not None else ALIGN
     extra = [BarSlot(SLOT_INTERMEDIATE, "intermediate", nbytes, "sigmoid")] if silu else []
     bars = _bars(kernel_bytes, "lut", nbytes, nbytes, extra)
-    programs = _chains(tds, per, bars, f"{stage.name}{op.n}", lim)
+    programs = task_chains(tds, per, bars, f"{stage.name}{op.n}", lim)
     return LoweredEltwise(op, stage, block, width, rows, rem, tiles, per, programs, nbytes, kernel_bytes)

@@ -36,7 +36,7 @@ __all__ = [
 SLOT_TD, SLOT_KERNEL, SLOT_INTERMEDIATE, SLOT_OUTPUT, SLOT_INPUT = 0, 1, 3, 4, 5
 
 
-class _Programs(Bound):
+class Programs(Bound):
     """What both kinds of lowered program share: their chains and BAR plan, and the
     programs with their kernel bytes filled in.  A subclass has ``programs``,
     ``kernel_bytes`` and ``pack(raw, weight, bias)``."""
@@ -76,7 +76,7 @@ class KernelGroup:
 
 
 @dataclass(eq=False)
-class Lowered(_Programs):
+class Lowered(Programs):
     """A convolution lowered to TDs: the program(s), the buffer plan, and how to fill it.
 
     ``programs`` are chains of at most :data:`fastane.m1.MAX_CHAIN` TDs (usually one), run in order;
@@ -256,7 +256,7 @@ class Lowered(_Programs):
 
 
 @dataclass(eq=False)
-class LoweredEltwise(_Programs):
+class LoweredEltwise(Programs):
     """An activation lowered to elementwise TDs (see :func:`~fastane.lower.run_eltwise`).
 
     The ``n`` elements sit flat and dense in the input slot (and likewise in the output

@@ -46,11 +46,11 @@ from ..m1 import ALIGN, L2_UNIT, LIMITS, LUT_BLOCK, Limits, round_up
 from ..stats import Stats
 from ..td import BarSlot
 from ..td.asm import eltwise_td, reduce_td
-from .bind import _alloc
+from .bind import alloc_buffer
 from .cache import CACHE_SIZE, reclaim
-from .emit import _chains
+from .emit import task_chains
 from .lowered import SLOT_INPUT, SLOT_INTERMEDIATE, SLOT_KERNEL, SLOT_OUTPUT, SLOT_TD
-from .runtime import _concat, default_device, stats_device
+from .runtime import concat_stats, default_device, stats_device
 
 __all__ = ["ROW_OPS", "REDUCTIONS", "RowOp", "LoweredRows", "lower", "plan", "run"]
 
@@ -305,7 +305,7 @@ def lower(problem: RowOp, limits: Limits = LIMITS) -> LoweredRows:
         SLOT_BIAS: ("input", "bias"),
     }
     bars = {SLOT_TD: None} | {s: BarSlot(s, *roles[s][:1], n, roles[s][1]) for s, n in slots.items()}
-    programs = tuple(_chains(tds, per, dict(sorted(bars.items())), f"{p.op}{p.rows}x{p.width}", limits))
+    programs = tuple(task_chains(tds, per, dict(sorted(bars.items())), f"{p.op}{p.rows}x{p.width}", limits))
     return LoweredRows(p, t, tiles, per, programs, kernel, slots, in_row, out_row)
 
 
@@ -316,7 +316,7 @@ def _execute(low: LoweredRows, x16=None, scale16=None, bias16=None, device=None,
     regions = {}
     try:
         for slot, n in low.slots.items():
-            regions[slot] = _alloc(dev, max(n, ALIGN), f"{p.op}:{slot}", not stats_only, reclaim)
+            regions[slot] = alloc_buffer(dev, max(n, ALIGN), f"{p.op}:{slot}", not stats_only, reclaim)
         raw = {s: dev.memory.view(r.iova, r.size) for s, r in regions.items()}
         raw[SLOT_KERNEL][: len(low.kernel)] = np.frombuffer(low.kernel, np.uint8)  # checked while planning
         if not stats_only:
@@ -327,7 +327,7 @@ def _execute(low: LoweredRows, x16=None, scale16=None, bias16=None, device=None,
         total = None
         for prog in low.programs:
             st = dev.submit(prog, regions, stats_only=stats_only).wait()
-            total = st if total is None else _concat(total, st)
+            total = st if total is None else concat_stats(total, st)
         if stats_only:
             return None, total
         y = np.array(_rows_view(raw[SLOT_OUTPUT], p.rows, low.out_row, 1 if p.reduces else p.width))

@@ -128,7 +128,7 @@ def execute(
         total = None
         for p in low.programs:
             st = dev.submit(p, b.regions, queue=queue, stats_only=stats_only).wait()
-            total = st if total is None else _concat(total, st)
+            total = st if total is None else concat_stats(total, st)
         result = None
         if not stats_only:
             view = low.output_view(b.raw[SLOT_OUTPUT])
@@ -139,7 +139,8 @@ def execute(
         low.release(b, keep=ok and not stats_only)
 
 
-def _concat(a: Stats, b: Stats) -> Stats:
+def concat_stats(a: Stats, b: Stats) -> Stats:
+    """The Stats of ``a`` then ``b``: counts added, task details in order."""
     out = a.plus_counts(b)
     out.tasks_detail = list(a.tasks_detail) + list(b.tasks_detail)
     return out

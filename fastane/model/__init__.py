@@ -1,14 +1,28 @@
-"""fastane.model: a user's model on the emulated ANE.
+"""fastane.model: a user's model (ONNX, Core ML) on the emulated ANE.
 
-- :mod:`~fastane.model.graph`: the front-end-neutral graph, shape binding, constant folding;
-- :mod:`~fastane.model.ops`: the op vocabulary (shape inference, float32 host implementations);
-- :mod:`~fastane.model.onnx_import`: the ONNX importer (the only module that imports onnx);
-- :mod:`~fastane.model.place`: placement on the ANE or the host, with the reason;
-- :mod:`~fastane.model.model`: :class:`Model` (run, fp32 reference, per-layer report);
-- :mod:`~fastane.model.cli`: ``fastane run``.
+The sub-packages follow the data path, a file to a per-layer report:
 
-``import fastane`` imports this package but never onnx: the importer loads it when a
-model is loaded (the ``onnx`` extra).
+- :mod:`~fastane.model.frontends`: the importers, a model file -> a :class:`Graph` of
+  fastane's ops: :mod:`~fastane.model.frontends.onnx` (the only package that imports onnx)
+  and :mod:`~fastane.model.frontends.coreml` (``.mlpackage`` and ``.mlmodel``; the only one
+  that imports coremltools);
+- :mod:`~fastane.model.graph`: the front-end-neutral graph, shape binding, constant folding,
+  with :mod:`~fastane.model.tensor` (tensor types, the size check),
+  :mod:`~fastane.model.budget` and :mod:`~fastane.model.cost` (what a model may ask of the
+  host), :mod:`~fastane.model.files` (the one place a model's files are opened);
+- :mod:`~fastane.model.ops`: the op vocabulary, one registry (shape and dtype inference, the
+  float32 host implementations);
+- :mod:`~fastane.model.placement`: which layers run on the ANE and which on the host, and why;
+  the stats-only plan; the Core ML placement estimate;
+- :mod:`~fastane.model.run`: :class:`Model` (run, fp32 reference), the per-layer
+  :class:`Report`, the fp16 hunt;
+- :mod:`~fastane.model.cli` and :mod:`~fastane.model.sweep_cli`: ``fastane run`` and
+  ``fastane sweep``; :mod:`~fastane.model.zoo`: small architectures built offline.
+
+Imports go that way down: run -> placement, frontends -> graph -> ops -> tensor, budget,
+files (``tests/test_imports.py``).  ``import fastane`` imports this package but neither onnx
+nor coremltools: an importer loads its library when a model is loaded (the ``onnx`` and
+``coreml`` extras).
 """
 
 from __future__ import annotations
@@ -17,7 +31,7 @@ import os
 
 from ..errors import ModelError, quote
 from .graph import Graph, Node, TensorType, bind
-from .model import Model, Report
+from .run.model import Model, Report
 from .tensor import read_protobuf
 
 __all__ = [
@@ -47,20 +61,20 @@ def load_model(path, weights: bool = True) -> Model:
     if not isinstance(path, (str, os.PathLike)):
         proto_type = type(path).__name__
         if proto_type == "ModelProto":
-            from .onnx_import import from_proto
+            from .frontends.onnx.importer import from_proto
 
             return Model(from_proto(path, weights=weights))
         raise TypeError(f"load_model: expected a path or an onnx.ModelProto, got {proto_type}")
     text = os.fspath(path)
     if (b"\0" if isinstance(text, bytes) else "\0") in text:
         raise ModelError(f"{quote(text)}: a path with a NUL byte names no file")
-    from .coreml_import import is_coreml
+    from .frontends.coreml.importer import is_coreml
 
     if is_coreml(path) or _sniff_coreml(path):
-        from .coreml_import import load as load_coreml
+        from .frontends.coreml.importer import load as load_coreml
 
         return Model(load_coreml(path, weights))
-    from .onnx_import import load
+    from .frontends.onnx.importer import load
 
     return Model(load(path, weights))
 
@@ -92,9 +106,9 @@ def _sniff_coreml(path) -> bool:
     if data[:1] != b"\x08":
         return False
     try:
-        from .coreml_import import _parse_spec
+        from .frontends.coreml.importer import parse_spec
 
-        _parse_spec(data, p)
+        parse_spec(data, p)
     except (ModelError, ImportError):
         return False
     try:

@@ -90,8 +90,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-class _Fail(Exception):
-    pass
+class CommandError(Exception):
+    """A command-line argument the commands refuse (printed as one line, exit status 2)."""
 
 
 #: the longest error line the commands print (characters)
@@ -107,16 +107,17 @@ def _error(command: str, exc) -> int:
     return 2
 
 
-def _parse_shape(text: str):
+def parse_shape(text: str):
+    """``NAME=1x3x224x224`` (a ``--shape`` argument) -> ``(name, shape)``; :class:`CommandError` if malformed."""
     if "=" not in text:
-        raise _Fail(f"--shape {text!r}: expected NAME=1x3x224x224")
+        raise CommandError(f"--shape {text!r}: expected NAME=1x3x224x224")
     name, dims = text.split("=", 1)
     try:
         shape = tuple(int(d) for d in dims.lower().split("x")) if dims else ()
     except ValueError:
-        raise _Fail(f"--shape {text!r}: dimensions must be integers separated by 'x'") from None
+        raise CommandError(f"--shape {text!r}: dimensions must be integers separated by 'x'") from None
     if any(d < 0 for d in shape):
-        raise _Fail(f"--shape {text!r}: negative dimension")
+        raise CommandError(f"--shape {text!r}: negative dimension")
     return name, shape
 
 
@@ -125,7 +126,7 @@ def _bound_shape(t, name: str, shapes: dict) -> tuple:
     ``--shape`` gives; a symbolic dimension left unbound is a one-line error."""
     shape = shapes.get(name, t.shape)
     if len(shape) != len(t.shape) or any(isinstance(d, str) for d in shape):
-        raise _Fail(
+        raise CommandError(
             f"input {quote(name)} has shape {t}: bind it with --shape {quote(name, marks=False)}="
             + "x".join(str(d) if isinstance(d, int) else "N" for d in t.shape)
         )
@@ -141,14 +142,14 @@ def _inputs(model, args) -> dict:
         name, path = item.split("=", 1) if "=" in item else (None, item)
         if name is None:
             if len(names) != 1:
-                raise _Fail(
+                raise CommandError(
                     f"--input {item!r}: the model has {len(names)} inputs "
                     f"({quote_names(names)}); write NAME=FILE.npy"
                 )
             name = names[0]
         name = name if name in model.inputs else shown.get(name, name)
         if name not in model.inputs:
-            raise _Fail(
+            raise CommandError(
                 f"--input {item!r}: the model has no input {quote(name)} (inputs: {quote_names(names)})"
             )
         # read as a model's files are (a regular file: a FIFO would block), within the
@@ -163,12 +164,16 @@ def _inputs(model, args) -> dict:
         try:
             arrays[name] = np.load(io.BytesIO(data), allow_pickle=False)
         except (OSError, ValueError, EOFError) as exc:
-            raise _Fail(f"--input {quote(item)}: cannot read {quote(path)} as a .npy array ({exc})") from None
-    shapes = dict(_parse_shape(s) for s in args.shape)
+            raise CommandError(
+                f"--input {quote(item)}: cannot read {quote(path)} as a .npy array ({exc})"
+            ) from None
+    shapes = dict(parse_shape(s) for s in args.shape)
     shapes = {k if k in model.inputs else shown.get(k, k): v for k, v in shapes.items()}
     for name in shapes:
         if name not in model.inputs:
-            raise _Fail(f"--shape: the model has no input {quote(name)} (inputs: {quote_names(names)})")
+            raise CommandError(
+                f"--shape: the model has no input {quote(name)} (inputs: {quote_names(names)})"
+            )
     missing = [n for n in names if n not in arrays]
     if getattr(args, "stats_only", False):
         out = {}
@@ -181,12 +186,12 @@ def _inputs(model, args) -> dict:
     if missing and not args.random:
         t = model.inputs[missing[0]]
         name = quote(missing[0], marks=False)
-        raise _Fail(f"missing input '{name}' ({t}): give --input {name}=FILE.npy (or --random)")
+        raise CommandError(f"missing input '{name}' ({t}): give --input {name}=FILE.npy (or --random)")
     want = {name: _bound_shape(model.inputs[name], name, shapes) for name in missing}
     for name in missing:
         t = model.inputs[name]
         if np.dtype(t.dtype).kind != "f":
-            raise _Fail(f"input {quote(name)} ({t}) is not a float tensor: --random cannot make it")
+            raise CommandError(f"input {quote(name)} ({t}) is not a float tensor: --random cannot make it")
     # bind first: the sizes and the host budget are checked before any input is made
     model.bind({**{k: v.shape for k, v in arrays.items()}, **want})
     rng = np.random.default_rng(args.seed)
@@ -215,18 +220,18 @@ def _standard_normal(rng, shape, dtype, chunk: int = 1 << 20) -> np.ndarray:
 
 def run(args) -> int:
     from . import load_model
-    from .model import progress_bar
+    from .run.model import progress_bar
 
     try:
         model = load_model(args.model, weights=not args.stats_only)
         arrays = _inputs(model, args)
         if args.stats_only and args.output:
-            raise _Fail("--stats-only computes nothing: it cannot save outputs (-o)")
+            raise CommandError("--stats-only computes nothing: it cannot save outputs (-o)")
         if getattr(args, "first_divergence", False):
-            from .hunt import first_divergence
+            from .run.hunt import first_divergence
 
             if args.stats_only:
-                raise _Fail("--first-divergence computes the model: not with --stats-only")
+                raise CommandError("--first-divergence computes the model: not with --stats-only")
             div = first_divergence(model, arrays, args.tolerance)
             if args.json:
                 import json
@@ -241,7 +246,7 @@ def run(args) -> int:
             try:
                 _chips.get(args.chip)
             except (KeyError, ValueError) as exc:
-                raise _Fail(f"--chip {args.chip!r}: {exc}") from None
+                raise CommandError(f"--chip {args.chip!r}: {exc}") from None
             rep = model.report(
                 arrays,
                 chip=args.chip,
@@ -251,7 +256,7 @@ def run(args) -> int:
             outs = None
         else:
             outs = model(arrays)
-    except (_Fail, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
+    except (CommandError, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
         return _error("run", exc)
     if outs is None:
         units = getattr(args, "compute_units", None)
@@ -259,7 +264,7 @@ def run(args) -> int:
             units = "ALL"
         pred = None
         if units is not None:
-            from .predict import predict
+            from .placement.predict import predict
 
             try:
                 bound, layers = model.bind(_shapes(arrays))
@@ -285,7 +290,7 @@ def run(args) -> int:
             if pred is not None:
                 print(prediction_table(rep, pred, units))
         if pred is not None and getattr(args, "compare_placement", None):
-            from .predict import compare, load_observed
+            from .placement.predict import compare, load_observed
 
             try:
                 cmp = compare(layers, pred, load_observed(args.compare_placement))

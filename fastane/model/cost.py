@@ -20,9 +20,9 @@ from .budget import (
     MAX_RUN_WORK,
     beyond,
 )
-from .opdef import OPS
-from .ops_host import _einsum_spec
-from .ops_mac import conv_geometry, deconv_geometry
+from .ops.opdef import OPS
+from .ops.host import einsum_spec
+from .ops.mac import conv_geometry, deconv_geometry
 
 __all__ = ["Cost", "node_cost", "check_node", "RunBudget"]
 
@@ -115,7 +115,7 @@ def node_cost(node, in_types: list, out_types: list) -> Cost:
         macs, elem_ops = n_out * (a[0] if node.attrs.get("trans_a") else a[-1]), 0
     elif op == "einsum":
         temp = 8 * n_in  # the operands widened to float64
-        macs, elem_ops = _einsum_spec(node, [t.shape for t in ins])[2], 0
+        macs, elem_ops = einsum_spec(node, [t.shape for t in ins])[2], 0
     elif op == "resize":
         temp = 8 * (n_in + 2 * n_out)  # float64 passes, one axis at a time
         elem_ops = 4 * len(out_types[0].shape) * n_out + n_in

@@ -6,7 +6,7 @@ to, it lies **inside the model's folder**: for an ``.mlpackage``, the real path 
 package directory (``Manifest.json``, the spec, every weight file, whatever links its
 ``Data`` or ``weights`` folders hold); for an ONNX model's external data, the model file's
 directory (fastane refuses external data for now: see
-:mod:`~fastane.model.onnx_import`).  The model file the user names may lie anywhere but
+:mod:`~fastane.model.frontends.onnx.importer`).  The model file the user names may lie anywhere but
 must be a regular file too.
 
 The file is opened with ``O_NONBLOCK`` (a FIFO cannot block the open) and ``O_NOFOLLOW``

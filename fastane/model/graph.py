@@ -2,7 +2,7 @@
 vocabulary (:data:`fastane.model.ops.OPS`), constants, and the binding of symbolic
 dimensions to the caller's input shapes.
 
-An importer (:mod:`fastane.model.onnx_import`; later Core ML) builds a :class:`Graph`:
+An importer (:mod:`fastane.model.frontends.onnx.importer`; later Core ML) builds a :class:`Graph`:
 
 * ``inputs``: name -> :class:`TensorType` (a dimension is an ``int`` or a symbol ``str``);
 * ``consts``: name -> numpy array (weights and constant operands, already checked);

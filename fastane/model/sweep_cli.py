@@ -1,7 +1,7 @@
 """``fastane sweep MODEL --input NAME --range LO:HI:N [--output NAME] [--at INDEX]
 [--plot FILE.png] [--json] [--set OTHER=FILE.npy] [--shape NAME=1x3x8x8]``: every element
 of input ``NAME`` (or only ``--element INDEX``) set to each value of ``linspace(LO, HI, N)`` in turn, the model run on
-the emulated ANE and in fp32, one output element read (:func:`fastane.model.hunt.sweep`).
+the emulated ANE and in fp32, one output element read (:func:`fastane.model.run.hunt.sweep`).
 The other inputs come from ``--set`` or are seeded standard-normal.  Without ``--plot``
 (or without matplotlib) a text table; ``--json`` the points as JSON.
 """
@@ -52,18 +52,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from . import load_model
-    from .cli import _Fail, _parse_shape
-    from .hunt import parse_range, sweep
+    from .cli import CommandError, parse_shape
+    from .run.hunt import parse_range, sweep
 
     try:
         values = parse_range(args.range)
         model = load_model(args.model)
-        shapes = dict(_parse_shape(s) for s in args.shape)
+        shapes = dict(parse_shape(s) for s in args.shape)
         rng = np.random.default_rng(args.seed)
         base = {}
         for item in args.set:
             if "=" not in item:
-                raise _Fail(f"--set {item!r}: expected NAME=FILE.npy")
+                raise CommandError(f"--set {item!r}: expected NAME=FILE.npy")
             k, path = item.split("=", 1)
             base[k] = np.load(path, allow_pickle=False)
         for k, t in model.inputs.items():
@@ -71,12 +71,12 @@ def run(args) -> int:
                 continue
             shape = shapes.get(k, t.shape)
             if any(isinstance(d, str) for d in shape):
-                raise _Fail(f"input {k!r} has shape {t}: bind it with --shape")
+                raise CommandError(f"input {k!r} has shape {t}: bind it with --shape")
             if np.dtype(t.dtype).kind != "f":
-                raise _Fail(f"input {k!r} ({t}) is not float: give it with --set")
+                raise CommandError(f"input {k!r} ({t}) is not float: give it with --set")
             base[k] = rng.standard_normal(shape).astype(t.dtype)
         sw = sweep(model, args.input, values, base, args.output, args.at, args.element)
-    except (_Fail, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
+    except (CommandError, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
         print(f"fastane sweep: error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
     if args.json:

@@ -32,7 +32,7 @@ from .. import workloads
 from . import chips
 from . import spec as _spec
 from .fitted import FITTED  # the committed result of fit() (the model imports it from there)
-from .model import ModelParams, _task_arrays, _times
+from .model import ModelParams, task_arrays, array_times
 from .plan import plan_workload
 
 __all__ = ["Point", "POINTS", "FIXED_COST_BOUND", "FITTED", "fit", "errors", "point_workload"]
@@ -119,9 +119,10 @@ def point_workload(spec: str):
     return workloads.get(spec)
 
 
-def _arrays(spec: str, cache: dict):
+def spec_arrays(spec: str, cache: dict):
+    """The per-task counter arrays of workload ``spec``'s plan, kept in ``cache``."""
     if spec not in cache:
-        cache[spec] = _task_arrays(plan_workload(point_workload(spec)).tasks)
+        cache[spec] = task_arrays(plan_workload(point_workload(spec)).tasks)
     return cache[spec]
 
 
@@ -134,7 +135,7 @@ def _grid(kind, lo, hi, n):
 def predict(arrays: dict, chip, values: dict, programs: int = 1) -> float:
     """Predicted seconds of a run (its tasks' arrays) with the free parameters ``values``."""
     p = ModelParams(bandwidth="read", one_ane=True, system_cache=True, **values)
-    t = _times(arrays, chips.get(chip), p)
+    t = array_times(arrays, chips.get(chip), p)
     return float(t["total"].sum()) + programs * p.program_overhead_s
 
 
@@ -149,8 +150,8 @@ def fit(sweeps: int = 6, cache: dict | None = None) -> dict:
     """Fit the free parameters on :data:`POINTS` (see the module docstring); the values,
     rounded to three significant digits."""
     cache = {} if cache is None else cache
-    pts = [(p, _arrays(p.spec, cache)) for p in POINTS]
-    bound_arrays = _arrays(FIXED_COST_BOUND[0], cache)
+    pts = [(p, spec_arrays(p.spec, cache)) for p in POINTS]
+    bound_arrays = spec_arrays(FIXED_COST_BOUND[0], cache)
     bound = (len(bound_arrays["macs"]), FIXED_COST_BOUND[2])
     values = dict(_START)
     grids = {k: _grid(*g) for k, g in _GRIDS.items()}
@@ -168,7 +169,7 @@ def errors(values: dict | None = None, points=POINTS, cache: dict | None = None)
     cache = {} if cache is None else cache
     out = []
     for p in points:
-        t = predict(_arrays(p.spec, cache), p.chip, values, p.programs)
+        t = predict(spec_arrays(p.spec, cache), p.chip, values, p.programs)
         out.append((p, t, t / p.measured_s))
     return out
 

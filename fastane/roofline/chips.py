@@ -51,12 +51,12 @@ from .figure import (
     M3_TILE_DMA,
     Chip,
     Figure,
-    _chip,
-    _cores,
-    _fig,
-    _gbs,
-    _mb,
-    _tops,
+    make_chip,
+    core_count,
+    make_figure,
+    gbs,
+    mb,
+    tops,
 )
 
 __all__ = [
@@ -77,10 +77,10 @@ _ANEMLL = "anemll-bench via SPEC 8"
 _LPDDR4X = "not an Apple figure: LPDDR4X-4266 on a 64-bit bus as reported by teardowns (4266e6 x 8 B)"
 _LPDDR5 = "not an Apple figure: LPDDR5-6400 on a 64-bit bus as reported by teardowns (6400e6 x 8 B)"
 
-_m1_read = _gbs(61, "measured", _ANEMLL)
-_m1max_read = _gbs(55, "measured", _ANEMLL)
-_m2_read = _gbs(60, "measured", _ANEMLL)
-_m3_read = _gbs(63, "measured", _ANEMLL)
+_m1_read = gbs(61, "measured", _ANEMLL)
+_m1max_read = gbs(55, "measured", _ANEMLL)
+_m2_read = gbs(60, "measured", _ANEMLL)
+_m3_read = gbs(63, "measured", _ANEMLL)
 
 _ANGSTRONOMICS = "Angstronomics, 'Apple A16 die analysis' (angstronomics.com/p/apple-a16-die-analysis)"
 _ECLECTIC = (
@@ -91,19 +91,19 @@ _ECLECTIC = (
 
 #: system-level cache sizes (die-shot analyses; nobody measured them on an ANE)
 _SLC = {
-    "m1": _mb(8, "derived", _ECLECTIC, "die analysis, as reported"),
-    "m1-pro": _mb(
+    "m1": mb(8, "derived", _ECLECTIC, "die analysis, as reported"),
+    "m1-pro": mb(
         24,
         "assumption",
         _ECLECTIC,
         "between the M1's 8 and the M1 Max's 48 MB; half the Max's memory channels",
     ),
-    "m1-max": _mb(48, "derived", _ECLECTIC, "half the M1 Ultra's 96 MB (one of its two dies)"),
-    "m1-ultra": _mb(96, "derived", _ECLECTIC, "die analysis, as reported (two dies of 48 MB)"),
-    "a14": _mb(16, "derived", _ANGSTRONOMICS, "die analysis"),
-    "a15": _mb(32, "derived", _ANGSTRONOMICS, "die analysis"),
-    "a16": _mb(24, "derived", _ANGSTRONOMICS, "die analysis"),
-    "a17-pro": _mb(
+    "m1-max": mb(48, "derived", _ECLECTIC, "half the M1 Ultra's 96 MB (one of its two dies)"),
+    "m1-ultra": mb(96, "derived", _ECLECTIC, "die analysis, as reported (two dies of 48 MB)"),
+    "a14": mb(16, "derived", _ANGSTRONOMICS, "die analysis"),
+    "a15": mb(32, "derived", _ANGSTRONOMICS, "die analysis"),
+    "a16": mb(24, "derived", _ANGSTRONOMICS, "die analysis"),
+    "a17-pro": mb(
         24,
         "assumption",
         _ANGSTRONOMICS,
@@ -115,56 +115,56 @@ _SLC = {
 CHIPS: dict[str, Chip] = {
     c.key: replace(c, slc_bytes=_SLC.get(c.key))
     for c in [
-        _chip(
+        make_chip(
             "m1",
             "M1",
-            cores=_cores(16, "SPEC 1"),
-            peak=_tops(11, source="SPEC 1, SPEC 8"),
+            cores=core_count(16, "SPEC 1"),
+            peak=tops(11, source="SPEC 1, SPEC 8"),
             precision="fp16",
-            dram=_gbs(68, note="68.25 GB/s LPDDR4X-4266, 128-bit"),
+            dram=gbs(68, note="68.25 GB/s LPDDR4X-4266, 128-bit"),
             read=_m1_read,
         ),
-        _chip(
+        make_chip(
             "m1-pro",
             "M1 Pro",
-            cores=_cores(16, "Apple (Oct 2021)"),
-            peak=_tops(
+            cores=core_count(16, "Apple (Oct 2021)"),
+            peak=tops(
                 11,
                 source="Apple (Oct 2021)",
                 note="same 16-core ANE as the M1; the 11 TOP/s is the M1's figure",
             ),
             precision="fp16",
-            dram=_gbs(200, source="Apple (Oct 2021)"),
+            dram=gbs(200, source="Apple (Oct 2021)"),
             proxy_read=_m1max_read,
             proxy_name="M1 Max (same ANE)",
             aliases=("m1pro",),
         ),
-        _chip(
+        make_chip(
             "m1-max",
             "M1 Max",
-            cores=_cores(16, "Apple (Oct 2021)"),
-            peak=_tops(
+            cores=core_count(16, "Apple (Oct 2021)"),
+            peak=tops(
                 11,
                 source="Apple (Oct 2021)",
                 note="same 16-core ANE as the M1; the 11 TOP/s is the M1's figure",
             ),
             precision="fp16",
-            dram=_gbs(400, source="Apple (Oct 2021)"),
+            dram=gbs(400, source="Apple (Oct 2021)"),
             read=_m1max_read,
             aliases=("m1max",),
         ),
-        _chip(
+        make_chip(
             "m1-ultra",
             "M1 Ultra",
-            cores=_cores(32, "Apple (Mar 2022)"),
-            peak=_tops(22, source="SPEC 8"),
+            cores=core_count(32, "Apple (Mar 2022)"),
+            peak=tops(22, source="SPEC 8"),
             precision="fp16",
-            dram=_gbs(800, source="Apple (Mar 2022)"),
-            proxy_read=_gbs(110, "derived", _ANEMLL, "2 x M1 Max 55 GB/s (two dies, two ANEs)"),
+            dram=gbs(800, source="Apple (Mar 2022)"),
+            proxy_read=gbs(110, "derived", _ANEMLL, "2 x M1 Max 55 GB/s (two dies, two ANEs)"),
             proxy_name="2 x M1 Max",
             aliases=("m1ultra",),
             anes=2,
-            model_read=_fig(
+            model_read=make_figure(
                 55e9,
                 "B/s",
                 "derived",
@@ -173,119 +173,119 @@ CHIPS: dict[str, Chip] = {
                 "the two ANEs (anes_used)",
             ),
         ),
-        _chip(
+        make_chip(
             "m2",
             "M2",
-            cores=_cores(16, "Apple (Jun 2022)"),
-            peak=_tops(15.8),
+            cores=core_count(16, "Apple (Jun 2022)"),
+            peak=tops(15.8),
             precision="fp16",
-            dram=_gbs(100),
+            dram=gbs(100),
             read=_m2_read,
         ),
-        _chip(
+        make_chip(
             "m3",
             "M3",
-            cores=_cores(16, "Apple (Oct 2023)"),
-            peak=_tops(18),
+            cores=core_count(16, "Apple (Oct 2023)"),
+            peak=tops(18),
             precision="fp16",
-            dram=_gbs(100),
+            dram=gbs(100),
             read=_m3_read,
         ),
-        _chip(
+        make_chip(
             "m3-max",
             "M3 Max",
-            cores=_cores(16, "Apple (Oct 2023)"),
-            peak=_tops(18),
+            cores=core_count(16, "Apple (Oct 2023)"),
+            peak=tops(18),
             precision="fp16",
-            dram=_gbs(400, source="Apple (Oct 2023)", note="16-core-CPU M3 Max; the 14-core has 300"),
-            read=_gbs(120.22, "measured", "anemll-bench Results.MD (docs/measurements.md)"),
+            dram=gbs(400, source="Apple (Oct 2023)", note="16-core-CPU M3 Max; the 14-core has 300"),
+            read=gbs(120.22, "measured", "anemll-bench Results.MD (docs/measurements.md)"),
             aliases=("m3max",),
         ),
-        _chip(
+        make_chip(
             "m4",
             "M4",
-            cores=_cores(16, "Apple (May 2024)"),
-            peak=_tops(38, note="likely INT8 (SPEC 8)"),
+            cores=core_count(16, "Apple (May 2024)"),
+            peak=tops(38, note="likely INT8 (SPEC 8)"),
             precision="int8",
-            peak_fp16=_tops(
+            peak_fp16=tops(
                 19, "measured", "maderix", "FP16 ~19 TFLOP/s measured; the 38 TOPS headline doubles it (INT8)"
             ),
-            dram=_gbs(120),
-            read=_gbs(64, "measured", _ANEMLL),
+            dram=gbs(120),
+            read=gbs(64, "measured", _ANEMLL),
         ),
-        _chip(
+        make_chip(
             "m4-pro",
             "M4 Pro",
-            cores=_cores(16, "Apple (Oct 2024)"),
-            peak=_tops(38, source="Apple (Oct 2024)", note="likely INT8, as the M4's"),
+            cores=core_count(16, "Apple (Oct 2024)"),
+            peak=tops(38, source="Apple (Oct 2024)", note="likely INT8, as the M4's"),
             precision="int8",
-            peak_fp16=_tops(
+            peak_fp16=tops(
                 19, "derived", "maderix", "borrowed: the M4's measured ~19 TFLOP/s FP16 (same 16-core ANE)"
             ),
-            dram=_gbs(273, source="Apple (Oct 2024)"),
-            read=_gbs(126, "measured", _ANEMLL),
+            dram=gbs(273, source="Apple (Oct 2024)"),
+            read=gbs(126, "measured", _ANEMLL),
             aliases=("m4pro",),
         ),
-        _chip(
+        make_chip(
             "m4-max",
             "M4 Max",
-            cores=_cores(16, "Apple (Oct 2024)"),
-            peak=_tops(38, source="Apple (Oct 2024)", note="likely INT8, as the M4's"),
+            cores=core_count(16, "Apple (Oct 2024)"),
+            peak=tops(38, source="Apple (Oct 2024)", note="likely INT8, as the M4's"),
             precision="int8",
-            peak_fp16=_tops(
+            peak_fp16=tops(
                 19, "derived", "maderix", "borrowed: the M4's measured ~19 TFLOP/s FP16 (same 16-core ANE)"
             ),
-            dram=_gbs(546, source="Apple (Oct 2024)", note="16-core-CPU M4 Max; the 14-core has 410"),
-            read=_gbs(119, "measured", _ANEMLL),
+            dram=gbs(546, source="Apple (Oct 2024)", note="16-core-CPU M4 Max; the 14-core has 410"),
+            read=gbs(119, "measured", _ANEMLL),
             aliases=("m4max",),
         ),
-        _chip(
+        make_chip(
             "a14",
             "A14 Bionic",
-            cores=_cores(16, "Apple (Sep 2020)"),
-            peak=_tops(11, source="SPEC 8"),
+            cores=core_count(16, "Apple (Sep 2020)"),
+            peak=tops(11, source="SPEC 8"),
             precision="fp16",
-            dram=_gbs(34.1, "derived", "memory type", _LPDDR4X),
+            dram=gbs(34.1, "derived", "memory type", _LPDDR4X),
             proxy_read=_m1_read,
             proxy_name="M1 (same ANE)",
         ),
-        _chip(
+        make_chip(
             "a15",
             "A15 Bionic",
-            cores=_cores(16, "Apple (Sep 2021)"),
-            peak=_tops(15.8, source="SPEC 8"),
+            cores=core_count(16, "Apple (Sep 2021)"),
+            peak=tops(15.8, source="SPEC 8"),
             precision="fp16",
-            dram=_gbs(34.1, "derived", "memory type", _LPDDR4X),
+            dram=gbs(34.1, "derived", "memory type", _LPDDR4X),
             proxy_read=_m2_read,
             proxy_name="M2 (same ANE generation)",
         ),
-        _chip(
+        make_chip(
             "a16",
             "A16 Bionic",
-            cores=_cores(16, "Apple (Sep 2022)"),
-            peak=_tops(17, source="Apple (Sep 2022)", note="'nearly 17 trillion operations/s'"),
+            cores=core_count(16, "Apple (Sep 2022)"),
+            peak=tops(17, source="Apple (Sep 2022)", note="'nearly 17 trillion operations/s'"),
             precision="fp16",
-            dram=_gbs(51.2, "derived", "memory type", _LPDDR5),
+            dram=gbs(51.2, "derived", "memory type", _LPDDR5),
             proxy_read=_m2_read,
             proxy_name="M2 (closest measured generation)",
         ),
-        _chip(
+        make_chip(
             "a17-pro",
             "A17 Pro",
-            cores=_cores(16, "Apple (Sep 2023)"),
-            peak=_tops(
+            cores=core_count(16, "Apple (Sep 2023)"),
+            peak=tops(
                 35,
                 source="Apple (Sep 2023)",
                 note="likely INT8: twice the M3's 18 on the same ANE generation",
             ),
             precision="int8",
-            peak_fp16=_tops(
+            peak_fp16=tops(
                 17.5,
                 "derived",
                 "fastane",
                 "35 TOPS / 2, assuming the INT8 headline doubles the FP16 rate as on the M4 (maderix)",
             ),
-            dram=_gbs(51.2, "derived", "memory type", _LPDDR5),
+            dram=gbs(51.2, "derived", "memory type", _LPDDR5),
             proxy_read=_m3_read,
             proxy_name="M3 (same ANE generation)",
             aliases=("a17",),

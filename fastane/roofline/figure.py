@@ -162,11 +162,12 @@ def _borrowed_dma(read_bw: Figure | None, proxy: str, dram: Figure) -> tuple[Fig
     return out[0], out[1]
 
 
-def _fig(v, unit, kind, source, note=""):
+def make_figure(v, unit, kind, source, note=""):
+    """A :class:`Figure`."""
     return Figure(v, unit, kind, source, note)
 
 
-def _chip(
+def make_chip(
     key,
     name,
     *,
@@ -186,7 +187,7 @@ def _chip(
     """Build a chip.  ``read`` is its own measured read bandwidth; ``proxy_read`` another
     chip's, used only to borrow the DMA bandwidths (and never reported as its own)."""
     if key == "m1":
-        lanes = _fig(
+        lanes = make_figure(
             cores.value * lanes_per_core,
             "lanes",
             "measured",
@@ -194,7 +195,7 @@ def _chip(
             "16 cores x 128 FP16 MAC lanes, found by reverse engineering",
         )
     else:
-        lanes = _fig(
+        lanes = make_figure(
             cores.value * lanes_per_core,
             "lanes",
             "assumption",
@@ -252,17 +253,21 @@ def _chip(
     )
 
 
-def _tops(v, kind="marketing", source="SPEC 8", note=""):
-    return _fig(v * 1e12, "OP/s", kind, source, note)
+def tops(v, kind="marketing", source="SPEC 8", note=""):
+    """A compute figure of ``v`` TOP/s."""
+    return make_figure(v * 1e12, "OP/s", kind, source, note)
 
 
-def _gbs(v, kind="marketing", source="SPEC 8", note=""):
-    return _fig(v * 1e9, "B/s", kind, source, note)
+def gbs(v, kind="marketing", source="SPEC 8", note=""):
+    """A bandwidth figure of ``v`` GB/s."""
+    return make_figure(v * 1e9, "B/s", kind, source, note)
 
 
-def _cores(n, source):
-    return _fig(n, "cores", "marketing", source)
+def core_count(n, source):
+    """A figure of ``n`` cores."""
+    return make_figure(n, "cores", "marketing", source)
 
 
-def _mb(v, kind, source, note=""):
-    return _fig(v * 2**20, "B", kind, source, note)
+def mb(v, kind, source, note=""):
+    """A size figure of ``v`` MiB."""
+    return make_figure(v * 2**20, "B", kind, source, note)

@@ -102,7 +102,7 @@ class ModelParams:
 SEED_PARAMS = ModelParams()
 
 
-def _task_arrays(tasks) -> dict:
+def task_arrays(tasks) -> dict:
     """float64 arrays, one per counter the plan fixes (:data:`fastane.stats.PLAN_COUNTERS`)."""
     return {
         n: np.fromiter((getattr(t, n) for t in tasks), dtype=np.float64, count=len(tasks))
@@ -162,10 +162,11 @@ def task_times(tasks, chip="m1", params: ModelParams = DEFAULT_PARAMS) -> dict:
     per-task Stats for per-task maxima.
     """
     chip = _chips.get(chip)
-    return _times(_task_arrays(_as_tasks(tasks)), chip, params)
+    return array_times(task_arrays(_as_tasks(tasks)), chip, params)
 
 
-def _times(a: dict, chip, params: ModelParams) -> dict:
+def array_times(a: dict, chip, params: ModelParams) -> dict:
+    """Per-task times (s) by term, from the counters of :func:`task_arrays`."""
     r = rates(chip, params)
     peak, kbw, tbw, disp = r["peak"], r["kernel"], r["tile"], r["dispatch"]
     compute = (

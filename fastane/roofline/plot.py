@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from . import chips as _chips
-from .result import Result, _si, _t
+from .result import Result, format_si, format_time
 
 __all__ = ["plot", "measured_points"]
 
@@ -38,7 +38,7 @@ def _plot_measured(ax, result: Result, color) -> None:
             edgecolors=color,
             linewidths=1.8,
             zorder=6,
-            label=f"{result.workload.name}: measured {pid} ({_t(sec)})",
+            label=f"{result.workload.name}: measured {pid} ({format_time(sec)})",
         )
 
 
@@ -101,7 +101,7 @@ def plot(results, path, title: str | None = None):
             color=col,
             edgecolors="black",
             zorder=5,
-            label=f"{r.workload.name}: total ({_si(t.attained_ops, 'OP/s')}, {_t(t.time_s)})",
+            label=f"{r.workload.name}: total ({format_si(t.attained_ops, 'OP/s')}, {format_time(t.time_s)})",
         )
         _plot_measured(ax, r, col)
     ax.set_xlabel("arithmetic intensity (OP per byte of DRAM traffic)")

@@ -24,7 +24,7 @@ from ..m1 import TD_SIZE
 from . import compare as _compare
 from .model import Estimate, dram_traffic, estimate, tokens_per_s_bound
 from .plot import measured_points, plot
-from .result import Result, _si, _t, analyze
+from .result import Result, format_si, format_time, analyze
 
 __all__ = [
     "Result",
@@ -81,7 +81,7 @@ def tokens_table(result: Result, chips=None) -> str:
             f"{fmt(r['bound_2p']):>11s}"
         )
     lines.append(
-        f"  model: the time model (DMA engines, dispatch, {_t(result.params.program_overhead_s)} "
+        f"  model: the time model (DMA engines, dispatch, {format_time(result.params.program_overhead_s)} "
         "program overhead); "
         "bounds: bandwidth / bytes (measured ANE read, marketing DRAM) and "
         "marketing DRAM / 2P"
@@ -135,10 +135,10 @@ def model_line(result: Result) -> str:
 
     q, p = rates(result.chip, result.params), result.params
     return (
-        f"model ({'calibrated' if p.bandwidth == 'read' else 'seed'}): MAC {_si(q['peak'], 'OP/s')} "
-        f"({100 * p.compute_efficiency:.0f}% of {_si(result.chip.peak_ops_program if p.one_ane else result.chip.peak_ops_fp16.value, 'OP/s')}), "
-        f"KernelDMA {_si(q['kernel'], 'B/s')}, TileDMA {_si(q['tile'], 'B/s')}, dispatch {_t(q['dispatch'])} "
-        f"a task, {_t(p.program_overhead_s)} a program"
+        f"model ({'calibrated' if p.bandwidth == 'read' else 'seed'}): MAC {format_si(q['peak'], 'OP/s')} "
+        f"({100 * p.compute_efficiency:.0f}% of {format_si(result.chip.peak_ops_program if p.one_ane else result.chip.peak_ops_fp16.value, 'OP/s')}), "
+        f"KernelDMA {format_si(q['kernel'], 'B/s')}, TileDMA {format_si(q['tile'], 'B/s')}, dispatch {format_time(q['dispatch'])} "
+        f"a task, {format_time(p.program_overhead_s)} a program"
     )
 
 
@@ -180,7 +180,7 @@ def verdict(result: Result) -> str:
             f"{gain:.2f}x {unit}"
         )
     return (
-        f"bound by fixed costs ({_t(tot.dispatch_s)} dispatch over {tot.tasks} tasks, {_t(tot.overhead_s)} "
+        f"bound by fixed costs ({format_time(tot.dispatch_s)} dispatch over {tot.tasks} tasks, {format_time(tot.overhead_s)} "
         f"per program): fewer, larger tasks would help more than bandwidth or compute"
     )
 
@@ -190,9 +190,9 @@ def table(result: Result, layers: bool = True) -> str:
     r, c, tot = result, result.chip, result.total
     head = [
         f"{r.workload.name}: {r.workload.description}",
-        f"chip {c.name}: peak {_si(c.peak_ops_fp16.value, 'OP/s')} FP16 ({c.peak_ops_fp16.kind}), "
-        f"DRAM {_si(c.dram_bw.value, 'B/s')} ({c.dram_bw.kind}), ridge {c.ridge_point:.1f} OP/B; "
-        f"KernelDMA {_si(c.kernel_dma_bw.value, 'B/s')}, TileDMA {_si(c.tile_dma_bw.value, 'B/s')} "
+        f"chip {c.name}: peak {format_si(c.peak_ops_fp16.value, 'OP/s')} FP16 ({c.peak_ops_fp16.kind}), "
+        f"DRAM {format_si(c.dram_bw.value, 'B/s')} ({c.dram_bw.kind}), ridge {c.ridge_point:.1f} OP/B; "
+        f"KernelDMA {format_si(c.kernel_dma_bw.value, 'B/s')}, TileDMA {format_si(c.tile_dma_bw.value, 'B/s')} "
         f"({c.kernel_dma_bw.kind})",
         model_line(r),
     ]
@@ -212,7 +212,7 @@ def table(result: Result, layers: bool = True) -> str:
             body.append(
                 f"{lp.name:{w}s}  {lp.layer.shape_str()[:44]:44s} {e.tasks:6d} "
                 f"{e.macs / 1e6:10.2f} {e.dram_bytes / 1e6:9.3f} {e.intensity:8.2f} "
-                f"{e.bound:>7s} {_t(e.time_s):>11s} {e.pct_of_roof:6.1f}  {limiter(e):10s} "
+                f"{e.bound:>7s} {format_time(e.time_s):>11s} {e.pct_of_roof:6.1f}  {limiter(e):10s} "
                 f"{on_chip(lp):8s}"
             )
     n_low, n_not = len(r.plan.lowered), len(r.plan.not_lowered)
@@ -220,17 +220,17 @@ def table(result: Result, layers: bool = True) -> str:
     body.append(
         f"{'TOTAL':{w}s}  {counted:44s} {tot.tasks:6d} "
         f"{tot.macs / 1e6:10.2f} {tot.dram_bytes / 1e6:9.3f} {tot.intensity:8.2f} "
-        f"{tot.bound:>7s} {_t(tot.time_s):>11s} {tot.pct_of_roof:6.1f}  {limiter(tot):10s}"
+        f"{tot.bound:>7s} {format_time(tot.time_s):>11s} {tot.pct_of_roof:6.1f}  {limiter(tot):10s}"
     )
     foot = [
         f"traffic: KernelDMA {tot.kernel_dma_bytes / 1e6:.1f} MB, TileDMA src "
         f"{tot.tile_dma_src_bytes / 1e6:.1f} MB, dst {tot.tile_dma_dst_bytes / 1e6:.1f} MB, "
         f"ControlDMA {tot.control_dma_bytes / 1e6:.3f} MB ({tot.tasks} TDs x {TD_SIZE:#x} B)",
-        f"time {_t(tot.time_s)} = tasks {_t(tot.time_s - tot.overhead_s)} (compute {_t(tot.compute_s)}, "
-        f"DMA {_t(tot.dma_s)}, dispatch {_t(tot.dispatch_s)}; {tot.dma_bound_tasks} of {tot.tasks} "
-        f"tasks DMA-bound) + program overhead {_t(tot.overhead_s)}",
-        f"{_si(tot.attained_ops, 'OP/s')} attained, {tot.pct_of_roof:.1f}% of the roof "
-        f"({_si(tot.roof_ops, 'OP/s')} at {tot.intensity:.2f} OP/B, {tot.bound}-bound); "
+        f"time {format_time(tot.time_s)} = tasks {format_time(tot.time_s - tot.overhead_s)} (compute {format_time(tot.compute_s)}, "
+        f"DMA {format_time(tot.dma_s)}, dispatch {format_time(tot.dispatch_s)}; {tot.dma_bound_tasks} of {tot.tasks} "
+        f"tasks DMA-bound) + program overhead {format_time(tot.overhead_s)}",
+        f"{format_si(tot.attained_ops, 'OP/s')} attained, {tot.pct_of_roof:.1f}% of the roof "
+        f"({format_si(tot.roof_ops, 'OP/s')} at {tot.intensity:.2f} OP/B, {tot.bound}-bound); "
         f"limited by {limiter(tot)}; planned in {r.plan_s * 1e3:.1f} ms",
     ]
     if n_not:

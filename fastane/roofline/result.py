@@ -57,7 +57,8 @@ def analyze(
     return Result(workload, plan, chip, params, layers, total, plan_s)
 
 
-def _si(x: float, unit: str = "", digits: int = 3) -> str:
+def format_si(x: float, unit: str = "", digits: int = 3) -> str:
+    """``x`` with an SI prefix (k, M, G, T) and ``unit``; ``-`` for None or NaN."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     for p, s in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
@@ -66,7 +67,8 @@ def _si(x: float, unit: str = "", digits: int = 3) -> str:
     return f"{x:.{digits}g} {unit}".rstrip()
 
 
-def _t(s: float) -> str:
+def format_time(s: float) -> str:
+    """A duration of ``s`` seconds in s, ms or us."""
     if s >= 1:
         return f"{s:.3f} s"
     if s >= 1e-3:

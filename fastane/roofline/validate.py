@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .calibrate import FITTED, Point, _arrays, predict, rms_log_error
+from .calibrate import FITTED, Point, spec_arrays, predict, rms_log_error
 
 __all__ = ["VPoint", "VALIDATION", "rows", "markdown"]
 
@@ -281,7 +281,7 @@ def rows(values: dict | None = None, points=VALIDATION, cache: dict | None = Non
     cache = {} if cache is None else cache
     out = []
     for p in points:
-        a = _arrays(p.spec, cache)
+        a = spec_arrays(p.spec, cache)
         if p.repeat > 1:
             a = {k: __import__("numpy").tile(v, p.repeat) for k, v in a.items()}
         t = predict(a, p.chip, values, p.programs)

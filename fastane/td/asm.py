@@ -18,7 +18,7 @@ import math
 from ..m1 import ALIGN, CORES, FORMATS, L2_UNIT, kernel_layout
 from ..m1 import round_up as _ru
 from .codec import TaskDescriptor
-from .asm_planar import _ALIAS, NONLINEAR_CODES, _dst_dma, _fp16_bits, _header, _src_dma
+from .asm_planar import ALIAS, NONLINEAR_CODES, dst_dma, fp16_bits, header, src_dma
 from .asm_planar import eltwise_td, reduce_td  # noqa: F401 (re-exported: the builders live in one place)
 
 FMT_CODES = {"uint8": 0, "u8": 0, "int8": 1, "i8": 1, "fp16": 2, "float16": 2, "f16": 2}
@@ -181,7 +181,7 @@ def conv_td(
         td.words[off // 4] |= bits
     td.words[0x1F4 // 4] = td.words[0x1F8 // 4] = l2_row << 4
     v = {
-        **_header(eon, log_events),
+        **header(eon, log_events),
         "Header.RBase0": src,
         "Header.RBE0": 1,
         "Header.WBase": dst,
@@ -225,14 +225,14 @@ def conv_td(
         "NE.MACCfg.BinaryPoint": 28,
         "NE.MACCfg.BiasMode": int(bias is not None),
         "NE.MACCfg.MatrixBiasEn": int(vector),
-        "NE.AccBias.AccBias": _fp16_bits(bias) if bias is not None and not vector else 0,
+        "NE.AccBias.AccBias": fp16_bits(bias) if bias is not None and not vector else 0,
         "NE.MACCfg.NonlinearMode": NONLINEAR_CODES[nonlinear],
-        "NE.PostScale.PostScale": _fp16_bits(post_scale),
+        "NE.PostScale.PostScale": fp16_bits(post_scale),
     }
-    _src_dma(v, c, in_row, in_plane, src_base, fi)
-    _dst_dma(v, cout, out_row, out_plane, dst_base, fo)
+    src_dma(v, c, in_row, in_plane, src_base, fi)
+    dst_dma(v, cout, out_row, out_plane, dst_base, fo)
     for cfg in ("SourceCfg", "ResultCfg"):  # L2 source and result: DMA format/interleave, aliasing
-        for k in _ALIAS:
+        for k in ALIAS:
             v[f"L2.{cfg}.{k}"] = 1
     rest = lay.wbytes + lay.bbytes
     for k in range(CORES):  # KernelDMASrc channel k feeds NE core k

@@ -48,10 +48,11 @@ L2_STRIDES = (
 # unary/sigmoid.bin TD1): the KernelDMASrc and NE raw bits only on NE tasks
 _ELT_RAW = {0x12C: 0x1, 0x140: 0x1, 0x148: 0x2041, 0x15C: 0x1, 0x170: 0x8880, 0x1AC: 0x100}
 _ELT_NE_RAW = {0x02C: 0x40, 0x0F4: 0x80, 0x0F8: 0x80, 0x0FC: 0x80, 0x100: 0x80, 0x244: 0x100000}
-_ALIAS = ("AliasConvSrc", "AliasConvRslt", "DMAFmt", "DMAInterleave", "AliasPlanarSrc", "AliasPlanarRslt")
+ALIAS = ("AliasConvSrc", "AliasConvRslt", "DMAFmt", "DMAInterleave", "AliasPlanarSrc", "AliasPlanarRslt")
 
 
-def _fp16_bits(x: float) -> int:
+def fp16_bits(x: float) -> int:
+    """The fp16 pattern of ``x``; a ValueError if it does not fit in fp16."""
     try:
         return struct.unpack("<H", struct.pack("<e", float(x)))[0]
     except OverflowError:
@@ -109,7 +110,7 @@ def _l2_override(td: TaskDescriptor, l2) -> None:
     td.update(dict(l2))
 
 
-def _header(eon: bool, log_events: int) -> dict:
+def header(eon: bool, log_events: int) -> dict:
     """The Header words a convolution or elementwise task carries (the seed's and the
     corpus's values; a row reduction's differ, :func:`reduce_td`)."""
     return {
@@ -141,7 +142,7 @@ def _dma_window(prefix: str, base: int, row: int, plane: int, depth: int, fmt: i
     }
 
 
-def _src_dma(v: dict, c: int, row: int, plane: int, base: int, fmt: int = 2) -> None:
+def src_dma(v: dict, c: int, row: int, plane: int, base: int, fmt: int = 2) -> None:
     """TileDMASrc streaming ``c`` planes (``row``/``plane`` bytes apart) from ``base``."""
     v.update(
         {
@@ -157,7 +158,7 @@ def _src_dma(v: dict, c: int, row: int, plane: int, base: int, fmt: int = 2) -> 
     )
 
 
-def _dst_dma(v: dict, c: int, row: int, plane: int, base: int, fmt: int = 2) -> None:
+def dst_dma(v: dict, c: int, row: int, plane: int, base: int, fmt: int = 2) -> None:
     """TileDMADst writing ``c`` planes (``row``/``plane`` bytes apart) at ``base``."""
     v.update(
         {
@@ -287,7 +288,7 @@ def eltwise_td(
     # a broadcast vector in L2: one 16-byte unit per row, its channels one after the other
     s0_ch, s0_row = (h, 1) if src_broadcast else (ch16 // L2_UNIT, c * ch16 // L2_UNIT)
     v = {
-        **_header(eon, log_events),
+        **header(eon, log_events),
         "Header.RBase0": 0 if src_in_l2 else src,
         "Header.RBE0": int(not src_in_l2),
         "Header.WBase": 0 if keep else dst,
@@ -317,7 +318,7 @@ def eltwise_td(
                 "NE.MACCfg.KernelMode": 1,
                 "NE.MACCfg.BinaryPoint": 28,
                 "NE.MACCfg.NonlinearMode": NONLINEAR_CODES[nonlinear],
-                "NE.PostScale.PostScale": _fp16_bits(post_scale),
+                "NE.PostScale.PostScale": fp16_bits(post_scale),
             }
         )
         if lut:
@@ -335,11 +336,11 @@ def eltwise_td(
         for i, word in enumerate(planar_words(op, out_scale, offset, in_scale)):
             v[f"Planar.Word[{i}]"] = word
     if not src_in_l2:
-        _src_dma(v, c, *_layout3(shape, src_strides, "src"), src_base)
-        for cfg in _ALIAS:
+        src_dma(v, c, *_layout3(shape, src_strides, "src"), src_base)
+        for cfg in ALIAS:
             v[f"L2.SourceCfg.{cfg}"] = 1
     if not keep:
-        _dst_dma(v, c, *_layout3(shape, dst_strides, "dst"), dst_base)
+        dst_dma(v, c, *_layout3(shape, dst_strides, "dst"), dst_base)
     for cfg in ("DMAFmt", "DMAInterleave"):
         v[f"L2.ResultCfg.{cfg}"] = 1
     td.update(v)

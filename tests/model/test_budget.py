@@ -83,7 +83,7 @@ def _line(err):
 # ------------------------------------------------------------------------ the limits
 def test_limits_and_old_names():
     from fastane.model.graph import MAX_FOLD_ELEMENTS, MAX_TENSOR_ELEMENTS
-    from fastane.model.ops_host import MAX_EINSUM_WORK
+    from fastane.model.ops.host import MAX_EINSUM_WORK
     from fastane.model.tensor import MAX_TENSOR_ELEMENTS as T
 
     assert MAX_TENSOR_ELEMENTS == T == budget.MAX_TENSOR_ELEMENTS == 1 << 28
@@ -141,7 +141,7 @@ def test_legitimate_models_fit():
 
 
 def test_report_errors_in_chunks_match():
-    from fastane.model.model import _errors
+    from fastane.model.run.model import _errors
 
     rng = np.random.default_rng(1)
     ref = rng.standard_normal((3, 1000)).astype(np.float32)

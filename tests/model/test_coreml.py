@@ -17,7 +17,7 @@ from coremltools.converters.mil.mil import types as mtypes  # noqa: E402
 
 import fastane  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
-from fastane.model import coreml_import as ci  # noqa: E402
+from fastane.model.frontends.coreml import importer as ci  # noqa: E402
 from tests.helpers.coreml import save as _save  # noqa: E402
 
 RNG = np.random.default_rng(7)
@@ -443,7 +443,7 @@ def test_report_names_infs_born(tmp_path):
 
 
 def test_first_divergence_stops_and_prints_input_ranges(tmp_path):
-    from fastane.model.hunt import first_divergence
+    from fastane.model.run.hunt import first_divergence
 
     m = _overflow_model(tmp_path)
     x = np.linspace(-2, 7, 16, dtype=np.float32)[None]
@@ -466,7 +466,7 @@ def test_first_divergence_stops_and_prints_input_ranges(tmp_path):
 def test_softplus_is_the_plain_composition(tmp_path):
     """softplus = log(1 + exp(x)) in fp16: exp overflows beyond 11.09 and the inf stays,
     where fp32 gives x (no safeguard the hardware programs do not show)."""
-    from fastane.model.hunt import first_divergence
+    from fastane.model.run.hunt import first_divergence
 
     @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4))], opset_version=ct.target.iOS17)
     def prog(x):
@@ -485,7 +485,7 @@ def test_softplus_is_the_plain_composition(tmp_path):
 def test_first_divergence_on_onnx_model(tmp_path):
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper
-    from fastane.model.hunt import first_divergence
+    from fastane.model.run.hunt import first_divergence
 
     g = helper.make_graph(
         [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Mul", ["e", "e"], ["y"])],
@@ -502,7 +502,7 @@ def test_first_divergence_on_onnx_model(tmp_path):
 
 
 def test_sweep_shows_the_cliff(tmp_path):
-    from fastane.model.hunt import parse_range, sweep
+    from fastane.model.run.hunt import parse_range, sweep
 
     m = _overflow_model(tmp_path)
     xs = parse_range("0:8:9")
@@ -561,7 +561,7 @@ def test_cli_run_report_first_divergence_and_sweep(cnn, capsys):
 
 
 def test_placement_prediction_rules(tmp_path):
-    from fastane.model.predict import predict
+    from fastane.model.placement.predict import predict
 
     @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4, 8))], opset_version=ct.target.iOS17)
     def prog(x):
@@ -739,7 +739,7 @@ def test_readme_example(tmp_path):
     """scripts/coreml_example.py, as the README runs it: fine at unit scale, the square
     overflows fp16 on the planar engine at 60x."""
     import runpy
-    from fastane.model.hunt import first_divergence
+    from fastane.model.run.hunt import first_divergence
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ns = runpy.run_path(os.path.join(root, "scripts", "coreml_example.py"))

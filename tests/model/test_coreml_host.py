@@ -11,7 +11,7 @@ from coremltools.converters.mil.mil import types as mtypes  # noqa: E402
 
 import fastane  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
-from fastane.model.predict import predict  # noqa: E402
+from fastane.model.placement.predict import predict  # noqa: E402
 from tests.helpers.coreml import save as _save  # noqa: E402  (the one way a test saves an ML Program)
 
 RNG = np.random.default_rng(11)

@@ -172,7 +172,7 @@ def test_transformer_block_with_negative_perm(tmp_path):
 def test_lut_vector_axis_out_of_range(axis):
     """iOS18 constexpr_lut_to_dense: a vector_axis outside the indices' rank was wrapped
     (2 became 0) instead of refused."""
-    from fastane.model.coreml_import import decompress
+    from fastane.model.frontends.coreml.importer import decompress
 
     idx, lut = np.zeros((4, 2), np.uint8), np.zeros((1, 1, 4, 2), np.float32)
     assert decompress("constexpr_lut_to_dense", indices=idx, lut=lut, vector_axis=np.asarray(-2)).shape == (

@@ -1,4 +1,4 @@
-"""Quantized ONNX models on the INT8 path (fastane/model/place_qlinear.py): a conv + relu +
+"""Quantized ONNX models on the INT8 path (fastane/model/placement/qlinear.py): a conv + relu +
 matmul classifier built offline in its QLinear and QDQ forms, run end to end against
 onnxruntime; the report shows the INT8 MACs and fewer KernelDMA bytes than the fp16 model;
 the folded zero points are bit for bit the INT8 reference (tests/helpers/reference_int8.py)."""
@@ -12,7 +12,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto as T, helper, numpy_helper  # noqa: E402
 
 import fastane  # noqa: E402
-from fastane.model import place_qlinear as pq  # noqa: E402
+from fastane.model.placement import qlinear as pq  # noqa: E402
 from tests.helpers import reference_int8 as ref8  # noqa: E402
 
 XS, XZ = np.float32(0.02), np.uint8(118)  # the input's quantization

@@ -13,7 +13,7 @@ from onnx import TensorProto as T, defs, helper, numpy_helper  # noqa: E402
 import fastane  # noqa: E402
 from fastane.cli import main  # noqa: E402
 from fastane.errors import ModelError, ModelNotImplementedError, quote  # noqa: E402
-from fastane.model.onnx_import import SUPPORTED  # noqa: E402
+from fastane.model.frontends.onnx.importer import SUPPORTED  # noqa: E402
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):

@@ -1,7 +1,7 @@
 """The Core ML importer's MIL ops that fastane runs only on the host (no ANE lowering):
 einsum, topk, argsort, reduce_argmax/argmin, cumsum, tile, the gathers and scatters,
 one_hot, band_part and the resizes; and the MIL ops fastane refuses with the reason
-(control flow, state, lists).  Registered in :data:`fastane.model.coreml_mil.MIL_OPS`.
+(control flow, state, lists).  Registered in :data:`fastane.model.frontends.coreml.mil.MIL_OPS`.
 
 Core ML's resize sampling modes (coremltools' MIL op reference, ``resize_bilinear``) map
 onto the vocabulary's ``resize`` coordinate transforms: STRICT_ALIGN_CORNERS ->
@@ -16,8 +16,8 @@ import math
 
 import numpy as np
 
-from ..errors import ModelError, ModelNotImplementedError
-from .coreml_mil import _ints, _mil, _scalar
+from ....errors import ModelError, ModelNotImplementedError
+from .mil import int_tuple, mil_op, scalar_value
 
 
 def _flag(p, op, key, what, default=False):
@@ -28,7 +28,7 @@ def _int(p, op, key, what, default=None):
     v = p.cval(op, key, what, default)
     if v is None:
         raise ModelError(f"{what}: missing parameter {key!r}")
-    return int(_scalar(v, what, key))
+    return int(scalar_value(v, what, key))
 
 
 def _str(p, op, key, what, default):
@@ -42,7 +42,7 @@ def _static(p, x, what):
     return tuple(int(d) for d in shape)
 
 
-@_mil("einsum")
+@mil_op("einsum")
 def _einsum(p, op, outs, what):
     eq = _str(p, op, "equation", what, "")
     p.emit("einsum", p.args(op, "values", what), outs, {"equation": eq}, source="einsum")
@@ -55,7 +55,7 @@ def _index_dtype(p, op, what):
     return np.dtype(np.int32)
 
 
-@_mil("topk")
+@mil_op("topk")
 def _topk(p, op, outs, what):
     x = p.arg(op, "x", what)
     k = _int(p, op, "k", what, 1)
@@ -68,7 +68,7 @@ def _topk(p, op, outs, what):
     p.emit("topk", [x, p.const(np.array([k], np.int64))], o, attrs, source="topk")
 
 
-@_mil("argsort")
+@mil_op("argsort")
 def _argsort(p, op, outs, what):
     x = p.arg(op, "x", what)
     shape = _static(p, x, what)
@@ -84,7 +84,7 @@ def _argsort(p, op, outs, what):
     p.emit("topk", [x, k], [p.tmp(), outs[0]], attrs, source="argsort")
 
 
-@_mil("reduce_argmax", "reduce_argmin")
+@mil_op("reduce_argmax", "reduce_argmin")
 def _argmax(p, op, outs, what):
     x = p.arg(op, "x", what)
     attrs = {
@@ -95,7 +95,7 @@ def _argmax(p, op, outs, what):
     p.emit("argmax" if op.type == "reduce_argmax" else "argmin", [x], outs, attrs, source=op.type)
 
 
-@_mil("cumsum")
+@mil_op("cumsum")
 def _cumsum(p, op, outs, what):
     x = p.arg(op, "x", what)
     attrs = {"exclusive": int(_flag(p, op, "exclusive", what)), "reverse": int(_flag(p, op, "reverse", what))}
@@ -103,7 +103,7 @@ def _cumsum(p, op, outs, what):
     p.emit("cumsum", [x, axis], outs, attrs, source="cumsum")
 
 
-@_mil("tile")
+@mil_op("tile")
 def _tile(p, op, outs, what):
     x = p.arg(op, "x", what)
     reps = p.cval(op, "reps", what)
@@ -112,13 +112,13 @@ def _tile(p, op, outs, what):
     p.emit("tile", [x, p.const(np.asarray(reps, np.int64).reshape(-1))], outs, source="tile")
 
 
-@_mil("gather_nd")
+@mil_op("gather_nd")
 def _gather_nd(p, op, outs, what):
     ins = [p.arg(op, "x", what), p.arg(op, "indices", what)]
     p.emit("gather_nd", ins, outs, {"batch_dims": _int(p, op, "batch_dims", what, 0)}, source="gather_nd")
 
 
-@_mil("gather_along_axis")
+@mil_op("gather_along_axis")
 def _gather_along_axis(p, op, outs, what):
     ins = [p.arg(op, "x", what), p.arg(op, "indices", what)]
     p.emit("gather_elements", ins, outs, {"axis": _int(p, op, "axis", what, 0)}, source="gather_along_axis")
@@ -142,7 +142,7 @@ def _mode(p, op, what):
     return _MODES[m]
 
 
-@_mil("scatter_nd", "scatter_along_axis")
+@mil_op("scatter_nd", "scatter_along_axis")
 def _scatter_nd(p, op, outs, what):
     ins = [p.arg(op, k, what) for k in ("data", "indices", "updates")]
     attrs = {"reduction": _mode(p, op, what)}
@@ -151,7 +151,7 @@ def _scatter_nd(p, op, outs, what):
     p.emit("scatter_nd" if op.type == "scatter_nd" else "scatter_elements", ins, outs, attrs, source=op.type)
 
 
-@_mil("scatter")
+@mil_op("scatter")
 def _scatter(p, op, outs, what):  # 1-D indices along axis: scatter_elements with them broadcast
     data, idx, upd = (p.arg(op, k, what) for k in ("data", "indices", "updates"))
     ushape = _static(p, upd, what)
@@ -168,20 +168,20 @@ def _scatter(p, op, outs, what):  # 1-D indices along axis: scatter_elements wit
     p.emit("scatter_elements", [data, t, upd], outs, attrs, source="scatter")
 
 
-@_mil("one_hot")
+@mil_op("one_hot")
 def _one_hot(p, op, outs, what):
     idx = p.arg(op, "indices", what)
     depth = _int(p, op, "one_hot_vector_size", what)
     on = p.cval(op, "on_value", what, 1.0)
     off = p.cval(op, "off_value", what, 0.0)
-    v = np.array([_scalar(off, what, "off_value"), _scalar(on, what, "on_value")])
+    v = np.array([scalar_value(off, what, "off_value"), scalar_value(on, what, "on_value")])
     kind = np.asarray(on).dtype.kind
     v = v.astype(np.float32) if kind == "f" else v.astype(np.int32)
     attrs = {"axis": _int(p, op, "axis", what, -1)}
     p.emit("onehot", [idx, p.const(np.array(depth, np.int64)), p.const(v)], outs, attrs, source="one_hot")
 
 
-@_mil("band_part")
+@mil_op("band_part")
 def _band_part(p, op, outs, what):  # triu(-lower) then tril(upper); a negative bound keeps all
     x = p.arg(op, "x", what)
     lower, upper = _int(p, op, "lower", what, -1), _int(p, op, "upper", what, -1)
@@ -225,8 +225,8 @@ def _hw(p, x, what):
 
 def _scaled(p, op, x, what):
     h, w = _hw(p, x, what)
-    sh = _scalar(p.cval(op, "scale_factor_height", what, 1), what, "scale_factor_height")
-    sw = _scalar(p.cval(op, "scale_factor_width", what, 1), what, "scale_factor_width")
+    sh = scalar_value(p.cval(op, "scale_factor_height", what, 1), what, "scale_factor_height")
+    sw = scalar_value(p.cval(op, "scale_factor_width", what, 1), what, "scale_factor_width")
     if not (math.isfinite(sh) and math.isfinite(sw) and sh > 0 and sw > 0):
         raise ModelError(f"{what}: scale factors {sh}, {sw} must be finite and > 0")
     return [math.floor(h * sh), math.floor(w * sw)]
@@ -234,12 +234,12 @@ def _scaled(p, op, x, what):
 
 def upsample_nearest_fractional(p, op, outs, what):
     """``upsample_nearest_neighbor`` with a fractional scale (the integer case is a
-    broadcast copy, :mod:`fastane.model.coreml_mil_layout`)."""
+    broadcast copy, :mod:`fastane.model.frontends.coreml.mil_layout`)."""
     x = p.arg(op, "x", what)
     _emit_resize(p, x, outs, _scaled(p, op, x, what), False, "asymmetric", "upsample_nearest_neighbor")
 
 
-@_mil("upsample_bilinear")
+@mil_op("upsample_bilinear")
 def _upsample_bilinear(p, op, outs, what):
     x = p.arg(op, "x", what)
     align = _flag(p, op, "align_corners", what, True)
@@ -257,7 +257,7 @@ def _sampling(p, op, what):
     return m
 
 
-@_mil("resize_bilinear", "resize_nearest_neighbor")
+@mil_op("resize_bilinear", "resize_nearest_neighbor")
 def _resize_target(p, op, outs, what):
     x = p.arg(op, "x", what)
     _hw(p, x, what)
@@ -268,11 +268,11 @@ def _resize_target(p, op, outs, what):
         _emit_resize(p, x, outs, sizes, True, _SAMPLING[_sampling(p, op, what)], op.type)
 
 
-@_mil("resize")
+@mil_op("resize")
 def _resize(p, op, outs, what):  # iOS17: the trailing resized_dims axes from shape (0: keep)
     x = p.arg(op, "x", what)
     xs = _static(p, x, what)
-    shape = _ints(p.cval(op, "shape", what))
+    shape = int_tuple(p.cval(op, "shape", what))
     if shape is None:
         raise ModelError(f"{what}: missing parameter 'shape'")
     k = _int(p, op, "resized_dims", what)
@@ -319,4 +319,4 @@ def _refuse(p, op, outs, what):
 
 
 for _n in _REFUSED:
-    _mil(_n)(_refuse)
+    mil_op(_n)(_refuse)

@@ -1,12 +1,12 @@
 """The Core ML importer's neural network (.mlmodel) layer mapping (see
-:mod:`fastane.model.coreml_import`, the entry point)."""
+:mod:`fastane.model.frontends.coreml.importer`, the entry point)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelError
-from .graph import Graph, Node, TensorType, check_size
+from ....errors import ModelError
+from ...graph import Graph, Node, TensorType, check_size
 
 
 # ------------------------------------------------------------------ neural network (.mlmodel)
@@ -99,7 +99,7 @@ def _nn_input_type(fd, what):
     return np.dtype(dt), shape
 
 
-def _neural_network(spec, nn, name, weights) -> Graph:
+def neural_network(spec, nn, name, weights) -> Graph:
     """A neural network spec: rank-3 (C, H, W) or rank-1 (C) inputs become (1, C, H, W) /
     (1, C) tensors (Core ML's batch of one); the outputs lose that batch axis again (an
     inner product's output is then (C,), not Core ML's (C, 1, 1))."""

@@ -35,8 +35,8 @@ import math
 
 import numpy as np
 
-from .. import m1
-from .files import read_file
+from ... import m1
+from ..files import read_file
 
 __all__ = ["COMPUTE_UNITS", "predict", "Prediction", "compare", "load_observed"]
 
@@ -104,7 +104,7 @@ def _limits(shape) -> str:
 
 
 def predict(layers, bound, compute_units: str = "ALL") -> list:
-    """One :class:`Prediction` per layer of ``layers`` (:func:`fastane.model.place.place`
+    """One :class:`Prediction` per layer of ``layers`` (:func:`fastane.model.placement.place.place`
     on ``bound``)."""
     cu = str(compute_units).upper()
     if cu not in COMPUTE_UNITS:

@@ -16,9 +16,10 @@ import math
 
 import numpy as np
 
+from ... import api as _api
 from . import plan as _plan
-from .place_rules import _ep  # the public entry points, looked up when a layer runs
-from .ops import conv_geometry
+from .context import Context
+from ..ops import conv_geometry
 
 #: graph ops placed here -> the row operation of fastane.lower.rows
 ROW_OPS = {
@@ -110,9 +111,10 @@ def why_not(node, consts, types):
     return rows, width, None
 
 
-def place_rows(node, consts, types, add) -> None:
+def place_rows(node, ctx: Context) -> None:
     """Add the layer of ``node`` (one of :data:`ROW_OPS`, or a windowed pooling)."""
-    from .. import rowops
+    consts, types, add = ctx.bound.consts, ctx.bound.types, ctx.add
+    from ... import rowops
 
     if node.op == "avg_pool":
         conv, reason = avg_pool_as_conv(node, types)
@@ -159,7 +161,7 @@ def place_rows(node, consts, types, add) -> None:
         y = fn(x, scale, bias, eps) if op in ("layer_norm", "rms_norm") else fn(x)
         return [np.asarray(y).reshape(out_shape)]
 
-    from ..lower import rows as _rows
+    from ...lower import rows as _rows
 
     problem = _rows.RowOp(op, rows, width, eps, scale is not None, bias is not None)
     note = "" if width == x_shape[-1] else "the trailing axes as one row (a reshape: no data movement)"
@@ -203,8 +205,8 @@ def avg_pool_as_conv(node, types):
             x = np.pad(np.asarray(x), ((0, 0), (0, 0)) + tuple(pads))
             pad = (0,) * len(pads)
         if one_d:
-            return _ep.conv1d(x, w16, None, s[0], pad[0], d[0], c)
-        return _ep.conv2d(x, w16, None, s, pad, d, c)
+            return _api.conv1d(x, w16, None, s[0], pad[0], d[0], c)
+        return _api.conv2d(x, w16, None, s, pad, d, c)
 
     def plan():
         xs = tuple(x_shape)

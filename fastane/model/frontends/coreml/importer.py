@@ -1,12 +1,12 @@
 """The Core ML importer: an ``.mlpackage`` (ML Program) or ``.mlmodel`` (neural network, or
 an ML Program without weight files) -> a :class:`~fastane.model.graph.Graph`.
 
-The importer's only entry point; its parts (:mod:`~fastane.model.coreml_blob`,
-``coreml_mil``, ``coreml_mil_layout``, ``coreml_nn``) are the only modules of fastane that
+The importer's only entry point; its parts (:mod:`~fastane.model.frontends.coreml.blob`,
+``mil``, ``mil_layout``, ``nn``) are the only modules of fastane that
 import ``coremltools`` (lazily, inside functions, when a model is loaded: the ``coreml``
 extra), and only its protobuf classes (``coremltools.proto``): no macOS API, no
 ``MLModel.predict``.  The weight blob (``weights/weight.bin``) is read by fastane
-(``coreml_blob``), with every offset and size checked against the file before anything is
+(``blob``), with every offset and size checked against the file before anything is
 allocated; compressed weights are decompressed as the ops define them (coremltools' MIL
 op reference, ``constexpr_*``):
 
@@ -42,26 +42,26 @@ import os
 
 import numpy as np
 
-from ..errors import ModelError
-from .graph import Graph, Node, TensorType, check_size
-from .files import inside, read_file
-from .tensor import read_protobuf
+from ....errors import ModelError
+from ...graph import Graph, Node, TensorType, check_size
+from ...files import inside, read_file
+from ...tensor import read_protobuf
 
 __all__ = ["load", "is_coreml", "MIL_OPS", "NN_LAYERS", "decompress"]
 
-from . import coreml_mil_host, coreml_mil_layout  # noqa: F401  (register their ops in MIL_OPS)
-from .coreml_blob import (
+from . import mil_host, mil_layout  # noqa: F401  (register their ops in MIL_OPS)
+from .blob import (
     SHAPE_ONLY_ABOVE,
-    _Blobs,
-    _ct_proto,
-    _dt_name,
-    _dtypes,
-    _tensor_shape,
+    Blobs,
+    ct_proto,
+    dtype_name,
+    mil_dtypes,
+    tensor_shape,
     decompress,
     unpack_bits,
 )
-from .coreml_mil import MIL_OPS
-from .coreml_nn import NN_LAYERS, _neural_network, unpack_bits_msb  # noqa: F401
+from .mil import MIL_OPS
+from .nn import NN_LAYERS, neural_network, unpack_bits_msb  # noqa: F401
 
 
 # ------------------------------------------------------------------ files
@@ -113,11 +113,13 @@ def _package_spec(path: str):
 
 
 def _read_spec(path: str):
-    return _parse_spec(read_protobuf(path, "Core ML spec"), path)
+    return parse_spec(read_protobuf(path, "Core ML spec"), path)
 
 
-def _parse_spec(data: bytes, path: str):
-    Model_pb2, _ = _ct_proto()
+def parse_spec(data: bytes, path: str):
+    """The Core ML ``Model`` spec parsed from ``data`` (the bytes of ``path``); a ModelError if
+    it is not one."""
+    Model_pb2, _ = ct_proto()
     spec = Model_pb2.Model()
     try:
         spec.ParseFromString(data)
@@ -144,10 +146,10 @@ def load(path, weights: bool = True) -> Graph:
     kind = spec.WhichOneof("Type")
     name = os.path.basename(p.rstrip("/"))
     if kind == "mlProgram":
-        return _Program(spec, _Blobs(wdir, root), name, weights).graph()
+        return _Program(spec, Blobs(wdir, root), name, weights).graph()
     if kind in ("neuralNetwork", "neuralNetworkClassifier", "neuralNetworkRegressor"):
         try:
-            return _neural_network(spec, getattr(spec, kind), name, weights)
+            return neural_network(spec, getattr(spec, kind), name, weights)
         except ModelError:
             raise
         except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
@@ -165,8 +167,8 @@ class _Program:
         self.spec, self.name, self.weights = spec, name, weights
         self.blobs = blobs
         self.consts: dict = {}
-        self.compressed: set = set()  # consts a constexpr_* op decompressed (coreml_blob)
-        self.code_bits: dict = {}  # of those, the palette code width by type (coreml_blob)
+        self.compressed: set = set()  # consts a constexpr_* op decompressed (blob.py)
+        self.code_bits: dict = {}  # of those, the palette code width by type (blob.py)
         self.nodes: list = []
         self.types: dict = {}  # tensor name -> declared shape (dynamic ones)
         self.alias: dict = {}  # MIL name -> graph name (fp16 inputs)
@@ -178,10 +180,10 @@ class _Program:
         if not v.type.HasField("tensorType"):
             raise ModelError(f"{what}: only tensor values are supported, got {v.type.WhichOneof('type')}")
         tt = v.type.tensorType
-        shape = _tensor_shape(tt, what)
-        table = _dtypes()
+        shape = tensor_shape(tt, what)
+        table = mil_dtypes()
         if tt.dataType not in table:
-            raise ModelError(f"{what}: data type {_dt_name(tt.dataType)} is not supported by fastane")
+            raise ModelError(f"{what}: data type {dtype_name(tt.dataType)} is not supported by fastane")
         dt, bits = table[tt.dataType]
         n = check_size(shape, what)
         kind = v.WhichOneof("value")
@@ -217,7 +219,7 @@ class _Program:
         if bits == 0:
             raise ModelError(f"{what}: string tensors must be immediate string values")
         if bits < 8:
-            _, MIL_pb2 = _ct_proto()
+            _, MIL_pb2 = ct_proto()
             try:
                 vals = unpack_bits(raw, bits, n, signed=code == MIL_pb2.INT4)
             except ValueError as exc:
@@ -265,7 +267,7 @@ class _Program:
             raise ModelError(f"{self.name}: function 'main' has no block for its opset {fn.opset!r}")
         block = fn.block_specializations[fn.opset]
         inputs = {}
-        table = _dtypes()
+        table = mil_dtypes()
         for nv in fn.inputs:
             what = f"input {nv.name!r}"
             if nv.type.WhichOneof("type") == "stateType":
@@ -277,9 +279,9 @@ class _Program:
                 raise ModelError(f"{what}: only tensor inputs are supported")
             tt = nv.type.tensorType
             if tt.dataType not in table or table[tt.dataType][1] < 8:
-                raise ModelError(f"{what}: data type {_dt_name(tt.dataType)} is not supported")
+                raise ModelError(f"{what}: data type {dtype_name(tt.dataType)} is not supported")
             dt = np.dtype(table[tt.dataType][0])
-            shape = _tensor_shape(tt, what, symbols=True)
+            shape = tensor_shape(tt, what, symbols=True)
             self.types[nv.name] = shape
             if dt == np.float16:
                 # the caller's array becomes fp16 (the input's rounding); the graph computes
@@ -361,7 +363,7 @@ class _Program:
             )
         for o in op.outputs:
             if o.type.HasField("tensorType"):
-                self.types[o.name] = _tensor_shape(o.type.tensorType, f"{what} output", symbols=True)
+                self.types[o.name] = tensor_shape(o.type.tensorType, f"{what} output", symbols=True)
         self.cur = outs[0] if outs else t
         try:
             MIL_OPS[t](self, op, outs, what)

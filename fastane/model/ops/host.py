@@ -3,11 +3,11 @@ model still contains (Einsum in attention, TopK/ArgMax at a head, CumSum, Trilu,
 the logical ops ...).  Each has its shape/dtype inference (inputs checked, sizes computed
 from the shapes alone, so a hostile shape is a ModelError before anything is allocated)
 and a float32 host implementation (float math in float64, rounded once to the inferred
-dtype by :func:`~fastane.model.opdef.host_eval`).  Placement puts them on the host with
-the reason "no ANE lowering in fastane yet" (:mod:`fastane.model.place`).
+dtype by :func:`~fastane.model.ops.opdef.host_eval`).  Placement puts them on the host with
+the reason "no ANE lowering in fastane yet" (:mod:`fastane.model.placement.place`).
 
-The index ops (gathers, scatters, tile, depth/space) are in :mod:`.ops_index`, Resize in
-:mod:`.ops_resize`.
+The index ops (gathers, scatters, tile, depth/space) are in :mod:`.index`, Resize in
+:mod:`.resize`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import math
 
 import numpy as np
 
-from ..errors import ModelError, quote
-from .budget import MAX_EINSUM_WORK, beyond
-from .opdef import _axis, _bshape, _const, _float, _need, _op
-from .tensor import TensorType
+from ...errors import ModelError, quote
+from ..budget import MAX_EINSUM_WORK, beyond
+from .opdef import check_axis, broadcast_shape, need_const, need_float, need_input, register_op
+from ..tensor import TensorType
 
 
 _I64 = np.dtype(np.int64)
@@ -31,7 +31,7 @@ def _scalar_int(consts, i, node, what, default=None):
         if default is None:
             raise ModelError(f"{node.describe()}: missing {what} (input {i})")
         return default
-    v = np.asarray(_const(consts, i, node, what))
+    v = np.asarray(need_const(consts, i, node, what))
     if v.size != 1 or v.dtype.kind not in "iuf" or (v.dtype.kind == "f" and not np.isfinite(v).all()):
         raise ModelError(f"{node.describe()}: {what} must be one integer, got {v.dtype.name}{list(v.shape)}")
     return int(v.reshape(-1)[0])
@@ -42,7 +42,7 @@ def _wide(x):
 
 
 # ------------------------------------------------------------------------ einsum
-def _einsum_spec(node, shapes):
+def einsum_spec(node, shapes):
     """``(equation, output shape, work)`` for Einsum over operands of ``shapes``; the
     equation normalised to explicit form (``->`` and the output labels)."""
     eq = str(node.attrs.get("equation", "")).replace(" ", "")
@@ -73,7 +73,7 @@ def _einsum_spec(node, shapes):
                 raise ModelError(
                     f"{node.describe()}: label {quote(c)} is {dims[c]} and {d} in equation {quote(eq)}"
                 )
-    ell = _bshape(ell_shapes, node) if ell_shapes else ()
+    ell = broadcast_shape(ell_shapes, node) if ell_shapes else ()
     has_ell = any("..." in t for t in terms)
     if not arrow:
         once = sorted(c for c in dims if lhs.count(c) == 1)
@@ -94,27 +94,27 @@ def _einsum_spec(node, shapes):
 
 
 def _einsum_infer(node, types, consts):
-    ts = [_need(types, i, node) for i in range(len(node.inputs))]
+    ts = [need_input(types, i, node) for i in range(len(node.inputs))]
     if not ts:
         raise ModelError(f"{node.describe()}: needs at least one operand")
     if len({np.dtype(t.dtype) for t in ts}) != 1:
         raise ModelError(f"{node.describe()}: operand dtypes differ: {', '.join(str(t) for t in ts)}")
-    _, out, work = _einsum_spec(node, [t.shape for t in ts])
+    _, out, work = einsum_spec(node, [t.shape for t in ts])
     if work > MAX_EINSUM_WORK:
         raise beyond(node.describe(), work, "multiply-adds", "MAX_EINSUM_WORK")
     return [TensorType(ts[0].dtype, out)]
 
 
-@_op("einsum", _einsum_infer)
+@register_op("einsum", _einsum_infer)
 def _einsum(node, *xs):
-    eq, _, _ = _einsum_spec(node, [x.shape for x in xs])
+    eq, _, _ = einsum_spec(node, [x.shape for x in xs])
     return np.einsum(eq, *[_wide(x) for x in xs])
 
 
 # ------------------------------------------------------------------------ top-k, arg-max/min
 def _topk_infer(node, types, consts):
-    x = _need(types, 0, node)
-    a = _axis(node.attrs.get("axis", -1), len(x.shape), node)
+    x = need_input(types, 0, node)
+    a = check_axis(node.attrs.get("axis", -1), len(x.shape), node)
     k = _scalar_int(consts, 1, node, "K")
     if not 0 <= k <= x.shape[a]:
         raise ModelError(f"{node.describe()}: K = {k} is outside [0, {x.shape[a]}] (axis {a} of {x})")
@@ -132,9 +132,9 @@ def _order(x, axis, largest):
     return n - 1 - np.flip(rev, axis)
 
 
-@_op("topk", _topk_infer)
+@register_op("topk", _topk_infer)
 def _topk(node, x, k):
-    a = _axis(node.attrs.get("axis", -1), x.ndim, node)
+    a = check_axis(node.attrs.get("axis", -1), x.ndim, node)
     idx = np.take(
         _order(x, a, bool(node.attrs.get("largest", 1))), np.arange(int(np.asarray(k).reshape(-1)[0])), a
     )
@@ -142,8 +142,8 @@ def _topk(node, x, k):
 
 
 def _arg_infer(node, types, consts):
-    x = _need(types, 0, node)
-    a = _axis(node.attrs.get("axis", 0), len(x.shape), node)
+    x = need_input(types, 0, node)
+    a = check_axis(node.attrs.get("axis", 0), len(x.shape), node)
     if x.shape[a] == 0:
         raise ModelError(f"{node.describe()}: axis {a} of {x} is empty")
     keep = node.attrs.get("keepdims", 1)
@@ -155,7 +155,7 @@ def _arg_infer(node, types, consts):
 
 def _arg(fn):
     def host(node, x):
-        a = _axis(node.attrs.get("axis", 0), x.ndim, node)
+        a = check_axis(node.attrs.get("axis", 0), x.ndim, node)
         if node.attrs.get("select_last_index", 0):
             i = x.shape[a] - 1 - fn(np.flip(x, a), axis=a)
         else:
@@ -165,19 +165,19 @@ def _arg(fn):
     return host
 
 
-_op("argmax", _arg_infer)(_arg(np.argmax))
-_op("argmin", _arg_infer)(_arg(np.argmin))
+register_op("argmax", _arg_infer)(_arg(np.argmax))
+register_op("argmin", _arg_infer)(_arg(np.argmin))
 
 
 def _hardmax_infer(node, types, consts):
-    x = _float(_need(types, 0, node), node)
-    _axis(node.attrs.get("axis", -1), len(x.shape), node)
+    x = need_float(need_input(types, 0, node), node)
+    check_axis(node.attrs.get("axis", -1), len(x.shape), node)
     return [x]
 
 
-@_op("hardmax", _hardmax_infer)
+@register_op("hardmax", _hardmax_infer)
 def _hardmax(node, x):
-    a = _axis(node.attrs.get("axis", -1), x.ndim, node)
+    a = check_axis(node.attrs.get("axis", -1), x.ndim, node)
     if x.shape[a] == 0:
         return x
     i = np.expand_dims(np.argmax(x, axis=a), a)
@@ -188,14 +188,14 @@ def _hardmax(node, x):
 
 # ------------------------------------------------------------------------ cumsum, trilu, one-hot
 def _cumsum_infer(node, types, consts):
-    x = _need(types, 0, node)
-    _axis(_scalar_int(consts, 1, node, "axis"), len(x.shape), node)
+    x = need_input(types, 0, node)
+    check_axis(_scalar_int(consts, 1, node, "axis"), len(x.shape), node)
     return [x]
 
 
-@_op("cumsum", _cumsum_infer)
+@register_op("cumsum", _cumsum_infer)
 def _cumsum(node, x, axis):
-    a = _axis(np.asarray(axis).reshape(-1)[0], x.ndim, node)
+    a = check_axis(np.asarray(axis).reshape(-1)[0], x.ndim, node)
     y = _wide(x)
     if node.attrs.get("reverse", 0):
         y = np.flip(y, a)
@@ -206,36 +206,36 @@ def _cumsum(node, x, axis):
 
 
 def _trilu_infer(node, types, consts):
-    x = _need(types, 0, node)
+    x = need_input(types, 0, node)
     if len(x.shape) < 2:
         raise ModelError(f"{node.describe()}: input must have at least 2 dims, got {x}")
     _scalar_int(consts, 1, node, "k", default=0)
     return [x]
 
 
-@_op("trilu", _trilu_infer, "layout")
+@register_op("trilu", _trilu_infer, "layout")
 def _trilu(node, x, k=None):
     k = 0 if k is None else int(np.asarray(k).reshape(-1)[0])
     return np.triu(x, k) if node.attrs.get("upper", 1) else np.tril(x, k)
 
 
 def _onehot_infer(node, types, consts):
-    idx = _need(types, 0, node)
+    idx = need_input(types, 0, node)
     depth = _scalar_int(consts, 1, node, "depth")
-    vals = _need(types, 2, node, "values")
+    vals = need_input(types, 2, node, "values")
     if len(vals.shape) != 1 or vals.shape[0] != 2:
         raise ModelError(f"{node.describe()}: values must be [off, on], got {vals}")
     if depth < 1:
         raise ModelError(f"{node.describe()}: depth {depth} must be >= 1")
     r = len(idx.shape) + 1
-    a = _axis(node.attrs.get("axis", -1), r, node)
+    a = check_axis(node.attrs.get("axis", -1), r, node)
     return [TensorType(vals.dtype, idx.shape[:a] + (depth,) + idx.shape[a:])]
 
 
-@_op("onehot", _onehot_infer)
+@register_op("onehot", _onehot_infer)
 def _onehot(node, idx, depth, values):
     d = int(np.asarray(depth).reshape(-1)[0])
-    a = _axis(node.attrs.get("axis", -1), idx.ndim + 1, node)
+    a = check_axis(node.attrs.get("axis", -1), idx.ndim + 1, node)
     i = np.asarray(idx).astype(np.int64)
     i = np.where(i < 0, i + d, i)
     hot = np.expand_dims(i, a) == np.arange(d).reshape((-1,) + (1,) * (idx.ndim - a))
@@ -250,45 +250,45 @@ def _bool(t, node):
 
 
 def _logic_infer(node, types, consts):
-    ts = [_bool(_need(types, i, node), node) for i in range(len(node.inputs))]
-    return [TensorType(np.dtype(np.bool_), _bshape([t.shape for t in ts], node))]
+    ts = [_bool(need_input(types, i, node), node) for i in range(len(node.inputs))]
+    return [TensorType(np.dtype(np.bool_), broadcast_shape([t.shape for t in ts], node))]
 
 
-_op("logical_and", _logic_infer, "exact")(lambda node, a, b: np.logical_and(a, b))
-_op("logical_or", _logic_infer, "exact")(lambda node, a, b: np.logical_or(a, b))
-_op("logical_xor", _logic_infer, "exact")(lambda node, a, b: np.logical_xor(a, b))
-_op("logical_not", _logic_infer, "exact")(lambda node, a: np.logical_not(a))
+register_op("logical_and", _logic_infer, "exact")(lambda node, a, b: np.logical_and(a, b))
+register_op("logical_or", _logic_infer, "exact")(lambda node, a, b: np.logical_or(a, b))
+register_op("logical_xor", _logic_infer, "exact")(lambda node, a, b: np.logical_xor(a, b))
+register_op("logical_not", _logic_infer, "exact")(lambda node, a: np.logical_not(a))
 
 
 def _cmp2_infer(node, types, consts):
-    a, b = _need(types, 0, node), _need(types, 1, node)
-    return [TensorType(np.dtype(np.bool_), _bshape([a.shape, b.shape], node))]
+    a, b = need_input(types, 0, node), need_input(types, 1, node)
+    return [TensorType(np.dtype(np.bool_), broadcast_shape([a.shape, b.shape], node))]
 
 
-_op("greater_equal", _cmp2_infer, "exact")(lambda node, a, b: np.greater_equal(a, b))
-_op("less_equal", _cmp2_infer, "exact")(lambda node, a, b: np.less_equal(a, b))
+register_op("greater_equal", _cmp2_infer, "exact")(lambda node, a, b: np.greater_equal(a, b))
+register_op("less_equal", _cmp2_infer, "exact")(lambda node, a, b: np.less_equal(a, b))
 
 
 def _test_infer(node, types, consts):
-    x = _float(_need(types, 0, node), node)
+    x = need_float(need_input(types, 0, node), node)
     return [TensorType(np.dtype(np.bool_), x.shape)]
 
 
-_op("isnan", _test_infer, "exact")(lambda node, x: np.isnan(x))
+register_op("isnan", _test_infer, "exact")(lambda node, x: np.isnan(x))
 
 
-@_op("isinf", _test_infer, "exact")
+@register_op("isinf", _test_infer, "exact")
 def _isinf(node, x):
     pos, neg = node.attrs.get("detect_positive", 1), node.attrs.get("detect_negative", 1)
     return np.isinf(x) & ((x > 0) if pos and not neg else (x < 0) if neg and not pos else (pos and neg))
 
 
 def _same_float(node, types, consts):
-    return [_float(_need(types, 0, node), node)]
+    return [need_float(need_input(types, 0, node), node)]
 
 
 def _unary_host(name, fn):
-    _op(name, _same_float)(lambda node, x: fn(node, _wide(x)))
+    register_op(name, _same_float)(lambda node, x: fn(node, _wide(x)))
 
 
 _unary_host("round", lambda n, x: np.round(x))  # half to even, as ONNX Round
@@ -315,23 +315,23 @@ _unary_host(
 
 
 def _mean_infer(node, types, consts):
-    ts = [_float(_need(types, i, node), node, i) for i in range(len(node.inputs))]
+    ts = [need_float(need_input(types, i, node), node, i) for i in range(len(node.inputs))]
     if not ts:
         raise ModelError(f"{node.describe()}: needs at least one operand")
-    return [TensorType(ts[0].dtype, _bshape([t.shape for t in ts], node))]
+    return [TensorType(ts[0].dtype, broadcast_shape([t.shape for t in ts], node))]
 
 
-_op("mean", _mean_infer)(lambda node, *xs: sum(_wide(x) for x in xs) / len(xs))
+register_op("mean", _mean_infer)(lambda node, *xs: sum(_wide(x) for x in xs) / len(xs))
 
 
 def _mod_infer(node, types, consts):
-    a, b = _need(types, 0, node), _need(types, 1, node)
+    a, b = need_input(types, 0, node), need_input(types, 1, node)
     if np.dtype(a.dtype) != np.dtype(b.dtype):
         raise ModelError(f"{node.describe()}: operand dtypes differ: {a}, {b}")
-    return [TensorType(a.dtype, _bshape([a.shape, b.shape], node))]
+    return [TensorType(a.dtype, broadcast_shape([a.shape, b.shape], node))]
 
 
-@_op("mod", _mod_infer)
+@register_op("mod", _mod_infer)
 def _mod(node, a, b):
     if a.dtype.kind in "iu" and np.any(b == 0):
         raise ValueError("integer modulo by zero")

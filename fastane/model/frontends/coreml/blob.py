@@ -1,7 +1,7 @@
 """The Core ML importer's weight side: the MIL weight blob reader (every offset and size
 checked against the file before anything is allocated), MIL value types, the sub-byte
-unpacking and the ``constexpr_*`` decompression (see :mod:`fastane.model.coreml_import`,
-the entry point).  coremltools' protobuf classes only through :func:`_ct_proto`, lazily."""
+unpacking and the ``constexpr_*`` decompression (see :mod:`fastane.model.frontends.coreml.importer`,
+the entry point).  coremltools' protobuf classes only through :func:`ct_proto`, lazily."""
 
 from __future__ import annotations
 
@@ -10,15 +10,16 @@ import os
 
 import numpy as np
 
-from ..errors import ModelError
-from .files import inside, map_file
-from .graph import check_size
+from ....errors import ModelError
+from ...files import inside, map_file
+from ...graph import check_size
 
 #: with ``weights=False``, constants above this many elements are not decoded
 SHAPE_ONLY_ABOVE = 4096
 
 
-def _ct_proto():
+def ct_proto():
+    """``(Model_pb2, MIL_pb2)`` of ``coremltools.proto``, imported when first needed."""
     try:
         from coremltools.proto import MIL_pb2, Model_pb2
     except ImportError:  # pragma: no cover - the extra is part of the test extra
@@ -35,7 +36,7 @@ _SENTINEL = 0xDEADBEEF
 _BLOB_HEADER = 64
 
 
-class _Blobs:
+class Blobs:
     """The weight files of a package (in ``wdir``, and like every file of the package inside
     the real path of ``root``, :mod:`~fastane.model.files`), opened lazily, every read
     bounds-checked."""
@@ -98,12 +99,12 @@ class _Blobs:
 _DT = None
 
 
-def _dtypes():
+def mil_dtypes():
     """MIL DataType -> (numpy dtype, bits) (sub-byte unsigned/signed ints unpacked to
     uint8/int8)."""
     global _DT
     if _DT is None:
-        _, MIL_pb2 = _ct_proto()
+        _, MIL_pb2 = ct_proto()
         D = MIL_pb2
         _DT = {
             D.BOOL: (np.bool_, 8),
@@ -129,8 +130,9 @@ def _dtypes():
     return _DT
 
 
-def _dt_name(code) -> str:
-    _, MIL_pb2 = _ct_proto()
+def dtype_name(code) -> str:
+    """The name of MIL DataType ``code`` (the number itself if it has none)."""
+    _, MIL_pb2 = ct_proto()
     try:
         return MIL_pb2.DataType.Name(code)
     except ValueError:
@@ -152,7 +154,9 @@ def unpack_bits(raw, nbits: int, count: int, signed: bool = False) -> np.ndarray
     return vals.astype(np.uint8)
 
 
-def _tensor_shape(tt, what: str, symbols=False):
+def tensor_shape(tt, what: str, symbols=False):
+    """The shape of MIL TensorType ``tt``; a symbolic dimension becomes ``"what:i"`` with
+    ``symbols``, else a ModelError."""
     if tt.rank != len(tt.dimensions):
         raise ModelError(f"{what}: rank {tt.rank} but {len(tt.dimensions)} dimensions")
     dims = []
@@ -284,7 +288,7 @@ def _scatter(nz, mask):
     return out
 
 
-_MIL_DTYPE = {
+MIL_DTYPE = {
     "fp16": np.float16,
     "fp32": np.float32,
     "int32": np.int32,
@@ -298,7 +302,8 @@ _MIL_DTYPE = {
 }
 
 
-def _constexpr(p: "_Program", op, outs, what):  # noqa: F821 (coreml_import._Program)
+def constexpr(p: "_Program", op, outs, what):  # noqa: F821 (importer._Program)
+    """The MIL handler of the ``constexpr_*`` ops: the decompressed weight as a constant."""
     t = op.type
     keys = {
         "constexpr_affine_dequantize": ("quantized_data", "zero_point", "scale", "axis"),
@@ -321,11 +326,11 @@ def _constexpr(p: "_Program", op, outs, what):  # noqa: F821 (coreml_import._Pro
     bits = _lut_bits(t, kw)
     if bits:
         p.code_bits[outs[0]] = bits
-    if not p.weights and any(_placeholder(v) for v in kw.values()):
+    if not p.weights and any(is_placeholder(v) for v in kw.values()):
         # weights=False: a placeholder of the output's declared type
         o = op.outputs[0].type.tensorType
-        dt = _dtypes()[o.dataType][0]
-        shape = _tensor_shape(o, what)
+        dt = mil_dtypes()[o.dataType][0]
+        shape = tensor_shape(o, what)
         for name in outs:
             p.consts[name] = np.broadcast_to(
                 np.zeros((), np.float32 if np.dtype(dt).kind == "f" else dt), shape
@@ -333,9 +338,9 @@ def _constexpr(p: "_Program", op, outs, what):  # noqa: F821 (coreml_import._Pro
         return
     if "output_dtype" in kw:
         s = str(np.asarray(kw["output_dtype"]).reshape(-1)[0])
-        if s not in _MIL_DTYPE:
+        if s not in MIL_DTYPE:
             raise ModelError(f"{what}: output_dtype {s!r} is not supported")
-        kw["output_dtype"] = _MIL_DTYPE[s]
+        kw["output_dtype"] = MIL_DTYPE[s]
     try:
         if t == "constexpr_lut_to_sparse":
             # the table applied over the mask's shape (the indices scattered into it), the
@@ -365,7 +370,8 @@ def _constexpr(p: "_Program", op, outs, what):  # noqa: F821 (coreml_import._Pro
         p.compressed.add(outs[0])  # stored compressed: the placement keeps it so where lossless
 
 
-def _const_op(p: "_Program", op, outs, what):  # noqa: F821 (coreml_import._Program)
+def const_op(p: "_Program", op, outs, what):  # noqa: F821 (importer._Program)
+    """The MIL handler of ``const``: its ``val`` attribute as a constant."""
     _check_nout(outs, 1, what)
     if "val" not in op.attributes:
         raise ModelError(f"{what}: const without a 'val' attribute")
@@ -373,7 +379,7 @@ def _const_op(p: "_Program", op, outs, what):  # noqa: F821 (coreml_import._Prog
     if v.dtype == object:  # strings (pad_type, modes): kept for cval
         p.consts[outs[0]] = v
         return
-    if _placeholder(v):
+    if is_placeholder(v):
         p.consts[outs[0]] = np.broadcast_to(np.zeros((), np.float32), v.shape) if v.dtype.kind == "f" else v
     else:
         p.consts[outs[0]] = _float_out(v)
@@ -395,7 +401,7 @@ def _lut_bits(op_type: str, kw: dict) -> int:
     return bits if 1 <= bits <= 8 and n == 1 << bits else 0
 
 
-def _placeholder(v) -> bool:
+def is_placeholder(v) -> bool:
     """A shape-only constant of a ``weights=False`` load (a zero-stride broadcast)."""
     return (
         isinstance(v, np.ndarray)

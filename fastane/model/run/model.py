@@ -6,7 +6,7 @@
     >>> print(rep.table()); rep.as_dict()
 
 Each call binds the graph to the inputs' shapes (:func:`fastane.model.graph.bind`, cached
-per shape), places it (:func:`fastane.model.place.place`) and runs the layers in order.
+per shape), places it (:func:`fastane.model.placement.place.place`) and runs the layers in order.
 ANE layers run through fastane's public entry points; their device Stats
 (:func:`fastane.last_stats`) give tasks, MACs and DMA bytes, and the roofline time model
 (:func:`fastane.roofline.estimate`, one layer of a program: no program overhead) the
@@ -27,14 +27,14 @@ import sys
 
 import numpy as np
 
-from ..errors import ModelError, quote, quote_names
-from ..operands import fp16_operand
-from ..errstate import errstate, report_events
-from ..stats import Stats, last_stats
-from .graph import Bound, Graph, TensorType, bind
-from .ops import host_eval
-from .place import Layer, place
-from .report import LayerRecord, Report, _num
+from ...errors import ModelError, quote, quote_names
+from ...operands import fp16_operand
+from ...errstate import errstate, report_events
+from ...stats import Stats, last_stats
+from ..graph import Bound, Graph, TensorType, bind
+from ..ops import host_eval
+from ..placement.place import Layer, place
+from .report import LayerRecord, Report, json_number
 
 __all__ = ["Model", "Report", "LayerRecord", "TOLERANCE"]
 
@@ -174,13 +174,13 @@ class Model:
         return self._cache[key]
 
     def placement(self, shapes: dict) -> list:
-        """The layers (:class:`~fastane.model.place.Layer`) for input ``shapes``."""
+        """The layers (:class:`~fastane.model.placement.place.Layer`) for input ``shapes``."""
         return self.bind(shapes)[1]
 
     def predict_placement(self, shapes: dict, compute_units: str = "ALL") -> list:
         """``[(layer name, Prediction(unit, confidence, reason)), ...]``: the compute unit
-        Core ML would likely pick per layer (an estimate: :mod:`fastane.model.predict`)."""
-        from .predict import predict
+        Core ML would likely pick per layer (an estimate: :mod:`fastane.model.placement.predict`)."""
+        from ..placement.predict import predict
 
         bound, layers = self.bind(_shapes_of(self, shapes))
         return [(l.name, p) for l, p in zip(layers, predict(layers, bound, compute_units))]
@@ -213,7 +213,7 @@ class Model:
         return {n: np.asarray(values[n]) for n in bound.graph.outputs}
 
     def _plan_report(self, inputs, chip) -> Report:
-        from ..roofline.model import estimate
+        from ...roofline.model import estimate
 
         bound, layers = self.bind(_shapes_of(self, inputs))
         records, tasks = [], []
@@ -315,9 +315,9 @@ class Model:
         ``inputs`` may be shapes (name -> tuple); nothing is computed, the ANE layers'
         programs are counted from the shapes on a stats-only device (no errors then).
         ``observe(layer, inputs, outputs, record)`` is called after each layer (it may
-        raise to stop the run: :func:`fastane.model.hunt.first_divergence`)."""
-        from ..roofline import chips as _chips
-        from ..roofline.model import estimate
+        raise to stop the run: :func:`fastane.model.run.hunt.first_divergence`)."""
+        from ...roofline import chips as _chips
+        from ...roofline.model import estimate
 
         chip = _chips.get(chip)
         if stats_only:
@@ -333,7 +333,7 @@ class Model:
         for n, y in outs.items():
             if y.dtype.kind == "f":
                 mabs, _, err = _errors(y, ref[n])
-                out_err[n] = {"max_abs_err": _num(mabs), "error": _num(err)}
+                out_err[n] = {"max_abs_err": json_number(mabs), "error": json_number(err)}
         first = next((r.layer.name for r in records if not r.ok), None)
         total = estimate(tasks, chip, program=True, name=self.name) if tasks else None
         counts: dict = {}

@@ -1,5 +1,5 @@
 """The per-layer report of a model run (:class:`Report`, one :class:`LayerRecord` a
-layer): a text table and a JSON-ready dict.  :mod:`fastane.model.model` builds it and
+layer): a text table and a JSON-ready dict.  :mod:`fastane.model.run.model` builds it and
 re-exports both names.
 """
 
@@ -9,9 +9,9 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from ..errors import quote
-from ..stats import Stats
-from .place import Layer
+from ...errors import quote
+from ...stats import Stats
+from ..placement.place import Layer
 
 __all__ = ["Report", "LayerRecord"]
 
@@ -29,7 +29,7 @@ class LayerRecord:
     tolerance: float = 0.0
     shapes: str = ""
     #: non-finite outputs (inf, nan) the layer made from finite inputs ("born" there),
-    #: and those it passed on from non-finite inputs (inherited); see fastane.model.hunt
+    #: and those it passed on from non-finite inputs (inherited); see fastane.model.run.hunt
     inf_born: int = 0
     nan_born: int = 0
     nonfinite_inherited: int = 0
@@ -56,9 +56,9 @@ class LayerRecord:
             "op_per_byte": None,
             "time_s": None,
             "bound": None,
-            "max_abs_err": _num(self.max_abs_err),
-            "max_rel_err": _num(self.max_rel_err),
-            "error": _num(self.error),
+            "max_abs_err": json_number(self.max_abs_err),
+            "max_rel_err": json_number(self.max_rel_err),
+            "error": json_number(self.error),
             "tolerance": self.tolerance,
             "within_tolerance": self.ok,
             "inf_born": self.inf_born,
@@ -74,7 +74,8 @@ class LayerRecord:
         return d
 
 
-def _num(x):
+def json_number(x):
+    """``x`` as JSON holds it: NaN -> None, an infinity -> ``"inf"``."""
     return (
         None
         if x is None or (isinstance(x, float) and math.isnan(x))
@@ -118,7 +119,7 @@ class Report:
         return json.dumps(self.as_dict(), indent=1)
 
     def table(self) -> str:
-        from ..roofline.result import _si, _t
+        from ...roofline.result import format_si, format_time
 
         head = (
             f"{'layer':24s} {'op':28s} {'place':6s} {'tasks':>5s} {'MACs':>9s} {'DRAM':>9s} "
@@ -143,10 +144,10 @@ class Report:
             lines.append(
                 f"{quote(d['name'], 24, marks=False)[:24]:24s} {quote(d['op'], 28, marks=False)[:28]:28s} {r.placement[:6]:6s} "
                 f"{d['tasks'] if r.placement == 'ane' else '-':>5} "
-                f"{_si(d['macs']) if r.placement == 'ane' else '-':>9s} "
-                f"{_si(d['dram_bytes'], 'B') if r.placement == 'ane' else '-':>9s} "
+                f"{format_si(d['macs']) if r.placement == 'ane' else '-':>9s} "
+                f"{format_si(d['dram_bytes'], 'B') if r.placement == 'ane' else '-':>9s} "
                 f"{'-' if est is None or math.isinf(est.intensity) else f'{est.intensity:.1f}':>6s} "
-                f"{'-' if est is None else _t(est.time_s):>10s} "
+                f"{'-' if est is None else format_time(est.time_s):>10s} "
                 f"{d['saturated'] if r.placement == 'ane' else '-':>4} "
                 f"{d['lut_underflow'] + d['lut_overflow'] if r.placement == 'ane' else '-':>4} "
                 f"{_e(r.max_abs_err):>9s} {_e(r.error):>9s}{mark}"
@@ -156,8 +157,8 @@ class Report:
         lines.append("-" * len(head))
         if self.total is not None:
             lines.append(
-                f"ANE total: {self.total.tasks} tasks, {_si(self.total.macs)} MACs, "
-                f"{_si(self.total.dram_bytes, 'B')} DRAM, predicted {_t(self.total.time_s)} "
+                f"ANE total: {self.total.tasks} tasks, {format_si(self.total.macs)} MACs, "
+                f"{format_si(self.total.dram_bytes, 'B')} DRAM, predicted {format_time(self.total.time_s)} "
                 f"on {self.chip} (with the program overhead)"
             )
         p = self.placement
@@ -189,7 +190,7 @@ class Report:
 
 
 def _e(x) -> str:
-    if isinstance(x, str):  # "inf" from _num (an output that overflowed)
+    if isinstance(x, str):  # "inf" from json_number (an output that overflowed)
         return x
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"

@@ -1,6 +1,6 @@
 """The Core ML importer's MIL op mapping: the ``MIL_OPS`` table and the op handlers
-(see :mod:`fastane.model.coreml_import`, the entry point; the layout ops are in
-:mod:`fastane.model.coreml_mil_layout`)."""
+(see :mod:`fastane.model.frontends.coreml.importer`, the entry point; the layout ops are in
+:mod:`fastane.model.frontends.coreml.mil_layout`)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,17 @@ import math
 
 import numpy as np
 
-from ..errors import ModelError
-from .coreml_blob import _MIL_DTYPE, _const_op, _constexpr, _placeholder
+from ....errors import ModelError
+from .blob import MIL_DTYPE, const_op, constexpr, is_placeholder
 
 
 # ------------------------------------------------------------------ MIL op mapping
 MIL_OPS: dict = {}
 
 
-def _mil(*names):
+def mil_op(*names):
+    """Decorator: register the handler it decorates in :data:`MIL_OPS` under each of ``names``."""
+
     def deco(fn):
         for n in names:
             MIL_OPS[n] = fn
@@ -34,8 +36,8 @@ for _n in (
     "constexpr_lut_to_sparse",
     "constexpr_sparse_blockwise_shift_scale",
 ):
-    MIL_OPS[_n] = _constexpr
-MIL_OPS["const"] = _const_op
+    MIL_OPS[_n] = constexpr
+MIL_OPS["const"] = const_op
 
 _UNARY = {
     "relu": "relu",
@@ -53,14 +55,15 @@ _UNARY = {
 }
 
 
-def _scalar(v, what, key):
+def scalar_value(v, what, key):
+    """The one value of ``v`` (input ``key``) as a float; a ModelError if it is not a scalar."""
     a = np.asarray(v)
     if a.size != 1:
         raise ModelError(f"{what}: {key} must be a scalar, got shape {a.shape}")
     return float(a.reshape(-1)[0])
 
 
-def _axes(v, rank: int, what: str, key: str = "axes") -> list:
+def axis_list(v, rank: int, what: str, key: str = "axes") -> list:
     """The axes ``v`` of a ``rank``-D tensor as non-negative ints (MIL counts a negative axis
     from the end, as coremltools writes a transpose's ``perm``); a ModelError for an axis
     out of range or given twice."""
@@ -74,34 +77,34 @@ def _axes(v, rank: int, what: str, key: str = "axes") -> list:
     return norm
 
 
-@_mil(*_UNARY)
+@mil_op(*_UNARY)
 def _unary_op(p, op, outs, what):
     x = p.arg(op, "x", what)
     p.emit(_UNARY[op.type], [x], outs[:1], source=op.type)
 
 
-@_mil("relu6")
+@mil_op("relu6")
 def _relu6(p, op, outs, what):
     x = p.arg(op, "x", what)
     p.emit("clip", [x, p.const(0.0, np.float32), p.const(6.0, np.float32)], outs, source="relu6")
 
 
-@_mil("clip")
+@mil_op("clip")
 def _clip(p, op, outs, what):
     x = p.arg(op, "x", what)
-    lo = _scalar(p.cval(op, "alpha", what), what, "alpha")
-    hi = _scalar(p.cval(op, "beta", what), what, "beta")
+    lo = scalar_value(p.cval(op, "alpha", what), what, "alpha")
+    hi = scalar_value(p.cval(op, "beta", what), what, "beta")
     p.emit("clip", [x, p.const(lo, np.float32), p.const(hi, np.float32)], outs, source="clip")
 
 
-@_mil("leaky_relu", "elu")
+@mil_op("leaky_relu", "elu")
 def _alpha_act(p, op, outs, what):
     x = p.arg(op, "x", what)
-    alpha = _scalar(p.cval(op, "alpha", what, 0.01 if op.type == "leaky_relu" else 1.0), what, "alpha")
+    alpha = scalar_value(p.cval(op, "alpha", what, 0.01 if op.type == "leaky_relu" else 1.0), what, "alpha")
     p.emit(op.type, [x], outs, {"alpha": alpha}, source=op.type)
 
 
-@_mil("gelu")
+@mil_op("gelu")
 def _gelu(p, op, outs, what):
     x = p.arg(op, "x", what)
     mode = str(np.asarray(p.cval(op, "mode", what, "EXACT")).reshape(-1)[0])
@@ -117,14 +120,14 @@ def _gelu(p, op, outs, what):
         raise ModelError(f"{what}: unknown gelu mode {mode!r}")
 
 
-@_mil("silu")
+@mil_op("silu")
 def _silu(p, op, outs, what):
     x = p.arg(op, "x", what)
     s = p.emit("sigmoid", [x], [p.tmp()], source="silu")
     p.emit("mul", [x, s], outs, source="(x*)")
 
 
-@_mil("softplus")
+@mil_op("softplus")
 def _softplus(p, op, outs, what):  # log(1 + exp(x)): the plain composition, no safeguard
     x = p.arg(op, "x", what)
     e = p.emit("exp", [x], [p.tmp()], source="softplus")
@@ -132,7 +135,7 @@ def _softplus(p, op, outs, what):  # log(1 + exp(x)): the plain composition, no 
     p.emit("log", [a], outs, source="softplus")
 
 
-@_mil("softsign")
+@mil_op("softsign")
 def _softsign(p, op, outs, what):  # x / (1 + |x|)
     x = p.arg(op, "x", what)
     a = p.emit("abs", [x], [p.tmp()], source="softsign")
@@ -140,29 +143,29 @@ def _softsign(p, op, outs, what):  # x / (1 + |x|)
     p.emit("div", [x, d], outs, source="softsign")
 
 
-@_mil("scaled_tanh")
+@mil_op("scaled_tanh")
 def _scaled_tanh(p, op, outs, what):  # alpha * tanh(beta * x)
     x = p.arg(op, "x", what)
-    al = _scalar(p.cval(op, "alpha", what, 1.0), what, "alpha")
-    be = _scalar(p.cval(op, "beta", what, 1.0), what, "beta")
+    al = scalar_value(p.cval(op, "alpha", what, 1.0), what, "alpha")
+    be = scalar_value(p.cval(op, "beta", what, 1.0), what, "beta")
     t = p.emit("mul", [x, p.const(be, np.float32)], [p.tmp()], source="scaled_tanh")
     t = p.emit("tanh", [t], [p.tmp()], source="scaled_tanh")
     p.emit("mul", [t, p.const(al, np.float32)], outs, source="scaled_tanh")
 
 
-@_mil("sigmoid_hard")
+@mil_op("sigmoid_hard")
 def _hard_sigmoid(p, op, outs, what):
     x = p.arg(op, "x", what)
-    al = _scalar(p.cval(op, "alpha", what, 0.2), what, "alpha")
-    be = _scalar(p.cval(op, "beta", what, 0.5), what, "beta")
+    al = scalar_value(p.cval(op, "alpha", what, 0.2), what, "alpha")
+    be = scalar_value(p.cval(op, "beta", what, 0.5), what, "beta")
     p.emit("hard_sigmoid", [x], outs, {"alpha": al, "beta": be}, source="sigmoid_hard")
 
 
-@_mil("clamped_relu")
+@mil_op("clamped_relu")
 def _clamped_relu(p, op, outs, what):  # min(max(x, 0), beta) + alpha * min(x, 0)
     x = p.arg(op, "x", what)
-    al = _scalar(p.cval(op, "alpha", what), what, "alpha")
-    be = _scalar(p.cval(op, "beta", what), what, "beta")
+    al = scalar_value(p.cval(op, "alpha", what), what, "alpha")
+    be = scalar_value(p.cval(op, "beta", what), what, "beta")
     pos = p.emit(
         "clip", [x, p.const(0.0, np.float32), p.const(be, np.float32)], [p.tmp()], source="clamped_relu"
     )
@@ -171,15 +174,15 @@ def _clamped_relu(p, op, outs, what):  # min(max(x, 0), beta) + alpha * min(x, 0
     p.emit("add", [pos, neg], outs, source="clamped_relu")
 
 
-@_mil("thresholded_relu")
+@mil_op("thresholded_relu")
 def _thresholded_relu(p, op, outs, what):  # x if x > alpha else 0
     x = p.arg(op, "x", what)
-    al = _scalar(p.cval(op, "alpha", what, 1.0), what, "alpha")
+    al = scalar_value(p.cval(op, "alpha", what, 1.0), what, "alpha")
     c = p.emit("greater", [x, p.const(al, np.float32)], [p.tmp()], source="thresholded_relu")
     p.emit("where", [c, x, p.const(0.0, np.float32)], outs, source="thresholded_relu")
 
 
-@_mil("prelu")
+@mil_op("prelu")
 def _prelu(p, op, outs, what):
     x = p.arg(op, "x", what)
     al = p.cval(op, "alpha", what)
@@ -188,21 +191,21 @@ def _prelu(p, op, outs, what):
     p.emit("prelu", [x, p.const(slope)], outs, source="prelu")
 
 
-@_mil("square")
+@mil_op("square")
 def _square(p, op, outs, what):
     x = p.arg(op, "x", what)
     p.emit("pow", [x, p.const(2.0, np.float32)], outs, source="square")
 
 
-@_mil("inverse", "rsqrt")
+@mil_op("inverse", "rsqrt")
 def _inverse(p, op, outs, what):  # 1 / (x + eps), 1 / sqrt(x + eps): the epsilon added first
     x = p.arg(op, "x", what)
-    eps = _scalar(p.cval(op, "epsilon", what, 1e-4 if op.type == "inverse" else 1e-12), what, "epsilon")
+    eps = scalar_value(p.cval(op, "epsilon", what, 1e-4 if op.type == "inverse" else 1e-12), what, "epsilon")
     t = p.emit("add", [x, p.const(eps, np.float32)], [p.tmp()], source=op.type) if eps else x
     p.emit("reciprocal" if op.type == "inverse" else "rsqrt", [t], outs, source=op.type)
 
 
-@_mil("exp2")
+@mil_op("exp2")
 def _exp2(p, op, outs, what):  # the NE's exp2 table (Apple's exp is exp2 after a scale)
     p.emit("exp2", [p.arg(op, "x", what)], outs, source="exp2")
 
@@ -221,13 +224,13 @@ _BIN = {
 }
 
 
-@_mil(*_BIN)
+@mil_op(*_BIN)
 def _binary(p, op, outs, what):
     x, y = p.arg(op, "x", what), p.arg(op, "y", what)
     p.emit(_BIN[op.type], [x, y], outs, source=op.type)
 
 
-@_mil("greater_equal", "less_equal", "not_equal")
+@mil_op("greater_equal", "less_equal", "not_equal")
 def _negated_compare(p, op, outs, what):  # not(x < y), not(x > y), not(x == y): a select of bools
     x, y = p.arg(op, "x", what), p.arg(op, "y", what)
     base = {"greater_equal": "less", "less_equal": "greater", "not_equal": "equal"}[op.type]
@@ -235,17 +238,17 @@ def _negated_compare(p, op, outs, what):  # not(x < y), not(x > y), not(x == y):
     p.emit("where", [c, p.const(np.False_), p.const(np.True_)], outs, source=op.type)
 
 
-@_mil("logical_not")
+@mil_op("logical_not")
 def _logical_not(p, op, outs, what):
     p.emit("where", [p.arg(op, "x", what), p.const(np.False_), p.const(np.True_)], outs, source="logical_not")
 
 
-@_mil("shape")
+@mil_op("shape")
 def _shape(p, op, outs, what):
     p.emit("shape", [p.arg(op, "x", what)], outs, source="shape")
 
 
-@_mil("fill")
+@mil_op("fill")
 def _fill(p, op, outs, what):  # a constant broadcast to a (constant) shape
     shape = p.arg(op, "shape", what)
     v = np.asarray(p.cval(op, "value", what, 0.0))
@@ -254,7 +257,7 @@ def _fill(p, op, outs, what):  # a constant broadcast to a (constant) shape
     )
 
 
-@_mil("range_1d")
+@mil_op("range_1d")
 def _range_1d(p, op, outs, what):
     p.emit(
         "range",
@@ -264,7 +267,7 @@ def _range_1d(p, op, outs, what):
     )
 
 
-@_mil("scaled_dot_product_attention")
+@mil_op("scaled_dot_product_attention")
 def _sdpa(p, op, outs, what):
     """softmax(q k^T / sqrt(d) + mask) v, the plain composition (iOS18's op): two matmuls,
     a planar scale, the mask added (a boolean mask as 0 / -inf, the op's definition)."""
@@ -290,20 +293,20 @@ def _sdpa(p, op, outs, what):
     p.emit("matmul", [a, v], outs, source="sdpa")
 
 
-@_mil("select")
+@mil_op("select")
 def _select(p, op, outs, what):
     p.emit(
         "where", [p.arg(op, "cond", what), p.arg(op, "a", what), p.arg(op, "b", what)], outs, source="select"
     )
 
 
-@_mil("cast")
+@mil_op("cast")
 def _cast(p, op, outs, what):
     x = p.arg(op, "x", what)
     to = str(np.asarray(p.cval(op, "dtype", what)).reshape(-1)[0])
-    if to not in _MIL_DTYPE:
+    if to not in MIL_DTYPE:
         raise ModelError(f"{what}: cast to {to!r} is not supported")
-    dt = np.dtype(_MIL_DTYPE[to])
+    dt = np.dtype(MIL_DTYPE[to])
     if dt == np.float16:  # the fp16 rounding, then on in float32 (the graph's float type)
         t = p.emit("cast", [x], [p.tmp()], {"to": dt}, source="cast(fp16)")
         p.emit("cast", [t], outs, {"to": np.dtype(np.float32)}, source="cast(fp16)")
@@ -326,11 +329,12 @@ def _pads_mil(p, op, what, nsp):
     return table[pad_type], None
 
 
-def _ints(v, default=None):
+def int_tuple(v, default=None):
+    """``v`` flattened to a tuple of ints (None stays None)."""
     return None if v is None else tuple(int(x) for x in np.asarray(v).reshape(-1))
 
 
-@_mil("conv", "conv_transpose")
+@mil_op("conv", "conv_transpose")
 def _conv(p, op, outs, what):
     x, w = p.arg(op, "x", what), p.arg(op, "weight", what)
     b = p.arg(op, "bias", what, required=False)
@@ -338,21 +342,21 @@ def _conv(p, op, outs, what):
     nsp = len(wshape) - 2 if wshape is not None else 2
     auto, pads = _pads_mil(p, op, what, nsp)
     attrs = {
-        "strides": _ints(p.cval(op, "strides", what)),
-        "dilations": _ints(p.cval(op, "dilations", what)),
+        "strides": int_tuple(p.cval(op, "strides", what)),
+        "dilations": int_tuple(p.cval(op, "dilations", what)),
         "pads": pads,
         "auto_pad": auto,
-        "groups": int(_scalar(p.cval(op, "groups", what, 1), what, "groups")),
+        "groups": int(scalar_value(p.cval(op, "groups", what, 1), what, "groups")),
     }
     if op.type == "conv_transpose":
         osh = p.cval(op, "output_shape", what)
-        attrs["output_shape"] = _ints(osh)
+        attrs["output_shape"] = int_tuple(osh)
         if attrs["auto_pad"] == "valid":
             attrs["auto_pad"] = None
     p.emit(op.type, [x, w] + ([b] if b else []), outs, attrs, source=op.type)
 
 
-@_mil("linear")
+@mil_op("linear")
 def _linear(p, op, outs, what):  # x @ W^T + b: matmul by the constant W^T, then add
     x = p.arg(op, "x", what)
     w = p.cval(op, "weight", what)
@@ -363,7 +367,7 @@ def _linear(p, op, outs, what):  # x @ W^T + b: matmul by the constant W^T, then
     b = p.cval(op, "bias", what)
     wt = p.const(
         np.broadcast_to(np.zeros((), w.dtype), w.shape[::-1])
-        if _placeholder(w)
+        if is_placeholder(w)
         else np.ascontiguousarray(w.T)
     )
     if b is None:
@@ -373,7 +377,7 @@ def _linear(p, op, outs, what):  # x @ W^T + b: matmul by the constant W^T, then
         p.emit("add", [t, p.const(np.asarray(b, np.float32).reshape(-1))], outs, source="(bias)")
 
 
-@_mil("matmul")
+@mil_op("matmul")
 def _matmul(p, op, outs, what):
     xs = []
     for key, tk in (("x", "transpose_x"), ("y", "transpose_y")):
@@ -383,7 +387,7 @@ def _matmul(p, op, outs, what):
                 c = np.swapaxes(p.consts[t], -1, -2)
                 t = p.const(
                     np.broadcast_to(np.zeros((), c.dtype), c.shape)
-                    if _placeholder(c)
+                    if is_placeholder(c)
                     else np.ascontiguousarray(c)
                 )
             else:
@@ -397,26 +401,26 @@ def _matmul(p, op, outs, what):
     p.emit("matmul", xs, outs, source="matmul")
 
 
-@_mil("batch_norm")
+@mil_op("batch_norm")
 def _batch_norm(p, op, outs, what):
     x = p.arg(op, "x", what)
     mean, var = p.cval(op, "mean", what), p.cval(op, "variance", what)
     c = np.asarray(mean).size
     g = p.cval(op, "gamma", what, np.ones(c, np.float32))
     be = p.cval(op, "beta", what, np.zeros(c, np.float32))
-    eps = _scalar(p.cval(op, "epsilon", what, 1e-5), what, "epsilon")
+    eps = scalar_value(p.cval(op, "epsilon", what, 1e-5), what, "epsilon")
     ins = [x] + [p.const(np.asarray(v, np.float32).reshape(-1)) for v in (g, be, mean, var)]
     p.emit("batchnorm", ins, outs, {"epsilon": eps}, source="batch_norm")
 
 
-@_mil("layer_norm", "instance_norm")
+@mil_op("layer_norm", "instance_norm")
 def _layer_norm(p, op, outs, what):
     x = p.arg(op, "x", what)
     r = p.rank_of(x, what)
     if op.type == "instance_norm":  # per sample and channel over the spatial axes
         axes = list(range(2, r))
         g, be = p.cval(op, "gamma", what), p.cval(op, "beta", what)
-        eps = _scalar(p.cval(op, "epsilon", what, 1e-5), what, "epsilon")
+        eps = scalar_value(p.cval(op, "epsilon", what, 1e-5), what, "epsilon")
         sh = (-1,) + (1,) * (r - 2)
         g = None if g is None else np.asarray(g, np.float32).reshape(sh)
         be = None if be is None else np.asarray(be, np.float32).reshape(sh)
@@ -435,28 +439,28 @@ def _layer_norm(p, op, outs, what):
             p.emit("identity", [t], outs, source="instance_norm")
         return
     axes = p.cval(op, "axes", what)
-    axes = sorted(_axes(axes, r, what)) if axes is not None else list(range(r))
+    axes = sorted(axis_list(axes, r, what)) if axes is not None else list(range(r))
     if axes != list(range(r - len(axes), r)):
         raise ModelError(
             f"{what}: layer_norm over axes {axes} of a {r}-D tensor: fastane normalises "
             f"the trailing axes only"
         )
     g, be = p.cval(op, "gamma", what), p.cval(op, "beta", what)
-    eps = _scalar(p.cval(op, "epsilon", what, 1e-5), what, "epsilon")
+    eps = scalar_value(p.cval(op, "epsilon", what, 1e-5), what, "epsilon")
     ins = [x, p.const(np.ones(1, np.float32) if g is None else np.asarray(g, np.float32))]
     if be is not None:
         ins.append(p.const(np.asarray(be, np.float32)))
     p.emit("layer_norm", ins, outs, {"axis": axes[0] if axes else r, "epsilon": eps}, source="layer_norm")
 
 
-@_mil("softmax")
+@mil_op("softmax")
 def _softmax(p, op, outs, what):
     x = p.arg(op, "x", what)
     p.emit(
         "softmax",
         [x],
         outs,
-        {"axis": int(_scalar(p.cval(op, "axis", what, -1), what, "axis"))},
+        {"axis": int(scalar_value(p.cval(op, "axis", what, -1), what, "axis"))},
         source="softmax",
     )
 
@@ -469,7 +473,7 @@ _RED = {
 }
 
 
-@_mil(*_RED, "reduce_log_sum_exp", "reduce_sum_square", "reduce_l2_norm", "reduce_log_sum")
+@mil_op(*_RED, "reduce_log_sum_exp", "reduce_sum_square", "reduce_l2_norm", "reduce_log_sum")
 def _reduce(p, op, outs, what):
     x = p.arg(op, "x", what)
     axes = p.cval(op, "axes", what)
@@ -495,16 +499,16 @@ def _reduce(p, op, outs, what):
         p.emit("log", [s], outs, source=src)
 
 
-@_mil("max_pool", "avg_pool")
+@mil_op("max_pool", "avg_pool")
 def _pool(p, op, outs, what):
     x = p.arg(op, "x", what)
-    k = _ints(p.cval(op, "kernel_sizes", what))
+    k = int_tuple(p.cval(op, "kernel_sizes", what))
     if not k:
         raise ModelError(f"{what}: kernel_sizes is required")
     auto, pads = _pads_mil(p, op, what, len(k))
     attrs = {
         "kernel": k,
-        "strides": _ints(p.cval(op, "strides", what)),
+        "strides": int_tuple(p.cval(op, "strides", what)),
         "pads": pads,
         "auto_pad": auto,
         "ceil_mode": int(bool(np.asarray(p.cval(op, "ceil_mode", what, False)).reshape(-1)[0])),

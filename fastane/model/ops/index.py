@@ -1,5 +1,5 @@
 """Index ops of the vocabulary, run on the host: GatherND, GatherElements, ScatterND,
-ScatterElements, Tile, Split, DepthToSpace/SpaceToDepth (see :mod:`.ops_host`).
+ScatterElements, Tile, Split, DepthToSpace/SpaceToDepth (see :mod:`.host`).
 
 Shapes are checked at inference; index values (which only exist at run time) are
 bounds-checked before any array is indexed: an out-of-range index is a ModelError naming
@@ -11,9 +11,9 @@ import math
 
 import numpy as np
 
-from ..errors import ModelError, quote
-from .opdef import _axis, _const, _need, _op
-from .tensor import TensorType, check_size
+from ...errors import ModelError, quote
+from .opdef import check_axis, need_const, need_input, register_op
+from ..tensor import TensorType, check_size
 
 
 def _int_index(t, node, what="indices"):
@@ -32,7 +32,7 @@ def _wrap(idx, n, node, what):
 
 # ------------------------------------------------------------------------ gathers
 def _gnd_infer(node, types, consts):
-    x, i = _need(types, 0, node), _int_index(_need(types, 1, node), node)
+    x, i = need_input(types, 0, node), _int_index(need_input(types, 1, node), node)
     r, q, b = len(x.shape), len(i.shape), int(node.attrs.get("batch_dims", 0))
     if q < 1 or r < 1 or not 0 <= b < min(q, r):
         raise ModelError(f"{node.describe()}: batch_dims {b} for data {x} and indices {i}")
@@ -44,7 +44,7 @@ def _gnd_infer(node, types, consts):
     return [TensorType(x.dtype, i.shape[:-1] + x.shape[b + m :])]
 
 
-@_op("gather_nd", _gnd_infer, "layout")
+@register_op("gather_nd", _gnd_infer, "layout")
 def _gather_nd(node, x, idx):
     b = int(node.attrs.get("batch_dims", 0))
     m = idx.shape[-1]
@@ -67,15 +67,15 @@ def _elements_check(node, x, i, axis, what="indices"):
 
 
 def _ge_infer(node, types, consts):
-    x, i = _need(types, 0, node), _int_index(_need(types, 1, node), node)
-    a = _axis(node.attrs.get("axis", 0), len(x.shape), node)
+    x, i = need_input(types, 0, node), _int_index(need_input(types, 1, node), node)
+    a = check_axis(node.attrs.get("axis", 0), len(x.shape), node)
     _elements_check(node, x, i, a)
     return [TensorType(x.dtype, i.shape)]
 
 
-@_op("gather_elements", _ge_infer, "layout")
+@register_op("gather_elements", _ge_infer, "layout")
 def _gather_elements(node, x, idx):
-    a = _axis(node.attrs.get("axis", 0), x.ndim, node)
+    a = check_axis(node.attrs.get("axis", 0), x.ndim, node)
     part = tuple(slice(None) if d == a else slice(0, n) for d, n in enumerate(idx.shape))
     return np.take_along_axis(x[part], _wrap(idx, x.shape[a], node, "index"), a)
 
@@ -105,10 +105,21 @@ def _same_dtype(node, x, u):
         raise ModelError(f"{node.describe()}: data {x} and updates {u} differ in dtype")
 
 
-def _snd_infer(node, types, consts):
-    x, i, u = _need(types, 0, node), _int_index(_need(types, 1, node), node), _need(types, 2, node)
+def _scatter_types(node, types):
+    """The types of a scatter's data, indices and updates, with its reduction and the
+    data's and updates' dtypes checked."""
+    x, i, u = (
+        need_input(types, 0, node),
+        _int_index(need_input(types, 1, node), node),
+        need_input(types, 2, node),
+    )
     _reduction(node)
     _same_dtype(node, x, u)
+    return x, i, u
+
+
+def _snd_infer(node, types, consts):
+    x, i, u = _scatter_types(node, types)
     if len(i.shape) < 1 or not 1 <= i.shape[-1] <= len(x.shape):
         raise ModelError(f"{node.describe()}: indices {i} do not index data {x}")
     want = i.shape[:-1] + x.shape[i.shape[-1] :]
@@ -119,7 +130,7 @@ def _snd_infer(node, types, consts):
     return [x]
 
 
-@_op("scatter_nd", _snd_infer)
+@register_op("scatter_nd", _snd_infer)
 def _scatter_nd(node, x, idx, upd):
     m = idx.shape[-1]
     flat = idx.reshape(-1, m)
@@ -139,19 +150,17 @@ def _scatter(node, x, key, upd):
 
 
 def _se_infer(node, types, consts):
-    x, i, u = _need(types, 0, node), _int_index(_need(types, 1, node), node), _need(types, 2, node)
-    _reduction(node)
-    _same_dtype(node, x, u)
-    a = _axis(node.attrs.get("axis", 0), len(x.shape), node)
+    x, i, u = _scatter_types(node, types)
+    a = check_axis(node.attrs.get("axis", 0), len(x.shape), node)
     _elements_check(node, x, i, a)
     if tuple(u.shape) != tuple(i.shape):
         raise ModelError(f"{node.describe()}: updates {u} and indices {i} differ in shape")
     return [x]
 
 
-@_op("scatter_elements", _se_infer)
+@register_op("scatter_elements", _se_infer)
 def _scatter_elements(node, x, idx, upd):
-    a = _axis(node.attrs.get("axis", 0), x.ndim, node)
+    a = check_axis(node.attrs.get("axis", 0), x.ndim, node)
     key = list(np.indices(idx.shape, sparse=True))
     key[a] = _wrap(idx, x.shape[a], node, "index")
     return _scatter(node, x, tuple(key), upd)
@@ -166,18 +175,18 @@ def _reps(node, rank, reps):
 
 
 def _tile_infer(node, types, consts):
-    x = _need(types, 0, node)
-    reps = _reps(node, len(x.shape), _const(consts, 1, node, "repeats"))
+    x = need_input(types, 0, node)
+    reps = _reps(node, len(x.shape), need_const(consts, 1, node, "repeats"))
     out = tuple(d * r for d, r in zip(x.shape, reps))
     check_size(out, node.describe())
     return [TensorType(x.dtype, out)]
 
 
-_op("tile", _tile_infer, "layout")(lambda node, x, reps: np.tile(x, _reps(node, x.ndim, reps)))
+register_op("tile", _tile_infer, "layout")(lambda node, x, reps: np.tile(x, _reps(node, x.ndim, reps)))
 
 
 def _split_sizes(node, shape, sizes):
-    a = _axis(node.attrs.get("axis", 0), len(shape), node)
+    a = check_axis(node.attrs.get("axis", 0), len(shape), node)
     n, k = shape[a], len(node.outputs)
     if sizes is not None and np.size(sizes):
         sizes = [int(v) for v in np.asarray(sizes).reshape(-1)]
@@ -195,13 +204,13 @@ def _split_sizes(node, shape, sizes):
 
 
 def _split_infer(node, types, consts):
-    x = _need(types, 0, node)
-    sizes = _const(consts, 1, node, "split") if len(node.inputs) > 1 and node.inputs[1] else None
+    x = need_input(types, 0, node)
+    sizes = need_const(consts, 1, node, "split") if len(node.inputs) > 1 and node.inputs[1] else None
     a, sizes = _split_sizes(node, x.shape, sizes)
     return [TensorType(x.dtype, x.shape[:a] + (s,) + x.shape[a + 1 :]) for s in sizes]
 
 
-@_op("split", _split_infer, "layout")
+@register_op("split", _split_infer, "layout")
 def _split(node, x, sizes=None):
     a, sizes = _split_sizes(node, x.shape, sizes)
     return np.split(x, np.cumsum(sizes)[:-1], axis=a)
@@ -225,11 +234,11 @@ def _d2s_geometry(node, shape):
 
 
 def _d2s_infer(node, types, consts):
-    x = _need(types, 0, node)
+    x = need_input(types, 0, node)
     return [TensorType(x.dtype, _d2s_geometry(node, x.shape)[2])]
 
 
-@_op("depth_to_space", _d2s_infer, "layout")
+@register_op("depth_to_space", _d2s_infer, "layout")
 def _depth_to_space(node, x):
     b, mode, out = _d2s_geometry(node, x.shape)
     n, c, h, w = x.shape
@@ -240,7 +249,7 @@ def _depth_to_space(node, x):
     return np.ascontiguousarray(t).reshape(out)
 
 
-@_op("space_to_depth", _d2s_infer, "layout")
+@register_op("space_to_depth", _d2s_infer, "layout")
 def _space_to_depth(node, x):
     b, mode, out = _d2s_geometry(node, x.shape)
     n, c, h, w = x.shape

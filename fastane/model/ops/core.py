@@ -10,10 +10,10 @@ Attributes are normalised by the importers (fastane's names, operands as inputs)
 ``pads`` is a tuple of ``(begin, end)`` pairs, one per spatial axis; ``auto_pad`` is
 ``None``, ``"same_upper"``, ``"same_lower"`` or ``"valid"``.
 
-This module holds the unary, binary, normalisation and pooling ops and re-exports the
-registry (:mod:`.opdef`); the MAC ops are in :mod:`.ops_mac`, the layout ops in
-:mod:`.ops_layout`, the ops fastane runs only on the host in :mod:`.ops_host`,
-:mod:`.ops_index` and :mod:`.ops_resize` (importing this module registers them all).
+This module holds the unary, binary, normalisation and pooling ops; the registry is
+:mod:`.opdef`, the MAC ops are in :mod:`.mac`, the layout ops in :mod:`.layout`, the ops
+fastane runs only on the host in :mod:`.host`, :mod:`.index` and :mod:`.resize`
+(importing :mod:`fastane.model.ops` registers them all).
 """
 
 from __future__ import annotations
@@ -22,18 +22,27 @@ import math
 
 import numpy as np
 
-from . import ops_host, ops_index, ops_layout, ops_mac, ops_quant, ops_resize  # register their ops in OPS
-from ..errors import ModelError
-from .opdef import OPS, OpDef, host_eval, _axis, _bshape, _const, _float, _need, _op, _same
-from .ops_mac import bn_affine, conv_geometry, deconv_geometry, _windows
-from .tensor import TensorType
+from ...errors import ModelError
+from .opdef import (
+    OPS,
+    OpDef,
+    check_axis,
+    broadcast_shape,
+    need_const,
+    need_float,
+    need_input,
+    register_op,
+    same_type,
+)
+from .mac import conv_geometry, conv_windows
+from ..tensor import TensorType
 
-__all__ = ["OpDef", "OPS", "host_eval", "conv_geometry", "pool_geometry"]
+__all__ = ["pool_geometry"]
 
 
 # ------------------------------------------------------------------------ unary
 def _unary(name, fn, kind="table"):
-    _op(name, _same, kind)(lambda node, x: fn(node, x))
+    register_op(name, same_type, kind)(lambda node, x: fn(node, x))
 
 
 def _erf(x):
@@ -83,15 +92,15 @@ _unary("hard_swish", lambda n, x: x * np.clip(x / np.float32(6) + np.float32(0.5
 _unary("softplus", lambda n, x: np.logaddexp(np.float32(0), x))
 _unary("identity", lambda n, x: x, "layout")
 OPS["identity"] = OpDef(
-    lambda node, types, consts: [_need(types, 0, node)], OPS["identity"].host, True, "layout"
+    lambda node, types, consts: [need_input(types, 0, node)], OPS["identity"].host, True, "layout"
 )
 
 
 def _clip_infer(node, types, consts):
-    return [_float(_need(types, 0, node), node)]
+    return [need_float(need_input(types, 0, node), node)]
 
 
-@_op("clip", _clip_infer, "exact")
+@register_op("clip", _clip_infer, "exact")
 def _clip(node, x, lo=None, hi=None):
     if lo is not None:
         x = np.where(x < lo, lo, x)
@@ -101,24 +110,24 @@ def _clip(node, x, lo=None, hi=None):
 
 
 def _cast_infer(node, types, consts):
-    return [TensorType(np.dtype(node.attrs["to"]), _need(types, 0, node).shape)]
+    return [TensorType(np.dtype(node.attrs["to"]), need_input(types, 0, node).shape)]
 
 
-@_op("cast", _cast_infer, "exact")
+@register_op("cast", _cast_infer, "exact")
 def _cast(node, x):
     return x.astype(node.attrs["to"])
 
 
 # ------------------------------------------------------------------------ binary
 def _binary_infer(node, types, consts):
-    ts = [_need(types, i, node) for i in range(len(node.inputs))]
+    ts = [need_input(types, i, node) for i in range(len(node.inputs))]
     if len({np.dtype(t.dtype) for t in ts}) != 1:
         raise ModelError(f"{node.describe()}: operand dtypes differ: {', '.join(str(t) for t in ts)}")
-    return [TensorType(ts[0].dtype, _bshape([t.shape for t in ts], node))]
+    return [TensorType(ts[0].dtype, broadcast_shape([t.shape for t in ts], node))]
 
 
 def _binary(name, fn):
-    _op(name, _binary_infer, "exact")(lambda node, *xs: _reduce(fn, xs))
+    register_op(name, _binary_infer, "exact")(lambda node, *xs: _reduce(fn, xs))
 
 
 def _reduce(fn, xs):
@@ -143,36 +152,36 @@ _binary("div", _int_div)
 _binary("max", np.maximum)
 _binary("min", np.minimum)
 _binary("pow", lambda a, b: np.power(a, b))
-_op("prelu", _binary_infer, "exact")(lambda node, x, s: np.where(x >= 0, x, x * s))
+register_op("prelu", _binary_infer, "exact")(lambda node, x, s: np.where(x >= 0, x, x * s))
 
 
 def _where_infer(node, types, consts):
-    c, a, b = (_need(types, i, node) for i in range(3))
-    return [TensorType(a.dtype, _bshape([c.shape, a.shape, b.shape], node))]
+    c, a, b = (need_input(types, i, node) for i in range(3))
+    return [TensorType(a.dtype, broadcast_shape([c.shape, a.shape, b.shape], node))]
 
 
-_op("where", _where_infer, "exact")(lambda node, c, a, b: np.where(c, a, b))
+register_op("where", _where_infer, "exact")(lambda node, c, a, b: np.where(c, a, b))
 
 
 def _cmp_infer(node, types, consts):
-    a, b = _need(types, 0, node), _need(types, 1, node)
-    return [TensorType(np.dtype(np.bool_), _bshape([a.shape, b.shape], node))]
+    a, b = need_input(types, 0, node), need_input(types, 1, node)
+    return [TensorType(np.dtype(np.bool_), broadcast_shape([a.shape, b.shape], node))]
 
 
-_op("equal", _cmp_infer, "exact")(lambda node, a, b: np.equal(a, b))
-_op("less", _cmp_infer, "exact")(lambda node, a, b: np.less(a, b))
-_op("greater", _cmp_infer, "exact")(lambda node, a, b: np.greater(a, b))
+register_op("equal", _cmp_infer, "exact")(lambda node, a, b: np.equal(a, b))
+register_op("less", _cmp_infer, "exact")(lambda node, a, b: np.less(a, b))
+register_op("greater", _cmp_infer, "exact")(lambda node, a, b: np.greater(a, b))
 
 
 # ------------------------------------------------------------------------ normalisation
 def _softmax_axes(node, x):
-    axis = _axis(node.attrs.get("axis", -1), x.ndim, node)
+    axis = check_axis(node.attrs.get("axis", -1), x.ndim, node)
     return axis
 
 
 def _softmax_infer(node, types, consts):
-    x = _float(_need(types, 0, node), node)
-    _axis(node.attrs.get("axis", -1), len(x.shape), node)
+    x = need_float(need_input(types, 0, node), node)
+    check_axis(node.attrs.get("axis", -1), len(x.shape), node)
     return [x]
 
 
@@ -189,20 +198,20 @@ def _softmax_core(node, x, log):
     return y.reshape(shape)
 
 
-_op("softmax", _softmax_infer, "table")(lambda node, x: _softmax_core(node, x, False))
-_op("log_softmax", _softmax_infer, "table")(lambda node, x: _softmax_core(node, x, True))
+register_op("softmax", _softmax_infer, "table")(lambda node, x: _softmax_core(node, x, False))
+register_op("log_softmax", _softmax_infer, "table")(lambda node, x: _softmax_core(node, x, True))
 
 
 def _ln_infer(node, types, consts):
-    x = _float(_need(types, 0, node), node)
-    axis = _axis(node.attrs.get("axis", -1), len(x.shape), node)
+    x = need_float(need_input(types, 0, node), node)
+    axis = check_axis(node.attrs.get("axis", -1), len(x.shape), node)
     inner = tuple(x.shape[axis:])
     for i in (1, 2):
         if len(types) > i and types[i] is not None:
             # one value per normalised element: leading 1s aside (no more than x has), the
             # operand broadcasts to them
             s = types[i].shape
-            if len(s) > len(x.shape) or math.prod(_bshape([s, inner], node)) != math.prod(inner):
+            if len(s) > len(x.shape) or math.prod(broadcast_shape([s, inner], node)) != math.prod(inner):
                 raise ModelError(
                     f"{node.describe()}: input {i} of shape {types[i].shape} does not broadcast to "
                     f"the normalised shape {inner}"
@@ -213,9 +222,9 @@ def _ln_infer(node, types, consts):
     return [x] + [stats] * (len(node.outputs) - 1)
 
 
-@_op("layer_norm", _ln_infer, "table")
+@register_op("layer_norm", _ln_infer, "table")
 def _ln(node, x, scale, bias=None):
-    axis = _axis(node.attrs.get("axis", -1), x.ndim, node)
+    axis = check_axis(node.attrs.get("axis", -1), x.ndim, node)
     axes = tuple(range(axis, x.ndim))
     mean = x.mean(axis=axes, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
@@ -224,9 +233,9 @@ def _ln(node, x, scale, bias=None):
     return [y if bias is None else y + bias, mean, inv]
 
 
-@_op("rms_norm", _ln_infer, "table")
+@register_op("rms_norm", _ln_infer, "table")
 def _rms(node, x, scale, bias=None):
-    axis = _axis(node.attrs.get("axis", -1), x.ndim, node)
+    axis = check_axis(node.attrs.get("axis", -1), x.ndim, node)
     ms = (x * x).mean(axis=tuple(range(axis, x.ndim)), keepdims=True)
     y = x / np.sqrt(ms + np.float32(node.attrs.get("epsilon", 1e-5))) * scale
     return y if bias is None else y + bias
@@ -237,14 +246,14 @@ def _reduce_axes(node, rank, consts_axes):
         if node.attrs.get("noop_with_empty_axes"):
             return ()
         return tuple(range(rank))
-    return tuple(sorted({_axis(a, rank, node) for a in np.asarray(consts_axes).reshape(-1)}))
+    return tuple(sorted({check_axis(a, rank, node) for a in np.asarray(consts_axes).reshape(-1)}))
 
 
 def _reduce_infer(node, types, consts):
-    x = _need(types, 0, node)
+    x = need_input(types, 0, node)
     axes_c = consts[1] if len(consts) > 1 else None
     if len(node.inputs) > 1 and node.inputs[1] and axes_c is None:
-        _const(consts, 1, node, "axes")
+        need_const(consts, 1, node, "axes")
     axes = _reduce_axes(node, len(x.shape), axes_c)
     keep = node.attrs.get("keepdims", 1)
     shape = (
@@ -262,7 +271,7 @@ def _reducer(name, fn):
             return x
         return fn(x, axis=ax, keepdims=bool(node.attrs.get("keepdims", 1)))
 
-    _op(name, _reduce_infer, "host")(host)
+    register_op(name, _reduce_infer, "host")(host)
 
 
 _reducer("reduce_mean", np.mean)
@@ -279,7 +288,7 @@ def pool_geometry(node, x_shape):
 
 
 def _pool_infer(node, types, consts):
-    x = _float(_need(types, 0, node), node)
+    x = need_float(need_input(types, 0, node), node)
     if len(x.shape) < 3:
         raise ModelError(f"{node.describe()}: input must be N x C x spatial, got {x}")
     if len(node.attrs.get("kernel", ())) != len(x.shape) - 2:
@@ -303,7 +312,7 @@ def _pool(node, x, kind):
     if kind == "max":
         xp = np.pad(x, full, constant_values=-np.inf)
         y = np.full(x.shape[:2] + out, -np.inf, np.float32)
-        for _, win in _windows(xp, k, s, d, out):
+        for _, win in conv_windows(xp, k, s, d, out):
             np.maximum(y, win, out=y)  # in place: no array per window
         return y
     xp = np.pad(x, full)
@@ -315,23 +324,27 @@ def _pool(node, x, kind):
         )
     y = np.zeros(x.shape[:2] + out, np.float32)
     cnt = np.zeros(out, np.float32)
-    for _, win in _windows(xp, k, s, d, out):
+    for _, win in conv_windows(xp, k, s, d, out):
         y += win
-    for _, win in _windows(inside[None, None], k, s, d, out):
+    for _, win in conv_windows(inside[None, None], k, s, d, out):
         cnt += win[0, 0]
     return y / cnt
 
 
-_op("max_pool", _pool_infer)(lambda node, x: _pool(node, x, "max"))
-_op("avg_pool", _pool_infer)(lambda node, x: _pool(node, x, "avg"))
+register_op("max_pool", _pool_infer)(lambda node, x: _pool(node, x, "max"))
+register_op("avg_pool", _pool_infer)(lambda node, x: _pool(node, x, "avg"))
 
 
 def _gpool_infer(node, types, consts):
-    x = _float(_need(types, 0, node), node)
+    x = need_float(need_input(types, 0, node), node)
     if len(x.shape) < 3:
         raise ModelError(f"{node.describe()}: input must be N x C x spatial, got {x}")
     return [TensorType(x.dtype, x.shape[:2] + (1,) * (len(x.shape) - 2))]
 
 
-_op("global_avg_pool", _gpool_infer)(lambda node, x: x.mean(axis=tuple(range(2, x.ndim)), keepdims=True))
-_op("global_max_pool", _gpool_infer)(lambda node, x: x.max(axis=tuple(range(2, x.ndim)), keepdims=True))
+register_op("global_avg_pool", _gpool_infer)(
+    lambda node, x: x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
+)
+register_op("global_max_pool", _gpool_infer)(
+    lambda node, x: x.max(axis=tuple(range(2, x.ndim)), keepdims=True)
+)

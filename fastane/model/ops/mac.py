@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelError
-from .opdef import _bshape, _float, _need, _op
-from .tensor import TensorType, check_size
+from ...errors import ModelError
+from .opdef import broadcast_shape, need_float, need_input, register_op
+from ..tensor import TensorType, check_size
 
 
 # ------------------------------------------------------------------------ MAC ops
 def _matmul_infer(node, types, consts):
-    a, b = _float(_need(types, 0, node), node), _float(_need(types, 1, node), node, 1)
+    a, b = need_float(need_input(types, 0, node), node), need_float(need_input(types, 1, node), node, 1)
     if a.dtype != b.dtype:
         raise ModelError(f"{node.describe()}: operand dtypes differ: {a} and {b}")
     sa, sb = a.shape, b.shape
@@ -22,7 +22,7 @@ def _matmul_infer(node, types, consts):
     B = sb + (1,) if len(sb) == 1 else sb
     if A[-1] != B[-2]:
         raise ModelError(f"{node.describe()}: inner dimensions differ: {a} @ {b}")
-    batch = _bshape([A[:-2], B[:-2]], node)
+    batch = broadcast_shape([A[:-2], B[:-2]], node)
     out = batch + (A[-2], B[-1])
     if len(sa) == 1:
         out = out[:-2] + out[-1:]
@@ -31,13 +31,13 @@ def _matmul_infer(node, types, consts):
     return [TensorType(a.dtype, out)]
 
 
-@_op("matmul", _matmul_infer, "mac")
+@register_op("matmul", _matmul_infer, "mac")
 def _matmul(node, a, b):
     return np.matmul(a, b)
 
 
 def _gemm_dims(node, types):
-    a, b = _float(_need(types, 0, node), node), _float(_need(types, 1, node), node, 1)
+    a, b = need_float(need_input(types, 0, node), node), need_float(need_input(types, 1, node), node, 1)
     if len(a.shape) != 2 or len(b.shape) != 2:
         raise ModelError(f"{node.describe()}: Gemm operands must be 2-D, got {a} and {b}")
     M, K = a.shape[::-1] if node.attrs.get("trans_a") else a.shape
@@ -54,12 +54,12 @@ def _gemm_infer(node, types, consts):
     a, M, K, N = _gemm_dims(node, types)
     if len(types) > 2 and types[2] is not None:
         c = types[2].shape
-        if _bshape([c, (M, N)], node) != (M, N):
+        if broadcast_shape([c, (M, N)], node) != (M, N):
             raise ModelError(f"{node.describe()}: C of shape {c} does not broadcast to ({M}, {N})")
     return [TensorType(a.dtype, (M, N))]
 
 
-@_op("gemm", _gemm_infer, "mac")
+@register_op("gemm", _gemm_infer, "mac")
 def _gemm(node, a, b, c=None):
     if node.attrs.get("trans_a"):
         a = a.T
@@ -119,7 +119,7 @@ def conv_geometry(node, x_shape, w_shape, transpose=False):
 
 def _conv_operands(node, types, what: str):
     """The input and weight types of a conv-like node (1-D or 2-D) and its groups."""
-    x, w = _float(_need(types, 0, node), node), _float(_need(types, 1, node), node, 1)
+    x, w = need_float(need_input(types, 0, node), node), need_float(need_input(types, 1, node), node, 1)
     if len(x.shape) not in (3, 4) or len(w.shape) != len(x.shape):
         raise ModelError(
             f"{node.describe()}: fastane supports 1-D and 2-D {what} (input N x C x "
@@ -142,7 +142,7 @@ def _conv_infer(node, types, consts):
     return [TensorType(x.dtype, (x.shape[0], CO) + out)]
 
 
-def _windows(xp, k, s, d, out):
+def conv_windows(xp, k, s, d, out):
     """Yield ``(kernel index, window view)`` over a padded N x C x spatial array."""
     import itertools
 
@@ -151,7 +151,7 @@ def _windows(xp, k, s, d, out):
         yield idx, xp[(slice(None), slice(None)) + sl]
 
 
-@_op("conv", _conv_infer, "mac")
+@register_op("conv", _conv_infer, "mac")
 def _conv(node, x, w, b=None):
     s, d, pads, out = conv_geometry(node, x.shape, w.shape[2:])
     g = int(node.attrs.get("groups", 1))
@@ -160,7 +160,7 @@ def _conv(node, x, w, b=None):
     xp = np.pad(x, ((0, 0), (0, 0)) + pads)
     y = np.zeros((N, g, CO // g) + out, np.float32)
     wg = w.reshape((g, CO // g, CG) + w.shape[2:])
-    for idx, win in _windows(xp, w.shape[2:], s, d, out):
+    for idx, win in conv_windows(xp, w.shape[2:], s, d, out):
         patch = win.reshape((N, g, CG) + out)
         y += np.einsum("ngc...,goc->ngo...", patch, wg[(Ellipsis,) + idx], optimize=True)
     y = y.reshape((N, CO) + out)
@@ -170,11 +170,11 @@ def _conv(node, x, w, b=None):
 
 
 def _bn_infer(node, types, consts):
-    x = _float(_need(types, 0, node), node)
+    x = need_float(need_input(types, 0, node), node)
     if len(x.shape) < 2:
         raise ModelError(f"{node.describe()}: input must be at least 2-D, got {x}")
     for i in range(1, 5):
-        t = _need(types, i, node)
+        t = need_input(types, i, node)
         if t.shape != (x.shape[1],):
             raise ModelError(f"{node.describe()}: input {i} must have shape ({x.shape[1]},), got {t}")
     return [x]
@@ -187,7 +187,7 @@ def bn_affine(node, scale, bias, mean, var):
     return a, bias.astype(np.float64) - a * mean.astype(np.float64)
 
 
-@_op("batchnorm", _bn_infer, "mac")
+@register_op("batchnorm", _bn_infer, "mac")
 def _bn(node, x, scale, bias, mean, var):
     eps = np.float32(node.attrs.get("epsilon", 1e-5))
     sh = (1, -1) + (1,) * (x.ndim - 2)
@@ -255,7 +255,7 @@ def _deconv_infer(node, types, consts):
     return [TensorType(x.dtype, (x.shape[0], co) + out)]
 
 
-@_op("conv_transpose", _deconv_infer, "mac")
+@register_op("conv_transpose", _deconv_infer, "mac")
 def _deconv(node, x, w, b=None):
     """Scatter form: every input pixel adds its kernel-weighted contribution to the output
     (the definition; independent of the ANE lowering's zero-insertion form)."""

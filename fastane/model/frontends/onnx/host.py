@@ -1,8 +1,8 @@
 """The ONNX importer's mapping of the ops fastane runs only on the host (no ANE lowering):
 Einsum, TopK, ArgMax/ArgMin, CumSum, Tile, the gathers and scatters, Resize/Upsample,
-OneHot, Trilu, Split, the logical ops ... (:mod:`fastane.model.ops_host`,
-:mod:`~fastane.model.ops_index`, :mod:`~fastane.model.ops_resize`).  Called by
-:func:`fastane.model.onnx_import._convert`; imports no ``onnx``.  Operands that older
+OneHot, Trilu, Split, the logical ops ... (:mod:`fastane.model.ops.host`,
+:mod:`~fastane.model.ops.index`, :mod:`~fastane.model.ops.resize`).  Called by
+:func:`fastane.model.frontends.onnx.importer._convert`; imports no ``onnx``.  Operands that older
 opsets gave as attributes (TopK ``k``, Split ``split``, ReduceProd ``axes``, Upsample
 ``scales``) become constant inputs."""
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelError, ModelNotImplementedError, quote
-from .graph import Node
+from ....errors import ModelError, ModelNotImplementedError, quote
+from ...graph import Node
 
 #: ONNX op type -> fastane op, for the ops whose attributes keep their ONNX names
 _SAME = {

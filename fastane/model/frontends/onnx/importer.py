@@ -23,10 +23,10 @@ import os
 
 import numpy as np
 
-from ..errors import ModelError, ModelNotImplementedError, quote
-from .graph import DTYPES, Graph, Node, TensorType, check_size
-from .onnx_host import HOST_OPS, convert as _convert_host
-from .tensor import read_protobuf
+from ....errors import ModelError, ModelNotImplementedError, quote
+from ...graph import DTYPES, Graph, Node, TensorType, check_size
+from .host import HOST_OPS, convert as _convert_host
+from ...tensor import read_protobuf
 
 __all__ = ["load", "from_proto", "SUPPORTED"]
 

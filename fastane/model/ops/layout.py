@@ -8,14 +8,14 @@ import math
 
 import numpy as np
 
-from ..errors import ModelError, ModelNotImplementedError, quote
-from .opdef import _axis, _bshape, _const, _need, _op
-from .tensor import TensorType, check_size
+from ...errors import ModelError, ModelNotImplementedError, quote
+from .opdef import check_axis, broadcast_shape, need_const, need_input, register_op
+from ..tensor import TensorType, check_size
 
 
 # ------------------------------------------------------------------------ layout
 def _flatten_infer(node, types, consts):
-    x = _need(types, 0, node)
+    x = need_input(types, 0, node)
     r = len(x.shape)
     a = int(node.attrs.get("axis", 1))
     if not -r <= a <= r:
@@ -24,7 +24,7 @@ def _flatten_infer(node, types, consts):
     return [TensorType(x.dtype, (math.prod(x.shape[:a]), math.prod(x.shape[a:])))]
 
 
-_op("flatten", _flatten_infer, "layout")(
+register_op("flatten", _flatten_infer, "layout")(
     lambda node, x: x.reshape(_flatten_infer(node, [TensorType(x.dtype, x.shape)], [None])[0].shape)
 )
 
@@ -56,11 +56,13 @@ def _reshape_target(node, shape, target):
 
 
 def _reshape_infer(node, types, consts):
-    x = _need(types, 0, node)
-    return [TensorType(x.dtype, _reshape_target(node, x.shape, _const(consts, 1, node, "shape")))]
+    x = need_input(types, 0, node)
+    return [TensorType(x.dtype, _reshape_target(node, x.shape, need_const(consts, 1, node, "shape")))]
 
 
-_op("reshape", _reshape_infer, "layout")(lambda node, x, t: x.reshape(_reshape_target(node, x.shape, t)))
+register_op("reshape", _reshape_infer, "layout")(
+    lambda node, x, t: x.reshape(_reshape_target(node, x.shape, t))
+)
 
 
 def _perm(node, rank):
@@ -72,11 +74,11 @@ def _perm(node, rank):
 
 
 def _transpose_infer(node, types, consts):
-    x = _need(types, 0, node)
+    x = need_input(types, 0, node)
     return [TensorType(x.dtype, tuple(x.shape[p] for p in _perm(node, len(x.shape))))]
 
 
-_op("transpose", _transpose_infer, "layout")(
+register_op("transpose", _transpose_infer, "layout")(
     lambda node, x: np.asarray(np.transpose(x, _perm(node, x.ndim)), order="C")
 )
 
@@ -84,7 +86,7 @@ _op("transpose", _transpose_infer, "layout")(
 def _squeeze_axes(node, shape, axes):
     if axes is None:
         return tuple(i for i, d in enumerate(shape) if d == 1)
-    ax = tuple(sorted({_axis(a, len(shape), node) for a in np.asarray(axes).reshape(-1)}))
+    ax = tuple(sorted({check_axis(a, len(shape), node) for a in np.asarray(axes).reshape(-1)}))
     for a in ax:
         if shape[a] != 1:
             raise ModelError(f"{node.describe()}: cannot squeeze axis {a} of size {shape[a]}")
@@ -92,22 +94,22 @@ def _squeeze_axes(node, shape, axes):
 
 
 def _squeeze_infer(node, types, consts):
-    x = _need(types, 0, node)
+    x = need_input(types, 0, node)
     axes = None
     if len(node.inputs) > 1 and node.inputs[1]:
-        axes = _const(consts, 1, node, "axes")
+        axes = need_const(consts, 1, node, "axes")
     ax = _squeeze_axes(node, x.shape, axes)
     return [TensorType(x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in ax))]
 
 
-_op("squeeze", _squeeze_infer, "layout")(
+register_op("squeeze", _squeeze_infer, "layout")(
     lambda node, x, axes=None: np.squeeze(x, _squeeze_axes(node, x.shape, axes))
 )
 
 
 def _unsqueeze_shape(node, shape, axes):
     r = len(shape) + np.size(axes)
-    ax = sorted({_axis(a, r, node) for a in np.asarray(axes).reshape(-1)})
+    ax = sorted({check_axis(a, r, node) for a in np.asarray(axes).reshape(-1)})
     if len(ax) != np.size(axes):
         raise ModelError(f"{node.describe()}: repeated axes {list(np.asarray(axes).reshape(-1))}")
     it = iter(shape)
@@ -115,19 +117,19 @@ def _unsqueeze_shape(node, shape, axes):
 
 
 def _unsqueeze_infer(node, types, consts):
-    x = _need(types, 0, node)
-    return [TensorType(x.dtype, _unsqueeze_shape(node, x.shape, _const(consts, 1, node, "axes")))]
+    x = need_input(types, 0, node)
+    return [TensorType(x.dtype, _unsqueeze_shape(node, x.shape, need_const(consts, 1, node, "axes")))]
 
 
-_op("unsqueeze", _unsqueeze_infer, "layout")(
+register_op("unsqueeze", _unsqueeze_infer, "layout")(
     lambda node, x, axes: x.reshape(_unsqueeze_shape(node, x.shape, axes))
 )
 
 
 def _concat_infer(node, types, consts):
-    ts = [_need(types, i, node) for i in range(len(node.inputs))]
+    ts = [need_input(types, i, node) for i in range(len(node.inputs))]
     r = len(ts[0].shape)
-    a = _axis(node.attrs.get("axis", 0), r, node)
+    a = check_axis(node.attrs.get("axis", 0), r, node)
     for t in ts[1:]:
         if len(t.shape) != r or any(x != y for i, (x, y) in enumerate(zip(t.shape, ts[0].shape)) if i != a):
             raise ModelError(
@@ -140,10 +142,10 @@ def _concat_infer(node, types, consts):
     return [TensorType(ts[0].dtype, tuple(shape))]
 
 
-@_op("concat", _concat_infer, "layout")
+@register_op("concat", _concat_infer, "layout")
 def _concat(node, *xs):
     # ANE tensors arrive as fp16, host ones as float32: concatenate in the wider dtype
-    return np.concatenate(xs, axis=_axis(node.attrs.get("axis", 0), xs[0].ndim, node))
+    return np.concatenate(xs, axis=check_axis(node.attrs.get("axis", 0), xs[0].ndim, node))
 
 
 def _slices(node, shape, starts, ends, axes, steps):
@@ -157,22 +159,22 @@ def _slices(node, shape, starts, ends, axes, steps):
     for st, en, ax, sp in zip(starts, ends, axes, steps):
         if sp == 0:
             raise ModelError(f"{node.describe()}: a slice step is 0")
-        a = _axis(ax, len(shape), node)
+        a = check_axis(ax, len(shape), node)
         big = 1 << 62
         sl[a] = slice(int(np.clip(st, -big, big)), int(np.clip(en, -big, big)), int(sp))
     return tuple(sl)
 
 
 def _slice_infer(node, types, consts):
-    x = _need(types, 0, node)
-    args = [_const(consts, i, node, n) for i, n in ((1, "starts"), (2, "ends"))]
+    x = need_input(types, 0, node)
+    args = [need_const(consts, i, node, n) for i, n in ((1, "starts"), (2, "ends"))]
     for i, n in ((3, "axes"), (4, "steps")):
-        args.append(_const(consts, i, node, n) if len(node.inputs) > i and node.inputs[i] else None)
+        args.append(need_const(consts, i, node, n) if len(node.inputs) > i and node.inputs[i] else None)
     sl = _slices(node, x.shape, *args)
     return [TensorType(x.dtype, tuple(len(range(*s.indices(d))) for s, d in zip(sl, x.shape)))]
 
 
-_op("slice", _slice_infer, "layout")(
+register_op("slice", _slice_infer, "layout")(
     lambda node, x, st, en, ax=None, sp=None: np.asarray(x[_slices(node, x.shape, st, en, ax, sp)], order="C")
 )
 
@@ -182,7 +184,7 @@ def _pad_widths(node, shape, pads, axes):
     axes = (
         list(range(len(shape)))
         if axes is None
-        else [_axis(a, len(shape), node) for a in np.asarray(axes).reshape(-1)]
+        else [check_axis(a, len(shape), node) for a in np.asarray(axes).reshape(-1)]
     )
     if len(pads) != 2 * len(axes):
         raise ModelError(f"{node.describe()}: pads has {len(pads)} values for {len(axes)} axes")
@@ -195,15 +197,15 @@ def _pad_widths(node, shape, pads, axes):
 
 
 def _pad_infer(node, types, consts):
-    x = _need(types, 0, node)
-    axes = _const(consts, 3, node, "axes") if len(node.inputs) > 3 and node.inputs[3] else None
-    w = _pad_widths(node, x.shape, _const(consts, 1, node, "pads"), axes)
+    x = need_input(types, 0, node)
+    axes = need_const(consts, 3, node, "axes") if len(node.inputs) > 3 and node.inputs[3] else None
+    w = _pad_widths(node, x.shape, need_const(consts, 1, node, "pads"), axes)
     if node.attrs.get("mode", "constant") not in ("constant", "reflect", "edge"):
         raise ModelError(f"{node.describe()}: unknown pad mode {quote(node.attrs.get('mode'))}")
     return [TensorType(x.dtype, tuple(d + a + b for d, (a, b) in zip(x.shape, w)))]
 
 
-@_op("pad", _pad_infer, "layout")
+@register_op("pad", _pad_infer, "layout")
 def _pad(node, x, pads, value=None, axes=None):
     w = _pad_widths(node, x.shape, pads, axes)
     mode = node.attrs.get("mode", "constant")
@@ -214,29 +216,29 @@ def _pad(node, x, pads, value=None, axes=None):
 
 
 def _shape_infer(node, types, consts):
-    x = _need(types, 0, node)
+    x = need_input(types, 0, node)
     r = len(x.shape)
     start, end = node.attrs.get("start", 0), node.attrs.get("end", r)
     n = len(range(*slice(start, end).indices(r)))
     return [TensorType(np.dtype(np.int64), (n,))]
 
 
-@_op("shape", _shape_infer, "layout")
+@register_op("shape", _shape_infer, "layout")
 def _shape(node, x, *_):
     raise AssertionError("shape is folded at bind time")
 
 
 def _gather_infer(node, types, consts):
-    x, i = _need(types, 0, node), _need(types, 1, node)
+    x, i = need_input(types, 0, node), need_input(types, 1, node)
     if np.dtype(i.dtype).kind not in "iu":
         raise ModelError(f"{node.describe()}: indices must be integers, got {i}")
-    a = _axis(node.attrs.get("axis", 0), len(x.shape), node)
+    a = check_axis(node.attrs.get("axis", 0), len(x.shape), node)
     return [TensorType(x.dtype, x.shape[:a] + i.shape + x.shape[a + 1 :])]
 
 
-@_op("gather", _gather_infer, "layout")
+@register_op("gather", _gather_infer, "layout")
 def _gather(node, x, idx):
-    a = _axis(node.attrs.get("axis", 0), x.ndim, node)
+    a = check_axis(node.attrs.get("axis", 0), x.ndim, node)
     n = x.shape[a]
     if idx.size and (idx.min() < -n or idx.max() >= n):
         raise ValueError(f"gather index out of range [-{n}, {n}) on axis {a}")
@@ -244,14 +246,14 @@ def _gather(node, x, idx):
 
 
 def _expand_infer(node, types, consts):
-    x = _need(types, 0, node)
-    shape = tuple(int(v) for v in np.asarray(_const(consts, 1, node, "shape")).reshape(-1))
-    out = _bshape([x.shape, shape], node)
+    x = need_input(types, 0, node)
+    shape = tuple(int(v) for v in np.asarray(need_const(consts, 1, node, "shape")).reshape(-1))
+    out = broadcast_shape([x.shape, shape], node)
     check_size(out, node.describe())
     return [TensorType(x.dtype, out)]
 
 
-_op("expand", _expand_infer, "layout")(
+register_op("expand", _expand_infer, "layout")(
     lambda node, x, shape: np.asarray(
         np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(int(v) for v in shape.reshape(-1)))), order="C"
     )
@@ -259,7 +261,7 @@ _op("expand", _expand_infer, "layout")(
 
 
 def _range_infer(node, types, consts):
-    st, li, de = (_const(consts, i, node, n) for i, n in ((0, "start"), (1, "limit"), (2, "delta")))
+    st, li, de = (need_const(consts, i, node, n) for i, n in ((0, "start"), (1, "limit"), (2, "delta")))
     if float(de) == 0:
         raise ModelError(f"{node.describe()}: delta is 0")
     steps = (float(li) - float(st)) / float(de)
@@ -270,4 +272,6 @@ def _range_infer(node, types, consts):
     return [TensorType(np.asarray(st).dtype, (n,))]
 
 
-_op("range", _range_infer, "layout")(lambda node, s, l, d: np.arange(s, l, d).astype(np.asarray(s).dtype))
+register_op("range", _range_infer, "layout")(
+    lambda node, s, l, d: np.arange(s, l, d).astype(np.asarray(s).dtype)
+)

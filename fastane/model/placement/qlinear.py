@@ -39,9 +39,10 @@ import math
 
 import numpy as np
 
-from .. import quantized as _q
-from ..stats import Stats
-from .ops import conv_geometry
+from ... import quantized as _q
+from ...stats import Stats
+from ..ops import conv_geometry
+from .context import Context
 
 __all__ = ["place_qlinear", "match", "bias_grid"]
 
@@ -196,10 +197,11 @@ def _groups(m):
     return [(np.flatnonzero(ws == u), base * float(u)) for u in np.unique(ws)]
 
 
-def place_qlinear(dq, bound, only, add, why=None) -> bool:
+def place_qlinear(dq, ctx: Context, why=None) -> bool:
     """Place the quantized MAC chain at ``dq`` on the INT8 path; False if there is none
     (``why``: see :func:`match`)."""
-    m = match(dq, bound, only, why)
+    bound, add = ctx.bound, ctx.add
+    m = match(dq, bound, ctx.only, why)
     if m is None:
         return False
     mac = m["mac"]

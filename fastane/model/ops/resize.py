@@ -29,9 +29,9 @@ import math
 
 import numpy as np
 
-from ..errors import ModelError, ModelNotImplementedError, quote
-from .opdef import _axis, _const, _float, _need, _op
-from .tensor import TensorType, check_size
+from ...errors import ModelError, ModelNotImplementedError, quote
+from .opdef import check_axis, need_const, need_float, need_input, register_op
+from ..tensor import TensorType, check_size
 
 _MODES = ("nearest", "linear", "cubic")
 _COORDS = (
@@ -52,7 +52,7 @@ def _opt(consts, node, i, what):
     """The constant input ``i`` as float64/int64 values, or None when absent or empty."""
     if i >= len(node.inputs) or not node.inputs[i]:
         return None
-    v = np.asarray(_const(consts, i, node, what))
+    v = np.asarray(need_const(consts, i, node, what))
     return None if v.size == 0 else v.reshape(-1)
 
 
@@ -71,7 +71,7 @@ def _plan(node, shape, roi, scales, sizes):
         raise ModelNotImplementedError(f"{node.describe()}: antialias = 1 is not implemented by fastane")
     r = len(shape)
     axes = a.get("axes")
-    axes = list(range(r)) if axes is None else [_axis(v, r, node) for v in axes]
+    axes = list(range(r)) if axes is None else [check_axis(v, r, node) for v in axes]
     if len(set(axes)) != len(axes):
         raise ModelError(f"{node.describe()}: repeated axes {axes}")
     if (scales is None) == (sizes is None):
@@ -114,7 +114,7 @@ def _plan(node, shape, roi, scales, sizes):
 
 
 def _resize_infer(node, types, consts):
-    x = _float(_need(types, 0, node), node)
+    x = need_float(need_input(types, 0, node), node)
     roi = _opt(consts, node, 1, "roi")
     plan = _plan(node, x.shape, roi, _opt(consts, node, 2, "scales"), _opt(consts, node, 3, "sizes"))
     return [TensorType(x.dtype, tuple(p[1] for p in plan))]
@@ -199,7 +199,7 @@ def _axis_resize(node, x, ax, s, m, lo, hi):
     return y
 
 
-@_op("resize", _resize_infer)
+@register_op("resize", _resize_infer)
 def _resize(node, x, roi=None, scales=None, sizes=None):
     def flat(v):
         return None if v is None or np.size(v) == 0 else np.asarray(v).reshape(-1)

@@ -1,22 +1,22 @@
 """The Core ML importer's MIL layout ops (reshape, transpose, concat, slices, pad,
-gather, split, upsample, stack), registered in :data:`fastane.model.coreml_mil.MIL_OPS`."""
+gather, split, upsample, stack), registered in :data:`fastane.model.frontends.coreml.mil.MIL_OPS`."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelError
-from .coreml_mil import _axes, _mil, _scalar
-from .coreml_mil_host import upsample_nearest_fractional
+from ....errors import ModelError
+from .mil import axis_list, mil_op, scalar_value
+from .mil_host import upsample_nearest_fractional
 
 
-@_mil("reshape")
+@mil_op("reshape")
 def _reshape(p, op, outs, what):
     x = p.arg(op, "x", what)
     p.emit("reshape", [x, p.arg(op, "shape", what)], outs, source="reshape")
 
 
-@_mil("transpose")
+@mil_op("transpose")
 def _transpose(p, op, outs, what):
     x = p.arg(op, "x", what)
     perm = p.cval(op, "perm", what)
@@ -24,23 +24,27 @@ def _transpose(p, op, outs, what):
         raise ModelError(f"{what}: missing parameter 'perm'")
     shape = p.rank_hint(x)
     rank = np.asarray(perm).size if shape is None else len(shape)
-    perm = _axes(perm, rank, what, "perm")  # (0, 2, -3, -1): coremltools writes negative axes
+    perm = axis_list(perm, rank, what, "perm")  # (0, 2, -3, -1): coremltools writes negative axes
     if len(perm) != rank:
         raise ModelError(f"{what}: perm {perm} has {len(perm)} axes, the input has {rank}")
     p.emit("transpose", [x], outs, {"perm": perm}, source="transpose")
 
 
-@_mil("concat")
+@mil_op("concat")
 def _concat(p, op, outs, what):
     vals = p.args(op, "values", what)
     if bool(np.asarray(p.cval(op, "interleave", what, False)).reshape(-1)[0]):
         raise ModelError(f"{what}: concat with interleave=True is not supported")
     p.emit(
-        "concat", vals, outs, {"axis": int(_scalar(p.cval(op, "axis", what), what, "axis"))}, source="concat"
+        "concat",
+        vals,
+        outs,
+        {"axis": int(scalar_value(p.cval(op, "axis", what), what, "axis"))},
+        source="concat",
     )
 
 
-@_mil("squeeze", "expand_dims")
+@mil_op("squeeze", "expand_dims")
 def _squeeze(p, op, outs, what):
     x = p.arg(op, "x", what)
     axes = p.cval(op, "axes", what)
@@ -51,7 +55,7 @@ def _squeeze(p, op, outs, what):
     p.emit(fop, ins, outs, source=op.type)
 
 
-@_mil("slice_by_index")
+@mil_op("slice_by_index")
 def _slice_by_index(p, op, outs, what):
     x = p.arg(op, "x", what)
     r = p.rank_of(x, what)
@@ -82,7 +86,7 @@ def _slice_by_index(p, op, outs, what):
         p.emit("slice", ins, outs, source="slice_by_index")
 
 
-@_mil("slice_by_size")
+@mil_op("slice_by_size")
 def _slice_by_size(p, op, outs, what):
     x = p.arg(op, "x", what)
     begin = np.asarray(p.cval(op, "begin", what), np.int64).reshape(-1)
@@ -93,13 +97,13 @@ def _slice_by_size(p, op, outs, what):
     p.emit("slice", [x, p.const(begin), p.const(end)], outs, source="slice_by_size")
 
 
-@_mil("pad")
+@mil_op("pad")
 def _pad(p, op, outs, what):
     x = p.arg(op, "x", what)
     r = p.rank_of(x, what)
     pad = np.asarray(p.cval(op, "pad", what), np.int64).reshape(-1)
     mode = str(np.asarray(p.cval(op, "mode", what, "constant")).reshape(-1)[0])
-    val = _scalar(p.cval(op, "constant_val", what, 0.0), what, "constant_val")
+    val = scalar_value(p.cval(op, "constant_val", what, 0.0), what, "constant_val")
     if pad.size % 2 or pad.size > 2 * r:
         raise ModelError(f"{what}: pad of {pad.size} values for a tensor of rank {r}")
     k = pad.size // 2
@@ -117,31 +121,31 @@ def _pad(p, op, outs, what):
     )
 
 
-@_mil("gather")
+@mil_op("gather")
 def _gather(p, op, outs, what):
     x, i = p.arg(op, "x", what), p.arg(op, "indices", what)
     p.emit(
         "gather",
         [x, i],
         outs,
-        {"axis": int(_scalar(p.cval(op, "axis", what, 0), what, "axis"))},
+        {"axis": int(scalar_value(p.cval(op, "axis", what, 0), what, "axis"))},
         source="gather",
     )
 
 
-@_mil("split")
+@mil_op("split")
 def _split(p, op, outs, what):
     x = p.arg(op, "x", what)
     shape = p.rank_hint(x)
     r = p.rank_of(x, what)
-    axis = int(_scalar(p.cval(op, "axis", what), what, "axis"))
+    axis = int(scalar_value(p.cval(op, "axis", what), what, "axis"))
     if not -r <= axis < r or isinstance(shape[axis % r], str):
         raise ModelError(f"{what}: axis {axis} is out of range or symbolic for shape {shape}")
     axis %= r
     n = shape[axis]
     sizes = p.cval(op, "split_sizes", what)
     if sizes is None:
-        k = int(_scalar(p.cval(op, "num_splits", what), what, "num_splits"))
+        k = int(scalar_value(p.cval(op, "num_splits", what), what, "num_splits"))
         if k < 1:
             raise ModelError(f"{what}: num_splits {k} must be >= 1")
         sizes = [-(-n // k)] * (n // -(-n // k)) + ([n % -(-n // k)] if n % -(-n // k) else [])
@@ -165,12 +169,12 @@ def _split(p, op, outs, what):
         start += size
 
 
-@_mil("upsample_nearest_neighbor")
+@mil_op("upsample_nearest_neighbor")
 def _upsample_nn(p, op, outs, what):  # integer scales: reshape, expand (a broadcast copy), reshape
     x = p.arg(op, "x", what)
     shape = p.rank_hint(x)
-    sh = _scalar(p.cval(op, "scale_factor_height", what, 1), what, "scale_factor_height")
-    sw = _scalar(p.cval(op, "scale_factor_width", what, 1), what, "scale_factor_width")
+    sh = scalar_value(p.cval(op, "scale_factor_height", what, 1), what, "scale_factor_height")
+    sw = scalar_value(p.cval(op, "scale_factor_width", what, 1), what, "scale_factor_width")
     if sh != int(sh) or sw != int(sw) or sh < 1 or sw < 1 or (shape is not None and len(shape) != 4):
         return upsample_nearest_fractional(p, op, outs, what)  # a resize on the host
     if shape is None or any(isinstance(d, str) for d in shape):
@@ -197,32 +201,32 @@ def _upsample_nn(p, op, outs, what):  # integer scales: reshape, expand (a broad
     )
 
 
-@_mil("stack")
+@mil_op("stack")
 def _stack(p, op, outs, what):
     vals = p.args(op, "values", what)
-    axis = int(_scalar(p.cval(op, "axis", what), what, "axis"))
+    axis = int(scalar_value(p.cval(op, "axis", what), what, "axis"))
     ex = [
         p.emit("unsqueeze", [v, p.const(np.array([axis], np.int64))], [p.tmp()], source="stack") for v in vals
     ]
     p.emit("concat", ex, outs, {"axis": axis}, source="stack")
 
 
-@_mil("flatten2d")
+@mil_op("flatten2d")
 def _flatten2d(p, op, outs, what):
     x = p.arg(op, "x", what)
     p.emit(
         "flatten",
         [x],
         outs,
-        {"axis": int(_scalar(p.cval(op, "axis", what, 1), what, "axis"))},
+        {"axis": int(scalar_value(p.cval(op, "axis", what, 1), what, "axis"))},
         source="flatten2d",
     )
 
 
-@_mil("linear_activation")
+@mil_op("linear_activation")
 def _linear_activation(p, op, outs, what):  # alpha * x + beta
     x = p.arg(op, "x", what)
-    al = _scalar(p.cval(op, "alpha", what), what, "alpha")
-    be = _scalar(p.cval(op, "beta", what, 0.0), what, "beta")
+    al = scalar_value(p.cval(op, "alpha", what), what, "alpha")
+    be = scalar_value(p.cval(op, "beta", what, 0.0), what, "beta")
     t = p.emit("mul", [x, p.const(al, np.float32)], [p.tmp()], source="linear_activation")
     p.emit("add", [t, p.const(be, np.float32)], outs, source="linear_activation")

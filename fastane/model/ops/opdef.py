@@ -1,7 +1,7 @@
-"""The op vocabulary's registry (:class:`OpDef`, :data:`OPS`, the ``_op`` decorator),
+"""The op vocabulary's registry (:class:`OpDef`, :data:`OPS`, the ``register_op`` decorator),
 the checks every op's inference shares, and :func:`host_eval`.  The ops themselves are
-registered by :mod:`fastane.model.ops` (which re-exports these names), ``ops_mac`` and
-``ops_layout``."""
+registered by the other modules of :mod:`fastane.model.ops` (which re-exports
+:class:`OpDef`, :data:`OPS` and :func:`host_eval`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import ModelError, quote
-from ..operands import widen_fp16
-from .tensor import TensorType
+from ...errors import ModelError, quote
+from ...operands import widen_fp16
+from ..tensor import TensorType
 
 
 _F32 = np.dtype(np.float32)
@@ -32,7 +32,10 @@ class OpDef:
 OPS: dict = {}
 
 
-def _op(name, infer, kind="host", foldable=True):
+def register_op(name, infer, kind="host", foldable=True):
+    """Decorator: register the host implementation it decorates as op ``name`` in :data:`OPS`,
+    with its inference ``infer(node, types, consts)``, its ``kind`` and whether it folds."""
+
     def deco(fn):
         OPS[name] = OpDef(infer, fn, foldable, kind)
         return fn
@@ -41,19 +44,22 @@ def _op(name, infer, kind="host", foldable=True):
 
 
 # ------------------------------------------------------------------------ helpers
-def _need(types, i, node, what="input"):
+def need_input(types, i, node, what="input"):
+    """The type of input ``i`` of ``node``; a ModelError if it is missing."""
     if i >= len(types) or types[i] is None:
         raise ModelError(f"{node.describe()}: missing {what} {i}")
     return types[i]
 
 
-def _float(t: TensorType, node, i=0):
+def need_float(t: TensorType, node, i=0):
+    """``t``, the type of input ``i`` of ``node``; a ModelError if it is not a float tensor."""
     if np.dtype(t.dtype).kind != "f":
         raise ModelError(f"{node.describe()}: input {i} must be a float tensor, got {t}")
     return t
 
 
-def _const(consts, i, node, what):
+def need_const(consts, i, node, what):
+    """The constant value of input ``i`` of ``node``; a ModelError if it is not constant."""
     if i >= len(consts) or consts[i] is None:
         raise ModelError(
             f"{node.describe()}: {what} (input {i}) must be a constant (or computable "
@@ -62,14 +68,16 @@ def _const(consts, i, node, what):
     return consts[i]
 
 
-def _axis(a, rank, node, what="axis"):
+def check_axis(a, rank, node, what="axis"):
+    """Axis ``a`` of a ``rank``-D tensor as a non-negative int; a ModelError if out of range."""
     a = int(a)
     if not -rank <= a < max(rank, 1):
         raise ModelError(f"{node.describe()}: {what} {a} is out of range for a {rank}-D tensor")
     return a % rank if rank else 0
 
 
-def _bshape(shapes, node):
+def broadcast_shape(shapes, node):
+    """The numpy broadcast of ``shapes``; a ModelError if they do not broadcast."""
     try:
         return tuple(int(d) for d in np.broadcast_shapes(*shapes))
     except ValueError:
@@ -78,8 +86,9 @@ def _bshape(shapes, node):
         ) from None
 
 
-def _same(node, types, consts):
-    return [_float(_need(types, 0, node), node)]
+def same_type(node, types, consts):
+    """Inference of an elementwise op on one float input: the output has the input's type."""
+    return [need_float(need_input(types, 0, node), node)]
 
 
 def _fl(x):

@@ -26,12 +26,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ... import activations as _activations
 from . import plan as _plan
-from .graph import Bound
-from .ops import OPS
-from .place_qlinear import place_qlinear
-from .place_rows import ROW_OPS, place_rows
-from .place_rules import NO_LOWERING, _activation, _ep, _place_conv, _place_deconv, _place_mac, _scalar
+from ..graph import Bound
+from ..ops import OPS
+from .context import Context
+from .qlinear import place_qlinear
+from .rows import ROW_OPS, place_rows
+from .rules import NO_LOWERING, activation_rule, const_scalar, place_conv, place_deconv, place_mac
 
 __all__ = ["Layer", "place", "NO_LOWERING"]
 
@@ -65,12 +67,12 @@ def place(bound: Bound) -> list:
     """The layers of ``bound``, in execution order."""
     consts, types = bound.consts, bound.types
     # weights the model stores compressed: its own, and the outputs of folded dequantize
-    # nodes (ONNX QDQ): kept compressed on the ANE where lossless (place_rules)
+    # nodes (ONNX QDQ): kept compressed on the ANE where lossless (rules.py)
     compressed = set(getattr(bound.graph, "compressed", ())) | {
         o for n in bound.folded if n.op == "dequantize" for o in n.outputs
     }
     # of those, the ones int8/uint8 by type with one scale: the stats-only report counts
-    # them as 8-bit codes (place_rules.typed_bits), no values needed
+    # them as 8-bit codes (rules.typed_bits), no values needed
     typed_codes = {
         n.outputs[0]: 8
         for n in bound.folded
@@ -132,7 +134,7 @@ def place(bound: Bound) -> list:
         out = node.outputs[0]
         nxt = only(out)
         if nxt is not None and OPS[nxt.op].kind != "layout":
-            fused, _ = _activation(nxt, consts)
+            fused, _ = activation_rule(nxt, consts)
             if fused is not None:
                 return [nxt], fused
         silu = _silu(out)
@@ -152,24 +154,25 @@ def place(bound: Bound) -> list:
             return None
         return [sig, mul]
 
+    ctx = Context(bound, only, add, fuse_activation, compressed, typed_codes)
     for node in bound.nodes:
         if id(node) in done:
             continue
         op = node.op
-        if op == "dequantize" and place_qlinear(node, bound, only, add, off_int8):
+        if op == "dequantize" and place_qlinear(node, ctx, off_int8):
             continue  # a quantized conv/matmul chain on the INT8 path (place_qlinear)
         if op == "conv":
-            _place_conv(node, consts, types, only, fuse_activation, add, compressed, typed_codes)
+            place_conv(node, ctx)
         elif op == "conv_transpose":
-            _place_deconv(node, consts, types, fuse_activation, add)
+            place_deconv(node, ctx)
         elif op in ("gemm", "matmul"):
-            _place_mac(node, consts, types, only, fuse_activation, add, compressed, typed_codes)
+            place_mac(node, ctx)
         elif (
             op == "div"
             and len(node.inputs) == 2
             and all(np.dtype(types[t].dtype).kind == "f" for t in node.inputs)
         ):
-            from ..lower import binary as _binary
+            from ...lower import binary as _binary
 
             out_shape = types[node.outputs[0]].shape
             b_shape = types[node.inputs[1]].shape
@@ -195,7 +198,7 @@ def place(bound: Bound) -> list:
             and len(node.inputs) == 2
             and all(np.dtype(types[t].dtype).kind == "f" for t in node.inputs)
         ):
-            from ..lower import binary as _binary
+            from ...lower import binary as _binary
 
             note = (
                 ""
@@ -204,7 +207,7 @@ def place(bound: Bound) -> list:
             )
             # a ReLU after it (its one consumer): an NE task in the same program
             nxt = only(node.outputs[0])
-            relu = nxt is not None and nxt.op in _ACTIVATIONS and _activation(nxt, consts)[0] == "relu"
+            relu = nxt is not None and nxt.op in _ACTIVATIONS and activation_rule(nxt, consts)[0] == "relu"
             act = "relu" if relu else None
 
             def run(xs, name=_BINARY[op], node=node, act=act):
@@ -222,10 +225,10 @@ def place(bound: Bound) -> list:
                 _BINARY[op],
                 lambda out_shape=out_shape, op=op, relu=relu: _plan.binary(out_shape, _BINARY[op], relu),
             )
-        elif (op in ("abs", "neg") or (op == "pow" and _scalar(consts, node, 1) == 2.0)) and np.dtype(
+        elif (op in ("abs", "neg") or (op == "pow" and const_scalar(consts, node, 1) == 2.0)) and np.dtype(
             types[node.inputs[0]].dtype
         ).kind == "f":
-            from ..lower import binary as _binary
+            from ...lower import binary as _binary
 
             name = {"abs": "absolute", "neg": "negative", "pow": "square"}[op]
             shape = types[node.inputs[0]].shape
@@ -239,7 +242,7 @@ def place(bound: Bound) -> list:
                 lambda shape=shape, name=name: _plan.binary(shape, name),
             )
         elif op in ROW_OPS or op in ("max_pool", "avg_pool"):
-            place_rows(node, consts, types, add)
+            place_rows(node, ctx)
         elif OPS[op].kind == "layout":
             add(
                 [node],
@@ -255,12 +258,12 @@ def place(bound: Bound) -> list:
                 "ane",
                 "",
                 "table",
-                lambda xs: [_ep.silu(xs[0])],
+                lambda xs: [_activations.silu(xs[0])],
                 "silu",
                 lambda shape=shape: _plan.eltwise(shape, "silu"),
             )
         else:
-            fused, fn = _activation(node, consts) if op in _ACTIVATIONS else (None, NO_LOWERING)
+            fused, fn = activation_rule(node, consts) if op in _ACTIVATIONS else (None, NO_LOWERING)
             if fused is not None and np.dtype(types[node.inputs[0]].dtype).kind == "f":
                 kind = "exact" if op in ("relu", "sign") or (op == "clip") else "table"
                 shape = types[node.inputs[0]].shape

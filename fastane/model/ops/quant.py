@@ -9,18 +9,18 @@ dequantize -> conv/matmul -> quantize).  Host ops with ONNX's semantics:
 
 ``scale`` and ``zero_point`` are scalars (per tensor) or 1-D along ``axis`` (per axis).
 On the ANE side, a ``dequantize -> conv/matmul -> quantize`` chain runs on the INT8 lanes
-(:mod:`fastane.model.place_qlinear`); a convolution left on the FP16 path whose constant
+(:mod:`fastane.model.placement.qlinear`); a convolution left on the FP16 path whose constant
 weight came out of a ``dequantize`` has at most 256 distinct fp16 values, which the
-placement keeps compressed (an 8-bit palette, :func:`fastane.model.place_rules`).
+placement keeps compressed (an 8-bit palette, :func:`fastane.model.placement.rules`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ModelError
-from .opdef import _axis, _float, _need, _op
-from .tensor import TensorType
+from ...errors import ModelError
+from .opdef import check_axis, need_float, need_input, register_op
+from ..tensor import TensorType
 
 _INT = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32))
 
@@ -35,26 +35,26 @@ def _bcast(v, x_ndim, axis):
 
 
 def _dq_infer(node, types, consts):
-    x = _need(types, 0, node)
+    x = need_input(types, 0, node)
     if np.dtype(x.dtype) not in _INT:
         raise ModelError(f"{node.describe()}: input must be int8, uint8 or int32, got {x}")
-    _float(_need(types, 1, node, "scale"), node, 1)
+    need_float(need_input(types, 1, node, "scale"), node, 1)
     if len(types) > 2 and types[2] is not None and np.dtype(types[2].dtype) != np.dtype(x.dtype):
         raise ModelError(f"{node.describe()}: zero point {types[2]} must have the input's dtype {x.dtype}")
     return [TensorType(np.float32, x.shape)]
 
 
-@_op("dequantize", _dq_infer)
+@register_op("dequantize", _dq_infer)
 def _dequantize(node, x, scale, zero_point=None):
-    axis = _axis(node.attrs.get("axis", 1), x.ndim, node) if x.ndim else 0
+    axis = check_axis(node.attrs.get("axis", 1), x.ndim, node) if x.ndim else 0
     zp = 0 if zero_point is None else _bcast(zero_point, x.ndim, axis).astype(np.int64)
     s = _bcast(scale, x.ndim, axis).astype(np.float32)
     return (x.astype(np.int64) - zp).astype(np.float32) * s
 
 
 def _q_infer(node, types, consts):
-    x = _float(_need(types, 0, node), node)
-    _float(_need(types, 1, node, "scale"), node, 1)
+    x = need_float(need_input(types, 0, node), node)
+    need_float(need_input(types, 1, node, "scale"), node, 1)
     zp = types[2] if len(types) > 2 else None
     dt = np.dtype(np.uint8) if zp is None else np.dtype(zp.dtype)
     if dt not in _INT[:2]:
@@ -62,9 +62,9 @@ def _q_infer(node, types, consts):
     return [TensorType(dt, x.shape)]
 
 
-@_op("quantize", _q_infer)
+@register_op("quantize", _q_infer)
 def _quantize(node, x, scale, zero_point=None):
-    axis = _axis(node.attrs.get("axis", 1), x.ndim, node) if x.ndim else 0
+    axis = check_axis(node.attrs.get("axis", 1), x.ndim, node) if x.ndim else 0
     dt = np.dtype(np.uint8) if zero_point is None else np.asarray(zero_point).dtype
     info = np.iinfo(dt)
     zp = 0 if zero_point is None else _bcast(zero_point, x.ndim, axis).astype(np.int64)

@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from .. import lower as _lower
-from ..stats import Stats
+from ... import lower as _lower
+from ...stats import Stats
 
 __all__ = ["conv", "linear", "matmul", "eltwise", "binary"]
 
@@ -99,7 +99,7 @@ def binary(shape, op: str, relu: bool = False) -> Stats:
     """A :mod:`fastane.lower.binary` op (``op`` a key of its :data:`~fastane.lower.binary.OPS` or
     :data:`~fastane.lower.binary.UNARY`) whose result has ``shape``; ``relu``: with the NE
     task of a ReLU after it (``binary(..., activation="relu")``)."""
-    from ..lower import binary as _binary
+    from ...lower import binary as _binary
 
     n = math.prod(shape)
     if n == 0:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ModelError, quote, quote_names
+from ...errors import ModelError, quote, quote_names
 
 __all__ = [
     "count_nonfinite",
@@ -146,7 +146,7 @@ class _Stop(Exception):
 def first_divergence(model, inputs, tolerance: float | None = None) -> Divergence:
     """Run ``model`` layer by layer and stop at the first layer whose error (the layer on
     the ANE against its fp32 evaluation on the same inputs) exceeds ``tolerance`` (default:
-    each layer's class tolerance, :data:`fastane.model.model.TOLERANCE`), or that gives
+    each layer's class tolerance, :data:`fastane.model.run.model.TOLERANCE`), or that gives
     birth to infs/NaNs."""
     found: dict = {}
     count = [0]

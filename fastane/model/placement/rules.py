@@ -1,7 +1,7 @@
-"""The per-op placement rules of :mod:`fastane.model.place`: how an activation, a
+"""The per-op placement rules of :mod:`fastane.model.placement.place`: how an activation, a
 convolution (with its fused BatchNormalization and activation), a transposed convolution,
 a Gemm or a MatMul is placed on the ANE through the public entry points, or on the host
-with the reason.  :func:`fastane.model.place.place` walks the graph and calls them."""
+with the reason.  :func:`fastane.model.placement.place.place` walks the graph and calls them."""
 
 from __future__ import annotations
 
@@ -9,45 +9,36 @@ import math
 
 import numpy as np
 
-from .. import activations as _activations
-from .. import api as _api
-from .. import compress as _compress
-from .. import lut as _lut
-from ..lower import bind as _bind
-from ..operands import fp16_operand
+from ... import activations as _activations
+from ... import api as _api
+from ... import compress as _compress
+from ... import lut as _lut
+from ...lower import bind as _bind
+from ...operands import fp16_operand
 from . import plan as _plan
-from .graph import Node
-from .ops import conv_geometry
+from .context import Context
+from ..graph import Node
+from ..ops import conv_geometry
 
 NO_LOWERING = "no ANE lowering in fastane yet"
 
-
-class _EntryPoints:
-    """fastane's public entry points (:mod:`fastane.api`, :mod:`fastane.activations`),
-    looked up when a layer runs."""
-
-    def __getattr__(self, name):
-        return getattr(_api if name in _api.__all__ else _activations, name)
-
-
-_ep = _EntryPoints()
 
 #: ONNX default SELU constants (float32), which are Apple's selu block's
 _SELU = (1.6732632423543772, 1.0507009873554805)
 
 
 # ------------------------------------------------------------------------ activations
-def _activation(node: Node, consts: dict):
+def activation_rule(node: Node, consts: dict):
     """``(fused, standalone)`` for an activation node fastane runs on the ANE: ``fused`` is
     the ``activation=`` argument of the MAC entry points, ``standalone`` a callable on one
     array; ``(None, reason)`` when it has no lowering."""
     op, a = node.op, node.attrs
     if op in ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign", "exp2", "rsqrt"):
-        return op, getattr(_ep, op)
+        return op, getattr(_activations, op)
     if op == "gelu":
         if a.get("approximate", "none") != "none":
             return None, "tanh-approximated GELU: fastane has the erf GELU table only"
-        return "gelu", _ep.gelu
+        return "gelu", _activations.gelu
     if op == "leaky_relu":
         s = float(a.get("alpha", 0.01))
         if not abs(s) <= 65504.0:  # the block's slope is an fp16 coefficient (NaN fails too)
@@ -56,30 +47,30 @@ def _activation(node: Node, consts: dict):
                 f"LeakyRelu alpha {s} is not finite in fp16: the slope of the ANE's block cannot hold it",
             )
         blk = "leaky_relu" if np.float32(s) == np.float32(0.01) else _lut.leaky_relu_block(s)
-        return blk, lambda x: _ep.leaky_relu(x, s)
+        return blk, lambda x: _activations.leaky_relu(x, s)
     if op == "selu":
         al, ga = float(a.get("alpha", _SELU[0])), float(a.get("gamma", _SELU[1]))
         if np.float32(al) != np.float32(_SELU[0]) or np.float32(ga) != np.float32(_SELU[1]):
             return None, "SELU with non-default alpha/gamma: fastane has Apple's selu block only"
-        return "selu", _ep.selu
+        return "selu", _activations.selu
     if op == "clip":
-        lo = _scalar(consts, node, 1)
-        hi = _scalar(consts, node, 2)
+        lo = const_scalar(consts, node, 1)
+        hi = const_scalar(consts, node, 2)
         if lo is False or hi is False:
             return None, "Clip bounds are not constant"
         big = 65504.0
         if lo is not None and lo == 0.0 and (hi is None or hi >= big):
-            return "relu", _ep.relu
+            return "relu", _activations.relu
         if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
             return None, "Clip with one bound only: no ANE block in fastane yet"
         if not float(np.float16(lo)) < float(np.float16(hi)):
             return None, "Clip bounds collapse in fp16"
         blk = "relu6" if (lo, hi) == (0.0, 6.0) else _lut.hardtanh_block(lo, hi)
-        return blk, lambda x: _ep.hardtanh(x, lo, hi)
+        return blk, lambda x: _activations.hardtanh(x, lo, hi)
     return None, NO_LOWERING
 
 
-def _scalar(consts, node, i):
+def const_scalar(consts, node, i):
     """The constant scalar input ``i`` of ``node``: None if omitted, False if not constant."""
     if len(node.inputs) <= i or not node.inputs[i]:
         return None
@@ -118,7 +109,12 @@ def typed_bits(name: str, typed_codes: dict, size: int) -> int:
     return b if b and size * b / 8 + 16 * (2 << b) < 2 * size else 0
 
 
-def _place_conv(node, consts, types, only, fuse_activation, add, compressed=(), typed_codes=None):
+def place_conv(node, ctx: Context):
+    """Place a convolution (with a following BatchNormalization and activation fused) on the
+    ANE, or on the host with the reason, through ``ctx.add``."""
+    consts, types = ctx.bound.consts, ctx.bound.types
+    only, fuse_activation, add = ctx.only, ctx.fuse_activation, ctx.add
+    compressed, typed_codes = ctx.compressed, ctx.typed_codes
     wb = _weights(node, consts, "convolution", add)
     if wb is None:
         return
@@ -127,7 +123,7 @@ def _place_conv(node, consts, types, only, fuse_activation, add, compressed=(), 
     scale = shift = None
     bn = only(node.outputs[0])
     if bn is not None and bn.op == "batchnorm" and all(t in consts for t in bn.inputs[1:5]):
-        from .ops import bn_affine
+        from ..ops import bn_affine
 
         scale, shift = bn_affine(bn, *(consts[t] for t in bn.inputs[1:5]))
         nodes.append(bn)
@@ -165,8 +161,8 @@ def _place_conv(node, consts, types, only, fuse_activation, add, compressed=(), 
             x = np.pad(np.asarray(x), ((0, 0), (0, 0)) + tuple(pads))
             pad = (0,) * len(pads)
         if one_d:
-            return [_ep.conv1d(x, w16, b16, s[0], pad[0], d[0], groups, fused)]
-        return [_ep.conv2d(x, w16, b16, s, pad, d, groups, fused)]
+            return [_api.conv1d(x, w16, b16, s[0], pad[0], d[0], groups, fused)]
+        return [_api.conv2d(x, w16, b16, s, pad, d, groups, fused)]
 
     # the stats-only count of a compressed weight, from its type (typed_bits)
     bits = 0 if one_d or scale is not None else typed_bits(node.inputs[1], typed_codes, w.size)
@@ -218,13 +214,14 @@ def _fp16(x, node, name):
     return fp16_operand(x, node.describe(), name)
 
 
-def _place_deconv(node, consts, types, fuse_activation, add):
+def place_deconv(node, ctx: Context):
     """ConvTranspose as a stride-1 convolution on the ANE: the input's pixels spread
     ``stride`` apart with zeros between them and padded (or cropped) on the host (layout:
     data movement), the kernel flipped and its in/out channels swapped per group.  Each
     output sums the same products as the definition plus exact zeros (the MAC counts
     include those zero products; the corpus shows no deconvolution task)."""
-    from .ops import deconv_geometry
+    consts, types, fuse_activation, add = ctx.bound.consts, ctx.bound.types, ctx.fuse_activation, ctx.add
+    from ..ops import deconv_geometry
 
     wb = _weights(node, consts, "transposed convolution", add)
     if wb is None:
@@ -264,8 +261,8 @@ def _place_deconv(node, consts, types, fuse_activation, add):
         w16, b16 = consts16()
         x = spread(xs[0])
         if nsp == 1:
-            return [_ep.conv1d(x, w16, b16, 1, 0, d[0], g, fused)]
-        return [_ep.conv2d(x, w16, b16, 1, 0, d, g, fused)]
+            return [_api.conv1d(x, w16, b16, 1, 0, d[0], g, fused)]
+        return [_api.conv2d(x, w16, b16, 1, 0, d, g, fused)]
 
     consts16.layer = add(
         [node] + acts,
@@ -289,8 +286,8 @@ def _overflow(*arrays) -> str:
 def _place_gemm_full_c(node, c, b, trans_a, types, add):
     """Gemm whose C is not one value per column: ``linear`` (x @ (alpha W)^T), then a planar
     add of ``beta C`` (broadcast to the output on the host): two ANE calls, one layer."""
-    from ..lower import binary as _binary
-    from ..lower.runtime import _concat
+    from ...lower import binary as _binary
+    from ...lower.runtime import concat_stats
 
     at = node.attrs
     M, N = types[node.outputs[0]].shape
@@ -309,10 +306,10 @@ def _place_gemm_full_c(node, c, b, trans_a, types, add):
     def run(xs):
         w16, c16 = consts16()
         x = np.ascontiguousarray(np.asarray(xs[0]).T) if trans_a else xs[0]
-        y = _ep.linear(x, w16, None, None)
-        st = _ep.last_stats()
+        y = _api.linear(x, w16, None, None)
+        st = _api.last_stats()
         y = _binary.add(y, c16)
-        return [y], _concat(st, _ep.last_stats())
+        return [y], concat_stats(st, _api.last_stats())
 
     notes = [
         "x @ W^T on the MAC array, then beta C added by a planar task (two calls)",
@@ -338,7 +335,12 @@ def _act_name(fused):
     return "lut block"
 
 
-def _place_mac(node, consts, types, only, fuse_activation, add, compressed=(), typed_codes=None):
+def place_mac(node, ctx: Context):
+    """Place a Gemm or a MatMul (with a following bias add and activation fused) on the ANE,
+    or on the host with the reason, through ``ctx.add``."""
+    consts, types = ctx.bound.consts, ctx.bound.types
+    only, fuse_activation, add = ctx.only, ctx.fuse_activation, ctx.add
+    compressed, typed_codes = ctx.compressed, ctx.typed_codes
     a_t = types[node.inputs[0]]
     if np.dtype(a_t.dtype).kind != "f":
         add([node], "host", "integer operands: the ANE multiplies fp16", "mac")
@@ -377,7 +379,7 @@ def _place_mac(node, consts, types, only, fuse_activation, add, compressed=(), t
                 wt, b16 = consts16()
                 if not kept:
                     kept.append(_compress.lossless(wt) if node.inputs[1] in compressed else wt)
-                return [_ep.linear(xs[0], kept[0], b16, fused)]
+                return [_api.linear(xs[0], kept[0], b16, fused)]
 
             consts16.layer = add(
                 nodes + acts,
@@ -406,7 +408,7 @@ def _place_mac(node, consts, types, only, fuse_activation, add, compressed=(), t
                 "ane",
                 "",
                 "mac",
-                lambda xs: [_ep.matmul(xs[0], consts16()[0], activation=fused)],
+                lambda xs: [_api.matmul(xs[0], consts16()[0], activation=fused)],
                 "matmul",
                 plan,
                 activation=_act_name(fused),
@@ -417,7 +419,7 @@ def _place_mac(node, consts, types, only, fuse_activation, add, compressed=(), t
                 "ane",
                 "",
                 "mac",
-                lambda xs: [_ep.matmul(xs[0], xs[1], activation=fused)],
+                lambda xs: [_api.matmul(xs[0], xs[1], activation=fused)],
                 "matmul",
                 plan,
                 activation=_act_name(fused),
@@ -462,7 +464,7 @@ def _place_mac(node, consts, types, only, fuse_activation, add, compressed=(), t
     def run(xs):
         w16, b16 = consts16()
         x = np.ascontiguousarray(np.asarray(xs[0]).T) if trans_a else xs[0]
-        return [_ep.linear(x, w16, b16, fused)]
+        return [_api.linear(x, w16, b16, fused)]
 
     consts16.layer = add(
         [node] + acts,

@@ -1,0 +1,17 @@
+"""Placement: which ops of a bound graph run on the emulated ANE and which on the host, and why.
+
+- :mod:`.place`: :func:`place` walks the graph and groups nodes into :class:`Layer` s;
+- :mod:`.rules`: the rules for activations, convolutions, Gemm and MatMul;
+- :mod:`.context`: :class:`~.context.Context`, what the placer hands each rule;
+- :mod:`.rows`: the row operations on the planar engine (softmax, norms, pooling, ...);
+- :mod:`.qlinear`: quantized convolutions and matmuls on the INT8 path;
+- :mod:`.plan`: stats-only planning of the ANE layers (the same programs a run submits);
+- :mod:`.predict`: the estimated Core ML placement per compute-unit setting.
+"""
+
+from __future__ import annotations
+
+from .place import Layer, place
+from .predict import predict
+
+__all__ = ["Layer", "place", "predict"]
