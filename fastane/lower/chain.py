@@ -37,7 +37,15 @@ from .emit import COEFF_BASE, task_chains
 from .lowered import SLOT_INPUT, SLOT_KERNEL, SLOT_OUTPUT, SLOT_TD, Lowered, Programs
 from .problems import Conv
 
-__all__ = ["ChainSegment", "LoweredChain", "build_chain", "execute_chain", "link_reason"]
+__all__ = [
+    "ChainSegment",
+    "LoweredChain",
+    "build_chain",
+    "execute_chain",
+    "link_reason",
+    "runs",
+    "plan_chain",
+]
 
 
 def _l2_tensor(c: int, h: int, w: int) -> int:
@@ -306,3 +314,39 @@ def execute_chain(
         y, st = execute(seg, y, weights[sl], biases[sl], device=device, stats_only=stats_only)
         stats.append(st)
     return y, stats
+
+
+def runs(links) -> list:
+    """The runs of layers joined by links: ``links[i]`` true when layer ``i + 1`` reads
+    layer ``i``'s output (and may chain with it); ``[(start, stop)]`` of every run of two
+    layers or more, in order."""
+    out, start = [], 0
+    n = len(links) + 1
+    for i in range(1, n + 1):
+        if i == n or not links[i - 1]:
+            if i - start > 1:
+                out.append((start, i))
+            start = i
+    return out
+
+
+def plan_chain(convs, limits: Limits = LIMITS) -> list:
+    """``convs`` lowered as one chain (:func:`build_chain`) and counted on the stats-only
+    device: per layer ``(tasks, source_in_l2, result_in_l2)``, its per-task Stats and
+    whether its source / result stayed in L2.  Raises what :func:`build_chain` raises
+    (``ValueError`` when the shapes do not chain, ``NotImplementedError``/``MemoryError``
+    past the lowering's limits)."""
+    from .runtime import stats_device
+
+    ch = build_chain(convs, limits)
+    _, stats = execute_chain(ch, device=stats_device(), stats_only=True)
+    out = []
+    for seg, st in zip(ch.segments, stats):
+        tasks = list(st.tasks_detail)
+        for j, n in enumerate(seg.tasks_per_layer):
+            i = seg.first + j
+            src = i > 0 and ch.links[i - 1] is None
+            res = i < len(ch.links) and ch.links[i] is None
+            out.append((tasks[:n], src, res))
+            tasks = tasks[n:]
+    return out

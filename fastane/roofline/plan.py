@@ -207,39 +207,22 @@ def _key(layer) -> tuple:
 
 def _chains(layers) -> list:
     """Runs of consecutive layers that each read the previous one's output: [(start, stop)]."""
-    runs, start = [], 0
-    for i in range(1, len(layers) + 1):
-        if (
-            i == len(layers)
-            or not getattr(layers[i], "follows", False)
-            or not isinstance(layers[i - 1], (_wl.Conv2d, _wl.Matmul))
-        ):
-            if i - start > 1:
-                runs.append((start, i))
-            start = i
-    return runs
+    return _chain.runs(
+        [
+            bool(getattr(b, "follows", False)) and isinstance(a, (_wl.Conv2d, _wl.Matmul))
+            for a, b in zip(layers, layers[1:])
+        ]
+    )
 
 
 def _plan_chain(layers) -> list | None:
-    """Per-layer (tasks, source_in_l2, result_in_l2) of a run lowered as one chain, or None
-    when a layer of it cannot be lowered or the run does not chain."""
+    """Per-layer (tasks, source_in_l2, result_in_l2) of a run lowered as one chain
+    (:func:`fastane.lower.chain.plan_chain`), or None when a layer of it cannot be lowered
+    or the run does not chain."""
     try:
-        convs = [layer_conv(layer) for layer in layers]
-        ch = _chain.build_chain(convs)
+        return _chain.plan_chain([layer_conv(layer) for layer in layers])
     except (NotLowered, NotImplementedError, MemoryError, ValueError):
         return None
-    dev = _lower.stats_device()
-    _, stats = _chain.execute_chain(ch, device=dev, stats_only=True)
-    out = []
-    for seg, st in zip(ch.segments, stats):
-        tasks = list(st.tasks_detail)
-        for j, n in enumerate(seg.tasks_per_layer):
-            i = seg.first + j
-            src = i > 0 and ch.links[i - 1] is None
-            res = i < len(ch.links) and ch.links[i] is None
-            out.append((tasks[:n], src, res))
-            tasks = tasks[n:]
-    return out
 
 
 def plan_workload(workload, planner=None, residency: bool = True) -> WorkloadPlan:
