@@ -14,11 +14,13 @@ model file is.
 - :mod:`.cli`: ``fastane roofline``.
 
 Every layer of a workload becomes the nodes a model exporter writes for it, named after the
-layer (a fused activation is the node after it, named ``<layer>.act``).  A layer reads the
-latest output of the shape it takes (the previous layer's, a residual's earlier operand),
-otherwise an input of its own (attention's queries, keys and values, which a file would
-reshape from the projections): the plan is per layer, so where an operand comes from
-changes no figure; it only keeps the tensors held at once as a real network holds them.  Layouts: convolutional networks are NCHW with batch 1;
+layer (a fused activation is the node after it, named ``<layer>.act``).  A layer that
+``follows`` the previous one reads its output; any other reads the latest output of the
+shape it takes (a residual's earlier operand; for a convolution or matmul, one that no
+following layer took), otherwise an input of its own (attention's queries, keys and values,
+which a file would reshape from the projections).  The readers matter: the stats-only plan
+keeps an intermediate in L2 only when the next layer is its one reader
+(:func:`fastane.model.placement.plan.chains`).  Layouts: convolutional networks are NCHW with batch 1;
 transformer activations are ``[tokens, hidden]`` (the workloads' ``(C=hidden, H=1,
 W=tokens)``), attention ``[heads, queries, keys]``.
 """
@@ -60,18 +62,26 @@ class _Builder:
         self.shapes: dict = {}
         self.made: list = []  # node outputs, in order
         self.prev = None  # the last node's output
+        #: outputs no other MAC layer reads: those a following layer or an activation took
+        self.taken: set = set()
 
     def fresh(self, name: str, shape) -> str:
         self.inputs[name] = TensorType(DTYPE, tuple(shape))
         self.shapes[name] = tuple(shape)
         return name
 
-    def source(self, name: str, shape, other: str | None = None) -> str:
+    def source(self, name: str, shape, other: str | None = None, layer=None) -> str:
         """The latest output of ``shape`` (the previous layer's first; not ``other``), else
-        a new input."""
+        a new input.  For a MAC ``layer``: the previous layer's output when the layer
+        ``follows`` it (and the shapes agree), else the latest output of ``shape`` that no
+        such layer took (ResNet's downsample reads the block's input, not the
+        bottleneck's 3x3 output of the same shape)."""
         shape = tuple(shape)
+        if layer is not None and layer.follows and self.prev and self.shapes[self.prev] == shape:
+            self.taken.add(self.prev)
+            return self.prev
         for n in reversed(self.made):
-            if self.shapes[n] == shape and n != other:
+            if self.shapes[n] == shape and n != other and (layer is None or n not in self.taken):
                 return n
         return self.fresh(f"{name}.in" if other is None else f"{name}.in2", shape)
 
@@ -97,6 +107,7 @@ class _Builder:
         if act not in _ACT:
             raise ValueError(f"{name}: activation {act!r} has no model op")
         shape = self.shapes[x]
+        self.taken.add(x)  # the activation's input is the layer's, not an output
         y = x
         for i, (op, src) in enumerate(_ACT[act]):
             nm = f"{name}.act" if i == 0 else f"{name}.act{i}"
@@ -111,7 +122,7 @@ class _Builder:
 
 
 def _conv(b: _Builder, layer) -> None:
-    x = b.source(layer.name, (1, layer.cin, layer.h, layer.w))
+    x = b.source(layer.name, (1, layer.cin, layer.h, layer.w), layer=layer)
     w = b.weight(f"{layer.name}.weight", (layer.cout, layer.cin // layer.groups, layer.kh, layer.kw))
     p = layer.pad
     attrs = {
@@ -143,7 +154,7 @@ def slices(M: int, K: int, N: int) -> int:
 
 def _matmul(b: _Builder, layer) -> None:
     lead = (layer.B,) if layer.B > 1 else ()
-    x = b.source(layer.name, lead + (layer.M, layer.K))
+    x = b.source(layer.name, lead + (layer.M, layer.K), layer=layer)
     k = slices(layer.M, layer.K, layer.N) if layer.weights else 1
     for i in range(k):  # k column slices of the weights, named <layer>.<i> when more than one
         name = layer.name if k == 1 else f"{layer.name}.{i}"
