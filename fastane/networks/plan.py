@@ -93,7 +93,11 @@ def analyze(
         )
         layers.append(
             LayerPlan(
-                nl, rec.stats if on_ane else Stats(), None if on_ane else f"{rec.placement}: {rec.reason}"
+                nl,
+                rec.stats if on_ane else Stats(),
+                None if on_ane else f"{rec.placement}: {rec.reason}",
+                rec.source_in_l2,
+                rec.result_in_l2,
             )
         )
     # the network as a Workload of its placed layers (what the reports read)

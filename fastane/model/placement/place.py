@@ -56,6 +56,10 @@ class Layer:
     detail: dict = field(default_factory=dict)
     #: ``plan() -> Stats``: the same programs counted from the shapes alone (stats-only)
     plan: object = None
+    #: ``problem() -> fastane.lower.Conv | None``: the one convolution ``plan`` lowers, whose
+    #: source is the first node's first input (a stats-only plan may chain it with its
+    #: neighbours, :func:`fastane.model.placement.plan.chains`); None: not one convolution
+    problem: object = None
 
     @property
     def op(self) -> str:
@@ -108,7 +112,7 @@ def place(bound: Bound) -> list:
                     ins.append(t)
         return ins
 
-    def add(nodes, placement, reason, kind, run=None, call="", plan=None, **detail):
+    def add(nodes, placement, reason, kind, run=None, call="", plan=None, problem=None, **detail):
         for n in nodes:
             done.add(id(n))
         layers.append(
@@ -124,6 +128,7 @@ def place(bound: Bound) -> list:
                 call,
                 detail,
                 plan,
+                problem,
             )
         )
         return layers[-1]

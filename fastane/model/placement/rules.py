@@ -167,10 +167,14 @@ def place_conv(node, ctx: Context):
     # the stats-only count of a compressed weight, from its type (typed_bits)
     bits = 0 if one_d or scale is not None else typed_bits(node.inputs[1], typed_codes, w.size)
 
+    def problem():  # the input as is (symmetric padding only)
+        return _plan.conv_problem(tuple(x_shape), w.shape, s, pads, d, groups, has_bias, fused, bits)
+
     def plan():
-        xs = tuple(x_shape)
         if sym:
-            return _plan.conv(xs, w.shape, s, pads, d, groups, has_bias, fused, bits)
+            return _plan.problem_stats(problem())
+        # an asymmetric padding materialised on the host: the padded input, no padding
+        xs = tuple(x_shape)
         xs = xs[:2] + tuple(n + pb + pe for n, (pb, pe) in zip(xs[2:], pads))
         return _plan.conv(xs, w.shape, s, ((0, 0),) * len(pads), d, groups, has_bias, fused, bits)
 
@@ -182,6 +186,7 @@ def place_conv(node, ctx: Context):
         run,
         "conv1d" if one_d else "conv2d",
         plan,
+        problem if sym else None,
         folded_bn=scale is not None,
         activation=_act_name(fused),
     )
@@ -373,6 +378,10 @@ def place_mac(node, ctx: Context):
             consts16 = _Lazy(prepare)
             acts, fused = fuse_activation(nodes[-1])
 
+            def problem():
+                bits = typed_bits(node.inputs[1], typed_codes, b.size)
+                return _plan.linear_problem(a_t.shape, b.shape[1], c is not None, fused, bits)
+
             kept = []  # compressed when lossless (fastane.compress.lossless)
 
             def run(xs):
@@ -388,19 +397,17 @@ def place_mac(node, ctx: Context):
                 "mac",
                 run,
                 "linear",
-                lambda: _plan.linear(
-                    a_t.shape,
-                    b.shape[1],
-                    c is not None,
-                    fused,
-                    typed_bits(node.inputs[1], typed_codes, b.size),
-                ),
+                lambda: _plan.problem_stats(problem()),
+                problem,
                 activation=_act_name(fused),
             )
             return
         acts, fused = fuse_activation(node)
         b_shape = types[node.inputs[1]].shape
         plan = lambda: _plan.matmul(a_t.shape, b_shape, fused)  # noqa: E731
+        # a chain source only where the left operand's rows are the positions (one right operand)
+        one_rhs = len(b_shape) <= 2 or math.prod(b_shape[:-2]) == 1
+        problem = (lambda: _plan.matmul_problem(a_t.shape, b_shape, fused)) if one_rhs else None
         if b is not None:
             consts16 = _Lazy(lambda: (_fp16(b, node, "b"),))
             consts16.layer = add(
@@ -411,6 +418,7 @@ def place_mac(node, ctx: Context):
                 lambda xs: [_api.matmul(xs[0], consts16()[0], activation=fused)],
                 "matmul",
                 plan,
+                problem,
                 activation=_act_name(fused),
             )
         else:
@@ -422,6 +430,7 @@ def place_mac(node, ctx: Context):
                 lambda xs: [_api.matmul(xs[0], xs[1], activation=fused)],
                 "matmul",
                 plan,
+                problem,
                 activation=_act_name(fused),
             )
         return
@@ -474,5 +483,6 @@ def place_mac(node, ctx: Context):
         run,
         "linear",
         lambda: _plan.linear(a_t.shape[::-1] if trans_a else a_t.shape, N, has_c, fused),
+        None if trans_a else (lambda: _plan.linear_problem(a_t.shape, N, has_c, fused)),
         activation=_act_name(fused),
     )

@@ -215,11 +215,18 @@ class Model:
     def _plan_report(self, inputs, chip) -> Report:
         from ...roofline.model import estimate
 
+        from ..placement.plan import chains
+
         bound, layers = self.bind(_shapes_of(self, inputs))
         records, tasks = [], []
-        for layer in layers:
+        # residency: the runs of MAC layers lowered as one chain (intermediates in L2)
+        chained = chains(layers, set(bound.graph.outputs))
+        for i, layer in enumerate(layers):
             placement, reason, stats = layer.placement, layer.reason, Stats()
-            if placement == "ane":
+            in_l2 = (False, False)
+            if i in chained:
+                stats, *in_l2 = chained[i]
+            elif placement == "ane":
                 try:
                     stats = layer.plan()
                 except NotImplementedError as exc:
@@ -234,6 +241,8 @@ class Model:
                 error=None,
                 tolerance=_tolerance(layer),
                 shapes=" ".join(str(bound.types[o]) for o in layer.outputs),
+                source_in_l2=in_l2[0],
+                result_in_l2=in_l2[1],
             )
             if placement == "ane":
                 rec.estimate = estimate(stats, chip, program=False, name=layer.name)
