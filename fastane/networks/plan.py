@@ -1,8 +1,10 @@
 """One planning path for networks: a built-in workload (as the model graph
 :func:`fastane.networks.graph` builds) and a model file are placed and lowered by
 :mod:`fastane.model` in stats-only mode (``Model.report(shapes, stats_only=True)``: the
-programs a run would submit, counted on a stats-only device), then estimated on a chip by
-the roofline's time model (:func:`fastane.roofline.result.analyze`).
+programs a run would submit, counted on a stats-only device, with residency: runs of
+convolutions that each read the previous one's only output lowered as one chain, the
+intermediates kept in L2 where they fit), then estimated on a chip by the roofline's time
+model (:func:`fastane.roofline.result.analyze`).
 
 Every layer is in the plan: the ones on the ANE with their tasks (in the totals), the
 others (host, layout) with the placement's reason (not in the totals: the time model is
@@ -40,6 +42,11 @@ class NetLayer:
     macs: int = 0
     weight_params: int = 0
     activation: None = None
+    #: the result's (C, H, W) on the ANE when the layer is one convolution (the bytes a
+    #: result kept in L2 saves: fastane.roofline.report.residency_line); else 0
+    cout: int = 0
+    hout: int = 0
+    wout: int = 0
 
     def shape_str(self) -> str:
         return f"{self.op} -> {self.shape}"
@@ -78,10 +85,11 @@ def analyze(
         model, description = Model(graph(wl)), wl.description
     else:
         model, description = net, f"model {net.name} ({net.graph.origin})"
-    rep = model.report(shapes or input_shapes(model.graph), chip=chip, stats_only=True)
+    rep = model.report(shapes or input_shapes(model.graph), chip=chip, stats_only=True, residency=True)
     layers = []
     for rec in rep.layers:
         on_ane = rec.placement == "ane"
+        conv = rec.layer.problem() if on_ane and rec.layer.problem else None
         nl = NetLayer(
             rec.layer.name,
             rec.layer.op,
@@ -90,6 +98,8 @@ def analyze(
             rec.shapes,
             rec.stats.macs if on_ane else 0,
             weight_params(model, rec.layer) if on_ane else 0,
+            None,
+            *((conv.cout, conv.hout, conv.wout) if conv is not None else ()),
         )
         layers.append(
             LayerPlan(

@@ -212,7 +212,7 @@ class Model:
                     values.pop(t, None)
         return {n: np.asarray(values[n]) for n in bound.graph.outputs}
 
-    def _plan_report(self, inputs, chip) -> Report:
+    def _plan_report(self, inputs, chip, residency: bool = False) -> Report:
         from ...roofline.model import estimate
 
         from ..placement.plan import chains
@@ -220,7 +220,7 @@ class Model:
         bound, layers = self.bind(_shapes_of(self, inputs))
         records, tasks = [], []
         # residency: the runs of MAC layers lowered as one chain (intermediates in L2)
-        chained = chains(layers, set(bound.graph.outputs))
+        chained = chains(layers, set(bound.graph.outputs)) if residency else {}
         for i, layer in enumerate(layers):
             placement, reason, stats = layer.placement, layer.reason, Stats()
             in_l2 = (False, False)
@@ -318,11 +318,21 @@ class Model:
         return outs, records, bound
 
     def report(
-        self, inputs, chip: str = "m1", progress=None, stats_only: bool = False, observe=None
+        self,
+        inputs,
+        chip: str = "m1",
+        progress=None,
+        stats_only: bool = False,
+        observe=None,
+        residency: bool = False,
     ) -> Report:
         """Run the model and report per layer (see the module docs).  ``stats_only``:
         ``inputs`` may be shapes (name -> tuple); nothing is computed, the ANE layers'
         programs are counted from the shapes on a stats-only device (no errors then).
+        ``residency`` (stats-only): runs of convolution/matmul layers that each read the
+        previous one's only output are planned as one chain, each intermediate kept in L2
+        where it fits (:func:`fastane.model.placement.plan.chains`, the roofline's plan);
+        without it the counts are those of a computed run, which lowers layer by layer.
         ``observe(layer, inputs, outputs, record)`` is called after each layer (it may
         raise to stop the run: :func:`fastane.model.run.hunt.first_divergence`)."""
         from ...roofline import chips as _chips
@@ -330,7 +340,7 @@ class Model:
 
         chip = _chips.get(chip)
         if stats_only:
-            return self._plan_report(inputs, chip)
+            return self._plan_report(inputs, chip, residency)
         outs, records, bound = self._run(inputs, compare=True, progress=progress, observe=observe)
         tasks = []
         for r in records:

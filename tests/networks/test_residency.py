@@ -1,0 +1,59 @@
+"""Residency on the one path: a built-in network planned through the model front end keeps
+in L2 what the layer-shape plan (``fastane.roofline.plan.plan_workload``) keeps, layer by
+layer, where both see the same chains."""
+
+import dataclasses
+import re
+from collections import Counter
+
+import pytest
+
+from fastane import networks, workloads
+from fastane.networks.plan import analyze
+from fastane.roofline.plan import plan_workload
+
+#: the per-layer figures compared: tasks, MACs, the bytes of each DMA engine, what stayed in L2
+FIELDS = (
+    "tasks",
+    "macs",
+    "control_dma_bytes",
+    "kernel_dma_bytes",
+    "tile_dma_src_bytes",
+    "tile_dma_dst_bytes",
+)
+
+
+def _figures(lp) -> tuple:
+    return tuple(getattr(lp.stats, f) for f in FIELDS) + (lp.source_in_l2, lp.result_in_l2)
+
+
+def _second_readers(wl) -> set:
+    """The layers that follow the previous one (``follows``) although, in the network's
+    graph, the previous one's output has another reader too (MobileNetV2's residual adds):
+    the layer-shape plan keeps that output in L2 all the same; the one path writes it to
+    DRAM, where its other reader finds it."""
+    g = networks.graph(wl)
+    readers = Counter(t for n in g.nodes for t in set(n.inputs))
+    out = {re.sub(r"\.act\d*$", "", n.name): n.outputs[0] for n in g.nodes}
+    return {
+        b.name
+        for a, b in zip(wl.layers, wl.layers[1:])
+        if getattr(b, "follows", False) and readers[out[a.name]] > 1
+    }
+
+
+@pytest.mark.parametrize(
+    "name, second_readers, kept", [("resnet50", 0, 15), ("mobilenetv2", 5, 33), ("mobileone-s0", 0, 42)]
+)
+def test_the_one_path_keeps_in_l2_what_the_layer_shape_plan_keeps(name, second_readers, kept):
+    wl = workloads.get(name)
+    cut = _second_readers(wl)
+    assert len(cut) == second_readers  # none cut: the layer-shape plan as the calibration has it
+    same = dataclasses.replace(
+        wl, layers=tuple(dataclasses.replace(l, follows=False) if l.name in cut else l for l in wl.layers)
+    )
+    old = {lp.name: lp for lp in plan_workload(same, residency=True).lowered}
+    new = {lp.name: lp for lp in analyze(wl).plan.lowered}
+    assert set(old) <= set(new)
+    assert {k: _figures(new[k]) for k in old} == {k: _figures(lp) for k, lp in old.items()}
+    assert sum(lp.result_in_l2 for lp in new.values()) == kept
