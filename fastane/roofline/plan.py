@@ -4,8 +4,9 @@ stats-only device, which counts what each task's engines move without computing 
 per network).  The calibration (:mod:`fastane.roofline.calibrate`) and the validation
 were fitted and measured on these plans, residency chains included; ``fastane roofline``
 plans the same workloads through the model front end (:mod:`fastane.networks`), which
-counts every layer but keeps nothing in L2 yet (docs/roofline.md, "Predictions before
-and after the one path").
+counts every layer (the residual adds too) and chains the same lowering
+(:func:`fastane.lower.chain.plan_chain`) where the model graph allows (docs/roofline.md,
+"Residency" and "Predictions before and after the one path").
 
 A layer the lowering cannot take is not estimated some other way: its
 :class:`LayerPlan` says why (``not_lowered``), and the plan's totals leave it out

@@ -43,7 +43,8 @@ def _second_readers(wl) -> set:
 
 
 @pytest.mark.parametrize(
-    "name, second_readers, kept", [("resnet50", 0, 15), ("mobilenetv2", 5, 33), ("mobileone-s0", 0, 42)]
+    "name, second_readers, kept",
+    [("resnet50", 0, 15), ("mobilenetv2", 5, 33), ("mobileone-s0", 0, 42), ("mobilenetv3-small", 4, 23)],
 )
 def test_the_one_path_keeps_in_l2_what_the_layer_shape_plan_keeps(name, second_readers, kept):
     wl = workloads.get(name)
