@@ -11,20 +11,13 @@ import pytest
 from fastane import networks, workloads
 from fastane.networks.plan import analyze
 from fastane.roofline.plan import plan_workload
-
-#: the per-layer figures compared: tasks, MACs, the bytes of each DMA engine, what stayed in L2
-FIELDS = (
-    "tasks",
-    "macs",
-    "control_dma_bytes",
-    "kernel_dma_bytes",
-    "tile_dma_src_bytes",
-    "tile_dma_dst_bytes",
-)
+from fastane.stats import PLAN_COUNTERS
 
 
 def _figures(lp) -> tuple:
-    return tuple(getattr(lp.stats, f) for f in FIELDS) + (lp.source_in_l2, lp.result_in_l2)
+    """A layer's planned counters (tasks, MACs, planar ops, each DMA engine's bytes) and
+    what stayed in L2."""
+    return tuple(getattr(lp.stats, f) for f in PLAN_COUNTERS) + (lp.source_in_l2, lp.result_in_l2)
 
 
 def _second_readers(wl) -> set:
