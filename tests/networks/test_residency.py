@@ -51,3 +51,28 @@ def test_the_one_path_keeps_in_l2_what_the_layer_shape_plan_keeps(name, second_r
     assert set(old) <= set(new)
     assert {k: _figures(new[k]) for k in old} == {k: _figures(lp) for k, lp in old.items()}
     assert sum(lp.result_in_l2 for lp in new.values()) == kept
+
+
+def test_a_model_file_chains_in_the_stats_only_plan_only_when_asked():
+    pytest.importorskip("onnx")
+    import fastane
+    from fastane.model import zoo
+
+    model = fastane.load_model(zoo.resnet(seed=0), weights=False)
+    shapes = {"x": (1, 3, 32, 32)}
+    flat = model.report(shapes, stats_only=True)
+    kept = model.report(shapes, stats_only=True, residency=True)
+    assert not any(r.source_in_l2 or r.result_in_l2 for r in flat.layers)
+    chained = [i for i, r in enumerate(kept.layers) if r.source_in_l2 or r.result_in_l2]
+    assert chained
+    for i, (a, b) in enumerate(zip(flat.layers, kept.layers)):
+        assert (a.placement, a.stats.tasks, a.stats.macs) == (b.placement, b.stats.tasks, b.stats.macs)
+        if i not in chained:
+            assert a.stats.dram_bytes == b.stats.dram_bytes
+    # a kept tensor is neither written to DRAM nor read back
+    saved = sum(a.stats.dram_bytes - b.stats.dram_bytes for a, b in zip(flat.layers, kept.layers))
+    assert saved > 0 and kept.total.time_s < flat.total.time_s
+    for i in chained:
+        r = kept.layers[i]
+        if r.result_in_l2:
+            assert r.stats.tile_dma_dst_bytes == 0 and kept.layers[i + 1].source_in_l2

@@ -159,8 +159,9 @@ def chains(layers, outputs) -> dict:
     """The stats-only plans of the placed ``layers`` that chain, ``{index: (Stats,
     source_in_l2, result_in_l2)}``.  Layer ``i + 1`` chains with layer ``i`` when both
     are on the ANE as one convolution (:attr:`~fastane.model.placement.place.Layer.problem`),
-    the source of ``i + 1`` (its first node's first input) is the one output of ``i``, and
-    no other layer reads that output nor is it one of the model's ``outputs``.  Each run of
+    the source of ``i + 1`` (its first node's first input) is the one output of ``i``, read
+    once (not also as a weight), and no other layer reads that output nor is it one of the
+    model's ``outputs``.  Each run of
     such layers is lowered as a whole (:func:`fastane.lower.chain.plan_chain`); a run that
     does not chain (shapes that do not join, a layer past the lowering's limits) is left
     out, its layers planned one by one."""
@@ -177,6 +178,7 @@ def chains(layers, outputs) -> dict:
             and probs[i + 1] is not None
             and len(a.outputs) == 1
             and b.nodes[0].inputs[0] == a.outputs[0]
+            and sum(t == a.outputs[0] for n in b.nodes for t in n.inputs) == 1  # read once, as the source
             and readers.get(a.outputs[0]) == 1
             and a.outputs[0] not in outputs
         )
