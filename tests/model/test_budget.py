@@ -6,7 +6,6 @@ The command-line reproducers run in a child with a 4 GiB address-space limit and
 timeout: before the budget they hung or exhausted memory."""
 
 import os
-import warnings
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ from fastane.errors import ModelError  # noqa: E402
 from fastane.model import budget, zoo  # noqa: E402
 from fastane.model.graph import Graph, Node, TensorType, bind  # noqa: E402
 from tests.helpers.cli import cli as _cli, one_line as _line  # noqa: E402
+from tests.helpers.coreml import convert  # noqa: E402
 
 
 def _c(name, v):
@@ -212,14 +212,7 @@ def _mlprogram(path, shape, body):
     def prog(x):
         return body(mb, x)
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        m = ct.convert(
-            prog,
-            convert_to="mlprogram",
-            minimum_deployment_target=ct.target.iOS17,
-            compute_precision=ct.precision.FLOAT32,
-        )
+    m = convert(prog, ct.target.iOS17)
     m.save(str(path))
     return str(path)
 

@@ -3,7 +3,6 @@ exception; and the negative axes coremltools writes (a transformer block convert
 ct.convert) accepted."""
 
 import os
-import warnings
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from coremltools.proto import MIL_pb2, Model_pb2  # noqa: E402
 
 import fastane  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
+from tests.helpers.coreml import convert  # noqa: E402
 
 RNG = np.random.default_rng(11)
 
@@ -127,14 +127,7 @@ def _transformer_block(path):
         o = mb.linear(x=mb.reshape(x=o, shape=[1, S, D]), weight=WO)
         return mb.layer_norm(x=mb.add(x=x, y=o), axes=[-1], epsilon=np.float32(1e-5))
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        m = ct.convert(
-            prog,
-            convert_to="mlprogram",
-            minimum_deployment_target=ct.target.iOS17,
-            compute_precision=ct.precision.FLOAT32,
-        )
+    m = convert(prog, ct.target.iOS17)
     perms = [
         list(op.attributes["val"].immediateValue.tensor.ints.values)
         for op in m.get_spec().mlProgram.functions["main"].block_specializations["CoreML7"].operations

@@ -6,13 +6,13 @@ import json
 import os
 import shutil
 import signal
-import warnings
 
 import numpy as np
 import pytest
 
 import fastane
 from fastane.errors import ModelError
+from tests.helpers.coreml import convert  # noqa: E402
 
 ct = pytest.importorskip("coremltools")
 from coremltools.converters.mil import Builder as mb  # noqa: E402
@@ -43,14 +43,7 @@ def pkg(tmp_path_factory):
         return mb.linear(x=x, weight=np.full((4, 8), 0.5, np.float32), bias=np.zeros(4, np.float32))
 
     path = tmp_path_factory.mktemp("hf") / "lin.mlpackage"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        m = ct.convert(
-            prog,
-            convert_to="mlprogram",
-            minimum_deployment_target=ct.target.iOS17,
-            compute_precision=ct.precision.FLOAT32,
-        )
+    m = convert(prog, ct.target.iOS17)
     m.save(str(path))
     return str(path)
 
