@@ -128,7 +128,7 @@ def test_the_child_names_each_failure_class(monkeypatch, seeds, what, status, wo
 
 
 def test_a_link_out_of_the_package_is_named(seeds):
-    """The package game of issue 32: weights/ linked to a folder outside the package is
+    """The package game of a weights/ folder linked to a folder outside the package is
     refused (a clean error), or it is named a read outside."""
     case = _plain("mlprogram", seeds)
     mh._place(case, f"{mh.PACKAGE}/{mh.WEIGHTS}", "links", "@outside")

@@ -1,5 +1,5 @@
 """Hostile ONNX nodes and names: every malformed node, attribute, operand count or name is
-one ModelError line naming the node (issue 32, items 4 and 5), never another exception; the
+one ModelError line naming the node, never another exception; the
 API and the CLI say so in one line."""
 
 import json
