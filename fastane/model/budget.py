@@ -4,18 +4,19 @@ allocated or computed.
 A model file is a program: a 300-byte ONNX model can ``Expand`` two scalars into a 2^28-
 element tensor and a 512 x 512 x 3 x 3 kernel and ask for a convolution of 10^12
 multiply-adds, or pad a 64 x 64 image by 2^20 columns.  :func:`fastane.model.graph.bind`
-costs every node from the inferred shapes alone (:func:`node_cost`) and refuses the model
-with a :class:`~fastane.errors.ModelError` naming the node, the limit and its value when
-one of these is exceeded:
+costs every node from the inferred shapes alone (:func:`fastane.model.cost.node_cost`) and
+refuses the model with a :class:`~fastane.errors.ModelError` naming the node, the limit
+and its value when one of these is exceeded:
 
 * :data:`MAX_TENSOR_ELEMENTS` = 2^28 elements per tensor (1 GiB in float32): any tensor
-  a model declares, stores or produces (:func:`fastane.model.tensor.check_size`).
+  a model declares, stores or produces (:func:`fastane.model.tensor.check_size`), and
+  :data:`MAX_RANK` = 32 dimensions per tensor (numpy 1.x's own limit; models use 8 at most).
 * :data:`MAX_LAYER_BYTES` = 2^30 bytes (1 GiB) per node: its inputs and outputs (a float
   element counted at 4 bytes: the host widens float16 to float32), the temporaries its
   host implementation makes (a convolution's padded input and one window's patch, a
   pooling's padded input, a transposed convolution's full-size result, the float64 passes
   of Resize, Einsum and the erf-based ops) and what the per-layer report adds beside them
-  (the ANE's float16 copies, the float32 reference): :func:`node_cost`.
+  (the ANE's float16 copies, the float32 reference): :func:`fastane.model.cost.node_cost`.
 * :data:`MAX_RUN_BYTES` = 2^30 bytes held at once, node by node in graph order: the
   node's bytes and every other tensor alive across it (an intermediate from its node to
   its last reader; the model's inputs and outputs, and the constants folded at bind
