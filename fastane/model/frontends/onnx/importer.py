@@ -178,10 +178,10 @@ def _check_schema(op: str, opset: int, types: dict, ins: list, outs: list, where
 
     try:
         schema = defs.get_schema(op, opset, "")
-    except Exception:
+    except (defs.SchemaError, TypeError):  # no schema at this opset; TypeError: beyond int32
         try:
             schema = defs.get_schema(op)
-        except Exception:  # pragma: no cover - every op of SUPPORTED has a schema
+        except defs.SchemaError:  # pragma: no cover - every op of SUPPORTED has a schema
             return
     ver = f"{op}-{schema.since_version}"
     for k, spec in schema.attributes.items():
