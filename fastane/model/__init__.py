@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import ModelError, quote
+from ..errors import ModelError
 from .graph import Graph, Node, TensorType, bind
 from .files import map_file
 from .run.model import Model, Report
@@ -65,9 +65,6 @@ def load_model(path, weights: bool = True) -> Model:
 
             return Model(from_proto(path, weights=weights))
         raise TypeError(f"load_model: expected a path or an onnx.ModelProto, got {proto_type}")
-    text = os.fspath(path)
-    if (b"\0" if isinstance(text, bytes) else "\0") in text:
-        raise ModelError(f"{quote(text)}: a path with a NUL byte names no file")
     from .frontends.coreml.importer import is_coreml
 
     if is_coreml(path) or _sniff_coreml(path):
