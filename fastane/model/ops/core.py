@@ -41,8 +41,8 @@ __all__ = ["pool_geometry"]
 
 
 # ------------------------------------------------------------------------ unary
-def _unary(name, fn, kind="table"):
-    register_op(name, same_type, kind)(lambda node, x: fn(node, x))
+def _unary(name, fn, kind="table", ane=""):
+    register_op(name, same_type, kind, ane=ane)(lambda node, x: fn(node, x))
 
 
 def _erf(x):
@@ -57,20 +57,24 @@ def _gelu(node, x):
     return (0.5 * x.astype(np.float64) * (1 + _erf(x.astype(np.float64) / math.sqrt(2)))).astype(x.dtype)
 
 
-_unary("relu", lambda n, x: np.maximum(x, 0).astype(x.dtype), "exact")
-_unary("leaky_relu", lambda n, x: np.where(x >= 0, x, x * np.float32(n.attrs.get("alpha", 0.01))))
-_unary("tanh", lambda n, x: np.tanh(x))
-_unary("sigmoid", lambda n, x: (1 / (1 + np.exp(-x.astype(np.float64)))).astype(x.dtype))
-_unary("gelu", _gelu)
-_unary("exp", lambda n, x: np.exp(x))
+_unary("relu", lambda n, x: np.maximum(x, 0).astype(x.dtype), "exact", ane="activation")
+_unary(
+    "leaky_relu",
+    lambda n, x: np.where(x >= 0, x, x * np.float32(n.attrs.get("alpha", 0.01))),
+    ane="activation",
+)
+_unary("tanh", lambda n, x: np.tanh(x), ane="activation")
+_unary("sigmoid", lambda n, x: (1 / (1 + np.exp(-x.astype(np.float64)))).astype(x.dtype), ane="activation")
+_unary("gelu", _gelu, ane="activation")
+_unary("exp", lambda n, x: np.exp(x), ane="activation")
 _unary("log", lambda n, x: np.log(x))
-_unary("sqrt", lambda n, x: np.sqrt(x))
-_unary("reciprocal", lambda n, x: np.reciprocal(x))
-_unary("exp2", lambda n, x: np.exp2(x))
-_unary("rsqrt", lambda n, x: (1 / np.sqrt(x.astype(np.float64))).astype(x.dtype))
-_unary("abs", lambda n, x: np.abs(x), "exact")
-_unary("neg", lambda n, x: np.negative(x), "exact")
-_unary("sign", lambda n, x: np.sign(x), "exact")
+_unary("sqrt", lambda n, x: np.sqrt(x), ane="activation")
+_unary("reciprocal", lambda n, x: np.reciprocal(x), ane="activation")
+_unary("exp2", lambda n, x: np.exp2(x), ane="activation")
+_unary("rsqrt", lambda n, x: (1 / np.sqrt(x.astype(np.float64))).astype(x.dtype), ane="activation")
+_unary("abs", lambda n, x: np.abs(x), "exact", ane="unary")
+_unary("neg", lambda n, x: np.negative(x), "exact", ane="unary")
+_unary("sign", lambda n, x: np.sign(x), "exact", ane="activation")
 _unary("floor", lambda n, x: np.floor(x), "exact")
 _unary("ceil", lambda n, x: np.ceil(x), "exact")
 _unary("erf", lambda n, x: _erf(x))
@@ -81,6 +85,7 @@ _unary(
         np.float32(n.attrs.get("gamma", 1.0507009873554805))
         * np.where(x > 0, x, np.float32(n.attrs.get("alpha", 1.6732632423543772)) * np.expm1(x))
     ),
+    ane="activation",
 )
 _unary(
     "hard_sigmoid",
@@ -100,7 +105,7 @@ def _clip_infer(node, types, consts):
     return [need_float(need_input(types, 0, node), node)]
 
 
-@register_op("clip", _clip_infer, "exact")
+@register_op("clip", _clip_infer, "exact", ane="activation")
 def _clip(node, x, lo=None, hi=None):
     if lo is not None:
         x = np.where(x < lo, lo, x)
@@ -126,8 +131,8 @@ def _binary_infer(node, types, consts):
     return [TensorType(ts[0].dtype, broadcast_shape([t.shape for t in ts], node))]
 
 
-def _binary(name, fn):
-    register_op(name, _binary_infer, "exact")(lambda node, *xs: _reduce(fn, xs))
+def _binary(name, fn, ane="binary"):
+    register_op(name, _binary_infer, "exact", ane=ane)(lambda node, *xs: _reduce(fn, xs))
 
 
 def _reduce(fn, xs):
@@ -148,10 +153,10 @@ def _int_div(a, b):
 _binary("add", np.add)
 _binary("sub", np.subtract)
 _binary("mul", np.multiply)
-_binary("div", _int_div)
+_binary("div", _int_div, ane="divide")
 _binary("max", np.maximum)
 _binary("min", np.minimum)
-_binary("pow", lambda a, b: np.power(a, b))
+_binary("pow", lambda a, b: np.power(a, b), ane="unary")  # x ** 2: a planar square
 register_op("prelu", _binary_infer, "exact")(lambda node, x, s: np.where(x >= 0, x, x * s))
 
 
@@ -198,8 +203,8 @@ def _softmax_core(node, x, log):
     return y.reshape(shape)
 
 
-register_op("softmax", _softmax_infer, "table")(lambda node, x: _softmax_core(node, x, False))
-register_op("log_softmax", _softmax_infer, "table")(lambda node, x: _softmax_core(node, x, True))
+register_op("softmax", _softmax_infer, "table", ane="rows")(lambda node, x: _softmax_core(node, x, False))
+register_op("log_softmax", _softmax_infer, "table", ane="rows")(lambda node, x: _softmax_core(node, x, True))
 
 
 def _ln_infer(node, types, consts):
@@ -222,7 +227,7 @@ def _ln_infer(node, types, consts):
     return [x] + [stats] * (len(node.outputs) - 1)
 
 
-@register_op("layer_norm", _ln_infer, "table")
+@register_op("layer_norm", _ln_infer, "table", ane="rows")
 def _ln(node, x, scale, bias=None):
     axis = check_axis(node.attrs.get("axis", -1), x.ndim, node)
     axes = tuple(range(axis, x.ndim))
@@ -233,7 +238,7 @@ def _ln(node, x, scale, bias=None):
     return [y if bias is None else y + bias, mean, inv]
 
 
-@register_op("rms_norm", _ln_infer, "table")
+@register_op("rms_norm", _ln_infer, "table", ane="rows")
 def _rms(node, x, scale, bias=None):
     axis = check_axis(node.attrs.get("axis", -1), x.ndim, node)
     ms = (x * x).mean(axis=tuple(range(axis, x.ndim)), keepdims=True)
@@ -264,21 +269,21 @@ def _reduce_infer(node, types, consts):
     return [TensorType(x.dtype, shape)]
 
 
-def _reducer(name, fn):
+def _reducer(name, fn, ane="rows"):
     def host(node, x, axes=None):
         ax = _reduce_axes(node, x.ndim, axes)
         if not ax:
             return x
         return fn(x, axis=ax, keepdims=bool(node.attrs.get("keepdims", 1)))
 
-    register_op(name, _reduce_infer, "host")(host)
+    register_op(name, _reduce_infer, "host", ane=ane)(host)
 
 
 _reducer("reduce_mean", np.mean)
 _reducer("reduce_sum", np.sum)
 _reducer("reduce_max", np.max)
 _reducer("reduce_min", np.min)
-_reducer("reduce_prod", np.prod)  # host only (no ANE lowering): ONNX ReduceProd
+_reducer("reduce_prod", np.prod, ane="")  # host only (no ANE lowering): ONNX ReduceProd
 
 
 # ------------------------------------------------------------------------ pooling
@@ -331,8 +336,8 @@ def _pool(node, x, kind):
     return y / cnt
 
 
-register_op("max_pool", _pool_infer)(lambda node, x: _pool(node, x, "max"))
-register_op("avg_pool", _pool_infer)(lambda node, x: _pool(node, x, "avg"))
+register_op("max_pool", _pool_infer, ane="rows")(lambda node, x: _pool(node, x, "max"))
+register_op("avg_pool", _pool_infer, ane="rows")(lambda node, x: _pool(node, x, "avg"))
 
 
 def _gpool_infer(node, types, consts):
@@ -342,9 +347,9 @@ def _gpool_infer(node, types, consts):
     return [TensorType(x.dtype, x.shape[:2] + (1,) * (len(x.shape) - 2))]
 
 
-register_op("global_avg_pool", _gpool_infer)(
+register_op("global_avg_pool", _gpool_infer, ane="rows")(
     lambda node, x: x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
 )
-register_op("global_max_pool", _gpool_infer)(
+register_op("global_max_pool", _gpool_infer, ane="rows")(
     lambda node, x: x.max(axis=tuple(range(2, x.ndim)), keepdims=True)
 )

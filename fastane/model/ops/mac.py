@@ -31,7 +31,7 @@ def _matmul_infer(node, types, consts):
     return [TensorType(a.dtype, out)]
 
 
-@register_op("matmul", _matmul_infer, "mac")
+@register_op("matmul", _matmul_infer, "mac", ane="mac")
 def _matmul(node, a, b):
     return np.matmul(a, b)
 
@@ -59,7 +59,7 @@ def _gemm_infer(node, types, consts):
     return [TensorType(a.dtype, (M, N))]
 
 
-@register_op("gemm", _gemm_infer, "mac")
+@register_op("gemm", _gemm_infer, "mac", ane="mac")
 def _gemm(node, a, b, c=None):
     if node.attrs.get("trans_a"):
         a = a.T
@@ -151,7 +151,7 @@ def conv_windows(xp, k, s, d, out):
         yield idx, xp[(slice(None), slice(None)) + sl]
 
 
-@register_op("conv", _conv_infer, "mac")
+@register_op("conv", _conv_infer, "mac", ane="conv")
 def _conv(node, x, w, b=None):
     s, d, pads, out = conv_geometry(node, x.shape, w.shape[2:])
     g = int(node.attrs.get("groups", 1))
@@ -255,7 +255,7 @@ def _deconv_infer(node, types, consts):
     return [TensorType(x.dtype, (x.shape[0], co) + out)]
 
 
-@register_op("conv_transpose", _deconv_infer, "mac")
+@register_op("conv_transpose", _deconv_infer, "mac", ane="deconv")
 def _deconv(node, x, w, b=None):
     """Scatter form: every input pixel adds its kernel-weighted contribution to the output
     (the definition; independent of the ANE lowering's zero-insertion form)."""

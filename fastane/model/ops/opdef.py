@@ -25,20 +25,30 @@ class OpDef:
     host: Callable
     #: evaluated at bind time when every input is constant
     foldable: bool = True
-    #: "layout" (moves data, no arithmetic), "exact" (one rounding of the exact result),
-    #: "mac", "table", "host" (no ANE class)
+    #: the numerics class of its result, which sets the per-layer tolerance: "layout" (moves
+    #: data, no arithmetic), "exact" (one rounding of the exact result), "mac", "table",
+    #: "host" (no ANE class)
     kind: str = "host"
+    #: the placement rule family that may put it on the ANE (a key of
+    #: :data:`fastane.model.placement.place.RULES`); "" for an op fastane runs on the host only
+    ane: str = ""
 
 
 OPS: dict = {}
 
+#: the placement rule families an op may name in ``ane``
+ANE_FAMILIES = ("activation", "binary", "unary", "divide", "conv", "deconv", "mac", "rows", "qlinear")
 
-def register_op(name, infer, kind="host", foldable=True):
+
+def register_op(name, infer, kind="host", foldable=True, ane=""):
     """Decorator: register the host implementation it decorates as op ``name`` in :data:`OPS`,
-    with its inference ``infer(node, types, consts)``, its ``kind`` and whether it folds."""
+    with its inference ``infer(node, types, consts)``, its ``kind``, whether it folds and its
+    placement family ``ane``."""
+    if ane and ane not in ANE_FAMILIES:
+        raise ValueError(f"op {name}: unknown placement family {ane!r}")
 
     def deco(fn):
-        OPS[name] = OpDef(infer, fn, foldable, kind)
+        OPS[name] = OpDef(infer, fn, foldable, kind, ane)
         return fn
 
     return deco

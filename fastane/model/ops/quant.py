@@ -44,7 +44,7 @@ def _dq_infer(node, types, consts):
     return [TensorType(np.float32, x.shape)]
 
 
-@register_op("dequantize", _dq_infer)
+@register_op("dequantize", _dq_infer, ane="qlinear")
 def _dequantize(node, x, scale, zero_point=None):
     axis = check_axis(node.attrs.get("axis", 1), x.ndim, node) if x.ndim else 0
     zp = 0 if zero_point is None else _bcast(zero_point, x.ndim, axis).astype(np.int64)
