@@ -11,23 +11,6 @@ from ...graph import Graph, Node, TensorType, check_size
 
 
 # ------------------------------------------------------------------ neural network (.mlmodel)
-#: neural network layer types the importer maps
-NN_LAYERS = (
-    "convolution",
-    "innerProduct",
-    "batchnorm",
-    "activation",
-    "add",
-    "multiply",
-    "pooling",
-    "softmax",
-    "flatten",
-    "concat",
-    "reshapeStatic",
-    "flattenTo2D",
-)
-
-
 def _weights(wp, n: int, what: str, weights: bool) -> np.ndarray:
     """A WeightParams as float32 (floatValue, float16Value, or 8-bit linear/LUT quantized)."""
     if len(wp.floatValue):
@@ -95,6 +78,170 @@ def _nn_input_type(fd, what):
     return np.dtype(dt), shape
 
 
+class _Layer:
+    """What a layer's converter needs: its operands, where it is (``what``), and the graph
+    being built (``emit`` a node, add a ``const``, name a ``tmp`` tensor)."""
+
+    def __init__(self, layer, kind, ins, outs, nodes, const, tmp, weights):
+        self.name, self.kind, self.ins, self.outs = layer.name, kind, ins, outs
+        self.what = f"layer {quote(layer.name)} ({kind})"
+        self.nodes, self.const, self.tmp, self.weights = nodes, const, tmp, weights
+
+    def emit(self, op, i, o, attrs=None):
+        """Append node ``op`` (inputs ``i``, outputs ``o``); its one output's name."""
+        name = self.name if o == self.outs else f"{self.name}:{op}"
+        self.nodes.append(Node(op, name, i, o, attrs or {}, self.kind))
+        return o[0]
+
+    def weights_of(self, wp, n: int, what: str) -> np.ndarray:
+        return _weights(wp, n, f"{self.what} {what}", self.weights)
+
+
+def _valid_pads(valid):
+    bs = valid.paddingAmounts.borderAmounts
+    return tuple((int(b.startEdgeSize), int(b.endEdgeSize)) for b in bs) if len(bs) == 2 else None
+
+
+def _same_mode(same) -> str:
+    return "same_upper" if same.asymmetryMode == 0 else "same_lower"
+
+
+def _convolution(L, cx: _Layer):
+    if L.isDeconvolution:
+        raise ModelError(f"{cx.what}: deconvolution layers are not supported yet")
+    co, kc = int(L.outputChannels), int(L.kernelChannels)
+    kh, kw = (list(L.kernelSize) + [3, 3])[:2] if L.kernelSize else (3, 3)
+    n = check_size((co, kc, kh, kw), cx.what)
+    w = cx.weights_of(L.weights, n, "weights").reshape(co, kc, kh, kw)
+    if L.WhichOneof("ConvolutionPaddingType") == "same":
+        auto, pads = _same_mode(L.same), None
+    else:
+        auto, pads = None, _valid_pads(L.valid)
+    ii = [cx.ins[0], cx.const(w)]
+    if L.hasBias:
+        ii.append(cx.const(cx.weights_of(L.bias, co, "bias")))
+    attrs = {
+        "strides": tuple(L.stride) or (1, 1),
+        "dilations": tuple(L.dilationFactor) or (1, 1),
+        "pads": pads,
+        "auto_pad": auto,
+        "groups": int(L.nGroups or 1),
+    }
+    cx.emit("conv", ii, cx.outs, attrs)
+
+
+def _inner_product(L, cx: _Layer):
+    co, ci = int(L.outputChannels), int(L.inputChannels)
+    n = check_size((co, ci), cx.what)
+    w = cx.weights_of(L.weights, n, "weights").reshape(co, ci)
+    t = cx.tmp()
+    cx.nodes.append(Node("flatten", f"{cx.name}:flatten", [cx.ins[0]], [t], {"axis": 1}, cx.kind))
+    ii = [t, cx.const(np.ascontiguousarray(w.T))]
+    if L.hasBias:
+        m = cx.emit("matmul", ii, [cx.tmp()])
+        cx.emit("add", [m, cx.const(cx.weights_of(L.bias, co, "bias"))], cx.outs)
+    else:
+        cx.emit("matmul", ii, cx.outs)
+
+
+def _batchnorm(L, cx: _Layer):
+    c = int(L.channels)
+    vals = [cx.weights_of(getattr(L, k), c, k) for k in ("gamma", "beta", "mean", "variance")]
+    cx.emit(
+        "batchnorm", [cx.ins[0]] + [cx.const(v) for v in vals], cx.outs, {"epsilon": float(L.epsilon or 1e-5)}
+    )
+
+
+#: neural network activations -> (fastane op, its attributes from the activation's message)
+_ACTIVATIONS = {
+    "ReLU": ("relu", lambda p: {}),
+    "sigmoid": ("sigmoid", lambda p: {}),
+    "tanh": ("tanh", lambda p: {}),
+    "softplus": ("softplus", lambda p: {}),
+    "leakyReLU": ("leaky_relu", lambda p: {"alpha": p.alpha}),
+    "ELU": ("elu", lambda p: {"alpha": p.alpha}),
+}
+
+
+def _activation(L, cx: _Layer):
+    a = L.WhichOneof("NonlinearityType")
+    if a == "linear":
+        t = cx.emit("mul", [cx.ins[0], cx.const(np.float32(L.linear.alpha))], [cx.tmp()])
+        cx.emit("add", [t, cx.const(np.float32(L.linear.beta))], cx.outs)
+        return
+    if a not in _ACTIVATIONS:
+        raise ModelError(f"{cx.what}: activation {quote(a)} is not supported")
+    op, attrs = _ACTIVATIONS[a]
+    cx.emit(op, cx.ins[:1], cx.outs, attrs(getattr(L, a)))
+
+
+def _elementwise(op):
+    def convert(L, cx: _Layer):
+        if len(cx.ins) == 1:
+            cx.emit(op, [cx.ins[0], cx.const(np.float32(L.alpha))], cx.outs)
+            return
+        cur = cx.ins[0]
+        for i, other in enumerate(cx.ins[1:]):
+            cur = cx.emit(op, [cur, other], cx.outs if i == len(cx.ins) - 2 else [cx.tmp()])
+
+    return convert
+
+
+def _pooling(L, cx: _Layer):
+    typ = L.type  # MAX 0, AVERAGE 1
+    if typ not in (0, 1):
+        raise ModelError(f"{cx.what}: L2 pooling is not supported")
+    if L.globalPooling:
+        cx.emit("global_max_pool" if typ == 0 else "global_avg_pool", cx.ins[:1], cx.outs)
+        return
+    pk = L.WhichOneof("PoolingPaddingType")
+    if pk == "same":
+        auto, pads = _same_mode(L.same), None
+    elif pk == "valid":
+        auto, pads = None, _valid_pads(L.valid)
+    else:
+        raise ModelError(f"{cx.what}: includeLastPixel padding is not supported")
+    attrs = {
+        "kernel": tuple(L.kernelSize) or (3, 3),
+        "strides": tuple(L.stride) or (1, 1),
+        "pads": pads,
+        "auto_pad": auto,
+    }
+    if typ == 1:
+        attrs["count_include_pad"] = int(not L.avgPoolExcludePadding)
+    cx.emit("max_pool" if typ == 0 else "avg_pool", cx.ins[:1], cx.outs, attrs)
+
+
+def _one(op, attrs=None, all_inputs=False):
+    def convert(L, cx: _Layer):
+        cx.emit(op, cx.ins if all_inputs else cx.ins[:1], cx.outs, attrs)
+
+    return convert
+
+
+def _reshape_static(L, cx: _Layer):
+    cx.emit("reshape", [cx.ins[0], cx.const(np.array((1,) + tuple(L.targetShape), np.int64))], cx.outs)
+
+
+#: neural network layer type -> its converter ``(layer message, _Layer)``
+_NN = {
+    "convolution": _convolution,
+    "innerProduct": _inner_product,
+    "batchnorm": _batchnorm,
+    "activation": _activation,
+    "add": _elementwise("add"),
+    "multiply": _elementwise("mul"),
+    "pooling": _pooling,
+    "softmax": _one("softmax", {"axis": 1}),
+    "flatten": _one("flatten", {"axis": 1}),
+    "flattenTo2D": _one("flatten", {"axis": 1}),
+    "concat": _one("concat", {"axis": 1}, all_inputs=True),
+    "reshapeStatic": _reshape_static,
+}
+#: neural network layer types the importer maps
+NN_LAYERS = tuple(_NN)
+
+
 def neural_network(spec, nn, name, weights) -> Graph:
     """A neural network spec: rank-3 (C, H, W) or rank-1 (C) inputs become (1, C, H, W) /
     (1, C) tensors (Core ML's batch of one); the outputs lose that batch axis again (an
@@ -144,119 +291,7 @@ def neural_network(spec, nn, name, weights) -> Graph:
             raise ModelError(f"{what}: has {len(outs)} outputs, fastane maps 1")
         if not ins:
             raise ModelError(f"{what}: has no inputs")
-        L = getattr(layer, kind)
-        src = kind
-
-        def emit(op, i, o, attrs=None):  # called within this iteration only (B023 ignored for this file)
-            nodes.append(Node(op, layer.name if o == outs else f"{layer.name}:{op}", i, o, attrs or {}, src))
-            return o[0]
-
-        if kind == "convolution":
-            if L.isDeconvolution:
-                raise ModelError(f"{what}: deconvolution layers are not supported yet")
-            co, kc = int(L.outputChannels), int(L.kernelChannels)
-            kh, kw = (list(L.kernelSize) + [3, 3])[:2] if L.kernelSize else (3, 3)
-            g = int(L.nGroups or 1)
-            n = check_size((co, kc, kh, kw), what)
-            w = _weights(L.weights, n, f"{what} weights", weights).reshape(co, kc, kh, kw)
-            strides = tuple(L.stride) or (1, 1)
-            dil = tuple(L.dilationFactor) or (1, 1)
-            pk = L.WhichOneof("ConvolutionPaddingType")
-            if pk == "same":
-                auto, pads = ("same_upper" if L.same.asymmetryMode == 0 else "same_lower"), None
-            else:
-                auto = None
-                bs = L.valid.paddingAmounts.borderAmounts
-                pads = tuple((int(b.startEdgeSize), int(b.endEdgeSize)) for b in bs) if len(bs) == 2 else None
-            ii = [ins[0], const(w)]
-            if L.hasBias:
-                ii.append(const(_weights(L.bias, co, f"{what} bias", weights)))
-            emit(
-                "conv",
-                ii,
-                outs,
-                {"strides": strides, "dilations": dil, "pads": pads, "auto_pad": auto, "groups": g},
-            )
-        elif kind == "innerProduct":
-            co, ci = int(L.outputChannels), int(L.inputChannels)
-            n = check_size((co, ci), what)
-            w = _weights(L.weights, n, f"{what} weights", weights).reshape(co, ci)
-            x = ins[0]
-            t = tmp()
-            nodes.append(Node("flatten", f"{layer.name}:flatten", [x], [t], {"axis": 1}, src))
-            ii = [t, const(np.ascontiguousarray(w.T))]
-            if L.hasBias:
-                m = emit("matmul", ii, [tmp()])
-                emit("add", [m, const(_weights(L.bias, co, f"{what} bias", weights))], outs)
-            else:
-                emit("matmul", ii, outs)
-        elif kind == "batchnorm":
-            c = int(L.channels)
-            vals = [
-                _weights(getattr(L, k), c, f"{what} {k}", weights)
-                for k in ("gamma", "beta", "mean", "variance")
-            ]
-            emit(
-                "batchnorm", [ins[0]] + [const(v) for v in vals], outs, {"epsilon": float(L.epsilon or 1e-5)}
-            )
-        elif kind == "activation":
-            a = L.WhichOneof("NonlinearityType")
-            table = {
-                "ReLU": ("relu", {}),
-                "sigmoid": ("sigmoid", {}),
-                "tanh": ("tanh", {}),
-                "softplus": ("softplus", {}),
-                "leakyReLU": ("leaky_relu", {"alpha": L.leakyReLU.alpha}),
-                "ELU": ("elu", {"alpha": L.ELU.alpha}),
-            }
-            if a not in table and a != "linear":
-                raise ModelError(f"{what}: activation {quote(a)} is not supported")
-            if a == "linear":
-                t = emit("mul", [ins[0], const(np.float32(L.linear.alpha))], [tmp()])
-                emit("add", [t, const(np.float32(L.linear.beta))], outs)
-            else:
-                emit(table[a][0], ins[:1], outs, table[a][1])
-        elif kind in ("add", "multiply"):
-            op = "add" if kind == "add" else "mul"
-            if len(ins) == 1:
-                emit(op, [ins[0], const(np.float32(L.alpha))], outs)
-            else:
-                cur = ins[0]
-                for i, other in enumerate(ins[1:]):
-                    cur = emit(op, [cur, other], outs if i == len(ins) - 2 else [tmp()])
-        elif kind == "pooling":
-            k = tuple(L.kernelSize) or (3, 3)
-            typ = L.type  # MAX 0, AVERAGE 1
-            if typ not in (0, 1):
-                raise ModelError(f"{what}: L2 pooling is not supported")
-            if L.globalPooling:
-                emit("global_max_pool" if typ == 0 else "global_avg_pool", ins[:1], outs)
-            else:
-                pk = L.WhichOneof("PoolingPaddingType")
-                auto, pads = (None, None)
-                if pk == "same":
-                    auto = "same_upper" if L.same.asymmetryMode == 0 else "same_lower"
-                elif pk == "valid":
-                    bs = L.valid.paddingAmounts.borderAmounts
-                    pads = (
-                        tuple((int(b.startEdgeSize), int(b.endEdgeSize)) for b in bs)
-                        if len(bs) == 2
-                        else None
-                    )
-                else:
-                    raise ModelError(f"{what}: includeLastPixel padding is not supported")
-                attrs = {"kernel": k, "strides": tuple(L.stride) or (1, 1), "pads": pads, "auto_pad": auto}
-                if typ == 1:
-                    attrs["count_include_pad"] = int(not L.avgPoolExcludePadding)
-                emit("max_pool" if typ == 0 else "avg_pool", ins[:1], outs, attrs)
-        elif kind == "softmax":
-            emit("softmax", ins[:1], outs, {"axis": 1})
-        elif kind in ("flatten", "flattenTo2D"):
-            emit("flatten", ins[:1], outs, {"axis": 1})
-        elif kind == "concat":
-            emit("concat", ins, outs, {"axis": 1})
-        elif kind == "reshapeStatic":
-            emit("reshape", [ins[0], const(np.array((1,) + tuple(L.targetShape), np.int64))], outs)
+        _NN[kind](getattr(layer, kind), _Layer(layer, kind, ins, outs, nodes, const, tmp, weights))
     out_names = []
     for fd in spec.description.output:
         out_names.append(fd.name)
