@@ -18,6 +18,10 @@ implementation (``onnx.reference.ReferenceEvaluator``):
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -32,7 +36,7 @@ except ImportError:  # pragma: no cover - onnx < 1.13
     ReferenceEvaluator = None
 
 import fastane  # noqa: E402
-from fastane.model.frontends.onnx.importer import SUPPORTED  # noqa: E402
+from fastane.model.frontends.onnx.importer import SUPPORTED, docs_table  # noqa: E402
 from fastane.model.run.model import TOLERANCE  # noqa: E402
 
 from tests.helpers.onnx_backend import selected_op_types  # noqa: E402
@@ -185,3 +189,17 @@ def test_every_supported_op_is_tested():
     backend suite's selection (tests/helpers/onnx_backend.py)."""
     tested = {c.op for c in CASES} | selected_op_types()
     assert sorted(set(SUPPORTED) - tested) == []
+
+
+def test_docs_table_is_the_records():
+    """docs/models.md's table of ONNX ops is the one the records give (the script's
+    ``--check``), and it names exactly the ops of SUPPORTED."""
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run(
+        [sys.executable, str(root / "scripts" / "onnx_ops_table.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    named = set(re.findall(r"(?:\| |, )([A-Z][A-Za-z]*) \(", "\n".join(docs_table()[2:])))
+    assert sorted(named) == SUPPORTED

@@ -114,7 +114,7 @@ _unary(
     "identity",
     lambda n, x: x,
     "layout",
-    onnx=["Identity", OnnxName("Dropout", lambda c, a, ins: c.mk(inputs=ins[:1]), doc="inference: identity")],
+    onnx=["Identity", OnnxName("Dropout", lambda c, a, ins: c.mk(inputs=ins[:1]), doc="inference")],
 )
 OPS["identity"] = dataclasses.replace(
     OPS["identity"], infer=lambda node, types, consts: [need_input(types, 0, node)]
@@ -412,12 +412,12 @@ def _pool_onnx(c, a, ins):
     )
 
 
-register_op("max_pool", _pool_infer, ane="rows", onnx=[OnnxName("MaxPool", _pool_onnx)])(
-    lambda node, x: _pool(node, x, "max")
-)
-register_op("avg_pool", _pool_infer, ane="rows", onnx=[OnnxName("AveragePool", _pool_onnx)])(
-    lambda node, x: _pool(node, x, "avg")
-)
+register_op(
+    "max_pool", _pool_infer, ane="rows", onnx=[OnnxName("MaxPool", _pool_onnx, doc="windowed: host")]
+)(lambda node, x: _pool(node, x, "max"))
+register_op(
+    "avg_pool", _pool_infer, ane="rows", onnx=[OnnxName("AveragePool", _pool_onnx, doc="a depthwise conv")]
+)(lambda node, x: _pool(node, x, "avg"))
 
 
 def _gpool_infer(node, types, consts):

@@ -241,7 +241,12 @@ def _bn_onnx(c, a, ins):
     return c.mk({"epsilon": a.get("epsilon", 1e-5)})
 
 
-@register_op("batchnorm", _bn_infer, "mac", onnx=[OnnxName("BatchNormalization", _bn_onnx)])
+@register_op(
+    "batchnorm",
+    _bn_infer,
+    "mac",
+    onnx=[OnnxName("BatchNormalization", _bn_onnx, doc="after a Conv: folded into it")],
+)
 def _bn(node, x, scale, bias, mean, var):
     eps = np.float32(node.attrs.get("epsilon", 1e-5))
     sh = (1, -1) + (1,) * (x.ndim - 2)

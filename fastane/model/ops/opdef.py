@@ -59,8 +59,19 @@ class OnnxName:
 
 OPS: dict = {}
 
-#: the placement rule families an op may name in ``ane``
-ANE_FAMILIES = ("activation", "binary", "unary", "divide", "conv", "deconv", "mac", "rows", "qlinear")
+#: the placement rule families an op may name in ``ane``, with where such an op runs (the
+#: docs' table of ONNX ops: :func:`fastane.model.frontends.onnx.importer.docs_table`)
+ANE_FAMILIES = {
+    "activation": "ANE: an elementwise program, or fused into the Conv/Gemm/MatMul it follows",
+    "binary": "ANE: the planar engine (two float operands)",
+    "unary": "ANE: one planar task (Abs, Neg, Pow with a constant exponent 2)",
+    "divide": "ANE: the reciprocal table, then a planar multiply",
+    "conv": "ANE: `conv2d`/`conv1d`",
+    "deconv": "ANE: `conv2d`/`conv1d` as a stride-1 convolution",
+    "mac": "ANE: `linear` or `matmul`",
+    "rows": "ANE: a row operation on the planar engine (over the trailing axes)",
+    "qlinear": "ANE: the INT8 lanes (a dequantize -> conv/matmul -> quantize chain)",
+}
 
 
 def register_op(name, infer, kind="host", foldable=True, ane="", onnx=()):

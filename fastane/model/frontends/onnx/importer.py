@@ -28,9 +28,10 @@ from ....errors import ModelError, ModelNotImplementedError, quote
 from ...budget import check_nodes
 from ...graph import DTYPES, Graph, Node, TensorType, check_size
 from ...ops import OPS
+from ...ops.opdef import ANE_FAMILIES
 from ...tensor import read_protobuf
 
-__all__ = ["load", "from_proto", "SUPPORTED"]
+__all__ = ["load", "from_proto", "SUPPORTED", "docs_table"]
 
 
 def _onnx():
@@ -222,6 +223,20 @@ def _onnx_records() -> dict:
 _RECORDS = _onnx_records()
 #: ONNX op types the importer maps (default domain): the records' and Constant
 SUPPORTED = sorted(set(_RECORDS) | {"Constant"})
+
+
+def docs_table() -> list:
+    """The lines of docs/models.md's table of the ONNX op types the importer maps, from the
+    records: where each record's op may run (its placement family, where the family's rule
+    takes it, else the host; ``kind`` "layout"; the host), its ONNX op types and their
+    ``doc``."""
+    rows: dict = {runs: [] for runs in ANE_FAMILIES.values()}
+    rows.update({"layout (host)": ["Constant (a constant of the graph)"], "host": []})
+    for fop, d in OPS.items():
+        runs = ANE_FAMILIES[d.ane] if d.ane else "layout (host)" if d.kind == "layout" else "host"
+        rows[runs] += [f"{o.name} (`{fop}`{'; ' + o.doc if o.doc else ''})" for o in d.onnx]
+    lines = ["| runs (else host) | ONNX op (`fastane op`) |", "| --- | --- |"]
+    return lines + [f"| {runs} | {', '.join(sorted(ops))} |" for runs, ops in rows.items() if ops]
 
 
 class _Builder:
