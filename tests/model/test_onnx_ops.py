@@ -73,6 +73,7 @@ CASES = [
     Case("Erf", {}, [x(2, 3, 4)]),
     Case("Log", {}, [x(2, 3, 4, lo=0.1, hi=5)]),
     Case("Floor", {}, [x(2, 3, 4)]),
+    Case("Shrink", {"bias": 0.5, "lambd": 1.0}, [x(2, 3, 4)]),
     Case("Ceil", {}, [x(2, 3, 4)]),
     Case("PRelu", {}, [x(1, 3, 4, 4), k(_RNG.uniform(0, 1, (3, 1, 1)))]),
     Case("Sub", {}, [x(2, 3, 4), x(2, 3, 4)]),

@@ -372,6 +372,15 @@ _unary_host(
     "thresholded_relu", lambda n, x: np.where(x > n.attrs.get("alpha", 1.0), x, 0.0), "ThresholdedRelu"
 )
 _unary_host(
+    "shrink",
+    lambda n, x: np.where(
+        x < -n.attrs.get("lambd", 0.5),
+        x + n.attrs.get("bias", 0.0),
+        np.where(x > n.attrs.get("lambd", 0.5), x - n.attrs.get("bias", 0.0), 0.0),
+    ),
+    "Shrink",
+)
+_unary_host(
     "celu",
     lambda n, x: (
         np.maximum(x, 0) + np.minimum(0, n.attrs.get("alpha", 1.0) * np.expm1(x / n.attrs.get("alpha", 1.0)))
