@@ -18,16 +18,8 @@ import numpy as np
 
 from ...errors import ModelError, ModelNotImplementedError, quote
 from ..budget import MAX_EINSUM_WORK  # noqa: F401 (its old home)
-from .opdef import (
-    OnnxName,
-    check_axis,
-    broadcast_shape,
-    need_const,
-    need_float,
-    need_input,
-    register_op,
-    same_attrs,
-)
+from .opdef import OnnxName, same_attrs
+from .opdef import check_axis, broadcast_shape, need_const, need_float, need_input, register_op
 from ..tensor import TensorType
 
 
