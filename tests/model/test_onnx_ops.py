@@ -204,3 +204,18 @@ def test_docs_table_is_the_records():
     assert run.returncode == 0, run.stderr
     named = set(re.findall(r"(?:\| |, )([A-Z][A-Za-z]*) \(", "\n".join(docs_table()[2:])))
     assert sorted(named) == SUPPORTED
+
+
+def test_an_onnx_name_is_imported_by_one_record():
+    """register_op refuses a second record for an ONNX op type at overlapping opsets (and
+    registers nothing); an opset range selects one of two records."""
+    from fastane.model.ops.opdef import OPS, OnnxName, register_op, same_type
+
+    with pytest.raises(ValueError, match="ONNX Relu is already imported as relu"):
+        register_op("relu_again", same_type, onnx=["Relu"])
+    with pytest.raises(ValueError, match="already imported"):
+        register_op("relu_again", same_type, onnx=[OnnxName("Relu", since=13, until=14)])
+    assert "relu_again" not in OPS
+    old, new = OnnxName("Relu", until=13), OnnxName("Relu", since=13)
+    assert [old.covers(v) for v in (1, 12, 13, 21)] == [True, True, False, False]
+    assert [new.covers(v) for v in (1, 12, 13, 21)] == [False, False, True, True]
