@@ -1,7 +1,7 @@
 """ONNX's own backend node tests (``onnx.backend.test``) with fastane as the backend.
 
 Only the node tests of the ops fastane places (or runs on the host as a model's layer) are
-selected (:data:`OPS`), so the run stays short.  A model fastane refuses (an op, attribute
+selected (``OPS``, tests/helpers/onnx_backend.py), so the run stays short.  A model fastane refuses (an op, attribute
 or dtype it does not support) is skipped with the precise reason: that is the
 "unsupported" count, never silent.  A case the ANE itself cannot pass is an expected
 failure with its reason (:data:`XFAIL`).
@@ -41,82 +41,7 @@ from fastane.errors import ModelError  # noqa: E402
 
 from tests.helpers.lut_bounds import BOUNDS  # noqa: E402  (the table bounds, measured once)
 from tests.helpers import row_bounds  # noqa: E402  (the row operations' chain bounds)
-
-#: the node tests run: ONNX op -> regex on the test name (without the "_cpu" suffix)
-OPS = {
-    "Conv": r"test_(basic_)?conv_with_\w+",
-    "ConvTranspose": r"test_convtranspose(_\w+)?",
-    "Gemm": r"test_gemm_\w+",
-    "MatMul": r"test_matmul_\w+",
-    "BatchNormalization": r"test_batchnorm_\w+",
-    "Relu": r"test_relu",
-    "LeakyRelu": r"test_leakyrelu(_example|_default)?",
-    "Tanh": r"test_tanh(_example)?",
-    "Sigmoid": r"test_sigmoid(_example)?",
-    "Gelu": r"test_gelu_(default|tanh)_\d",
-    "Exp": r"test_exp(_example)?",
-    "Sqrt": r"test_sqrt(_example)?",
-    "Reciprocal": r"test_reciprocal(_example)?",
-    "Selu": r"test_selu(_example|_default)?",
-    "Clip": r"test_clip(_[a-z0-9_]+)?(?<!expanded)",
-    "Sign": r"test_sign",
-    "Softmax": r"test_softmax_[a-z0-9_]+(?<!expanded)(?<!ver18)",
-    "LogSoftmax": r"test_logsoftmax_[a-z0-9_]+(?<!expanded)(?<!ver18)",
-    "LayerNormalization": r"test_layer_normalization_\w+",
-    "RMSNormalization": r"test_rms_normalization_\w+",
-    "ReduceSum": r"test_reduce_sum_(?!square)\w+",
-    "ReduceMean": r"test_reduce_mean_\w+",
-    "ReduceMax": r"test_reduce_max_\w+",
-    "ReduceMin": r"test_reduce_min_\w+",
-    "Add": r"test_add(_bcast)?",
-    "Mul": r"test_mul(_example|_bcast)?",
-    "Div": r"test_div(_example|_bcast)?",
-    "Abs": r"test_abs",
-    "Neg": r"test_neg(_example)?",
-    "Pow": r"test_pow(_example|_bcast_scalar|_bcast_array)?",
-    "Flatten": r"test_flatten_\w+",
-    "Reshape": r"test_reshape_\w+",
-    "Transpose": r"test_transpose_\w+",
-    "Squeeze": r"test_squeeze(_negative_axes)?",
-    "Unsqueeze": r"test_unsqueeze_\w+",
-    "Concat": r"test_concat_\w+",
-    "MaxPool": r"test_maxpool_\w+",
-    "AveragePool": r"test_averagepool_\w+",
-    "GlobalAveragePool": r"test_globalaveragepool(_precomputed)?",
-    # host ops (no ANE lowering in fastane): float32 on the host
-    "Einsum": r"test_einsum_\w+",
-    "TopK": r"test_top_k(_\w+)?",
-    "ArgMax": r"test_argmax_\w+",
-    "ArgMin": r"test_argmin_\w+",
-    "Hardmax": r"test_hardmax_\w+",
-    "CumSum": r"test_cumsum_\w+",
-    "Tile": r"test_tile(_precomputed)?",
-    "GatherND": r"test_gathernd_\w+",
-    "GatherElements": r"test_gather_elements_\w+",
-    "Gather": r"test_gather_(\d|2d_indices|negative_indices)",
-    "ScatterND": r"test_scatternd(_\w+)?",
-    "ScatterElements": r"test_scatter_elements_\w+",
-    "Scatter": r"test_scatter_with(out)?_axis",
-    "Resize": r"test_resize_\w+",
-    "Upsample": r"test_upsample_nearest",
-    "Range": r"test_range_\w+",
-    "OneHot": r"test_onehot_\w+",
-    "Trilu": r"test_tri[lu](_\w+)?",
-    "Where": r"test_where_(long_)?example",
-    "Expand": r"test_expand_dim_\w+",
-    "Split": r"test_split_(?!to_sequence)\w+",
-    "And, Or, Xor": r"test_(and|or|xor)(\d\w*|_bcast\w+)",
-    "Not": r"test_not_\dd",
-    "Less, Greater, Equal (and -OrEqual)": r"test_((less|greater)(_equal)?|equal)(_bcast|_u?int\d+)?",
-    "IsNaN, IsInf": r"test_(isnan|isinf)(_negative|_positive|_float16)?",
-    "Round": r"test_round",
-    "Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh": r"test_(a?(sin|cos)h?|a?tan|atanh)(_example)?",
-    "Softsign, Mish, ThresholdedRelu, Celu": r"test_(softsign|mish|thresholdedrelu|celu)(_example|_default)?",
-    "Mean": r"test_mean_\w+",
-    "Mod": r"test_mod_\w+",
-    "ReduceProd": r"test_reduce_prod_\w+",
-    "DepthToSpace, SpaceToDepth": r"test_(depthtospace|spacetodepth)(_\w+)?",
-}
+from tests.helpers.onnx_backend import OPS  # noqa: E402  (the node tests selected)
 
 #: expected failures: test name -> the reason the ANE itself cannot pass it
 XFAIL: dict = {}

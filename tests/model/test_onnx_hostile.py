@@ -527,7 +527,7 @@ def test_internal_errors_are_one_line(tmp_path, capsys, monkeypatch):
 def test_unused_outputs_one_rule():
     """The host ops' converter and the others' name omitted outputs and refuse a later one
     used the same way (they raised different exception types and messages)."""
-    from fastane.model.frontends.onnx.host import output_names
+    from fastane.model.frontends.onnx.importer import output_names
 
     where = "node 't' (TopK)"
     assert output_names(["", "i"], "t", where, "TopK", 2) == ["fastane::t:unused0", "i"]

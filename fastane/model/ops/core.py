@@ -18,14 +18,16 @@ fastane runs only on the host in :mod:`.host`, :mod:`.index` and :mod:`.resize`
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
-from ...errors import ModelError
+from ...errors import ModelError, ModelNotImplementedError
 from .opdef import (
     OPS,
-    OpDef,
+    OnnxName,
+    attr_input,
     check_axis,
     broadcast_shape,
     need_const,
@@ -33,16 +35,17 @@ from .opdef import (
     need_input,
     register_op,
     same_type,
+    take,
 )
-from .mac import conv_geometry, conv_windows
+from .mac import conv_geometry, conv_windows, onnx_auto_pad, onnx_pads
 from ..tensor import TensorType
 
 __all__ = ["pool_geometry"]
 
 
 # ------------------------------------------------------------------------ unary
-def _unary(name, fn, kind="table", ane=""):
-    register_op(name, same_type, kind, ane=ane)(lambda node, x: fn(node, x))
+def _unary(name, fn, kind="table", ane="", onnx=()):
+    register_op(name, same_type, kind, ane=ane, onnx=onnx)(lambda node, x: fn(node, x))
 
 
 def _erf(x):
@@ -57,28 +60,38 @@ def _gelu(node, x):
     return (0.5 * x.astype(np.float64) * (1 + _erf(x.astype(np.float64) / math.sqrt(2)))).astype(x.dtype)
 
 
-_unary("relu", lambda n, x: np.maximum(x, 0).astype(x.dtype), "exact", ane="activation")
+_unary("relu", lambda n, x: np.maximum(x, 0).astype(x.dtype), "exact", ane="activation", onnx=["Relu"])
 _unary(
     "leaky_relu",
     lambda n, x: np.where(x >= 0, x, x * np.float32(n.attrs.get("alpha", 0.01))),
     ane="activation",
+    onnx=[OnnxName("LeakyRelu", take(alpha=0.01))],
 )
-_unary("tanh", lambda n, x: np.tanh(x), ane="activation")
-_unary("sigmoid", lambda n, x: (1 / (1 + np.exp(-x.astype(np.float64)))).astype(x.dtype), ane="activation")
-_unary("gelu", _gelu, ane="activation")
-_unary("exp", lambda n, x: np.exp(x), ane="activation")
-_unary("log", lambda n, x: np.log(x))
-_unary("sqrt", lambda n, x: np.sqrt(x), ane="activation")
-_unary("reciprocal", lambda n, x: np.reciprocal(x), ane="activation")
+_unary("tanh", lambda n, x: np.tanh(x), ane="activation", onnx=["Tanh"])
+_unary(
+    "sigmoid",
+    lambda n, x: (1 / (1 + np.exp(-x.astype(np.float64)))).astype(x.dtype),
+    ane="activation",
+    onnx=["Sigmoid"],
+)
+_unary("gelu", _gelu, ane="activation", onnx=[OnnxName("Gelu", take(approximate="none"))])
+_unary("exp", lambda n, x: np.exp(x), ane="activation", onnx=["Exp"])
+_unary("log", lambda n, x: np.log(x), onnx=["Log"])
+_unary("sqrt", lambda n, x: np.sqrt(x), ane="activation", onnx=["Sqrt"])
+_unary("reciprocal", lambda n, x: np.reciprocal(x), ane="activation", onnx=["Reciprocal"])
 _unary("exp2", lambda n, x: np.exp2(x), ane="activation")
 _unary("rsqrt", lambda n, x: (1 / np.sqrt(x.astype(np.float64))).astype(x.dtype), ane="activation")
-_unary("abs", lambda n, x: np.abs(x), "exact", ane="unary")
-_unary("neg", lambda n, x: np.negative(x), "exact", ane="unary")
-_unary("sign", lambda n, x: np.sign(x), "exact", ane="activation")
-_unary("floor", lambda n, x: np.floor(x), "exact")
-_unary("ceil", lambda n, x: np.ceil(x), "exact")
-_unary("erf", lambda n, x: _erf(x))
-_unary("elu", lambda n, x: np.where(x > 0, x, np.float32(n.attrs.get("alpha", 1.0)) * np.expm1(x)))
+_unary("abs", lambda n, x: np.abs(x), "exact", ane="unary", onnx=["Abs"])
+_unary("neg", lambda n, x: np.negative(x), "exact", ane="unary", onnx=["Neg"])
+_unary("sign", lambda n, x: np.sign(x), "exact", ane="activation", onnx=["Sign"])
+_unary("floor", lambda n, x: np.floor(x), "exact", onnx=["Floor"])
+_unary("ceil", lambda n, x: np.ceil(x), "exact", onnx=["Ceil"])
+_unary("erf", lambda n, x: _erf(x), onnx=["Erf"])
+_unary(
+    "elu",
+    lambda n, x: np.where(x > 0, x, np.float32(n.attrs.get("alpha", 1.0)) * np.expm1(x)),
+    onnx=[OnnxName("Elu", take(alpha=1.0))],
+)
 _unary(
     "selu",
     lambda n, x: (
@@ -86,18 +99,25 @@ _unary(
         * np.where(x > 0, x, np.float32(n.attrs.get("alpha", 1.6732632423543772)) * np.expm1(x))
     ),
     ane="activation",
+    onnx=[OnnxName("Selu", take("alpha", "gamma"))],
 )
 _unary(
     "hard_sigmoid",
     lambda n, x: np.clip(
         np.float32(n.attrs.get("alpha", 0.2)) * x + np.float32(n.attrs.get("beta", 0.5)), 0, 1
     ),
+    onnx=[OnnxName("HardSigmoid", take(alpha=0.2, beta=0.5))],
 )
-_unary("hard_swish", lambda n, x: x * np.clip(x / np.float32(6) + np.float32(0.5), 0, 1))
-_unary("softplus", lambda n, x: np.logaddexp(np.float32(0), x))
-_unary("identity", lambda n, x: x, "layout")
-OPS["identity"] = OpDef(
-    lambda node, types, consts: [need_input(types, 0, node)], OPS["identity"].host, True, "layout"
+_unary("hard_swish", lambda n, x: x * np.clip(x / np.float32(6) + np.float32(0.5), 0, 1), onnx=["HardSwish"])
+_unary("softplus", lambda n, x: np.logaddexp(np.float32(0), x), onnx=["Softplus"])
+_unary(
+    "identity",
+    lambda n, x: x,
+    "layout",
+    onnx=["Identity", OnnxName("Dropout", lambda c, a, ins: c.mk(inputs=ins[:1]), doc="inference")],
+)
+OPS["identity"] = dataclasses.replace(
+    OPS["identity"], infer=lambda node, types, consts: [need_input(types, 0, node)]
 )
 
 
@@ -105,7 +125,16 @@ def _clip_infer(node, types, consts):
     return [need_float(need_input(types, 0, node), node)]
 
 
-@register_op("clip", _clip_infer, "exact", ane="activation")
+def _clip_onnx(c, a, ins):
+    if c.opset < 11:  # the bounds were attributes
+        ins = ins[:1] + [
+            c.const(a.get("min", -3.4028234663852886e38), np.float32),
+            c.const(a.get("max", 3.4028234663852886e38), np.float32),
+        ]
+    return c.mk(inputs=ins)
+
+
+@register_op("clip", _clip_infer, "exact", ane="activation", onnx=[OnnxName("Clip", _clip_onnx)])
 def _clip(node, x, lo=None, hi=None):
     if lo is not None:
         x = np.where(x < lo, lo, x)
@@ -118,7 +147,9 @@ def _cast_infer(node, types, consts):
     return [TensorType(np.dtype(node.attrs["to"]), need_input(types, 0, node).shape)]
 
 
-@register_op("cast", _cast_infer, "exact")
+@register_op(
+    "cast", _cast_infer, "exact", onnx=[OnnxName("Cast", lambda c, a, ins: c.mk({"to": c.dtype(a["to"])}))]
+)
 def _cast(node, x):
     return x.astype(node.attrs["to"])
 
@@ -131,8 +162,8 @@ def _binary_infer(node, types, consts):
     return [TensorType(ts[0].dtype, broadcast_shape([t.shape for t in ts], node))]
 
 
-def _binary(name, fn, ane="binary"):
-    register_op(name, _binary_infer, "exact", ane=ane)(lambda node, *xs: _reduce(fn, xs))
+def _binary(name, fn, ane="binary", onnx=()):
+    register_op(name, _binary_infer, "exact", ane=ane, onnx=onnx)(lambda node, *xs: _reduce(fn, xs))
 
 
 def _reduce(fn, xs):
@@ -150,14 +181,14 @@ def _int_div(a, b):
     return a / b
 
 
-_binary("add", np.add)
-_binary("sub", np.subtract)
-_binary("mul", np.multiply)
-_binary("div", _int_div, ane="divide")
-_binary("max", np.maximum)
-_binary("min", np.minimum)
-_binary("pow", lambda a, b: np.power(a, b), ane="unary")  # x ** 2: a planar square
-register_op("prelu", _binary_infer, "exact")(lambda node, x, s: np.where(x >= 0, x, x * s))
+_binary("add", np.add, onnx=["Add", "Sum"])
+_binary("sub", np.subtract, onnx=["Sub"])
+_binary("mul", np.multiply, onnx=["Mul"])
+_binary("div", _int_div, ane="divide", onnx=["Div"])
+_binary("max", np.maximum, onnx=["Max"])
+_binary("min", np.minimum, onnx=["Min"])
+_binary("pow", lambda a, b: np.power(a, b), ane="unary", onnx=["Pow"])  # x ** 2: a planar square
+register_op("prelu", _binary_infer, "exact", onnx=["PRelu"])(lambda node, x, s: np.where(x >= 0, x, x * s))
 
 
 def _where_infer(node, types, consts):
@@ -165,7 +196,7 @@ def _where_infer(node, types, consts):
     return [TensorType(a.dtype, broadcast_shape([c.shape, a.shape, b.shape], node))]
 
 
-register_op("where", _where_infer, "exact")(lambda node, c, a, b: np.where(c, a, b))
+register_op("where", _where_infer, "exact", onnx=["Where"])(lambda node, c, a, b: np.where(c, a, b))
 
 
 def _cmp_infer(node, types, consts):
@@ -173,9 +204,9 @@ def _cmp_infer(node, types, consts):
     return [TensorType(np.dtype(np.bool_), broadcast_shape([a.shape, b.shape], node))]
 
 
-register_op("equal", _cmp_infer, "exact")(lambda node, a, b: np.equal(a, b))
-register_op("less", _cmp_infer, "exact")(lambda node, a, b: np.less(a, b))
-register_op("greater", _cmp_infer, "exact")(lambda node, a, b: np.greater(a, b))
+register_op("equal", _cmp_infer, "exact", onnx=["Equal"])(lambda node, a, b: np.equal(a, b))
+register_op("less", _cmp_infer, "exact", onnx=["Less"])(lambda node, a, b: np.less(a, b))
+register_op("greater", _cmp_infer, "exact", onnx=["Greater"])(lambda node, a, b: np.greater(a, b))
 
 
 # ------------------------------------------------------------------------ normalisation
@@ -203,8 +234,17 @@ def _softmax_core(node, x, log):
     return y.reshape(shape)
 
 
-register_op("softmax", _softmax_infer, "table", ane="rows")(lambda node, x: _softmax_core(node, x, False))
-register_op("log_softmax", _softmax_infer, "table", ane="rows")(lambda node, x: _softmax_core(node, x, True))
+def _softmax_onnx(c, a, ins):
+    legacy = c.opset < 13  # the input flattened to 2-D at axis
+    return c.mk({"axis": a.get("axis", 1 if legacy else -1), "legacy": legacy})
+
+
+register_op("softmax", _softmax_infer, "table", ane="rows", onnx=[OnnxName("Softmax", _softmax_onnx)])(
+    lambda node, x: _softmax_core(node, x, False)
+)
+register_op("log_softmax", _softmax_infer, "table", ane="rows", onnx=[OnnxName("LogSoftmax", _softmax_onnx)])(
+    lambda node, x: _softmax_core(node, x, True)
+)
 
 
 def _ln_infer(node, types, consts):
@@ -227,7 +267,13 @@ def _ln_infer(node, types, consts):
     return [x] + [stats] * (len(node.outputs) - 1)
 
 
-@register_op("layer_norm", _ln_infer, "table", ane="rows")
+def _ln_onnx(c, a, ins):
+    if a.get("stash_type", 1) != 1:
+        raise ModelNotImplementedError(f"{c.where}: stash_type {a['stash_type']} is not supported (only 1)")
+    return c.mk({"axis": a.get("axis", -1), "epsilon": a.get("epsilon", 1e-5)}, n_out=3)
+
+
+@register_op("layer_norm", _ln_infer, "table", ane="rows", onnx=[OnnxName("LayerNormalization", _ln_onnx)])
 def _ln(node, x, scale, bias=None):
     axis = check_axis(node.attrs.get("axis", -1), x.ndim, node)
     axes = tuple(range(axis, x.ndim))
@@ -238,7 +284,13 @@ def _ln(node, x, scale, bias=None):
     return [y if bias is None else y + bias, mean, inv]
 
 
-@register_op("rms_norm", _ln_infer, "table", ane="rows")
+@register_op(
+    "rms_norm",
+    _ln_infer,
+    "table",
+    ane="rows",
+    onnx=[OnnxName("RMSNormalization", take(axis=-1, epsilon=1e-5))],
+)
 def _rms(node, x, scale, bias=None):
     axis = check_axis(node.attrs.get("axis", -1), x.ndim, node)
     ms = (x * x).mean(axis=tuple(range(axis, x.ndim)), keepdims=True)
@@ -269,21 +321,26 @@ def _reduce_infer(node, types, consts):
     return [TensorType(x.dtype, shape)]
 
 
-def _reducer(name, fn, ane="rows"):
+def _reduce_onnx(c, a, ins):
+    attrs = {"keepdims": a.get("keepdims", 1), "noop_with_empty_axes": a.get("noop_with_empty_axes", 0)}
+    return c.mk(attrs, attr_input(c, a, ins, "axes"))
+
+
+def _reducer(name, fn, ane="rows", onnx=""):
     def host(node, x, axes=None):
         ax = _reduce_axes(node, x.ndim, axes)
         if not ax:
             return x
         return fn(x, axis=ax, keepdims=bool(node.attrs.get("keepdims", 1)))
 
-    register_op(name, _reduce_infer, "host", ane=ane)(host)
+    register_op(name, _reduce_infer, "host", ane=ane, onnx=[OnnxName(onnx, _reduce_onnx)])(host)
 
 
-_reducer("reduce_mean", np.mean)
-_reducer("reduce_sum", np.sum)
-_reducer("reduce_max", np.max)
-_reducer("reduce_min", np.min)
-_reducer("reduce_prod", np.prod, ane="")  # host only (no ANE lowering): ONNX ReduceProd
+_reducer("reduce_mean", np.mean, onnx="ReduceMean")
+_reducer("reduce_sum", np.sum, onnx="ReduceSum")
+_reducer("reduce_max", np.max, onnx="ReduceMax")
+_reducer("reduce_min", np.min, onnx="ReduceMin")
+_reducer("reduce_prod", np.prod, ane="", onnx="ReduceProd")  # host only (no ANE lowering)
 
 
 # ------------------------------------------------------------------------ pooling
@@ -336,8 +393,31 @@ def _pool(node, x, kind):
     return y / cnt
 
 
-register_op("max_pool", _pool_infer, ane="rows")(lambda node, x: _pool(node, x, "max"))
-register_op("avg_pool", _pool_infer, ane="rows")(lambda node, x: _pool(node, x, "avg"))
+def _pool_onnx(c, a, ins):
+    k = a.get("kernel_shape")
+    if not k:
+        raise ModelError(f"{c.where}: kernel_shape is required")
+    if c.op == "MaxPool" and a.get("storage_order", 0):
+        raise ModelNotImplementedError(f"{c.where}: storage_order=1 is not supported")
+    return c.mk(
+        {
+            "kernel": tuple(k),
+            "strides": a.get("strides"),
+            "dilations": a.get("dilations"),
+            "pads": onnx_pads(a, len(k), c.where),
+            "auto_pad": onnx_auto_pad(a, c.where),
+            "ceil_mode": a.get("ceil_mode", 0),
+            "count_include_pad": a.get("count_include_pad", 0),
+        }
+    )
+
+
+register_op(
+    "max_pool", _pool_infer, ane="rows", onnx=[OnnxName("MaxPool", _pool_onnx, doc="windowed: host")]
+)(lambda node, x: _pool(node, x, "max"))
+register_op(
+    "avg_pool", _pool_infer, ane="rows", onnx=[OnnxName("AveragePool", _pool_onnx, doc="a depthwise conv")]
+)(lambda node, x: _pool(node, x, "avg"))
 
 
 def _gpool_infer(node, types, consts):
@@ -347,9 +427,9 @@ def _gpool_infer(node, types, consts):
     return [TensorType(x.dtype, x.shape[:2] + (1,) * (len(x.shape) - 2))]
 
 
-register_op("global_avg_pool", _gpool_infer, ane="rows")(
+register_op("global_avg_pool", _gpool_infer, ane="rows", onnx=["GlobalAveragePool"])(
     lambda node, x: x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
 )
-register_op("global_max_pool", _gpool_infer, ane="rows")(
+register_op("global_max_pool", _gpool_infer, ane="rows", onnx=["GlobalMaxPool"])(
     lambda node, x: x.max(axis=tuple(range(2, x.ndim)), keepdims=True)
 )

@@ -16,8 +16,9 @@ import math
 
 import numpy as np
 
-from ...errors import ModelError, quote
+from ...errors import ModelError, ModelNotImplementedError, quote
 from ..budget import MAX_EINSUM_WORK  # noqa: F401 (its old home)
+from .opdef import OnnxName, same_attrs
 from .opdef import check_axis, broadcast_shape, need_const, need_float, need_input, register_op
 from ..tensor import TensorType
 
@@ -112,7 +113,7 @@ def _einsum_infer(node, types, consts):
     return [TensorType(ts[0].dtype, out)]
 
 
-@register_op("einsum", _einsum_infer)
+@register_op("einsum", _einsum_infer, onnx=[OnnxName("Einsum", same_attrs)])
 def _einsum(node, *xs):
     eq, _, _ = einsum_spec(node, [x.shape for x in xs])
     # one or two operands: numpy's direct loop; more: greedy pairwise contractions
@@ -161,7 +162,13 @@ def _top(x, k, largest):
     return np.take_along_axis(idx, _order(np.take_along_axis(x, idx, -1), -1, largest), -1)
 
 
-@register_op("topk", _topk_infer)
+def _topk_onnx(c, a, ins):
+    if c.opset < 10:  # k was an attribute
+        ins = ins[:1] + [c.const([a.get("k", 1)], np.int64)]
+    return c.mk({k: a[k] for k in ("axis", "largest", "sorted") if k in a}, ins, 2, keep=True)
+
+
+@register_op("topk", _topk_infer, onnx=[OnnxName("TopK", _topk_onnx)])
 def _topk(node, x, k):
     a = check_axis(node.attrs.get("axis", -1), x.ndim, node)
     k = int(np.asarray(k).reshape(-1)[0])
@@ -193,8 +200,8 @@ def _arg(fn):
     return host
 
 
-register_op("argmax", _arg_infer)(_arg(np.argmax))
-register_op("argmin", _arg_infer)(_arg(np.argmin))
+register_op("argmax", _arg_infer, onnx=[OnnxName("ArgMax", same_attrs)])(_arg(np.argmax))
+register_op("argmin", _arg_infer, onnx=[OnnxName("ArgMin", same_attrs)])(_arg(np.argmin))
 
 
 def _hardmax_infer(node, types, consts):
@@ -203,7 +210,15 @@ def _hardmax_infer(node, types, consts):
     return [x]
 
 
-@register_op("hardmax", _hardmax_infer)
+def _hardmax_onnx(c, a, ins):
+    if c.opset < 13:
+        raise ModelNotImplementedError(
+            f"{c.where}: opset {c.opset}'s 2-D coerced form is not implemented (opset 13+ is)"
+        )
+    return c.mk(dict(a))
+
+
+@register_op("hardmax", _hardmax_infer, onnx=[OnnxName("Hardmax", _hardmax_onnx, doc="opset 13+")])
 def _hardmax(node, x):
     a = check_axis(node.attrs.get("axis", -1), x.ndim, node)
     if x.shape[a] == 0:
@@ -221,7 +236,7 @@ def _cumsum_infer(node, types, consts):
     return [x]
 
 
-@register_op("cumsum", _cumsum_infer)
+@register_op("cumsum", _cumsum_infer, onnx=[OnnxName("CumSum", same_attrs)])
 def _cumsum(node, x, axis):
     a = check_axis(np.asarray(axis).reshape(-1)[0], x.ndim, node)
     y = _wide(x)
@@ -241,7 +256,7 @@ def _trilu_infer(node, types, consts):
     return [x]
 
 
-@register_op("trilu", _trilu_infer, "layout")
+@register_op("trilu", _trilu_infer, "layout", onnx=[OnnxName("Trilu", same_attrs)])
 def _trilu(node, x, k=None):
     k = 0 if k is None else int(np.asarray(k).reshape(-1)[0])
     return np.triu(x, k) if node.attrs.get("upper", 1) else np.tril(x, k)
@@ -260,7 +275,7 @@ def _onehot_infer(node, types, consts):
     return [TensorType(vals.dtype, idx.shape[:a] + (depth,) + idx.shape[a:])]
 
 
-@register_op("onehot", _onehot_infer)
+@register_op("onehot", _onehot_infer, onnx=[OnnxName("OneHot", same_attrs)])
 def _onehot(node, idx, depth, values):
     d = int(np.asarray(depth).reshape(-1)[0])
     a = check_axis(node.attrs.get("axis", -1), idx.ndim + 1, node)
@@ -282,10 +297,18 @@ def _logic_infer(node, types, consts):
     return [TensorType(np.dtype(np.bool_), broadcast_shape([t.shape for t in ts], node))]
 
 
-register_op("logical_and", _logic_infer, "exact")(lambda node, a, b: np.logical_and(a, b))
-register_op("logical_or", _logic_infer, "exact")(lambda node, a, b: np.logical_or(a, b))
-register_op("logical_xor", _logic_infer, "exact")(lambda node, a, b: np.logical_xor(a, b))
-register_op("logical_not", _logic_infer, "exact")(lambda node, a: np.logical_not(a))
+register_op("logical_and", _logic_infer, "exact", onnx=[OnnxName("And", same_attrs)])(
+    lambda node, a, b: np.logical_and(a, b)
+)
+register_op("logical_or", _logic_infer, "exact", onnx=[OnnxName("Or", same_attrs)])(
+    lambda node, a, b: np.logical_or(a, b)
+)
+register_op("logical_xor", _logic_infer, "exact", onnx=[OnnxName("Xor", same_attrs)])(
+    lambda node, a, b: np.logical_xor(a, b)
+)
+register_op("logical_not", _logic_infer, "exact", onnx=[OnnxName("Not", same_attrs)])(
+    lambda node, a: np.logical_not(a)
+)
 
 
 def _cmp2_infer(node, types, consts):
@@ -293,8 +316,12 @@ def _cmp2_infer(node, types, consts):
     return [TensorType(np.dtype(np.bool_), broadcast_shape([a.shape, b.shape], node))]
 
 
-register_op("greater_equal", _cmp2_infer, "exact")(lambda node, a, b: np.greater_equal(a, b))
-register_op("less_equal", _cmp2_infer, "exact")(lambda node, a, b: np.less_equal(a, b))
+register_op("greater_equal", _cmp2_infer, "exact", onnx=[OnnxName("GreaterOrEqual", same_attrs)])(
+    lambda node, a, b: np.greater_equal(a, b)
+)
+register_op("less_equal", _cmp2_infer, "exact", onnx=[OnnxName("LessOrEqual", same_attrs)])(
+    lambda node, a, b: np.less_equal(a, b)
+)
 
 
 def _test_infer(node, types, consts):
@@ -302,10 +329,10 @@ def _test_infer(node, types, consts):
     return [TensorType(np.dtype(np.bool_), x.shape)]
 
 
-register_op("isnan", _test_infer, "exact")(lambda node, x: np.isnan(x))
+register_op("isnan", _test_infer, "exact", onnx=[OnnxName("IsNaN", same_attrs)])(lambda node, x: np.isnan(x))
 
 
-@register_op("isinf", _test_infer, "exact")
+@register_op("isinf", _test_infer, "exact", onnx=[OnnxName("IsInf", same_attrs)])
 def _isinf(node, x):
     pos, neg = node.attrs.get("detect_positive", 1), node.attrs.get("detect_negative", 1)
     return np.isinf(x) & ((x > 0) if pos and not neg else (x < 0) if neg and not pos else (pos and neg))
@@ -315,30 +342,42 @@ def _same_float(node, types, consts):
     return [need_float(need_input(types, 0, node), node)]
 
 
-def _unary_host(name, fn):
-    register_op(name, _same_float)(lambda node, x: fn(node, _wide(x)))
+def _unary_host(name, fn, onnx):
+    register_op(name, _same_float, onnx=[OnnxName(onnx, same_attrs)])(lambda node, x: fn(node, _wide(x)))
 
 
-_unary_host("round", lambda n, x: np.round(x))  # half to even, as ONNX Round
-_unary_host("sin", lambda n, x: np.sin(x))
-_unary_host("cos", lambda n, x: np.cos(x))
-_unary_host("tan", lambda n, x: np.tan(x))
-_unary_host("asin", lambda n, x: np.arcsin(x))
-_unary_host("acos", lambda n, x: np.arccos(x))
-_unary_host("atan", lambda n, x: np.arctan(x))
-_unary_host("sinh", lambda n, x: np.sinh(x))
-_unary_host("asinh", lambda n, x: np.arcsinh(x))
-_unary_host("acosh", lambda n, x: np.arccosh(x))
-_unary_host("atanh", lambda n, x: np.arctanh(x))
-_unary_host("cosh", lambda n, x: np.cosh(x))
-_unary_host("softsign", lambda n, x: x / (1 + np.abs(x)))
-_unary_host("mish", lambda n, x: x * np.tanh(np.logaddexp(0, x)))
-_unary_host("thresholded_relu", lambda n, x: np.where(x > n.attrs.get("alpha", 1.0), x, 0.0))
+_unary_host("round", lambda n, x: np.round(x), "Round")  # half to even, as ONNX Round
+_unary_host("sin", lambda n, x: np.sin(x), "Sin")
+_unary_host("cos", lambda n, x: np.cos(x), "Cos")
+_unary_host("tan", lambda n, x: np.tan(x), "Tan")
+_unary_host("asin", lambda n, x: np.arcsin(x), "Asin")
+_unary_host("acos", lambda n, x: np.arccos(x), "Acos")
+_unary_host("atan", lambda n, x: np.arctan(x), "Atan")
+_unary_host("sinh", lambda n, x: np.sinh(x), "Sinh")
+_unary_host("asinh", lambda n, x: np.arcsinh(x), "Asinh")
+_unary_host("acosh", lambda n, x: np.arccosh(x), "Acosh")
+_unary_host("atanh", lambda n, x: np.arctanh(x), "Atanh")
+_unary_host("cosh", lambda n, x: np.cosh(x), "Cosh")
+_unary_host("softsign", lambda n, x: x / (1 + np.abs(x)), "Softsign")
+_unary_host("mish", lambda n, x: x * np.tanh(np.logaddexp(0, x)), "Mish")
+_unary_host(
+    "thresholded_relu", lambda n, x: np.where(x > n.attrs.get("alpha", 1.0), x, 0.0), "ThresholdedRelu"
+)
+_unary_host(
+    "shrink",
+    lambda n, x: np.where(
+        x < -n.attrs.get("lambd", 0.5),
+        x + n.attrs.get("bias", 0.0),
+        np.where(x > n.attrs.get("lambd", 0.5), x - n.attrs.get("bias", 0.0), 0.0),
+    ),
+    "Shrink",
+)
 _unary_host(
     "celu",
     lambda n, x: (
         np.maximum(x, 0) + np.minimum(0, n.attrs.get("alpha", 1.0) * np.expm1(x / n.attrs.get("alpha", 1.0)))
     ),
+    "Celu",
 )
 
 
@@ -349,7 +388,9 @@ def _mean_infer(node, types, consts):
     return [TensorType(ts[0].dtype, broadcast_shape([t.shape for t in ts], node))]
 
 
-register_op("mean", _mean_infer)(lambda node, *xs: sum(_wide(x) for x in xs) / len(xs))
+register_op("mean", _mean_infer, onnx=[OnnxName("Mean", same_attrs)])(
+    lambda node, *xs: sum(_wide(x) for x in xs) / len(xs)
+)
 
 
 def _mod_infer(node, types, consts):
@@ -359,7 +400,7 @@ def _mod_infer(node, types, consts):
     return [TensorType(a.dtype, broadcast_shape([a.shape, b.shape], node))]
 
 
-@register_op("mod", _mod_infer)
+@register_op("mod", _mod_infer, onnx=[OnnxName("Mod", same_attrs)])
 def _mod(node, a, b):
     if a.dtype.kind in "iu" and np.any(b == 0):
         raise ValueError("integer modulo by zero")

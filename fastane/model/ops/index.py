@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from ...errors import ModelError, quote
-from .opdef import check_axis, need_const, need_input, register_op
+from .opdef import OnnxName, check_axis, need_const, need_input, register_op, same_attrs
 from ..tensor import TensorType, check_size, shape_text
 
 
@@ -44,7 +44,7 @@ def _gnd_infer(node, types, consts):
     return [TensorType(x.dtype, i.shape[:-1] + x.shape[b + m :])]
 
 
-@register_op("gather_nd", _gnd_infer, "layout")
+@register_op("gather_nd", _gnd_infer, "layout", onnx=[OnnxName("GatherND", same_attrs)])
 def _gather_nd(node, x, idx):
     b = int(node.attrs.get("batch_dims", 0))
     m = idx.shape[-1]
@@ -73,7 +73,7 @@ def _ge_infer(node, types, consts):
     return [TensorType(x.dtype, i.shape)]
 
 
-@register_op("gather_elements", _ge_infer, "layout")
+@register_op("gather_elements", _ge_infer, "layout", onnx=[OnnxName("GatherElements", same_attrs)])
 def _gather_elements(node, x, idx):
     a = check_axis(node.attrs.get("axis", 0), x.ndim, node)
     part = tuple(slice(None) if d == a else slice(0, n) for d, n in enumerate(idx.shape))
@@ -130,7 +130,7 @@ def _snd_infer(node, types, consts):
     return [x]
 
 
-@register_op("scatter_nd", _snd_infer)
+@register_op("scatter_nd", _snd_infer, onnx=[OnnxName("ScatterND", same_attrs)])
 def _scatter_nd(node, x, idx, upd):
     m = idx.shape[-1]
     flat = idx.reshape(-1, m)
@@ -158,7 +158,17 @@ def _se_infer(node, types, consts):
     return [x]
 
 
-@register_op("scatter_elements", _se_infer)
+def _scatter_onnx(c, a, ins):
+    if c.op == "Scatter" or c.opset < 16:  # no reduction before ScatterElements-16
+        a = {k: v for k, v in a.items() if k != "reduction"}
+    return c.mk(dict(a))
+
+
+@register_op(
+    "scatter_elements",
+    _se_infer,
+    onnx=[OnnxName("ScatterElements", _scatter_onnx), OnnxName("Scatter", _scatter_onnx)],
+)
 def _scatter_elements(node, x, idx, upd):
     a = check_axis(node.attrs.get("axis", 0), x.ndim, node)
     key = list(np.indices(idx.shape, sparse=True))
@@ -189,7 +199,9 @@ def _tile_infer(node, types, consts):
     return [TensorType(x.dtype, out)]
 
 
-register_op("tile", _tile_infer, "layout")(lambda node, x, reps: np.tile(x, _reps(node, x.ndim, reps)))
+register_op("tile", _tile_infer, "layout", onnx=[OnnxName("Tile", same_attrs)])(
+    lambda node, x, reps: np.tile(x, _reps(node, x.ndim, reps))
+)
 
 
 def _split_sizes(node, shape, sizes):
@@ -222,7 +234,16 @@ def _split_infer(node, types, consts):
     return [TensorType(x.dtype, x.shape[:a] + (s,) + x.shape[a + 1 :]) for s in sizes]
 
 
-@register_op("split", _split_infer, "layout")
+def _split_onnx(c, a, ins):
+    attrs = {"axis": a.get("axis", 0)}
+    if "split" in a:  # opset < 13: an attribute
+        ins = ins[:1] + [c.const(a["split"], np.int64)]
+    if "num_outputs" in a:
+        attrs["num_outputs"] = a["num_outputs"]
+    return c.mk(attrs, ins, max(len(c.outs), 1), keep=True)
+
+
+@register_op("split", _split_infer, "layout", onnx=[OnnxName("Split", _split_onnx)])
 def _split(node, x, sizes=None):
     a, sizes = _split_sizes(node, x.shape, sizes)
     return np.split(x, np.cumsum(sizes)[:-1], axis=a)
@@ -250,7 +271,7 @@ def _d2s_infer(node, types, consts):
     return [TensorType(x.dtype, _d2s_geometry(node, x.shape)[2])]
 
 
-@register_op("depth_to_space", _d2s_infer, "layout")
+@register_op("depth_to_space", _d2s_infer, "layout", onnx=[OnnxName("DepthToSpace", same_attrs)])
 def _depth_to_space(node, x):
     b, mode, out = _d2s_geometry(node, x.shape)
     n, c, h, w = x.shape
@@ -261,7 +282,7 @@ def _depth_to_space(node, x):
     return np.ascontiguousarray(t).reshape(out)
 
 
-@register_op("space_to_depth", _d2s_infer, "layout")
+@register_op("space_to_depth", _d2s_infer, "layout", onnx=[OnnxName("SpaceToDepth", same_attrs)])
 def _space_to_depth(node, x):
     b, mode, out = _d2s_geometry(node, x.shape)
     n, c, h, w = x.shape

@@ -10,7 +10,16 @@ import numpy as np
 
 from ...errors import ModelError, ModelNotImplementedError, quote
 from ..budget import MAX_RANK, beyond
-from .opdef import check_axis, broadcast_shape, need_const, need_input, register_op
+from .opdef import (
+    OnnxName,
+    attr_input,
+    check_axis,
+    broadcast_shape,
+    need_const,
+    need_input,
+    register_op,
+    take,
+)
 from ..tensor import TensorType, check_size
 
 
@@ -25,7 +34,7 @@ def _flatten_infer(node, types, consts):
     return [TensorType(x.dtype, (math.prod(x.shape[:a]), math.prod(x.shape[a:])))]
 
 
-register_op("flatten", _flatten_infer, "layout")(
+register_op("flatten", _flatten_infer, "layout", onnx=[OnnxName("Flatten", take(axis=1))])(
     lambda node, x: x.reshape(_flatten_infer(node, [TensorType(x.dtype, x.shape)], [None])[0].shape)
 )
 
@@ -64,7 +73,15 @@ def _reshape_infer(node, types, consts):
     return [TensorType(x.dtype, _reshape_target(node, x.shape, need_const(consts, 1, node, "shape")))]
 
 
-register_op("reshape", _reshape_infer, "layout")(
+def _reshape_onnx(c, a, ins):
+    if c.opset < 5:
+        if "shape" not in a:
+            raise ModelError(f"{c.where}: has no shape attribute (Reshape-1 takes the shape as one)")
+        ins = ins[:1] + [c.const(a["shape"], np.int64)]
+    return c.mk({"allowzero": a.get("allowzero", 0)}, ins)
+
+
+register_op("reshape", _reshape_infer, "layout", onnx=[OnnxName("Reshape", _reshape_onnx)])(
     lambda node, x, t: x.reshape(_reshape_target(node, x.shape, t))
 )
 
@@ -82,7 +99,7 @@ def _transpose_infer(node, types, consts):
     return [TensorType(x.dtype, tuple(x.shape[p] for p in _perm(node, len(x.shape))))]
 
 
-register_op("transpose", _transpose_infer, "layout")(
+register_op("transpose", _transpose_infer, "layout", onnx=[OnnxName("Transpose", take(perm=None))])(
     lambda node, x: np.asarray(np.transpose(x, _perm(node, x.ndim)), order="C")
 )
 
@@ -106,7 +123,11 @@ def _squeeze_infer(node, types, consts):
     return [TensorType(x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in ax))]
 
 
-register_op("squeeze", _squeeze_infer, "layout")(
+def _axes_onnx(c, a, ins):
+    return c.mk(inputs=attr_input(c, a, ins, "axes"))
+
+
+register_op("squeeze", _squeeze_infer, "layout", onnx=[OnnxName("Squeeze", _axes_onnx)])(
     lambda node, x, axes=None: np.squeeze(x, _squeeze_axes(node, x.shape, axes))
 )
 
@@ -125,7 +146,7 @@ def _unsqueeze_infer(node, types, consts):
     return [TensorType(x.dtype, _unsqueeze_shape(node, x.shape, need_const(consts, 1, node, "axes")))]
 
 
-register_op("unsqueeze", _unsqueeze_infer, "layout")(
+register_op("unsqueeze", _unsqueeze_infer, "layout", onnx=[OnnxName("Unsqueeze", _axes_onnx)])(
     lambda node, x, axes: x.reshape(_unsqueeze_shape(node, x.shape, axes))
 )
 
@@ -146,7 +167,7 @@ def _concat_infer(node, types, consts):
     return [TensorType(ts[0].dtype, tuple(shape))]
 
 
-@register_op("concat", _concat_infer, "layout")
+@register_op("concat", _concat_infer, "layout", onnx=[OnnxName("Concat", take(axis=0))])
 def _concat(node, *xs):
     # ANE tensors arrive as fp16, host ones as float32: concatenate in the wider dtype
     return np.concatenate(xs, axis=check_axis(node.attrs.get("axis", 0), xs[0].ndim, node))
@@ -178,7 +199,15 @@ def _slice_infer(node, types, consts):
     return [TensorType(x.dtype, tuple(len(range(*s.indices(d))) for s, d in zip(sl, x.shape)))]
 
 
-register_op("slice", _slice_infer, "layout")(
+def _slice_onnx(c, a, ins):
+    if c.opset < 10:  # starts, ends and axes were attributes
+        ins = ins[:1] + [c.const(a["starts"], np.int64), c.const(a["ends"], np.int64)]
+        if "axes" in a:
+            ins.append(c.const(a["axes"], np.int64))
+    return c.mk(inputs=ins)
+
+
+register_op("slice", _slice_infer, "layout", onnx=[OnnxName("Slice", _slice_onnx)])(
     lambda node, x, st, en, ax=None, sp=None: np.asarray(x[_slices(node, x.shape, st, en, ax, sp)], order="C")
 )
 
@@ -213,7 +242,13 @@ def _pad_infer(node, types, consts):
     return [TensorType(x.dtype, tuple(d + a + b for d, (a, b) in zip(x.shape, w)))]
 
 
-@register_op("pad", _pad_infer, "layout")
+def _pad_onnx(c, a, ins):
+    if c.opset < 11:  # pads and value were attributes
+        ins = ins[:1] + [c.const(a["pads"], np.int64), c.const(a.get("value", 0.0), np.float32)]
+    return c.mk({"mode": a.get("mode", "constant")}, ins)
+
+
+@register_op("pad", _pad_infer, "layout", onnx=[OnnxName("Pad", _pad_onnx)])
 def _pad(node, x, pads, value=None, axes=None):
     w = _pad_widths(node, x.shape, pads, axes)
     mode = node.attrs.get("mode", "constant")
@@ -231,7 +266,7 @@ def _shape_infer(node, types, consts):
     return [TensorType(np.dtype(np.int64), (n,))]
 
 
-@register_op("shape", _shape_infer, "layout")
+@register_op("shape", _shape_infer, "layout", onnx=[OnnxName("Shape", take("start", "end"))])
 def _shape(node, x, *_):
     raise AssertionError("shape is folded at bind time")
 
@@ -244,7 +279,7 @@ def _gather_infer(node, types, consts):
     return [TensorType(x.dtype, x.shape[:a] + i.shape + x.shape[a + 1 :])]
 
 
-@register_op("gather", _gather_infer, "layout")
+@register_op("gather", _gather_infer, "layout", onnx=[OnnxName("Gather", take(axis=0))])
 def _gather(node, x, idx):
     a = check_axis(node.attrs.get("axis", 0), x.ndim, node)
     n = x.shape[a]
@@ -261,7 +296,7 @@ def _expand_infer(node, types, consts):
     return [TensorType(x.dtype, out)]
 
 
-register_op("expand", _expand_infer, "layout")(
+register_op("expand", _expand_infer, "layout", onnx=["Expand"])(
     lambda node, x, shape: np.asarray(
         np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(int(v) for v in shape.reshape(-1)))), order="C"
     )
@@ -280,6 +315,6 @@ def _range_infer(node, types, consts):
     return [TensorType(np.asarray(st).dtype, (n,))]
 
 
-register_op("range", _range_infer, "layout")(
+register_op("range", _range_infer, "layout", onnx=["Range"])(
     lambda node, s, l, d: np.arange(s, l, d).astype(np.asarray(s).dtype)
 )

@@ -5,9 +5,42 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import ModelError
-from .opdef import broadcast_shape, need_float, need_input, register_op
+from ...errors import ModelError, ModelNotImplementedError, quote
+from .opdef import OnnxName, broadcast_shape, need_float, need_input, register_op
 from ..tensor import TensorType, check_size
+
+
+# ------------------------------------------------------------------------ ONNX attributes
+def onnx_pads(a, nsp, where):
+    """ONNX ``pads`` (all begins, then all ends) of the attributes ``a`` as ``(begin, end)``
+    pairs for ``nsp`` spatial axes; None when absent."""
+    p = a.get("pads")
+    if p is None:
+        return None
+    if len(p) != 2 * nsp:
+        raise ModelError(f"{where}: pads has {len(p)} values, {nsp} spatial axes need {2 * nsp}")
+    return tuple((int(p[i]), int(p[i + nsp])) for i in range(nsp))
+
+
+def onnx_auto_pad(a, where):
+    """ONNX ``auto_pad`` as None, "same_upper", "same_lower" or "valid"."""
+    v = a.get("auto_pad", "NOTSET")
+    table = {"NOTSET": None, "SAME_UPPER": "same_upper", "SAME_LOWER": "same_lower", "VALID": "valid"}
+    if v not in table:
+        raise ModelError(f"{where}: unknown auto_pad {quote(v)}")
+    return table[v]
+
+
+def onnx_conv_attrs(c, a, w) -> dict:
+    """The attributes ONNX Conv, ConvTranspose and QLinearConv share, for weight ``w``."""
+    nsp = c.rank_of(w) - 2 if c.rank_of(w) else len(a.get("kernel_shape", ())) or 2
+    return {
+        "strides": a.get("strides"),
+        "dilations": a.get("dilations"),
+        "pads": onnx_pads(a, nsp, c.where),
+        "auto_pad": onnx_auto_pad(a, c.where),
+        "groups": a.get("group", 1),
+    }
 
 
 # ------------------------------------------------------------------------ MAC ops
@@ -31,7 +64,7 @@ def _matmul_infer(node, types, consts):
     return [TensorType(a.dtype, out)]
 
 
-@register_op("matmul", _matmul_infer, "mac", ane="mac")
+@register_op("matmul", _matmul_infer, "mac", ane="mac", onnx=["MatMul"])
 def _matmul(node, a, b):
     return np.matmul(a, b)
 
@@ -59,7 +92,18 @@ def _gemm_infer(node, types, consts):
     return [TensorType(a.dtype, (M, N))]
 
 
-@register_op("gemm", _gemm_infer, "mac", ane="mac")
+def _gemm_onnx(c, a, ins):
+    return c.mk(
+        {
+            "alpha": a.get("alpha", 1.0),
+            "beta": a.get("beta", 1.0),
+            "trans_a": a.get("transA", 0),
+            "trans_b": a.get("transB", 0),
+        }
+    )
+
+
+@register_op("gemm", _gemm_infer, "mac", ane="mac", onnx=[OnnxName("Gemm", _gemm_onnx)])
 def _gemm(node, a, b, c=None):
     if node.attrs.get("trans_a"):
         a = a.T
@@ -151,7 +195,11 @@ def conv_windows(xp, k, s, d, out):
         yield idx, xp[(slice(None), slice(None)) + sl]
 
 
-@register_op("conv", _conv_infer, "mac", ane="conv")
+def _conv_onnx(c, a, ins):
+    return c.mk({**onnx_conv_attrs(c, a, ins[1]), "kernel": a.get("kernel_shape")})
+
+
+@register_op("conv", _conv_infer, "mac", ane="conv", onnx=[OnnxName("Conv", _conv_onnx)])
 def _conv(node, x, w, b=None):
     s, d, pads, out = conv_geometry(node, x.shape, w.shape[2:])
     g = int(node.attrs.get("groups", 1))
@@ -187,7 +235,18 @@ def bn_affine(node, scale, bias, mean, var):
     return a, bias.astype(np.float64) - a * mean.astype(np.float64)
 
 
-@register_op("batchnorm", _bn_infer, "mac")
+def _bn_onnx(c, a, ins):
+    if a.get("training_mode", 0):
+        raise ModelNotImplementedError(f"{c.where}: training mode is not supported")
+    return c.mk({"epsilon": a.get("epsilon", 1e-5)})
+
+
+@register_op(
+    "batchnorm",
+    _bn_infer,
+    "mac",
+    onnx=[OnnxName("BatchNormalization", _bn_onnx, doc="after a Conv: folded into it")],
+)
 def _bn(node, x, scale, bias, mean, var):
     eps = np.float32(node.attrs.get("epsilon", 1e-5))
     sh = (1, -1) + (1,) * (x.ndim - 2)
@@ -255,7 +314,14 @@ def _deconv_infer(node, types, consts):
     return [TensorType(x.dtype, (x.shape[0], co) + out)]
 
 
-@register_op("conv_transpose", _deconv_infer, "mac", ane="deconv")
+def _deconv_onnx(c, a, ins):
+    attrs = onnx_conv_attrs(c, a, ins[1])
+    return c.mk({**attrs, "output_padding": a.get("output_padding"), "output_shape": a.get("output_shape")})
+
+
+@register_op(
+    "conv_transpose", _deconv_infer, "mac", ane="deconv", onnx=[OnnxName("ConvTranspose", _deconv_onnx)]
+)
 def _deconv(node, x, w, b=None):
     """Scatter form: every input pixel adds its kernel-weighted contribution to the output
     (the definition; independent of the ANE lowering's zero-insertion form)."""

@@ -1,5 +1,6 @@
-"""The op vocabulary's registry (:class:`OpDef`, :data:`OPS`, the ``register_op`` decorator),
-the checks every op's inference shares, and :func:`host_eval`.  The ops themselves are
+"""The op vocabulary's registry (:class:`OpDef`, :data:`OPS`, the ``register_op`` decorator,
+:class:`OnnxName`: the ONNX op types a record imports and how), the checks every op's
+inference shares, and :func:`host_eval`.  The ops themselves are
 registered by the other modules of :mod:`fastane.model.ops` (which re-exports
 :class:`OpDef`, :data:`OPS` and :func:`host_eval`)."""
 
@@ -32,26 +33,91 @@ class OpDef:
     #: the placement rule family that may put it on the ANE (a key of
     #: :data:`fastane.model.placement.place.RULES`); "" for an op fastane runs on the host only
     ane: str = ""
+    #: the ONNX op types imported as this op (:class:`OnnxName`)
+    onnx: tuple = ()
+
+
+@dataclass(frozen=True)
+class OnnxName:
+    """An ONNX op type the ONNX importer turns into its record's op, from opset ``since``
+    up to (not including) ``until``.  ``parse(c, a, ins)`` makes the node from the ONNX
+    node's attributes ``a`` (Python values) and input names ``ins`` through the importer's
+    context ``c`` (``c.opset``, ``c.where``, ``c.name``, ``c.outs``, ``c.const(value,
+    dtype)``, ``c.dtype(elem_type)``, ``c.rank_of(name)``, ``c.mk(attrs, inputs, n_out,
+    keep)``, ``c.add(op, suffix, inputs, outputs, attrs)``); None: the node's inputs,
+    no attributes.  ``doc``: what the docs' table says of it beyond the record's placement."""
+
+    name: str
+    parse: Callable | None = None
+    since: int = 1
+    until: int | None = None
+    doc: str = ""
+
+    def covers(self, opset: int) -> bool:
+        return self.since <= opset and (self.until is None or opset < self.until)
 
 
 OPS: dict = {}
 
-#: the placement rule families an op may name in ``ane``
-ANE_FAMILIES = ("activation", "binary", "unary", "divide", "conv", "deconv", "mac", "rows", "qlinear")
+#: the placement rule families an op may name in ``ane``, with where such an op runs (the
+#: docs' table of ONNX ops: :func:`fastane.model.frontends.onnx.importer.docs_table`)
+ANE_FAMILIES = {
+    "activation": "ANE: an elementwise program, or fused into the Conv/Gemm/MatMul it follows",
+    "binary": "ANE: the planar engine (two float operands)",
+    "unary": "ANE: one planar task (Abs, Neg, Pow with a constant exponent 2)",
+    "divide": "ANE: the reciprocal table, then a planar multiply",
+    "conv": "ANE: `conv2d`/`conv1d`",
+    "deconv": "ANE: `conv2d`/`conv1d` as a stride-1 convolution",
+    "mac": "ANE: `linear` or `matmul`",
+    "rows": "ANE: a row operation on the planar engine (over the trailing axes)",
+    "qlinear": "ANE: the INT8 lanes (a dequantize -> conv/matmul -> quantize chain)",
+}
 
 
-def register_op(name, infer, kind="host", foldable=True, ane=""):
+def register_op(name, infer, kind="host", foldable=True, ane="", onnx=()):
     """Decorator: register the host implementation it decorates as op ``name`` in :data:`OPS`,
-    with its inference ``infer(node, types, consts)``, its ``kind``, whether it folds and its
-    placement family ``ane``."""
+    with its inference ``infer(node, types, consts)``, its ``kind``, whether it folds, its
+    placement family ``ane`` and the ONNX op types it imports (``onnx``: :class:`OnnxName`
+    or a plain name, imported with its inputs and no attributes)."""
     if ane and ane not in ANE_FAMILIES:
         raise ValueError(f"op {name}: unknown placement family {ane!r}")
+    onnx = tuple(OnnxName(o) if isinstance(o, str) else o for o in onnx)
+    for o in onnx:
+        for other, d in OPS.items():
+            if other != name and any(p.name == o.name and _overlap(p, o) for p in d.onnx):
+                raise ValueError(f"op {name}: ONNX {o.name} is already imported as {other}")
 
     def deco(fn):
-        OPS[name] = OpDef(infer, fn, foldable, kind, ane)
+        OPS[name] = OpDef(infer, fn, foldable, kind, ane, onnx)
         return fn
 
     return deco
+
+
+def _overlap(p: OnnxName, q: OnnxName) -> bool:
+    return (p.until is None or q.since < p.until) and (q.until is None or p.since < q.until)
+
+
+# ------------------------------------------------------------------------ ONNX attribute parsing
+def take(*names, **defaults):
+    """The parse of an ONNX op whose attributes keep their names: ``names`` copied when
+    present, each of ``defaults`` with its default when absent."""
+
+    def parse(c, a, ins):
+        return c.mk({**{k: a[k] for k in names if k in a}, **{k: a.get(k, v) for k, v in defaults.items()}})
+
+    return parse
+
+
+def same_attrs(c, a, ins):
+    """The parse of an ONNX op whose attributes are the op's: every one as given."""
+    return c.mk(dict(a))
+
+
+def attr_input(c, a, ins, key, dtype=np.int64):
+    """``ins`` with attribute ``key`` (an older opset's form of the operand) as the
+    constant second input when the node has it."""
+    return ins[:1] + [c.const(a[key], dtype)] if key in a else ins
 
 
 # ------------------------------------------------------------------------ helpers

@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ModelError
-from .opdef import check_axis, need_float, need_input, register_op
+from .mac import onnx_conv_attrs
+from .opdef import OnnxName, check_axis, need_float, need_input, register_op, take
 from ..tensor import TensorType
 
 _INT = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int32))
@@ -44,7 +45,7 @@ def _dq_infer(node, types, consts):
     return [TensorType(np.float32, x.shape)]
 
 
-@register_op("dequantize", _dq_infer, ane="qlinear")
+@register_op("dequantize", _dq_infer, ane="qlinear", onnx=[OnnxName("DequantizeLinear", take(axis=1))])
 def _dequantize(node, x, scale, zero_point=None):
     axis = check_axis(node.attrs.get("axis", 1), x.ndim, node) if x.ndim else 0
     zp = 0 if zero_point is None else _bcast(zero_point, x.ndim, axis).astype(np.int64)
@@ -62,7 +63,42 @@ def _q_infer(node, types, consts):
     return [TensorType(dt, x.shape)]
 
 
-@register_op("quantize", _q_infer)
+def _qlinear_onnx(c, a, ins):
+    """QLinearConv / QLinearMatMul as dequantize -> conv / matmul -> quantize (ONNX's
+    definition; the int32 bias of QLinearConv has the scale ``x_scale * w_scale``)."""
+    need = 8
+    if len(ins) < need or not all(ins[:need]):
+        raise ModelError(f"{c.where}: needs its {need} quantized operands")
+    x, xs, xz, w, ws, wz, ys, yz = ins[:need]
+    tx, tw, ty = f"{c.name}::x", f"{c.name}::w", f"{c.name}::y"
+    c.add("dequantize", "dequantize_x", [x, xs, xz], [tx], {"axis": 1})
+    conv = c.op == "QLinearConv"
+    c.add("dequantize", "dequantize_w", [w, ws, wz], [tw], {"axis": 0 if conv else 1})  # per output channel
+    if not conv:
+        c.add("matmul", "matmul", [tx, tw], [ty], {})
+    else:
+        inputs = [tx, tw]
+        if len(ins) > need and ins[need]:
+            tbs, tb = f"{c.name}::bias_scale", f"{c.name}::bias"
+            c.add("mul", "bias_scale", [xs, ws], [tbs], {})
+            c.add("dequantize", "dequantize_b", [ins[need], tbs, ""], [tb], {"axis": 0})
+            inputs.append(tb)
+        c.add("conv", "conv", inputs, [ty], {**onnx_conv_attrs(c, a, w), "kernel": a.get("kernel_shape")})
+    return c.mk({"axis": 1}, [ty, ys, yz])
+
+
+_QLINEAR_DOC = "imported as dequantize -> {} -> quantize"
+
+
+@register_op(
+    "quantize",
+    _q_infer,
+    onnx=[
+        OnnxName("QuantizeLinear", take(axis=1)),
+        OnnxName("QLinearConv", _qlinear_onnx, doc=_QLINEAR_DOC.format("conv")),
+        OnnxName("QLinearMatMul", _qlinear_onnx, doc=_QLINEAR_DOC.format("matmul")),
+    ],
+)
 def _quantize(node, x, scale, zero_point=None):
     axis = check_axis(node.attrs.get("axis", 1), x.ndim, node) if x.ndim else 0
     dt = np.dtype(np.uint8) if zero_point is None else np.asarray(zero_point).dtype

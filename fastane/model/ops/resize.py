@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from ...errors import ModelError, ModelNotImplementedError, quote
-from .opdef import check_axis, need_const, need_float, need_input, register_op
+from .opdef import OnnxName, check_axis, need_const, need_float, need_input, register_op
 from ..tensor import TensorType, check_size
 
 _MODES = ("nearest", "linear", "cubic")
@@ -199,7 +199,26 @@ def _axis_resize(node, x, ax, s, m, lo, hi):
     return y
 
 
-@register_op("resize", _resize_infer)
+def _resize_onnx(c, a, ins):
+    mode = str(a.get("mode", "nearest")).lower()
+    attrs = {k: v for k, v in a.items() if k != "scales"}
+    attrs["mode"] = {"bilinear": "linear"}.get(mode, mode)
+    if c.op == "Upsample" or c.opset < 11:  # Resize-10 / Upsample: scales only, x / scale
+        scales = c.const(a["scales"], np.float32) if "scales" in a else (ins[1] if len(ins) > 1 else "")
+        if not scales:
+            raise ModelError(f"{c.where}: needs scales")
+        attrs.update(coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        ins = [ins[0], "", scales, ""]
+    else:
+        ins = (list(ins) + ["", "", ""])[:4]
+    if attrs["mode"] not in _MODES:
+        raise ModelError(f"{c.where}: unknown mode {quote(str(a.get('mode')))}")
+    return c.mk(attrs, ins, keep=True)
+
+
+@register_op(
+    "resize", _resize_infer, onnx=[OnnxName("Resize", _resize_onnx), OnnxName("Upsample", _resize_onnx)]
+)
 def _resize(node, x, roi=None, scales=None, sizes=None):
     def flat(v):
         return None if v is None or np.size(v) == 0 else np.asarray(v).reshape(-1)

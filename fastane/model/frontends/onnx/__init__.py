@@ -1,4 +1,4 @@
-"""The ONNX importer (:mod:`.importer`) and its mapping of the host-only ops (:mod:`.host`)."""
+"""The ONNX importer (:mod:`.importer`); the op types it imports are named by the op records."""
 
 from __future__ import annotations
 

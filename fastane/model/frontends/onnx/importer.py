@@ -1,11 +1,12 @@
 """The ONNX importer: a ``.onnx`` file (or ``onnx.ModelProto``) -> a :class:`~fastane.model.graph.Graph`.
 
 The only module of fastane that imports ``onnx`` (lazily, when a model is loaded: the
-``onnx`` extra).  Everything ONNX-specific stops here: op types are mapped to fastane's op
-names (:mod:`fastane.model.ops`), attributes are normalised (``pads`` as ``(begin, end)``
-pairs, ``auto_pad`` lower-case), and operands that older opsets gave as attributes
-(``Squeeze`` axes, ``Clip`` bounds, ``Slice`` starts/ends, ``Pad`` pads, ``Reduce*`` axes)
-become constant inputs.
+``onnx`` extra).  Each ONNX op type is imported by the op record that names it
+(:class:`~fastane.model.ops.opdef.OnnxName` in :data:`~fastane.model.ops.OPS`): its parse
+normalises the attributes (``pads`` as ``(begin, end)`` pairs, ``auto_pad`` lower-case) and
+turns operands that older opsets gave as attributes (``Squeeze`` axes, ``Clip`` bounds,
+``Slice`` starts/ends, ``Pad`` pads, ``Reduce*`` axes, TopK ``k``, Split ``split``,
+Upsample ``scales``) into constant inputs, through an :class:`OnnxContext`.
 
 A hostile file gets a :class:`~fastane.errors.ModelError` before anything large is
 allocated: the protobuf must parse, every initializer's declared size is checked against
@@ -26,10 +27,11 @@ import numpy as np
 from ....errors import ModelError, ModelNotImplementedError, quote
 from ...budget import check_nodes
 from ...graph import DTYPES, Graph, Node, TensorType, check_size
-from .host import HOST_OPS, convert as _convert_host, output_names
+from ...ops import OPS
+from ...ops.opdef import ANE_FAMILIES
 from ...tensor import read_protobuf
 
-__all__ = ["load", "from_proto", "SUPPORTED"]
+__all__ = ["load", "from_proto", "SUPPORTED", "docs_table"]
 
 
 def _onnx():
@@ -209,92 +211,32 @@ def _check_schema(op: str, opset: int, types: dict, ins: list, outs: list, where
             raise ModelError(f"{where}: input {i} ({formal.name}) is required but given as ''")
 
 
-_UNARY = {
-    "Relu": "relu",
-    "Tanh": "tanh",
-    "Sigmoid": "sigmoid",
-    "Exp": "exp",
-    "Log": "log",
-    "Sqrt": "sqrt",
-    "Reciprocal": "reciprocal",
-    "Abs": "abs",
-    "Neg": "neg",
-    "Erf": "erf",
-    "HardSwish": "hard_swish",
-    "Softplus": "softplus",
-    "Sign": "sign",
-    "Floor": "floor",
-    "Ceil": "ceil",
-    "Identity": "identity",
-}
-_BINARY = {
-    "Add": "add",
-    "Sub": "sub",
-    "Mul": "mul",
-    "Div": "div",
-    "Pow": "pow",
-    "PRelu": "prelu",
-    "Max": "max",
-    "Min": "min",
-    "Sum": "add",
-    "Where": "where",
-    "Equal": "equal",
-    "Less": "less",
-    "Greater": "greater",
-    "MatMul": "matmul",
-    "Expand": "expand",
-    "Range": "range",
-    "Gather": "gather",
-    "Concat": "concat",
-    "Transpose": "transpose",
-    "Flatten": "flatten",
-    "Shape": "shape",
-}
-_REDUCE = {
-    "ReduceMean": "reduce_mean",
-    "ReduceSum": "reduce_sum",
-    "ReduceMax": "reduce_max",
-    "ReduceMin": "reduce_min",
-}
-#: ONNX op types the importer maps (default domain)
-SUPPORTED = sorted(
-    set(_UNARY)
-    | set(_BINARY)
-    | set(HOST_OPS)
-    | set(_REDUCE)
-    | {
-        "Conv",
-        "ConvTranspose",
-        "QuantizeLinear",
-        "DequantizeLinear",
-        "QLinearConv",
-        "QLinearMatMul",
-        "Gemm",
-        "BatchNormalization",
-        "LeakyRelu",
-        "Gelu",
-        "Elu",
-        "Selu",
-        "HardSigmoid",
-        "Clip",
-        "Cast",
-        "Softmax",
-        "LogSoftmax",
-        "LayerNormalization",
-        "RMSNormalization",
-        "MaxPool",
-        "AveragePool",
-        "GlobalAveragePool",
-        "GlobalMaxPool",
-        "Reshape",
-        "Squeeze",
-        "Unsqueeze",
-        "Slice",
-        "Pad",
-        "Dropout",
-        "Constant",
-    }
-)
+def _onnx_records() -> dict:
+    """ONNX op type -> ``[(fastane op, OnnxName), ...]``, from the records of :data:`OPS`."""
+    table: dict = {}
+    for fop, d in OPS.items():
+        for o in d.onnx:
+            table.setdefault(o.name, []).append((fop, o))
+    return table
+
+
+_RECORDS = _onnx_records()
+#: ONNX op types the importer maps (default domain): the records' and Constant
+SUPPORTED = sorted(set(_RECORDS) | {"Constant"})
+
+
+def docs_table() -> list:
+    """The lines of docs/models.md's table of the ONNX op types the importer maps, from the
+    records: where each record's op may run (its placement family, where the family's rule
+    takes it, else the host; ``kind`` "layout"; the host), its ONNX op types and their
+    ``doc``."""
+    rows: dict = {runs: [] for runs in ANE_FAMILIES.values()}
+    rows.update({"layout (host)": ["Constant (a constant of the graph)"], "host": []})
+    for fop, d in OPS.items():
+        runs = ANE_FAMILIES[d.ane] if d.ane else "layout (host)" if d.kind == "layout" else "host"
+        rows[runs] += [f"{o.name} (`{fop}`{'; ' + o.doc if o.doc else ''})" for o in d.onnx]
+    lines = ["| runs (else host) | ONNX op (`fastane op`) |", "| --- | --- |"]
+    return lines + [f"| {runs} | {', '.join(sorted(ops))} |" for runs, ops in rows.items() if ops]
 
 
 class _Builder:
@@ -311,66 +253,77 @@ class _Builder:
         return name
 
 
-def _pads(a, nsp, where):
-    p = a.get("pads")
-    if p is None:
-        return None
-    if len(p) != 2 * nsp:
-        raise ModelError(f"{where}: pads has {len(p)} values, {nsp} spatial axes need {2 * nsp}")
-    return tuple((int(p[i]), int(p[i + nsp])) for i in range(nsp))
+def output_names(outs, name, where, op, n_out, keep=False) -> list:
+    """The output names of the fastane node for ONNX node ``name`` (``where``: "node 'n'
+    (Op)") whose outputs are ``outs``, of which fastane computes the first ``n_out``: an
+    omitted (``""``) one before the last one used given a private name (with ``keep``,
+    every one of the ``n_out``).  The model using a later output is a
+    ModelNotImplementedError (the schema check has refused outputs the op does not
+    define)."""
+    used = [(i, o) for i, o in enumerate(outs) if o]
+    if used and used[-1][0] >= n_out:
+        i, o = used[-1]
+        raise ModelNotImplementedError(
+            f"{where}: fastane computes only {'output 0' if n_out == 1 else f'outputs 0 to {n_out - 1}'} "
+            f"of {op}, the model uses output {i} ({quote(o)})"
+        )
+    last = n_out if keep else (used[-1][0] + 1 if used else 1)
+    outs = list(outs[:last]) + [""] * (last - len(outs))
+    return [o or f"fastane::{name}:unused{i}" for i, o in enumerate(outs)]
 
 
-def _auto_pad(a, where):
-    v = a.get("auto_pad", "NOTSET")
-    table = {"NOTSET": None, "SAME_UPPER": "same_upper", "SAME_LOWER": "same_lower", "VALID": "valid"}
-    if v not in table:
-        raise ModelError(f"{where}: unknown auto_pad {quote(v)}")
-    return table[v]
+class OnnxContext:
+    """What a record's ONNX parse (:class:`~fastane.model.ops.opdef.OnnxName`) is handed for
+    one node: the model's ``opset``, the node's ``op`` type, ``name``, ``where`` (for
+    messages), ``inputs``, ``outs``, and the record's op ``fop``."""
+
+    def __init__(self, b: _Builder, op, fop, name, where, inputs, outs, rank_of):
+        self.opset, self.op, self.fop, self.name, self.where = b.opset, op, fop, name, where
+        self.inputs, self.outs = inputs, outs
+        self.rank_of = rank_of  # the rank of a tensor when the model declares it, else None
+        self._b = b
+
+    def const(self, value, dtype) -> str:
+        """The name of a new constant of ``value`` as ``dtype``."""
+        return self._b.const(value, dtype)
+
+    def dtype(self, elem_type) -> np.dtype:
+        """The numpy dtype of an ONNX element type (a ModelError for one fastane lacks)."""
+        return _np_dtype(elem_type, self.where)
+
+    def mk(self, attrs=None, inputs=None, n_out=1, keep=False) -> Node:
+        """The record's node for the ONNX node (``inputs``: else the node's), computing its
+        first ``n_out`` outputs (``keep``: see :func:`output_names`)."""
+        names = output_names(self.outs, self.name, self.where, self.op, n_out, keep)
+        ins = list(self.inputs if inputs is None else inputs)
+        return Node(self.fop, self.name, ins, names, attrs or {}, self.op)
+
+    def add(self, op, suffix, inputs, outputs, attrs) -> None:
+        """A node ``name/suffix`` of op ``op`` ahead of the node :meth:`mk` makes."""
+        self._b.nodes.append(Node(op, f"{self.name}/{suffix}", inputs, outputs, attrs, self.op))
 
 
-def _conv_attrs(a, nsp, where) -> dict:
-    """The attributes Conv, ConvTranspose and QLinearConv share."""
-    return {
-        "strides": a.get("strides"),
-        "dilations": a.get("dilations"),
-        "pads": _pads(a, nsp, where),
-        "auto_pad": _auto_pad(a, where),
-        "groups": a.get("group", 1),
-    }
-
-
-def _qlinear(op, name, ins, mk, a, where, b, rank_of) -> Node:
-    """QLinearConv / QLinearMatMul as dequantize -> conv / matmul -> quantize (ONNX's
-    definition; the int32 bias of QLinearConv has the scale ``x_scale * w_scale``)."""
-    need = 8
-    if len(ins) < need or not all(ins[:need]):
-        raise ModelError(f"{where}: needs its {need} quantized operands")
-    x, xs, xz, w, ws, wz, ys, yz = ins[:need]
-    tx, tw, ty = f"{name}::x", f"{name}::w", f"{name}::y"
-    b.nodes.append(Node("dequantize", f"{name}/dequantize_x", [x, xs, xz], [tx], {"axis": 1}, op))
-    waxis = 0 if op == "QLinearConv" else 1  # per output channel
-    b.nodes.append(Node("dequantize", f"{name}/dequantize_w", [w, ws, wz], [tw], {"axis": waxis}, op))
-    if op == "QLinearMatMul":
-        b.nodes.append(Node("matmul", f"{name}/matmul", [tx, tw], [ty], {}, op))
+def _constant(a, outs, where, b: _Builder) -> None:
+    """ONNX Constant: its value becomes the constant ``outs[0]``."""
+    if len(a) != 1:
+        raise ModelError(f"{where}: needs exactly one value attribute, has {len(a)}")
+    ((k, v),) = a.items()
+    if k == "value":
+        arr = _tensor(v, f"{where} value")
+    elif k in ("value_float", "value_floats"):
+        arr = np.asarray(v, np.float32)
+    elif k in ("value_int", "value_ints"):
+        arr = np.asarray(v, np.int64)
     else:
-        inputs = [tx, tw]
-        if len(ins) > need and ins[need]:
-            tbs, tb = f"{name}::bias_scale", f"{name}::bias"
-            b.nodes.append(Node("mul", f"{name}/bias_scale", [xs, ws], [tbs], {}, op))
-            b.nodes.append(
-                Node("dequantize", f"{name}/dequantize_b", [ins[need], tbs, ""], [tb], {"axis": 0}, op)
-            )
-            inputs.append(tb)
-        nsp = rank_of(w) - 2 if rank_of(w) else len(a.get("kernel_shape", ())) or 2
-        attrs = {**_conv_attrs(a, nsp, where), "kernel": a.get("kernel_shape")}
-        b.nodes.append(Node("conv", f"{name}/conv", inputs, [ty], attrs, op))
-    return mk("quantize", {"axis": 1}, inputs=[ty, ys, yz])
+        raise ModelError(f"{where}: attribute {quote(k)} is not supported")
+    b.consts[outs[0]] = arr
 
 
 def _convert(node, b: _Builder, rank_of) -> Node | None:
-    """The fastane node of ONNX ``node`` (None for a Constant: it becomes a constant).  A
-    node that does not match its op's schema, or whose attributes or operands fastane
-    cannot use, is a ModelError naming it, whatever went wrong."""
+    """The fastane node of ONNX ``node`` (None for a Constant: it becomes a constant), made
+    by the parse of the record that imports its op type.  A node that does not match its
+    op's schema, or whose attributes or operands fastane cannot use, is a ModelError naming
+    it, whatever went wrong."""
     op = _text(node.op_type)
     name = _text(node.name) or f"{op}_{len(b.nodes)}"
     where = f"node {quote(name)} ({quote(op, marks=False)})"
@@ -379,7 +332,11 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
     if op in SUPPORTED:
         _check_schema(op, b.opset, types, ins, outs, where)
     try:
-        return _convert_node(op, a, ins, outs, name, where, b, rank_of)
+        if op == "Constant":
+            return _constant(a, outs, where, b)
+        fop, spelling = _record(op, b.opset, name, where)
+        c = OnnxContext(b, op, fop, name, where, ins, outs, rank_of)
+        return spelling.parse(c, a, ins) if spelling.parse else c.mk()
     except ModelError:
         raise
     except (KeyError, IndexError, TypeError, ValueError, OverflowError, AttributeError) as exc:
@@ -388,152 +345,19 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
         ) from None
 
 
-def _convert_node(op, a, ins, outs, name, where, b: _Builder, rank_of) -> Node | None:
-    def mk(fop, attrs=None, inputs=None, n_out=1):
-        names = output_names(outs, name, where, op, n_out)
-        return Node(fop, name, inputs if inputs is not None else ins, names, attrs or {}, op)
-
-    if op == "Constant":
-        if len(a) != 1:
-            raise ModelError(f"{where}: needs exactly one value attribute, has {len(a)}")
-        ((k, v),) = a.items()
-        if k == "value":
-            arr = _tensor(v, f"{where} value")
-        elif k in ("value_float", "value_floats"):
-            arr = np.asarray(v, np.float32)
-        elif k in ("value_int", "value_ints"):
-            arr = np.asarray(v, np.int64)
-        else:
-            raise ModelError(f"{where}: attribute {quote(k)} is not supported")
-        b.consts[outs[0]] = arr
-        return None
-    if op in _UNARY:
-        return mk(_UNARY[op])
-    if op == "Dropout":
-        return mk("identity", inputs=ins[:1])
-    if op in _BINARY:
-        attrs = {}
-        if op in ("Concat", "Gather", "Flatten"):
-            attrs["axis"] = a.get("axis", 0 if op != "Flatten" else 1)
-        if op == "Transpose":
-            attrs["perm"] = a.get("perm")
-        if op == "Shape":
-            attrs.update({k: a[k] for k in ("start", "end") if k in a})
-        return mk(_BINARY[op], attrs)
-    if op == "LeakyRelu":
-        return mk("leaky_relu", {"alpha": a.get("alpha", 0.01)})
-    if op == "Elu":
-        return mk("elu", {"alpha": a.get("alpha", 1.0)})
-    if op == "Selu":
-        return mk("selu", {k: a[k] for k in ("alpha", "gamma") if k in a})
-    if op == "HardSigmoid":
-        return mk("hard_sigmoid", {"alpha": a.get("alpha", 0.2), "beta": a.get("beta", 0.5)})
-    if op == "Gelu":
-        return mk("gelu", {"approximate": a.get("approximate", "none")})
-    if op == "Cast":
-        return mk("cast", {"to": _np_dtype(a["to"], where)})
-    if op == "Clip":
-        if b.opset < 11:
-            ins = ins[:1] + [
-                b.const(a.get("min", -3.4028234663852886e38), np.float32),
-                b.const(a.get("max", 3.4028234663852886e38), np.float32),
-            ]
-        return mk("clip")
-    if op in ("QuantizeLinear", "DequantizeLinear"):
-        return mk("quantize" if op == "QuantizeLinear" else "dequantize", {"axis": a.get("axis", 1)})
-    if op in ("QLinearConv", "QLinearMatMul"):
-        return _qlinear(op, name, ins, mk, a, where, b, rank_of)
-    if op in ("Conv", "ConvTranspose"):
-        nsp = rank_of(ins[1]) - 2 if rank_of(ins[1]) else len(a.get("kernel_shape", ())) or 2
-        attrs = _conv_attrs(a, nsp, where)
-        if op == "Conv":
-            return mk("conv", {**attrs, "kernel": a.get("kernel_shape")})
-        return mk(
-            "conv_transpose",
-            {**attrs, "output_padding": a.get("output_padding"), "output_shape": a.get("output_shape")},
+def _record(op, opset, name, where):
+    """``(fastane op, OnnxName)`` importing ONNX ``op`` at ``opset``."""
+    spellings = _RECORDS.get(op)
+    if not spellings:
+        raise ModelError(
+            f"node {quote(name)}: ONNX op {quote(op)} is not supported by fastane (no ANE lowering "
+            f"and no host implementation)"
         )
-    if op == "Gemm":
-        return mk(
-            "gemm",
-            {
-                "alpha": a.get("alpha", 1.0),
-                "beta": a.get("beta", 1.0),
-                "trans_a": a.get("transA", 0),
-                "trans_b": a.get("transB", 0),
-            },
-        )
-    if op == "BatchNormalization":
-        if a.get("training_mode", 0):
-            raise ModelNotImplementedError(f"{where}: training mode is not supported")
-        return mk("batchnorm", {"epsilon": a.get("epsilon", 1e-5)})
-    if op in ("Softmax", "LogSoftmax"):
-        legacy = b.opset < 13
-        return mk(
-            "softmax" if op == "Softmax" else "log_softmax",
-            {"axis": a.get("axis", 1 if legacy else -1), "legacy": legacy},
-        )
-    if op in ("LayerNormalization", "RMSNormalization"):
-        ln = op == "LayerNormalization"
-        if ln and a.get("stash_type", 1) != 1:
-            raise ModelNotImplementedError(f"{where}: stash_type {a['stash_type']} is not supported (only 1)")
-        attrs = {"axis": a.get("axis", -1), "epsilon": a.get("epsilon", 1e-5)}
-        return mk("layer_norm" if ln else "rms_norm", attrs, n_out=3 if ln else 1)
-    if op in _REDUCE:
-        if "axes" in a:
-            ins = ins[:1] + [b.const(a["axes"], np.int64)]
-        return mk(
-            _REDUCE[op],
-            {"keepdims": a.get("keepdims", 1), "noop_with_empty_axes": a.get("noop_with_empty_axes", 0)},
-        )
-    if op in ("MaxPool", "AveragePool"):
-        k = a.get("kernel_shape")
-        if not k:
-            raise ModelError(f"{where}: kernel_shape is required")
-        if op == "MaxPool" and a.get("storage_order", 0):
-            raise ModelNotImplementedError(f"{where}: storage_order=1 is not supported")
-        return mk(
-            "max_pool" if op == "MaxPool" else "avg_pool",
-            {
-                "kernel": tuple(k),
-                "strides": a.get("strides"),
-                "dilations": a.get("dilations"),
-                "pads": _pads(a, len(k), where),
-                "auto_pad": _auto_pad(a, where),
-                "ceil_mode": a.get("ceil_mode", 0),
-                "count_include_pad": a.get("count_include_pad", 0),
-            },
-        )
-    if op == "GlobalAveragePool":
-        return mk("global_avg_pool")
-    if op == "GlobalMaxPool":
-        return mk("global_max_pool")
-    if op == "Reshape":
-        if b.opset < 5:
-            if "shape" not in a:
-                raise ModelError(f"{where}: has no shape attribute (Reshape-1 takes the shape as one)")
-            ins = ins[:1] + [b.const(a["shape"], np.int64)]
-        return mk("reshape", {"allowzero": a.get("allowzero", 0)})
-    if op in ("Squeeze", "Unsqueeze"):
-        if "axes" in a:
-            ins = ins[:1] + [b.const(a["axes"], np.int64)]
-        return mk(op.lower())
-    if op == "Slice":
-        if b.opset < 10:
-            ins = ins[:1] + [b.const(a["starts"], np.int64), b.const(a["ends"], np.int64)]
-            if "axes" in a:
-                ins.append(b.const(a["axes"], np.int64))
-        return mk("slice")
-    if op == "Pad":
-        if b.opset < 11:
-            ins = ins[:1] + [b.const(a["pads"], np.int64), b.const(a.get("value", 0.0), np.float32)]
-        return mk("pad", {"mode": a.get("mode", "constant")})
-    host = _convert_host(op, a, ins, outs, name, where, b)
-    if host is not None:
-        return host
-    raise ModelError(
-        f"node {quote(name)}: ONNX op {quote(op)} is not supported by fastane (no ANE lowering "
-        f"and no host implementation)"
-    )
+    for fop, o in spellings:
+        if o.covers(opset):
+            return fop, o
+    spans = ", ".join(f"{o.since} to {o.until - 1}" if o.until else f"{o.since}+" for _, o in spellings)
+    raise ModelNotImplementedError(f"{where}: fastane imports {op} at opsets {spans}, the model's is {opset}")
 
 
 def from_proto(proto, name: str = "", weights: bool = True) -> Graph:

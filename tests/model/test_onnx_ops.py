@@ -1,0 +1,221 @@
+"""Every ONNX op the importer claims (``SUPPORTED``) is run by a test: a one-node model per
+line of :data:`CASES` here, or ONNX's own node tests selected by test_onnx_backend.py.
+
+Each line builds the node with ``onnx.helper`` and compares fastane with onnx's reference
+implementation (``onnx.reference.ReferenceEvaluator``):
+
+* the fp32 host path (``Model.reference``, what a host layer computes and what the report
+  measures ANE layers against): within ``1e-5`` relative (``1e-6`` absolute near zero);
+  integer and boolean outputs equal;
+* the run (ANE layers and host layers, float outputs returned as fp16): every layer of the
+  report within its tolerance, and each float output within 1 ulp of fp16 of the reference
+  (the output's rounding) plus, for each ANE layer of a table or MAC kind, that kind's
+  tolerance (``fastane.model.run.model.TOLERANCE``, relative to the output's largest
+  value).  Float inputs hold fp16 values, so an exact ANE op rounds only its result.  An
+  integer output of an ANE layer (the INT8 path of the QLinear ops) within one
+  quantization step (docs/models.md), of the host equal.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto as T, helper, numpy_helper  # noqa: E402
+
+try:
+    from onnx.reference import ReferenceEvaluator  # noqa: E402
+except ImportError:  # pragma: no cover - onnx < 1.13
+    ReferenceEvaluator = None
+
+import fastane  # noqa: E402
+from fastane.model.frontends.onnx.importer import SUPPORTED, docs_table  # noqa: E402
+from fastane.model.run.model import TOLERANCE  # noqa: E402
+
+from tests.helpers.onnx_backend import selected_op_types  # noqa: E402
+
+_RNG = np.random.default_rng(7)
+
+
+def x(*shape, lo=-3.0, hi=3.0, dtype=np.float32):
+    """A graph input of ``shape`` with values in ``[lo, hi)`` (fp16 values for a float)."""
+    v = _RNG.uniform(lo, hi, shape)
+    v = v.astype(np.float16).astype(dtype) if np.dtype(dtype).kind == "f" else np.floor(v).astype(dtype)
+    return ("input", v)
+
+
+def k(value, dtype=np.float32):
+    """A constant input (an initializer)."""
+    return ("const", np.asarray(value, dtype))
+
+
+class Case(NamedTuple):
+    op: str
+    attrs: dict
+    inputs: list
+    opset: int = 21
+    n_out: int = 1
+
+
+#: one line per ONNX op not run by the backend suite's selection (and a few that are)
+CASES = [
+    Case("Softplus", {}, [x(2, 3, 4)]),
+    Case("HardSwish", {}, [x(2, 3, 4, lo=-5, hi=5)]),
+    Case("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, [x(2, 3, 4)]),
+    Case("Elu", {"alpha": 0.7}, [x(2, 3, 4)]),
+    Case("Erf", {}, [x(2, 3, 4)]),
+    Case("Log", {}, [x(2, 3, 4, lo=0.1, hi=5)]),
+    Case("Floor", {}, [x(2, 3, 4)]),
+    Case("Shrink", {"bias": 0.5, "lambd": 1.0}, [x(2, 3, 4)]),
+    Case("Ceil", {}, [x(2, 3, 4)]),
+    Case("PRelu", {}, [x(1, 3, 4, 4), k(_RNG.uniform(0, 1, (3, 1, 1)))]),
+    Case("Sub", {}, [x(2, 3, 4), x(2, 3, 4)]),
+    Case("Min", {}, [x(2, 3, 4), x(2, 3, 4)]),
+    Case("Max", {}, [x(2, 3, 4), x(2, 3, 4)]),
+    Case("Sum", {}, [x(2, 3), x(2, 3), x(2, 3)]),
+    Case("Cast", {"to": T.INT32}, [x(2, 3, 4, lo=-9, hi=9)]),
+    Case("Dropout", {}, [x(2, 3, 4)]),
+    Case("Identity", {}, [x(2, 3)]),
+    Case("GlobalMaxPool", {}, [x(1, 3, 4, 5)]),
+    Case("Shape", {"start": 1}, [x(2, 3, 4)]),
+    Case(
+        "Slice",
+        {},
+        [x(4, 6), k([1, 0], np.int64), k([3, 6], np.int64), k([0, 1], np.int64), k([1, 2], np.int64)],
+    ),
+    Case("Slice", {"starts": [1], "ends": [3], "axes": [1]}, [x(4, 6)], opset=9),
+    Case("Pad", {"mode": "reflect"}, [x(1, 2, 4, 4), k([0, 0, 1, 2, 0, 0, 2, 1], np.int64)]),
+    Case("Constant", {"value": numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3))}, []),
+    Case("QuantizeLinear", {}, [x(2, 3, 4), k(0.05), k(3, np.uint8)]),
+    Case(
+        "DequantizeLinear",
+        {"axis": 1},
+        [x(2, 3, 4, lo=-100, hi=100, dtype=np.int8), k([0.1, 0.2, 0.3]), k([1, -2, 0], np.int8)],
+    ),
+    Case(
+        "QLinearConv",
+        {"pads": [1, 1, 1, 1]},
+        [
+            *(x(1, 2, 5, 5, lo=0, hi=255, dtype=np.uint8), k(0.02), k(128, np.uint8)),
+            *(k(_RNG.integers(-50, 50, (3, 2, 3, 3)), np.int8), k(0.01), k(0, np.int8)),
+            *(k(0.05), k(120, np.uint8), k([100, -200, 300], np.int32)),
+        ],
+    ),
+    Case(
+        "QLinearMatMul",
+        {},
+        [
+            *(x(2, 4, lo=0, hi=255, dtype=np.uint8), k(0.02), k(128, np.uint8)),
+            *(k(_RNG.integers(-50, 50, (4, 3)), np.int8), k(0.01), k(0, np.int8)),
+            *(k(0.05), k(120, np.uint8)),
+        ],
+    ),
+]
+
+
+def _model(case: Case):
+    names, inputs, inits, feeds = [], [], [], {}
+    for i, (role, v) in enumerate(case.inputs):
+        name = f"i{i}"
+        names.append(name)
+        if role == "const":
+            inits.append(numpy_helper.from_array(v, name))
+        else:
+            elem = helper.np_dtype_to_tensor_dtype(v.dtype)
+            inputs.append(helper.make_tensor_value_info(name, elem, v.shape))
+            feeds[name] = v
+    outs = [f"y{i}" for i in range(case.n_out)]
+    node = helper.make_node(case.op, names, outs, name=f"n_{case.op}", **case.attrs)
+    graph = helper.make_graph(
+        [node], "t", inputs, [helper.make_tensor_value_info(o, T.FLOAT, None) for o in outs], inits
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", case.opset)]), feeds
+
+
+def _ulp16(v):
+    a = np.minimum(np.abs(np.asarray(v, np.float64)), 65504).astype(np.float16)
+    return np.maximum(np.spacing(a).astype(np.float64), 2.0**-24)
+
+
+def _check_close(y, ref, allow, what):
+    y, ref = np.asarray(y), np.asarray(ref)
+    assert y.shape == ref.shape, (what, y.shape, ref.shape)
+    if ref.dtype.kind != "f":
+        diff = np.abs(y.astype(np.int64) - ref.astype(np.int64))
+        assert not (diff > allow).any(), f"{what}: {y} against {ref}"
+        return
+    err = np.abs(y.astype(np.float64) - ref.astype(np.float64))
+    bad = ~(err <= allow)
+    assert not bad.any(), (
+        f"{what}: {int(bad.sum())} of {err.size} beyond; worst {err.max()} (allowed {np.min(allow)})"
+    )
+
+
+@pytest.mark.skipif(ReferenceEvaluator is None, reason="the installed onnx has no onnx.reference")
+@pytest.mark.parametrize("case", CASES, ids=[f"{c.op}-{c.opset}" for c in CASES])
+def test_op_against_onnx_reference(case):
+    proto, feeds = _model(case)
+    ref = ReferenceEvaluator(proto).run(None, feeds)
+    model = fastane.load_model(proto)
+    host = model.reference(feeds)
+    rep = model.report(feeds)
+    assert [r.layer.name for r in rep.layers if not r.ok] == []
+    extra = sum(
+        TOLERANCE[r.layer.kind]
+        for r in rep.layers
+        if r.placement == "ane" and r.layer.kind in ("table", "mac")
+    )
+    steps = int(any(r.placement == "ane" for r in rep.layers))
+    for name, r in zip(model.outputs, ref):
+        r = np.asarray(r)
+        _check_close(host[name], r, 1e-5 * np.abs(r) + 1e-6 if r.dtype.kind == "f" else 0, f"{name} (host)")
+        top = float(np.abs(r).max()) if r.dtype.kind == "f" and r.size else 0.0
+        _check_close(
+            rep.values[name],
+            r,
+            _ulp16(r) + 1e-5 * np.abs(r) + extra * top if r.dtype.kind == "f" else steps,
+            f"{name} (run)",
+        )
+
+
+def test_every_supported_op_is_tested():
+    """Each ONNX op type the importer claims has a line in :data:`CASES` or runs in the
+    backend suite's selection (tests/helpers/onnx_backend.py)."""
+    tested = {c.op for c in CASES} | selected_op_types()
+    assert sorted(set(SUPPORTED) - tested) == []
+
+
+def test_docs_table_is_the_records():
+    """docs/models.md's table of ONNX ops is the one the records give (the script's
+    ``--check``), and it names exactly the ops of SUPPORTED."""
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run(
+        [sys.executable, str(root / "scripts" / "onnx_ops_table.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    named = set(re.findall(r"(?:\| |, )([A-Z][A-Za-z]*) \(", "\n".join(docs_table()[2:])))
+    assert sorted(named) == SUPPORTED
+
+
+def test_an_onnx_name_is_imported_by_one_record():
+    """register_op refuses a second record for an ONNX op type at overlapping opsets (and
+    registers nothing); an opset range selects one of two records."""
+    from fastane.model.ops.opdef import OPS, OnnxName, register_op, same_type
+
+    with pytest.raises(ValueError, match="ONNX Relu is already imported as relu"):
+        register_op("relu_again", same_type, onnx=["Relu"])
+    with pytest.raises(ValueError, match="already imported"):
+        register_op("relu_again", same_type, onnx=[OnnxName("Relu", since=13, until=14)])
+    assert "relu_again" not in OPS
+    old, new = OnnxName("Relu", until=13), OnnxName("Relu", since=13)
+    assert [old.covers(v) for v in (1, 12, 13, 21)] == [True, True, False, False]
+    assert [new.covers(v) for v in (1, 12, 13, 21)] == [False, False, True, True]
