@@ -20,9 +20,8 @@ from .budget import (
     MAX_RUN_WORK,
     beyond,
 )
-from .ops.opdef import OPS
-from .ops.host import EINSUM_MULTI_FACTOR, einsum_spec
-from .ops.mac import conv_geometry, deconv_geometry
+from .ops.opdef import OPS, HostCost, elements
+from .ops.host import EINSUM_MULTI_FACTOR
 
 __all__ = ["Cost", "node_cost", "check_node", "RunBudget"]
 
@@ -50,110 +49,56 @@ def _nbytes(t) -> int:
     return math.prod(t.shape) * _itemsize(t)
 
 
-def _padded(node, x_shape, k_shape, geometry) -> tuple:
-    """``(padded spatial size, out spatial size)`` of a conv or pool over ``x_shape``."""
-    _, _, pads, out = geometry(node, x_shape, k_shape)
-    return math.prod(n + pb + pe for n, (pb, pe) in zip(x_shape[2:], pads)), math.prod(out)
-
-
-#: bytes per output element a node's host implementation adds beyond the common allowance
-#: (:func:`node_cost`): the float64 and object-array passes of the erf-based ops.  Peaks
-#: traced with tracemalloc on 2^22 float16 elements (December 2026): gelu 92, erf 76,
-#: celu 36, mish 28 bytes an element; relu 16, sigmoid and rsqrt 20, softmax 12.
-_HEAVY = {"gelu": 80, "erf": 80, "celu": 24, "mish": 16}
-
-
 def node_cost(node, in_types: list, out_types: list) -> Cost:
     """The :class:`Cost` of ``node`` with inputs ``in_types`` (None: an omitted input) and
     outputs ``out_types`` (already inferred, so the node's geometry is valid).
 
     ``bytes`` is the inputs and outputs (4 bytes a float element), the op's own
-    temporaries, and an allowance for the per-layer report: a layout op one copy of its
-    outputs (4 bytes an element); any other op the ANE's float16 operands and result and
-    the reference's float32 copies (4 bytes an input element, 8 an output element), and 8
-    more an output element for the ops whose host implementation makes a float64 pass
-    (kinds "table" and "host").  Measured against the address space a report takes (one
-    process, the device made first): relu 18 bytes an element against 20 counted, sigmoid
-    28 against 28, a 3 x 3 convolution of 2^24 elements 493 MiB against 512, GPT-2's
-    language-model head at 1024 tokens 508 MiB against 933."""
-    if node.op == "shape":  # reads its input's shape, never its values
-        return Cost(8 * sum(math.prod(t.shape) for t in out_types))
+    temporaries (its record's :class:`~fastane.model.ops.opdef.HostCost`), and an allowance
+    for the per-layer report: a layout op one copy of its outputs (4 bytes an element); any
+    other op the ANE's float16 operands and result and the reference's float32 copies (4
+    bytes an input element, 8 an output element), and 8 more an output element for the ops
+    whose host implementation makes a float64 pass (kinds "table" and "host").  Measured
+    against the address space a report takes (one process, the device made first): relu 18
+    bytes an element against 20 counted, sigmoid 28 against 28, a 3 x 3 convolution of 2^24
+    elements 493 MiB against 512, GPT-2's language-model head at 1024 tokens 508 MiB against
+    933."""
+    return _cost(node, in_types, out_types)[0]
+
+
+def _cost(node, in_types: list, out_types: list) -> tuple:
+    """``(Cost, HostCost)`` of ``node``."""
+    d = OPS.get(node.op)
+    own = d.cost(node, in_types, out_types) if d is not None and d.cost is not None else HostCost()
+    if not own.values:  # reads its inputs' shapes, never their values
+        return Cost(sum(_nbytes(t) for t in out_types)), own
     ins = [t for t in in_types if t is not None]
-    n_in = sum(math.prod(t.shape) for t in ins)
-    n_out = sum(math.prod(t.shape) for t in out_types)
+    n_in, n_out = elements(ins), elements(out_types)
     io = sum(_nbytes(t) for t in ins) + sum(_nbytes(t) for t in out_types)
-    op = node.op
-    temp, macs, elem_ops = 0, 0, n_in + n_out
-    if op == "conv":
-        x, w = in_types[0], in_types[1]
-        padded, out = _padded(node, x.shape, w.shape[2:], conv_geometry)
-        n, c = x.shape[:2]
-        temp = (n * c * padded + n * c * out + n_out) * 4  # padded input, a window's patch, its product
-        macs, elem_ops = n_out * math.prod(w.shape[1:]), 0
-    elif op == "conv_transpose":
-        x, w = in_types[0], in_types[1]
-        s, d, _, opad, _ = deconv_geometry(node, x.shape, w.shape)
-        full = math.prod(
-            st * (m - 1) + o + (kk - 1) * dd + 1
-            for m, st, o, kk, dd in zip(x.shape[2:], s, opad, w.shape[2:], d)
-        )
-        n, co = x.shape[0], out_types[0].shape[1]
-        # the full-size result, its padded copy, one kernel tap's contribution
-        temp = (2 * n * co * full + n * co * math.prod(x.shape[2:])) * 4
-        macs, elem_ops = math.prod(x.shape) * math.prod(w.shape[1:]), 0
-    elif op in ("max_pool", "avg_pool"):
-        x = in_types[0]
-        k = tuple(int(v) for v in node.attrs["kernel"])
-        padded, out = _padded(node, x.shape, k, conv_geometry)
-        temp = (math.prod(x.shape[:2]) * padded + 2 * padded + out) * 4  # padded input, window counts
-        elem_ops = n_out * math.prod(k)
-    elif op == "matmul":
-        macs, elem_ops = n_out * in_types[0].shape[-1], 0
-    elif op == "gemm":
-        a = in_types[0].shape
-        temp = 4 * n_out  # alpha * (a @ b)
-        macs, elem_ops = n_out * (a[0] if node.attrs.get("trans_a") else a[-1]), 0
-    elif op == "einsum":
-        temp = 8 * n_in  # the operands widened to float64
-        macs, elem_ops = einsum_spec(node, [t.shape for t in ins])[2], 0
-    elif op == "topk":
-        a = int(node.attrs.get("axis", -1)) % len(in_types[0].shape)
-        k = out_types[0].shape[a]
-        # a partition's copy, its masks and running count (or the whole axis's sort with
-        # k = n: int64 indices, the flipped copy); then the k sorted
-        temp = 24 * n_in
-        elem_ops = 8 * n_in + 16 * n_out * max(1, k.bit_length())
-    elif op == "resize":
-        temp = 8 * (n_in + 2 * n_out)  # float64 passes, one axis at a time
-        elem_ops = 4 * len(out_types[0].shape) * n_out + n_in
-    kind = OPS[op].kind if op in OPS else "host"
+    temp = own.temp
+    kind = d.kind if d is not None else "host"
     if kind == "layout":
         temp += 4 * n_out
     else:
         temp += 4 * n_in + 8 * n_out + (8 * n_out if kind in ("table", "host") else 0)
-    if op in _HEAVY and not (op == "gelu" and node.attrs.get("approximate") == "tanh"):
-        temp += _HEAVY[op] * n_out
-    return Cost(io + temp, macs, elem_ops)
+    elem_ops = n_in + n_out if own.elem_ops is None else own.elem_ops
+    return Cost(io + temp, own.macs, elem_ops), own
 
 
 def check_node(node, in_types: list, out_types: list) -> Cost:
     """The node's :class:`Cost`, or a ModelError when it is beyond a per-layer limit."""
-    cost = node_cost(node, in_types, out_types)
+    cost, own = _cost(node, in_types, out_types)
     what = node.describe()
-    if node.op in ("conv", "conv_transpose", "max_pool", "avg_pool"):
-        # one host pass per tap, whatever the batch (0 included) and the output's size
-        k = in_types[1].shape[2:] if node.op.startswith("conv") else node.attrs["kernel"]
-        taps = math.prod(int(v) for v in k)
-        if taps > MAX_KERNEL_TAPS:
-            raise beyond(what, taps, "kernel taps (one host pass each)", "MAX_KERNEL_TAPS")
-    if node.op == "einsum" and cost.macs > MAX_EINSUM_WORK:  # before the bytes: the cause
+    if own.taps > MAX_KERNEL_TAPS:  # one host pass per tap, whatever the batch and output
+        raise beyond(what, own.taps, "kernel taps (one host pass each)", "MAX_KERNEL_TAPS")
+    if own.einsum and cost.macs > MAX_EINSUM_WORK:  # before the bytes: the cause
         unit = "multiply-adds" + (
             f" (counted {EINSUM_MULTI_FACTOR} times: more than two operands)" if len(in_types) > 2 else ""
         )
         raise beyond(what, cost.macs, unit, "MAX_EINSUM_WORK")
     if cost.bytes > MAX_LAYER_BYTES:
         raise beyond(what, cost.bytes, "bytes of inputs, outputs and temporaries", "MAX_LAYER_BYTES")
-    if node.op != "einsum" and cost.macs > MAX_LAYER_WORK:
+    if not own.einsum and cost.macs > MAX_LAYER_WORK:
         raise beyond(what, cost.macs, "multiply-adds", "MAX_LAYER_WORK")
     if cost.elem_ops > MAX_LAYER_ELEMENT_OPS:
         raise beyond(what, cost.elem_ops, "element operations", "MAX_LAYER_ELEMENT_OPS")

@@ -26,10 +26,12 @@ import numpy as np
 from ...errors import ModelError, ModelNotImplementedError
 from .opdef import (
     OPS,
+    HostCost,
     OnnxName,
     attr_input,
     check_axis,
     broadcast_shape,
+    heavy,
     need_const,
     need_float,
     need_input,
@@ -37,15 +39,15 @@ from .opdef import (
     same_type,
     take,
 )
-from .mac import conv_geometry, conv_windows, onnx_auto_pad, onnx_pads
+from .mac import conv_geometry, conv_windows, onnx_auto_pad, onnx_pads, padded_sizes
 from ..tensor import TensorType
 
 __all__ = ["pool_geometry"]
 
 
 # ------------------------------------------------------------------------ unary
-def _unary(name, fn, kind="table", ane="", onnx=()):
-    register_op(name, same_type, kind, ane=ane, onnx=onnx)(lambda node, x: fn(node, x))
+def _unary(name, fn, kind="table", ane="", onnx=(), cost=None):
+    register_op(name, same_type, kind, ane=ane, onnx=onnx, cost=cost)(lambda node, x: fn(node, x))
 
 
 def _erf(x):
@@ -74,7 +76,18 @@ _unary(
     ane="activation",
     onnx=["Sigmoid"],
 )
-_unary("gelu", _gelu, ane="activation", onnx=[OnnxName("Gelu", take(approximate="none"))])
+
+
+def _gelu_cost(node, in_types, out_types):
+    # the erf form's float64 and object-array passes (the tanh form has none)
+    return HostCost() if node.attrs.get("approximate") == "tanh" else _ERF_COST(node, in_types, out_types)
+
+
+#: bytes an output element the erf-based host implementations make beyond the common
+#: allowance (traced with tracemalloc on 2^22 float16 elements, December 2026: gelu 92,
+#: erf 76 bytes an element against relu 16)
+_ERF_COST = heavy(80)
+_unary("gelu", _gelu, ane="activation", onnx=[OnnxName("Gelu", take(approximate="none"))], cost=_gelu_cost)
 _unary("exp", lambda n, x: np.exp(x), ane="activation", onnx=["Exp"])
 _unary("log", lambda n, x: np.log(x), onnx=["Log"])
 _unary("sqrt", lambda n, x: np.sqrt(x), ane="activation", onnx=["Sqrt"])
@@ -86,7 +99,7 @@ _unary("neg", lambda n, x: np.negative(x), "exact", ane="unary", onnx=["Neg"])
 _unary("sign", lambda n, x: np.sign(x), "exact", ane="activation", onnx=["Sign"])
 _unary("floor", lambda n, x: np.floor(x), "exact", onnx=["Floor"])
 _unary("ceil", lambda n, x: np.ceil(x), "exact", onnx=["Ceil"])
-_unary("erf", lambda n, x: _erf(x), onnx=["Erf"])
+_unary("erf", lambda n, x: _erf(x), onnx=["Erf"], cost=_ERF_COST)
 _unary(
     "elu",
     lambda n, x: np.where(x > 0, x, np.float32(n.attrs.get("alpha", 1.0)) * np.expm1(x)),
@@ -412,11 +425,27 @@ def _pool_onnx(c, a, ins):
     )
 
 
+def _pool_cost(node, in_types, out_types):
+    x = in_types[0].shape
+    k = tuple(int(v) for v in node.attrs["kernel"])
+    padded, out = padded_sizes(node, x, k)
+    temp = (math.prod(x[:2]) * padded + 2 * padded + out) * 4  # padded input, window counts
+    return HostCost(temp, elem_ops=math.prod(out_types[0].shape) * math.prod(k), taps=math.prod(k))
+
+
 register_op(
-    "max_pool", _pool_infer, ane="rows", onnx=[OnnxName("MaxPool", _pool_onnx, doc="windowed: host")]
+    "max_pool",
+    _pool_infer,
+    ane="rows",
+    onnx=[OnnxName("MaxPool", _pool_onnx, doc="windowed: host")],
+    cost=_pool_cost,
 )(lambda node, x: _pool(node, x, "max"))
 register_op(
-    "avg_pool", _pool_infer, ane="rows", onnx=[OnnxName("AveragePool", _pool_onnx, doc="a depthwise conv")]
+    "avg_pool",
+    _pool_infer,
+    ane="rows",
+    onnx=[OnnxName("AveragePool", _pool_onnx, doc="a depthwise conv")],
+    cost=_pool_cost,
 )(lambda node, x: _pool(node, x, "avg"))
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ...errors import ModelError, ModelNotImplementedError, quote
 from ..budget import MAX_EINSUM_WORK  # noqa: F401 (its old home)
-from .opdef import OnnxName, same_attrs
+from .opdef import HostCost, OnnxName, elements, heavy, same_attrs
 from .opdef import check_axis, broadcast_shape, need_const, need_float, need_input, register_op
 from ..tensor import TensorType
 
@@ -113,7 +113,13 @@ def _einsum_infer(node, types, consts):
     return [TensorType(ts[0].dtype, out)]
 
 
-@register_op("einsum", _einsum_infer, onnx=[OnnxName("Einsum", same_attrs)])
+def _einsum_cost(node, in_types, out_types):
+    shapes = [t.shape for t in in_types if t is not None]
+    # the operands widened to float64
+    return HostCost(8 * sum(math.prod(s) for s in shapes), einsum_spec(node, shapes)[2], 0, einsum=True)
+
+
+@register_op("einsum", _einsum_infer, onnx=[OnnxName("Einsum", same_attrs)], cost=_einsum_cost)
 def _einsum(node, *xs):
     eq, _, _ = einsum_spec(node, [x.shape for x in xs])
     # one or two operands: numpy's direct loop; more: greedy pairwise contractions
@@ -168,7 +174,16 @@ def _topk_onnx(c, a, ins):
     return c.mk({k: a[k] for k in ("axis", "largest", "sorted") if k in a}, ins, 2, keep=True)
 
 
-@register_op("topk", _topk_infer, onnx=[OnnxName("TopK", _topk_onnx)])
+def _topk_cost(node, in_types, out_types):
+    x = in_types[0].shape
+    n_in, n_out = elements(in_types), elements(out_types)
+    k = out_types[0].shape[int(node.attrs.get("axis", -1)) % len(x)]
+    # a partition's copy, its masks and running count (or the whole axis's sort with k = n:
+    # int64 indices, the flipped copy); then the k sorted
+    return HostCost(24 * n_in, 0, 8 * n_in + 16 * n_out * max(1, k.bit_length()))
+
+
+@register_op("topk", _topk_infer, onnx=[OnnxName("TopK", _topk_onnx)], cost=_topk_cost)
 def _topk(node, x, k):
     a = check_axis(node.attrs.get("axis", -1), x.ndim, node)
     k = int(np.asarray(k).reshape(-1)[0])
@@ -342,8 +357,10 @@ def _same_float(node, types, consts):
     return [need_float(need_input(types, 0, node), node)]
 
 
-def _unary_host(name, fn, onnx):
-    register_op(name, _same_float, onnx=[OnnxName(onnx, same_attrs)])(lambda node, x: fn(node, _wide(x)))
+def _unary_host(name, fn, onnx, cost=None):
+    register_op(name, _same_float, onnx=[OnnxName(onnx, same_attrs)], cost=cost)(
+        lambda node, x: fn(node, _wide(x))
+    )
 
 
 _unary_host("round", lambda n, x: np.round(x), "Round")  # half to even, as ONNX Round
@@ -359,7 +376,9 @@ _unary_host("acosh", lambda n, x: np.arccosh(x), "Acosh")
 _unary_host("atanh", lambda n, x: np.arctanh(x), "Atanh")
 _unary_host("cosh", lambda n, x: np.cosh(x), "Cosh")
 _unary_host("softsign", lambda n, x: x / (1 + np.abs(x)), "Softsign")
-_unary_host("mish", lambda n, x: x * np.tanh(np.logaddexp(0, x)), "Mish")
+# the heavy ones: bytes an output element beyond the common allowance (tracemalloc on 2^22
+# float16 elements, December 2026: celu 36, mish 28 bytes an element against relu 16)
+_unary_host("mish", lambda n, x: x * np.tanh(np.logaddexp(0, x)), "Mish", heavy(16))
 _unary_host(
     "thresholded_relu", lambda n, x: np.where(x > n.attrs.get("alpha", 1.0), x, 0.0), "ThresholdedRelu"
 )
@@ -378,6 +397,7 @@ _unary_host(
         np.maximum(x, 0) + np.minimum(0, n.attrs.get("alpha", 1.0) * np.expm1(x / n.attrs.get("alpha", 1.0)))
     ),
     "Celu",
+    heavy(24),
 )
 
 

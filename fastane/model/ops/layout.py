@@ -11,6 +11,7 @@ import numpy as np
 from ...errors import ModelError, ModelNotImplementedError, quote
 from ..budget import MAX_RANK, beyond
 from .opdef import (
+    HostCost,
     OnnxName,
     attr_input,
     check_axis,
@@ -266,7 +267,13 @@ def _shape_infer(node, types, consts):
     return [TensorType(np.dtype(np.int64), (n,))]
 
 
-@register_op("shape", _shape_infer, "layout", onnx=[OnnxName("Shape", take("start", "end"))])
+@register_op(
+    "shape",
+    _shape_infer,
+    "layout",
+    onnx=[OnnxName("Shape", take("start", "end"))],
+    cost=lambda node, in_types, out_types: HostCost(values=False),  # reads its input's shape only
+)
 def _shape(node, x, *_):
     raise AssertionError("shape is folded at bind time")
 

@@ -3,10 +3,12 @@ inference and float32 host implementations, with their geometry (see :mod:`fasta
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...errors import ModelError, ModelNotImplementedError, quote
-from .opdef import OnnxName, broadcast_shape, need_float, need_input, register_op
+from .opdef import HostCost, OnnxName, broadcast_shape, need_float, need_input, register_op
 from ..tensor import TensorType, check_size
 
 
@@ -64,7 +66,11 @@ def _matmul_infer(node, types, consts):
     return [TensorType(a.dtype, out)]
 
 
-@register_op("matmul", _matmul_infer, "mac", ane="mac", onnx=["MatMul"])
+def _matmul_cost(node, in_types, out_types):
+    return HostCost(macs=math.prod(out_types[0].shape) * in_types[0].shape[-1], elem_ops=0)
+
+
+@register_op("matmul", _matmul_infer, "mac", ane="mac", onnx=["MatMul"], cost=_matmul_cost)
 def _matmul(node, a, b):
     return np.matmul(a, b)
 
@@ -103,7 +109,13 @@ def _gemm_onnx(c, a, ins):
     )
 
 
-@register_op("gemm", _gemm_infer, "mac", ane="mac", onnx=[OnnxName("Gemm", _gemm_onnx)])
+def _gemm_cost(node, in_types, out_types):
+    a, n_out = in_types[0].shape, math.prod(out_types[0].shape)
+    k = a[0] if node.attrs.get("trans_a") else a[-1]
+    return HostCost(4 * n_out, n_out * k, 0)  # a temporary: alpha * (a @ b)
+
+
+@register_op("gemm", _gemm_infer, "mac", ane="mac", onnx=[OnnxName("Gemm", _gemm_onnx)], cost=_gemm_cost)
 def _gemm(node, a, b, c=None):
     if node.attrs.get("trans_a"):
         a = a.T
@@ -199,7 +211,23 @@ def _conv_onnx(c, a, ins):
     return c.mk({**onnx_conv_attrs(c, a, ins[1]), "kernel": a.get("kernel_shape")})
 
 
-@register_op("conv", _conv_infer, "mac", ane="conv", onnx=[OnnxName("Conv", _conv_onnx)])
+def padded_sizes(node, x_shape, k_shape) -> tuple:
+    """``(padded spatial size, out spatial size)`` of a convolution or pooling window
+    ``k_shape`` over ``x_shape`` (element counts)."""
+    _, _, pads, out = conv_geometry(node, x_shape, k_shape)
+    return math.prod(n + pb + pe for n, (pb, pe) in zip(x_shape[2:], pads)), math.prod(out)
+
+
+def _conv_cost(node, in_types, out_types):
+    x, w = in_types[0].shape, in_types[1].shape
+    padded, out = padded_sizes(node, x, w[2:])
+    n, c = x[:2]
+    n_out = math.prod(out_types[0].shape)
+    temp = (n * c * padded + n * c * out + n_out) * 4  # padded input, a window's patch, its product
+    return HostCost(temp, n_out * math.prod(w[1:]), 0, taps=math.prod(w[2:]))
+
+
+@register_op("conv", _conv_infer, "mac", ane="conv", onnx=[OnnxName("Conv", _conv_onnx)], cost=_conv_cost)
 def _conv(node, x, w, b=None):
     s, d, pads, out = conv_geometry(node, x.shape, w.shape[2:])
     g = int(node.attrs.get("groups", 1))
@@ -319,8 +347,25 @@ def _deconv_onnx(c, a, ins):
     return c.mk({**attrs, "output_padding": a.get("output_padding"), "output_shape": a.get("output_shape")})
 
 
+def _deconv_cost(node, in_types, out_types):
+    x, w = in_types[0].shape, in_types[1].shape
+    s, d, _, opad, _ = deconv_geometry(node, x, w)
+    full = math.prod(
+        st * (m - 1) + o + (kk - 1) * dd + 1 for m, st, o, kk, dd in zip(x[2:], s, opad, w[2:], d)
+    )
+    n, co = x[0], out_types[0].shape[1]
+    # the full-size result, its padded copy, one kernel tap's contribution
+    temp = (2 * n * co * full + n * co * math.prod(x[2:])) * 4
+    return HostCost(temp, math.prod(x) * math.prod(w[1:]), 0, taps=math.prod(w[2:]))
+
+
 @register_op(
-    "conv_transpose", _deconv_infer, "mac", ane="deconv", onnx=[OnnxName("ConvTranspose", _deconv_onnx)]
+    "conv_transpose",
+    _deconv_infer,
+    "mac",
+    ane="deconv",
+    onnx=[OnnxName("ConvTranspose", _deconv_onnx)],
+    cost=_deconv_cost,
 )
 def _deconv(node, x, w, b=None):
     """Scatter form: every input pixel adds its kernel-weighted contribution to the output

@@ -6,6 +6,7 @@ registered by the other modules of :mod:`fastane.model.ops` (which re-exports
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from collections.abc import Callable
 
@@ -35,6 +36,37 @@ class OpDef:
     ane: str = ""
     #: the ONNX op types imported as this op (:class:`OnnxName`)
     onnx: tuple = ()
+    #: ``cost(node, in_types, out_types) -> HostCost``: what its host implementation asks
+    #: beyond the common allowance (:func:`fastane.model.cost.node_cost`); None: nothing more
+    cost: Callable | None = None
+
+
+@dataclass(frozen=True)
+class HostCost:
+    """What an op's host implementation asks of the host beyond its inputs and outputs
+    (:func:`fastane.model.cost.node_cost` adds the common allowance): ``temp`` bytes of
+    temporaries, ``macs`` multiply-adds, ``elem_ops`` element operations (None: one per input
+    and output element), ``taps`` kernel taps (one host pass each: ``MAX_KERNEL_TAPS``),
+    ``einsum``: its multiply-adds answer to ``MAX_EINSUM_WORK`` instead of ``MAX_LAYER_WORK``,
+    ``values``: False for an op that reads its inputs' shapes only (no bytes of them counted)."""
+
+    temp: int = 0
+    macs: int = 0
+    elem_ops: int | None = None
+    taps: int = 0
+    einsum: bool = False
+    values: bool = True
+
+
+def elements(types) -> int:
+    """The elements of the tensors of ``types`` (None: an omitted input, none)."""
+    return sum(math.prod(t.shape) for t in types if t is not None)
+
+
+def heavy(per_out: int):
+    """The cost of an elementwise op whose host implementation makes float64 or object-array
+    passes: ``per_out`` bytes an output element beyond the common allowance."""
+    return lambda node, in_types, out_types: HostCost(per_out * math.prod(out_types[0].shape))
 
 
 @dataclass(frozen=True)
@@ -74,11 +106,12 @@ ANE_FAMILIES = {
 }
 
 
-def register_op(name, infer, kind="host", foldable=True, ane="", onnx=()):
+def register_op(name, infer, kind="host", foldable=True, ane="", onnx=(), cost=None):
     """Decorator: register the host implementation it decorates as op ``name`` in :data:`OPS`,
     with its inference ``infer(node, types, consts)``, its ``kind``, whether it folds, its
     placement family ``ane`` and the ONNX op types it imports (``onnx``: :class:`OnnxName`
-    or a plain name, imported with its inputs and no attributes)."""
+    or a plain name, imported with its inputs and no attributes) and its host ``cost``
+    (:class:`HostCost`)."""
     if ane and ane not in ANE_FAMILIES:
         raise ValueError(f"op {name}: unknown placement family {ane!r}")
     onnx = tuple(OnnxName(o) if isinstance(o, str) else o for o in onnx)
@@ -88,7 +121,7 @@ def register_op(name, infer, kind="host", foldable=True, ane="", onnx=()):
                 raise ValueError(f"op {name}: ONNX {o.name} is already imported as {other}")
 
     def deco(fn):
-        OPS[name] = OpDef(infer, fn, foldable, kind, ane, onnx)
+        OPS[name] = OpDef(infer, fn, foldable, kind, ane, onnx, cost)
         return fn
 
     return deco

@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from ...errors import ModelError, ModelNotImplementedError, quote
-from .opdef import OnnxName, check_axis, need_const, need_float, need_input, register_op
+from .opdef import HostCost, OnnxName, elements, check_axis, need_const, need_float, need_input, register_op
 from ..tensor import TensorType, check_size
 
 _MODES = ("nearest", "linear", "cubic")
@@ -216,8 +216,18 @@ def _resize_onnx(c, a, ins):
     return c.mk(attrs, ins, keep=True)
 
 
+def _resize_cost(node, in_types, out_types):
+    n_in, out = elements(in_types), out_types[0].shape
+    n_out = math.prod(out)
+    # float64 passes, one axis at a time
+    return HostCost(8 * (n_in + 2 * n_out), 0, 4 * len(out) * n_out + n_in)
+
+
 @register_op(
-    "resize", _resize_infer, onnx=[OnnxName("Resize", _resize_onnx), OnnxName("Upsample", _resize_onnx)]
+    "resize",
+    _resize_infer,
+    onnx=[OnnxName("Resize", _resize_onnx), OnnxName("Upsample", _resize_onnx)],
+    cost=_resize_cost,
 )
 def _resize(node, x, roi=None, scales=None, sizes=None):
     def flat(v):
