@@ -157,7 +157,8 @@ _binary("div", _int_div, ane="divide")
 _binary("max", np.maximum)
 _binary("min", np.minimum)
 _binary("pow", lambda a, b: np.power(a, b), ane="unary")  # x ** 2: a planar square
-register_op("prelu", _binary_infer, "exact")(lambda node, x, s: np.where(x >= 0, x, x * s))
+# one slope (a scalar, or all equal): on the ANE as LeakyRelu's block (placement.eltwise)
+register_op("prelu", _binary_infer, "exact", ane="activation")(lambda node, x, s: np.where(x >= 0, x, x * s))
 
 
 def _where_infer(node, types, consts):

@@ -29,6 +29,9 @@ _SELU = (1.6732632423543772, 1.0507009873554805)
 BINARY = {"add": "add", "sub": "sub", "mul": "mul", "max": "maximum", "min": "minimum"}
 #: and the unary family (``pow`` with a constant exponent 2 only: a planar square)
 UNARY = {"abs": "absolute", "neg": "negative", "pow": "square"}
+#: an activation's tolerance class on the ANE where it is not its record's ``kind`` (the
+#: host's): PRelu runs LeakyRelu's table block
+_ANE_KIND = {"prelu": "table"}
 
 
 # ------------------------------------------------------------------------ activations
@@ -45,6 +48,8 @@ def activation_rule(node: Node, bound: Bound):
         return "gelu", _activations.gelu
     if op == "leaky_relu":
         return _leaky(float(a.get("alpha", 0.01)), "LeakyRelu alpha")
+    if op == "prelu":
+        return _prelu(node, bound)
     if op == "selu":
         al, ga = float(a.get("alpha", _SELU[0])), float(a.get("gamma", _SELU[1]))
         if np.float32(al) != np.float32(_SELU[0]) or np.float32(ga) != np.float32(_SELU[1]):
@@ -61,6 +66,19 @@ def _leaky(s: float, what: str):
         return None, f"{what} {s} is not finite in fp16: the slope of the ANE's block cannot hold it"
     blk = "leaky_relu" if np.float32(s) == np.float32(0.01) else _lut.leaky_relu_block(s)
     return blk, lambda x: _activations.leaky_relu(x, s)
+
+
+def _prelu(node: Node, bound: Bound):
+    """PRelu with a constant slope that is one value: LeakyRelu's block with that slope."""
+    slope = bound.consts.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    if slope is None:
+        return None, "PRelu slope is not constant: the ANE's leaky_relu block holds its slope in the program"
+    if tuple(bound.types[node.outputs[0]].shape) != tuple(bound.types[node.inputs[0]].shape):
+        return None, "PRelu slope broadcasts the input to a larger shape: no ANE lowering in fastane yet"
+    n = np.unique(slope).size
+    if n != 1:
+        return None, f"PRelu with {n} distinct slopes: the ANE's leaky_relu block has one slope"
+    return _leaky(float(slope.reshape(-1)[0]), "PRelu slope")
 
 
 def _clip(lo, hi):
@@ -101,7 +119,7 @@ def activation(node: Node, ctx):
         return fn
     if np.dtype(types[node.inputs[0]].dtype).kind != "f":
         return False
-    kind = OPS[node.op].kind
+    kind = _ANE_KIND.get(node.op, OPS[node.op].kind)
     ctx.add([node], "ane", "", kind, lambda xs: [fn(xs[0])], node.op, lambda: _plan.eltwise(shape, fused))
     return True
 
