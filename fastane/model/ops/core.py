@@ -201,7 +201,10 @@ _binary("div", _int_div, ane="divide", onnx=["Div"])
 _binary("max", np.maximum, onnx=["Max"])
 _binary("min", np.minimum, onnx=["Min"])
 _binary("pow", lambda a, b: np.power(a, b), ane="unary", onnx=["Pow"])  # x ** 2: a planar square
-register_op("prelu", _binary_infer, "exact", onnx=["PRelu"])(lambda node, x, s: np.where(x >= 0, x, x * s))
+# one slope (a scalar, or all equal): on the ANE as LeakyRelu's block (placement.eltwise)
+register_op("prelu", _binary_infer, "exact", ane="activation", onnx=["PRelu"])(
+    lambda node, x, s: np.where(x >= 0, x, x * s)
+)
 
 
 def _where_infer(node, types, consts):

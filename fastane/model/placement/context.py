@@ -1,28 +1,148 @@
 """What the placer (:func:`fastane.model.placement.place.place`) hands each placement rule:
-the bound graph, the weights kept compressed, and the placer's own functions (the one
-consumer of a tensor, the activation that fuses into a layer's NE stage, and ``add``,
-which records a layer)."""
+:class:`Context`, the bound graph with the weights kept compressed, and the placer's own
+functions (the one consumer of a tensor, the activation that fuses into a layer's NE stage,
+and :meth:`Context.add`, which records a :class:`Layer`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..graph import Bound
+import numpy as np
+
+from ..graph import Bound, Node
+from ..ops import OPS
+from .eltwise import activation_rule
+
+__all__ = ["Context", "Layer"]
 
 
-@dataclass(frozen=True)
+@dataclass
+class Layer:
+    """A group of nodes placed together.  ``run(values) -> list`` computes the outputs
+    from the dynamic inputs (``inputs``), ``kind`` is the op class used for tolerances."""
+
+    name: str
+    nodes: list
+    placement: str
+    reason: str
+    inputs: list
+    outputs: list
+    kind: str
+    run: object = None
+    #: the ANE call and its arguments, for the report ("conv2d", "linear", ...)
+    call: str = ""
+    detail: dict = field(default_factory=dict)
+    #: ``plan() -> Stats``: the same programs counted from the shapes alone (stats-only)
+    plan: object = None
+
+    @property
+    def op(self) -> str:
+        return "+".join(n.source or n.op for n in self.nodes)
+
+
 class Context:
-    bound: Bound
-    #: ``only(t)``: the one node consuming tensor ``t`` (None if several, or a model output)
-    only: Callable
-    #: ``add(nodes, placement, reason, kind, run=None, call="", plan=None, **detail)``:
-    #: records ``nodes`` as one layer and returns it
-    add: Callable
-    #: ``fuse_activation(node)``: ``(nodes, fused)``, the activation after ``node`` that runs
-    #: in its NE stage (or the silu pattern); ``([], None)`` if none
-    fuse_activation: Callable
-    #: weights the model stores compressed (kept compressed on the ANE where lossless)
-    compressed: set = field(default_factory=set)
-    #: of those, the code width by type alone (:func:`~.rules.typed_bits`)
-    typed_codes: dict = field(default_factory=dict)
+    """The placer's state over one bound graph: the layers recorded so far (:attr:`layers`,
+    in execution order) and the nodes they hold."""
+
+    def __init__(self, bound: Bound):
+        self.bound = bound
+        #: weights the model stores compressed (kept compressed on the ANE where lossless)
+        self.compressed, self.typed_codes = _compressed(bound)
+        self.layers: list = []
+        #: quantized chains left off the INT8 path: MAC node id -> the reason (qlinear.match)
+        self.off_int8: dict = {}
+        self._done: set = set()
+        self._consumers: dict = {}
+        for node in bound.nodes:
+            for t in node.inputs:
+                if t:
+                    self._consumers.setdefault(t, []).append(node)
+        self._outputs = set(bound.graph.outputs)
+
+    def done(self, node: Node) -> bool:
+        """Whether ``node`` is in a layer already."""
+        return id(node) in self._done
+
+    def only(self, t: str):
+        """The one node consuming ``t`` (None if it has several, or is a model output)."""
+        c = self._consumers.get(t, [])
+        return c[0] if len(c) == 1 and t not in self._outputs else None
+
+    def dyn(self, nodes) -> list:
+        """The dynamic inputs of ``nodes``: not constant, not made by one of them, in order."""
+        consts = self.bound.consts
+        produced = {o for n in nodes for o in n.outputs}
+        seen, ins = set(), []
+        for n in nodes:
+            for t in n.inputs:
+                if t and t not in consts and t not in produced and t not in seen:
+                    seen.add(t)
+                    ins.append(t)
+        return ins
+
+    def add(self, nodes, placement, reason, kind, run=None, call="", plan=None, **detail) -> Layer:
+        """Record ``nodes`` as one layer; the layer."""
+        self._done.update(id(n) for n in nodes)
+        layer = Layer(
+            nodes[0].name,
+            nodes,
+            placement,
+            reason,
+            self.dyn(nodes),
+            nodes[-1].outputs,
+            kind,
+            run,
+            call,
+            detail,
+            plan,
+        )
+        self.layers.append(layer)
+        return layer
+
+    def fuse_activation(self, node: Node):
+        """The activation node after ``node`` that can run in its NE stage, or the silu
+        pattern; ``(nodes, fused)`` with ``fused`` the ``activation=`` argument of the MAC
+        entry points; ``([], None)`` if none."""
+        out = node.outputs[0]
+        nxt = self.only(out)
+        if nxt is not None and OPS[nxt.op].kind != "layout":
+            fused, _ = activation_rule(nxt, self.bound)
+            if fused is not None:
+                return [nxt], fused
+        silu = self.silu(out)
+        if silu:
+            return silu, "silu"
+        return [], None
+
+    def silu(self, x: str):
+        """``[sigmoid, mul]`` when ``x`` feeds exactly ``x * sigmoid(x)``, else None."""
+        c = self._consumers.get(x, [])
+        if len(c) != 2 or x in self._outputs:
+            return None
+        sig = next((n for n in c if n.op == "sigmoid"), None)
+        mul = next((n for n in c if n.op == "mul"), None)
+        if sig is None or mul is None or self.only(sig.outputs[0]) is not mul:
+            return None
+        if sorted(mul.inputs) != sorted([x, sig.outputs[0]]):
+            return None
+        return [sig, mul]
+
+
+def _compressed(bound: Bound) -> tuple:
+    """``(compressed, typed_codes)``: the weights the model stores compressed -- its own, and
+    the outputs of folded dequantize nodes (ONNX QDQ) -- and, of those, the code width by
+    type alone (:func:`~.rules.typed_bits`): 8 for an int8/uint8 tensor with one scale, a
+    Core ML one-table palette's width; the stats-only report counts them, no values needed."""
+    consts = bound.consts
+    compressed = set(getattr(bound.graph, "compressed", ())) | {
+        o for n in bound.folded if n.op == "dequantize" for o in n.outputs
+    }
+    typed_codes = {
+        n.outputs[0]: 8
+        for n in bound.folded
+        if n.op == "dequantize"
+        and np.dtype(consts[n.inputs[0]].dtype) in (np.dtype(np.int8), np.dtype(np.uint8))
+        and all(not t or consts[t].size == 1 for t in n.inputs[1:])
+    }
+    typed_codes.update(getattr(bound.graph, "code_bits", {}))
+    return compressed, typed_codes

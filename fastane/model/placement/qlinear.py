@@ -85,31 +85,10 @@ def match(dq, bound, only, why=None) -> dict | None:
     rank = len(types[x].shape)
     if (mac.op == "conv" and rank != 4) or (mac.op == "matmul" and rank < 2):
         return None
-    dw = folded.get(mac.inputs[1])
-    if dw is None or dw.op != "dequantize" or not all(t in consts for t in dw.inputs if t):
+    w = _weight(mac, bound, folded, xs, _why)
+    if w is None:
         return None
-    qw = consts[dw.inputs[0]]
-    if qw.dtype not in _INT8 or qw.ndim != (4 if mac.op == "conv" else 2):
-        return None
-    cout_axis = 0 if mac.op == "conv" else 1
-    cout = qw.shape[cout_axis]
-    ws = np.asarray(consts[dw.inputs[1]], np.float64).reshape(-1)
-    wz = np.asarray(consts[dw.inputs[2]] if len(dw.inputs) > 2 and dw.inputs[2] else 0, np.int64).reshape(-1)
-    if ws.size not in (1, cout) or wz.size not in (1, cout):
-        return None
-    if ws.size > 1 and int(dw.attrs.get("axis", 1)) % qw.ndim != cout_axis:
-        return None
-    qb = None
-    if mac.op == "conv" and len(mac.inputs) > 2 and mac.inputs[2]:
-        db = folded.get(mac.inputs[2])
-        if db is None or db.op != "dequantize" or consts[db.inputs[0]].dtype != np.int32:
-            return None
-        bs = np.asarray(consts[db.inputs[1]], np.float64).reshape(-1)
-        want = np.float32(xs) * np.asarray(ws, np.float32)
-        bz = _scalar(consts, db.inputs[2] if len(db.inputs) > 2 else "")
-        if bz != 0 or not np.allclose(bs, want, rtol=1e-6, atol=0):
-            return _why(mac, "the bias's scale is not x_scale * w_scale (accumulator units)")
-        qb = np.asarray(consts[db.inputs[0]], np.int64).reshape(-1)
+    qw, ws, wz, qb = w
     nodes, last = [dq, mac], mac
     nxt = only(mac.outputs[0])
     relu = nxt is not None and nxt.op == "relu"
@@ -148,6 +127,40 @@ def match(dq, bound, only, why=None) -> dict | None:
         "y_shape": tuple(types[nxt.outputs[0]].shape),
         "relu": relu,
     }
+
+
+def _weight(mac, bound, folded, xs, why):
+    """``(qw, ws, wz, qb)``: the quantized weight of ``mac`` (folded dequantize), its scales
+    and zero points (one, or one per output channel), and its int32 bias in accumulator
+    units (None without one); None when they are not there (``why(mac, reason)``: there
+    but not lowerable)."""
+    consts = bound.consts
+    dw = folded.get(mac.inputs[1])
+    if dw is None or dw.op != "dequantize" or not all(t in consts for t in dw.inputs if t):
+        return None
+    qw = consts[dw.inputs[0]]
+    if qw.dtype not in _INT8 or qw.ndim != (4 if mac.op == "conv" else 2):
+        return None
+    cout_axis = 0 if mac.op == "conv" else 1
+    cout = qw.shape[cout_axis]
+    ws = np.asarray(consts[dw.inputs[1]], np.float64).reshape(-1)
+    wz = np.asarray(consts[dw.inputs[2]] if len(dw.inputs) > 2 and dw.inputs[2] else 0, np.int64).reshape(-1)
+    if ws.size not in (1, cout) or wz.size not in (1, cout):
+        return None
+    if ws.size > 1 and int(dw.attrs.get("axis", 1)) % qw.ndim != cout_axis:
+        return None
+    qb = None
+    if mac.op == "conv" and len(mac.inputs) > 2 and mac.inputs[2]:
+        db = folded.get(mac.inputs[2])
+        if db is None or db.op != "dequantize" or consts[db.inputs[0]].dtype != np.int32:
+            return None
+        bs = np.asarray(consts[db.inputs[1]], np.float64).reshape(-1)
+        want = np.float32(xs) * np.asarray(ws, np.float32)
+        bz = _scalar(consts, db.inputs[2] if len(db.inputs) > 2 else "")
+        if bz != 0 or not np.allclose(bs, want, rtol=1e-6, atol=0):
+            return why(mac, "the bias's scale is not x_scale * w_scale (accumulator units)")
+        qb = np.asarray(consts[db.inputs[0]], np.int64).reshape(-1)
+    return qw, ws, wz, qb
 
 
 def bias_grid(b: np.ndarray) -> tuple:
@@ -197,57 +210,86 @@ def _groups(m):
     return [(np.flatnonzero(ws == u), base * float(u)) for u in np.unique(ws)]
 
 
-def place_qlinear(dq, ctx: Context, why=None) -> bool:
-    """Place the quantized MAC chain at ``dq`` on the INT8 path; False if there is none
-    (``why``: see :func:`match`)."""
-    bound, add = ctx.bound, ctx.add
-    m = match(dq, bound, ctx.only, why)
+def place_qlinear(dq, ctx: Context) -> bool:
+    """Place the quantized MAC chain at ``dq`` on the INT8 path; False if there is none (a
+    chain there but not lowerable leaves its reason in ``ctx.off_int8``: :func:`match`)."""
+    m = match(dq, ctx.bound, ctx.only, ctx.off_int8)
     if m is None:
         return False
-    mac = m["mac"]
-    what = mac.describe()
-    is_conv = mac.op == "conv"
-    x_shape = m["x_shape"]
-    if is_conv:
-        s, d, pads, _ = conv_geometry(mac, x_shape, m["qw"].shape[2:])
-        groups = int(mac.attrs.get("groups", 1))
-        sym = all(pb == pe for pb, pe in pads)
-        padded = any(p for pp in pads for p in pp) and (m["xz"] != 0 or not sym)
-    act = "relu" if m["relu"] else None
-    out = m["y_dtype"].name
-    tasks = _groups(m)
-    kdt = _kernel_dtype(m)
-    has_bias = m["qb"] is not None or m["xz"] != 0 or m["yz"] != 0
-    kept: list = []  # the compile-time constants, made on first run
+    chain = _Chain(m)
+    notes = [f"INT8 lanes ({m['x_dtype'].name} x {chain.kdt.name} -> {chain.out})"]
+    if len(chain.tasks) > 1:
+        notes.append(f"per-channel weight scales: {len(chain.tasks)} task groups, one a scale")
+    if chain.padded:
+        notes.append("the padding materialized on the host as the input zero point")
+    layer = ctx.add(
+        m["nodes"],
+        "ane",
+        "; ".join(notes),
+        "mac",
+        chain.run,
+        "conv2d" if chain.is_conv else "linear",
+        chain.plan,
+        int8=True,
+        activation=chain.act,
+    )
+    layer.name = m["mac"].name  # named after its MAC op (the chain starts at the dequantize)
+    return True
 
-    def consts():
-        if not kept:
-            wc = _centered(m, what)
+
+class _Chain:
+    """A matched chain (:func:`match`) as INT8 tasks: one task group per weight scale."""
+
+    def __init__(self, m: dict):
+        self.m, mac = m, m["mac"]
+        self.what = mac.describe()
+        self.is_conv = mac.op == "conv"
+        self.padded = False
+        if self.is_conv:
+            self.s, self.d, self.pads, _ = conv_geometry(mac, m["x_shape"], m["qw"].shape[2:])
+            self.groups = int(mac.attrs.get("groups", 1))
+            sym = all(pb == pe for pb, pe in self.pads)
+            self.padded = any(p for pp in self.pads for p in pp) and (m["xz"] != 0 or not sym)
+        self.act = "relu" if m["relu"] else None
+        self.out = m["y_dtype"].name
+        self.tasks = _groups(m)
+        self.kdt = _kernel_dtype(m)
+        self.has_bias = m["qb"] is not None or m["xz"] != 0 or m["yz"] != 0
+        self._kept: list = []  # the compile-time constants, made on first run
+
+    def consts(self) -> list:
+        """``[(output channels, scale, kernel, bias or None)]`` a task group."""
+        m = self.m
+        if not self._kept:
+            wc = _centered(m, self.what)
             per = wc.reshape(wc.shape[0], -1).astype(np.int64).sum(axis=1)
             qb = np.zeros(wc.shape[0], np.int64) if m["qb"] is None else m["qb"]
             parts = []
-            for idx, sc in tasks:
+            for idx, sc in self.tasks:
                 # y_zp / s with the s the NE multiplies by (fastane.quantized.ne_scale)
                 bits, rshift = _q.ne_scale(sc)
                 s_ne = float(np.array(bits, np.uint16).view(np.float16)) * 2.0**-rshift
                 b = qb[idx] - m["xz"] * per[idx] + m["yz"] / s_ne
-                parts.append((idx, sc, wc[idx], bias_grid(b)[0] if has_bias else None))
-            kept.append(parts)
-        return kept[0]
+                parts.append((idx, sc, wc[idx], bias_grid(b)[0] if self.has_bias else None))
+            self._kept.append(parts)
+        return self._kept[0]
 
-    def call(x, w, b, sc, stats_only=False):
-        opts = _q.options(mac.op, sc, out)
-        if is_conv:
-            pad = tuple(tuple(p) for p in pads)
-            if padded:
-                pad = ((0, 0), (0, 0))
+    def call(self, x, w, b, sc, stats_only=False):
+        """One task group: ``(y, Stats)``, or its Stats from the shapes (``w`` a shape)."""
+        m, act, out, kdt, has_bias = self.m, self.act, self.out, self.kdt, self.has_bias
+        x_shape = m["x_shape"]
+        opts = _q.options(m["mac"].op, sc, out)
+        if self.is_conv:
+            pads = self.pads
+            pad = ((0, 0), (0, 0)) if self.padded else tuple(tuple(p) for p in pads)
             if stats_only:
-                xsh = (
-                    x_shape[:2] + tuple(n + sum(p) for n, p in zip(x_shape[2:], pads)) if padded else x_shape
+                xsh = x_shape
+                if self.padded:
+                    xsh = x_shape[:2] + tuple(n + sum(p) for n, p in zip(x_shape[2:], pads))
+                return _q.plan(
+                    xsh, m["x_dtype"], w, kdt, has_bias, self.s, pad, self.d, self.groups, act, sc, out
                 )
-                return _q.plan(xsh, m["x_dtype"], w, kdt, has_bias, s, pad, d, groups, act, sc, out)
-            y, st = _q._run("conv2d", x, w, b, s, pad, d, groups, act, opts)
-            return y, st
+            return _q._run("conv2d", x, w, b, self.s, pad, self.d, self.groups, act, opts)
         K, M = x_shape[-1], math.prod(x_shape[:-1])
         if stats_only:
             return _q.plan((1, K, 1, M), m["x_dtype"], (w[0], K, 1, 1), kdt, has_bias, (1, 1),
@@ -257,43 +299,25 @@ def place_qlinear(dq, ctx: Context, why=None) -> bool:
                         act, opts)  # fmt: skip
         return np.ascontiguousarray(y.reshape(w.shape[0], M).T), st
 
-    def run(xs):
+    def run(self, xs):
+        m = self.m
         x = np.asarray(xs[0])
-        if is_conv and padded:
-            x = np.pad(x, ((0, 0), (0, 0)) + tuple(pads), constant_values=m["xz"])
+        if self.padded:
+            x = np.pad(x, ((0, 0), (0, 0)) + tuple(self.pads), constant_values=m["xz"])
         y = np.empty(m["y_shape"], m["y_dtype"])
         total = Stats()
-        for idx, sc, w, b in consts():
-            r, st = call(x, w, b, sc)
-            if is_conv:
+        for idx, sc, w, b in self.consts():
+            r, st = self.call(x, w, b, sc)
+            if self.is_conv:
                 y[:, idx] = r
             else:
                 y.reshape(-1, y.shape[-1])[:, idx] = r
             total = total + st
         return [y], total
 
-    def plan():
+    def plan(self) -> Stats:
         total = Stats()
-        kshape = m["qw"].shape if is_conv else m["qw"].shape[::-1]
-        for idx, sc in tasks:
-            total = total + call(None, (idx.size,) + tuple(kshape[1:]), None, sc, stats_only=True)
+        kshape = self.m["qw"].shape if self.is_conv else self.m["qw"].shape[::-1]
+        for idx, sc in self.tasks:
+            total = total + self.call(None, (idx.size,) + tuple(kshape[1:]), None, sc, stats_only=True)
         return total
-
-    notes = [f"INT8 lanes ({m['x_dtype'].name} x {kdt.name} -> {out})"]
-    if len(tasks) > 1:
-        notes.append(f"per-channel weight scales: {len(tasks)} task groups, one a scale")
-    if is_conv and padded:
-        notes.append("the padding materialized on the host as the input zero point")
-    layer = add(
-        m["nodes"],
-        "ane",
-        "; ".join(notes),
-        "mac",
-        run,
-        "conv2d" if is_conv else "linear",
-        plan,
-        int8=True,
-        activation=act,
-    )
-    layer.name = mac.name  # named after its MAC op (the chain starts at the dequantize)
-    return True

@@ -111,8 +111,8 @@ def why_not(node, consts, types):
     return rows, width, None
 
 
-def place_rows(node, ctx: Context) -> None:
-    """Add the layer of ``node`` (one of :data:`ROW_OPS`, or a windowed pooling)."""
+def place_rows(node, ctx: Context) -> bool:
+    """Add the layer of ``node`` (one of :data:`ROW_OPS`, or a windowed pooling); True."""
     consts, types, add = ctx.bound.consts, ctx.bound.types, ctx.add
     from ... import rowops
 
@@ -120,13 +120,13 @@ def place_rows(node, ctx: Context) -> None:
         conv, reason = avg_pool_as_conv(node, types)
         if conv is None:
             add([node], "host", reason, "host")
-            return
+            return True
         call, plan, name = conv
         add([node], "ane", reason, "mac", lambda xs: [call(xs[0])], name, plan, pool_weight=True)
-        return
+        return True
     if node.op == "max_pool":
         add([node], "host", POOL_REASON, "host")
-        return
+        return True
     rows, width, reason = why_not(node, consts, types)
     if reason is None and len(node.outputs) > 1:
         reason = (
@@ -138,7 +138,7 @@ def place_rows(node, ctx: Context) -> None:
     kind = KIND.get(op, "table")
     if reason is not None:
         add([node], "host", reason, kind)
-        return
+        return True
     x_shape = types[node.inputs[0]].shape
     out_shape = types[node.outputs[0]].shape
     eps = float(node.attrs.get("epsilon", 1e-5)) if op in ("layer_norm", "rms_norm") else 0.0
@@ -166,6 +166,7 @@ def place_rows(node, ctx: Context) -> None:
     problem = _rows.RowOp(op, rows, width, eps, scale is not None, bias is not None)
     note = "" if width == x_shape[-1] else "the trailing axes as one row (a reshape: no data movement)"
     add([node], "ane", note, kind, run, op, lambda: _rows.plan(problem), rows=rows, width=width)
+    return True
 
 
 # ------------------------------------------------------------------------ average pooling

@@ -1,15 +1,12 @@
-"""The per-op placement rules of :mod:`fastane.model.placement.place`: how an activation, a
-convolution (with its fused BatchNormalization and activation), a transposed convolution,
-a Gemm or a MatMul is placed on the ANE through the public entry points, or on the host
-with the reason.  :func:`fastane.model.placement.place.place` walks the graph and calls them."""
+"""The MAC placement rules (:data:`fastane.model.placement.place.RULES` ``conv``, ``deconv``
+and ``mac``): how a convolution (with its fused BatchNormalization and activation), a
+transposed convolution, a Gemm or a MatMul is placed on the ANE through the public entry
+points, or on the host with the reason."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ... import activations as _activations
 from ... import api as _api
 from ... import compress as _compress
 from ... import lut as _lut
@@ -17,67 +14,7 @@ from ...lower import bind as _bind
 from ...operands import fp16_operand
 from . import plan as _plan
 from .context import Context
-from ..graph import Node
 from ..ops import conv_geometry
-
-NO_LOWERING = "no ANE lowering in fastane yet"
-
-
-#: ONNX default SELU constants (float32), which are Apple's selu block's
-_SELU = (1.6732632423543772, 1.0507009873554805)
-
-
-# ------------------------------------------------------------------------ activations
-def activation_rule(node: Node, consts: dict):
-    """``(fused, standalone)`` for an activation node fastane runs on the ANE: ``fused`` is
-    the ``activation=`` argument of the MAC entry points, ``standalone`` a callable on one
-    array; ``(None, reason)`` when it has no lowering."""
-    op, a = node.op, node.attrs
-    if op in ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign", "exp2", "rsqrt"):
-        return op, getattr(_activations, op)
-    if op == "gelu":
-        if a.get("approximate", "none") != "none":
-            return None, "tanh-approximated GELU: fastane has the erf GELU table only"
-        return "gelu", _activations.gelu
-    if op == "leaky_relu":
-        s = float(a.get("alpha", 0.01))
-        if not abs(s) <= 65504.0:  # the block's slope is an fp16 coefficient (NaN fails too)
-            return (
-                None,
-                f"LeakyRelu alpha {s} is not finite in fp16: the slope of the ANE's block cannot hold it",
-            )
-        blk = "leaky_relu" if np.float32(s) == np.float32(0.01) else _lut.leaky_relu_block(s)
-        return blk, lambda x: _activations.leaky_relu(x, s)
-    if op == "selu":
-        al, ga = float(a.get("alpha", _SELU[0])), float(a.get("gamma", _SELU[1]))
-        if np.float32(al) != np.float32(_SELU[0]) or np.float32(ga) != np.float32(_SELU[1]):
-            return None, "SELU with non-default alpha/gamma: fastane has Apple's selu block only"
-        return "selu", _activations.selu
-    if op == "clip":
-        lo = const_scalar(consts, node, 1)
-        hi = const_scalar(consts, node, 2)
-        if lo is False or hi is False:
-            return None, "Clip bounds are not constant"
-        big = 65504.0
-        if lo is not None and lo == 0.0 and (hi is None or hi >= big):
-            return "relu", _activations.relu
-        if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
-            return None, "Clip with one bound only: no ANE block in fastane yet"
-        if not float(np.float16(lo)) < float(np.float16(hi)):
-            return None, "Clip bounds collapse in fp16"
-        blk = "relu6" if (lo, hi) == (0.0, 6.0) else _lut.hardtanh_block(lo, hi)
-        return blk, lambda x: _activations.hardtanh(x, lo, hi)
-    return None, NO_LOWERING
-
-
-def const_scalar(consts, node, i):
-    """The constant scalar input ``i`` of ``node``: None if omitted, False if not constant."""
-    if len(node.inputs) <= i or not node.inputs[i]:
-        return None
-    v = consts.get(node.inputs[i])
-    if v is None or v.size != 1:
-        return False
-    return float(v.reshape(-1)[0])
 
 
 def _weights(node, consts, what: str, add):
@@ -109,15 +46,15 @@ def typed_bits(name: str, typed_codes: dict, size: int) -> int:
     return b if b and size * b / 8 + 16 * (2 << b) < 2 * size else 0
 
 
-def place_conv(node, ctx: Context):
+def place_conv(node, ctx: Context) -> bool:
     """Place a convolution (with a following BatchNormalization and activation fused) on the
-    ANE, or on the host with the reason, through ``ctx.add``."""
+    ANE, or on the host with the reason, through ``ctx.add``; True."""
     consts, types = ctx.bound.consts, ctx.bound.types
     only, fuse_activation, add = ctx.only, ctx.fuse_activation, ctx.add
     compressed, typed_codes = ctx.compressed, ctx.typed_codes
     wb = _weights(node, consts, "convolution", add)
     if wb is None:
-        return
+        return True
     w, b = wb
     nodes = [node]
     scale = shift = None
@@ -185,6 +122,7 @@ def place_conv(node, ctx: Context):
         folded_bn=scale is not None,
         activation=_act_name(fused),
     )
+    return True
 
 
 class _Lazy:
@@ -214,18 +152,18 @@ def _fp16(x, node, name):
     return fp16_operand(x, node.describe(), name)
 
 
-def place_deconv(node, ctx: Context):
+def place_deconv(node, ctx: Context) -> bool:
     """ConvTranspose as a stride-1 convolution on the ANE: the input's pixels spread
     ``stride`` apart with zeros between them and padded (or cropped) on the host (layout:
     data movement), the kernel flipped and its in/out channels swapped per group.  Each
     output sums the same products as the definition plus exact zeros (the MAC counts
-    include those zero products; the corpus shows no deconvolution task)."""
+    include those zero products; the corpus shows no deconvolution task).  True."""
     consts, types, fuse_activation, add = ctx.bound.consts, ctx.bound.types, ctx.fuse_activation, ctx.add
     from ..ops import deconv_geometry
 
     wb = _weights(node, consts, "transposed convolution", add)
     if wb is None:
-        return
+        return True
     w, b = wb
     x_shape = types[node.inputs[0]].shape
     s, d, pads, op, _ = deconv_geometry(node, x_shape, w.shape)
@@ -275,6 +213,7 @@ def place_deconv(node, ctx: Context):
         lambda: _plan.conv(x_conv, w_shape, (1,) * nsp, ((0, 0),) * nsp, d, g, b is not None, fused),
         activation=_act_name(fused),
     )
+    return True
 
 
 def _overflow(*arrays) -> str:
@@ -335,104 +274,98 @@ def _act_name(fused):
     return "lut block"
 
 
-def place_mac(node, ctx: Context):
+def place_mac(node, ctx: Context) -> bool:
     """Place a Gemm or a MatMul (with a following bias add and activation fused) on the ANE,
-    or on the host with the reason, through ``ctx.add``."""
-    consts, types = ctx.bound.consts, ctx.bound.types
-    only, fuse_activation, add = ctx.only, ctx.fuse_activation, ctx.add
-    compressed, typed_codes = ctx.compressed, ctx.typed_codes
-    a_t = types[node.inputs[0]]
+    or on the host with the reason, through ``ctx.add``; True."""
+    a_t = ctx.bound.types[node.inputs[0]]
     if np.dtype(a_t.dtype).kind != "f":
-        add([node], "host", "integer operands: the ANE multiplies fp16", "mac")
-        return
-    if node.op == "matmul":
-        b = consts.get(node.inputs[1])
+        ctx.add([node], "host", "integer operands: the ANE multiplies fp16", "mac")
+    elif node.op == "gemm":
+        _place_gemm(node, ctx)
+    else:
+        b = ctx.bound.consts.get(node.inputs[1])
         if b is not None and b.ndim == 2 and len(a_t.shape) >= 2:
-            nodes, c = [node], None
-            nxt = only(node.outputs[0])
-            if nxt is not None and nxt.op == "add":  # x @ W + b: the linear's bias
-                other = [t for t in nxt.inputs if t != node.outputs[0]]
-                c = consts.get(other[0]) if len(other) == 1 else None
-                if (
-                    c is not None
-                    and c.size == b.shape[1]
-                    and c.shape[-1:] == (b.shape[1],)
-                    and np.dtype(c.dtype).kind == "f"
-                ):
-                    nodes.append(nxt)
-                else:
-                    c = None
-
-            def prepare(b=b, c=c, bias_node=nodes[-1]):
-                with np.errstate(over="ignore"):
-                    return (
-                        np.ascontiguousarray(_fp16(b.T, node, "weight")),
-                        None if c is None else _fp16(c.reshape(-1), bias_node, "bias"),
-                    )
-
-            consts16 = _Lazy(prepare)
-            acts, fused = fuse_activation(nodes[-1])
-
-            kept = []  # compressed when lossless (fastane.compress.lossless)
-
-            def run(xs):
-                wt, b16 = consts16()
-                if not kept:
-                    kept.append(_compress.lossless(wt) if node.inputs[1] in compressed else wt)
-                return [_api.linear(xs[0], kept[0], b16, fused)]
-
-            consts16.layer = add(
-                nodes + acts,
-                "ane",
-                "",
-                "mac",
-                run,
-                "linear",
-                lambda: _plan.linear(
-                    a_t.shape,
-                    b.shape[1],
-                    c is not None,
-                    fused,
-                    typed_bits(node.inputs[1], typed_codes, b.size),
-                ),
-                activation=_act_name(fused),
-            )
-            return
-        acts, fused = fuse_activation(node)
-        b_shape = types[node.inputs[1]].shape
-        plan = lambda: _plan.matmul(a_t.shape, b_shape, fused)  # noqa: E731
-        if b is not None:
-            consts16 = _Lazy(lambda: (_fp16(b, node, "b"),))
-            consts16.layer = add(
-                [node] + acts,
-                "ane",
-                "",
-                "mac",
-                lambda xs: [_api.matmul(xs[0], consts16()[0], activation=fused)],
-                "matmul",
-                plan,
-                activation=_act_name(fused),
-            )
+            _place_linear(node, b, ctx)
         else:
-            add(
-                [node] + acts,
-                "ane",
-                "",
-                "mac",
-                lambda xs: [_api.matmul(xs[0], xs[1], activation=fused)],
-                "matmul",
-                plan,
-                activation=_act_name(fused),
+            _place_matmul(node, b, ctx)
+    return True
+
+
+def _place_linear(node, b, ctx: Context) -> None:
+    """MatMul by a constant 2-D ``b``: ``linear``, with a following bias add fused."""
+    consts, a_t = ctx.bound.consts, ctx.bound.types[node.inputs[0]]
+    nodes, c = [node], None
+    nxt = ctx.only(node.outputs[0])
+    if nxt is not None and nxt.op == "add":  # x @ W + b: the linear's bias
+        other = [t for t in nxt.inputs if t != node.outputs[0]]
+        c = consts.get(other[0]) if len(other) == 1 else None
+        if (
+            c is not None
+            and c.size == b.shape[1]
+            and c.shape[-1:] == (b.shape[1],)
+            and np.dtype(c.dtype).kind == "f"
+        ):
+            nodes.append(nxt)
+        else:
+            c = None
+
+    def prepare(bias_node=nodes[-1]):
+        with np.errstate(over="ignore"):
+            return (
+                np.ascontiguousarray(_fp16(b.T, node, "weight")),
+                None if c is None else _fp16(c.reshape(-1), bias_node, "bias"),
             )
-        return
-    # gemm
-    at = node.attrs
+
+    consts16 = _Lazy(prepare)
+    acts, fused = ctx.fuse_activation(nodes[-1])
+    kept = []  # compressed when lossless (fastane.compress.lossless)
+
+    def run(xs):
+        wt, b16 = consts16()
+        if not kept:
+            kept.append(_compress.lossless(wt) if node.inputs[1] in ctx.compressed else wt)
+        return [_api.linear(xs[0], kept[0], b16, fused)]
+
+    bits = typed_bits(node.inputs[1], ctx.typed_codes, b.size)
+    consts16.layer = ctx.add(
+        nodes + acts,
+        "ane",
+        "",
+        "mac",
+        run,
+        "linear",
+        lambda: _plan.linear(a_t.shape, b.shape[1], c is not None, fused, bits),
+        activation=_act_name(fused),
+    )
+
+
+def _place_matmul(node, b, ctx: Context) -> None:
+    """MatMul of a run-time ``a`` by a run-time or constant (not 2-D) ``b``: ``matmul``."""
+    types = ctx.bound.types
+    acts, fused = ctx.fuse_activation(node)
+    a_shape, b_shape = types[node.inputs[0]].shape, types[node.inputs[1]].shape
+    plan = lambda: _plan.matmul(a_shape, b_shape, fused)  # noqa: E731
+    consts16 = None if b is None else _Lazy(lambda: (_fp16(b, node, "b"),))
+
+    def run(xs):
+        return [_api.matmul(xs[0], xs[1] if consts16 is None else consts16()[0], activation=fused)]
+
+    layer = ctx.add([node] + acts, "ane", "", "mac", run, "matmul", plan, activation=_act_name(fused))
+    if consts16 is not None:
+        consts16.layer = layer
+
+
+def _place_gemm(node, ctx: Context) -> None:
+    """Gemm: ``linear`` with alpha folded into the weights and ``beta C`` as the bias (one
+    value per column), or a planar add of ``beta C`` after it (:func:`_place_gemm_full_c`)."""
+    consts, types, at = ctx.bound.consts, ctx.bound.types, node.attrs
+    a_t = types[node.inputs[0]]
     b = consts.get(node.inputs[1])
     c = consts.get(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
     has_c = len(node.inputs) > 2 and bool(node.inputs[2])
     M, N = types[node.outputs[0]].shape
     if b is None or (has_c and c is None):
-        add(
+        ctx.add(
             [node],
             "host",
             "Gemm with a non-constant B or C: the ANE reads weights from the compiled program",
@@ -441,9 +374,9 @@ def place_mac(node, ctx: Context):
         return
     trans_a = bool(at.get("trans_a"))
     if has_c and (c.size not in (1, N) or (c.ndim == 2 and c.shape[0] != 1)):
-        _place_gemm_full_c(node, c, b, trans_a, types, add)
+        _place_gemm_full_c(node, c, b, trans_a, types, ctx.add)
         return
-    acts, fused = fuse_activation(node)
+    acts, fused = ctx.fuse_activation(node)
     wt = b if at.get("trans_b") else b.T  # (N, K)
     alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
 
@@ -466,7 +399,7 @@ def place_mac(node, ctx: Context):
         x = np.ascontiguousarray(np.asarray(xs[0]).T) if trans_a else xs[0]
         return [_api.linear(x, w16, b16, fused)]
 
-    consts16.layer = add(
+    consts16.layer = ctx.add(
         [node] + acts,
         "ane",
         "; ".join(filter(None, notes)),

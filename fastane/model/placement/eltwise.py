@@ -1,0 +1,217 @@
+"""The elementwise placement rules: activations (and the silu pattern) on the NE's table
+blocks, the planar engine's binary and unary operations, and division (the reciprocal
+table, then a planar multiply).  Each is ``rule(node, ctx) -> bool | str`` on the
+:class:`~.context.Context` (see :data:`fastane.model.placement.place.RULES`).
+
+:func:`activation_rule` is also what a MAC layer fuses into its NE stage
+(:meth:`~.context.Context.fuse_activation`)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ... import activations as _activations
+from ... import lut as _lut
+from ..graph import Bound, Node
+from ..ops import OPS
+from . import plan as _plan
+
+__all__ = ["NO_LOWERING", "activation_rule", "const_scalar", "activation", "binary", "unary", "divide"]
+
+NO_LOWERING = "no ANE lowering in fastane yet"
+
+#: ONNX default SELU constants (float32), which are Apple's selu block's
+_SELU = (1.6732632423543772, 1.0507009873554805)
+
+#: model ops -> fastane.lower.binary (planar engine) functions: the binary family
+BINARY = {"add": "add", "sub": "sub", "mul": "mul", "max": "maximum", "min": "minimum"}
+#: and the unary family (``pow`` with a constant exponent 2 only: a planar square)
+UNARY = {"abs": "absolute", "neg": "negative", "pow": "square"}
+#: an activation's tolerance class on the ANE where it is not its record's ``kind`` (the
+#: host's): PRelu runs LeakyRelu's table block
+_ANE_KIND = {"prelu": "table"}
+
+
+# ------------------------------------------------------------------------ activations
+def activation_rule(node: Node, bound: Bound):
+    """``(fused, standalone)`` for an activation node fastane runs on the ANE: ``fused`` is
+    the ``activation=`` argument of the MAC entry points, ``standalone`` a callable on one
+    array; ``(None, reason)`` when it has no lowering."""
+    op, a, consts = node.op, node.attrs, bound.consts
+    if op in ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign", "exp2", "rsqrt"):
+        return op, getattr(_activations, op)
+    if op == "gelu":
+        if a.get("approximate", "none") != "none":
+            return None, "tanh-approximated GELU: fastane has the erf GELU table only"
+        return "gelu", _activations.gelu
+    if op == "leaky_relu":
+        return _leaky(float(a.get("alpha", 0.01)), "LeakyRelu alpha")
+    if op == "prelu":
+        return _prelu(node, bound)
+    if op == "selu":
+        al, ga = float(a.get("alpha", _SELU[0])), float(a.get("gamma", _SELU[1]))
+        if np.float32(al) != np.float32(_SELU[0]) or np.float32(ga) != np.float32(_SELU[1]):
+            return None, "SELU with non-default alpha/gamma: fastane has Apple's selu block only"
+        return "selu", _activations.selu
+    if op == "clip":
+        return _clip(const_scalar(consts, node, 1), const_scalar(consts, node, 2))
+    return None, NO_LOWERING
+
+
+def _leaky(s: float, what: str):
+    """LeakyRelu's block with slope ``s`` (``what`` names it in the reason)."""
+    if not abs(s) <= 65504.0:  # the block's slope is an fp16 coefficient (NaN fails too)
+        return None, f"{what} {s} is not finite in fp16: the slope of the ANE's block cannot hold it"
+    blk = "leaky_relu" if np.float32(s) == np.float32(0.01) else _lut.leaky_relu_block(s)
+    return blk, lambda x: _activations.leaky_relu(x, s)
+
+
+def _prelu(node: Node, bound: Bound):
+    """PRelu with a constant slope that is one value: LeakyRelu's block with that slope."""
+    slope = bound.consts.get(node.inputs[1]) if len(node.inputs) > 1 else None
+    if slope is None:
+        return None, "PRelu slope is not constant: the ANE's leaky_relu block holds its slope in the program"
+    if tuple(bound.types[node.outputs[0]].shape) != tuple(bound.types[node.inputs[0]].shape):
+        return None, "PRelu slope broadcasts the input to a larger shape: no ANE lowering in fastane yet"
+    n = np.unique(slope).size
+    if n != 1:
+        return None, f"PRelu with {n} distinct slopes: the ANE's leaky_relu block has one slope"
+    return _leaky(float(slope.reshape(-1)[0]), "PRelu slope")
+
+
+def _clip(lo, hi):
+    """Clip with constant bounds ``lo``, ``hi`` (:func:`const_scalar`)."""
+    if lo is False or hi is False:
+        return None, "Clip bounds are not constant"
+    big = 65504.0
+    if lo is not None and lo == 0.0 and (hi is None or hi >= big):
+        return "relu", _activations.relu
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return None, "Clip with one bound only: no ANE block in fastane yet"
+    if not float(np.float16(lo)) < float(np.float16(hi)):
+        return None, "Clip bounds collapse in fp16"
+    blk = "relu6" if (lo, hi) == (0.0, 6.0) else _lut.hardtanh_block(lo, hi)
+    return blk, lambda x: _activations.hardtanh(x, lo, hi)
+
+
+def const_scalar(consts, node, i):
+    """The constant scalar input ``i`` of ``node``: None if omitted, False if not constant."""
+    if len(node.inputs) <= i or not node.inputs[i]:
+        return None
+    v = consts.get(node.inputs[i])
+    if v is None or v.size != 1:
+        return False
+    return float(v.reshape(-1)[0])
+
+
+def activation(node: Node, ctx):
+    """An activation on its NE block, or ``x * sigmoid(x)`` as silu; else the reason."""
+    types = ctx.bound.types
+    shape = types[node.inputs[0]].shape
+    if node.op == "sigmoid" and (nodes := ctx.silu(node.inputs[0])) and nodes[0] is node:
+        run = lambda xs: [_activations.silu(xs[0])]  # noqa: E731
+        ctx.add(nodes, "ane", "", "table", run, "silu", lambda: _plan.eltwise(shape, "silu"))
+        return True
+    fused, fn = activation_rule(node, ctx.bound)
+    if fused is None:
+        return fn
+    if np.dtype(types[node.inputs[0]].dtype).kind != "f":
+        return False
+    kind = _ANE_KIND.get(node.op, OPS[node.op].kind)
+    ctx.add([node], "ane", "", kind, lambda xs: [fn(xs[0])], node.op, lambda: _plan.eltwise(shape, fused))
+    return True
+
+
+# ------------------------------------------------------------------------ planar engine
+def _float(node: Node, types) -> bool:
+    return all(np.dtype(types[t].dtype).kind == "f" for t in node.inputs)
+
+
+def _operands(node: Node, ctx):
+    """``operands(xs)``: the operands of ``node``, the dynamic ones from ``xs`` (the inputs
+    of its layer, in order), the others constants."""
+    consts, dyn = ctx.bound.consts, ctx.dyn([node])
+
+    def operands(xs) -> tuple:
+        vals = dict(zip(dyn, xs))
+        return tuple(vals[t] if t in vals else consts[t] for t in node.inputs)
+
+    return operands
+
+
+def divide(node: Node, ctx):
+    """Apple's div of two float tensors: the reciprocal table (NE), then a planar multiply."""
+    from ...lower import binary as _binary
+
+    types = ctx.bound.types
+    if len(node.inputs) != 2 or not _float(node, types):
+        return False
+    operands = _operands(node, ctx)
+    out_shape = types[node.outputs[0]].shape
+    b_shape = types[node.inputs[1]].shape
+    ctx.add(
+        [node],
+        "ane",
+        "Apple's div: the reciprocal table (NE), then a planar multiply",
+        "table",
+        lambda xs: [_binary.divide(*operands(xs))],
+        "divide",
+        lambda: _plan.eltwise(b_shape, "reciprocal") + _plan.binary(out_shape, "mul"),
+    )
+    return True
+
+
+def binary(node: Node, ctx):
+    """A planar binary operation of two float tensors (:data:`BINARY`), with a ReLU after it
+    (its one consumer) as an NE task in the same program."""
+    from ...lower import binary as _binary
+
+    types = ctx.bound.types
+    if len(node.inputs) != 2 or not _float(node, types):
+        return False
+    operands = _operands(node, ctx)
+    note = (
+        ""
+        if types[node.inputs[0]].shape == types[node.inputs[1]].shape
+        else "broadcast materialised on the host (a copy, no rounding)"
+    )
+    nxt = ctx.only(node.outputs[0])
+    relu = nxt is not None and activation_rule(nxt, ctx.bound)[0] == "relu"
+    act = "relu" if relu else None
+    name = BINARY[node.op]
+    out_shape = types[node.outputs[0]].shape
+    ctx.add(
+        [node, nxt] if relu else [node],
+        "ane",
+        note,
+        "exact",
+        lambda xs: [_binary.binary(name, *operands(xs), act)],
+        name,
+        lambda: _plan.binary(out_shape, name, relu),
+    )
+    return True
+
+
+def unary(node: Node, ctx):
+    """A planar unary operation on a float tensor (:data:`UNARY`): ``pow`` when the exponent
+    is the constant 2 (``x * x``)."""
+    from ...lower import binary as _binary
+
+    consts, types = ctx.bound.consts, ctx.bound.types
+    square = node.op == "pow"
+    if (square and const_scalar(consts, node, 1) != 2.0) or np.dtype(types[node.inputs[0]].dtype).kind != "f":
+        return False
+    name = UNARY[node.op]
+    shape = types[node.inputs[0]].shape
+    ctx.add(
+        [node],
+        "ane",
+        "x * x (unary/square.bin)" if square else "",
+        "exact",
+        lambda xs: [_binary.unary(name, xs[0])],
+        name,
+        lambda: _plan.binary(shape, name),
+    )
+    return True

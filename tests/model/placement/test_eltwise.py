@@ -1,0 +1,102 @@
+"""The activation family's PRelu rule (fastane.model.placement.eltwise): a constant slope
+that is one value runs on the ANE through LeakyRelu's block (alone, or fused into the NE
+stage of a convolution, as LeakyRelu is); other slopes stay on the host with the reason."""
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto as T, helper, numpy_helper  # noqa: E402
+
+import fastane  # noqa: E402
+from fastane import activations  # noqa: E402
+
+X = np.random.default_rng(0).standard_normal((2, 4, 8, 8)).astype(np.float32) * 4
+
+
+def _model(nodes, inits=(), inputs=("x",), shape=X.shape):
+    g = helper.make_graph(
+        nodes,
+        "t",
+        [helper.make_tensor_value_info(n, T.FLOAT, list(shape)) for n in inputs],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in dict(inits).items()],
+    )
+    return fastane.load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _prelu(slope, src="x"):
+    return _model([helper.make_node("PRelu", [src, "s"], ["y"])], {"s": slope})
+
+
+@pytest.mark.parametrize(
+    "slope",
+    [np.float32(0.2), [0.2], np.full((4, 1, 1), 0.2), np.full((1, 4, 1, 1), 0.01), [-1.5]],
+    ids=["scalar", "one-element", "equal-per-channel", "equal-0.01", "negative"],
+)
+def test_prelu_with_one_slope_runs_on_the_ane_as_leaky_relu(slope):
+    model = _prelu(slope)
+    (layer,) = model.placement({"x": X.shape})
+    assert (layer.placement, layer.call, layer.kind, layer.op) == ("ane", "prelu", "table", "PRelu")
+    s = float(np.asarray(slope).reshape(-1)[0])
+    y = model({"x": X})["y"]
+    x16 = X.astype(np.float16)
+    np.testing.assert_array_equal(y.view(np.uint16), activations.leaky_relu(x16, s).view(np.uint16))
+    # the fp32 host on the same fp16 input: the slope and the product each rounded once to
+    # fp16 (measured 6.7e-4 relative at most, below 2^-10)
+    ref = model.reference({"x": x16.astype(np.float32)})["y"].astype(np.float64)
+    assert np.all(np.abs(y.astype(np.float64) - ref) <= 2.0**-10 * np.abs(ref))
+    rec = model.report({"x": X}).layers[0]
+    assert rec.placement == "ane" and rec.error <= rec.tolerance
+
+
+@pytest.mark.parametrize(
+    "slope,reason",
+    [
+        (
+            np.linspace(0.1, 0.4, 4).reshape(4, 1, 1),
+            "PRelu with 4 distinct slopes: the ANE's leaky_relu block has one slope",
+        ),
+        ([1e6], "PRelu slope 1000000.0 is not finite in fp16: the slope of the ANE's block cannot hold it"),
+        ([np.nan], "PRelu slope nan is not finite in fp16: the slope of the ANE's block cannot hold it"),
+        (
+            np.full((3, 2, 4, 8, 8), 0.2),
+            "PRelu slope broadcasts the input to a larger shape: no ANE lowering in fastane yet",
+        ),
+    ],
+    ids=["per-channel", "beyond-fp16", "nan", "broadcast-up"],
+)
+def test_prelu_with_other_slopes_stays_on_the_host_with_the_reason(slope, reason):
+    model = _prelu(slope)
+    (layer,) = model.placement({"x": X.shape})
+    assert (layer.placement, layer.reason, layer.kind) == ("host", reason, "exact")
+    y, ref = model({"x": X})["y"], model.reference({"x": X})["y"]
+    with np.errstate(over="ignore"):  # a slope of 1e6: products beyond fp16 (inf both ways)
+        np.testing.assert_array_equal(y, ref.astype(np.float16))
+
+
+def test_prelu_with_a_run_time_slope_stays_on_the_host():
+    model = _model([helper.make_node("PRelu", ["x", "s"], ["y"])], inputs=("x", "s"))
+    (layer,) = model.placement({"x": X.shape, "s": X.shape})
+    assert layer.placement == "host"
+    assert (
+        layer.reason
+        == "PRelu slope is not constant: the ANE's leaky_relu block holds its slope in the program"
+    )
+
+
+@pytest.mark.parametrize("slope", [0.2, 0.01])
+def test_prelu_fuses_after_a_convolution_as_leaky_relu_does(slope):
+    rng = np.random.default_rng(1)
+    conv = {"w": rng.standard_normal((4, 4, 3, 3)), "b": rng.standard_normal(4)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])]
+    prelu = _model(
+        nodes + [helper.make_node("PRelu", ["c", "s"], ["y"])], {**conv, "s": np.full((4, 1, 1), slope)}
+    )
+    leaky = _model(nodes + [helper.make_node("LeakyRelu", ["c"], ["y"], alpha=slope)], conv)
+    (p,) = prelu.placement({"x": X.shape})
+    (q,) = leaky.placement({"x": X.shape})
+    assert (p.placement, p.call, p.op) == ("ane", "conv2d", "Conv+PRelu")
+    assert p.detail == q.detail and p.detail["activation"] == ("leaky_relu" if slope == 0.01 else "lut block")
+    assert p.plan() == q.plan()
+    np.testing.assert_array_equal(prelu({"x": X})["y"], leaky({"x": X})["y"])
