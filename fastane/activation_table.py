@@ -17,29 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .lut_codec import CoeffBlock, fp16_value
-from .lut_tables import (
-    atan_high_block,
-    atan_low_block,
-    exp2_block,
-    fraction_block,
-    gelu_block,
-    hardtanh_block,
-    identity_block,
-    integer_block,
-    leaky_relu_block,
-    log2_block,
-    reciprocal_block,
-    relu6_block,
-    relu_block,
-    rrelu_block,
-    rsqrt_block,
-    selu_block,
-    sigmoid_block,
-    sign_block,
-    sqrt_block,
-    step_block,
-    tanh_block,
-)
+from . import lut_tables
 
 __all__ = ["Table", "Activation", "TABLES", "ACTIVATIONS", "EXP_SCALE"]
 
@@ -91,28 +69,28 @@ EXP_SCALE = fp16_value(0x3DC5)
 TABLES = {
     t.name: t
     for t in (
-        Table("tanh", tanh_block, True),
-        Table("sigmoid", sigmoid_block, True),
+        Table("tanh", lut_tables.tanh_block, True),
+        Table("sigmoid", lut_tables.sigmoid_block, True),
         # the registry block holds Apple's recovered knots; fastane's own fit differs
-        Table("gelu", gelu_block, False),
-        Table("exp2", exp2_block, True),
-        Table("reciprocal", reciprocal_block, True, aliases=("inv",)),
-        Table("rsqrt", rsqrt_block, True),
-        Table("sqrt", sqrt_block, True),
-        Table("log2", log2_block, True),
-        Table("relu6", relu6_block, True),
-        Table("hardtanh", hardtanh_block, True),
-        Table("leaky_relu", leaky_relu_block, True, aliases=("leakyrelu",)),
-        Table("rrelu", rrelu_block, True),
-        Table("selu", selu_block, True),
-        Table("sign", sign_block, True),
-        Table("relu", relu_block, True),
-        Table("step", step_block, True),
-        Table("fraction", fraction_block, True),
-        Table("integer", integer_block, True),
-        Table("atan_low", atan_low_block, True),
-        Table("atan_high", atan_high_block, True),
-        Table("identity", identity_block, None),
+        Table("gelu", lut_tables.gelu_block, False),
+        Table("exp2", lut_tables.exp2_block, True),
+        Table("reciprocal", lut_tables.reciprocal_block, True, aliases=("inv",)),
+        Table("rsqrt", lut_tables.rsqrt_block, True),
+        Table("sqrt", lut_tables.sqrt_block, True),
+        Table("log2", lut_tables.log2_block, True),
+        Table("relu6", lut_tables.relu6_block, True),
+        Table("hardtanh", lut_tables.hardtanh_block, True),
+        Table("leaky_relu", lut_tables.leaky_relu_block, True, aliases=("leakyrelu",)),
+        Table("rrelu", lut_tables.rrelu_block, True),
+        Table("selu", lut_tables.selu_block, True),
+        Table("sign", lut_tables.sign_block, True),
+        Table("relu", lut_tables.relu_block, True),
+        Table("step", lut_tables.step_block, True),
+        Table("fraction", lut_tables.fraction_block, True),
+        Table("integer", lut_tables.integer_block, True),
+        Table("atan_low", lut_tables.atan_low_block, True),
+        Table("atan_high", lut_tables.atan_high_block, True),
+        Table("identity", lut_tables.identity_block, None),
     )
 }
 
