@@ -119,6 +119,7 @@ def _documented(f):
     return f
 
 
+# relu, tanh, sigmoid, ...: one module-level function per record without parameters
 globals().update({a.name: _unary(a.name) for a in ACTIVATIONS.values() if not a.params})
 
 
