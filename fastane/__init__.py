@@ -26,25 +26,9 @@ from .errstate import errstate, geterr, seterr
 from .stats import Stats, last_stats
 from .api import constant, conv1d, conv2d, linear, matmul
 from .compress import PalettizedWeight, palettize, quantize
-from .activations import (
-    exp,
-    exp2,
-    gelu,
-    hardtanh,
-    leaky_relu,
-    log2,
-    lut_table,
-    reciprocal,
-    relu,
-    relu6,
-    rsqrt,
-    selu,
-    sigmoid,
-    sign,
-    silu,
-    sqrt,
-    tanh,
-)
+from .activation_table import ACTIVATIONS as _ACTIVATIONS
+from .activations import *  # noqa: F403 (each activation of _ACTIVATIONS)
+from .activations import lut_table
 from .rowops import (
     layer_norm,
     log_softmax,
@@ -73,22 +57,7 @@ __all__ = [
     "palettize",
     "quantize",
     "PalettizedWeight",
-    "relu",
-    "tanh",
-    "sigmoid",
-    "gelu",
-    "silu",
-    "exp",
-    "exp2",
-    "log2",
-    "sqrt",
-    "rsqrt",
-    "reciprocal",
-    "relu6",
-    "hardtanh",
-    "leaky_relu",
-    "selu",
-    "sign",
+    *_ACTIVATIONS,  # relu, tanh, sigmoid, ...: fastane.activation_table
     "lut_table",
     # softmax, normalizations, reductions (the planar engine)
     "softmax",

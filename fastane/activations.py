@@ -34,30 +34,14 @@ from . import lower as _lower
 from . import lut as _lut
 from .lut import lut_table
 from .errstate import report_events
+from .activation_table import ACTIVATIONS
 from .lower.problems import check_addressable
 from .operands import fp16_operand
 from .stats import Stats, last_stats, record
 
-__all__ = [
-    "relu",
-    "tanh",
-    "sigmoid",
-    "silu",
-    "gelu",
-    "exp",
-    "exp2",
-    "relu6",
-    "hardtanh",
-    "leaky_relu",
-    "selu",
-    "sign",
-    "reciprocal",
-    "rsqrt",
-    "sqrt",
-    "log2",
-    "lut_table",
-    "last_stats",
-]
+#: the activations (:data:`fastane.activation_table.ACTIVATIONS`), then the table accessor
+#: and the counters
+__all__ = [*ACTIVATIONS, "lut_table", "last_stats"]
 
 
 # ------------------------------------------------------------------------- plumbing
@@ -118,55 +102,29 @@ def _real_param(v, func: str, name: str) -> float:
 
 
 # ---------------------------------------------------------------------- activations
-def relu(x, /, out=None):
-    """max(x, 0) through the NE's ReLU (NonlinearMode 1; NaN stays NaN, -0 gives +0)."""
-    return _run("relu", x, out, "relu")
+def _unary(name: str):
+    """The public function ``name(x, /, out=None)`` of a parameterless activation."""
+
+    def f(x, /, out=None):
+        return _run(name, x, out, name)
+
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = ACTIVATIONS[name].doc
+    return f
 
 
-def tanh(x, /, out=None):
-    """tanh(x) by Apple's table: knots round_fp16(tanh(i/8)), odd, 1.0 beyond |x| = 4."""
-    return _run("tanh", x, out, "tanh")
+def _documented(f):
+    """``f`` with the docstring of its :data:`ACTIVATIONS` record (an activation with parameters)."""
+    f.__doc__ = ACTIVATIONS[f.__name__].doc
+    return f
 
 
-def sigmoid(x, /, out=None):
-    """1/(1 + exp(-x)): the odd table of sigmoid - 0.5 (R = 2), then a planar +0.5."""
-    return _run("sigmoid", x, out, "sigmoid")
+# relu, tanh, sigmoid, ...: one module-level function per record without parameters
+globals().update({a.name: _unary(a.name) for a in ACTIVATIONS.values() if not a.params})
 
 
-def silu(x, /, out=None):
-    """x * sigmoid(x) as Apple computes it: round(x * round(L(x) + 0.5)), three tasks."""
-    return _run("silu", x, out, "silu")
-
-
-def gelu(x, /, out=None):
-    """GELU (erf form) by Apple's 33-knot table over [-4, 4]; 0 below -4.4, x above 4.
-
-    Note: Apple's knot at 0 is -7.54e-4 (a least-squares table), so ``gelu(0)`` is not 0.
-    """
-    return _run("gelu", x, out, "gelu")
-
-
-def exp(x, /, out=None):
-    """e**x: PostScale by fp16 log2(e) (0x3dc5, rounded to fp16), then the exp2 table.
-
-    The fp16 rounding of ``x * log2(e)`` limits the relative accuracy for large ``|x|``
-    (about ``|x| * 2**-11 * ln 2``), as on the ANE.
-    """
-    return _run("exp", x, out, "exp")
-
-
-def exp2(x, /, out=None):
-    """2**x by the exponent-mode table 2**(i/32): 0 below -25, inf above 16."""
-    return _run("exp2", x, out, "exp2")
-
-
-def relu6(x, /, out=None):
-    """min(max(x, 0), 6) by Apple's relu6 block (range clamp, no table)."""
-    return _run("relu6", x, out, "relu6")
-
-
+@_documented
 def hardtanh(x, /, min_val=-1.0, max_val=1.0, out=None):
-    """clamp(x, min_val, max_val) (bounds rounded to fp16) by a range-clamp block."""
     lo = _real_param(min_val, "hardtanh", "min_val")
     hi = _real_param(max_val, "hardtanh", "max_val")
     if not float(np.float16(lo)) < float(np.float16(hi)):
@@ -177,41 +135,10 @@ def hardtanh(x, /, min_val=-1.0, max_val=1.0, out=None):
     return _run("hardtanh", x, out, blk)
 
 
+@_documented
 def leaky_relu(x, /, negative_slope=0.01, out=None):
-    """x for x >= 0, negative_slope * x below (slope rounded to fp16; 0.01 -> 0x211f)."""
     slope = _real_param(negative_slope, "leaky_relu", "negative_slope")
     if not math.isfinite(slope):
         raise ValueError(f"leaky_relu: negative_slope must be finite, got {negative_slope}")
     blk = "leaky_relu" if slope == 0.01 else _lut.leaky_relu_block(slope)
     return _run("leaky_relu", x, out, blk)
-
-
-def selu(x, /, out=None):
-    """SELU by Apple's block: table over [-8, 0] (fp16 chain), 1.0508 * x above 0."""
-    return _run("selu", x, out, "selu")
-
-
-def sign(x, /, out=None):
-    """sign(x): -1, 0 (keeping the sign of zero), 1; NaN stays NaN."""
-    return _run("sign", x, out, "sign")
-
-
-def reciprocal(x, /, out=None):
-    """1/x by the mantissa-mode table (odd): 1/(+-0) = +-inf, 1/inf = 0."""
-    return _run("reciprocal", x, out, "reciprocal")
-
-
-def rsqrt(x, /, out=None):
-    """1/sqrt(x) by the even-exponent mantissa table; negative inputs give +inf (Apple's
-    block maps x < 0 to its value at 0)."""
-    return _run("rsqrt", x, out, "rsqrt")
-
-
-def sqrt(x, /, out=None):
-    """sqrt(x) by the even-exponent mantissa table; negative inputs give 0."""
-    return _run("sqrt", x, out, "sqrt")
-
-
-def log2(x, /, out=None):
-    """log2(x) = exponent + table(mantissa); log2(0) = -inf, negative inputs give -inf."""
-    return _run("log2", x, out, "log2")

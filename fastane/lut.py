@@ -24,7 +24,8 @@ word   meaning
 :class:`CoeffBlock` (:mod:`fastane.lut_codec`) decodes and encodes that block and packs it
 for the kernels; the ``*_block()`` functions (:mod:`fastane.lut_tables`, re-exported here)
 generate fastane's own tables (identical to Apple's where the corpus has one: see
-:data:`APPLE_IDENTICAL`); :func:`get_block` is the registry.
+:data:`APPLE_IDENTICAL`); :func:`get_block` is the registry, over the records of
+:mod:`fastane.activation_table`.
 :func:`ne_post` is the Python front of the post-MAC pipeline kernel, and
 :func:`fold_affine` the compile-time folding of an affine op into a convolution.
 """
@@ -47,6 +48,7 @@ from .lut_codec import (
     fp16_value,
 )
 from . import lut_tables as _tables
+from .activation_table import ACTIVATIONS, TABLES
 from .lut_tables import (
     atan_high_block,
     atan_low_block,
@@ -91,62 +93,23 @@ __all__ = [
 # =============================================================================
 # Registry
 # =============================================================================
-_GENERATORS = {
-    "tanh": tanh_block,
-    "sigmoid": sigmoid_block,
-    "gelu": gelu_block,
-    "exp2": exp2_block,
-    "reciprocal": reciprocal_block,
-    "rsqrt": rsqrt_block,
-    "sqrt": sqrt_block,
-    "log2": log2_block,
-    "relu6": relu6_block,
-    "hardtanh": hardtanh_block,
-    "leaky_relu": leaky_relu_block,
-    "rrelu": rrelu_block,
-    "selu": selu_block,
-    "sign": sign_block,
-    "relu": relu_block,
-    "step": step_block,
-    "fraction": fraction_block,
-    "integer": integer_block,
-    "atan_low": atan_low_block,
-    "atan_high": atan_high_block,
-    "identity": identity_block,
-}
-_ALIASES = {"silu": "sigmoid", "exp": "exp2", "inv": "reciprocal", "leakyrelu": "leaky_relu"}
+#: table name -> whether the generated block is bit-identical to the corpus block
+#: (all 43 words); tables the corpus does not hold are left out
+APPLE_IDENTICAL = {t.name: t.apple for t in TABLES.values() if t.apple is not None}
 
-#: registry name -> whether the generated block is bit-identical to the corpus block
-#: (all 43 words).  gelu: the registry block is Apple's; fastane's own fit differs.
-APPLE_IDENTICAL = {
-    "tanh": True,
-    "sigmoid": True,
-    "exp2": True,
-    "reciprocal": True,
-    "rsqrt": True,
-    "sqrt": True,
-    "log2": True,
-    "relu6": True,
-    "hardtanh": True,
-    "leaky_relu": True,
-    "rrelu": True,
-    "selu": True,
-    "sign": True,
-    "relu": True,
-    "step": True,
-    "fraction": True,
-    "integer": True,
-    "atan_low": True,
-    "atan_high": True,
-    "gelu": False,
+#: another name -> the table it reads: the corpus names, and the activations that use
+#: another's table (silu: sigmoid's, exp: exp2's)
+_ALIASES = {
+    **{alias: t.name for t in TABLES.values() for alias in t.aliases},
+    **{a.name: a.table for a in ACTIVATIONS.values() if a.table not in (None, a.name)},
 }
 
 #: planar-engine arithmetic that Apple's programs put around a LUT task (docs/lut.md):
 #: name -> (PostScale before the LUT, description of the planar tasks after it)
 PLANAR_STAGES = {
-    "sigmoid": (1.0, "+0.5: round_fp16(lut + 0.5)"),
-    "silu": (1.0, "+0.5, then *x: round_fp16(x * round_fp16(lut + 0.5))"),
-    "exp": (fp16_value(0x3DC5), "PostScale log2(e) = 0x3dc5 before the exp2 table"),
+    a.name: (a.scale, a.chain or f"PostScale {a.scale} before the {a.table} table")
+    for a in ACTIVATIONS.values()
+    if a.chain or a.scale != 1.0
 }
 
 
@@ -161,7 +124,7 @@ def from_words(words):
 
 def table_names() -> tuple:
     """Names accepted by :func:`get_block` (aliases included)."""
-    return tuple(sorted({*_GENERATORS, *_ALIASES}))
+    return tuple(sorted({*TABLES, *_ALIASES}))
 
 
 def get_block(name: str) -> CoeffBlock:
@@ -169,14 +132,14 @@ def get_block(name: str) -> CoeffBlock:
     if not isinstance(name, str):
         raise TypeError(f"table name must be a str, got {type(name).__name__}")
     key = _ALIASES.get(name, name)
-    if key not in _GENERATORS:
+    if key not in TABLES:
         raise ValueError(f"unknown LUT table {name!r}; known: {', '.join(table_names())}")
     return _generated(key)
 
 
 @functools.cache
 def _generated(key: str) -> CoeffBlock:
-    return _GENERATORS[key]()
+    return TABLES[key].generator()
 
 
 def lut_table(name: str) -> np.ndarray:

@@ -59,6 +59,7 @@ GROUPS = {
     "convnets": "workloads",
     "td": "td",
     "lut": "lut",
+    "activation_table": "lut",
     "lut_codec": "lut",
     "lut_tables": "lut",
     "device": "device",

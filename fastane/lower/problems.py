@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import lut as _lut
+from ..activation_table import ACTIVATIONS
 from ..m1 import round_up
 
 __all__ = [
@@ -60,30 +61,14 @@ class NEStage:
         return {None: 0, "sigmoid": 1, "silu": 3}[self.post]
 
 
-_EXP_SCALE = float(np.uint16(0x3DC5).view(np.float16))  # fp16 log2(e), as fastane.exp
-#: activations that are one NE stage: name -> (LUT table, PostScale); "relu" is NonlinearMode 1
+#: activations that are one NE stage with a table: name -> (LUT table, PostScale); "relu"
+#: is NonlinearMode 1 (:data:`fastane.activation_table.ACTIVATIONS`)
 SINGLE_STAGE = {
-    "tanh": ("tanh", 1.0),
-    "gelu": ("gelu", 1.0),
-    "exp": ("exp2", _EXP_SCALE),
-    "exp2": ("exp2", 1.0),
-    "relu6": ("relu6", 1.0),
-    "hardtanh": ("hardtanh", 1.0),
-    "leaky_relu": ("leaky_relu", 1.0),
-    "selu": ("selu", 1.0),
-    "sign": ("sign", 1.0),
-    "reciprocal": ("reciprocal", 1.0),
-    "rsqrt": ("rsqrt", 1.0),
-    "sqrt": ("sqrt", 1.0),
-    "log2": ("log2", 1.0),
+    a.name: (a.table, a.scale) for a in ACTIVATIONS.values() if a.single_stage and a.nonlinear == "lut"
 }
 #: activations Apple's programs finish on the planar engine (corpus unary/sigmoid.bin,
 #: activation/silu.bin): name -> the chain the lowering emits after the NE stage
-MULTI_STAGE = {
-    "sigmoid": "the sigmoid - 0.5 table in the NE stage, then a planar task adding 0.5",
-    "silu": "the NE stage's output z kept in L2, the sigmoid - 0.5 table on z (an elementwise NE "
-    "task), a planar task adding 0.5, and a planar multiply by z",
-}
+MULTI_STAGE = {a.name: a.chain for a in ACTIVATIONS.values() if not a.single_stage}
 
 
 #: the stage of no activation (NEStage is frozen: one instance serves every call)
@@ -103,15 +88,10 @@ def ne_stage(activation) -> NEStage:
         raise TypeError(
             f"activation must be None, a name or a fastane.lut.CoeffBlock, got {type(activation).__name__}"
         )
-    if activation == "relu":
-        return NEStage("relu", "relu")
-    if activation in SINGLE_STAGE:
-        table, scale = SINGLE_STAGE[activation]
-        return NEStage(activation, "lut", _lut.get_block(table), scale)
-    if activation == "sigmoid":
-        return NEStage("sigmoid", "lut", _lut.get_block("sigmoid"), 1.0, post="sigmoid")
-    if activation == "silu":
-        return NEStage("silu", "identity", None, 1.0, post="silu")
+    rec = ACTIVATIONS.get(activation)
+    if rec is not None:
+        block = _lut.get_block(rec.table) if rec.nonlinear == "lut" else None
+        return NEStage(rec.name, rec.nonlinear, block, rec.scale, post=None if rec.single_stage else rec.name)
     known = ", ".join(["None", "'relu'"] + [repr(k) for k in (*SINGLE_STAGE, *MULTI_STAGE)])
     raise ValueError(
         f"unknown activation {activation!r}; fused activations: {known} (or a fastane.lut.CoeffBlock)"

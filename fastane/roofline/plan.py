@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from .. import lower as _lower
 from .. import lut as _lut
 from .. import workloads as _wl
+from ..activation_table import ACTIVATIONS
 from ..lower import chain as _chain
 from ..stats import Stats
 from .model import sum_stats
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 #: activations a workload names that are not one NE stage -> the NE stage they start with
-_FIRST_STAGE = {"silu": "sigmoid", "sigmoid": "sigmoid"}
+_FIRST_STAGE = {a.name: a.table for a in ACTIVATIONS.values() if not a.single_stage}
 
 
 #: why the roofline leaves the residual adds and multiplies out (decision, docs/roofline.md)
