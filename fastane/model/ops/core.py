@@ -202,9 +202,9 @@ _binary("max", np.maximum, onnx=["Max"])
 _binary("min", np.minimum, onnx=["Min"])
 _binary("pow", lambda a, b: np.power(a, b), ane="unary", onnx=["Pow"])  # x ** 2: a planar square
 # one slope (a scalar, or all equal): on the ANE as LeakyRelu's block (placement.eltwise)
-register_op("prelu", _binary_infer, "exact", ane="activation", onnx=["PRelu"])(
-    lambda node, x, s: np.where(x >= 0, x, x * s)
-)
+register_op(
+    "prelu", _binary_infer, "exact", ane="activation", onnx=[OnnxName("PRelu", doc="one slope; others: host")]
+)(lambda node, x, s: np.where(x >= 0, x, x * s))
 
 
 def _where_infer(node, types, consts):
