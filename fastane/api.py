@@ -27,7 +27,14 @@ from . import lut as _lut
 from . import quantized as _quantized
 from .errstate import report_events
 from .lower.compressed import PalettizedWeight
-from .lower.problems import CONV1D_H, check_addressable, check_matmul, matmul_dims
+from .lower.problems import (
+    CONV1D_H,
+    check_addressable,
+    check_matmul,
+    conv_problem,
+    linear_problem,
+    matmul_dims,
+)
 from .operands import fp16_operand
 from .stats import Stats, last_stats, record
 
@@ -258,10 +265,7 @@ def linear(x, weight, bias=None, activation=None, *, scale=None, out_dtype=None)
     stage = _stage(activation, "linear")
     batch = x16.shape[:-1]
     M = math.prod(batch)
-    if (
-        _lower.linear_problem(x16.shape, N, b16 is not None, activation, w16.bits if compressed else 0)
-        is None
-    ):
+    if linear_problem(x16.shape, N, b16 is not None, activation, w16.bits if compressed else 0) is None:
         y = _no_reduction((M, N), b16, -1, stage)
         _finish("linear", Stats(), y.size)
     elif compressed:
@@ -385,7 +389,7 @@ def _conv2d(func, x, weight, bias, stride, padding, dilation, groups, activation
     d = _pair(dilation, func, "dilation", 1)
     pads = _padding(padding, (KH, KW), d, s, func)
     bits = w16.bits if isinstance(w16, PalettizedWeight) else 0
-    conv = _lower.conv_problem(x16.shape, w16.shape, s, pads, d, groups, bias is not None, activation, bits)
+    conv = conv_problem(x16.shape, w16.shape, s, pads, d, groups, bias is not None, activation, bits)
     if conv.hout <= 0 or conv.wout <= 0:
         raise ValueError(
             f"{func}: the padded input ({H + sum(pads[0])}x{W + sum(pads[1])}) is smaller than the "

@@ -159,7 +159,7 @@ def lossless(w16: np.ndarray):
 
 def linear(x16: np.ndarray, weight: PalettizedWeight, b16, activation, run_conv):
     """``fastane.linear`` with a compressed weight ``(out_features, in_features)``: the 1x1
-    convolution of :func:`fastane.lower.linear_problem` (``x^T`` as ``(1, K, 1, M)``) with
+    convolution of :func:`fastane.lower.problems.linear_problem` (``x^T`` as ``(1, K, 1, M)``) with
     the codes kept compressed."""
     N, K = weight.shape
     batch = x16.shape[:-1]

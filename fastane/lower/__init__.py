@@ -10,8 +10,8 @@ and :func:`execute` runs it on a :class:`~fastane.device.Device`.  Activations a
 One module per concern:
 
 * :mod:`~fastane.lower.problems` -- the calls (:class:`Conv`, :class:`Eltwise`; each numpy
-  call's from its shapes: :func:`conv_problem`, :func:`linear_problem`,
-  :func:`matmul_problem`) and the NE stage (:func:`ne_stage`, :func:`fold`);
+  call's from its operands' shapes: ``conv_problem``, ``linear_problem``,
+  ``matmul_problem``) and the NE stage (:func:`ne_stage`, :func:`fold`);
 * :mod:`~fastane.lower.tiler` -- the tiler (:func:`plan_tiling`, the only one: the
   roofline plans by lowering);
 * :mod:`~fastane.lower.emit` -- TD emission through :mod:`fastane.td`;
@@ -28,29 +28,13 @@ One module per concern:
 from .cache import build, cache_clear, cache_info
 from .calls import run_conv, run_eltwise, run_matmul
 from .lowered import Lowered, LoweredEltwise
-from .problems import (
-    Conv,
-    Eltwise,
-    NEStage,
-    conv_problem,
-    fold,
-    linear_problem,
-    matmul_conv,
-    matmul_dims,
-    matmul_problem,
-    ne_stage,
-)
+from .problems import Conv, Eltwise, NEStage, fold, ne_stage
 from .runtime import default_device, execute, set_default_device, stats_device
 from .tiler import Tiling, plan_tiling
 
 __all__ = [
     "Conv",
     "Eltwise",
-    "conv_problem",
-    "linear_problem",
-    "matmul_problem",
-    "matmul_conv",
-    "matmul_dims",
     "ne_stage",
     "fold",
     "plan_tiling",

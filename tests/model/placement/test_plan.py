@@ -7,6 +7,7 @@ import pytest
 
 import fastane
 from fastane.lower import binary as B
+from fastane.lower import problems
 from fastane.model.placement import plan
 from fastane.stats import Stats
 
@@ -159,7 +160,7 @@ def test_matmul_plans_count_what_the_call_runs(a_shape, b_shape, activation):
 
 def test_matmul_batching_rule_is_the_runs():
     """Each branch of the rule (which operand is shared) is covered above."""
-    shared = {fastane.lower.matmul_problem(a, b)[0] for a, b in MATMUL if np.prod(a) and np.prod(b)}
+    shared = {problems.matmul_problem(a, b)[0] for a, b in MATMUL if np.prod(a) and np.prod(b)}
     assert shared == {"a", "b", ""}
 
 
