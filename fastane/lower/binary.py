@@ -148,9 +148,9 @@ def _lower(n: int, op: str, relu: bool = False) -> LoweredBinary:
 
 
 def lowered(shape, name: str, relu: bool = False) -> LoweredBinary | None:
-    """The program of ``name`` (a key of :data:`OPS` or :data:`UNARY`), then a ReLU, whose
-    result has ``shape``; None when it is empty.  What :func:`binary` and :func:`unary` run
-    and :func:`plan` counts."""
+    """The program of ``name`` (a key of :data:`OPS` or :data:`UNARY`; ``relu``: then a
+    ReLU) whose result has ``shape``; None when it is empty.  What :func:`binary` and
+    :func:`unary` run and :func:`plan` counts."""
     n = int(np.prod(shape, dtype=np.int64))
     return lower(n, OPS.get(name) or UNARY[name], relu) if n else None
 
