@@ -27,7 +27,14 @@ from . import lut as _lut
 from . import quantized as _quantized
 from .errstate import report_events
 from .lower.compressed import PalettizedWeight
-from .lower.problems import check_addressable, check_matmul
+from .lower.problems import (
+    CONV1D_H,
+    check_addressable,
+    check_matmul,
+    conv_problem,
+    linear_problem,
+    matmul_dims,
+)
 from .operands import fp16_operand
 from .stats import Stats, last_stats, record
 
@@ -143,15 +150,12 @@ def _precheck_matmul(a, b) -> None:
         return
     if not sa or not sb:
         return
-    A = (1,) + sa if len(sa) == 1 else sa
-    B = sb + (1,) if len(sb) == 1 else sb
-    (M, K), (K2, N) = A[-2:], B[-2:]
-    try:
-        nb = math.prod(np.broadcast_shapes(A[:-2], B[:-2])) if A[:-2] or B[:-2] else 1
-    except ValueError:
+    a_batch, b_batch, batch, M, K, K2, N = matmul_dims(sa, sb)
+    if batch is None:
         return
+    nb = math.prod(batch)
     if K == K2 and nb * M * N and K:
-        check_matmul(math.prod(A[:-2]), math.prod(B[:-2]), nb, M, K, N)
+        check_matmul(math.prod(a_batch), math.prod(b_batch), nb, M, K, N)
 
 
 def matmul(a, b, out=None, *, activation=None, scale=None, out_dtype=None) -> np.ndarray:
@@ -187,22 +191,17 @@ def matmul(a, b, out=None, *, activation=None, scale=None, out_dtype=None) -> np
                 f"matmul: Input operand {i} does not have enough dimensions (has 0, "
                 f"gufunc core with signature {_MATMUL_SIG} requires 1)"
             )
-    a_vec, b_vec = a16.ndim == 1, b16.ndim == 1
-    A = a16[None, :] if a_vec else a16
-    B = b16[:, None] if b_vec else b16
-    (M, K), (K2, N) = A.shape[-2:], B.shape[-2:]
+    a_batch, b_batch, batch, M, K, K2, N = matmul_dims(a16.shape, b16.shape)
     if K != K2:
         raise ValueError(
             f"matmul: Input operand 1 has a mismatch in its core dimension 0, with gufunc "
             f"signature {_MATMUL_SIG} (size {K2} is different from {K})"
         )
-    try:
-        batch = np.broadcast_shapes(A.shape[:-2], B.shape[:-2]) if A.ndim > 2 or B.ndim > 2 else ()
-    except ValueError:
+    if batch is None:
         raise ValueError(
             f"matmul: operands could not be broadcast together: batch dimensions "
-            f"{A.shape[:-2]} of a {a16.shape} and {B.shape[:-2]} of b {b16.shape}"
-        ) from None
+            f"{a_batch} of a {a16.shape} and {b_batch} of b {b16.shape}"
+        )
     stage = _stage(activation, "matmul")
     nb = math.prod(batch)
     if nb * M * N == 0 or K == 0:
@@ -212,10 +211,10 @@ def matmul(a, b, out=None, *, activation=None, scale=None, out_dtype=None) -> np
         if not batch:  # two matrices: one product (the common case, no broadcasting)
             ia = ib = _ONE_PRODUCT
         else:
-            ia = np.broadcast_to(np.arange(math.prod(A.shape[:-2])).reshape(A.shape[:-2]), batch).reshape(-1)
-            ib = np.broadcast_to(np.arange(math.prod(B.shape[:-2])).reshape(B.shape[:-2]), batch).reshape(-1)
-        A3 = A.reshape((math.prod(A.shape[:-2]), M, K))
-        B3 = B.reshape((math.prod(B.shape[:-2]), K, N))
+            ia = np.broadcast_to(np.arange(math.prod(a_batch)).reshape(a_batch), batch).reshape(-1)
+            ib = np.broadcast_to(np.arange(math.prod(b_batch)).reshape(b_batch), batch).reshape(-1)
+        A3 = a16.reshape((math.prod(a_batch), M, K))
+        B3 = b16.reshape((math.prod(b_batch), K, N))
         with _named("matmul"):
             y, stats, _ = _lower.run_matmul(
                 A3,
@@ -227,9 +226,9 @@ def matmul(a, b, out=None, *, activation=None, scale=None, out_dtype=None) -> np
             )
         _finish("matmul", stats, y.size)
     y = y.reshape(batch + (M, N))
-    if a_vec:
+    if a16.ndim == 1:
         y = y[..., 0, :]
-    if b_vec:
+    if b16.ndim == 1:
         y = y[..., 0]
     return _store(y, out, "matmul")
 
@@ -266,7 +265,7 @@ def linear(x, weight, bias=None, activation=None, *, scale=None, out_dtype=None)
     stage = _stage(activation, "linear")
     batch = x16.shape[:-1]
     M = math.prod(batch)
-    if M * N == 0 or K == 0:
+    if linear_problem(x16.shape, N, b16 is not None, activation, w16.bits if compressed else 0) is None:
         y = _no_reduction((M, N), b16, -1, stage)
         _finish("linear", Stats(), y.size)
     elif compressed:
@@ -388,27 +387,25 @@ def _conv2d(func, x, weight, bias, stride, padding, dilation, groups, activation
         )
     s = _pair(stride, func, "stride", 1)
     d = _pair(dilation, func, "dilation", 1)
-    (pt, pb), (pl, pr) = _padding(padding, (KH, KW), d, s, func)
-    oh = (H + pt + pb - d[0] * (KH - 1) - 1) // s[0] + 1
-    ow = (W + pl + pr - d[1] * (KW - 1) - 1) // s[1] + 1
-    if oh <= 0 or ow <= 0:
+    pads = _padding(padding, (KH, KW), d, s, func)
+    bits = w16.bits if isinstance(w16, PalettizedWeight) else 0
+    conv = conv_problem(x16.shape, w16.shape, s, pads, d, groups, bias is not None, activation, bits)
+    if conv.hout <= 0 or conv.wout <= 0:
         raise ValueError(
-            f"{func}: the padded input ({H + pt + pb}x{W + pl + pr}) is smaller than the "
-            f"dilated kernel ({d[0] * (KH - 1) + 1}x{d[1] * (KW - 1) + 1})"
+            f"{func}: the padded input ({H + sum(pads[0])}x{W + sum(pads[1])}) is smaller than the "
+            f"dilated kernel ({conv.span[0]}x{conv.span[1]})"
         )
     if opts is not None:
-        y = _quantized.conv2d(func, x16, w16, bias, s, ((pt, pb), (pl, pr)), d, groups, activation, opts)
+        y = _quantized.conv2d(func, x16, w16, bias, s, pads, d, groups, activation, opts)
         return y[0] if unbatched else y
     stage = _stage(activation, func)
     b16 = _bias_operand(bias, CO, func)
-    if N * CO * oh * ow == 0 or CG * KH * KW == 0:
-        y = _no_reduction((N, CO, oh, ow), b16, 1, stage)
+    if conv.empty:
+        y = _no_reduction((N, CO, conv.hout, conv.wout), b16, 1, stage)
         _finish(func, Stats(), y.size)
     else:
         with _named(func):
-            y, stats, _ = _lower.run_conv(
-                x16, w16, b16, s, ((pt, pb), (pl, pr)), d, groups, activation, stats_only=False
-            )
+            y, stats, _ = _lower.run_conv(x16, w16, b16, s, pads, d, groups, activation, stats_only=False)
         _finish(func, stats, y.size)
     return y[0] if unbatched else y
 
@@ -455,7 +452,7 @@ def conv1d(
             raise ValueError(f"{func}: {name} must be >= {minimum}, got {v!r}")
         return (height_value, val)
 
-    pad = padding if isinstance(padding, str) else widen(padding, "padding", 0, 0)
+    pad = padding if isinstance(padding, str) else widen(padding, "padding", CONV1D_H["pad"], 0)
     w2 = (
         wa.reshaped(wa.shape[:2] + (1,) + wa.shape[2:])
         if isinstance(wa, PalettizedWeight)
@@ -466,9 +463,9 @@ def conv1d(
         xa[..., None, :],
         w2,
         bias,
-        widen(stride, "stride", 1, 1),
+        widen(stride, "stride", CONV1D_H["stride"], 1),
         pad,
-        widen(dilation, "dilation", 1, 1),
+        widen(dilation, "dilation", CONV1D_H["dilation"], 1),
         groups,
         activation,
         opts,

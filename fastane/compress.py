@@ -25,6 +25,7 @@ import numbers
 import numpy as np
 
 from .lower.compressed import PalettizedWeight
+from .lower.problems import linear_problem
 from .operands import fp16_operand
 
 __all__ = ["palettize", "quantize", "PalettizedWeight"]
@@ -158,10 +159,13 @@ def lossless(w16: np.ndarray):
 
 def linear(x16: np.ndarray, weight: PalettizedWeight, b16, activation, run_conv):
     """``fastane.linear`` with a compressed weight ``(out_features, in_features)``: the 1x1
-    convolution of the (1, K, 1, M) layout with the codes kept compressed."""
+    convolution of :func:`fastane.lower.problems.linear_problem` (``x^T`` as ``(1, K, 1, M)``) with
+    the codes kept compressed."""
     N, K = weight.shape
     batch = x16.shape[:-1]
-    M = int(np.prod(batch))
-    xc = np.ascontiguousarray(x16.reshape(M, K).T).reshape(1, K, 1, M)
-    y, stats, _ = run_conv(xc, weight.reshaped((N, K, 1, 1)), b16, activation=activation, stats_only=False)
-    return np.ascontiguousarray(y.reshape(N, M).T).reshape(batch + (N,)), stats
+    c = linear_problem(x16.shape, N, b16 is not None, activation, weight.bits)
+    xc = np.ascontiguousarray(x16.reshape(c.w, K).T).reshape(c.n, c.cin, c.h, c.w)
+    y, stats, _ = run_conv(
+        xc, weight.reshaped((c.cout, c.cin, c.kh, c.kw)), b16, activation=activation, stats_only=False
+    )
+    return np.ascontiguousarray(y.reshape(N, c.w).T).reshape(batch + (N,)), stats

@@ -27,6 +27,7 @@ im2col) raises ``NotImplementedError`` here.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 
@@ -35,7 +36,7 @@ import numpy as np
 from . import lower as _lower
 from .errors import DeviceFault, TDError
 from .errstate import errstate, report_events
-from .lower.problems import Conv
+from .lower.problems import conv_problem
 from .lower.tiler import axis, effective, kernel_groups, plan_tiling
 from .m1 import FP16, LIMITS, Limits, kernel_layout
 from .stats import Stats, record
@@ -173,10 +174,8 @@ def _run(
     CO = w.shape[0]
     b16, bshift = _bias(b, CO, func)
     pbits, rshift = ne_scale(scale)
-    conv = Conv(
-        N, C, H, W, CO, w.shape[2], w.shape[3], tuple(stride), tuple(dilation),
-        tuple(tuple(p) for p in pad), groups, b16 is not None, activation, kernel_int8=True,
-    )  # fmt: skip
+    conv = conv_problem(x.shape, w.shape, stride, pad, dilation, groups, b16 is not None, activation)
+    conv = dataclasses.replace(conv, kernel_int8=True)
     t = plan_tiling(conv, limits)  # NotImplementedError when no tiling fits
     if t.mode == "im2col":
         raise NotImplementedError(

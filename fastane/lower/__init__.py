@@ -9,8 +9,9 @@ and :func:`execute` runs it on a :class:`~fastane.device.Device`.  Activations a
 
 One module per concern:
 
-* :mod:`~fastane.lower.problems` -- the calls (:class:`Conv`, :class:`Eltwise`) and the NE
-  stage (:func:`ne_stage`, :func:`fold`);
+* :mod:`~fastane.lower.problems` -- the calls (:class:`Conv`, :class:`Eltwise`; each numpy
+  call's from its operands' shapes: ``conv_problem``, ``linear_problem``,
+  ``matmul_problem``) and the NE stage (:func:`ne_stage`, :func:`fold`);
 * :mod:`~fastane.lower.tiler` -- the tiler (:func:`plan_tiling`, the only one: the
   roofline plans by lowering);
 * :mod:`~fastane.lower.emit` -- TD emission through :mod:`fastane.td`;

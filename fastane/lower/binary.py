@@ -53,6 +53,7 @@ __all__ = [
     "binary",
     "unary",
     "lower",
+    "lowered",
     "plan",
     "OPS",
     "UNARY",
@@ -146,10 +147,21 @@ def _lower(n: int, op: str, relu: bool = False) -> LoweredBinary:
     return LoweredBinary(op, n, tuple(tiles), programs, nbytes, relu)
 
 
-def plan(n: int, op: str, relu: bool = False) -> Stats:
-    """The Stats of ``op`` (then ReLU) over ``n`` elements, counted on the lowering's
+def lowered(shape, name: str, relu: bool = False) -> LoweredBinary | None:
+    """The program of ``name`` (a key of :data:`OPS` or :data:`UNARY`; ``relu``: then a
+    ReLU) whose result has ``shape``; None when it is empty.  What :func:`binary` and
+    :func:`unary` run and :func:`plan` counts."""
+    n = int(np.prod(shape, dtype=np.int64))
+    return lower(n, OPS.get(name) or UNARY[name], relu) if n else None
+
+
+def plan(shape, name: str, relu: bool = False) -> Stats:
+    """The Stats of :func:`lowered` ``(shape, name, relu)``, counted on the lowering's
     stats-only device."""
-    return _execute(lower(n, op, relu), None, None, device=stats_device(), stats_only=True)[1]
+    low = lowered(shape, name, relu)
+    if low is None:
+        return Stats()
+    return _execute(low, None, None, device=stats_device(), stats_only=True)[1]
 
 
 def _execute(low: LoweredBinary, a16, b16, device=None, stats_only: bool = False):
@@ -195,13 +207,12 @@ def binary(name: str, a, b, activation=None) -> np.ndarray:
         raise ValueError(
             f"{name}: operands could not be broadcast together with shapes {a16.shape} {b16.shape}"
         ) from None
-    n = int(np.prod(shape, dtype=np.int64))
-    if n == 0:
+    low = lowered(shape, name, activation == "relu")
+    if low is None:
         record(Stats())
         return np.empty(shape, np.float16)
     a16 = np.broadcast_to(a16, shape)  # materialised below: layout, no rounding
     b16 = np.broadcast_to(b16, shape)
-    low = lower(n, OPS[name], activation == "relu")
     y, stats = _execute(low, np.ascontiguousarray(a16), np.ascontiguousarray(b16))
     record(stats)
     report_events(stats, name)  # (a planar op counts no events today)
@@ -214,10 +225,11 @@ def unary(name: str, x) -> np.ndarray:
     if name not in UNARY:
         raise ValueError(f"unknown planar op {name!r}; one of {sorted(UNARY)}")
     x16 = _fp16_operand(x, name, "x")
-    if x16.size == 0:
+    low = lowered(x16.shape, name)
+    if low is None:
         record(Stats())
         return np.empty(x16.shape, np.float16)
-    y, stats = _execute(lower(int(x16.size), UNARY[name]), np.ascontiguousarray(x16), None)
+    y, stats = _execute(low, np.ascontiguousarray(x16), None)
     record(stats)
     report_events(stats, name)
     y = y.reshape(x16.shape)

@@ -11,7 +11,7 @@ from ..kernels import layout as _klayout
 from ..m1 import LIMITS, Limits
 from .cache import build
 from .compressed import PalettizedWeight
-from .problems import Conv, Eltwise, fold
+from .problems import Eltwise, conv_problem, fold, matmul_conv
 from .runtime import execute
 
 __all__ = ["run_conv", "run_matmul", "run_eltwise"]
@@ -44,23 +44,8 @@ def run_conv(
         if bits:
             raise NotImplementedError("an affine folded into a palettized weight would decompress it")
         w16, bias16 = fold(w16, bias16, *affine)
-    N, C, H, W = x16.shape
-    CO, CG, KH, KW = w16.shape
-    conv = Conv(
-        N,
-        C,
-        H,
-        W,
-        CO,
-        KH,
-        KW,
-        tuple(stride),
-        tuple(dilation),
-        tuple(tuple(p) for p in pad),
-        groups,
-        bias16 is not None,
-        activation,
-        bits,
+    conv = conv_problem(
+        x16.shape, w16.shape, stride, pad, dilation, groups, bias16 is not None, activation, bits
     )
     low = build(conv, limits)
     y, st = execute(low, x16, w16, bias16, device=device, stats_only=stats_only)
@@ -71,7 +56,7 @@ def run_matmul(
     a3, b3, ia, ib, *, bias16=None, activation=None, device=None, stats_only=None, limits: Limits = LIMITS
 ):
     """``(y, Stats, Lowered)``: ``y[i] = a3[ia[i]] @ b3[ib[i]]`` (fp16 ``(B, M, N)``) on the
-    device, as 1x1 convolutions in the (B, C, 1, S) layout.
+    device, as 1x1 convolutions in the (B, C, 1, S) layout (:func:`~fastane.lower.problems.matmul_conv`):
 
     * ``b`` shared (one right operand): every left operand's rows go along S, one
       convolution with ``Cin = K``, ``Cout = N``, weights ``b^T`` (``bias16``, per N, fused);
@@ -83,9 +68,9 @@ def run_matmul(
     BA, M, K = a3.shape
     BB, _, N = b3.shape
     B = len(ia)
-    if BB == 1:
-        conv = Conv.matmul(B * M, K, N, 1, bias16 is not None, activation)
-        low = build(conv, limits)
+    shared, conv = matmul_conv(BA, BB, B, M, K, N, bias16 is not None, activation)
+    low = build(conv, limits)
+    if shared == "b":
         rows = a3.reshape(BA * M, K) if BA == B else a3[ia].reshape(B * M, K)
 
         def fill(v):
@@ -107,9 +92,7 @@ def run_matmul(
             read=read,
             weight_of=w,
         )
-    elif BA == 1 and bias16 is None:
-        conv = Conv.matmul(B * N, K, M, 1, False, activation)
-        low = build(conv, limits)
+    elif shared == "a":
         cols = b3 if BB == B else b3[ib]
 
         def fill(v):
@@ -122,8 +105,6 @@ def run_matmul(
             low, fill, a3[0].reshape(M, K, 1, 1), None, device=device, stats_only=stats_only, read=read
         )
     else:
-        conv = Conv.matmul(M, K, N, B, bias16 is not None, activation)
-        low = build(conv, limits)
         lhs = a3 if (BA == B and np.array_equal(ia, np.arange(B))) else a3[ia]
         rhs = b3 if (BB == B and np.array_equal(ib, np.arange(B))) else b3[ib]
 

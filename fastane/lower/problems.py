@@ -2,11 +2,17 @@
 convolution), an activation over a tensor (:class:`Eltwise`), and what the NE does after
 the readout (:class:`NEStage`, :func:`ne_stage`; :func:`fold` folds an affine after a
 convolution into its weights).  docs/lower.md, sections 1 and 9.
+
+The problem of each call of the numpy API from its operands' shapes and options alone
+(:func:`conv_problem`, :func:`linear_problem`, :func:`matmul_problem`, :func:`matmul_conv`):
+what :mod:`fastane.lower.calls` runs with data and what the stats-only planning
+(:mod:`fastane.model.placement.plan`) counts without.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 from dataclasses import dataclass
 
@@ -24,6 +30,12 @@ __all__ = [
     "fold",
     "SINGLE_STAGE",
     "MULTI_STAGE",
+    "conv_problem",
+    "linear_problem",
+    "matmul_dims",
+    "matmul_problem",
+    "matmul_conv",
+    "CONV1D_H",
     "check_conv",
     "check_matmul",
     "check_addressable",
@@ -154,6 +166,12 @@ class Conv:
         return self.cout // self.groups
 
     @property
+    def empty(self) -> bool:
+        """Nothing to compute: no output, or a reduction over nothing (no task: a TD needs
+        Cin >= 1)."""
+        return self.n * self.cout * self.hout * self.wout == 0 or self.cin_g * self.kh * self.kw == 0
+
+    @property
     def macs(self) -> int:
         return self.n * self.cout * self.hout * self.wout * self.cin_g * self.kh * self.kw
 
@@ -172,6 +190,117 @@ class Conv:
 @functools.lru_cache(maxsize=256, typed=True)
 def _matmul_conv(cls, M, K, N, groups, bias, activation) -> Conv:
     return cls(1, groups * K, 1, M, groups * N, groups=groups, bias=bias, activation=activation)
+
+
+#: a conv1d runs as the conv2d of height 1 (``x (N, C, L)`` as ``(N, C, 1, L)``, the kernel
+#: ``(CO, CG, K)`` as ``(CO, CG, 1, K)``): along H, stride 1, dilation 1, no padding
+CONV1D_H = {"stride": 1, "dilation": 1, "pad": 0}
+
+
+def conv_problem(
+    x_shape,
+    w_shape,
+    stride=(1, 1),
+    pad=((0, 0), (0, 0)),
+    dilation=(1, 1),
+    groups: int = 1,
+    bias: bool = False,
+    activation=None,
+    kernel_bits: int = 0,
+) -> Conv:
+    """The :class:`Conv` of a convolution of ``x`` ``(N, C, H, W)`` by a weight ``(CO,
+    C/groups, KH, KW)`` with ``pad`` ``((top, bottom), (left, right))``; ``kernel_bits``: a
+    weight kept compressed in KMem with codes of that many bits.  A conv1d's shapes (``(N,
+    C, L)``, ``(CO, C/groups, K)``, one value or pair per argument) give the conv2d of height
+    1 it runs as (:data:`CONV1D_H`).  No validation (:func:`check_conv`); may be
+    :attr:`Conv.empty`.  The same arguments give the same (immutable) object."""
+    if len(x_shape) == 3:
+        x_shape = (*x_shape[:2], 1, x_shape[2])
+        w_shape = (*w_shape[:2], 1, w_shape[2])
+        stride = (CONV1D_H["stride"], *stride)
+        dilation = (CONV1D_H["dilation"], *dilation)
+        pad = ((CONV1D_H["pad"],) * 2, *pad)
+    key = (
+        tuple(x_shape),
+        tuple(w_shape),
+        tuple(stride),
+        tuple(tuple(p) for p in pad),
+        tuple(dilation),
+        groups,
+        bool(bias),
+        activation,
+        kernel_bits,
+    )
+    try:
+        return _conv_problem(*key)
+    except TypeError:  # an unhashable activation: the lowering's own checks name it
+        return _conv_problem.__wrapped__(*key)
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _conv_problem(x_shape, w_shape, stride, pad, dilation, groups, bias, activation, kernel_bits) -> Conv:
+    N, C, H, W = x_shape
+    CO, _, KH, KW = w_shape
+    return Conv(N, C, H, W, CO, KH, KW, stride, dilation, pad, groups, bias, activation, kernel_bits)
+
+
+def linear_problem(x_shape, n_out: int, bias: bool = False, activation=None, kernel_bits: int = 0):
+    """The :class:`Conv` of ``fastane.linear`` of ``x`` ``(..., K)`` with ``n_out`` outputs
+    (``kernel_bits``: see :func:`conv_problem`), None when there is nothing to compute.  An
+    fp16 weight: the product with ``b`` shared (:func:`matmul_conv`); a compressed one: the
+    1x1 convolution of ``x^T`` as ``(1, K, 1, M)`` by the weight as ``(n_out, K, 1, 1)``
+    (the same :class:`Conv` with ``kernel_bits``)."""
+    M, K = math.prod(x_shape[:-1]), x_shape[-1]
+    if M * n_out == 0 or K == 0:
+        return None
+    if kernel_bits:
+        return conv_problem(
+            (1, K, 1, M), (n_out, K, 1, 1), bias=bias, activation=activation, kernel_bits=kernel_bits
+        )
+    return matmul_conv(1, 1, 1, M, K, n_out, bias, activation)[1]
+
+
+def matmul_conv(BA: int, BB: int, B: int, M: int, K: int, N: int, bias: bool = False, activation=None):
+    """``(shared, Conv)``: the convolution of ``B`` products ``(M, K) @ (K, N)`` of ``BA``
+    left and ``BB`` right operands, and which operand it shares (how
+    :func:`fastane.lower.run_matmul` lays the operands out):
+
+    * ``"b"`` (one right operand): every left operand's rows along S, ``Cin = K``, ``Cout = N``;
+    * ``"a"`` (one left operand, several right ones, no bias): the roles swapped, ``a`` the
+      kernel (``Cout = M``), the right operands' columns along S;
+    * ``""`` (both batched): a grouped convolution, a group per product.
+    """
+    if BB == 1:
+        return "b", Conv.matmul(B * M, K, N, 1, bias, activation)
+    if BA == 1 and not bias:
+        return "a", Conv.matmul(B * N, K, M, 1, False, activation)
+    return "", Conv.matmul(M, K, N, B, bias, activation)
+
+
+def matmul_dims(a_shape, b_shape):
+    """``np.matmul``'s view of operands of these shapes (at least 1-D): ``(a's batch shape,
+    b's batch shape, the broadcast batch shape, M, K, b's K, N)``, a 1-D ``a`` read as ``(1,
+    K)`` and a 1-D ``b`` as ``(K, 1)``; the broadcast batch is None when the batch shapes
+    do not broadcast."""
+    A = (1, *a_shape) if len(a_shape) == 1 else tuple(a_shape)
+    B = (*b_shape, 1) if len(b_shape) == 1 else tuple(b_shape)
+    (M, K), (K2, N) = A[-2:], B[-2:]
+    try:
+        batch = np.broadcast_shapes(A[:-2], B[:-2]) if len(A) > 2 or len(B) > 2 else ()
+    except ValueError:
+        batch = None
+    return A[:-2], B[:-2], batch, M, K, K2, N
+
+
+def matmul_problem(a_shape, b_shape, activation=None):
+    """``(shared, Conv)`` of ``fastane.matmul`` of operands of these shapes (valid for
+    ``np.matmul``; :func:`matmul_dims`, :func:`matmul_conv`), None when there is nothing to
+    compute."""
+    a_batch, b_batch, batch, M, K, _, N = matmul_dims(a_shape, b_shape)
+    nb = math.prod(batch)
+    if nb * M * N == 0 or K == 0:
+        return None
+    return matmul_conv(math.prod(a_batch), math.prod(b_batch), nb, M, K, N, False, activation)
 
 
 @dataclass(frozen=True)
@@ -212,13 +341,7 @@ def check_matmul(BA: int, BB: int, B: int, M: int, K: int, N: int, bias: bool = 
     of ``BA`` left and ``BB`` right operands whose convolution (as
     :func:`fastane.lower.run_matmul` lowers them) exceeds what the ANE can address.
     (A function of the sizes alone: shapes that passed are remembered, a refusal is not.)"""
-    if BB == 1:
-        conv = Conv.matmul(B * M, K, N, 1, bias)
-    elif BA == 1 and not bias:
-        conv = Conv.matmul(B * N, K, M, 1)
-    else:
-        conv = Conv.matmul(M, K, N, B, bias)
-    check_conv(conv)
+    check_conv(matmul_conv(BA, BB, B, M, K, N, bias)[1])
 
 
 def check_addressable(x, func: str, name: str) -> None:
