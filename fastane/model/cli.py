@@ -288,7 +288,6 @@ def _standard_normal(rng, shape, dtype, chunk: int = 1 << 20) -> np.ndarray:
 
 def run(args) -> int:
     from . import load_model
-    from .run.model import progress_bar
 
     try:
         model = load_model(args.model, weights=not args.stats_only)
@@ -296,88 +295,106 @@ def run(args) -> int:
         if args.stats_only and args.output:
             raise CommandError("--stats-only computes nothing: it cannot save outputs (-o)")
         if getattr(args, "first_divergence", False):
-            from .run.hunt import first_divergence
-
-            if args.stats_only:
-                raise CommandError("--first-divergence computes the model: not with --stats-only")
-            div = first_divergence(model, arrays, args.tolerance)
-            if args.json:
-                import json
-
-                print(json.dumps(div.as_dict(), indent=1))
-            else:
-                print(div.text())
-            return 0
+            return _first_divergence(model, arrays, args)
         if args.report or args.json or args.stats_only:
-            from ..roofline import chips as _chips
-
-            try:
-                _chips.get(args.chip)
-            except (KeyError, ValueError) as exc:
-                raise CommandError(f"--chip {args.chip!r}: {exc}") from None
-            rep = model.report(
-                arrays,
-                chip=args.chip,
-                stats_only=args.stats_only,
-                progress=None if args.json else progress_bar(),
-            )
-            outs = None
+            rep, outs = _report(model, arrays, args), None
         else:
             outs = model(arrays)
     except (CommandError, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
         return error_line("run", exc)
     if outs is None:
-        units = getattr(args, "compute_units", None)
-        if units is None and str(model.graph.origin).startswith("coreml"):
-            units = "ALL"
-        pred = None
-        if units is not None:
-            from .placement.predict import predict
-
-            try:
-                bound, layers = model.bind(_shapes(arrays))
-                pred = predict(layers, bound, units)
-            except ValueError as exc:
-                return error_line("run", f"--compute-units: {exc}")
-        if args.json:
-            d = rep.as_dict()
-            if pred is not None:
-                d["predicted_placement"] = {
-                    "compute_units": units.upper(),
-                    "estimate": True,
-                    "layers": [
-                        {"name": r.layer.name, "unit": p.unit, "confidence": p.confidence, "reason": p.reason}
-                        for r, p in zip(rep.layers, pred)
-                    ],
-                }
-            import json
-
-            print(json.dumps(d, indent=1))
-        else:
-            print(rep.table())
-            if pred is not None:
-                print(prediction_table(rep, pred, units))
-        if pred is not None and getattr(args, "compare_placement", None):
-            from .placement.predict import compare, load_observed
-
-            try:
-                cmp = compare(layers, pred, load_observed(args.compare_placement))
-            except ValueError as exc:
-                return error_line("run", f"--compare-placement: {exc}")
-            print(
-                f"against {args.compare_placement}: {cmp['agree']} layers agree, "
-                f"{len(cmp['disagree'])} disagree, {len(cmp['unmatched'])} not in the file"
-            )
-            for name, p_, o in cmp["disagree"]:
-                print(f"  {quote(name, marks=False)}: predicted {p_}, observed {o}")
-        if args.output:
-            outs = rep.values
+        rc = _print_report(model, rep, arrays, args)
+        if rc:
+            return rc
+        outs = rep.values if args.output else None
     else:
         for name, v in outs.items():
             print(f"{quote(name, marks=False)}: {v.dtype.name}[{'x'.join(map(str, v.shape))}]")
     if args.output:
         np.savez(args.output, **outs)
         print(f"fastane run: outputs saved to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _first_divergence(model, arrays, args) -> int:
+    """``fastane run --first-divergence``: the first layer beyond the tolerance."""
+    from .run.hunt import first_divergence
+
+    if args.stats_only:
+        raise CommandError("--first-divergence computes the model: not with --stats-only")
+    div = first_divergence(model, arrays, args.tolerance)
+    if args.json:
+        import json
+
+        print(json.dumps(div.as_dict(), indent=1))
+    else:
+        print(div.text())
+    return 0
+
+
+def _report(model, arrays, args):
+    """The per-layer report of ``fastane run --report/--json/--stats-only`` on ``--chip``."""
+    from ..roofline import chips as _chips
+    from .run.model import progress_bar
+
+    try:
+        _chips.get(args.chip)
+    except (KeyError, ValueError) as exc:
+        raise CommandError(f"--chip {args.chip!r}: {exc}") from None
+    return model.report(
+        arrays,
+        chip=args.chip,
+        stats_only=args.stats_only,
+        progress=None if args.json else progress_bar(),
+    )
+
+
+def _print_report(model, rep, arrays, args) -> int:
+    """Print ``rep`` (a table, or JSON) with the predicted Core ML placement where asked for
+    (``--compute-units``, a Core ML model) and its comparison (``--compare-placement``)."""
+    units = getattr(args, "compute_units", None)
+    if units is None and str(model.graph.origin).startswith("coreml"):
+        units = "ALL"
+    pred = None
+    if units is not None:
+        from .placement.predict import predict
+
+        try:
+            bound, layers = model.bind(_shapes(arrays))
+            pred = predict(layers, bound, units)
+        except ValueError as exc:
+            return error_line("run", f"--compute-units: {exc}")
+    if args.json:
+        d = rep.as_dict()
+        if pred is not None:
+            d["predicted_placement"] = {
+                "compute_units": units.upper(),
+                "estimate": True,
+                "layers": [
+                    {"name": r.layer.name, "unit": p.unit, "confidence": p.confidence, "reason": p.reason}
+                    for r, p in zip(rep.layers, pred)
+                ],
+            }
+        import json
+
+        print(json.dumps(d, indent=1))
+    else:
+        print(rep.table())
+        if pred is not None:
+            print(prediction_table(rep, pred, units))
+    if pred is not None and getattr(args, "compare_placement", None):
+        from .placement.predict import compare, load_observed
+
+        try:
+            cmp = compare(layers, pred, load_observed(args.compare_placement))
+        except ValueError as exc:
+            return error_line("run", f"--compare-placement: {exc}")
+        print(
+            f"against {args.compare_placement}: {cmp['agree']} layers agree, "
+            f"{len(cmp['disagree'])} disagree, {len(cmp['unmatched'])} not in the file"
+        )
+        for name, p_, o in cmp["disagree"]:
+            print(f"  {quote(name, marks=False)}: predicted {p_}, observed {o}")
     return 0
 
 

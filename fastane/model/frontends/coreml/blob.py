@@ -198,107 +198,140 @@ def _float_out(a):
     return a.astype(np.float32) if a.dtype.kind == "f" else a
 
 
+def _affine_dequantize(kw) -> np.ndarray:
+    """``constexpr_affine_dequantize``: ``scale * (quantized_data - zero_point)`` along ``axis``."""
+    q, zp, sc = (np.asarray(kw[k]) for k in ("quantized_data", "zero_point", "scale"))
+    axis = int(kw["axis"])
+    r = q.ndim
+    if not -r <= axis < r:
+        raise ValueError(f"axis {axis} out of range for rank {r}")
+    axis %= r
+    sh = [1] * r
+    for name, v in (("scale", sc), ("zero_point", zp)):
+        if v.ndim > 1 or (v.ndim == 1 and v.size != q.shape[axis]):
+            raise ValueError(
+                f"{name} of shape {v.shape}: a scalar or a vector of {q.shape[axis]} values is needed"
+            )
+    sh[axis] = -1
+    scv = sc.reshape(sh) if sc.ndim == 1 else sc
+    zpv = zp.reshape(sh) if zp.ndim == 1 else zp
+    return (scv.astype(sc.dtype) * (q.astype(np.float32) - zpv.astype(np.float32)).astype(sc.dtype)).astype(
+        sc.dtype
+    )
+
+
+def _blockwise_shift_scale(kw) -> np.ndarray:
+    """``constexpr_blockwise_shift_scale``: ``scale * (data - offset)``, each scale a block."""
+    data, sc = np.asarray(kw["data"]), np.asarray(kw["scale"])
+    off = kw.get("offset")
+    if data.ndim != sc.ndim or data.ndim < 1:
+        raise ValueError(f"data {data.shape} and scale {sc.shape} must have the same rank (>= 1)")
+    blocks = []
+    for d, s in zip(data.shape, sc.shape):
+        if s < 1 or d % s:
+            raise ValueError(f"scale shape {sc.shape} does not divide data shape {data.shape}")
+        blocks.append(d // s)
+    if off is not None and np.asarray(off).shape != sc.shape:
+        raise ValueError(f"offset shape {np.asarray(off).shape} differs from scale shape {sc.shape}")
+    x = data.astype(sc.dtype)
+    scr, offr = sc, None if off is None else np.asarray(off).astype(sc.dtype)
+    for axis, bs in enumerate(blocks):
+        if bs > 1:
+            scr = np.repeat(scr, bs, axis)
+            if offr is not None:
+                offr = np.repeat(offr, bs, axis)
+    if offr is not None:
+        x = x - offr
+    return scr * x
+
+
+def _lut_ios16(kw) -> np.ndarray:
+    """iOS16 ``constexpr_lut_to_dense``: packed indices into one table, and a ``shape``."""
+    lut, idx, shape = np.asarray(kw["lut"]), np.asarray(kw["indices"]), kw["shape"]
+    shape = tuple(int(s) for s in np.asarray(shape).reshape(-1))
+    n = check_size(shape, "constexpr_lut_to_dense shape")
+    if lut.ndim != 1 or lut.size not in (2, 4, 16, 64, 256):
+        raise ValueError(f"lut of shape {lut.shape}: a 1-D table of 2, 4, 16, 64 or 256 entries")
+    nbits = int(math.log2(lut.size))
+    return lut[unpack_bits(idx.astype(np.uint8).tobytes(), nbits, n)].reshape(shape)
+
+
+def _lut_ios18(kw) -> np.ndarray:
+    """iOS18 ``constexpr_lut_to_dense``: a table per block, optionally of vectors."""
+    idx, lut = np.asarray(kw["indices"]), np.asarray(kw["lut"])
+    va = kw.get("vector_axis")
+    if idx.ndim < 1 or lut.ndim != idx.ndim + 2:
+        raise ValueError(f"lut of rank {lut.ndim} for indices of rank {idx.ndim} (needs rank + 2)")
+    P, V = lut.shape[-2:]
+    if V > 1 and va is None:
+        raise ValueError("vector palettes (VECTOR_SIZE > 1) need vector_axis")
+    if idx.size and int(idx.max()) >= P:
+        raise ValueError(f"an index {int(idx.max())} is beyond the {P} palette entries")
+    check_size(idx.shape + (V,), "constexpr_lut_to_dense output")  # before it is built
+    # each index's row in the flat table (block * P + index), in the smallest unsigned
+    # type that holds them (one byte a value for up to 256 rows), not int64
+    it = np.min_scalar_type(max(lut.size // max(V, 1) - 1, 0))
+    blk = np.zeros(idx.shape, it)
+    for d in range(idx.ndim):
+        if lut.shape[d] < 1 or idx.shape[d] % lut.shape[d]:
+            raise ValueError(f"lut shape {lut.shape} does not divide indices shape {idx.shape}")
+        if lut.shape[d] > 1:
+            pos = np.arange(lut.shape[d], dtype=it).repeat(idx.shape[d] // lut.shape[d])
+            blk = blk * it.type(lut.shape[d]) + pos.reshape((-1,) + (1,) * (idx.ndim - 1 - d))
+    blk *= it.type(P)
+    blk += idx.astype(it, copy=False)
+    vals = lut.reshape(-1, V)[blk]  # indices.shape + (V,)
+    if V == 1:
+        return vals[..., 0]
+    a = int(np.asarray(va).reshape(-1)[0]) if np.size(va) == 1 else None
+    if a is None or not -idx.ndim <= a < idx.ndim:
+        raise ValueError(
+            f"vector_axis {np.asarray(va).tolist()} is not an axis of indices of rank {idx.ndim}"
+        )
+    a %= idx.ndim
+    vals = np.moveaxis(vals, -1, a + 1)
+    shape = list(idx.shape)
+    shape[a] *= V
+    return vals.reshape(shape)
+
+
+def _sparse_ios16(kw) -> np.ndarray:
+    """iOS16 ``constexpr_sparse_to_dense``: a packed bit mask and a ``shape``."""
+    nz, mask = np.asarray(kw["nonzero_data"]), np.asarray(kw["mask"])
+    shape = tuple(int(s) for s in np.asarray(kw["shape"]).reshape(-1))
+    bits = unpack_bits(
+        mask.astype(np.uint8).tobytes(), 1, check_size(shape, "constexpr_sparse_to_dense shape")
+    ).reshape(shape)
+    return _scatter(nz, bits)
+
+
+def _lut_to_dense(kw) -> np.ndarray:
+    return _lut_ios16(kw) if "shape" in kw else _lut_ios18(kw)
+
+
+def _sparse_to_dense(kw) -> np.ndarray:
+    if "shape" in kw:  # iOS16
+        return _sparse_ios16(kw)
+    return _scatter(np.asarray(kw["nonzero_data"]), np.asarray(kw["mask"]))
+
+
+#: ``constexpr_*`` op -> the function of its operands that makes the value it defines
+_DECOMPRESS = {
+    "constexpr_affine_dequantize": _affine_dequantize,
+    "constexpr_blockwise_shift_scale": _blockwise_shift_scale,
+    "constexpr_lut_to_dense": _lut_to_dense,
+    "constexpr_sparse_to_dense": _sparse_to_dense,
+    "constexpr_cast": lambda kw: np.asarray(kw["source_val"]).astype(kw["output_dtype"]),
+}
+
+
 def decompress(op_type: str, **kw) -> np.ndarray:
     """The value a ``constexpr_*`` op defines, from its constant operands (numpy arrays;
     the iOS16 ``lut_to_dense``/``sparse_to_dense`` take packed ``uint8`` indices/mask and a
     ``shape``).  ValueError for operands that do not fit the op's definition."""
-    if op_type == "constexpr_affine_dequantize":
-        q, zp, sc = (np.asarray(kw[k]) for k in ("quantized_data", "zero_point", "scale"))
-        axis = int(kw["axis"])
-        r = q.ndim
-        if not -r <= axis < r:
-            raise ValueError(f"axis {axis} out of range for rank {r}")
-        axis %= r
-        sh = [1] * r
-        for name, v in (("scale", sc), ("zero_point", zp)):
-            if v.ndim > 1 or (v.ndim == 1 and v.size != q.shape[axis]):
-                raise ValueError(
-                    f"{name} of shape {v.shape}: a scalar or a vector of {q.shape[axis]} values is needed"
-                )
-        sh[axis] = -1
-        scv = sc.reshape(sh) if sc.ndim == 1 else sc
-        zpv = zp.reshape(sh) if zp.ndim == 1 else zp
-        return (
-            scv.astype(sc.dtype) * (q.astype(np.float32) - zpv.astype(np.float32)).astype(sc.dtype)
-        ).astype(sc.dtype)
-    if op_type == "constexpr_blockwise_shift_scale":
-        data, sc = np.asarray(kw["data"]), np.asarray(kw["scale"])
-        off = kw.get("offset")
-        if data.ndim != sc.ndim or data.ndim < 1:
-            raise ValueError(f"data {data.shape} and scale {sc.shape} must have the same rank (>= 1)")
-        blocks = []
-        for d, s in zip(data.shape, sc.shape):
-            if s < 1 or d % s:
-                raise ValueError(f"scale shape {sc.shape} does not divide data shape {data.shape}")
-            blocks.append(d // s)
-        if off is not None and np.asarray(off).shape != sc.shape:
-            raise ValueError(f"offset shape {np.asarray(off).shape} differs from scale shape {sc.shape}")
-        x = data.astype(sc.dtype)
-        scr, offr = sc, None if off is None else np.asarray(off).astype(sc.dtype)
-        for axis, bs in enumerate(blocks):
-            if bs > 1:
-                scr = np.repeat(scr, bs, axis)
-                if offr is not None:
-                    offr = np.repeat(offr, bs, axis)
-        if offr is not None:
-            x = x - offr
-        return scr * x
-    if op_type == "constexpr_lut_to_dense" and "shape" in kw:  # iOS16
-        lut, idx, shape = np.asarray(kw["lut"]), np.asarray(kw["indices"]), kw["shape"]
-        shape = tuple(int(s) for s in np.asarray(shape).reshape(-1))
-        n = check_size(shape, "constexpr_lut_to_dense shape")
-        if lut.ndim != 1 or lut.size not in (2, 4, 16, 64, 256):
-            raise ValueError(f"lut of shape {lut.shape}: a 1-D table of 2, 4, 16, 64 or 256 entries")
-        nbits = int(math.log2(lut.size))
-        return lut[unpack_bits(idx.astype(np.uint8).tobytes(), nbits, n)].reshape(shape)
-    if op_type == "constexpr_lut_to_dense":  # iOS18
-        idx, lut = np.asarray(kw["indices"]), np.asarray(kw["lut"])
-        va = kw.get("vector_axis")
-        if idx.ndim < 1 or lut.ndim != idx.ndim + 2:
-            raise ValueError(f"lut of rank {lut.ndim} for indices of rank {idx.ndim} (needs rank + 2)")
-        P, V = lut.shape[-2:]
-        if V > 1 and va is None:
-            raise ValueError("vector palettes (VECTOR_SIZE > 1) need vector_axis")
-        if idx.size and int(idx.max()) >= P:
-            raise ValueError(f"an index {int(idx.max())} is beyond the {P} palette entries")
-        check_size(idx.shape + (V,), "constexpr_lut_to_dense output")  # before it is built
-        # each index's row in the flat table (block * P + index), in the smallest unsigned
-        # type that holds them (one byte a value for up to 256 rows), not int64
-        it = np.min_scalar_type(max(lut.size // max(V, 1) - 1, 0))
-        blk = np.zeros(idx.shape, it)
-        for d in range(idx.ndim):
-            if lut.shape[d] < 1 or idx.shape[d] % lut.shape[d]:
-                raise ValueError(f"lut shape {lut.shape} does not divide indices shape {idx.shape}")
-            if lut.shape[d] > 1:
-                pos = np.arange(lut.shape[d], dtype=it).repeat(idx.shape[d] // lut.shape[d])
-                blk = blk * it.type(lut.shape[d]) + pos.reshape((-1,) + (1,) * (idx.ndim - 1 - d))
-        blk *= it.type(P)
-        blk += idx.astype(it, copy=False)
-        vals = lut.reshape(-1, V)[blk]  # indices.shape + (V,)
-        if V == 1:
-            return vals[..., 0]
-        a = int(np.asarray(va).reshape(-1)[0]) if np.size(va) == 1 else None
-        if a is None or not -idx.ndim <= a < idx.ndim:
-            raise ValueError(
-                f"vector_axis {np.asarray(va).tolist()} is not an axis of indices of rank {idx.ndim}"
-            )
-        a %= idx.ndim
-        vals = np.moveaxis(vals, -1, a + 1)
-        shape = list(idx.shape)
-        shape[a] *= V
-        return vals.reshape(shape)
-    if op_type == "constexpr_sparse_to_dense" and "shape" in kw:  # iOS16
-        nz, mask = np.asarray(kw["nonzero_data"]), np.asarray(kw["mask"])
-        shape = tuple(int(s) for s in np.asarray(kw["shape"]).reshape(-1))
-        bits = unpack_bits(
-            mask.astype(np.uint8).tobytes(), 1, check_size(shape, "constexpr_sparse_to_dense shape")
-        ).reshape(shape)
-        return _scatter(nz, bits)
-    if op_type == "constexpr_sparse_to_dense":  # iOS18
-        return _scatter(np.asarray(kw["nonzero_data"]), np.asarray(kw["mask"]))
-    if op_type == "constexpr_cast":
-        return np.asarray(kw["source_val"]).astype(kw["output_dtype"])
-    raise ValueError(f"unknown compression op {op_type!r}")
+    if op_type not in _DECOMPRESS:
+        raise ValueError(f"unknown compression op {op_type!r}")
+    return _DECOMPRESS[op_type](kw)
 
 
 def _scatter(nz, mask):
