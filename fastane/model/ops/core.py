@@ -27,6 +27,7 @@ from ...errors import ModelError, ModelNotImplementedError
 from .opdef import (
     OPS,
     HostCost,
+    MilName,
     OnnxName,
     attr_input,
     check_axis,
@@ -46,8 +47,8 @@ __all__ = ["pool_geometry"]
 
 
 # ------------------------------------------------------------------------ unary
-def _unary(name, fn, kind="table", ane="", onnx=(), cost=None):
-    register_op(name, same_type, kind, ane=ane, onnx=onnx, cost=cost)(lambda node, x: fn(node, x))
+def _unary(name, fn, kind="table", ane="", onnx=(), cost=None, mil=()):
+    register_op(name, same_type, kind, ane=ane, onnx=onnx, cost=cost, mil=mil)(lambda node, x: fn(node, x))
 
 
 def _erf(x):
@@ -62,19 +63,27 @@ def _gelu(node, x):
     return (0.5 * x.astype(np.float64) * (1 + _erf(x.astype(np.float64) / math.sqrt(2)))).astype(x.dtype)
 
 
-_unary("relu", lambda n, x: np.maximum(x, 0).astype(x.dtype), "exact", ane="activation", onnx=["Relu"])
+_unary(
+    "relu",
+    lambda n, x: np.maximum(x, 0).astype(x.dtype),
+    "exact",
+    ane="activation",
+    onnx=["Relu"],
+    mil=["relu"],
+)
 _unary(
     "leaky_relu",
     lambda n, x: np.where(x >= 0, x, x * np.float32(n.attrs.get("alpha", 0.01))),
     ane="activation",
     onnx=[OnnxName("LeakyRelu", take(alpha=0.01))],
 )
-_unary("tanh", lambda n, x: np.tanh(x), ane="activation", onnx=["Tanh"])
+_unary("tanh", lambda n, x: np.tanh(x), ane="activation", onnx=["Tanh"], mil=["tanh"])
 _unary(
     "sigmoid",
     lambda n, x: (1 / (1 + np.exp(-x.astype(np.float64)))).astype(x.dtype),
     ane="activation",
     onnx=["Sigmoid"],
+    mil=["sigmoid"],
 )
 
 
@@ -88,18 +97,18 @@ def _gelu_cost(node, in_types, out_types):
 #: erf 76 bytes an element against relu 16)
 _ERF_COST = heavy(80)
 _unary("gelu", _gelu, ane="activation", onnx=[OnnxName("Gelu", take(approximate="none"))], cost=_gelu_cost)
-_unary("exp", lambda n, x: np.exp(x), ane="activation", onnx=["Exp"])
-_unary("log", lambda n, x: np.log(x), onnx=["Log"])
-_unary("sqrt", lambda n, x: np.sqrt(x), ane="activation", onnx=["Sqrt"])
+_unary("exp", lambda n, x: np.exp(x), ane="activation", onnx=["Exp"], mil=["exp"])
+_unary("log", lambda n, x: np.log(x), onnx=["Log"], mil=["log"])
+_unary("sqrt", lambda n, x: np.sqrt(x), ane="activation", onnx=["Sqrt"], mil=["sqrt"])
 _unary("reciprocal", lambda n, x: np.reciprocal(x), ane="activation", onnx=["Reciprocal"])
 _unary("exp2", lambda n, x: np.exp2(x), ane="activation")
 _unary("rsqrt", lambda n, x: (1 / np.sqrt(x.astype(np.float64))).astype(x.dtype), ane="activation")
-_unary("abs", lambda n, x: np.abs(x), "exact", ane="unary", onnx=["Abs"])
+_unary("abs", lambda n, x: np.abs(x), "exact", ane="unary", onnx=["Abs"], mil=["abs"])
 _unary("neg", lambda n, x: np.negative(x), "exact", ane="unary", onnx=["Neg"])
-_unary("sign", lambda n, x: np.sign(x), "exact", ane="activation", onnx=["Sign"])
-_unary("floor", lambda n, x: np.floor(x), "exact", onnx=["Floor"])
-_unary("ceil", lambda n, x: np.ceil(x), "exact", onnx=["Ceil"])
-_unary("erf", lambda n, x: _erf(x), onnx=["Erf"], cost=_ERF_COST)
+_unary("sign", lambda n, x: np.sign(x), "exact", ane="activation", onnx=["Sign"], mil=["sign"])
+_unary("floor", lambda n, x: np.floor(x), "exact", onnx=["Floor"], mil=["floor"])
+_unary("ceil", lambda n, x: np.ceil(x), "exact", onnx=["Ceil"], mil=["ceil"])
+_unary("erf", lambda n, x: _erf(x), onnx=["Erf"], cost=_ERF_COST, mil=["erf"])
 _unary(
     "elu",
     lambda n, x: np.where(x > 0, x, np.float32(n.attrs.get("alpha", 1.0)) * np.expm1(x)),
@@ -128,6 +137,7 @@ _unary(
     lambda n, x: x,
     "layout",
     onnx=["Identity", OnnxName("Dropout", lambda c, a, ins: c.mk(inputs=ins[:1]), doc="inference")],
+    mil=["identity"],
 )
 OPS["identity"] = dataclasses.replace(
     OPS["identity"], infer=lambda node, types, consts: [need_input(types, 0, node)]
@@ -175,8 +185,10 @@ def _binary_infer(node, types, consts):
     return [TensorType(ts[0].dtype, broadcast_shape([t.shape for t in ts], node))]
 
 
-def _binary(name, fn, ane="binary", onnx=()):
-    register_op(name, _binary_infer, "exact", ane=ane, onnx=onnx)(lambda node, *xs: _reduce(fn, xs))
+def _binary(name, fn, ane="binary", onnx=(), mil=()):
+    """An elementwise op of two (ONNX: one or more) operands; its MIL names take ``x``, ``y``."""
+    mil = [MilName(m, ("x", "y")) for m in mil]
+    register_op(name, _binary_infer, "exact", ane=ane, onnx=onnx, mil=mil)(lambda node, *xs: _reduce(fn, xs))
 
 
 def _reduce(fn, xs):
@@ -194,13 +206,13 @@ def _int_div(a, b):
     return a / b
 
 
-_binary("add", np.add, onnx=["Add", "Sum"])
-_binary("sub", np.subtract, onnx=["Sub"])
-_binary("mul", np.multiply, onnx=["Mul"])
-_binary("div", _int_div, ane="divide", onnx=["Div"])
-_binary("max", np.maximum, onnx=["Max"])
-_binary("min", np.minimum, onnx=["Min"])
-_binary("pow", lambda a, b: np.power(a, b), ane="unary", onnx=["Pow"])  # x ** 2: a planar square
+_binary("add", np.add, onnx=["Add", "Sum"], mil=["add"])
+_binary("sub", np.subtract, onnx=["Sub"], mil=["sub"])
+_binary("mul", np.multiply, onnx=["Mul"], mil=["mul"])
+_binary("div", _int_div, ane="divide", onnx=["Div"], mil=["real_div"])
+_binary("max", np.maximum, onnx=["Max"], mil=["maximum"])
+_binary("min", np.minimum, onnx=["Min"], mil=["minimum"])
+_binary("pow", lambda a, b: np.power(a, b), ane="unary", onnx=["Pow"], mil=["pow"])  # x ** 2: a planar square
 # one slope (a scalar, or all equal): on the ANE as LeakyRelu's block (placement.eltwise)
 register_op(
     "prelu", _binary_infer, "exact", ane="activation", onnx=[OnnxName("PRelu", doc="one slope; others: host")]
@@ -220,9 +232,15 @@ def _cmp_infer(node, types, consts):
     return [TensorType(np.dtype(np.bool_), broadcast_shape([a.shape, b.shape], node))]
 
 
-register_op("equal", _cmp_infer, "exact", onnx=["Equal"])(lambda node, a, b: np.equal(a, b))
-register_op("less", _cmp_infer, "exact", onnx=["Less"])(lambda node, a, b: np.less(a, b))
-register_op("greater", _cmp_infer, "exact", onnx=["Greater"])(lambda node, a, b: np.greater(a, b))
+register_op("equal", _cmp_infer, "exact", onnx=["Equal"], mil=[MilName("equal", ("x", "y"))])(
+    lambda node, a, b: np.equal(a, b)
+)
+register_op("less", _cmp_infer, "exact", onnx=["Less"], mil=[MilName("less", ("x", "y"))])(
+    lambda node, a, b: np.less(a, b)
+)
+register_op("greater", _cmp_infer, "exact", onnx=["Greater"], mil=[MilName("greater", ("x", "y"))])(
+    lambda node, a, b: np.greater(a, b)
+)
 
 
 # ------------------------------------------------------------------------ normalisation

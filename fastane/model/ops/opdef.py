@@ -36,6 +36,9 @@ class OpDef:
     ane: str = ""
     #: the ONNX op types imported as this op (:class:`OnnxName`)
     onnx: tuple = ()
+    #: the MIL ops imported as this op one to one (:class:`MilName`); MIL ops that become
+    #: several nodes or take attributes are handlers of the Core ML importer
+    mil: tuple = ()
     #: ``cost(node, in_types, out_types) -> HostCost``: what its host implementation asks
     #: beyond the common allowance (:func:`fastane.model.cost.node_cost`); None: nothing more
     cost: Callable | None = None
@@ -89,6 +92,15 @@ class OnnxName:
         return self.since <= opset and (self.until is None or opset < self.until)
 
 
+@dataclass(frozen=True)
+class MilName:
+    """A MIL op the Core ML importer turns into its record's op one to one: the MIL op's
+    ``operands`` (by name, in the record's input order), no attributes."""
+
+    name: str
+    operands: tuple = ("x",)
+
+
 OPS: dict = {}
 
 #: the placement rule families an op may name in ``ane``, with where such an op runs (the
@@ -106,22 +118,24 @@ ANE_FAMILIES = {
 }
 
 
-def register_op(name, infer, kind="host", foldable=True, ane="", onnx=(), cost=None):
+def register_op(name, infer, kind="host", foldable=True, ane="", onnx=(), cost=None, mil=()):
     """Decorator: register the host implementation it decorates as op ``name`` in :data:`OPS`,
     with its inference ``infer(node, types, consts)``, its ``kind``, whether it folds, its
     placement family ``ane`` and the ONNX op types it imports (``onnx``: :class:`OnnxName`
-    or a plain name, imported with its inputs and no attributes) and its host ``cost``
-    (:class:`HostCost`)."""
+    or a plain name, imported with its inputs and no attributes), its host ``cost``
+    (:class:`HostCost`) and the MIL ops it imports one to one (``mil``: :class:`MilName` or a
+    plain name, whose one operand is ``x``)."""
     if ane and ane not in ANE_FAMILIES:
         raise ValueError(f"op {name}: unknown placement family {ane!r}")
     onnx = tuple(OnnxName(o) if isinstance(o, str) else o for o in onnx)
+    mil = tuple(MilName(m) if isinstance(m, str) else m for m in mil)
     for o in onnx:
         for other, d in OPS.items():
             if other != name and any(p.name == o.name and _overlap(p, o) for p in d.onnx):
                 raise ValueError(f"op {name}: ONNX {o.name} is already imported as {other}")
 
     def deco(fn):
-        OPS[name] = OpDef(infer, fn, foldable, kind, ane, onnx, cost)
+        OPS[name] = OpDef(infer, fn, foldable, kind, ane, onnx, mil, cost)
         return fn
 
     return deco

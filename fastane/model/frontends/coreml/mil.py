@@ -10,6 +10,7 @@ import numpy as np
 
 from ....errors import ModelError, quote
 from ...budget import MAX_RANK
+from ...ops import OPS
 from .blob import MIL_DTYPE, const_op, constexpr, is_placeholder
 
 
@@ -40,20 +41,8 @@ for _n in (
     MIL_OPS[_n] = constexpr
 MIL_OPS["const"] = const_op
 
-_UNARY = {
-    "relu": "relu",
-    "sigmoid": "sigmoid",
-    "tanh": "tanh",
-    "exp": "exp",
-    "log": "log",
-    "sqrt": "sqrt",
-    "abs": "abs",
-    "sign": "sign",
-    "floor": "floor",
-    "ceil": "ceil",
-    "erf": "erf",
-    "identity": "identity",
-}
+#: MIL op -> (fastane op, its MIL operands): the records' one-to-one MIL names (``OpDef.mil``)
+_PLAIN = {m.name: (op, m.operands) for op, d in OPS.items() for m in d.mil}
 
 
 def scalar_value(v, what, key):
@@ -80,10 +69,10 @@ def axis_list(v, rank: int, what: str, key: str = "axes") -> list:
     return norm
 
 
-@mil_op(*_UNARY)
-def _unary_op(p, op, outs, what):
-    x = p.arg(op, "x", what)
-    p.emit(_UNARY[op.type], [x], outs[:1], source=op.type)
+@mil_op(*_PLAIN)
+def _plain_op(p, op, outs, what):
+    fop, operands = _PLAIN[op.type]
+    p.emit(fop, [p.arg(op, k, what) for k in operands], outs[:1], source=op.type)
 
 
 @mil_op("relu6")
@@ -211,26 +200,6 @@ def _inverse(p, op, outs, what):  # 1 / (x + eps), 1 / sqrt(x + eps): the epsilo
 @mil_op("exp2")
 def _exp2(p, op, outs, what):  # the NE's exp2 table (Apple's exp is exp2 after a scale)
     p.emit("exp2", [p.arg(op, "x", what)], outs, source="exp2")
-
-
-_BIN = {
-    "add": "add",
-    "sub": "sub",
-    "mul": "mul",
-    "real_div": "div",
-    "maximum": "max",
-    "minimum": "min",
-    "pow": "pow",
-    "equal": "equal",
-    "less": "less",
-    "greater": "greater",
-}
-
-
-@mil_op(*_BIN)
-def _binary(p, op, outs, what):
-    x, y = p.arg(op, "x", what), p.arg(op, "y", what)
-    p.emit(_BIN[op.type], [x, y], outs, source=op.type)
 
 
 @mil_op("greater_equal", "less_equal", "not_equal")
