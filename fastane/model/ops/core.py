@@ -37,6 +37,7 @@ from .opdef import (
     need_float,
     need_input,
     register_op,
+    same_number,
     same_type,
     take,
 )
@@ -47,8 +48,8 @@ __all__ = ["pool_geometry"]
 
 
 # ------------------------------------------------------------------------ unary
-def _unary(name, fn, kind="table", ane="", onnx=(), cost=None, mil=()):
-    register_op(name, same_type, kind, ane=ane, onnx=onnx, cost=cost, mil=mil)(lambda node, x: fn(node, x))
+def _unary(name, fn, kind="table", ane="", onnx=(), cost=None, mil=(), infer=same_type):
+    register_op(name, infer, kind, ane=ane, onnx=onnx, cost=cost, mil=mil)(lambda node, x: fn(node, x))
 
 
 def _erf(x):
@@ -70,6 +71,7 @@ _unary(
     ane="activation",
     onnx=["Relu"],
     mil=["relu"],
+    infer=same_number,
 )
 _unary(
     "leaky_relu",
@@ -103,9 +105,11 @@ _unary("sqrt", lambda n, x: np.sqrt(x), ane="activation", onnx=["Sqrt"], mil=["s
 _unary("reciprocal", lambda n, x: np.reciprocal(x), ane="activation", onnx=["Reciprocal"])
 _unary("exp2", lambda n, x: np.exp2(x), ane="activation")
 _unary("rsqrt", lambda n, x: (1 / np.sqrt(x.astype(np.float64))).astype(x.dtype), ane="activation")
-_unary("abs", lambda n, x: np.abs(x), "exact", ane="unary", onnx=["Abs"], mil=["abs"])
-_unary("neg", lambda n, x: np.negative(x), "exact", ane="unary", onnx=["Neg"])
-_unary("sign", lambda n, x: np.sign(x), "exact", ane="activation", onnx=["Sign"], mil=["sign"])
+_unary("abs", lambda n, x: np.abs(x), "exact", ane="unary", onnx=["Abs"], mil=["abs"], infer=same_number)
+_unary("neg", lambda n, x: np.negative(x), "exact", ane="unary", onnx=["Neg"], infer=same_number)
+_unary(
+    "sign", lambda n, x: np.sign(x), "exact", ane="activation", onnx=["Sign"], mil=["sign"], infer=same_number
+)
 _unary("floor", lambda n, x: np.floor(x), "exact", onnx=["Floor"], mil=["floor"])
 _unary("ceil", lambda n, x: np.ceil(x), "exact", onnx=["Ceil"], mil=["ceil"])
 _unary("erf", lambda n, x: _erf(x), onnx=["Erf"], cost=_ERF_COST, mil=["erf"])
@@ -144,10 +148,6 @@ OPS["identity"] = dataclasses.replace(
 )
 
 
-def _clip_infer(node, types, consts):
-    return [need_float(need_input(types, 0, node), node)]
-
-
 def _clip_onnx(c, a, ins):
     if c.opset < 11:  # the bounds were attributes
         ins = ins[:1] + [
@@ -157,7 +157,7 @@ def _clip_onnx(c, a, ins):
     return c.mk(inputs=ins)
 
 
-@register_op("clip", _clip_infer, "exact", ane="activation", onnx=[OnnxName("Clip", _clip_onnx)])
+@register_op("clip", same_number, "exact", ane="activation", onnx=[OnnxName("Clip", _clip_onnx)])
 def _clip(node, x, lo=None, hi=None):
     if lo is not None:
         x = np.where(x < lo, lo, x)
@@ -199,10 +199,12 @@ def _reduce(fn, xs):
 
 
 def _int_div(a, b):
+    """``a / b``; of integers, the quotient truncated toward zero (ONNX's, C's), exactly."""
     if a.dtype.kind in "iu":
         if np.any(b == 0):
             raise ValueError("integer division by zero")
-        return np.trunc(a / b).astype(a.dtype)
+        q = np.floor_divide(a, b)
+        return q + ((q < 0) & (q * b != a)).astype(q.dtype)
     return a / b
 
 

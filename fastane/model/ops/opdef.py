@@ -219,6 +219,20 @@ def same_type(node, types, consts):
     return [need_float(need_input(types, 0, node), node)]
 
 
+def need_number(t: TensorType, node, i=0):
+    """``t``, the type of input ``i`` of ``node``; a ModelError if it is not a float or
+    integer tensor."""
+    if np.dtype(t.dtype).kind not in "fiu":
+        raise ModelError(f"{node.describe()}: input {i} must be a float or integer tensor, got {t}")
+    return t
+
+
+def same_number(node, types, consts):
+    """Inference of an elementwise op on one float or integer input (ONNX's schema allows
+    both; an integer one runs exactly on the host): the output has the input's type."""
+    return [need_number(need_input(types, 0, node), node)]
+
+
 def _fl(x):
     """float inputs widened to float32 (integer tensors unchanged)."""
     x = np.asarray(x)
