@@ -79,6 +79,8 @@ OPS = {
     "Mod": r"test_mod_\w+",
     "ReduceProd": r"test_reduce_prod_\w+",
     "DepthToSpace, SpaceToDepth": r"test_(depthtospace|spacetodepth)(_\w+)?",
+    "ConstantOfShape": r"test_constantofshape_\w+",
+    "NonZero": r"test_nonzero_example",
 }
 
 

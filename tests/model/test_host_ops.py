@@ -105,6 +105,59 @@ def test_data_dependent_k_is_refused():
         m.bind({"x": (4, 4), "k": (1,)})
 
 
+def test_nonzero_of_a_run_time_tensor_is_refused_and_of_a_constant_folded():
+    """NonZero's output shape is its input's count of nonzero values: refused at bind for
+    a model input, folded for a constant."""
+    m = _model([helper.make_node("NonZero", ["x"], ["y"])], [_vi("x", [2, 3])], [_vi("y", None, T.INT64)])
+    with pytest.raises(ModelNotImplementedError, match="NonZero's output shape .* known only at run time"):
+        m.bind({"x": (2, 3)})
+    m = _model(
+        [helper.make_node("NonZero", ["c"], ["i"]), helper.make_node("Cast", ["i"], ["f"], to=T.FLOAT)]
+        + [
+            helper.make_node("ReduceSum", ["f"], ["s"], keepdims=0),
+            helper.make_node("Add", ["x", "s"], ["y"]),
+        ],
+        [_vi("x", [1])],
+        [_vi("y", None)],
+        [_f32("c", [[0, 2, 0], [1, 0, 3]])],
+    )
+    bound, _ = m.bind({"x": (1,)})
+    assert [n.op for n in bound.folded] == ["nonzero", "cast", "reduce_sum"]
+    assert bound.consts["i"].tolist() == [[0, 1, 1], [1, 0, 2]]
+    assert m({"x": np.zeros(1, np.float32)})["y"].tolist() == [5.0]
+
+
+def test_an_attention_mask_from_the_input_shape_folds_at_bind():
+    """The exporters' mask: ``Shape -> Gather -> Unsqueeze -> Concat -> ConstantOfShape``
+    of the input's (known) shape is a constant at bind, for each bound sequence length."""
+    m = _model(
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+            helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
+            helper.make_node("Concat", ["n1", "n1"], ["ss"], axis=0),
+            helper.make_node(
+                "ConstantOfShape", ["ss"], ["ones"], value=numpy_helper.from_array(np.array([1], np.int64))
+            ),
+            helper.make_node("Trilu", ["ones"], ["tri"], upper=0),
+            helper.make_node("Cast", ["tri"], ["keep"], to=T.BOOL),
+            helper.make_node("Where", ["keep", "zero", "ninf"], ["mask"]),
+            helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+            helper.make_node("MatMul", ["x", "xt"], ["sc"]),
+            helper.make_node("Add", ["sc", "mask"], ["y"]),
+        ],
+        [_vi("x", [1, "seq", 4])],
+        [_vi("y", None)],
+        [_i64("one", 1), _i64("ax", [0]), _f32("zero", 0.0), _f32("ninf", -1e4)],
+    )
+    for seq in (3, 5):
+        bound, _ = m.bind({"x": (1, seq, 4)})
+        folded = [n.op for n in bound.folded]
+        assert "expand" in folded and [n.op for n in bound.nodes] == ["transpose", "matmul", "add"], folded
+        mask = bound.consts["mask"]
+        np.testing.assert_array_equal(mask, np.where(np.tril(np.ones((seq, seq))) > 0, 0.0, -1e4))
+
+
 def test_antialias_is_not_implemented():
     m = _model(
         [helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear", antialias=1)],

@@ -111,6 +111,16 @@ CASES = [
     ),
     Case("Slice", {"starts": [1], "ends": [3], "axes": [1]}, [x(4, 6)], opset=9),
     Case("Pad", {"mode": "reflect"}, [x(1, 2, 4, 4), k([0, 0, 1, 2, 0, 0, 2, 1], np.int64)]),
+    Case("ConstantOfShape", {}, [k([2, 3], np.int64)]),
+    Case(
+        "ConstantOfShape",
+        {"value": numpy_helper.from_array(np.array([7], np.int32))},
+        [k([4, 0, 2], np.int64)],
+    ),
+    Case(
+        "ConstantOfShape", {"value": numpy_helper.from_array(np.array([-1.5], np.float32))}, [k([], np.int64)]
+    ),
+    Case("NonZero", {}, [k([[0, 1.5, 0], [2, 0, -1], [0, 0, 0]])]),
     Case("Constant", {"value": numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3))}, []),
     Case("QuantizeLinear", {}, [x(2, 3, 4), k(0.05), k(3, np.uint8)]),
     Case(

@@ -78,7 +78,7 @@ class OnnxName:
     up to (not including) ``until``.  ``parse(c, a, ins)`` makes the node from the ONNX
     node's attributes ``a`` (Python values) and input names ``ins`` through the importer's
     context ``c`` (``c.opset``, ``c.where``, ``c.name``, ``c.outs``, ``c.const(value,
-    dtype)``, ``c.dtype(elem_type)``, ``c.rank_of(name)``, ``c.mk(attrs, inputs, n_out,
+    dtype)``, ``c.tensor(tensor_proto)``, ``c.dtype(elem_type)``, ``c.rank_of(name)``, ``c.mk(attrs, inputs, n_out,
     keep)``, ``c.add(op, suffix, inputs, outputs, attrs)``); None: the node's inputs,
     no attributes.  ``doc``: what the docs' table says of it beyond the record's placement."""
 

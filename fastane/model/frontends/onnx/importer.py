@@ -287,6 +287,10 @@ class OnnxContext:
         """The name of a new constant of ``value`` as ``dtype``."""
         return self._b.const(value, dtype)
 
+    def tensor(self, t) -> np.ndarray:
+        """A tensor attribute's value (an ONNX TensorProto, checked as initializers are)."""
+        return _tensor(t, f"{self.where} attribute")
+
     def dtype(self, elem_type) -> np.dtype:
         """The numpy dtype of an ONNX element type (a ModelError for one fastane lacks)."""
         return _np_dtype(elem_type, self.where)
