@@ -81,6 +81,8 @@ OPS = {
     "DepthToSpace, SpaceToDepth": r"test_(depthtospace|spacetodepth)(_\w+)?",
     "ConstantOfShape": r"test_constantofshape_\w+",
     "NonZero": r"test_nonzero_example",
+    "InstanceNormalization": r"test_instancenorm_\w+",
+    "GroupNormalization": r"test_group_normalization_\w+",
 }
 
 

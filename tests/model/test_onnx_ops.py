@@ -121,6 +121,10 @@ CASES = [
         "ConstantOfShape", {"value": numpy_helper.from_array(np.array([-1.5], np.float32))}, [k([], np.int64)]
     ),
     Case("NonZero", {}, [k([[0, 1.5, 0], [2, 0, -1], [0, 0, 0]])]),
+    Case("InstanceNormalization", {"epsilon": 1e-3}, [x(2, 3, 4, 5), x(3), x(3)]),
+    Case("InstanceNormalization", {}, [x(2, 3, 7), k([0.5, -1, 2]), k([0, 1, -1])]),
+    Case("GroupNormalization", {"num_groups": 2}, [x(2, 4, 3, 3), x(4), x(4)]),
+    Case("GroupNormalization", {"num_groups": 3, "epsilon": 1e-2}, [x(1, 6, 5), x(3), x(3)], opset=18),
     Case("Constant", {"value": numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3))}, []),
     Case("QuantizeLinear", {}, [x(2, 3, 4), k(0.05), k(3, np.uint8)]),
     Case(

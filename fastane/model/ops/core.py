@@ -334,6 +334,63 @@ def _rms(node, x, scale, bias=None):
     return y if bias is None else y + bias
 
 
+def _instance_infer(node, types, consts):
+    """Instance and group normalisation of ``x`` (N x C x spatial) with ``scale`` and
+    ``bias`` of one value a channel (:func:`_group_params`: a group for GroupNormalization
+    before opset 21)."""
+    x = need_float(need_input(types, 0, node), node)
+    if len(x.shape) < 2:
+        raise ModelError(f"{node.describe()}: input must be N x C x ..., got {x}")
+    c, g = x.shape[1], int(node.attrs.get("groups", 0)) or x.shape[1]
+    if g < 1 or c % g:
+        raise ModelError(f"{node.describe()}: num_groups {g} does not divide the {c} channels")
+    n = g if node.attrs.get("per_group") else c
+    for i, what in ((1, "scale"), (2, "bias")):
+        t = need_float(need_input(types, i, node, what), node, i)
+        if tuple(t.shape) != (n,):
+            raise ModelError(f"{node.describe()}: {what} must have shape ({n},), got {t}")
+    return [x]
+
+
+def _group_params(node, x, scale, bias):
+    """``scale``, ``bias`` shaped to broadcast over ``x`` (one value a channel)."""
+    shape = (x.shape[1],) + (1,) * (x.ndim - 2)
+    if node.attrs.get("per_group"):
+        rep = x.shape[1] // scale.size
+        scale, bias = np.repeat(scale, rep), np.repeat(bias, rep)
+    return scale.reshape(shape), bias.reshape(shape)
+
+
+def _groupnorm_onnx(c, a, ins):
+    if a.get("stash_type", 1) != 1:
+        raise ModelNotImplementedError(f"{c.where}: stash_type {a['stash_type']} is not supported (only 1)")
+    # before opset 21, scale and bias hold one value a group
+    return c.mk({"groups": a["num_groups"], "epsilon": a.get("epsilon", 1e-5), "per_group": c.opset < 21})
+
+
+@register_op(
+    "group_norm",
+    _instance_infer,
+    onnx=[
+        OnnxName("InstanceNormalization", take(epsilon=1e-5), doc="a group a channel"),
+        OnnxName("GroupNormalization", _groupnorm_onnx, since=18, doc="opset 18's per-group scale too"),
+    ],
+    cost=heavy(32),  # the float64 passes: the input, its deviations, the result
+)
+def _group_norm(node, x, scale, bias):
+    """``x`` normalised over each group of channels and the spatial axes (mean and
+    variance in float64), then scaled and shifted a channel."""
+    g = int(node.attrs.get("groups", 0)) or x.shape[1]
+    xg = x.astype(np.float64).reshape(x.shape[0], g, x.shape[1] // g * math.prod(x.shape[2:]))
+    mean = xg.mean(axis=-1, keepdims=True)
+    var = ((xg - mean) ** 2).mean(axis=-1, keepdims=True)
+    y = ((xg - mean) / np.sqrt(var + np.float64(np.float32(node.attrs.get("epsilon", 1e-5))))).reshape(
+        x.shape
+    )
+    s, b = _group_params(node, x, scale, bias)
+    return (y * s + b).astype(np.float32)
+
+
 def _reduce_axes(node, rank, consts_axes):
     if consts_axes is None or np.size(consts_axes) == 0:
         if node.attrs.get("noop_with_empty_axes"):
