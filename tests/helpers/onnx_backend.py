@@ -83,6 +83,7 @@ OPS = {
     "NonZero": r"test_nonzero_example",
     "InstanceNormalization": r"test_instancenorm_\w+",
     "GroupNormalization": r"test_group_normalization_\w+",
+    "DynamicQuantizeLinear": r"test_dynamicquantizelinear(_\w+)?",
 }
 
 

@@ -126,6 +126,8 @@ CASES = [
     Case("GroupNormalization", {"num_groups": 2}, [x(2, 4, 3, 3), x(4), x(4)]),
     Case("GroupNormalization", {"num_groups": 3, "epsilon": 1e-2}, [x(1, 6, 5), x(3), x(3)], opset=18),
     Case("Constant", {"value": numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3))}, []),
+    Case("DynamicQuantizeLinear", {}, [x(2, 3, 4, lo=-2, hi=5)], n_out=3),
+    Case("DynamicQuantizeLinear", {}, [x(3, 4, lo=0.5, hi=4)], n_out=3),
     Case("QuantizeLinear", {}, [x(2, 3, 4), k(0.05), k(3, np.uint8)]),
     Case(
         "DequantizeLinear",

@@ -12,9 +12,16 @@ On the ANE side, a ``dequantize -> conv/matmul -> quantize`` chain runs on the I
 (:mod:`fastane.model.placement.qlinear`); a convolution left on the FP16 path whose constant
 weight came out of a ``dequantize`` has at most 256 distinct fp16 values, which the
 placement keeps compressed (an 8-bit palette, :func:`fastane.model.placement.rules`).
+
+The dynamic quantization exporters emit runs on the host, exactly:
+``dynamic_quantize`` (DynamicQuantizeLinear: uint8 over the input's own range) and the
+integer products ``matmul_integer`` (MatMulInteger) and ``conv_integer`` (ConvInteger),
+``(a - a_zero_point) @ (b - b_zero_point)`` accumulated in int64, returned as int32.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -108,3 +115,31 @@ def _quantize(node, x, scale, zero_point=None):
     q = np.rint(x.astype(np.float32) / s).astype(np.float64) + zp
     q = np.where(np.isnan(q), zp, q)  # NaN: the zero point
     return np.clip(q, info.min, info.max).astype(dt)
+
+
+# ------------------------------------------------------------------------ dynamic quantization
+def _dyn_q_infer(node, types, consts):
+    x = need_float(need_input(types, 0, node), node)
+    if not math.prod(x.shape):
+        raise ModelError(f"{node.describe()}: the input is empty (its range sets the scale)")
+    u8 = np.dtype(np.uint8)
+    return [TensorType(u8, x.shape), TensorType(np.float32, ()), TensorType(u8, ())]
+
+
+@register_op(
+    "dynamic_quantize",
+    _dyn_q_infer,
+    "exact",
+    onnx=[OnnxName("DynamicQuantizeLinear", lambda c, a, ins: c.mk(n_out=3, keep=True))],
+)
+def _dynamic_quantize(node, x):
+    """ONNX's uint8 quantization of ``x`` over its range widened to hold 0, in float32:
+    ``scale = (max - min) / 255`` (1 / 255 when the range is empty), the zero point
+    ``round(-min / scale)`` saturated, ``y = saturate(round(x / scale) + zero point)``;
+    rounding half to even."""
+    x = x.astype(np.float32)
+    hi, lo = np.float32(max(0.0, x.max())), np.float32(min(0.0, x.min()))
+    scale = np.float32(np.float32(1.0) if hi == lo else hi - lo) / np.float32(255)
+    zp = np.rint(np.clip(np.float32(0) - lo / scale, 0, 255))
+    y = np.clip(np.rint(x / scale) + zp, 0, 255)
+    return [y.astype(np.uint8), np.array(scale, np.float32), np.array(zp, np.uint8)]
