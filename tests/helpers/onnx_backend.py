@@ -84,6 +84,7 @@ OPS = {
     "InstanceNormalization": r"test_instancenorm_\w+",
     "GroupNormalization": r"test_group_normalization_\w+",
     "DynamicQuantizeLinear": r"test_dynamicquantizelinear(_\w+)?",
+    "MatMulInteger, ConvInteger": r"test_(matmulinteger|convinteger_\w+)",
 }
 
 

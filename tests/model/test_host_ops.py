@@ -501,3 +501,23 @@ def test_norm_nodes_keep_their_names():
     ]
     m = _model(nodes, [_vi("x", [2, 8])], [_vi("w", None)], inits, opset=23)
     assert [n.name for n in m.graph.nodes] == ["ln_a", "rms_b", "ln_c"]
+
+
+@pytest.mark.parametrize("zp_shape", [(3,), (3, 1)], ids=["1-D", "M x 1"])
+def test_matmul_integer_per_row_zero_points(zp_shape):
+    """MatMulInteger's zero point of A one a row (ONNX's spec: M values, or M x 1),
+    exactly; onnx.reference subtracts a 1-D one along K instead."""
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 256, (3, 5)).astype(np.uint8)
+    b = rng.integers(-128, 128, (5, 2)).astype(np.int8)
+    zp = np.array([0, 200, 17], np.uint8).reshape(zp_shape)
+    m = _model(
+        [helper.make_node("MatMulInteger", ["a", "b", "z"], ["y"])],
+        [_vi("a", [3, 5], T.UINT8)],
+        [_vi("y", None, T.INT32)],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(zp, "z")],
+    )
+    want = (a.astype(np.int64) - zp.reshape(3, 1)) @ b.astype(np.int64)
+    y = m({"a": a})["y"]
+    assert y.dtype == np.int32
+    np.testing.assert_array_equal(y, want)

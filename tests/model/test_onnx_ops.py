@@ -128,6 +128,28 @@ CASES = [
     Case("Constant", {"value": numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3))}, []),
     Case("DynamicQuantizeLinear", {}, [x(2, 3, 4, lo=-2, hi=5)], n_out=3),
     Case("DynamicQuantizeLinear", {}, [x(3, 4, lo=0.5, hi=4)], n_out=3),
+    Case(
+        "MatMulInteger",
+        {},
+        [x(2, 3, 5, lo=0, hi=255, dtype=np.uint8), k(_RNG.integers(-128, 127, (5, 4)), np.int8)]
+        + [k(131, np.uint8), k([3, -5, 0, 127], np.int8)],
+    ),
+    Case(
+        "MatMulInteger",
+        {},
+        [x(4, 6, lo=-128, hi=127, dtype=np.int8), x(6, 3, lo=-128, hi=127, dtype=np.int8)],
+    ),
+    Case(
+        "ConvInteger",
+        {"pads": [1, 0, 1, 2], "strides": [1, 2], "group": 2},
+        [x(1, 4, 5, 6, lo=0, hi=255, dtype=np.uint8), k(_RNG.integers(0, 255, (6, 2, 3, 3)), np.uint8)]
+        + [k(100, np.uint8), k([7, 0, 255, 128, 3, 90], np.uint8)],
+    ),
+    Case(
+        "ConvInteger",
+        {},
+        [x(2, 3, 9, lo=-128, hi=127, dtype=np.int8), k(_RNG.integers(-128, 127, (2, 3, 4)), np.int8)],
+    ),
     Case("QuantizeLinear", {}, [x(2, 3, 4), k(0.05), k(3, np.uint8)]),
     Case(
         "DequantizeLinear",
