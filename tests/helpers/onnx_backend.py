@@ -85,6 +85,7 @@ OPS = {
     "GroupNormalization": r"test_group_normalization_\w+",
     "DynamicQuantizeLinear": r"test_dynamicquantizelinear(_\w+)?",
     "MatMulInteger, ConvInteger": r"test_(matmulinteger|convinteger_\w+)",
+    "LSTM, GRU, RNN": r"test_(lstm|gru|simple_rnn|rnn)_\w+",
 }
 
 

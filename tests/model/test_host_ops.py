@@ -521,3 +521,61 @@ def test_matmul_integer_per_row_zero_points(zp_shape):
     y = m({"a": a})["y"]
     assert y.dtype == np.int32
     np.testing.assert_array_equal(y, want)
+
+
+def _recurrent(op, x_shape, h, lens=None, **attrs):
+    """A one-node LSTM/GRU/RNN model on input ``x`` with random weights and biases."""
+    rng = np.random.default_rng(5)
+    g = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    nd = 2 if attrs.get("direction") == "bidirectional" else 1
+    inits = [
+        _f32(n, rng.uniform(-0.6, 0.6, s))
+        for n, s in (("W", (nd, g * h, x_shape[-1])), ("R", (nd, g * h, h)))
+    ]
+    inits += [_f32("B", rng.uniform(-0.6, 0.6, (nd, 2 * g * h)))]
+    ins = ["x", "W", "R", "B"]
+    if lens is not None:
+        inits.append(numpy_helper.from_array(np.asarray(lens, np.int32), "L"))
+        ins.append("L")
+    outs = ["y", "yh"]
+    node = helper.make_node(op, ins, outs, hidden_size=h, **attrs)
+    return _model([node], [_vi("x", list(x_shape))], [_vi(o, None) for o in outs], inits, opset=22)
+
+
+def test_rnn_clip_bounds_the_activations_inputs():
+    """``clip`` bounds the inputs of the activations (onnx.reference ignores it): one step
+    of RNN is ``tanh(clip(x W^T + Wb + Rb))``."""
+    x = np.random.default_rng(6).uniform(-3, 3, (1, 2, 3)).astype(np.float32)
+    m = _recurrent("RNN", x.shape, 4, clip=0.5)
+    c = m.graph.consts
+    want = np.tanh(np.clip(x[0] @ c["W"][0].T + c["B"][0, :4] + c["B"][0, 4:], -0.5, 0.5))
+    got = m.reference({"x": x})
+    np.testing.assert_allclose(got["y"][0, 0], want, rtol=1e-6)
+    np.testing.assert_allclose(got["yh"][0], want, rtol=1e-6)
+    assert np.abs(np.arctanh(got["y"])).max() <= 0.5 + 1e-6
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_recurrent_sequence_lens_stop_each_sequence_at_its_length(op, direction):
+    """With sequence lengths, each batch element's outputs are those of its own sequence
+    cut to its length (a reverse direction starting at its last step), its ``Y`` rows
+    beyond it 0."""
+    lens = [5, 2, 0, 4]
+    x = np.random.default_rng(7).uniform(-2, 2, (5, 4, 3)).astype(np.float32)
+    got = _recurrent(op, x.shape, 3, lens, direction=direction).reference({"x": x})
+    for b, n in enumerate(lens):
+        alone = _recurrent(op, (max(n, 1), 1, 3), 3, direction=direction).reference(
+            {"x": x[: max(n, 1), b : b + 1]}
+        )
+        if n == 0:  # nothing run: the initial state (0)
+            assert not got["yh"][:, b].any() and not got["y"][:, :, b].any()
+            continue
+        np.testing.assert_allclose(got["y"][:n, :, b], alone["y"][:, :, 0], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(got["yh"][:, b], alone["yh"][:, 0], rtol=1e-6, atol=1e-7)
+        assert not got["y"][n:, :, b].any()
+
+
+def test_recurrent_non_default_activations_are_refused():
+    with pytest.raises(ModelNotImplementedError, match="activations .* not implemented"):
+        _recurrent("GRU", (2, 1, 3), 3, activations=["Relu", "Tanh"])

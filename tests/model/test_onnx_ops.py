@@ -56,6 +56,32 @@ def k(value, dtype=np.float32):
     return ("const", np.asarray(value, dtype))
 
 
+def w(*shape):
+    """A constant weight of ``shape``, values in [-0.6, 0.6)."""
+    return k(_RNG.uniform(-0.6, 0.6, shape))
+
+
+def rnn(op, nd, seq=5, batch=2, inp=3, h=4, layout=0, states=0, lens=None, **attrs):
+    """A recurrent op's line: ``nd`` directions, biases, ``states`` initial states (and
+    LSTM's peepholes with both), ``lens`` sequence lengths (None: absent)."""
+    g = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    xs = (batch, seq, inp) if layout else (seq, batch, inp)
+    st = (batch, nd, h) if layout else (nd, batch, h)
+    ins = [x(*xs), w(nd, g * h, inp), w(nd, g * h, h), w(nd, 2 * g * h)]
+    ins += [None if lens is None else k(lens, np.int32)] + [x(*st) for _ in range(states)]
+    ins += [w(nd, 3 * h)] if op == "LSTM" and states == 2 else []
+    direction = (
+        {1: "forward", 2: "bidirectional"}[nd] if attrs.get("direction") is None else attrs.pop("direction")
+    )
+    return Case(
+        op,
+        {"hidden_size": h, "layout": layout, "direction": direction, **attrs},
+        ins,
+        22,
+        3 if op == "LSTM" else 2,
+    )
+
+
 class Case(NamedTuple):
     op: str
     attrs: dict
@@ -125,6 +151,14 @@ CASES = [
     Case("InstanceNormalization", {}, [x(2, 3, 7), k([0.5, -1, 2]), k([0, 1, -1])]),
     Case("GroupNormalization", {"num_groups": 2}, [x(2, 4, 3, 3), x(4), x(4)]),
     Case("GroupNormalization", {"num_groups": 3, "epsilon": 1e-2}, [x(1, 6, 5), x(3), x(3)], opset=18),
+    rnn("LSTM", 1),
+    rnn("LSTM", 2, layout=1, states=2, lens=[5, 5]),
+    rnn("LSTM", 1, direction="reverse", states=1),
+    rnn("GRU", 1),
+    rnn("GRU", 2, linear_before_reset=1, states=1, lens=[5, 5]),
+    rnn("GRU", 1, layout=1, direction="reverse"),
+    rnn("RNN", 1, states=1),
+    rnn("RNN", 2, layout=1),
     Case("Constant", {"value": numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3))}, []),
     Case("DynamicQuantizeLinear", {}, [x(2, 3, 4, lo=-2, hi=5)], n_out=3),
     Case("DynamicQuantizeLinear", {}, [x(3, 4, lo=0.5, hi=4)], n_out=3),
@@ -179,7 +213,11 @@ CASES = [
 
 def _model(case: Case):
     names, inputs, inits, feeds = [], [], [], {}
-    for i, (role, v) in enumerate(case.inputs):
+    for i, given in enumerate(case.inputs):
+        if given is None:  # an omitted optional input
+            names.append("")
+            continue
+        role, v = given
         name = f"i{i}"
         names.append(name)
         if role == "const":
