@@ -30,8 +30,9 @@ _H0 = 5
 
 
 def _parse(c, a, ins):
-    op = c.fop
-    gates, states, acts = _SPEC[op]
+    gates, states, acts = _SPEC[c.fop]
+    if not any(c.outs):  # every output is optional
+        raise ModelError(f"{c.where}: uses none of its outputs")
     direction = a.get("direction", "forward")
     if direction not in ("forward", "reverse", "bidirectional"):
         raise ModelError(f"{c.where}: direction {direction!r} is not forward, reverse or bidirectional")
