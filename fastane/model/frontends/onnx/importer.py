@@ -186,17 +186,17 @@ def _check_schema(op: str, opset: int, types: dict, ins: list, outs: list, where
         except defs.SchemaError:  # pragma: no cover - every op of SUPPORTED has a schema
             return
     ver = f"{op}-{schema.since_version}"
+    missing = [k for k, spec in schema.attributes.items() if spec.required and k not in types]
     for k, spec in schema.attributes.items():
-        if k not in types:
-            if spec.required:
-                raise ModelError(f"{where}: the required attribute {k!r} of {ver} is missing")
-        elif types[k] != int(spec.type):
+        if k in types and types[k] != int(spec.type):
             got = (
                 AttributeProto.AttributeType.Name(types[k])
                 if types[k] in AttributeProto.AttributeType.values()
                 else types[k]
             )
             raise ModelError(f"{where}: attribute {k!r} is {got}, {ver} takes {spec.type.name}")
+    if missing:  # after the wrong types: a node with both is named for its wrong attribute
+        raise ModelError(f"{where}: the required attribute {missing[0]!r} of {ver} is missing")
     counts = [("output", outs, schema.min_output, schema.max_output)]
     if not schema.deprecated:  # Upsample, Scatter: fastane also takes their older inputs
         counts.append(("input", ins, schema.min_input, schema.max_input))
