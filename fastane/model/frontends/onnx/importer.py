@@ -140,15 +140,18 @@ def _value_type(vi, what: str) -> TensorType:
         raise ModelError(f"{what}: has no declared shape (rank unknown)")
     dims = []
     for i, d in enumerate(tt.shape.dim):
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value != -1:
             if d.dim_value < 0:
                 raise ModelError(f"{what}: negative dimension {d.dim_value}")
             dims.append(int(d.dim_value))
-        else:
-            # a symbol is only compared: its unprintable characters escaped keep messages one line
-            dims.append(
-                quote(_text(d.dim_param), None, marks=False) or f"{quote(name, None, marks=False)}:{i}"
-            )
+            continue
+        # a named symbol is one size wherever it appears (only compared: its unprintable
+        # characters escaped keep messages one line); -1, '?' and an empty dimension are
+        # each their own unknown, named "input:axis"
+        sym = _text(d.dim_param)
+        dims.append(
+            quote(sym, None, marks=False) if sym not in ("", "?") else f"{quote(name, None, marks=False)}:{i}"
+        )
     return TensorType(dt, tuple(dims))
 
 
