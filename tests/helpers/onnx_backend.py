@@ -79,6 +79,13 @@ OPS = {
     "Mod": r"test_mod_\w+",
     "ReduceProd": r"test_reduce_prod_\w+",
     "DepthToSpace, SpaceToDepth": r"test_(depthtospace|spacetodepth)(_\w+)?",
+    "ConstantOfShape": r"test_constantofshape_\w+",
+    "NonZero": r"test_nonzero_example",
+    "InstanceNormalization": r"test_instancenorm_\w+",
+    "GroupNormalization": r"test_group_normalization_\w+",
+    "DynamicQuantizeLinear": r"test_dynamicquantizelinear(_\w+)?",
+    "MatMulInteger, ConvInteger": r"test_(matmulinteger|convinteger_\w+)",
+    "LSTM, GRU, RNN": r"test_(lstm|gru|simple_rnn|rnn)_\w+",
 }
 
 

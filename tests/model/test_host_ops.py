@@ -105,6 +105,59 @@ def test_data_dependent_k_is_refused():
         m.bind({"x": (4, 4), "k": (1,)})
 
 
+def test_nonzero_of_a_run_time_tensor_is_refused_and_of_a_constant_folded():
+    """NonZero's output shape is its input's count of nonzero values: refused at bind for
+    a model input, folded for a constant."""
+    m = _model([helper.make_node("NonZero", ["x"], ["y"])], [_vi("x", [2, 3])], [_vi("y", None, T.INT64)])
+    with pytest.raises(ModelNotImplementedError, match="NonZero's output shape .* known only at run time"):
+        m.bind({"x": (2, 3)})
+    m = _model(
+        [helper.make_node("NonZero", ["c"], ["i"]), helper.make_node("Cast", ["i"], ["f"], to=T.FLOAT)]
+        + [
+            helper.make_node("ReduceSum", ["f"], ["s"], keepdims=0),
+            helper.make_node("Add", ["x", "s"], ["y"]),
+        ],
+        [_vi("x", [1])],
+        [_vi("y", None)],
+        [_f32("c", [[0, 2, 0], [1, 0, 3]])],
+    )
+    bound, _ = m.bind({"x": (1,)})
+    assert [n.op for n in bound.folded] == ["nonzero", "cast", "reduce_sum"]
+    assert bound.consts["i"].tolist() == [[0, 1, 1], [1, 0, 2]]
+    assert m({"x": np.zeros(1, np.float32)})["y"].tolist() == [5.0]
+
+
+def test_an_attention_mask_from_the_input_shape_folds_at_bind():
+    """The exporters' mask: ``Shape -> Gather -> Unsqueeze -> Concat -> ConstantOfShape``
+    of the input's (known) shape is a constant at bind, for each bound sequence length."""
+    m = _model(
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+            helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
+            helper.make_node("Concat", ["n1", "n1"], ["ss"], axis=0),
+            helper.make_node(
+                "ConstantOfShape", ["ss"], ["ones"], value=numpy_helper.from_array(np.array([1], np.int64))
+            ),
+            helper.make_node("Trilu", ["ones"], ["tri"], upper=0),
+            helper.make_node("Cast", ["tri"], ["keep"], to=T.BOOL),
+            helper.make_node("Where", ["keep", "zero", "ninf"], ["mask"]),
+            helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+            helper.make_node("MatMul", ["x", "xt"], ["sc"]),
+            helper.make_node("Add", ["sc", "mask"], ["y"]),
+        ],
+        [_vi("x", [1, "seq", 4])],
+        [_vi("y", None)],
+        [_i64("one", 1), _i64("ax", [0]), _f32("zero", 0.0), _f32("ninf", -1e4)],
+    )
+    for seq in (3, 5):
+        bound, _ = m.bind({"x": (1, seq, 4)})
+        folded = [n.op for n in bound.folded]
+        assert "expand" in folded and [n.op for n in bound.nodes] == ["transpose", "matmul", "add"], folded
+        mask = bound.consts["mask"]
+        np.testing.assert_array_equal(mask, np.where(np.tril(np.ones((seq, seq))) > 0, 0.0, -1e4))
+
+
 def test_antialias_is_not_implemented():
     m = _model(
         [helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear", antialias=1)],
@@ -448,3 +501,81 @@ def test_norm_nodes_keep_their_names():
     ]
     m = _model(nodes, [_vi("x", [2, 8])], [_vi("w", None)], inits, opset=23)
     assert [n.name for n in m.graph.nodes] == ["ln_a", "rms_b", "ln_c"]
+
+
+@pytest.mark.parametrize("zp_shape", [(3,), (3, 1)], ids=["1-D", "M x 1"])
+def test_matmul_integer_per_row_zero_points(zp_shape):
+    """MatMulInteger's zero point of A one a row (ONNX's spec: M values, or M x 1),
+    exactly; onnx.reference subtracts a 1-D one along K instead."""
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 256, (3, 5)).astype(np.uint8)
+    b = rng.integers(-128, 128, (5, 2)).astype(np.int8)
+    zp = np.array([0, 200, 17], np.uint8).reshape(zp_shape)
+    m = _model(
+        [helper.make_node("MatMulInteger", ["a", "b", "z"], ["y"])],
+        [_vi("a", [3, 5], T.UINT8)],
+        [_vi("y", None, T.INT32)],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(zp, "z")],
+    )
+    want = (a.astype(np.int64) - zp.reshape(3, 1)) @ b.astype(np.int64)
+    y = m({"a": a})["y"]
+    assert y.dtype == np.int32
+    np.testing.assert_array_equal(y, want)
+
+
+def _recurrent(op, x_shape, h, lens=None, **attrs):
+    """A one-node LSTM/GRU/RNN model on input ``x`` with random weights and biases."""
+    rng = np.random.default_rng(5)
+    g = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    nd = 2 if attrs.get("direction") == "bidirectional" else 1
+    inits = [
+        _f32(n, rng.uniform(-0.6, 0.6, s))
+        for n, s in (("W", (nd, g * h, x_shape[-1])), ("R", (nd, g * h, h)))
+    ]
+    inits += [_f32("B", rng.uniform(-0.6, 0.6, (nd, 2 * g * h)))]
+    ins = ["x", "W", "R", "B"]
+    if lens is not None:
+        inits.append(numpy_helper.from_array(np.asarray(lens, np.int32), "L"))
+        ins.append("L")
+    outs = ["y", "yh"]
+    node = helper.make_node(op, ins, outs, hidden_size=h, **attrs)
+    return _model([node], [_vi("x", list(x_shape))], [_vi(o, None) for o in outs], inits, opset=22)
+
+
+def test_rnn_clip_bounds_the_activations_inputs():
+    """``clip`` bounds the inputs of the activations (onnx.reference ignores it): one step
+    of RNN is ``tanh(clip(x W^T + Wb + Rb))``."""
+    x = np.random.default_rng(6).uniform(-3, 3, (1, 2, 3)).astype(np.float32)
+    m = _recurrent("RNN", x.shape, 4, clip=0.5)
+    c = m.graph.consts
+    want = np.tanh(np.clip(x[0] @ c["W"][0].T + c["B"][0, :4] + c["B"][0, 4:], -0.5, 0.5))
+    got = m.reference({"x": x})
+    np.testing.assert_allclose(got["y"][0, 0], want, rtol=1e-6)
+    np.testing.assert_allclose(got["yh"][0], want, rtol=1e-6)
+    assert np.abs(np.arctanh(got["y"])).max() <= 0.5 + 1e-6
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_recurrent_sequence_lens_stop_each_sequence_at_its_length(op, direction):
+    """With sequence lengths, each batch element's outputs are those of its own sequence
+    cut to its length (a reverse direction starting at its last step), its ``Y`` rows
+    beyond it 0."""
+    lens = [5, 2, 0, 4]
+    x = np.random.default_rng(7).uniform(-2, 2, (5, 4, 3)).astype(np.float32)
+    got = _recurrent(op, x.shape, 3, lens, direction=direction).reference({"x": x})
+    for b, n in enumerate(lens):
+        alone = _recurrent(op, (max(n, 1), 1, 3), 3, direction=direction).reference(
+            {"x": x[: max(n, 1), b : b + 1]}
+        )
+        if n == 0:  # nothing run: the initial state (0)
+            assert not got["yh"][:, b].any() and not got["y"][:, :, b].any()
+            continue
+        np.testing.assert_allclose(got["y"][:n, :, b], alone["y"][:, :, 0], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(got["yh"][:, b], alone["yh"][:, 0], rtol=1e-6, atol=1e-7)
+        assert not got["y"][n:, :, b].any()
+
+
+def test_recurrent_non_default_activations_are_refused():
+    with pytest.raises(ModelNotImplementedError, match="activations .* not implemented"):
+        _recurrent("GRU", (2, 1, 3), 3, activations=["Relu", "Tanh"])

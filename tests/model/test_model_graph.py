@@ -56,11 +56,9 @@ def test_missing_file(tmp_path):
 
 
 def test_unknown_op_is_named():
-    # (Hardmax, the op this test used, now runs on the host: tests/model/test_host_ops.py)
-    m = _model(
-        [helper.make_node("NonZero", ["x"], ["y"], name="hm")], [_vi("x", [2])], [_vi("y", [1, 2], T.INT64)]
-    )
-    with pytest.raises(ModelError, match="'hm'.*'NonZero' is not supported"):
+    # (Hardmax and NonZero, the ops this test used, are imported now: tests/model/test_host_ops.py)
+    m = _model([helper.make_node("Unique", ["x"], ["y"], name="hm")], [_vi("x", [2])], [_vi("y", [2])])
+    with pytest.raises(ModelError, match="'hm'.*'Unique' is not supported"):
         fastane.load_model(m)
 
 
@@ -278,3 +276,60 @@ def test_mutated_files_give_model_errors_only(tmp_path):
         except ModelError:
             outcomes["error"] += 1
     assert outcomes["error"] > 0
+
+
+def _unknown_dims_model(x_dims, y_dims):
+    """``x + y``, the inputs declared with ``x_dims``, ``y_dims`` (ints, -1, names, '?', None)."""
+    return fastane.load_model(
+        _model(
+            [helper.make_node("Add", ["x", "y"], ["z"])],
+            [_vi("x", x_dims), _vi("y", y_dims)],
+            [_vi("z", None)],
+        )
+    )
+
+
+def test_minus_one_and_question_marks_are_each_their_own_unknown():
+    """An input declared ``[-1, 3, '?', '?']``: the -1 and each '?' bind to any size, the
+    two '?' to different ones; fixed dimensions still checked."""
+    m = _unknown_dims_model([-1, 3, "?", "?"], [1])
+    x = np.arange(2 * 3 * 5 * 7, dtype=np.float32).reshape(2, 3, 5, 7) / 64
+    np.testing.assert_array_equal(m({"x": x, "y": np.ones(1, np.float32)})["z"], (x + 1).astype(np.float16))
+    bound, _ = m.bind({"x": (4, 3, 1, 9), "y": (1,)})
+    assert bound.types["z"].shape == (4, 3, 1, 9)
+    with pytest.raises(ModelError, match=r"expected shape \(x:0, 3, x:2, x:3\), got \(2, 4, 5, 7\)"):
+        m.bind({"x": (2, 4, 5, 7), "y": (1,)})
+
+
+@pytest.mark.parametrize("dim", [-1, "?", None], ids=["minus-one", "question-mark", "empty"])
+def test_anonymous_unknowns_of_two_inputs_are_not_the_same_size(dim):
+    m = _unknown_dims_model([dim, 4], [dim, 1])
+    bound, _ = m.bind({"x": (3, 4), "y": (1, 1)})
+    assert bound.types["z"].shape == (3, 4) and bound.symbols == {"x:0": 3, "y:0": 1}
+
+
+def test_equal_named_symbols_are_one_size():
+    m = _unknown_dims_model(["batch", "seq"], ["batch", 1])
+    assert m.bind({"x": (2, 5), "y": (2, 1)})[0].types["z"].shape == (2, 5)
+    with pytest.raises(ModelError, match=r"input 'y': dimension 0 is 'batch' = 2 elsewhere, got 3"):
+        m.bind({"x": (2, 5), "y": (3, 1)})
+
+
+def test_other_negative_dimensions_are_refused():
+    with pytest.raises(ModelError, match="negative dimension -2"):
+        _unknown_dims_model([-2, 4], [1])
+
+
+def test_shape_binds_the_unknown_dimensions_on_the_command_line(tmp_path, capsys):
+    """``--shape`` gives the sizes of -1 and '?' dimensions; without it the message asks
+    for one."""
+    from fastane.cli import main
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "t", [_vi("x", [-1, 3, "?", "?"])], [_vi("y", None)]
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert main(["run", str(path), "--random", "--shape", "x=2x3x4x5"]) == 0
+    assert main(["run", str(path), "--random"]) != 0
+    assert "bind it with --shape x=Nx3xNxN" in capsys.readouterr().err

@@ -56,6 +56,32 @@ def k(value, dtype=np.float32):
     return ("const", np.asarray(value, dtype))
 
 
+def w(*shape):
+    """A constant weight of ``shape``, values in [-0.6, 0.6)."""
+    return k(_RNG.uniform(-0.6, 0.6, shape))
+
+
+def rnn(op, nd, seq=5, batch=2, inp=3, h=4, layout=0, states=0, lens=None, **attrs):
+    """A recurrent op's line: ``nd`` directions, biases, ``states`` initial states (and
+    LSTM's peepholes with both), ``lens`` sequence lengths (None: absent)."""
+    g = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    xs = (batch, seq, inp) if layout else (seq, batch, inp)
+    st = (batch, nd, h) if layout else (nd, batch, h)
+    ins = [x(*xs), w(nd, g * h, inp), w(nd, g * h, h), w(nd, 2 * g * h)]
+    ins += [None if lens is None else k(lens, np.int32)] + [x(*st) for _ in range(states)]
+    ins += [w(nd, 3 * h)] if op == "LSTM" and states == 2 else []
+    direction = (
+        {1: "forward", 2: "bidirectional"}[nd] if attrs.get("direction") is None else attrs.pop("direction")
+    )
+    return Case(
+        op,
+        {"hidden_size": h, "layout": layout, "direction": direction, **attrs},
+        ins,
+        22,
+        3 if op == "LSTM" else 2,
+    )
+
+
 class Case(NamedTuple):
     op: str
     attrs: dict
@@ -80,6 +106,25 @@ CASES = [
     Case("Min", {}, [x(2, 3, 4), x(2, 3, 4)]),
     Case("Max", {}, [x(2, 3, 4), x(2, 3, 4)]),
     Case("Sum", {}, [x(2, 3), x(2, 3), x(2, 3)]),
+    # integer elementwise (T5's relative-position buckets): exactly, on the host
+    Case("Abs", {}, [x(2, 3, 4, lo=-50, hi=50, dtype=np.int64)]),
+    Case("Neg", {}, [x(2, 3, 4, lo=-50, hi=50, dtype=np.int64)]),
+    Case("Add", {}, [x(2, 3, 4, lo=-50, hi=50, dtype=np.int64), x(3, 4, lo=-50, hi=50, dtype=np.int64)]),
+    Case("Mul", {}, [x(2, 3, 4, lo=-50, hi=50, dtype=np.int64), x(2, 3, 4, lo=-50, hi=50, dtype=np.int64)]),
+    Case(
+        "Div",
+        {},
+        [x(2, 3, 4, lo=-50, hi=50, dtype=np.int64), k(_RNG.choice([-7, -3, -1, 2, 5], (3, 4)), np.int64)],
+    ),
+    Case("Min", {}, [x(2, 3, 4, lo=-50, hi=50, dtype=np.int64), x(2, 3, 4, lo=-50, hi=50, dtype=np.int64)]),
+    Case("Max", {}, [x(2, 3, 4, lo=-50, hi=50, dtype=np.int64), x(2, 3, 4, lo=-50, hi=50, dtype=np.int64)]),
+    Case("Relu", {}, [x(2, 3, 4, lo=-50, hi=50, dtype=np.int32)]),
+    Case("Sign", {}, [x(2, 3, 4, lo=-50, hi=50, dtype=np.int64)]),
+    Case("Clip", {}, [x(2, 3, 4, lo=-50, hi=50, dtype=np.int64), k(-7, np.int64), k(9, np.int64)]),
+    Case("Shrink", {"bias": 2.0, "lambd": 3.0}, [x(2, 3, 4, lo=-50, hi=50, dtype=np.int64)]),
+    Case("PRelu", {}, [x(2, 3, 4, lo=-50, hi=50, dtype=np.int64), k([2, -1, 3, 0], np.int64)]),
+    Case("Sub", {}, [x(2, 3, 4, lo=-50, hi=50, dtype=np.int32), x(2, 3, 4, lo=-50, hi=50, dtype=np.int32)]),
+    Case("Pow", {}, [x(2, 3, 4, lo=-9, hi=9, dtype=np.int64), k(_RNG.integers(0, 4, (4,)), np.int64)]),
     Case("Cast", {"to": T.INT32}, [x(2, 3, 4, lo=-9, hi=9)]),
     Case("Dropout", {}, [x(2, 3, 4)]),
     Case("Identity", {}, [x(2, 3)]),
@@ -92,7 +137,53 @@ CASES = [
     ),
     Case("Slice", {"starts": [1], "ends": [3], "axes": [1]}, [x(4, 6)], opset=9),
     Case("Pad", {"mode": "reflect"}, [x(1, 2, 4, 4), k([0, 0, 1, 2, 0, 0, 2, 1], np.int64)]),
+    Case("ConstantOfShape", {}, [k([2, 3], np.int64)]),
+    Case(
+        "ConstantOfShape",
+        {"value": numpy_helper.from_array(np.array([7], np.int32))},
+        [k([4, 0, 2], np.int64)],
+    ),
+    Case(
+        "ConstantOfShape", {"value": numpy_helper.from_array(np.array([-1.5], np.float32))}, [k([], np.int64)]
+    ),
+    Case("NonZero", {}, [k([[0, 1.5, 0], [2, 0, -1], [0, 0, 0]])]),
+    Case("InstanceNormalization", {"epsilon": 1e-3}, [x(2, 3, 4, 5), x(3), x(3)]),
+    Case("InstanceNormalization", {}, [x(2, 3, 7), k([0.5, -1, 2]), k([0, 1, -1])]),
+    Case("GroupNormalization", {"num_groups": 2}, [x(2, 4, 3, 3), x(4), x(4)]),
+    Case("GroupNormalization", {"num_groups": 3, "epsilon": 1e-2}, [x(1, 6, 5), x(3), x(3)], opset=18),
+    rnn("LSTM", 1),
+    rnn("LSTM", 2, layout=1, states=2, lens=[5, 5]),
+    rnn("LSTM", 1, direction="reverse", states=1),
+    rnn("GRU", 1),
+    rnn("GRU", 2, linear_before_reset=1, states=1, lens=[5, 5]),
+    rnn("GRU", 1, layout=1, direction="reverse"),
+    rnn("RNN", 1, states=1),
+    rnn("RNN", 2, layout=1),
     Case("Constant", {"value": numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3))}, []),
+    Case("DynamicQuantizeLinear", {}, [x(2, 3, 4, lo=-2, hi=5)], n_out=3),
+    Case("DynamicQuantizeLinear", {}, [x(3, 4, lo=0.5, hi=4)], n_out=3),
+    Case(
+        "MatMulInteger",
+        {},
+        [x(2, 3, 5, lo=0, hi=255, dtype=np.uint8), k(_RNG.integers(-128, 127, (5, 4)), np.int8)]
+        + [k(131, np.uint8), k([3, -5, 0, 127], np.int8)],
+    ),
+    Case(
+        "MatMulInteger",
+        {},
+        [x(4, 6, lo=-128, hi=127, dtype=np.int8), x(6, 3, lo=-128, hi=127, dtype=np.int8)],
+    ),
+    Case(
+        "ConvInteger",
+        {"pads": [1, 0, 1, 2], "strides": [1, 2], "group": 2},
+        [x(1, 4, 5, 6, lo=0, hi=255, dtype=np.uint8), k(_RNG.integers(0, 255, (6, 2, 3, 3)), np.uint8)]
+        + [k(100, np.uint8), k([7, 0, 255, 128, 3, 90], np.uint8)],
+    ),
+    Case(
+        "ConvInteger",
+        {},
+        [x(2, 3, 9, lo=-128, hi=127, dtype=np.int8), k(_RNG.integers(-128, 127, (2, 3, 4)), np.int8)],
+    ),
     Case("QuantizeLinear", {}, [x(2, 3, 4), k(0.05), k(3, np.uint8)]),
     Case(
         "DequantizeLinear",
@@ -122,7 +213,11 @@ CASES = [
 
 def _model(case: Case):
     names, inputs, inits, feeds = [], [], [], {}
-    for i, (role, v) in enumerate(case.inputs):
+    for i, given in enumerate(case.inputs):
+        if given is None:  # an omitted optional input
+            names.append("")
+            continue
+        role, v = given
         name = f"i{i}"
         names.append(name)
         if role == "const":

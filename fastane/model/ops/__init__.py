@@ -7,7 +7,9 @@
 - :mod:`.layout`: flatten, reshape, transpose, squeeze, concat, slice, pad, ...;
 - :mod:`.index`: gather, scatter, tile, split, depth/space moves (host);
 - :mod:`.resize`: resize and upsample (host);
-- :mod:`.quant`: quantize and dequantize (ONNX QDQ);
+- :mod:`.quant`: quantize and dequantize (ONNX QDQ), dynamic quantization and the integer
+  products;
+- :mod:`.recurrent`: LSTM, GRU, RNN (host);
 - :mod:`.host`: the other ops fastane runs only on the host.
 
 Importing this package registers every op.
@@ -15,8 +17,8 @@ Importing this package registers every op.
 
 from __future__ import annotations
 
-# registered in this order (the order of OPS): host, mac, index, layout, quant, resize, core
-from . import host, mac, index, layout, quant, resize  # noqa: F401
+# registered in this order (the order of OPS): host, mac, index, layout, quant, resize, recurrent, core
+from . import host, mac, index, layout, quant, resize, recurrent  # noqa: F401
 from .core import pool_geometry
 from .mac import bn_affine, conv_geometry, deconv_geometry
 from .opdef import OPS, OpDef, host_eval

@@ -37,6 +37,7 @@ from .opdef import (
     need_float,
     need_input,
     register_op,
+    same_number,
     same_type,
     take,
 )
@@ -47,8 +48,8 @@ __all__ = ["pool_geometry"]
 
 
 # ------------------------------------------------------------------------ unary
-def _unary(name, fn, kind="table", ane="", onnx=(), cost=None, mil=()):
-    register_op(name, same_type, kind, ane=ane, onnx=onnx, cost=cost, mil=mil)(lambda node, x: fn(node, x))
+def _unary(name, fn, kind="table", ane="", onnx=(), cost=None, mil=(), infer=same_type):
+    register_op(name, infer, kind, ane=ane, onnx=onnx, cost=cost, mil=mil)(lambda node, x: fn(node, x))
 
 
 def _erf(x):
@@ -70,6 +71,7 @@ _unary(
     ane="activation",
     onnx=["Relu"],
     mil=["relu"],
+    infer=same_number,
 )
 _unary(
     "leaky_relu",
@@ -103,9 +105,11 @@ _unary("sqrt", lambda n, x: np.sqrt(x), ane="activation", onnx=["Sqrt"], mil=["s
 _unary("reciprocal", lambda n, x: np.reciprocal(x), ane="activation", onnx=["Reciprocal"])
 _unary("exp2", lambda n, x: np.exp2(x), ane="activation")
 _unary("rsqrt", lambda n, x: (1 / np.sqrt(x.astype(np.float64))).astype(x.dtype), ane="activation")
-_unary("abs", lambda n, x: np.abs(x), "exact", ane="unary", onnx=["Abs"], mil=["abs"])
-_unary("neg", lambda n, x: np.negative(x), "exact", ane="unary", onnx=["Neg"])
-_unary("sign", lambda n, x: np.sign(x), "exact", ane="activation", onnx=["Sign"], mil=["sign"])
+_unary("abs", lambda n, x: np.abs(x), "exact", ane="unary", onnx=["Abs"], mil=["abs"], infer=same_number)
+_unary("neg", lambda n, x: np.negative(x), "exact", ane="unary", onnx=["Neg"], infer=same_number)
+_unary(
+    "sign", lambda n, x: np.sign(x), "exact", ane="activation", onnx=["Sign"], mil=["sign"], infer=same_number
+)
 _unary("floor", lambda n, x: np.floor(x), "exact", onnx=["Floor"], mil=["floor"])
 _unary("ceil", lambda n, x: np.ceil(x), "exact", onnx=["Ceil"], mil=["ceil"])
 _unary("erf", lambda n, x: _erf(x), onnx=["Erf"], cost=_ERF_COST, mil=["erf"])
@@ -144,10 +148,6 @@ OPS["identity"] = dataclasses.replace(
 )
 
 
-def _clip_infer(node, types, consts):
-    return [need_float(need_input(types, 0, node), node)]
-
-
 def _clip_onnx(c, a, ins):
     if c.opset < 11:  # the bounds were attributes
         ins = ins[:1] + [
@@ -157,7 +157,7 @@ def _clip_onnx(c, a, ins):
     return c.mk(inputs=ins)
 
 
-@register_op("clip", _clip_infer, "exact", ane="activation", onnx=[OnnxName("Clip", _clip_onnx)])
+@register_op("clip", same_number, "exact", ane="activation", onnx=[OnnxName("Clip", _clip_onnx)])
 def _clip(node, x, lo=None, hi=None):
     if lo is not None:
         x = np.where(x < lo, lo, x)
@@ -199,10 +199,12 @@ def _reduce(fn, xs):
 
 
 def _int_div(a, b):
+    """``a / b``; of integers, the quotient truncated toward zero (ONNX's, C's), exactly."""
     if a.dtype.kind in "iu":
         if np.any(b == 0):
             raise ValueError("integer division by zero")
-        return np.trunc(a / b).astype(a.dtype)
+        q = np.floor_divide(a, b)
+        return q + ((q < 0) & (q * b != a)).astype(q.dtype)
     return a / b
 
 
@@ -330,6 +332,63 @@ def _rms(node, x, scale, bias=None):
     ms = (x * x).mean(axis=tuple(range(axis, x.ndim)), keepdims=True)
     y = x / np.sqrt(ms + np.float32(node.attrs.get("epsilon", 1e-5))) * scale
     return y if bias is None else y + bias
+
+
+def _instance_infer(node, types, consts):
+    """Instance and group normalisation of ``x`` (N x C x spatial) with ``scale`` and
+    ``bias`` of one value a channel (:func:`_group_params`: a group for GroupNormalization
+    before opset 21)."""
+    x = need_float(need_input(types, 0, node), node)
+    if len(x.shape) < 2:
+        raise ModelError(f"{node.describe()}: input must be N x C x ..., got {x}")
+    c, g = x.shape[1], int(node.attrs.get("groups", 0)) or x.shape[1]
+    if g < 1 or c % g:
+        raise ModelError(f"{node.describe()}: num_groups {g} does not divide the {c} channels")
+    n = g if node.attrs.get("per_group") else c
+    for i, what in ((1, "scale"), (2, "bias")):
+        t = need_float(need_input(types, i, node, what), node, i)
+        if tuple(t.shape) != (n,):
+            raise ModelError(f"{node.describe()}: {what} must have shape ({n},), got {t}")
+    return [x]
+
+
+def _group_params(node, x, scale, bias):
+    """``scale``, ``bias`` shaped to broadcast over ``x`` (one value a channel)."""
+    shape = (x.shape[1],) + (1,) * (x.ndim - 2)
+    if node.attrs.get("per_group"):
+        rep = x.shape[1] // scale.size
+        scale, bias = np.repeat(scale, rep), np.repeat(bias, rep)
+    return scale.reshape(shape), bias.reshape(shape)
+
+
+def _groupnorm_onnx(c, a, ins):
+    if a.get("stash_type", 1) != 1:
+        raise ModelNotImplementedError(f"{c.where}: stash_type {a['stash_type']} is not supported (only 1)")
+    # before opset 21, scale and bias hold one value a group
+    return c.mk({"groups": a["num_groups"], "epsilon": a.get("epsilon", 1e-5), "per_group": c.opset < 21})
+
+
+@register_op(
+    "group_norm",
+    _instance_infer,
+    onnx=[
+        OnnxName("InstanceNormalization", take(epsilon=1e-5), doc="a group a channel"),
+        OnnxName("GroupNormalization", _groupnorm_onnx, since=18, doc="opset 18's per-group scale too"),
+    ],
+    cost=heavy(32),  # the float64 passes: the input, its deviations, the result
+)
+def _group_norm(node, x, scale, bias):
+    """``x`` normalised over each group of channels and the spatial axes (mean and
+    variance in float64), then scaled and shifted a channel."""
+    g = int(node.attrs.get("groups", 0)) or x.shape[1]
+    xg = x.astype(np.float64).reshape(x.shape[0], g, x.shape[1] // g * math.prod(x.shape[2:]))
+    mean = xg.mean(axis=-1, keepdims=True)
+    var = ((xg - mean) ** 2).mean(axis=-1, keepdims=True)
+    y = ((xg - mean) / np.sqrt(var + np.float64(np.float32(node.attrs.get("epsilon", 1e-5))))).reshape(
+        x.shape
+    )
+    s, b = _group_params(node, x, scale, bias)
+    return (y * s + b).astype(np.float32)
 
 
 def _reduce_axes(node, rank, consts_axes):

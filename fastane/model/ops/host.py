@@ -18,7 +18,7 @@ import numpy as np
 
 from ...errors import ModelError, ModelNotImplementedError, quote
 from ..budget import MAX_EINSUM_WORK  # noqa: F401 (its old home)
-from .opdef import HostCost, OnnxName, elements, heavy, same_attrs
+from .opdef import HostCost, OnnxName, elements, heavy, same_attrs, same_number
 from .opdef import check_axis, broadcast_shape, need_const, need_float, need_input, register_op
 from ..tensor import TensorType
 
@@ -357,10 +357,8 @@ def _same_float(node, types, consts):
     return [need_float(need_input(types, 0, node), node)]
 
 
-def _unary_host(name, fn, onnx, cost=None):
-    register_op(name, _same_float, onnx=[OnnxName(onnx, same_attrs)], cost=cost)(
-        lambda node, x: fn(node, _wide(x))
-    )
+def _unary_host(name, fn, onnx, cost=None, infer=_same_float):
+    register_op(name, infer, onnx=[OnnxName(onnx, same_attrs)], cost=cost)(lambda node, x: fn(node, _wide(x)))
 
 
 _unary_host("round", lambda n, x: np.round(x), "Round")  # half to even, as ONNX Round
@@ -390,6 +388,7 @@ _unary_host(
         np.where(x > n.attrs.get("lambd", 0.5), x - n.attrs.get("bias", 0.0), 0.0),
     ),
     "Shrink",
+    infer=same_number,
 )
 _unary_host(
     "celu",

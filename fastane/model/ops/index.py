@@ -1,5 +1,6 @@
 """Index ops of the vocabulary, run on the host: GatherND, GatherElements, ScatterND,
-ScatterElements, Tile, Split, DepthToSpace/SpaceToDepth (see :mod:`.host`).
+ScatterElements, Tile, Split, DepthToSpace/SpaceToDepth, NonZero of a constant (see
+:mod:`.host`).
 
 Shapes are checked at inference; index values (which only exist at run time) are
 bounds-checked before any array is indexed: an out-of-range index is a ModelError naming
@@ -11,7 +12,7 @@ import math
 
 import numpy as np
 
-from ...errors import ModelError, quote
+from ...errors import ModelError, ModelNotImplementedError, quote
 from .opdef import OnnxName, check_axis, need_const, need_input, register_op, same_attrs
 from ..tensor import TensorType, check_size, shape_text
 
@@ -289,3 +290,22 @@ def _space_to_depth(node, x):
     t = x.reshape(n, c, h // b, b, w // b, b)
     t = t.transpose(0, 3, 5, 1, 2, 4) if mode == "DCR" else t.transpose(0, 1, 3, 5, 2, 4)
     return np.ascontiguousarray(t).reshape(out)
+
+
+# ------------------------------------------------------------------------ nonzero
+def _nonzero_infer(node, types, consts):
+    x = need_input(types, 0, node)
+    if consts[0] is None:
+        raise ModelNotImplementedError(
+            f"{node.describe()}: NonZero's output shape is the count of its input's nonzero "
+            f"values, known only at run time; fastane runs static shapes (a NonZero of a "
+            f"constant is folded)"
+        )
+    if not x.shape:
+        raise ModelNotImplementedError(f"{node.describe()}: NonZero of a 0-D tensor is not supported")
+    return [TensorType(np.dtype(np.int64), (len(x.shape), int(np.count_nonzero(consts[0]))))]
+
+
+@register_op("nonzero", _nonzero_infer, onnx=["NonZero"])
+def _nonzero(node, x):
+    return np.array(np.nonzero(x), np.int64)

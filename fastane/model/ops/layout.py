@@ -303,7 +303,22 @@ def _expand_infer(node, types, consts):
     return [TensorType(x.dtype, out)]
 
 
-register_op("expand", _expand_infer, "layout", onnx=["Expand"])(
+def _constant_of_shape_onnx(c, a, ins):
+    """ConstantOfShape as its value (one element, float32 0 when absent) expanded to the
+    shape: a constant when the shape is (at bind: the exporters' ``Shape ->
+    ConstantOfShape`` masks fold)."""
+    v = c.tensor(a["value"]) if "value" in a else np.zeros(1, np.float32)
+    if v.size != 1:
+        raise ModelError(f"{c.where}: value must hold one element, has {v.size}")
+    return c.mk(inputs=[c.const(v.reshape(()), v.dtype), ins[0]])
+
+
+register_op(
+    "expand",
+    _expand_infer,
+    "layout",
+    onnx=["Expand", OnnxName("ConstantOfShape", _constant_of_shape_onnx, doc="its value expanded")],
+)(
     lambda node, x, shape: np.asarray(
         np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(int(v) for v in shape.reshape(-1)))), order="C"
     )

@@ -207,7 +207,8 @@ def conv_windows(xp, k, s, d, out):
         yield idx, xp[(slice(None), slice(None)) + sl]
 
 
-def _conv_onnx(c, a, ins):
+def conv_onnx(c, a, ins):
+    """The parse of ONNX Conv (and ConvInteger)."""
     return c.mk({**onnx_conv_attrs(c, a, ins[1]), "kernel": a.get("kernel_shape")})
 
 
@@ -227,14 +228,14 @@ def _conv_cost(node, in_types, out_types):
     return HostCost(temp, n_out * math.prod(w[1:]), 0, taps=math.prod(w[2:]))
 
 
-@register_op("conv", _conv_infer, "mac", ane="conv", onnx=[OnnxName("Conv", _conv_onnx)], cost=_conv_cost)
+@register_op("conv", _conv_infer, "mac", ane="conv", onnx=[OnnxName("Conv", conv_onnx)], cost=_conv_cost)
 def _conv(node, x, w, b=None):
     s, d, pads, out = conv_geometry(node, x.shape, w.shape[2:])
     g = int(node.attrs.get("groups", 1))
     N, C = x.shape[:2]
     CO, CG = w.shape[:2]
     xp = np.pad(x, ((0, 0), (0, 0)) + pads)
-    y = np.zeros((N, g, CO // g) + out, np.float32)
+    y = np.zeros((N, g, CO // g) + out, np.result_type(x.dtype, w.dtype))  # int64: conv_integer
     wg = w.reshape((g, CO // g, CG) + w.shape[2:])
     for idx, win in conv_windows(xp, w.shape[2:], s, d, out):
         patch = win.reshape((N, g, CG) + out)

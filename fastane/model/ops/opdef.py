@@ -78,7 +78,7 @@ class OnnxName:
     up to (not including) ``until``.  ``parse(c, a, ins)`` makes the node from the ONNX
     node's attributes ``a`` (Python values) and input names ``ins`` through the importer's
     context ``c`` (``c.opset``, ``c.where``, ``c.name``, ``c.outs``, ``c.const(value,
-    dtype)``, ``c.dtype(elem_type)``, ``c.rank_of(name)``, ``c.mk(attrs, inputs, n_out,
+    dtype)``, ``c.tensor(tensor_proto)``, ``c.dtype(elem_type)``, ``c.rank_of(name)``, ``c.mk(attrs, inputs, n_out,
     keep)``, ``c.add(op, suffix, inputs, outputs, attrs)``); None: the node's inputs,
     no attributes.  ``doc``: what the docs' table says of it beyond the record's placement."""
 
@@ -217,6 +217,20 @@ def broadcast_shape(shapes, node):
 def same_type(node, types, consts):
     """Inference of an elementwise op on one float input: the output has the input's type."""
     return [need_float(need_input(types, 0, node), node)]
+
+
+def need_number(t: TensorType, node, i=0):
+    """``t``, the type of input ``i`` of ``node``; a ModelError if it is not a float or
+    integer tensor."""
+    if np.dtype(t.dtype).kind not in "fiu":
+        raise ModelError(f"{node.describe()}: input {i} must be a float or integer tensor, got {t}")
+    return t
+
+
+def same_number(node, types, consts):
+    """Inference of an elementwise op on one float or integer input (ONNX's schema allows
+    both; an integer one runs exactly on the host): the output has the input's type."""
+    return [need_number(need_input(types, 0, node), node)]
 
 
 def _fl(x):

@@ -21,6 +21,8 @@ from . import plan as _plan
 __all__ = ["NO_LOWERING", "activation_rule", "const_scalar", "activation", "binary", "unary", "divide"]
 
 NO_LOWERING = "no ANE lowering in fastane yet"
+#: the reason an elementwise op on integer tensors (ONNX allows them) runs on the host
+INTEGER = "integer operands: the ANE computes in fp16; run exactly on the host"
 
 #: ONNX default SELU constants (float32), which are Apple's selu block's
 _SELU = (1.6732632423543772, 1.0507009873554805)
@@ -117,8 +119,8 @@ def activation(node: Node, ctx):
     fused, fn = activation_rule(node, ctx.bound)
     if fused is None:
         return fn
-    if np.dtype(types[node.inputs[0]].dtype).kind != "f":
-        return False
+    if not _float(node, types):
+        return INTEGER
     kind = _ANE_KIND.get(node.op, OPS[node.op].kind)
     ctx.add([node], "ane", "", kind, lambda xs: [fn(xs[0])], node.op, lambda: _plan.eltwise(shape, fused))
     return True
@@ -126,7 +128,8 @@ def activation(node: Node, ctx):
 
 # ------------------------------------------------------------------------ planar engine
 def _float(node: Node, types) -> bool:
-    return all(np.dtype(types[t].dtype).kind == "f" for t in node.inputs)
+    """Whether every operand of ``node`` is a float tensor."""
+    return all(np.dtype(types[t].dtype).kind == "f" for t in node.inputs if t)
 
 
 def _operands(node: Node, ctx):
@@ -146,7 +149,9 @@ def divide(node: Node, ctx):
     from ...lower import binary as _binary
 
     types = ctx.bound.types
-    if len(node.inputs) != 2 or not _float(node, types):
+    if not _float(node, types):
+        return INTEGER
+    if len(node.inputs) != 2:
         return False
     operands = _operands(node, ctx)
     out_shape = types[node.outputs[0]].shape
@@ -169,7 +174,9 @@ def binary(node: Node, ctx):
     from ...lower import binary as _binary
 
     types = ctx.bound.types
-    if len(node.inputs) != 2 or not _float(node, types):
+    if not _float(node, types):
+        return INTEGER
+    if len(node.inputs) != 2:
         return False
     operands = _operands(node, ctx)
     note = (
@@ -201,7 +208,9 @@ def unary(node: Node, ctx):
 
     consts, types = ctx.bound.consts, ctx.bound.types
     square = node.op == "pow"
-    if (square and const_scalar(consts, node, 1) != 2.0) or np.dtype(types[node.inputs[0]].dtype).kind != "f":
+    if not _float(node, types):
+        return INTEGER
+    if square and const_scalar(consts, node, 1) != 2.0:
         return False
     name = UNARY[node.op]
     shape = types[node.inputs[0]].shape

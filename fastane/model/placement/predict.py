@@ -72,6 +72,9 @@ HOST_ONLY = {
     "resize": "a resize",
     "reduce_prod": "a product reduction",
     "mod": "a modulo",
+    "lstm": "a recurrent layer (Core ML places it on the CPU)",
+    "gru": "a recurrent layer (Core ML places it on the CPU)",
+    "rnn": "a recurrent layer (Core ML places it on the CPU)",
 }
 #: the most dimensions an ANE tensor has (N, D, C, H, W)
 MAX_RANK = 5

@@ -1,6 +1,7 @@
 """The activation family's PRelu rule (fastane.model.placement.eltwise): a constant slope
 that is one value runs on the ANE through LeakyRelu's block (alone, or fused into the NE
-stage of a convolution, as LeakyRelu is); other slopes stay on the host with the reason."""
+stage of a convolution, as LeakyRelu is); other slopes stay on the host with the reason.
+An elementwise op of every family on integer tensors stays on the host, exactly."""
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from onnx import TensorProto as T, helper, numpy_helper  # noqa: E402
 
 import fastane  # noqa: E402
 from fastane import activations  # noqa: E402
+from fastane.model.placement.eltwise import INTEGER  # noqa: E402
 
 X = np.random.default_rng(0).standard_normal((2, 4, 8, 8)).astype(np.float32) * 4
 
@@ -100,3 +102,42 @@ def test_prelu_fuses_after_a_convolution_as_leaky_relu_does(slope):
     assert p.detail == q.detail and p.detail["activation"] == ("leaky_relu" if slope == 0.01 else "lut block")
     assert p.plan() == q.plan()
     np.testing.assert_array_equal(prelu({"x": X})["y"], leaky({"x": X})["y"])
+
+
+@pytest.mark.parametrize(
+    "op,n_in",
+    [("Abs", 1), ("Neg", 1), ("Relu", 1), ("Sign", 1), ("Add", 2), ("Mul", 2), ("Max", 2), ("Div", 2)],
+)
+def test_integer_operands_stay_on_the_host_exactly(op, n_in):
+    """Each placement family (unary, activation, binary, divide) declines integer tensors
+    with the reason; the host's result is exact (beyond float64's 2^53 too)."""
+    a = np.array([[-(2**62) - 3, -7, 0, 9, 2**61 + 1]], np.int64)
+    b = np.array([[3, -2, 5, 4, -(2**20)]], np.int64)
+    names = ["a", "b"][:n_in]
+    g = helper.make_graph(
+        [helper.make_node(op, names, ["y"])],
+        "t",
+        [helper.make_tensor_value_info(n, T.INT64, [1, 5]) for n in names],
+        [helper.make_tensor_value_info("y", T.INT64, None)],
+    )
+    model = fastane.load_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    feeds = dict(zip(names, (a, b)))
+    (layer,) = model.placement({k: v.shape for k, v in feeds.items()})
+    assert (layer.placement, layer.reason) == ("host", INTEGER)
+    fn = {
+        "Abs": np.abs,
+        "Neg": np.negative,
+        "Relu": lambda v: np.maximum(v, 0),
+        "Sign": np.sign,
+        "Add": np.add,
+        "Mul": np.multiply,
+        "Max": np.maximum,
+        "Div": lambda p, q: np.vectorize(_trunc_div)(p, q),
+    }[op]
+    np.testing.assert_array_equal(model(feeds)["y"], fn(*feeds.values()))
+
+
+def _trunc_div(p, q):
+    """``p / q`` truncated toward zero, in Python's exact integers."""
+    d = abs(int(p)) // abs(int(q))
+    return -d if (p < 0) != (q < 0) else d

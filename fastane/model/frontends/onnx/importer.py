@@ -140,15 +140,18 @@ def _value_type(vi, what: str) -> TensorType:
         raise ModelError(f"{what}: has no declared shape (rank unknown)")
     dims = []
     for i, d in enumerate(tt.shape.dim):
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value != -1:
             if d.dim_value < 0:
                 raise ModelError(f"{what}: negative dimension {d.dim_value}")
             dims.append(int(d.dim_value))
-        else:
-            # a symbol is only compared: its unprintable characters escaped keep messages one line
-            dims.append(
-                quote(_text(d.dim_param), None, marks=False) or f"{quote(name, None, marks=False)}:{i}"
-            )
+            continue
+        # a named symbol is one size wherever it appears (only compared: its unprintable
+        # characters escaped keep messages one line); -1, '?' and an empty dimension are
+        # each their own unknown, named "input:axis"
+        sym = _text(d.dim_param)
+        dims.append(
+            quote(sym, None, marks=False) if sym not in ("", "?") else f"{quote(name, None, marks=False)}:{i}"
+        )
     return TensorType(dt, tuple(dims))
 
 
@@ -186,17 +189,17 @@ def _check_schema(op: str, opset: int, types: dict, ins: list, outs: list, where
         except defs.SchemaError:  # pragma: no cover - every op of SUPPORTED has a schema
             return
     ver = f"{op}-{schema.since_version}"
+    missing = [k for k, spec in schema.attributes.items() if spec.required and k not in types]
     for k, spec in schema.attributes.items():
-        if k not in types:
-            if spec.required:
-                raise ModelError(f"{where}: the required attribute {k!r} of {ver} is missing")
-        elif types[k] != int(spec.type):
+        if k in types and types[k] != int(spec.type):
             got = (
                 AttributeProto.AttributeType.Name(types[k])
                 if types[k] in AttributeProto.AttributeType.values()
                 else types[k]
             )
             raise ModelError(f"{where}: attribute {k!r} is {got}, {ver} takes {spec.type.name}")
+    if missing:  # after the wrong types: a node with both is named for its wrong attribute
+        raise ModelError(f"{where}: the required attribute {missing[0]!r} of {ver} is missing")
     counts = [("output", outs, schema.min_output, schema.max_output)]
     if not schema.deprecated:  # Upsample, Scatter: fastane also takes their older inputs
         counts.append(("input", ins, schema.min_input, schema.max_input))
@@ -286,6 +289,10 @@ class OnnxContext:
     def const(self, value, dtype) -> str:
         """The name of a new constant of ``value`` as ``dtype``."""
         return self._b.const(value, dtype)
+
+    def tensor(self, t) -> np.ndarray:
+        """A tensor attribute's value (an ONNX TensorProto, checked as initializers are)."""
+        return _tensor(t, f"{self.where} attribute")
 
     def dtype(self, elem_type) -> np.dtype:
         """The numpy dtype of an ONNX element type (a ModelError for one fastane lacks)."""
