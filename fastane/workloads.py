@@ -2,6 +2,8 @@
 
 Every layer is a :class:`Conv2d`, :class:`Matmul` or :class:`Eltwise` (the types, and
 what each field means, are in :mod:`fastane.layers`; this module re-exports them).
+:func:`fastane.networks.graph` writes a workload as a model graph (shapes only), which
+``fastane roofline`` plans as it plans a model file.
 
 The convolutional networks are built in :mod:`fastane.convnets` (re-exported here), the
 transformers below.  A :class:`Workload` is a named tuple of layers; :func:`get` and

@@ -14,6 +14,13 @@ be imported by anything above the kernels.
 A top-level module or package not listed in :data:`RANKS` (a new front end) counts as
 the front end: it may import anything below, and nothing below may import it.
 
+``fastane.networks`` (the built-in roofline networks as model graphs, their plan and the
+``fastane roofline`` command) is front end: a network is planned the way a model file is,
+through ``fastane.model``, so it sits beside the model front end, above ``roofline`` (the
+chips, the time model, the per-task estimate, the reports' formats).  ``workloads`` stays
+at rank 1: the networks' layer shapes, which ``networks`` turns into graphs and which the
+calibration plans layer by layer.
+
 Inside :mod:`fastane.model` the data path has its own order (:data:`MODEL_RANKS`):
 
     tools (cli, sweep_cli, zoo)  ->  fastane.model (load_model)  ->  run
@@ -65,6 +72,8 @@ GROUPS = {
     "device": "device",
     "lower": "lower",
     "roofline": "roofline",
+    "networks": "frontend",
+    "model": "frontend",
     "": "package",
     "cli": "app",
     "demo": "app",

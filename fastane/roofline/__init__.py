@@ -1,12 +1,17 @@
 """fastane.roofline: how fast the ANE would run a workload.
 
 - :mod:`~fastane.roofline.chips`: the figures of each chip, with source and kind.
-- :mod:`~fastane.roofline.plan`: the per-task plan of a workload, by lowering every layer
-  (:mod:`fastane.lower`) and counting it on a stats-only device; layers that cannot be
-  lowered are reported as such.
 - :mod:`~fastane.roofline.model`: the time model (``estimate``: per-task Stats -> seconds).
-- :mod:`~fastane.roofline.report`: text table, JSON, plot, and ``fastane roofline``
-  (imported lazily: it is only needed for reports).
+- :mod:`~fastane.roofline.report`: text table, JSON (``"schema": "fastane.roofline/2"``)
+  and plot of a planned network (imported lazily: it is only needed for reports);
+  :mod:`~fastane.roofline.compare` compares two JSON reports.
+- :mod:`~fastane.roofline.plan`: the per-task plan of a workload's layer shapes
+  (:mod:`fastane.workloads`), layer by layer, with residency chains (the calibration,
+  :mod:`~fastane.roofline.calibrate`, is fitted on the one path's plans,
+  :mod:`fastane.networks.calibrate`).
+
+``fastane roofline`` plans built-in networks and model files one way, through the model
+front end: :mod:`fastane.networks`.
 """
 
 from . import chips

@@ -127,7 +127,8 @@ def _calibrated() -> ModelParams:
 
 
 #: the calibrated model (``fastane.roofline.calibrate``: fitted on the calibration points of
-#: docs/roofline.md only; ``calibrate.fit()`` reproduces ``calibrate.FITTED``)
+#: docs/roofline.md only, planned on the one path; ``python -m fastane.networks.calibrate``
+#: reproduces ``calibrate.FITTED``)
 DEFAULT_PARAMS = _calibrated()
 
 

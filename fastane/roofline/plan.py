@@ -1,6 +1,12 @@
-"""The roofline's plan, by lowering: every layer of a workload is lowered to TDs
-(:mod:`fastane.lower`, the one tiler) and its program is run on a stats-only device,
-which counts what each task's engines move without computing (~0.1 s per network).
+"""The calibration's plan of a workload's layer shapes, by lowering: every layer is
+lowered to TDs (:mod:`fastane.lower`, the one tiler) and its program is run on a
+stats-only device, which counts what each task's engines move without computing (~0.1 s
+per network).  The calibration and the validation plan on the one path instead
+(:mod:`fastane.networks.calibrate`): ``fastane roofline`` plans the same workloads through
+the model front end (:mod:`fastane.networks`), which counts every layer (the residual adds
+too) and chains the same lowering (:func:`fastane.lower.chain.plan_chain`) where the model
+graph allows (docs/roofline.md, "Residency", "Tails" and "Predictions before and after the
+one path").
 
 A layer the lowering cannot take is not estimated some other way: its
 :class:`LayerPlan` says why (``not_lowered``), and the plan's totals leave it out
@@ -203,39 +209,22 @@ def _key(layer) -> tuple:
 
 def _chains(layers) -> list:
     """Runs of consecutive layers that each read the previous one's output: [(start, stop)]."""
-    runs, start = [], 0
-    for i in range(1, len(layers) + 1):
-        if (
-            i == len(layers)
-            or not getattr(layers[i], "follows", False)
-            or not isinstance(layers[i - 1], (_wl.Conv2d, _wl.Matmul))
-        ):
-            if i - start > 1:
-                runs.append((start, i))
-            start = i
-    return runs
+    return _chain.runs(
+        [
+            bool(getattr(b, "follows", False)) and isinstance(a, (_wl.Conv2d, _wl.Matmul))
+            for a, b in zip(layers, layers[1:])
+        ]
+    )
 
 
 def _plan_chain(layers) -> list | None:
-    """Per-layer (tasks, source_in_l2, result_in_l2) of a run lowered as one chain, or None
-    when a layer of it cannot be lowered or the run does not chain."""
+    """Per-layer (tasks, source_in_l2, result_in_l2) of a run lowered as one chain
+    (:func:`fastane.lower.chain.plan_chain`), or None when a layer of it cannot be lowered
+    or the run does not chain."""
     try:
-        convs = [layer_conv(layer) for layer in layers]
-        ch = _chain.build_chain(convs)
+        return _chain.plan_chain([layer_conv(layer) for layer in layers])
     except (NotLowered, NotImplementedError, MemoryError, ValueError):
         return None
-    dev = _lower.stats_device()
-    _, stats = _chain.execute_chain(ch, device=dev, stats_only=True)
-    out = []
-    for seg, st in zip(ch.segments, stats):
-        tasks = list(st.tasks_detail)
-        for j, n in enumerate(seg.tasks_per_layer):
-            i = seg.first + j
-            src = i > 0 and ch.links[i - 1] is None
-            res = i < len(ch.links) and ch.links[i] is None
-            out.append((tasks[:n], src, res))
-            tasks = tasks[n:]
-    return out
 
 
 def plan_workload(workload, planner=None, residency: bool = True) -> WorkloadPlan:

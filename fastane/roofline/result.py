@@ -38,9 +38,10 @@ def analyze(
     workload, chip="m1", params: ModelParams = DEFAULT_PARAMS, planner=None, plan: WorkloadPlan | None = None
 ) -> Result:
     """Plan ``workload`` (a name or a :class:`~fastane.workloads.Workload`) by lowering
-    every layer and counting it on a stats-only device, and estimate it on ``chip``
-    (what ``fastane roofline`` reports).  ``planner``: see
-    :func:`~fastane.roofline.plan.plan_workload`; ``plan`` reuses an existing plan.
+    every layer and counting it on a stats-only device, and estimate it on ``chip`` (the
+    calibration's plan; ``fastane roofline`` plans through the model front end,
+    :func:`fastane.networks.plan.analyze`, and passes its plan here).  ``planner``: see
+    :func:`~fastane.roofline.plan.plan_workload`; ``plan`` estimates a plan made elsewhere.
     Layers that could not be lowered are in ``result.plan.not_lowered`` (with the reason)
     and not in the totals."""
     if isinstance(workload, str):
@@ -51,7 +52,8 @@ def analyze(
         plan = plan_workload(workload, planner=planner)
     plan_s = time.perf_counter() - t0
     layers = [estimate(lp.stats, chip, params, name=lp.name, program=False) for lp in plan.lowered]
-    total = estimate(plan.tasks, chip, params, name=workload.name, program=True)
+    # no task on the ANE: no program, no program overhead
+    total = estimate(plan.tasks, chip, params, name=workload.name, program=bool(plan.tasks))
     return Result(workload, plan, chip, params, layers, total, plan_s)
 
 

@@ -107,15 +107,12 @@ def test_stats_only_equals_computing_except_data_dependent_counters():
 
 
 def test_roofline_cli_uses_the_lowering(capsys):
-    from fastane.roofline import report
-    import argparse
+    from tests.helpers.roofline import run_roofline
 
-    p = argparse.ArgumentParser()
-    report.add_arguments(p)
-    assert report.run(p.parse_args(["bert-base", "--summary"])) == 0
+    assert run_roofline(["bert-base", "--summary"]) == 0
     err = capsys.readouterr().err
     assert "(lowered" in err
-    assert report.run(p.parse_args(["bert-base", "--summary", "--analytic"])) == 2
+    assert run_roofline(["bert-base", "--summary", "--analytic"]) == 2
     assert "--analytic was removed" in capsys.readouterr().err
     with pytest.raises(ValueError, match="planner"):
         rplan.plan_workload("gpt2", planner="magic")

@@ -1,20 +1,14 @@
 """``fastane roofline --transformer SPEC`` and ``--matmul MxKxN``: the forms and their errors."""
 
-import argparse
 import json
 
 import pytest
 
 from fastane import workloads
 from fastane.roofline import report, spec
+from tests.helpers.roofline import run_roofline as _run
 
 GPT2_MEDIUM = "layers=24,d=1024,heads=16,ffn=4096,vocab=50257,seq=512,kv=512,lm_tokens=1"
-
-
-def _run(argv):
-    p = argparse.ArgumentParser()
-    report.add_arguments(p)
-    return report.run(p.parse_args(argv))
 
 
 def test_transformer_spec_builds_the_stack():
