@@ -18,8 +18,7 @@ the front end: it may import anything below, and nothing below may import it.
 ``fastane roofline`` command) is front end: a network is planned the way a model file is,
 through ``fastane.model``, so it sits beside the model front end, above ``roofline`` (the
 chips, the time model, the per-task estimate, the reports' formats).  ``workloads`` stays
-at rank 1: the networks' layer shapes, which ``networks`` turns into graphs and which the
-calibration plans layer by layer.
+at rank 1: the networks' layer shapes, which ``networks`` turns into graphs.
 
 Inside :mod:`fastane.model` the data path has its own order (:data:`MODEL_RANKS`):
 
@@ -255,11 +254,12 @@ def test_every_module_is_seen(g):
         "fastane.device.engine",
         "fastane.lower.emit",
         "fastane.roofline.plan",
+        "fastane.model.placement.plan",
         "fastane.api",
         "fastane",
     ):
         assert m in g, m
-    assert "fastane.m1" in g["fastane.td.asm"] and "fastane.lower" in g["fastane.roofline.plan"]
+    assert "fastane.m1" in g["fastane.td.asm"] and "fastane.lower" in g["fastane.model.placement.plan"]
     assert "fastane.td.planar" in g["fastane.device.tile_dma"]
     assert "fastane.lut" in g["fastane.device.ne"]  # importlib.import_module("fastane.lut")
 

@@ -4,7 +4,7 @@
 programs a run would submit, counted on a stats-only device, with residency: runs of
 convolutions that each read the previous one's only output lowered as one chain, the
 intermediates kept in L2 where they fit), then estimated on a chip by the roofline's time
-model (:func:`fastane.roofline.result.analyze`).
+model (:func:`fastane.roofline.result.estimate_plan`).
 
 Every layer is in the plan: the ones on the ANE with their tasks (in the totals), the
 others (host, layout) with the placement's reason (not in the totals: the time model is
@@ -20,7 +20,7 @@ from .. import workloads as _wl
 from ..model import Model
 from ..roofline.model import DEFAULT_PARAMS, ModelParams
 from ..roofline.plan import LayerPlan, WorkloadPlan
-from ..roofline.result import Result, analyze as _estimate
+from ..roofline.result import Result, estimate_plan
 from ..stats import Stats
 from . import graph, input_shapes
 
@@ -71,12 +71,18 @@ def weight_params(model: Model, layer) -> int:
 
 
 def analyze(
-    net, chip="m1", params: ModelParams = DEFAULT_PARAMS, shapes: dict | None = None
+    net,
+    chip="m1",
+    params: ModelParams = DEFAULT_PARAMS,
+    shapes: dict | None = None,
+    residency: bool = True,
 ) -> NetworkResult:
     """Plan ``net`` (a built-in workload name, a :class:`~fastane.workloads.Workload` or a
     :class:`fastane.model.Model`) through the model path in stats-only mode and estimate it
     on ``chip``.  ``shapes``: the inputs' shapes (default: the declared ones, a symbolic
-    dimension bound to 1)."""
+    dimension bound to 1).  ``residency``: the runs of layers that chain keep their
+    intermediates in L2 (:func:`fastane.model.placement.plan.chains`); without it every
+    layer is planned on its own, through DRAM, as a computed run lowers it."""
     t0 = time.perf_counter()
     meta = {}
     if isinstance(net, (str, _wl.Workload)):
@@ -85,7 +91,7 @@ def analyze(
         model, description = Model(graph(wl)), wl.description
     else:
         model, description = net, f"model {net.name} ({net.graph.origin})"
-    rep = model.report(shapes or input_shapes(model.graph), chip=chip, stats_only=True, residency=True)
+    rep = model.report(shapes or input_shapes(model.graph), chip=chip, stats_only=True, residency=residency)
     layers = []
     for rec in rep.layers:
         on_ane = rec.placement == "ane"
@@ -112,6 +118,5 @@ def analyze(
         )
     # the network as a Workload of its placed layers (what the reports read)
     summary = _wl.Workload(model.name, description, tuple(lp.layer for lp in layers), **meta)
-    r = _estimate(summary, chip, params, plan=WorkloadPlan(summary, layers))
-    fields = {k: getattr(r, k) for k in ("workload", "plan", "chip", "params", "layers", "total")}
-    return NetworkResult(**fields, plan_s=time.perf_counter() - t0, report=rep)
+    r = estimate_plan(summary, WorkloadPlan(summary, layers), chip, params, time.perf_counter() - t0)
+    return NetworkResult(**vars(r), report=rep)

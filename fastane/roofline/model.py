@@ -1,5 +1,5 @@
 """The time model: per-task times from :class:`~fastane.stats.Stats` (the counters the
-stats-only device fills when it runs a lowered program, :mod:`fastane.roofline.plan`),
+stats-only device fills when it runs a lowered program, :func:`fastane.networks.plan.analyze`),
 on a :class:`~fastane.roofline.chips.Chip` (:func:`task_times`, :func:`estimate`).
 
 The time model:

@@ -8,10 +8,8 @@ here).
     >>> report.to_json([r])                          # JSON-ready dict
     >>> report.plot([r], "roofline.png")             # needs matplotlib
 
-:func:`analyze` (:mod:`fastane.roofline.result`) is the calibration's plan of a
-workload's layer shapes (:mod:`fastane.roofline.plan`).  The ``fastane roofline``
-command, which plans built-in networks and model files one way, is
-:mod:`fastane.networks.cli`.
+The plan is :func:`fastane.networks.plan.analyze`'s (built-in networks and model files
+alike); the ``fastane roofline`` command is :mod:`fastane.networks.cli`.
 """
 
 from __future__ import annotations
@@ -24,11 +22,10 @@ from ..m1 import TD_SIZE
 from . import compare as _compare
 from .model import Estimate, dram_traffic, estimate, tokens_per_s_bound
 from .plot import measured_points, plot
-from .result import Result, format_si, format_time, analyze
+from .result import Result, format_si, format_time
 
 __all__ = [
     "Result",
-    "analyze",
     "table",
     "tokens_table",
     "tokens_per_s",

@@ -1,8 +1,7 @@
 """Residency on the one path: a built-in network planned through the model front end keeps
-in L2 what the layer-shape plan (``fastane.roofline.plan.plan_workload``) keeps, layer by
-layer, where both see the same chains."""
+in L2 each intermediate whose one reader is the next layer (runs of convolutions, a residual
+add or multiply as a run's tail), and writes to DRAM what another layer also reads."""
 
-import dataclasses
 import re
 from collections import Counter
 
@@ -10,21 +9,12 @@ import pytest
 
 from fastane import networks, workloads
 from fastane.networks.plan import analyze
-from fastane.roofline.plan import plan_workload
-from fastane.stats import PLAN_COUNTERS
-
-
-def _figures(lp) -> tuple:
-    """A layer's planned counters (tasks, MACs, planar ops, each DMA engine's bytes) and
-    what stayed in L2."""
-    return tuple(getattr(lp.stats, f) for f in PLAN_COUNTERS) + (lp.source_in_l2, lp.result_in_l2)
 
 
 def _second_readers(wl) -> set:
     """The layers that follow the previous one (``follows``) although, in the network's
     graph, the previous one's output has another reader too (MobileNetV2's residual adds):
-    the layer-shape plan keeps that output in L2 all the same; the one path writes it to
-    DRAM, where its other reader finds it."""
+    the one path writes that output to DRAM, where its other reader finds it."""
     g = networks.graph(wl)
     readers = Counter(t for n in g.nodes for t in set(n.inputs))
     out = {re.sub(r"\.act\d*$", "", n.name): n.outputs[0] for n in g.nodes}
@@ -35,18 +25,10 @@ def _second_readers(wl) -> set:
     }
 
 
-def _tail_runs(layers) -> set:
-    """The layers of the one path's runs that end in a planar tail (an add or multiply
-    reading the last convolution's result in L2: fastane.lower.chain.Tail), which the
-    layer-shape plan does not plan."""
-    out: set = set()
-    for i, lp in enumerate(layers):
-        if lp.source_in_l2 and lp.layer.op.split("+")[0] in ("Add", "Mul"):
-            j = i
-            while j > 0 and layers[j].source_in_l2:
-                j -= 1
-                out.add(layers[j].name)
-    return out
+def _is_tail(lp) -> bool:
+    """A planar add or multiply reading the last convolution's result in L2
+    (fastane.lower.chain.Tail)."""
+    return lp.source_in_l2 and lp.layer.op.split("+")[0] in ("Add", "Mul")
 
 
 @pytest.mark.parametrize(
@@ -58,24 +40,41 @@ def _tail_runs(layers) -> set:
         ("mobilenetv3-small", 4, 29, 6),
     ],
 )
-def test_the_one_path_keeps_in_l2_what_the_layer_shape_plan_keeps(name, second_readers, kept, tails):
+def test_the_one_path_keeps_in_l2_what_only_the_next_layer_reads(name, second_readers, kept, tails):
     wl = workloads.get(name)
     cut = _second_readers(wl)
-    assert len(cut) == second_readers  # none cut: the layer-shape plan as the calibration has it
-    same = dataclasses.replace(
-        wl, layers=tuple(dataclasses.replace(l, follows=False) if l.name in cut else l for l in wl.layers)
+    assert len(cut) == second_readers
+    plan = analyze(wl).plan
+    by_name = {lp.name: lp for lp in plan.layers}
+    assert not any(by_name[n].source_in_l2 for n in cut)  # read from DRAM: another layer reads it too
+    assert len([lp for lp in plan.lowered if _is_tail(lp)]) == tails
+    assert sum(lp.result_in_l2 for lp in plan.lowered) == kept
+
+
+def test_the_plan_keeps_chained_layers_on_chip_and_says_so():
+    res, dram = analyze("mobilenetv2").plan, analyze("mobilenetv2", residency=False).plan
+    assert res.stats.macs == dram.stats.macs and res.stats.kernel_dma_bytes == dram.stats.kernel_dma_bytes
+    assert res.stats.dram_bytes < dram.stats.dram_bytes
+    kept = [lp for lp in res.layers if lp.result_in_l2]
+    assert kept and all(lp.stats.tile_dma_dst_bytes == 0 for lp in kept)
+    fed = [lp for lp in res.layers if lp.source_in_l2]
+    assert len(fed) == len(kept)
+    # a tail reads its other operand from DRAM and writes the result, both in the output's
+    # layout (64-byte rows); every other layer fed from L2 reads nothing from DRAM
+    tails = {id(lp) for lp in fed if _is_tail(lp)}
+    assert len(tails) == 10
+    for lp in fed:
+        if id(lp) in tails:
+            assert lp.stats.tile_dma_src_bytes == lp.stats.tile_dma_dst_bytes > 0, lp.name
+        else:
+            assert lp.stats.tile_dma_src_bytes == 0, lp.name
+    assert not any(lp.source_in_l2 or lp.result_in_l2 for lp in dram.layers)
+    # outside the tails, the intermediates' bytes are exactly what residency saves
+    pairs = [(a, b) for a, b in zip(dram.layers, res.layers) if id(b) not in tails]
+    saved = sum(a.stats.tile_dma_dst_bytes for a, b in pairs if b.result_in_l2) + sum(
+        a.stats.tile_dma_src_bytes for a, b in pairs if b.source_in_l2
     )
-    old = {lp.name: lp for lp in plan_workload(same, residency=True).lowered}
-    plan = analyze(wl).plan.lowered
-    new = {lp.name: lp for lp in plan}
-    assert set(old) <= set(new)
-    tail_runs = _tail_runs(plan)
-    assert (
-        len([lp for lp in plan if lp.source_in_l2 and lp.layer.op.split("+")[0] in ("Add", "Mul")]) == tails
-    )
-    same_chains = [k for k in old if k not in tail_runs]
-    assert {k: _figures(new[k]) for k in same_chains} == {k: _figures(old[k]) for k in same_chains}
-    assert sum(lp.result_in_l2 for lp in new.values()) == kept
+    assert sum(a.stats.dram_bytes - b.stats.dram_bytes for a, b in pairs) == saved
 
 
 def test_a_model_file_chains_in_the_stats_only_plan_only_when_asked():

@@ -6,12 +6,13 @@ import sys
 import pytest
 
 from fastane.roofline import model, report
+from fastane.networks.plan import analyze
 
 
 @pytest.fixture(scope="module")
 def gpt2():
     # the seed's model (1 ms a program): the calibrated one is tested in test_calibration.py
-    return report.analyze("gpt2", "m1", model.SEED_PARAMS)
+    return analyze("gpt2", "m1", model.SEED_PARAMS)
 
 
 def test_table_has_layers_total_and_ridge(gpt2):
@@ -45,7 +46,7 @@ def test_json_is_serialisable(gpt2):
 def test_plot_writes_a_png(tmp_path, gpt2):
     pytest.importorskip("matplotlib")
     path = tmp_path / "roof.png"
-    report.plot([gpt2, report.analyze("resnet50", "m1")], str(path))
+    report.plot([gpt2, analyze("resnet50", "m1")], str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
