@@ -29,9 +29,9 @@ import numpy as np
 import pytest
 
 import fastane
-from fastane import lower
+from fastane import lower, workloads
 from fastane.kernels import mac
-from fastane.roofline import plan as rplan
+from fastane.networks.plan import analyze
 
 
 def _direct_matmul(a16, b16):
@@ -161,7 +161,7 @@ def test_attention_batched(benchmark, smoke, note):
 def _plan_cold(name):
     lower.cache_clear()
     lower.tiler._tile.cache_clear()
-    return rplan.plan_workload(name)
+    return analyze(name).plan
 
 
 @pytest.mark.parametrize("name,budget_s", [("llama-3.2-1b", 1.0), ("resnet50", 2.0)])
@@ -169,7 +169,7 @@ def test_stats_only(benchmark, smoke, note, name, budget_s):
     _plan_cold(name)  # warm the device's planning paths once
     plan = benchmark.pedantic(_plan_cold, args=(name,), rounds=1 if smoke else 5, iterations=1)
     st = plan.stats
-    assert st.macs == plan.workload.macs
+    assert st.macs == workloads.get(name).macs
     if not smoke:
         med = benchmark.stats.stats.median
         benchmark.extra_info.update(seconds=med, tasks=st.tasks)

@@ -1,6 +1,7 @@
 """Benchmarks of the roofline model (pytest-benchmark): planning per-task Stats of whole
-workloads by lowering every layer and counting it on a stats-only device, and estimating
-their time.
+networks as ``fastane roofline`` does (:func:`fastane.networks.plan.analyze`: the model
+front end places and lowers every layer and counts it on a stats-only device), and
+estimating their time.
 
     .venv/bin/python -m pytest bench/bench_roofline.py --benchmark-only
 
@@ -10,14 +11,15 @@ first ``fastane roofline`` run pays.
 
 import pytest
 
-from fastane import lower
-from fastane.roofline import model, plan
+from fastane import lower, workloads
+from fastane.networks.plan import analyze
+from fastane.roofline import model
 
 
 def _plan_cold(name):
     lower.cache_clear()
     lower.tiler._tile.cache_clear()
-    return plan.plan_workload(name)
+    return analyze(name).plan
 
 
 @pytest.mark.parametrize("name", ["llama-3.2-1b", "resnet50"])
@@ -25,11 +27,11 @@ def test_plan_stats(benchmark, name):
     p = benchmark(_plan_cold, name)
     stats = p.stats
     assert stats.tasks == len(stats.tasks_detail) > 0
-    assert stats.macs == p.workload.macs
+    assert stats.macs == workloads.get(name).macs
 
 
 @pytest.mark.parametrize("name", ["llama-3.2-1b", "resnet50"])
 def test_estimate(benchmark, name):
-    tasks = plan.plan_workload(name).tasks
+    tasks = analyze(name).plan.tasks
     est = benchmark(model.estimate, tasks, "m1")
     assert est.time_s > 0

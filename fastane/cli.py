@@ -16,7 +16,10 @@ import sys
 COMMANDS = {
     "demo": ("fastane.demo", "show the ANE accumulator saturating where a CPU would not, and throughput"),
     "disasm": ("fastane.td.disasm", "disassemble task descriptors (.hwx, corpus .bin, raw TD)"),
-    "roofline": ("fastane.roofline.report", "roofline model of workloads on the ANE (table, JSON, plot)"),
+    "roofline": (
+        "fastane.networks.cli",
+        "roofline model of built-in networks and model files on the ANE (table, JSON, plot)",
+    ),
     "bench": ("fastane.bench", "run the benchmark suite; store runs and compare them as in-run ratios"),
     "run": ("fastane.model.cli", "run a model (ONNX, Core ML) on the emulated ANE, with a per-layer report"),
     "sweep": (
@@ -49,11 +52,6 @@ def main(argv: list[str] | None = None) -> int:
 def _command(args, rest) -> int:
     module = importlib.import_module(COMMANDS[args.command][0])
     cmd = argparse.ArgumentParser(prog=f"fastane {args.command}", description=COMMANDS[args.command][1])
-    if args.command == "roofline" and any(_is_model(a) for a in rest):
-        from .model import cli as _model_cli  # a user's model: its stats-only report
-
-        _model_cli.roofline_arguments(cmd)
-        return int(_model_cli.roofline_run(cmd.parse_args(rest)) or 0)
     if args.command == "sweep":  # --range -20:20:2001 (a value that starts with '-')
         rest = [
             f"--range={rest[i + 1]}" if a == "--range" and i + 1 < len(rest) else a
@@ -62,12 +60,6 @@ def _command(args, rest) -> int:
         ]
     module.add_arguments(cmd)
     return int(module.run(cmd.parse_args(rest)) or 0)
-
-
-def _is_model(arg: str) -> bool:
-    from .model import is_model_path
-
-    return is_model_path(arg)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,13 @@
 
 Every layer is a :class:`Conv2d`, :class:`Matmul` or :class:`Eltwise` (the types, and
 what each field means, are in :mod:`fastane.layers`; this module re-exports them).
+:func:`fastane.networks.graph` writes a workload as a model graph (shapes only), which
+``fastane roofline`` plans as it plans a model file.
 
 The convolutional networks are built in :mod:`fastane.convnets` (re-exported here), the
 transformers below.  A :class:`Workload` is a named tuple of layers; :func:`get` and
-:func:`names` look them up.  The per-task plan of a workload (how it splits into task descriptors) is
-:func:`fastane.roofline.plan.plan_workload`.
+:func:`names` look them up.  The per-task plan of a workload (how it splits into task
+descriptors) is :func:`fastane.networks.plan.analyze`'s.
 
 Conventions (stated once here, repeated in ``docs/roofline.md``):
 

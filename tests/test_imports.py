@@ -14,6 +14,12 @@ be imported by anything above the kernels.
 A top-level module or package not listed in :data:`RANKS` (a new front end) counts as
 the front end: it may import anything below, and nothing below may import it.
 
+``fastane.networks`` (the built-in roofline networks as model graphs, their plan and the
+``fastane roofline`` command) is front end: a network is planned the way a model file is,
+through ``fastane.model``, so it sits beside the model front end, above ``roofline`` (the
+chips, the time model, the per-task estimate, the reports' formats).  ``workloads`` stays
+at rank 1: the networks' layer shapes, which ``networks`` turns into graphs.
+
 Inside :mod:`fastane.model` the data path has its own order (:data:`MODEL_RANKS`):
 
     tools (cli, sweep_cli, zoo)  ->  fastane.model (load_model)  ->  run
@@ -65,6 +71,8 @@ GROUPS = {
     "device": "device",
     "lower": "lower",
     "roofline": "roofline",
+    "networks": "frontend",
+    "model": "frontend",
     "": "package",
     "cli": "app",
     "demo": "app",
@@ -246,11 +254,12 @@ def test_every_module_is_seen(g):
         "fastane.device.engine",
         "fastane.lower.emit",
         "fastane.roofline.plan",
+        "fastane.model.placement.plan",
         "fastane.api",
         "fastane",
     ):
         assert m in g, m
-    assert "fastane.m1" in g["fastane.td.asm"] and "fastane.lower" in g["fastane.roofline.plan"]
+    assert "fastane.m1" in g["fastane.td.asm"] and "fastane.lower" in g["fastane.model.placement.plan"]
     assert "fastane.td.planar" in g["fastane.device.tile_dma"]
     assert "fastane.lut" in g["fastane.device.ne"]  # importlib.import_module("fastane.lut")
 

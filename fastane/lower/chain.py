@@ -15,6 +15,16 @@ one tiler), and then decides, link by link, whether the intermediate stays on ch
 * the kept tensor and the consumer's result (kept whole when it is itself a producer,
   else its TileHeight rows of staging) fit the 2 MiB L2 at disjoint addresses.
 
+A chain may end in a **tail**: a planar binary op (:class:`Tail`: a residual add, add +
+ReLU, a multiply) whose one operand is the last convolution's result, tile by tile: each
+task of that convolution keeps its output tile in L2 (``ResultType`` 3) and a planar task
+right after it reads the tile there as source 0 (``SourceType`` 3), the matching tile of
+the other operand (source 1, slot :data:`SLOT_OPERAND`) through TileDMASrc from DRAM, and
+writes the tile of the result, in bands of ``TileHeight`` rows whose source-1 window and
+result staging (and, with ReLU, the planar result the NE task reads) fit L2 beside the
+kept tile (and the layer's source, when it is kept in L2 too).  The producer may be
+several tasks (kernel groups, spatial tiles): only one tile is in L2 at a time.
+
 Links that fail a condition go through DRAM, as before.  The layers between two DRAM
 links form a **segment**: one program (a :class:`ChainSegment`: every layer's weights in
 one kernel slot at 64-byte aligned offsets, the segment's input and output in the input
@@ -26,18 +36,55 @@ intermediate is the NE stage's fp16 output either way).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..m1 import ALIGN, L2_UNIT, LIMITS, Limits, round_up
 from ..td import BarSlot
+from ..td.asm_planar import eltwise_td
 from .cache import build
 from .emit import COEFF_BASE, task_chains
 from .lowered import SLOT_INPUT, SLOT_KERNEL, SLOT_OUTPUT, SLOT_TD, Lowered, Programs
 from .problems import Conv
 
-__all__ = ["ChainSegment", "LoweredChain", "build_chain", "execute_chain", "link_reason"]
+__all__ = [
+    "Tail",
+    "TAIL_OPS",
+    "SLOT_OPERAND",
+    "ChainSegment",
+    "LoweredChain",
+    "build_chain",
+    "execute_chain",
+    "link_reason",
+    "runs",
+    "plan_chain",
+]
+
+
+#: the planar ops a chain's tail may be (fastane.td.asm_planar names)
+TAIL_OPS = ("add", "mul")
+#: the BAR slot of a tail's second operand (read from DRAM)
+SLOT_OPERAND = 6
+
+
+@dataclass(frozen=True)
+class Tail:
+    """A planar binary op after a chain's last convolution, of the same shape as its
+    result: ``op`` (one of :data:`TAIL_OPS`) of that result (source 0) and an operand read
+    from DRAM (source 1), then a ReLU (an NE task) when ``relu``."""
+
+    op: str
+    relu: bool = False
+
+    def __post_init__(self):
+        if self.op not in TAIL_OPS:
+            raise ValueError(f"a chain's tail is one of {TAIL_OPS}, not {self.op!r}")
+
+
+class _NoRoom(Exception):
+    """The tail's windows do not fit L2 beside the kept result."""
 
 
 def _l2_tensor(c: int, h: int, w: int) -> int:
@@ -58,14 +105,32 @@ def _single_tile(low: Lowered) -> bool:
     )
 
 
+def _producer_reason(a: Lowered) -> str | None:
+    """Why ``a``'s whole result cannot be kept in L2 (None: it can)."""
+    if a.conv.n != 1:
+        return "the shapes do not chain (or batch > 1)"
+    if len(a.tasks) != 1 or a.stage.post or a.tiling.mode == "im2col":
+        return "the producer is more than one task (its result is split)"
+    return None
+
+
+def _tail_reason(a: Lowered) -> str | None:
+    """Why a tail cannot read ``a``'s result tile by tile in L2 (None: it can)."""
+    if a.conv.n != 1:
+        return "batch > 1"
+    if a.stage.post or a.tiling.mode == "im2col":
+        return f"the producer's tasks end in a planar chain or run in {a.tiling.mode} mode"
+    return None
+
+
 def link_reason(a: Lowered, b: Lowered) -> str | None:
     """Why the output of ``a`` cannot stay in L2 as the source of ``b`` (None: it can,
     capacity aside; :func:`build_chain` also checks the L2 addresses)."""
     ca, cb = a.conv, b.conv
-    if (ca.n, ca.cout, ca.hout, ca.wout) != (cb.n, cb.cin, cb.h, cb.w) or ca.n != 1:
+    if (ca.n, ca.cout, ca.hout, ca.wout) != (cb.n, cb.cin, cb.h, cb.w):
         return "the shapes do not chain (or batch > 1)"
-    if len(a.tasks) != 1 or a.stage.post or a.tiling.mode == "im2col":
-        return "the producer is more than one task (its result is split)"
+    if (why := _producer_reason(a)) is not None:
+        return why
     if b.tiling.mode != "direct" or b.stage.post:
         return f"the consumer runs in {b.tiling.mode} mode"
     if not _single_tile(b):
@@ -87,8 +152,18 @@ class ChainSegment(Programs):
     offsets: list  # byte offset of each layer's kernel bytes in the kernel slot
     programs: list
     kernel_bytes: int
-    tasks_per_layer: list  # TDs of each layer, in order
+    tasks_per_layer: list  # TDs of each layer, in order (then the tail's)
     resident: list  # per link inside the segment: (L2 byte address, bytes)
+    tail: Tail | None = None  # a planar op after the last layer, reading its result in L2
+    #: the layer (index in ``layers``; ``len(layers)``: the tail) of each TD, in order;
+    #: None: ``tasks_per_layer`` TDs of each layer one after the other
+    owners: list | None = None
+
+    def td_layers(self) -> list:
+        """The layer of each TD (index in ``layers``; ``len(layers)`` for the tail's)."""
+        if self.owners is not None:
+            return self.owners
+        return [j for j, n in enumerate(self.tasks_per_layer) for _ in range(n)]
 
     @property
     def in_layout(self):
@@ -99,11 +174,14 @@ class ChainSegment(Programs):
         return self.layers[-1].out_layout
 
     def buffer_sizes(self) -> dict:
-        return {
+        sizes = {
             SLOT_INPUT: self.layers[0].in_layout.nbytes,
             SLOT_OUTPUT: self.layers[-1].out_layout.nbytes,
             SLOT_KERNEL: self.kernel_bytes,
         }
+        if self.tail is not None:
+            sizes[SLOT_OPERAND] = self.layers[-1].out_layout.nbytes
+        return sizes
 
     def input_view(self, raw):
         return self.layers[0].input_view(raw)
@@ -135,6 +213,14 @@ class LoweredChain:
     layers: list  # Lowered per layer
     segments: list
     links: list
+    tail: Tail | None = None
+    #: None when the tail reads the last layer's result in L2, else why not (the tail is
+    #: then not in the chain: the caller lowers it on its own); None without a tail
+    tail_link: str | None = None
+
+    @property
+    def tail_chained(self) -> bool:
+        return self.tail is not None and self.tail_link is None
 
     @property
     def resident_links(self) -> int:
@@ -153,25 +239,115 @@ def _rebase_kernels(td, low: Lowered, k: int, offset: int) -> None:
         td[COEFF_BASE[lane]] = td[COEFF_BASE[lane]] + offset // ALIGN
 
 
-def _segment(layers: list, first: int, lim: Limits) -> ChainSegment:
-    """One program of ``layers`` whose links all stay in L2 (already checked)."""
-    if len(layers) == 1:  # a layer alone: its own programs, as build made them
+def _free_regions(busy, lim: Limits) -> list:
+    """``[(start, size)]``: the L2 outside the ``busy`` ``(address, bytes)`` ranges."""
+    out, at = [], 0
+    for addr, n in sorted(busy):
+        if addr > at:
+            out.append((at, addr - at))
+        at = max(at, round_up(addr + n, L2_UNIT))
+    if at < lim.l2_bytes:
+        out.append((at, lim.l2_bytes - at))
+    return out
+
+
+def _tail_windows(busy: tuple, row: int, whole: int, h: int, lim: Limits):
+    """``(th, src1, result, staging)``: the largest band height ``th`` (at most ``h``)
+    and the L2 addresses of the tail's windows (source 1's band, the planar result kept
+    whole when ``whole`` bytes, else None, and the result's band), each in one of the free
+    regions outside the ``busy`` ``(address, bytes)`` ranges; th = 0 when nothing fits."""
+    regions = _free_regions(busy, lim)
+    items = ["src1", "staging"] + (["result"] if whole else [])
+    best = (0, None)
+    for where in itertools.product(range(len(regions)), repeat=len(items)):
+        th = h
+        for r, (_, size) in enumerate(regions):
+            mine = [it for it, w in zip(items, where) if w == r]
+            room = size - (whole if "result" in mine else 0)
+            bands = sum(it != "result" for it in mine)
+            if room < 0:
+                th = 0
+            elif bands:
+                th = min(th, room // (bands * row))
+        if th > best[0]:
+            best = (th, where)
+    th, where = best
+    if not th:
+        return 0, None, None, None
+    at = {}
+    nxt = [start for start, _ in regions]
+    for it, r in zip(items, where):
+        at[it] = nxt[r]
+        nxt[r] += whole if it == "result" else th * row
+    return th, at["src1"], at.get("result"), at["staging"]
+
+
+def _tile(low: Lowered, task) -> tuple:
+    """``(shape, DRAM byte offset)`` of a task's output tile (``task``: a row of
+    ``low.tasks``) in the output layout."""
+    g, lay = low.groups[int(task["k"])], low.out_layout
+    th, tw = int(task["th"]), int(task["tw"])
+    off = g.co0 * lay.plane_stride + int(task["oy0"]) * lay.row_stride + 2 * int(task["ox0"])
+    return (g.cout, th, tw), off
+
+
+def _tail_tds(low: Lowered, task, addr: int, busy: tuple, tail: Tail, lim: Limits, memo: dict) -> list:
+    """The tail's TDs after one task of ``low`` (a row of ``low.tasks``) that keeps its
+    output tile in L2 at ``addr``: one planar task over the tile (source 0 the kept tile,
+    source 1 the operand's tile in slot :data:`SLOT_OPERAND` through TileDMASrc) writing
+    the result's tile to the output slot, staged in bands of ``TileHeight`` rows; with
+    ReLU the planar result is kept whole and an NE task writes its ReLU.  ``busy``: the
+    L2 ranges the windows must avoid (the kept tile, a source kept for later tasks).
+    :class:`_NoRoom` when not one row's band fits (:func:`_tail_windows`)."""
+    (ch, h, w), off = _tile(low, task)
+    row = _l2_tensor(ch, 1, w)  # one row of every channel
+    kept = _l2_tensor(ch, h, w)
+    key = (busy, row, kept if tail.relu else 0, h)
+    if key not in memo:
+        memo[key] = _tail_windows(*key, lim)
+    th, l2_src1, res, staging = memo[key]
+    if not th:
+        raise _NoRoom
+    lay = low.out_layout
+    strides = (lay.row_stride, lay.plane_stride)
+    out = dict(dst=SLOT_OUTPUT, dst_base=off, dst_strides=strides, tile_height=th, eon=False)
+    src1 = dict(src1=SLOT_OPERAND, src1_base=off, src1_strides=strides, l2_src1=l2_src1)
+    shape = (ch, h, w)
+    if not tail.relu:
+        return [eltwise_td(shape, op=tail.op, src_in_l2=True, l2_src=addr, l2_dst=staging, **src1, **out)]
+    return [
+        eltwise_td(shape, op=tail.op, src_in_l2=True, l2_src=addr, l2_dst=res, keep=True, **src1, **out),
+        eltwise_td(shape, nonlinear="relu", src_in_l2=True, l2_src=res, l2_dst=staging, **out),
+    ]
+
+
+_KEEP = {"L2.ResultCfg.ResultType": 3, "Header.WBase": 0, "Header.WBE": 0, "TileDMADst.DMAConfig.En": 0}
+
+
+def _segment(layers: list, first: int, lim: Limits, tail: Tail | None = None) -> ChainSegment:
+    """One program of ``layers`` whose links all stay in L2 (already checked), and of
+    ``tail`` after the last layer's tasks (its conditions checked by the caller, its room
+    here: :class:`_NoRoom`)."""
+    if len(layers) == 1 and tail is None:  # a layer alone: its own programs, as build made them
         low = layers[0]
         return ChainSegment(layers, first, [0], low.programs, low.kernel_bytes, [low.n_tasks], [])
     offsets, off = [], 0
     for low in layers:
         offsets.append(off)
         off += round_up(low.kernel_bytes, ALIGN)
-    tds, per_layer, resident = [], [], []
+    tds, per_layer, resident, owners, n_tail = [], [], [], [], 0
     src_addr, src_bytes = None, 0  # where this layer's source sits in L2 (None: DRAM)
+    memo: dict = {}
     for j, low in enumerate(layers):
         keep = j + 1 < len(layers)
+        tiles = j + 1 == len(layers) and tail is not None  # each task keeps its tile for the tail
         c = low.eff
         out_bytes = _l2_tensor(c.cout, c.hout, c.wout)
-        layer_tds = []
-        for k, td in zip(low.tasks["k"].tolist(), [t for p in low.programs for t in p.tds]):
+        layer_tds = 0
+        for t, (task, td) in enumerate(zip(low.tasks, [t for p in low.programs for t in p.tds])):
             td = td.copy()
-            _rebase_kernels(td, low, k, offsets[j])
+            _rebase_kernels(td, low, int(task["k"]), offsets[j])
+            tile = _l2_tensor(*_tile(low, task)[0])
             if src_addr is not None:
                 td.update(
                     {
@@ -183,26 +359,34 @@ def _segment(layers: list, first: int, lim: Limits) -> ChainSegment:
                     }
                 )
                 staging = (
-                    out_bytes if keep else c.cout * int(low.tasks["th"].max()) * round_up(2 * c.wout, L2_UNIT)
+                    out_bytes
+                    if keep
+                    else tile
+                    if tiles
+                    else c.cout * int(low.tasks["th"].max()) * round_up(2 * c.wout, L2_UNIT)
                 )
                 res = 0 if staging <= src_addr else round_up(src_addr + src_bytes, L2_UNIT)
                 td["L2.ResultBase.Addr"] = res // L2_UNIT
-            if keep:
-                td.update(
-                    {
-                        "L2.ResultCfg.ResultType": 3,
-                        "Header.WBase": 0,
-                        "Header.WBE": 0,
-                        "TileDMADst.DMAConfig.En": 0,
-                    }
-                )
-            layer_tds.append(td)
+            if keep or tiles:
+                td.update(_KEEP)
+            tds.append(td)
+            owners.append(j)
+            layer_tds += 1
+            if tiles:
+                addr = td["L2.ResultBase.Addr"] * L2_UNIT
+                if addr + tile > lim.l2_bytes:
+                    raise _NoRoom
+                later = src_addr is not None and t + 1 < len(low.tasks)  # the source is read again
+                busy = ((addr, tile),) + (((src_addr, src_bytes),) if later else ())
+                tail_tds = _tail_tds(low, task, addr, busy, tail, lim, memo)
+                tds += tail_tds
+                owners += [len(layers)] * len(tail_tds)
+                n_tail += len(tail_tds)
         if keep:
-            addr = layer_tds[0]["L2.ResultBase.Addr"] * L2_UNIT
+            addr = tds[-1]["L2.ResultBase.Addr"] * L2_UNIT
             resident.append((addr, out_bytes))
             src_addr, src_bytes = addr, out_bytes
-        tds += layer_tds
-        per_layer.append(len(layer_tds))
+        per_layer.append(layer_tds)
     kernel_bytes = max(off, ALIGN)
     bars = {
         SLOT_TD: None,
@@ -210,10 +394,13 @@ def _segment(layers: list, first: int, lim: Limits) -> ChainSegment:
         SLOT_OUTPUT: BarSlot(SLOT_OUTPUT, "output", layers[-1].out_layout.nbytes, "y"),
         SLOT_INPUT: BarSlot(SLOT_INPUT, "input", layers[0].in_layout.nbytes, "x"),
     }
+    if tail is not None:
+        per_layer.append(n_tail)
+        bars[SLOT_OPERAND] = BarSlot(SLOT_OPERAND, "input", layers[-1].out_layout.nbytes, "b")
     if len(tds) > lim.max_chain:
         raise ValueError("a resident segment exceeds one chain")  # build_chain prevents it
     programs = task_chains(tds, 1, dict(sorted(bars.items())), f"chain{first}-{first + len(layers) - 1}", lim)
-    return ChainSegment(layers, first, offsets, programs, kernel_bytes, per_layer, resident)
+    return ChainSegment(layers, first, offsets, programs, kernel_bytes, per_layer, resident, tail, owners)
 
 
 def _fits(a: Lowered, b: Lowered, b_keeps: bool, src_addr_a: int | None, lim: Limits) -> bool:
@@ -232,10 +419,41 @@ def _fits(a: Lowered, b: Lowered, b_keeps: bool, src_addr_a: int | None, lim: Li
     return b_addr + res <= lim.l2_bytes
 
 
-def build_chain(convs, limits: Limits = LIMITS, resident: bool = True) -> LoweredChain:
+#: the shares of L2 a producer alone in its segment is tiled for when the tail's windows
+#: do not fit beside its tiles as :func:`~fastane.lower.build` tiles it (1: as built)
+TAIL_SHARES = (1, 2, 4, 8)
+
+
+def _with_tail(last: ChainSegment, limits: Limits, tail: Tail):
+    """``(segment, None)``: ``last`` with ``tail`` after its last layer's tasks, or
+    ``(None, why not)``.  A layer alone (its source in DRAM) is tiled again for a
+    smaller share of L2 (:data:`TAIL_SHARES`) when the tail's windows do not fit beside
+    its tiles; a layer that reads a kept source keeps its tiling (one tile)."""
+    why = "the tail's windows do not fit L2 beside a kept tile"
+    for share in TAIL_SHARES if len(last.layers) == 1 else TAIL_SHARES[:1]:
+        layers = last.layers
+        if share > 1:
+            try:
+                layers = [build(layers[0].conv, replace(limits, l2_bytes=limits.l2_bytes // share))]
+            except (NotImplementedError, MemoryError, ValueError):
+                break
+        try:
+            return _segment(layers, last.first, limits, tail), None
+        except _NoRoom:
+            continue
+        except ValueError:  # the segment would exceed one chain of TDs
+            return None, "the segment would exceed one chain of TDs"
+    return None, why
+
+
+def build_chain(
+    convs, limits: Limits = LIMITS, resident: bool = True, tail: Tail | None = None
+) -> LoweredChain:
     """Lower ``convs`` (each one's input is the previous one's output) as a whole,
     keeping intermediates in L2 where they fit (``resident=False``: every intermediate
-    through DRAM, one segment per layer, the layer-by-layer lowering)."""
+    through DRAM, one segment per layer, the layer-by-layer lowering).  ``tail``: a
+    planar op on the last layer's result, in the last segment when that result can stay
+    in L2 for it (:attr:`LoweredChain.tail_link` says why not otherwise)."""
     convs = list(convs)
     if not convs:
         raise ValueError("a chain needs at least one convolution")
@@ -284,7 +502,14 @@ def build_chain(convs, limits: Limits = LIMITS, resident: bool = True) -> Lowere
         if i == len(layers) or links[i - 1] is not None:
             segments.append(_segment(layers[start:i], start, limits))
             start = i
-    return LoweredChain(convs, layers, segments, links)
+    tail_link = None
+    if tail is not None:
+        tail_link = "residency off" if not resident else _tail_reason(layers[-1])
+        if tail_link is None:
+            seg, tail_link = _with_tail(segments[-1], limits, tail)
+            if seg is not None:
+                segments[-1], layers[-1] = seg, seg.layers[-1]
+    return LoweredChain(convs, layers, segments, links, tail, tail_link)
 
 
 def execute_chain(
@@ -296,6 +521,10 @@ def execute_chain(
     from .runtime import execute
 
     n = len(chain.layers)
+    if chain.tail_chained and not stats_only:
+        raise NotImplementedError(
+            "a chain with a tail is planned only (stats-only): fastane.lower.execute writes no second operand"
+        )
     weights = list(weights) if weights is not None else [None] * n
     biases = list(biases) if biases is not None else [None] * n
     if len(weights) != n or len(biases) != n:
@@ -306,3 +535,42 @@ def execute_chain(
         y, st = execute(seg, y, weights[sl], biases[sl], device=device, stats_only=stats_only)
         stats.append(st)
     return y, stats
+
+
+def runs(links) -> list:
+    """The runs of layers joined by links: ``links[i]`` true when layer ``i + 1`` reads
+    layer ``i``'s output (and may chain with it); ``[(start, stop)]`` of every run of two
+    layers or more, in order."""
+    out, start = [], 0
+    n = len(links) + 1
+    for i in range(1, n + 1):
+        if i == n or not links[i - 1]:
+            if i - start > 1:
+                out.append((start, i))
+            start = i
+    return out
+
+
+def plan_chain(convs, limits: Limits = LIMITS, tail: Tail | None = None) -> list:
+    """``convs`` lowered as one chain (:func:`build_chain`) and counted on the stats-only
+    device: per layer ``(tasks, source_in_l2, result_in_l2)``, its per-task Stats and
+    whether its source / result stayed in L2; then the ``tail``'s entry when it chained
+    (its source in L2; one entry more than ``convs``), none when it did not.  Raises what
+    :func:`build_chain` raises (``ValueError`` when the shapes do not chain,
+    ``NotImplementedError``/``MemoryError`` past the lowering's limits)."""
+    from .runtime import stats_device
+
+    ch = build_chain(convs, limits, tail=tail)
+    _, stats = execute_chain(ch, device=stats_device(), stats_only=True)
+    links = ch.links + ([None] if ch.tail_chained else [])
+    out = []
+    for seg, st in zip(ch.segments, stats):
+        per: list = [[] for _ in seg.tasks_per_layer]
+        for task, j in zip(st.tasks_detail, seg.td_layers()):
+            per[j].append(task)
+        for j, tasks in enumerate(per):
+            i = seg.first + j
+            src = i > 0 and links[i - 1] is None
+            res = i < len(links) and links[i] is None
+            out.append((tasks, src, res))
+    return out

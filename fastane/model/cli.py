@@ -398,17 +398,6 @@ def _print_report(model, rep, arrays, args) -> int:
     return 0
 
 
-def roofline_arguments(parser: argparse.ArgumentParser) -> None:
-    """``fastane roofline``'s arguments (the command hands a model to :func:`roofline`)."""
-    from ..roofline.report import add_arguments as _roofline_arguments
-
-    _roofline_arguments(parser)
-
-
-def roofline_run(args) -> int:
-    return roofline(args, args.workloads)
-
-
 def _shapes(arrays) -> dict:
     return {k: tuple(v.shape) if hasattr(v, "shape") else tuple(v) for k, v in arrays.items()}
 
@@ -429,70 +418,3 @@ def prediction_table(rep, pred, units) -> str:
         )
     lines.append("  predicted: " + ", ".join(f"{n} {u}" for u, n in sorted(counts.items())))
     return "\n".join(lines)
-
-
-def roofline(args, names) -> int:
-    """``fastane roofline MODEL.onnx ... [--chip] [--json] [--plot FILE.png] [--summary]``:
-    the stats-only report of each model (nothing computed; symbolic dimensions bound to 1),
-    as tables, JSON, and the roofline plot with the model's ANE layers on it."""
-    import json
-    import types
-
-    from . import load_model
-    from ..roofline import chips as _chips
-    from ..roofline import report as _report
-
-    try:
-        from . import is_model_path
-
-        others = [n for n in names if not is_model_path(n)]
-        if others:
-            raise CommandError(f"give either built-in workloads or model files, not both ({others[0]!r})")
-        chip = _chips.get(args.chip)
-        reports = []
-        for path in names:
-            model = load_model(path, weights=False)
-            shapes = {
-                k: tuple(1 if isinstance(d, str) else d for d in t.shape) for k, t in model.inputs.items()
-            }
-            reports.append(model.report(shapes, chip=chip, stats_only=True))
-    except (CommandError, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
-        return error_line("roofline", exc)
-    if args.json:
-        print(json.dumps({"models": [r.as_dict() for r in reports]}, indent=1))
-    else:
-        for r in reports:
-            text = r.table()
-            if getattr(args, "summary", False):
-                text = "\n".join(
-                    ln
-                    for ln in text.splitlines()
-                    if ln.startswith(("model ", "ANE total", "placement:", "stats only"))
-                )
-            print(text)
-            print()
-    if args.plot:
-        results = [
-            types.SimpleNamespace(
-                workload=types.SimpleNamespace(name=r.model),
-                chip=chip,
-                total=r.total,
-                layers=[rec.estimate for rec in r.layers if rec.estimate is not None],
-            )
-            for r in reports
-            if r.total is not None
-        ]
-        if not results:
-            print(
-                "fastane roofline: error: no layer of the model(s) runs on the ANE: nothing to plot",
-                file=sys.stderr,
-            )
-            return 2
-        try:
-            _report.plot(results, args.plot)
-        except RuntimeError as e:
-            print(f"fastane roofline: {e}", file=sys.stderr)
-            return 1
-        if not getattr(args, "quiet", False):
-            print(f"wrote {args.plot}", file=sys.stderr)
-    return 0

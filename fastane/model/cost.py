@@ -16,6 +16,7 @@ from .budget import (
     MAX_LAYER_BYTES,
     MAX_LAYER_ELEMENT_OPS,
     MAX_LAYER_WORK,
+    MAX_PLAN_WORK,
     MAX_RUN_BYTES,
     MAX_RUN_WORK,
     beyond,
@@ -108,10 +109,13 @@ def check_node(node, in_types: list, out_types: list) -> Cost:
 class RunBudget:
     """The totals of one bind: :func:`check_node` on each node, the work of all nodes
     (:data:`MAX_RUN_WORK`) and the bytes held at once (:data:`MAX_RUN_BYTES`), the nodes
-    given in graph order."""
+    given in graph order.  A graph without its weights (``Graph.weights`` False: it can only
+    be planned, stats-only, one layer at a time) holds no tensors: the per-node limits and
+    :data:`MAX_PLAN_WORK` apply to it."""
 
     def __init__(self, graph):
         self.name = graph.name
+        self.runs = getattr(graph, "weights", True)
         self.work = 0
         self.held: dict = {}  # tensor -> bytes, alive now
         self.pinned: set = set(graph.outputs)  # alive to the end
@@ -130,7 +134,7 @@ class RunBudget:
         self.work += cost.work
         ins = set(node.inputs)
         live = cost.bytes + sum(b for t, b in self.held.items() if t not in ins)
-        if live > MAX_RUN_BYTES:
+        if self.runs and live > MAX_RUN_BYTES:
             raise beyond(
                 node.describe(),
                 live,
@@ -148,8 +152,8 @@ class RunBudget:
         return cost
 
     def done(self) -> None:
-        """A ModelError when the model's total work is beyond :data:`MAX_RUN_WORK`."""
-        if self.work > MAX_RUN_WORK:
-            raise beyond(
-                f"model {quote(self.name)}", self.work, "multiply-adds and element operations", "MAX_RUN_WORK"
-            )
+        """A ModelError when the model's total work is beyond :data:`MAX_RUN_WORK`
+        (:data:`MAX_PLAN_WORK` for a graph without its weights)."""
+        name, limit = ("MAX_RUN_WORK", MAX_RUN_WORK) if self.runs else ("MAX_PLAN_WORK", MAX_PLAN_WORK)
+        if self.work > limit:
+            raise beyond(f"model {quote(self.name)}", self.work, "multiply-adds and element operations", name)

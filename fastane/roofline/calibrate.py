@@ -1,8 +1,10 @@
 """Calibration of the time model's free parameters on the calibration points only
-(docs/roofline.md, "Calibration"): ``python -m fastane.roofline.calibrate`` re-runs the fit
-and prints the fitted values and each point's error; :data:`FITTED` holds the committed
-result, which :data:`fastane.roofline.model.DEFAULT_PARAMS` uses (a test checks that
-:func:`fit` reproduces it).
+(docs/roofline.md, "Calibration"): ``python -m fastane.networks.calibrate`` re-runs the fit
+on the one path's plans (:func:`fastane.networks.calibrate.one_path`) and prints the fitted
+values and each point's error; :data:`FITTED` holds the committed result, which
+:data:`fastane.roofline.model.DEFAULT_PARAMS` uses (a test checks that :func:`fit`
+reproduces it).  ``arrays`` below: a function from a point's ``spec`` to the per-task
+counter arrays of its plan (:func:`fastane.roofline.model.task_arrays`).
 
 The free parameters, and what fixes each:
 
@@ -32,8 +34,7 @@ from .. import workloads
 from . import chips
 from . import spec as _spec
 from .fitted import FITTED  # the committed result of fit() (the model imports it from there)
-from .model import ModelParams, task_arrays, array_times
-from .plan import plan_workload
+from .model import ModelParams, array_times
 
 __all__ = ["Point", "POINTS", "FIXED_COST_BOUND", "FITTED", "fit", "errors", "point_workload"]
 
@@ -119,13 +120,6 @@ def point_workload(spec: str):
     return workloads.get(spec)
 
 
-def spec_arrays(spec: str, cache: dict):
-    """The per-task counter arrays of workload ``spec``'s plan, kept in ``cache``."""
-    if spec not in cache:
-        cache[spec] = task_arrays(plan_workload(point_workload(spec)).tasks)
-    return cache[spec]
-
-
 def _grid(kind, lo, hi, n):
     if kind == "geom":
         return [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
@@ -146,12 +140,11 @@ def _objective(values: dict, pts: list, bound) -> float:
     return err + (1e3 * (fixed / limit - 1) ** 2 if fixed > limit else 0.0)
 
 
-def fit(sweeps: int = 6, cache: dict | None = None) -> dict:
-    """Fit the free parameters on :data:`POINTS` (see the module docstring); the values,
-    rounded to three significant digits."""
-    cache = {} if cache is None else cache
-    pts = [(p, spec_arrays(p.spec, cache)) for p in POINTS]
-    bound_arrays = spec_arrays(FIXED_COST_BOUND[0], cache)
+def fit(arrays, sweeps: int = 6) -> dict:
+    """Fit the free parameters on :data:`POINTS` planned by ``arrays`` (see the module
+    docstring); the values, rounded to three significant digits."""
+    pts = [(p, arrays(p.spec)) for p in POINTS]
+    bound_arrays = arrays(FIXED_COST_BOUND[0])
     bound = (len(bound_arrays["macs"]), FIXED_COST_BOUND[2])
     values = dict(_START)
     grids = {k: _grid(*g) for k, g in _GRIDS.items()}
@@ -162,14 +155,13 @@ def fit(sweeps: int = 6, cache: dict | None = None) -> dict:
     return {k: float(f"{v:.3g}") for k, v in values.items()}
 
 
-def errors(values: dict | None = None, points=POINTS, cache: dict | None = None) -> list:
-    """``[(point, predicted seconds, predicted / measured)]`` with ``values`` (default
-    :data:`FITTED`)."""
+def errors(arrays, values: dict | None = None, points=POINTS) -> list:
+    """``[(point, predicted seconds, predicted / measured)]`` of ``points`` planned by
+    ``arrays``, with ``values`` (default :data:`FITTED`)."""
     values = FITTED if values is None else values
-    cache = {} if cache is None else cache
     out = []
     for p in points:
-        t = predict(spec_arrays(p.spec, cache), p.chip, values, p.programs)
+        t = predict(arrays(p.spec), p.chip, values, p.programs)
         out.append((p, t, t / p.measured_s))
     return out
 
@@ -178,22 +170,3 @@ def rms_log_error(ratios) -> float:
     """exp(rms of ln(predicted / measured)): 1.0 is exact, 1.3 is 30% typical error."""
     ratios = list(ratios)
     return math.exp(math.sqrt(sum(math.log(r) ** 2 for r in ratios) / len(ratios))) if ratios else math.nan
-
-
-def main() -> int:
-    cache: dict = {}
-    values = fit(cache=cache)
-    print("fitted:", values)
-    print("committed FITTED:", FITTED, "(same)" if values == FITTED else "(DIFFERENT: update FITTED)")
-    rows = errors(values, cache=cache)
-    for p, t, r in rows:
-        print(
-            f"  {p.id} {p.what[:44]:44s} {p.chip:8s} measured {p.measured_s * 1e3:9.3f} ms  "
-            f"predicted {t * 1e3:9.3f} ms  x{r:.2f}"
-        )
-    print(f"rms log-error on the calibration points: x{rms_log_error(r for _, _, r in rows):.3f}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

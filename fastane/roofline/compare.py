@@ -2,7 +2,7 @@
 
 A user keeps a model's predicted ANE latency in their own CI: store the JSON of
 ``fastane roofline ... --json`` once, and later runs compare against it.  Workloads are
-matched by name and layers by name (in order); every change of predicted time and of
+matched by name and layers by name (in order), built-in networks and model files alike; every change of predicted time and of
 traffic is listed, and a workload *regresses* when its predicted time or its DRAM
 traffic grew by more than ``fail_above`` percent.  The model is deterministic, so any
 change is real: a new lowering, a new time model, or a changed workload.
@@ -13,7 +13,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["METRICS", "load", "compare", "format_comparison"]
+__all__ = ["METRICS", "SCHEMAS", "load", "compare", "format_comparison"]
+
+#: the report versions :func:`load` reads: 1 (no ``schema`` key), 2 (``"fastane.roofline/2"``:
+#: model files too, in the same shape as the built-in networks)
+SCHEMAS = ("fastane.roofline/1", "fastane.roofline/2")
 
 #: the compared fields of a workload's ``total`` and of each layer, with a short label;
 #: the first two judge a regression
@@ -37,6 +41,15 @@ def load(path) -> dict:
         raise ValueError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{p}: not a JSON file ({e})") from None
+    if isinstance(data, dict) and "models" in data and "workloads" not in data:
+        raise ValueError(
+            f"{p}: a model report of an older fastane (a 'models' list): write it again with "
+            f"`fastane roofline MODEL --json` (schema {SCHEMAS[-1]})"
+        )
+    if isinstance(data, dict) and data.get("schema", SCHEMAS[0]) not in SCHEMAS:
+        raise ValueError(
+            f"{p}: schema {data['schema']!r} is not one this fastane reads ({', '.join(SCHEMAS)})"
+        )
     workloads = data.get("workloads") if isinstance(data, dict) else None
     if not isinstance(workloads, list) or not all(
         isinstance(w, dict) and isinstance(w.get("name"), str) and isinstance(w.get("total"), dict)

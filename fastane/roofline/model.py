@@ -1,5 +1,5 @@
 """The time model: per-task times from :class:`~fastane.stats.Stats` (the counters the
-stats-only device fills when it runs a lowered program, :mod:`fastane.roofline.plan`),
+stats-only device fills when it runs a lowered program, :func:`fastane.networks.plan.analyze`),
 on a :class:`~fastane.roofline.chips.Chip` (:func:`task_times`, :func:`estimate`).
 
 The time model:
@@ -127,7 +127,8 @@ def _calibrated() -> ModelParams:
 
 
 #: the calibrated model (``fastane.roofline.calibrate``: fitted on the calibration points of
-#: docs/roofline.md only; ``calibrate.fit()`` reproduces ``calibrate.FITTED``)
+#: docs/roofline.md only, planned on the one path; ``python -m fastane.networks.calibrate``
+#: reproduces ``calibrate.FITTED``)
 DEFAULT_PARAMS = _calibrated()
 
 

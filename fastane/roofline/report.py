@@ -1,55 +1,45 @@
-"""Roofline reports: a text table, a JSON dict and a log-log plot; the ``fastane roofline``
-command.  The planned-and-estimated :class:`Result` is built in
-:mod:`fastane.roofline.result`, the plot drawn in :mod:`fastane.roofline.plot` (both
-re-exported here).
+"""Roofline reports of a planned-and-estimated :class:`Result`: a text table, the JSON
+report (:data:`SCHEMA`) and a log-log plot (:mod:`fastane.roofline.plot`, re-exported
+here).
 
-    >>> from fastane.roofline import report
-    >>> r = report.analyze("gpt2", chip="m1")
+    >>> from fastane.networks.plan import analyze
+    >>> r = analyze("gpt2", chip="m1")              # as ``fastane roofline gpt2`` plans it
     >>> print(report.table(r))                       # per layer and total
     >>> report.to_json([r])                          # JSON-ready dict
     >>> report.plot([r], "roofline.png")             # needs matplotlib
 
-``fastane roofline [WORKLOAD ...] --chip m1 [--json] [--plot FILE.png]``; with no
-workload it reports :data:`DEFAULT_WORKLOADS`.
+The plan is :func:`fastane.networks.plan.analyze`'s (built-in networks and model files
+alike); the ``fastane roofline`` command is :mod:`fastane.networks.cli`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 from dataclasses import asdict
 
-from .. import workloads as _workloads
 from . import chips as _chips
 from ..m1 import TD_SIZE
 from . import compare as _compare
-from . import spec as _spec
 from .model import Estimate, dram_traffic, estimate, tokens_per_s_bound
 from .plot import measured_points, plot
-from .result import Result, format_si, format_time, analyze
+from .result import Result, format_si, format_time
 
 __all__ = [
     "Result",
-    "analyze",
     "table",
     "tokens_table",
     "tokens_per_s",
     "to_json",
     "plot",
     "measured_points",
-    "add_arguments",
-    "run",
-    "DEFAULT_WORKLOADS",
     "limiter",
     "on_chip",
     "verdict",
-    "user_workloads",
+    "SCHEMA",
 ]
 
-#: what ``fastane roofline`` reports when given no workload: a decode step, a vision net
-DEFAULT_WORKLOADS = ("gpt2", "resnet50")
+#: the version of the JSON report (:func:`to_json`; docs/roofline.md, "The JSON report")
+SCHEMA = _compare.SCHEMAS[-1]
 
 
 def tokens_per_s(result: Result, chips=None) -> dict:
@@ -162,6 +152,8 @@ def _what_if(result: Result, **figures) -> float:
 def verdict(result: Result) -> str:
     """One line: what bounds the workload and what 2x more of it would give."""
     tot, c = result.total, result.chip
+    if not tot.tasks:
+        return "no layer runs on the ANE: nothing to bound"
     lim = limiter(tot)
     unit = "tokens/s" if result.workload.tokens and result.workload.phase == "decode" else "runs/s"
     if lim in ("KernelDMA", "TileDMA"):
@@ -258,7 +250,7 @@ def to_json(results, chips_for_tokens=None) -> dict:
     """A JSON-ready dict of one or more results (same chip assumed for the header)."""
     if isinstance(results, Result):
         results = [results]
-    out = {"chip": None, "params": None, "workloads": []}
+    out = {"schema": SCHEMA, "chip": None, "params": None, "workloads": []}
     for r in results:
         out["chip"] = {"key": r.chip.key, "name": r.chip.name, **r.chip.figures()}
         out["params"] = asdict(r.params)
@@ -268,12 +260,15 @@ def to_json(results, chips_for_tokens=None) -> dict:
             "phase": r.workload.phase,
             "tokens": r.workload.tokens,
             "weight_params": r.workload.weight_params,
+            "stats_only": True,
             "plan_seconds": r.plan_s,
             "total": r.total.as_dict(),
             "layers": [
                 {
                     "layer": lp.name,
                     "kind": lp.layer.kind,
+                    "op": getattr(lp.layer, "op", lp.layer.kind),
+                    "placement": "ane",
                     "shape": lp.layer.shape_str(),
                     "activation": getattr(lp.layer, "activation", None),
                     **e.as_dict(),
@@ -284,11 +279,13 @@ def to_json(results, chips_for_tokens=None) -> dict:
                 for lp, e in zip(r.plan.lowered, r.layers)
             ],
             "verdict": verdict(r),
-            # layers the lowering could not take: not estimated, not in "total"
+            # layers not on the ANE (not lowered, or placed on the host): not in "total"
             "not_lowered": [
                 {
                     "layer": lp.name,
                     "kind": lp.layer.kind,
+                    "op": getattr(lp.layer, "op", lp.layer.kind),
+                    "placement": getattr(lp.layer, "placement", "not lowered"),
                     "shape": lp.layer.shape_str(),
                     "reason": lp.not_lowered,
                 }
@@ -301,154 +298,3 @@ def to_json(results, chips_for_tokens=None) -> dict:
             wl["tokens_per_s_by_chip"] = tokens_per_s(r, chips_for_tokens)
         out["workloads"].append(wl)
     return out
-
-
-# ------------------------------------------------------------------------------ CLI
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``fastane roofline``."""
-    parser.add_argument(
-        "workloads",
-        nargs="*",
-        metavar="WORKLOAD",
-        help=f"built-in workloads (default: {' '.join(DEFAULT_WORKLOADS)}; "
-        "--list shows them) or ONNX models (MODEL.onnx)",
-    )
-    parser.add_argument(
-        "--transformer",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="your own transformer: 'layers=24,d=1024,heads=16,ffn=4096,vocab=50257,"
-        "seq=512,kv=512,lm_tokens=1' (optional kv_heads=, head_dim=, gated=0|1, "
-        "act=gelu|silu|relu, norm=layer|rms; vocab=0: no LM head); repeatable",
-    )
-    parser.add_argument(
-        "--matmul",
-        action="append",
-        default=[],
-        metavar="MxKxN",
-        help="one matmul (M x K) @ (K x N), the K x N weights in KMem; repeatable",
-    )
-    parser.add_argument(
-        "--chip", default="m1", help=f"chip to model (default m1): {', '.join(_chips.names())}"
-    )
-    parser.add_argument("--json", action="store_true", help="print a JSON report instead of tables")
-    parser.add_argument("--plot", metavar="FILE.png", help="write a log-log roofline plot (needs matplotlib)")
-    parser.add_argument("--summary", action="store_true", help="totals only, no per-layer rows")
-    parser.add_argument("--list", action="store_true", help="list workloads and chips, then exit")
-    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    parser.add_argument(
-        "--compare",
-        metavar="OLD.json",
-        help="compare with a stored `fastane roofline --json` report: per-layer and total "
-        "changes; exit 1 when a workload's time or DRAM traffic grew beyond --fail-above",
-    )
-    parser.add_argument(
-        "--fail-above",
-        type=float,
-        default=0.0,
-        metavar="PCT",
-        help="regression threshold for --compare, percent (default 0: any growth)",
-    )
-    # removed: the roofline plans by lowering only; the flag is kept to say so
-    parser.add_argument("--analytic", action="store_true", help=argparse.SUPPRESS)
-
-
-def user_workloads(args) -> list:
-    """The workloads ``fastane roofline`` was asked for: the built-in names, then every
-    ``--transformer`` and ``--matmul`` spec (:mod:`fastane.roofline.spec`); the default
-    workloads when none is given.  A malformed spec raises ValueError (one line)."""
-    specs = [_spec.parse_transformer(s) for s in getattr(args, "transformer", [])]
-    specs += [_spec.parse_matmul(s) for s in getattr(args, "matmul", [])]
-    names = args.workloads or ([] if specs else list(DEFAULT_WORKLOADS))
-    return [_workloads.get(n) for n in names] + specs
-
-
-def run(args) -> int:
-    """Run ``fastane roofline`` with parsed ``args``; returns the exit status."""
-    if args.list:
-        print("workloads:")
-        for n in _workloads.names():
-            print("  " + _workloads.describe(n))
-        print("chips:")
-        for c in _chips.CHIPS.values():
-            print(
-                f"  {c.key:9s} {c.name:11s} {c.peak_ops_fp16.value / 1e12:5.1f} TOP/s FP16, "
-                f"DRAM {c.dram_bw.value / 1e9:6.1f} GB/s, ridge {c.ridge_point:6.1f} OP/B"
-            )
-        return 0
-    if args.analytic:
-        print(
-            "fastane roofline: --analytic was removed: every layer is planned by lowering it to TDs "
-            "and counting them on a stats-only device; layers that cannot be lowered are reported "
-            "as such (docs/roofline.md)",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        old = None
-        if args.compare:
-            if not (args.fail_above >= 0 and math.isfinite(args.fail_above)):
-                raise ValueError(f"--fail-above must be a finite percentage >= 0, got {args.fail_above}")
-            old = _compare.load(args.compare)
-        chip = _chips.get(args.chip)
-        wls = user_workloads(args)
-    except ValueError as e:
-        print(f"fastane roofline: {e}", file=sys.stderr)
-        return 2
-    results = []
-    for i, w in enumerate(wls, 1):
-        if not args.quiet:
-            print(
-                f"[{i}/{len(wls)}] planning {w.name} ({len(w)} layers) ...",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
-        r = analyze(w, chip)
-        if not args.quiet:
-            nl = len(r.plan.not_lowered)
-            print(
-                f" {r.total.tasks} tasks in {r.plan_s:.2f} s (lowered"
-                + (f"; {nl} layers not lowered" if nl else "")
-                + ")",
-                file=sys.stderr,
-                flush=True,
-            )
-        results.append(r)
-    if old is not None:
-        cmp = _compare.compare(old, to_json(results), args.fail_above)
-        print(json.dumps(cmp, indent=1) if args.json else _compare.format_comparison(cmp))
-        return 1 if cmp["regressed"] else 0
-    if args.json:
-        print(json.dumps(to_json(results), indent=1))
-    else:
-        for r in results:
-            print(table(r, layers=not args.summary))
-            if r.is_decode:
-                print()
-                print(tokens_table(r))
-            print()
-    if args.plot:
-        try:
-            plot(results, args.plot)
-        except RuntimeError as e:
-            print(f"fastane roofline: {e}", file=sys.stderr)
-            return 1
-        if not args.quiet:
-            print(f"wrote {args.plot}", file=sys.stderr)
-    return 0
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="fastane roofline", description="roofline model of workloads on the Apple Neural Engine"
-    )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,20 +1,19 @@
-"""A workload planned by lowering and estimated on one chip (:class:`Result`,
-:func:`analyze`), and the unit formatting the reports share.  :mod:`fastane.roofline.report`
-re-exports :class:`Result` and :func:`analyze`.
+"""A network's plan estimated on one chip (:class:`Result`, :func:`estimate_plan`), and the
+unit formatting the reports share.  :mod:`fastane.roofline.report` re-exports
+:class:`Result`.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 from .. import workloads as _workloads
 from . import chips as _chips
 from .model import DEFAULT_PARAMS, Estimate, ModelParams, estimate
-from .plan import WorkloadPlan, plan_workload
+from .plan import WorkloadPlan
 
-__all__ = ["Result", "analyze"]
+__all__ = ["Result", "estimate_plan"]
 
 
 @dataclass
@@ -34,24 +33,16 @@ class Result:
         return self.workload.phase == "decode"
 
 
-def analyze(
-    workload, chip="m1", params: ModelParams = DEFAULT_PARAMS, planner=None, plan: WorkloadPlan | None = None
+def estimate_plan(
+    workload, plan: WorkloadPlan, chip="m1", params: ModelParams = DEFAULT_PARAMS, plan_s: float = 0.0
 ) -> Result:
-    """Plan ``workload`` (a name or a :class:`~fastane.workloads.Workload`) by lowering
-    every layer and counting it on a stats-only device, and estimate it on ``chip``
-    (what ``fastane roofline`` reports).  ``planner``: see
-    :func:`~fastane.roofline.plan.plan_workload`; ``plan`` reuses an existing plan.
-    Layers that could not be lowered are in ``result.plan.not_lowered`` (with the reason)
-    and not in the totals."""
-    if isinstance(workload, str):
-        workload = _workloads.get(workload)
+    """``plan`` (of ``workload``, made by :func:`fastane.networks.plan.analyze` in
+    ``plan_s`` seconds) estimated on ``chip``: each lowered layer without the program
+    overhead, the whole with it (none when no task is on the ANE).  The layers not lowered
+    are in ``result.plan.not_lowered`` (with the reason) and not in the totals."""
     chip = _chips.get(chip)
-    t0 = time.perf_counter()
-    if plan is None:
-        plan = plan_workload(workload, planner=planner)
-    plan_s = time.perf_counter() - t0
     layers = [estimate(lp.stats, chip, params, name=lp.name, program=False) for lp in plan.lowered]
-    total = estimate(plan.tasks, chip, params, name=workload.name, program=True)
+    total = estimate(plan.tasks, chip, params, name=workload.name, program=bool(plan.tasks))
     return Result(workload, plan, chip, params, layers, total, plan_s)
 
 

@@ -1,6 +1,7 @@
 """Validation of the calibrated model on public measurements it was **not** fitted on
 (docs/measurements.md lists them with their sources; docs/roofline.md, "Validation", has
-the table this prints): ``python -m fastane.roofline.validate`` prints it as markdown.
+the table this prints): ``python -m fastane.networks.calibrate --validate`` prints it as
+markdown, planned on the one path.
 
 Each point says whether it is *comparable* (the model describes what was measured: same
 network, fp16 weights, the ANE doing the work) and whether it is *independent* of the
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .calibrate import FITTED, Point, spec_arrays, predict, rms_log_error
+from .calibrate import FITTED, Point, predict, rms_log_error
 
 __all__ = ["VPoint", "VALIDATION", "rows", "markdown"]
 
@@ -54,8 +55,8 @@ VALIDATION = (
         "a16",
         0.13e-3,
         "apple/coremltools opt-palettization-perf.md",
-        note="its fixed costs bound the fit (not its time); "
-        "squeeze-excite scale and residual adds not planned",
+        note="its fixed costs bound the fit (not its time); squeeze-excite scale and residual "
+        "adds as programs of their own (broadcast, a second reader)",
         independent=False,
     ),
     VPoint(
@@ -74,7 +75,7 @@ VALIDATION = (
         "a14",
         1.86e-3,
         "same table",
-        note="same; squeeze-excite scale not planned",
+        note="same; squeeze-excite scale as a program of its own (broadcast)",
     ),
     VPoint(
         "C1",
@@ -83,7 +84,7 @@ VALIDATION = (
         "a15",
         3.47e-3,
         "machinelearning.apple.com/research/neural-engine-transformers",
-        note="residual adds not planned",
+        note="residual adds planned as tails of their matmuls",
     ),
     VPoint(
         "C2",
@@ -275,13 +276,13 @@ VALIDATION = (
 )
 
 
-def rows(values: dict | None = None, points=VALIDATION, cache: dict | None = None) -> list:
-    """``[(point, predicted s, predicted / measured)]``."""
+def rows(arrays, values: dict | None = None, points=VALIDATION) -> list:
+    """``[(point, predicted s, predicted / measured)]`` of ``points`` planned by ``arrays``
+    (see :mod:`fastane.roofline.calibrate`)."""
     values = FITTED if values is None else values
-    cache = {} if cache is None else cache
     out = []
     for p in points:
-        a = spec_arrays(p.spec, cache)
+        a = arrays(p.spec)
         if p.repeat > 1:
             a = {k: __import__("numpy").tile(v, p.repeat) for k, v in a.items()}
         t = predict(a, p.chip, values, p.programs)
@@ -289,8 +290,9 @@ def rows(values: dict | None = None, points=VALIDATION, cache: dict | None = Non
     return out
 
 
-def markdown(values: dict | None = None, cache: dict | None = None) -> str:
-    rs = rows(values, cache=cache)
+def markdown(arrays, values: dict | None = None) -> str:
+    """The validation table of docs/roofline.md, planned by ``arrays``."""
+    rs = rows(arrays, values)
     lines = [
         "| id | model | chip | measured | predicted | pred/meas | comparable | independent | source | "
         "caveats |",
@@ -314,7 +316,3 @@ def markdown(values: dict | None = None, cache: dict | None = None) -> str:
             f"{sum(0.5 <= r <= 2 for r in rr)} within 2x"
         )
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    print(markdown())

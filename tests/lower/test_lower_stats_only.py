@@ -3,7 +3,7 @@ programs, stats-only vs computing Stats.
 
 (Until 7392208 (2026-12-01) this file, then tests/test_compiler_plan.py, also compared
 the lowered plan with an analytic tiler; that tiler is gone: the roofline plans by
-lowering only, tests/roofline/test_roofline_plan.py.)"""
+lowering only, on the one path, tests/networks/test_plan.py.)"""
 
 import numpy as np
 import pytest
@@ -12,8 +12,7 @@ from fastane import lower, workloads
 from fastane.lower import Conv
 from fastane.device import Device
 from fastane.m1 import Limits
-from fastane.roofline import plan as rplan
-from fastane.workloads import Conv2d, Matmul
+from fastane.networks.plan import analyze
 
 COUNTERS = (
     "tasks",
@@ -34,35 +33,31 @@ def counts(st):
 @pytest.fixture(scope="module")
 def plans():
     names = ("resnet50", "mobilenetv2", "bert-base", "llama-3.2-1b", "vit-b16")
-    return {n: rplan.plan_workload(n) for n in names}
+    return {n: analyze(n, residency=False) for n in names}
 
 
 def test_each_layer_is_its_lowered_program_counted(plans):
-    """Per layer: the plan's tasks are the Stats of the layer's lowered program run on a
-    stats-only device (one per TD), MACs exactly the layer's."""
-    for name, plan in plans.items():
-        assert plan.stats.macs == plan.workload.macs, name
-        for lp in plan.layers:
-            layer, a = lp.layer, lp.stats
-            if not isinstance(layer, (Conv2d, Matmul)):
-                if lp.lowered:  # a row program (softmax, norm, global pooling): no MACs
-                    n = len(rplan.plan_eltwise(layer))
-                    assert a.macs == 0 and a.tasks == n == len(a.tasks_detail) > 0 and a.planar_ops > 0, (
-                        lp.name
-                    )
+    """Per layer (each planned on its own, no residency): the plan's tasks are the Stats of
+    the layer's lowered program run on a stats-only device (one per TD), MACs exactly the
+    layer's."""
+    for name, r in plans.items():
+        wl = workloads.get(name)
+        assert r.plan.stats.macs == wl.macs, name
+        # attention's products (several right operands: not a chain source, no problem()):
+        # one grouped convolution, a group per head
+        heads = {l.name: Conv.matmul(l.M, l.K, l.N, l.B) for l in wl.layers if l.kind == "matmul" and l.B > 1}
+        for lp, rec in zip(r.plan.layers, r.report.layers):
+            a = lp.stats
+            conv = (rec.layer.problem() if lp.lowered and rec.layer.problem else None) or heads.get(lp.name)
+            if conv is None:
+                if lp.lowered:  # a planar program (softmax, norm, pooling, add): no MACs
+                    assert a.macs == 0 and a.tasks == len(a.tasks_detail) > 0 and a.planar_ops > 0, lp.name
                 else:
-                    assert a.tasks == 0 and lp.not_lowered, lp.name  # planar: not lowered, said so
+                    assert a.tasks == 0 and lp.not_lowered, lp.name  # on the host, said so
                 continue
-            low = lower.build(rplan.layer_conv(layer))
-            assert a.macs == layer.macs and a.tasks == low.n_tasks == len(a.tasks_detail), lp.name
+            low = lower.build(conv)
+            assert a.macs == conv.macs and a.tasks == low.n_tasks == len(a.tasks_detail), lp.name
             assert a.control_dma_bytes == 0x274 * a.tasks
-
-
-def test_the_silu_gate_is_planned_as_its_lut_stage():
-    gate = next(l for l in workloads.get("llama-3.2-1b").layers if l.name.endswith("gate_proj"))
-    conv = rplan.layer_conv(gate)
-    assert lower.ne_stage(conv.activation).lut
-    assert lower.plan_tiling(conv).cout_t == 240  # 15 x 4 KiB kernels + the LUT per core
 
 
 def test_traffic_of_a_tiled_conv_is_the_sum_of_its_tasks():
@@ -107,17 +102,10 @@ def test_stats_only_equals_computing_except_data_dependent_counters():
 
 
 def test_roofline_cli_uses_the_lowering(capsys):
-    from fastane.roofline import report
-    import argparse
+    from tests.helpers.roofline import run_roofline
 
-    p = argparse.ArgumentParser()
-    report.add_arguments(p)
-    assert report.run(p.parse_args(["bert-base", "--summary"])) == 0
+    assert run_roofline(["bert-base", "--summary"]) == 0
     err = capsys.readouterr().err
     assert "(lowered" in err
-    assert report.run(p.parse_args(["bert-base", "--summary", "--analytic"])) == 2
+    assert run_roofline(["bert-base", "--summary", "--analytic"]) == 2
     assert "--analytic was removed" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="planner"):
-        rplan.plan_workload("gpt2", planner="magic")
-    with pytest.raises(ValueError, match="analytic planner was removed"):
-        rplan.plan_workload("gpt2", planner="analytic")

@@ -466,3 +466,17 @@ def test_coreml_axes_counted_before_listing():
     with pytest.raises(ModelError) as e:
         _axes(np.zeros(10**7, np.int64), 4, "op 'y' (transpose)", "perm")
     assert str(e.value) == "op 'y' (transpose): perm has 10000000 values for a 4-D tensor"
+
+
+def test_a_graph_without_weights_is_held_to_the_plan_limit():
+    """Planned only (stats-only, one layer at a time): not bound by the run limits, bound by
+    MAX_PLAN_WORK."""
+    f32 = np.dtype(np.float32)
+    t = TensorType(f32, (4096, 4096))
+    nodes = [Node("matmul", f"mm{i}", ["a", "b"], [f"y{i}"]) for i in range(5)]  # 5 x 2^36
+    plan = Graph("g", {"a": t, "b": t}, [f"y{i}" for i in range(5)], nodes, {}, weights=False)
+    bind(plan, {"a": t, "b": t})
+    nodes = [Node("matmul", f"mm{i}", ["a", "b"], [f"y{i}"]) for i in range(33)]  # 33 x 2^36 > 2^41
+    plan = Graph("g", {"a": t, "b": t}, [f"y{i}" for i in range(33)], nodes, {}, weights=False)
+    with pytest.raises(ModelError, match=r"model 'g': .* beyond .*work per plan \(MAX_PLAN_WORK = 2\^41\)"):
+        bind(plan, {"a": t, "b": t})

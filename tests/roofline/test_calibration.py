@@ -1,21 +1,24 @@
-"""The calibrated time model: the fit reproduces the committed values, and the model orders
-chips as the measurements do (docs/roofline.md, "Calibration" and "Validation")."""
+"""The calibrated time model: the fit on the one path's plans reproduces the committed values,
+and the model orders chips as the measurements do (docs/roofline.md, "Calibration" and
+"Validation")."""
 
 from pathlib import Path
 
 import pytest
 
+from fastane.networks.calibrate import one_path
+from fastane.networks.plan import analyze
 from fastane.roofline import calibrate, chips, model, report, validate
 from fastane.roofline.fitted import FITTED
 
 
 @pytest.fixture(scope="module")
-def cache():
-    return {}
+def arrays():
+    return one_path()
 
 
-def test_refitting_reproduces_the_committed_values(cache):
-    assert calibrate.fit(cache=cache) == FITTED
+def test_refitting_reproduces_the_committed_values(arrays):
+    assert calibrate.fit(arrays) == FITTED
     p = model.DEFAULT_PARAMS
     assert (p.program_overhead_s, p.dispatch_s, p.compute_efficiency, p.tile_scale) == (
         FITTED["program_overhead_s"],
@@ -25,15 +28,15 @@ def test_refitting_reproduces_the_committed_values(cache):
     )
 
 
-def test_fixed_costs_respect_the_mobilenetv3_bound(cache):
+def test_fixed_costs_respect_the_mobilenetv3_bound():
     name, chip, limit, _ = calibrate.FIXED_COST_BOUND
-    r = report.analyze(name, chip)
+    r = analyze(name, chip)
     assert r.total.overhead_s + r.total.dispatch_s <= limit
     assert FITTED["program_overhead_s"] < 0.13e-3  # far below the seed's 1 ms
 
 
-def test_calibration_points_within_2x(cache):
-    rows = calibrate.errors(cache=cache)
+def test_calibration_points_within_2x(arrays):
+    rows = calibrate.errors(arrays)
     assert all(0.5 <= ratio <= 2 for _, _, ratio in rows), [(p.id, r) for p, _, r in rows]
     assert calibrate.rms_log_error(r for _, _, r in rows) < 1.3
 
@@ -43,32 +46,32 @@ def test_ultra_runs_one_ane():
     assert u.peak_marketing.value == 22e12 and u.anes == 2 and u.anes_used.value == 1
     assert u.peak_ops_program == mx.peak_ops_program == 11e12
     assert model.rates(u)["kernel"] == model.rates(mx)["kernel"]
-    lm = report.analyze(calibrate.point_workload("matmul:1x4096x128256"), "m1-ultra")
+    lm = analyze(calibrate.point_workload("matmul:1x4096x128256"), "m1-ultra")
     assert lm.total.time_s == pytest.approx(report.estimate(lm.plan.tasks, "m1-max").time_s)
 
 
 def test_chips_ordered_as_measured_on_compute_heavy_work():
     # gpt2-xl prefill: M2 faster than M1 Max (measured 406 vs 455 ms); A15 faster than A14
-    r = report.analyze("gpt2-prefill", "m1-max")
+    r = analyze("gpt2-prefill", "m1-max")
     t = {c: report.estimate(r.plan.tasks, c).time_s for c in ("m1-max", "m2", "a14", "a15", "m3")}
     assert t["m2"] < t["m1-max"]
     assert t["a15"] < t["a14"]
     # weight streaming: M1 faster than M1 Max (measured 17.26 vs 19.24 ms)
-    lm = report.analyze(calibrate.point_workload("matmul:1x4096x128256"), "m1")
+    lm = analyze(calibrate.point_workload("matmul:1x4096x128256"), "m1")
     assert lm.total.time_s < report.estimate(lm.plan.tasks, "m1-max").time_s
 
 
-def test_validation_rows_are_computed_for_every_point(cache):
-    rows = validate.rows(cache=cache)
+def test_validation_rows_are_computed_for_every_point(arrays):
+    rows = validate.rows(arrays)
     assert [p.id for p, _, _ in rows] == [p.id for p in validate.VALIDATION]
     assert all(t > 0 for _, t, _ in rows)
     assert not {p.id for p in validate.VALIDATION} & {p.id for p in calibrate.POINTS}
 
 
-def test_the_validation_table_in_the_docs_is_the_models_own():
+def test_the_validation_table_in_the_docs_is_the_models_own(arrays):
     # docs/roofline.md quotes `python -m fastane.roofline.validate` verbatim: a model change
     # that moves a prediction must regenerate the table (one place for each figure)
     doc = (Path(__file__).resolve().parents[2] / "docs" / "roofline.md").read_text()
-    assert validate.markdown() in doc, (
-        "docs/roofline.md's validation table is stale: paste `python -m fastane.roofline.validate`"
+    assert validate.markdown(arrays) in doc, (
+        "docs/roofline.md's validation table is stale: paste `python -m fastane.networks.calibrate --validate`"
     )

@@ -6,6 +6,7 @@ import pytest
 
 from fastane.roofline import chips, model
 from fastane.roofline.chips import CHIPS
+from fastane.networks.plan import analyze
 from fastane.roofline.model import ModelParams, estimate, task_times, tokens_per_s_bound
 
 # the hand-computed cases below are the seed's model (1 ms a program, 1 us a task, the M3
@@ -197,7 +198,7 @@ def test_decode_tokens_per_s_cannot_exceed_bandwidth_over_2p(name):
 
     w = workloads.get(name)
     P = w.weight_params
-    r = report.analyze(w, "m1")
+    r = analyze(w, "m1")
     assert r.total.dram_bytes >= 2 * P  # every fp16 weight crosses DRAM once at least
     for key, row in report.tokens_per_s(r).items():
         bw = chips.get(key).dram_bw.value

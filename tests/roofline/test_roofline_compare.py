@@ -6,13 +6,15 @@ import json
 import pytest
 
 from fastane.cli import main
+from fastane.networks.plan import analyze
 from fastane.roofline import compare as rc
 from fastane.roofline import report
 
 
 @pytest.fixture(scope="module")
 def old_report():
-    return report.to_json([report.analyze("gpt2", "m1", planner="lowered")])
+    # planned as `fastane roofline gpt2` plans it (fastane.networks: the model path)
+    return report.to_json([analyze("gpt2", "m1")])
 
 
 def _write(tmp_path, data, name="old.json"):

@@ -1,24 +1,18 @@
-"""Reports: text table, JSON, plot, and the ``fastane roofline`` command."""
+"""Reports: text table, JSON and plot (the ``fastane roofline`` command: tests/networks/test_cli.py)."""
 
-import argparse
 import json
 import sys
 
 import pytest
 
 from fastane.roofline import model, report
-
-
-def _run(argv):
-    p = argparse.ArgumentParser()
-    report.add_arguments(p)
-    return report.run(p.parse_args(argv))
+from fastane.networks.plan import analyze
 
 
 @pytest.fixture(scope="module")
 def gpt2():
     # the seed's model (1 ms a program): the calibrated one is tested in test_calibration.py
-    return report.analyze("gpt2", "m1", model.SEED_PARAMS)
+    return analyze("gpt2", "m1", model.SEED_PARAMS)
 
 
 def test_table_has_layers_total_and_ridge(gpt2):
@@ -49,35 +43,10 @@ def test_json_is_serialisable(gpt2):
     assert wl["total"]["bound"] == "memory"
 
 
-def test_cli_default_and_json(capsys):
-    assert _run(["--summary", "--quiet"]) == 0
-    out = capsys.readouterr().out
-    for name in report.DEFAULT_WORKLOADS:
-        assert f"{name}:" in out
-    assert _run(["gpt2", "--chip", "m4", "--json", "--quiet"]) == 0
-    d = json.loads(capsys.readouterr().out)
-    assert d["chip"]["key"] == "m4"
-
-
-def test_cli_progress_goes_to_stderr(capsys):
-    assert _run(["mobilenetv2", "--summary"]) == 0
-    cap = capsys.readouterr()
-    assert "planning mobilenetv2" in cap.err and "planning" not in cap.out
-
-
-def test_cli_errors_and_list(capsys):
-    assert _run(["nosuchnet"]) == 2
-    assert "unknown workload" in capsys.readouterr().err
-    assert _run(["gpt2", "--chip", "m9"]) == 2
-    assert _run(["--list"]) == 0
-    out = capsys.readouterr().out
-    assert "llama-3.2-1b" in out and "m4-max" in out
-
-
 def test_plot_writes_a_png(tmp_path, gpt2):
     pytest.importorskip("matplotlib")
     path = tmp_path / "roof.png"
-    report.plot([gpt2, report.analyze("resnet50", "m1")], str(path))
+    report.plot([gpt2, analyze("resnet50", "m1")], str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -85,10 +54,3 @@ def test_plot_without_matplotlib_says_so(tmp_path, gpt2, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(RuntimeError, match="needs matplotlib"):
         report.plot(gpt2, str(tmp_path / "x.png"))
-
-
-def test_fastane_cli_runs_roofline(capsys):
-    from fastane import cli
-
-    assert cli.main(["roofline", "gpt2", "--summary", "--quiet"]) == 0
-    assert "tokens/s" in capsys.readouterr().out

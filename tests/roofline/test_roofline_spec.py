@@ -1,20 +1,15 @@
 """``fastane roofline --transformer SPEC`` and ``--matmul MxKxN``: the forms and their errors."""
 
-import argparse
 import json
 
 import pytest
 
 from fastane import workloads
 from fastane.roofline import report, spec
+from fastane.networks.plan import analyze
+from tests.helpers.roofline import run_roofline as _run
 
 GPT2_MEDIUM = "layers=24,d=1024,heads=16,ffn=4096,vocab=50257,seq=512,kv=512,lm_tokens=1"
-
-
-def _run(argv):
-    p = argparse.ArgumentParser()
-    report.add_arguments(p)
-    return report.run(p.parse_args(argv))
 
 
 def test_transformer_spec_builds_the_stack():
@@ -136,7 +131,7 @@ def test_sizes_are_bounded(capsys):
 def test_plot_of_a_spec_shows_the_measured_point(tmp_path):
     pytest.importorskip("matplotlib")
     w = spec.parse_matmul("1x4096x128256")
-    r = report.analyze(w, "m1")
+    r = analyze(w, "m1")
     assert report.measured_points(r) == [("K5", 17.26e-3)]
     path = tmp_path / "lm.png"
     report.plot([r], str(path))

@@ -34,6 +34,10 @@ class Layer:
     detail: dict = field(default_factory=dict)
     #: ``plan() -> Stats``: the same programs counted from the shapes alone (stats-only)
     plan: object = None
+    #: ``problem() -> fastane.lower.Conv | None``: the one convolution ``plan`` lowers, whose
+    #: source is the first node's first input (a stats-only plan may chain it with its
+    #: neighbours, :func:`fastane.model.placement.plan.chains`); None: not one convolution
+    problem: object = None
 
     @property
     def op(self) -> str:
@@ -80,7 +84,9 @@ class Context:
                     ins.append(t)
         return ins
 
-    def add(self, nodes, placement, reason, kind, run=None, call="", plan=None, **detail) -> Layer:
+    def add(
+        self, nodes, placement, reason, kind, run=None, call="", plan=None, problem=None, **detail
+    ) -> Layer:
         """Record ``nodes`` as one layer; the layer."""
         self._done.update(id(n) for n in nodes)
         layer = Layer(
@@ -95,6 +101,7 @@ class Context:
             call,
             detail,
             plan,
+            problem,
         )
         self.layers.append(layer)
         return layer

@@ -9,6 +9,12 @@ entry point the layer calls builds from its operands' shapes
 :func:`~fastane.lower.problems.matmul_problem`, an :class:`~fastane.lower.Eltwise` for the
 activations, :func:`fastane.lower.binary.lowered`), so the Stats equal those of a computed
 run (tests/model/placement/test_plan.py checks each call).
+
+:func:`chains` adds residency to the stats-only plan: runs of convolution/matmul layers
+where each reads the previous one's output, and nothing else does, are lowered as one
+chain (:func:`fastane.lower.chain.plan_chain`), keeping each intermediate in L2 where it
+fits.  A computed run does not chain: it lowers layer by layer through DRAM (the values
+are the same either way, docs/lower.md section 10).
 """
 
 from __future__ import annotations
@@ -16,15 +22,17 @@ from __future__ import annotations
 import math
 
 from ... import lower as _lower
+from ...lower import chain as _chain
 from ...lower.problems import conv_problem, linear_problem, matmul_problem
 from ...stats import Stats
 
-__all__ = ["conv", "linear", "matmul", "eltwise", "binary"]
+__all__ = ["conv", "linear", "matmul", "eltwise", "binary", "problem_stats", "chains"]
 
 
-def _count(problem) -> Stats:
-    """The Stats of ``problem``'s program on the stats-only device; none for None (nothing
-    to compute)."""
+def problem_stats(problem) -> Stats:
+    """The Stats of ``problem``'s program (a :class:`~fastane.lower.Conv` or an
+    :class:`~fastane.lower.Eltwise`) on the stats-only device; none for None (nothing to
+    compute)."""
     if problem is None:
         return Stats()
     _, st = _lower.execute(_lower.build(problem), device=_lower.stats_device(), stats_only=True)
@@ -37,25 +45,25 @@ def conv(
     """A conv2d (``x_shape`` N C H W) or conv1d (N C W) with ``pads`` ((b, e), ...);
     ``kernel_bits``: a weight kept compressed in KMem with codes of that many bits."""
     c = conv_problem(x_shape, w_shape, stride, pads, dilation, groups, bias, activation, kernel_bits)
-    return _count(None if c.empty else c)
+    return problem_stats(None if c.empty else c)
 
 
 def linear(x_shape, n_out: int, bias: bool, activation, kernel_bits: int = 0) -> Stats:
     """``fastane.linear`` of ``x`` (..., K) with ``n_out`` outputs (``kernel_bits``: see
     :func:`conv`)."""
-    return _count(linear_problem(x_shape, n_out, bias, activation, kernel_bits))
+    return problem_stats(linear_problem(x_shape, n_out, bias, activation, kernel_bits))
 
 
 def matmul(a_shape, b_shape, activation) -> Stats:
     """``fastane.matmul`` of operands of these shapes (np.matmul semantics)."""
     problem = matmul_problem(a_shape, b_shape, activation)
-    return _count(None if problem is None else problem[1])
+    return problem_stats(None if problem is None else problem[1])
 
 
 def eltwise(shape, activation) -> Stats:
     """An activation of :mod:`fastane.activations` over a tensor of ``shape``."""
     n = math.prod(shape)
-    return _count(_lower.Eltwise(n, activation) if n else None)
+    return problem_stats(_lower.Eltwise(n, activation) if n else None)
 
 
 def binary(shape, op: str, relu: bool = False) -> Stats:
@@ -65,3 +73,88 @@ def binary(shape, op: str, relu: bool = False) -> Stats:
     from ...lower import binary as _binary
 
     return _binary.plan(shape, op, relu)
+
+
+def _total(tasks) -> Stats:
+    out = Stats()
+    for t in tasks:
+        out = out.plus_counts(t)
+    out.tasks_detail = list(tasks)
+    return out
+
+
+def _tail(a, b, types):
+    """The :class:`~fastane.lower.chain.Tail` layer ``b`` is on the result of layer ``a``
+    (an add, add + ReLU or multiply on the ANE whose one operand is ``a``'s one output,
+    the other of the same shape: no broadcast), or None."""
+    n = b.nodes[0]
+    if b.placement != "ane" or b.call not in _chain.TAIL_OPS or len(a.outputs) != 1 or len(n.inputs) != 2:
+        return None
+    out = a.outputs[0]
+    if n.inputs.count(out) != 1 or types is None:
+        return None
+    if len({tuple(types[t].shape) for t in n.inputs}) != 1:
+        return None
+    return _chain.Tail(b.call, len(b.nodes) == 2 and b.nodes[1].op == "relu")
+
+
+def chains(layers, outputs, types=None) -> dict:
+    """The stats-only plans of the placed ``layers`` that chain, ``{index: (Stats,
+    source_in_l2, result_in_l2)}``.  Layer ``i + 1`` chains with layer ``i`` when both
+    are on the ANE as one convolution (:attr:`~fastane.model.placement.place.Layer.problem`),
+    the source of ``i + 1`` (its first node's first input) is the one output of ``i``, read
+    once (not also as a weight), and no other layer reads that output nor is it one of the
+    model's ``outputs``.  Each run of
+    such layers is lowered as a whole (:func:`fastane.lower.chain.plan_chain`); a run that
+    does not chain (shapes that do not join, a layer past the lowering's limits) is left
+    out, its layers planned one by one.  With ``types`` (the bound graph's), a run (or a
+    single convolution) whose result only an add, add + ReLU or multiply of the same shape
+    reads ends in that layer as its tail (:class:`~fastane.lower.chain.Tail`: it reads
+    the result in L2, its other operand from DRAM) where the chain rules allow."""
+    readers: dict = {}
+    for layer in layers:
+        for t in layer.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    probs = [layer.problem() if layer.placement == "ane" and layer.problem else None for layer in layers]
+    probs = [None if p is None or p.empty else p for p in probs]
+
+    def link(i):
+        a, b = layers[i], layers[i + 1]
+        return (
+            probs[i] is not None
+            and probs[i + 1] is not None
+            and len(a.outputs) == 1
+            and b.nodes[0].inputs[0] == a.outputs[0]
+            and sum(t == a.outputs[0] for n in b.nodes for t in n.inputs) == 1  # read once, as the source
+            and readers.get(a.outputs[0]) == 1
+            and a.outputs[0] not in outputs
+        )
+
+    def tail(i):  # layer i + 1 a planar op on layer i's result, which nothing else reads
+        a = layers[i]
+        ok = probs[i] is not None and readers.get(a.outputs[0]) == 1 and a.outputs[0] not in outputs
+        return _tail(a, layers[i + 1], types) if ok else None
+
+    links = [link(i) for i in range(len(layers) - 1)]
+    tails = {i: t for i in range(len(layers) - 1) if (t := tail(i)) is not None}
+    out: dict = {}
+    memo: dict = {}
+    for start, stop in _runs_to_tails(links, tails):
+        key = (tuple(probs[start:stop]), tails.get(stop - 1))
+        if key not in memo:
+            try:
+                memo[key] = _chain.plan_chain(*key[:1], tail=key[1])
+            except (ValueError, NotImplementedError, MemoryError):
+                memo[key] = None
+        for i, (tasks, src, res) in zip(range(start, stop + 1), memo[key] or ()):
+            out[i] = (_total(tasks), src, res)
+    return out
+
+
+def _runs_to_tails(links, tails) -> list:
+    """The runs :func:`fastane.lower.chain.runs` finds, and the single layers a tail
+    follows, ``[(start, stop)]`` (the tail, if any, at ``stop``)."""
+    found = _chain.runs(links)
+    ends = {stop - 1 for _, stop in found}
+    starts = {i for start, stop in found for i in range(start, stop)}
+    return sorted(found + [(i, i + 1) for i in tails if i not in starts and i not in ends])

@@ -11,6 +11,7 @@ from ... import api as _api
 from ... import compress as _compress
 from ... import lut as _lut
 from ...lower import bind as _bind
+from ...lower.problems import conv_problem, linear_problem, matmul_problem
 from ...operands import fp16_operand
 from . import plan as _plan
 from .context import Context
@@ -111,6 +112,9 @@ def place_conv(node, ctx: Context) -> bool:
         xs = xs[:2] + tuple(n + pb + pe for n, (pb, pe) in zip(xs[2:], pads))
         return _plan.conv(xs, w.shape, s, ((0, 0),) * len(pads), d, groups, has_bias, fused, bits)
 
+    def problem():  # the input as is (symmetric padding only)
+        return conv_problem(tuple(x_shape), w.shape, s, pads, d, groups, has_bias, fused, bits)
+
     consts16.layer = add(
         nodes,
         "ane",
@@ -119,6 +123,7 @@ def place_conv(node, ctx: Context) -> bool:
         run,
         "conv1d" if one_d else "conv2d",
         plan,
+        problem if sym else None,
         folded_bn=scale is not None,
         activation=_act_name(fused),
     )
@@ -327,6 +332,10 @@ def _place_linear(node, b, ctx: Context) -> None:
         return [_api.linear(xs[0], kept[0], b16, fused)]
 
     bits = typed_bits(node.inputs[1], ctx.typed_codes, b.size)
+
+    def problem():
+        return linear_problem(a_t.shape, b.shape[1], c is not None, fused, bits)
+
     consts16.layer = ctx.add(
         nodes + acts,
         "ane",
@@ -334,7 +343,8 @@ def _place_linear(node, b, ctx: Context) -> None:
         "mac",
         run,
         "linear",
-        lambda: _plan.linear(a_t.shape, b.shape[1], c is not None, fused, bits),
+        lambda: _plan.problem_stats(problem()),
+        problem,
         activation=_act_name(fused),
     )
 
@@ -350,7 +360,13 @@ def _place_matmul(node, b, ctx: Context) -> None:
     def run(xs):
         return [_api.matmul(xs[0], xs[1] if consts16 is None else consts16()[0], activation=fused)]
 
-    layer = ctx.add([node] + acts, "ane", "", "mac", run, "matmul", plan, activation=_act_name(fused))
+    def problem():  # a chain source where the left operand's rows are the positions (one right operand)
+        p = matmul_problem(a_shape, b_shape, fused)
+        return p[1] if p is not None and p[0] == "b" else None
+
+    layer = ctx.add(
+        [node] + acts, "ane", "", "mac", run, "matmul", plan, problem, activation=_act_name(fused)
+    )
     if consts16 is not None:
         consts16.layer = layer
 
@@ -407,5 +423,6 @@ def _place_gemm(node, ctx: Context) -> None:
         run,
         "linear",
         lambda: _plan.linear(a_t.shape[::-1] if trans_a else a_t.shape, N, has_c, fused),
+        None if trans_a else (lambda: linear_problem(a_t.shape, N, has_c, fused)),
         activation=_act_name(fused),
     )

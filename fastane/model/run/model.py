@@ -212,14 +212,21 @@ class Model:
                     values.pop(t, None)
         return {n: np.asarray(values[n]) for n in bound.graph.outputs}
 
-    def _plan_report(self, inputs, chip) -> Report:
+    def _plan_report(self, inputs, chip, residency: bool = False) -> Report:
         from ...roofline.model import estimate
+
+        from ..placement.plan import chains
 
         bound, layers = self.bind(_shapes_of(self, inputs))
         records, tasks = [], []
-        for layer in layers:
+        # residency: the runs of MAC layers lowered as one chain (intermediates in L2)
+        chained = chains(layers, set(bound.graph.outputs), bound.types) if residency else {}
+        for i, layer in enumerate(layers):
             placement, reason, stats = layer.placement, layer.reason, Stats()
-            if placement == "ane":
+            in_l2 = (False, False)
+            if i in chained:
+                stats, *in_l2 = chained[i]
+            elif placement == "ane":
                 try:
                     stats = layer.plan()
                 except NotImplementedError as exc:
@@ -234,6 +241,8 @@ class Model:
                 error=None,
                 tolerance=_tolerance(layer),
                 shapes=" ".join(str(bound.types[o]) for o in layer.outputs),
+                source_in_l2=in_l2[0],
+                result_in_l2=in_l2[1],
             )
             if placement == "ane":
                 rec.estimate = estimate(stats, chip, program=False, name=layer.name)
@@ -309,11 +318,21 @@ class Model:
         return outs, records, bound
 
     def report(
-        self, inputs, chip: str = "m1", progress=None, stats_only: bool = False, observe=None
+        self,
+        inputs,
+        chip: str = "m1",
+        progress=None,
+        stats_only: bool = False,
+        observe=None,
+        residency: bool = False,
     ) -> Report:
         """Run the model and report per layer (see the module docs).  ``stats_only``:
         ``inputs`` may be shapes (name -> tuple); nothing is computed, the ANE layers'
         programs are counted from the shapes on a stats-only device (no errors then).
+        ``residency`` (stats-only): runs of convolution/matmul layers that each read the
+        previous one's only output are planned as one chain, each intermediate kept in L2
+        where it fits (:func:`fastane.model.placement.plan.chains`, the roofline's plan);
+        without it the counts are those of a computed run, which lowers layer by layer.
         ``observe(layer, inputs, outputs, record)`` is called after each layer (it may
         raise to stop the run: :func:`fastane.model.run.hunt.first_divergence`)."""
         from ...roofline import chips as _chips
@@ -321,7 +340,7 @@ class Model:
 
         chip = _chips.get(chip)
         if stats_only:
-            return self._plan_report(inputs, chip)
+            return self._plan_report(inputs, chip, residency)
         outs, records, bound = self._run(inputs, compare=True, progress=progress, observe=observe)
         tasks = []
         for r in records:

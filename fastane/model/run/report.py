@@ -33,6 +33,10 @@ class LayerRecord:
     inf_born: int = 0
     nan_born: int = 0
     nonfinite_inherited: int = 0
+    #: a stats-only plan's residency: the source is the previous layer's result kept in L2 /
+    #: the result is kept in L2 for the next layer (fastane.model.placement.plan.chains)
+    source_in_l2: bool = False
+    result_in_l2: bool = False
 
     @property
     def ok(self) -> bool:

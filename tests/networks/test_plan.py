@@ -1,9 +1,10 @@
-"""The roofline's plan (every layer lowered and counted on a stats-only device): KMem and
-L2 limits, traffic = sum of the tasks, hand cases, and the layers it cannot lower.
+"""The one planner (fastane.networks.plan.analyze): every ANE layer of a network lowered and
+counted on a stats-only device; KMem and L2 limits, traffic = sum of the tasks, hand cases,
+and the layers it leaves on the host.
 
-(Until 7392208 (2026-12-01) these tests ran against an analytic tiler in fastane.roofline.model;
-it is gone, and the same assertions now hold for the lowered plan.  Split-K and the planar
-Eltwise layers, which only the analytic tiler planned, are reported as not lowered.)"""
+(Until 7392208 (2026-12-01) the hand cases ran against an analytic tiler in
+fastane.roofline.model, then against the layer-shape planner fastane.roofline.plan; both
+are gone, and the same assertions hold for the one path.)"""
 
 import math
 from types import SimpleNamespace
@@ -11,9 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from fastane import lower, m1, workloads
+from fastane.networks.plan import analyze
 from fastane.roofline import model
-from fastane.roofline import plan as rplan
-from fastane.stats import Stats
 from fastane.workloads import Conv2d, Eltwise, Matmul
 
 KMEM = 16 * 64 * 1024  # 1 MiB
@@ -26,30 +26,38 @@ def _row(w):
     return (2 * w + 63) // 64 * 64
 
 
-def plan_conv(conv):
-    return rplan.plan_layer(conv)
+def _one(layer):
+    """The one path's plan of ``layer`` alone in a network: ``(LayerPlan, its placed
+    layer)``."""
+    r = analyze(workloads.Workload(layer.name, "one layer", (layer,)))
+    (lp,) = [lp for lp in r.plan.layers if lp.name == layer.name]
+    (rec,) = [rec for rec in r.report.layers if rec.layer.name == layer.name]
+    return lp, rec.layer
 
 
-def plan_matmul(mm):
-    return rplan.plan_layer(mm)
+def plan_layer(layer) -> list:
+    """The per-task Stats of ``layer`` planned alone on the one path."""
+    lp, _ = _one(layer)
+    assert lp.lowered, lp.not_lowered
+    return list(lp.stats.tasks_detail)
 
 
 def tile_conv(conv):
     """The lowering's tiling of a workload layer, with the reduction chunk the hand count
     below takes (the lowering never splits it: one chunk of Cin / groups)."""
-    c = rplan.layer_conv(conv)
+    c = _one(conv)[1].problem()
     t = lower.plan_tiling(c)
     return SimpleNamespace(cout_t=t.cout_t, groups_t=t.groups_t, th=t.th, tw=t.tw, cin_t=c.cin_g, mode=t.mode)
 
 
 @pytest.fixture(scope="module")
 def plans():
-    return {n: rplan.plan_workload(n) for n in workloads.names()}
+    return {n: analyze(n) for n in workloads.names()}
 
 
 def test_every_task_fits_kmem_and_l2(plans):
-    for name, plan in plans.items():
-        for lp in plan.lowered:
+    for name, r in plans.items():
+        for lp in r.plan.lowered:
             for t in lp.stats.tasks_detail:
                 assert t.tasks == 1
                 assert t.control_dma_bytes == TD
@@ -57,29 +65,32 @@ def test_every_task_fits_kmem_and_l2(plans):
                 assert t.tile_dma_src_bytes + t.tile_dma_dst_bytes <= L2, (name, lp.name)
 
 
-def test_each_core_kernel_share_fits_64k():
-    for name in workloads.names():
-        for layer in workloads.get(name).layers:
-            if isinstance(layer, Eltwise):
+def test_each_core_kernel_share_fits_64k(plans):
+    for name, r in plans.items():
+        for rec in r.report.layers:
+            conv = rec.layer.problem() if rec.placement == "ane" and rec.layer.problem else None
+            if conv is None:
                 continue
-            conv = rplan.layer_conv(layer)
-            t = tile_conv(layer)
-            per_core = math.ceil(t.cout_t / 16) * t.cin_t * conv.kh * conv.kw * 2
-            assert per_core <= KMEM_CORE, (name, layer.name, t)
+            t = lower.plan_tiling(conv)
+            per_core = math.ceil(t.cout_t / 16) * conv.cin_g * conv.kh * conv.kw * 2
+            assert per_core <= KMEM_CORE, (name, rec.layer.name, t)
 
 
 def test_tasks_add_up_to_the_layer(plans):
-    for name, plan in plans.items():
-        for lp in plan.lowered:
-            assert lp.stats.macs == lp.layer.macs, (name, lp.name)
+    for name, r in plans.items():
+        wl = workloads.get(name)
+        macs = {layer.name: layer.macs for layer in wl.layers}
+        for lp in r.plan.lowered:
+            if lp.name in macs:  # a layer of the workload (not a slice of one)
+                assert lp.stats.macs == macs[lp.name], (name, lp.name)
             assert lp.stats.tasks == len(lp.stats.tasks_detail)
-        assert plan.stats.macs == plan.workload.macs  # the planar layers have no MACs
+        assert r.plan.stats.macs == wl.macs  # the planar layers have no MACs
 
 
 def test_decode_matmul_by_hand():
     # (1 x 4096) @ (4096 x 4096): one output channel's kernel is 4096 x 2 = 8 KiB, so a
     # core holds 8 and a task 16 x 8 = 128 channels (1 MiB): 4096 / 128 = 32 tasks.
-    tasks = plan_matmul(Matmul("m", 1, 1, 4096, 4096))
+    tasks = plan_layer(Matmul("m", 1, 1, 4096, 4096))
     assert len(tasks) == 32
     assert all(t.kernel_dma_bytes == 128 * 4096 * 2 for t in tasks)  # 1 MiB each
     assert all(t.tile_dma_src_bytes == 4096 * 64 for t in tasks)  # x re-read per group
@@ -95,7 +106,7 @@ def test_decode_matmul_by_hand():
 def test_small_conv_is_one_task_by_hand():
     # 3x3, 64 -> 64, 56 x 56, pad 1: kernel 64 x 64 x 9 x 2 = 73,728 B fits one group;
     # a row is 56 x 2 = 112 B -> 128 B; in + out = 64 x 58 x 128 + 64 x 56 x 128 < 2 MiB
-    (t,) = plan_conv(Conv2d("c", 64, 64, 56, 56, 3, 3, 1, 1))
+    (t,) = plan_layer(Conv2d("c", 64, 64, 56, 56, 3, 3, 1, 1))
     assert t.kernel_dma_bytes == 73_728
     assert t.tile_dma_src_bytes == 64 * 56 * 128 == 458_752  # rows clipped at the border
     assert t.tile_dma_dst_bytes == 458_752
@@ -163,7 +174,7 @@ def _hand_traffic(conv: Conv2d, t):
 )
 def test_traffic_of_a_tiled_conv_equals_the_sum_of_its_tasks(conv):
     t = tile_conv(conv)
-    tasks = plan_conv(conv)
+    tasks = plan_layer(conv)
     kernel, src, dst, planar = _hand_traffic(conv, t)
     s = model.sum_stats(tasks)
     assert (s.kernel_dma_bytes, s.tile_dma_src_bytes, s.tile_dma_dst_bytes) == (kernel, src, dst)
@@ -174,11 +185,11 @@ def test_traffic_of_a_tiled_conv_equals_the_sum_of_its_tasks(conv):
 
 def test_kernel_bytes_follow_the_kernel_dma_lane_layout():
     # Cout 3, Cin 8, 1x1 (the seed conv): 3 lanes of one channel, each buffer 16 B -> 64 B
-    (t,) = plan_conv(Conv2d("seed", 8, 3, 4, 1))
+    (t,) = plan_layer(Conv2d("seed", 8, 3, 4, 1))
     assert t.kernel_dma_bytes == 3 * 64
     # Cout 40, Cin 100, 3x3: m = ceil(40 / 16) = 3 channels a lane, ceil(40 / 3) = 14 lanes,
     # each round_up(3 x 100 x 9 x 2 = 5400, 64) = 5440 B
-    (t,) = plan_conv(Conv2d("c", 100, 40, 8, 8, 3, 3, 1, 1))
+    (t,) = plan_layer(Conv2d("c", 100, 40, 8, 8, 3, 3, 1, 1))
     assert t.kernel_dma_bytes == 14 * 5440
     from fastane.device import kernel_dma
 
@@ -191,34 +202,27 @@ def test_split_k_is_not_lowered_and_says_why():
     # 40000 x 2 B > 64 KiB: one output channel's kernel does not fit a core; the lowering
     # does not split the reduction (it would change the numerics), so the plan says so
     conv = Conv2d("splitk", 40000, 64, 1, 3)
-    with pytest.raises(rplan.NotLowered, match="does not fit a core's 64 KiB KMem"):
-        plan_conv(conv)
+    lp, _ = _one(conv)
+    assert not lp.lowered and "does not fit a core's 64 KiB KMem" in lp.not_lowered
     w = workloads.Workload("w", "one split-K layer", (conv, Conv2d("ok", 8, 3, 4, 1)))
-    p = rplan.plan_workload(w)
+    p = analyze(w).plan
     assert [lp.name for lp in p.not_lowered] == ["splitk"] and "split the reduction" in p.not_lowered[
         0
     ].not_lowered
     assert p.stats.tasks == 1 and p.stats.macs == Conv2d("ok", 8, 3, 4, 1).macs
 
 
-def test_eltwise_layers_are_reported_not_lowered():
-    el = Eltwise("add", "add", (256, 56, 56), n_inputs=2)
-    with pytest.raises(rplan.NotLowered, match="planar engine"):
-        rplan.plan_layer(el)
-    p = rplan.plan_workload("resnet50")
-    assert {lp.layer.kind for lp in p.not_lowered} == {"eltwise"}
-    # every planar layer but the global average pool (a row mean, fastane.lower.rows)
-    lowered = [lp for lp in p.layers if isinstance(lp.layer, Eltwise) and lp.lowered]
-    assert [lp.layer.op for lp in lowered] == ["avgpool"]
-    assert len(p.not_lowered) == sum(isinstance(x, Eltwise) for x in p.workload.layers) - 1
+def test_only_the_windowed_pooling_is_left_off_the_ane(plans):
+    # ResNet-50's planar layers are on the ANE (the residual adds: fastane.lower.binary, or
+    # a chain's tail; the global average pool: a row mean) but the 3x3/2 max pool
+    p = plans["resnet50"].plan
+    assert [lp.name for lp in p.not_lowered] == ["maxpool"]
     assert all(lp.stats.tasks == 0 for lp in p.not_lowered)
-    assert "windowed pooling" in next(
-        lp.not_lowered for lp in p.not_lowered if lp.layer.op.startswith("maxpool")
-    )
+    assert "windowed pooling" in p.not_lowered[0].not_lowered
 
 
 def test_softmax_norms_and_global_pooling_are_planned_by_lowering():
-    """The roofline counts the row operations' programs (fastane.lower.rows): the same
+    """The one path counts the row operations' programs (fastane.lower.rows): the same
     Stats as the lowering's stats-only run."""
     from fastane.lower import rows
 
@@ -235,24 +239,12 @@ def test_softmax_norms_and_global_pooling_are_planned_by_lowering():
         ),
     ]
     for layer, problem in cases:
-        tasks = rplan.plan_layer(layer)
+        tasks = plan_layer(layer)
         want = rows.plan(problem)
         assert len(tasks) == want.tasks > 0 and sum(t.planar_ops for t in tasks) == want.planar_ops > 0
         assert sum(t.tile_dma_src_bytes for t in tasks) == want.tile_dma_src_bytes
-    with pytest.raises(rplan.NotLowered, match="16384"):
-        rplan.plan_layer(Eltwise("long", "softmax", (4, 1, 20000)))
-
-
-def test_planner_can_be_swapped():
-    calls = []
-
-    def fake(layer):
-        calls.append(layer.name)
-        return [Stats(tasks=1, macs=layer.macs, control_dma_bytes=TD)]
-
-    p = rplan.plan_workload("resnet50", planner=fake)
-    assert p.stats.macs == workloads.get("resnet50").macs
-    assert len(calls) < len(p.layers)  # identical layers are planned once
+    lp, _ = _one(Eltwise("long", "softmax", (4, 1, 20000)))
+    assert not lp.lowered and "16384" in lp.not_lowered
 
 
 def test_limits_are_the_m1s():

@@ -1,0 +1,250 @@
+"""fastane.networks: the built-in roofline networks as model graphs, planned the way a
+model file is.
+
+- :func:`graph`: a built-in workload (:mod:`fastane.workloads`: ResNet-50, MobileNets,
+  MobileOne, ViT, BERT, Whisper, GPT-2, Llama, and the ``--transformer``/``--matmul`` specs)
+  as a :class:`fastane.model.Graph` of shapes only (its weights are zero-stride
+  placeholders, as a model file loaded with ``weights=False`` has them);
+- :func:`input_shapes`: the shapes it is planned for;
+- :func:`to_onnx` (:mod:`.onnx_export`, needs the ``onnx`` extra): the same graph as an ONNX
+  model, so that ``fastane roofline gpt2`` and ``fastane roofline gpt2.onnx`` plan the same
+  layers the same way;
+- :mod:`.plan`: :func:`~fastane.networks.plan.analyze`, a built-in network or a model file
+  placed and lowered by :mod:`fastane.model` in stats-only mode and estimated on a chip;
+- :mod:`.cli`: ``fastane roofline``.
+
+Every layer of a workload becomes the nodes a model exporter writes for it, named after the
+layer (a fused activation is the node after it, named ``<layer>.act``).  A layer that
+``follows`` the previous one reads its output; any other reads the latest output of the
+shape it takes (a residual's earlier operand; for a convolution or matmul, one that no
+following layer took), otherwise an input of its own (attention's queries, keys and values,
+which a file would reshape from the projections).  The readers matter: the stats-only plan
+keeps an intermediate in L2 only when the next layer is its one reader
+(:func:`fastane.model.placement.plan.chains`).  Layouts: convolutional networks are NCHW with batch 1;
+transformer activations are ``[tokens, hidden]`` (the workloads' ``(C=hidden, H=1,
+W=tokens)``), attention ``[heads, queries, keys]``.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+
+from .. import workloads as _wl
+from ..model import Graph, Node, TensorType
+from ..model.budget import MAX_LAYER_BYTES
+from ..model.cost import node_cost
+
+__all__ = ["graph", "input_shapes", "slices", "DTYPE"]
+
+#: the element type of the graphs' inputs and weights: the workloads' fp16 (an fp16 model
+#: file's; a float32 file's layers round to fp16 on the ANE and plan the same tasks)
+DTYPE = np.dtype(np.float16)
+
+#: a workload's fused activation -> the ops that spell it: (fastane op, ONNX op)
+_ACT = {
+    "relu": [("relu", "Relu")],
+    "gelu": [("gelu", "Gelu")],
+    "tanh": [("tanh", "Tanh")],
+    "sigmoid": [("sigmoid", "Sigmoid")],
+    "hardswish": [("hard_swish", "HardSwish")],
+    "relu6": [("clip", "Clip")],
+    "silu": [("sigmoid", "Sigmoid"), ("mul", "Mul")],
+}
+
+
+class _Builder:
+    """Nodes, placeholder weights and inputs of one graph, in order."""
+
+    def __init__(self):
+        self.nodes, self.consts, self.inputs = [], {}, {}
+        self.shapes: dict = {}
+        self.made: list = []  # node outputs, in order
+        self.prev = None  # the last node's output
+        #: outputs no other MAC layer reads: those a following layer or an activation took
+        self.taken: set = set()
+
+    def fresh(self, name: str, shape) -> str:
+        self.inputs[name] = TensorType(DTYPE, tuple(shape))
+        self.shapes[name] = tuple(shape)
+        return name
+
+    def source(self, name: str, shape, other: str | None = None, layer=None) -> str:
+        """The latest output of ``shape`` (the previous layer's first; not ``other``), else
+        a new input.  For a MAC ``layer``: the previous layer's output when the layer
+        ``follows`` it (and the shapes agree), else the latest output of ``shape`` that no
+        such layer took (ResNet's downsample reads the block's input, not the
+        bottleneck's 3x3 output of the same shape)."""
+        shape = tuple(shape)
+        if layer is not None and layer.follows and self.prev and self.shapes[self.prev] == shape:
+            self.taken.add(self.prev)
+            return self.prev
+        for n in reversed(self.made):
+            if self.shapes[n] == shape and n != other and (layer is None or n not in self.taken):
+                return n
+        return self.fresh(f"{name}.in" if other is None else f"{name}.in2", shape)
+
+    def weight(self, name: str, shape, value: float | None = None) -> str:
+        self.consts[name] = (
+            np.full(tuple(shape), value, DTYPE)
+            if value is not None
+            else np.broadcast_to(np.zeros((), DTYPE), tuple(shape))
+        )
+        self.shapes[name] = tuple(shape)
+        return name
+
+    def node(self, op, source, name, inputs, shape, attrs=None) -> str:
+        self.nodes.append(Node(op, name, list(inputs), [name], dict(attrs or {}), source))
+        self.shapes[name] = tuple(shape)
+        self.made.append(name)
+        self.prev = name
+        return name
+
+    def activation(self, act, x, name) -> str:
+        if act is None:
+            return x
+        if act not in _ACT:
+            raise ValueError(f"{name}: activation {act!r} has no model op")
+        shape = self.shapes[x]
+        self.taken.add(x)  # the activation's input is the layer's, not an output
+        y = x
+        for i, (op, src) in enumerate(_ACT[act]):
+            nm = f"{name}.act" if i == 0 else f"{name}.act{i}"
+            if op == "clip":
+                ins = [y, self.weight(f"{nm}.min", (), 0.0), self.weight(f"{nm}.max", (), 6.0)]
+            elif op == "mul":
+                ins = [x, y]
+            else:
+                ins = [y]
+            y = self.node(op, src, nm, ins, shape)
+        return y
+
+
+def _conv(b: _Builder, layer) -> None:
+    x = b.source(layer.name, (1, layer.cin, layer.h, layer.w), layer=layer)
+    w = b.weight(f"{layer.name}.weight", (layer.cout, layer.cin // layer.groups, layer.kh, layer.kw))
+    p = layer.pad
+    attrs = {
+        "strides": (layer.stride, layer.stride),
+        "dilations": None,
+        "pads": ((p, p), (p, p)),
+        "auto_pad": None,
+        "groups": layer.groups,
+        "kernel": (layer.kh, layer.kw),
+    }
+    y = b.node("conv", "Conv", layer.name, [x, w], (1, layer.cout, layer.hout, layer.wout), attrs)
+    b.activation(layer.activation, y, layer.name)
+
+
+def slices(M: int, K: int, N: int) -> int:
+    """Column slices a weight matmul ``(M x K) @ (K x N)`` is written as: the fewest that
+    keep each within the model path's per-node budget (:data:`MAX_LAYER_BYTES`), as a model
+    file's layers must be: 1 but for a large vocabulary projection (Llama-3.2-1B's
+    2048 x 128256 lm_head: 2)."""
+    k = 1
+    while k < N:
+        n = -(-N // k)
+        x, w, y = TensorType(DTYPE, (M, K)), TensorType(DTYPE, (K, n)), TensorType(DTYPE, (M, n))
+        if node_cost(Node("matmul", "", ["x", "w"], ["y"]), [x, w], [y]).bytes <= MAX_LAYER_BYTES:
+            break
+        k += 1
+    return k
+
+
+def _matmul(b: _Builder, layer) -> None:
+    lead = (layer.B,) if layer.B > 1 else ()
+    x = b.source(layer.name, lead + (layer.M, layer.K), layer=layer)
+    k = slices(layer.M, layer.K, layer.N) if layer.weights else 1
+    for i in range(k):  # k column slices of the weights, named <layer>.<i> when more than one
+        name = layer.name if k == 1 else f"{layer.name}.{i}"
+        n = len(range(i, layer.N, k))  # N split as evenly as it goes
+        if layer.weights:
+            w = b.weight(f"{name}.weight", lead + (layer.K, n))
+        else:  # the right operand is an activation (attention's keys or values)
+            w = b.fresh(f"{name}.rhs", lead + (layer.K, n))
+        y = b.node("matmul", "MatMul", name, [x, w], lead + (layer.M, n))
+        b.activation(layer.activation, y, name)
+
+
+def _eltwise(b: _Builder, layer, rows: bool) -> None:
+    c, h, w = layer.in_shape
+    op, name = layer.op, layer.name
+    if op == "softmax":  # over the keys: [heads, queries, keys] as the scores left it
+        prev = b.shapes[b.prev] if b.prev else ()
+        if not (prev and prod(prev) == c * h * w and prev[-1] == w):
+            prev = (c * h, w)
+        b.node("softmax", "Softmax", name, [b.source(name, prev)], prev, {"axis": -1, "legacy": False})
+        return
+    shape = (w * h, c) if rows else (1, c, h, w)
+    if op in ("layernorm", "rmsnorm"):
+        x = b.source(name, shape)
+        ins = [x, b.weight(f"{name}.scale", (c,))]
+        if op == "layernorm":
+            ins.append(b.weight(f"{name}.bias", (c,)))
+        fop, src = (
+            ("layer_norm", "LayerNormalization") if op == "layernorm" else ("rms_norm", "RMSNormalization")
+        )
+        b.node(fop, src, name, ins, shape, {"axis": -1, "epsilon": 1e-5})
+        return
+    if op in ("add", "mul", "add+relu"):
+        x = b.source(name, shape)
+        other = (1, c, 1, 1) if op == "mul" and not rows else shape  # squeeze-excite: a per-channel gate
+        y = b.node(op[:3], op[:3].capitalize(), name, [x, b.source(name, other, other=x)], shape)
+        b.activation("relu" if op == "add+relu" else None, y, name)
+        return
+    if op == "avgpool" and tuple(layer.out_shape[1:]) == (1, 1):
+        x = b.source(name, shape)
+        b.node("global_avg_pool", "GlobalAveragePool", name, [x], (1, c, 1, 1))
+        return
+    if op.startswith("maxpool"):  # "maxpool3x3/2": a 3 x 3 window, stride 2, padding 1
+        k, s = 3, 2
+        if "/" in op:
+            k, s = int(op[len("maxpool") :].split("x")[0]), int(op.split("/")[1])
+        x = b.source(name, shape)
+        _, ho, wo = layer.out_shape
+        attrs = {
+            "kernel": (k, k),
+            "strides": (s, s),
+            "dilations": None,
+            "pads": ((k // 2, k // 2), (k // 2, k // 2)),
+            "auto_pad": None,
+            "ceil_mode": 0,
+            "count_include_pad": 0,
+        }
+        b.node("max_pool", "MaxPool", name, [x], (1, c, ho, wo), attrs)
+        return
+    raise ValueError(f"{name}: planar op {op!r} has no model op")
+
+
+def graph(workload) -> Graph:
+    """``workload`` (a :class:`~fastane.workloads.Workload` or a built-in name) as a model
+    graph of shapes only: its layers as model ops, its weights as placeholders."""
+    if isinstance(workload, str):
+        workload = _wl.get(workload)
+    b = _Builder()
+    rows = any(
+        isinstance(layer, _wl.Eltwise) and layer.op in ("softmax", "layernorm", "rmsnorm")
+        for layer in workload.layers
+    )
+    for layer in workload.layers:
+        if isinstance(layer, _wl.Conv2d):
+            _conv(b, layer)
+        elif isinstance(layer, _wl.Matmul):
+            _matmul(b, layer)
+        else:
+            _eltwise(b, layer, rows)
+    return Graph(
+        workload.name,
+        b.inputs,
+        [b.prev],
+        b.nodes,
+        b.consts,
+        origin="fastane.workloads (shapes only)",
+        weights=False,
+    )
+
+
+def input_shapes(g: Graph) -> dict:
+    """name -> shape of every input of ``g`` (a symbolic dimension bound to 1)."""
+    return {k: tuple(1 if isinstance(d, str) else d for d in t.shape) for k, t in g.inputs.items()}

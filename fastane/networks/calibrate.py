@@ -1,0 +1,53 @@
+"""The calibration and the validation on the one path (docs/roofline.md, "Calibration",
+"Validation"): each point's workload planned as a model graph by
+:func:`fastane.networks.plan.analyze`, as ``fastane roofline`` plans it.
+``python -m fastane.networks.calibrate`` re-runs the fit and prints each point's error;
+``--validate`` prints the validation table instead.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..roofline import calibrate, validate
+from ..roofline.model import task_arrays
+from .plan import analyze
+
+__all__ = ["one_path", "main"]
+
+
+def one_path():
+    """A function from a point's ``spec`` to the per-task counter arrays of its one-path
+    plan (:func:`fastane.roofline.model.task_arrays`), each workload planned once."""
+    cache: dict = {}
+
+    def arrays(spec: str):
+        if spec not in cache:
+            cache[spec] = task_arrays(analyze(calibrate.point_workload(spec)).plan.tasks)
+        return cache[spec]
+
+    return arrays
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    arrays = one_path()
+    if "--validate" in argv:
+        print(validate.markdown(arrays))
+        return 0
+    values = calibrate.fit(arrays)
+    same = values == calibrate.FITTED
+    print("fitted:", values)
+    print("committed FITTED:", calibrate.FITTED, "(same)" if same else "(DIFFERENT: update FITTED)")
+    rows = calibrate.errors(arrays, values)
+    for p, t, r in rows:
+        print(
+            f"  {p.id} {p.what[:44]:44s} {p.chip:8s} measured {p.measured_s * 1e3:9.3f} ms  "
+            f"predicted {t * 1e3:9.3f} ms  x{r:.2f}"
+        )
+    print(f"rms log-error on the calibration points: x{calibrate.rms_log_error(r for _, _, r in rows):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
