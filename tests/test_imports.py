@@ -17,7 +17,7 @@ the front end: it may import anything below, and nothing below may import it.
 Inside :mod:`fastane.model` the data path has its own order (:data:`MODEL_RANKS`):
 
     tools (cli, sweep_cli, zoo)  ->  fastane.model (load_model)  ->  run
-      ->  frontends, placement  ->  graph (graph, cost)  ->  ops  ->  core (tensor, budget, files)
+      ->  frontends, placement  ->  graph (graph, cost, control)  ->  ops  ->  core (tensor, budget, files)
 
 and no module imports a private name (``_x``) of another module.
 """
@@ -89,6 +89,7 @@ MODEL_GROUPS = {
     "files": "core",
     "graph": "graph",
     "cost": "graph",
+    "control": "graph",
     "": "package",
     "cli": "tools",
     "sweep_cli": "tools",

@@ -79,6 +79,10 @@ OPS = {
     "Mod": r"test_mod_\w+",
     "ReduceProd": r"test_reduce_prod_\w+",
     "DepthToSpace, SpaceToDepth": r"test_(depthtospace|spacetodepth)(_\w+)?",
+    # control flow, on the host (a constant If condition inlines its branch)
+    "If": r"test_if(_\w+)?",
+    "Loop": r"test_loop\d+(_\w+)?",
+    "Scan": r"test_scan\d*_\w+",
 }
 
 
