@@ -319,10 +319,11 @@ def _loop(node, m, cond, *args):
     go = True if cond is None else bool(np.asarray(cond).reshape(-1)[0])
     vals, scans, i = list(args[:k]), [[] for _ in outs[1 + k :]], 0
     while go and (n is None or i < n):
-        if i >= most:  # only a trip count not constant at bind reaches it
+        if i >= most or (cond is None and n > most):  # a trip count not constant at bind
+            runs = n if cond is None else i + 1
             raise beyond(
-                f"{node.describe()}: iteration {i + 1}",
-                (i + 1) * max(bound.budget.steps, 1),
+                f"{node.describe()}: {'trip count' if cond is None else 'iteration'} {runs}",
+                runs * max(bound.budget.steps, 1),
                 "node evaluations (iterations x body nodes; the trip count is not constant at bind)",
                 "MAX_LOOP_STEPS",
             )
