@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import ModelError, ModelNotImplementedError, quote
 from .budget import MAX_LOOP_STEPS, beyond
+from .cost import nbytes
 from .graph import Bound, Graph, Node, bind, evaluate
 from .ops.opdef import HostCost, OnnxName, check_axis, need_input, register_op
 from .tensor import TensorType
@@ -90,7 +91,7 @@ def _body_cost(bound: Bound, trips: int = 1) -> HostCost:
     """A control-flow node's cost: ``trips`` times its body's work and node evaluations,
     the body's peak bytes beyond its inputs."""
     b = bound.budget
-    held = sum(t.size * max(np.dtype(t.dtype).itemsize, 4) for n, t in bound.input_types.items())
+    held = sum(nbytes(t) for t in bound.input_types.values())
     return HostCost(max(b.peak - held, 0), 0, trips * b.work, steps=max(trips * b.steps, 1))
 
 
@@ -300,7 +301,7 @@ def _loop_infer(node, types, consts):
 def _loop_cost(node, in_types, out_types):
     c = _body_cost(node.attrs["bound"], node.attrs["most"])
     k = node.attrs["n_in"] - 2
-    stacked = sum(math.prod(t.shape) * max(np.dtype(t.dtype).itemsize, 4) for t in out_types[k:])
+    stacked = sum(nbytes(t) for t in out_types[k:])
     return HostCost(c.temp + stacked, 0, c.elem_ops, steps=c.steps)
 
 
@@ -399,7 +400,7 @@ def _scan_infer(node, types, consts):
 def _scan_cost(node, in_types, out_types):
     c = _body_cost(node.attrs["bound"], node.attrs["trips"])
     n = node.attrs["n_in"] - int(node.attrs["num_scan_inputs"])
-    stacked = sum(math.prod(t.shape) * max(np.dtype(t.dtype).itemsize, 4) for t in out_types[n:])
+    stacked = sum(nbytes(t) for t in out_types[n:])
     return HostCost(c.temp + stacked, 0, c.elem_ops, steps=c.steps)
 
 

@@ -25,7 +25,7 @@ from .budget import (
 from .ops.opdef import OPS, HostCost, elements
 from .ops.host import EINSUM_MULTI_FACTOR
 
-__all__ = ["Cost", "node_cost", "check_node", "RunBudget"]
+__all__ = ["Cost", "node_cost", "check_node", "RunBudget", "nbytes"]
 
 
 class Cost:
@@ -48,7 +48,9 @@ def _itemsize(t) -> int:
     return max(dt.itemsize, 4) if dt.kind == "f" else dt.itemsize
 
 
-def _nbytes(t) -> int:
+def nbytes(t) -> int:
+    """The bytes the host holds of a tensor of type ``t`` (a float element at 4 at least:
+    the host computes in float32)."""
     return math.prod(t.shape) * _itemsize(t)
 
 
@@ -75,10 +77,10 @@ def _cost(node, in_types: list, out_types: list) -> tuple:
     own = d.cost(node, in_types, out_types) if d is not None and d.cost is not None else HostCost()
     steps = max(own.steps, 1)
     if not own.values:  # reads its inputs' shapes, never their values
-        return Cost(sum(_nbytes(t) for t in out_types), steps=steps), own
+        return Cost(sum(nbytes(t) for t in out_types), steps=steps), own
     ins = [t for t in in_types if t is not None]
     n_in, n_out = elements(ins), elements(out_types)
-    io = sum(_nbytes(t) for t in ins) + sum(_nbytes(t) for t in out_types)
+    io = sum(nbytes(t) for t in ins) + sum(nbytes(t) for t in out_types)
     temp = own.temp
     kind = d.kind if d is not None else "host"
     if kind == "layout":
@@ -132,7 +134,7 @@ class RunBudget:
 
     def input(self, name: str, t) -> None:
         """A model input: held by the caller for the whole run."""
-        self.held[name] = _nbytes(t)
+        self.held[name] = nbytes(t)
         self.pinned.add(name)
 
     def node(self, node, in_types: list, out_types: list, folded: bool) -> Cost:
@@ -152,7 +154,7 @@ class RunBudget:
             )
         self.peak = max(self.peak, live)
         for name, t in zip(node.outputs, out_types):
-            self.held[name] = _nbytes(t)
+            self.held[name] = nbytes(t)
             if folded:
                 self.pinned.add(name)
         self._read(node.inputs)
