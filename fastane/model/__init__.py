@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 
 from ..errors import ModelError
+from . import control  # noqa: F401  (registers the control-flow ops: If, Loop, Scan)
 from .graph import Graph, Node, TensorType, bind
 from .files import map_file
 from .run.model import Model, Report

@@ -50,6 +50,17 @@ and its value when one of these is exceeded:
   holds float32), each blob decoded once however many ops refer to it: a sub-byte blob
   expands 8x or more, and a small package could otherwise ask for gigabytes.  The float32
   weights of a 268M-parameter model.
+* :data:`MAX_LOOP_STEPS` = 2^17 node evaluations per control-flow node (ONNX Loop, Scan,
+  If): its trip count times its body's nodes (a nested loop's counted so, multiplied),
+  as many as a graph of :data:`MAX_NODES` nodes takes (about 130 us a node whatever its
+  size).  A Loop whose trip count is not constant at bind may run
+  ``MAX_LOOP_STEPS // body nodes`` iterations, and is counted so; one that would run
+  more stops with this error.  Each body node is checked against the per-layer limits
+  when the body is bound; the loop's work, its body's times its trip count, counts
+  towards :data:`MAX_RUN_WORK`.
+* :data:`MAX_SUBGRAPH_DEPTH` = 2^4 levels of subgraphs nested in one another (the
+  branches of If, the bodies of Loop and Scan): an exporter nests two or three; the
+  importer, binding and the host each recurse once a level.
 * :data:`MAX_FOLD_ELEMENTS` = 2^22: a node whose inputs are all constant is evaluated at
   bind time only when its outputs are at most this many elements (it runs as a layer
   otherwise).
@@ -83,6 +94,8 @@ __all__ = [
     "MAX_RUN_BYTES",
     "MAX_PLAN_WORK",
     "MAX_CONST_BYTES",
+    "MAX_LOOP_STEPS",
+    "MAX_SUBGRAPH_DEPTH",
     "LIMITS",
     "beyond",
     "check_nodes",
@@ -103,6 +116,8 @@ MAX_RUN_WORK = 1 << 38
 MAX_RUN_BYTES = 1 << 30
 MAX_PLAN_WORK = 1 << 41
 MAX_CONST_BYTES = 1 << 30
+MAX_LOOP_STEPS = 1 << 17
+MAX_SUBGRAPH_DEPTH = 1 << 4
 
 #: name -> (value, what it limits), for messages and docs/models.md
 LIMITS = {
@@ -118,6 +133,8 @@ LIMITS = {
     "MAX_RUN_BYTES": (MAX_RUN_BYTES, "bytes per run"),
     "MAX_PLAN_WORK": (MAX_PLAN_WORK, "work per plan"),
     "MAX_CONST_BYTES": (MAX_CONST_BYTES, "bytes of constants decoded at load"),
+    "MAX_LOOP_STEPS": (MAX_LOOP_STEPS, "node evaluations per control-flow node"),
+    "MAX_SUBGRAPH_DEPTH": (MAX_SUBGRAPH_DEPTH, "nested subgraphs"),
 }
 
 

@@ -6,6 +6,7 @@ allocated or computed: :class:`Cost` of one node (:func:`node_cost`), the per-la
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from .budget import (
     MAX_LAYER_ELEMENT_OPS,
     MAX_LAYER_WORK,
     MAX_PLAN_WORK,
+    MAX_LOOP_STEPS,
     MAX_RUN_BYTES,
     MAX_RUN_WORK,
     beyond,
@@ -24,17 +26,18 @@ from .budget import (
 from .ops.opdef import OPS, HostCost, elements
 from .ops.host import EINSUM_MULTI_FACTOR
 
-__all__ = ["Cost", "node_cost", "check_node", "RunBudget"]
+__all__ = ["Cost", "node_cost", "check_node", "RunBudget", "nbytes"]
 
 
 class Cost:
     """What one node asks of the host: ``bytes`` (inputs, outputs, temporaries), ``macs``
-    (multiply-adds) and ``elem_ops`` (element operations)."""
+    (multiply-adds), ``elem_ops`` (element operations) and ``steps`` (node evaluations: one,
+    or a control-flow node's :attr:`HostCost.steps`)."""
 
-    __slots__ = ("bytes", "macs", "elem_ops")
+    __slots__ = ("bytes", "macs", "elem_ops", "steps")
 
-    def __init__(self, nbytes: int = 0, macs: int = 0, elem_ops: int = 0):
-        self.bytes, self.macs, self.elem_ops = nbytes, macs, elem_ops
+    def __init__(self, nbytes: int = 0, macs: int = 0, elem_ops: int = 0, steps: int = 1):
+        self.bytes, self.macs, self.elem_ops, self.steps = nbytes, macs, elem_ops, steps
 
     @property
     def work(self) -> int:
@@ -46,7 +49,9 @@ def _itemsize(t) -> int:
     return max(dt.itemsize, 4) if dt.kind == "f" else dt.itemsize
 
 
-def _nbytes(t) -> int:
+def nbytes(t) -> int:
+    """The bytes the host holds of a tensor of type ``t`` (a float element at 4 at least:
+    the host computes in float32)."""
     return math.prod(t.shape) * _itemsize(t)
 
 
@@ -71,11 +76,12 @@ def _cost(node, in_types: list, out_types: list) -> tuple:
     """``(Cost, HostCost)`` of ``node``."""
     d = OPS.get(node.op)
     own = d.cost(node, in_types, out_types) if d is not None and d.cost is not None else HostCost()
+    steps = max(own.steps, 1)
     if not own.values:  # reads its inputs' shapes, never their values
-        return Cost(sum(_nbytes(t) for t in out_types)), own
+        return Cost(sum(nbytes(t) for t in out_types), steps=steps), own
     ins = [t for t in in_types if t is not None]
     n_in, n_out = elements(ins), elements(out_types)
-    io = sum(_nbytes(t) for t in ins) + sum(_nbytes(t) for t in out_types)
+    io = sum(nbytes(t) for t in ins) + sum(nbytes(t) for t in out_types)
     temp = own.temp
     kind = d.kind if d is not None else "host"
     if kind == "layout":
@@ -83,7 +89,7 @@ def _cost(node, in_types: list, out_types: list) -> tuple:
     else:
         temp += 4 * n_in + 8 * n_out + (8 * n_out if kind in ("table", "host") else 0)
     elem_ops = n_in + n_out if own.elem_ops is None else own.elem_ops
-    return Cost(io + temp, own.macs, elem_ops), own
+    return Cost(io + temp, own.macs, elem_ops, steps), own
 
 
 def check_node(node, in_types: list, out_types: list) -> Cost:
@@ -97,8 +103,12 @@ def check_node(node, in_types: list, out_types: list) -> Cost:
             f" (counted {EINSUM_MULTI_FACTOR} times: more than two operands)" if len(in_types) > 2 else ""
         )
         raise beyond(what, cost.macs, unit, "MAX_EINSUM_WORK")
+    if own.steps > MAX_LOOP_STEPS:
+        raise beyond(what, own.steps, "node evaluations (trip count x body nodes)", "MAX_LOOP_STEPS")
     if cost.bytes > MAX_LAYER_BYTES:
         raise beyond(what, cost.bytes, "bytes of inputs, outputs and temporaries", "MAX_LAYER_BYTES")
+    if own.steps:  # its bodies' nodes were checked one by one: its work counts to the run's
+        return cost
     if not own.einsum and cost.macs > MAX_LAYER_WORK:
         raise beyond(what, cost.macs, "multiply-adds", "MAX_LAYER_WORK")
     if cost.elem_ops > MAX_LAYER_ELEMENT_OPS:
@@ -109,22 +119,26 @@ def check_node(node, in_types: list, out_types: list) -> Cost:
 class RunBudget:
     """The totals of one bind: :func:`check_node` on each node, the work of all nodes
     (:data:`MAX_RUN_WORK`) and the bytes held at once (:data:`MAX_RUN_BYTES`), the nodes
-    given in graph order.  A graph without its weights (``Graph.weights`` False: it can only
-    be planned, stats-only, one layer at a time) holds no tensors: the per-node limits and
+    given in graph order (a node :attr:`~fastane.model.ops.OpDef.expand` replaces: its
+    replacement, :meth:`replace`).  ``peak``: the most bytes held at once; ``steps``: the
+    node evaluations of all nodes (a graph's, counted for the control-flow node whose body
+    it is).  A graph without its weights (``Graph.weights`` False: it can only be planned,
+    stats-only, one layer at a time) holds no tensors: the per-node limits and
     :data:`MAX_PLAN_WORK` apply to it."""
 
     def __init__(self, graph):
         self.name = graph.name
         self.runs = getattr(graph, "weights", True)
         self.work = 0
+        self.peak = 0
+        self.steps = 0
         self.held: dict = {}  # tensor -> bytes, alive now
         self.pinned: set = set(graph.outputs)  # alive to the end
-        self.last = {t: i for i, n in enumerate(graph.nodes) for t in n.inputs if t}
-        self.i = 0
+        self.readers = Counter(t for n in graph.nodes for t in n.inputs if t)  # reads to come
 
     def input(self, name: str, t) -> None:
         """A model input: held by the caller for the whole run."""
-        self.held[name] = _nbytes(t)
+        self.held[name] = nbytes(t)
         self.pinned.add(name)
 
     def node(self, node, in_types: list, out_types: list, folded: bool) -> Cost:
@@ -132,6 +146,7 @@ class RunBudget:
         before it is evaluated or run; its :class:`Cost`."""
         cost = check_node(node, in_types, out_types)
         self.work += cost.work
+        self.steps += cost.steps
         ins = set(node.inputs)
         live = cost.bytes + sum(b for t, b in self.held.items() if t not in ins)
         if self.runs and live > MAX_RUN_BYTES:
@@ -141,15 +156,26 @@ class RunBudget:
                 "bytes held at once (the node's, and the tensors alive across it)",
                 "MAX_RUN_BYTES",
             )
+        self.peak = max(self.peak, live)
         for name, t in zip(node.outputs, out_types):
-            self.held[name] = _nbytes(t)
+            self.held[name] = nbytes(t)
             if folded:
                 self.pinned.add(name)
-        for t in ins:
-            if self.last.get(t) == self.i and t not in self.pinned:
-                self.held.pop(t, None)
-        self.i += 1
+        self._read(node.inputs)
         return cost
+
+    def replace(self, node, nodes: list) -> None:
+        """``nodes`` stand for ``node`` (not yet checked): their reads replace its."""
+        self.readers.update(t for n in nodes for t in n.inputs if t)
+        self._read(node.inputs)
+
+    def _read(self, names) -> None:
+        """One read of each of ``names`` done; a tensor no node reads any more is freed."""
+        for t in names:
+            if t:
+                self.readers[t] -= 1
+                if self.readers[t] <= 0 and t not in self.pinned:
+                    self.held.pop(t, None)
 
     def done(self) -> None:
         """A ModelError when the model's total work is beyond :data:`MAX_RUN_WORK`

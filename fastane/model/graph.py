@@ -35,6 +35,7 @@ __all__ = [
     "Graph",
     "Bound",
     "bind",
+    "evaluate",
     "MAX_TENSOR_ELEMENTS",
     "MAX_FOLD_ELEMENTS",
     "check_size",
@@ -118,7 +119,7 @@ class Graph:
 class Bound:
     """A graph for concrete input shapes: ``types`` of every tensor, ``consts`` (the
     graph's plus the folded ones), ``nodes`` (the ones left to run), ``folded`` (nodes
-    evaluated at bind time)."""
+    evaluated at bind time), ``budget`` (its :class:`~fastane.model.cost.RunBudget`, done)."""
 
     graph: Graph
     input_types: dict
@@ -127,11 +128,14 @@ class Bound:
     nodes: list
     folded: list
     symbols: dict
+    budget: RunBudget | None = None
 
 
 def bind(graph: Graph, input_types: dict) -> Bound:
     """Infer every tensor's type for ``input_types`` (name -> TensorType with concrete
-    shapes: the caller's arrays), bind the symbolic dimensions, fold constants."""
+    shapes: the caller's arrays), bind the symbolic dimensions, fold constants; a node
+    whose record expands it (:attr:`~fastane.model.ops.OpDef.expand`: control flow) is
+    replaced by its expansion."""
     from .ops import OPS, host_eval
 
     symbols: dict = {}
@@ -174,11 +178,18 @@ def bind(graph: Graph, input_types: dict) -> Bound:
     for name, arr in consts.items():
         types[name] = TensorType(arr.dtype, arr.shape)
     nodes, folded = [], []
-    for node in graph.nodes:
+    work = list(reversed(graph.nodes))  # the next node last
+    while work:
+        node = work.pop()
         op = OPS[node.op]
         in_types = [types[n] if n else None for n in node.inputs]
         in_consts = [consts.get(n) if n else None for n in node.inputs]
         try:
+            got = op.expand(node, in_types, in_consts) if op.expand is not None else None
+            if got is not None:
+                _expanded(node, got, types, consts, budget)
+                work.extend(reversed(got[0]))
+                continue
             out_types = op.infer(node, in_types, in_consts)
         except ModelError:
             raise
@@ -189,6 +200,8 @@ def bind(graph: Graph, input_types: dict) -> Bound:
                 f"{node.describe()}: has {len(node.outputs)} outputs, the op makes {len(out_types)}"
             )
         for name, t in zip(node.outputs, out_types):
+            if name in types:  # an inlined branch's name (Graph.check saw the graph's own)
+                raise ModelError(f"{node.describe()}: output {quote(name)} is defined twice")
             check_size(t.shape, f"{node.describe()}, output {quote(name)}")
             types[name] = t
         foldable = op.foldable and all((n == "" or n in consts) for n in node.inputs)
@@ -212,7 +225,42 @@ def bind(graph: Graph, input_types: dict) -> Bound:
         else:
             nodes.append(node)
     budget.done()
-    return Bound(graph, dict(input_types), types, consts, nodes, folded, symbols)
+    return Bound(graph, dict(input_types), types, consts, nodes, folded, symbols, budget)
+
+
+def _expanded(node, got, types, consts, budget) -> None:
+    """Take in the constants of ``got``, a node's expansion ``(nodes, consts)``, and its
+    nodes' reads."""
+    new, new_consts = got
+    for name, arr in new_consts.items():
+        if name in types:
+            raise ModelError(f"{node.describe()}: tensor {quote(name)} is defined twice")
+        consts[name] = arr
+        types[name] = TensorType(arr.dtype, arr.shape)
+    budget.replace(node, new)
+
+
+def evaluate(bound: Bound, feeds: dict) -> dict:
+    """The outputs of ``bound`` (name -> array) for the arrays ``feeds`` of its inputs, every
+    node on the host in float32 (:func:`~fastane.model.ops.host_eval`), intermediates freed
+    after their last use: the fp32 reference of a model, a control-flow body's run."""
+    from .ops import host_eval
+
+    values = dict(bound.consts)
+    values.update(feeds)
+    last_use = {t: i for i, node in enumerate(bound.nodes) for t in node.inputs}
+    keep = set(bound.graph.outputs) | set(bound.consts) | set(feeds)
+    for i, node in enumerate(bound.nodes):
+        outs = host_eval(
+            node,
+            [values[t] if t else None for t in node.inputs],
+            [bound.types[t].dtype for t in node.outputs],
+        )
+        values.update(zip(node.outputs, outs))
+        for t in node.inputs:
+            if last_use.get(t) == i and t not in keep:
+                values.pop(t, None)
+    return {n: values[n] for n in bound.graph.outputs}
 
 
 def _fmt(shape) -> str:

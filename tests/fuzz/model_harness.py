@@ -68,7 +68,7 @@ ONNX_OPS = (
     "Conv MaxPool AveragePool Expand Einsum Range Cast Reshape Slice Constant Gather Concat Shape "
     "Transpose MatMul Gemm Softmax LayerNormalization Erf Relu Add Mul Div Pow Sqrt Resize Pad Split "
     "Tile ConstantOfShape Where ReduceMean Flatten BatchNormalization GlobalAveragePool Unsqueeze "
-    "Squeeze TopK NonZero Loop If Identity ConvTranspose QuantizeLinear DequantizeLinear NoSuchOp"
+    "Squeeze TopK NonZero Loop If Scan Identity ConvTranspose QuantizeLinear DequantizeLinear NoSuchOp"
 ).split()
 MIL_OPS = (
     "conv linear matmul layer_norm softmax transpose reshape relu max_pool avg_pool reduce_mean add "

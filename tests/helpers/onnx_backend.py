@@ -86,6 +86,10 @@ OPS = {
     "DynamicQuantizeLinear": r"test_dynamicquantizelinear(_\w+)?",
     "MatMulInteger, ConvInteger": r"test_(matmulinteger|convinteger_\w+)",
     "LSTM, GRU, RNN": r"test_(lstm|gru|simple_rnn|rnn)_\w+",
+    # control flow, on the host (a constant If condition inlines its branch)
+    "If": r"test_if(_\w+)?",
+    "Loop": r"test_loop\d+(_\w+)?",
+    "Scan": r"test_scan\d*_\w+",
 }
 
 

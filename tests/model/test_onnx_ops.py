@@ -48,7 +48,7 @@ def x(*shape, lo=-3.0, hi=3.0, dtype=np.float32):
     """A graph input of ``shape`` with values in ``[lo, hi)`` (fp16 values for a float)."""
     v = _RNG.uniform(lo, hi, shape)
     v = v.astype(np.float16).astype(dtype) if np.dtype(dtype).kind == "f" else np.floor(v).astype(dtype)
-    return ("input", v)
+    return ("input", np.asarray(v))
 
 
 def k(value, dtype=np.float32):
@@ -88,7 +88,54 @@ class Case(NamedTuple):
     inputs: list
     opset: int = 21
     n_out: int = 1
+    #: the node's inputs: the first ``n_in`` (None: all; the others read by its subgraphs)
+    n_in: int | None = None
 
+
+def body(nodes, inputs, outputs):
+    """A subgraph of ``nodes`` with ``inputs`` and ``outputs`` given as ``(name, ONNX
+    element type, shape)``; it may read the case's tensors (``i0``, ``i1`` ...)."""
+    vis = [[helper.make_tensor_value_info(*v) for v in vs] for vs in (inputs, outputs)]
+    return helper.make_graph(nodes, "body", *vis)
+
+
+def n(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs, **attrs)
+
+
+#: If branches reading the case's ``i1`` (each names its own ``t``)
+THEN = body([n("Add", ["i1", "i1"], ["t"]), n("Relu", ["t"], ["y"])], [], [("y", T.FLOAT, [2, 3])])
+ELSE = body([n("Mul", ["i1", "i1"], ["t"])], [], [("t", T.FLOAT, [2, 3])])
+#: a Loop body: v + i3 + the iteration number, carried, and its negation stacked (one axis:
+#: the reference concatenates the values along their first axis, np.vstack, where ONNX's
+#: shape inference and onnxruntime stack them on a new one: the same for a 1-D value)
+LOOP = body(
+    [
+        n("Identity", ["c"], ["c_out"]),
+        n("Cast", ["it"], ["itf"], to=T.FLOAT),
+        n("Add", ["v", "i3"], ["a"]),
+        n("Add", ["a", "itf"], ["v_out"]),
+        n("Neg", ["v_out"], ["s_out"]),
+    ],
+    [("it", T.INT64, []), ("c", T.BOOL, []), ("v", T.FLOAT, [3])],
+    [("c_out", T.BOOL, []), ("v_out", T.FLOAT, [3]), ("s_out", T.FLOAT, [3])],
+)
+#: a while loop: doubles v until the iteration number reaches 4
+WHILE = body(
+    [
+        n("Constant", [], ["four"], value=numpy_helper.from_array(np.array(4, np.int64))),
+        n("Less", ["it", "four"], ["c_out"]),
+        n("Add", ["v", "v"], ["v_out"]),
+    ],
+    [("it", T.INT64, []), ("c", T.BOOL, []), ("v", T.FLOAT, [2, 3])],
+    [("c_out", T.BOOL, []), ("v_out", T.FLOAT, [2, 3])],
+)
+#: a Scan body: a running sum, and each step's sum times the case's i2
+SCAN = body(
+    [n("Add", ["s", "xi"], ["s_out"]), n("Mul", ["s_out", "i2"], ["y"])],
+    [("s", T.FLOAT, [2]), ("xi", T.FLOAT, [2])],
+    [("s_out", T.FLOAT, [2]), ("y", T.FLOAT, [2])],
+)
 
 #: one line per ONNX op not run by the backend suite's selection (and a few that are)
 CASES = [
@@ -208,6 +255,14 @@ CASES = [
             *(k(0.05), k(120, np.uint8)),
         ],
     ),
+    # control flow: a condition known at run (host), or at bind (the branch inlined)
+    Case("If", {"then_branch": THEN, "else_branch": ELSE}, [x(lo=1, hi=2, dtype=np.bool_), x(2, 3)], n_in=1),
+    Case("If", {"then_branch": THEN, "else_branch": ELSE}, [x(lo=0, hi=1, dtype=np.bool_), x(2, 3)], n_in=1),
+    Case("If", {"then_branch": THEN, "else_branch": ELSE}, [k(True, np.bool_), x(2, 3)], 11, n_in=1),
+    Case("Loop", {"body": LOOP}, [k(3, np.int64), k(True, np.bool_), x(3), x(3)], n_out=2, n_in=3),
+    Case("Loop", {"body": WHILE}, [k(10, np.int64), k(True, np.bool_), x(2, 3)], opset=11),
+    Case("Loop", {"body": WHILE}, [x(lo=10, hi=11, dtype=np.int64), x(lo=1, hi=2, dtype=np.bool_), x(2, 3)]),
+    Case("Scan", {"body": SCAN, "num_scan_inputs": 1}, [x(2), x(3, 2), x(2)], n_out=2, n_in=2),
 ]
 
 
@@ -227,7 +282,7 @@ def _model(case: Case):
             inputs.append(helper.make_tensor_value_info(name, elem, v.shape))
             feeds[name] = v
     outs = [f"y{i}" for i in range(case.n_out)]
-    node = helper.make_node(case.op, names, outs, name=f"n_{case.op}", **case.attrs)
+    node = helper.make_node(case.op, names[: case.n_in], outs, name=f"n_{case.op}", **case.attrs)
     graph = helper.make_graph(
         [node], "t", inputs, [helper.make_tensor_value_info(o, T.FLOAT, None) for o in outs], inits
     )

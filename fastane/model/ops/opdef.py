@@ -42,6 +42,12 @@ class OpDef:
     #: ``cost(node, in_types, out_types) -> HostCost``: what its host implementation asks
     #: beyond the common allowance (:func:`fastane.model.cost.node_cost`); None: nothing more
     cost: Callable | None = None
+    #: ``expand(node, types, consts) -> (nodes, consts) | None``: at bind, before inference,
+    #: the nodes (and new constants) that stand for ``node`` given its inputs' types and
+    #: constant values: an If whose condition is constant its taken branch, a control-flow
+    #: node its copy holding its bound bodies (:mod:`fastane.model.control`); None: ``node``
+    #: itself
+    expand: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,10 @@ class HostCost:
     temporaries, ``macs`` multiply-adds, ``elem_ops`` element operations (None: one per input
     and output element), ``taps`` kernel taps (one host pass each: ``MAX_KERNEL_TAPS``),
     ``einsum``: its multiply-adds answer to ``MAX_EINSUM_WORK`` instead of ``MAX_LAYER_WORK``,
-    ``values``: False for an op that reads its inputs' shapes only (no bytes of them counted)."""
+    ``values``: False for an op that reads its inputs' shapes only (no bytes of them counted),
+    ``steps``: a control-flow node's node evaluations (``MAX_LOOP_STEPS``; its work is its
+    bodies', whose nodes answer to the per-layer limits, so it answers to ``MAX_RUN_WORK``
+    only)."""
 
     temp: int = 0
     macs: int = 0
@@ -59,6 +68,7 @@ class HostCost:
     taps: int = 0
     einsum: bool = False
     values: bool = True
+    steps: int = 0
 
 
 def elements(types) -> int:
@@ -115,16 +125,19 @@ ANE_FAMILIES = {
     "mac": "ANE: `linear` or `matmul`",
     "rows": "ANE: a row operation on the planar engine (over the trailing axes)",
     "qlinear": "ANE: the INT8 lanes (a dequantize -> conv/matmul -> quantize chain)",
+    "control": "host: control flow runs on the CPU, as Core ML places it (the taken branch of an If "
+    "whose condition is constant at bind is inlined, its nodes placed as any others)",
 }
 
 
-def register_op(name, infer, kind="host", foldable=True, ane="", onnx=(), cost=None, mil=()):
+def register_op(name, infer, kind="host", foldable=True, ane="", onnx=(), cost=None, mil=(), expand=None):
     """Decorator: register the host implementation it decorates as op ``name`` in :data:`OPS`,
     with its inference ``infer(node, types, consts)``, its ``kind``, whether it folds, its
     placement family ``ane`` and the ONNX op types it imports (``onnx``: :class:`OnnxName`
     or a plain name, imported with its inputs and no attributes), its host ``cost``
     (:class:`HostCost`) and the MIL ops it imports one to one (``mil``: :class:`MilName` or a
-    plain name, whose one operand is ``x``)."""
+    plain name, whose one operand is ``x``), and its ``expand`` at bind
+    (:attr:`OpDef.expand`)."""
     if ane and ane not in ANE_FAMILIES:
         raise ValueError(f"op {name}: unknown placement family {ane!r}")
     onnx = tuple(OnnxName(o) if isinstance(o, str) else o for o in onnx)
@@ -135,7 +148,7 @@ def register_op(name, infer, kind="host", foldable=True, ane="", onnx=(), cost=N
                 raise ValueError(f"op {name}: ONNX {o.name} is already imported as {other}")
 
     def deco(fn):
-        OPS[name] = OpDef(infer, fn, foldable, kind, ane, onnx, mil, cost)
+        OPS[name] = OpDef(infer, fn, foldable, kind, ane, onnx, mil, cost, expand)
         return fn
 
     return deco

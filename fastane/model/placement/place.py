@@ -36,7 +36,7 @@ from .qlinear import place_qlinear
 from .rows import place_rows
 from .rules import place_conv, place_deconv, place_mac
 
-__all__ = ["Layer", "place", "NO_LOWERING", "RULES"]
+__all__ = ["Layer", "place", "NO_LOWERING", "CONTROL_FLOW", "RULES"]
 
 #: placement family (``OpDef.ane``) -> ``rule(node, ctx) -> bool | str``: True when it
 #: placed ``node`` (in a layer of its own or with the nodes it fuses, on the ANE or on the
@@ -53,7 +53,11 @@ RULES = {
     "mac": place_mac,
     "rows": place_rows,
     "qlinear": place_qlinear,
+    "control": lambda node, ctx: CONTROL_FLOW,
 }
+
+#: why a control-flow node (If, Loop, Scan) runs on the host
+CONTROL_FLOW = "control flow runs on the CPU, as Core ML places it"
 
 LAYOUT = (
     "data movement only (no arithmetic), done on the host; fastane does not express it as DMA strides yet"

@@ -15,6 +15,7 @@ placement prediction", cites the sources):
     activation ops, pooling, normalisation, softmax, reductions, data movement), not
     one known to fall back (dynamic gathers, comparisons and selects, casts to integers,
     custom layers);
+  - the op is not control flow (If, Loop, Scan: the CPU, "likely");
   - the op is not one fastane runs only on the host (:data:`HOST_ONLY`: einsum, top-k,
     arg-max, cumsum, gathers/scatters, resize ...: predicted "cpu", "uncertain");
   - a convolution's per-output-channel kernel fits one core's KMem (64 KiB,
@@ -37,6 +38,8 @@ import numpy as np
 
 from ... import m1
 from ..files import read_file
+from ..ops import OPS
+from .place import CONTROL_FLOW
 
 __all__ = ["COMPUTE_UNITS", "predict", "Prediction", "compare", "load_observed"]
 
@@ -124,6 +127,9 @@ def predict(layers, bound, compute_units: str = "ALL") -> list:
             out.append(Prediction("gpu" if floats else "cpu", "likely", "CPU_AND_GPU: no Neural Engine"))
             continue
         ops = {n.op for n in layer.nodes}
+        if any(OPS[op].ane == "control" for op in ops):
+            out.append(Prediction("cpu", "likely", CONTROL_FLOW))
+            continue
         host = next((why for op, why in HOST_ONLY.items() if op in ops), None)
         if host:
             out.append(Prediction("cpu", "uncertain", f"{host}: no ANE lowering in fastane, run on the host"))

@@ -31,7 +31,7 @@ from ...errors import ModelError, quote, quote_names
 from ...operands import fp16_operand
 from ...errstate import errstate, report_events
 from ...stats import Stats, last_stats
-from ..graph import Bound, Graph, TensorType, bind
+from ..graph import Bound, Graph, TensorType, bind, evaluate
 from ..ops import host_eval
 from ..placement.place import Layer, place
 from .report import LayerRecord, Report, json_number
@@ -196,21 +196,7 @@ class Model:
         self._need_weights("reference")
         arrays = self._arrays(inputs)
         bound, _ = self.bind({k: v.shape for k, v in arrays.items()})
-        values = dict(bound.consts)
-        values.update(arrays)
-        last_use = {t: i for i, node in enumerate(bound.nodes) for t in node.inputs}
-        keep = set(bound.graph.outputs) | set(bound.consts) | set(arrays)
-        for i, node in enumerate(bound.nodes):
-            outs = host_eval(
-                node,
-                [values[t] if t else None for t in node.inputs],
-                [bound.types[t].dtype for t in node.outputs],
-            )
-            values.update(zip(node.outputs, outs))
-            for t in node.inputs:  # intermediates freed after their last use, as _run does
-                if last_use.get(t) == i and t not in keep:
-                    values.pop(t, None)
-        return {n: np.asarray(values[n]) for n in bound.graph.outputs}
+        return {n: np.asarray(v) for n, v in evaluate(bound, arrays).items()}
 
     def _plan_report(self, inputs, chip, residency: bool = False) -> Report:
         from ...roofline.model import estimate

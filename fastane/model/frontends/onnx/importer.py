@@ -25,7 +25,8 @@ import os
 import numpy as np
 
 from ....errors import ModelError, ModelNotImplementedError, quote
-from ...budget import check_nodes
+from ...budget import MAX_SUBGRAPH_DEPTH, beyond, check_nodes
+from ...control import PLACEHOLDER, Body
 from ...graph import DTYPES, Graph, Node, TensorType, check_size
 from ...ops import OPS
 from ...ops.opdef import ANE_FAMILIES
@@ -243,17 +244,44 @@ def docs_table() -> list:
 
 
 class _Builder:
-    def __init__(self, opset: int):
-        self.opset = opset
+    """The nodes and constants of a graph being imported: the model's, or a subgraph's
+    (``parent`` the enclosing graph's builder, ``prefix`` what its own names get: the
+    names of a subgraph are its own, and it reads the enclosing graphs' tensors, which
+    :meth:`ref` records in ``outer``)."""
+
+    def __init__(self, opset: int, parent: "_Builder | None" = None, prefix: str = ""):
+        self.opset, self.parent, self.prefix = opset, parent, prefix
+        self.root = self if parent is None else parent.root
         self.consts: dict = {}
         self.nodes: list = []
+        self.local: dict = {}  # a subgraph's ONNX names -> its own (prefixed) names
+        self.outer: dict = {}  # the enclosing graphs' tensors it reads, in order
+        self.ranks: dict = {} if parent is None else self.root.ranks  # name -> declared rank
         self._n = 0
 
     def const(self, value, dtype) -> str:
-        self._n += 1
-        name = f"fastane::const{self._n}"
+        self.root._n += 1
+        name = f"fastane::const{self.root._n}"
         self.consts[name] = np.asarray(np.asarray(value, dtype), order="C")
         return name
+
+    def ref(self, name: str) -> str:
+        """The tensor an ONNX node input ``name`` names here: this graph's own, else the
+        enclosing graph's (then read from outside)."""
+        if not name or self.parent is None:
+            return name
+        if name in self.local:
+            return self.local[name]
+        got = self.parent.ref(name)
+        self.outer[got] = None
+        return got
+
+    def define(self, name: str) -> str:
+        """The name of a tensor this graph defines (a subgraph's: prefixed)."""
+        if not name or self.parent is None:
+            return name
+        self.local[name] = self.prefix + name
+        return self.local[name]
 
 
 def output_names(outs, name, where, op, n_out, keep=False) -> list:
@@ -280,11 +308,14 @@ class OnnxContext:
     one node: the model's ``opset``, the node's ``op`` type, ``name``, ``where`` (for
     messages), ``inputs``, ``outs``, and the record's op ``fop``."""
 
-    def __init__(self, b: _Builder, op, fop, name, where, inputs, outs, rank_of):
+    def __init__(self, b: _Builder, op, fop, name, where, inputs, outs):
         self.opset, self.op, self.fop, self.name, self.where = b.opset, op, fop, name, where
         self.inputs, self.outs = inputs, outs
-        self.rank_of = rank_of  # the rank of a tensor when the model declares it, else None
         self._b = b
+
+    def rank_of(self, name):
+        """The rank of tensor ``name`` when the model declares it, else None."""
+        return self._b.ranks.get(name)
 
     def const(self, value, dtype) -> str:
         """The name of a new constant of ``value`` as ``dtype``."""
@@ -309,6 +340,84 @@ class OnnxContext:
         """A node ``name/suffix`` of op ``op`` ahead of the node :meth:`mk` makes."""
         self._b.nodes.append(Node(op, f"{self.name}/{suffix}", inputs, outputs, attrs, self.op))
 
+    def bodies(self, graphs: dict, lazy: bool = False) -> tuple:
+        """``(bodies, inputs)``: the subgraphs ``graphs`` (key -> GraphProto) imported as
+        :class:`~fastane.model.control.Body` (its names prefixed ``name/key/``), and the
+        node's inputs: its own, then the enclosing graph's tensors the bodies read.
+        ``lazy``: a body that does not import holds its error (raised if it is bound)."""
+        made = {}
+        for key, g in graphs.items():
+            sub = _Builder(self.opset, self._b, f"{self.name}/{key}/")
+            try:
+                made[key] = (sub, _subgraph(g, sub, f"{self.name}/{key}"), len(g.input))
+            except ModelError as exc:
+                if not lazy:
+                    raise
+                made[key] = (None, exc, 0)
+        inputs = list(self.inputs)
+        pos = {}
+        for sub, _, _ in made.values():
+            for t in sub.outer if sub is not None else ():
+                if t not in pos:
+                    pos[t] = len(inputs)
+                    inputs.append(t)
+        out = {}
+        for key, (sub, got, n_formal) in made.items():
+            if sub is None:
+                out[key] = Body(None, 0, (), got)
+            else:
+                out[key] = Body(got, n_formal, tuple(pos[t] for t in sub.outer))
+        return out, inputs
+
+
+def _subgraph(g, b: _Builder, name: str) -> Graph:
+    """The subgraph ``g`` imported through its builder ``b``: its inputs (their types the
+    node's, given when it is bound), initializers and nodes, the enclosing graphs'
+    tensors it reads its inputs too."""
+    formal = [b.define(_text(vi.name)) for vi in g.input]
+    for t in g.initializer:
+        b.consts[b.define(_text(t.name))] = _tensor(t, "initializer")
+    if len(g.sparse_initializer):
+        raise ModelError(f"subgraph {quote(name)}: sparse initializers are not supported by fastane")
+    _declared_ranks(b, list(g.input) + list(g.value_info), lambda n: b.prefix + n)
+    _convert_nodes(g, b)
+    outputs = [b.ref(_text(o.name)) for o in g.output]
+    names = formal + list(b.outer)
+    twice = next((n for i, n in enumerate(names) if n in names[:i] or n in b.consts), None)
+    if twice is not None:
+        raise ModelError(f"subgraph {quote(name)}: input {quote(twice)} is defined twice")
+    return Graph(
+        name, dict.fromkeys(names, PLACEHOLDER), outputs, b.nodes, b.consts, origin=f"onnx opset {b.opset}"
+    )
+
+
+def _declared_ranks(b: _Builder, infos, name_of) -> None:
+    """The ranks ``infos`` (ValueInfoProto) declare, by the names ``name_of`` gives."""
+    for vi in infos:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            b.ranks.setdefault(name_of(_text(vi.name)), len(vi.type.tensor_type.shape.dim))
+
+
+def _nested(g, what: str) -> None:
+    """The subgraphs of ``g`` nested at most :data:`MAX_SUBGRAPH_DEPTH` deep and the nodes
+    of all its graphs at most :data:`~fastane.model.budget.MAX_NODES`, checked before
+    anything is converted (without recursion)."""
+    from onnx import AttributeProto
+
+    count, todo = 0, [(g, 0)]
+    while todo:
+        graph, depth = todo.pop()
+        if depth > MAX_SUBGRAPH_DEPTH:
+            raise beyond(what, depth, "levels of nested subgraphs", "MAX_SUBGRAPH_DEPTH")
+        count += len(graph.node)
+        check_nodes(count, what + (" (its subgraphs' nodes counted)" if depth else ""))
+        for node in graph.node:
+            for a in node.attribute:
+                if a.type == AttributeProto.GRAPH:
+                    todo.append((a.g, depth + 1))
+                elif a.type == AttributeProto.GRAPHS:
+                    todo.extend((sg, depth + 1) for sg in a.graphs)
+
 
 def _constant(a, outs, where, b: _Builder) -> None:
     """ONNX Constant: its value becomes the constant ``outs[0]``."""
@@ -326,23 +435,24 @@ def _constant(a, outs, where, b: _Builder) -> None:
     b.consts[outs[0]] = arr
 
 
-def _convert(node, b: _Builder, rank_of) -> Node | None:
+def _convert(node, b: _Builder) -> Node | None:
     """The fastane node of ONNX ``node`` (None for a Constant: it becomes a constant), made
     by the parse of the record that imports its op type.  A node that does not match its
     op's schema, or whose attributes or operands fastane cannot use, is a ModelError naming
     it, whatever went wrong."""
     op = _text(node.op_type)
-    name = _text(node.name) or f"{op}_{len(b.nodes)}"
+    name = b.prefix + (_text(node.name) or f"{op}_{len(b.nodes)}")
     where = f"node {quote(name)} ({quote(op, marks=False)})"
     a, types = _attrs(node, where)
-    ins, outs = [_text(i) for i in node.input], [_text(o) for o in node.output]
+    ins = [b.ref(_text(i)) for i in node.input]
+    outs = [b.define(_text(o)) for o in node.output]
     if op in SUPPORTED:
         _check_schema(op, b.opset, types, ins, outs, where)
     try:
         if op == "Constant":
             return _constant(a, outs, where, b)
         fop, spelling = _record(op, b.opset, name, where)
-        c = OnnxContext(b, op, fop, name, where, ins, outs, rank_of)
+        c = OnnxContext(b, op, fop, name, where, ins, outs)
         return spelling.parse(c, a, ins) if spelling.parse else c.mk()
     except ModelError:
         raise
@@ -350,6 +460,19 @@ def _convert(node, b: _Builder, rank_of) -> Node | None:
         raise ModelError(
             f"{where}: cannot use its attributes or operands ({type(exc).__name__}: {quote(str(exc), marks=False)})"
         ) from None
+
+
+def _convert_nodes(g, b: _Builder) -> None:
+    """The nodes of graph ``g`` converted into ``b``."""
+    for node in g.node:
+        if node.domain not in ("", "ai.onnx"):
+            op = quote(f"{_text(node.domain)}.{_text(node.op_type)}")
+            raise ModelError(
+                f"node {quote(_text(node.name))}: op {op} (custom domain) is not supported by fastane"
+            )
+        n = _convert(node, b)
+        if n is not None:
+            b.nodes.append(n)
 
 
 def _record(op, opset, name, where):
@@ -376,6 +499,7 @@ def from_proto(proto, name: str = "", weights: bool = True) -> Graph:
             opset = int(imp.version)
     if opset is None:
         raise ModelError("the model imports no version of the default ONNX operator set")
+    _nested(g, f"model {quote(_text(g.name) or name)}")
     b = _Builder(opset)
     for t in g.initializer:
         b.consts[_text(t.name)] = _tensor(t, "initializer", weights)
@@ -386,21 +510,10 @@ def from_proto(proto, name: str = "", weights: bool = True) -> Graph:
         if _text(vi.name) in b.consts:
             continue  # an initializer listed as an input (IR < 4): a constant
         inputs[_text(vi.name)] = _value_type(vi, "input")
-    ranks = {n: len(t.shape) for n, t in inputs.items()}
-    ranks.update({n: v.ndim for n, v in b.consts.items()})
-    for vi in g.value_info:
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            ranks.setdefault(_text(vi.name), len(vi.type.tensor_type.shape.dim))
-    check_nodes(len(g.node), f"model {quote(_text(g.name) or name)}")
-    for node in g.node:
-        if node.domain not in ("", "ai.onnx"):
-            op = quote(f"{_text(node.domain)}.{_text(node.op_type)}")
-            raise ModelError(
-                f"node {quote(_text(node.name))}: op {op} (custom domain) is not supported by fastane"
-            )
-        n = _convert(node, b, ranks.get)
-        if n is not None:
-            b.nodes.append(n)
+    b.ranks.update({n: len(t.shape) for n, t in inputs.items()})
+    b.ranks.update({n: v.ndim for n, v in b.consts.items()})
+    _declared_ranks(b, g.value_info, lambda n: n)
+    _convert_nodes(g, b)
     outputs = [_text(o.name) for o in g.output]
     return Graph(
         _text(g.name) or name,
