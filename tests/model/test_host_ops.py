@@ -579,3 +579,14 @@ def test_recurrent_sequence_lens_stop_each_sequence_at_its_length(op, direction)
 def test_recurrent_non_default_activations_are_refused():
     with pytest.raises(ModelNotImplementedError, match="activations .* not implemented"):
         _recurrent("GRU", (2, 1, 3), 3, activations=["Relu", "Tanh"])
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_recurrent_layers_run_on_the_host_with_core_mls_reason(op):
+    """A recurrent layer is placed on the host with the reason Core ML's own placement
+    gives (the CPU), not as an op fastane has no lowering for."""
+    from fastane.model.placement.place import ON_CPU
+
+    m = _recurrent(op, (3, 1, 2), 4)
+    (layer,) = m.report({"x": np.ones((3, 1, 2), np.float32)}).layers
+    assert (layer.layer.placement, layer.layer.reason) == ("host", ON_CPU["recurrent"])

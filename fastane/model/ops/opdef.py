@@ -127,6 +127,7 @@ ANE_FAMILIES = {
     "qlinear": "ANE: the INT8 lanes (a dequantize -> conv/matmul -> quantize chain)",
     "control": "host: control flow runs on the CPU, as Core ML places it (the taken branch of an If "
     "whose condition is constant at bind is inlined, its nodes placed as any others)",
+    "recurrent": "host: recurrent layers run on the CPU, as Core ML places them",
 }
 
 

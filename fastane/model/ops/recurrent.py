@@ -177,6 +177,6 @@ def _host(node, x, w, r, b=None, lens=None, h0=None, c0=None, p=None):
 
 
 #: the docs' word on them: where they run and why
-_DOC = "default activations; host: Core ML places recurrent layers on the CPU"
+_DOC = "default activations"
 for _op, _onnx in (("lstm", "LSTM"), ("gru", "GRU"), ("rnn", "RNN")):
-    register_op(_op, _infer, onnx=[OnnxName(_onnx, _parse, doc=_DOC)], cost=_cost)(_host)
+    register_op(_op, _infer, ane="recurrent", onnx=[OnnxName(_onnx, _parse, doc=_DOC)], cost=_cost)(_host)

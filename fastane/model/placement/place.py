@@ -36,7 +36,7 @@ from .qlinear import place_qlinear
 from .rows import place_rows
 from .rules import place_conv, place_deconv, place_mac
 
-__all__ = ["Layer", "place", "NO_LOWERING", "CONTROL_FLOW", "RULES"]
+__all__ = ["Layer", "place", "NO_LOWERING", "CONTROL_FLOW", "ON_CPU", "RULES"]
 
 #: placement family (``OpDef.ane``) -> ``rule(node, ctx) -> bool | str``: True when it
 #: placed ``node`` (in a layer of its own or with the nodes it fuses, on the ANE or on the
@@ -53,11 +53,15 @@ RULES = {
     "mac": place_mac,
     "rows": place_rows,
     "qlinear": place_qlinear,
-    "control": lambda node, ctx: CONTROL_FLOW,
 }
-
+#: the families Core ML keeps on the CPU: why a node of one runs on the host
+ON_CPU = {
+    "control": "control flow runs on the CPU, as Core ML places it",
+    "recurrent": "a recurrent layer: Core ML places it on the CPU",
+}
+RULES.update({family: (lambda node, ctx, why=why: why) for family, why in ON_CPU.items()})
 #: why a control-flow node (If, Loop, Scan) runs on the host
-CONTROL_FLOW = "control flow runs on the CPU, as Core ML places it"
+CONTROL_FLOW = ON_CPU["control"]
 
 LAYOUT = (
     "data movement only (no arithmetic), done on the host; fastane does not express it as DMA strides yet"
