@@ -136,41 +136,9 @@ def bind(graph: Graph, input_types: dict) -> Bound:
     shapes: the caller's arrays), bind the symbolic dimensions, fold constants; a node
     whose record expands it (:attr:`~fastane.model.ops.OpDef.expand`: control flow) is
     replaced by its expansion."""
-    from .ops import OPS, host_eval
+    from .ops import OPS
 
-    symbols: dict = {}
-    types: dict = {}
-    for name, declared in graph.inputs.items():
-        if name not in input_types:
-            raise ModelError(f"missing input {quote(name)} (expected {declared})")
-        given = input_types[name]
-        if np.dtype(given.dtype) != np.dtype(declared.dtype):
-            raise ModelError(
-                f"input {quote(name)}: expected dtype {np.dtype(declared.dtype).name}, "
-                f"got {np.dtype(given.dtype).name}"
-            )
-        if len(given.shape) != len(declared.shape):
-            raise ModelError(
-                f"input {quote(name)}: expected shape {_fmt(declared.shape)} "
-                f"({len(declared.shape)}-D), got {_fmt(given.shape)}"
-            )
-        for i, (d, g) in enumerate(zip(declared.shape, given.shape)):
-            if isinstance(d, str):
-                if symbols.setdefault(d, g) != g:
-                    raise ModelError(
-                        f"input {quote(name)}: dimension {i} is {quote(d)} = {symbols[d]} elsewhere, got {g}"
-                    )
-            elif d != g:
-                raise ModelError(
-                    f"input {quote(name)}: expected shape {_fmt(declared.shape)}, got {_fmt(given.shape)}"
-                )
-        check_size(given.shape, f"input {quote(name)}")
-        types[name] = TensorType(np.dtype(given.dtype), tuple(int(g) for g in given.shape))
-    extra = sorted(set(input_types) - set(graph.inputs))
-    if extra:
-        raise ModelError(
-            f"unknown input {quote(extra[0])}; the model's inputs are {quote_names(graph.inputs)}"
-        )
+    types, symbols = _input_types(graph, input_types)
     budget = RunBudget(graph)
     for name, t in types.items():
         budget.input(name, t)
@@ -210,22 +178,64 @@ def bind(graph: Graph, input_types: dict) -> Bound:
         foldable = foldable and all(types[n].size <= MAX_FOLD_ELEMENTS for n in node.outputs)
         budget.node(node, in_types, [types[n] for n in node.outputs], foldable)
         if foldable:
-            if node.op == "shape":
-                start, end = node.attrs.get("start", 0), node.attrs.get("end", len(in_types[0].shape))
-                outs = [np.array(in_types[0].shape[slice(start, end)], np.int64)]
-            else:
-                outs = host_eval(
-                    node,
-                    [consts.get(n) if n else None for n in node.inputs],
-                    [types[n].dtype for n in node.outputs],
-                )
-            for name, val in zip(node.outputs, outs):
-                consts[name] = val
+            consts.update(zip(node.outputs, _fold(node, in_types, consts, types)))
             folded.append(node)
         else:
             nodes.append(node)
     budget.done()
     return Bound(graph, dict(input_types), types, consts, nodes, folded, symbols, budget)
+
+
+def _fold(node, in_types, consts, types) -> list:
+    """The outputs of ``node``, whose inputs are constants (a Shape: whose input's shape is
+    known), computed at bind."""
+    from .ops import host_eval
+
+    if node.op == "shape":
+        start, end = node.attrs.get("start", 0), node.attrs.get("end", len(in_types[0].shape))
+        return [np.array(in_types[0].shape[slice(start, end)], np.int64)]
+    return host_eval(
+        node, [consts.get(n) if n else None for n in node.inputs], [types[n].dtype for n in node.outputs]
+    )
+
+
+def _input_types(graph: Graph, input_types: dict) -> tuple:
+    """``(types, symbols)``: the caller's input types checked against the graph's declared
+    inputs, and the values they give the symbolic dimensions."""
+    symbols: dict = {}
+    types: dict = {}
+    for name, declared in graph.inputs.items():
+        if name not in input_types:
+            raise ModelError(f"missing input {quote(name)} (expected {declared})")
+        given = input_types[name]
+        if np.dtype(given.dtype) != np.dtype(declared.dtype):
+            raise ModelError(
+                f"input {quote(name)}: expected dtype {np.dtype(declared.dtype).name}, "
+                f"got {np.dtype(given.dtype).name}"
+            )
+        if len(given.shape) != len(declared.shape):
+            raise ModelError(
+                f"input {quote(name)}: expected shape {_fmt(declared.shape)} "
+                f"({len(declared.shape)}-D), got {_fmt(given.shape)}"
+            )
+        for i, (d, g) in enumerate(zip(declared.shape, given.shape)):
+            if isinstance(d, str):
+                if symbols.setdefault(d, g) != g:
+                    raise ModelError(
+                        f"input {quote(name)}: dimension {i} is {quote(d)} = {symbols[d]} elsewhere, got {g}"
+                    )
+            elif d != g:
+                raise ModelError(
+                    f"input {quote(name)}: expected shape {_fmt(declared.shape)}, got {_fmt(given.shape)}"
+                )
+        check_size(given.shape, f"input {quote(name)}")
+        types[name] = TensorType(np.dtype(given.dtype), tuple(int(g) for g in given.shape))
+    extra = sorted(set(input_types) - set(graph.inputs))
+    if extra:
+        raise ModelError(
+            f"unknown input {quote(extra[0])}; the model's inputs are {quote_names(graph.inputs)}"
+        )
+    return types, symbols
 
 
 def _expanded(node, got, types, consts, budget) -> None:
