@@ -1,0 +1,50 @@
+"""The public placement reports (fastane/model/placement/reports.json): the file parses, every
+record names its source, and the fields docs/models.md counts by are filled."""
+
+import json
+from pathlib import Path
+
+import fastane.model.placement as placement
+
+REPORTS = Path(placement.__file__).with_name("reports.json")
+FIELDS = {
+    "id",
+    "op",
+    "op_set",
+    "shapes",
+    "dtype",
+    "params",
+    "chip",
+    "os",
+    "compute_units",
+    "observed",
+    "evidence",
+    "quote",
+    "source",
+    "date",
+    "buildable",
+    "buildable_why",
+    "uncertain",
+}
+EVIDENCE = {"compute_plan", "xcode_report", "compiler_log", "statement", "documentation"}
+
+
+def _reports():
+    return json.loads(REPORTS.read_text(encoding="utf-8"))["reports"]
+
+
+def test_every_record_has_its_fields_and_a_source():
+    reports = _reports()
+    assert reports
+    for r in reports:
+        assert set(r) == FIELDS, r.get("id")
+        assert r["source"].startswith("https://"), r["id"]
+        assert r["op"] and r["observed"] and r["quote"], r["id"]
+        assert r["evidence"] in EVIDENCE, r["id"]
+        assert isinstance(r["buildable"], bool) and r["buildable_why"], r["id"]
+        assert len(r["quote"].split()) <= 25, r["id"]
+
+
+def test_ids_are_unique():
+    ids = [r["id"] for r in _reports()]
+    assert len(ids) == len(set(ids))
