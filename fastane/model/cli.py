@@ -361,7 +361,7 @@ def _print_report(model, rep, arrays, args) -> int:
 
         try:
             bound, layers = model.bind(_shapes(arrays))
-            pred = predict(layers, bound, units)
+            pred = predict(layers, bound, units, args.chip)
         except ValueError as exc:
             return error_line("run", f"--compute-units: {exc}")
     if args.json:
@@ -383,10 +383,13 @@ def _print_report(model, rep, arrays, args) -> int:
         if pred is not None:
             print(prediction_table(rep, pred, units))
     if pred is not None and getattr(args, "compare_placement", None):
-        from .placement.predict import compare, load_observed
+        from .placement.compute_plan import compare, load_observed
 
+        items = [
+            (l.name, {x for n in l.nodes for x in (n.name, *n.outputs)}, p.unit) for l, p in zip(layers, pred)
+        ]
         try:
-            cmp = compare(layers, pred, load_observed(args.compare_placement))
+            cmp = compare(items, load_observed(args.compare_placement))
         except ValueError as exc:
             return error_line("run", f"--compare-placement: {exc}")
         print(
