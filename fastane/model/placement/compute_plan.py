@@ -259,29 +259,34 @@ def _plan_devices(path, data: dict) -> dict:
     s = data["modelStructure"]
     try:
         if isinstance(s, dict) and "neuralNetwork" in s:
-            items = [
-                (layer.get("outputNames"), layer.get("deviceUsage")) for layer in s["neuralNetwork"]["layers"]
-            ]
+            ops, key = s["neuralNetwork"]["layers"], "outputNames"
         else:
-            ops = s["program"]["functions"]["main"]["block"]["operations"]
-            items = [([o["name"] for o in op.get("outputs") or ()], op.get("deviceUsage")) for op in ops]
-    except (KeyError, TypeError, AttributeError):
+            ops, key = s["program"]["functions"]["main"]["block"]["operations"], "outputs"
+    except (KeyError, TypeError):
         raise bad("expected modelStructure.program.functions.main.block.operations") from None
+    if not isinstance(ops, list) or not all(isinstance(op, dict) for op in ops):
+        raise bad("the operations are not a list of objects")
+    items = [(_output_names(op.get(key)), op.get("deviceUsage")) for op in ops]
     out = {}
     for names, use in items:
         if use is None:  # a const: Core ML gives it no device
             continue
-        if (
-            not isinstance(use, dict)
-            or not isinstance(names, list)
-            or not all(isinstance(n, str) for n in names)
-        ):
+        if not isinstance(use, dict) or names is None:
             raise bad("an operation's outputs or deviceUsage is malformed")
         unit = _UNITS.get(str(use.get("preferred")).lower())
         if unit is None:
             raise bad(f"unknown device {quote(repr(use.get('preferred')), 40, marks=False)}")
         out.update(dict.fromkeys(names, unit))
     return out
+
+
+def _output_names(outputs):
+    """The names of an operation's ``outputs`` (``[{"name": ...}]``) or a layer's
+    ``outputNames`` (``[...]``); None if malformed."""
+    if not isinstance(outputs, list):
+        return None
+    names = [o.get("name") if isinstance(o, dict) else o for o in outputs]
+    return names if all(isinstance(n, str) for n in names) else None
 
 
 def compare(items, observed: dict) -> dict:
