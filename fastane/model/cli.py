@@ -24,7 +24,7 @@ from .budget import MAX_TENSOR_ELEMENTS
 from .files import open_file
 from .tensor import check_size
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "add_shape_argument", "run"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,13 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NAME=FILE.npy",
         help="an input array (repeat for each input; NAME= may be left out for a one-input model)",
     )
-    p.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="NAME=1x3x224x224",
-        help="bind an input's shape (symbolic dimensions) for --random inputs",
-    )
+    add_shape_argument(p, " for --random inputs")
     p.add_argument(
         "--random",
         action="store_true",
@@ -81,7 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="OBSERVED.json",
         default=None,
         help="with --report: compare the predicted placement with one observed on a "
-        "Mac ({op output name: ane|cpu|gpu}, docs/models.md)",
+        "Mac (a plan of docs/compute_plan_dump.py, or {op output name: ane|cpu|gpu})",
     )
     p.add_argument(
         "--compute-units",
@@ -90,6 +84,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --report: predict Core ML's placement per layer for ALL, "
         "CPU_AND_NE, CPU_AND_GPU or CPU_ONLY (an estimate; default ALL for "
         "Core ML models)",
+    )
+
+
+def add_shape_argument(p: argparse.ArgumentParser, what: str = "") -> None:
+    """``--shape NAME=1x3x224x224`` (repeated): an input's shape (:func:`parse_shape`)."""
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=1x3x224x224",
+        help="bind an input's shape (symbolic dimensions)" + what,
     )
 
 

@@ -15,26 +15,18 @@ import argparse
 import json
 
 from ..errors import ModelError, quote
+from .cli import add_shape_argument
 
 __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL", help="the model file (.onnx, .mlpackage, .mlmodel)")
-    p.add_argument("--chip", default="m1", help="the chip (default m1; fastane roofline --chips lists them)")
+    p.add_argument("--chip", default="m1", help="the chip (default m1)")
     p.add_argument(
-        "--compute-units",
-        default="ALL",
-        metavar="UNITS",
-        help="ALL (default), CPU_AND_NE, CPU_AND_GPU or CPU_ONLY",
+        "--compute-units", default="ALL", metavar="UNITS", help="ALL, CPU_AND_NE, CPU_AND_GPU or CPU_ONLY"
     )
-    p.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="NAME=1x3x224x224",
-        help="bind an input's shape (symbolic dimensions)",
-    )
+    add_shape_argument(p)
     p.add_argument("--json", action="store_true", help="the plan (or the comparison) as JSON")
     p.add_argument(
         "--compare",
