@@ -1,9 +1,10 @@
 """Dump Core ML's compute plan of a model as the JSON ``fastane plan --json`` writes, for
 ``fastane plan MODEL --compare mac_plan.json``.
 
-UNTESTED by fastane's suite: it needs macOS 14.4 or later and coremltools 8 or later
+UNTESTED on a Mac: it needs macOS 14.4 or later and coremltools 8 or later
 (``coremltools.models.compute_plan``, a thin wrapper of Core ML's ``MLComputePlan``), which
-the Linux machines fastane is developed on cannot run.  On the Mac:
+the Linux machines fastane is developed on cannot run; fastane's suite drives it with a
+stand-in for the plan only (tests/model/placement/test_compute_plan.py).  On the Mac:
 
     python compute_plan_dump.py net.mlpackage --compute-units CPU_AND_NE -o mac_plan.json
 

@@ -15,7 +15,7 @@ import fastane  # noqa: E402
 from fastane.cli import main  # noqa: E402
 from fastane.model import zoo  # noqa: E402
 from fastane.model.placement.compute_plan import FORMAT, load_observed  # noqa: E402
-from tests.helpers.cli import cli, one_line  # noqa: E402
+from tests.helpers.cli import ROOT, cli, one_line  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -234,3 +234,82 @@ def test_plan_computes_nothing(net, monkeypatch):
     monkeypatch.setattr(run_model, "_on_host", refuse)
     plan = fastane.load_model(str(net)).compute_plan({"x": np.zeros((1, 3, 16, 16), np.float32)})
     assert len(plan.ops) > 10
+
+
+def test_run_compare_placement_reads_a_plan_file(net, tmp_path, capsys):
+    """fastane run --compare-placement and fastane plan --compare share the reader."""
+    plan = fastane.load_model(str(net), weights=False).compute_plan(
+        {"x": (1, 3, 16, 16)}, compute_units="CPU_AND_GPU"
+    )
+    (tmp_path / "gpu.json").write_text(plan.to_json())
+    rc = main(
+        ["run", str(net), "--random", "--shape", "x=1x3x16x16", "--report", "--compute-units", "CPU_AND_NE"]
+        + ["--compare-placement", str(tmp_path / "gpu.json")]
+    )
+    out = capsys.readouterr().out
+    layers = fastane.load_model(str(net), weights=False).placement({"x": (1, 3, 16, 16)})
+    assert rc == 0 and f"0 layers agree, {len(layers)} disagree, 0 not in the file" in out
+
+
+def test_the_mac_dumper_writes_what_the_reader_reads(net, tmp_path, monkeypatch):
+    """docs/compute_plan_dump.py driven by a stand-in for Core ML's plan (coremltools'
+    own structure classes and device types; the plan itself needs macOS): its file is one
+    fastane reads, the const left out."""
+    import importlib.util
+    import os
+    import sys
+
+    pytest.importorskip("coremltools")
+    from coremltools.models import compute_device as cd
+    from coremltools.models import compute_plan as cp
+
+    spec = importlib.util.spec_from_file_location(
+        "compute_plan_dump", os.path.join(ROOT, "docs", "compute_plan_dump.py")
+    )
+    dump = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dump)
+
+    def dev(cls):
+        return object.__new__(cls)
+
+    def op(name, kind):
+        out = [cp.MLModelStructureProgramNamedValueType(name, None)]
+        return cp.MLModelStructureProgramOperation({}, kind, out, [], None)
+
+    ops = [op("w", "const"), op("conv2", "ios17.conv"), op("relu8", "ios17.relu")]
+    block = cp.MLModelStructureProgramBlock([], ops, ["relu8"])
+    structure = cp.MLModelStructure(
+        None, cp.MLModelStructureProgram({"main": cp.MLModelStructureProgramFunction([], block)}), None
+    )
+    usage = {
+        "conv2": cp.MLComputePlanDeviceUsage(
+            dev(cd.MLNeuralEngineComputeDevice),
+            [dev(cd.MLCPUComputeDevice), dev(cd.MLNeuralEngineComputeDevice)],
+        ),
+        "relu8": cp.MLComputePlanDeviceUsage(dev(cd.MLGPUComputeDevice), [dev(cd.MLGPUComputeDevice)]),
+    }
+
+    class Plan:
+        model_structure = structure
+
+        @classmethod
+        def load_from_path(cls, path, compute_units):
+            return cls()
+
+        def get_compute_device_usage_for_mlprogram_operation(self, o):
+            return usage.get(o.outputs[0].name)
+
+        def get_estimated_cost_for_mlprogram_operation(self, o):
+            return None if o.operator_name == "const" else cp.MLComputePlanCost(0.5)
+
+    out = tmp_path / "mac.json"
+    monkeypatch.setattr(dump, "MLComputePlan", Plan)
+    monkeypatch.setattr(dump, "chip", lambda: "Apple M1")
+    monkeypatch.setattr(
+        sys, "argv", ["dump", "net.mlmodelc", "--compute-units", "CPU_AND_NE", "-o", str(out)]
+    )
+    dump.main()
+    d = json.loads(out.read_text())
+    assert _ops(d)[1]["deviceUsage"] == {"preferred": "neuralEngine", "supported": ["cpu", "neuralEngine"]}
+    assert _ops(d)[0]["deviceUsage"] is None and _ops(d)[1]["estimatedCost"] == {"weight": 0.5}
+    assert load_observed(str(out)) == {"conv2": "ane", "relu8": "gpu"}
