@@ -1,4 +1,4 @@
-"""The ``fastane`` command line: ``fastane demo | disasm | roofline | bench | run | sweep | warm``.
+"""The ``fastane`` command line: ``fastane demo | disasm | roofline | bench | run | sweep | plan | warm``.
 
 Each subcommand lives in the module that owns its subject and exposes
 ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when
@@ -25,6 +25,10 @@ COMMANDS = {
     "sweep": (
         "fastane.model.sweep_cli",
         "sweep a model input over a range: an output on the ANE and in fp32",
+    ),
+    "plan": (
+        "fastane.model.plan_cli",
+        "where Core ML would run each op (a compute plan predicted per chip and compute units)",
     ),
     "warm": ("fastane.warm", "compile the kernels a first run needs into Numba's cache, on every core"),
 }

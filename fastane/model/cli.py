@@ -24,7 +24,7 @@ from .budget import MAX_TENSOR_ELEMENTS
 from .files import open_file
 from .tensor import check_size
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "add_shape_argument", "run"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,13 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NAME=FILE.npy",
         help="an input array (repeat for each input; NAME= may be left out for a one-input model)",
     )
-    p.add_argument(
-        "--shape",
-        action="append",
-        default=[],
-        metavar="NAME=1x3x224x224",
-        help="bind an input's shape (symbolic dimensions) for --random inputs",
-    )
+    add_shape_argument(p, " for --random inputs")
     p.add_argument(
         "--random",
         action="store_true",
@@ -81,7 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="OBSERVED.json",
         default=None,
         help="with --report: compare the predicted placement with one observed on a "
-        "Mac ({op output name: ane|cpu|gpu}, docs/models.md)",
+        "Mac (a plan of docs/compute_plan_dump.py, or {op output name: ane|cpu|gpu})",
     )
     p.add_argument(
         "--compute-units",
@@ -90,6 +84,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --report: predict Core ML's placement per layer for ALL, "
         "CPU_AND_NE, CPU_AND_GPU or CPU_ONLY (an estimate; default ALL for "
         "Core ML models)",
+    )
+
+
+def add_shape_argument(p: argparse.ArgumentParser, what: str = "") -> None:
+    """``--shape NAME=1x3x224x224`` (repeated): an input's shape (:func:`parse_shape`)."""
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=1x3x224x224",
+        help="bind an input's shape (symbolic dimensions)" + what,
     )
 
 
@@ -361,7 +366,7 @@ def _print_report(model, rep, arrays, args) -> int:
 
         try:
             bound, layers = model.bind(_shapes(arrays))
-            pred = predict(layers, bound, units)
+            pred = predict(layers, bound, units, args.chip)
         except ValueError as exc:
             return error_line("run", f"--compute-units: {exc}")
     if args.json:
@@ -383,10 +388,13 @@ def _print_report(model, rep, arrays, args) -> int:
         if pred is not None:
             print(prediction_table(rep, pred, units))
     if pred is not None and getattr(args, "compare_placement", None):
-        from .placement.predict import compare, load_observed
+        from .placement.compute_plan import compare, load_observed
 
+        items = [
+            (l.name, {x for n in l.nodes for x in (n.name, *n.outputs)}, p.unit) for l, p in zip(layers, pred)
+        ]
         try:
-            cmp = compare(layers, pred, load_observed(args.compare_placement))
+            cmp = compare(items, load_observed(args.compare_placement))
         except ValueError as exc:
             return error_line("run", f"--compare-placement: {exc}")
         print(

@@ -248,7 +248,7 @@ def test_cli_gives_one_line(pkg, tmp_path, capsys, command, where):
 
 def test_placement_file_fifo(tmp_path):
     """--compare-placement's JSON is opened under the same rule (a FIFO blocked there too)."""
-    from fastane.model.placement.predict import load_observed
+    from fastane.model.placement.compute_plan import load_observed
 
     f = tmp_path / "observed.json"
     os.mkfifo(f)

@@ -12,6 +12,8 @@
 - :mod:`.qlinear`: quantized convolutions and matmuls on the INT8 path;
 - :mod:`.plan`: stats-only planning of the ANE layers (the same programs a run submits);
 - :mod:`.predict`: the estimated Core ML placement per compute-unit setting.
+- :mod:`.compute_plan`: the estimate per op shaped as Core ML's MLComputePlan (devices, cost
+  weight), its JSON, and the comparison with a plan dumped on a Mac.
 """
 
 from __future__ import annotations

@@ -37,11 +37,10 @@ import math
 import numpy as np
 
 from ... import m1
-from ..files import read_file
 from ..ops import OPS
 from .place import CONTROL_FLOW
 
-__all__ = ["COMPUTE_UNITS", "predict", "Prediction", "compare", "load_observed"]
+__all__ = ["COMPUTE_UNITS", "predict", "Prediction"]
 
 COMPUTE_UNITS = ("ALL", "CPU_AND_NE", "CPU_AND_GPU", "CPU_ONLY")
 
@@ -109,12 +108,19 @@ def _limits(shape) -> str:
     return ""
 
 
-def predict(layers, bound, compute_units: str = "ALL") -> list:
+def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
     """One :class:`Prediction` per layer of ``layers`` (:func:`fastane.model.placement.place.place`
-    on ``bound``)."""
+    on ``bound``) on ``chip`` (a name of :mod:`fastane.roofline.chips`).  The limits the rules
+    use are the M1's (SPEC 5, KMem): on another chip a decision one of them makes is
+    "uncertain"."""
+    from ...roofline import chips
+
     cu = str(compute_units).upper()
     if cu not in COMPUTE_UNITS:
         raise ValueError(f"compute units {compute_units!r}: one of {', '.join(COMPUTE_UNITS)}")
+    chip = chips.get(chip)
+    m1_limits = "likely" if chip.key == "m1" else "uncertain"
+    on_chip = "" if chip.key == "m1" else f" (the M1's limit; {chip.name}'s is not known)"
     out = []
     other = "gpu" if cu == "ALL" else "cpu"
     for layer in layers:
@@ -146,7 +152,7 @@ def predict(layers, bound, compute_units: str = "ALL") -> list:
             continue
         lim = next((f"tensor {t}: {m}" for t in types if (m := _limits(t.shape))), "")
         if lim:
-            out.append(Prediction(other, "likely", lim))
+            out.append(Prediction(other, m1_limits, lim + on_chip))
             continue
         conf, notes = "likely", []
         if ops == {"cast"}:
@@ -163,7 +169,7 @@ def predict(layers, bound, compute_units: str = "ALL") -> list:
                     conf = "uncertain"
                     notes.append(
                         f"a kernel of {per} bytes per output channel exceeds one core's "
-                        f"KMem ({m1.size_str(m1.KMEM_CORE_BYTES)})"
+                        f"KMem ({m1.size_str(m1.KMEM_CORE_BYTES)}){on_chip}"
                     )
         nbytes = sum(2 * t.size for t in types)
         notes.append(
@@ -176,38 +182,3 @@ def predict(layers, bound, compute_units: str = "ALL") -> list:
             )
         out.append(Prediction("ane", conf, "; ".join(notes)))
     return out
-
-
-def load_observed(path) -> dict:
-    """A placement observed on a Mac: a JSON object ``{MIL op output name: "ane" | "cpu" |
-    "gpu"}`` (docs/models.md shows how to write one from coremltools' compute plan).
-    ValueError for anything else."""
-    import json
-
-    raw = read_file(path, "placement file", 16 << 20, "16 MiB, for one name per layer")
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"{path}: not a readable JSON placement file ({exc})") from None
-    if not isinstance(data, dict) or not all(
-        isinstance(k, str) and str(v).lower() in ("ane", "cpu", "gpu") for k, v in data.items()
-    ):
-        raise ValueError(f'{path}: expected {{"op output name": "ane"|"cpu"|"gpu", ...}}')
-    return {k: str(v).lower() for k, v in data.items()}
-
-
-def compare(layers, predictions, observed: dict) -> dict:
-    """Per layer: the prediction against what a Mac observed (by the layer's node names);
-    ``{"agree": n, "disagree": [(layer, predicted, observed)], "unmatched": [layer]}``."""
-    agree, disagree, unmatched = 0, [], []
-    for layer, p in zip(layers, predictions):
-        seen = {observed[n.name] for n in layer.nodes if n.name in observed} | {
-            observed[o] for n in layer.nodes for o in n.outputs if o in observed
-        }
-        if not seen:
-            unmatched.append(layer.name)
-        elif p.unit in seen:
-            agree += 1
-        else:
-            disagree.append((layer.name, p.unit, "/".join(sorted(seen))))
-    return {"agree": agree, "disagree": disagree, "unmatched": unmatched}

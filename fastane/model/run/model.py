@@ -185,6 +185,22 @@ class Model:
         bound, layers = self.bind(_shapes_of(self, shapes))
         return [(l.name, p) for l, p in zip(layers, predict(layers, bound, compute_units))]
 
+    def compute_plan(self, inputs, chip: str = "m1", compute_units: str = "ALL"):
+        """Where Core ML would run each op for ``inputs`` (arrays or shapes) under
+        ``compute_units`` on ``chip``: a
+        :class:`~fastane.model.placement.compute_plan.ComputePlan` (an estimate shaped as
+        Core ML's MLComputePlan); the cost weights from the stats-only report on ``chip``."""
+        from ..placement.compute_plan import build
+        from ..placement.predict import COMPUTE_UNITS
+
+        if str(compute_units).upper() not in COMPUTE_UNITS:
+            raise ValueError(f"compute units {compute_units!r}: one of {', '.join(COMPUTE_UNITS)}")
+        shapes = _shapes_of(self, inputs)
+        bound, layers = self.bind(shapes)
+        rep = self.report(shapes, chip, stats_only=True)
+        secs = [None if r.estimate is None else r.estimate.time_s for r in rep.layers]
+        return build(self.name, bound, layers, compute_units, chip, secs)
+
     # -------------------------------------------------------------- running
     def __call__(self, inputs) -> dict:
         """Run the model on the emulated ANE (and the host); name -> output array (float

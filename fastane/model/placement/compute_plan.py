@@ -1,0 +1,316 @@
+"""A compute plan: where Core ML would run each op of a model, predicted on Linux -- an
+**estimate** shaped as Core ML's ``MLComputePlan`` so that it can be diffed against a
+plan dumped on a Mac (``docs/compute_plan_dump.py``).
+
+Per op (a node of the bound graph): the preferred device and the devices that support it
+(Apple's ``MLComputePlanDeviceUsage``), a cost weight (``MLComputePlanCost.weight``: the
+op's share of the model's modelled work, the weights of all ops summing to 1), and
+fastane's confidence and reason.  The devices come from
+:func:`fastane.model.placement.predict.predict`: the preferred one under the compute-unit
+setting, the Neural Engine supported where the prediction under ``CPU_AND_NE`` is the
+ANE, the GPU where it is under ``CPU_AND_GPU``, the CPU always (each only if the setting
+allows it).  The modelled work is the time of fastane's roofline time model on the chip
+(:func:`fastane.roofline.model.estimate`): a layer fastane plans on the ANE its
+stats-only plan (split among its nodes by their work), any other op its counted work
+(:func:`fastane.model.cost.node_cost`: multiply-adds, element operations) and fp16 bytes as
+one task.  The same model for every op, whatever its device: a share of work, not a
+time on the CPU or the GPU.
+
+The JSON (:meth:`ComputePlan.as_dict`, :data:`FORMAT`)::
+
+    {"format": "fastane-compute-plan-1", "source": "fastane estimate", "model": NAME,
+     "computeUnits": "ALL", "chip": "m1",
+     "modelStructure": {"program": {"functions": {"main": {"block": {"operations": [
+       {"operatorName": "conv", "outputs": [{"name": "conv_0"}],
+        "deviceUsage": {"preferred": "neuralEngine", "supported": ["cpu", "gpu", "neuralEngine"]},
+        "estimatedCost": {"weight": 0.42},
+        "fastane": {"op": "conv", "layer": "conv_0", "confidence": "likely", "reason": "..."}}]}}}}}}
+
+A device is named as Swift's ``MLComputeDevice`` cases are (``cpu``, ``gpu``,
+``neuralEngine``).  :func:`load_observed` reads such a file (or the flat ``{output name:
+"ane" | "cpu" | "gpu"}`` of ``fastane run --compare-placement``); :func:`compare` matches
+the ops by output name, the key both sides share.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ...errors import quote
+from ...stats import Stats
+from ..cost import node_cost
+from ..files import read_file
+from .predict import predict
+
+__all__ = ["FORMAT", "DEVICES", "PlannedOp", "ComputePlan", "build", "load_observed", "compare"]
+
+#: the ``format`` of the JSON this module writes and the dumper writes on a Mac
+FORMAT = "fastane-compute-plan-1"
+#: fastane's unit -> the device's name in the JSON (Swift's ``MLComputeDevice`` cases)
+DEVICES = {"ane": "neuralEngine", "cpu": "cpu", "gpu": "gpu"}
+#: a device as a file may name it (lower case) -> fastane's unit
+_UNITS = {
+    **{k: k for k in DEVICES},
+    **{v.lower(): k for k, v in DEVICES.items()},
+    "mlneuralenginecomputedevice": "ane",
+    "mlcpucomputedevice": "cpu",
+    "mlgpucomputedevice": "gpu",
+}
+#: the devices each compute-unit setting allows
+_ALLOWED = {
+    "ALL": ("cpu", "gpu", "ane"),
+    "CPU_AND_NE": ("cpu", "ane"),
+    "CPU_AND_GPU": ("cpu", "gpu"),
+    "CPU_ONLY": ("cpu",),
+}
+#: the most bytes a plan file may have
+_MAX_FILE = 64 << 20
+
+
+@dataclass
+class PlannedOp:
+    """One op of a :class:`ComputePlan`: ``name`` (the node's), ``operator`` (the front end's
+    op, else fastane's), ``op`` (fastane's), ``outputs``, ``layer`` (the placed layer it
+    belongs to), ``preferred`` and ``supported`` (fastane's units: ane, cpu, gpu),
+    ``weight``, ``confidence`` and ``reason``."""
+
+    name: str
+    operator: str
+    op: str
+    outputs: list
+    layer: str
+    preferred: str
+    supported: tuple
+    weight: float
+    confidence: str
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {
+            "operatorName": self.operator,
+            "outputs": [{"name": o} for o in self.outputs],
+            "deviceUsage": {
+                "preferred": DEVICES[self.preferred],
+                "supported": [DEVICES[u] for u in self.supported],
+            },
+            "estimatedCost": {"weight": self.weight},
+            "fastane": {
+                "name": self.name,
+                "op": self.op,
+                "layer": self.layer,
+                "confidence": self.confidence,
+                "reason": self.reason,
+            },
+        }
+
+
+@dataclass
+class ComputePlan:
+    """The predicted plan of model ``model`` for ``compute_units`` on ``chip``."""
+
+    model: str
+    compute_units: str
+    chip: str
+    ops: list
+
+    def as_dict(self) -> dict:
+        ops = [o.as_dict() for o in self.ops]
+        return {
+            "format": FORMAT,
+            "source": "fastane estimate",
+            "model": self.model,
+            "computeUnits": self.compute_units,
+            "chip": self.chip,
+            "modelStructure": {"program": {"functions": {"main": {"block": {"operations": ops}}}}},
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=1)
+
+    def table(self) -> str:
+        lines = [
+            f"compute plan of {quote(self.model, marks=False)} for {self.compute_units} on "
+            f"{self.chip} (an ESTIMATE from public rules and SPEC limits, not Core ML's "
+            f"decision)",
+            f"  {'op output':32s} {'operator':20s} {'device':6s} {'supported':13s} {'weight':>7s} "
+            f"{'confidence':10s} reason",
+        ]
+        share: dict = {}
+        for o in self.ops:
+            share[o.preferred] = share.get(o.preferred, 0.0) + o.weight
+            out = o.outputs[0] if o.outputs else o.name
+            lines.append(
+                f"  {quote(out, 32, marks=False)[:32]:32s} {quote(o.operator, 20, marks=False)[:20]:20s} "
+                f"{o.preferred:6s} {'|'.join(o.supported):13s} {100 * o.weight:6.2f}% "
+                f"{o.confidence:10s} {o.reason}"
+            )
+        lines.append(
+            f"  {len(self.ops)} ops; work by device: "
+            + ", ".join(f"{u} {100 * w:.1f}%" for u, w in sorted(share.items()))
+        )
+        return "\n".join(lines)
+
+
+def build(name: str, bound, layers, compute_units: str = "ALL", chip="m1", layer_seconds=None) -> ComputePlan:
+    """The :class:`ComputePlan` of ``layers`` (placed from ``bound``) for ``compute_units`` on
+    ``chip``; ``layer_seconds``: per layer, the time of its stats-only plan on the ANE, or
+    None where fastane does not plan it there (its ops are then counted one by one)."""
+    from ...roofline import chips
+    from ...roofline.model import estimate
+
+    chip = chips.get(chip)
+    cu = str(compute_units).upper()
+    preds = predict(layers, bound, cu, chip)
+    on_ne = [p.unit == "ane" for p in predict(layers, bound, "CPU_AND_NE", chip)]
+    on_gpu = [p.unit == "gpu" for p in predict(layers, bound, "CPU_AND_GPU", chip)]
+    layer_seconds = layer_seconds or [None] * len(layers)
+    allowed = _ALLOWED[cu]
+    rows, times = [], []
+    for layer, p, ne, gpu, secs in zip(layers, preds, on_ne, on_gpu, layer_seconds):
+        units = {"cpu", p.unit} | ({"ane"} if ne else set()) | ({"gpu"} if gpu else set())
+        supported = tuple(u for u in ("cpu", "gpu", "ane") if u in units and u in allowed)
+        costs = [_node_cost(n, bound) for n in layer.nodes]
+        if secs is None:
+            node_s = [
+                estimate(_one_task(n, c, bound), chip, program=False).time_s
+                for n, c in zip(layer.nodes, costs)
+            ]
+        else:
+            work = [c.work for c in costs]
+            node_s = [secs * w / sum(work) for w in work] if sum(work) else [secs / len(work)] * len(work)
+        for n, s in zip(layer.nodes, node_s):
+            rows.append((n, layer.name, p, supported))
+            times.append(s)
+    total = sum(times)
+    ops = [
+        PlannedOp(
+            n.name,
+            n.source or n.op,
+            n.op,
+            list(n.outputs),
+            lname,
+            p.unit,
+            supported,
+            t / total if total else 1.0 / len(rows),
+            p.confidence,
+            p.reason,
+        )
+        for (n, lname, p, supported), t in zip(rows, times)
+    ]
+    return ComputePlan(name, cu, chip.key, ops)
+
+
+def _node_cost(node, bound):
+    return node_cost(
+        node,
+        [bound.types[t] if t else None for t in node.inputs],
+        [bound.types[t] for t in node.outputs],
+    )
+
+
+def _one_task(node, cost, bound) -> Stats:
+    """The op as one ANE task: its work, its constant inputs read as weights, its other
+    inputs as tiles, its outputs written (fp16 bytes)."""
+    ins = [t for t in node.inputs if t]
+    const = sum(2 * bound.types[t].size for t in ins if t in bound.consts)
+    src = sum(2 * bound.types[t].size for t in ins if t not in bound.consts)
+    dst = sum(2 * bound.types[t].size for t in node.outputs)
+    return Stats(
+        tasks=1,
+        macs=cost.macs,
+        planar_ops=cost.elem_ops,
+        kernel_dma_bytes=const,
+        tile_dma_src_bytes=src,
+        tile_dma_dst_bytes=dst,
+    )
+
+
+def load_observed(path) -> dict:
+    """The devices of a placement observed on a Mac, ``{op output name: "ane" | "cpu" |
+    "gpu"}``, from a compute-plan JSON (:data:`FORMAT`, as ``docs/compute_plan_dump.py``
+    writes it; an op without a device usage, a ``const``, is left out) or a flat
+    ``{op output name: "ane" | "cpu" | "gpu"}``.  ValueError for anything else."""
+    raw = read_file(path, "placement file", _MAX_FILE, "64 MiB, for one record per op")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{path}: not a readable JSON placement file ({exc})") from None
+    if isinstance(data, dict) and "modelStructure" in data:
+        return _plan_devices(path, data)
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and str(v).lower() in ("ane", "cpu", "gpu") for k, v in data.items()
+    ):
+        raise ValueError(
+            f'{path}: expected a compute plan ("format": "{FORMAT}") or '
+            f'{{"op output name": "ane"|"cpu"|"gpu", ...}}'
+        )
+    return {k: str(v).lower() for k, v in data.items()}
+
+
+def _plan_devices(path, data: dict) -> dict:
+    """``{output name: unit}`` of the operations (or NeuralNetwork layers) of a plan file."""
+
+    def bad(what):
+        return ValueError(f"{path}: not a compute plan: {what}")
+
+    if data.get("format") != FORMAT:
+        raise bad(f"format {quote(repr(data.get('format')), 40, marks=False)}, expected {FORMAT!r}")
+    s = data["modelStructure"]
+    try:
+        if isinstance(s, dict) and "neuralNetwork" in s:
+            ops, key = s["neuralNetwork"]["layers"], "outputNames"
+        else:
+            ops, key = s["program"]["functions"]["main"]["block"]["operations"], "outputs"
+    except (KeyError, TypeError):
+        raise bad("expected modelStructure.program.functions.main.block.operations") from None
+    if not isinstance(ops, list) or not all(isinstance(op, dict) for op in ops):
+        raise bad("the operations are not a list of objects")
+    items = [(_output_names(op.get(key)), op.get("deviceUsage")) for op in ops]
+    out = {}
+    for names, use in items:
+        if use is None:  # a const: Core ML gives it no device
+            continue
+        if not isinstance(use, dict) or names is None:
+            raise bad("an operation's outputs or deviceUsage is malformed")
+        unit = _UNITS.get(str(use.get("preferred")).lower())
+        if unit is None:
+            raise bad(f"unknown device {quote(repr(use.get('preferred')), 40, marks=False)}")
+        out.update(dict.fromkeys(names, unit))
+    return out
+
+
+def _output_names(outputs):
+    """The names of an operation's ``outputs`` (``[{"name": ...}]``) or a layer's
+    ``outputNames`` (``[...]``); None if malformed."""
+    if not isinstance(outputs, list):
+        return None
+    names = [o.get("name") if isinstance(o, dict) else o for o in outputs]
+    return names if all(isinstance(n, str) for n in names) else None
+
+
+def compare(items, observed: dict) -> dict:
+    """Each item ``(label, names, unit)`` -- an op or a layer, the tensor or node names it
+    is known by, its predicted unit -- against what a Mac observed (``observed``: name ->
+    unit, :func:`load_observed`); ``{"rows": [(label, predicted, observed or None)],
+    "agree": n, "disagree": [(label, predicted, observed)], "unmatched": [label],
+    "unknown": n}`` (``unknown``: the observed names no item is known by)."""
+    rows, agree, disagree, unmatched, known = [], 0, [], [], set()
+    for label, names, unit in items:
+        hit = [n for n in names if n in observed]
+        known.update(hit)
+        seen = "/".join(sorted({observed[n] for n in hit}))
+        rows.append((label, unit, seen or None))
+        if not seen:
+            unmatched.append(label)
+        elif unit in seen.split("/"):
+            agree += 1
+        else:
+            disagree.append((label, unit, seen))
+    return {
+        "rows": rows,
+        "agree": agree,
+        "disagree": disagree,
+        "unmatched": unmatched,
+        "unknown": len(set(observed) - known),
+    }
