@@ -1,7 +1,10 @@
 """Elementwise binary ops on the ANE's planar engine: ``add``, ``sub``, ``mul``,
 ``maximum``, ``minimum`` (the lowering and its numpy-style entry points), and ``divide``
 (the reciprocal table, then a planar multiply, as Apple's ``binary/div.bin``); the
-one-operand planar programs ``absolute``, ``negative`` and ``square``.
+one-operand planar programs ``absolute``, ``negative`` and ``square``; and the
+compositions of tables and planar tasks (:data:`COMPOSED`, :func:`composed`): ``log`` (the
+log2 table, then a multiply by fp16 ln 2, as ``unary/log.bin``) and ``softplus`` (exp,
++ 1, log: no corpus program).
 
 Apple's compiler runs these as planar tasks (corpus ``binary/add.bin`` and friends): one
 task per tile, source 0 through TileDMASrc, source 1 through its second register set,
@@ -37,6 +40,7 @@ from .bind import Bound
 from .cache import cached, reclaim
 from .emit import task_chains
 from .lowered import SLOT_TD
+from .rows import LN2
 from .runtime import concat_stats, default_device, stats_device
 from .tiler import flat_tiles
 
@@ -52,6 +56,8 @@ __all__ = [
     "square",
     "binary",
     "unary",
+    "composed",
+    "COMPOSED",
     "lower",
     "lowered",
     "plan",
@@ -64,6 +70,17 @@ OPS = {"add": "add", "sub": "sub", "mul": "mul", "maximum": "max", "minimum": "m
 #: one-operand planar programs: fastane name -> program name (see :func:`lower`)
 UNARY = {"absolute": "abs", "negative": "neg", "square": "square"}
 SLOT_OUT, SLOT_A, SLOT_B = 4, 5, 6
+#: ops Apple computes as a chain of tables and planar tasks: name -> its stages, each
+#: ``("table", activation)`` (an elementwise NE program, :func:`fastane.lower.run_eltwise`)
+#: or ``(op, constant)`` (the planar program of ``op``, :data:`OPS`, with the constant as
+#: its second operand).  ``log``: ``unary/log.bin``'s log2 table, then its scale by fp16
+#: ln 2 (0x398c).  ``softplus``: no corpus program; ``log(1 + exp(x))`` from the same
+#: primitives (exp's PostScale and exp2 table, a planar + 1, log), with no safeguard
+#: against exp's overflow (docs/numerics.md, "Whole-op compositions").
+COMPOSED = {
+    "log": (("table", "log2"), ("mul", LN2)),
+    "softplus": (("table", "exp"), ("add", 1.0), ("table", "log2"), ("mul", LN2)),
+}
 
 
 @dataclasses.dataclass(eq=False)
@@ -293,4 +310,28 @@ def divide(a, b):
     total = concat_stats(st, last_stats())
     record(total)
     report_events(total, "divide")
+    return y
+
+
+def composed(name: str, x) -> np.ndarray:
+    """``name`` (a key of :data:`COMPOSED`) of ``x``: its stages one after the other, each
+    a program of its own rounding once to fp16 (the intermediates go through DRAM, where
+    Apple chains the tasks in one program: the same values); ``np.float16``.
+    :func:`fastane.last_stats` gives the stages together, their LUT range events too (an
+    overflowing exp is a ``lut_overflow``)."""
+    from .calls import run_eltwise
+
+    if name not in COMPOSED:
+        raise ValueError(f"unknown composition {name!r}; one of {sorted(COMPOSED)}")
+    y = _fp16_operand(x, name, "x")
+    total = Stats()
+    for stage, arg in COMPOSED[name]:
+        if stage == "table":
+            y, st = (run_eltwise(y, arg)[:2]) if y.size else (y, Stats())
+        else:
+            y = binary(stage, y, arg)
+            st = last_stats()
+        total = concat_stats(total, st)
+    record(total)
+    report_events(total, name)
     return y

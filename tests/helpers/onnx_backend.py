@@ -18,6 +18,8 @@ OPS = {
     "Sigmoid": r"test_sigmoid(_example)?",
     "Gelu": r"test_gelu_(default|tanh)_\d",
     "Exp": r"test_exp(_example)?",
+    "Log": r"test_log(_example)?",
+    "Softplus": r"test_softplus(_example)?",
     "Sqrt": r"test_sqrt(_example)?",
     "Reciprocal": r"test_reciprocal(_example)?",
     "Selu": r"test_selu(_example|_default)?",

@@ -1,5 +1,6 @@
 """Error bounds of the row operations' ANE chains (fastane.lower.rows, docs/lower.md
-section 11), for the ONNX backend tests: derived stage by stage from the chain -- every
+section 11) and of the compositions of fastane.lower.binary.COMPOSED (log, softplus), for
+the ONNX backend tests: derived stage by stage from the chain -- every
 planar stage one fp16 rounding (unit roundoff u = 2^-11), the fp16 constants' own error
 (log2 e, ln 2, 1/n, eps), each table's measured error (tests/helpers/lut_bounds.BOUNDS) --
 and evaluated on the layer's actual inputs.  They are not fitted to fastane's output."""
@@ -15,6 +16,7 @@ LOG2E = np.log2(np.e)
 EPS_L = abs(float(np.float16(LOG2E)) / LOG2E - 1)  # fp16 log2(e)
 EPS_LN2 = abs(float(np.float16(np.log(2))) / np.log(2) - 1)
 R_EXP2, R_SQRT, R_RECIP = BOUNDS["exp2"][4], BOUNDS["sqrt"][4], BOUNDS["reciprocal"][4]
+R_EXP = BOUNDS["exp"][4]
 A_LOG2, R_LOG2 = BOUNDS["log2"][3], BOUNDS["log2"][4]
 
 
@@ -77,3 +79,21 @@ def bound(call: str, x, y, scale=None, bias=None, eps=0.0):
     if call in ("layer_norm", "rms_norm"):
         return _norm(x, scale, bias, eps, call == "layer_norm")
     raise KeyError(call)
+
+
+def composed(call: str, x):
+    """Allowed |fastane - exact| for composition ``call`` of the fp16 values ``x`` (valid
+    while exp does not overflow fp16): the log2 table's absolute error, scaled by fp16 ln 2,
+    plus one rounding; softplus adds what exp's table (relative, or 2^-24 where its result
+    is subnormal or flushed) and the planar + 1 do to the log's argument."""
+    x = np.asarray(x, np.float64)
+    if call == "log":
+        y, rel_s = np.log(x), 0.0
+    elif call == "softplus":
+        e = np.exp(x)
+        y = np.log1p(e)
+        rel_s = (e * R_EXP + TINY / 2) / (1 + e) + U * (1 + R_EXP)  # s = round16(1 + exp table)
+    else:
+        raise KeyError(call)
+    d_ln = rel_s * (1 + rel_s)  # |ln s - ln(1 + e^x)|
+    return (np.abs(y) * EPS_LN2 + np.log(2) * A_LOG2 + d_ln) * (1 + EPS_LN2) * (1 + U) + U * np.abs(y) + TINY

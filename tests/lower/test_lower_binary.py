@@ -236,3 +236,63 @@ def test_relu_after_it_in_one_program(device, name, n):
     assert st.nan_outputs == separate  # the planar task's and the NE task's, as in two calls
     with pytest.raises(ValueError, match="activation must be None or 'relu'"):
         binary.binary(name, a, b, "tanh")
+
+
+def _ref_composed(name, x):
+    """The slow reference of a composition: each table by the Fraction LUT reference
+    (tests/helpers/activations.ref_bits), each planar stage by ref_eltwise (one rounding)."""
+    from tests.helpers.activations import ref_bits
+
+    def table(t, v):
+        return np.array([ref_bits(t, int(b)) for b in v.view(np.uint16).reshape(-1)], np.uint16).view(F16)
+
+    ln2 = F16(np.log(2))  # unary/log.bin's scale, 0x398c
+    if name == "softplus":
+        x = ref_eltwise("add", table("exp", x), F16(1))
+    return ref_eltwise("mul", table("log2", x), ln2)
+
+
+F16 = np.float16
+#: every 37th fp16 pattern, and every one from 10 to 11.25 (exp's overflow, and where
+#: softplus is reported to collapse on the ANE: 10.39)
+SAMPLE = np.concatenate(
+    [np.arange(0, 1 << 16, 37, dtype=np.uint16), np.arange(0x4900, 0x49A1, dtype=np.uint16)]
+).view(F16)
+
+
+@pytest.mark.parametrize("name", sorted(binary.COMPOSED))
+def test_composed_bit_exact_against_the_slow_reference(name):
+    x = np.concatenate([SPECIAL, SAMPLE])
+    y = binary.composed(name, x)
+    np.testing.assert_array_equal(bits(y), bits(_ref_composed(name, x)))
+    st = fastane.last_stats()
+    assert st.planar_ops == x.size * sum(stage != "table" for stage, _ in binary.COMPOSED[name])
+
+
+def test_log_matches_apples_log(corpus):
+    """Apple's unary/log.bin on the device is the composition, bit for bit."""
+    from fastane.device import Device
+    from fastane.td import load_program
+
+    apple = load_program(corpus / "m1-kernels" / "unary" / "log.bin")
+    rng = np.random.default_rng(9)
+    x = np.exp(rng.uniform(-17, 11.5, (1, 1, 2560, 1600))).astype(F16)
+    x.reshape(-1)[: SPECIAL.size] = SPECIAL
+    out = Device(memory_size=96 << 20).run(apple, {5: x})
+    np.testing.assert_array_equal(bits(out[4]), bits(binary.composed("log", x)))
+
+
+def test_softplus_overflows_where_exp_does():
+    """No safeguard: softplus is inf exactly where exp overflows fp16 (x >= 11.09, ln 65520 =
+    11.0901; beyond the exp2 table's range, counted as LUT overflows, or rounded up to inf
+    at its edge); fine up to there, 10.39..10.40 included (where Apple's ANE is reported
+    to drop to 0: docs/numerics.md)."""
+    x = np.arange(0x4900, 0x49A1, dtype=np.uint16).view(F16)  # 10 .. 11.26
+    y = binary.composed("softplus", x).astype(np.float64)
+    over = fastane.last_stats().lut_overflow
+    assert 0 < over <= int(np.isinf(fastane.exp(x)).sum()) == over + 1
+    np.testing.assert_array_equal(np.isinf(y), np.isinf(fastane.exp(x)))
+    first = x[np.argmax(np.isinf(y))]
+    assert float(x[np.argmax(np.isinf(y)) - 1]) < np.log(65520) <= float(first)
+    ok = ~np.isinf(y)
+    assert np.abs(y[ok] - np.logaddexp(0, x[ok].astype(np.float64))).max() < 1e-2

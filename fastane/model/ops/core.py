@@ -100,7 +100,7 @@ def _gelu_cost(node, in_types, out_types):
 _ERF_COST = heavy(80)
 _unary("gelu", _gelu, ane="activation", onnx=[OnnxName("Gelu", take(approximate="none"))], cost=_gelu_cost)
 _unary("exp", lambda n, x: np.exp(x), ane="activation", onnx=["Exp"], mil=["exp"])
-_unary("log", lambda n, x: np.log(x), onnx=["Log"], mil=["log"])
+_unary("log", lambda n, x: np.log(x), ane="composed", onnx=["Log"], mil=["log"])
 _unary("sqrt", lambda n, x: np.sqrt(x), ane="activation", onnx=["Sqrt"], mil=["sqrt"])
 _unary("reciprocal", lambda n, x: np.reciprocal(x), ane="activation", onnx=["Reciprocal"])
 _unary("exp2", lambda n, x: np.exp2(x), ane="activation")
@@ -135,7 +135,7 @@ _unary(
     onnx=[OnnxName("HardSigmoid", take(alpha=0.2, beta=0.5))],
 )
 _unary("hard_swish", lambda n, x: x * np.clip(x / np.float32(6) + np.float32(0.5), 0, 1), onnx=["HardSwish"])
-_unary("softplus", lambda n, x: np.logaddexp(np.float32(0), x), onnx=["Softplus"])
+_unary("softplus", lambda n, x: np.logaddexp(np.float32(0), x), ane="composed", onnx=["Softplus"])
 _unary(
     "identity",
     lambda n, x: x,

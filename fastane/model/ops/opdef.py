@@ -120,6 +120,8 @@ ANE_FAMILIES = {
     "binary": "ANE: the planar engine (two float operands)",
     "unary": "ANE: one planar task (Abs, Neg, Pow with a constant exponent 2)",
     "divide": "ANE: the reciprocal table, then a planar multiply",
+    "composed": "ANE: tables and planar tasks in a chain (Log: the log2 table, x ln 2; Softplus: exp, "
+    "+ 1, log; no safeguard against exp's fp16 overflow)",
     "conv": "ANE: `conv2d`/`conv1d`",
     "deconv": "ANE: `conv2d`/`conv1d` as a stride-1 convolution",
     "mac": "ANE: `linear` or `matmul`",

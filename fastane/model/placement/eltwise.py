@@ -1,6 +1,7 @@
 """The elementwise placement rules: activations (and the silu pattern) on the NE's table
-blocks, the planar engine's binary and unary operations, and division (the reciprocal
-table, then a planar multiply).  Each is ``rule(node, ctx) -> bool | str`` on the
+blocks, the planar engine's binary and unary operations, division (the reciprocal
+table, then a planar multiply), and the compositions of tables and planar tasks (log,
+softplus: :data:`fastane.lower.binary.COMPOSED`).  Each is ``rule(node, ctx) -> bool | str`` on the
 :class:`~.context.Context` (see :data:`fastane.model.placement.place.RULES`).
 
 :func:`activation_rule` is also what a MAC layer fuses into its NE stage
@@ -18,7 +19,16 @@ from ..graph import Bound, Node
 from ..ops import OPS
 from . import plan as _plan
 
-__all__ = ["NO_LOWERING", "activation_rule", "const_scalar", "activation", "binary", "unary", "divide"]
+__all__ = [
+    "NO_LOWERING",
+    "activation_rule",
+    "const_scalar",
+    "activation",
+    "binary",
+    "unary",
+    "divide",
+    "composed",
+]
 
 NO_LOWERING = "no ANE lowering in fastane yet"
 #: the reason an elementwise op on integer tensors (ONNX allows them) runs on the host
@@ -164,6 +174,35 @@ def divide(node: Node, ctx):
         lambda xs: [_binary.divide(*operands(xs))],
         "divide",
         lambda: _plan.eltwise(b_shape, "reciprocal") + _plan.binary(out_shape, "mul"),
+    )
+    return True
+
+
+#: the note of a composition's layer
+_COMPOSED_NOTE = {
+    "log": "Apple's log: the log2 table (NE), then a planar multiply by fp16 ln 2",
+    "softplus": "log(1 + exp(x)) from the ANE's primitives (exp table, planar + 1, log2 table, "
+    "planar multiply by fp16 ln 2): exp overflows fp16 from x = 11.09",
+}
+
+
+def composed(node: Node, ctx):
+    """An op Apple computes as a chain of tables and planar tasks
+    (:data:`fastane.lower.binary.COMPOSED`) on a float tensor."""
+    from ...lower import binary as _binary
+
+    types = ctx.bound.types
+    if not _float(node, types):
+        return INTEGER
+    name, shape = node.op, types[node.inputs[0]].shape
+    ctx.add(
+        [node],
+        "ane",
+        _COMPOSED_NOTE[name],
+        "table",
+        lambda xs: [_binary.composed(name, xs[0])],
+        name,
+        lambda: _plan.composed(shape, name),
     )
     return True
 

@@ -48,6 +48,7 @@ RULES = {
     "binary": eltwise.binary,
     "unary": eltwise.unary,
     "divide": eltwise.divide,
+    "composed": eltwise.composed,
     "conv": place_conv,
     "deconv": place_deconv,
     "mac": place_mac,

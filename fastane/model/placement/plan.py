@@ -26,7 +26,7 @@ from ...lower import chain as _chain
 from ...lower.problems import conv_problem, linear_problem, matmul_problem
 from ...stats import Stats
 
-__all__ = ["conv", "linear", "matmul", "eltwise", "binary", "problem_stats", "chains"]
+__all__ = ["conv", "linear", "matmul", "eltwise", "binary", "composed", "problem_stats", "chains"]
 
 
 def problem_stats(problem) -> Stats:
@@ -73,6 +73,17 @@ def binary(shape, op: str, relu: bool = False) -> Stats:
     from ...lower import binary as _binary
 
     return _binary.plan(shape, op, relu)
+
+
+def composed(shape, name: str) -> Stats:
+    """A composition of :data:`fastane.lower.binary.COMPOSED` over a tensor of ``shape``:
+    its stages' programs, in order."""
+    from ...lower.binary import COMPOSED
+
+    total = Stats()
+    for stage, arg in COMPOSED[name]:
+        total = total + (eltwise(shape, arg) if stage == "table" else binary(shape, stage))
+    return total
 
 
 def _total(tasks) -> Stats:

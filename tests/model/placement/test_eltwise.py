@@ -1,7 +1,9 @@
 """The activation family's PRelu rule (fastane.model.placement.eltwise): a constant slope
 that is one value runs on the ANE through LeakyRelu's block (alone, or fused into the NE
 stage of a convolution, as LeakyRelu is); other slopes stay on the host with the reason.
-An elementwise op of every family on integer tensors stays on the host, exactly."""
+An elementwise op of every family on integer tensors stays on the host, exactly.  Log and
+Softplus run on the ANE as their compositions of tables and planar tasks, and the fp16
+hunt finds softplus's overflow in a model."""
 
 import numpy as np
 import pytest
@@ -141,3 +143,53 @@ def _trunc_div(p, q):
     """``p / q`` truncated toward zero, in Python's exact integers."""
     d = abs(int(p)) // abs(int(q))
     return -d if (p < 0) != (q < 0) else d
+
+
+@pytest.mark.parametrize("op", ["Log", "Softplus"])
+def test_log_and_softplus_run_their_compositions_on_the_ane(op):
+    from fastane.lower import binary
+    from fastane.model.placement import plan
+
+    x = np.abs(X) + np.float32(0.1)
+    model = _model([helper.make_node(op, ["x"], ["y"])])
+    (layer,) = model.placement({"x": X.shape})
+    name = op.lower()
+    assert (layer.placement, layer.kind, layer.call) == ("ane", "table", name)
+    np.testing.assert_array_equal(model({"x": x})["y"], binary.composed(name, x).astype(np.float32))
+    assert fastane.last_stats().tasks == plan.composed(X.shape, name).tasks
+
+
+def test_first_divergence_finds_the_softplus_overflow(tmp_path, capsys):
+    """A Conv -> Softplus -> Conv model: its fp32 evaluation is finite everywhere; on the
+    ANE, softplus's exp overflows fp16 for inputs beyond 11.09 and the hunt names that layer
+    (before this op ran on the ANE, the hunt found nothing: the host's softplus is float32)."""
+    from fastane.cli import main
+
+    w = np.zeros((4, 4, 1, 1), np.float32)
+    w[np.arange(4), np.arange(4)] = 1.0  # identity 1x1 convolutions
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("Softplus", ["c"], ["s"]),
+        helper.make_node("Conv", ["s", "w"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "t",
+        [helper.make_tensor_value_info("x", T.FLOAT, list(X.shape))],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    p = tmp_path / "sp.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
+    model = fastane.load_model(str(p))
+    x = np.full(X.shape, 11.5, np.float32)
+    x[:, :, :4] = 3.0
+    assert np.isfinite(model.reference({"x": x})["y"]).all()
+    from fastane.model.run.hunt import first_divergence
+
+    d = first_divergence(model, {"x": x})
+    assert (d.op, d.placement) == ("Softplus", "ane") and d.inf_born == x.size // 2
+    np.save(tmp_path / "x.npy", x)
+    main(["run", str(p), "--input", f"x={tmp_path / 'x.npy'}", "--first-divergence"])
+    out = capsys.readouterr().out
+    assert "first divergence" in out and "Softplus" in out

@@ -178,3 +178,10 @@ def test_binary_plans_count_what_the_planar_op_runs(shape, op, relu):
     else:
         call = lambda: B.binary(op, a, b, activation="relu" if relu else None)  # noqa: E731
     assert counted(plan.binary(shape, op, relu)) == counted(ran(call))
+
+
+@pytest.mark.parametrize("name", sorted(B.COMPOSED))
+@pytest.mark.parametrize("shape", [(3, 70), (1,), (0, 5)])
+def test_composed_plans_count_what_the_composition_runs(name, shape):
+    x = np.abs(data(*shape)) + np.float16(0.5)
+    assert counted(plan.composed(shape, name)) == counted(ran(lambda: B.composed(name, x)))
