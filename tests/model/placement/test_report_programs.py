@@ -24,13 +24,12 @@ import fastane  # noqa: E402
 import fastane.model.placement as placement  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
 from fastane.model.placement.predict import predict  # noqa: E402
-from tests.helpers.coreml import save  # noqa: E402
+from tests.helpers.coreml import convert  # noqa: E402
 
 REPORTS = {
     r["id"]: r for r in json.loads(Path(placement.__file__).with_name("reports.json").read_text())["reports"]
 }
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "models.md"
-F16 = np.float16
 
 
 @dataclass
@@ -56,8 +55,6 @@ def case(rid, chip="m1", units="ALL", expected="not_ane", note=""):
 def _mil(tmp, name, prog, fp16=True, target=None, edit=None):
     """``prog`` saved as an ML Program (fp16 compute precision unless ``fp16`` is False);
     ``edit`` changes its spec (a flexible input) before it is saved."""
-    from tests.helpers.coreml import convert
-
     m = convert(prog, target or ct.target.iOS17, fp16)
     path = str(tmp / f"{name}.mlpackage")
     if edit:
@@ -349,37 +346,32 @@ def _ct2450(tmp):
 
 
 # ------------------------------------------------------------------ smpanaro (M1 Pro, macOS 13)
+def _slice(tmp, op):
+    """A [1, 512, 64] KV cache sliced 384 along axis 1 at a run-time ``begin`` by ``op``."""
+    size = np.array([1, 384, 64], np.int32)
+    spec = [
+        mb.TensorSpec(shape=(1, 512, 64)),
+        mb.TensorSpec(shape=(3,), dtype=ct.converters.mil.mil.types.int32),
+    ]
+
+    @mb.program(input_specs=spec, opset_version=ct.target.iOS17)
+    def prog(kv, begin):
+        if op == "slice_by_size":
+            return mb.slice_by_size(x=kv, begin=begin, size=size)
+        return mb.slice_by_index(x=kv, begin=begin, end=mb.add(x=begin, y=size))
+
+    path = _mil(tmp, op, prog)
+    return [("384 of 512", path, {"kv": (1, 512, 64), "begin": (3,)}, _source(op), "cpu")]
+
+
 @case("sm-slice-dynamic-offset", "m1-pro", "CPU_AND_NE", "cpu", "KV [1,512,64] (heads not given)")
 def _sm_slice(tmp):
-    @mb.program(
-        input_specs=[
-            mb.TensorSpec(shape=(1, 512, 64)),
-            mb.TensorSpec(shape=(3,), dtype=ct.converters.mil.mil.types.int32),
-        ],
-        opset_version=ct.target.iOS17,
-    )
-    def prog(kv, begin):
-        end = mb.add(x=begin, y=np.array([1, 384, 64], np.int32))
-        return mb.slice_by_index(x=kv, begin=begin, end=end)
-
-    path = _mil(tmp, "slice", prog)
-    return [("384 of 512", path, {"kv": (1, 512, 64), "begin": (3,)}, _source("slice_by_index"), "cpu")]
+    return _slice(tmp, "slice_by_index")
 
 
 @case("sm-slice-by-size-dynamic", "m1-pro", "CPU_AND_NE", "cpu", "KV [1,512,64] (heads not given)")
 def _sm_slice_size(tmp):
-    @mb.program(
-        input_specs=[
-            mb.TensorSpec(shape=(1, 512, 64)),
-            mb.TensorSpec(shape=(3,), dtype=ct.converters.mil.mil.types.int32),
-        ],
-        opset_version=ct.target.iOS17,
-    )
-    def prog(kv, begin):
-        return mb.slice_by_size(x=kv, begin=begin, size=np.array([1, 384, 64], np.int32))
-
-    path = _mil(tmp, "slice_size", prog)
-    return [("384 of 512", path, {"kv": (1, 512, 64), "begin": (3,)}, _source("slice_by_size"), "cpu")]
+    return _slice(tmp, "slice_by_size")
 
 
 @case("sm-gather-index-select", "m1-pro", "CPU_AND_NE", "cpu")
