@@ -78,6 +78,12 @@ class Graph:
     #: of those, the code width their type gives (a palette of ``2**bits`` fp16 values a
     #: core holds them): the stats-only report counts them so, without their values
     code_bits: dict = field(default_factory=dict)
+    #: tensor name -> the float dtype (float16 / float32) the source model declares for it,
+    #: where the graph computes in float32 (ML Program inputs and op outputs); empty where
+    #: the source declares none (NeuralNetwork, ONNX): the placement estimate reads it
+    declared: dict = field(default_factory=dict)
+    #: input name -> "range" or "enumerated": a flexible input shape the source declares
+    flexible: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.check()

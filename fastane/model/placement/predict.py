@@ -23,7 +23,18 @@ placement prediction", cites the sources):
     whether Apple's compiler splits it is not known ("uncertain");
 
   else the CPU (``CPU_AND_NE``) or the GPU (``ALL``: Core ML prefers the GPU for a float op
-  the ANE cannot take).  Whether the layer's tensors fit the 2 MiB L2 is reported too
+  the ANE cannot take).
+
+  Rules from public reports (``reports.json`` in this package, each rule citing its report
+  ids; docs/models.md, "Public placement reports", checks them on held-out reports):
+
+  - an fp16 ``matmul`` or attention below a size floor goes to the CPU on an M4
+    (:data:`MATMUL_FLOOR`, :data:`ATTENTION_FLOOR`; on another chip "uncertain");
+  - a matmul or attention the model declares fp32 stays off the ANE; another op declared
+    fp32 is "uncertain" (:attr:`fastane.model.graph.Graph.declared`: ML Programs only);
+  - a pooling window above 13 or a stride above 2 leaves the ANE (:data:`POOL_LIMITS`);
+  - the W/H limit 16384 by chip (:data:`EXTENT_16384`; "uncertain" elsewhere);
+  - a range-shaped (flexible) input keeps the whole model off the ANE.  Whether the layer's tensors fit the 2 MiB L2 is reported too
   (a layer that does not streams its tiles from DRAM: slower, still on the ANE).
 
 The result for each layer is ``(unit, confidence, reason)``; ``confidence`` is "likely"
@@ -44,7 +55,8 @@ __all__ = ["COMPUTE_UNITS", "predict", "Prediction"]
 
 COMPUTE_UNITS = ("ALL", "CPU_AND_NE", "CPU_AND_GPU", "CPU_ONLY")
 
-#: ops (fastane's vocabulary) the ANE is known not to run (fall back to CPU/GPU)
+#: ops (fastane's vocabulary) the ANE is known not to run (fall back to CPU/GPU); a gather:
+#: sm-gather-index-select, sm-gather-any-size (smpanaro/more-ane-transformers NOTES.md, M1 Pro)
 _FALLBACK = {
     "gather": "a gather with run-time indices",
     "where": "a select on a boolean mask",
@@ -78,8 +90,52 @@ HOST_ONLY = {
     "gru": "a recurrent layer (Core ML places it on the CPU)",
     "rnn": "a recurrent layer (Core ML places it on the CPU)",
 }
+#: host-only ops public reports place on the CPU (report ids of reports.json): predicted
+#: "likely" instead of "uncertain".  LSTM/RNN: ct1780-lstm (apple/coremltools#1780, a
+#: maintainer), fluidaudio411-lstm (FluidInference/FluidAudio#411, M4 Max); topk and the
+#: gathers using its indices: rfdetr-topk-gather (roboflow/rf-detr#1495, M3 Pro compute
+#: plan); scatter: sm-scatter; band_part (fastane's trilu): sm-band-part (smpanaro NOTES.md)
+HOST_ON_CPU = {
+    "lstm": "ct1780-lstm, fluidaudio411-lstm",
+    "gru": "ct1780-lstm",
+    "rnn": "ct1780-lstm",
+    "topk": "rfdetr-topk-gather",
+    "gather_elements": "rfdetr-topk-gather",
+    "scatter_nd": "sm-scatter",
+    "scatter_elements": "sm-scatter",
+    "trilu": "sm-band-part",
+}
 #: the most dimensions an ANE tensor has (N, D, C, H, W)
 MAX_RANK = 5
+#: chips whose ANE refuses W or H above 16384: compiler messages on an M1 Max
+#: (a1111-13527-matmul-w23040, AUTOMATIC1111/stable-diffusion-webui#13527), an M1 Pro
+#: (sm-linear-lmhead-50257) and an M3 Ultra (rustane13-width-16384, ncdrone/rustane#13);
+#: ANEForge's documentation puts M1..M3 and A14/A15 in one family (aneforge-caps-extents).
+#: On the A16 family (M4, A16, A17) the limit is "uncertain": ANEForge says 65536, an A16
+#: refused W = 32000 through MPSGraph (et7907-transpose-w32000, pytorch/executorch#7907)
+EXTENT_16384 = ("m1", "m1-pro", "m1-max", "m1-ultra", "m2", "m3", "m3-max", "a14", "a15")
+#: the chips Vx's compute-plan sweeps ran on (vx-lang/Vx#435-437: an Apple M4)
+SIZE_FLOOR_CHIPS = ("m4", "m4-pro", "m4-max")
+#: fp16 matmul on an M4: the largest operand at most ``cpu`` elements -> CPU, at least
+#: ``ane`` -> ANE, in between "uncertain" (vx435-matmul-f16-le384: 384 x 384 on the CPU;
+#: vx435-matmul-f16-512: 512 x 512 on the ANE; only square products were tried)
+MATMUL_FLOOR = {"cpu": 384 * 384, "ane": 512 * 512}
+#: fp16 scaled_dot_product_attention on an M4, by the elements of Q: at most 1,048,576 on
+#: the CPU, 2,097,152 and more on the ANE (vx437-sdpa-f16-1x16x1024x64,
+#: vx437-sdpa-f16-1x16x2048x64)
+ATTENTION_FLOOR = {"cpu": 1 << 20, "ane": 1 << 21}
+#: pooling the ANE's kernel validation rejects: a window above 13 (hn2-avgpool-k28) or a
+#: stride above 2 (hn2-avgpool-stride4); os_log messages, hollance/neural-engine#2, 2020
+POOL_LIMITS = {"kernel": 13, "stride": 2}
+_POOLS = ("max_pool", "avg_pool", "lp_pool")
+#: a range-shaped input (coremltools RangeDim): the whole model off the ANE
+#: (ct2370-rangedim-conv, ct1764-flexible-default1, ct1029-range-e5: apple/coremltools
+#: #2370, #1764, #1029); enumerated shapes: the reports disagree (ct2370-enumerated-conv on
+#: the ANE, ct1909-layernorm-enumerated off it), "uncertain"
+_RANGE = "a range-shaped input keeps the model off the ANE (ct2370-rangedim-conv, ct1764, ct1029)"
+_ENUMERATED = (
+    "enumerated input shapes: reports disagree (ct2370-enumerated-conv, ct1909-layernorm-enumerated)"
+)
 
 
 class Prediction(tuple):
@@ -95,24 +151,83 @@ class Prediction(tuple):
     reason = property(lambda s: s[2])
 
 
-def _limits(shape) -> str:
-    """The SPEC 5 limit a tensor of ``shape`` breaks, or ''."""
+def _limits(shape) -> tuple:
+    """``(axis, message)`` of the SPEC 5 limit a tensor of ``shape`` breaks, or ``("", "")``."""
     if len(shape) > MAX_RANK:
-        return f"rank {len(shape)} > {MAX_RANK}"
+        return "rank", f"rank {len(shape)} > {MAX_RANK}"
     dims = (1,) * (4 - len(shape)) + tuple(shape) if len(shape) < 4 else tuple(shape)
     L = m1.LIMITS
     n, c, h, w = dims[0] if len(dims) == 4 else dims[0] * dims[1], dims[-3], dims[-2], dims[-1]
     for name, v, hi in (("N", n, 65536), ("C", c, L.max_channels), ("H", h, L.max_hw), ("W", w, L.max_hw)):
         if v > hi:
-            return f"{name} = {v} > {hi} (SPEC 5 compile limit)"
+            return name, f"{name} = {v} > {hi} (SPEC 5 compile limit)"
+    return "", ""
+
+
+def _declared(layer, declared: dict) -> set:
+    """The float dtypes the source model declares for the layer's tensors (its nodes'
+    inputs and outputs, and the MIL op a composition's node ``op_out/part`` comes from)."""
+    out = set()
+    for n in layer.nodes:
+        for t in [*n.inputs, *n.outputs, n.name, n.name.rsplit("/", 1)[0]]:
+            if t in declared:
+                out.add(np.dtype(declared[t]))
+    return out
+
+
+def _attention_q(nodes) -> dict:
+    """MIL op output -> the elements of Q, for every ``scaled_dot_product_attention`` (its
+    composition's nodes have the source "sdpa"; the first matmul's first input is Q)."""
+    out = {}
+    for n in nodes:
+        key = _sdpa_key(n)
+        if key and key not in out and n.op == "matmul":
+            out[key] = n.inputs[0]
+    return out
+
+
+def _sdpa_key(n) -> str:
+    if n.source != "sdpa":
+        return ""
+    return n.name if n.name in n.outputs else n.name.rsplit("/", 1)[0]
+
+
+def _floor(measure: int, floor: dict, what: str, ids: str, on_floor_chip: bool):
+    """``(unit or None, confidence, note)`` of a size floor for ``measure`` elements."""
+    if measure <= floor["cpu"]:
+        if on_floor_chip:
+            return (
+                "cpu",
+                "likely",
+                f"{what} of {measure} elements <= {floor['cpu']}: Core ML prefers the CPU ({ids})",
+            )
+        return None, "uncertain", f"{what} of {measure} elements: on an M4 Core ML prefers the CPU ({ids})"
+    if measure < floor["ane"]:
+        return (
+            None,
+            "uncertain",
+            (
+                f"{what} of {measure} elements: between the CPU ({floor['cpu']}) and ANE ({floor['ane']}) "
+                f"sizes reported on an M4 ({ids})"
+            ),
+        )
+    return None, "likely", ""
+
+
+def _pool_limit(n) -> str:
+    k, st = tuple(n.attrs.get("kernel") or ()), tuple(n.attrs.get("strides") or ())
+    if k and max(k) > POOL_LIMITS["kernel"]:
+        return f"a pooling window {k} > {POOL_LIMITS['kernel']} (hn2-avgpool-k28)"
+    if st and max(st) > POOL_LIMITS["stride"]:
+        return f"a pooling stride {st} > {POOL_LIMITS['stride']} (hn2-avgpool-stride4)"
     return ""
 
 
 def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
     """One :class:`Prediction` per layer of ``layers`` (:func:`fastane.model.placement.place.place`
-    on ``bound``) on ``chip`` (a name of :mod:`fastane.roofline.chips`).  The limits the rules
-    use are the M1's (SPEC 5, KMem): on another chip a decision one of them makes is
-    "uncertain"."""
+    on ``bound``) on ``chip`` (a name of :mod:`fastane.roofline.chips`).  The KMem and rank
+    limits are the M1's, the W/H extent the :data:`EXTENT_16384` chips', the size floor the
+    M4's: on another chip a decision one of them makes is "uncertain"."""
     from ...roofline import chips
 
     cu = str(compute_units).upper()
@@ -121,6 +236,11 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
     chip = chips.get(chip)
     m1_limits = "likely" if chip.key == "m1" else "uncertain"
     on_chip = "" if chip.key == "m1" else f" (the M1's limit; {chip.name}'s is not known)"
+    extent_known = chip.key in EXTENT_16384
+    on_floor_chip = chip.key in SIZE_FLOOR_CHIPS
+    declared = getattr(bound.graph, "declared", {}) or {}
+    flexible = set((getattr(bound.graph, "flexible", {}) or {}).values())
+    q_of = _attention_q(bound.nodes)
     out = []
     other = "gpu" if cu == "ALL" else "cpu"
     for layer in layers:
@@ -132,53 +252,131 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
         if cu == "CPU_AND_GPU":
             out.append(Prediction("gpu" if floats else "cpu", "likely", "CPU_AND_GPU: no Neural Engine"))
             continue
-        ops = {n.op for n in layer.nodes}
-        if any(OPS[op].ane == "control" for op in ops):
-            out.append(Prediction("cpu", "likely", CONTROL_FLOW))
-            continue
-        host = next((why for op, why in HOST_ONLY.items() if op in ops), None)
-        if host:
-            out.append(Prediction("cpu", "uncertain", f"{host}: no ANE lowering in fastane, run on the host"))
-            continue
-        fb = next((why for op, why in _FALLBACK.items() if op in ops), None)
-        if not floats:
-            out.append(Prediction("cpu", "likely", "integer/boolean tensors: the ANE computes fp16"))
-            continue
-        if any(n.op == "cast" and np.dtype(n.attrs.get("to", np.float32)).kind != "f" for n in layer.nodes):
-            out.append(Prediction("cpu", "likely", "a cast to an integer type"))
-            continue
-        if fb:
-            out.append(Prediction(other, "likely", f"{fb}: not an ANE op"))
-            continue
-        lim = next((f"tensor {t}: {m}" for t in types if (m := _limits(t.shape))), "")
-        if lim:
-            out.append(Prediction(other, m1_limits, lim + on_chip))
-            continue
-        conf, notes = "likely", []
-        if ops == {"cast"}:
-            conf = "uncertain"
-            notes.append(
-                "a float cast: Core ML converts between fp32 and fp16 where a segment "
-                "enters or leaves the ANE"
-            )
-        for n in layer.nodes:
-            if n.op in ("conv", "conv_transpose") and n.inputs[1] in bound.consts:
-                w = bound.consts[n.inputs[1]]
-                per = math.prod(w.shape[1:]) * 2
-                if per > m1.KMEM_CORE_BYTES:
-                    conf = "uncertain"
-                    notes.append(
-                        f"a kernel of {per} bytes per output channel exceeds one core's "
-                        f"KMem ({m1.size_str(m1.KMEM_CORE_BYTES)}){on_chip}"
-                    )
-        nbytes = sum(2 * t.size for t in types)
-        notes.append(
-            ("fits" if nbytes <= m1.L2_BYTES else "exceeds")
-            + f" the {m1.size_str(m1.L2_BYTES)} L2 ({nbytes} fp16 bytes of tensors)"
-        )
-        if layer.placement == "host" and layer.kind not in ("layout",) and ops != {"cast"}:
-            notes.insert(
-                0, "fastane runs it on the host (no lowering yet); Core ML's ANE compiler has the op"
-            )
-        out.append(Prediction("ane", conf, "; ".join(notes)))
+        p = _predict_ne(layer, bound, types, floats, other, declared, q_of, chip, on_floor_chip)
+        if p is None:
+            ops = {n.op for n in layer.nodes}
+            lim_axis, lim = next(((a, m) for t in types for a, m in [_limits(t.shape)] if m), ("", ""))
+            if lim_axis in ("W", "H") and extent_known:
+                p = Prediction(other, "likely", f"{lim} (a1111-13527-matmul-w23040, rustane13-width-16384)")
+            elif lim_axis in ("W", "H"):
+                p = Prediction(
+                    other,
+                    "uncertain",
+                    f"{lim}{on_chip}: ANEForge's documentation says 65536 from A16 on "
+                    f"(aneforge-caps-extents), an A16 refused W = 32000 through MPSGraph "
+                    f"(et7907-transpose-w32000)",
+                )
+            elif lim:
+                p = Prediction(other, m1_limits, lim + on_chip)
+            else:
+                p = _on_ane(layer, bound, types, ops, declared, q_of, on_chip, on_floor_chip)
+        if p.unit == "ane" and "range" in flexible:
+            p = Prediction("cpu", "likely", _RANGE)
+        elif p.unit == "ane" and "enumerated" in flexible:
+            p = Prediction("ane", "uncertain", f"{_ENUMERATED}; {p.reason}")
+        out.append(p)
     return out
+
+
+def _predict_ne(layer, bound, types, floats, other, declared, q_of, chip, on_floor_chip):
+    """The rules that take a layer off the ANE before its tensors' extents are checked
+    (``ALL`` / ``CPU_AND_NE``), or None."""
+    ops = {n.op for n in layer.nodes}
+    if any(OPS[op].ane == "control" for op in ops):
+        return Prediction("cpu", "likely", f"{CONTROL_FLOW} (sm-cond)")
+    host = next((op for op in HOST_ONLY if op in ops), None)
+    if host:
+        why = f"{HOST_ONLY[host]}: no ANE lowering in fastane, run on the host"
+        if host in HOST_ON_CPU:
+            return Prediction("cpu", "likely", f"{why}; reported on the CPU ({HOST_ON_CPU[host]})")
+        return Prediction("cpu", "uncertain", why)
+    fb = next((why for op, why in _FALLBACK.items() if op in ops), None)
+    if not floats:
+        return Prediction("cpu", "likely", "integer/boolean tensors: the ANE computes fp16")
+    if any(n.op == "cast" and np.dtype(n.attrs.get("to", np.float32)).kind != "f" for n in layer.nodes):
+        return Prediction("cpu", "likely", "a cast to an integer type")
+    if fb:
+        if "where" in ops:
+            # sm-where-mask: a select on a mask computed outside the model ran on the ANE
+            # (a statement without shapes, M1 Pro): the fallback is "uncertain"
+            return Prediction(
+                other,
+                "uncertain",
+                f"{fb}: not an ANE op; a select on a precomputed mask ran there (sm-where-mask)",
+            )
+        return Prediction(other, "likely", f"{fb}: not an ANE op")
+    pool = next((m for n in layer.nodes if n.op in _POOLS for m in [_pool_limit(n)] if m), "")
+    if pool:
+        return Prediction(other, "likely", f"{pool}: rejected by the ANE's kernel validation")
+    fp32 = np.dtype(np.float32) in _declared(layer, declared) and ops != {"cast"}
+    mac = "matmul" in ops or any(_sdpa_key(n) for n in layer.nodes)
+    if fp32 and mac:
+        unit = other if not on_floor_chip else "cpu"
+        conf = "likely" if unit == "cpu" else "uncertain"
+        return Prediction(
+            unit,
+            conf,
+            "declared fp32: no fp32 matmul or attention was placed on the ANE "
+            "(vx435-matmul-f32, vx437-sdpa-f32-1x1xS; Apple M4)",
+        )
+    return None
+
+
+def _on_ane(layer, bound, types, ops, declared, q_of, on_chip, on_floor_chip):
+    """A layer the rules leave on the ANE: the size floor, fp32, KMem and L2 notes."""
+    conf, notes = "likely", []
+    for n in layer.nodes:
+        key = _sdpa_key(n)
+        if key and key in q_of and q_of[key] in bound.types:
+            measure, floor, what, ids = (
+                bound.types[q_of[key]].size,
+                ATTENTION_FLOOR,
+                "attention Q",
+                ("vx437-sdpa-f16-1x16x1024x64, vx437-sdpa-f16-1x16x2048x64"),
+            )
+        elif n.op == "matmul" and not key:
+            sizes = [bound.types[t].size for t in n.inputs[:2] if t in bound.types]
+            measure, floor, what, ids = (
+                max(sizes, default=0),
+                MATMUL_FLOOR,
+                "a matmul operand",
+                ("vx435-matmul-f16-le384, vx435-matmul-f16-512"),
+            )
+        else:
+            continue
+        unit, c, note = _floor(measure, floor, what, ids, on_floor_chip)
+        if unit:
+            return Prediction(unit, c, note)
+        if note:
+            conf = "uncertain"
+            notes.append(note)
+        break
+    if np.dtype(np.float32) in _declared(layer, declared) and ops != {"cast"}:
+        conf = "uncertain"
+        notes.append(
+            "declared fp32: fp32 constants pulled ops to the CPU (sm-mask-fp32, "
+            "granite36-fp32-literal), not measured for this op"
+        )
+    if ops == {"cast"}:
+        conf = "uncertain"
+        notes.append(
+            "a float cast: Core ML converts between fp32 and fp16 where a segment enters or leaves the ANE"
+        )
+    for n in layer.nodes:
+        if n.op in ("conv", "conv_transpose") and n.inputs[1] in bound.consts:
+            w = bound.consts[n.inputs[1]]
+            per = math.prod(w.shape[1:]) * 2
+            if per > m1.KMEM_CORE_BYTES:
+                conf = "uncertain"
+                notes.append(
+                    f"a kernel of {per} bytes per output channel exceeds one core's "
+                    f"KMem ({m1.size_str(m1.KMEM_CORE_BYTES)}){on_chip}"
+                )
+    nbytes = sum(2 * t.size for t in types)
+    notes.append(
+        ("fits" if nbytes <= m1.L2_BYTES else "exceeds")
+        + f" the {m1.size_str(m1.L2_BYTES)} L2 ({nbytes} fp16 bytes of tensors)"
+    )
+    if layer.placement == "host" and layer.kind not in ("layout",) and ops != {"cast"}:
+        notes.insert(0, "fastane runs it on the host (no lowering yet); Core ML's ANE compiler has the op")
+    return Prediction("ane", conf, "; ".join(notes))

@@ -25,7 +25,10 @@ FIELDS = {
     "buildable",
     "buildable_why",
     "uncertain",
+    "set",
+    "set_why",
 }
+SETS = {"derive", "check", ""}
 EVIDENCE = {"compute_plan", "xcode_report", "compiler_log", "statement", "documentation"}
 
 
@@ -43,6 +46,8 @@ def test_every_record_has_its_fields_and_a_source():
         assert r["evidence"] in EVIDENCE, r["id"]
         assert isinstance(r["buildable"], bool) and r["buildable_why"], r["id"]
         assert len(r["quote"].split()) <= 25, r["id"]
+        # a rebuildable report is in the derivation or the check set, with the reason
+        assert r["set"] in SETS and (r["set"] != "") == r["buildable"] and r["set_why"], r["id"]
 
 
 def test_ids_are_unique():

@@ -99,6 +99,18 @@ class Blobs:
 _DT = None
 
 
+def flexible_inputs(spec) -> dict:
+    """Input name -> "range" / "enumerated" for the inputs a model description declares
+    flexible (``shapeRange`` / ``enumeratedShapes``): :attr:`fastane.model.graph.Graph.flexible`."""
+    out = {}
+    for fd in spec.description.input:
+        if fd.type.WhichOneof("Type") == "multiArrayType":
+            kind = fd.type.multiArrayType.WhichOneof("ShapeFlexibility")
+            if kind in ("shapeRange", "enumeratedShapes"):
+                out[fd.name] = "range" if kind == "shapeRange" else "enumerated"
+    return out
+
+
 def mil_dtypes():
     """MIL DataType -> (numpy dtype, bits) (sub-byte unsigned/signed ints unpacked to
     uint8/int8)."""

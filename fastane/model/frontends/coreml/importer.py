@@ -52,6 +52,7 @@ __all__ = ["load", "is_coreml", "MIL_OPS", "NN_LAYERS", "decompress"]
 
 from . import mil_host, mil_layout  # noqa: F401  (register their ops in MIL_OPS)
 from .blob import (
+    flexible_inputs,
     SHAPE_ONLY_ABOVE,
     Blobs,
     ct_proto,
@@ -177,6 +178,7 @@ class _Program:
         self.code_bits: dict = {}  # of those, the palette code width by type (blob)
         self.nodes: list = []
         self.types: dict = {}  # tensor name -> declared shape (dynamic ones)
+        self.declared: dict = {}  # tensor name -> its declared float dtype (Graph.declared)
         self.alias: dict = {}  # MIL name -> graph name (fp16 inputs)
         self._n = 0
         self.decoded: dict = {}  # (file, offset, type, shape) -> a blob's value, decoded once
@@ -319,6 +321,8 @@ class _Program:
             dt = np.dtype(table[tt.dataType][0])
             shape = tensor_shape(tt, what, symbols=True)
             self.types[nv.name] = shape
+            if dt.kind == "f":
+                self.declared[nv.name] = dt
             if dt == np.float16:
                 # the caller's array becomes fp16 (the input's rounding); the graph computes
                 # in float32 from there (exact)
@@ -329,6 +333,7 @@ class _Program:
                 )
                 self.alias[nv.name] = raw
                 self.types[raw] = shape
+                self.declared[raw] = dt
             else:
                 inputs[nv.name] = TensorType(dt, shape)
         self.opset = fn.opset
@@ -347,6 +352,8 @@ class _Program:
             weights=self.weights,
             compressed=self.compressed,
             code_bits=self.code_bits,
+            declared=self.declared,
+            flexible=flexible_inputs(self.spec),
         )
 
     # ---------------------------------------------------------- one op
@@ -401,6 +408,9 @@ class _Program:
         for o in op.outputs:
             if o.type.HasField("tensorType"):
                 self.types[o.name] = tensor_shape(o.type.tensorType, f"{what} output", symbols=True)
+                dt = mil_dtypes().get(o.type.tensorType.dataType, (None,))[0]
+                if dt in (np.float16, np.float32):
+                    self.declared[o.name] = np.dtype(dt)
         self.cur = outs[0] if outs else t
         try:
             MIL_OPS[t](self, op, outs, what)

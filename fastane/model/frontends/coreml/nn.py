@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import ModelError, quote
-from .blob import unpack_bits
+from .blob import flexible_inputs, unpack_bits
 from ...graph import Graph, Node, TensorType, check_size
 
 
@@ -318,4 +318,5 @@ def neural_network(spec, nn, name, weights) -> Graph:
         consts,
         origin=f"coreml neuralNetwork (spec {spec.specificationVersion})",
         weights=weights,
+        flexible=flexible_inputs(spec),
     )
