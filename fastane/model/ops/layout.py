@@ -271,7 +271,9 @@ def _reads_shape(node, in_types, out_types):
     return HostCost(values=False)  # reads its input's shape only: folded at bind
 
 
-@register_op("shape", _shape_infer, "layout", onnx=[OnnxName("Shape", take("start", "end"))], cost=_reads_shape)
+@register_op(
+    "shape", _shape_infer, "layout", onnx=[OnnxName("Shape", take("start", "end"))], cost=_reads_shape
+)
 def _shape(node, x, *_):
     return np.array(x.shape[slice(node.attrs.get("start", 0), node.attrs.get("end", x.ndim))], np.int64)
 
