@@ -72,6 +72,12 @@ def node_cost(node, in_types: list, out_types: list) -> Cost:
     return _cost(node, in_types, out_types)[0]
 
 
+def shapes_only(node, in_types: list, out_types: list) -> bool:
+    """Whether ``node`` reads its inputs' shapes only, never their values (its record's
+    :class:`~fastane.model.ops.opdef.HostCost` says ``values=False``: Shape, Size)."""
+    return not _cost(node, in_types, out_types)[1].values
+
+
 def _cost(node, in_types: list, out_types: list) -> tuple:
     """``(Cost, HostCost)`` of ``node``."""
     d = OPS.get(node.op)

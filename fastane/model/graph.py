@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import ModelError, quote, quote_names
 from .budget import check_nodes
-from .cost import RunBudget
+from .cost import RunBudget, shapes_only
 from .tensor import DTYPES, MAX_FOLD_ELEMENTS, MAX_TENSOR_ELEMENTS, TensorType, check_size
 
 __all__ = [
@@ -179,12 +179,13 @@ def bind(graph: Graph, input_types: dict) -> Bound:
             check_size(t.shape, f"{node.describe()}, output {quote(name)}")
             types[name] = t
         foldable = op.foldable and all((n == "" or n in consts) for n in node.inputs)
-        if node.op == "shape":  # needs only its input's (now concrete) shape
-            foldable = True
+        # an op that reads its inputs' (now concrete) shapes only folds whatever their values
+        shaped = shapes_only(node, in_types, [types[n] for n in node.outputs])
+        foldable = foldable or shaped
         foldable = foldable and all(types[n].size <= MAX_FOLD_ELEMENTS for n in node.outputs)
         budget.node(node, in_types, [types[n] for n in node.outputs], foldable)
         if foldable:
-            consts.update(zip(node.outputs, _fold(node, in_types, consts, types)))
+            consts.update(zip(node.outputs, _fold(node, in_types, consts, types, shaped)))
             folded.append(node)
         else:
             nodes.append(node)
@@ -192,17 +193,17 @@ def bind(graph: Graph, input_types: dict) -> Bound:
     return Bound(graph, dict(input_types), types, consts, nodes, folded, symbols, budget)
 
 
-def _fold(node, in_types, consts, types) -> list:
-    """The outputs of ``node``, whose inputs are constants (a Shape: whose input's shape is
-    known), computed at bind."""
+def _fold(node, in_types, consts, types, shaped: bool) -> list:
+    """The outputs of ``node``, whose inputs are constants, computed at bind; ``shaped``: the
+    node reads its inputs' shapes only (Shape, Size), handed placeholders of those shapes
+    that hold no elements of their own."""
     from .ops import host_eval
 
-    if node.op == "shape":
-        start, end = node.attrs.get("start", 0), node.attrs.get("end", len(in_types[0].shape))
-        return [np.array(in_types[0].shape[slice(start, end)], np.int64)]
-    return host_eval(
-        node, [consts.get(n) if n else None for n in node.inputs], [types[n].dtype for n in node.outputs]
-    )
+    if shaped:
+        ins = [None if t is None else np.broadcast_to(np.False_, t.shape) for t in in_types]
+    else:
+        ins = [consts.get(n) if n else None for n in node.inputs]
+    return host_eval(node, ins, [types[n].dtype for n in node.outputs])
 
 
 def _input_types(graph: Graph, input_types: dict) -> tuple:

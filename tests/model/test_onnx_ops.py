@@ -177,6 +177,7 @@ CASES = [
     Case("Identity", {}, [x(2, 3)]),
     Case("GlobalMaxPool", {}, [x(1, 3, 4, 5)]),
     Case("Shape", {"start": 1}, [x(2, 3, 4)]),
+    Case("Size", {}, [x(2, 3, 4)]),
     Case(
         "Slice",
         {},

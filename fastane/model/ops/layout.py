@@ -267,15 +267,25 @@ def _shape_infer(node, types, consts):
     return [TensorType(np.dtype(np.int64), (n,))]
 
 
+def _reads_shape(node, in_types, out_types):
+    return HostCost(values=False)  # reads its input's shape only: folded at bind
+
+
 @register_op(
-    "shape",
-    _shape_infer,
-    "layout",
-    onnx=[OnnxName("Shape", take("start", "end"))],
-    cost=lambda node, in_types, out_types: HostCost(values=False),  # reads its input's shape only
+    "shape", _shape_infer, "layout", onnx=[OnnxName("Shape", take("start", "end"))], cost=_reads_shape
 )
 def _shape(node, x, *_):
-    raise AssertionError("shape is folded at bind time")
+    return np.array(x.shape[slice(node.attrs.get("start", 0), node.attrs.get("end", x.ndim))], np.int64)
+
+
+def _size_infer(node, types, consts):
+    need_input(types, 0, node)
+    return [TensorType(np.dtype(np.int64), ())]
+
+
+@register_op("size", _size_infer, "layout", onnx=["Size"], cost=_reads_shape)
+def _size(node, x):
+    return np.array(x.size, np.int64)
 
 
 def _gather_infer(node, types, consts):
