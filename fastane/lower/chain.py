@@ -87,6 +87,10 @@ class _NoRoom(Exception):
     """The tail's windows do not fit L2 beside the kept result."""
 
 
+class _TooLong(ValueError):
+    """A resident segment's TDs exceed one chain (:attr:`Limits.max_chain`)."""
+
+
 def _l2_tensor(c: int, h: int, w: int) -> int:
     """Bytes a (c, h, w) fp16 tensor takes in L2 (16-byte channel rows)."""
     return c * h * round_up(2 * w, L2_UNIT)
@@ -398,7 +402,7 @@ def _segment(layers: list, first: int, lim: Limits, tail: Tail | None = None) ->
         per_layer.append(n_tail)
         bars[SLOT_OPERAND] = BarSlot(SLOT_OPERAND, "input", layers[-1].out_layout.nbytes, "b")
     if len(tds) > lim.max_chain:
-        raise ValueError("a resident segment exceeds one chain")  # build_chain prevents it
+        raise _TooLong("a resident segment exceeds one chain")  # build_chain prevents it
     programs = task_chains(tds, 1, dict(sorted(bars.items())), f"chain{first}-{first + len(layers) - 1}", lim)
     return ChainSegment(layers, first, offsets, programs, kernel_bytes, per_layer, resident, tail, owners)
 
@@ -441,7 +445,7 @@ def _with_tail(last: ChainSegment, limits: Limits, tail: Tail):
             return _segment(layers, last.first, limits, tail), None
         except _NoRoom:
             continue
-        except ValueError:  # the segment would exceed one chain of TDs
+        except _TooLong:
             return None, "the segment would exceed one chain of TDs"
     return None, why
 

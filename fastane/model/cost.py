@@ -72,18 +72,12 @@ def node_cost(node, in_types: list, out_types: list) -> Cost:
     return _cost(node, in_types, out_types)[0]
 
 
-def shapes_only(node, in_types: list, out_types: list) -> bool:
-    """Whether ``node`` reads its inputs' shapes only, never their values (its record's
-    :class:`~fastane.model.ops.opdef.HostCost` says ``values=False``: Shape, Size)."""
-    return not _cost(node, in_types, out_types)[1].values
-
-
 def _cost(node, in_types: list, out_types: list) -> tuple:
     """``(Cost, HostCost)`` of ``node``."""
     d = OPS.get(node.op)
     own = d.cost(node, in_types, out_types) if d is not None and d.cost is not None else HostCost()
     steps = max(own.steps, 1)
-    if not own.values:  # reads its inputs' shapes, never their values
+    if d is not None and d.shapes_only:  # reads its inputs' shapes, never their values
         return Cost(sum(nbytes(t) for t in out_types), steps=steps), own
     ins = [t for t in in_types if t is not None]
     n_in, n_out = elements(ins), elements(out_types)

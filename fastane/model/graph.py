@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import ModelError, quote, quote_names
 from .budget import check_nodes
-from .cost import RunBudget, shapes_only
+from .cost import RunBudget
 from .tensor import DTYPES, MAX_FOLD_ELEMENTS, MAX_TENSOR_ELEMENTS, TensorType, check_size
 
 __all__ = [
@@ -180,7 +180,7 @@ def bind(graph: Graph, input_types: dict) -> Bound:
             types[name] = t
         foldable = op.foldable and all((n == "" or n in consts) for n in node.inputs)
         # an op that reads its inputs' (now concrete) shapes only folds whatever their values
-        shaped = shapes_only(node, in_types, [types[n] for n in node.outputs])
+        shaped = op.shapes_only
         foldable = foldable or shaped
         foldable = foldable and all(types[n].size <= MAX_FOLD_ELEMENTS for n in node.outputs)
         budget.node(node, in_types, [types[n] for n in node.outputs], foldable)

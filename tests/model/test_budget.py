@@ -52,7 +52,7 @@ def _expand_then(path, shape, node, wshape=None):
 # ------------------------------------------------------------------------ the limits
 def test_limits_and_old_names():
     from fastane.model.graph import MAX_FOLD_ELEMENTS, MAX_TENSOR_ELEMENTS
-    from fastane.model.ops.host import MAX_EINSUM_WORK
+    from fastane.model.budget import MAX_EINSUM_WORK
     from fastane.model.tensor import MAX_TENSOR_ELEMENTS as T
 
     assert MAX_TENSOR_ELEMENTS == T == budget.MAX_TENSOR_ELEMENTS == 1 << 28

@@ -30,7 +30,7 @@ def _members() -> list:
     out = []
     for whl in sorted(Path(FOLDER).glob("*.whl")):
         with zipfile.ZipFile(whl) as z:
-            out += [f"{whl.name}:{n}" for n in z.namelist() if n.endswith(".onnx") and ".data/" not in n]
+            out += [f"{whl.name}:{n}" for n in SCRIPT["onnx_names"](z)]
     return out or ["(no .onnx in the folder's wheels)"]
 
 

@@ -69,7 +69,7 @@ def test_validation_rows_are_computed_for_every_point(arrays):
 
 
 def test_the_validation_table_in_the_docs_is_the_models_own(arrays):
-    # docs/roofline.md quotes `python -m fastane.roofline.validate` verbatim: a model change
+    # docs/roofline.md quotes `python -m fastane.networks.calibrate --validate` verbatim: a model change
     # that moves a prediction must regenerate the table (one place for each figure)
     doc = (Path(__file__).resolve().parents[2] / "docs" / "roofline.md").read_text()
     assert validate.markdown(arrays) in doc, (

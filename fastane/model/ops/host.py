@@ -17,7 +17,6 @@ import math
 import numpy as np
 
 from ...errors import ModelError, ModelNotImplementedError, quote
-from ..budget import MAX_EINSUM_WORK  # noqa: F401 (its old home)
 from .opdef import HostCost, OnnxName, elements, heavy, same_attrs, same_number
 from .opdef import check_axis, broadcast_shape, need_const, need_float, need_input, register_op
 from ..tensor import TensorType

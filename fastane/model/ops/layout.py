@@ -11,7 +11,6 @@ import numpy as np
 from ...errors import ModelError, ModelNotImplementedError, quote
 from ..budget import MAX_RANK, beyond
 from .opdef import (
-    HostCost,
     OnnxName,
     attr_input,
     check_axis,
@@ -267,12 +266,8 @@ def _shape_infer(node, types, consts):
     return [TensorType(np.dtype(np.int64), (n,))]
 
 
-def _reads_shape(node, in_types, out_types):
-    return HostCost(values=False)  # reads its input's shape only: folded at bind
-
-
 @register_op(
-    "shape", _shape_infer, "layout", onnx=[OnnxName("Shape", take("start", "end"))], cost=_reads_shape
+    "shape", _shape_infer, "layout", onnx=[OnnxName("Shape", take("start", "end"))], shapes_only=True
 )
 def _shape(node, x, *_):
     return np.array(x.shape[slice(node.attrs.get("start", 0), node.attrs.get("end", x.ndim))], np.int64)
@@ -283,7 +278,7 @@ def _size_infer(node, types, consts):
     return [TensorType(np.dtype(np.int64), ())]
 
 
-@register_op("size", _size_infer, "layout", onnx=["Size"], cost=_reads_shape)
+@register_op("size", _size_infer, "layout", onnx=["Size"], shapes_only=True)
 def _size(node, x):
     return np.array(x.size, np.int64)
 

@@ -48,6 +48,9 @@ class OpDef:
     #: node its copy holding its bound bodies (:mod:`fastane.model.control`); None: ``node``
     #: itself
     expand: Callable | None = None
+    #: it reads its inputs' shapes only, never their values (Shape, Size): folded at bind
+    #: whatever its inputs, and none of their bytes counted
+    shapes_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,6 @@ class HostCost:
     temporaries, ``macs`` multiply-adds, ``elem_ops`` element operations (None: one per input
     and output element), ``taps`` kernel taps (one host pass each: ``MAX_KERNEL_TAPS``),
     ``einsum``: its multiply-adds answer to ``MAX_EINSUM_WORK`` instead of ``MAX_LAYER_WORK``,
-    ``values``: False for an op that reads its inputs' shapes only (no bytes of them counted),
     ``steps``: a control-flow node's node evaluations (``MAX_LOOP_STEPS``; its work is its
     bodies', whose nodes answer to the per-layer limits, so it answers to ``MAX_RUN_WORK``
     only)."""
@@ -67,7 +69,6 @@ class HostCost:
     elem_ops: int | None = None
     taps: int = 0
     einsum: bool = False
-    values: bool = True
     steps: int = 0
 
 
@@ -133,7 +134,18 @@ ANE_FAMILIES = {
 }
 
 
-def register_op(name, infer, kind="host", foldable=True, ane="", onnx=(), cost=None, mil=(), expand=None):
+def register_op(
+    name,
+    infer,
+    kind="host",
+    foldable=True,
+    ane="",
+    onnx=(),
+    cost=None,
+    mil=(),
+    expand=None,
+    shapes_only=False,
+):
     """Decorator: register the host implementation it decorates as op ``name`` in :data:`OPS`,
     with its inference ``infer(node, types, consts)``, its ``kind``, whether it folds, its
     placement family ``ane`` and the ONNX op types it imports (``onnx``: :class:`OnnxName`
@@ -151,7 +163,7 @@ def register_op(name, infer, kind="host", foldable=True, ane="", onnx=(), cost=N
                 raise ValueError(f"op {name}: ONNX {o.name} is already imported as {other}")
 
     def deco(fn):
-        OPS[name] = OpDef(infer, fn, foldable, kind, ane, onnx, mil, cost, expand)
+        OPS[name] = OpDef(infer, fn, foldable, kind, ane, onnx, mil, cost, expand, shapes_only)
         return fn
 
     return deco

@@ -38,11 +38,12 @@ from .rules import place_conv, place_deconv, place_mac
 
 __all__ = ["Layer", "place", "NO_LOWERING", "CONTROL_FLOW", "ON_CPU", "RULES"]
 
-#: placement family (``OpDef.ane``) -> ``rule(node, ctx) -> bool | str``: True when it
-#: placed ``node`` (in a layer of its own or with the nodes it fuses, on the ANE or on the
-#: host with its reason); else the node runs on the host with the reason the rule returns
-#: (a string) or :data:`NO_LOWERING` (False, None).  ``qlinear`` declines a ``dequantize``
-#: not on the INT8 path: its nodes are placed one by one.
+#: placement family (``OpDef.ane``) -> ``rule(node, ctx) -> bool | str``: a rule that
+#: places ``node`` records its layer (``ctx.add``: alone or with the nodes it fuses, on the
+#: ANE or on the host with its reason) and returns True; a node no layer holds after its
+#: rule runs on the host with the reason the rule returns (a string) or
+#: :data:`NO_LOWERING`.  ``qlinear`` declines a ``dequantize`` not on the INT8 path: its
+#: nodes are placed one by one.
 RULES = {
     "activation": eltwise.activation,
     "binary": eltwise.binary,
@@ -80,9 +81,9 @@ def place(bound: Bound) -> list:
             ctx.add([node], "layout", LAYOUT, "layout")
             continue
         rule = RULES.get(rec.ane)
-        placed = rule(node, ctx) if rule is not None else False
-        if placed is not True:
-            ctx.add([node], "host", placed or NO_LOWERING, rec.kind)
+        why = rule(node, ctx) if rule is not None else None
+        if not ctx.done(node):  # what was placed is what a layer holds, not what a rule said
+            ctx.add([node], "host", (why if isinstance(why, str) else "") or NO_LOWERING, rec.kind)
     for layer in ctx.layers:  # a quantized chain left off the INT8 path says why (qlinear.match)
         why = [ctx.off_int8[id(n)] for n in layer.nodes if id(n) in ctx.off_int8]
         if why:

@@ -24,6 +24,7 @@ import math
 from ... import lower as _lower
 from ...lower import chain as _chain
 from ...lower.problems import conv_problem, linear_problem, matmul_problem
+from ...roofline.model import sum_stats
 from ...stats import Stats
 
 __all__ = ["conv", "linear", "matmul", "eltwise", "binary", "composed", "problem_stats", "chains"]
@@ -86,14 +87,6 @@ def composed(shape, name: str) -> Stats:
     return total
 
 
-def _total(tasks) -> Stats:
-    out = Stats()
-    for t in tasks:
-        out = out.plus_counts(t)
-    out.tasks_detail = list(tasks)
-    return out
-
-
 def _tail(a, b, types):
     """The :class:`~fastane.lower.chain.Tail` layer ``b`` is on the result of layer ``a``
     (an add, add + ReLU or multiply on the ANE whose one operand is ``a``'s one output,
@@ -102,14 +95,14 @@ def _tail(a, b, types):
     if b.placement != "ane" or b.call not in _chain.TAIL_OPS or len(a.outputs) != 1 or len(n.inputs) != 2:
         return None
     out = a.outputs[0]
-    if n.inputs.count(out) != 1 or types is None:
+    if n.inputs.count(out) != 1:
         return None
     if len({tuple(types[t].shape) for t in n.inputs}) != 1:
         return None
     return _chain.Tail(b.call, len(b.nodes) == 2 and b.nodes[1].op == "relu")
 
 
-def chains(layers, outputs, types=None) -> dict:
+def chains(layers, outputs, types) -> dict:
     """The stats-only plans of the placed ``layers`` that chain, ``{index: (Stats,
     source_in_l2, result_in_l2)}``.  Layer ``i + 1`` chains with layer ``i`` when both
     are on the ANE as one convolution (:attr:`~fastane.model.placement.place.Layer.problem`),
@@ -118,7 +111,7 @@ def chains(layers, outputs, types=None) -> dict:
     model's ``outputs``.  Each run of
     such layers is lowered as a whole (:func:`fastane.lower.chain.plan_chain`); a run that
     does not chain (shapes that do not join, a layer past the lowering's limits) is left
-    out, its layers planned one by one.  With ``types`` (the bound graph's), a run (or a
+    out, its layers planned one by one.  From ``types`` (the bound graph's), a run (or a
     single convolution) whose result only an add, add + ReLU or multiply of the same shape
     reads ends in that layer as its tail (:class:`~fastane.lower.chain.Tail`: it reads
     the result in L2, its other operand from DRAM) where the chain rules allow."""
@@ -158,7 +151,7 @@ def chains(layers, outputs, types=None) -> dict:
             except (ValueError, NotImplementedError, MemoryError):
                 memo[key] = None
         for i, (tasks, src, res) in zip(range(start, stop + 1), memo[key] or ()):
-            out[i] = (_total(tasks), src, res)
+            out[i] = (sum_stats(tasks), src, res)
     return out
 
 

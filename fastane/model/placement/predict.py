@@ -132,7 +132,10 @@ _POOLS = ("max_pool", "avg_pool", "lp_pool")
 #: (ct2370-rangedim-conv, ct1764-flexible-default1, ct1029-range-e5: apple/coremltools
 #: #2370, #1764, #1029); enumerated shapes: the reports disagree (ct2370-enumerated-conv on
 #: the ANE, ct1909-layernorm-enumerated off it), "uncertain"
-_RANGE = "a range-shaped input keeps the model off the ANE (ct2370-rangedim-conv, ct1764, ct1029)"
+_RANGE = (
+    "a range-shaped input keeps the model off the ANE "
+    "(ct2370-rangedim-conv, ct1764-flexible-default1, ct1029-range-e5)"
+)
 _ENUMERATED = (
     "enumerated input shapes: reports disagree (ct2370-enumerated-conv, ct1909-layernorm-enumerated)"
 )
@@ -252,7 +255,7 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
         if cu == "CPU_AND_GPU":
             out.append(Prediction("gpu" if floats else "cpu", "likely", "CPU_AND_GPU: no Neural Engine"))
             continue
-        p = _predict_ne(layer, bound, types, floats, other, declared, q_of, chip, on_floor_chip)
+        p = _predict_ne(layer, floats, other, declared, on_floor_chip)
         if p is None:
             ops = {n.op for n in layer.nodes}
             lim_axis, lim = next(((a, m) for t in types for a, m in [_limits(t.shape)] if m), ("", ""))
@@ -278,7 +281,7 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
     return out
 
 
-def _predict_ne(layer, bound, types, floats, other, declared, q_of, chip, on_floor_chip):
+def _predict_ne(layer, floats, other, declared, on_floor_chip):
     """The rules that take a layer off the ANE before its tensors' extents are checked
     (``ALL`` / ``CPU_AND_NE``), or None."""
     ops = {n.op for n in layer.nodes}

@@ -53,3 +53,22 @@ def test_every_record_has_its_fields_and_a_source():
 def test_ids_are_unique():
     ids = [r["id"] for r in _reports()]
     assert len(ids) == len(set(ids))
+
+
+def test_every_report_the_rules_cite_is_in_the_file():
+    """A report id predict.py cites (in a comment or a reason) names a record of the file."""
+    import re
+
+    from fastane.roofline import chips
+
+    ids = {r["id"] for r in json.loads(REPORTS.read_text())["reports"]}
+    names = set(chips.CHIPS)  # a14, m4 ...: chips, not reports
+    prefixes = {re.match(r"[a-z]+", i).group() for i in ids}
+    source = Path(placement.__file__).with_name("predict.py").read_text()
+    cited = {
+        m.group()
+        for m in re.finditer(r"\b[a-z]+\d+(?:-[A-Za-z0-9]+)*", source)
+        if re.match(r"[a-z]+", m.group()).group() in prefixes and m.group() not in names
+    }
+    assert cited, "predict.py cites no report"
+    assert sorted(cited - ids) == []

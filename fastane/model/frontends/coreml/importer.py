@@ -44,6 +44,7 @@ import numpy as np
 
 from ....errors import ModelError, quote, quote_names
 from ...budget import MAX_CONST_BYTES, beyond
+from ...cost import nbytes
 from ...graph import Graph, Node, TensorType, check_size
 from ...files import inside, read_file
 from ...tensor import read_protobuf, shape_text
@@ -190,9 +191,9 @@ class _Program:
         as the graph holds it) against :data:`~fastane.model.budget.MAX_CONST_BYTES`: a
         blob's value before it is decoded, a ``constexpr_*`` output (its size checked
         while it is computed) before it is kept."""
-        n = check_size(shape, what)
+        check_size(shape, what)
         dt = np.dtype(dtype)
-        self.const_bytes += n * (max(dt.itemsize, 4) if dt.kind == "f" else dt.itemsize)
+        self.const_bytes += nbytes(TensorType(dt, tuple(shape)))
         if self.const_bytes > MAX_CONST_BYTES:
             raise beyond(
                 f"{what}: {shape_text(shape)} {dt.name}: the constants decoded so far",
