@@ -8,8 +8,9 @@ the same as JSON, ``--stats-only`` the report from the shapes alone (nothing com
 the same programs counted on a stats-only device).  For a Core ML model, or any model with
 ``--compute-units``, the predicted compute plan (:meth:`fastane.Model.compute_plan`) gives
 the report its Core ML column and table, and a plan that leaves the ANE one warning line on
-stderr (:func:`warning_line`; ``--quiet`` drops it, ``--json`` carries it too).  ``--random`` feeds seeded standard-normal inputs to the inputs not given
-(their shapes from the model or ``--shape``).  A bad model file, a missing input, a wrong
+stderr (:func:`warning_line`; ``--quiet`` drops it, ``--json`` carries it too).
+``--random`` feeds seeded standard-normal inputs to the inputs not given (their shapes from
+the model or ``--shape``).  A bad model file, a missing input, a wrong
 shape or dtype is one line on stderr and exit status 2; any other exception (a bug in
 fastane) one line too, ``fastane run: internal error: TYPE: MESSAGE``, and exit status 3
 (the environment variable ``FASTANE_TRACEBACK=1`` shows its traceback instead).

@@ -200,9 +200,8 @@ class ComputePlan:
             return None
         off = sorted((o for o in self.ops if o.preferred != "ane" or o.rule), key=lambda o: -o.weight)
         share = sum(o.weight for o in off)
-        if not any(RULES.get(o.rule) == "config" or o.placement == "ane" for o in off) and not (
-            share > LEAVE_SHARE
-        ):
+        avoidable = any(RULES.get(o.rule) == "config" or o.placement == "ane" for o in off)
+        if not avoidable and share <= LEAVE_SHARE:
             return None
         by_rule: dict = {}
         for o in off:

@@ -178,7 +178,7 @@ class Model:
         return self.bind(shapes)[1]
 
     def predict_placement(self, shapes: dict, compute_units: str = "ALL") -> list:
-        """``[(layer name, Prediction(unit, confidence, reason)), ...]``: the compute unit
+        """``[(layer name, Prediction(unit, confidence, reason, rule)), ...]``: the compute unit
         Core ML would likely pick per layer (an estimate: :mod:`fastane.model.placement.predict`)."""
         from ..placement.predict import predict
 
