@@ -37,8 +37,10 @@ placement prediction", cites the sources):
   - a range-shaped (flexible) input keeps the whole model off the ANE.  Whether the layer's tensors fit the 2 MiB L2 is reported too
   (a layer that does not streams its tiles from DRAM: slower, still on the ANE).
 
-The result for each layer is ``(unit, confidence, reason)``; ``confidence`` is "likely"
-or "uncertain".  Compare with Xcode's performance report on a Mac (docs/models.md).
+The result for each layer is ``(unit, confidence, reason, rule)``; ``confidence`` is
+"likely" or "uncertain"; ``rule`` the short name (a key of :data:`RULES`) of the rule that
+takes the layer off the ANE, or of the one that puts a layer left on it at risk (a declared
+fp32 tensor), else "".  Compare with Xcode's performance report on a Mac (docs/models.md).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from ... import m1
 from ..ops import OPS
 from .place import CONTROL_FLOW
 
-__all__ = ["COMPUTE_UNITS", "predict", "Prediction"]
+__all__ = ["COMPUTE_UNITS", "RULES", "predict", "Prediction"]
 
 COMPUTE_UNITS = ("ALL", "CPU_AND_NE", "CPU_AND_GPU", "CPU_ONLY")
 
@@ -139,32 +141,67 @@ _RANGE = (
 _ENUMERATED = (
     "enumerated input shapes: reports disagree (ct2370-enumerated-conv, ct1909-layernorm-enumerated)"
 )
+#: the SPEC 5 compile limits by axis: ``(largest value, the rule's short name)``
+_LIMITS = {
+    "N": (65536, "N > 65536"),
+    "C": (m1.LIMITS.max_channels, f"C > {m1.LIMITS.max_channels}"),
+    "H": (m1.LIMITS.max_hw, f"H > {m1.LIMITS.max_hw}"),
+    "W": (m1.LIMITS.max_hw, f"W > {m1.LIMITS.max_hw}"),
+}
+_RANK = f"rank > {MAX_RANK}"
+_FP32 = "fp32 compute precision"
+_FLEXIBLE = "flexible input shapes"
+_POOL_RULES = {
+    "kernel": f"pooling window > {POOL_LIMITS['kernel']}",
+    "stride": f"pooling stride > {POOL_LIMITS['stride']}",
+}
+#: the short name of each rule that takes a layer off the ANE (:attr:`Prediction.rule`) ->
+#: its kind: "config" -- Core ML runs the op on the ANE in another precision, size or input
+#: shape, or on another chip; "op" -- the ANE does not run the op as written; "units" --
+#: the compute-unit setting leaves the ANE out.  ``fp32 compute precision`` also marks a
+#: layer left on the ANE, "uncertain", at risk of leaving it
+RULES = {
+    _FP32: "config",
+    _FLEXIBLE: "config",
+    **{rule: "config" for rule in _POOL_RULES.values()},
+    "M4 size floor": "config",
+    _RANK: "config",
+    **{rule: "config" for _, rule in _LIMITS.values()},
+    "control flow": "op",
+    "host-only op": "op",
+    "not an ANE op": "op",
+    "integer tensors": "op",
+    "cast to integer": "op",
+    "compute units": "units",
+}
 
 
 class Prediction(tuple):
-    """``(unit, confidence, reason)``."""
+    """``(unit, confidence, reason, rule)`` (``rule``: a key of :data:`RULES`, or "")."""
 
     __slots__ = ()
 
-    def __new__(cls, unit, confidence, reason):
-        return tuple.__new__(cls, (unit, confidence, reason))
+    def __new__(cls, unit, confidence, reason, rule=""):
+        return tuple.__new__(cls, (unit, confidence, reason, rule))
 
     unit = property(lambda s: s[0])
     confidence = property(lambda s: s[1])
     reason = property(lambda s: s[2])
+    rule = property(lambda s: s[3])
 
 
 def _limits(shape) -> tuple:
-    """``(axis, message)`` of the SPEC 5 limit a tensor of ``shape`` breaks, or ``("", "")``."""
+    """``(axis, message, rule)`` of the SPEC 5 limit a tensor of ``shape`` breaks, or
+    ``("", "", "")``."""
     if len(shape) > MAX_RANK:
-        return "rank", f"rank {len(shape)} > {MAX_RANK}"
+        return "rank", f"rank {len(shape)} > {MAX_RANK}", _RANK
     dims = (1,) * (4 - len(shape)) + tuple(shape) if len(shape) < 4 else tuple(shape)
-    L = m1.LIMITS
     n, c, h, w = dims[0] if len(dims) == 4 else dims[0] * dims[1], dims[-3], dims[-2], dims[-1]
-    for name, v, hi in (("N", n, 65536), ("C", c, L.max_channels), ("H", h, L.max_hw), ("W", w, L.max_hw)):
+    for name, v in (("N", n), ("C", c), ("H", h), ("W", w)):
+        hi, rule = _LIMITS[name]
         if v > hi:
-            return name, f"{name} = {v} > {hi} (SPEC 5 compile limit)"
-    return "", ""
+            return name, f"{name} = {v} > {hi} (SPEC 5 compile limit)", rule
+    return "", "", ""
 
 
 def _declared(layer, declared: dict) -> set:
@@ -217,13 +254,14 @@ def _floor(measure: int, floor: dict, what: str, ids: str, on_floor_chip: bool):
     return None, "likely", ""
 
 
-def _pool_limit(n) -> str:
+def _pool_limit(n) -> tuple:
+    """``(message, rule)`` of the pooling limit node ``n`` breaks, or ``("", "")``."""
     k, st = tuple(n.attrs.get("kernel") or ()), tuple(n.attrs.get("strides") or ())
     if k and max(k) > POOL_LIMITS["kernel"]:
-        return f"a pooling window {k} > {POOL_LIMITS['kernel']} (hn2-avgpool-k28)"
+        return f"a pooling window {k} > {POOL_LIMITS['kernel']} (hn2-avgpool-k28)", _POOL_RULES["kernel"]
     if st and max(st) > POOL_LIMITS["stride"]:
-        return f"a pooling stride {st} > {POOL_LIMITS['stride']} (hn2-avgpool-stride4)"
-    return ""
+        return f"a pooling stride {st} > {POOL_LIMITS['stride']} (hn2-avgpool-stride4)", _POOL_RULES["stride"]
+    return "", ""
 
 
 def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
@@ -250,17 +288,23 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
         types = [bound.types[t] for t in list(layer.inputs) + list(layer.outputs) if t in bound.types]
         floats = all(np.dtype(t.dtype).kind == "f" for t in types)
         if cu == "CPU_ONLY":
-            out.append(Prediction("cpu", "likely", "CPU_ONLY"))
+            out.append(Prediction("cpu", "likely", "CPU_ONLY", "compute units"))
             continue
         if cu == "CPU_AND_GPU":
-            out.append(Prediction("gpu" if floats else "cpu", "likely", "CPU_AND_GPU: no Neural Engine"))
+            out.append(
+                Prediction(
+                    "gpu" if floats else "cpu", "likely", "CPU_AND_GPU: no Neural Engine", "compute units"
+                )
+            )
             continue
         p = _predict_ne(layer, floats, other, declared, on_floor_chip)
         if p is None:
             ops = {n.op for n in layer.nodes}
-            lim_axis, lim = next(((a, m) for t in types for a, m in [_limits(t.shape)] if m), ("", ""))
+            lim_axis, lim, rule = next((x for t in types for x in [_limits(t.shape)] if x[1]), ("", "", ""))
             if lim_axis in ("W", "H") and extent_known:
-                p = Prediction(other, "likely", f"{lim} (a1111-13527-matmul-w23040, rustane13-width-16384)")
+                p = Prediction(
+                    other, "likely", f"{lim} (a1111-13527-matmul-w23040, rustane13-width-16384)", rule
+                )
             elif lim_axis in ("W", "H"):
                 p = Prediction(
                     other,
@@ -268,15 +312,16 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
                     f"{lim}{on_chip}: ANEForge's documentation says 65536 from A16 on "
                     f"(aneforge-caps-extents), an A16 refused W = 32000 through MPSGraph "
                     f"(et7907-transpose-w32000)",
+                    rule,
                 )
             elif lim:
-                p = Prediction(other, m1_limits, lim + on_chip)
+                p = Prediction(other, m1_limits, lim + on_chip, rule)
             else:
                 p = _on_ane(layer, bound, types, ops, declared, q_of, on_chip, on_floor_chip)
         if p.unit == "ane" and "range" in flexible:
-            p = Prediction("cpu", "likely", _RANGE)
+            p = Prediction("cpu", "likely", _RANGE, _FLEXIBLE)
         elif p.unit == "ane" and "enumerated" in flexible:
-            p = Prediction("ane", "uncertain", f"{_ENUMERATED}; {p.reason}")
+            p = Prediction("ane", "uncertain", f"{_ENUMERATED}; {p.reason}", p.rule)
         out.append(p)
     return out
 
@@ -286,18 +331,22 @@ def _predict_ne(layer, floats, other, declared, on_floor_chip):
     (``ALL`` / ``CPU_AND_NE``), or None."""
     ops = {n.op for n in layer.nodes}
     if any(OPS[op].ane == "control" for op in ops):
-        return Prediction("cpu", "likely", f"{CONTROL_FLOW} (sm-cond)")
+        return Prediction("cpu", "likely", f"{CONTROL_FLOW} (sm-cond)", "control flow")
     host = next((op for op in HOST_ONLY if op in ops), None)
     if host:
         why = f"{HOST_ONLY[host]}: no ANE lowering in fastane, run on the host"
         if host in HOST_ON_CPU:
-            return Prediction("cpu", "likely", f"{why}; reported on the CPU ({HOST_ON_CPU[host]})")
-        return Prediction("cpu", "uncertain", why)
+            return Prediction(
+                "cpu", "likely", f"{why}; reported on the CPU ({HOST_ON_CPU[host]})", "host-only op"
+            )
+        return Prediction("cpu", "uncertain", why, "host-only op")
     fb = next((why for op, why in _FALLBACK.items() if op in ops), None)
     if not floats:
-        return Prediction("cpu", "likely", "integer/boolean tensors: the ANE computes fp16")
+        return Prediction(
+            "cpu", "likely", "integer/boolean tensors: the ANE computes fp16", "integer tensors"
+        )
     if any(n.op == "cast" and np.dtype(n.attrs.get("to", np.float32)).kind != "f" for n in layer.nodes):
-        return Prediction("cpu", "likely", "a cast to an integer type")
+        return Prediction("cpu", "likely", "a cast to an integer type", "cast to integer")
     if fb:
         if "where" in ops:
             # sm-where-mask: a select on a mask computed outside the model ran on the ANE
@@ -306,11 +355,12 @@ def _predict_ne(layer, floats, other, declared, on_floor_chip):
                 other,
                 "uncertain",
                 f"{fb}: not an ANE op; a select on a precomputed mask ran there (sm-where-mask)",
+                "not an ANE op",
             )
-        return Prediction(other, "likely", f"{fb}: not an ANE op")
-    pool = next((m for n in layer.nodes if n.op in _POOLS for m in [_pool_limit(n)] if m), "")
+        return Prediction(other, "likely", f"{fb}: not an ANE op", "not an ANE op")
+    pool, rule = next((x for n in layer.nodes if n.op in _POOLS for x in [_pool_limit(n)] if x[0]), ("", ""))
     if pool:
-        return Prediction(other, "likely", f"{pool}: rejected by the ANE's kernel validation")
+        return Prediction(other, "likely", f"{pool}: rejected by the ANE's kernel validation", rule)
     fp32 = np.dtype(np.float32) in _declared(layer, declared) and ops != {"cast"}
     mac = "matmul" in ops or any(_sdpa_key(n) for n in layer.nodes)
     if fp32 and mac:
@@ -321,13 +371,15 @@ def _predict_ne(layer, floats, other, declared, on_floor_chip):
             conf,
             "declared fp32: no fp32 matmul or attention was placed on the ANE "
             "(vx435-matmul-f32, vx437-sdpa-f32-1x1xS; Apple M4)",
+            _FP32,
         )
     return None
 
 
 def _on_ane(layer, bound, types, ops, declared, q_of, on_chip, on_floor_chip):
-    """A layer the rules leave on the ANE: the size floor, fp32, KMem and L2 notes."""
-    conf, notes = "likely", []
+    """A layer the rules leave on the ANE: the size floor, fp32 (the layer at risk: its rule),
+    KMem and L2 notes."""
+    conf, notes, rule = "likely", [], ""
     for n in layer.nodes:
         key = _sdpa_key(n)
         if key and key in q_of and q_of[key] in bound.types:
@@ -349,13 +401,13 @@ def _on_ane(layer, bound, types, ops, declared, q_of, on_chip, on_floor_chip):
             continue
         unit, c, note = _floor(measure, floor, what, ids, on_floor_chip)
         if unit:
-            return Prediction(unit, c, note)
+            return Prediction(unit, c, note, "M4 size floor")
         if note:
             conf = "uncertain"
             notes.append(note)
         break
     if np.dtype(np.float32) in _declared(layer, declared) and ops != {"cast"}:
-        conf = "uncertain"
+        conf, rule = "uncertain", _FP32
         notes.append(
             "declared fp32: fp32 constants pulled ops to the CPU (sm-mask-fp32, "
             "granite36-fp32-literal), not measured for this op"
@@ -382,4 +434,4 @@ def _on_ane(layer, bound, types, ops, declared, q_of, on_chip, on_floor_chip):
     )
     if layer.placement == "host" and layer.kind not in ("layout",) and ops != {"cast"}:
         notes.insert(0, "fastane runs it on the host (no lowering yet); Core ML's ANE compiler has the op")
-    return Prediction("ane", conf, "; ".join(notes))
+    return Prediction("ane", conf, "; ".join(notes), rule)
