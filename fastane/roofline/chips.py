@@ -114,6 +114,11 @@ _m3max_read = gbs(120.22, "measured", "anemll-bench Results.MD (docs/measurement
 _m4_read = gbs(64, "measured", _ANEMLL)
 _RESULTS = "anemll-bench Results.MD @0a9a5de"
 _m5max_read = gbs(148.39, "measured", _RESULTS)
+_M2_PRO_PEAK = tops(
+    15.8,
+    source="Apple (Jan 2023)",
+    note="'up to 15.8 trillion operations per second' (as reported by meterpreter.org), the M2's figure",
+)
 #: no Apple figure for the M5 generation's Neural Engine; the FP16 rate measured on an M5 Max
 _M5_PEAK = tops(
     19.27,
@@ -430,11 +435,7 @@ CHIPS: dict[str, Chip] = {
             "m2-pro",
             "M2 Pro",
             cores=core_count(16, "Apple (Jan 2023)"),
-            peak=tops(
-                15.8,
-                source="Apple (Jan 2023)",
-                note="'up to 15.8 trillion operations per second' (as reported by meterpreter.org), the M2's figure",
-            ),
+            peak=_M2_PRO_PEAK,
             precision="fp16",
             dram=gbs(200, source="Apple (Jan 2023)"),
             read=gbs(61.93, "measured", _RESULTS),
@@ -445,11 +446,7 @@ CHIPS: dict[str, Chip] = {
             "m2-max",
             "M2 Max",
             cores=core_count(16, "Apple (Jan 2023)"),
-            peak=tops(
-                15.8,
-                source="Apple (Jan 2023)",
-                note="'up to 15.8 trillion operations per second' (as reported by meterpreter.org), the M2's figure",
-            ),
+            peak=_M2_PRO_PEAK,
             precision="fp16",
             dram=gbs(400, source="Apple (Jan 2023)"),
             read=gbs(62.01, "measured", _RESULTS),

@@ -41,6 +41,12 @@ def _on(path, shapes, chip, op):
     )
 
 
+def _decision(path, shapes, chip, op):
+    """``(unit, confidence)`` of :func:`_on`."""
+    p = _on(path, shapes, chip, op)
+    return p.unit, p.confidence
+
+
 def _relu(tmp_path, shape):
     return _save(
         tmp_path, f"relu{'x'.join(map(str, shape))}", [helper.make_node("Relu", ["x"], ["y"])], [("x", shape)]
@@ -84,10 +90,7 @@ def test_the_extent_is_read_from_the_family_record(tmp_path):
     wider = _with("m3", max_extent=_measured(65536))
     assert _on(path, shapes, wider, "relu").unit == "ane"
     narrower = _with("m5", max_extent=_measured(16384))
-    assert (_on(path, shapes, narrower, "relu").unit, _on(path, shapes, narrower, "relu").confidence) == (
-        "cpu",
-        "likely",
-    )
+    assert _decision(path, shapes, narrower, "relu") == ("cpu", "likely")
 
 
 def test_beyond_65536_the_measured_generation_is_sure(tmp_path):
@@ -95,14 +98,8 @@ def test_beyond_65536_the_measured_generation_is_sure(tmp_path):
     shapes = {"x": (1, 1, 1, 70000)}
     # H17 (the M5's): 65536 measured by ANEForge; H16 (the M4's): the same tier, derived
     assert chips.get("m5").family.max_extent.kind == "measured"
-    assert (_on(path, shapes, "m5", "relu").unit, _on(path, shapes, "m5", "relu").confidence) == (
-        "cpu",
-        "likely",
-    )
-    assert (_on(path, shapes, "m4", "relu").unit, _on(path, shapes, "m4", "relu").confidence) == (
-        "cpu",
-        "uncertain",
-    )
+    assert _decision(path, shapes, "m5", "relu") == ("cpu", "likely")
+    assert _decision(path, shapes, "m4", "relu") == ("cpu", "uncertain")
 
 
 def test_channels_and_rank_are_read_from_the_family_record(tmp_path):
@@ -152,13 +149,14 @@ def test_the_size_floor_is_read_from_the_family_record(tmp_path):
     )
     shapes = {"a": (64, 64), "b": (64, 64)}
     assert chips.get("m4").family.size_floor and not chips.get("m5").family.size_floor
-    assert (_on(path, shapes, "m4", "matmul").unit, _on(path, shapes, "m4", "matmul").confidence) == (
-        "cpu",
-        "likely",
-    )
-    assert (_on(path, shapes, "m5", "matmul").unit, _on(path, shapes, "m5", "matmul").confidence) == (
-        "ane",
-        "uncertain",
-    )
+    assert _decision(path, shapes, "m4", "matmul") == ("cpu", "likely")
+    assert _decision(path, shapes, "m5", "matmul") == ("ane", "uncertain")
     floored = _with("m5", size_floor="test")
     assert _on(path, shapes, floored, "matmul").unit == "cpu"
+
+
+def test_a_chip_without_a_generation_is_of_the_unknown_one(tmp_path):
+    path = _relu(tmp_path, [1, 1, 1, 20000])
+    bare = replace(chips.get("m4"), family=None)
+    p = _on(path, {"x": (1, 1, 1, 20000)}, bare, "relu")
+    assert (p.unit, p.confidence) == ("cpu", "uncertain") and "the M1's limit; M4's is not known" in p.reason
