@@ -327,8 +327,9 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
             # W or H above 16384 that the generation takes (65536 from the M4's): not a refusal
             refused = [b for b in broken if b[0] not in ("W", "H") or b[1] > b[3].value]
             if refused:
-                axis, _, lim, limit, rule = refused[0]
-                p = Prediction(other, _confidence(limit), _refusal(axis, lim, limit, family, chip), rule)
+                axis, extent, lim, limit, rule = refused[0]
+                why = _refusal(axis, extent, lim, limit, family, chip)
+                p = Prediction(other, _confidence(limit), why, rule)
             else:
                 p = _on_ane(layer, bound, types, ops, declared, q_of, chip)
                 if broken and p.unit == "ane":
@@ -343,10 +344,13 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
     return out
 
 
-def _refusal(axis, lim, limit, family, chip) -> str:
-    """Why a tensor beyond ``limit`` (a figure of ``family``) leaves the ANE."""
+def _refusal(axis, extent, lim, limit, family, chip) -> str:
+    """Why a tensor ``extent`` long on ``axis``, beyond ``limit`` (a figure of ``family``),
+    leaves the ANE."""
     if axis not in ("W", "H"):
         return lim + _unknown(limit, chip)
+    if limit.value != m1.LIMITS.max_hw:  # the generation's own W/H limit, not SPEC 5's
+        lim = f"{axis} = {extent} > {limit.value:g}"
     if limit.kind == "measured":
         return f"{lim}: the {family.name} generation's limit ({limit.source})"
     return f"{lim}{_unknown(limit, chip)}: {limit.note}"
