@@ -65,9 +65,18 @@ from ...roofline import chips
 from ..ops import OPS
 from .place import CONTROL_FLOW
 
-__all__ = ["COMPUTE_UNITS", "RULES", "predict", "Prediction"]
+__all__ = ["COMPUTE_UNITS", "RULES", "check_units", "predict", "Prediction"]
 
 COMPUTE_UNITS = ("ALL", "CPU_AND_NE", "CPU_AND_GPU", "CPU_ONLY")
+
+
+def check_units(value) -> str:
+    """``value`` as a key of :data:`COMPUTE_UNITS` (any case); ValueError if it is none."""
+    cu = str(value).upper()
+    if cu not in COMPUTE_UNITS:
+        raise ValueError(f"compute units {value!r}: one of {', '.join(COMPUTE_UNITS)}")
+    return cu
+
 
 #: ops (fastane's vocabulary) the ANE is known not to run (fall back to CPU/GPU); a gather:
 #: sm-gather-index-select, sm-gather-any-size (smpanaro/more-ane-transformers NOTES.md, M1 Pro)
@@ -296,9 +305,7 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
     on ``bound``) on ``chip`` (a name of :mod:`fastane.roofline.chips`).  The compile limits
     and the size floor are those of the chip's ANE generation (``Chip.family``): a decision
     one of them makes is "uncertain" where that generation's figure is not measured."""
-    cu = str(compute_units).upper()
-    if cu not in COMPUTE_UNITS:
-        raise ValueError(f"compute units {compute_units!r}: one of {', '.join(COMPUTE_UNITS)}")
+    cu = check_units(compute_units)
     chip = chips.get(chip)
     if chip.family is None:  # a chip built by hand: no generation known
         chip = replace(chip, family=chips.FAMILIES["unknown"])
