@@ -334,8 +334,9 @@ FAMILIES: dict[str, Family] = {
             max_rank=_the_m1s(_H13_RANK, "rank"),
             kmem_core_bytes=_the_m1s(_H13_KMEM, "KMem"),
             note="maderix/ANE training/m5result.md reports 'ANE Family: H16 (same as M4)' on a base M5 (macOS "
-            "26.3); ANEForge and PR #50 report H17 on M5-class chips. ANEForge folds H16 and H17 into one tier, "
-            "so the limits here are the same either way",
+            "26.3), and PR #50 h17 on an M5 Max, 'distinct from the h16 subtype reported by both M4 and the base "
+            "M5'; ANEForge reports H17 on an M5. ANEForge folds H16 and H17 into one tier, so the limits here are "
+            "the same either way",
         ),
         Family(
             "unknown",
