@@ -668,7 +668,7 @@ CHIPS: dict[str, Chip] = {
             peak=tops(
                 35,
                 source="Apple (Sep 2023)",
-                note="likely INT8: twice the M3's 18 on the same ANE generation",
+                note="likely INT8: twice the M3's 18",
             ),
             precision="int8",
             peak_fp16=tops(
@@ -679,7 +679,7 @@ CHIPS: dict[str, Chip] = {
             ),
             dram=gbs(51.2, "derived", "memory type", _LPDDR5),
             proxy_read=_m3_read,
-            proxy_name="M3 (same ANE generation)",
+            proxy_name="M3 (the closest measured chip: the A17 Pro's ANE generation is not published)",
             aliases=("a17",),
             family=FAMILIES["unknown"],
         ),
