@@ -321,12 +321,18 @@ def _standard_normal(rng, shape, dtype, chunk: int = 1 << 20) -> np.ndarray:
 def run(args) -> int:
     from . import load_model
     from ..roofline import chips as _chips
+    from .placement.predict import check_units
 
     try:
         try:
             _chips.get(args.chip)
         except (KeyError, ValueError) as exc:
             raise CommandError(f"--chip {args.chip!r}: {exc}") from None
+        if getattr(args, "compute_units", None) is not None:
+            try:
+                check_units(args.compute_units)
+            except ValueError as exc:  # before the model runs: one line, no notes before it
+                raise CommandError(f"--compute-units: {exc}") from None
         model = load_model(args.model, weights=not args.stats_only)
         arrays = read_inputs(model, args)
         if args.stats_only and args.output:
@@ -342,7 +348,7 @@ def run(args) -> int:
     try:
         plan = _compute_plan(model, arrays, args, rep)
     except ValueError as exc:
-        return error_line("run", f"--compute-units: {exc}")
+        return error_line("run", exc)
     if outs is None:
         rc = _print_report(rep, plan, args)
         if rc:

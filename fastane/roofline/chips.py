@@ -334,8 +334,9 @@ FAMILIES: dict[str, Family] = {
             max_rank=_the_m1s(_H13_RANK, "rank"),
             kmem_core_bytes=_the_m1s(_H13_KMEM, "KMem"),
             note="maderix/ANE training/m5result.md reports 'ANE Family: H16 (same as M4)' on a base M5 (macOS "
-            "26.3); ANEForge and PR #50 report H17 on M5-class chips. ANEForge folds H16 and H17 into one tier, "
-            "so the limits here are the same either way",
+            "26.3), and PR #50 h17 on an M5 Max, 'distinct from the h16 subtype reported by both M4 and the base "
+            "M5'; ANEForge reports H17 on an M5. ANEForge folds H16 and H17 into one tier, so the limits here are "
+            "the same either way",
         ),
         Family(
             "unknown",
@@ -667,7 +668,7 @@ CHIPS: dict[str, Chip] = {
             peak=tops(
                 35,
                 source="Apple (Sep 2023)",
-                note="likely INT8: twice the M3's 18 on the same ANE generation",
+                note="likely INT8: twice the M3's 18",
             ),
             precision="int8",
             peak_fp16=tops(
@@ -678,7 +679,7 @@ CHIPS: dict[str, Chip] = {
             ),
             dram=gbs(51.2, "derived", "memory type", _LPDDR5),
             proxy_read=_m3_read,
-            proxy_name="M3 (same ANE generation)",
+            proxy_name="M3 (the closest measured chip: the A17 Pro's ANE generation is not published)",
             aliases=("a17",),
             family=FAMILIES["unknown"],
         ),

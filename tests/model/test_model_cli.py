@@ -109,3 +109,15 @@ def test_report_and_save_in_one_run(net, capsys, tmp_path):
     want = model({"x": np.load(net / "x.npy")})
     for k, v in want.items():
         np.testing.assert_array_equal(saved[k], v)
+
+
+def test_a_bad_compute_units_is_refused_before_the_model_runs(net, capsys):
+    """Checked with --chip, before the inputs are drawn and the model runs: the error is the
+    only line on stderr."""
+    rc, out, err = _run(
+        capsys, net / "net.onnx", "--random", "--shape", "x=1x3x16x16", "--compute-units", "GPU"
+    )
+    (line,) = err.splitlines()
+    assert (
+        rc == 2 and out == "" and line.startswith("fastane run: error: --compute-units: compute units 'GPU'")
+    )

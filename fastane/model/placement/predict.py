@@ -65,9 +65,18 @@ from ...roofline import chips
 from ..ops import OPS
 from .place import CONTROL_FLOW
 
-__all__ = ["COMPUTE_UNITS", "RULES", "predict", "Prediction"]
+__all__ = ["COMPUTE_UNITS", "RULES", "check_units", "predict", "Prediction"]
 
 COMPUTE_UNITS = ("ALL", "CPU_AND_NE", "CPU_AND_GPU", "CPU_ONLY")
+
+
+def check_units(value) -> str:
+    """``value`` as a key of :data:`COMPUTE_UNITS` (any case); ValueError if it is none."""
+    cu = str(value).upper()
+    if cu not in COMPUTE_UNITS:
+        raise ValueError(f"compute units {value!r}: one of {', '.join(COMPUTE_UNITS)}")
+    return cu
+
 
 #: ops (fastane's vocabulary) the ANE is known not to run (fall back to CPU/GPU); a gather:
 #: sm-gather-index-select, sm-gather-any-size (smpanaro/more-ane-transformers NOTES.md, M1 Pro)
@@ -158,6 +167,13 @@ _POOL_RULES = {
     "kernel": f"pooling window > {POOL_LIMITS['kernel']}",
     "stride": f"pooling stride > {POOL_LIMITS['stride']}",
 }
+_SIZE_FLOOR = "M4 size floor"
+_CONTROL = "control flow"
+_HOST_ONLY = "host-only op"
+_NOT_ANE = "not an ANE op"
+_INTEGER = "integer tensors"
+_CAST_INT = "cast to integer"
+_UNITS = "compute units"
 #: the short name of each rule that takes a layer off the ANE (:attr:`Prediction.rule`) ->
 #: its kind: "config" -- Core ML runs the op on the ANE in another precision, size or input
 #: shape, or on another chip; "op" -- the ANE does not run the op as written; "units" --
@@ -167,15 +183,15 @@ RULES = {
     _FP32: "config",
     _FLEXIBLE: "config",
     **{rule: "config" for rule in _POOL_RULES.values()},
-    "M4 size floor": "config",
+    _SIZE_FLOOR: "config",
     _RANK: "config",
     **{rule: "config" for rule in _LIMITS.values()},
-    "control flow": "op",
-    "host-only op": "op",
-    "not an ANE op": "op",
-    "integer tensors": "op",
-    "cast to integer": "op",
-    "compute units": "units",
+    _CONTROL: "op",
+    _HOST_ONLY: "op",
+    _NOT_ANE: "op",
+    _INTEGER: "op",
+    _CAST_INT: "op",
+    _UNITS: "units",
 }
 
 
@@ -289,9 +305,7 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
     on ``bound``) on ``chip`` (a name of :mod:`fastane.roofline.chips`).  The compile limits
     and the size floor are those of the chip's ANE generation (``Chip.family``): a decision
     one of them makes is "uncertain" where that generation's figure is not measured."""
-    cu = str(compute_units).upper()
-    if cu not in COMPUTE_UNITS:
-        raise ValueError(f"compute units {compute_units!r}: one of {', '.join(COMPUTE_UNITS)}")
+    cu = check_units(compute_units)
     chip = chips.get(chip)
     if chip.family is None:  # a chip built by hand: no generation known
         chip = replace(chip, family=chips.FAMILIES["unknown"])
@@ -306,13 +320,11 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
         types = [bound.types[t] for t in list(layer.inputs) + list(layer.outputs) if t in bound.types]
         floats = all(np.dtype(t.dtype).kind == "f" for t in types)
         if cu == "CPU_ONLY":
-            out.append(Prediction("cpu", "likely", "CPU_ONLY", "compute units"))
+            out.append(Prediction("cpu", "likely", "CPU_ONLY", _UNITS))
             continue
         if cu == "CPU_AND_GPU":
             out.append(
-                Prediction(
-                    "gpu" if floats else "cpu", "likely", "CPU_AND_GPU: no Neural Engine", "compute units"
-                )
+                Prediction("gpu" if floats else "cpu", "likely", "CPU_AND_GPU: no Neural Engine", _UNITS)
             )
             continue
         p = _predict_ne(layer, floats, other, declared, on_floor_chip)
@@ -322,8 +334,9 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
             # W or H above 16384 that the generation takes (65536 from the M4's): not a refusal
             refused = [b for b in broken if b[0] not in ("W", "H") or b[1] > b[3].value]
             if refused:
-                axis, _, lim, limit, rule = refused[0]
-                p = Prediction(other, _confidence(limit), _refusal(axis, lim, limit, family, chip), rule)
+                axis, extent, lim, limit, rule = refused[0]
+                why = _refusal(axis, extent, lim, limit, family, chip)
+                p = Prediction(other, _confidence(limit), why, rule)
             else:
                 p = _on_ane(layer, bound, types, ops, declared, q_of, chip)
                 if broken and p.unit == "ane":
@@ -338,10 +351,13 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
     return out
 
 
-def _refusal(axis, lim, limit, family, chip) -> str:
-    """Why a tensor beyond ``limit`` (a figure of ``family``) leaves the ANE."""
+def _refusal(axis, extent, lim, limit, family, chip) -> str:
+    """Why a tensor ``extent`` long on ``axis``, beyond ``limit`` (a figure of ``family``),
+    leaves the ANE."""
     if axis not in ("W", "H"):
         return lim + _unknown(limit, chip)
+    if limit.value != m1.LIMITS.max_hw:  # the generation's own W/H limit, not SPEC 5's
+        lim = f"{axis} = {extent} > {limit.value:g}"
     if limit.kind == "measured":
         return f"{lim}: the {family.name} generation's limit ({limit.source})"
     return f"{lim}{_unknown(limit, chip)}: {limit.note}"
@@ -361,22 +377,20 @@ def _predict_ne(layer, floats, other, declared, on_floor_chip):
     (``ALL`` / ``CPU_AND_NE``), or None."""
     ops = {n.op for n in layer.nodes}
     if any(OPS[op].ane == "control" for op in ops):
-        return Prediction("cpu", "likely", f"{CONTROL_FLOW} (sm-cond)", "control flow")
+        return Prediction("cpu", "likely", f"{CONTROL_FLOW} (sm-cond)", _CONTROL)
     host = next((op for op in HOST_ONLY if op in ops), None)
     if host:
         why = f"{HOST_ONLY[host]}: no ANE lowering in fastane, run on the host"
         if host in HOST_ON_CPU:
             return Prediction(
-                "cpu", "likely", f"{why}; reported on the CPU ({HOST_ON_CPU[host]})", "host-only op"
+                "cpu", "likely", f"{why}; reported on the CPU ({HOST_ON_CPU[host]})", _HOST_ONLY
             )
-        return Prediction("cpu", "uncertain", why, "host-only op")
+        return Prediction("cpu", "uncertain", why, _HOST_ONLY)
     fb = next((why for op, why in _FALLBACK.items() if op in ops), None)
     if not floats:
-        return Prediction(
-            "cpu", "likely", "integer/boolean tensors: the ANE computes fp16", "integer tensors"
-        )
+        return Prediction("cpu", "likely", "integer/boolean tensors: the ANE computes fp16", _INTEGER)
     if any(n.op == "cast" and np.dtype(n.attrs.get("to", np.float32)).kind != "f" for n in layer.nodes):
-        return Prediction("cpu", "likely", "a cast to an integer type", "cast to integer")
+        return Prediction("cpu", "likely", "a cast to an integer type", _CAST_INT)
     if fb:
         if "where" in ops:
             # sm-where-mask: a select on a mask computed outside the model ran on the ANE
@@ -385,9 +399,9 @@ def _predict_ne(layer, floats, other, declared, on_floor_chip):
                 other,
                 "uncertain",
                 f"{fb}: not an ANE op; a select on a precomputed mask ran there (sm-where-mask)",
-                "not an ANE op",
+                _NOT_ANE,
             )
-        return Prediction(other, "likely", f"{fb}: not an ANE op", "not an ANE op")
+        return Prediction(other, "likely", f"{fb}: not an ANE op", _NOT_ANE)
     pool, rule = next((x for n in layer.nodes if n.op in _POOLS for x in [_pool_limit(n)] if x[0]), ("", ""))
     if pool:
         return Prediction(other, "likely", f"{pool}: rejected by the ANE's kernel validation", rule)
@@ -432,7 +446,7 @@ def _on_ane(layer, bound, types, ops, declared, q_of, chip):
             continue
         unit, c, note = _floor(measure, floor, what, ids, bool(chip.family.size_floor))
         if unit:
-            return Prediction(unit, c, note, "M4 size floor")
+            return Prediction(unit, c, note, _SIZE_FLOOR)
         if note:
             conf = "uncertain"
             notes.append(note)

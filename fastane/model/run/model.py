@@ -198,10 +198,9 @@ class Model:
         from ...errstate import warn_user
         from ...roofline import chips as _chips
         from ..placement.compute_plan import build
-        from ..placement.predict import COMPUTE_UNITS
+        from ..placement.predict import check_units
 
-        if str(compute_units).upper() not in COMPUTE_UNITS:
-            raise ValueError(f"compute units {compute_units!r}: one of {', '.join(COMPUTE_UNITS)}")
+        check_units(compute_units)
         shapes = _shapes_of(self, inputs)
         bound, layers = self.bind(shapes)
         rep = report or self.report(shapes, chip, stats_only=True)

@@ -100,6 +100,10 @@ def test_beyond_65536_the_measured_generation_is_sure(tmp_path):
     assert chips.get("m5").family.max_extent.kind == "measured"
     assert _decision(path, shapes, "m5", "relu") == ("cpu", "likely")
     assert _decision(path, shapes, "m4", "relu") == ("cpu", "uncertain")
+    # the reason names the generation's limit, not SPEC 5's 16384
+    for key in ("m4", "m5"):
+        reason = _on(path, shapes, key, "relu").reason
+        assert "W = 70000 > 65536" in reason and "> 16384" not in reason, key
 
 
 def test_channels_and_rank_are_read_from_the_family_record(tmp_path):
