@@ -28,6 +28,8 @@ Conventions (stated once here, repeated in ``docs/roofline.md``):
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .convnets import mobilenetv2, mobilenetv3_small, mobileone, resnet50
 from .layers import Conv2d, Eltwise, Matmul, Workload
 
@@ -48,8 +50,10 @@ __all__ = [
     "llama",
     "transformer",
     "matmul",
+    "conv_stack",
     "whisper_encoder",
     "mobileone",
+    "palettized",
 ]
 
 
@@ -227,6 +231,18 @@ def matmul(M: int, K: int, N: int, name: str | None = None) -> Workload:
     )
 
 
+def conv_stack(n: int, c: int, hw: int, k: int = 3, name: str | None = None) -> Workload:
+    """``n`` chained ``k x k`` convolutions, ``c`` channels in and out, on a ``hw x hw``
+    map with same padding, fp16 weights (a micro-benchmark's program: ``convs:NxCxHWxK``)."""
+    layers = tuple(Conv2d(f"conv{i}", c, c, hw, hw, k, k, 1, k // 2, follows=i > 0) for i in range(n))
+    return Workload(
+        name or f"convs-{n}x{c}x{hw}x{k}",
+        f"{n} chained {k}x{k} convolutions, {c} channels, {hw}x{hw}, same padding, fp16 weights",
+        layers,
+        source="user spec",
+    )
+
+
 def vit_b16(image: int = 224) -> Workload:
     """ViT-B/16 (16x16 patches -> 196 + [CLS] = 197 tokens), classification head on [CLS]."""
     g = image // 16
@@ -399,6 +415,19 @@ def get(name: str) -> Workload:
     if key not in _CACHE:
         _CACHE[key] = _BUILDERS[key]()
     return _CACHE[key]
+
+
+def palettized(workload: "Workload | str", bits: int) -> Workload:
+    """``workload`` with every weight palettized to ``bits``-bit codes (``weight_bits``),
+    named ``<name>-pal<bits>``: as coremltools' ``palettize_weights`` (``nbits``) writes a
+    model; the ANE keeps the codes in KMem and KernelDMA moves them compressed."""
+    wl = get(workload) if isinstance(workload, str) else workload
+    return replace(
+        wl,
+        name=f"{wl.name}-pal{bits}",
+        description=f"{wl.description}, {bits}-bit palettized weights",
+        weight_bits=bits,
+    )
 
 
 def describe(name: str) -> str:

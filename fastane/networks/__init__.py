@@ -234,6 +234,14 @@ def graph(workload) -> Graph:
             _matmul(b, layer)
         else:
             _eltwise(b, layer, rows)
+    # a palettized workload's weights: every convolution's and matmul's, as a Core ML
+    # palettized program stores them (its small tensors, norms' scales and biases, stay fp16)
+    bits = int(workload.weight_bits)
+    packed = (
+        {n.inputs[1] for n in b.nodes if n.op in ("conv", "matmul") and n.inputs[1] in b.consts}
+        if bits
+        else set()
+    )
     return Graph(
         workload.name,
         b.inputs,
@@ -242,6 +250,8 @@ def graph(workload) -> Graph:
         b.consts,
         origin="fastane.workloads (shapes only)",
         weights=False,
+        compressed=packed,
+        code_bits=dict.fromkeys(packed, bits),
     )
 
 

@@ -21,10 +21,11 @@ def one_path():
     plan (:func:`fastane.roofline.model.task_arrays`), each workload planned once."""
     cache: dict = {}
 
-    def arrays(spec: str):
-        if spec not in cache:
-            cache[spec] = task_arrays(analyze(calibrate.point_workload(spec)).plan.tasks)
-        return cache[spec]
+    def arrays(spec: str, weight_bits: int = 0):
+        key = (spec, weight_bits)
+        if key not in cache:
+            cache[key] = task_arrays(analyze(calibrate.point_workload(spec, weight_bits)).plan.tasks)
+        return cache[key]
 
     return arrays
 
