@@ -34,7 +34,7 @@ from .. import workloads
 from . import chips
 from . import spec as _spec
 from .fitted import FITTED  # the committed result of fit() (the model imports it from there)
-from .model import array_times, calibrated
+from .model import array_times, calibrated, w8a8
 
 __all__ = [
     "Point",
@@ -64,6 +64,8 @@ class Point:
     runtime: str = "coreml"
     #: 0: fp16 weights; else every weight palettized to codes of that many bits
     weight_bits: int = 0
+    #: 8: a W8A8 program (int8 weights and activations, :func:`~.model.w8a8`); 16: fp16
+    activation_bits: int = 16
 
 
 #: the calibration points (/work/shared/measured/ane-latency.md, as corrected in
@@ -104,6 +106,16 @@ POINTS = (
         1.41e-3,
         "apple/coremltools docs-guides opt-palettization-perf.md (iPhone 14 Pro, iOS 17, Xcode median)",
         weight_bits=4,
+    ),
+    Point(
+        "K9",
+        "ResNet-50, W8A8 (int8 weights and activations), 224x224",
+        "resnet50",
+        "a16",
+        0.94e-3,
+        "apple/coremltools docs-guides opt-quantization-perf.md (iPhone 14 Pro, iOS 17, Xcode median)",
+        weight_bits=8,
+        activation_bits=8,
     ),
     Point(
         "K12",
@@ -165,6 +177,7 @@ _GRIDS = {
     "tile_scale": ("geom", 0.25, 16.0, 61),
     "direct_overhead_s": _OVERHEAD_GRID,
     "kernel_overlap": ("lin", 0.0, 1.0, 21),
+    "pointwise_efficiency": ("lin", 0.05, 1.0, 96),
     **{f"chip_overhead_s.{c}": _OVERHEAD_GRID for c in OWN_OVERHEAD},
 }
 _START = {
@@ -174,6 +187,7 @@ _START = {
     "tile_scale": 1.0,
     "direct_overhead_s": 1e-4,
     "kernel_overlap": 0.0,
+    "pointwise_efficiency": 1.0,
     **{f"chip_overhead_s.{c}": 1e-4 for c in OWN_OVERHEAD},
 }
 
@@ -208,8 +222,9 @@ def predict(arrays: dict, chip, values: dict, programs: int = 1, runtime: str = 
 
 
 def point_arrays(arrays, p: Point) -> dict:
-    """The per-task arrays of ``p``'s workload (palettized as the point says)."""
-    return arrays(p.spec, p.weight_bits) if p.weight_bits else arrays(p.spec)
+    """The per-task arrays of ``p``'s workload (palettized, W8A8 as the point says)."""
+    a = arrays(p.spec, p.weight_bits) if p.weight_bits else arrays(p.spec)
+    return w8a8(a) if p.activation_bits == 8 else a
 
 
 def _objective(flat: dict, pts: list, bound) -> float:

@@ -41,6 +41,8 @@ __all__ = [
     "SEED_PARAMS",
     "rates",
     "task_times",
+    "task_arrays",
+    "w8a8",
     "Estimate",
     "estimate",
     "sum_stats",
@@ -94,6 +96,10 @@ class ModelParams:
     planar_fraction: float = 1 / 16
     #: fraction of the FP16 peak a MAC task attains (1.0: every lane busy every cycle)
     compute_efficiency: float = 1.0
+    #: a one-tap task's (1 x 1 convolution, matmul: ``Stats.pointwise_macs``) MAC rate as a
+    #: fraction of a multi-tap one's: an input element feeds one MAC an output channel, with
+    #: no reuse across taps while the inputs shift through the array (1.0: no difference)
+    pointwise_efficiency: float = 1.0
     #: which bandwidths the DMA engines run at: "dma" (the chip's kernel_dma_bw/tile_dma_bw,
     #: the seed's M3 engine measurements scaled) or "read" (KernelDMA at the chip's measured
     #: ANE read bandwidth ``read_bw_model``, the rate the lm_head benchmark streams weights
@@ -140,6 +146,20 @@ def task_arrays(tasks) -> dict:
         n: np.fromiter((getattr(t, n) for t in tasks), dtype=np.float64, count=len(tasks))
         for n in PLAN_COUNTERS
     }
+
+
+def w8a8(arrays: dict) -> dict:
+    """The per-task arrays of a W8A8 program from its fp16-activation plan with 8-bit
+    weights: every tensor a task moves through TileDMA is int8 (1 byte an element instead
+    of 2) and every MAC runs on the INT8 lanes.  An approximation at the plan's level:
+    fastane lowers a quantized model's convolutions and matmuls to INT8 tasks
+    (:mod:`fastane.model.placement.qlinear`), not a whole network's int8 residual adds
+    and pooling, so a built-in workload is planned in fp16 and converted here."""
+    out = dict(arrays)
+    out["tile_dma_src_bytes"] = arrays["tile_dma_src_bytes"] / 2
+    out["tile_dma_dst_bytes"] = arrays["tile_dma_dst_bytes"] / 2
+    out["int8_macs"] = arrays["macs"].copy()
+    return out
 
 
 def _as_tasks(stats) -> list:
@@ -209,11 +229,10 @@ def array_times(a: dict, chip, params: ModelParams) -> dict:
     """Per-task times (s) by term, from the counters of :func:`task_arrays`."""
     r = rates(chip, params)
     peak, kbw, tbw, disp = r["peak"], r["kernel"], r["tile"], r["dispatch"]
-    compute = (
-        2 * (a["macs"] - a["int8_macs"]) / peak  # the FP16 lanes
-        + 2 * a["int8_macs"] / r["peak_int8"]  # the INT8 lanes: fastane.roofline.int8
-        + a["planar_ops"] / (peak * params.planar_fraction)
-    )
+    mac = 2 * (a["macs"] - a["int8_macs"]) / peak + 2 * a["int8_macs"] / r["peak_int8"]  # fastane.roofline.int8
+    one_tap = np.divide(a["pointwise_macs"], a["macs"], out=np.zeros_like(mac), where=a["macs"] > 0)
+    mac = mac * (1 + (1 / params.pointwise_efficiency - 1) * one_tap)
+    compute = mac + a["planar_ops"] / (peak * params.planar_fraction)
     kern = a["kernel_dma_bytes"] / kbw
     tile = a["tile_dma_src_bytes"] / tbw
     dst = a["tile_dma_dst_bytes"] / tbw
