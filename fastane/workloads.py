@@ -5,8 +5,8 @@ what each field means, are in :mod:`fastane.layers`; this module re-exports them
 :func:`fastane.networks.graph` writes a workload as a model graph (shapes only), which
 ``fastane roofline`` plans as it plans a model file.
 
-The convolutional networks are built in :mod:`fastane.convnets` (re-exported here), the
-transformers below.  A :class:`Workload` is a named tuple of layers; :func:`get` and
+The convolutional networks are built in :mod:`fastane.convnets`, FastViT in
+:mod:`fastane.fastvit` (both re-exported here), the transformers below.  A :class:`Workload` is a named tuple of layers; :func:`get` and
 :func:`names` look them up.  The per-task plan of a workload (how it splits into task
 descriptors) is :func:`fastane.networks.plan.analyze`'s.
 
@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .convnets import mobilenetv2, mobilenetv3_small, mobileone, resnet50
+from .fastvit import fastvit
 from .layers import Conv2d, Eltwise, Matmul, Workload
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "whisper_encoder",
     "mobileone",
     "palettized",
+    "fastvit",
 ]
 
 
@@ -361,7 +363,17 @@ _BUILDERS = {
     "mobilenetv2": mobilenetv2,
     "mobilenetv3-small": mobilenetv3_small,
     "mobileone-s0": lambda: mobileone("s0"),
+    "mobileone-s1": lambda: mobileone("s1"),
+    "mobileone-s2": lambda: mobileone("s2"),
+    "mobileone-s3": lambda: mobileone("s3"),
     "mobileone-s4": lambda: mobileone("s4"),
+    "fastvit-t8": lambda: fastvit("t8"),
+    "fastvit-t12": lambda: fastvit("t12"),
+    "fastvit-s12": lambda: fastvit("s12"),
+    "fastvit-sa12": lambda: fastvit("sa12"),
+    "fastvit-sa24": lambda: fastvit("sa24"),
+    "fastvit-sa36": lambda: fastvit("sa36"),
+    "fastvit-ma36": lambda: fastvit("ma36"),
     "vit-b16": vit_b16,
     "whisper-tiny-encoder": lambda: whisper_encoder("tiny"),
     "whisper-base-encoder": lambda: whisper_encoder("base"),
