@@ -63,6 +63,7 @@ GROUPS = {
     "workloads": "workloads",
     "layers": "workloads",
     "convnets": "workloads",
+    "unet": "workloads",
     "td": "td",
     "lut": "lut",
     "activation_table": "lut",
