@@ -6,7 +6,8 @@ what each field means, are in :mod:`fastane.layers`; this module re-exports them
 ``fastane roofline`` plans as it plans a model file.
 
 The convolutional networks are built in :mod:`fastane.convnets`, FastViT in
-:mod:`fastane.fastvit` (both re-exported here), the transformers below.  A :class:`Workload` is a named tuple of layers; :func:`get` and
+:mod:`fastane.fastvit`, the Stable Diffusion UNet in :mod:`fastane.unet` (all re-exported
+here), the transformers below.  A :class:`Workload` is a named tuple of layers; :func:`get` and
 :func:`names` look them up.  The per-task plan of a workload (how it splits into task
 descriptors) is :func:`fastane.networks.plan.analyze`'s.
 
@@ -33,6 +34,7 @@ from dataclasses import replace
 from .convnets import mobilenetv2, mobilenetv3_small, mobileone, resnet50
 from .fastvit import fastvit
 from .layers import Conv2d, Eltwise, Matmul, Workload
+from .unet import sd21_unet
 
 __all__ = [
     "Conv2d",
@@ -56,6 +58,7 @@ __all__ = [
     "mobileone",
     "palettized",
     "fastvit",
+    "sd21_unet",
 ]
 
 
@@ -390,6 +393,7 @@ _BUILDERS = {
     "gpt2-xl-prefill": lambda: gpt2("gpt2-xl", "prefill"),
     "llama-3.2-1b": lambda: llama("decode"),
     "llama-3.2-1b-prefill": lambda: llama("prefill"),
+    "sd21-unet": sd21_unet,
 }
 _ALIASES = {
     "resnet-50": "resnet50",
@@ -409,6 +413,7 @@ _ALIASES = {
     "llama-3.2-1b-decode": "llama-3.2-1b",
     "llama3.2-1b": "llama-3.2-1b",
     "llama-prefill": "llama-3.2-1b-prefill",
+    "sd-2.1-unet": "sd21-unet",
 }
 _CACHE: dict = {}
 

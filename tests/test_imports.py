@@ -64,6 +64,7 @@ GROUPS = {
     "layers": "workloads",
     "convnets": "workloads",
     "fastvit": "workloads",
+    "unet": "workloads",
     "td": "td",
     "lut": "lut",
     "activation_table": "lut",
