@@ -234,8 +234,9 @@ def graph(workload) -> Graph:
             _conv(b, layer)
         elif isinstance(layer, _wl.Matmul):
             _matmul(b, layer)
-        else:  # tokens (C, 1, W) in a network with row operations; else NCHW
-            _eltwise(b, layer, rows and layer.in_shape[1] == 1)
+        else:  # tokens (C, 1, W) in a network with row operations, and every norm; else NCHW
+            norm = layer.op in ("layernorm", "rmsnorm")
+            _eltwise(b, layer, rows and (layer.in_shape[1] == 1 or norm))
     # a palettized workload's weights: every convolution's and matmul's, as a Core ML
     # palettized program stores them (its small tensors, norms' scales and biases, stay fp16)
     bits = int(workload.weight_bits)
