@@ -229,7 +229,9 @@ def array_times(a: dict, chip, params: ModelParams) -> dict:
     """Per-task times (s) by term, from the counters of :func:`task_arrays`."""
     r = rates(chip, params)
     peak, kbw, tbw, disp = r["peak"], r["kernel"], r["tile"], r["dispatch"]
-    mac = 2 * (a["macs"] - a["int8_macs"]) / peak + 2 * a["int8_macs"] / r["peak_int8"]  # fastane.roofline.int8
+    mac = (
+        2 * (a["macs"] - a["int8_macs"]) / peak + 2 * a["int8_macs"] / r["peak_int8"]
+    )  # fastane.roofline.int8
     one_tap = np.divide(a["pointwise_macs"], a["macs"], out=np.zeros_like(mac), where=a["macs"] > 0)
     mac = mac * (1 + (1 / params.pointwise_efficiency - 1) * one_tap)
     compute = mac + a["planar_ops"] / (peak * params.planar_fraction)

@@ -36,6 +36,8 @@ _KV_NOTE = (
 _ANEMLL = "Anemll/anemll-bench Results.MD @5c434f2"
 _PAL = "apple/coremltools docs-guides/source/opt-palettization-perf.md @af15dcd (iPhone 14 Pro, iOS 17, Xcode median)"
 _QUANT = "apple/coremltools docs-guides/source/opt-quantization-perf.md @25562dd (Xcode median, iOS 17)"
+_FASTVIT = "apple/ml-fastvit README.md, latency column (iPhone 12 Pro, ModelBench)"
+_W8A8 = "W8A8 from the 8-bit-weight plan with int8 tiles and INT8 MACs (roofline.model.w8a8)"
 _W8 = (
     "weight-only linear int8 (per-channel scales) modelled as 8-bit codes kept in KMem; "
     "whether Core ML decompresses them at load time or just in time is not stated"
@@ -294,6 +296,65 @@ VALIDATION = (
         note="same",
         independent=False,
     ),
+    VPoint(
+        "A10",
+        "MobileOne-S3 (reparameterized), 224x224",
+        "mobileone-s3",
+        "a14",
+        1.53e-3,
+        "apple/ml-mobileone README.md, Model Zoo (iPhone 12 Pro, ModelBench)",
+        note="precision of the .mlmodel not stated",
+    ),
+    *(
+        VPoint(
+            f"A{11 + i}",
+            f"FastViT-{v.upper()} (reparameterized), 256x256",
+            f"fastvit-{v}",
+            "a14",
+            t,
+            _FASTVIT,
+            note="attention stages as per-head matmuls and a softmax" if v.startswith("sa") else "",
+        )
+        for i, (v, t) in enumerate(
+            (("t12", 1.2e-3), ("s12", 1.4e-3), ("sa12", 1.6e-3), ("sa24", 2.6e-3), ("sa36", 3.5e-3))
+        )
+    ),
+    VPoint(
+        "A6",
+        "FastViT-T8 fp16, 256x256",
+        "fastvit-t8",
+        "a14",
+        0.79e-3,
+        "huggingface.co/apple/coreml-FastViT-T8, Evaluation (iPhone 12 Pro Max, iOS 17.5)",
+        note="the calibration's K15 is this model on this chip (another source, 0.8 ms)",
+        independent=False,
+    ),
+    VPoint(
+        "A7",
+        "FastViT-T8 fp16, 256x256",
+        "fastvit-t8",
+        "m3-max",
+        0.62e-3,
+        "huggingface.co/apple/coreml-FastViT-T8, Evaluation (MacBook Pro M3 Max, macOS 14.4)",
+    ),
+    VPoint(
+        "A8",
+        "FastViT-MA36 fp16, 256x256",
+        "fastvit-ma36",
+        "a14",
+        4.50e-3,
+        "huggingface.co/apple/coreml-FastViT-MA36, Evaluation (iPhone 12 Pro Max, iOS 18.0)",
+        note="attention stages as per-head matmuls and a softmax",
+    ),
+    VPoint(
+        "A9",
+        "FastViT-MA36 fp16, 256x256",
+        "fastvit-ma36",
+        "m3-max",
+        2.99e-3,
+        "same card (MacBook Pro M3 Max, macOS 15.0)",
+        note="same",
+    ),
     # palettized and weight-quantized programs (the fit saw ResNet-50 at 4 bits only, K8)
     _pal("G1", "ResNet-50 224x224", "resnet50", 2, 1.43e-3),
     _pal("G2", "ResNet-50 224x224", "resnet50", 6, 1.37e-3),
@@ -324,6 +385,39 @@ VALIDATION = (
         _QUANT,
         weight_bits=8,
         note=_W8,
+    ),
+    VPoint(
+        "G12",
+        "ResNet-50 224x224, W8A8",
+        "resnet50",
+        "a17-pro",
+        0.77e-3,
+        _QUANT,
+        weight_bits=8,
+        activation_bits=8,
+        note=_W8A8,
+    ),
+    VPoint(
+        "G13",
+        "MobileNetV2 224x224, W8A8",
+        "mobilenetv2",
+        "a16",
+        0.27e-3,
+        _QUANT,
+        weight_bits=8,
+        activation_bits=8,
+        note=_W8A8,
+    ),
+    VPoint(
+        "G14",
+        "MobileNetV2 224x224, W8A8",
+        "mobilenetv2",
+        "a17-pro",
+        0.20e-3,
+        _QUANT,
+        weight_bits=8,
+        activation_bits=8,
+        note=_W8A8,
     ),
     VPoint(
         "G11",
