@@ -1,7 +1,8 @@
 """The calibration and the validation on the one path (docs/roofline.md, "Calibration",
 "Validation"): each point's workload planned as a model graph by
 :func:`fastane.networks.plan.analyze`, as ``fastane roofline`` plans it.
-``python -m fastane.networks.calibrate`` re-runs the fit and prints each point's error;
+``python -m fastane.networks.calibrate`` re-runs the fit and prints the calibration table
+(each point's error);
 ``--validate`` prints the validation table instead.
 """
 
@@ -40,13 +41,8 @@ def main(argv=None) -> int:
     same = values == calibrate.FITTED
     print("fitted:", values)
     print("committed FITTED:", calibrate.FITTED, "(same)" if same else "(DIFFERENT: update FITTED)")
-    rows = calibrate.errors(arrays, values)
-    for p, t, r in rows:
-        print(
-            f"  {p.id} {p.what[:44]:44s} {p.chip:8s} measured {p.measured_s * 1e3:9.3f} ms  "
-            f"predicted {t * 1e3:9.3f} ms  x{r:.2f}"
-        )
-    print(f"rms log-error on the calibration points: x{calibrate.rms_log_error(r for _, _, r in rows):.3f}")
+    print()
+    print(calibrate.markdown(arrays, values))
     return 0
 
 

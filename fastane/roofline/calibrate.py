@@ -304,3 +304,24 @@ def rms_log_error(ratios) -> float:
     """exp(rms of ln(predicted / measured)): 1.0 is exact, 1.3 is 30% typical error."""
     ratios = list(ratios)
     return math.exp(math.sqrt(sum(math.log(r) ** 2 for r in ratios) / len(ratios))) if ratios else math.nan
+
+
+def markdown(arrays, values: dict | None = None) -> str:
+    """The calibration table of docs/roofline.md: every point with its prediction by
+    ``values`` (default :data:`FITTED`) and the rms log-error, planned by ``arrays``."""
+    rows = errors(arrays, values)
+    lines = [
+        "| id | model | chip | runtime | measured | predicted | pred/meas | source |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for p, t, r in rows:
+        lines.append(
+            f"| {p.id} | {p.what} | {p.chip} | {p.runtime} | {p.measured_s * 1e3:.3f} ms | "
+            f"{t * 1e3:.3f} ms | {r:.2f} | {p.source} |"
+        )
+    rr = [r for _, _, r in rows]
+    lines += [
+        "",
+        f"rms log-error x{rms_log_error(rr):.3f} over {len(rr)} points, {sum(0.5 <= r <= 2 for r in rr)} within 2x",
+    ]
+    return "\n".join(lines)

@@ -67,7 +67,7 @@ def test_fixed_costs_respect_the_mobilenetv3_bound():
 def test_calibration_points_within_2x(arrays):
     rows = calibrate.errors(arrays)
     assert all(0.5 <= ratio <= 2 for _, _, ratio in rows), [(p.id, r) for p, _, r in rows]
-    assert calibrate.rms_log_error(r for _, _, r in rows) < 1.3
+    assert calibrate.rms_log_error(r for _, _, r in rows) < 1.2
 
 
 def test_ultra_runs_one_ane():
@@ -95,6 +95,13 @@ def test_validation_rows_are_computed_for_every_point(arrays):
     assert [p.id for p, _, _ in rows] == [p.id for p in validate.VALIDATION]
     assert all(t > 0 for _, t, _ in rows)
     assert not {p.id for p in validate.VALIDATION} & {p.id for p in calibrate.POINTS}
+
+
+def test_the_calibration_table_in_the_docs_is_the_fits_own(arrays):
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "roofline.md").read_text()
+    assert calibrate.markdown(arrays) in doc, (
+        "docs/roofline.md's calibration table is stale: paste `python -m fastane.networks.calibrate`"
+    )
 
 
 def test_the_validation_table_in_the_docs_is_the_models_own(arrays):
