@@ -3,7 +3,8 @@
 :func:`fastane.networks.plan.analyze`, as ``fastane roofline`` plans it.
 ``python -m fastane.networks.calibrate`` re-runs the fit and prints the calibration table
 (each point's error);
-``--validate`` prints the validation table instead.
+``--validate`` prints the validation table instead, ``--select`` the choice of the optional
+parameters (:func:`fastane.roofline.calibrate.select`, minutes).
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ def main(argv=None) -> int:
     arrays = one_path()
     if "--validate" in argv:
         print(validate.markdown(arrays))
+        return 0
+    if "--select" in argv:
+        print("| parameters fitted | fit rms | leave-one-out rms | worst held-out |")
+        print("|---|---|---|---|")
+        for free, whole, held, worst in calibrate.select(arrays):
+            print(f"| {', '.join(free) or '(none)'} | x{whole:.3f} | x{held:.3f} | {worst:.2f} |")
         return 0
     values = calibrate.fit(arrays)
     same = values == calibrate.FITTED

@@ -27,6 +27,7 @@ significant digits.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -274,15 +275,28 @@ def _objective(flat: dict, pts: list, bound) -> float:
     return err + (1e3 * (fixed / limit - 1) ** 2 if fixed > limit else 0.0)
 
 
-def fit(arrays, sweeps: int = 6, points=POINTS) -> dict:
+#: the parameters whose place in the model the calibration decides (:func:`select`), and
+#: each one's value when it is left out (no effect: the chip's overhead is then the
+#: common one)
+OPTIONAL = {
+    "kernel_overlap": 0.0,
+    "pointwise_efficiency": 1.0,
+    **{f"chip_overhead_s.{c}": None for c in OWN_OVERHEAD},
+}
+
+
+def fit(arrays, sweeps: int = 6, points=POINTS, free=None) -> dict:
     """Fit the free parameters on ``points`` (default :data:`POINTS`) planned by ``arrays``
     (see the module docstring); the values, rounded to three significant digits, in
-    :data:`FITTED`'s form.  A parameter no point depends on keeps its start value."""
+    :data:`FITTED`'s form.  ``free``: the :data:`OPTIONAL` parameters fitted (default
+    all); the others keep their no-effect value."""
+    free = set(OPTIONAL) if free is None else set(free)
     pts = [(p, point_arrays(arrays, p)) for p in points]
     bound_arrays = arrays(FIXED_COST_BOUND[0])
     bound = (len(bound_arrays["macs"]), FIXED_COST_BOUND[2])
-    flat = dict(_START)
-    grids = {k: _grid(*g) for k, g in _GRIDS.items()}
+    flat = {k: v for k, v in _START.items() if k not in OPTIONAL or k in free}
+    flat.update({k: v for k, v in OPTIONAL.items() if k not in free and v is not None})
+    grids = {k: _grid(*g) for k, g in _GRIDS.items() if k not in OPTIONAL or k in free}
     for _ in range(sweeps):
         for k, grid in grids.items():
             flat[k] = min(grid, key=lambda v: (_objective({**flat, k: v}, pts, bound), v))
@@ -325,3 +339,22 @@ def markdown(arrays, values: dict | None = None) -> str:
         f"rms log-error x{rms_log_error(rr):.3f} over {len(rr)} points, {sum(0.5 <= r <= 2 for r in rr)} within 2x",
     ]
     return "\n".join(lines)
+
+
+def select(arrays, points=POINTS) -> list:
+    """Which :data:`OPTIONAL` parameters the model keeps: for every subset, the fit's rms
+    log-error on ``points`` and the leave-one-out one (each point predicted by a fit on
+    the others), ``[(free names, fit rms, leave-one-out rms, worst held-out ratio)]``.
+    The committed model is the subset with the lowest leave-one-out error
+    (docs/roofline.md, "Calibration").  Minutes: 2**len(OPTIONAL) x len(points) fits."""
+    out = []
+    for keep in itertools.product((False, True), repeat=len(OPTIONAL)):
+        free = tuple(k for k, on in zip(OPTIONAL, keep) if on)
+        held = []
+        for i, p in enumerate(points):
+            values = fit(arrays, points=points[:i] + points[i + 1 :], free=free)
+            held.append(errors(arrays, values, points=(p,))[0][2])
+        whole = [r for _, _, r in errors(arrays, fit(arrays, points=points, free=free), points)]
+        worst = max(held, key=lambda r: abs(math.log(r)))
+        out.append((free, rms_log_error(whole), rms_log_error(held), worst))
+    return out
