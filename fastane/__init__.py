@@ -15,6 +15,7 @@ from .errors import (
     DeviceFault,
     DeviceMemoryError,
     FastaneError,
+    LeavesANEWarning,
     LUTRangeError,
     LUTRangeWarning,
     ModelError,
@@ -83,6 +84,7 @@ __all__ = [
     "LUTRangeError",
     "LUTRangeWarning",
     "ModelError",
+    "LeavesANEWarning",
     # models
     "load_model",
     "Model",

@@ -26,6 +26,13 @@ class LUTRangeWarning(RuntimeWarning):
     """An input fell outside a LUT's table range (ignored by default)."""
 
 
+class LeavesANEWarning(UserWarning):
+    """The predicted Core ML compute plan of a model leaves the ANE: ops the ANE runs in
+    another precision, size or input shape (or that fastane runs there) predicted on the
+    CPU or the GPU, or most of the modelled work there
+    (:meth:`fastane.model.placement.compute_plan.ComputePlan.leaves_ane`; an estimate)."""
+
+
 class TDError(FastaneError, ValueError):
     """A task descriptor or program is malformed (bad packet header, field overflow...)."""
 

@@ -4,6 +4,8 @@ Works like :func:`numpy.errstate`: a context manager (also usable as a decorator
 sets, for the current thread/context, what happens when an event is counted:
 ``"ignore"``, ``"warn"`` (a :class:`~fastane.SaturationWarning`) or ``"raise"``
 (a :class:`~fastane.SaturationError`).  Defaults: saturation warns, LUT range ignored.
+:func:`warn_user` gives fastane's other warnings (:class:`~fastane.LeavesANEWarning`),
+pointing at the user's code as these do.
 """
 
 from __future__ import annotations
@@ -99,6 +101,11 @@ def _surface(kind: str, what: str) -> None:
     if action == "raise":
         raise error(what)
     warnings.warn(what, warning, stacklevel=_user_stacklevel())
+
+
+def warn_user(category, message: str) -> None:
+    """``warnings.warn(message, category)`` pointing at the first frame outside fastane."""
+    warnings.warn(message, category, stacklevel=_user_stacklevel())
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -42,6 +42,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..m1 import ALIGN, L2_UNIT, LIMITS, Limits, round_up
+from ..operands import fp16_operand
 from ..td import BarSlot
 from ..td.asm_planar import eltwise_td
 from .cache import build
@@ -149,7 +150,8 @@ class ChainSegment(Programs):
     """Layers ``first .. first + len(layers) - 1`` of a chain, their intermediates in L2:
     one program (or several of at most MAX_CHAIN TDs, split between layers only where no
     intermediate is in L2).  Runs with :func:`~fastane.lower.execute` (``weight``: the
-    list of per-layer weights, ``bias``: the list of per-layer biases or None)."""
+    list of per-layer weights, ``bias``: the list of per-layer biases or None,
+    ``operand``: the tail's second operand)."""
 
     layers: list  # Lowered per layer
     first: int
@@ -195,6 +197,16 @@ class ChainSegment(Programs):
 
     def output_view(self, raw):
         return self.layers[-1].output_view(raw)
+
+    def write_operand(self, raw: dict, b) -> None:
+        """Write the tail's second operand ``b`` (the shape of the last layer's result,
+        rounded once to fp16) into its slot of ``raw`` (slot -> bytes), in the result's
+        layout: each tail task reads the operand's tile at the offset of its own."""
+        if self.tail is None:
+            raise ValueError("this segment has no tail: it reads no second operand")
+        if b is None:
+            raise ValueError("a chain with a tail computes with the tail's second operand (operand=)")
+        self.layers[-1].output_view(raw[SLOT_OPERAND])[...] = fp16_operand(b, "execute", "operand")
 
     def pack(self, raw: np.ndarray, weight, bias=None) -> None:
         bias = bias if bias is not None else [None] * len(self.layers)
@@ -517,18 +529,23 @@ def build_chain(
 
 
 def execute_chain(
-    chain: LoweredChain, x=None, weights=None, biases=None, *, device=None, stats_only: bool | None = None
+    chain: LoweredChain,
+    x=None,
+    weights=None,
+    biases=None,
+    operand=None,
+    *,
+    device=None,
+    stats_only: bool | None = None,
 ):
     """Run a :class:`LoweredChain`: ``(output, [Stats per segment])``.  ``x`` the first
-    layer's input, ``weights``/``biases`` one per layer (biases may be None).  Each
-    segment's output is the next one's input (through the host: a DRAM link)."""
+    layer's input, ``weights``/``biases`` one per layer (biases may be None), ``operand``
+    the tail's second operand (the shape of the last layer's result; the output is then
+    the tail's).  Each segment's output is the next one's input (through the host: a DRAM
+    link)."""
     from .runtime import execute
 
     n = len(chain.layers)
-    if chain.tail_chained and not stats_only:
-        raise NotImplementedError(
-            "a chain with a tail is planned only (stats-only): fastane.lower.execute writes no second operand"
-        )
     weights = list(weights) if weights is not None else [None] * n
     biases = list(biases) if biases is not None else [None] * n
     if len(weights) != n or len(biases) != n:
@@ -536,7 +553,8 @@ def execute_chain(
     stats, y = [], x
     for seg in chain.segments:
         sl = slice(seg.first, seg.first + len(seg.layers))
-        y, st = execute(seg, y, weights[sl], biases[sl], device=device, stats_only=stats_only)
+        b = operand if seg.tail is not None else None
+        y, st = execute(seg, y, weights[sl], biases[sl], device=device, stats_only=stats_only, operand=b)
         stats.append(st)
     return y, stats
 

@@ -87,6 +87,7 @@ def execute(
     read=None,
     queue: int = 0,
     weight_of=None,
+    operand=None,
 ):
     """Run ``low`` (a :class:`~fastane.lower.Lowered` or
     :class:`~fastane.lower.LoweredEltwise`) on ``device``: ``(read(output view), Stats)``.
@@ -104,7 +105,8 @@ def execute(
     as then (compared with private copies: :class:`~fastane.lower.bind.Resident`), they
     are not packed again.  ``weight`` may be a callable giving the weights (called only
     when they must be packed) with ``weight_of``, the fp16 array they are computed from
-    (e.g. the untransposed right operand of a matmul), as what is compared.
+    (e.g. the untransposed right operand of a matmul), as what is compared.  ``operand``:
+    the second operand of a chain's tail (:meth:`~fastane.lower.chain.ChainSegment.write_operand`).
     """
     dev = device if device is not None else default_device()
     stats_only = bool(dev.stats_only if stats_only is None else stats_only)
@@ -113,6 +115,8 @@ def execute(
     ok = False
     try:
         if not stats_only:
+            if operand is not None or getattr(low, "tail", None) is not None:
+                low.write_operand(b.raw, operand)  # a chain's tail: its second operand
             if callable(x):
                 x(low.input_view(b.raw[SLOT_INPUT]))
             else:

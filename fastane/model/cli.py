@@ -1,11 +1,16 @@
 """``fastane run MODEL --input NAME=x.npy [-o out.npz] [--report] [--json] [--chip CHIP]
-[--shape NAME=1x3x224x224] [--random] [--stats-only]``: run a model on the emulated ANE.
+[--shape NAME=1x3x224x224] [--random] [--stats-only] [--compute-units UNITS] [--quiet]``: run
+a model on the emulated ANE.
 
 Without ``--report`` it prints each output's name, shape and dtype (and saves them with
 ``-o``); ``--report`` prints the per-layer table (:meth:`fastane.Model.report`), ``--json``
 the same as JSON, ``--stats-only`` the report from the shapes alone (nothing computed:
-the same programs counted on a stats-only device).  ``--random`` feeds seeded standard-normal inputs to the inputs not given
-(their shapes from the model or ``--shape``).  A bad model file, a missing input, a wrong
+the same programs counted on a stats-only device).  For a Core ML model, or any model with
+``--compute-units``, the predicted compute plan (:meth:`fastane.Model.compute_plan`) gives
+the report its Core ML column and table, and a plan that leaves the ANE one warning line on
+stderr (:func:`warning_line`; ``--quiet`` drops it, ``--json`` carries it too).
+``--random`` feeds seeded standard-normal inputs to the inputs not given (their shapes from
+the model or ``--shape``).  A bad model file, a missing input, a wrong
 shape or dtype is one line on stderr and exit status 2; any other exception (a bug in
 fastane) one line too, ``fastane run: internal error: TYPE: MESSAGE``, and exit status 3
 (the environment variable ``FASTANE_TRACEBACK=1`` shows its traceback instead).
@@ -24,7 +29,7 @@ from .budget import MAX_TENSOR_ELEMENTS
 from .files import open_file
 from .tensor import check_size
 
-__all__ = ["add_arguments", "add_shape_argument", "run"]
+__all__ = ["add_arguments", "add_shape_argument", "add_quiet_argument", "warning_line", "run"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -81,9 +86,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--compute-units",
         default=None,
         metavar="UNITS",
-        help="with --report: predict Core ML's placement per layer for ALL, "
-        "CPU_AND_NE, CPU_AND_GPU or CPU_ONLY (an estimate; default ALL for "
-        "Core ML models)",
+        help="predict Core ML's placement per layer for ALL, CPU_AND_NE, CPU_AND_GPU or "
+        "CPU_ONLY (an estimate; default ALL for Core ML models): a column of the report, "
+        "and a warning when the model would leave the ANE",
+    )
+    add_quiet_argument(p, "the random inputs, ")
+
+
+def add_quiet_argument(p: argparse.ArgumentParser, what: str = "") -> None:
+    """``--quiet``: no notes or warnings on stderr (errors still print)."""
+    p.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help=f"no notes on stderr ({what}the warning that Core ML would leave the ANE)",
     )
 
 
@@ -127,6 +143,16 @@ def internal_error(command: str, exc: BaseException) -> int:
     msg = quote(f"{type(exc).__name__}: {lines[0] if lines else ''}", MAX_ERROR_LINE, marks=False)
     print(f"fastane {command}: internal error: {msg}", file=sys.stderr)
     return INTERNAL_ERROR
+
+
+def warning_line(command: str, plan, quiet: bool = False):
+    """Print the :class:`~fastane.model.placement.compute_plan.LeavesANE` of ``plan`` (a
+    compute plan, or None) as one line on stderr, ``fastane plan: warning: Core ML may run
+    ...``, unless ``quiet``; return it (None when the plan stays on the ANE)."""
+    leave = None if plan is None else plan.leaves_ane()
+    if leave is not None and not quiet:
+        print(f"fastane {command}: warning: {leave.message}", file=sys.stderr)
+    return leave
 
 
 def parse_shape(text: str):
@@ -272,11 +298,12 @@ def _inputs_bound(model, args, names, shown, arrays, npy) -> dict:
         t = model.inputs[name]
         shape = want[name]
         arrays[name] = _standard_normal(rng, shape, t.dtype)
-        print(
-            f"fastane run: input {quote(name)}: random {np.dtype(t.dtype).name}"
-            f"[{'x'.join(map(str, shape))}] (seed {args.seed})",
-            file=sys.stderr,
-        )
+        if not getattr(args, "quiet", False):
+            print(
+                f"fastane run: input {quote(name)}: random {np.dtype(t.dtype).name}"
+                f"[{'x'.join(map(str, shape))}] (seed {args.seed})",
+                file=sys.stderr,
+            )
     return arrays
 
 
@@ -293,8 +320,13 @@ def _standard_normal(rng, shape, dtype, chunk: int = 1 << 20) -> np.ndarray:
 
 def run(args) -> int:
     from . import load_model
+    from ..roofline import chips as _chips
 
     try:
+        try:
+            _chips.get(args.chip)
+        except (KeyError, ValueError) as exc:
+            raise CommandError(f"--chip {args.chip!r}: {exc}") from None
         model = load_model(args.model, weights=not args.stats_only)
         arrays = read_inputs(model, args)
         if args.stats_only and args.output:
@@ -304,11 +336,15 @@ def run(args) -> int:
         if args.report or args.json or args.stats_only:
             rep, outs = _report(model, arrays, args), None
         else:
-            outs = model(arrays)
+            rep, outs = None, model(arrays)
     except (CommandError, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
         return error_line("run", exc)
+    try:
+        plan = _compute_plan(model, arrays, args, rep)
+    except ValueError as exc:
+        return error_line("run", f"--compute-units: {exc}")
     if outs is None:
-        rc = _print_report(model, rep, arrays, args)
+        rc = _print_report(rep, plan, args)
         if rc:
             return rc
         outs = rep.values if args.output else None
@@ -318,7 +354,20 @@ def run(args) -> int:
     if args.output:
         np.savez(args.output, **outs)
         print(f"fastane run: outputs saved to {args.output}", file=sys.stderr)
+    warning_line("run", plan, args.quiet)
     return 0
+
+
+def _compute_plan(model, arrays, args, rep=None):
+    """The predicted compute plan (:meth:`fastane.Model.compute_plan`, its weights from
+    ``rep`` where there is one) for ``--compute-units``, by default ``ALL`` for a Core ML
+    model; None for another model without it."""
+    units = getattr(args, "compute_units", None)
+    if units is None and str(model.graph.origin).startswith("coreml"):
+        units = "ALL"
+    if units is None:
+        return None
+    return model.compute_plan(_shapes(arrays), args.chip, units, warn=False, report=rep)
 
 
 def _first_divergence(model, arrays, args) -> int:
@@ -339,59 +388,52 @@ def _first_divergence(model, arrays, args) -> int:
 
 def _report(model, arrays, args):
     """The per-layer report of ``fastane run --report/--json/--stats-only`` on ``--chip``."""
-    from ..roofline import chips as _chips
     from .run.model import progress_bar
 
-    try:
-        _chips.get(args.chip)
-    except (KeyError, ValueError) as exc:
-        raise CommandError(f"--chip {args.chip!r}: {exc}") from None
     return model.report(
         arrays,
         chip=args.chip,
         stats_only=args.stats_only,
-        progress=None if args.json else progress_bar(),
+        progress=None if args.json or args.quiet else progress_bar(),
     )
 
 
-def _print_report(model, rep, arrays, args) -> int:
-    """Print ``rep`` (a table, or JSON) with the predicted Core ML placement where asked for
-    (``--compute-units``, a Core ML model) and its comparison (``--compare-placement``)."""
-    units = getattr(args, "compute_units", None)
-    if units is None and str(model.graph.origin).startswith("coreml"):
-        units = "ALL"
-    pred = None
-    if units is not None:
-        from .placement.predict import predict
-
-        try:
-            bound, layers = model.bind(_shapes(arrays))
-            pred = predict(layers, bound, units, args.chip)
-        except ValueError as exc:
-            return error_line("run", f"--compute-units: {exc}")
+def _print_report(rep, plan, args) -> int:
+    """Print ``rep`` (a table, or JSON) with the predicted compute plan ``plan`` (or None) per
+    layer and its comparison with a placement observed on a Mac (``--compare-placement``)."""
+    layers = {} if plan is None else plan.by_layer()
     if args.json:
         d = rep.as_dict()
-        if pred is not None:
+        if plan is not None:
+            leave = plan.leaves_ane()
             d["predicted_placement"] = {
-                "compute_units": units.upper(),
+                "compute_units": plan.compute_units,
                 "estimate": True,
                 "layers": [
-                    {"name": r.layer.name, "unit": p.unit, "confidence": p.confidence, "reason": p.reason}
-                    for r, p in zip(rep.layers, pred)
+                    {
+                        "name": name,
+                        "unit": o.preferred,
+                        "confidence": o.confidence,
+                        "reason": o.reason,
+                        "rule": o.rule,
+                    }
+                    for name, (o, *_) in layers.items()
                 ],
+                "leaves_ane": None if leave is None else leave.as_dict(),
             }
         import json
 
         print(json.dumps(d, indent=1))
     else:
-        print(rep.table())
-        if pred is not None:
-            print(prediction_table(rep, pred, units))
-    if pred is not None and getattr(args, "compare_placement", None):
+        print(rep.table(plan))
+        if plan is not None:
+            print(prediction_table(rep, plan))
+    if plan is not None and getattr(args, "compare_placement", None):
         from .placement.compute_plan import compare, load_observed
 
         items = [
-            (l.name, {x for n in l.nodes for x in (n.name, *n.outputs)}, p.unit) for l, p in zip(layers, pred)
+            (name, {x for o in ops for x in (o.name, *o.outputs)}, ops[0].preferred)
+            for name, ops in layers.items()
         ]
         try:
             cmp = compare(items, load_observed(args.compare_placement))
@@ -410,19 +452,22 @@ def _shapes(arrays) -> dict:
     return {k: tuple(v.shape) if hasattr(v, "shape") else tuple(v) for k, v in arrays.items()}
 
 
-def prediction_table(rep, pred, units) -> str:
-    """The predicted Core ML placement per layer (an estimate) as text."""
+def prediction_table(rep, plan) -> str:
+    """The predicted Core ML placement per layer of ``rep`` (an estimate: the compute plan
+    ``plan``'s prediction, which a layer's ops share) as text."""
     lines = [
-        f"predicted Core ML placement for compute units {units.upper()} (an ESTIMATE from "
+        f"predicted Core ML placement for compute units {plan.compute_units} (an ESTIMATE from "
         f"public rules and SPEC limits, not Core ML's decision; compare with Xcode's "
         f"performance report):"
     ]
+    layers = plan.by_layer()
     counts: dict = {}
-    for r, p in zip(rep.layers, pred):
-        counts[p.unit] = counts.get(p.unit, 0) + 1
+    for r in rep.layers:
+        p = layers[r.layer.name][0]
+        counts[p.preferred] = counts.get(p.preferred, 0) + 1
         lines.append(
             f"  {quote(r.layer.name, 32, marks=False)[:32]:32s} {quote(r.layer.op, 24, marks=False)[:24]:24s} "
-            f"{p.unit:4s} {p.confidence:9s} {p.reason}"
+            f"{p.preferred:4s} {p.confidence:9s} {p.reason}"
         )
     lines.append("  predicted: " + ", ".join(f"{n} {u}" for u, n in sorted(counts.items())))
     return "\n".join(lines)

@@ -1,12 +1,15 @@
 """``fastane plan MODEL [--chip CHIP] [--compute-units ALL|CPU_AND_NE|CPU_AND_GPU|CPU_ONLY]
-[--shape NAME=1x3x224x224] [--json] [--compare MAC_PLAN.json]``: where Core ML would run
+[--shape NAME=1x3x224x224] [--json] [--compare MAC_PLAN.json] [--quiet]``: where Core ML would run
 each op, predicted from the shapes alone (:meth:`fastane.Model.compute_plan`; nothing
 computed, no weights read): per op the preferred device, the devices that support it, its
 share of the model's work, the confidence and the reason.  ``--json`` writes the plan in the
 shape of Core ML's MLComputePlan (:mod:`fastane.model.placement.compute_plan`);
 ``--compare`` matches each op by output name against a plan dumped on a Mac
-(``docs/compute_plan_dump.py``) and prints the agreement per op and in total.  A bad model,
-argument or plan file is one line on stderr and exit status 2.
+(``docs/compute_plan_dump.py``) and prints the agreement per op and in total.  A plan that
+leaves the ANE (:meth:`~fastane.model.placement.compute_plan.ComputePlan.leaves_ane`) adds one
+warning line on stderr (``--quiet`` drops it; the JSON carries it, ``leavesANE``, and the
+comparison's ``leaves_ane``).  A bad model, argument or plan file is one line on stderr and
+exit status 2.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import argparse
 import json
 
 from ..errors import ModelError, quote
-from .cli import add_shape_argument
+from .cli import add_quiet_argument, add_shape_argument
 
 __all__ = ["add_arguments", "run"]
 
@@ -34,28 +37,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="compare with a plan dumped on a Mac (docs/compute_plan_dump.py), op by op",
     )
+    add_quiet_argument(p)
     p.set_defaults(input=[], random=False, stats_only=True)
 
 
 def run(args) -> int:
     from . import load_model
-    from .cli import CommandError, error_line, read_inputs
-    from .placement.compute_plan import compare, load_observed
+    from .cli import CommandError, error_line, read_inputs, warning_line
+    from .placement.compute_plan import load_observed
 
     try:
         model = load_model(args.model, weights=False)
         shapes = read_inputs(model, args)
-        plan = model.compute_plan(shapes, args.chip, args.compute_units)
+        plan = model.compute_plan(shapes, args.chip, args.compute_units, warn=False)
         observed = None if args.compare is None else load_observed(args.compare)
     except (CommandError, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
         return error_line("plan", exc)
     if observed is None:
         print(plan.to_json() if args.json else plan.table())
-        return 0
-    cmp = compare(
-        [(o.outputs[0] if o.outputs else o.name, o.outputs, o.preferred) for o in plan.ops], observed
-    )
-    weight = {o.outputs[0] if o.outputs else o.name: o.weight for o in plan.ops}
+    else:
+        _comparison(plan, observed, args)
+    warning_line("plan", plan, args.quiet)
+    return 0
+
+
+def _comparison(plan, observed: dict, args) -> None:
+    """Print ``plan`` against the ``observed`` devices (``--compare``), op by op and in total."""
+    from .placement.compute_plan import compare
+
+    leave = plan.leaves_ane()
+    cmp = compare([(o.label, o.outputs, o.preferred) for o in plan.ops], observed)
+    weight = {o.label: o.weight for o in plan.ops}
     matched = [r for r in cmp["rows"] if r[2] is not None]
     agree_w = sum(weight[r[0]] for r in matched if r[1] in r[2].split("/"))
     matched_w = sum(weight[r[0]] for r in matched)
@@ -81,11 +93,17 @@ def run(args) -> int:
         ]
         print(
             json.dumps(
-                {"compare": args.compare, "computeUnits": plan.compute_units, "ops": rows, "total": total},
+                {
+                    "compare": args.compare,
+                    "computeUnits": plan.compute_units,
+                    "ops": rows,
+                    "total": total,
+                    "leaves_ane": None if leave is None else leave.as_dict(),
+                },
                 indent=1,
             )
         )
-        return 0
+        return
     print(
         f"fastane's plan for {plan.compute_units} on {plan.chip} against {quote(args.compare, marks=False)} "
         f"(preferred devices, ops matched by output name):"
@@ -102,4 +120,3 @@ def run(args) -> int:
         f"{total['not_in_mac_plan']} ops not in the Mac plan, {total['not_in_fastane_plan']} Mac ops "
         f"not in fastane's"
     )
-    return 0

@@ -31,12 +31,37 @@ Sources, abbreviated in the table below:
   (maderix.substack.com, 2026): the M4's 38 TOPS counts INT8 and is twice the FP16
   rate of about 19 TFLOP/s; about 0.095 ms of XPC + IOKit overhead per request.
 - ``Apple``: Apple newsroom announcements of each chip (M1 Pro/Max Oct 2021, M1 Ultra
-  Mar 2022, A16 Sep 2022, A17 Pro Sep 2023, M4 Pro/Max Oct 2024).
+  Mar 2022, A16 Sep 2022, A17 Pro Sep 2023, M4 Pro/Max Oct 2024).  The later ones were read
+  as quoted by the press: M2 Pro/Max Jan 2023 (meterpreter.org, news18.com: 16-core Neural
+  Engine, 15.8 TOPS, 200 and 400 GB/s); M2 Ultra Jun 2023 (apple.com Mac Pro page,
+  gadgetpilipinas.net: 32 cores, 31.6 TOPS, 800 GB/s); M3 family Oct 2023 (macrumors.com
+  2023-10-31: 18 TOPS, M3 Pro 150 GB/s); M3 Ultra Mar 2025 (bgr.com, macitynet.it: 32-core
+  Neural Engine, 819 GB/s, no TOPS); A18 and A18 Pro Sep 2024 (phonearena.com,
+  gadgets360.com: 16 cores, 35 TOPS, 17% more memory bandwidth); M5 Oct 2025
+  (finanznachrichten.de / dpa-AFX, macobserver.com: 16-core Neural Engine, 153 GB/s, no
+  TOPS); M5 Pro/Max Mar 2026 (lowyat.net, mikeshouts.com: 16-core Neural Engine, 307 and
+  614 GB/s, no TOPS).
+- ``anemll-bench Results.MD @0a9a5de``: Anemll/anemll-bench ``Results.MD`` at 0a9a5de
+  (M2 Pro 61.93, M2 Max 62.01, M5 70.21, M5 Max 148.39 GB/s); issues #2 (M2 Ultra 61.68)
+  and #8 (M3 Ultra 120.60; two models at once no faster on the Ultras).
+- ``maderix/ANE``: the github repository maderix/ANE @d91c984 (README.md,
+  benchmarks/ANE_BENCHMARK_REPORT.md, training/m5result.md) and its PR #50 (M5 Max:
+  19.27 TFLOP/s FP16, 35.61 TOPS INT8, aneSubType h17).
+
+Each chip's ANE generation is a :class:`Family` of :data:`FAMILIES` (H13 = the M1's, named
+as in ANEForge ``aneforge/_targets.py`` @020dcad and the Asahi Linux device trees), with the
+compile limits the placement rules (:mod:`fastane.model.placement.predict`) read: W and H
+at most 16384 up to the M3's generation (H15), 65536 from the M4's (H16); N and C 65536;
+rank 5; KMem 64 KiB a core.  ANEForge names its tiers A13..A16 after the architecture (its
+"A16" is H16, the M4's), not after the A-series chips.  No public source found names the
+generation of the A16, A17 Pro, A18 and A18 Pro: their family is ``"unknown"``, with the
+M1's limits assumed.
 
 Per-task limits (KMem 16 x 64 KiB, L2 2 MiB, TD 0x274 bytes) are the M1's (SPEC 1, 5);
-fastane assumes every chip here has the same ones, which is unknown beyond the M1.
+the time model assumes every chip here has the same ones, which is unknown beyond the
+M1's generation.
 
-The types (:class:`Figure`, :class:`Chip`) and the builders of the table live in
+The types (:class:`Figure`, :class:`Family`, :class:`Chip`) and the builders of the table live in
 :mod:`fastane.roofline.figure`; this module is the table and its look-up.
 """
 
@@ -44,12 +69,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .. import m1 as _m1
 from .figure import (
     DISPATCH_PER_TASK_S,
     M3_ANE_READ,
     M3_KERNEL_DMA,
     M3_TILE_DMA,
     Chip,
+    Family,
     Figure,
     make_chip,
     core_count,
@@ -61,7 +88,9 @@ from .figure import (
 
 __all__ = [
     "Figure",
+    "Family",
     "Chip",
+    "FAMILIES",
     "CHIPS",
     "get",
     "names",
@@ -81,6 +110,50 @@ _m1_read = gbs(61, "measured", _ANEMLL)
 _m1max_read = gbs(55, "measured", _ANEMLL)
 _m2_read = gbs(60, "measured", _ANEMLL)
 _m3_read = gbs(63, "measured", _ANEMLL)
+_m3max_read = gbs(120.22, "measured", "anemll-bench Results.MD (docs/measurements.md)")
+_m4_read = gbs(64, "measured", _ANEMLL)
+_RESULTS = "anemll-bench Results.MD @0a9a5de"
+_m5max_read = gbs(148.39, "measured", _RESULTS)
+_M2_PRO_PEAK = tops(
+    15.8,
+    source="Apple (Jan 2023)",
+    note="'up to 15.8 trillion operations per second' (as reported by meterpreter.org), the M2's figure",
+)
+#: no Apple figure for the M5 generation's Neural Engine; the FP16 rate measured on an M5 Max
+_M5_PEAK = tops(
+    19.27,
+    "assumption",
+    "Apple (Oct 2025, Mar 2026)",
+    "no Apple figure: Apple gives no TOPS for the M5 generation's 16-core Neural Engine; taken as the "
+    "FP16 rate measured on an M5 Max (maderix/ANE PR #50)",
+)
+_M5_FP16 = tops(
+    19.27,
+    "derived",
+    "maderix/ANE PR #50",
+    "borrowed: 19.27 TFLOP/s FP16 (35.61 TOPS INT8 W8A8) measured on an M5 Max, 'unchanged from M4'; "
+    "the base M5 gave 12.2-12.4 TFLOP/s at spatial 64, a shape that gave the M4 11.7 "
+    "(maderix/ANE ANE_BENCHMARK_REPORT.md)",
+)
+_A18_PEAK = tops(
+    35,
+    source="Apple (Sep 2024)",
+    note="'35 trillion operations per second' (as reported by PhoneArena and Gadgets360); likely INT8, "
+    "as the A17 Pro's 35",
+)
+_HALF_INT8 = tops(
+    17.5,
+    "derived",
+    "fastane",
+    "35 TOPS / 2, assuming the INT8 headline doubles the FP16 rate as on the M4 (maderix)",
+)
+_A18_DRAM = gbs(
+    59.9,
+    "derived",
+    "Apple (Sep 2024)",
+    "not an Apple figure: the A16's and A17 Pro's 51.2 GB/s (LPDDR5-6400) x 1.17, Apple's '17 percent "
+    "more memory bandwidth' (as reported by Gadgets360 and 4nownews)",
+)
 
 _ANGSTRONOMICS = "Angstronomics, 'Apple A16 die analysis' (angstronomics.com/p/apple-a16-die-analysis)"
 _ECLECTIC = (
@@ -112,6 +185,177 @@ _SLC = {
 }
 
 
+_ANEFORGE = "ANEForge aneforge/_targets.py @020dcad"
+_ASAHI = "Asahi Linux device trees"
+_M1_SPEC5 = "SPEC 5 (M1)"
+
+
+def _elements(v, kind, source, note=""):
+    """A figure of ``v`` tensor elements along one axis."""
+    return make_figure(v, "elements", kind, source, note)
+
+
+def _the_m1s(fig: Figure, what: str) -> Figure:
+    """The M1's ``fig`` assumed for a generation nobody measured ``what`` on."""
+    return make_figure(
+        fig.value,
+        fig.unit,
+        "assumption",
+        fig.source,
+        f"the M1's {what}, assumed: not measured on this generation",
+    )
+
+
+#: the M1's per-task limits (SPEC 1 and 5; ``fastane.m1.LIMITS``), measured on the M1
+_H13_CHANNELS = _elements(
+    _m1.LIMITS.max_channels,
+    "measured",
+    "SPEC 5; a1111-13527-matmul-w23040",
+    "N and C: the compiler message on an M1 Max reads N[1-65536] C[1-65536]",
+)
+_H13_RANK = make_figure(
+    5,
+    "dims",
+    "measured",
+    "a1111-13527-matmul-w23040",
+    "N, D, C, H, W: the five dimensions the compiler message lists",
+)
+_H13_KMEM = make_figure(
+    _m1.KMEM_CORE_BYTES,
+    "B",
+    "measured",
+    "SPEC 1 (seed m1-ane)",
+    "64 KiB a core, found by reverse engineering on the M1",
+)
+_M4_SIZE_FLOOR = (
+    "vx435-matmul-f16-le384, vx435-matmul-f16-512, vx437-sdpa-f16-1x16x1024x64, vx437-sdpa-f16-1x16x2048x64 "
+    "(an Apple M4)"
+)
+#: ANEForge's tiers are named A13..A16 after the ANE architecture, not after the A-series
+#: chips: its "A16" tier is H16 on (the M4), so "16384 through A15, 65536 at A16" splits the
+#: M3's generation from the M4's
+_ANEFORGE_TIERS = (
+    "ANEForge names its capability tiers A13..A16 after the ANE architecture (its A13 tier is "
+    "the M1's H13), not after the A-series chips"
+)
+
+#: ANE generations by the names reverse-engineering work gives them (H13 = the M1's): what
+#: puts a chip in each, and the compile limits the placement rules read from it
+FAMILIES: dict[str, Family] = {
+    f.key: f
+    for f in [
+        Family(
+            "h13",
+            "H13",
+            f'{_ANEFORGE} (M1 = H13, M1 Max = h13g, both measured); {_ASAHI} t8103.dtsi (\'Apple T8103 "M1" '
+            "SoC, Other names: H13G'); the A14: hollance/neural-engine docs/supported-devices.md (the M1's "
+            "Neural Engine 'most likely' the A14's), 16 cores and 11 TOPS as the M1's (Apple)",
+            max_extent=_elements(
+                _m1.LIMITS.max_hw,
+                "measured",
+                "a1111-13527-matmul-w23040, sm-linear-lmhead-50257",
+                "W and H: compiler messages on an M1 Max and an M1 Pro; ANEForge rejects 16385 on an M1",
+            ),
+            max_channels=_H13_CHANNELS,
+            max_rank=_H13_RANK,
+            kmem_core_bytes=_H13_KMEM,
+        ),
+        Family(
+            "h14",
+            "H14",
+            f"{_ANEFORGE} (M2 = H14 by its M-series ladder, checked against Apple's aneArchitectureType); "
+            f"{_ASAHI} t8112.dtsi ('Apple T8112 \"M2\" SoC, Other names: H14G'); the A15: Longhorn "
+            "(@never_released, 2021-04-22, quoted by taisy0.com/2021/04/23/139477.html: 't8110 - H14P - Apple "
+            "A15; t8112 - H14G - Apple M2') and hollance/neural-engine (the M2 'appears to use the 16-core "
+            "Neural Engine from the A15')",
+            max_extent=_elements(
+                16384,
+                "measured",
+                _ANEFORGE,
+                "W and H: measured by binary search on an M2 (ANEForge's A14 tier); " + _ANEFORGE_TIERS,
+            ),
+            max_channels=_elements(
+                65536, "derived", _ANEFORGE, "C measured on an M2 (ANEForge's A14 tier); N taken as C"
+            ),
+            max_rank=_the_m1s(_H13_RANK, "rank"),
+            kmem_core_bytes=_the_m1s(_H13_KMEM, "KMem"),
+        ),
+        Family(
+            "h15",
+            "H15",
+            f'{_ANEFORGE} (M3 = H15 by its M-series ladder); {_ASAHI} t8122.dtsi (\'"M3" SoC, Other names: '
+            "H15G'), t6030.dtsi ('\"M3 Pro\" SoC, Other names: H15J'), t6031-base.dtsi ('M3 Max/Ultra, Other "
+            "names: H15J, H15S')",
+            max_extent=_elements(
+                16384,
+                "measured",
+                "rustane13-width-16384",
+                "W and H: on an M3 Ultra W 16384 compiles and 17920 does not (the private compiler); ANEForge: "
+                "16384 through its A15 (H15) tier",
+            ),
+            max_channels=_elements(
+                65536, "derived", _ANEFORGE, "65536 measured on the generations before and after (H14, H17)"
+            ),
+            max_rank=_the_m1s(_H13_RANK, "rank"),
+            kmem_core_bytes=_the_m1s(_H13_KMEM, "KMem"),
+        ),
+        Family(
+            "h16",
+            "H16",
+            f"{_ANEFORGE} (M4 = H16 by its M-series ladder); maderix/ANE README.md ('M4, H16G'); maderix/ANE "
+            "PR #50 (an M4 reports aneSubType h16)",
+            max_extent=_elements(
+                65536,
+                "derived",
+                "aneforge-caps-extents",
+                "W and H: ANEForge measured 65536 on an M5 and puts H16 in the same tier (its 'A16'); "
+                + _ANEFORGE_TIERS
+                + "; no Core ML report on an M4",
+            ),
+            max_channels=_elements(
+                65536, "derived", _ANEFORGE, "C measured on an M5 (same tier); N taken as C"
+            ),
+            max_rank=_the_m1s(_H13_RANK, "rank"),
+            kmem_core_bytes=_the_m1s(_H13_KMEM, "KMem"),
+            size_floor=_M4_SIZE_FLOOR,
+        ),
+        Family(
+            "h17",
+            "H17",
+            f"{_ANEFORGE} (M5 = H17s, measured: the compiled bundle's directory H17S.bundle); maderix/ANE PR #50 "
+            "(an M5 Max reports aneSubType h17)",
+            max_extent=_elements(
+                65536,
+                "measured",
+                "aneforge-caps-extents",
+                "W and H: measured by binary search on an M5 through the private compiler path; no Core ML report",
+            ),
+            max_channels=_elements(65536, "derived", _ANEFORGE, "C measured on an M5; N taken as C"),
+            max_rank=_the_m1s(_H13_RANK, "rank"),
+            kmem_core_bytes=_the_m1s(_H13_KMEM, "KMem"),
+            note="maderix/ANE training/m5result.md reports 'ANE Family: H16 (same as M4)' on a base M5 (macOS "
+            "26.3); ANEForge and PR #50 report H17 on M5-class chips. ANEForge folds H16 and H17 into one tier, "
+            "so the limits here are the same either way",
+        ),
+        Family(
+            "unknown",
+            "not published",
+            "no public source found names the ANE generation of these chips; " + _ANEFORGE_TIERS,
+            max_extent=_elements(
+                16384,
+                "assumption",
+                _M1_SPEC5,
+                "the M1's W and H; et7907-transpose-w32000: an A16 (iOS 17.2.1) refused W = 32000 through MPSGraph "
+                "with W[1-16384]; 65536 if the chip is of the H16 generation or later (aneforge-caps-extents)",
+            ),
+            max_channels=_the_m1s(_H13_CHANNELS, "N and C"),
+            max_rank=_the_m1s(_H13_RANK, "rank"),
+            kmem_core_bytes=_the_m1s(_H13_KMEM, "KMem"),
+        ),
+    ]
+}
+
+
 CHIPS: dict[str, Chip] = {
     c.key: replace(c, slc_bytes=_SLC.get(c.key))
     for c in [
@@ -123,6 +367,7 @@ CHIPS: dict[str, Chip] = {
             precision="fp16",
             dram=gbs(68, note="68.25 GB/s LPDDR4X-4266, 128-bit"),
             read=_m1_read,
+            family=FAMILIES["h13"],
         ),
         make_chip(
             "m1-pro",
@@ -138,6 +383,7 @@ CHIPS: dict[str, Chip] = {
             proxy_read=_m1max_read,
             proxy_name="M1 Max (same ANE)",
             aliases=("m1pro",),
+            family=FAMILIES["h13"],
         ),
         make_chip(
             "m1-max",
@@ -152,6 +398,7 @@ CHIPS: dict[str, Chip] = {
             dram=gbs(400, source="Apple (Oct 2021)"),
             read=_m1max_read,
             aliases=("m1max",),
+            family=FAMILIES["h13"],
         ),
         make_chip(
             "m1-ultra",
@@ -172,6 +419,7 @@ CHIPS: dict[str, Chip] = {
                 "borrowed: one M1 Max ANE's read bandwidth (55 GB/s): Core ML uses one of "
                 "the two ANEs (anes_used)",
             ),
+            family=FAMILIES["h13"],
         ),
         make_chip(
             "m2",
@@ -181,6 +429,54 @@ CHIPS: dict[str, Chip] = {
             precision="fp16",
             dram=gbs(100),
             read=_m2_read,
+            family=FAMILIES["h14"],
+        ),
+        make_chip(
+            "m2-pro",
+            "M2 Pro",
+            cores=core_count(16, "Apple (Jan 2023)"),
+            peak=_M2_PRO_PEAK,
+            precision="fp16",
+            dram=gbs(200, source="Apple (Jan 2023)"),
+            read=gbs(61.93, "measured", _RESULTS),
+            aliases=("m2pro",),
+            family=FAMILIES["h14"],
+        ),
+        make_chip(
+            "m2-max",
+            "M2 Max",
+            cores=core_count(16, "Apple (Jan 2023)"),
+            peak=_M2_PRO_PEAK,
+            precision="fp16",
+            dram=gbs(400, source="Apple (Jan 2023)"),
+            read=gbs(62.01, "measured", _RESULTS),
+            aliases=("m2max",),
+            family=FAMILIES["h14"],
+        ),
+        make_chip(
+            "m2-ultra",
+            "M2 Ultra",
+            cores=core_count(32, "Apple (Jun 2023)"),
+            peak=tops(
+                31.6,
+                source="Apple (Jun 2023)",
+                note="'32-core Neural Engine ... 31.6 trillion operations per second' (apple.com, Mac Pro): two M2 "
+                "Max dies",
+            ),
+            precision="fp16",
+            dram=gbs(800, source="Apple (Jun 2023)"),
+            read=gbs(61.68, "measured", "anemll-bench issue #2", "one ANE's worth (anes_used)"),
+            aliases=("m2ultra",),
+            anes=2,
+            used=make_figure(
+                1,
+                "ANEs",
+                "derived",
+                "anemll-bench issue #2 and #8",
+                "the lm_head streams at 61.68 GB/s on the M2 Ultra as at 62.01 on the M2 Max; two models at once "
+                "gained nothing on the M1 and M3 Ultras",
+            ),
+            family=FAMILIES["h14"],
         ),
         make_chip(
             "m3",
@@ -190,6 +486,24 @@ CHIPS: dict[str, Chip] = {
             precision="fp16",
             dram=gbs(100),
             read=_m3_read,
+            family=FAMILIES["h15"],
+        ),
+        make_chip(
+            "m3-pro",
+            "M3 Pro",
+            cores=core_count(16, "Apple (Oct 2023)"),
+            peak=tops(
+                18,
+                source="Apple (Oct 2023)",
+                note="18 TOPS 'according to Apple' for the M3 family (MacRumors, 2023-10-31); maderix/ANE measured "
+                "16.77 TFLOP/s FP16 on an M3 Pro (ANE_BENCHMARK_REPORT.md)",
+            ),
+            precision="fp16",
+            dram=gbs(150, source="Apple (Oct 2023)"),
+            proxy_read=_m3max_read,
+            proxy_name="M3 Max (same ANE; Pro and Max read alike where both were measured: M1, M2, M4)",
+            aliases=("m3pro",),
+            family=FAMILIES["h15"],
         ),
         make_chip(
             "m3-max",
@@ -198,8 +512,38 @@ CHIPS: dict[str, Chip] = {
             peak=tops(18),
             precision="fp16",
             dram=gbs(400, source="Apple (Oct 2023)", note="16-core-CPU M3 Max; the 14-core has 300"),
-            read=gbs(120.22, "measured", "anemll-bench Results.MD (docs/measurements.md)"),
+            read=_m3max_read,
             aliases=("m3max",),
+            family=FAMILIES["h15"],
+        ),
+        make_chip(
+            "m3-ultra",
+            "M3 Ultra",
+            cores=core_count(32, "Apple (Mar 2025)"),
+            peak=tops(
+                36,
+                "derived",
+                "Apple (Mar 2025)",
+                "no Apple figure: Apple gives no TOPS for the M3 Ultra's 32-core Neural Engine; 2 x the M3's 18 "
+                "(two M3 Max dies)",
+            ),
+            precision="fp16",
+            dram=gbs(
+                819,
+                source="Apple (Mar 2025)",
+                note="'over 800GB/s'; 819 GB/s in the Mac Studio specifications",
+            ),
+            read=gbs(120.60, "measured", "anemll-bench issue #8", "one ANE's worth (anes_used)"),
+            aliases=("m3ultra",),
+            anes=2,
+            used=make_figure(
+                1,
+                "ANEs",
+                "measured",
+                "anemll-bench issue #8",
+                "two models at once on the M3 Ultra gave no more bandwidth than one (120.60 GB/s, the M3 Max's 120.22)",
+            ),
+            family=FAMILIES["h15"],
         ),
         make_chip(
             "m4",
@@ -211,7 +555,8 @@ CHIPS: dict[str, Chip] = {
                 19, "measured", "maderix", "FP16 ~19 TFLOP/s measured; the 38 TOPS headline doubles it (INT8)"
             ),
             dram=gbs(120),
-            read=gbs(64, "measured", _ANEMLL),
+            read=_m4_read,
+            family=FAMILIES["h16"],
         ),
         make_chip(
             "m4-pro",
@@ -225,6 +570,7 @@ CHIPS: dict[str, Chip] = {
             dram=gbs(273, source="Apple (Oct 2024)"),
             read=gbs(126, "measured", _ANEMLL),
             aliases=("m4pro",),
+            family=FAMILIES["h16"],
         ),
         make_chip(
             "m4-max",
@@ -238,6 +584,48 @@ CHIPS: dict[str, Chip] = {
             dram=gbs(546, source="Apple (Oct 2024)", note="16-core-CPU M4 Max; the 14-core has 410"),
             read=gbs(119, "measured", _ANEMLL),
             aliases=("m4max",),
+            family=FAMILIES["h16"],
+        ),
+        make_chip(
+            "m5",
+            "M5",
+            cores=core_count(16, "Apple (Oct 2025)"),
+            peak=_M5_PEAK,
+            precision="fp16",
+            peak_fp16=_M5_FP16,
+            dram=gbs(153, source="Apple (Oct 2025)"),
+            read=gbs(70.21, "measured", _RESULTS),
+            family=FAMILIES["h17"],
+        ),
+        make_chip(
+            "m5-pro",
+            "M5 Pro",
+            cores=core_count(16, "Apple (Mar 2026)"),
+            peak=_M5_PEAK,
+            precision="fp16",
+            peak_fp16=_M5_FP16,
+            dram=gbs(307, source="Apple (Mar 2026)"),
+            proxy_read=_m5max_read,
+            proxy_name="M5 Max (same 16-core ANE; Pro and Max read alike where both were measured: M1, M2, M4)",
+            aliases=("m5pro",),
+            family=FAMILIES["h17"],
+        ),
+        make_chip(
+            "m5-max",
+            "M5 Max",
+            cores=core_count(16, "Apple (Mar 2026)"),
+            peak=_M5_PEAK,
+            precision="fp16",
+            peak_fp16=tops(
+                19.27,
+                "measured",
+                "maderix/ANE PR #50",
+                "FP16 19.27 TFLOP/s (INT8 W8A8 35.61 TOPS) on an M5 Max, macOS 26.4.1 (private API)",
+            ),
+            dram=gbs(614, source="Apple (Mar 2026)"),
+            read=_m5max_read,
+            aliases=("m5max",),
+            family=FAMILIES["h17"],
         ),
         make_chip(
             "a14",
@@ -248,6 +636,7 @@ CHIPS: dict[str, Chip] = {
             dram=gbs(34.1, "derived", "memory type", _LPDDR4X),
             proxy_read=_m1_read,
             proxy_name="M1 (same ANE)",
+            family=FAMILIES["h13"],
         ),
         make_chip(
             "a15",
@@ -258,6 +647,7 @@ CHIPS: dict[str, Chip] = {
             dram=gbs(34.1, "derived", "memory type", _LPDDR4X),
             proxy_read=_m2_read,
             proxy_name="M2 (same ANE generation)",
+            family=FAMILIES["h14"],
         ),
         make_chip(
             "a16",
@@ -268,6 +658,7 @@ CHIPS: dict[str, Chip] = {
             dram=gbs(51.2, "derived", "memory type", _LPDDR5),
             proxy_read=_m2_read,
             proxy_name="M2 (closest measured generation)",
+            family=FAMILIES["unknown"],
         ),
         make_chip(
             "a17-pro",
@@ -289,6 +680,32 @@ CHIPS: dict[str, Chip] = {
             proxy_read=_m3_read,
             proxy_name="M3 (same ANE generation)",
             aliases=("a17",),
+            family=FAMILIES["unknown"],
+        ),
+        make_chip(
+            "a18",
+            "A18",
+            cores=core_count(16, "Apple (Sep 2024)"),
+            peak=_A18_PEAK,
+            precision="int8",
+            peak_fp16=_HALF_INT8,
+            dram=_A18_DRAM,
+            proxy_read=_m4_read,
+            proxy_name="M4 (the closest measured chip: the A18's ANE generation is not published)",
+            family=FAMILIES["unknown"],
+        ),
+        make_chip(
+            "a18-pro",
+            "A18 Pro",
+            cores=core_count(16, "Apple (Sep 2024)"),
+            peak=_A18_PEAK,
+            precision="int8",
+            peak_fp16=_HALF_INT8,
+            dram=_A18_DRAM,
+            proxy_read=_m4_read,
+            proxy_name="M4 (the closest measured chip: the A18 Pro's ANE generation is not published)",
+            aliases=("a18pro",),
+            family=FAMILIES["unknown"],
         ),
     ]
 }

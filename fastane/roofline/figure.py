@@ -1,5 +1,6 @@
 """The types of the chip table: a :class:`Figure` (a number with its unit, kind and
-source), a :class:`Chip` (the figures of one chip's ANE), and the builders the table in
+source), a :class:`Family` (one ANE generation and the compile limits its chips share), a
+:class:`Chip` (the figures of one chip's ANE), and the builders the table in
 :mod:`fastane.roofline.chips` is written with.  The kinds of figure and the sources are
 explained there; :mod:`fastane.roofline.chips` re-exports every public name of this module.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Figure", "Chip", "M3_KERNEL_DMA", "M3_TILE_DMA", "M3_ANE_READ", "DISPATCH_PER_TASK_S"]
+__all__ = ["Figure", "Family", "Chip", "M3_KERNEL_DMA", "M3_TILE_DMA", "M3_ANE_READ", "DISPATCH_PER_TASK_S"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,31 @@ DISPATCH_PER_TASK_S = Figure(
 
 
 @dataclass(frozen=True)
+class Family:
+    """One ANE generation (H13, H14 ...: the name reverse-engineering work gives it) and the
+    compile limits its chips share, as the placement rules
+    (:mod:`fastane.model.placement.predict`) read them.  A limit of kind ``"measured"`` was
+    seen on a chip of this generation; another kind is a guess the rules mark "uncertain"."""
+
+    key: str
+    name: str
+    #: who says which chips are of this generation
+    source: str
+    #: the largest W and H (spatial extents, a matmul's contraction) a tensor may have
+    max_extent: Figure
+    #: the largest N and C
+    max_channels: Figure
+    #: the most dimensions of an ANE tensor (N, D, C, H, W)
+    max_rank: Figure
+    #: one core's KMem: the largest kernel per output channel a convolution task holds
+    kmem_core_bytes: Figure
+    #: report ids (``fastane/model/placement/reports.json``) of Core ML's size floor for fp16
+    #: matmul and attention seen on this generation; "" where none was reported
+    size_floor: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class Chip:
     """The figures of one chip's ANE.  Fields that are ``None`` are unknown."""
 
@@ -84,6 +110,8 @@ class Chip:
     anes_used: Figure | None = None
     #: the SoC's system-level cache (SLC) in bytes, None where no analysis reports it
     slc_bytes: Figure | None = None
+    #: the chip's ANE generation and its compile limits
+    family: Family | None = None
 
     @property
     def peak_ops_program(self) -> float:
@@ -138,6 +166,7 @@ class Chip:
         out["clock_hz"] = self.clock_hz.as_dict()
         out["ridge_point"] = self.ridge_point
         out["anes"] = self.anes
+        out["family"] = None if self.family is None else self.family.key
         return out
 
 
@@ -183,9 +212,12 @@ def make_chip(
     lanes_per_core=128,
     anes=1,
     model_read=None,
+    used=None,
+    family,
 ):
     """Build a chip.  ``read`` is its own measured read bandwidth; ``proxy_read`` another
-    chip's, used only to borrow the DMA bandwidths (and never reported as its own)."""
+    chip's, used only to borrow the DMA bandwidths (and never reported as its own).  ``used``
+    is the ANEs one program uses where ``anes`` > 1 (default: the M1 Ultra's measurement)."""
     if key == "m1":
         lanes = make_figure(
             cores.value * lanes_per_core,
@@ -224,8 +256,7 @@ def make_chip(
                 f"({proxy_read.value / 1e9:g} GB/s, anemll-bench), capped at DRAM "
                 f"{dram.value / 1e9:g} GB/s; nobody measured this chip",
             )
-    used = None
-    if anes > 1:
+    if anes > 1 and used is None:
         used = Figure(
             1,
             "ANEs",
@@ -250,6 +281,7 @@ def make_chip(
         read_bw_model=model_read,
         anes=anes,
         anes_used=used,
+        family=family,
     )
 
 

@@ -1,6 +1,7 @@
 """Converting and saving a coremltools MIL program as an ML Program: the one way the Core ML
-tests (tests/model/test_coreml*.py, test_budget.py, test_hostile_files.py) make one.  Needs
-coremltools (the tests that import this skip without it)."""
+tests (tests/model/test_coreml*.py, test_budget.py, test_hostile_files.py, placement/) make
+one, a flexible input declared by a spec edit.  Needs coremltools (the tests that import this
+skip without it)."""
 
 import warnings
 
@@ -20,7 +21,32 @@ def convert(prog, target, fp16=False):
         )
 
 
-def save(prog, path, target, fp16=False):
-    """:func:`convert`, saved as the ``.mlpackage`` ``path``; the path as a string."""
-    convert(prog, target, fp16).save(str(path))
+def save(prog, path, target, fp16=False, edit=None):
+    """:func:`convert`, saved as the ``.mlpackage`` ``path``; ``edit`` changes its spec (a
+    flexible input: :func:`flexible`) before it is saved; the path as a string."""
+    import coremltools as ct
+
+    m = convert(prog, target, fp16)
+    if edit:
+        spec = m.get_spec()
+        edit(spec)
+        m = ct.models.MLModel(spec, weights_dir=m.weights_dir, skip_model_load=True)
+    m.save(str(path))
     return str(path)
+
+
+def flexible(kind, default):
+    """A spec edit: input 0 declared range-shaped (``kind`` "range": each axis 1..2x its
+    default) or enumerated (its default and a second shape)."""
+
+    def edit(spec):
+        t = spec.description.input[0].type.multiArrayType
+        if kind == "range":
+            for d in default:
+                r = t.shapeRange.sizeRanges.add()
+                r.lowerBound, r.upperBound = 1, 2 * d
+        else:
+            for shape in (default, tuple(2 * d if i >= 2 else d for i, d in enumerate(default))):
+                t.enumeratedShapes.shapes.add().shape.extend(shape)
+
+    return edit

@@ -13,7 +13,8 @@
 - :mod:`.plan`: stats-only planning of the ANE layers (the same programs a run submits);
 - :mod:`.predict`: the estimated Core ML placement per compute-unit setting.
 - :mod:`.compute_plan`: the estimate per op shaped as Core ML's MLComputePlan (devices, cost
-  weight), its JSON, and the comparison with a plan dumped on a Mac.
+  weight), its JSON, the ops that leave the ANE (the warning), and the comparison with a plan
+  dumped on a Mac.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ plan dumped on a Mac (``docs/compute_plan_dump.py``).
 Per op (a node of the bound graph): the preferred device and the devices that support it
 (Apple's ``MLComputePlanDeviceUsage``), a cost weight (``MLComputePlanCost.weight``: the
 op's share of the model's modelled work, the weights of all ops summing to 1), and
-fastane's confidence and reason.  The devices come from
+fastane's confidence, reason and rule.  The devices come from
 :func:`fastane.model.placement.predict.predict`: the preferred one under the compute-unit
 setting, the Neural Engine supported where the prediction under ``CPU_AND_NE`` is the
 ANE, the GPU where it is under ``CPU_AND_GPU``, the CPU always (each only if the setting
@@ -16,6 +16,15 @@ stats-only plan (split among its nodes by their work), any other op its counted 
 one task.  The same model for every op, whatever its device: a share of work, not a
 time on the CPU or the GPU.
 
+:meth:`ComputePlan.leaves_ane` finds a plan that would take the model off the ANE without a
+word from Core ML (under ``ALL`` or ``CPU_AND_NE``): the ops off the ANE, or left on it by a
+rule that puts them at risk (a declared fp32 tensor), when one of them is off by a
+"config" rule (:data:`fastane.model.placement.predict.RULES`: the op runs on the ANE in
+another precision, size, input shape or on another chip), or fastane runs it on the ANE, or
+they carry more than :data:`LEAVE_SHARE` of the modelled work.  The commands print it as one
+line on stderr; :meth:`fastane.Model.compute_plan` warns with
+:class:`fastane.errors.LeavesANEWarning`.
+
 The JSON (:meth:`ComputePlan.as_dict`, :data:`FORMAT`)::
 
     {"format": "fastane-compute-plan-1", "source": "fastane estimate", "model": NAME,
@@ -24,7 +33,9 @@ The JSON (:meth:`ComputePlan.as_dict`, :data:`FORMAT`)::
        {"operatorName": "conv", "outputs": [{"name": "conv_0"}],
         "deviceUsage": {"preferred": "neuralEngine", "supported": ["cpu", "gpu", "neuralEngine"]},
         "estimatedCost": {"weight": 0.42},
-        "fastane": {"op": "conv", "layer": "conv_0", "confidence": "likely", "reason": "..."}}]}}}}}}
+        "fastane": {"op": "conv", "layer": "conv_0", "placement": "ane", "confidence": "likely",
+                    "reason": "...", "rule": ""}}]}}}}},
+     "leavesANE": null}
 
 A device is named as Swift's ``MLComputeDevice`` cases are (``cpu``, ``gpu``,
 ``neuralEngine``).  :func:`load_observed` reads such a file (or the flat ``{output name:
@@ -41,9 +52,19 @@ from ...errors import quote
 from ...stats import Stats
 from ..cost import node_cost
 from ..files import read_file
-from .predict import predict
+from .predict import RULES, predict
 
-__all__ = ["FORMAT", "DEVICES", "PlannedOp", "ComputePlan", "build", "load_observed", "compare"]
+__all__ = [
+    "FORMAT",
+    "DEVICES",
+    "LEAVE_SHARE",
+    "PlannedOp",
+    "LeavesANE",
+    "ComputePlan",
+    "build",
+    "load_observed",
+    "compare",
+]
 
 #: the ``format`` of the JSON this module writes and the dumper writes on a Mac
 FORMAT = "fastane-compute-plan-1"
@@ -66,6 +87,11 @@ _ALLOWED = {
 }
 #: the most bytes a plan file may have
 _MAX_FILE = 64 << 20
+#: the share of the modelled work (cost weight) off the ANE above which a plan leaves it,
+#: whatever the rules: more than half of the work on the CPU or the GPU
+LEAVE_SHARE = 0.5
+#: the most ops and rules a :class:`LeavesANE` message names (then "and K more")
+LEAVE_NAMES, LEAVE_RULES = 4, 3
 
 
 @dataclass
@@ -73,7 +99,9 @@ class PlannedOp:
     """One op of a :class:`ComputePlan`: ``name`` (the node's), ``operator`` (the front end's
     op, else fastane's), ``op`` (fastane's), ``outputs``, ``layer`` (the placed layer it
     belongs to), ``preferred`` and ``supported`` (fastane's units: ane, cpu, gpu),
-    ``weight``, ``confidence`` and ``reason``."""
+    ``weight``, ``confidence``, ``reason``, ``rule`` (:attr:`Prediction.rule
+    <fastane.model.placement.predict.Prediction.rule>`) and ``placement`` (fastane's: ane,
+    layout, host)."""
 
     name: str
     operator: str
@@ -85,6 +113,13 @@ class PlannedOp:
     weight: float
     confidence: str
     reason: str
+    rule: str = ""
+    placement: str = ""
+
+    @property
+    def label(self) -> str:
+        """The op's first output (what a Mac's plan names it by), else its node's name."""
+        return self.outputs[0] if self.outputs else self.name
 
     def as_dict(self) -> dict:
         return {
@@ -99,9 +134,51 @@ class PlannedOp:
                 "name": self.name,
                 "op": self.op,
                 "layer": self.layer,
+                "placement": self.placement,
                 "confidence": self.confidence,
                 "reason": self.reason,
+                "rule": self.rule,
             },
+        }
+
+
+@dataclass
+class LeavesANE:
+    """The ops of a plan for ``compute_units`` on ``chip`` that leave the ANE or are at risk
+    of leaving it (:meth:`ComputePlan.leaves_ane`): ``ops`` heaviest first, of ``total`` in
+    the plan, carrying ``share`` of the modelled work; ``rules`` their rules, the rule
+    carrying most work first."""
+
+    compute_units: str
+    chip: str
+    ops: list
+    total: int
+    share: float
+    rules: list
+
+    @property
+    def message(self) -> str:
+        """One line naming up to :data:`LEAVE_NAMES` ops and :data:`LEAVE_RULES` rules."""
+        names = ", ".join(quote(o.label, 32) for o in self.ops[:LEAVE_NAMES])
+        if len(self.ops) > LEAVE_NAMES:
+            names += f" and {len(self.ops) - LEAVE_NAMES} more"
+        rules = ", ".join(self.rules[:LEAVE_RULES])
+        if len(self.rules) > LEAVE_RULES:
+            rules += f" and {len(self.rules) - LEAVE_RULES} more"
+        return (
+            f"Core ML may run {len(self.ops)} of {self.total} ops ({100 * self.share:.1f}% of the "
+            f"modelled work) off the ANE ({self.compute_units} on {self.chip}): {names}; "
+            f"{'rule' if len(self.rules) == 1 else 'rules'}: {rules} (an estimate; the compute "
+            f"plan gives each op's reason)"
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "ops": [o.label for o in self.ops],
+            "total": self.total,
+            "share": self.share,
+            "rules": list(self.rules),
+            "message": self.message,
         }
 
 
@@ -114,8 +191,34 @@ class ComputePlan:
     chip: str
     ops: list
 
+    def leaves_ane(self):
+        """The :class:`LeavesANE` of the plan, or None: under ``ALL`` or ``CPU_AND_NE``, the ops
+        off the ANE and those left on it with a rule (at risk), when one of them is off by a
+        "config" rule or fastane runs it on the ANE, or they carry more than
+        :data:`LEAVE_SHARE` of the modelled work."""
+        if self.compute_units not in ("ALL", "CPU_AND_NE"):
+            return None
+        off = sorted((o for o in self.ops if o.preferred != "ane" or o.rule), key=lambda o: -o.weight)
+        share = sum(o.weight for o in off)
+        avoidable = any(RULES.get(o.rule) == "config" or o.placement == "ane" for o in off)
+        if not avoidable and share <= LEAVE_SHARE:
+            return None
+        by_rule: dict = {}
+        for o in off:
+            by_rule[o.rule] = by_rule.get(o.rule, 0.0) + o.weight
+        rules = sorted(by_rule, key=lambda r: -by_rule[r])
+        return LeavesANE(self.compute_units, self.chip, off, len(self.ops), share, rules)
+
+    def by_layer(self) -> dict:
+        """Layer name -> its ops, in the plan's order (a layer's ops share one prediction)."""
+        out: dict = {}
+        for o in self.ops:
+            out.setdefault(o.layer, []).append(o)
+        return out
+
     def as_dict(self) -> dict:
         ops = [o.as_dict() for o in self.ops]
+        leave = self.leaves_ane()
         return {
             "format": FORMAT,
             "source": "fastane estimate",
@@ -123,6 +226,7 @@ class ComputePlan:
             "computeUnits": self.compute_units,
             "chip": self.chip,
             "modelStructure": {"program": {"functions": {"main": {"block": {"operations": ops}}}}},
+            "leavesANE": None if leave is None else leave.as_dict(),
         }
 
     def to_json(self) -> str:
@@ -139,9 +243,8 @@ class ComputePlan:
         share: dict = {}
         for o in self.ops:
             share[o.preferred] = share.get(o.preferred, 0.0) + o.weight
-            out = o.outputs[0] if o.outputs else o.name
             lines.append(
-                f"  {quote(out, 32, marks=False)[:32]:32s} {quote(o.operator, 20, marks=False)[:20]:20s} "
+                f"  {quote(o.label, 32, marks=False)[:32]:32s} {quote(o.operator, 20, marks=False)[:20]:20s} "
                 f"{o.preferred:6s} {'|'.join(o.supported):13s} {100 * o.weight:6.2f}% "
                 f"{o.confidence:10s} {o.reason}"
             )
@@ -180,7 +283,7 @@ def build(name: str, bound, layers, compute_units: str = "ALL", chip="m1", layer
             work = [c.work for c in costs]
             node_s = [secs * w / sum(work) for w in work] if sum(work) else [secs / len(work)] * len(work)
         for n, s in zip(layer.nodes, node_s):
-            rows.append((n, layer.name, p, supported))
+            rows.append((n, layer, p, supported))
             times.append(s)
     total = sum(times)
     ops = [
@@ -189,14 +292,16 @@ def build(name: str, bound, layers, compute_units: str = "ALL", chip="m1", layer
             n.source or n.op,
             n.op,
             list(n.outputs),
-            lname,
+            layer.name,
             p.unit,
             supported,
             t / total if total else 1.0 / len(rows),
             p.confidence,
             p.reason,
+            p.rule,
+            layer.placement,
         )
-        for (n, lname, p, supported), t in zip(rows, times)
+        for (n, layer, p, supported), t in zip(rows, times)
     ]
     return ComputePlan(name, cu, chip.key, ops)
 

@@ -9,8 +9,10 @@ placement prediction", cites the sources):
 
   - its tensors are floating point (the ANE computes fp16, SPEC 1; an integer or boolean
     tensor -- indices, masks, shapes -- is the CPU's);
-  - its tensors fit the compile limits (SPEC 5: N and C in [1, 65536], H and W in [1,
-    16384]; rank at most 5), else Core ML's ANE compiler refuses the model segment;
+  - its tensors fit the compile limits of the chip's ANE generation (its
+    :class:`fastane.roofline.chips.Family`: N and C at most 65536, rank at most 5, H and W
+    at most 16384 up to the M3's generation and 65536 from the M4's), else Core ML's ANE
+    compiler refuses the model segment;
   - the op is one the ANE runs (convolutions, matrix products, the elementwise and
     activation ops, pooling, normalisation, softmax, reductions, data movement), not
     one known to fall back (dynamic gathers, comparisons and selects, casts to integers,
@@ -18,9 +20,9 @@ placement prediction", cites the sources):
   - the op is not control flow (If, Loop, Scan: the CPU, "likely");
   - the op is not one fastane runs only on the host (:data:`HOST_ONLY`: einsum, top-k,
     arg-max, cumsum, gathers/scatters, resize ...: predicted "cpu", "uncertain");
-  - a convolution's per-output-channel kernel fits one core's KMem (64 KiB,
-    :data:`fastane.m1.KMEM_CORE_BYTES`): beyond it fastane refuses the layer, and
-    whether Apple's compiler splits it is not known ("uncertain");
+  - a convolution's per-output-channel kernel fits one core's KMem (64 KiB, the
+    family's ``kmem_core_bytes``): beyond it fastane refuses the layer, and whether
+    Apple's compiler splits it is not known ("uncertain");
 
   else the CPU (``CPU_AND_NE``) or the GPU (``ALL``: Core ML prefers the GPU for a float op
   the ANE cannot take).
@@ -28,30 +30,42 @@ placement prediction", cites the sources):
   Rules from public reports (``reports.json`` in this package, each rule citing its report
   ids; docs/models.md, "Public placement reports", checks them on held-out reports):
 
-  - an fp16 ``matmul`` or attention below a size floor goes to the CPU on an M4
-    (:data:`MATMUL_FLOOR`, :data:`ATTENTION_FLOOR`; on another chip "uncertain");
+  - an fp16 ``matmul`` or attention below a size floor goes to the CPU on a chip whose
+    family reports it (``Family.size_floor``: the M4's) (:data:`MATMUL_FLOOR`,
+    :data:`ATTENTION_FLOOR`; on another chip "uncertain");
   - a matmul or attention the model declares fp32 stays off the ANE; another op declared
     fp32 is "uncertain" (:attr:`fastane.model.graph.Graph.declared`: ML Programs only);
   - a pooling window above 13 or a stride above 2 leaves the ANE (:data:`POOL_LIMITS`);
-  - the W/H limit 16384 by chip (:data:`EXTENT_16384`; "uncertain" elsewhere);
-  - a range-shaped (flexible) input keeps the whole model off the ANE.  Whether the layer's tensors fit the 2 MiB L2 is reported too
-  (a layer that does not streams its tiles from DRAM: slower, still on the ANE).
+  - the W/H limit by ANE generation (``Family.max_extent``): beyond it off the ANE,
+    "likely" where the limit was measured on that generation, else "uncertain"; an extent
+    above 16384 that the generation takes (65536 from the M4's) stays on the ANE, "uncertain";
+  - a range-shaped (flexible) input keeps the whole model off the ANE.
 
-The result for each layer is ``(unit, confidence, reason)``; ``confidence`` is "likely"
-or "uncertain".  Compare with Xcode's performance report on a Mac (docs/models.md).
+  Whether the layer's tensors fit the 2 MiB L2 is reported too (a layer that does not
+  streams its tiles from DRAM: slower, still on the ANE).  The compile limits (N, C, rank,
+  W, H, KMem) and the size floor are the chip's ANE generation's
+  (:data:`fastane.roofline.chips.FAMILIES`, one record per generation with each figure's
+  source): a limit measured on that generation decides "likely", another "uncertain".
+
+The result for each layer is ``(unit, confidence, reason, rule)``; ``confidence`` is
+"likely" or "uncertain"; ``rule`` the short name (a key of :data:`RULES`) of the rule that
+takes the layer off the ANE, or of the one that puts a layer left on it at risk (a declared
+fp32 tensor), else "".  Compare with Xcode's performance report on a Mac (docs/models.md).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from ... import m1
+from ...roofline import chips
 from ..ops import OPS
 from .place import CONTROL_FLOW
 
-__all__ = ["COMPUTE_UNITS", "predict", "Prediction"]
+__all__ = ["COMPUTE_UNITS", "RULES", "predict", "Prediction"]
 
 COMPUTE_UNITS = ("ALL", "CPU_AND_NE", "CPU_AND_GPU", "CPU_ONLY")
 
@@ -105,17 +119,6 @@ HOST_ON_CPU = {
     "scatter_elements": "sm-scatter",
     "trilu": "sm-band-part",
 }
-#: the most dimensions an ANE tensor has (N, D, C, H, W)
-MAX_RANK = 5
-#: chips whose ANE refuses W or H above 16384: compiler messages on an M1 Max
-#: (a1111-13527-matmul-w23040, AUTOMATIC1111/stable-diffusion-webui#13527), an M1 Pro
-#: (sm-linear-lmhead-50257) and an M3 Ultra (rustane13-width-16384, ncdrone/rustane#13);
-#: ANEForge's documentation puts M1..M3 and A14/A15 in one family (aneforge-caps-extents).
-#: On the A16 family (M4, A16, A17) the limit is "uncertain": ANEForge says 65536, an A16
-#: refused W = 32000 through MPSGraph (et7907-transpose-w32000, pytorch/executorch#7907)
-EXTENT_16384 = ("m1", "m1-pro", "m1-max", "m1-ultra", "m2", "m3", "m3-max", "a14", "a15")
-#: the chips Vx's compute-plan sweeps ran on (vx-lang/Vx#435-437: an Apple M4)
-SIZE_FLOOR_CHIPS = ("m4", "m4-pro", "m4-max")
 #: fp16 matmul on an M4: the largest operand at most ``cpu`` elements -> CPU, at least
 #: ``ane`` -> ANE, in between "uncertain" (vx435-matmul-f16-le384: 384 x 384 on the CPU;
 #: vx435-matmul-f16-512: 512 x 512 on the ANE; only square products were tried)
@@ -139,32 +142,86 @@ _RANGE = (
 _ENUMERATED = (
     "enumerated input shapes: reports disagree (ct2370-enumerated-conv, ct1909-layernorm-enumerated)"
 )
+#: the short names of the compile-limit rules, by axis: SPEC 5's limits (the M1's
+#: generation's, :data:`fastane.roofline.chips.FAMILIES`)
+_H13 = chips.FAMILIES["h13"]
+_LIMITS = {
+    "N": f"N > {_H13.max_channels.value:g}",
+    "C": f"C > {_H13.max_channels.value:g}",
+    "H": f"H > {_H13.max_extent.value:g}",
+    "W": f"W > {_H13.max_extent.value:g}",
+}
+_RANK = f"rank > {_H13.max_rank.value:g}"
+_FP32 = "fp32 compute precision"
+_FLEXIBLE = "flexible input shapes"
+_POOL_RULES = {
+    "kernel": f"pooling window > {POOL_LIMITS['kernel']}",
+    "stride": f"pooling stride > {POOL_LIMITS['stride']}",
+}
+#: the short name of each rule that takes a layer off the ANE (:attr:`Prediction.rule`) ->
+#: its kind: "config" -- Core ML runs the op on the ANE in another precision, size or input
+#: shape, or on another chip; "op" -- the ANE does not run the op as written; "units" --
+#: the compute-unit setting leaves the ANE out.  ``fp32 compute precision`` also marks a
+#: layer left on the ANE, "uncertain", at risk of leaving it
+RULES = {
+    _FP32: "config",
+    _FLEXIBLE: "config",
+    **{rule: "config" for rule in _POOL_RULES.values()},
+    "M4 size floor": "config",
+    _RANK: "config",
+    **{rule: "config" for rule in _LIMITS.values()},
+    "control flow": "op",
+    "host-only op": "op",
+    "not an ANE op": "op",
+    "integer tensors": "op",
+    "cast to integer": "op",
+    "compute units": "units",
+}
 
 
 class Prediction(tuple):
-    """``(unit, confidence, reason)``."""
+    """``(unit, confidence, reason, rule)`` (``rule``: a key of :data:`RULES`, or "")."""
 
     __slots__ = ()
 
-    def __new__(cls, unit, confidence, reason):
-        return tuple.__new__(cls, (unit, confidence, reason))
+    def __new__(cls, unit, confidence, reason, rule=""):
+        return tuple.__new__(cls, (unit, confidence, reason, rule))
 
     unit = property(lambda s: s[0])
     confidence = property(lambda s: s[1])
     reason = property(lambda s: s[2])
+    rule = property(lambda s: s[3])
 
 
-def _limits(shape) -> tuple:
-    """``(axis, message)`` of the SPEC 5 limit a tensor of ``shape`` breaks, or ``("", "")``."""
-    if len(shape) > MAX_RANK:
-        return "rank", f"rank {len(shape)} > {MAX_RANK}"
+def _limits(shape, family) -> tuple:
+    """``(axis, extent, message, limit, rule)`` of the first compile limit of ``family`` (a
+    :class:`fastane.roofline.chips.Family`) a tensor of ``shape`` breaks, or ``()``.  W and H
+    are checked against SPEC 5's 16384 (the M1's, fastane's lowering's); ``limit`` is the
+    family's figure, which may allow more (65536 from the M4's generation on)."""
+    if len(shape) > family.max_rank.value:
+        return "rank", len(shape), f"rank {len(shape)} > {family.max_rank.value:g}", family.max_rank, _RANK
     dims = (1,) * (4 - len(shape)) + tuple(shape) if len(shape) < 4 else tuple(shape)
-    L = m1.LIMITS
     n, c, h, w = dims[0] if len(dims) == 4 else dims[0] * dims[1], dims[-3], dims[-2], dims[-1]
-    for name, v, hi in (("N", n, 65536), ("C", c, L.max_channels), ("H", h, L.max_hw), ("W", w, L.max_hw)):
+    hw = m1.LIMITS.max_hw
+    for name, v, hi, lim in (
+        ("N", n, family.max_channels.value, family.max_channels),
+        ("C", c, family.max_channels.value, family.max_channels),
+        ("H", h, hw, family.max_extent),
+        ("W", w, hw, family.max_extent),
+    ):
         if v > hi:
-            return name, f"{name} = {v} > {hi} (SPEC 5 compile limit)"
-    return "", ""
+            return name, v, f"{name} = {v} > {hi:g} (SPEC 5 compile limit)", lim, _LIMITS[name]
+    return ()
+
+
+def _unknown(limit, chip) -> str:
+    """`` (the M1's limit; X's is not known)`` where ``limit`` was not measured on ``chip``'s
+    generation, else ""."""
+    return "" if limit.kind == "measured" else f" (the M1's limit; {chip.name}'s is not known)"
+
+
+def _confidence(limit) -> str:
+    return "likely" if limit.kind == "measured" else "uncertain"
 
 
 def _declared(layer, declared: dict) -> set:
@@ -217,30 +274,29 @@ def _floor(measure: int, floor: dict, what: str, ids: str, on_floor_chip: bool):
     return None, "likely", ""
 
 
-def _pool_limit(n) -> str:
+def _pool_limit(n) -> tuple:
+    """``(message, rule)`` of the pooling limit node ``n`` breaks, or ``("", "")``."""
     k, st = tuple(n.attrs.get("kernel") or ()), tuple(n.attrs.get("strides") or ())
     if k and max(k) > POOL_LIMITS["kernel"]:
-        return f"a pooling window {k} > {POOL_LIMITS['kernel']} (hn2-avgpool-k28)"
+        return f"a pooling window {k} > {POOL_LIMITS['kernel']} (hn2-avgpool-k28)", _POOL_RULES["kernel"]
     if st and max(st) > POOL_LIMITS["stride"]:
-        return f"a pooling stride {st} > {POOL_LIMITS['stride']} (hn2-avgpool-stride4)"
-    return ""
+        return f"a pooling stride {st} > {POOL_LIMITS['stride']} (hn2-avgpool-stride4)", _POOL_RULES["stride"]
+    return "", ""
 
 
 def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
     """One :class:`Prediction` per layer of ``layers`` (:func:`fastane.model.placement.place.place`
-    on ``bound``) on ``chip`` (a name of :mod:`fastane.roofline.chips`).  The KMem and rank
-    limits are the M1's, the W/H extent the :data:`EXTENT_16384` chips', the size floor the
-    M4's: on another chip a decision one of them makes is "uncertain"."""
-    from ...roofline import chips
-
+    on ``bound``) on ``chip`` (a name of :mod:`fastane.roofline.chips`).  The compile limits
+    and the size floor are those of the chip's ANE generation (``Chip.family``): a decision
+    one of them makes is "uncertain" where that generation's figure is not measured."""
     cu = str(compute_units).upper()
     if cu not in COMPUTE_UNITS:
         raise ValueError(f"compute units {compute_units!r}: one of {', '.join(COMPUTE_UNITS)}")
     chip = chips.get(chip)
-    m1_limits = "likely" if chip.key == "m1" else "uncertain"
-    on_chip = "" if chip.key == "m1" else f" (the M1's limit; {chip.name}'s is not known)"
-    extent_known = chip.key in EXTENT_16384
-    on_floor_chip = chip.key in SIZE_FLOOR_CHIPS
+    if chip.family is None:  # a chip built by hand: no generation known
+        chip = replace(chip, family=chips.FAMILIES["unknown"])
+    family = chip.family
+    on_floor_chip = bool(family.size_floor)
     declared = getattr(bound.graph, "declared", {}) or {}
     flexible = set((getattr(bound.graph, "flexible", {}) or {}).values())
     q_of = _attention_q(bound.nodes)
@@ -250,35 +306,54 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
         types = [bound.types[t] for t in list(layer.inputs) + list(layer.outputs) if t in bound.types]
         floats = all(np.dtype(t.dtype).kind == "f" for t in types)
         if cu == "CPU_ONLY":
-            out.append(Prediction("cpu", "likely", "CPU_ONLY"))
+            out.append(Prediction("cpu", "likely", "CPU_ONLY", "compute units"))
             continue
         if cu == "CPU_AND_GPU":
-            out.append(Prediction("gpu" if floats else "cpu", "likely", "CPU_AND_GPU: no Neural Engine"))
+            out.append(
+                Prediction(
+                    "gpu" if floats else "cpu", "likely", "CPU_AND_GPU: no Neural Engine", "compute units"
+                )
+            )
             continue
         p = _predict_ne(layer, floats, other, declared, on_floor_chip)
         if p is None:
             ops = {n.op for n in layer.nodes}
-            lim_axis, lim = next(((a, m) for t in types for a, m in [_limits(t.shape)] if m), ("", ""))
-            if lim_axis in ("W", "H") and extent_known:
-                p = Prediction(other, "likely", f"{lim} (a1111-13527-matmul-w23040, rustane13-width-16384)")
-            elif lim_axis in ("W", "H"):
-                p = Prediction(
-                    other,
-                    "uncertain",
-                    f"{lim}{on_chip}: ANEForge's documentation says 65536 from A16 on "
-                    f"(aneforge-caps-extents), an A16 refused W = 32000 through MPSGraph "
-                    f"(et7907-transpose-w32000)",
-                )
-            elif lim:
-                p = Prediction(other, m1_limits, lim + on_chip)
+            broken = [b for t in types for b in [_limits(t.shape, family)] if b]
+            # W or H above 16384 that the generation takes (65536 from the M4's): not a refusal
+            refused = [b for b in broken if b[0] not in ("W", "H") or b[1] > b[3].value]
+            if refused:
+                axis, _, lim, limit, rule = refused[0]
+                p = Prediction(other, _confidence(limit), _refusal(axis, lim, limit, family, chip), rule)
             else:
-                p = _on_ane(layer, bound, types, ops, declared, q_of, on_chip, on_floor_chip)
+                p = _on_ane(layer, bound, types, ops, declared, q_of, chip)
+                if broken and p.unit == "ane":
+                    p = Prediction(
+                        "ane", "uncertain", f"{_taken(broken[0], family, chip)}; {p.reason}", p.rule
+                    )
         if p.unit == "ane" and "range" in flexible:
-            p = Prediction("cpu", "likely", _RANGE)
+            p = Prediction("cpu", "likely", _RANGE, _FLEXIBLE)
         elif p.unit == "ane" and "enumerated" in flexible:
-            p = Prediction("ane", "uncertain", f"{_ENUMERATED}; {p.reason}")
+            p = Prediction("ane", "uncertain", f"{_ENUMERATED}; {p.reason}", p.rule)
         out.append(p)
     return out
+
+
+def _refusal(axis, lim, limit, family, chip) -> str:
+    """Why a tensor beyond ``limit`` (a figure of ``family``) leaves the ANE."""
+    if axis not in ("W", "H"):
+        return lim + _unknown(limit, chip)
+    if limit.kind == "measured":
+        return f"{lim}: the {family.name} generation's limit ({limit.source})"
+    return f"{lim}{_unknown(limit, chip)}: {limit.note}"
+
+
+def _taken(broken, family, chip) -> str:
+    """The note on a W or H above SPEC 5's 16384 that ``family``'s compiler takes."""
+    _, _, lim, limit, _ = broken
+    return (
+        f"{lim}{_unknown(limit, chip)}: the {family.name} generation's compiler takes W and H up to "
+        f"{limit.value:g} ({limit.source}); no Core ML report confirms it"
+    )
 
 
 def _predict_ne(layer, floats, other, declared, on_floor_chip):
@@ -286,18 +361,22 @@ def _predict_ne(layer, floats, other, declared, on_floor_chip):
     (``ALL`` / ``CPU_AND_NE``), or None."""
     ops = {n.op for n in layer.nodes}
     if any(OPS[op].ane == "control" for op in ops):
-        return Prediction("cpu", "likely", f"{CONTROL_FLOW} (sm-cond)")
+        return Prediction("cpu", "likely", f"{CONTROL_FLOW} (sm-cond)", "control flow")
     host = next((op for op in HOST_ONLY if op in ops), None)
     if host:
         why = f"{HOST_ONLY[host]}: no ANE lowering in fastane, run on the host"
         if host in HOST_ON_CPU:
-            return Prediction("cpu", "likely", f"{why}; reported on the CPU ({HOST_ON_CPU[host]})")
-        return Prediction("cpu", "uncertain", why)
+            return Prediction(
+                "cpu", "likely", f"{why}; reported on the CPU ({HOST_ON_CPU[host]})", "host-only op"
+            )
+        return Prediction("cpu", "uncertain", why, "host-only op")
     fb = next((why for op, why in _FALLBACK.items() if op in ops), None)
     if not floats:
-        return Prediction("cpu", "likely", "integer/boolean tensors: the ANE computes fp16")
+        return Prediction(
+            "cpu", "likely", "integer/boolean tensors: the ANE computes fp16", "integer tensors"
+        )
     if any(n.op == "cast" and np.dtype(n.attrs.get("to", np.float32)).kind != "f" for n in layer.nodes):
-        return Prediction("cpu", "likely", "a cast to an integer type")
+        return Prediction("cpu", "likely", "a cast to an integer type", "cast to integer")
     if fb:
         if "where" in ops:
             # sm-where-mask: a select on a mask computed outside the model ran on the ANE
@@ -306,11 +385,12 @@ def _predict_ne(layer, floats, other, declared, on_floor_chip):
                 other,
                 "uncertain",
                 f"{fb}: not an ANE op; a select on a precomputed mask ran there (sm-where-mask)",
+                "not an ANE op",
             )
-        return Prediction(other, "likely", f"{fb}: not an ANE op")
-    pool = next((m for n in layer.nodes if n.op in _POOLS for m in [_pool_limit(n)] if m), "")
+        return Prediction(other, "likely", f"{fb}: not an ANE op", "not an ANE op")
+    pool, rule = next((x for n in layer.nodes if n.op in _POOLS for x in [_pool_limit(n)] if x[0]), ("", ""))
     if pool:
-        return Prediction(other, "likely", f"{pool}: rejected by the ANE's kernel validation")
+        return Prediction(other, "likely", f"{pool}: rejected by the ANE's kernel validation", rule)
     fp32 = np.dtype(np.float32) in _declared(layer, declared) and ops != {"cast"}
     mac = "matmul" in ops or any(_sdpa_key(n) for n in layer.nodes)
     if fp32 and mac:
@@ -321,13 +401,16 @@ def _predict_ne(layer, floats, other, declared, on_floor_chip):
             conf,
             "declared fp32: no fp32 matmul or attention was placed on the ANE "
             "(vx435-matmul-f32, vx437-sdpa-f32-1x1xS; Apple M4)",
+            _FP32,
         )
     return None
 
 
-def _on_ane(layer, bound, types, ops, declared, q_of, on_chip, on_floor_chip):
-    """A layer the rules leave on the ANE: the size floor, fp32, KMem and L2 notes."""
-    conf, notes = "likely", []
+def _on_ane(layer, bound, types, ops, declared, q_of, chip):
+    """A layer the rules leave on the ANE: the size floor, fp32 (the layer at risk: its rule),
+    KMem and L2 notes."""
+    kmem = chip.family.kmem_core_bytes
+    conf, notes, rule = "likely", [], ""
     for n in layer.nodes:
         key = _sdpa_key(n)
         if key and key in q_of and q_of[key] in bound.types:
@@ -347,15 +430,15 @@ def _on_ane(layer, bound, types, ops, declared, q_of, on_chip, on_floor_chip):
             )
         else:
             continue
-        unit, c, note = _floor(measure, floor, what, ids, on_floor_chip)
+        unit, c, note = _floor(measure, floor, what, ids, bool(chip.family.size_floor))
         if unit:
-            return Prediction(unit, c, note)
+            return Prediction(unit, c, note, "M4 size floor")
         if note:
             conf = "uncertain"
             notes.append(note)
         break
     if np.dtype(np.float32) in _declared(layer, declared) and ops != {"cast"}:
-        conf = "uncertain"
+        conf, rule = "uncertain", _FP32
         notes.append(
             "declared fp32: fp32 constants pulled ops to the CPU (sm-mask-fp32, "
             "granite36-fp32-literal), not measured for this op"
@@ -369,11 +452,11 @@ def _on_ane(layer, bound, types, ops, declared, q_of, on_chip, on_floor_chip):
         if n.op in ("conv", "conv_transpose") and n.inputs[1] in bound.consts:
             w = bound.consts[n.inputs[1]]
             per = math.prod(w.shape[1:]) * 2
-            if per > m1.KMEM_CORE_BYTES:
+            if per > kmem.value:
                 conf = "uncertain"
                 notes.append(
                     f"a kernel of {per} bytes per output channel exceeds one core's "
-                    f"KMem ({m1.size_str(m1.KMEM_CORE_BYTES)}){on_chip}"
+                    f"KMem ({m1.size_str(int(kmem.value))}){_unknown(kmem, chip)}"
                 )
     nbytes = sum(2 * t.size for t in types)
     notes.append(
@@ -382,4 +465,4 @@ def _on_ane(layer, bound, types, ops, declared, q_of, on_chip, on_floor_chip):
     )
     if layer.placement == "host" and layer.kind not in ("layout",) and ops != {"cast"}:
         notes.insert(0, "fastane runs it on the host (no lowering yet); Core ML's ANE compiler has the op")
-    return Prediction("ane", conf, "; ".join(notes))
+    return Prediction("ane", conf, "; ".join(notes), rule)

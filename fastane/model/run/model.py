@@ -27,7 +27,7 @@ import sys
 
 import numpy as np
 
-from ...errors import ModelError, quote, quote_names
+from ...errors import LeavesANEWarning, ModelError, quote, quote_names
 from ...operands import fp16_operand
 from ...errstate import errstate, report_events
 from ...stats import Stats, last_stats
@@ -178,18 +178,25 @@ class Model:
         return self.bind(shapes)[1]
 
     def predict_placement(self, shapes: dict, compute_units: str = "ALL") -> list:
-        """``[(layer name, Prediction(unit, confidence, reason)), ...]``: the compute unit
+        """``[(layer name, Prediction(unit, confidence, reason, rule)), ...]``: the compute unit
         Core ML would likely pick per layer (an estimate: :mod:`fastane.model.placement.predict`)."""
         from ..placement.predict import predict
 
         bound, layers = self.bind(_shapes_of(self, shapes))
         return [(l.name, p) for l, p in zip(layers, predict(layers, bound, compute_units))]
 
-    def compute_plan(self, inputs, chip: str = "m1", compute_units: str = "ALL"):
+    def compute_plan(
+        self, inputs, chip: str = "m1", compute_units: str = "ALL", warn: bool = True, report=None
+    ):
         """Where Core ML would run each op for ``inputs`` (arrays or shapes) under
         ``compute_units`` on ``chip``: a
         :class:`~fastane.model.placement.compute_plan.ComputePlan` (an estimate shaped as
-        Core ML's MLComputePlan); the cost weights from the stats-only report on ``chip``."""
+        Core ML's MLComputePlan); the cost weights from the layer times of ``report`` (a
+        :meth:`report` of the same inputs on ``chip``), else of the stats-only report.  A plan
+        that leaves the ANE (:meth:`~fastane.model.placement.compute_plan.ComputePlan.leaves_ane`)
+        warns with :class:`~fastane.LeavesANEWarning` unless ``warn`` is false."""
+        from ...errstate import warn_user
+        from ...roofline import chips as _chips
         from ..placement.compute_plan import build
         from ..placement.predict import COMPUTE_UNITS
 
@@ -197,9 +204,15 @@ class Model:
             raise ValueError(f"compute units {compute_units!r}: one of {', '.join(COMPUTE_UNITS)}")
         shapes = _shapes_of(self, inputs)
         bound, layers = self.bind(shapes)
-        rep = self.report(shapes, chip, stats_only=True)
+        rep = report or self.report(shapes, chip, stats_only=True)
+        if rep.chip != _chips.get(chip).key or [r.layer for r in rep.layers] != layers:
+            raise ValueError("report: not a report of the same inputs on the same chip")
         secs = [None if r.estimate is None else r.estimate.time_s for r in rep.layers]
-        return build(self.name, bound, layers, compute_units, chip, secs)
+        plan = build(self.name, bound, layers, compute_units, chip, secs)
+        leave = plan.leaves_ane() if warn else None
+        if leave is not None:
+            warn_user(LeavesANEWarning, leave.message)
+        return plan
 
     # -------------------------------------------------------------- running
     def __call__(self, inputs) -> dict:

@@ -122,11 +122,17 @@ class Report:
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), indent=1)
 
-    def table(self) -> str:
+    def table(self, plan=None) -> str:
+        """The report as text; with ``plan`` (a
+        :class:`~fastane.model.placement.compute_plan.ComputePlan` of the same layers) a
+        column of the device Core ML would likely pick per layer and the short name of the
+        rule behind it (``?``: "uncertain")."""
         from ...roofline.result import format_si, format_time
 
+        coreml = {} if plan is None else {name: ops[0] for name, ops in plan.by_layer().items()}
+        col = f"{'Core ML':{_COREML_WIDTH}s} " if plan is not None else ""
         head = (
-            f"{'layer':24s} {'op':28s} {'place':6s} {'tasks':>5s} {'MACs':>9s} {'DRAM':>9s} "
+            f"{'layer':24s} {'op':28s} {'place':6s} {col}{'tasks':>5s} {'MACs':>9s} {'DRAM':>9s} "
             f"{'OP/B':>6s} {'time':>10s} {'sat':>4s} {'lut':>4s} {'max abs':>9s} {'error':>9s}"
         )
         what = (
@@ -145,8 +151,10 @@ class Report:
             d = r.as_dict()
             est = r.estimate
             mark = "" if r.ok else " !"
+            if plan is not None:
+                col = f"{_coreml_cell(coreml.get(r.layer.name)):{_COREML_WIDTH}s} "
             lines.append(
-                f"{quote(d['name'], 24, marks=False)[:24]:24s} {quote(d['op'], 28, marks=False)[:28]:28s} {r.placement[:6]:6s} "
+                f"{quote(d['name'], 24, marks=False)[:24]:24s} {quote(d['op'], 28, marks=False)[:28]:28s} {r.placement[:6]:6s} {col}"
                 f"{d['tasks'] if r.placement == 'ane' else '-':>5} "
                 f"{format_si(d['macs']) if r.placement == 'ane' else '-':>9s} "
                 f"{format_si(d['dram_bytes'], 'B') if r.placement == 'ane' else '-':>9s} "
@@ -191,6 +199,17 @@ class Report:
             lines.append("placement reasons:")
             lines += notes
         return "\n".join(lines)
+
+
+#: the width of the report's Core ML column ("ane? fp32 compute precision")
+_COREML_WIDTH = 27
+
+
+def _coreml_cell(op) -> str:
+    """A planned op's device (``?`` when "uncertain") and rule, for the Core ML column."""
+    if op is None:
+        return "-"
+    return f"{op.preferred}{'?' if op.confidence == 'uncertain' else ''} {op.rule}".strip()[:_COREML_WIDTH]
 
 
 def _e(x) -> str:

@@ -23,8 +23,9 @@ from coremltools.converters.mil import Builder as mb  # noqa: E402
 import fastane  # noqa: E402
 import fastane.model.placement as placement  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
-from fastane.model.placement.predict import predict  # noqa: E402
-from tests.helpers.coreml import convert  # noqa: E402
+from fastane.model.placement.predict import RULES, predict  # noqa: E402
+from tests.helpers.coreml import flexible as _flexible  # noqa: E402
+from tests.helpers.coreml import save  # noqa: E402
 
 REPORTS = {
     r["id"]: r for r in json.loads(Path(placement.__file__).with_name("reports.json").read_text())["reports"]
@@ -55,14 +56,7 @@ def case(rid, chip="m1", units="ALL", expected="not_ane", note=""):
 def _mil(tmp, name, prog, fp16=True, target=None, edit=None):
     """``prog`` saved as an ML Program (fp16 compute precision unless ``fp16`` is False);
     ``edit`` changes its spec (a flexible input) before it is saved."""
-    m = convert(prog, target or ct.target.iOS17, fp16)
-    path = str(tmp / f"{name}.mlpackage")
-    if edit:
-        spec = m.get_spec()
-        edit(spec)
-        m = ct.models.MLModel(spec, weights_dir=m.weights_dir, skip_model_load=True)
-    m.save(path)
-    return path
+    return save(prog, tmp / f"{name}.mlpackage", target or ct.target.iOS17, fp16, edit)
 
 
 def _op(*ops):
@@ -208,23 +202,6 @@ def _hn2_up(tmp):
 
 
 # ------------------------------------------------------------------ apple/coremltools issues
-def _flexible(kind, default):
-    """A spec edit: input 0 declared range-shaped (each axis 1..2x its default) or
-    enumerated (its default and a second shape)."""
-
-    def edit(spec):
-        t = spec.description.input[0].type.multiArrayType
-        if kind == "range":
-            for d in default:
-                r = t.shapeRange.sizeRanges.add()
-                r.lowerBound, r.upperBound = 1, 2 * d
-        else:
-            for shape in (default, tuple(2 * d if i >= 2 else d for i, d in enumerate(default))):
-                t.enumeratedShapes.shapes.add().shape.extend(shape)
-
-    return edit
-
-
 def _conv_stack(tmp, kind):
     rng = np.random.default_rng(0)
     shape = (1, 3, 64, 64)
@@ -509,7 +486,10 @@ def evaluate(rid, tmp):
             texts.append(f"{label}: no prediction (fastane refuses {REFUSALS[why]})")
             ok = "refused" if ok is not False else ok
             continue
-        preds = [p for lay, p in zip(layers, predict(layers, bound, c.units, c.chip)) if pick(lay)]
+        every = predict(layers, bound, c.units, c.chip)
+        # a layer predicted off the ANE names the rule that took it off
+        assert all(p.rule in RULES for p in every if p.unit != "ane"), (rid, label)
+        preds = [p for lay, p in zip(layers, every) if pick(lay)]
         assert preds, (rid, label)
         units = sorted({p.unit for p in preds})
         conf = sorted({p.confidence for p in preds})

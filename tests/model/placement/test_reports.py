@@ -55,20 +55,42 @@ def test_ids_are_unique():
     assert len(ids) == len(set(ids))
 
 
-def test_every_report_the_rules_cite_is_in_the_file():
-    """A report id predict.py cites (in a comment or a reason) names a record of the file."""
+def _cited(text: str) -> set:
+    """The report ids (of the file's prefixes: ``a1111-...``, ``vx435-...``) ``text`` names;
+    chip keys (``a14``, ``m4``) are not reports."""
     import re
 
     from fastane.roofline import chips
 
-    ids = {r["id"] for r in json.loads(REPORTS.read_text())["reports"]}
-    names = set(chips.CHIPS)  # a14, m4 ...: chips, not reports
-    prefixes = {re.match(r"[a-z]+", i).group() for i in ids}
-    source = Path(placement.__file__).with_name("predict.py").read_text()
-    cited = {
+    prefixes = {re.match(r"[a-z]+", i).group() for i in _ids()}
+    return {
         m.group()
-        for m in re.finditer(r"\b[a-z]+\d+(?:-[A-Za-z0-9]+)*", source)
-        if re.match(r"[a-z]+", m.group()).group() in prefixes and m.group() not in names
+        for m in re.finditer(r"\b[a-z]+\d+(?:-[A-Za-z0-9]+)*", text)
+        if re.match(r"[a-z]+", m.group()).group() in prefixes and m.group() not in chips.CHIPS
     }
+
+
+def _ids() -> set:
+    return {r["id"] for r in json.loads(REPORTS.read_text())["reports"]}
+
+
+def test_every_report_the_rules_cite_is_in_the_file():
+    """A report id predict.py cites (in a comment or a reason) names a record of the file."""
+    cited = _cited(Path(placement.__file__).with_name("predict.py").read_text())
     assert cited, "predict.py cites no report"
-    assert sorted(cited - ids) == []
+    assert sorted(cited - _ids()) == []
+
+
+def test_every_report_the_ane_generations_cite_is_in_the_file():
+    """A report id a family record of the chip table cites (its limits' sources and notes,
+    its size floor) names a record of the file."""
+    from fastane.roofline import chips
+
+    text = " ".join(
+        f"{getattr(f, n).source} {getattr(f, n).note} {f.size_floor}"
+        for f in chips.FAMILIES.values()
+        for n in ("max_extent", "max_channels", "max_rank", "kmem_core_bytes")
+    )
+    cited = _cited(text)
+    assert cited >= {"a1111-13527-matmul-w23040", "rustane13-width-16384", "et7907-transpose-w32000"}
+    assert sorted(cited - _ids()) == []

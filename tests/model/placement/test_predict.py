@@ -1,0 +1,162 @@
+"""The placement rules read each compile limit from the chip's ANE generation
+(:class:`fastane.roofline.chips.Family`): the W/H extent (16384 up to the M3's generation,
+65536 from the M4's), N and C, the rank, one core's KMem and the size floor.  Changing a
+family's figure changes the prediction; a figure measured on that generation decides
+"likely", another "uncertain"."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import fastane  # noqa: E402
+from fastane.model.placement.predict import predict  # noqa: E402
+from fastane.roofline import chips  # noqa: E402
+
+
+def _save(tmp_path, name, nodes, inputs, inits=()):
+    g = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=list(inits),
+    )
+    p = tmp_path / f"{name}.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
+    return p
+
+
+def _on(path, shapes, chip, op):
+    """The prediction of the layer holding ``op`` on ``chip`` under CPU_AND_NE."""
+    bound, layers = fastane.load_model(str(path), weights=False).bind(shapes)
+    return next(
+        p
+        for lay, p in zip(layers, predict(layers, bound, "CPU_AND_NE", chip))
+        if op in {n.op for n in lay.nodes}
+    )
+
+
+def _decision(path, shapes, chip, op):
+    """``(unit, confidence)`` of :func:`_on`."""
+    p = _on(path, shapes, chip, op)
+    return p.unit, p.confidence
+
+
+def _relu(tmp_path, shape):
+    return _save(
+        tmp_path, f"relu{'x'.join(map(str, shape))}", [helper.make_node("Relu", ["x"], ["y"])], [("x", shape)]
+    )
+
+
+def _with(chip, **figures):
+    """``chip`` whose family has ``figures`` replaced."""
+    chip = chips.get(chip)
+    return replace(chip, family=replace(chip.family, **figures))
+
+
+def _measured(v, unit="elements"):
+    return chips.Figure(v, unit, "measured", "test")
+
+
+@pytest.mark.parametrize("width", [16385, 20000, 65536])
+def test_a_row_between_16384_and_65536_follows_the_generation(tmp_path, width):
+    path = _relu(tmp_path, [1, 1, 1, width])
+    shapes = {"x": (1, 1, 1, width)}
+    # up to the M3's generation the compiler refuses it (measured there)
+    for key in ("m1", "m2", "m3", "m3-ultra"):
+        p = _on(path, shapes, key, "relu")
+        assert (p.unit, p.confidence) == ("cpu", "likely"), key
+        assert f"W = {width} > 16384" in p.reason and chips.get(key).family.name in p.reason
+    # from the M4's it takes W up to 65536: on the ANE, uncertain (no Core ML report)
+    for key in ("m4", "m4-max", "m5", "m5-max"):
+        p = _on(path, shapes, key, "relu")
+        assert (p.unit, p.confidence) == ("ane", "uncertain"), key
+        assert "up to 65536" in p.reason
+    # a chip of no known generation: off the ANE, uncertain, the M1's limit assumed
+    p = _on(path, shapes, "a17-pro", "relu")
+    assert (p.unit, p.confidence) == ("cpu", "uncertain")
+    assert "the M1's limit; A17 Pro's is not known" in p.reason
+
+
+def test_the_extent_is_read_from_the_family_record(tmp_path):
+    path = _relu(tmp_path, [1, 1, 1, 20000])
+    shapes = {"x": (1, 1, 1, 20000)}
+    assert _on(path, shapes, "m3", "relu").unit == "cpu"
+    wider = _with("m3", max_extent=_measured(65536))
+    assert _on(path, shapes, wider, "relu").unit == "ane"
+    narrower = _with("m5", max_extent=_measured(16384))
+    assert _decision(path, shapes, narrower, "relu") == ("cpu", "likely")
+
+
+def test_beyond_65536_the_measured_generation_is_sure(tmp_path):
+    path = _relu(tmp_path, [1, 1, 1, 70000])
+    shapes = {"x": (1, 1, 1, 70000)}
+    # H17 (the M5's): 65536 measured by ANEForge; H16 (the M4's): the same tier, derived
+    assert chips.get("m5").family.max_extent.kind == "measured"
+    assert _decision(path, shapes, "m5", "relu") == ("cpu", "likely")
+    assert _decision(path, shapes, "m4", "relu") == ("cpu", "uncertain")
+
+
+def test_channels_and_rank_are_read_from_the_family_record(tmp_path):
+    c = _relu(tmp_path, [1, 70000, 1, 1])
+    assert _on(c, {"x": (1, 70000, 1, 1)}, "m1", "relu").confidence == "likely"
+    m2 = _on(c, {"x": (1, 70000, 1, 1)}, "m2", "relu")  # C measured on the M2's generation, N not
+    assert (m2.unit, m2.confidence) == ("cpu", "uncertain") and "C = 70000 > 65536" in m2.reason
+    assert (
+        _on(c, {"x": (1, 70000, 1, 1)}, _with("m2", max_channels=_measured(65536)), "relu").confidence
+        == "likely"
+    )
+    assert _on(c, {"x": (1, 70000, 1, 1)}, _with("m1", max_channels=_measured(1 << 17)), "relu").unit == "ane"
+    r = _relu(tmp_path, [1, 1, 2, 2, 2])  # rank 5: within the M1's five dimensions
+    assert _on(r, {"x": (1, 1, 2, 2, 2)}, "m1", "relu").unit == "ane"
+    p = _on(r, {"x": (1, 1, 2, 2, 2)}, _with("m1", max_rank=_measured(4, "dims")), "relu")
+    assert (p.unit, p.reason) == ("cpu", "rank 5 > 4")
+
+
+def test_kmem_is_read_from_the_family_record(tmp_path):
+    w = numpy_helper.from_array(np.ones((4, 64, 3, 3), np.float32), "w")  # 64 x 3 x 3 x 2 = 1152 B a channel
+    path = _save(
+        tmp_path,
+        "conv",
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+        [("x", [1, 64, 8, 8])],
+        [w],
+    )
+    shapes = {"x": (1, 64, 8, 8)}
+    assert "KMem" not in _on(path, shapes, "m1", "conv").reason
+    p = _on(path, shapes, _with("m1", kmem_core_bytes=_measured(1024, "B")), "conv")
+    assert (p.unit, p.confidence) == ("ane", "uncertain") and "exceeds one core's KMem (1 KiB)" in p.reason
+    p = _on(
+        path,
+        shapes,
+        _with("m2", kmem_core_bytes=replace(chips.FAMILIES["h14"].kmem_core_bytes, value=1024)),
+        "conv",
+    )
+    assert "the M1's limit; M2's is not known" in p.reason
+
+
+def test_the_size_floor_is_read_from_the_family_record(tmp_path):
+    path = _save(
+        tmp_path,
+        "mm",
+        [helper.make_node("MatMul", ["a", "b"], ["y"])],
+        [("a", [64, 64]), ("b", [64, 64])],
+    )
+    shapes = {"a": (64, 64), "b": (64, 64)}
+    assert chips.get("m4").family.size_floor and not chips.get("m5").family.size_floor
+    assert _decision(path, shapes, "m4", "matmul") == ("cpu", "likely")
+    assert _decision(path, shapes, "m5", "matmul") == ("ane", "uncertain")
+    floored = _with("m5", size_floor="test")
+    assert _on(path, shapes, floored, "matmul").unit == "cpu"
+
+
+def test_a_chip_without_a_generation_is_of_the_unknown_one(tmp_path):
+    path = _relu(tmp_path, [1, 1, 1, 20000])
+    bare = replace(chips.get("m4"), family=None)
+    p = _on(path, {"x": (1, 1, 1, 20000)}, bare, "relu")
+    assert (p.unit, p.confidence) == ("cpu", "uncertain") and "the M1's limit; M4's is not known" in p.reason
