@@ -355,19 +355,74 @@ VALIDATION = (
         "same card (MacBook Pro M3 Max, macOS 15.0)",
         note="same",
     ),
-    # palettized and weight-quantized programs (the fit saw ResNet-50 at 4 bits only, K8)
-    _pal("G1", "ResNet-50 224x224", "resnet50", 2, 1.43e-3),
-    _pal("G2", "ResNet-50 224x224", "resnet50", 6, 1.37e-3),
-    _pal("G3", "ResNet-50 224x224", "resnet50", 8, 1.40e-3),
-    _pal("G4", "MobileNetV2 224x224", "mobilenetv2", 2, 0.47e-3),
-    _pal("G5", "MobileNetV2 224x224", "mobilenetv2", 4, 0.45e-3),
-    _pal("G6", "MobileNetV2 224x224", "mobilenetv2", 6, 0.48e-3),
-    _pal("G7", "MobileNetV2 224x224", "mobilenetv2", 8, 0.45e-3),
-    VPoint(
-        "G8", "ResNet-50 224x224, int8 weights", "resnet50", "a16", 1.49e-3, _QUANT, weight_bits=8, note=_W8
+    # the Stable Diffusion 2.1 UNet step of K16/K17 on the other chips of the same table
+    *(
+        VPoint(
+            gid,
+            "Stable Diffusion 2.1 base UNet, one step, 6-bit palettized (SPLIT_EINSUM_V2)",
+            "sd21-unet",
+            chip,
+            t,
+            f"apple/ml-stable-diffusion README, performance benchmarks ({device})",
+            programs=2,
+            weight_bits=6,
+            note="the Swift app's own share of an iteration (up to about 10%) is in the measurement",
+        )
+        for gid, chip, t, device in (
+            ("G4", "a15", 0.392, "iPhone 13 Pro Max, 2.55 iter/s"),
+            ("G5", "a16", 0.372, "iPhone 14 Pro Max, 2.69 iter/s"),
+            ("G7", "m2", 0.326, "iPad Pro M2, 3.07 iter/s"),
+        )
+    ),
+    # private-API programs on the M4 (maderix's benchmarks): the direct runtime on another chip
+    *(
+        VPoint(
+            f"S20-{c}",
+            f"one 1x1 convolution, {c} channels, 64 positions, fp16, direct",
+            f"matmul:64x{c}x{c}",
+            "m4",
+            t,
+            "maderix/ANE issue #3 (inmem_bench, M4 Mac mini)",
+            runtime="direct",
+        )
+        for c, t in ((256, 0.106e-3), (1024, 0.116e-3), (2048, 0.237e-3), (4096, 1.012e-3))
     ),
     VPoint(
-        "G9",
+        "S21",
+        "128 chained 1x1 convolutions, 512 channels, 64x64, fp16, direct",
+        "convs:128x512x64x1",
+        "m4",
+        14.8e-3,
+        "maderix/ANE README.md, ANE peak throughput (M4)",
+        runtime="direct",
+        note="the M4's FP16 peak in the chip table is this benchmark's figure",
+        independent=False,
+    ),
+    VPoint(
+        "S21-w8a8",
+        "128 chained 1x1 convolutions, 512 channels, 64x64, W8A8, direct",
+        "convs:128x512x64x1",
+        "m4",
+        7.8e-3,
+        "maderix/ANE README.md, INT8 W8A8 quantization (M4)",
+        runtime="direct",
+        weight_bits=8,
+        activation_bits=8,
+        note=_W8A8,
+    ),
+    # palettized and weight-quantized programs (the fit saw ResNet-50 at 4 bits only, K8)
+    _pal("Q1", "ResNet-50 224x224", "resnet50", 2, 1.43e-3),
+    _pal("Q2", "ResNet-50 224x224", "resnet50", 6, 1.37e-3),
+    _pal("Q3", "ResNet-50 224x224", "resnet50", 8, 1.40e-3),
+    _pal("Q4", "MobileNetV2 224x224", "mobilenetv2", 2, 0.47e-3),
+    _pal("Q5", "MobileNetV2 224x224", "mobilenetv2", 4, 0.45e-3),
+    _pal("Q6", "MobileNetV2 224x224", "mobilenetv2", 6, 0.48e-3),
+    _pal("Q7", "MobileNetV2 224x224", "mobilenetv2", 8, 0.45e-3),
+    VPoint(
+        "Q8", "ResNet-50 224x224, int8 weights", "resnet50", "a16", 1.49e-3, _QUANT, weight_bits=8, note=_W8
+    ),
+    VPoint(
+        "Q9",
         "ResNet-50 224x224, int8 weights",
         "resnet50",
         "a17-pro",
@@ -377,7 +432,7 @@ VALIDATION = (
         note=_W8,
     ),
     VPoint(
-        "G10",
+        "Q10",
         "MobileNetV2 224x224, int8 weights",
         "mobilenetv2",
         "a16",
@@ -387,7 +442,7 @@ VALIDATION = (
         note=_W8,
     ),
     VPoint(
-        "G12",
+        "Q12",
         "ResNet-50 224x224, W8A8",
         "resnet50",
         "a17-pro",
@@ -398,7 +453,7 @@ VALIDATION = (
         note=_W8A8,
     ),
     VPoint(
-        "G13",
+        "Q13",
         "MobileNetV2 224x224, W8A8",
         "mobilenetv2",
         "a16",
@@ -409,7 +464,7 @@ VALIDATION = (
         note=_W8A8,
     ),
     VPoint(
-        "G14",
+        "Q14",
         "MobileNetV2 224x224, W8A8",
         "mobilenetv2",
         "a17-pro",
@@ -420,7 +475,7 @@ VALIDATION = (
         note=_W8A8,
     ),
     VPoint(
-        "G11",
+        "Q11",
         "MobileNetV2 224x224, int8 weights",
         "mobilenetv2",
         "a17-pro",
