@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .layers import Conv2d, Eltwise, Matmul, Workload
 
-__all__ = ["resnet50", "mobilenetv2", "mobilenetv3_small", "mobileone"]
+__all__ = ["resnet50", "mobilenetv2", "mobilenetv3_small", "mobileone", "squeeze_excite"]
 
 
 def resnet50(image: int = 224) -> Workload:
@@ -99,13 +99,15 @@ def mobilenetv2(image: int = 224) -> Workload:
     )
 
 
-def _squeeze_excite(L, p, c, s, squeeze, gate):
+def squeeze_excite(L, p, c, s, squeeze, gate, then=None):
     """Squeeze-excite on a (c, s, s) tensor: pool, two 1x1 convs (ReLU, then ``gate``; the
-    hard sigmoid is costed as ``relu6``), the rescale multiply (planar)."""
+    hard sigmoid is costed as ``relu6``), the rescale multiply (planar), followed by the
+    activation ``then`` when one comes after the block (``"mul+gelu"``)."""
     L.append(Eltwise(f"{p}.pool", "avgpool", (c, s, s), (c, 1, 1), ops_per_out=s * s))
     L.append(Conv2d(f"{p}.reduce", c, squeeze, 1, 1, activation="relu"))
     L.append(Conv2d(f"{p}.expand", squeeze, c, 1, 1, activation=gate, follows=True))
-    L.append(Eltwise(f"{p}.scale", "mul", (c, s, s), n_inputs=2))
+    op, n = ("mul", 1) if then is None else (f"mul+{then}", 2)
+    L.append(Eltwise(f"{p}.scale", op, (c, s, s), n_inputs=2, ops_per_out=n))
 
 
 def mobilenetv3_small(image: int = 224) -> Workload:
@@ -151,7 +153,7 @@ def mobilenetv3_small(image: int = 224) -> Workload:
         )
         so = L[-1].hout
         if se:
-            _squeeze_excite(L, f"{p}.se", exp, so, max(8, (exp // 4 + 4) // 8 * 8), "relu6")
+            squeeze_excite(L, f"{p}.se", exp, so, max(8, (exp // 4 + 4) // 8 * 8), "relu6")
         L.append(Conv2d(f"{p}.project", exp, out, so, so, follows=isinstance(L[-1], Conv2d)))
         if st == 1 and cin == out:
             L.append(Eltwise(f"{p}.add", "add", (out, so, so), n_inputs=2))
@@ -168,15 +170,23 @@ def mobilenetv3_small(image: int = 224) -> Workload:
     )
 
 
-_MOBILEONE = {"s0": (0.75, 1.0, 1.0, 2.0), "s4": (3.0, 3.5, 3.5, 4.0)}
+#: width multipliers of stages 1-4 (apple/ml-mobileone@b7f4e6d ``mobileone.py``, ``PARAMS``)
+_MOBILEONE = {
+    "s0": (0.75, 1.0, 1.0, 2.0),
+    "s1": (1.5, 1.5, 2.0, 2.5),
+    "s2": (1.5, 2.0, 2.5, 4.0),
+    "s3": (2.0, 2.5, 3.0, 4.0),
+    "s4": (3.0, 3.5, 3.5, 4.0),
+}
 
 
 def mobileone(variant: str = "s0", image: int = 224) -> Workload:
     """MobileOne (Vasu et al. 2023, apple/ml-mobileone ``mobileone.py``) after
     reparameterization: every block is one 3x3 depthwise and one 1x1 pointwise conv, each
     with a fused ReLU.  Stage widths 64/128/256/512 x the variant's multipliers, 2/8/10/1
-    blocks, each stage starting with stride 2; S4's squeeze-excite (last 5 blocks of stage 3
-    and stage 4) is its two 1x1 convs on the pooled vector."""
+    blocks, each stage starting with stride 2 (``num_blocks_per_stage``); variants S0-S4
+    (:data:`_MOBILEONE`); S4 alone has squeeze-excite (``use_se``: the last 5 blocks of stage
+    3 and stage 4), its two 1x1 convs on the pooled vector."""
     wm = _MOBILEONE[variant]
     se = variant == "s4"
     cin = min(64, int(64 * wm[0]))
@@ -206,12 +216,12 @@ def mobileone(variant: str = "s0", image: int = 224) -> Workload:
             )
             s = L[-1].hout
             if b >= n - n_se:
-                _squeeze_excite(L, f"{p}.dw.se", cin, s, cin // 16, "sigmoid")
+                squeeze_excite(L, f"{p}.dw.se", cin, s, cin // 16, "sigmoid")
             L.append(
                 Conv2d(f"{p}.pw", cin, planes, s, s, activation="relu", follows=isinstance(L[-1], Conv2d))
             )
             if b >= n - n_se:
-                _squeeze_excite(L, f"{p}.pw.se", planes, s, planes // 16, "sigmoid")
+                squeeze_excite(L, f"{p}.pw.se", planes, s, planes // 16, "sigmoid")
             cin = planes
     L.append(Eltwise("gap", "avgpool", (cin, s, s), (cin, 1, 1), ops_per_out=s * s))
     L.append(Matmul("linear", 1, 1, cin, 1000))

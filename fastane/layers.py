@@ -164,6 +164,14 @@ class Workload:
     #: tokens produced (decode) or processed (prefill) per run; 0 for non-token models
     tokens: int = 0
     source: str = ""
+    #: 0: fp16 weights; 1-8: every weight palettized to codes of that many bits (a
+    #: ``2**bits``-entry fp16 palette a weight, as coremltools' ``palettize_weights``
+    #: writes them; the ANE keeps them compressed in KMem: ``fastane.lower.compressed``)
+    weight_bits: int = 0
+
+    def __post_init__(self):
+        if not 0 <= int(self.weight_bits) <= 8:
+            raise ValueError(f"{self.name}: weight_bits must be 0 (fp16) or 1-8, got {self.weight_bits}")
 
     @property
     def macs(self) -> int:

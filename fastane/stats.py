@@ -34,6 +34,9 @@ class Stats:
     tile_dma_dst_bytes: int = 0
     #: of ``macs``, those the INT8 lanes ran (256 a core instead of 128: fastane.device.int8)
     int8_macs: int = 0
+    #: of ``macs``, those of one-tap kernels (1 x 1 convolutions, matmuls): each input
+    #: element fetched feeds one MAC per output channel, no reuse across kernel taps
+    pointwise_macs: int = 0
     #: per-task Stats, in execution order (empty for a single-task record)
     tasks_detail: list = field(default_factory=list)
 
@@ -68,6 +71,7 @@ class Stats:
             self.tile_dma_src_bytes + other.tile_dma_src_bytes,
             self.tile_dma_dst_bytes + other.tile_dma_dst_bytes,
             self.int8_macs + other.int8_macs,
+            self.pointwise_macs + other.pointwise_macs,
         )
 
     def as_dict(self) -> dict:

@@ -5,8 +5,9 @@ what each field means, are in :mod:`fastane.layers`; this module re-exports them
 :func:`fastane.networks.graph` writes a workload as a model graph (shapes only), which
 ``fastane roofline`` plans as it plans a model file.
 
-The convolutional networks are built in :mod:`fastane.convnets` (re-exported here), the
-transformers below.  A :class:`Workload` is a named tuple of layers; :func:`get` and
+The convolutional networks are built in :mod:`fastane.convnets`, FastViT in
+:mod:`fastane.fastvit`, the Stable Diffusion UNet in :mod:`fastane.unet` (all re-exported
+here), the transformers below.  A :class:`Workload` is a named tuple of layers; :func:`get` and
 :func:`names` look them up.  The per-task plan of a workload (how it splits into task
 descriptors) is :func:`fastane.networks.plan.analyze`'s.
 
@@ -28,8 +29,12 @@ Conventions (stated once here, repeated in ``docs/roofline.md``):
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .convnets import mobilenetv2, mobilenetv3_small, mobileone, resnet50
+from .fastvit import fastvit
 from .layers import Conv2d, Eltwise, Matmul, Workload
+from .unet import sd21_unet
 
 __all__ = [
     "Conv2d",
@@ -48,8 +53,12 @@ __all__ = [
     "llama",
     "transformer",
     "matmul",
+    "conv_stack",
     "whisper_encoder",
     "mobileone",
+    "palettized",
+    "fastvit",
+    "sd21_unet",
 ]
 
 
@@ -227,6 +236,18 @@ def matmul(M: int, K: int, N: int, name: str | None = None) -> Workload:
     )
 
 
+def conv_stack(n: int, c: int, hw: int, k: int = 3, name: str | None = None) -> Workload:
+    """``n`` chained ``k x k`` convolutions, ``c`` channels in and out, on a ``hw x hw``
+    map with same padding, fp16 weights (a micro-benchmark's program: ``convs:NxCxHWxK``)."""
+    layers = tuple(Conv2d(f"conv{i}", c, c, hw, hw, k, k, 1, k // 2, follows=i > 0) for i in range(n))
+    return Workload(
+        name or f"convs-{n}x{c}x{hw}x{k}",
+        f"{n} chained {k}x{k} convolutions, {c} channels, {hw}x{hw}, same padding, fp16 weights",
+        layers,
+        source="user spec",
+    )
+
+
 def vit_b16(image: int = 224) -> Workload:
     """ViT-B/16 (16x16 patches -> 196 + [CLS] = 197 tokens), classification head on [CLS]."""
     g = image // 16
@@ -345,7 +366,17 @@ _BUILDERS = {
     "mobilenetv2": mobilenetv2,
     "mobilenetv3-small": mobilenetv3_small,
     "mobileone-s0": lambda: mobileone("s0"),
+    "mobileone-s1": lambda: mobileone("s1"),
+    "mobileone-s2": lambda: mobileone("s2"),
+    "mobileone-s3": lambda: mobileone("s3"),
     "mobileone-s4": lambda: mobileone("s4"),
+    "fastvit-t8": lambda: fastvit("t8"),
+    "fastvit-t12": lambda: fastvit("t12"),
+    "fastvit-s12": lambda: fastvit("s12"),
+    "fastvit-sa12": lambda: fastvit("sa12"),
+    "fastvit-sa24": lambda: fastvit("sa24"),
+    "fastvit-sa36": lambda: fastvit("sa36"),
+    "fastvit-ma36": lambda: fastvit("ma36"),
     "vit-b16": vit_b16,
     "whisper-tiny-encoder": lambda: whisper_encoder("tiny"),
     "whisper-base-encoder": lambda: whisper_encoder("base"),
@@ -362,6 +393,7 @@ _BUILDERS = {
     "gpt2-xl-prefill": lambda: gpt2("gpt2-xl", "prefill"),
     "llama-3.2-1b": lambda: llama("decode"),
     "llama-3.2-1b-prefill": lambda: llama("prefill"),
+    "sd21-unet": sd21_unet,
 }
 _ALIASES = {
     "resnet-50": "resnet50",
@@ -381,6 +413,7 @@ _ALIASES = {
     "llama-3.2-1b-decode": "llama-3.2-1b",
     "llama3.2-1b": "llama-3.2-1b",
     "llama-prefill": "llama-3.2-1b-prefill",
+    "sd-2.1-unet": "sd21-unet",
 }
 _CACHE: dict = {}
 
@@ -399,6 +432,19 @@ def get(name: str) -> Workload:
     if key not in _CACHE:
         _CACHE[key] = _BUILDERS[key]()
     return _CACHE[key]
+
+
+def palettized(workload: "Workload | str", bits: int) -> Workload:
+    """``workload`` with every weight palettized to ``bits``-bit codes (``weight_bits``),
+    named ``<name>-pal<bits>``: as coremltools' ``palettize_weights`` (``nbits``) writes a
+    model; the ANE keeps the codes in KMem and KernelDMA moves them compressed."""
+    wl = get(workload) if isinstance(workload, str) else workload
+    return replace(
+        wl,
+        name=f"{wl.name}-pal{bits}",
+        description=f"{wl.description}, {bits}-bit palettized weights",
+        weight_bits=bits,
+    )
 
 
 def describe(name: str) -> str:

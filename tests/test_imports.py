@@ -63,6 +63,8 @@ GROUPS = {
     "workloads": "workloads",
     "layers": "workloads",
     "convnets": "workloads",
+    "fastvit": "workloads",
+    "unet": "workloads",
     "td": "td",
     "lut": "lut",
     "activation_table": "lut",

@@ -119,3 +119,88 @@ def test_layer_validation():
         Conv2d("bad", 6, 64, 8, 8, groups=4)  # channels not a multiple of groups
     with pytest.raises(ValueError):
         Matmul("bad", 1, 0, 4, 4)
+
+
+#: MobileOne in inference form, 224x224: (M parameters, GMACs) of open-mmlab/mmpretrain@09c4815
+#: configs/mobileone/README.md (apple/ml-mobileone's README gives latencies only); the paper's
+#: (arXiv 2206.04040, as Papers with Code lists it) S2 7.8 M / 1.3, S3 10.1 M / 1.8, S4
+#: 14.8 M / 2.9 GFLOPs agree
+MOBILEONE = {
+    "s0": (2.08, 0.27),
+    "s1": (4.76, 0.82),
+    "s2": (7.81, 1.30),
+    "s3": (10.08, 1.89),
+    "s4": (14.84, 2.98),
+}
+
+
+@pytest.mark.parametrize("variant", list(MOBILEONE))
+def test_mobileone_params_and_macs_are_the_published(variant):
+    w = workloads.get(f"mobileone-{variant}")
+    params, gmacs = MOBILEONE[variant]
+    # the published count has the biases (one per output channel): ours is up to 1% below
+    assert 0.99 * params * 1e6 < w.weight_params < params * 1e6
+    assert w.macs / 1e9 == pytest.approx(gmacs, abs=0.01)  # the figures' last digit
+
+
+#: FastViT, 256x256: GMACs of the model cards (apple/coreml-FastViT-T8 and -MA36 on Hugging
+#: Face, "Model Stats"; timm/fastvit_t12.apple_in1k, timm/fastvit_sa24.apple_in1k)
+FASTVIT_GMACS = {"t8": 0.7, "t12": 1.4, "sa24": 3.8, "ma36": 7.8}
+#: M parameters of the training form (with the branches reparameterization folds):
+#: leondgarse/keras_cv_attention_models@26c32a1 keras_cv_attention_models/fastvit/README.md
+#: (the cards' timm counts: T8 4.0, T12 7.6, SA24 21.6, MA36 44.1)
+FASTVIT_PARAMS = {
+    "t8": 4.03,
+    "t12": 7.55,
+    "s12": 9.47,
+    "sa12": 11.58,
+    "sa24": 21.55,
+    "sa36": 31.53,
+    "ma36": 44.07,
+}
+
+
+@pytest.mark.parametrize("variant", list(FASTVIT_PARAMS))
+def test_fastvit_params_and_macs_are_the_published(variant):
+    w = workloads.get(f"fastvit-{variant}")
+    # reparameterization drops the BatchNorms and the 1x1/3x3 train-time branches; the
+    # inference weights (no biases) are within 2% below the training form's count
+    assert 0.98 * FASTVIT_PARAMS[variant] * 1e6 < w.weight_params < FASTVIT_PARAMS[variant] * 1e6
+    if variant in FASTVIT_GMACS:
+        assert w.macs / 1e9 == pytest.approx(FASTVIT_GMACS[variant], abs=0.05)  # one decimal
+
+
+def test_fastvit_sa12_is_the_deployed_count_of_a_port():
+    # keras_cv_attention_models@26c32a1 fastvit/README.md: FastViT_SA12 after
+    # switch_to_deploy, 11,540,456 parameters = the weights, a bias per output channel of
+    # every conv, the attention projection and the classifier (the QKV has none), and the
+    # two attention blocks' BatchNorms it keeps (4 x 512 each)
+    w = workloads.get("fastvit-sa12")
+    biases = sum(l.cout for l in w.layers if isinstance(l, Conv2d))
+    biases += sum(l.N for l in w.layers if isinstance(l, Matmul) and l.weights and not l.name.endswith("qkv"))
+    assert w.weight_params + biases + 2 * 4 * 512 == 11_540_456
+
+
+def test_fastvit_layers_by_hand():
+    w = workloads.get("fastvit-t8")
+    by = {l.name: l for l in w.layers}
+    # stem 3x3/2, 3x3/2 depthwise, 1x1: 256 -> 64; the first RepMixer block on 48 x 64 x 64
+    assert by["patch_embed.2"].shape_str() == "conv 1x1/1 48x64x64->48x64x64"
+    assert by["network.0.0.token_mixer"].shape_str() == "conv 3x3/1 g48 48x64x64->48x64x64"
+    assert by["network.0.0.convffn.conv"].shape_str() == "conv 7x7/1 g48 48x64x64->48x64x64"
+    assert by["network.0.0.convffn.fc1"].cout == 3 * 48 and by["network.0.0.convffn.fc1"].activation == "gelu"
+    # PatchEmbed: 7x7/2, a group per input channel, 48 -> 96
+    assert by["network.1.proj.0"].shape_str() == "conv 7x7/2 g48 48x64x64->96x32x32"
+    assert by["conv_exp"].shape_str() == "conv 3x3/1 g384 384x8x8->768x8x8"
+    assert by["conv_exp.se.reduce"].cout == 768 // 16 and by["head"].K == 768
+    assert not any(isinstance(l, Matmul) and not l.weights for l in w.layers)  # no attention
+    # SA12: RepCPE, then 2 attention blocks on 8 x 8 = 64 tokens, 16 heads of 32
+    w = workloads.get("fastvit-sa12")
+    by = {l.name: l for l in w.layers}
+    assert by["network.6.reparam_conv"].shape_str() == "conv 7x7/1 g512 512x8x8->512x8x8"
+    qkv, scores = by["network.7.1.token_mixer.qkv"], by["network.7.1.token_mixer.scores"]
+    assert (qkv.M, qkv.K, qkv.N) == (64, 512, 1536)
+    assert (scores.B, scores.M, scores.K, scores.N) == (16, 64, 32, 64) and not scores.weights
+    assert "network.7.2.token_mixer.qkv" not in by
+    with pytest.raises(ValueError, match="unknown FastViT variant"):
+        workloads.fastvit("xs")

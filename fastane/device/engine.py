@@ -226,6 +226,7 @@ class Engine:
             tile_dma_src_bytes=src_bytes,
             tile_dma_dst_bytes=p.dst.nbytes if p.dst else 0,
             int8_macs=g.macs if mac_int8.is_int8(p) else 0,
+            pointwise_macs=g.macs if g.kh * g.kw == 1 else 0,
         )
         return p
 

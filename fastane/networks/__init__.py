@@ -2,9 +2,9 @@
 model file is.
 
 - :func:`graph`: a built-in workload (:mod:`fastane.workloads`: ResNet-50, MobileNets,
-  MobileOne, ViT, BERT, Whisper, GPT-2, Llama, and the ``--transformer``/``--matmul`` specs)
-  as a :class:`fastane.model.Graph` of shapes only (its weights are zero-stride
-  placeholders, as a model file loaded with ``weights=False`` has them);
+  MobileOne, FastViT, ViT, BERT, Whisper, GPT-2, Llama, and the ``--transformer``/
+  ``--matmul`` specs) as a :class:`fastane.model.Graph` of shapes only (its weights are
+  zero-stride placeholders, as a model file loaded with ``weights=False`` has them);
 - :func:`input_shapes`: the shapes it is planned for;
 - :func:`to_onnx` (:mod:`.onnx_export`, needs the ``onnx`` extra): the same graph as an ONNX
   model, so that ``fastane roofline gpt2`` and ``fastane roofline gpt2.onnx`` plan the same
@@ -22,7 +22,8 @@ which a file would reshape from the projections).  The readers matter: the stats
 keeps an intermediate in L2 only when the next layer is its one reader
 (:func:`fastane.model.placement.plan.chains`).  Layouts: convolutional networks are NCHW with batch 1;
 transformer activations are ``[tokens, hidden]`` (the workloads' ``(C=hidden, H=1,
-W=tokens)``), attention ``[heads, queries, keys]``.
+W=tokens)``), attention ``[heads, queries, keys]``; a network of convolutions and attention
+(FastViT) has its planar layers of height 1 in the tokens' layout, the others in NCHW.
 """
 
 from __future__ import annotations
@@ -187,11 +188,12 @@ def _eltwise(b: _Builder, layer, rows: bool) -> None:
         )
         b.node(fop, src, name, ins, shape, {"axis": -1, "epsilon": 1e-5})
         return
-    if op in ("add", "mul", "add+relu"):
+    base, _, act = op.partition("+")  # "add+relu", "mul+gelu": the activation after it
+    if base in ("add", "mul") and (not act or act in _ACT):
         x = b.source(name, shape)
-        other = (1, c, 1, 1) if op == "mul" and not rows else shape  # squeeze-excite: a per-channel gate
-        y = b.node(op[:3], op[:3].capitalize(), name, [x, b.source(name, other, other=x)], shape)
-        b.activation("relu" if op == "add+relu" else None, y, name)
+        other = (1, c, 1, 1) if base == "mul" and not rows else shape  # squeeze-excite: a per-channel gate
+        y = b.node(base, base.capitalize(), name, [x, b.source(name, other, other=x)], shape)
+        b.activation(act or None, y, name)
         return
     if op == "avgpool" and tuple(layer.out_shape[1:]) == (1, 1):
         x = b.source(name, shape)
@@ -232,8 +234,17 @@ def graph(workload) -> Graph:
             _conv(b, layer)
         elif isinstance(layer, _wl.Matmul):
             _matmul(b, layer)
-        else:
-            _eltwise(b, layer, rows)
+        else:  # tokens (C, 1, W) in a network with row operations, and every norm; else NCHW
+            norm = layer.op in ("layernorm", "rmsnorm")
+            _eltwise(b, layer, rows and (layer.in_shape[1] == 1 or norm))
+    # a palettized workload's weights: every convolution's and matmul's, as a Core ML
+    # palettized program stores them (its small tensors, norms' scales and biases, stay fp16)
+    bits = int(workload.weight_bits)
+    packed = (
+        {n.inputs[1] for n in b.nodes if n.op in ("conv", "matmul") and n.inputs[1] in b.consts}
+        if bits
+        else set()
+    )
     return Graph(
         workload.name,
         b.inputs,
@@ -242,6 +253,8 @@ def graph(workload) -> Graph:
         b.consts,
         origin="fastane.workloads (shapes only)",
         weights=False,
+        compressed=packed,
+        code_bits=dict.fromkeys(packed, bits),
     )
 
 

@@ -1,8 +1,10 @@
 """The calibration and the validation on the one path (docs/roofline.md, "Calibration",
 "Validation"): each point's workload planned as a model graph by
 :func:`fastane.networks.plan.analyze`, as ``fastane roofline`` plans it.
-``python -m fastane.networks.calibrate`` re-runs the fit and prints each point's error;
-``--validate`` prints the validation table instead.
+``python -m fastane.networks.calibrate`` re-runs the fit and prints the calibration table
+(each point's error);
+``--validate`` prints the validation table instead, ``--select`` the choice of the optional
+parameters (:func:`fastane.roofline.calibrate.select`, minutes).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ def one_path():
     plan (:func:`fastane.roofline.model.task_arrays`), each workload planned once."""
     cache: dict = {}
 
-    def arrays(spec: str):
-        if spec not in cache:
-            cache[spec] = task_arrays(analyze(calibrate.point_workload(spec)).plan.tasks)
-        return cache[spec]
+    def arrays(spec: str, weight_bits: int = 0):
+        key = (spec, weight_bits)
+        if key not in cache:
+            cache[key] = task_arrays(analyze(calibrate.point_workload(spec, weight_bits)).plan.tasks)
+        return cache[key]
 
     return arrays
 
@@ -35,17 +38,18 @@ def main(argv=None) -> int:
     if "--validate" in argv:
         print(validate.markdown(arrays))
         return 0
+    if "--select" in argv:
+        print("| parameters fitted | fit rms | leave-one-out rms | worst held-out |")
+        print("|---|---|---|---|")
+        for free, whole, held, worst in calibrate.select(arrays):
+            print(f"| {', '.join(free) or '(none)'} | x{whole:.3f} | x{held:.3f} | {worst:.2f} |")
+        return 0
     values = calibrate.fit(arrays)
     same = values == calibrate.FITTED
     print("fitted:", values)
     print("committed FITTED:", calibrate.FITTED, "(same)" if same else "(DIFFERENT: update FITTED)")
-    rows = calibrate.errors(arrays, values)
-    for p, t, r in rows:
-        print(
-            f"  {p.id} {p.what[:44]:44s} {p.chip:8s} measured {p.measured_s * 1e3:9.3f} ms  "
-            f"predicted {t * 1e3:9.3f} ms  x{r:.2f}"
-        )
-    print(f"rms log-error on the calibration points: x{calibrate.rms_log_error(r for _, _, r in rows):.3f}")
+    print()
+    print(calibrate.markdown(arrays, values))
     return 0
 
 

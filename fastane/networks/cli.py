@@ -23,6 +23,7 @@ from ..model import is_model_path, load_model
 from ..model.cli import error_line
 from ..roofline import chips as _chips
 from ..roofline import compare as _compare
+from ..roofline import model as _model
 from ..roofline import report as _report
 from ..roofline import spec as _spec
 from .plan import analyze
@@ -61,6 +62,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--chip", default="m1", help=f"chip to model (default m1): {', '.join(_chips.names())}"
     )
+    parser.add_argument(
+        "--runtime",
+        choices=_model.RUNTIMES,
+        default="coreml",
+        help="how the program is submitted: coreml (an MLModel prediction, Core ML's fixed cost; "
+        "default) or direct (the private ANE API, as direct-ANE benchmarks run)",
+    )
+    parser.add_argument(
+        "--palettize",
+        type=int,
+        default=0,
+        metavar="BITS",
+        help="built-in workloads with every weight palettized to BITS-bit codes (1-8), as "
+        "coremltools' palettize_weights writes them; KernelDMA moves the codes",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON report instead of tables")
     parser.add_argument("--plot", metavar="FILE.png", help="write a log-log roofline plot (needs matplotlib)")
     parser.add_argument("--summary", action="store_true", help="totals only, no per-layer rows")
@@ -90,7 +106,11 @@ def user_workloads(args) -> list:
     specs = [_spec.parse_transformer(s) for s in getattr(args, "transformer", [])]
     specs += [_spec.parse_matmul(s) for s in getattr(args, "matmul", [])]
     names = args.workloads or ([] if specs else list(DEFAULT_WORKLOADS))
-    return [_workloads.get(n) for n in names] + specs
+    wls = [_workloads.get(n) for n in names] + specs
+    bits = getattr(args, "palettize", 0)
+    if bits and not 1 <= bits <= 8:
+        raise ValueError(f"--palettize must be 1-8 bits, got {bits}")
+    return [_workloads.palettized(w, bits) for w in wls] if bits else wls
 
 
 def _list() -> int:
@@ -106,14 +126,14 @@ def _list() -> int:
     return 0
 
 
-def _models(args, chip) -> list | int:
+def _models(args, chip, params) -> list | int:
     """The results of the model files ``args`` names, or the exit status of an error."""
     others = [n for n in args.workloads if not is_model_path(n)]
     if others or args.transformer or args.matmul:
         what = others[0] if others else "--transformer/--matmul"
         return error_line("roofline", f"give either built-in workloads or model files, not both ({what!r})")
     try:
-        return [analyze(load_model(path, weights=False), chip) for path in args.workloads]
+        return [analyze(load_model(path, weights=False), chip, params) for path in args.workloads]
     except (ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
         return error_line("roofline", exc)
 
@@ -143,12 +163,15 @@ def run(args) -> int:
                 raise ValueError(f"--fail-above must be a finite percentage >= 0, got {args.fail_above}")
             old = _compare.load(args.compare)
         chip = _chips.get(args.chip)
+        params = _model.calibrated(runtime=args.runtime)
+        if files and args.palettize:
+            raise ValueError("--palettize applies to built-in workloads; a model file's weights are its own")
         wls = [] if files else user_workloads(args)
     except ValueError as e:
         print(f"fastane roofline: {e}", file=sys.stderr)
         return 2
     if files:
-        results = _models(args, chip)
+        results = _models(args, chip, params)
         if isinstance(results, int):
             return results
     else:
@@ -162,7 +185,7 @@ def run(args) -> int:
                     flush=True,
                 )
             try:
-                r = analyze(w, chip)
+                r = analyze(w, chip, params)
             except ModelError as exc:
                 if not args.quiet:
                     print(file=sys.stderr)

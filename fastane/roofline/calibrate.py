@@ -27,6 +27,7 @@ significant digits.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -34,9 +35,19 @@ from .. import workloads
 from . import chips
 from . import spec as _spec
 from .fitted import FITTED  # the committed result of fit() (the model imports it from there)
-from .model import ModelParams, array_times
+from .model import array_times, calibrated, w8a8
 
-__all__ = ["Point", "POINTS", "FIXED_COST_BOUND", "FITTED", "fit", "errors", "point_workload"]
+__all__ = [
+    "Point",
+    "POINTS",
+    "FIXED_COST_BOUND",
+    "FITTED",
+    "OWN_OVERHEAD",
+    "fit",
+    "errors",
+    "point_workload",
+    "point_arrays",
+]
 
 
 @dataclass(frozen=True)
@@ -49,7 +60,13 @@ class Point:
     chip: str
     measured_s: float
     source: str
-    programs: int = 1  # Core ML programs a run submits
+    programs: int = 1  # programs a run submits
+    #: how the programs are submitted (``ModelParams.runtime``): "coreml" or "direct"
+    runtime: str = "coreml"
+    #: 0: fp16 weights; else every weight palettized to codes of that many bits
+    weight_bits: int = 0
+    #: 8: a W8A8 program (int8 weights and activations, :func:`~.model.w8a8`); 16: fp16
+    activation_bits: int = 16
 
 
 #: the calibration points (/work/shared/measured/ane-latency.md, as corrected in
@@ -83,6 +100,91 @@ POINTS = (
         "Anemll/anemll-bench Results.MD (1050.67 MB / 126.36 GB/s)",
     ),
     Point(
+        "K8",
+        "ResNet-50, 4-bit palettized weights, fp16 activations, 224x224",
+        "resnet50",
+        "a16",
+        1.41e-3,
+        "apple/coremltools docs-guides opt-palettization-perf.md (iPhone 14 Pro, iOS 17, Xcode median)",
+        weight_bits=4,
+    ),
+    Point(
+        "K9",
+        "ResNet-50, W8A8 (int8 weights and activations), 224x224",
+        "resnet50",
+        "a16",
+        0.94e-3,
+        "apple/coremltools docs-guides opt-quantization-perf.md (iPhone 14 Pro, iOS 17, Xcode median)",
+        weight_bits=8,
+        activation_bits=8,
+    ),
+    Point(
+        "K10",
+        "MobileOne-S1 (reparameterized) fp16, 224x224",
+        "mobileone-s1",
+        "a14",
+        0.89e-3,
+        "apple/ml-mobileone README (iPhone 12 Pro, ModelBench: 20 rounds x 50, first dropped, 10 high/low trimmed)",
+    ),
+    Point(
+        "K11", "MobileOne-S2 (reparameterized) fp16, 224x224", "mobileone-s2", "a14", 1.18e-3, "same table"
+    ),
+    Point(
+        "K15",
+        "FastViT-T8 (reparameterized) fp16, 256x256",
+        "fastvit-t8",
+        "a14",
+        0.8e-3,
+        "apple/ml-fastvit README, latency column (iPhone 12 Pro, ModelBench)",
+    ),
+    Point(
+        "K16",
+        "Stable Diffusion 2.1 base UNet, one step, 6-bit palettized (SPLIT_EINSUM_V2)",
+        "sd21-unet",
+        "a14",
+        689.7e-3,
+        "apple/ml-stable-diffusion README, performance benchmarks (iPhone 12 Pro Max, 1.45 iter/s)",
+        programs=2,
+        weight_bits=6,
+    ),
+    Point(
+        "K17",
+        "Stable Diffusion 2.1 base UNet, one step, 6-bit palettized (SPLIT_EINSUM_V2)",
+        "sd21-unet",
+        "m1",
+        456.6e-3,
+        "same table (iPad Pro M1)",
+        programs=2,
+        weight_bits=6,
+    ),
+    Point(
+        "K12",
+        "GEMM 128x1024x1024 fp16, one program on the ANE directly",
+        "matmul:128x1024x1024",
+        "m1",
+        0.405e-3,
+        "sbryngelson/ANEForge bench/results/device_compare_wattcomplete_results_M1.json",
+        runtime="direct",
+    ),
+    Point(
+        "K13",
+        "GEMM 256x4096x4096 fp16, one program on the ANE directly",
+        "matmul:256x4096x4096",
+        "m1",
+        2.394e-3,
+        "same",
+        runtime="direct",
+    ),
+    Point(
+        "K14",
+        "16 x conv 3x3, 256 channels, 32x32, fp16, one program on the ANE directly",
+        "convs:16x256x32x3",
+        "m1",
+        1.918e-3,
+        "same",
+        runtime="direct",
+    ),
+    Point(
         "K7",
         "GPT-2 large, 512-token forward, LM head on the last position",
         "transformer:layers=36,d=1280,heads=20,ffn=5120,vocab=50257,seq=512,kv=512,lm_tokens=1,"
@@ -102,22 +204,47 @@ FIXED_COST_BOUND = (
 )
 
 
+#: chips whose Core ML programs get a fixed cost of their own (``chip_overhead_s``): the
+#: A14's calibration points (iPhone 12 Pro, ModelBench, iOS 15+: MobileOne, FastViT) sit
+#: on a floor several times the A16's (docs/roofline.md, "Calibration")
+OWN_OVERHEAD = ("a14",)
+
+_OVERHEAD_GRID = ("geom", 1e-6, 1e-3, 61)
 _GRIDS = {
-    "program_overhead_s": ("geom", 1e-6, 1e-3, 61),
+    "program_overhead_s": _OVERHEAD_GRID,
     "dispatch_s": ("geom", 1e-8, 1e-5, 61),
     "compute_efficiency": ("lin", 0.05, 1.0, 96),
     "tile_scale": ("geom", 0.25, 16.0, 61),
+    "direct_overhead_s": _OVERHEAD_GRID,
+    "kernel_overlap": ("lin", 0.0, 1.0, 21),
+    "pointwise_efficiency": ("lin", 0.05, 1.0, 96),
+    **{f"chip_overhead_s.{c}": _OVERHEAD_GRID for c in OWN_OVERHEAD},
 }
-_START = {"program_overhead_s": 1e-4, "dispatch_s": 1e-6, "compute_efficiency": 0.5, "tile_scale": 1.0}
+_START = {
+    "program_overhead_s": 1e-4,
+    "dispatch_s": 1e-6,
+    "compute_efficiency": 0.5,
+    "tile_scale": 1.0,
+    "direct_overhead_s": 1e-4,
+    "kernel_overlap": 0.0,
+    "pointwise_efficiency": 1.0,
+    **{f"chip_overhead_s.{c}": 1e-4 for c in OWN_OVERHEAD},
+}
 
 
-def point_workload(spec: str):
-    """The workload a point's ``spec`` names."""
-    if spec.startswith("transformer:"):
-        return _spec.parse_transformer(spec.split(":", 1)[1])
-    if spec.startswith("matmul:"):
-        return _spec.parse_matmul(spec.split(":", 1)[1])
-    return workloads.get(spec)
+def _nest(flat: dict) -> dict:
+    """The fit's flat coordinates (``chip_overhead_s.a14``) as ModelParams values."""
+    out = {k: v for k, v in flat.items() if "." not in k}
+    out["chip_overhead_s"] = {k.split(".", 1)[1]: v for k, v in flat.items() if "." in k}
+    return out
+
+
+def point_workload(spec: str, weight_bits: int = 0):
+    """The workload a point's ``spec`` names (``weight_bits``: palettized to that width)."""
+    kind, _, rest = spec.partition(":")
+    parse = {"transformer": _spec.parse_transformer, "matmul": _spec.parse_matmul, "convs": _spec.parse_convs}
+    wl = parse[kind](rest) if rest and kind in parse else workloads.get(spec)
+    return workloads.palettized(wl, weight_bits) if weight_bits else wl
 
 
 def _grid(kind, lo, hi, n):
@@ -126,33 +253,54 @@ def _grid(kind, lo, hi, n):
     return [lo + (hi - lo) * i / (n - 1) for i in range(n)]
 
 
-def predict(arrays: dict, chip, values: dict, programs: int = 1) -> float:
-    """Predicted seconds of a run (its tasks' arrays) with the free parameters ``values``."""
-    p = ModelParams(bandwidth="read", one_ane=True, system_cache=True, **values)
+def predict(arrays: dict, chip, values: dict, programs: int = 1, runtime: str = "coreml") -> float:
+    """Predicted seconds of a run (its tasks' arrays) with the free parameters ``values``
+    (:data:`FITTED`'s form), its programs submitted by ``runtime``."""
+    p = calibrated(values, runtime=runtime)
     t = array_times(arrays, chips.get(chip), p)
-    return float(t["total"].sum()) + programs * p.program_overhead_s
+    return float(t["total"].sum()) + programs * p.overhead_s(chip)
 
 
-def _objective(values: dict, pts: list, bound) -> float:
-    err = sum(math.log(predict(a, p.chip, values, p.programs) / p.measured_s) ** 2 for p, a in pts)
+def point_arrays(arrays, p: Point) -> dict:
+    """The per-task arrays of ``p``'s workload (palettized, W8A8 as the point says)."""
+    a = arrays(p.spec, p.weight_bits) if p.weight_bits else arrays(p.spec)
+    return w8a8(a) if p.activation_bits == 8 else a
+
+
+def _objective(flat: dict, pts: list, bound) -> float:
+    values = _nest(flat)
+    err = sum(math.log(predict(a, p.chip, values, p.programs, p.runtime) / p.measured_s) ** 2 for p, a in pts)
     tasks, limit = bound
-    fixed = values["program_overhead_s"] + tasks * values["dispatch_s"]
+    fixed = calibrated(values).overhead_s(FIXED_COST_BOUND[1]) + tasks * flat["dispatch_s"]
     return err + (1e3 * (fixed / limit - 1) ** 2 if fixed > limit else 0.0)
 
 
-def fit(arrays, sweeps: int = 6) -> dict:
-    """Fit the free parameters on :data:`POINTS` planned by ``arrays`` (see the module
-    docstring); the values, rounded to three significant digits."""
-    pts = [(p, arrays(p.spec)) for p in POINTS]
+#: the parameters whose place in the model the calibration decides (:func:`select`), and
+#: each one's value when it is left out (no effect: the chip's overhead is then the
+#: common one)
+OPTIONAL = {
+    "kernel_overlap": 0.0,
+    "pointwise_efficiency": 1.0,
+    **{f"chip_overhead_s.{c}": None for c in OWN_OVERHEAD},
+}
+
+
+def fit(arrays, sweeps: int = 6, points=POINTS, free=None) -> dict:
+    """Fit the free parameters on ``points`` (default :data:`POINTS`) planned by ``arrays``
+    (see the module docstring); the values, rounded to three significant digits, in
+    :data:`FITTED`'s form.  ``free``: the :data:`OPTIONAL` parameters fitted (default
+    all); the others keep their no-effect value."""
+    free = set(OPTIONAL) if free is None else set(free)
+    pts = [(p, point_arrays(arrays, p)) for p in points]
     bound_arrays = arrays(FIXED_COST_BOUND[0])
     bound = (len(bound_arrays["macs"]), FIXED_COST_BOUND[2])
-    values = dict(_START)
-    grids = {k: _grid(*g) for k, g in _GRIDS.items()}
+    flat = {k: v for k, v in _START.items() if k not in OPTIONAL or k in free}
+    flat.update({k: v for k, v in OPTIONAL.items() if k not in free and v is not None})
+    grids = {k: _grid(*g) for k, g in _GRIDS.items() if k not in OPTIONAL or k in free}
     for _ in range(sweeps):
         for k, grid in grids.items():
-            best = min(grid, key=lambda v: (_objective({**values, k: v}, pts, bound), v))
-            values[k] = best
-    return {k: float(f"{v:.3g}") for k, v in values.items()}
+            flat[k] = min(grid, key=lambda v: (_objective({**flat, k: v}, pts, bound), v))
+    return _nest({k: float(f"{v:.3g}") for k, v in flat.items()})
 
 
 def errors(arrays, values: dict | None = None, points=POINTS) -> list:
@@ -161,7 +309,7 @@ def errors(arrays, values: dict | None = None, points=POINTS) -> list:
     values = FITTED if values is None else values
     out = []
     for p in points:
-        t = predict(arrays(p.spec), p.chip, values, p.programs)
+        t = predict(point_arrays(arrays, p), p.chip, values, p.programs, p.runtime)
         out.append((p, t, t / p.measured_s))
     return out
 
@@ -170,3 +318,43 @@ def rms_log_error(ratios) -> float:
     """exp(rms of ln(predicted / measured)): 1.0 is exact, 1.3 is 30% typical error."""
     ratios = list(ratios)
     return math.exp(math.sqrt(sum(math.log(r) ** 2 for r in ratios) / len(ratios))) if ratios else math.nan
+
+
+def markdown(arrays, values: dict | None = None) -> str:
+    """The calibration table of docs/roofline.md: every point with its prediction by
+    ``values`` (default :data:`FITTED`) and the rms log-error, planned by ``arrays``."""
+    rows = errors(arrays, values)
+    lines = [
+        "| id | model | chip | runtime | measured | predicted | pred/meas | source |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for p, t, r in rows:
+        lines.append(
+            f"| {p.id} | {p.what} | {p.chip} | {p.runtime} | {p.measured_s * 1e3:.3f} ms | "
+            f"{t * 1e3:.3f} ms | {r:.2f} | {p.source} |"
+        )
+    rr = [r for _, _, r in rows]
+    lines += [
+        "",
+        f"rms log-error x{rms_log_error(rr):.3f} over {len(rr)} points, {sum(0.5 <= r <= 2 for r in rr)} within 2x",
+    ]
+    return "\n".join(lines)
+
+
+def select(arrays, points=POINTS) -> list:
+    """Which :data:`OPTIONAL` parameters the model keeps: for every subset, the fit's rms
+    log-error on ``points`` and the leave-one-out one (each point predicted by a fit on
+    the others), ``[(free names, fit rms, leave-one-out rms, worst held-out ratio)]``.
+    The committed model is the subset with the lowest leave-one-out error
+    (docs/roofline.md, "Calibration").  Minutes: 2**len(OPTIONAL) x len(points) fits."""
+    out = []
+    for keep in itertools.product((False, True), repeat=len(OPTIONAL)):
+        free = tuple(k for k, on in zip(OPTIONAL, keep) if on)
+        held = []
+        for i, p in enumerate(points):
+            values = fit(arrays, points=points[:i] + points[i + 1 :], free=free)
+            held.append(errors(arrays, values, points=(p,))[0][2])
+        whole = [r for _, _, r in errors(arrays, fit(arrays, points=points, free=free), points)]
+        worst = max(held, key=lambda r: abs(math.log(r)))
+        out.append((free, rms_log_error(whole), rms_log_error(held), worst))
+    return out

@@ -35,10 +35,14 @@ from .fitted import FITTED
 
 __all__ = [
     "ModelParams",
+    "RUNTIMES",
+    "calibrated",
     "DEFAULT_PARAMS",
     "SEED_PARAMS",
     "rates",
     "task_times",
+    "task_arrays",
+    "w8a8",
     "Estimate",
     "estimate",
     "sum_stats",
@@ -69,7 +73,18 @@ class ModelParams:
     kernel_coef: float = 0.939
     tile_coef: float = 0.981
     #: the fit's intercept, read as seconds (see the module docstring): once per program
+    #: submitted through Core ML (``runtime="coreml"``)
     program_overhead_s: float = 0.001
+    #: how the program is submitted: ``"coreml"`` (an ``MLModel`` prediction: Core ML's
+    #: scheduling, ``program_overhead_s`` or the chip's own in ``chip_overhead_s``) or
+    #: ``"direct"`` (dispatched through the private ANE API with no Core ML around it, as
+    #: the direct-ANE micro-benchmarks run: ``direct_overhead_s``)
+    runtime: str = "coreml"
+    #: once per program dispatched directly (``runtime="direct"``)
+    direct_overhead_s: float = 0.0
+    #: ``((chip key, seconds), ...)``: a Core ML program's fixed cost on those chips,
+    #: replacing ``program_overhead_s`` there (a device/OS generation with its own floor)
+    chip_overhead_s: tuple = ()
     #: TileDMADst and ControlDMA: unmeasured; assumed to run at the TileDMA rate and to
     #: add serially like the measured engines (coefficient 1)
     dst_coef: float = 1.0
@@ -81,6 +96,10 @@ class ModelParams:
     planar_fraction: float = 1 / 16
     #: fraction of the FP16 peak a MAC task attains (1.0: every lane busy every cycle)
     compute_efficiency: float = 1.0
+    #: a one-tap task's (1 x 1 convolution, matmul: ``Stats.pointwise_macs``) MAC rate as a
+    #: fraction of a multi-tap one's: an input element feeds one MAC an output channel, with
+    #: no reuse across taps while the inputs shift through the array (1.0: no difference)
+    pointwise_efficiency: float = 1.0
     #: which bandwidths the DMA engines run at: "dma" (the chip's kernel_dma_bw/tile_dma_bw,
     #: the seed's M3 engine measurements scaled) or "read" (KernelDMA at the chip's measured
     #: ANE read bandwidth ``read_bw_model``, the rate the lm_head benchmark streams weights
@@ -89,6 +108,11 @@ class ModelParams:
     #: multiplies the TileDMA rate in the "read" mode (a fit: it absorbs activation reads
     #: the SoC's system cache serves, which the model has no explicit term for)
     tile_scale: float = 1.0
+    #: the share of a task's KernelDMA time hidden under its TileDMA traffic (0: the
+    #: engines' times add, as the seed measured within one task; 1: weights stream while
+    #: the tiles move, e.g. the next task's kernel prefetched); a task's DMA time is never
+    #: below its KernelDMA time alone
+    kernel_overlap: float = 0.0
     #: one Core ML program runs on one ANE of a multi-die chip (``Chip.peak_ops_program``)
     one_ane: bool = False
     #: the SoC's system cache serves activations: on a chip with a known ``slc_bytes``,
@@ -96,6 +120,20 @@ class ModelParams:
     #: not bounded by the DRAM bandwidth; weights and TDs still are
     system_cache: bool = False
 
+    def __post_init__(self):
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
+
+    def overhead_s(self, chip) -> float:
+        """The fixed cost of one program on ``chip`` by this runtime path."""
+        if self.runtime == "direct":
+            return self.direct_overhead_s
+        key = _chips.get(chip).key
+        return dict(self.chip_overhead_s).get(key, self.program_overhead_s)
+
+
+#: the runtime paths a prediction can take (``ModelParams.runtime``)
+RUNTIMES = ("coreml", "direct")
 
 #: the model as the seed and fastane's first assumptions had it (1 ms per program, 1 us per
 #: task, the M3 engine bandwidths scaled, every lane busy): kept to compare with
@@ -110,6 +148,20 @@ def task_arrays(tasks) -> dict:
     }
 
 
+def w8a8(arrays: dict) -> dict:
+    """The per-task arrays of a W8A8 program from its fp16-activation plan with 8-bit
+    weights: every tensor a task moves through TileDMA is int8 (1 byte an element instead
+    of 2) and every MAC runs on the INT8 lanes.  An approximation at the plan's level:
+    fastane lowers a quantized model's convolutions and matmuls to INT8 tasks
+    (:mod:`fastane.model.placement.qlinear`), not a whole network's int8 residual adds
+    and pooling, so a built-in workload is planned in fp16 and converted here."""
+    out = dict(arrays)
+    out["tile_dma_src_bytes"] = arrays["tile_dma_src_bytes"] / 2
+    out["tile_dma_dst_bytes"] = arrays["tile_dma_dst_bytes"] / 2
+    out["int8_macs"] = arrays["macs"].copy()
+    return out
+
+
 def _as_tasks(stats) -> list:
     """Per-task Stats of a Stats (its tasks_detail), a list, or a plan (a
     :class:`~fastane.roofline.plan.LayerPlan` or :class:`~fastane.roofline.plan.WorkloadPlan`)."""
@@ -122,14 +174,21 @@ def _as_tasks(stats) -> list:
     return list(stats)
 
 
-def _calibrated() -> ModelParams:
-    return ModelParams(bandwidth="read", one_ane=True, system_cache=True, **FITTED)
+def calibrated(values: dict = FITTED, **changes) -> ModelParams:
+    """The calibrated model with the free parameters ``values`` (default: the committed
+    fit, ``FITTED``; its ``chip_overhead_s`` a dict of chip key -> seconds) and any other
+    field changed (``runtime="direct"``)."""
+    values = dict(values)
+    per_chip = tuple(sorted(values.pop("chip_overhead_s", {}).items()))
+    return ModelParams(
+        bandwidth="read", one_ane=True, system_cache=True, chip_overhead_s=per_chip, **values, **changes
+    )
 
 
 #: the calibrated model (``fastane.roofline.calibrate``: fitted on the calibration points of
 #: docs/roofline.md only, planned on the one path; ``python -m fastane.networks.calibrate``
 #: reproduces ``calibrate.FITTED``)
-DEFAULT_PARAMS = _calibrated()
+DEFAULT_PARAMS = calibrated()
 
 
 def rates(chip, params: ModelParams = DEFAULT_PARAMS) -> dict:
@@ -170,20 +229,19 @@ def array_times(a: dict, chip, params: ModelParams) -> dict:
     """Per-task times (s) by term, from the counters of :func:`task_arrays`."""
     r = rates(chip, params)
     peak, kbw, tbw, disp = r["peak"], r["kernel"], r["tile"], r["dispatch"]
-    compute = (
-        2 * (a["macs"] - a["int8_macs"]) / peak  # the FP16 lanes
-        + 2 * a["int8_macs"] / r["peak_int8"]  # the INT8 lanes: fastane.roofline.int8
-        + a["planar_ops"] / (peak * params.planar_fraction)
-    )
+    mac = (
+        2 * (a["macs"] - a["int8_macs"]) / peak + 2 * a["int8_macs"] / r["peak_int8"]
+    )  # fastane.roofline.int8
+    one_tap = np.divide(a["pointwise_macs"], a["macs"], out=np.zeros_like(mac), where=a["macs"] > 0)
+    mac = mac * (1 + (1 / params.pointwise_efficiency - 1) * one_tap)
+    compute = mac + a["planar_ops"] / (peak * params.planar_fraction)
     kern = a["kernel_dma_bytes"] / kbw
     tile = a["tile_dma_src_bytes"] / tbw
     dst = a["tile_dma_dst_bytes"] / tbw
     ctl = a["control_dma_bytes"] / tbw
-    dma = (
-        params.kernel_coef * kern
-        + params.tile_coef * tile
-        + params.dst_coef * dst
-        + params.control_coef * ctl
+    rest = params.tile_coef * tile + params.dst_coef * dst + params.control_coef * ctl
+    dma = np.maximum(
+        params.kernel_coef * kern * (1 - params.kernel_overlap) + rest, params.kernel_coef * kern
     )
     # the SoC's DRAM bandwidth bounds all engines together (matters where a borrowed DMA
     # bandwidth is capped at DRAM and the fit's coefficients < 1 would beat it)
@@ -298,14 +356,15 @@ def estimate(
     """Predict the time of ``stats`` (a Stats with per-task ``tasks_detail``, a list of
     per-task Stats, a LayerPlan or a WorkloadPlan) on ``chip``.
 
-    ``program=True`` adds the once-per-program overhead (``params.program_overhead_s``);
+    ``program=True`` adds the once-per-program overhead (``params.overhead_s(chip)``: the
+    runtime path's, the chip's own where the fit gives one);
     use ``program=False`` for one layer of a larger program.
     """
     chip = _chips.get(chip)
     tasks = _as_tasks(stats)
     t = task_times(tasks, chip, params)
     tot = sum_stats(tasks) if not isinstance(stats, Stats) or not stats.tasks_detail else stats
-    over = params.program_overhead_s if program else 0.0
+    over = params.overhead_s(chip) if program else 0.0
     return Estimate(
         name=name,
         chip=chip.key,

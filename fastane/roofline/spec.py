@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import workloads as _wl
 
-__all__ = ["parse_transformer", "parse_matmul", "TRANSFORMER_KEYS"]
+__all__ = ["parse_transformer", "parse_matmul", "parse_convs", "TRANSFORMER_KEYS"]
 
 #: required and optional keys of a transformer spec
 _REQUIRED = ("layers", "d", "heads", "ffn", "vocab", "seq")
@@ -104,3 +104,18 @@ def parse_matmul(spec: str) -> _wl.Workload:
         if not 1 <= v <= hi:
             raise ValueError(f"--matmul {spec!r}: {name}={v} is out of range (1..{hi})")
     return _wl.matmul(m, k, n)
+
+
+def parse_convs(spec: str) -> _wl.Workload:
+    """The :func:`fastane.workloads.conv_stack` ``NxCxHWxK`` names: N chained K x K
+    convolutions of C channels on an HW x HW map (``16x256x32x3``)."""
+    parts = str(spec).strip().lower().split("x")
+    if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
+        raise ValueError(f"convs {spec!r}: expected NxCxHWxK, four positive integers such as 16x256x32x3")
+    n, c, hw, k = (int(p) for p in parts)
+    for name, v, hi in (("N", n, 256), ("C", c, 1 << 14), ("HW", hw, 1 << 12), ("K", k, 15)):
+        if not 1 <= v <= hi:
+            raise ValueError(f"convs {spec!r}: {name}={v} is out of range (1..{hi})")
+    if k > hw:
+        raise ValueError(f"convs {spec!r}: a {k}x{k} kernel is larger than the {hw}x{hw} map")
+    return _wl.conv_stack(n, c, hw, k)

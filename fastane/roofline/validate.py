@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .calibrate import FITTED, Point, predict, rms_log_error
+import numpy as np
+
+from .calibrate import FITTED, Point, point_arrays, predict, rms_log_error
 
 __all__ = ["VPoint", "VALIDATION", "rows", "markdown"]
 
@@ -32,6 +34,27 @@ _KV_NOTE = (
     "cache-plus-window concat are not counted (no lowered copy)"
 )
 _ANEMLL = "Anemll/anemll-bench Results.MD @5c434f2"
+_PAL = "apple/coremltools docs-guides/source/opt-palettization-perf.md @af15dcd (iPhone 14 Pro, iOS 17, Xcode median)"
+_QUANT = "apple/coremltools docs-guides/source/opt-quantization-perf.md @25562dd (Xcode median, iOS 17)"
+_FASTVIT = "apple/ml-fastvit README.md, latency column (iPhone 12 Pro, ModelBench)"
+_W8A8 = "W8A8 from the 8-bit-weight plan with int8 tiles and INT8 MACs (roofline.model.w8a8)"
+_W8 = (
+    "weight-only linear int8 (per-channel scales) modelled as 8-bit codes kept in KMem; "
+    "whether Core ML decompresses them at load time or just in time is not stated"
+)
+
+
+def _pal(id, what, spec, bits, measured_s):
+    return VPoint(
+        id,
+        f"{what}, {bits}-bit palettized weights",
+        spec,
+        "a16",
+        measured_s,
+        _PAL,
+        weight_bits=bits,
+        note="the same Core ML program as the fp16 one but its weights",
+    )
 
 
 @dataclass(frozen=True)
@@ -273,6 +296,194 @@ VALIDATION = (
         note="same",
         independent=False,
     ),
+    VPoint(
+        "A10",
+        "MobileOne-S3 (reparameterized), 224x224",
+        "mobileone-s3",
+        "a14",
+        1.53e-3,
+        "apple/ml-mobileone README.md, Model Zoo (iPhone 12 Pro, ModelBench)",
+        note="precision of the .mlmodel not stated",
+    ),
+    *(
+        VPoint(
+            f"A{11 + i}",
+            f"FastViT-{v.upper()} (reparameterized), 256x256",
+            f"fastvit-{v}",
+            "a14",
+            t,
+            _FASTVIT,
+            note="attention stages as per-head matmuls and a softmax" if v.startswith("sa") else "",
+        )
+        for i, (v, t) in enumerate(
+            (("t12", 1.2e-3), ("s12", 1.4e-3), ("sa12", 1.6e-3), ("sa24", 2.6e-3), ("sa36", 3.5e-3))
+        )
+    ),
+    VPoint(
+        "A6",
+        "FastViT-T8 fp16, 256x256",
+        "fastvit-t8",
+        "a14",
+        0.79e-3,
+        "huggingface.co/apple/coreml-FastViT-T8, Evaluation (iPhone 12 Pro Max, iOS 17.5)",
+        note="the calibration's K15 is this model on this chip (another source, 0.8 ms)",
+        independent=False,
+    ),
+    VPoint(
+        "A7",
+        "FastViT-T8 fp16, 256x256",
+        "fastvit-t8",
+        "m3-max",
+        0.62e-3,
+        "huggingface.co/apple/coreml-FastViT-T8, Evaluation (MacBook Pro M3 Max, macOS 14.4)",
+    ),
+    VPoint(
+        "A8",
+        "FastViT-MA36 fp16, 256x256",
+        "fastvit-ma36",
+        "a14",
+        4.50e-3,
+        "huggingface.co/apple/coreml-FastViT-MA36, Evaluation (iPhone 12 Pro Max, iOS 18.0)",
+        note="attention stages as per-head matmuls and a softmax",
+    ),
+    VPoint(
+        "A9",
+        "FastViT-MA36 fp16, 256x256",
+        "fastvit-ma36",
+        "m3-max",
+        2.99e-3,
+        "same card (MacBook Pro M3 Max, macOS 15.0)",
+        note="same",
+    ),
+    # the Stable Diffusion 2.1 UNet step of K16/K17 on the other chips of the same table
+    *(
+        VPoint(
+            gid,
+            "Stable Diffusion 2.1 base UNet, one step, 6-bit palettized (SPLIT_EINSUM_V2)",
+            "sd21-unet",
+            chip,
+            t,
+            f"apple/ml-stable-diffusion README, performance benchmarks ({device})",
+            programs=2,
+            weight_bits=6,
+            note="the Swift app's own share of an iteration (up to about 10%) is in the measurement",
+        )
+        for gid, chip, t, device in (
+            ("G4", "a15", 0.392, "iPhone 13 Pro Max, 2.55 iter/s"),
+            ("G5", "a16", 0.372, "iPhone 14 Pro Max, 2.69 iter/s"),
+            ("G7", "m2", 0.326, "iPad Pro M2, 3.07 iter/s"),
+        )
+    ),
+    # private-API programs on the M4 (maderix's benchmarks): the direct runtime on another chip
+    *(
+        VPoint(
+            f"S20-{c}",
+            f"one 1x1 convolution, {c} channels, 64 positions, fp16, direct",
+            f"matmul:64x{c}x{c}",
+            "m4",
+            t,
+            "maderix/ANE issue #3 (inmem_bench, M4 Mac mini)",
+            runtime="direct",
+        )
+        for c, t in ((256, 0.106e-3), (1024, 0.116e-3), (2048, 0.237e-3), (4096, 1.012e-3))
+    ),
+    VPoint(
+        "S21",
+        "128 chained 1x1 convolutions, 512 channels, 64x64, fp16, direct",
+        "convs:128x512x64x1",
+        "m4",
+        14.8e-3,
+        "maderix/ANE README.md, ANE peak throughput (M4)",
+        runtime="direct",
+        note="the M4's FP16 peak in the chip table is this benchmark's figure",
+        independent=False,
+    ),
+    VPoint(
+        "S21-w8a8",
+        "128 chained 1x1 convolutions, 512 channels, 64x64, W8A8, direct",
+        "convs:128x512x64x1",
+        "m4",
+        7.8e-3,
+        "maderix/ANE README.md, INT8 W8A8 quantization (M4)",
+        runtime="direct",
+        weight_bits=8,
+        activation_bits=8,
+        note=_W8A8,
+    ),
+    # palettized and weight-quantized programs (the fit saw ResNet-50 at 4 bits only, K8)
+    _pal("Q1", "ResNet-50 224x224", "resnet50", 2, 1.43e-3),
+    _pal("Q2", "ResNet-50 224x224", "resnet50", 6, 1.37e-3),
+    _pal("Q3", "ResNet-50 224x224", "resnet50", 8, 1.40e-3),
+    _pal("Q4", "MobileNetV2 224x224", "mobilenetv2", 2, 0.47e-3),
+    _pal("Q5", "MobileNetV2 224x224", "mobilenetv2", 4, 0.45e-3),
+    _pal("Q6", "MobileNetV2 224x224", "mobilenetv2", 6, 0.48e-3),
+    _pal("Q7", "MobileNetV2 224x224", "mobilenetv2", 8, 0.45e-3),
+    VPoint(
+        "Q8", "ResNet-50 224x224, int8 weights", "resnet50", "a16", 1.49e-3, _QUANT, weight_bits=8, note=_W8
+    ),
+    VPoint(
+        "Q9",
+        "ResNet-50 224x224, int8 weights",
+        "resnet50",
+        "a17-pro",
+        1.50e-3,
+        _QUANT,
+        weight_bits=8,
+        note=_W8,
+    ),
+    VPoint(
+        "Q10",
+        "MobileNetV2 224x224, int8 weights",
+        "mobilenetv2",
+        "a16",
+        0.45e-3,
+        _QUANT,
+        weight_bits=8,
+        note=_W8,
+    ),
+    VPoint(
+        "Q12",
+        "ResNet-50 224x224, W8A8",
+        "resnet50",
+        "a17-pro",
+        0.77e-3,
+        _QUANT,
+        weight_bits=8,
+        activation_bits=8,
+        note=_W8A8,
+    ),
+    VPoint(
+        "Q13",
+        "MobileNetV2 224x224, W8A8",
+        "mobilenetv2",
+        "a16",
+        0.27e-3,
+        _QUANT,
+        weight_bits=8,
+        activation_bits=8,
+        note=_W8A8,
+    ),
+    VPoint(
+        "Q14",
+        "MobileNetV2 224x224, W8A8",
+        "mobilenetv2",
+        "a17-pro",
+        0.20e-3,
+        _QUANT,
+        weight_bits=8,
+        activation_bits=8,
+        note=_W8A8,
+    ),
+    VPoint(
+        "Q11",
+        "MobileNetV2 224x224, int8 weights",
+        "mobilenetv2",
+        "a17-pro",
+        0.44e-3,
+        _QUANT,
+        weight_bits=8,
+        note=_W8,
+    ),
 )
 
 
@@ -282,10 +493,10 @@ def rows(arrays, values: dict | None = None, points=VALIDATION) -> list:
     values = FITTED if values is None else values
     out = []
     for p in points:
-        a = arrays(p.spec)
+        a = point_arrays(arrays, p)
         if p.repeat > 1:
-            a = {k: __import__("numpy").tile(v, p.repeat) for k, v in a.items()}
-        t = predict(a, p.chip, values, p.programs)
+            a = {k: np.tile(v, p.repeat) for k, v in a.items()}
+        t = predict(a, p.chip, values, p.programs, p.runtime)
         out.append((p, t, t / p.measured_s))
     return out
 

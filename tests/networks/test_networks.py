@@ -52,10 +52,11 @@ def test_a_builtin_and_its_file_plan_the_same_layers_the_same_way(spec, tmp_path
     assert b["total"] == f["total"]
 
 
-def test_a_convnet_and_its_file_agree(tmp_path, capsys):
+@pytest.mark.parametrize("name", ["mobileone-s0", "fastvit-sa12"])  # FastViT: convs and attention
+def test_a_convnet_and_its_file_agree(name, tmp_path, capsys):
     pytest.importorskip("onnx")
-    path = _file(tmp_path, workloads.get("mobileone-s0"))
-    (b,), (f,) = _json(capsys, "mobileone-s0")["workloads"], _json(capsys, path)["workloads"]
+    path = _file(tmp_path, workloads.get(name))
+    (b,), (f,) = _json(capsys, name)["workloads"], _json(capsys, path)["workloads"]
     assert [{k: x[k] for k in FIGURES} for x in b["layers"]] == [
         {k: x[k] for k in FIGURES} for x in f["layers"]
     ]

@@ -260,6 +260,20 @@ def test_only_the_windowed_pooling_is_left_off_the_ane(plans):
     assert "windowed pooling" in p.not_lowered[0].not_lowered
 
 
+#: the layers a built-in workload leaves off the ANE: ResNet-50's windowed max pool alone
+LEFT_OFF = {"resnet50": ["maxpool"]}
+
+
+@pytest.mark.parametrize("name", workloads.names())
+def test_every_layer_of_a_builtin_workload_is_planned_and_lowered(plans, name):
+    p = plans[name].plan
+    assert [lp.name for lp in p.not_lowered] == LEFT_OFF.get(name, [])
+    planned = {lp.name for lp in p.layers}
+    for layer in workloads.get(name).layers:  # each one in the plan (a sliced matmul as <name>.0 ...)
+        assert layer.name in planned or f"{layer.name}.0" in planned, layer.name
+    assert all(lp.stats.tasks > 0 for lp in p.lowered)
+
+
 def test_softmax_norms_and_global_pooling_are_planned_by_lowering():
     """The one path counts the row operations' programs (fastane.lower.rows): the same
     Stats as the lowering's stats-only run."""

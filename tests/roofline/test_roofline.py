@@ -172,6 +172,31 @@ def test_kernel_and_tile_dma_times_add():
     assert db == pytest.approx(0.939e-3 + 0.981e-3)
 
 
+def test_kernel_overlap_hides_weights_under_tiles_never_below_the_weights_alone():
+    both = Stats(tasks=1, kernel_dma_bytes=37_990_000, tile_dma_src_bytes=59_080_000)
+    small_k = Stats(tasks=1, kernel_dma_bytes=37_990_000, tile_dma_src_bytes=1_000_000)
+    serial, half, hidden = (
+        task_times([both], "m3", ModelParams(kernel_overlap=o))["dma"][0] for o in (0.0, 0.5, 1.0)
+    )
+    assert serial == pytest.approx(0.939e-3 + 0.981e-3)
+    assert half == pytest.approx(0.5 * 0.939e-3 + 0.981e-3)
+    assert hidden == pytest.approx(0.981e-3)
+    # fully overlapped, a task with little tile traffic still streams its weights
+    assert task_times([small_k], "m3", ModelParams(kernel_overlap=1.0))["dma"][0] == pytest.approx(0.939e-3)
+
+
+def test_runtime_path_and_chip_overhead_pick_the_fixed_cost():
+    p = ModelParams(program_overhead_s=50e-6, direct_overhead_s=300e-6, chip_overhead_s=(("a14", 500e-6),))
+    task = Stats(tasks=1, kernel_dma_bytes=10**6)
+    alone = estimate([task], "a14", p, program=False).time_s
+    assert estimate([task], "a14", p).time_s - alone == pytest.approx(500e-6)  # the chip's own
+    assert estimate([task], "a16", p).overhead_s == pytest.approx(50e-6)  # every other chip
+    direct = ModelParams(**{**vars(p), "runtime": "direct"})
+    assert estimate([task], "a14", direct).overhead_s == estimate([task], "m1", direct).overhead_s == 300e-6
+    with pytest.raises(ValueError, match="runtime must be one of coreml, direct"):
+        ModelParams(runtime="metal")
+
+
 def test_dram_bandwidth_bounds_all_engines():
     # the A14 borrows DMA bandwidths capped at its 34.1 GB/s DRAM; 0.939 x would beat DRAM
     s = Stats(tasks=1, kernel_dma_bytes=34_100_000)

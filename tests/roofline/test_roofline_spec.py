@@ -6,6 +6,7 @@ import pytest
 
 from fastane import workloads
 from fastane.roofline import report, spec
+from fastane.roofline.fitted import FITTED
 from fastane.networks.plan import analyze
 from tests.helpers.roofline import run_roofline as _run
 
@@ -136,3 +137,25 @@ def test_plot_of_a_spec_shows_the_measured_point(tmp_path):
     path = tmp_path / "lm.png"
     report.plot([r], str(path))
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_conv_stack_spec_and_its_errors():
+    w = spec.parse_convs("16x256x32x3")
+    assert len(w) == 16 and w.macs == 16 * 256 * 256 * 9 * 32 * 32
+    assert all(layer.follows for layer in w.layers[1:]) and not w.layers[0].follows
+    for bad, msg in (("16x256x32", "expected NxCxHWxK"), ("1x8x2x3", "larger than"), ("0x8x8x3", "N=0")):
+        with pytest.raises(ValueError, match=msg):
+            spec.parse_convs(bad)
+
+
+def test_runtime_and_palettize_options(capsys):
+    times = {}
+    for extra in ([], ["--runtime", "direct"], ["--palettize", "4"]):
+        assert _run(["--matmul", "64x2048x2048", "--chip", "m1", "--json", "--quiet", *extra]) == 0
+        w = json.loads(capsys.readouterr().out)["workloads"][0]
+        times[tuple(extra)] = (w["name"], w["total"]["overhead_s"], w["total"]["kernel_dma_bytes"])
+    base, direct, pal = times[()], times[("--runtime", "direct")], times[("--palettize", "4")]
+    assert base[1] == FITTED["program_overhead_s"] and direct[1] == FITTED["direct_overhead_s"]
+    assert pal[0] == "matmul-64x2048x2048-pal4" and pal[2] < base[2] / 3
+    assert _run(["--matmul", "8x64x64", "--palettize", "9", "--quiet"]) == 2
+    assert "--palettize must be 1-8 bits" in capsys.readouterr().err
