@@ -3,20 +3,28 @@
 on the one path's plans (:func:`fastane.networks.calibrate.one_path`) and prints the fitted
 values and each point's error; :data:`FITTED` holds the committed result, which
 :data:`fastane.roofline.model.DEFAULT_PARAMS` uses (a test checks that :func:`fit`
-reproduces it).  ``arrays`` below: a function from a point's ``spec`` to the per-task
-counter arrays of its plan (:func:`fastane.roofline.model.task_arrays`).
+reproduces it).  ``arrays`` below: a function from a point's ``spec`` (and its
+``weight_bits``) to the per-task counter arrays of its plan
+(:func:`fastane.roofline.model.task_arrays`).
 
-The free parameters, and what fixes each:
+The free parameters (fields of :class:`~fastane.roofline.model.ModelParams`), and what
+fixes each:
 
 ``program_overhead_s``
     a fixed cost per program (one Core ML prediction);
+``direct_overhead_s``
+    a fixed cost per program dispatched directly (the direct-ANE points);
 ``dispatch_s``
     a fixed cost per task descriptor;
 ``compute_efficiency``
     the fraction of the FP16 peak a MAC task attains;
 ``tile_scale``
     the TileDMA rate over the seed's TileDMA/KernelDMA ratio x the read bandwidth (it
-    absorbs what the SoC's system cache serves of activation reads; no explicit term).
+    absorbs what the SoC's system cache serves of activation reads; no explicit term);
+and the :data:`OPTIONAL` ones, kept by :func:`select`: ``kernel_overlap`` (the share of
+KernelDMA time hidden under TileDMA), ``pointwise_efficiency`` (the one-tap MAC rate) and
+``chip_overhead_s.<chip>`` (a Core ML program's fixed cost on the chips of
+:data:`OWN_OVERHEAD`).
 
 The fit minimizes the sum of squared log errors over :data:`POINTS`, under the bound of
 :data:`FIXED_COST_BOUND` (MobileNetV3-small runs in 0.13 ms on an A16: its program

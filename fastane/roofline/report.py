@@ -77,9 +77,12 @@ def tokens_table(result: Result, chips=None) -> str:
             f"{fmt(r['bound_ane_read']):>12s} {fmt(r['bound_dram']):>9s} "
             f"{fmt(r['bound_2p']):>11s}"
         )
+    over = {k: result.params.overhead_s(k) for k in rows}  # the runtime path's, a chip's own
+    common = max(over.values(), key=list(over.values()).count)
+    own = "".join(f", {format_time(v)} on the {_chips.get(k).name}" for k, v in over.items() if v != common)
     lines.append(
-        f"  model: the time model (DMA engines, dispatch, {format_time(result.params.program_overhead_s)} "
-        "program overhead); "
+        f"  model: the time model (DMA engines, dispatch, {format_time(common)} "
+        f"program overhead{own}); "
         "bounds: bandwidth / bytes (measured ANE read, marketing DRAM) and "
         "marketing DRAM / 2P"
     )
@@ -135,7 +138,7 @@ def model_line(result: Result) -> str:
         f"model ({'calibrated' if p.bandwidth == 'read' else 'seed'}): MAC {format_si(q['peak'], 'OP/s')} "
         f"({100 * p.compute_efficiency:.0f}% of {format_si(result.chip.peak_ops_program if p.one_ane else result.chip.peak_ops_fp16.value, 'OP/s')}), "
         f"KernelDMA {format_si(q['kernel'], 'B/s')}, TileDMA {format_si(q['tile'], 'B/s')}, dispatch {format_time(q['dispatch'])} "
-        f"a task, {format_time(p.program_overhead_s)} a program"
+        f"a task, {format_time(p.overhead_s(result.chip))} a program"
     )
 
 

@@ -4,7 +4,7 @@ the table this prints): ``python -m fastane.networks.calibrate --validate`` prin
 markdown, planned on the one path.
 
 Each point says whether it is *comparable* (the model describes what was measured: same
-network, fp16 weights, the ANE doing the work) and whether it is *independent* of the
+network, its weights' format (fp16, palettized, int8), the ANE doing the work) and whether it is *independent* of the
 fit and of the chip table (the anemll-bench lm_head rows are not: the chips' read
 bandwidths in ``chips.py`` are those same measurements).  The rms log-error is over the
 comparable, independent points.

@@ -53,6 +53,17 @@ def test_seed_stats_are_what_its_dma_registers_imply(dev, corpus):
     assert stats.tasks_detail == [dataclasses.replace(stats, tasks_detail=[])]
 
 
+def test_one_tap_macs_are_counted_apart(dev, corpus):
+    # the seed's 1x1 convolution: every MAC one-tap (Stats.pointwise_macs); a 3x3 one: none
+    p = seed_program(corpus, np.ones((3, 8, 1, 1), F16))
+    stats = dev.run(p, {4: np.zeros((1, 8, 4, 1), F16)}).stats
+    assert stats.pointwise_macs == stats.macs == 96
+    td = padded_conv_td((1, 4, 6, 5), (1, 5, 6, 5), kernel=3, pad=(1, 1))
+    kernel, _ = pack_weights(np.ones((5, 4, 3, 3), F16))
+    out = dev.run(Program.from_tds([td], kernel=kernel), {4: np.zeros((1, 4, 6, 5), F16)})
+    assert out.stats.macs == 5 * 6 * 5 * 4 * 9 and out.stats.pointwise_macs == 0
+
+
 def test_seed_saturation_is_counted_and_surfaced(dev, corpus):
     x = np.full((1, 8, 4, 1), 128, F16)
     w = np.full((3, 8, 1, 1), 32, F16)  # 8 * 128 * 32 = 32768: past the top

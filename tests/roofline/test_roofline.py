@@ -172,6 +172,23 @@ def test_kernel_and_tile_dma_times_add():
     assert db == pytest.approx(0.939e-3 + 0.981e-3)
 
 
+def test_pointwise_efficiency_slows_one_tap_macs_alone():
+    m = 10**9
+    tasks = [
+        Stats(tasks=1, macs=m),  # multi-tap
+        Stats(tasks=1, macs=m, pointwise_macs=m),  # one-tap
+        Stats(tasks=1, macs=m, int8_macs=m, pointwise_macs=m),  # one-tap on the INT8 lanes
+        Stats(tasks=1, planar_ops=m),  # no MACs: no one-tap share
+    ]
+    p = ModelParams(pointwise_efficiency=0.5)
+    r = model.rates("m1", p)
+    compute = task_times(tasks, "m1", p)["compute"]
+    assert compute[0] == pytest.approx(2 * m / r["peak"])
+    assert compute[1] == pytest.approx(2 * 2 * m / r["peak"])
+    assert compute[2] == pytest.approx(2 * 2 * m / r["peak_int8"])
+    assert compute[3] == pytest.approx(m / (r["peak"] * p.planar_fraction))
+
+
 def test_kernel_overlap_hides_weights_under_tiles_never_below_the_weights_alone():
     both = Stats(tasks=1, kernel_dma_bytes=37_990_000, tile_dma_src_bytes=59_080_000)
     small_k = Stats(tasks=1, kernel_dma_bytes=37_990_000, tile_dma_src_bytes=1_000_000)

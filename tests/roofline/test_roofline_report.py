@@ -1,5 +1,6 @@
 """Reports: text table, JSON and plot (the ``fastane roofline`` command: tests/networks/test_cli.py)."""
 
+import dataclasses
 import json
 import sys
 
@@ -54,3 +55,17 @@ def test_plot_without_matplotlib_says_so(tmp_path, gpt2, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(RuntimeError, match="needs matplotlib"):
         report.plot(gpt2, str(tmp_path / "x.png"))
+
+
+def test_the_model_lines_name_the_overhead_the_totals_pay():
+    # a chip's own Core ML overhead and the direct runtime's, not program_overhead_s
+    values = {**model.FITTED, "chip_overhead_s": {"a14": 500e-6}, "program_overhead_s": 50e-6}
+    own = model.calibrated(values)
+    r = analyze("gpt2", "a14", own)
+    assert r.total.overhead_s == pytest.approx(500e-6)
+    assert report.model_line(r).endswith("500.0 us a program")
+    assert "50.0 us program overhead, 500.0 us on the A14 Bionic)" in report.tokens_table(r)
+    direct = dataclasses.replace(own, runtime="direct", direct_overhead_s=300e-6)
+    r = analyze("gpt2", "a14", direct)
+    assert report.model_line(r).endswith("300.0 us a program")
+    assert "300.0 us program overhead);" in report.tokens_table(r)
