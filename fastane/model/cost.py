@@ -31,13 +31,14 @@ __all__ = ["Cost", "node_cost", "check_node", "RunBudget", "nbytes"]
 
 class Cost:
     """What one node asks of the host: ``bytes`` (inputs, outputs, temporaries), ``macs``
-    (multiply-adds), ``elem_ops`` (element operations) and ``steps`` (node evaluations: one,
-    or a control-flow node's :attr:`HostCost.steps`)."""
+    (multiply-adds), ``elem_ops`` (element operations), ``steps`` (node evaluations: one,
+    or a control-flow node's :attr:`HostCost.steps`) and ``taps`` (a kernel's taps,
+    :attr:`HostCost.taps`; 0 for an op with none, a matmul)."""
 
-    __slots__ = ("bytes", "macs", "elem_ops", "steps")
+    __slots__ = ("bytes", "macs", "elem_ops", "steps", "taps")
 
-    def __init__(self, nbytes: int = 0, macs: int = 0, elem_ops: int = 0, steps: int = 1):
-        self.bytes, self.macs, self.elem_ops, self.steps = nbytes, macs, elem_ops, steps
+    def __init__(self, nbytes: int = 0, macs: int = 0, elem_ops: int = 0, steps: int = 1, taps: int = 0):
+        self.bytes, self.macs, self.elem_ops, self.steps, self.taps = nbytes, macs, elem_ops, steps, taps
 
     @property
     def work(self) -> int:
@@ -89,7 +90,7 @@ def _cost(node, in_types: list, out_types: list) -> tuple:
     else:
         temp += 4 * n_in + 8 * n_out + (8 * n_out if kind in ("table", "host") else 0)
     elem_ops = n_in + n_out if own.elem_ops is None else own.elem_ops
-    return Cost(io + temp, own.macs, elem_ops, steps), own
+    return Cost(io + temp, own.macs, elem_ops, steps, own.taps), own
 
 
 def check_node(node, in_types: list, out_types: list) -> Cost:

@@ -480,3 +480,21 @@ def test_a_graph_without_weights_is_held_to_the_plan_limit():
     plan = Graph("g", {"a": t, "b": t}, [f"y{i}" for i in range(33)], nodes, {}, weights=False)
     with pytest.raises(ModelError, match=r"model 'g': .* beyond .*work per plan \(MAX_PLAN_WORK = 2\^41\)"):
         bind(plan, {"a": t, "b": t})
+
+
+def test_a_nodes_cost_carries_its_kernel_taps():
+    # the compute plan costs an op it does not lower as one task, its MACs one-tap when the
+    # kernel has at most one tap (a matmul, a 1 x 1 convolution), as the device counts them
+    from fastane.model.cost import node_cost
+
+    f16 = np.float16
+    x, y = TensorType(f16, (1, 8, 6, 6)), TensorType(f16, (1, 4, 6, 6))
+    conv = {"strides": (1, 1), "dilations": None, "groups": 1, "auto_pad": None}
+    c3 = Node("conv", "c3", ["x", "w"], ["y"], {**conv, "pads": ((1, 1), (1, 1)), "kernel": (3, 3)})
+    c1 = Node("conv", "c1", ["x", "w"], ["y"], {**conv, "pads": ((0, 0), (0, 0)), "kernel": (1, 1)})
+    assert node_cost(c3, [x, TensorType(f16, (4, 8, 3, 3))], [y]).taps == 9
+    assert node_cost(c1, [x, TensorType(f16, (4, 8, 1, 1))], [y]).taps == 1
+    mm = Node("matmul", "mm", ["a", "b"], ["c"])
+    assert (
+        node_cost(mm, [TensorType(f16, (4, 8)), TensorType(f16, (8, 3))], [TensorType(f16, (4, 3))]).taps == 0
+    )

@@ -316,7 +316,9 @@ def _node_cost(node, bound):
 
 def _one_task(node, cost, bound) -> Stats:
     """The op as one ANE task: its work, its constant inputs read as weights, its other
-    inputs as tiles, its outputs written (fp16 bytes)."""
+    inputs as tiles, its outputs written (fp16 bytes); the MACs of a one-tap op (a matmul,
+    a 1 x 1 convolution: ``cost.taps`` at most 1) counted as ``pointwise_macs``, as the
+    device counts a lowered one."""
     ins = [t for t in node.inputs if t]
     const = sum(2 * bound.types[t].size for t in ins if t in bound.consts)
     src = sum(2 * bound.types[t].size for t in ins if t not in bound.consts)
@@ -328,6 +330,7 @@ def _one_task(node, cost, bound) -> Stats:
         kernel_dma_bytes=const,
         tile_dma_src_bytes=src,
         tile_dma_dst_bytes=dst,
+        pointwise_macs=cost.macs if cost.taps <= 1 else 0,
     )
 
 
