@@ -155,8 +155,36 @@ def test_the_size_floor_is_read_from_the_family_record(tmp_path):
     assert chips.get("m4").family.size_floor and not chips.get("m5").family.size_floor
     assert _decision(path, shapes, "m4", "matmul") == ("cpu", "likely")
     assert _decision(path, shapes, "m5", "matmul") == ("ane", "uncertain")
-    floored = _with("m5", size_floor="test")
+    floored = _with("m5", size_floor=chips.FAMILIES["h16"].size_floor)
     assert _on(path, shapes, floored, "matmul").unit == "cpu"
+
+
+def test_the_size_floor_thresholds_are_the_family_records(tmp_path):
+    """predict reads the thresholds, and the report ids it cites, from ``Family.size_floor``."""
+    path = _save(
+        tmp_path,
+        "mm",
+        [helper.make_node("MatMul", ["a", "b"], ["y"])],
+        [("a", [64, 64]), ("b", [64, 64])],
+    )
+    shapes = {"a": (64, 64), "b": (64, 64)}
+    floor = chips.FAMILIES["h16"].size_floor
+    assert [f.value for f in floor.matmul] == [384 * 384, 512 * 512]
+    assert [f.value for f in floor.attention] == [1 << 20, 1 << 21]
+    assert _on(path, shapes, "m4", "matmul").reason.startswith(
+        "a matmul operand of 4096 elements <= 147456: Core ML prefers the CPU "
+        "(vx435-matmul-f16-le384, vx435-matmul-f16-512)"
+    )
+    # a lower floor: 64 x 64 is above its ANE threshold, on the ANE, likely
+    lower = replace(floor, matmul=(_measured(32 * 32), _measured(48 * 48)))
+    assert _decision(path, shapes, _with("m4", size_floor=lower), "matmul") == ("ane", "likely")
+    # between its thresholds: uncertain, the figures' sources cited
+    between = replace(floor, matmul=(_measured(32 * 32), _measured(128 * 128)))
+    p = _on(path, shapes, _with("m4", size_floor=between), "matmul")
+    assert (p.unit, p.confidence) == (
+        "ane",
+        "uncertain",
+    ) and "ANE (16384) sizes reported on an M4 (test, test)" in p.reason
 
 
 def test_a_chip_without_a_generation_is_of_the_unknown_one(tmp_path):
