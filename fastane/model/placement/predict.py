@@ -227,9 +227,14 @@ def _limits(shape, family) -> tuple:
 
 
 def _unknown(limit, chip) -> str:
-    """`` (the M1's limit; X's is not known)`` where ``limit`` was not measured on ``chip``'s
-    generation, else ""."""
-    return "" if limit.kind == "measured" else f" (the M1's limit; {chip.name}'s is not known)"
+    """ "" where ``limit`` was measured on ``chip``'s generation; else a parenthesis naming the
+    figure's kind and source: `` (the M1's limit; X's is not known; assumption, SOURCE)`` for
+    an assumed figure, `` (derived, SOURCE: NOTE)`` for a derived one."""
+    if limit.kind == "measured":
+        return ""
+    if limit.kind == "derived":
+        return f" (derived, {limit.source}: {limit.note})"
+    return f" (the M1's limit; {chip.name}'s is not known; {limit.kind}, {limit.source})"
 
 
 def _confidence(limit) -> str:
@@ -359,6 +364,8 @@ def _refusal(axis, extent, lim, limit, family, chip) -> str:
         lim = f"{axis} = {extent} > {limit.value:g}"
     if limit.kind == "measured":
         return f"{lim}: the {family.name} generation's limit ({limit.source})"
+    if limit.kind == "derived":
+        return f"{lim}: the {family.name} generation's limit{_unknown(limit, chip)}"
     return f"{lim}{_unknown(limit, chip)}: {limit.note}"
 
 
@@ -366,8 +373,8 @@ def _taken(broken, family, chip) -> str:
     """The note on a W or H above SPEC 5's 16384 that ``family``'s compiler takes."""
     _, _, lim, limit, _ = broken
     return (
-        f"{lim}{_unknown(limit, chip)}: the {family.name} generation's compiler takes W and H up to "
-        f"{limit.value:g} ({limit.source}); no Core ML report confirms it"
+        f"{lim}: the {family.name} generation's compiler takes W and H up to {limit.value:g}"
+        f"{_unknown(limit, chip) or f' ({limit.source})'}; no Core ML report confirms it"
     )
 
 

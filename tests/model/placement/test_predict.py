@@ -192,3 +192,26 @@ def test_a_chip_without_a_generation_is_of_the_unknown_one(tmp_path):
     bare = replace(chips.get("m4"), family=None)
     p = _on(path, {"x": (1, 1, 1, 20000)}, bare, "relu")
     assert (p.unit, p.confidence) == ("cpu", "uncertain") and "the M1's limit; M4's is not known" in p.reason
+
+
+def test_a_limit_not_measured_names_its_kind_and_source(tmp_path):
+    """ "the M1's limit" only where the generation's figure is the M1's, assumed; a derived
+    figure is named derived, with its source and note."""
+    c = _relu(tmp_path, [1, 70000, 1, 1])
+    shapes = {"x": (1, 70000, 1, 1)}
+    for key in ("m2", "m3", "m4", "m5"):  # N and C derived from ANEForge's C measurements
+        fig = chips.get(key).family.max_channels
+        p = _on(c, shapes, key, "relu")
+        assert fig.kind == "derived" and f"(derived, {fig.source}: {fig.note})" in p.reason, key
+        assert "the M1's limit" not in p.reason, key
+    p = _on(c, shapes, "a16", "relu")  # the M1's, assumed
+    assert (
+        "(the M1's limit; A16 Bionic's is not known; assumption, SPEC 5; a1111-13527-matmul-w23040)"
+        in p.reason
+    )
+    w = _relu(tmp_path, [1, 1, 1, 70000])
+    p = _on(w, {"x": (1, 1, 1, 70000)}, "m4", "relu")  # H16's 65536: derived from ANEForge's M5
+    assert p.reason.startswith(
+        "W = 70000 > 65536: the H16 generation's limit (derived, aneforge-caps-extents: "
+    )
+    assert "the M1's limit" not in p.reason
