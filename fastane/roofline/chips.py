@@ -126,9 +126,9 @@ _M2_PRO_PEAK = tops(
 _M5_PEAK = tops(
     19.27,
     "assumption",
-    "Apple (Oct 2025, Mar 2026)",
-    "no Apple figure: Apple gives no TOPS for the M5 generation's 16-core Neural Engine; taken as the "
-    "FP16 rate measured on an M5 Max (maderix/ANE PR #50)",
+    "maderix/ANE PR #50",
+    "no Apple figure: Apple gives no TOPS for the M5 generation's 16-core Neural Engine (Oct 2025, "
+    "Mar 2026); taken as the FP16 rate measured on an M5 Max",
 )
 _M5_FP16 = tops(
     19.27,
@@ -537,9 +537,9 @@ CHIPS: dict[str, Chip] = {
             peak=tops(
                 36,
                 "derived",
-                "Apple (Mar 2025)",
-                "no Apple figure: Apple gives no TOPS for the M3 Ultra's 32-core Neural Engine; 2 x the M3's 18 "
-                "(two M3 Max dies)",
+                "fastane: 2 x Apple's M3 figure (Oct 2023)",
+                "no Apple figure: Apple gives no TOPS for the M3 Ultra's 32-core Neural Engine (Mar 2025); 2 x "
+                "the M3's 18 (two M3 Max dies)",
             ),
             precision="fp16",
             dram=gbs(
