@@ -165,6 +165,21 @@ def test_compare_with_a_mac_plan(net, tmp_path, capsys):
     assert d["total"]["weighted_agreement"] == pytest.approx(w["conv2"] / (w["conv2"] + w["relu8"]))
 
 
+def test_compare_json_carries_the_warning_as_the_plan_does(wide, net, tmp_path, capsys):
+    """``fastane plan --compare --json`` writes the warning as ``leavesANE`` (camelCase, as
+    ``fastane plan --json`` and ``computeUnits``)."""
+    mac = _mac_plan(tmp_path / "mac.json", [_op("r", "cpu", "relu")])
+    rc, out, err = _plan(capsys, wide, "--compare", mac, "--json")
+    d = json.loads(out)
+    assert rc == 0 and "leaves_ane" not in d and set(d) >= {"computeUnits", "leavesANE"}
+    assert "W > 16384" in d["leavesANE"]["off"]["rules"]
+    assert d["leavesANE"]["message"] == err.splitlines()[-1].removeprefix("fastane plan: warning: ")
+    rc, out, _ = _plan(capsys, wide, "--json")
+    assert d["leavesANE"] == json.loads(out)["leavesANE"]
+    rc, out, err = _plan(capsys, net, "--shape", "x=1x3x16x16", "--compare", mac, "--json")
+    assert rc == 0 and json.loads(out)["leavesANE"] is None and err == ""
+
+
 def test_a_plan_written_by_fastane_reads_back(net, tmp_path, capsys):
     rc, out, _ = _plan(capsys, net, "--shape", "x=1x3x16x16", "--json", "--compute-units", "CPU_AND_GPU")
     (tmp_path / "own.json").write_text(out)
