@@ -144,14 +144,19 @@ def test_kmem_is_read_from_the_family_record(tmp_path):
     assert "the M1's limit; M2's is not known" in p.reason
 
 
-def test_the_size_floor_is_read_from_the_family_record(tmp_path):
+def _matmul64(tmp_path):
+    """A 64 x 64 by 64 x 64 MatMul: ``(path, shapes)``."""
     path = _save(
         tmp_path,
         "mm",
         [helper.make_node("MatMul", ["a", "b"], ["y"])],
         [("a", [64, 64]), ("b", [64, 64])],
     )
-    shapes = {"a": (64, 64), "b": (64, 64)}
+    return path, {"a": (64, 64), "b": (64, 64)}
+
+
+def test_the_size_floor_is_read_from_the_family_record(tmp_path):
+    path, shapes = _matmul64(tmp_path)
     assert chips.get("m4").family.size_floor and not chips.get("m5").family.size_floor
     assert _decision(path, shapes, "m4", "matmul") == ("cpu", "likely")
     assert _decision(path, shapes, "m5", "matmul") == ("ane", "uncertain")
@@ -161,13 +166,7 @@ def test_the_size_floor_is_read_from_the_family_record(tmp_path):
 
 def test_the_size_floor_thresholds_are_the_family_records(tmp_path):
     """predict reads the thresholds, and the report ids it cites, from ``Family.size_floor``."""
-    path = _save(
-        tmp_path,
-        "mm",
-        [helper.make_node("MatMul", ["a", "b"], ["y"])],
-        [("a", [64, 64]), ("b", [64, 64])],
-    )
-    shapes = {"a": (64, 64), "b": (64, 64)}
+    path, shapes = _matmul64(tmp_path)
     floor = chips.FAMILIES["h16"].size_floor
     assert [f.value for f in floor.matmul] == [384 * 384, 512 * 512]
     assert [f.value for f in floor.attention] == [1 << 20, 1 << 21]
@@ -181,10 +180,8 @@ def test_the_size_floor_thresholds_are_the_family_records(tmp_path):
     # between its thresholds: uncertain, the figures' sources cited
     between = replace(floor, matmul=(_measured(32 * 32), _measured(128 * 128)))
     p = _on(path, shapes, _with("m4", size_floor=between), "matmul")
-    assert (p.unit, p.confidence) == (
-        "ane",
-        "uncertain",
-    ) and "ANE (16384) sizes reported on an M4 (test, test)" in p.reason
+    assert (p.unit, p.confidence) == ("ane", "uncertain")
+    assert "ANE (16384) sizes reported on an M4 (test, test)" in p.reason
 
 
 def test_a_chip_without_a_generation_is_of_the_unknown_one(tmp_path):
@@ -195,8 +192,8 @@ def test_a_chip_without_a_generation_is_of_the_unknown_one(tmp_path):
 
 
 def test_a_limit_not_measured_names_its_kind_and_source(tmp_path):
-    """ "the M1's limit" only where the generation's figure is the M1's, assumed; a derived
-    figure is named derived, with its source and note."""
+    """A reason says "the M1's limit" only where the generation's figure is the M1's, assumed;
+    a derived figure is named derived, with its source and note."""
     c = _relu(tmp_path, [1, 70000, 1, 1])
     shapes = {"x": (1, 70000, 1, 1)}
     for key in ("m2", "m3", "m4", "m5"):  # N and C derived from ANEForge's C measurements
