@@ -53,8 +53,9 @@ as in ANEForge ``aneforge/_targets.py`` @020dcad and the Asahi Linux device tree
 compile limits the placement rules (:mod:`fastane.model.placement.predict`) read: W and H
 at most 16384 up to the M3's generation (H15), 65536 from the M4's (H16); N and C 65536;
 rank 5; KMem 64 KiB a core; and the size floor Core ML was seen to apply to small fp16
-matmuls and attention on an M4 (H16's :class:`SizeFloor`, the thresholds and their report ids).  ANEForge names its tiers A13..A16 after the architecture (its
-"A16" is H16, the M4's), not after the A-series chips.  No public source found names the
+matmuls and attention on an M4 (H16's :class:`SizeFloor`: the thresholds and their report
+ids).  ANEForge names its tiers A13..A16 after the architecture (its "A16" is H16, the
+M4's), not after the A-series chips.  No public source found names the
 generation of the A16, A17 Pro, A18 and A18 Pro: their family is ``"unknown"``, with the
 M1's limits assumed.
 
@@ -230,9 +231,9 @@ _H13_KMEM = make_figure(
     "SPEC 1 (seed m1-ane)",
     "64 KiB a core, found by reverse engineering on the M1",
 )
-#: Core ML's size floor on an M4 (vx-lang/Vx#435, #437): a fp16 matmul whose largest operand
+#: Core ML's size floor on an M4 (vx-lang/Vx#435, #437): an fp16 matmul whose largest operand
 #: has at most 384 x 384 elements on the CPU, 512 x 512 on the ANE (only square products were
-#: tried); a fp16 attention whose Q has at most 1,048,576 elements on the CPU, 2,097,152 on the ANE
+#: tried); an fp16 attention whose Q has at most 1,048,576 elements on the CPU, 2,097,152 on the ANE
 _M4_SIZE_FLOOR = SizeFloor(
     matmul=(
         _elements(384 * 384, "measured", "vx435-matmul-f16-le384", "384 x 384 fp16 matmul: the CPU"),

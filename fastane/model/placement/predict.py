@@ -227,9 +227,9 @@ def _limits(shape, family) -> tuple:
 
 
 def _unknown(limit, chip) -> str:
-    """ "" where ``limit`` was measured on ``chip``'s generation; else a parenthesis naming the
-    figure's kind and source: `` (the M1's limit; X's is not known; assumption, SOURCE)`` for
-    an assumed figure, `` (derived, SOURCE: NOTE)`` for a derived one."""
+    """A parenthesis naming the kind and source of ``limit``, a figure not measured on
+    ``chip``'s generation: `` (the M1's limit; X's is not known; assumption, SOURCE)`` for an
+    assumed one, `` (derived, SOURCE: NOTE)`` for a derived one; "" for a measured one."""
     if limit.kind == "measured":
         return ""
     if limit.kind == "derived":
