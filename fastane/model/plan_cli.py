@@ -7,8 +7,8 @@ shape of Core ML's MLComputePlan (:mod:`fastane.model.placement.compute_plan`);
 ``--compare`` matches each op by output name against a plan dumped on a Mac
 (``docs/compute_plan_dump.py``) and prints the agreement per op and in total.  A plan that
 leaves the ANE (:meth:`~fastane.model.placement.compute_plan.ComputePlan.leaves_ane`) adds one
-warning line on stderr (``--quiet`` drops it; the JSON carries it, ``leavesANE``, and the
-comparison's ``leaves_ane``).  A bad model, argument or plan file is one line on stderr and
+warning line on stderr (``--quiet`` drops it; the JSON of the plan and of the comparison
+carries it as ``leavesANE``).  A bad model, argument or plan file is one line on stderr and
 exit status 2.
 """
 
@@ -98,7 +98,7 @@ def _comparison(plan, observed: dict, args) -> None:
                     "computeUnits": plan.compute_units,
                     "ops": rows,
                     "total": total,
-                    "leaves_ane": None if leave is None else leave.as_dict(),
+                    "leavesANE": None if leave is None else leave.as_dict(),
                 },
                 indent=1,
             )

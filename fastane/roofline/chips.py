@@ -52,8 +52,10 @@ Each chip's ANE generation is a :class:`Family` of :data:`FAMILIES` (H13 = the M
 as in ANEForge ``aneforge/_targets.py`` @020dcad and the Asahi Linux device trees), with the
 compile limits the placement rules (:mod:`fastane.model.placement.predict`) read: W and H
 at most 16384 up to the M3's generation (H15), 65536 from the M4's (H16); N and C 65536;
-rank 5; KMem 64 KiB a core.  ANEForge names its tiers A13..A16 after the architecture (its
-"A16" is H16, the M4's), not after the A-series chips.  No public source found names the
+rank 5; KMem 64 KiB a core; and the size floor Core ML was seen to apply to small fp16
+matmuls and attention on an M4 (H16's :class:`SizeFloor`: the thresholds and their report
+ids).  ANEForge names its tiers A13..A16 after the architecture (its "A16" is H16, the
+M4's), not after the A-series chips.  No public source found names the
 generation of the A16, A17 Pro, A18 and A18 Pro: their family is ``"unknown"``, with the
 M1's limits assumed.
 
@@ -78,6 +80,7 @@ from .figure import (
     Chip,
     Family,
     Figure,
+    SizeFloor,
     make_chip,
     core_count,
     make_figure,
@@ -89,6 +92,7 @@ from .figure import (
 __all__ = [
     "Figure",
     "Family",
+    "SizeFloor",
     "Chip",
     "FAMILIES",
     "CHIPS",
@@ -123,9 +127,9 @@ _M2_PRO_PEAK = tops(
 _M5_PEAK = tops(
     19.27,
     "assumption",
-    "Apple (Oct 2025, Mar 2026)",
-    "no Apple figure: Apple gives no TOPS for the M5 generation's 16-core Neural Engine; taken as the "
-    "FP16 rate measured on an M5 Max (maderix/ANE PR #50)",
+    "maderix/ANE PR #50",
+    "no Apple figure: Apple gives no TOPS for the M5 generation's 16-core Neural Engine (Oct 2025, "
+    "Mar 2026); taken as the FP16 rate measured on an M5 Max",
 )
 _M5_FP16 = tops(
     19.27,
@@ -227,9 +231,19 @@ _H13_KMEM = make_figure(
     "SPEC 1 (seed m1-ane)",
     "64 KiB a core, found by reverse engineering on the M1",
 )
-_M4_SIZE_FLOOR = (
-    "vx435-matmul-f16-le384, vx435-matmul-f16-512, vx437-sdpa-f16-1x16x1024x64, vx437-sdpa-f16-1x16x2048x64 "
-    "(an Apple M4)"
+#: Core ML's size floor on an M4 (vx-lang/Vx#435, #437): an fp16 matmul whose largest operand
+#: has at most 384 x 384 elements on the CPU, 512 x 512 on the ANE (only square products were
+#: tried); an fp16 attention whose Q has at most 1,048,576 elements on the CPU, 2,097,152 on the ANE
+_M4_SIZE_FLOOR = SizeFloor(
+    matmul=(
+        _elements(384 * 384, "measured", "vx435-matmul-f16-le384", "384 x 384 fp16 matmul: the CPU"),
+        _elements(512 * 512, "measured", "vx435-matmul-f16-512", "512 x 512 fp16 matmul: the ANE"),
+    ),
+    attention=(
+        _elements(1 << 20, "measured", "vx437-sdpa-f16-1x16x1024x64", "Q of 1x16x1024x64, fp16: the CPU"),
+        _elements(1 << 21, "measured", "vx437-sdpa-f16-1x16x2048x64", "Q of 1x16x2048x64, fp16: the ANE"),
+    ),
+    seen_on="an M4",
 )
 #: ANEForge's tiers are named A13..A16 after the ANE architecture, not after the A-series
 #: chips: its "A16" tier is H16 on (the M4), so "16384 through A15, 65536 at A16" splits the
@@ -524,9 +538,9 @@ CHIPS: dict[str, Chip] = {
             peak=tops(
                 36,
                 "derived",
-                "Apple (Mar 2025)",
-                "no Apple figure: Apple gives no TOPS for the M3 Ultra's 32-core Neural Engine; 2 x the M3's 18 "
-                "(two M3 Max dies)",
+                "fastane: 2 x Apple's M3 figure (Oct 2023)",
+                "no Apple figure: Apple gives no TOPS for the M3 Ultra's 32-core Neural Engine (Mar 2025); 2 x "
+                "the M3's 18 (two M3 Max dies)",
             ),
             precision="fp16",
             dram=gbs(

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Figure", "Family", "Chip", "M3_KERNEL_DMA", "M3_TILE_DMA", "M3_ANE_READ", "DISPATCH_PER_TASK_S"]
+__all__ = [
+    "Figure",
+    "SizeFloor",
+    "Family",
+    "Chip",
+    "M3_KERNEL_DMA",
+    "M3_TILE_DMA",
+    "M3_ANE_READ",
+    "DISPATCH_PER_TASK_S",
+]
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,20 @@ DISPATCH_PER_TASK_S = Figure(
 
 
 @dataclass(frozen=True)
+class SizeFloor:
+    """Core ML's size floor for fp16 matrix products seen on an ANE generation, in tensor
+    elements: ``matmul`` (a matmul's largest operand) and ``attention`` (the Q of a
+    ``scaled_dot_product_attention``), each ``(cpu, ane)``: at most ``cpu`` elements on the
+    CPU, at least ``ane`` on the ANE, in between not reported.  Each threshold is a
+    :class:`Figure` whose ``source`` is the report id (``fastane/model/placement/reports.json``)
+    that observed it; ``seen_on`` the chip the reports name."""
+
+    matmul: tuple
+    attention: tuple
+    seen_on: str
+
+
+@dataclass(frozen=True)
 class Family:
     """One ANE generation (H13, H14 ...: the name reverse-engineering work gives it) and the
     compile limits its chips share, as the placement rules
@@ -75,9 +98,9 @@ class Family:
     max_rank: Figure
     #: one core's KMem: the largest kernel per output channel a convolution task holds
     kmem_core_bytes: Figure
-    #: report ids (``fastane/model/placement/reports.json``) of Core ML's size floor for fp16
-    #: matmul and attention seen on this generation; "" where none was reported
-    size_floor: str = ""
+    #: Core ML's size floor for fp16 matmul and attention seen on this generation, None where
+    #: none was reported
+    size_floor: SizeFloor | None = None
     note: str = ""
 
 

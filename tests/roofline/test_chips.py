@@ -107,6 +107,13 @@ def test_figures_as_the_sources_give_them():
     assert g["m3-ultra"].peak_marketing.kind == "derived" and g["m3-ultra"].peak_marketing.value == 36e12
     for k in ("m5", "m5-pro", "m5-max"):
         assert g[k].peak_marketing.kind == "assumption" and "no Apple figure" in g[k].peak_marketing.note
+        # the figure's origin is the M5 Max's measurement, not Apple
+        assert g[k].peak_marketing.source == g["m5-max"].peak_ops_fp16.source == "maderix/ANE PR #50"
+    # the M3 Ultra's 36 is the M3's 18 (Apple, Oct 2023) doubled, not an Apple figure for the Ultra
+    ultra = g["m3-ultra"].peak_marketing
+    assert (
+        ultra.source.startswith("fastane: 2 x") and "M3" in ultra.source and "no Apple figure" in ultra.note
+    )
     assert g["m5-max"].peak_ops_fp16.kind == "measured" and g["m5"].peak_ops_fp16.kind == "derived"
     # one ANE of two per program on an Ultra
     for k in ("m2-ultra", "m3-ultra"):

@@ -17,12 +17,13 @@ one task.  The same model for every op, whatever its device: a share of work, no
 time on the CPU or the GPU.
 
 :meth:`ComputePlan.leaves_ane` finds a plan that would take the model off the ANE without a
-word from Core ML (under ``ALL`` or ``CPU_AND_NE``): the ops off the ANE, or left on it by a
-rule that puts them at risk (a declared fp32 tensor), when one of them is off by a
-"config" rule (:data:`fastane.model.placement.predict.RULES`: the op runs on the ANE in
-another precision, size, input shape or on another chip), or fastane runs it on the ANE, or
-they carry more than :data:`LEAVE_SHARE` of the modelled work.  The commands print it as one
-line on stderr; :meth:`fastane.Model.compute_plan` warns with
+word from Core ML (under ``ALL`` or ``CPU_AND_NE``), counting apart the ops predicted off the
+ANE and those predicted on it with a rule that puts them at risk (a declared fp32 tensor):
+it is given when an op is at risk, or an op off the ANE is off by a "config" rule
+(:data:`fastane.model.placement.predict.RULES`: the op runs on the ANE in another precision,
+size, input shape or on another chip) or fastane runs it on the ANE, or the ops off the ANE
+carry more than :data:`LEAVE_SHARE` of the modelled work.  The commands print it as one line
+on stderr; :meth:`fastane.Model.compute_plan` warns with
 :class:`fastane.errors.LeavesANEWarning`.
 
 The JSON (:meth:`ComputePlan.as_dict`, :data:`FORMAT`)::
@@ -59,6 +60,7 @@ __all__ = [
     "DEVICES",
     "LEAVE_SHARE",
     "PlannedOp",
+    "OpShare",
     "LeavesANE",
     "ComputePlan",
     "build",
@@ -90,7 +92,8 @@ _MAX_FILE = 64 << 20
 #: the share of the modelled work (cost weight) off the ANE above which a plan leaves it,
 #: whatever the rules: more than half of the work on the CPU or the GPU
 LEAVE_SHARE = 0.5
-#: the most ops and rules a :class:`LeavesANE` message names (then "and K more")
+#: the most ops and rules a :class:`LeavesANE` message names of the ops off the ANE and of
+#: those at risk (then "and K more")
 LEAVE_NAMES, LEAVE_RULES = 4, 3
 
 
@@ -143,41 +146,77 @@ class PlannedOp:
 
 
 @dataclass
-class LeavesANE:
-    """The ops of a plan for ``compute_units`` on ``chip`` that leave the ANE or are at risk
-    of leaving it (:meth:`ComputePlan.leaves_ane`): ``ops`` heaviest first, of ``total`` in
-    the plan, carrying ``share`` of the modelled work; ``rules`` their rules, the rule
-    carrying most work first."""
+class OpShare:
+    """Some ops of a plan, heaviest first: ``ops``, their ``share`` of the modelled work and
+    ``rules`` (their rules, the rule carrying most work first)."""
 
-    compute_units: str
-    chip: str
     ops: list
-    total: int
     share: float
     rules: list
 
+    @classmethod
+    def of(cls, ops) -> "OpShare":
+        ops = sorted(ops, key=lambda o: -o.weight)
+        by_rule: dict = {}
+        for o in ops:
+            by_rule[o.rule] = by_rule.get(o.rule, 0.0) + o.weight
+        return cls(ops, sum(o.weight for o in ops), sorted(by_rule, key=lambda r: -by_rule[r]))
+
     @property
-    def message(self) -> str:
-        """One line naming up to :data:`LEAVE_NAMES` ops and :data:`LEAVE_RULES` rules."""
+    def named(self) -> str:
+        """``'a', 'b' and K more; rule(s): R1, R2``: up to :data:`LEAVE_NAMES` ops and
+        :data:`LEAVE_RULES` rules."""
         names = ", ".join(quote(o.label, 32) for o in self.ops[:LEAVE_NAMES])
         if len(self.ops) > LEAVE_NAMES:
             names += f" and {len(self.ops) - LEAVE_NAMES} more"
         rules = ", ".join(self.rules[:LEAVE_RULES])
         if len(self.rules) > LEAVE_RULES:
             rules += f" and {len(self.rules) - LEAVE_RULES} more"
-        return (
-            f"Core ML may run {len(self.ops)} of {self.total} ops ({100 * self.share:.1f}% of the "
-            f"modelled work) off the ANE ({self.compute_units} on {self.chip}): {names}; "
-            f"{'rule' if len(self.rules) == 1 else 'rules'}: {rules} (an estimate; the compute "
-            f"plan gives each op's reason)"
-        )
+        return f"{names}; {'rule' if len(self.rules) == 1 else 'rules'}: {rules}"
+
+    def as_dict(self) -> dict:
+        return {"ops": [o.label for o in self.ops], "share": self.share, "rules": list(self.rules)}
+
+
+@dataclass
+class LeavesANE:
+    """The ops of a plan of ``total`` ops for ``compute_units`` on ``chip`` that leave the ANE
+    (:meth:`ComputePlan.leaves_ane`): ``off``, those predicted on the CPU or the GPU, and
+    ``at_risk``, those predicted on the ANE with a rule that puts them at risk of leaving it
+    (a declared fp32 tensor); each an :class:`OpShare`."""
+
+    compute_units: str
+    chip: str
+    total: int
+    off: OpShare
+    at_risk: OpShare
+
+    @property
+    def message(self) -> str:
+        """One line: how many ops are off the ANE, then how many on it are at risk, each
+        naming up to :data:`LEAVE_NAMES` ops and :data:`LEAVE_RULES` rules."""
+        off, risk = self.off, self.at_risk
+        where = f"({self.compute_units} on {self.chip})"
+        if off.ops:
+            line = (
+                f"Core ML may run {len(off.ops)} of {self.total} ops ({100 * off.share:.1f}% of the "
+                f"modelled work) off the ANE {where}: {off.named}"
+            )
+        else:
+            line = f"Core ML may run 0 of {self.total} ops off the ANE {where}"
+        if risk.ops:
+            ops, are = ("op", "is") if len(risk.ops) == 1 else ("ops", "are")
+            line += (
+                f"; {len(risk.ops)} {ops} on it ({100 * risk.share:.1f}% of the modelled work) {are} at risk: "
+                f"{risk.named}"
+            )
+        return line + " (an estimate; the compute plan gives each op's reason)"
 
     def as_dict(self) -> dict:
         return {
-            "ops": [o.label for o in self.ops],
             "total": self.total,
-            "share": self.share,
-            "rules": list(self.rules),
+            "off": self.off.as_dict(),
+            "at_risk": self.at_risk.as_dict(),
             "message": self.message,
         }
 
@@ -192,22 +231,19 @@ class ComputePlan:
     ops: list
 
     def leaves_ane(self):
-        """The :class:`LeavesANE` of the plan, or None: under ``ALL`` or ``CPU_AND_NE``, the ops
-        off the ANE and those left on it with a rule (at risk), when one of them is off by a
-        "config" rule or fastane runs it on the ANE, or they carry more than
-        :data:`LEAVE_SHARE` of the modelled work."""
+        """The :class:`LeavesANE` of the plan, or None.  Under ``ALL`` or ``CPU_AND_NE``: the ops
+        predicted off the ANE, and those predicted on it with a rule (at risk); it is given
+        when an op is at risk, or an op off the ANE is off by a "config" rule or is one
+        fastane runs on the ANE, or the ops off the ANE carry more than :data:`LEAVE_SHARE`
+        of the modelled work."""
         if self.compute_units not in ("ALL", "CPU_AND_NE"):
             return None
-        off = sorted((o for o in self.ops if o.preferred != "ane" or o.rule), key=lambda o: -o.weight)
-        share = sum(o.weight for o in off)
-        avoidable = any(RULES.get(o.rule) == "config" or o.placement == "ane" for o in off)
-        if not avoidable and share <= LEAVE_SHARE:
+        off = OpShare.of(o for o in self.ops if o.preferred != "ane")
+        risk = OpShare.of(o for o in self.ops if o.preferred == "ane" and o.rule)
+        avoidable = any(RULES.get(o.rule) == "config" or o.placement == "ane" for o in off.ops)
+        if not risk.ops and not avoidable and off.share <= LEAVE_SHARE:
             return None
-        by_rule: dict = {}
-        for o in off:
-            by_rule[o.rule] = by_rule.get(o.rule, 0.0) + o.weight
-        rules = sorted(by_rule, key=lambda r: -by_rule[r])
-        return LeavesANE(self.compute_units, self.chip, off, len(self.ops), share, rules)
+        return LeavesANE(self.compute_units, self.chip, len(self.ops), off, risk)
 
     def by_layer(self) -> dict:
         """Layer name -> its ops, in the plan's order (a layer's ops share one prediction)."""

@@ -31,8 +31,9 @@ placement prediction", cites the sources):
   ids; docs/models.md, "Public placement reports", checks them on held-out reports):
 
   - an fp16 ``matmul`` or attention below a size floor goes to the CPU on a chip whose
-    family reports it (``Family.size_floor``: the M4's) (:data:`MATMUL_FLOOR`,
-    :data:`ATTENTION_FLOOR`; on another chip "uncertain");
+    family reports it (``Family.size_floor``, a :class:`fastane.roofline.chips.SizeFloor`
+    holding the thresholds and their report ids: the M4's); on another chip the M4's
+    thresholds make it "uncertain";
   - a matmul or attention the model declares fp32 stays off the ANE; another op declared
     fp32 is "uncertain" (:attr:`fastane.model.graph.Graph.declared`: ML Programs only);
   - a pooling window above 13 or a stride above 2 leaves the ANE (:data:`POOL_LIMITS`);
@@ -128,14 +129,9 @@ HOST_ON_CPU = {
     "scatter_elements": "sm-scatter",
     "trilu": "sm-band-part",
 }
-#: fp16 matmul on an M4: the largest operand at most ``cpu`` elements -> CPU, at least
-#: ``ane`` -> ANE, in between "uncertain" (vx435-matmul-f16-le384: 384 x 384 on the CPU;
-#: vx435-matmul-f16-512: 512 x 512 on the ANE; only square products were tried)
-MATMUL_FLOOR = {"cpu": 384 * 384, "ane": 512 * 512}
-#: fp16 scaled_dot_product_attention on an M4, by the elements of Q: at most 1,048,576 on
-#: the CPU, 2,097,152 and more on the ANE (vx437-sdpa-f16-1x16x1024x64,
-#: vx437-sdpa-f16-1x16x2048x64)
-ATTENTION_FLOOR = {"cpu": 1 << 20, "ane": 1 << 21}
+#: the size floor reported on the M4's generation (its family record holds the thresholds and
+#: their report ids): on a chip whose generation reports none, a product below it is "uncertain"
+_M4_FLOOR = chips.FAMILIES["h16"].size_floor
 #: pooling the ANE's kernel validation rejects: a window above 13 (hn2-avgpool-k28) or a
 #: stride above 2 (hn2-avgpool-stride4); os_log messages, hollance/neural-engine#2, 2020
 POOL_LIMITS = {"kernel": 13, "stride": 2}
@@ -231,9 +227,14 @@ def _limits(shape, family) -> tuple:
 
 
 def _unknown(limit, chip) -> str:
-    """`` (the M1's limit; X's is not known)`` where ``limit`` was not measured on ``chip``'s
-    generation, else ""."""
-    return "" if limit.kind == "measured" else f" (the M1's limit; {chip.name}'s is not known)"
+    """A parenthesis naming the kind and source of ``limit``, a figure not measured on
+    ``chip``'s generation: `` (the M1's limit; X's is not known; assumption, SOURCE)`` for an
+    assumed one, `` (derived, SOURCE: NOTE)`` for a derived one; "" for a measured one."""
+    if limit.kind == "measured":
+        return ""
+    if limit.kind == "derived":
+        return f" (derived, {limit.source}: {limit.note})"
+    return f" (the M1's limit; {chip.name}'s is not known; {limit.kind}, {limit.source})"
 
 
 def _confidence(limit) -> str:
@@ -268,24 +269,27 @@ def _sdpa_key(n) -> str:
     return n.name if n.name in n.outputs else n.name.rsplit("/", 1)[0]
 
 
-def _floor(measure: int, floor: dict, what: str, ids: str, on_floor_chip: bool):
-    """``(unit or None, confidence, note)`` of a size floor for ``measure`` elements."""
-    if measure <= floor["cpu"]:
+def _floor(measure: int, floor, op: str, what: str, on_floor_chip: bool):
+    """``(unit or None, confidence, note)`` of ``floor`` (a
+    :class:`fastane.roofline.chips.SizeFloor`) for an ``op`` ("matmul", "attention") of
+    ``measure`` elements."""
+    pair = getattr(floor, op)
+    cpu, ane = (int(f.value) for f in pair)
+    ids = ", ".join(f.source for f in pair)
+    if measure <= cpu:
         if on_floor_chip:
-            return (
-                "cpu",
-                "likely",
-                f"{what} of {measure} elements <= {floor['cpu']}: Core ML prefers the CPU ({ids})",
-            )
-        return None, "uncertain", f"{what} of {measure} elements: on an M4 Core ML prefers the CPU ({ids})"
-    if measure < floor["ane"]:
+            return "cpu", "likely", f"{what} of {measure} elements <= {cpu}: Core ML prefers the CPU ({ids})"
         return (
             None,
             "uncertain",
-            (
-                f"{what} of {measure} elements: between the CPU ({floor['cpu']}) and ANE ({floor['ane']}) "
-                f"sizes reported on an M4 ({ids})"
-            ),
+            f"{what} of {measure} elements: on {floor.seen_on} Core ML prefers the CPU ({ids})",
+        )
+    if measure < ane:
+        return (
+            None,
+            "uncertain",
+            f"{what} of {measure} elements: between the CPU ({cpu}) and ANE ({ane}) sizes reported on "
+            f"{floor.seen_on} ({ids})",
         )
     return None, "likely", ""
 
@@ -310,7 +314,7 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
     if chip.family is None:  # a chip built by hand: no generation known
         chip = replace(chip, family=chips.FAMILIES["unknown"])
     family = chip.family
-    on_floor_chip = bool(family.size_floor)
+    on_floor_chip = family.size_floor is not None
     declared = getattr(bound.graph, "declared", {}) or {}
     flexible = set((getattr(bound.graph, "flexible", {}) or {}).values())
     q_of = _attention_q(bound.nodes)
@@ -360,6 +364,8 @@ def _refusal(axis, extent, lim, limit, family, chip) -> str:
         lim = f"{axis} = {extent} > {limit.value:g}"
     if limit.kind == "measured":
         return f"{lim}: the {family.name} generation's limit ({limit.source})"
+    if limit.kind == "derived":
+        return f"{lim}: the {family.name} generation's limit{_unknown(limit, chip)}"
     return f"{lim}{_unknown(limit, chip)}: {limit.note}"
 
 
@@ -367,8 +373,8 @@ def _taken(broken, family, chip) -> str:
     """The note on a W or H above SPEC 5's 16384 that ``family``'s compiler takes."""
     _, _, lim, limit, _ = broken
     return (
-        f"{lim}{_unknown(limit, chip)}: the {family.name} generation's compiler takes W and H up to "
-        f"{limit.value:g} ({limit.source}); no Core ML report confirms it"
+        f"{lim}: the {family.name} generation's compiler takes W and H up to {limit.value:g}"
+        f"{_unknown(limit, chip) or f' ({limit.source})'}; no Core ML report confirms it"
     )
 
 
@@ -424,27 +430,18 @@ def _on_ane(layer, bound, types, ops, declared, q_of, chip):
     """A layer the rules leave on the ANE: the size floor, fp32 (the layer at risk: its rule),
     KMem and L2 notes."""
     kmem = chip.family.kmem_core_bytes
+    floor = chip.family.size_floor or _M4_FLOOR
     conf, notes, rule = "likely", [], ""
     for n in layer.nodes:
         key = _sdpa_key(n)
         if key and key in q_of and q_of[key] in bound.types:
-            measure, floor, what, ids = (
-                bound.types[q_of[key]].size,
-                ATTENTION_FLOOR,
-                "attention Q",
-                ("vx437-sdpa-f16-1x16x1024x64, vx437-sdpa-f16-1x16x2048x64"),
-            )
+            measure, op, what = bound.types[q_of[key]].size, "attention", "attention Q"
         elif n.op == "matmul" and not key:
             sizes = [bound.types[t].size for t in n.inputs[:2] if t in bound.types]
-            measure, floor, what, ids = (
-                max(sizes, default=0),
-                MATMUL_FLOOR,
-                "a matmul operand",
-                ("vx435-matmul-f16-le384, vx435-matmul-f16-512"),
-            )
+            measure, op, what = max(sizes, default=0), "matmul", "a matmul operand"
         else:
             continue
-        unit, c, note = _floor(measure, floor, what, ids, bool(chip.family.size_floor))
+        unit, c, note = _floor(measure, floor, op, what, chip.family.size_floor is not None)
         if unit:
             return Prediction(unit, c, note, _SIZE_FLOOR)
         if note:

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 
 from ...errors import quote
 from ...stats import Stats
+from ..placement.compute_plan import DEVICES
 from ..placement.place import Layer
+from ..placement.predict import RULES
 
 __all__ = ["Report", "LayerRecord"]
 
@@ -201,8 +203,9 @@ class Report:
         return "\n".join(lines)
 
 
-#: the width of the report's Core ML column ("ane? fp32 compute precision")
-_COREML_WIDTH = 27
+#: the width of the report's Core ML column: a device, "?", a space and the longest rule name
+#: ("ane? fp32 compute precision")
+_COREML_WIDTH = max(map(len, DEVICES)) + len("? ") + max(map(len, RULES))
 
 
 def _coreml_cell(op) -> str:

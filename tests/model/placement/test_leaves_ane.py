@@ -1,8 +1,9 @@
 """A predicted compute plan that leaves the ANE (:meth:`ComputePlan.leaves_ane`): the triggers
-(fp32 compute precision with every op on the ANE in fp16, a range-shaped input, a "config"
-rule at any share, more than ``LEAVE_SHARE`` of the work off the ANE), the silence of a model
-on the ANE and of the settings without it, :class:`fastane.LeavesANEWarning` from
-:meth:`Model.compute_plan`, and the one warning line of ``fastane plan`` and ``fastane run``."""
+(fp32 compute precision with every op on the ANE in fp16: at risk, counted apart from the ops
+off the ANE; a range-shaped input, a "config" rule at any share, more than ``LEAVE_SHARE`` of
+the work off the ANE), the silence of a model on the ANE and of the settings without it,
+:class:`fastane.LeavesANEWarning` from :meth:`Model.compute_plan`, and the one warning line of
+``fastane plan`` and ``fastane run``."""
 
 import json
 import warnings
@@ -140,9 +141,17 @@ def test_fp32_precision_leaves_though_every_op_runs_on_the_ane_in_fp16(models):
         ("ane", "uncertain", "fp32 compute precision")
     }
     leave = plan.leaves_ane()
-    assert len(leave.ops) == len(plan.ops) == leave.total and leave.share == pytest.approx(1.0)
-    assert leave.rules == ["fp32 compute precision"]
-    assert {"conv_0", "relu_0", "avg_pool_0"} <= {o.label for o in leave.ops}
+    # none of them off the ANE, as the plan's work by device says: every op at risk
+    assert (leave.off.ops, leave.off.share, leave.off.rules) == ([], 0, [])
+    assert plan.table().splitlines()[-1].endswith("work by device: ane 100.0%")
+    n = len(plan.ops)
+    assert len(leave.at_risk.ops) == n == leave.total and leave.at_risk.share == pytest.approx(1.0)
+    assert leave.at_risk.rules == ["fp32 compute precision"]
+    assert {"conv_0", "relu_0", "avg_pool_0"} <= {o.label for o in leave.at_risk.ops}
+    assert leave.message.startswith(
+        f"Core ML may run 0 of {n} ops off the ANE (ALL on m1); {n} ops on it (100.0% of the modelled "
+        "work) are at risk: "
+    )
     _rules_named(plan)
 
 
@@ -150,9 +159,10 @@ def test_range_shaped_input_leaves(models):
     plan = _plan(models["range"])
     assert {(o.preferred, o.rule) for o in plan.ops} == {("cpu", "flexible input shapes")}
     leave = plan.leaves_ane()
-    assert leave.rules == ["flexible input shapes"] and leave.share == pytest.approx(1.0)
+    assert leave.off.rules == ["flexible input shapes"] and leave.off.share == pytest.approx(1.0)
+    assert leave.at_risk.ops == [] and "at risk" not in leave.message
     # the heaviest ops first, four of them named, then how many more
-    assert [o.weight for o in leave.ops] == sorted((o.weight for o in leave.ops), reverse=True)
+    assert [o.weight for o in leave.off.ops] == sorted((o.weight for o in leave.off.ops), reverse=True)
     msg = leave.message
     assert len(plan.ops) > compute_plan.LEAVE_NAMES and msg.count("\n") == 0
     assert f"and {len(plan.ops) - compute_plan.LEAVE_NAMES} more; rule: flexible input shapes" in msg
@@ -173,16 +183,16 @@ def test_settings_without_the_ane_never_warn(models):
 def test_a_config_rule_warns_at_any_share(graphs):
     plan = _plan(graphs["pool"], SHAPES["pool"])
     leave = plan.leaves_ane()
-    assert [o.label for o in leave.ops] == ["y"] and leave.rules == ["pooling window > 13"]
+    assert [o.label for o in leave.off.ops] == ["y"] and leave.off.rules == ["pooling window > 13"]
     # not by the share (the conv carries most of the work), nor fastane's placement (host)
-    assert leave.share < compute_plan.LEAVE_SHARE and leave.ops[0].placement == "host"
+    assert leave.off.share < compute_plan.LEAVE_SHARE and leave.off.ops[0].placement == "host"
     assert "off the ANE (ALL on m1): 'y'; rule: pooling window > 13" in leave.message
     _rules_named(plan)
 
 
-def _op(name, preferred, weight, rule="", placement="ane"):
+def _op(name, preferred, weight, rule="", placement="ane", confidence="likely"):
     return compute_plan.PlannedOp(
-        name, name, name, [name], name, preferred, ("cpu", preferred), weight, "likely", "", rule, placement
+        name, name, name, [name], name, preferred, ("cpu", preferred), weight, confidence, "", rule, placement
     )
 
 
@@ -194,19 +204,54 @@ def test_an_op_fastane_runs_on_the_ane_warns_at_any_share():
         leave = compute_plan.ComputePlan("m", "ALL", "m1", ops).leaves_ane()
         assert (leave is not None) == warns
         if warns:
-            assert [o.label for o in leave.ops] == ["sel"] and leave.share == pytest.approx(0.1)
+            assert [o.label for o in leave.off.ops] == ["sel"] and leave.off.share == pytest.approx(0.1)
+
+
+def test_ops_at_risk_are_counted_apart_from_those_off_the_ane():
+    """An op off the ANE by a rule and ops left on it at risk: the line and the JSON give each
+    count and share apart; ops at risk warn at any share, an op on the ANE without a rule is
+    neither."""
+    fp32 = "fp32 compute precision"
+    ops = [
+        _op("conv", "ane", 0.6, fp32, confidence="uncertain"),
+        _op("relu", "ane", 0.05, fp32, confidence="uncertain"),
+        _op("pool", "gpu", 0.25, "pooling window > 13", "host"),
+        _op("add", "ane", 0.1),
+    ]
+    leave = compute_plan.ComputePlan("m", "ALL", "m1", ops).leaves_ane()
+    assert [o.label for o in leave.off.ops] == ["pool"] and leave.off.share == pytest.approx(0.25)
+    assert [o.label for o in leave.at_risk.ops] == ["conv", "relu"] and leave.at_risk.share == pytest.approx(
+        0.65
+    )
+    assert leave.message == (
+        "Core ML may run 1 of 4 ops (25.0% of the modelled work) off the ANE (ALL on m1): 'pool'; rule: "
+        "pooling window > 13; 2 ops on it (65.0% of the modelled work) are at risk: 'conv', 'relu'; rule: "
+        "fp32 compute precision (an estimate; the compute plan gives each op's reason)"
+    )
+    d = leave.as_dict()
+    assert d["total"] == 4 and d["message"] == leave.message
+    assert d["off"] == {"ops": ["pool"], "share": pytest.approx(0.25), "rules": ["pooling window > 13"]}
+    assert d["at_risk"] == {"ops": ["conv", "relu"], "share": pytest.approx(0.65), "rules": [fp32]}
+    # one op at risk with little of the work, nothing off the ANE: it warns
+    few = [_op("conv", "ane", 0.95), _op("relu", "ane", 0.05, fp32, confidence="uncertain")]
+    leave = compute_plan.ComputePlan("m", "CPU_AND_NE", "m1", few).leaves_ane()
+    assert leave.off.ops == [] and [o.label for o in leave.at_risk.ops] == ["relu"]
+    assert leave.message.startswith(
+        "Core ML may run 0 of 2 ops off the ANE (CPU_AND_NE on m1); 1 op on it (5.0% of the modelled work) "
+        "is at risk: 'relu'; rule: fp32 compute precision"
+    )
 
 
 def test_most_of_the_work_off_the_ane_warns(graphs, monkeypatch):
     einsum = _plan(graphs["einsum"], SHAPES["einsum"])
     leave = einsum.leaves_ane()
-    assert leave.rules == ["host-only op"] and leave.share > compute_plan.LEAVE_SHARE
+    assert leave.off.rules == ["host-only op"] and leave.off.share > compute_plan.LEAVE_SHARE
     # an op the ANE does not run, with little of the work: no warning
     argmax = _plan(graphs["argmax"], SHAPES["argmax"])
     off = [o for o in argmax.ops if o.preferred != "ane"]
     assert [o.rule for o in off] == ["host-only op"] and argmax.leaves_ane() is None
     # the threshold is LEAVE_SHARE's
-    monkeypatch.setattr(compute_plan, "LEAVE_SHARE", leave.share + 0.01)
+    monkeypatch.setattr(compute_plan, "LEAVE_SHARE", leave.off.share + 0.01)
     assert einsum.leaves_ane() is None
     for plan in (einsum, argmax):
         _rules_named(plan)
@@ -251,7 +296,11 @@ def _cli(capsys, *argv):
 def test_plan_prints_one_warning_line(models, capsys):
     out, err = _cli(capsys, "plan", models["fp32"])
     (line,) = err.splitlines()
-    assert line.startswith("fastane plan: warning: Core ML may run 3 of 3 ops") and "'conv_0'" in line
+    assert line.startswith(
+        "fastane plan: warning: Core ML may run 0 of 3 ops off the ANE (ALL on m1); 3 ops on it (100.0% of "
+        "the modelled work) are at risk: "
+    )
+    assert "'conv_0'" in line
     assert line.endswith(
         "rule: fp32 compute precision (an estimate; the compute plan gives each op's reason)"
     )
@@ -259,7 +308,8 @@ def test_plan_prints_one_warning_line(models, capsys):
     assert _cli(capsys, "plan", models["fp32"], "--quiet")[1] == ""
     out, err = _cli(capsys, "plan", models["fp32"], "--json", "-q")
     d = json.loads(out)
-    assert err == "" and d["leavesANE"]["rules"] == ["fp32 compute precision"]
+    assert err == "" and d["leavesANE"]["at_risk"]["rules"] == ["fp32 compute precision"]
+    assert d["leavesANE"]["off"] == {"ops": [], "share": 0, "rules": []}
     assert d["leavesANE"]["message"] == line.removeprefix("fastane plan: warning: ")
     ops = d["modelStructure"]["program"]["functions"]["main"]["block"]["operations"]
     assert {o["fastane"]["rule"] for o in ops} == {"fp32 compute precision"}
@@ -279,7 +329,7 @@ def test_run_prints_one_warning_line(models, capsys):
     assert row.split()[:5] == ["conv_0", "conv+relu", "ane", "ane?", "fp32"]
     out, err = _cli(capsys, "run", models["fp32"], "--random", "--json")
     pred = json.loads(out)["predicted_placement"]
-    assert pred["leaves_ane"]["rules"] == ["fp32 compute precision"]
+    assert pred["leaves_ane"]["at_risk"]["rules"] == ["fp32 compute precision"]
     assert {x["rule"] for x in pred["layers"]} == {"fp32 compute precision"}
     assert err.splitlines()[-1] == "fastane run: warning: " + pred["leaves_ane"]["message"]
     # the plan a run reports is the one fastane plan prints: the same ops, devices and rules

@@ -144,19 +144,44 @@ def test_kmem_is_read_from_the_family_record(tmp_path):
     assert "the M1's limit; M2's is not known" in p.reason
 
 
-def test_the_size_floor_is_read_from_the_family_record(tmp_path):
+def _matmul64(tmp_path):
+    """A 64 x 64 by 64 x 64 MatMul: ``(path, shapes)``."""
     path = _save(
         tmp_path,
         "mm",
         [helper.make_node("MatMul", ["a", "b"], ["y"])],
         [("a", [64, 64]), ("b", [64, 64])],
     )
-    shapes = {"a": (64, 64), "b": (64, 64)}
+    return path, {"a": (64, 64), "b": (64, 64)}
+
+
+def test_the_size_floor_is_read_from_the_family_record(tmp_path):
+    path, shapes = _matmul64(tmp_path)
     assert chips.get("m4").family.size_floor and not chips.get("m5").family.size_floor
     assert _decision(path, shapes, "m4", "matmul") == ("cpu", "likely")
     assert _decision(path, shapes, "m5", "matmul") == ("ane", "uncertain")
-    floored = _with("m5", size_floor="test")
+    floored = _with("m5", size_floor=chips.FAMILIES["h16"].size_floor)
     assert _on(path, shapes, floored, "matmul").unit == "cpu"
+
+
+def test_the_size_floor_thresholds_are_the_family_records(tmp_path):
+    """predict reads the thresholds, and the report ids it cites, from ``Family.size_floor``."""
+    path, shapes = _matmul64(tmp_path)
+    floor = chips.FAMILIES["h16"].size_floor
+    assert [f.value for f in floor.matmul] == [384 * 384, 512 * 512]
+    assert [f.value for f in floor.attention] == [1 << 20, 1 << 21]
+    assert _on(path, shapes, "m4", "matmul").reason.startswith(
+        "a matmul operand of 4096 elements <= 147456: Core ML prefers the CPU "
+        "(vx435-matmul-f16-le384, vx435-matmul-f16-512)"
+    )
+    # a lower floor: 64 x 64 is above its ANE threshold, on the ANE, likely
+    lower = replace(floor, matmul=(_measured(32 * 32), _measured(48 * 48)))
+    assert _decision(path, shapes, _with("m4", size_floor=lower), "matmul") == ("ane", "likely")
+    # between its thresholds: uncertain, the figures' sources cited
+    between = replace(floor, matmul=(_measured(32 * 32), _measured(128 * 128)))
+    p = _on(path, shapes, _with("m4", size_floor=between), "matmul")
+    assert (p.unit, p.confidence) == ("ane", "uncertain")
+    assert "ANE (16384) sizes reported on an M4 (test, test)" in p.reason
 
 
 def test_a_chip_without_a_generation_is_of_the_unknown_one(tmp_path):
@@ -164,3 +189,26 @@ def test_a_chip_without_a_generation_is_of_the_unknown_one(tmp_path):
     bare = replace(chips.get("m4"), family=None)
     p = _on(path, {"x": (1, 1, 1, 20000)}, bare, "relu")
     assert (p.unit, p.confidence) == ("cpu", "uncertain") and "the M1's limit; M4's is not known" in p.reason
+
+
+def test_a_limit_not_measured_names_its_kind_and_source(tmp_path):
+    """A reason says "the M1's limit" only where the generation's figure is the M1's, assumed;
+    a derived figure is named derived, with its source and note."""
+    c = _relu(tmp_path, [1, 70000, 1, 1])
+    shapes = {"x": (1, 70000, 1, 1)}
+    for key in ("m2", "m3", "m4", "m5"):  # N and C derived from ANEForge's C measurements
+        fig = chips.get(key).family.max_channels
+        p = _on(c, shapes, key, "relu")
+        assert fig.kind == "derived" and f"(derived, {fig.source}: {fig.note})" in p.reason, key
+        assert "the M1's limit" not in p.reason, key
+    p = _on(c, shapes, "a16", "relu")  # the M1's, assumed
+    assert (
+        "(the M1's limit; A16 Bionic's is not known; assumption, SPEC 5; a1111-13527-matmul-w23040)"
+        in p.reason
+    )
+    w = _relu(tmp_path, [1, 1, 1, 70000])
+    p = _on(w, {"x": (1, 1, 1, 70000)}, "m4", "relu")  # H16's 65536: derived from ANEForge's M5
+    assert p.reason.startswith(
+        "W = 70000 > 65536: the H16 generation's limit (derived, aneforge-caps-extents: "
+    )
+    assert "the M1's limit" not in p.reason

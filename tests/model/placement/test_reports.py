@@ -86,11 +86,20 @@ def test_every_report_the_ane_generations_cite_is_in_the_file():
     its size floor) names a record of the file."""
     from fastane.roofline import chips
 
-    text = " ".join(
-        f"{getattr(f, n).source} {getattr(f, n).note} {f.size_floor}"
-        for f in chips.FAMILIES.values()
-        for n in ("max_extent", "max_channels", "max_rank", "kmem_core_bytes")
-    )
+    figures = [
+        *(
+            getattr(f, n)
+            for f in chips.FAMILIES.values()
+            for n in ("max_extent", "max_channels", "max_rank", "kmem_core_bytes")
+        ),
+        *(
+            x
+            for f in chips.FAMILIES.values()
+            if f.size_floor
+            for x in (*f.size_floor.matmul, *f.size_floor.attention)
+        ),
+    ]
+    text = " ".join(f"{x.source} {x.note}" for x in figures)
     cited = _cited(text)
     assert cited >= {"a1111-13527-matmul-w23040", "rustane13-width-16384", "et7907-transpose-w32000"}
     assert sorted(cited - _ids()) == []
