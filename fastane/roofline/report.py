@@ -136,7 +136,14 @@ def model_line(result: Result) -> str:
     q, p = rates(result.chip, result.params), result.params
     return (
         f"model ({'calibrated' if p.bandwidth == 'read' else 'seed'}): MAC {format_si(q['peak'], 'OP/s')} "
-        f"({100 * p.compute_efficiency:.0f}% of {format_si(result.chip.peak_ops_program if p.one_ane else result.chip.peak_ops_fp16.value, 'OP/s')}), "
+        f"({100 * p.compute_efficiency:.0f}% of {format_si(result.chip.peak_ops_program if p.one_ane else result.chip.peak_ops_fp16.value, 'OP/s')}"
+        + (
+            f"; one-tap {format_si(q['peak'] * p.pointwise_efficiency, 'OP/s')}"
+            if p.pointwise_efficiency != 1
+            else ""
+        )
+        + (f"; {100 * p.kernel_overlap:.0f}% of KernelDMA under TileDMA" if p.kernel_overlap else "")
+        + "), "
         f"KernelDMA {format_si(q['kernel'], 'B/s')}, TileDMA {format_si(q['tile'], 'B/s')}, dispatch {format_time(q['dispatch'])} "
         f"a task, {format_time(p.overhead_s(result.chip))} a program"
     )
