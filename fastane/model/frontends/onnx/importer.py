@@ -16,6 +16,9 @@ against ONNX's schema of its op (required attributes, attribute types, input and
 counts, no required input left empty), and whatever else goes wrong while a node is
 converted is a ModelError naming the node.  A string field that is not valid UTF-8 (which
 protobuf hands over as bytes) becomes a ``str`` with ``\\xNN`` escapes.
+
+GELU spelled out in ONNX ops (the opsets before ``Gelu``) becomes one ``gelu`` node
+(:mod:`.fuse`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from ...graph import DTYPES, Graph, Node, TensorType, check_size
 from ...ops import OPS
 from ...ops.opdef import ANE_FAMILIES
 from ...tensor import read_protobuf
+from .fuse import fuse_gelu
 
 __all__ = ["load", "from_proto", "SUPPORTED", "docs_table"]
 
@@ -382,6 +386,7 @@ def _subgraph(g, b: _Builder, name: str) -> Graph:
     _declared_ranks(b, list(g.input) + list(g.value_info), lambda n: b.prefix + n)
     _convert_nodes(g, b)
     outputs = [b.ref(_text(o.name)) for o in g.output]
+    b.nodes = fuse_gelu(b.nodes, b.consts, outputs)
     names = formal + list(b.outer)
     twice = next((n for i, n in enumerate(names) if n in names[:i] or n in b.consts), None)
     if twice is not None:
@@ -515,6 +520,7 @@ def from_proto(proto, name: str = "", weights: bool = True) -> Graph:
     _declared_ranks(b, g.value_info, lambda n: n)
     _convert_nodes(g, b)
     outputs = [_text(o.name) for o in g.output]
+    b.nodes = fuse_gelu(b.nodes, b.consts, outputs)
     return Graph(
         _text(g.name) or name,
         inputs,
