@@ -23,7 +23,9 @@ keeps an intermediate in L2 only when the next layer is its one reader
 (:func:`fastane.model.placement.plan.chains`).  Layouts: convolutional networks are NCHW with batch 1;
 transformer activations are ``[tokens, hidden]`` (the workloads' ``(C=hidden, H=1,
 W=tokens)``), attention ``[heads, queries, keys]``; a network of convolutions and attention
-(FastViT) has its planar layers of height 1 in the tokens' layout, the others in NCHW.
+(FastViT, the UNet) has its norms and its planar layers of height 1 in the tokens' layout,
+the others in NCHW.  A palettized workload (``Workload.weight_bits``) marks its
+convolutions' and matmuls' weights compressed, with codes of that width.
 """
 
 from __future__ import annotations
