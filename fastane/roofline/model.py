@@ -123,6 +123,10 @@ class ModelParams:
     def __post_init__(self):
         if self.runtime not in RUNTIMES:
             raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, got {self.runtime!r}")
+        if not 0 < self.pointwise_efficiency <= 1:
+            raise ValueError(f"pointwise_efficiency must be in (0, 1], got {self.pointwise_efficiency}")
+        if not 0 <= self.kernel_overlap <= 1:
+            raise ValueError(f"kernel_overlap must be in [0, 1], got {self.kernel_overlap}")
 
     def overhead_s(self, chip) -> float:
         """The fixed cost of one program on ``chip`` by this runtime path."""

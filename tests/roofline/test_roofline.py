@@ -212,6 +212,10 @@ def test_runtime_path_and_chip_overhead_pick_the_fixed_cost():
     assert estimate([task], "a14", direct).overhead_s == estimate([task], "m1", direct).overhead_s == 300e-6
     with pytest.raises(ValueError, match="runtime must be one of coreml, direct"):
         ModelParams(runtime="metal")
+    with pytest.raises(ValueError, match="pointwise_efficiency must be in"):
+        ModelParams(pointwise_efficiency=0.0)
+    with pytest.raises(ValueError, match="kernel_overlap must be in"):
+        ModelParams(kernel_overlap=1.5)
 
 
 def test_dram_bandwidth_bounds_all_engines():
