@@ -342,7 +342,7 @@ def _standard_normal(rng, shape, dtype, chunk: int = 1 << 20) -> np.ndarray:
 def run(args) -> int:
     from . import load_model
     from ..roofline import chips as _chips
-    from .placement.compute_plan import check_precision, precision_of
+    from .placement.compute_plan import check_precision
     from .placement.predict import check_units
 
     try:
@@ -355,12 +355,10 @@ def run(args) -> int:
                 check_units(args.compute_units)
             except ValueError as exc:  # before the model runs: one line, no notes before it
                 raise CommandError(f"--compute-units: {exc}") from None
-        if getattr(args, "precision", None) is not None:
-            check_precision(args.precision)
+        check_precision(getattr(args, "precision", None))
         model = load_model(args.model, weights=not args.stats_only)
+        check_precision(getattr(args, "precision", None), model.graph)  # before the inputs' notes
         arrays = read_inputs(model, args)
-        if getattr(args, "precision", None) is not None:  # an ML Program's: refused before the run
-            precision_of(model.bind(_shapes(arrays))[0], args.precision)
         if args.stats_only and args.output:
             raise CommandError("--stats-only computes nothing: it cannot save outputs (-o)")
         if getattr(args, "first_divergence", False):

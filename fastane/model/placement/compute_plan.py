@@ -324,31 +324,33 @@ class ComputePlan:
         return "\n".join(lines)
 
 
-def check_precision(value) -> str:
-    """``value`` as a key of :data:`PRECISIONS` (any case); ValueError if it is none."""
+def check_precision(value, graph=None):
+    """``value`` (None or a key of :data:`PRECISIONS`, any case) as a key, or None; a ValueError
+    for another value, or for a value given for ``graph`` that declares its tensors' float types
+    (an ML Program: :attr:`~fastane.model.graph.Graph.declared`), whose precision is its own."""
+    if value is None:
+        return None
     p = str(value).lower()
     if p not in PRECISIONS:
         raise ValueError(f"precision {value!r}: one of {', '.join(PRECISIONS)}")
+    if graph is not None and graph.declared:
+        raise ValueError(
+            f"precision {p!r}: model {quote(graph.name)} declares its own ({_own_precision(graph)}, "
+            f"an ML Program); a precision is assumed only for a model that declares none (ONNX, "
+            f"NeuralNetwork)"
+        )
     return p
 
 
 def precision_of(bound, precision=None) -> tuple:
     """``(precision, declared, dtypes)`` of a plan of ``bound``.  A model that declares its
-    tensors' float types (an ML Program: :attr:`~fastane.model.graph.Graph.declared`) keeps
-    them: its precision (:func:`_own_precision`), True, the graph's types; ``precision`` given
-    as well is a ValueError.  Another: ``precision`` (default :data:`DEFAULT_PRECISION`), False,
-    and every float tensor of ``bound`` declared in it, as in an ML Program converted in it."""
-    if precision is not None:
-        precision = check_precision(precision)
-    own = getattr(bound.graph, "declared", {}) or {}
-    if own:
-        if precision is not None:
-            raise ValueError(
-                f"precision {precision!r}: model {quote(bound.graph.name)} declares its own "
-                f"({_own_precision(bound.graph)}, an ML Program); a precision is assumed only for "
-                f"a model that declares none (ONNX, NeuralNetwork)"
-            )
-        return _own_precision(bound.graph), True, own
+    tensors' float types (an ML Program) keeps them: its precision (:func:`_own_precision`),
+    True, the graph's types (``precision`` given as well: :func:`check_precision`'s
+    ValueError).  Another: ``precision`` (default :data:`DEFAULT_PRECISION`), False, and every
+    float tensor of ``bound`` declared in it, as in an ML Program converted in it."""
+    precision = check_precision(precision, bound.graph)
+    if bound.graph.declared:
+        return _own_precision(bound.graph), True, bound.graph.declared
     precision = precision or DEFAULT_PRECISION
     dt = PRECISIONS[precision]
     return precision, False, {t: dt for t, ty in bound.types.items() if np.dtype(ty.dtype).kind == "f"}

@@ -207,13 +207,13 @@ class Model:
         warns with :class:`~fastane.LeavesANEWarning` unless ``warn`` is false."""
         from ...errstate import warn_user
         from ...roofline import chips as _chips
-        from ..placement.compute_plan import build, precision_of
+        from ..placement.compute_plan import build, check_precision
         from ..placement.predict import check_units
 
         check_units(compute_units)
+        check_precision(precision, self.graph)
         shapes = _shapes_of(self, inputs)
         bound, layers = self.bind(shapes)
-        precision_of(bound, precision)  # a bad or refused precision before the report
         rep = report or self.report(shapes, chip, stats_only=True)
         if rep.chip != _chips.get(chip).key or [r.layer for r in rep.layers] != layers:
             raise ValueError("report: not a report of the same inputs on the same chip")
