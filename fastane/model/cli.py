@@ -29,7 +29,14 @@ from .budget import MAX_TENSOR_ELEMENTS
 from .files import open_file
 from .tensor import check_size
 
-__all__ = ["add_arguments", "add_shape_argument", "add_quiet_argument", "warning_line", "run"]
+__all__ = [
+    "add_arguments",
+    "add_shape_argument",
+    "add_quiet_argument",
+    "add_precision_argument",
+    "warning_line",
+    "run",
+]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -90,7 +97,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "CPU_ONLY (an estimate; default ALL for Core ML models): a column of the report, "
         "and a warning when the model would leave the ANE",
     )
+    add_precision_argument(p)
     add_quiet_argument(p, "the random inputs, ")
+
+
+def add_precision_argument(p: argparse.ArgumentParser) -> None:
+    """``--precision fp16|fp32``: the compute precision the predicted compute plan assumes for
+    a model that declares none (:meth:`fastane.Model.compute_plan`)."""
+    p.add_argument(
+        "--precision",
+        default=None,
+        metavar="fp16|fp32",
+        help="the compute precision Core ML's converter would give a model that declares none "
+        "(ONNX, NeuralNetwork): fp16 (default, coremltools' default) or fp32 (the fp32 "
+        "placement rule applies); refused for an ML Program, whose precision is its own",
+    )
 
 
 def add_quiet_argument(p: argparse.ArgumentParser, what: str = "") -> None:
@@ -321,6 +342,7 @@ def _standard_normal(rng, shape, dtype, chunk: int = 1 << 20) -> np.ndarray:
 def run(args) -> int:
     from . import load_model
     from ..roofline import chips as _chips
+    from .placement.compute_plan import check_precision
     from .placement.predict import check_units
 
     try:
@@ -333,7 +355,9 @@ def run(args) -> int:
                 check_units(args.compute_units)
             except ValueError as exc:  # before the model runs: one line, no notes before it
                 raise CommandError(f"--compute-units: {exc}") from None
+        check_precision(getattr(args, "precision", None))
         model = load_model(args.model, weights=not args.stats_only)
+        check_precision(getattr(args, "precision", None), model.graph)  # before the inputs' notes
         arrays = read_inputs(model, args)
         if args.stats_only and args.output:
             raise CommandError("--stats-only computes nothing: it cannot save outputs (-o)")
@@ -366,14 +390,15 @@ def run(args) -> int:
 
 def _compute_plan(model, arrays, args, rep=None):
     """The predicted compute plan (:meth:`fastane.Model.compute_plan`, its weights from
-    ``rep`` where there is one) for ``--compute-units``, by default ``ALL`` for a Core ML
-    model; None for another model without it."""
+    ``rep`` where there is one) for ``--compute-units`` in ``--precision``, by default ``ALL``
+    for a Core ML model or with ``--precision``; None for another model without either."""
     units = getattr(args, "compute_units", None)
-    if units is None and str(model.graph.origin).startswith("coreml"):
+    precision = getattr(args, "precision", None)
+    if units is None and (str(model.graph.origin).startswith("coreml") or precision is not None):
         units = "ALL"
     if units is None:
         return None
-    return model.compute_plan(_shapes(arrays), args.chip, units, warn=False, report=rep)
+    return model.compute_plan(_shapes(arrays), args.chip, units, warn=False, report=rep, precision=precision)
 
 
 def _first_divergence(model, arrays, args) -> int:
@@ -414,6 +439,8 @@ def _print_report(rep, plan, args) -> int:
             leave = plan.leaves_ane()
             d["predicted_placement"] = {
                 "compute_units": plan.compute_units,
+                "precision": plan.precision,
+                "precision_declared": plan.precision_declared,
                 "estimate": True,
                 "layers": [
                     {

@@ -1,8 +1,10 @@
 """``fastane plan MODEL [--chip CHIP] [--compute-units ALL|CPU_AND_NE|CPU_AND_GPU|CPU_ONLY]
-[--shape NAME=1x3x224x224] [--json] [--compare MAC_PLAN.json] [--quiet]``: where Core ML would run
-each op, predicted from the shapes alone (:meth:`fastane.Model.compute_plan`; nothing
-computed, no weights read): per op the preferred device, the devices that support it, its
-share of the model's work, the confidence and the reason.  ``--json`` writes the plan in the
+[--precision fp16|fp32] [--shape NAME=1x3x224x224] [--json] [--compare MAC_PLAN.json] [--quiet]``:
+where Core ML would run each op, predicted from the shapes alone
+(:meth:`fastane.Model.compute_plan`; nothing computed, no weights read): per op the preferred
+device, the devices that support it, its share of the model's work, the confidence and the
+reason.  ``--precision``: the compute precision assumed for a model that declares none (ONNX,
+NeuralNetwork; default fp16), refused (one line, exit status 2) for an ML Program.  ``--json`` writes the plan in the
 shape of Core ML's MLComputePlan (:mod:`fastane.model.placement.compute_plan`);
 ``--compare`` matches each op by output name against a plan dumped on a Mac
 (``docs/compute_plan_dump.py``) and prints the agreement per op and in total.  A plan that
@@ -18,7 +20,7 @@ import argparse
 import json
 
 from ..errors import ModelError, quote
-from .cli import add_quiet_argument, add_shape_argument
+from .cli import add_precision_argument, add_quiet_argument, add_shape_argument
 
 __all__ = ["add_arguments", "run"]
 
@@ -29,6 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--compute-units", default="ALL", metavar="UNITS", help="ALL, CPU_AND_NE, CPU_AND_GPU or CPU_ONLY"
     )
+    add_precision_argument(p)
     add_shape_argument(p)
     p.add_argument("--json", action="store_true", help="the plan (or the comparison) as JSON")
     p.add_argument(
@@ -49,7 +52,7 @@ def run(args) -> int:
     try:
         model = load_model(args.model, weights=False)
         shapes = read_inputs(model, args)
-        plan = model.compute_plan(shapes, args.chip, args.compute_units, warn=False)
+        plan = model.compute_plan(shapes, args.chip, args.compute_units, warn=False, precision=args.precision)
         observed = None if args.compare is None else load_observed(args.compare)
     except (CommandError, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
         return error_line("plan", exc)

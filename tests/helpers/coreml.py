@@ -50,3 +50,18 @@ def flexible(kind, default):
                 t.enumeratedShapes.shapes.add().shape.extend(shape)
 
     return edit
+
+
+def conv_relu_pool(path, weight, shape, fp16, edit=None):
+    """conv (``weight``, "same") -> relu -> avg_pool 2x2 on an input ``x`` of ``shape``, every op
+    one the ANE runs in fp16, saved as an iOS17 ML Program (:func:`save`: fp32 compute
+    precision unless ``fp16``; ``edit``: a spec edit)."""
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=shape)], opset_version=ct.target.iOS17)
+    def prog(x):
+        y = mb.relu(x=mb.conv(x=x, weight=weight, pad_type="same"))
+        return mb.avg_pool(x=y, kernel_sizes=[2, 2], strides=[2, 2], pad_type="valid")
+
+    return save(prog, path, ct.target.iOS17, fp16, edit)

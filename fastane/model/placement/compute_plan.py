@@ -26,10 +26,17 @@ carry more than :data:`LEAVE_SHARE` of the modelled work.  The commands print it
 on stderr; :meth:`fastane.Model.compute_plan` warns with
 :class:`fastane.errors.LeavesANEWarning`.
 
+The plan reads each tensor's precision as the model declares it (an ML Program:
+:attr:`fastane.model.graph.Graph.declared`); for a model that declares none (ONNX,
+NeuralNetwork) it assumes the precision an ML Program converted from it would have
+(:func:`precision_of`): :data:`DEFAULT_PRECISION`, coremltools' default, or ``"fp32"``, where
+every float tensor counts as declared fp32 and the fp32 rule of
+:func:`~fastane.model.placement.predict.predict` applies.
+
 The JSON (:meth:`ComputePlan.as_dict`, :data:`FORMAT`)::
 
     {"format": "fastane-compute-plan-1", "source": "fastane estimate", "model": NAME,
-     "computeUnits": "ALL", "chip": "m1",
+     "computeUnits": "ALL", "chip": "m1", "precision": "fp16", "precisionDeclared": false,
      "modelStructure": {"program": {"functions": {"main": {"block": {"operations": [
        {"operatorName": "conv", "outputs": [{"name": "conv_0"}],
         "deviceUsage": {"preferred": "neuralEngine", "supported": ["cpu", "gpu", "neuralEngine"]},
@@ -49,6 +56,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+import numpy as np
+
 from ...errors import quote
 from ...stats import Stats
 from ..cost import node_cost
@@ -58,11 +67,15 @@ from .predict import RULES, predict
 __all__ = [
     "FORMAT",
     "DEVICES",
+    "PRECISIONS",
+    "DEFAULT_PRECISION",
     "LEAVE_SHARE",
     "PlannedOp",
     "OpShare",
     "LeavesANE",
     "ComputePlan",
+    "check_precision",
+    "precision_of",
     "build",
     "load_observed",
     "compare",
@@ -87,6 +100,15 @@ _ALLOWED = {
     "CPU_AND_GPU": ("cpu", "gpu"),
     "CPU_ONLY": ("cpu",),
 }
+#: the compute precisions a plan may assume for a model that declares none -> the float
+#: dtype every float tensor then counts as declared
+PRECISIONS = {"fp16": np.dtype(np.float16), "fp32": np.dtype(np.float32)}
+#: the precision assumed by default: coremltools converts to an ML Program in float 16 unless
+#: told otherwise (``ct.convert(..., convert_to="mlprogram")``: ``compute_precision=None``
+#: "defaults to coremltools.precision.FLOAT16", apple/coremltools@e0e2f42
+#: ``coremltools/converters/_converters_entry.py``, ``convert`` and ``_need_fp16_cast_pass``;
+#: https://apple.github.io/coremltools/docs-guides/source/new-conversion-options.html)
+DEFAULT_PRECISION = "fp16"
 #: the most bytes a plan file may have
 _MAX_FILE = 64 << 20
 #: the share of the modelled work (cost weight) off the ANE above which a plan leaves it,
@@ -223,12 +245,21 @@ class LeavesANE:
 
 @dataclass
 class ComputePlan:
-    """The predicted plan of model ``model`` for ``compute_units`` on ``chip``."""
+    """The predicted plan of model ``model`` for ``compute_units`` on ``chip``, in ``precision``
+    (:func:`precision_of`: "fp16", "fp32", or "mixed" for an ML Program declaring both;
+    ``precision_declared``: the model's own, else assumed)."""
 
     model: str
     compute_units: str
     chip: str
     ops: list
+    precision: str = DEFAULT_PRECISION
+    precision_declared: bool = False
+
+    @property
+    def precision_text(self) -> str:
+        """``fp16 assumed`` or ``fp32 declared``."""
+        return f"{self.precision} {'declared' if self.precision_declared else 'assumed'}"
 
     def leaves_ane(self):
         """The :class:`LeavesANE` of the plan, or None.  Under ``ALL`` or ``CPU_AND_NE``: the ops
@@ -261,6 +292,8 @@ class ComputePlan:
             "model": self.model,
             "computeUnits": self.compute_units,
             "chip": self.chip,
+            "precision": self.precision,
+            "precisionDeclared": self.precision_declared,
             "modelStructure": {"program": {"functions": {"main": {"block": {"operations": ops}}}}},
             "leavesANE": None if leave is None else leave.as_dict(),
         }
@@ -271,7 +304,7 @@ class ComputePlan:
     def table(self) -> str:
         lines = [
             f"compute plan of {quote(self.model, marks=False)} for {self.compute_units} on "
-            f"{self.chip} (an ESTIMATE from public rules and SPEC limits, not Core ML's "
+            f"{self.chip}, {self.precision_text} (an ESTIMATE from public rules and SPEC limits, not Core ML's "
             f"decision)",
             f"  {'op output':32s} {'operator':20s} {'device':6s} {'supported':13s} {'weight':>7s} "
             f"{'confidence':10s} reason",
@@ -291,18 +324,68 @@ class ComputePlan:
         return "\n".join(lines)
 
 
-def build(name: str, bound, layers, compute_units: str = "ALL", chip="m1", layer_seconds=None) -> ComputePlan:
+def check_precision(value, graph=None):
+    """``value`` (None or a key of :data:`PRECISIONS`, any case) as a key, or None; a ValueError
+    for another value, or for a value given for ``graph`` that declares its tensors' float types
+    (an ML Program: :attr:`~fastane.model.graph.Graph.declared`), whose precision is its own."""
+    if value is None:
+        return None
+    p = str(value).lower()
+    if p not in PRECISIONS:
+        raise ValueError(f"precision {value!r}: one of {', '.join(PRECISIONS)}")
+    if graph is not None and graph.declared:
+        raise ValueError(
+            f"precision {p!r}: model {quote(graph.name)} declares its own ({_own_precision(graph)}, "
+            f"an ML Program); a precision is assumed only for a model that declares none (ONNX, "
+            f"NeuralNetwork)"
+        )
+    return p
+
+
+def precision_of(bound, precision=None) -> tuple:
+    """``(precision, declared, dtypes)`` of a plan of ``bound``.  A model that declares its
+    tensors' float types (an ML Program) keeps them: its precision (:func:`_own_precision`),
+    True, the graph's types (``precision`` given as well: :func:`check_precision`'s
+    ValueError).  Another: ``precision`` (default :data:`DEFAULT_PRECISION`), False, and every
+    float tensor of ``bound`` declared in it, as in an ML Program converted in it."""
+    precision = check_precision(precision, bound.graph)
+    if bound.graph.declared:
+        return _own_precision(bound.graph), True, bound.graph.declared
+    precision = precision or DEFAULT_PRECISION
+    dt = PRECISIONS[precision]
+    return precision, False, {t: dt for t, ty in bound.types.items() if np.dtype(ty.dtype).kind == "f"}
+
+
+def _own_precision(graph) -> str:
+    """ "fp16" or "fp32" where every op output ``graph`` declares (casts aside: the converter's
+    casts at the inputs and outputs) has that type, else "mixed"."""
+    names = {dt: k for k, dt in PRECISIONS.items()}
+    seen = {
+        np.dtype(graph.declared[t])
+        for n in graph.nodes
+        if n.op != "cast"
+        for t in n.outputs
+        if t in graph.declared
+    } or {np.dtype(dt) for dt in graph.declared.values()}
+    return names[seen.pop()] if len(seen) == 1 else "mixed"
+
+
+def build(
+    name: str, bound, layers, compute_units: str = "ALL", chip="m1", layer_seconds=None, precision=None
+) -> ComputePlan:
     """The :class:`ComputePlan` of ``layers`` (placed from ``bound``) for ``compute_units`` on
     ``chip``; ``layer_seconds``: per layer, the time of its stats-only plan on the ANE, or
-    None where fastane does not plan it there (its ops are then counted one by one)."""
+    None where fastane does not plan it there (its ops are then counted one by one);
+    ``precision``: the one assumed for a model that declares none (:func:`precision_of`)."""
     from ...roofline import chips
     from ...roofline.model import estimate
 
     chip = chips.get(chip)
     cu = str(compute_units).upper()
-    preds = predict(layers, bound, cu, chip)
-    on_ne = [p.unit == "ane" for p in predict(layers, bound, "CPU_AND_NE", chip)]
-    on_gpu = [p.unit == "gpu" for p in predict(layers, bound, "CPU_AND_GPU", chip)]
+    prec, prec_declared, declared = precision_of(bound, precision)
+    preds = predict(layers, bound, cu, chip, declared)
+    on_ne = [p.unit == "ane" for p in predict(layers, bound, "CPU_AND_NE", chip, declared)]
+    on_gpu = [p.unit == "gpu" for p in predict(layers, bound, "CPU_AND_GPU", chip, declared)]
     layer_seconds = layer_seconds or [None] * len(layers)
     allowed = _ALLOWED[cu]
     rows, times = [], []
@@ -339,7 +422,7 @@ def build(name: str, bound, layers, compute_units: str = "ALL", chip="m1", layer
         )
         for (n, layer, p, supported), t in zip(rows, times)
     ]
-    return ComputePlan(name, cu, chip.key, ops)
+    return ComputePlan(name, cu, chip.key, ops, prec, prec_declared)
 
 
 def _node_cost(node, bound):

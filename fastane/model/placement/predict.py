@@ -35,7 +35,8 @@ placement prediction", cites the sources):
     holding the thresholds and their report ids: the M4's); on another chip the M4's
     thresholds make it "uncertain";
   - a matmul or attention the model declares fp32 stays off the ANE; another op declared
-    fp32 is "uncertain" (:attr:`fastane.model.graph.Graph.declared`: ML Programs only);
+    fp32 is "uncertain" (:attr:`fastane.model.graph.Graph.declared`, ML Programs; for another
+    model the precision a compute plan assumes, ``predict(..., declared=...)``);
   - a pooling window above 13 or a stride above 2 leaves the ANE (:data:`POOL_LIMITS`);
   - the W/H limit by ANE generation (``Family.max_extent``): beyond it off the ANE,
     "likely" where the limit was measured on that generation, else "uncertain"; an extent
@@ -304,18 +305,22 @@ def _pool_limit(n) -> tuple:
     return "", ""
 
 
-def predict(layers, bound, compute_units: str = "ALL", chip="m1") -> list:
+def predict(layers, bound, compute_units: str = "ALL", chip="m1", declared=None) -> list:
     """One :class:`Prediction` per layer of ``layers`` (:func:`fastane.model.placement.place.place`
     on ``bound``) on ``chip`` (a name of :mod:`fastane.roofline.chips`).  The compile limits
     and the size floor are those of the chip's ANE generation (``Chip.family``): a decision
-    one of them makes is "uncertain" where that generation's figure is not measured."""
+    one of them makes is "uncertain" where that generation's figure is not measured.
+    ``declared``: tensor name -> float dtype, read by the fp32 rule in place of the graph's
+    :attr:`~fastane.model.graph.Graph.declared` (a precision assumed for a model that declares
+    none: :func:`fastane.model.placement.compute_plan.precision_of`)."""
     cu = check_units(compute_units)
     chip = chips.get(chip)
     if chip.family is None:  # a chip built by hand: no generation known
         chip = replace(chip, family=chips.FAMILIES["unknown"])
     family = chip.family
     on_floor_chip = family.size_floor is not None
-    declared = getattr(bound.graph, "declared", {}) or {}
+    if declared is None:
+        declared = getattr(bound.graph, "declared", {}) or {}
     flexible = set((getattr(bound.graph, "flexible", {}) or {}).values())
     q_of = _attention_q(bound.nodes)
     out = []

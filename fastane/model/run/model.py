@@ -186,28 +186,39 @@ class Model:
         return [(l.name, p) for l, p in zip(layers, predict(layers, bound, compute_units))]
 
     def compute_plan(
-        self, inputs, chip: str = "m1", compute_units: str = "ALL", warn: bool = True, report=None
+        self,
+        inputs,
+        chip: str = "m1",
+        compute_units: str = "ALL",
+        warn: bool = True,
+        report=None,
+        precision=None,
     ):
         """Where Core ML would run each op for ``inputs`` (arrays or shapes) under
         ``compute_units`` on ``chip``: a
         :class:`~fastane.model.placement.compute_plan.ComputePlan` (an estimate shaped as
         Core ML's MLComputePlan); the cost weights from the layer times of ``report`` (a
-        :meth:`report` of the same inputs on ``chip``), else of the stats-only report.  A plan
+        :meth:`report` of the same inputs on ``chip``), else of the stats-only report.
+        ``precision`` ("fp16", "fp32"): the compute precision assumed for a model that declares
+        none (ONNX, NeuralNetwork; default "fp16", coremltools' default); a ValueError for an ML
+        Program, whose precision is its own
+        (:func:`~fastane.model.placement.compute_plan.precision_of`).  A plan
         that leaves the ANE (:meth:`~fastane.model.placement.compute_plan.ComputePlan.leaves_ane`)
         warns with :class:`~fastane.LeavesANEWarning` unless ``warn`` is false."""
         from ...errstate import warn_user
         from ...roofline import chips as _chips
-        from ..placement.compute_plan import build
+        from ..placement.compute_plan import build, check_precision
         from ..placement.predict import check_units
 
         check_units(compute_units)
+        check_precision(precision, self.graph)
         shapes = _shapes_of(self, inputs)
         bound, layers = self.bind(shapes)
         rep = report or self.report(shapes, chip, stats_only=True)
         if rep.chip != _chips.get(chip).key or [r.layer for r in rep.layers] != layers:
             raise ValueError("report: not a report of the same inputs on the same chip")
         secs = [None if r.estimate is None else r.estimate.time_s for r in rep.layers]
-        plan = build(self.name, bound, layers, compute_units, chip, secs)
+        plan = build(self.name, bound, layers, compute_units, chip, secs, precision)
         leave = plan.leaves_ane() if warn else None
         if leave is not None:
             warn_user(LeavesANEWarning, leave.message)

@@ -1,8 +1,11 @@
 """``fastane plan`` and :meth:`Model.compute_plan`: the JSON shaped as MLComputePlan, weights
 summing to 1, the devices per compute-unit setting, the chip passed through to the rules,
-``--compare`` against a hand-written Mac plan, and malformed plan files (one line, exit 2)."""
+the precision assumed for a model that declares none (``--precision``) and refused for an ML
+Program, ``--compare`` against a hand-written Mac plan, and malformed plan files (one line,
+exit 2)."""
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -14,7 +17,8 @@ from onnx import TensorProto, helper  # noqa: E402
 import fastane  # noqa: E402
 from fastane.cli import main  # noqa: E402
 from fastane.model import zoo  # noqa: E402
-from fastane.model.placement.compute_plan import FORMAT, load_observed  # noqa: E402
+from fastane.errors import LeavesANEWarning  # noqa: E402
+from fastane.model.placement.compute_plan import DEFAULT_PRECISION, FORMAT, load_observed  # noqa: E402
 from tests.helpers.cli import ROOT, cli, one_line  # noqa: E402
 
 
@@ -226,6 +230,7 @@ def test_malformed_plan_file_is_one_line(net, tmp_path, text, message):
         (["--chip", "z9"], "unknown chip 'z9'"),
         (["--compute-units", "GPU_ONLY"], "compute units 'GPU_ONLY'"),
         (["--compare", "{d}/missing.json"], "missing.json"),
+        (["--precision", "fp8"], "precision 'fp8': one of fp16, fp32"),
     ],
 )
 def test_plan_argument_errors(net, args, message):
@@ -328,3 +333,135 @@ def test_the_mac_dumper_writes_what_the_reader_reads(net, tmp_path, monkeypatch)
     assert _ops(d)[1]["deviceUsage"] == {"preferred": "neuralEngine", "supported": ["cpu", "neuralEngine"]}
     assert _ops(d)[0]["deviceUsage"] is None and _ops(d)[1]["estimatedCost"] == {"weight": 0.5}
     assert load_observed(str(out)) == {"conv2": "ane", "relu8": "gpu"}
+
+
+CONV_SHAPE = (1, 3, 16, 16)
+CONV_W = (np.random.default_rng(3).standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def conv_relu(tmp_path_factory):
+    """conv ("same") -> relu -> average pooling 2x2 as ONNX: no declared precision."""
+    p = tmp_path_factory.mktemp("prec") / "conv_relu.onnx"
+    g = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+            helper.make_node("Relu", ["c"], ["r"], name="relu"),
+            helper.make_node("AveragePool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+        ],
+        "conv_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(CONV_SHAPE))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(CONV_W, "w")],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
+    return p
+
+
+def test_default_precision_is_fp16_assumed_and_stays_on_the_ane(conv_relu, capsys):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LeavesANEWarning)
+        plan = fastane.load_model(str(conv_relu), weights=False).compute_plan({"x": CONV_SHAPE})
+    assert (plan.precision, plan.precision_declared) == ("fp16", False)
+    assert {(o.preferred, o.confidence, o.rule) for o in plan.ops} == {("ane", "likely", "")}
+    same = fastane.load_model(str(conv_relu), weights=False).compute_plan({"x": CONV_SHAPE}, precision="fp16")
+    assert same.as_dict() == plan.as_dict()
+    rc, out, err = _plan(capsys, conv_relu, "--json")
+    d = json.loads(out)
+    assert rc == 0 and err == "" and d["leavesANE"] is None
+    assert (d["precision"], d["precisionDeclared"]) == ("fp16", False)
+    rc, out, err = _plan(capsys, conv_relu)
+    assert rc == 0 and err == "" and f"for ALL on m1, {DEFAULT_PRECISION} assumed" in out.splitlines()[0]
+
+
+def test_fp32_precision_puts_every_op_at_risk(conv_relu, capsys):
+    m = fastane.load_model(str(conv_relu), weights=False)
+    with pytest.warns(LeavesANEWarning, match="rule: fp32 compute precision"):
+        plan = m.compute_plan({"x": CONV_SHAPE}, precision="fp32")
+    assert (plan.precision, plan.precision_declared) == ("fp32", False)
+    # on the ANE, "uncertain", the fp32 rule: at risk, as predict says for a declared fp32 op
+    assert {(o.preferred, o.confidence, o.rule) for o in plan.ops} == {
+        ("ane", "uncertain", "fp32 compute precision")
+    }
+    rc, out, err = _plan(capsys, conv_relu, "--precision", "fp32")
+    (line,) = err.splitlines()
+    assert rc == 0 and "fp32 assumed" in out.splitlines()[0]
+    assert line == (
+        f"fastane plan: warning: Core ML may run 0 of {len(plan.ops)} ops off the ANE (ALL on m1); "
+        f"{len(plan.ops)} ops on it (100.0% of the modelled work) are at risk: "
+        f"{plan.leaves_ane().at_risk.named} (an estimate; the compute plan gives each op's reason)"
+    )
+    rc, out, err = _plan(capsys, conv_relu, "--precision", "fp32", "--json", "-q")
+    d = json.loads(out)
+    assert rc == 0 and err == "" and (d["precision"], d["precisionDeclared"]) == ("fp32", False)
+    assert d["leavesANE"]["at_risk"]["rules"] == ["fp32 compute precision"]
+    # the matmul rule: a MatMul assumed fp32 leaves the ANE, as a declared fp32 one does
+    p = conv_relu.parent / "matmul.onnx"
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="matmul")],
+        "matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(np.ones((64, 64), np.float32), "w")],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(p))
+    gm = fastane.load_model(str(p), weights=False)
+    fp16 = gm.compute_plan({"x": (64, 64)}, compute_units="CPU_AND_NE", warn=False)
+    fp32 = gm.compute_plan({"x": (64, 64)}, compute_units="CPU_AND_NE", warn=False, precision="fp32")
+    assert {o.preferred for o in fp16.ops} == {"ane"}
+    assert {(o.preferred, o.rule) for o in fp32.ops} == {("cpu", "fp32 compute precision")}
+
+
+def test_fp32_assumed_plans_as_the_fp32_ml_program(conv_relu, tmp_path):
+    """The ONNX net assumed fp32 and the same net converted by coremltools in FLOAT32: the same
+    devices, confidences and rules op for op (and both in FLOAT16: none at risk)."""
+    pytest.importorskip("coremltools")
+    from tests.helpers.coreml import conv_relu_pool
+
+    m = fastane.load_model(str(conv_relu), weights=False)
+    for fp16, precision in ((False, "fp32"), (True, "fp16")):
+        prog = fastane.load_model(
+            conv_relu_pool(tmp_path / f"{precision}.mlpackage", CONV_W, CONV_SHAPE, fp16)
+        )
+        want = prog.compute_plan({"x": CONV_SHAPE}, warn=False)
+        got = m.compute_plan({"x": CONV_SHAPE}, warn=False, precision=precision)
+        assert (want.precision, want.precision_declared) == (precision, True)
+        heavy = [o for o in want.ops if o.op != "cast"]  # the converter's casts at the edges
+        assert {(o.op, o.preferred, o.confidence, o.rule) for o in heavy} == {
+            (o.op, o.preferred, o.confidence, o.rule) for o in got.ops
+        }
+
+
+def test_an_ml_program_refuses_a_precision(tmp_path, capsys):
+    """An ML Program's precision is its own: ``precision=`` is a ValueError, ``--precision``
+    one line and exit status 2, with no plan printed; without it, its declared precision."""
+    pytest.importorskip("coremltools")
+    from tests.helpers.coreml import conv_relu_pool
+
+    path = conv_relu_pool(tmp_path / "fp16.mlpackage", CONV_W, CONV_SHAPE, True)
+    capsys.readouterr()  # coremltools' own notes
+    m = fastane.load_model(path, weights=False)
+    with pytest.raises(ValueError, match=r"declares its own \(fp16, an ML Program\)"):
+        m.compute_plan({"x": CONV_SHAPE}, precision="fp32")
+    for argv in (["plan", path, "--precision", "fp16"], ["run", path, "--random", "--precision", "fp32"]):
+        rc = main(argv)
+        out, err = capsys.readouterr()
+        (line,) = err.splitlines()
+        assert rc == 2 and out == "" and line.startswith(f"fastane {argv[0]}: error: precision ")
+        assert "declares its own (fp16, an ML Program)" in line
+    rc, out, err = _plan(capsys, path, "--json")
+    d = json.loads(out)
+    assert rc == 0 and (d["precision"], d["precisionDeclared"]) == ("fp16", True)
+
+
+def test_run_report_takes_the_precision(conv_relu, capsys):
+    """``fastane run --precision`` plans the ONNX model (the Core ML column) as ``fastane plan`` does."""
+    rc = main(["run", str(conv_relu), "--random", "--json", "--precision", "fp32"])
+    out, err = capsys.readouterr()
+    pred = json.loads(out)["predicted_placement"]
+    assert rc == 0 and (pred["precision"], pred["precision_declared"]) == ("fp32", False)
+    assert {x["rule"] for x in pred["layers"]} == {"fp32 compute precision"}
+    assert err.splitlines()[-1] == "fastane run: warning: " + pred["leaves_ane"]["message"]
+    rc = main(["run", str(conv_relu), "--random", "--precision", "fp8"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and err == "fastane run: error: precision 'fp8': one of fp16, fp32\n"

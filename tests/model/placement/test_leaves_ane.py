@@ -28,19 +28,11 @@ W = (RNG.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
 
 
 def _mlpackage(path, fp16, edit=None):
-    """conv -> relu -> avg_pool 2x2, every op one the ANE runs in fp16, as an ML Program
-    (fp32 compute precision unless ``fp16``; ``edit``: a spec edit)."""
-    ct = pytest.importorskip("coremltools")
-    from coremltools.converters.mil import Builder as mb
+    """conv -> relu -> avg_pool 2x2 as an ML Program (:func:`tests.helpers.coreml.conv_relu_pool`)."""
+    pytest.importorskip("coremltools")
+    from tests.helpers.coreml import conv_relu_pool
 
-    from tests.helpers.coreml import save
-
-    @mb.program(input_specs=[mb.TensorSpec(shape=SHAPE)], opset_version=ct.target.iOS17)
-    def prog(x):
-        y = mb.relu(x=mb.conv(x=x, weight=W, pad_type="same"))
-        return mb.avg_pool(x=y, kernel_sizes=[2, 2], strides=[2, 2], pad_type="valid")
-
-    return save(prog, path, ct.target.iOS17, fp16, edit)
+    return conv_relu_pool(path, W, SHAPE, fp16, edit)
 
 
 @pytest.fixture(scope="module")
