@@ -30,7 +30,7 @@ def test_every_free_parameter_is_pinned_by_a_point(arrays):
     # each fitted value moves the calibration error: none is left at a start value no point sees
     base = calibrate.errors(arrays)
     flat = {k: v for k, v in FITTED.items() if k != "chip_overhead_s"}
-    changed = [{**FITTED, k: v * 1.5} for k, v in flat.items()]
+    changed = [{**FITTED, k: v * 0.8} for k, v in flat.items()]  # every value stays in its range
     changed += [{**FITTED, "chip_overhead_s": {c: 2 * v}} for c, v in FITTED["chip_overhead_s"].items()]
     for values in changed:
         moved = calibrate.errors(arrays, values)
