@@ -39,11 +39,13 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import workloads
 from . import chips
 from . import spec as _spec
 from .fitted import FITTED  # the committed result of fit() (the model imports it from there)
-from .model import array_times, calibrated, w8a8
+from .model import ModelParams, array_times, calibrated, w8a8
 
 __all__ = [
     "Point",
@@ -75,6 +77,8 @@ class Point:
     weight_bits: int = 0
     #: 8: a W8A8 program (int8 weights and activations, :func:`~.model.w8a8`); 16: fp16
     activation_bits: int = 16
+    #: runs of the workload in one program (batch 2 as two sequences)
+    repeat: int = 1
 
 
 #: the calibration points (/work/shared/measured/ane-latency.md, as corrected in
@@ -234,10 +238,8 @@ _START = {
     "compute_efficiency": 0.5,
     "tile_scale": 1.0,
     "direct_overhead_s": 1e-4,
-    "kernel_overlap": 0.0,
-    "pointwise_efficiency": 1.0,
     **{f"chip_overhead_s.{c}": 1e-4 for c in OWN_OVERHEAD},
-}
+}  # the optional parameters start at their no-effect values (OPTIONAL, below)
 
 
 def _nest(flat: dict) -> dict:
@@ -270,9 +272,12 @@ def predict(arrays: dict, chip, values: dict, programs: int = 1, runtime: str = 
 
 
 def point_arrays(arrays, p: Point) -> dict:
-    """The per-task arrays of ``p``'s workload (palettized, W8A8 as the point says)."""
+    """The per-task arrays of ``p``'s workload (palettized, W8A8, repeated as the point
+    says)."""
     a = arrays(p.spec, p.weight_bits) if p.weight_bits else arrays(p.spec)
-    return w8a8(a) if p.activation_bits == 8 else a
+    if p.activation_bits == 8:
+        a = w8a8(a)
+    return {k: np.tile(v, p.repeat) for k, v in a.items()} if p.repeat > 1 else a
 
 
 def _objective(flat: dict, pts: list, bound) -> float:
@@ -287,8 +292,7 @@ def _objective(flat: dict, pts: list, bound) -> float:
 #: each one's value when it is left out (no effect: the chip's overhead is then the
 #: common one)
 OPTIONAL = {
-    "kernel_overlap": 0.0,
-    "pointwise_efficiency": 1.0,
+    **{k: getattr(ModelParams(), k) for k in ("kernel_overlap", "pointwise_efficiency")},
     **{f"chip_overhead_s.{c}": None for c in OWN_OVERHEAD},
 }
 
@@ -303,7 +307,7 @@ def fit(arrays, sweeps: int = 6, points=POINTS, free=None) -> dict:
     bound_arrays = arrays(FIXED_COST_BOUND[0])
     bound = (len(bound_arrays["macs"]), FIXED_COST_BOUND[2])
     flat = {k: v for k, v in _START.items() if k not in OPTIONAL or k in free}
-    flat.update({k: v for k, v in OPTIONAL.items() if k not in free and v is not None})
+    flat.update({k: v for k, v in OPTIONAL.items() if v is not None and k not in flat})
     grids = {k: _grid(*g) for k, g in _GRIDS.items() if k not in OPTIONAL or k in free}
     for _ in range(sweeps):
         for k, grid in grids.items():

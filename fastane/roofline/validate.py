@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 
-from .calibrate import FITTED, Point, point_arrays, predict, rms_log_error
+from .calibrate import Point, errors, rms_log_error
 
 __all__ = ["VPoint", "VALIDATION", "rows", "markdown"]
 
@@ -59,11 +58,9 @@ def _pal(id, what, spec, bits, measured_s):
 
 @dataclass(frozen=True)
 class VPoint(Point):
-    """A validation point: ``repeat`` runs of the workload in one program (batch 2 as two
-    sequences), ``note`` what the model leaves out; ``independent`` False where a chip
+    """A validation point: ``note`` what the model leaves out; ``independent`` False where a chip
     figure is this measurement."""
 
-    repeat: int = 1
     note: str = ""
     independent: bool = True
     #: False where the measurement may not be the ANE running this network (the reason in note)
@@ -489,16 +486,8 @@ VALIDATION = (
 
 def rows(arrays, values: dict | None = None, points=VALIDATION) -> list:
     """``[(point, predicted s, predicted / measured)]`` of ``points`` planned by ``arrays``
-    (see :mod:`fastane.roofline.calibrate`)."""
-    values = FITTED if values is None else values
-    out = []
-    for p in points:
-        a = point_arrays(arrays, p)
-        if p.repeat > 1:
-            a = {k: np.tile(v, p.repeat) for k, v in a.items()}
-        t = predict(a, p.chip, values, p.programs, p.runtime)
-        out.append((p, t, t / p.measured_s))
-    return out
+    (:func:`fastane.roofline.calibrate.errors` on the validation points)."""
+    return errors(arrays, values, points)
 
 
 def markdown(arrays, values: dict | None = None) -> str:
