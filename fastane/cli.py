@@ -1,4 +1,4 @@
-"""The ``fastane`` command line: ``fastane demo | disasm | roofline | bench | run | sweep | plan | warm``.
+"""The ``fastane`` command line: ``fastane demo | disasm | roofline | bench | run | sweep | plan | report | warm``.
 
 Each subcommand lives in the module that owns its subject and exposes
 ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when
@@ -29,6 +29,10 @@ COMMANDS = {
     "plan": (
         "fastane.model.plan_cli",
         "where Core ML would run each op (a compute plan predicted per chip and compute units)",
+    ),
+    "report": (
+        "fastane.model.report_cli",
+        "one self-contained HTML page of a model: placement, errors, graph, roofline, time per chip",
     ),
     "warm": ("fastane.warm", "compile the kernels a first run needs into Numba's cache, on every core"),
 }

@@ -9,6 +9,20 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
+# Headless Chromium for the HTML report's browser test (tests/model/run/test_page_browser.py),
+# from Debian's packages where this runs as root with apt-get; elsewhere that test is skipped
+# with its reason.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing chromium and chromium-driver (Debian) for the browser test" >&2
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 ||
+      { apt-get update -q >/dev/null 2>&1 &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; } ||
+      echo "could not install chromium: the browser test will be skipped" >&2
+  else
+    echo "chromium is not installed (needs root and apt-get here): the browser test will be skipped" >&2
+  fi
+fi
 if [ -z "${FASTANE_CORPUS:-}" ] && [ -d ../shared/corpus ]; then
   export FASTANE_CORPUS="$(cd ../shared/corpus && pwd)"
 fi

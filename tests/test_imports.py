@@ -22,7 +22,7 @@ at rank 1: the networks' layer shapes, which ``networks`` turns into graphs.
 
 Inside :mod:`fastane.model` the data path has its own order (:data:`MODEL_RANKS`):
 
-    tools (cli, sweep_cli, plan_cli, zoo)  ->  fastane.model (load_model)  ->  run
+    tools (cli, sweep_cli, plan_cli, report_cli, zoo)  ->  fastane.model (load_model)  ->  run
       ->  frontends, placement  ->  graph (graph, cost, control)  ->  ops  ->  core (tensor, budget, files)
 
 and no module imports a private name (``_x``) of another module.
@@ -104,6 +104,7 @@ MODEL_GROUPS = {
     "cli": "tools",
     "sweep_cli": "tools",
     "plan_cli": "tools",
+    "report_cli": "tools",
     "zoo": "tools",
 }
 

@@ -31,31 +31,20 @@ from .tensor import check_size
 
 __all__ = [
     "add_arguments",
+    "add_input_arguments",
     "add_shape_argument",
     "add_quiet_argument",
     "add_precision_argument",
     "warning_line",
+    "check_html",
+    "write_html",
     "run",
 ]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL", help="the model file (.onnx, .mlpackage, .mlmodel)")
-    p.add_argument(
-        "--input",
-        "-i",
-        action="append",
-        default=[],
-        metavar="NAME=FILE.npy",
-        help="an input array (repeat for each input; NAME= may be left out for a one-input model)",
-    )
-    add_shape_argument(p, " for --random inputs")
-    p.add_argument(
-        "--random",
-        action="store_true",
-        help="feed seeded standard-normal data to the inputs not given with --input",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of --random (default 0)")
+    add_input_arguments(p)
     p.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs (fp16) as .npz")
     p.add_argument(
         "--report",
@@ -63,6 +52,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="per-layer report: placement, tasks, predicted time, saturations, error against fp32",
     )
     p.add_argument("--json", action="store_true", help="the report as JSON on stdout")
+    p.add_argument(
+        "--html",
+        metavar="REPORT.html",
+        default=None,
+        help="write the report as one self-contained HTML page (needs jinja2: the report extra)",
+    )
     p.add_argument("--chip", default="m1", help="chip of the time model (default m1)")
     p.add_argument(
         "--stats-only",
@@ -99,6 +94,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_precision_argument(p)
     add_quiet_argument(p, "the random inputs, ")
+
+
+def add_input_arguments(p: argparse.ArgumentParser) -> None:
+    """``--input NAME=FILE.npy`` (repeated), ``--shape``, ``--random`` and ``--seed``: the inputs
+    :func:`read_inputs` reads or makes."""
+    p.add_argument(
+        "--input",
+        "-i",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy",
+        help="an input array (repeat for each input; NAME= may be left out for a one-input model)",
+    )
+    add_shape_argument(p, " for --random inputs")
+    p.add_argument(
+        "--random",
+        action="store_true",
+        help="feed seeded standard-normal data to the inputs not given with --input",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of --random (default 0)")
 
 
 def add_precision_argument(p: argparse.ArgumentParser) -> None:
@@ -356,6 +371,8 @@ def run(args) -> int:
             except ValueError as exc:  # before the model runs: one line, no notes before it
                 raise CommandError(f"--compute-units: {exc}") from None
         check_precision(getattr(args, "precision", None))
+        if args.html:
+            check_html(args.html)
         model = load_model(args.model, weights=not args.stats_only)
         check_precision(getattr(args, "precision", None), model.graph)  # before the inputs' notes
         arrays = read_inputs(model, args)
@@ -363,7 +380,7 @@ def run(args) -> int:
             raise CommandError("--stats-only computes nothing: it cannot save outputs (-o)")
         if getattr(args, "first_divergence", False):
             return _first_divergence(model, arrays, args)
-        if args.report or args.json or args.stats_only:
+        if args.report or args.json or args.stats_only or args.html:
             rep, outs = _report(model, arrays, args), None
         else:
             rep, outs = None, model(arrays)
@@ -371,8 +388,12 @@ def run(args) -> int:
         return error_line("run", exc)
     try:
         plan = _compute_plan(model, arrays, args, rep)
-    except ValueError as exc:
+        if args.html:
+            write_html(model, arrays, args, rep, plan)
+    except (CommandError, ValueError, OSError, RuntimeError) as exc:
         return error_line("run", exc)
+    if outs is None and not (args.report or args.json or args.stats_only):
+        outs = rep.values
     if outs is None:
         rc = _print_report(rep, plan, args)
         if rc:
@@ -399,6 +420,63 @@ def _compute_plan(model, arrays, args, rep=None):
     if units is None:
         return None
     return model.compute_plan(_shapes(arrays), args.chip, units, warn=False, report=rep, precision=precision)
+
+
+def check_html(path: str) -> str:
+    """``path`` (``--html``, ``fastane report -o``) as an absolute path; a :class:`CommandError`
+    before any work when its folder is missing or it names a folder, or Jinja2 is missing."""
+    import importlib.util
+    import os
+
+    full = os.path.abspath(path)
+    if os.path.isdir(full):
+        raise CommandError(f"--html {quote(path)}: a folder, not a file")
+    if not os.path.isdir(os.path.dirname(full)):
+        raise CommandError(f"--html {quote(path)}: no such folder {quote(os.path.dirname(full))}")
+    if importlib.util.find_spec("jinja2") is None:
+        raise CommandError(
+            "the HTML report needs Jinja2: pip install 'fastane[report]' (or pip install jinja2)"
+        )
+    return full
+
+
+def write_html(model, arrays, args, rep=None, plan=None) -> None:
+    """Write the HTML page of ``model`` (:meth:`fastane.Model.html_report`) for ``arrays`` (or
+    shapes) on ``--chip`` to ``args.html``, from ``rep`` and ``plan`` where the command has
+    them; the file is written whole or not at all (a temporary file beside it, renamed)."""
+    import os
+    import tempfile
+
+    units = getattr(args, "compute_units", None) or "ALL"
+    if plan is not None and plan.compute_units != units:
+        plan = None
+    page = model.html_report(
+        arrays,
+        args.chip,
+        units,
+        precision=getattr(args, "precision", None),
+        stats_only=args.stats_only,
+        report=rep,
+        plan=plan,
+        source=os.path.basename(args.model),
+    )
+    path = check_html(args.html)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".fastane-", suffix=".html", dir=os.path.dirname(path))
+    except OSError as exc:
+        raise CommandError(f"--html {quote(args.html)}: cannot write there ({exc.strerror})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(page)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp's 0600 would keep the page from a web server
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    if not getattr(args, "quiet", False):
+        print(f"fastane: wrote {args.html} ({len(page.encode()) / 1024:.0f} KiB)", file=sys.stderr)
 
 
 def _first_divergence(model, arrays, args) -> int:

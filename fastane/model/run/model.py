@@ -34,7 +34,7 @@ from ...stats import Stats, last_stats
 from ..graph import Bound, Graph, TensorType, bind, evaluate
 from ..ops import host_eval
 from ..placement.place import Layer, place
-from .report import LayerRecord, Report, json_number
+from .report import LayerRecord, Report, ane_tasks, json_number
 
 __all__ = ["Model", "Report", "LayerRecord", "TOLERANCE"]
 
@@ -224,6 +224,34 @@ class Model:
             warn_user(LeavesANEWarning, leave.message)
         return plan
 
+    def html_report(
+        self,
+        inputs,
+        chip: str = "m1",
+        compute_units: str = "ALL",
+        precision=None,
+        stats_only: bool = False,
+        progress=None,
+        report=None,
+        plan=None,
+        source: str = "",
+    ) -> str:
+        """The report of ``inputs`` (arrays; shapes with ``stats_only``) on ``chip`` as one
+        self-contained HTML page (:mod:`fastane.model.run.page`): the summary, the predicted
+        time on every chip, the sortable and filterable layer table with the predicted compute
+        plan for ``compute_units`` in ``precision``, the graph and the roofline.  ``report``
+        and ``plan``: a :meth:`report` and a :meth:`compute_plan` of the same inputs, when the
+        caller has them; ``source``: the model file's name, for the title.  Needs Jinja2 (the
+        ``report`` extra)."""
+        from .page import chip_times, render
+
+        rep = report or self.report(inputs, chip, progress=progress, stats_only=stats_only)
+        if plan is None:
+            plan = self.compute_plan(
+                _shapes_of(self, inputs), chip, compute_units, warn=False, report=rep, precision=precision
+            )
+        return render(rep, plan, chip_times(rep), source)
+
     # -------------------------------------------------------------- running
     def __call__(self, inputs) -> dict:
         """Run the model on the emulated ANE (and the host); name -> output array (float
@@ -243,7 +271,7 @@ class Model:
         from ..placement.plan import chains
 
         bound, layers = self.bind(_shapes_of(self, inputs))
-        records, tasks = [], []
+        records = []
         # residency: the runs of MAC layers lowered as one chain (intermediates in L2)
         chained = chains(layers, set(bound.graph.outputs), bound.types) if residency else {}
         for i, layer in enumerate(layers):
@@ -271,8 +299,8 @@ class Model:
             )
             if placement == "ane":
                 rec.estimate = estimate(stats, chip, program=False, name=layer.name)
-                tasks += stats.tasks_detail or [stats]
             records.append(rec)
+        tasks = ane_tasks(records)
         total = estimate(tasks, chip, program=True, name=self.name) if tasks else None
         counts: dict = {}
         for r in records:
@@ -367,11 +395,10 @@ class Model:
         if stats_only:
             return self._plan_report(inputs, chip, residency)
         outs, records, bound = self._run(inputs, compare=True, progress=progress, observe=observe)
-        tasks = []
         for r in records:
             if r.placement == "ane":
                 r.estimate = estimate(r.stats, chip, program=False, name=r.layer.name)
-                tasks += r.stats.tasks_detail or [r.stats]
+        tasks = ane_tasks(records)
         ref = self.reference(inputs)
         out_err = {}
         for n, y in outs.items():

@@ -15,7 +15,7 @@ from ..placement.compute_plan import DEVICES
 from ..placement.place import Layer
 from ..placement.predict import RULES
 
-__all__ = ["Report", "LayerRecord"]
+__all__ = ["Report", "LayerRecord", "ane_tasks"]
 
 
 @dataclass
@@ -78,6 +78,16 @@ class LayerRecord:
                 bound=est.limiter,
             )
         return d
+
+
+def ane_tasks(records) -> list:
+    """The Stats of every task of the ANE layers among ``records`` (:class:`LayerRecord`), in
+    order: what a report's ``total`` estimates on a chip (the program with its overhead)."""
+    out: list = []
+    for r in records:
+        if r.placement == "ane":
+            out += r.stats.tasks_detail or [r.stats]
+    return out
 
 
 def json_number(x):
@@ -164,7 +174,7 @@ class Report:
                 f"{'-' if est is None else format_time(est.time_s):>10s} "
                 f"{d['saturated'] if r.placement == 'ane' else '-':>4} "
                 f"{d['lut_underflow'] + d['lut_overflow'] if r.placement == 'ane' else '-':>4} "
-                f"{_e(r.max_abs_err):>9s} {_e(r.error):>9s}{mark}"
+                f"{format_error(r.max_abs_err):>9s} {format_error(r.error):>9s}{mark}"
             )
             if r.reason:
                 reasons.setdefault((r.placement, r.reason), []).append(quote(d["name"], marks=False))
@@ -181,8 +191,8 @@ class Report:
         )
         for name, o in self.outputs.items():
             lines.append(
-                f"output {quote(name, marks=False)}: max abs error {_e(o['max_abs_err'])}, error "
-                f"{_e(o['error'])} against the whole model in fp32"
+                f"output {quote(name, marks=False)}: max abs error {format_error(o['max_abs_err'])}, error "
+                f"{format_error(o['error'])} against the whole model in fp32"
             )
         born = [
             f"{quote(r.layer.name, marks=False)} ({r.inf_born} inf, {r.nan_born} nan)"
@@ -215,7 +225,8 @@ def _coreml_cell(op) -> str:
     return f"{op.preferred}{'?' if op.confidence == 'uncertain' else ''} {op.rule}".strip()[:_COREML_WIDTH]
 
 
-def _e(x) -> str:
+def format_error(x) -> str:
+    """An error for a table: ``-`` for None or NaN, ``inf``, ``0``, else 3 significant digits."""
     if isinstance(x, str):  # "inf" from json_number (an output that overflowed)
         return x
     if x is None or (isinstance(x, float) and math.isnan(x)):
