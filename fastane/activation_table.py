@@ -83,6 +83,9 @@ TABLES = {
         Table("leaky_relu", lut_tables.leaky_relu_block, True, aliases=("leakyrelu",)),
         Table("rrelu", lut_tables.rrelu_block, True),
         Table("selu", lut_tables.selu_block, True),
+        # no corpus block: selu's layout with scale 1 (alpha 1), tanh's layout (erf)
+        Table("elu", lut_tables.elu_block, None),
+        Table("erf", lut_tables.erf_block, None),
         Table("sign", lut_tables.sign_block, True),
         Table("relu", lut_tables.relu_block, True),
         Table("step", lut_tables.step_block, True),
@@ -151,6 +154,18 @@ ACTIVATIONS = {
         ),
         Activation(
             "selu", "SELU by Apple's block: table over [-8, 0] (fp16 chain), 1.0508 * x above 0.", "selu"
+        ),
+        Activation(
+            "elu",
+            "x for x > 0, alpha * (exp(x) - 1) below (alpha rounded to fp16): selu's layout with\n"
+            "scale 1, knots round_fp16(alpha * expm1(x)) over [-8, 0] (R = 2), -alpha below -8.",
+            "elu",
+            params=("alpha",),
+        ),
+        Activation(
+            "erf",
+            "erf(x) by tanh's layout: odd, knots round_fp16(erf(i/8)) over [0, 4], 1.0 beyond |x| = 4.",
+            "erf",
         ),
         Activation("sign", "sign(x): -1, 0 (keeping the sign of zero), 1; NaN stays NaN.", "sign"),
         Activation(

@@ -142,3 +142,14 @@ def leaky_relu(x, /, negative_slope=0.01, out=None):
         raise ValueError(f"leaky_relu: negative_slope must be finite, got {negative_slope}")
     blk = "leaky_relu" if slope == 0.01 else _lut.leaky_relu_block(slope)
     return _run("leaky_relu", x, out, blk)
+
+
+@_documented
+def elu(x, /, alpha=1.0, out=None):
+    a = _real_param(alpha, "elu", "alpha")
+    with np.errstate(over="ignore"):
+        a16 = float(np.float16(a))
+    if not math.isfinite(a16):
+        raise ValueError(f"elu: alpha must be finite in fp16 (|alpha| < 65520), got {alpha}")
+    blk = "elu" if a == 1.0 else _lut.elu_block(a)
+    return _run("elu", x, out, blk)

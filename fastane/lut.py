@@ -52,6 +52,8 @@ from .activation_table import ACTIVATIONS, TABLES
 from .lut_tables import (
     atan_high_block,
     atan_low_block,
+    elu_block,
+    erf_block,
     exp2_block,
     fraction_block,
     gelu_block,

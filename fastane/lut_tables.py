@@ -26,6 +26,8 @@ __all__ = [
     "leaky_relu_block",
     "rrelu_block",
     "selu_block",
+    "elu_block",
+    "erf_block",
     "sign_block",
     "relu_block",
     "step_block",
@@ -46,11 +48,17 @@ _INF = math.inf
 _ZERO = (0.0,) * 33
 
 
+def _odd_saturating_block(fn) -> CoeffBlock:
+    """tanh's layout: odd, knots ``round_fp16(fn(i/8))`` over [0, 4] (R = 3), 1 beyond 4
+    (and the right line ``0 x + 1``)."""
+    return CoeffBlock.from_values(
+        0.0, 4.0, 0.0, 1.0, fn(_I / 8), 0, 0, 0, 1.0, R=3, mode=0, symmetry=SYMMETRY_ODD
+    )
+
+
 def tanh_block() -> CoeffBlock:
     """tanh: knots ``round_fp16(tanh(i/8))``, R = 3, odd, saturating to 1 beyond 4."""
-    return CoeffBlock.from_values(
-        0.0, 4.0, 0.0, 1.0, np.tanh(_I / 8), 0, 0, 0, 1.0, R=3, mode=0, symmetry=SYMMETRY_ODD
-    )
+    return _odd_saturating_block(np.tanh)
 
 
 def sigmoid_block() -> CoeffBlock:
@@ -68,9 +76,13 @@ def sigmoid_block() -> CoeffBlock:
     )
 
 
+def _erf(x):
+    """``math.erf`` of each element of ``x`` (float64)."""
+    return np.vectorize(math.erf, otypes=[float])(x)
+
+
 def _gelu_exact(x):
-    erf = np.vectorize(math.erf, otypes=[float])
-    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
 
 
 #: GELU knots of Apple's compiled gelu (corpus activation/gelu.bin), fp16 patterns.
@@ -219,19 +231,43 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
-def selu_block() -> CoeffBlock:
-    """SELU: table over [-8, 0] (R = 2, mode 2), ``scale * x`` above 0.
+def _scaled_elu_block(alpha: float, scale: float) -> CoeffBlock:
+    """``scale * (x if x > 0 else alpha * expm1(x))``: table over [-8, 0] (R = 2, mode 2),
+    ``scale16 * x`` above 0, ``-scale16 * alpha16`` below -8.
 
-    Knots follow Apple's fp16 chain: ``round(scale16 * round(alpha16 * expm1(x)))``
-    with alpha and scale themselves rounded to fp16; ``-scale16 * alpha16`` below -8.
+    Knots follow Apple's fp16 chain (selu): ``round(scale16 * round(alpha16 * expm1(x)))``
+    with alpha and scale themselves rounded to fp16.
     """
-    a16 = fp16_value(fp16_pattern(_SELU_ALPHA))
-    s16 = fp16_value(fp16_pattern(_SELU_SCALE))
+    with np.errstate(over="ignore", invalid="ignore"):  # refused below
+        a16 = fp16_value(fp16_pattern(alpha))
+        s16 = fp16_value(fp16_pattern(scale))
+    if not (math.isfinite(a16) and math.isfinite(s16)):
+        raise ValueError(f"alpha {alpha} and scale {scale} must be finite in fp16 (the block's coefficients)")
     x = -8.0 + _I / 4.0
     elu16 = np.array([fp16_value(fp16_pattern(a16 * math.expm1(v))) for v in x])
     knots = np.array([fp16_value(fp16_pattern(s16 * e)) for e in elu16])
     low = -s16 * a16
     return CoeffBlock.from_values(-8.0, _INF, low, _INF, knots, 0, low, s16, 0, R=2, mode=2)
+
+
+def selu_block() -> CoeffBlock:
+    """SELU: :func:`_scaled_elu_block` with SELU's alpha and scale (Apple's selu block)."""
+    return _scaled_elu_block(_SELU_ALPHA, _SELU_SCALE)
+
+
+def elu_block(alpha: float = 1.0) -> CoeffBlock:
+    """ELU: selu's layout with scale 1 (no corpus block): knots ``round(alpha16 * expm1(x))``
+    over [-8, 0] (R = 2, mode 2), ``x`` above 0, ``-alpha16`` below -8.
+
+    ``alpha`` is rounded to fp16 (ValueError if it is not finite there).
+    """
+    return _scaled_elu_block(alpha, 1.0)
+
+
+def erf_block() -> CoeffBlock:
+    """erf: tanh's layout (no corpus block): knots ``round_fp16(erf(i/8))``, R = 3, odd,
+    saturating to 1 beyond 4."""
+    return _odd_saturating_block(_erf)
 
 
 def sign_block() -> CoeffBlock:

@@ -1,12 +1,17 @@
 """Coefficient block codec, table generators, registry, and error bounds of every table."""
 
+import math
+
 import numpy as np
 import pytest
 
 from fastane import TDError, lut
 from fastane import activations as act
 
-from tests.helpers.lut_bounds import BOUNDS
+from tests.helpers.lut_bounds import BOUNDS, elu_bound
+
+#: SELU's alpha (ONNX's default)
+_SELU_ALPHA = 1.6732632423543772
 
 ALL16 = np.arange(0x10000, dtype=np.uint32).astype(np.uint16).view(np.float16)
 X16 = ALL16[np.isfinite(ALL16)]
@@ -106,6 +111,46 @@ def test_generated_knots_follow_their_formulas():
     assert (sig_blk.slope_right, sig_blk.icpt_right) == (0x0800, 0x37FB)
 
 
+#: the words of a block besides its 33 knots (range, out-of-range values, lines, R, mode)
+_FRAME = [0, 1, 2, 3, 37, 38, 39, 40, 41, 42]
+
+
+def test_erf_is_built_in_tanhs_layout():
+    i = np.arange(33)
+    erf = np.vectorize(math.erf)(i / 8)
+    blk = lut.get_block("erf")
+    assert lut.lut_table("erf").tolist() == np.asarray(erf).astype(np.float16).view(np.uint16).tolist()
+    assert blk.to_words()[_FRAME].tolist() == lut.get_block("tanh").to_words()[_FRAME].tolist()
+    assert (blk.R, blk.mode_word, blk.hi_value) == (3, 0x60, 0x3C00)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.7, 2.0, -1.3, 0.0, 1e-3, 65504.0, _SELU_ALPHA])
+def test_elu_is_built_in_selus_layout(alpha):
+    """Knots ``round16(alpha16 * expm1(-8 + i/4))`` (selu's chain, scale 1), -alpha16 below -8,
+    ``y = x`` above 0; ``elu_block(alpha)`` with SELU's alpha differs from Apple's selu
+    block only by the scale."""
+    a16 = float(np.float16(alpha))
+    blk = lut.elu_block(alpha)
+    want = [float(np.float16(a16 * math.expm1(-8 + j / 4))) for j in range(33)]
+    assert blk.knot_values.tolist() == want
+    w = blk.to_words()
+    low = int(np.float16(-a16).view(np.uint16))
+    assert (w[0], w[1], w[2], w[3]) == (0xC800, 0x7C00, low, 0x7C00)
+    assert (w[37], w[38], w[39], w[40], w[41], w[42]) == (0, low, 0x3C00, 0, 2, 2)
+    assert (
+        w[[0, 1, 3, 37, 40, 41, 42]].tolist()
+        == lut.get_block("selu").to_words()[[0, 1, 3, 37, 40, 41, 42]].tolist()
+    )
+    if alpha == 1.0:
+        assert blk == lut.get_block("elu")
+
+
+@pytest.mark.parametrize("alpha", [65520.0, 1e6, -np.inf, np.nan])
+def test_elu_block_refuses_an_alpha_fp16_cannot_hold(alpha):
+    with pytest.raises(ValueError, match="finite in fp16"):
+        lut.elu_block(alpha)
+
+
 def test_gelu_fit_is_close_to_apple():
     fit = lut.gelu_block(fit=True)
     apple = lut.get_block("gelu")
@@ -141,3 +186,16 @@ def test_error_bound_over_all_finite_fp16(name):
             r = m & (np.abs(ref) >= 2.0**-14)
             rel = np.abs(y[r] - ref[r]) / np.abs(ref[r])
             assert rel.max() <= rel_bound, (name, rel.max(), XF[r][np.argmax(rel)])
+
+
+@pytest.mark.parametrize("alpha", [0.7, 2.0, -1.3, 1e-3, 10.0, _SELU_ALPHA])
+def test_elu_error_bound_for_other_alphas(alpha):
+    """ELU with another alpha over all finite fp16 inputs, against ``alpha16 * expm1(x)``
+    (x <= 0) and ``x`` (exact above 0): within :func:`~tests.helpers.lut_bounds.elu_bound`."""
+    a16 = float(np.float16(alpha))
+    y = act.elu(X16, alpha=alpha).astype(np.float64)
+    with np.errstate(over="ignore"):
+        ref = np.where(XF > 0, XF, a16 * np.expm1(XF))
+    assert np.array_equal(y[XF > 0], XF[XF > 0])
+    err = np.abs(y - ref)
+    assert err.max() <= elu_bound(alpha), (alpha, err.max(), XF[np.argmax(err)])

@@ -1,15 +1,19 @@
 """The numpy-facing activations: ufunc-like behaviour, values, stats and errstate."""
 
+import math
 import warnings
 from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fastane
 from fastane import LUTRangeError, LUTRangeWarning, lut
 from fastane import activations as act
 from tests.helpers.device import ACTIVATIONS, bits as _bits
+from tests.helpers.lut_bounds import BOUNDS, elu_bound
 from tests.helpers.lut_reference import bits_to_float, ref_lut, round_fraction
 
 UNARY = ACTIVATIONS
@@ -71,6 +75,13 @@ def test_bad_inputs():
         act.leaky_relu([0.0], negative_slope=float("nan"))
     with pytest.raises(ValueError, match="finite"):
         act.leaky_relu([0.0], negative_slope=float("inf"))
+    with pytest.raises(TypeError, match="alpha"):
+        act.elu([0.0], alpha="1")
+    with pytest.raises(ValueError, match="NaN"):
+        act.elu([0.0], alpha=float("nan"))
+    for alpha in (65520.0, 1e6, -float("inf")):
+        with pytest.raises(ValueError, match="finite in fp16"):
+            act.elu([0.0], alpha=alpha)
 
 
 # ----------------------------------------------------------------------------- values
@@ -92,8 +103,23 @@ def test_golden_values():
     assert act.relu(-2.0) == 0.0 and act.relu(3.0) == 3.0
     assert act.gelu(0.0) == np.float16(-7.539e-4) and act.gelu(10.0) == 10.0
     assert act.selu(1.0) == np.float16(1.05078125) and act.selu(-100.0) == np.float16(-1.7578125)
-    for f in (act.tanh, act.exp, act.sqrt, act.log2, act.relu, act.sign, act.sigmoid):
+    for f in (act.tanh, act.exp, act.sqrt, act.log2, act.relu, act.sign, act.sigmoid, act.elu, act.erf):
         assert np.isnan(f(np.nan))
+
+
+def test_elu_and_erf_out_of_range():
+    """docs/lut.md section 6: elu gives -alpha16 below -8 (and at -inf), x above 0, +0 at -0;
+    erf gives +-1 beyond |x| = 4 (and at +-inf), -0 at -0; the range events."""
+    x = np.array([-np.inf, -9.0, -8.0, -0.0, 0.0, 0.5, 70.0, np.inf])
+    assert _bits(act.elu(x)).tolist() == [0xBC00, 0xBC00, 0xBBFF, 0, 0, 0x3800, 0x5460, 0x7C00]
+    assert act.elu(-9.0, alpha=0.7) == -np.float16(0.7) and act.elu(-np.inf, alpha=-2.0) == 2.0
+    st = act.last_stats()
+    assert (st.lut_underflow, st.lut_overflow) == (1, 0)
+    act.elu(x)
+    assert (act.last_stats().lut_underflow, act.last_stats().lut_overflow) == (2, 3)
+    assert _bits(act.erf(x)).tolist() == [0xBC00, 0xBC00, 0xBC00, 0x8000, 0, 0x382A, 0x3C00, 0x3C00]
+    assert (act.last_stats().lut_underflow, act.last_stats().lut_overflow) == (0, 5)
+    assert act.erf(4.0) == 1.0 and act.erf(-3.0) == np.float16(-1.0)
 
 
 def _ref_bits(name, xb):
@@ -135,6 +161,8 @@ def test_composite_chains_match_reference():
         "relu6",
         "hardtanh",
         "leaky_relu",
+        "elu",
+        "erf",
     ],
 )
 def test_single_table_functions_match_reference(name):
@@ -145,6 +173,59 @@ def test_single_table_functions_match_reference(name):
         want = _ref_bits(name, b)
         got = int(_bits(y[j]))
         assert got == want or (np.isnan(y[j]) and want == 0x7E00), (name, hex(int(b)))
+
+
+ALL_PATTERNS = np.arange(0x10000, dtype=np.uint32).astype(np.uint16)
+
+
+def _equals_reference(y, words, xbs):
+    """Whether ``y`` (the results at the fp16 patterns ``xbs``) is the reference evaluation
+    of the block ``words`` (tests/helpers/lut_reference.py) bit for bit (any NaN for NaN)."""
+    for got, xb in zip(_bits(y).tolist(), xbs):
+        want = ref_lut(words, int(xb))[0]
+        nan = np.isnan(np.uint16(got).view(np.float16))
+        assert got == want or (nan and want == 0x7E00), (hex(int(xb)), hex(got), hex(want))
+
+
+@pytest.mark.parametrize("name", ["elu", "erf"])
+def test_elu_and_erf_on_every_fp16_pattern_equal_the_reference(name):
+    _equals_reference(
+        getattr(act, name)(ALL_PATTERNS.view(np.float16)), lut.get_block(name).to_words(), ALL_PATTERNS
+    )
+
+
+_F16_PATTERNS = st.lists(st.integers(0, 0xFFFF), min_size=1, max_size=40)
+#: alphas fp16 holds (beyond 65519.99, it rounds to inf)
+_ALPHAS = st.floats(-65504.0, 65504.0, allow_nan=False) | st.sampled_from([0.0, -0.0, 1.0, 0.7, 2.0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(alpha=_ALPHAS, xbs=_F16_PATTERNS)
+def test_elu_with_any_alpha_equals_the_reference(alpha, xbs):
+    """Hypothesis: elu with any alpha on any fp16 inputs is the reference evaluation of
+    ``elu_block(alpha)``, whose knots follow selu's chain (tests/test_lut_block.py), and is
+    within its bound of ``alpha16 * expm1(x)``."""
+    xb = np.array(xbs, np.uint16)
+    y = act.elu(xb.view(np.float16), alpha=alpha)
+    _equals_reference(y, lut.elu_block(alpha).to_words(), xbs)
+    x = xb.view(np.float16).astype(np.float64)
+    fin = np.isfinite(x)
+    with np.errstate(over="ignore", invalid="ignore"):  # expm1(inf), 0 * inf: not compared
+        ref = np.where(x > 0, x, float(np.float16(alpha)) * np.expm1(x))
+    assert (np.abs(y.astype(np.float64)[fin] - ref[fin]) <= elu_bound(alpha)).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(xbs=_F16_PATTERNS)
+def test_erf_on_any_input_equals_the_reference(xbs):
+    """Hypothesis: erf on any fp16 inputs is the reference evaluation of its block, within
+    its bound of ``math.erf``."""
+    y = act.erf(np.array(xbs, np.uint16).view(np.float16))
+    _equals_reference(y, lut.get_block("erf").to_words(), xbs)
+    x = np.array(xbs, np.uint16).view(np.float16).astype(np.float64)
+    fin = np.isfinite(x)
+    err = np.abs(y.astype(np.float64)[fin] - np.vectorize(math.erf, otypes=[float])(x[fin]))
+    assert (err <= BOUNDS["erf"][3]).all()
 
 
 # ----------------------------------------------------------------- stats and errstate

@@ -1,6 +1,12 @@
 """The error bounds of every LUT table over all finite fp16 inputs, measured once:
 tests/test_lut_block.py checks each (test_error_bound_over_all_finite_fp16); the ONNX
-backend tests and tests/helpers/row_bounds.py build their tolerances on them."""
+backend tests and tests/helpers/row_bounds.py build their tolerances on them.
+
+``python -m tests.helpers.lut_bounds NAME...`` (from the repository root) prints the measured
+errors of those entries (:func:`measured`), the figures docs/lut.md gives.
+"""
+
+import sys
 
 import math
 
@@ -41,6 +47,8 @@ BOUNDS = {
     "rrelu": (_blk("rrelu"), lambda x: np.where(x >= 0, x, x * (1 / 8 + 1 / 3) / 2), None, None, 6.6e-4),
     "selu_neg": (act.selu, lambda x: _SC * _AL * np.expm1(x), lambda x: x <= 0, 1.25e-2, None),
     "selu_pos": (act.selu, lambda x: _SC * x, lambda x: x > 0, None, 5.6e-4),
+    "elu": (act.elu, lambda x: np.where(x > 0, x, np.expm1(x)), None, 7e-3, None),
+    "erf": (act.erf, _erf, None, 2.4e-3, 6.1e-3),
     "sign": (act.sign, np.sign, None, 0.0, 0.0),
     "relu_lut": (_blk("relu"), lambda x: np.maximum(x, 0), None, 0.0, 0.0),
     "step": (_blk("step"), lambda x: (x > 0).astype(float), None, 0.0, 0.0),
@@ -70,3 +78,48 @@ BOUNDS = {
         0.0,
     ),
 }
+
+
+def elu_bound(alpha) -> float:
+    """The max abs error of ELU's block for ``alpha`` against ``alpha16 * expm1(x)`` (x <= 0;
+    0 above): the alpha = 1 bound scaled by ``|alpha16|``, plus ``2**-9 |alpha16|`` for the
+    knot and output roundings (relative to their binade, which alpha moves)."""
+    return abs(float(np.float16(alpha))) * (BOUNDS["elu"][3] + 2.0**-9)
+
+
+#: every finite fp16 value, as float16 and as float64
+_X16 = np.arange(0x10000, dtype=np.uint32).astype(np.uint16).view(np.float16)
+_X16 = _X16[np.isfinite(_X16)]
+_XF = _X16.astype(np.float64)
+
+
+def measured(name: str) -> dict:
+    """The errors of ``BOUNDS[name]``'s function against its meaning (float64) over every
+    finite fp16 input of its domain where the meaning is finite in fp16: the max abs error
+    and its input, the max relative error where ``|meaning| >= 2**-14`` and its input, and
+    the share of results equal to the meaning rounded to fp16 (bit patterns, "CR")."""
+    fn, meaning, dom, _, _ = BOUNDS[name]
+    with np.errstate(all="ignore"):
+        y = np.asarray(fn(_X16))
+        ref = meaning(_XF)
+        ref16 = ref.astype(np.float16)
+    m = np.isfinite(ref16.astype(np.float64)) & (True if dom is None else dom(_XF))
+    err = np.abs(y[m].astype(np.float64) - ref[m])
+    r = np.abs(ref[m]) >= 2.0**-14
+    rel = err[r] / np.abs(ref[m][r])
+    return {
+        "abs": float(err.max()),
+        "abs_at": float(_XF[m][np.argmax(err)]),
+        "rel": float(rel.max()),
+        "rel_at": float(_XF[m][r][np.argmax(rel)]),
+        "cr": float(np.mean(y[m].view(np.uint16) == ref16[m].view(np.uint16))),
+    }
+
+
+if __name__ == "__main__":
+    for _name in sys.argv[1:] or sorted(BOUNDS):
+        _e = measured(_name)
+        print(
+            f"{_name}: max abs {_e['abs']:.3g} (x = {_e['abs_at']:g}), max rel {_e['rel']:.3g} "
+            f"(x = {_e['rel_at']:g}), CR {_e['cr']:.0%}"
+        )

@@ -23,6 +23,8 @@ OPS = {
     "Sqrt": r"test_sqrt(_example)?",
     "Reciprocal": r"test_reciprocal(_example)?",
     "Selu": r"test_selu(_example|_default)?",
+    "Elu": r"test_elu(_example|_default)?",
+    "Erf": r"test_erf",
     "Clip": r"test_clip(_[a-z0-9_]+)?(?<!expanded)",
     "Sign": r"test_sign",
     "Softmax": r"test_softmax_[a-z0-9_]+(?<!expanded)(?<!ver18)",

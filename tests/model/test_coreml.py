@@ -930,6 +930,33 @@ def test_exp2_and_rsqrt_on_the_ne_tables(tmp_path):
     assert [r.stats.tasks for r in plan.layers] == [r.stats.tasks for r in rep.layers]
 
 
+def test_elu_and_erf_on_the_ne_tables(tmp_path):
+    """MIL elu (its alpha) and erf: fastane's elu and erf tables on the ANE, bit for bit
+    fastane.elu/erf; Core ML's estimate keeps them on the ANE, now without the note that
+    fastane runs them on the host."""
+    from fastane.model.placement.predict import predict
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(4, 8))], opset_version=ct.target.iOS17)
+    def prog(x):
+        return mb.erf(x=mb.elu(x=x, alpha=0.5))
+
+    m = fastane.load_model(_save(prog, tmp_path / "ee.mlpackage", ct.target.iOS17))
+    x = RNG.uniform(-10, 4, (4, 8)).astype(np.float16).astype(np.float32)
+    rep = m.report(x)
+    assert [(r.layer.op, r.placement, r.layer.call) for r in rep.layers] == [
+        ("elu", "ane", "elu"),
+        ("erf", "ane", "erf"),
+    ]
+    assert all("table (no Apple block in the corpus" in r.layer.reason for r in rep.layers)
+    want = fastane.erf(fastane.elu(x, alpha=0.5))
+    np.testing.assert_array_equal(
+        np.asarray(list(m(x).values())[0], np.float16).view(np.uint16), want.view(np.uint16)
+    )
+    bound, layers = m.bind({"x": (4, 8)})
+    for p in predict(layers, bound, "CPU_AND_NE"):
+        assert p.unit == "ane" and "fastane runs it on the host" not in p.reason
+
+
 @pytest.mark.parametrize("mode", ["linear", "linear_symmetric", "linear_lut"])
 def test_neural_network_quantized_weights(tmp_path, mode):
     """Weights quantized by coremltools (8-bit per-channel linear, 4-bit table) decode to

@@ -40,7 +40,7 @@ import onnx.backend.test  # noqa: E402
 import fastane  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
 
-from tests.helpers.lut_bounds import BOUNDS  # noqa: E402  (the table bounds, measured once)
+from tests.helpers.lut_bounds import BOUNDS, elu_bound  # noqa: E402  (the table bounds, measured once)
 from tests.helpers import row_bounds  # noqa: E402  (the row operations' chain bounds)
 from tests.helpers.onnx_backend import OPS  # noqa: E402  (the node tests selected)
 from fastane.lower.binary import COMPOSED  # noqa: E402
@@ -129,6 +129,7 @@ def _table_bound(layer, ref):
         "exp": "exp",
         "sqrt": "sqrt",
         "reciprocal": "reciprocal",
+        "erf": "erf",
     }.get(node.op)
     a = np.abs(ref)
     if layer.call == "silu":
@@ -138,6 +139,9 @@ def _table_bound(layer, ref):
         return (r + 2.0**-11 + r * 2.0**-11) * a
     if node.op == "selu":
         return BOUNDS["selu_neg"][3] + BOUNDS["selu_pos"][4] * a
+    if node.op == "elu":  # the block's bound for alpha16, and alpha rounded to fp16 (|expm1| <= 1)
+        alpha = float(node.attrs.get("alpha", 1.0))
+        return elu_bound(alpha) + abs(alpha - float(np.float16(alpha)))
     if node.op == "leaky_relu" and np.float32(node.attrs.get("alpha", 0.01)) != np.float32(0.01):
         return 2.0**-10 * a  # the slope rounded to fp16 in a lines-only block
     _, _, _, ab, rel = BOUNDS[name]

@@ -110,10 +110,11 @@ _unary(
 )
 _unary("floor", lambda n, x: np.floor(x), "exact", onnx=["Floor"], mil=["floor"])
 _unary("ceil", lambda n, x: np.ceil(x), "exact", onnx=["Ceil"], mil=["ceil"])
-_unary("erf", lambda n, x: _erf(x), onnx=["Erf"], cost=_ERF_COST, mil=["erf"])
+_unary("erf", lambda n, x: _erf(x), ane="activation", onnx=["Erf"], cost=_ERF_COST, mil=["erf"])
 _unary(
     "elu",
     lambda n, x: np.where(x > 0, x, np.float32(n.attrs.get("alpha", 1.0)) * np.expm1(x)),
+    ane="activation",
     onnx=[OnnxName("Elu", take(alpha=1.0))],
 )
 _unary(

@@ -15,6 +15,7 @@ import numpy as np
 
 from ... import activations as _activations
 from ... import lut as _lut
+from ...activation_table import ACTIVATIONS, TABLES
 from ..graph import Bound, Node
 from ..ops import OPS
 from . import plan as _plan
@@ -52,7 +53,7 @@ def activation_rule(node: Node, bound: Bound):
     the ``activation=`` argument of the MAC entry points, ``standalone`` a callable on one
     array; ``(None, reason)`` when it has no lowering."""
     op, a, consts = node.op, node.attrs, bound.consts
-    if op in ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign", "exp2", "rsqrt"):
+    if op in ("relu", "tanh", "sigmoid", "exp", "sqrt", "reciprocal", "sign", "exp2", "rsqrt", "erf"):
         return op, getattr(_activations, op)
     if op == "gelu":
         # both forms on Apple's one gelu table (the tanh form is within 4.7e-4 of the erf
@@ -64,6 +65,8 @@ def activation_rule(node: Node, bound: Bound):
         return _leaky(float(a.get("alpha", 0.01)), "LeakyRelu alpha")
     if op == "prelu":
         return _prelu(node, bound)
+    if op == "elu":
+        return _elu(float(a.get("alpha", 1.0)))
     if op == "selu":
         al, ga = float(a.get("alpha", _SELU[0])), float(a.get("gamma", _SELU[1]))
         if np.float32(al) != np.float32(_SELU[0]) or np.float32(ga) != np.float32(_SELU[1]):
@@ -80,6 +83,15 @@ def _leaky(s: float, what: str):
         return None, f"{what} {s} is not finite in fp16: the slope of the ANE's block cannot hold it"
     blk = "leaky_relu" if np.float32(s) == np.float32(0.01) else _lut.leaky_relu_block(s)
     return blk, lambda x: _activations.leaky_relu(x, s)
+
+
+def _elu(alpha: float):
+    """ELU's block with ``alpha`` (rounded to fp16, as the block holds it)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if not np.isfinite(np.float16(alpha)):
+            return None, f"Elu alpha {alpha} is not finite in fp16: the ANE's elu block cannot hold it"
+    blk = "elu" if np.float32(alpha) == np.float32(1.0) else _lut.elu_block(alpha)
+    return blk, lambda x: _activations.elu(x, alpha)
 
 
 def _prelu(node: Node, bound: Bound):
@@ -134,8 +146,17 @@ def activation(node: Node, ctx):
     if not _float(node, types):
         return INTEGER
     kind = _ANE_KIND.get(node.op, OPS[node.op].kind)
-    ctx.add([node], "ane", "", kind, lambda xs: [fn(xs[0])], node.op, lambda: _plan.eltwise(shape, fused))
+    note = _own_table(node.op)
+    ctx.add([node], "ane", note, kind, lambda xs: [fn(xs[0])], node.op, lambda: _plan.eltwise(shape, fused))
     return True
+
+
+def _own_table(op: str) -> str:
+    """The note of an activation whose table is fastane's own (no corpus block), else ""."""
+    rec = ACTIVATIONS.get(op)
+    if rec is None or rec.table is None or TABLES[rec.table].apple is not None:
+        return ""
+    return f"fastane's {rec.table} table (no Apple block in the corpus; built as Apple's tables are, docs/lut.md)"
 
 
 # ------------------------------------------------------------------------ planar engine

@@ -3,7 +3,8 @@ that is one value runs on the ANE through LeakyRelu's block (alone, or fused int
 stage of a convolution, as LeakyRelu is); other slopes stay on the host with the reason.
 An elementwise op of every family on integer tensors stays on the host, exactly.  Log and
 Softplus run on the ANE as their compositions of tables and planar tasks, and the fp16
-hunt finds softplus's overflow in a model."""
+hunt finds softplus's overflow in a model.  Elu (any alpha fp16 holds) and a bare Erf run
+on fastane's own elu and erf tables, alone or fused into a convolution's NE stage."""
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto as T, helper, numpy_helper  # noqa: E402
 
 import fastane  # noqa: E402
-from fastane import activations  # noqa: E402
+from fastane import activations, lut  # noqa: E402
 from fastane.model.placement.eltwise import INTEGER  # noqa: E402
 
 X = np.random.default_rng(0).standard_normal((2, 4, 8, 8)).astype(np.float32) * 4
@@ -193,3 +194,98 @@ def test_first_divergence_finds_the_softplus_overflow(tmp_path, capsys):
     main(["run", str(p), "--input", f"x={tmp_path / 'x.npy'}", "--first-divergence"])
     out = capsys.readouterr().out
     assert "first divergence" in out and "Softplus" in out
+
+
+def _ref_bits(block, x):
+    """The Fraction reference (tests/helpers/lut_reference.py) of ``block`` at each fp16
+    value of ``x``: fp16 patterns, NaN canonical."""
+    from tests.helpers.lut_reference import ref_lut
+
+    words = block.to_words()
+    xb = np.asarray(x, np.float16).view(np.uint16).reshape(-1)
+    return np.array([ref_lut(words, int(b))[0] for b in xb], np.uint16).reshape(np.shape(x))
+
+
+def _bits(y):
+    b = np.asarray(y, np.float16).view(np.uint16).copy()
+    b[np.isnan(np.asarray(y, np.float16))] = 0x7E00
+    return b
+
+
+#: fp16 inputs over each table's range and beyond, with the specials
+_XS = np.concatenate(
+    [np.linspace(-12, 6, 4 * 8 * 8 * 2 - 6), [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-7]]
+).astype(np.float16)
+
+
+@pytest.mark.parametrize(
+    "node, table",
+    [
+        (helper.make_node("Elu", ["x"], ["y"]), lut.get_block("elu")),
+        (helper.make_node("Elu", ["x"], ["y"], alpha=0.7), lut.elu_block(0.7)),
+        (helper.make_node("Elu", ["x"], ["y"], alpha=-2.5), lut.elu_block(-2.5)),
+        (helper.make_node("Erf", ["x"], ["y"]), lut.get_block("erf")),
+    ],
+    ids=["elu", "elu-0.7", "elu-negative", "erf"],
+)
+def test_elu_and_erf_run_on_the_ane_with_their_tables(node, table):
+    """ONNX Elu (any alpha fp16 holds) and a bare Erf: one NE task a tile with fastane's own
+    table, the layer's reason naming it; bit for bit the Fraction reference of the block."""
+    from fastane.model.placement import plan
+
+    model = _model([node])
+    (layer,) = model.placement({"x": X.shape})
+    name = node.op_type.lower()
+    assert (layer.placement, layer.kind, layer.call) == ("ane", "table", name)
+    assert layer.reason.startswith(f"fastane's {name} table (no Apple block in the corpus")
+    x = _XS.reshape(X.shape).astype(np.float32)
+    y = model({"x": x})["y"]
+    assert np.array_equal(_bits(y), _ref_bits(table, x))
+    assert fastane.last_stats().tasks == plan.eltwise(X.shape, name).tasks
+
+
+def test_elu_with_an_alpha_beyond_fp16_stays_on_the_host():
+    model = _model([helper.make_node("Elu", ["x"], ["y"], alpha=1e6)])
+    (layer,) = model.placement({"x": X.shape})
+    assert layer.placement == "host"
+    assert layer.reason == "Elu alpha 1000000.0 is not finite in fp16: the ANE's elu block cannot hold it"
+
+
+@pytest.mark.parametrize("op, alpha", [("Elu", 1.0), ("Elu", 0.3), ("Erf", None)])
+def test_elu_and_erf_fuse_after_a_convolution(op, alpha):
+    """In the NE stage of the convolution's tasks: the table on ``round16(readout + bias)``,
+    bit for bit the activation on the convolution's own output."""
+    w = np.random.default_rng(1).standard_normal((4, 4, 3, 3)).astype(np.float32) * 0.5
+    conv = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1])]
+    attrs = {} if alpha is None else {"alpha": alpha}
+    fused = _model(conv + [helper.make_node(op, ["c"], ["y"], **attrs)], {"w": w})
+    plain = _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], {"w": w})
+    (layer,) = fused.placement({"x": X.shape})
+    assert (layer.placement, layer.call, layer.op) == ("ane", "conv2d", f"Conv+{op}")
+    assert layer.detail["activation"] == (op.lower() if alpha in (None, 1.0) else "lut block")
+    y = fused({"x": X})["y"]
+    c = plain({"x": X})["y"].astype(np.float16)
+    want = activations.erf(c) if alpha is None else activations.elu(c, alpha=alpha)
+    assert np.array_equal(_bits(y), _bits(want))
+
+
+def test_a_bare_erf_beside_a_gelu_pattern():
+    """The exact GELU spelled out is fused into a gelu (its table); an Erf outside the
+    pattern is the erf table's layer."""
+    s2 = np.float32(np.sqrt(2.0))
+    nodes = [
+        helper.make_node("Div", ["x", "s2"], ["d"]),
+        helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["a"]),
+        helper.make_node("Mul", ["x", "a"], ["m"]),
+        helper.make_node("Mul", ["m", "half"], ["g"]),
+        helper.make_node("Erf", ["g"], ["y"]),
+    ]
+    model = _model(nodes, {"s2": s2, "one": 1.0, "half": 0.5})
+    layers = model.placement({"x": X.shape})
+    assert [(lay.op, lay.placement, lay.call) for lay in layers] == [
+        ("Gelu(Div+Erf+Add+Mul+Mul)", "ane", "gelu"),
+        ("Erf", "ane", "erf"),
+    ]
+    y = model({"x": X})["y"]
+    assert np.array_equal(_bits(y), _bits(activations.erf(activations.gelu(X))))
