@@ -336,7 +336,7 @@ def _inputs_bound(model, args, names, shown, arrays, npy) -> dict:
         arrays[name] = _standard_normal(rng, shape, t.dtype)
         if not getattr(args, "quiet", False):
             print(
-                f"fastane run: input {quote(name)}: random {np.dtype(t.dtype).name}"
+                f"fastane {getattr(args, 'command_name', 'run')}: input {quote(name)}: random {np.dtype(t.dtype).name}"
                 f"[{'x'.join(map(str, shape))}] (seed {args.seed})",
                 file=sys.stderr,
             )

@@ -43,6 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_precision_argument(p)
     add_quiet_argument(p, "the random inputs, ")
+    p.set_defaults(command_name="report")
 
 
 def run(args) -> int:

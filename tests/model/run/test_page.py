@@ -189,6 +189,8 @@ def test_fastane_report_writes_the_page(tmp_path, capsys):
     out = tmp_path / "r.html"
     rc, _, err = _cli(capsys, "report", model, "-o", out)
     assert rc == 0 and f"wrote {out}" in err and "Counted from the shapes alone" in out.read_text()
+    rc, _, err = _cli(capsys, "report", model, "-o", out, "--random")
+    assert rc == 0 and "fastane report: input 'x': random float32[1x8x8x8] (seed 0)" in err
     rc, _, err = _cli(capsys, "report", model, "-o", out, "--random", "--chip", "a14", "-q")
     page = out.read_text()
     assert rc == 0 and err == "" and "Counted from the shapes" not in page and "on the A14 Bionic" in page
