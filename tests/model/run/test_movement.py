@@ -3,6 +3,7 @@ plain Python loop, which slices take the path, and a model run as on chips of ev
 generation: the outputs, the events, the report, the first-divergence hunt and ``--chip``."""
 
 import contextlib
+import json
 import math
 import warnings
 
@@ -317,3 +318,18 @@ def test_cli_outputs_and_report_follow_the_chip(crop_files, capsys, tmp_path):
     assert rc == 0 and "first layer beyond its tolerance: Slice_1" in out and "crop path" in out
     rc, out, err = _run(capsys, *args, "--chip", "m99")
     assert rc == 2 and "m99" in err
+
+
+def test_cli_sweep_follows_the_chip(crop_files, capsys):
+    sweeps = {}
+    for chip in ("m1", "m4"):
+        with quiet():
+            rc = main(
+                ["sweep", str(crop_files / "crop.onnx"), "--input", "x", "--range", "4090:4100:6"]
+                + ["--json", "--chip", chip]
+            )
+        assert rc == 0
+        sweeps[chip] = {p["x"]: p["ane"] for p in json.loads(capsys.readouterr().out)["points"]}
+    # fp16 4094 (from 4094) is kept; 4096 (from 4096 and 4098) is cut as on the M1 only
+    assert sweeps["m1"][4094.0] == 4094.0 and sweeps["m1"][4096.0] == sweeps["m1"][4098.0] == "inf"
+    assert sweeps["m4"][4096.0] == 4096.0 and sweeps["m4"][4098.0] == 4096.0
