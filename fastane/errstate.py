@@ -69,7 +69,8 @@ class errstate(contextlib.ContextDecorator):
 
 def report_events(stats, func: str, outputs: int | None = None) -> None:
     """Surface the saturation and LUT range events counted in ``stats`` (a
-    :class:`~fastane.Stats`) according to the current errstate: the one place where event
+    :class:`~fastane.Stats`; a slice's crop path, ``cropped``, counts as saturation) according
+    to the current errstate: the one place where event
     counts become warnings or errors (the numpy API, the activations and ``Device.run``
     all call it).  ``func`` names the caller in the message; ``outputs``, when given, is
     the number of output elements.  A warning points at the first frame outside fastane.
@@ -85,6 +86,13 @@ def report_events(stats, func: str, outputs: int | None = None) -> None:
         else:
             what = "saturated the Q16.16 accumulator (a partial sum left [-32768, 32768)); they read out as +-inf"
         _surface("saturation", f"{func}: {sat}{of} {what}")
+    cropped = getattr(stats, "cropped", 0)
+    if cropped > 0:
+        _surface(
+            "saturation",
+            f"{func}: {cropped} value(s) read out as +-inf: beyond the magnitude the fixed-point crop "
+            "path of a slice with an offset on its last axis keeps",
+        )
     under, over = stats.lut_underflow, stats.lut_overflow
     if under + over > 0:
         _surface(

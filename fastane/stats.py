@@ -37,6 +37,9 @@ class Stats:
     #: of ``macs``, those of one-tap kernels (1 x 1 convolutions, matmuls): each input
     #: element fetched feeds one MAC per output channel, no reuse across kernel taps
     pointwise_macs: int = 0
+    #: values a slice's fixed-point crop path turned into +-inf (a model run as on a chip
+    #: with that path: :mod:`fastane.model.run.movement`)
+    cropped: int = 0
     #: per-task Stats, in execution order (empty for a single-task record)
     tasks_detail: list = field(default_factory=list)
 
@@ -72,6 +75,7 @@ class Stats:
             self.tile_dma_dst_bytes + other.tile_dma_dst_bytes,
             self.int8_macs + other.int8_macs,
             self.pointwise_macs + other.pointwise_macs,
+            self.cropped + other.cropped,
         )
 
     def as_dict(self) -> dict:
@@ -87,7 +91,7 @@ _NAMES = tuple(f.name for f in dataclasses.fields(Stats))
 COUNTERS = _NAMES[:-1]
 assert _NAMES[-1] == "tasks_detail"
 #: the counters that depend on the data (a stats-only run leaves them 0)
-EVENT_COUNTERS = ("saturated", "nan_outputs", "lut_underflow", "lut_overflow")
+EVENT_COUNTERS = ("saturated", "nan_outputs", "lut_underflow", "lut_overflow", "cropped")
 #: the counters a task's plan fixes (a stats-only run counts them as a computing run does)
 PLAN_COUNTERS = tuple(n for n in COUNTERS if n not in EVENT_COUNTERS)
 assert set(EVENT_COUNTERS) <= set(COUNTERS)

@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 
-def load_model(path, weights: bool = True) -> Model:
+def load_model(path, weights: bool = True, chip="m1") -> Model:
     """Load a model file (``.onnx``, an ``.mlpackage`` directory or an ``.mlmodel``) as a
     :class:`Model`; the importer is picked by the suffix, else by the content.
 
@@ -58,23 +58,28 @@ def load_model(path, weights: bool = True) -> Model:
     not know, or declares tensors beyond the limits; ``TypeError`` for an argument that is
     neither a path nor an ``onnx.ModelProto``.
     ``weights=False`` keeps large weights as shape-only placeholders (no copy): the model
-    then supports only ``report(shapes, stats_only=True)``."""
+    then supports only ``report(shapes, stats_only=True)``.  ``chip``: the chip the model
+    runs as on where a call names none (:attr:`Model.chip`: its time model and the numerics
+    of its ANE generation; a ValueError for an unknown name, before the file is read)."""
+    from ..roofline import chips as _chips
+
+    chip = _chips.get(chip)
     if not isinstance(path, (str, os.PathLike)):
         proto_type = type(path).__name__
         if proto_type == "ModelProto":
             from .frontends.onnx.importer import from_proto
 
-            return Model(from_proto(path, weights=weights))
+            return Model(from_proto(path, weights=weights), chip)
         raise TypeError(f"load_model: expected a path or an onnx.ModelProto, got {proto_type}")
     from .frontends.coreml.importer import is_coreml
 
     if is_coreml(path) or _sniff_coreml(path):
         from .frontends.coreml.importer import load as load_coreml
 
-        return Model(load_coreml(path, weights))
+        return Model(load_coreml(path, weights), chip)
     from .frontends.onnx.importer import load
 
-    return Model(load(path, weights))
+    return Model(load(path, weights), chip)
 
 
 #: file suffixes of the models fastane loads

@@ -5,7 +5,9 @@ a model on the emulated ANE.
 Without ``--report`` it prints each output's name, shape and dtype (and saves them with
 ``-o``); ``--report`` prints the per-layer table (:meth:`fastane.Model.report`), ``--json``
 the same as JSON, ``--stats-only`` the report from the shapes alone (nothing computed:
-the same programs counted on a stats-only device).  For a Core ML model, or any model with
+the same programs counted on a stats-only device).  ``--chip`` runs the model as on that chip:
+its time model, and the numerics that differ between ANE generations (the crop path of
+slices: :mod:`fastane.model.run.movement`).  For a Core ML model, or any model with
 ``--compute-units``, the predicted compute plan (:meth:`fastane.Model.compute_plan`) gives
 the report its Core ML column and table, and a plan that leaves the ANE one warning line on
 stderr (:func:`warning_line`; ``--quiet`` drops it, ``--json`` carries it too).
@@ -58,7 +60,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="write the report as one self-contained HTML page (needs jinja2: the report extra)",
     )
-    p.add_argument("--chip", default="m1", help="chip of the time model (default m1)")
+    p.add_argument(
+        "--chip",
+        default="m1",
+        help="run as on this chip: its time model and the numerics of its ANE generation, e.g. the "
+        "crop path of slices (default m1)",
+    )
     p.add_argument(
         "--stats-only",
         action="store_true",
@@ -336,7 +343,7 @@ def _inputs_bound(model, args, names, shown, arrays, npy) -> dict:
         arrays[name] = _standard_normal(rng, shape, t.dtype)
         if not getattr(args, "quiet", False):
             print(
-                f"fastane run: input {quote(name)}: random {np.dtype(t.dtype).name}"
+                f"fastane {getattr(args, 'command_name', 'run')}: input {quote(name)}: random {np.dtype(t.dtype).name}"
                 f"[{'x'.join(map(str, shape))}] (seed {args.seed})",
                 file=sys.stderr,
             )
@@ -373,7 +380,7 @@ def run(args) -> int:
         check_precision(getattr(args, "precision", None))
         if args.html:
             check_html(args.html)
-        model = load_model(args.model, weights=not args.stats_only)
+        model = load_model(args.model, weights=not args.stats_only, chip=args.chip)
         check_precision(getattr(args, "precision", None), model.graph)  # before the inputs' notes
         arrays = read_inputs(model, args)
         if args.stats_only and args.output:

@@ -36,13 +36,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_input_arguments(p)
     p.add_argument(
-        "--chip", default="m1", help="the chip of the plan, the table and the roofline (default m1)"
+        "--chip",
+        default="m1",
+        help="the chip the model runs as on: the plan, the table, the roofline and the numerics of its "
+        "ANE generation (default m1)",
     )
     p.add_argument(
         "--compute-units", default="ALL", metavar="UNITS", help="ALL, CPU_AND_NE, CPU_AND_GPU or CPU_ONLY"
     )
     add_precision_argument(p)
     add_quiet_argument(p, "the random inputs, ")
+    p.set_defaults(command_name="report")
 
 
 def run(args) -> int:
@@ -61,7 +65,7 @@ def run(args) -> int:
             raise CommandError(str(exc)) from None
         check_precision(args.precision)
         check_html(args.html)
-        model = load_model(args.model, weights=not args.stats_only)
+        model = load_model(args.model, weights=not args.stats_only, chip=args.chip)
         check_precision(args.precision, model.graph)
         arrays = read_inputs(model, args)
         rep = model.report(

@@ -1,7 +1,8 @@
 """``fastane sweep MODEL --input NAME --range LO:HI:N [--output NAME] [--at INDEX]
-[--plot FILE.png] [--json] [--set OTHER=FILE.npy] [--shape NAME=1x3x8x8]``: every element
+[--plot FILE.png] [--json] [--set OTHER=FILE.npy] [--shape NAME=1x3x8x8] [--chip CHIP]``: every element
 of input ``NAME`` (or only ``--element INDEX``) set to each value of ``linspace(LO, HI, N)`` in turn, the model run on
-the emulated ANE and in fp32, one output element read (:func:`fastane.model.run.hunt.sweep`).
+the emulated ANE (as on ``--chip``, default the M1) and in fp32, one output element read
+(:func:`fastane.model.run.hunt.sweep`).
 The other inputs come from ``--set`` or are seeded standard-normal.  Without ``--plot``
 (or without matplotlib) a text table; ``--json`` the points as JSON.
 """
@@ -42,6 +43,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--shape", action="append", default=[], metavar="NAME=1x3x8x8", help="bind an input's symbolic shape"
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--chip",
+        default="m1",
+        help="run as on this chip: the numerics of its ANE generation, e.g. the crop path of slices (default m1)",
+    )
     p.add_argument("--plot", metavar="FILE.png", help="plot (needs matplotlib)")
     p.add_argument("--json", action="store_true", help="the points as JSON")
     p.add_argument(
@@ -56,7 +62,7 @@ def run(args) -> int:
 
     try:
         values = parse_range(args.range)
-        model = load_model(args.model)
+        model = load_model(args.model, chip=args.chip)
         for item in args.set:
             if "=" not in item:
                 raise CommandError(f"--set {item!r}: expected NAME=FILE.npy")

@@ -59,6 +59,14 @@ M4's), not after the A-series chips.  No public source found names the
 generation of the A16, A17 Pro, A18 and A18 Pro: their family is ``"unknown"``, with the
 M1's limits assumed.
 
+Each family also holds the numerics that differ between ANE generations, which a model run
+as on one of its chips follows (:mod:`fastane.model.run.movement`): ``slice_crop``, the
+fixed-point crop path of a slice with a non-zero offset on its last axis (values beyond 4094
+in magnitude read out as +-inf), measured by ANEForge on the M1, M1 Max, M2 Pro and M2 Max
+(H13, H14) and measured absent on the M4, M4 Pro, M4 Max, M5 and M5 Pro (H16, H17).  No chip
+of H15 or of the "unknown" family was measured: the M1's crop path is assumed there.
+ANEForge's "pre-A16" names its tiers before H16, not the chips before the A16 Bionic.
+
 Per-task limits (KMem 16 x 64 KiB, L2 2 MiB, TD 0x274 bytes) are the M1's (SPEC 1, 5);
 the time model assumes every chip here has the same ones, which is unknown beyond the
 M1's generation.
@@ -97,6 +105,7 @@ __all__ = [
     "FAMILIES",
     "CHIPS",
     "get",
+    "family_of",
     "names",
     "M3_KERNEL_DMA",
     "M3_TILE_DMA",
@@ -253,6 +262,37 @@ _ANEFORGE_TIERS = (
     "the M1's H13), not after the A-series chips"
 )
 
+#: the fixed-point crop path of a slice with a non-zero offset on its last axis, as ANEForge
+#: measured it (bench/numeric_cliffs.py @7ec4a50: the value bisected between 3000 and 60000
+#: inside a (1, 1, 1, 8) tensor cropped by 1 on the last axis; the results in
+#: bench/results/ROOFLINES.md @112bd8d and the submissions' JSON): 4094 (= 65504 / 16) comes
+#: back finite, the next fp16 value 4096 as inf
+_CROP = "ANEForge bench/numeric_cliffs.py @7ec4a50, bench/results/ROOFLINES.md @112bd8d"
+_CROP_RULE = (
+    "a slice with a non-zero begin on the last axis: |x| > 4094 (65504 / 16) reads out as +-inf "
+    "('clamps |value| > 4094 to +/-inf', ANEForge docs/numeric-cliffs.md); a zero begin on the "
+    "last axis, or an offset on another axis, takes the clean route (docs/cross-chip.md)"
+)
+_NO_CROP = (
+    "no crop path: the slice is exact up to fp16's own range ('exact (no clamp)', the value still "
+    "finite at 60000)"
+)
+#: ANEForge aneforge/_targets.py @020dcad: "The quirk is present on A13 AND A14 (M2 silicon:
+#: 4094 finite -> 4100 inf, bit-exact, same as M1), absent on A16; A15 pending M3 data"
+#: (its tiers A13..A16 are H13..H16)
+_CROP_TIERS = "ANEForge aneforge/_targets.py @020dcad: 'A15 pending M3 data' (its A15 tier is H15)"
+
+
+def _crop(kind: str, source: str, note: str) -> Figure:
+    """The largest magnitude a slice with a last-axis offset keeps on a generation."""
+    return make_figure(4094.0, "magnitude", kind, source, note)
+
+
+def _no_crop(source: str) -> Figure:
+    """A generation whose slices keep every finite fp16 value (measured)."""
+    return make_figure(65504.0, "magnitude", "measured", source, _NO_CROP)
+
+
 #: ANE generations by the names reverse-engineering work gives them (H13 = the M1's): what
 #: puts a chip in each, and the compile limits the placement rules read from it
 FAMILIES: dict[str, Family] = {
@@ -273,6 +313,12 @@ FAMILIES: dict[str, Family] = {
             max_channels=_H13_CHANNELS,
             max_rank=_H13_RANK,
             kmem_core_bytes=_H13_KMEM,
+            slice_crop=_crop(
+                "measured",
+                f"{_CROP}: M1 (MacBookPro17,1, macOS 26.5.2, PR #148; MacBookAir10,1, macOS 15.6.1, PR #267), "
+                "M1 Max (MacBookPro18,2, macOS 26.5.1, PR #154)",
+                f"'clamp @ 4094' on all three; {_CROP_RULE}",
+            ),
         ),
         Family(
             "h14",
@@ -293,6 +339,13 @@ FAMILIES: dict[str, Family] = {
             ),
             max_rank=_the_m1s(_H13_RANK, "rank"),
             kmem_core_bytes=_the_m1s(_H13_KMEM, "KMem"),
+            slice_crop=_crop(
+                "measured",
+                f"{_CROP}: M2 Pro (Mac14,12, macOS 26.5.2, PR #145), M2 Max (Mac14,6, macOS 26.7.1, "
+                "roofline-apple-m2-max-Mac14_6-8c6229361be7-773f5b28.json @72fb3ba)",
+                f"'clamp @ 4094' on both (aneforge/_targets.py @020dcad: 'M2 silicon: 4094 finite -> 4100 inf, "
+                f"bit-exact, same as M1'); {_CROP_RULE}",
+            ),
         ),
         Family(
             "h15",
@@ -312,6 +365,12 @@ FAMILIES: dict[str, Family] = {
             ),
             max_rank=_the_m1s(_H13_RANK, "rank"),
             kmem_core_bytes=_the_m1s(_H13_KMEM, "KMem"),
+            slice_crop=_crop(
+                "assumption",
+                _CROP_TIERS,
+                "the M1's crop path, assumed: no chip of this generation measured; ANEForge's docs put the "
+                "crop path on its tiers before its 'A16' (H16), which include H15",
+            ),
         ),
         Family(
             "h16",
@@ -331,6 +390,11 @@ FAMILIES: dict[str, Family] = {
             ),
             max_rank=_the_m1s(_H13_RANK, "rank"),
             kmem_core_bytes=_the_m1s(_H13_KMEM, "KMem"),
+            slice_crop=_no_crop(
+                f"{_CROP}: M4 (Mac16,12, macOS 26.2, PR #195), M4 Pro (Mac16,7, macOS 27.0.1, "
+                "roofline-apple-m4-pro-Mac16_7-7fdf43ae2309-9094e75f.json @752f744), M4 Max (Mac16,6, macOS "
+                "26.7, PR #271)"
+            ),
             size_floor=_M4_SIZE_FLOOR,
         ),
         Family(
@@ -347,6 +411,9 @@ FAMILIES: dict[str, Family] = {
             max_channels=_elements(65536, "derived", _ANEFORGE, "C measured on an M5; N taken as C"),
             max_rank=_the_m1s(_H13_RANK, "rank"),
             kmem_core_bytes=_the_m1s(_H13_KMEM, "KMem"),
+            slice_crop=_no_crop(
+                f"{_CROP}: M5 (Mac17,3, macOS 26.5.2), M5 Pro (Mac17,8, macOS 26.5.1, PR #136)"
+            ),
             note="maderix/ANE training/m5result.md reports 'ANE Family: H16 (same as M4)' on a base M5 (macOS "
             "26.3), and PR #50 h17 on an M5 Max, 'distinct from the h16 subtype reported by both M4 and the base "
             "M5'; ANEForge reports H17 on an M5. ANEForge folds H16 and H17 into one tier, so the limits here are "
@@ -366,6 +433,12 @@ FAMILIES: dict[str, Family] = {
             max_channels=_the_m1s(_H13_CHANNELS, "N and C"),
             max_rank=_the_m1s(_H13_RANK, "rank"),
             kmem_core_bytes=_the_m1s(_H13_KMEM, "KMem"),
+            slice_crop=_crop(
+                "assumption",
+                _CROP_TIERS,
+                "the M1's crop path, assumed: no A-series chip measured. ANEForge's 'absent on A16' names "
+                "its A16 tier (H16, the M4's), not the A16 Bionic; " + _ANEFORGE_TIERS,
+            ),
         ),
     ]
 }
@@ -751,6 +824,13 @@ def get(name: "str | Chip") -> Chip:
     if chip is None:
         raise ValueError(f"unknown chip {name!r}; known chips: {', '.join(CHIPS)}")
     return chip
+
+
+def family_of(chip: "str | Chip") -> Family:
+    """The ANE generation of ``chip`` (a name or a :class:`Chip`); the ``"unknown"`` family for
+    a chip built by hand without one."""
+    chip = get(chip)
+    return chip.family if chip.family is not None else FAMILIES["unknown"]
 
 
 def with_figures(chip: "str | Chip", **figures) -> Chip:

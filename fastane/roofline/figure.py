@@ -83,8 +83,10 @@ class SizeFloor:
 class Family:
     """One ANE generation (H13, H14 ...: the name reverse-engineering work gives it) and the
     compile limits its chips share, as the placement rules
-    (:mod:`fastane.model.placement.predict`) read them.  A limit of kind ``"measured"`` was
-    seen on a chip of this generation; another kind is a guess the rules mark "uncertain"."""
+    (:mod:`fastane.model.placement.predict`) read them, and the numerics that differ between ANE
+    generations (``slice_crop``), as a model run reads them.  A figure of kind
+    ``"measured"`` was seen on a chip of this generation; another kind is a guess the rules
+    mark "uncertain"."""
 
     key: str
     name: str
@@ -98,6 +100,11 @@ class Family:
     max_rank: Figure
     #: one core's KMem: the largest kernel per output channel a convolution task holds
     kmem_core_bytes: Figure
+    #: the largest magnitude a slice with a non-zero offset on its last axis carries through:
+    #: 4094 where such a slice takes the fixed-point crop path (a larger fp16 value reads out
+    #: as +-inf), fp16's largest finite value 65504 where it does not (nothing cut); what
+    #: :mod:`fastane.model.run.movement` applies to a model run as on a chip of this generation
+    slice_crop: Figure
     #: Core ML's size floor for fp16 matmul and attention seen on this generation, None where
     #: none was reported
     size_floor: SizeFloor | None = None

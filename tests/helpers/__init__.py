@@ -13,5 +13,6 @@ never another test module (tests/test_test_imports.py).
 * ``device`` -- fp16 bit views, reference convolutions, TD builders, the driver's register
   sequence, fault checks;
 * ``planar`` -- small planar TDs and the planar engine's numpy reference;
-* ``coreml`` -- saving an ML Program as an .mlpackage.
+* ``coreml`` -- saving an ML Program as an .mlpackage;
+* ``crop`` -- the slow reference of the crop path of slices.
 """

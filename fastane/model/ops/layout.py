@@ -190,6 +190,12 @@ def _slices(node, shape, starts, ends, axes, steps):
     return tuple(sl)
 
 
+def last_axis_window(node, shape, starts, ends, axes=None, steps=None) -> tuple:
+    """``(start, stop, step)`` the slice ``node`` (its constant inputs given) takes on the last
+    axis of ``shape``, clamped as numpy clamps it; ``(0, n, 1)`` where it leaves that axis whole."""
+    return _slices(node, shape, starts, ends, axes, steps)[-1].indices(shape[-1])
+
+
 def _slice_infer(node, types, consts):
     x = need_input(types, 0, node)
     args = [need_const(consts, i, node, n) for i, n in ((1, "starts"), (2, "ends"))]

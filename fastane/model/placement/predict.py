@@ -314,10 +314,8 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1", declared=None)
     :attr:`~fastane.model.graph.Graph.declared` (a precision assumed for a model that declares
     none: :func:`fastane.model.placement.compute_plan.precision_of`)."""
     cu = check_units(compute_units)
-    chip = chips.get(chip)
-    if chip.family is None:  # a chip built by hand: no generation known
-        chip = replace(chip, family=chips.FAMILIES["unknown"])
-    family = chip.family
+    family = chips.family_of(chip)
+    chip = replace(chips.get(chip), family=family)  # a hand-built chip: the "unknown" one
     on_floor_chip = family.size_floor is not None
     if declared is None:
         declared = getattr(bound.graph, "declared", {}) or {}

@@ -143,11 +143,11 @@ class _Stop(Exception):
     pass
 
 
-def first_divergence(model, inputs, tolerance: float | None = None) -> Divergence:
-    """Run ``model`` layer by layer and stop at the first layer whose error (the layer on
-    the ANE against its fp32 evaluation on the same inputs) exceeds ``tolerance`` (default:
-    each layer's class tolerance, :data:`fastane.model.run.model.TOLERANCE`), or that gives
-    birth to infs/NaNs."""
+def first_divergence(model, inputs, tolerance: float | None = None, chip=None) -> Divergence:
+    """Run ``model`` layer by layer as on ``chip`` (None: the model's) and stop at the first
+    layer whose error (the layer on the ANE against its fp32 evaluation on the same inputs)
+    exceeds ``tolerance`` (default: each layer's class tolerance,
+    :data:`fastane.model.run.model.TOLERANCE`), or that gives birth to infs/NaNs."""
     found: dict = {}
     count = [0]
 
@@ -162,7 +162,7 @@ def first_divergence(model, inputs, tolerance: float | None = None) -> Divergenc
             raise _Stop
 
     try:
-        model.report(inputs, observe=observe)
+        model.report(inputs, chip, observe=observe)
     except _Stop:
         rec = found["rec"]
         err = rec.error

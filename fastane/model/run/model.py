@@ -5,6 +5,11 @@
     >>> rep = m.report({"x": x}, chip="m1")   # per layer: placement, tasks, time, error
     >>> print(rep.table()); rep.as_dict()
 
+A model runs *as on a chip* (``chip=``: of :func:`fastane.load_model`, the model's default;
+of a call or a report, that run's; default the M1): the chip's time model, and the numerics
+that differ between ANE generations, which its generation's record in
+:mod:`fastane.roofline.chips` holds (:mod:`.movement`: the fixed-point crop path of a slice).
+
 Each call binds the graph to the inputs' shapes (:func:`fastane.model.graph.bind`, cached
 per shape), places it (:func:`fastane.model.placement.place.place`) and runs the layers in order.
 ANE layers run through fastane's public entry points; their device Stats
@@ -30,10 +35,12 @@ import numpy as np
 from ...errors import LeavesANEWarning, ModelError, quote, quote_names
 from ...operands import fp16_operand
 from ...errstate import errstate, report_events
+from ...roofline import chips as _chips
 from ...stats import Stats, last_stats
 from ..graph import Bound, Graph, TensorType, bind, evaluate
 from ..ops import host_eval
 from ..placement.place import Layer, place
+from .movement import crop, crop_limit, takes_crop_path
 from .report import LayerRecord, Report, ane_tasks, json_number
 
 __all__ = ["Model", "Report", "LayerRecord", "TOLERANCE"]
@@ -73,10 +80,13 @@ def _errors(y, ref, chunk: int = 1 << 20):
 
 
 class Model:
-    """A model graph ready to run (see the module docs)."""
+    """A model graph ready to run as on ``chip`` (see the module docs)."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, chip="m1"):
         self.graph = graph
+        #: the chip a run is as on where the call names none (a
+        #: :class:`~fastane.roofline.chips.Chip`)
+        self.chip = _chips.get(chip)
         self._cache: dict = {}
 
     @property
@@ -105,7 +115,9 @@ class Model:
         inputs = {k: t for k, t in g.inputs.items() if k not in arrays}
         consts = dict(g.consts)
         consts.update(arrays)
-        return Model(Graph(g.name, inputs, list(g.outputs), list(g.nodes), consts, g.origin, g.weights))
+        return Model(
+            Graph(g.name, inputs, list(g.outputs), list(g.nodes), consts, g.origin, g.weights), self.chip
+        )
 
     def _arrays_partial(self, values: dict) -> dict:
         out = {}
@@ -188,7 +200,7 @@ class Model:
     def compute_plan(
         self,
         inputs,
-        chip: str = "m1",
+        chip=None,
         compute_units: str = "ALL",
         warn: bool = True,
         report=None,
@@ -199,6 +211,7 @@ class Model:
         :class:`~fastane.model.placement.compute_plan.ComputePlan` (an estimate shaped as
         Core ML's MLComputePlan); the cost weights from the layer times of ``report`` (a
         :meth:`report` of the same inputs on ``chip``), else of the stats-only report.
+        ``chip`` None: the model's (:attr:`chip`).
         ``precision`` ("fp16", "fp32"): the compute precision assumed for a model that declares
         none (ONNX, NeuralNetwork; default "fp16", coremltools' default); a ValueError for an ML
         Program, whose precision is its own
@@ -206,16 +219,16 @@ class Model:
         that leaves the ANE (:meth:`~fastane.model.placement.compute_plan.ComputePlan.leaves_ane`)
         warns with :class:`~fastane.LeavesANEWarning` unless ``warn`` is false."""
         from ...errstate import warn_user
-        from ...roofline import chips as _chips
         from ..placement.compute_plan import build, check_precision
         from ..placement.predict import check_units
 
         check_units(compute_units)
         check_precision(precision, self.graph)
+        chip = self.chip if chip is None else _chips.get(chip)
         shapes = _shapes_of(self, inputs)
         bound, layers = self.bind(shapes)
         rep = report or self.report(shapes, chip, stats_only=True)
-        if rep.chip != _chips.get(chip).key or [r.layer for r in rep.layers] != layers:
+        if rep.chip != chip.key or [r.layer for r in rep.layers] != layers:
             raise ValueError("report: not a report of the same inputs on the same chip")
         secs = [None if r.estimate is None else r.estimate.time_s for r in rep.layers]
         plan = build(self.name, bound, layers, compute_units, chip, secs, precision)
@@ -227,7 +240,7 @@ class Model:
     def html_report(
         self,
         inputs,
-        chip: str = "m1",
+        chip=None,
         compute_units: str = "ALL",
         precision=None,
         stats_only: bool = False,
@@ -245,6 +258,7 @@ class Model:
         ``report`` extra)."""
         from .page import chip_times, render
 
+        chip = self.chip if chip is None else _chips.get(chip)
         rep = report or self.report(inputs, chip, progress=progress, stats_only=stats_only)
         if plan is None:
             plan = self.compute_plan(
@@ -253,10 +267,11 @@ class Model:
         return render(rep, plan, chip_times(rep), source)
 
     # -------------------------------------------------------------- running
-    def __call__(self, inputs) -> dict:
-        """Run the model on the emulated ANE (and the host); name -> output array (float
-        outputs as ``np.float16``, as the ANE returns them)."""
-        return self._run(inputs, compare=False)[0]
+    def __call__(self, inputs, chip=None) -> dict:
+        """Run the model on the emulated ANE (and the host) as on ``chip`` (None: the model's,
+        :attr:`chip`); name -> output array (float outputs as ``np.float16``, as the ANE
+        returns them)."""
+        return self._run(inputs, compare=False, chip=chip)[0]
 
     def reference(self, inputs) -> dict:
         """The whole model in float32 on the host (the fp32 reference)."""
@@ -307,10 +322,12 @@ class Model:
             counts[r.placement] = counts.get(r.placement, 0) + 1
         return Report(self.name, chip.key, records, {}, None, total, counts, stats_only=True)
 
-    def _run(self, inputs, compare: bool, progress=None, observe=None):
+    def _run(self, inputs, compare: bool, progress=None, observe=None, chip=None):
         self._need_weights("running the model")
         arrays = self._arrays(inputs)
         bound, layers = self.bind({k: v.shape for k, v in arrays.items()})
+        chip = self.chip if chip is None else _chips.get(chip)
+        limit = crop_limit(chip)
         values = dict(bound.consts)
         values.update(arrays)
         records = []
@@ -330,14 +347,19 @@ class Model:
                     outs, stats = _on_ane(layer, xs)
                 except NotImplementedError as exc:
                     placement, reason = "host", f"beyond the ANE lowering's limits: {exc}"
+            exact = None  # a layout layer's result before the chip's data movement numerics
             if outs is None:
                 outs = _on_host(layer, bound, values)
+                if limit is not None and placement == "layout":
+                    exact, outs, stats = _moved(layer, bound, outs, limit)
             values.update(zip(layer.outputs, outs))
             # the record's output shapes are for a report (a plain call drops the records)
             shapes = " ".join(str(bound.types[o]) for o in layer.outputs) if compare or observe else ""
             rec = LayerRecord(layer, placement, reason, stats, shapes=shapes)
-            if compare and placement == "ane":
-                ref = _on_host(layer, bound, {**values, **{t: _wide(values[t]) for t in layer.inputs}})
+            if compare and (placement == "ane" or exact is not None):
+                ref = exact or _on_host(
+                    layer, bound, {**values, **{t: _wide(values[t]) for t in layer.inputs}}
+                )
                 errs = [_errors(y, r) for y, r in zip(outs, ref)]
                 rec.max_abs_err = max(e[0] for e in errs)
                 rec.max_rel_err = max(e[1] for e in errs)
@@ -361,8 +383,9 @@ class Model:
             int8_macs=sum(r.stats.int8_macs for r in records if r.stats.saturated),
             lut_underflow=sum(r.stats.lut_underflow for r in records),
             lut_overflow=sum(r.stats.lut_overflow for r in records),
+            cropped=sum(r.stats.cropped for r in records),
         )
-        report_events(events, f"model {self.name} (model.report() names the layers)")
+        report_events(events, f"model {self.name} as on {chip.name} (model.report() names the layers)")
         outs = {}
         for n in bound.graph.outputs:
             v = np.asarray(values[n])
@@ -373,13 +396,14 @@ class Model:
     def report(
         self,
         inputs,
-        chip: str = "m1",
+        chip=None,
         progress=None,
         stats_only: bool = False,
         observe=None,
         residency: bool = False,
     ) -> Report:
-        """Run the model and report per layer (see the module docs).  ``stats_only``:
+        """Run the model as on ``chip`` (None: the model's, :attr:`chip`) and report per layer
+        (see the module docs).  ``stats_only``:
         ``inputs`` may be shapes (name -> tuple); nothing is computed, the ANE layers'
         programs are counted from the shapes on a stats-only device (no errors then).
         ``residency`` (stats-only): runs of convolution/matmul layers that each read the
@@ -388,13 +412,12 @@ class Model:
         without it the counts are those of a computed run, which lowers layer by layer.
         ``observe(layer, inputs, outputs, record)`` is called after each layer (it may
         raise to stop the run: :func:`fastane.model.run.hunt.first_divergence`)."""
-        from ...roofline import chips as _chips
         from ...roofline.model import estimate
 
-        chip = _chips.get(chip)
+        chip = self.chip if chip is None else _chips.get(chip)
         if stats_only:
             return self._plan_report(inputs, chip, residency)
-        outs, records, bound = self._run(inputs, compare=True, progress=progress, observe=observe)
+        outs, records, bound = self._run(inputs, compare=True, progress=progress, observe=observe, chip=chip)
         for r in records:
             if r.placement == "ane":
                 r.estimate = estimate(r.stats, chip, program=False, name=r.layer.name)
@@ -468,6 +491,17 @@ def _on_ane(layer: Layer, xs: list):
     detail += st.tasks_detail or ([st] if st.tasks else [])
     total.tasks_detail = detail
     return outs, total
+
+
+def _moved(layer: Layer, bound: Bound, outs: list, limit: float):
+    """``(exact, moved, Stats)`` of a layout layer whose result ``outs`` the chip's data
+    movement changes (:mod:`.movement`: a slice on the crop path, ``limit`` its largest
+    magnitude); ``(None, outs, Stats())`` for any other."""
+    node = layer.nodes[0]
+    if not takes_crop_path(node, bound.types[node.inputs[0]].shape, bound.consts):
+        return None, outs, Stats()
+    y, n = crop(outs[0], limit)
+    return outs, [y], Stats(cropped=n)
 
 
 def _on_host(layer: Layer, bound: Bound, values: dict) -> list:

@@ -312,6 +312,7 @@ def page_data(report, plan, times=None, source: str = "") -> dict:
                 "tolerance": r.tolerance,
                 "ok": r.ok,
                 "saturated": d["saturated"] if on_ane else None,
+                "cropped": d["cropped"],
                 "lut": d["lut_underflow"] + d["lut_overflow"] if on_ane else None,
                 "born": r.inf_born + r.nan_born,
                 "text": {

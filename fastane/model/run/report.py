@@ -59,6 +59,7 @@ class LayerRecord:
             "saturated": st.saturated,
             "lut_underflow": st.lut_underflow,
             "lut_overflow": st.lut_overflow,
+            "cropped": st.cropped,
             "op_per_byte": None,
             "time_s": None,
             "bound": None,
@@ -201,6 +202,14 @@ class Report:
         ]
         if born:
             lines.append("non-finite values born in (finite inputs): " + ", ".join(born))
+        cropped = [
+            f"{quote(r.layer.name, marks=False)} ({r.stats.cropped})" for r in self.layers if r.stats.cropped
+        ]
+        if cropped:
+            lines.append(
+                f"values read out as +-inf by the crop path of a slice with a last-axis offset on {self.chip}: "
+                + ", ".join(cropped)
+            )
         if self.stats_only:
             lines.append("stats only: counted from the shapes, nothing computed (no errors)")
         else:

@@ -189,6 +189,8 @@ def test_fastane_report_writes_the_page(tmp_path, capsys):
     out = tmp_path / "r.html"
     rc, _, err = _cli(capsys, "report", model, "-o", out)
     assert rc == 0 and f"wrote {out}" in err and "Counted from the shapes alone" in out.read_text()
+    rc, _, err = _cli(capsys, "report", model, "-o", out, "--random")
+    assert rc == 0 and "fastane report: input 'x': random float32[1x8x8x8] (seed 0)" in err
     rc, _, err = _cli(capsys, "report", model, "-o", out, "--random", "--chip", "a14", "-q")
     page = out.read_text()
     assert rc == 0 and err == "" and "Counted from the shapes" not in page and "on the A14 Bionic" in page
@@ -243,3 +245,28 @@ def test_without_jinja2_the_page_says_what_to_install(tmp_path, capsys, monkeypa
         render(rep, plan)
     rc, _, err = _cli(capsys, "report", mixed_model(tmp_path / "m.onnx"), "-o", tmp_path / "r.html")
     assert rc == 2 and "pip install 'fastane[report]'" in err and not (tmp_path / "r.html").exists()
+
+
+def test_the_crop_column_counts_what_the_slice_crop_path_cut(tmp_path):
+    from onnx import TensorProto, helper, numpy_helper
+
+    consts = [numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("s", 1), ("e", 8), ("a", 3))]
+    node = helper.make_node("Slice", ["x", "s", "e", "a"], ["y"], name="crop1")
+    g = helper.make_graph(
+        [node],
+        "crop",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        consts,
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "c.onnx"))
+    m = fastane.load_model(str(tmp_path / "c.onnx"))
+    x = np.array([[[[1, 5000, -5000, 4094, 4096, 2, 3, 7000]]]], np.float32)
+    for chip, want in (("m1", 4), ("m4", 0)):  # 5000, -5000, 4096, 7000 past 4094 after the offset
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            doc = parse(m.html_report({"x": x}, chip=chip))
+        (row,) = rows(doc)
+        head = next(t for t in doc.iter(f"{NS}table") if t.get("id") == "layer-table").iter(f"{NS}th")
+        col = ["".join(th.itertext()) for th in head].index("crop")
+        assert [td for td in row.iter(f"{NS}td")][col].get("data-v") == str(want)
