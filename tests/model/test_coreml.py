@@ -326,6 +326,34 @@ def test_mil_ops_against_numpy(tmp_path):
     assert np.abs(out - want).max() < 2e-2
 
 
+def test_mil_reductions_of_a_function_against_numpy(tmp_path):
+    """reduce_l1_norm, reduce_l2_norm, reduce_sum_square, reduce_log_sum: their compositions
+    (COMPOSED_REDUCTIONS) in float32 on the host, and on the emulated ANE."""
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 3, 8))], opset_version=ct.target.iOS17)
+    def prog(x):
+        return (
+            mb.reduce_l1_norm(x=x, axes=[-1], keep_dims=True),
+            mb.reduce_l2_norm(x=x, axes=[-1], keep_dims=False),
+            mb.reduce_sum_square(x=x, axes=[-1], keep_dims=True),
+            mb.reduce_log_sum(x=mb.abs(x=x), axes=[-1], keep_dims=True),
+        )
+
+    m = fastane.load_model(_save(prog, tmp_path / "red.mlpackage", ct.target.iOS17))
+    x = RNG.uniform(0.2, 2.0, (2, 3, 8)).astype(np.float32) * RNG.choice([-1, 1], (2, 3, 8))
+    xd = x.astype(np.float64)
+    want = [
+        np.abs(xd).sum(-1, keepdims=True),
+        np.sqrt((xd * xd).sum(-1)),
+        (xd * xd).sum(-1, keepdims=True),
+        np.log(np.abs(xd).sum(-1, keepdims=True)),
+    ]
+    for got, w in zip(m.reference(x).values(), want):
+        np.testing.assert_allclose(got, w, rtol=2e-6)
+    for got, w in zip(m(x).values(), want):
+        np.testing.assert_allclose(np.asarray(got, np.float64), w, rtol=2e-2)
+
+
 # ------------------------------------------------------------------ hostile packages
 def _corrupt(cnn, tmp_path, fn):
     p = tmp_path / "bad.mlpackage"

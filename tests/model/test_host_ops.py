@@ -590,3 +590,32 @@ def test_recurrent_layers_run_on_the_host_with_core_mls_reason(op):
     m = _recurrent(op, (3, 1, 2), 4)
     (layer,) = m.report({"x": np.ones((3, 1, 2), np.float32)}).layers
     assert (layer.layer.placement, layer.layer.reason) == ("host", ON_CPU["recurrent"])
+
+
+def test_weight_normalisation_too_large_to_fold_runs_on_the_host():
+    """A ReduceL2 of a weight beyond MAX_FOLD_ELEMENTS (wav2vec2's weight-normalised positional
+    conv, 768 x 48 x 128): the composition's nodes read only constants, are not folded at bind
+    and run as host layers (they have no dynamic input an ANE layer could take)."""
+    from fastane.model.budget import MAX_FOLD_ELEMENTS
+    from fastane.model.placement.place import CONSTANT_ONLY
+
+    rng = np.random.default_rng(0)
+    v = (0.01 * rng.standard_normal((MAX_FOLD_ELEMENTS // 1024 + 1, 1024))).astype(np.float32)
+    m = _model(
+        [
+            helper.make_node("ReduceL2", ["v"], ["n"], keepdims=1, axes=[1]),
+            helper.make_node("ReduceSum", ["n"], ["s"], keepdims=1, axes=[0]),
+            helper.make_node("Mul", ["x", "s"], ["y"]),
+        ],
+        [_vi("x", [1, 1])],
+        [_vi("y", [1, 1])],
+        [numpy_helper.from_array(v, "v")],
+        opset=13,
+    )
+    x = np.array([[0.5]], np.float32)
+    rep = m.report({"x": x})
+    host = [r for r in rep.layers if r.reason == CONSTANT_ONLY]
+    assert host and all(r.placement == "host" for r in host)
+    want = 0.5 * np.sqrt((v.astype(np.float64) ** 2).sum(1)).sum()
+    np.testing.assert_allclose(m.reference({"x": x})["y"][0, 0], want, rtol=1e-5)
+    np.testing.assert_allclose(float(rep.values["y"][0, 0]), want, rtol=2e-3)

@@ -416,18 +416,86 @@ def _reduce_onnx(c, a, ins):
     return c.mk(attrs, attr_input(c, a, ins, "axes"))
 
 
-def _reducer(name, fn, ane="rows", onnx=""):
+#: reductions of a function, imported by every front end as their plain composition around a
+#: ``reduce_sum`` (coremltools' MIL reduce_log_sum_exp, reduce_sum_square, reduce_l2_norm,
+#: reduce_log_sum, reduce_l1_norm and ONNX's ReduceLogSumExp, ReduceSumSquare, ReduceL2,
+#: ReduceLogSum, ReduceL1): the elementwise op before the sum (``"square"``: ``pow(x, 2)``)
+#: and the one after it, each then placed and run as that op is
+COMPOSED_REDUCTIONS = {
+    "log_sum_exp": ("exp", "log"),
+    "sum_square": ("square", None),
+    "l2": ("square", "sqrt"),
+    "log_sum": (None, "log"),
+    "l1": ("abs", None),
+}
+#: ONNX op type -> its :data:`COMPOSED_REDUCTIONS` key
+_ONNX_COMPOSED = {
+    "ReduceLogSumExp": "log_sum_exp",
+    "ReduceSumSquare": "sum_square",
+    "ReduceL2": "l2",
+    "ReduceLogSum": "log_sum",
+    "ReduceL1": "l1",
+}
+
+
+def compose_reduction(kind: str, x: str, emit, const) -> None:
+    """Emit :data:`COMPOSED_REDUCTIONS` ``[kind]`` on tensor ``x``: ``emit(op, inputs, last)``
+    adds a node and returns its output (``last``: the node that makes the reduction's
+    output; the caller adds the axes and keepdims to the ``reduce_sum``), ``const(value)``
+    names a float32 constant."""
+    pre, post = COMPOSED_REDUCTIONS[kind]
+    if pre == "square":
+        x = emit("pow", [x, const(2.0)], False)
+    elif pre is not None:
+        x = emit(pre, [x], False)
+    x = emit("reduce_sum", [x], post is None)
+    if post is not None:
+        emit(post, [x], True)
+
+
+def _composed_onnx(c, a, ins):
+    """ONNX ReduceLogSumExp, ReduceSumSquare, ReduceL2, ReduceLogSum, ReduceL1: their
+    composition (:data:`COMPOSED_REDUCTIONS`), the axes and keepdims on the ``reduce_sum``."""
+    attrs = {"keepdims": a.get("keepdims", 1), "noop_with_empty_axes": a.get("noop_with_empty_axes", 0)}
+    axes = attr_input(c, a, ins, "axes")[1:]
+    made = []
+
+    def emit(op, inputs, last):
+        at = attrs if op == "reduce_sum" else {}
+        inputs = inputs + axes if op == "reduce_sum" else inputs
+        if last:
+            made.append(c.mk(at, inputs, op=op))
+            return made[-1].outputs[0]
+        out = f"{c.name}/{op}:0"
+        c.add(op, op, inputs, [out], at)
+        return out
+
+    compose_reduction(_ONNX_COMPOSED[c.op], ins[0], emit, lambda v: c.const(v, np.float32))
+    return made[0]
+
+
+def _composed_doc(onnx_op: str) -> str:
+    """The docs' words for a composed reduction: ``x^2, then the sum, then sqrt``."""
+    pre, post = COMPOSED_REDUCTIONS[_ONNX_COMPOSED[onnx_op]]
+    steps = [{"square": "x^2"}.get(pre, pre)] if pre else []
+    return ", then ".join(steps + ["the sum"] + ([post] if post else []))
+
+
+def _reducer(name, fn, ane="rows", onnx="", composed=()):
     def host(node, x, axes=None):
         ax = _reduce_axes(node, x.ndim, axes)
         if not ax:
             return x
         return fn(x, axis=ax, keepdims=bool(node.attrs.get("keepdims", 1)))
 
-    register_op(name, _reduce_infer, "host", ane=ane, onnx=[OnnxName(onnx, _reduce_onnx)])(host)
+    names = [OnnxName(onnx, _reduce_onnx)] + [
+        OnnxName(k, _composed_onnx, doc=_composed_doc(k)) for k in composed
+    ]
+    register_op(name, _reduce_infer, "host", ane=ane, onnx=names)(host)
 
 
 _reducer("reduce_mean", np.mean, onnx="ReduceMean")
-_reducer("reduce_sum", np.sum, onnx="ReduceSum")
+_reducer("reduce_sum", np.sum, onnx="ReduceSum", composed=tuple(_ONNX_COMPOSED))
 _reducer("reduce_max", np.max, onnx="ReduceMax")
 _reducer("reduce_min", np.min, onnx="ReduceMin")
 _reducer("reduce_prod", np.prod, ane="", onnx="ReduceProd")  # host only (no ANE lowering)

@@ -36,7 +36,7 @@ from .qlinear import place_qlinear
 from .rows import place_rows
 from .rules import place_conv, place_deconv, place_mac
 
-__all__ = ["Layer", "place", "NO_LOWERING", "CONTROL_FLOW", "ON_CPU", "RULES"]
+__all__ = ["Layer", "place", "NO_LOWERING", "CONTROL_FLOW", "ON_CPU", "RULES", "CONSTANT_ONLY"]
 
 #: placement family (``OpDef.ane``) -> ``rule(node, ctx) -> bool | str``: a rule that
 #: places ``node`` records its layer (``ctx.add``: alone or with the nodes it fuses, on the
@@ -70,6 +70,13 @@ LAYOUT = (
 )
 
 
+#: the reason of a node whose inputs are all constants, left unfolded for their size
+CONSTANT_ONLY = (
+    "computed from constants only (weight preprocessing, e.g. weight normalisation, that a conversion "
+    "folds; too large to fold when the model is bound): on the host"
+)
+
+
 def place(bound: Bound) -> list:
     """The layers of ``bound``, in execution order."""
     ctx = Context(bound)
@@ -79,6 +86,9 @@ def place(bound: Bound) -> list:
         rec = OPS[node.op]
         if rec.kind == "layout":
             ctx.add([node], "layout", LAYOUT, "layout")
+            continue
+        if not ctx.dyn([node]):  # only constants, too large to fold when bound (MAX_FOLD_ELEMENTS)
+            ctx.add([node], "host", CONSTANT_ONLY, rec.kind)
             continue
         rule = RULES.get(rec.ane)
         why = rule(node, ctx) if rule is not None else None

@@ -11,6 +11,7 @@ import numpy as np
 from ....errors import ModelError, quote
 from ...budget import MAX_RANK
 from ...ops import OPS
+from ...ops.core import compose_reduction
 from .blob import MIL_DTYPE, const_op, constexpr, is_placeholder
 
 
@@ -445,7 +446,18 @@ _RED = {
 }
 
 
-@mil_op(*_RED, "reduce_log_sum_exp", "reduce_sum_square", "reduce_l2_norm", "reduce_log_sum")
+#: MIL's reductions of a function -> their composition
+#: (:data:`fastane.model.ops.core.COMPOSED_REDUCTIONS`)
+_COMPOSED = {
+    "reduce_log_sum_exp": "log_sum_exp",
+    "reduce_sum_square": "sum_square",
+    "reduce_l2_norm": "l2",
+    "reduce_log_sum": "log_sum",
+    "reduce_l1_norm": "l1",
+}
+
+
+@mil_op(*_RED, *_COMPOSED)
 def _reduce(p, op, outs, what):
     x = p.arg(op, "x", what)
     axes = p.cval(op, "axes", what)
@@ -455,20 +467,15 @@ def _reduce(p, op, outs, what):
     src = op.type
     if op.type in _RED:
         p.emit(_RED[op.type], [x] + ax, outs, at, source=src)
-    elif op.type == "reduce_log_sum_exp":  # log(sum(exp(x))): the plain composition
-        e = p.emit("exp", [x], [p.tmp()], source=src)
-        sm = p.emit("reduce_sum", [e] + ax, [p.tmp()], at, source=src)
-        p.emit("log", [sm], outs, source=src)
-    elif op.type == "reduce_sum_square":
-        sq = p.emit("pow", [x, p.const(2.0, np.float32)], [p.tmp()], source=src)
-        p.emit("reduce_sum", [sq] + ax, outs, at, source=src)
-    elif op.type == "reduce_l2_norm":
-        sq = p.emit("pow", [x, p.const(2.0, np.float32)], [p.tmp()], source=src)
-        s = p.emit("reduce_sum", [sq] + ax, [p.tmp()], at, source=src)
-        p.emit("sqrt", [s], outs, source=src)
-    else:  # reduce_log_sum
-        s = p.emit("reduce_sum", [x] + ax, [p.tmp()], at, source=src)
-        p.emit("log", [s], outs, source=src)
+        return
+
+    def emit(name, inputs, last):
+        red = name == "reduce_sum"
+        return p.emit(
+            name, inputs + (ax if red else []), outs if last else [p.tmp()], at if red else None, source=src
+        )
+
+    compose_reduction(_COMPOSED[op.type], x, emit, lambda v: p.const(v, np.float32))
 
 
 @mil_op("max_pool", "avg_pool")

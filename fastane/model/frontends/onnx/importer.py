@@ -333,12 +333,12 @@ class OnnxContext:
         """The numpy dtype of an ONNX element type (a ModelError for one fastane lacks)."""
         return _np_dtype(elem_type, self.where)
 
-    def mk(self, attrs=None, inputs=None, n_out=1, keep=False) -> Node:
-        """The record's node for the ONNX node (``inputs``: else the node's), computing its
-        first ``n_out`` outputs (``keep``: see :func:`output_names`)."""
+    def mk(self, attrs=None, inputs=None, n_out=1, keep=False, op=None) -> Node:
+        """The record's node for the ONNX node (``inputs``: else the node's; ``op``: else the
+        record's op), computing its first ``n_out`` outputs (``keep``: see :func:`output_names`)."""
         names = output_names(self.outs, self.name, self.where, self.op, n_out, keep)
         ins = list(self.inputs if inputs is None else inputs)
-        return Node(self.fop, self.name, ins, names, attrs or {}, self.op)
+        return Node(op or self.fop, self.name, ins, names, attrs or {}, self.op)
 
     def add(self, op, suffix, inputs, outputs, attrs) -> None:
         """A node ``name/suffix`` of op ``op`` ahead of the node :meth:`mk` makes."""
