@@ -1,6 +1,6 @@
-"""The elementwise placement rules: activations (and the silu and hard_swish patterns) on the NE's table
-blocks, the planar engine's binary and unary operations, division (the reciprocal
-table, then a planar multiply), and the compositions of tables and planar tasks (log,
+"""The elementwise placement rules: activations (and the silu and hard_swish patterns) on
+the NE's table blocks, the planar engine's binary and unary operations, division (the
+reciprocal table, then a planar multiply), and the compositions of tables and planar tasks (log,
 softplus: :data:`fastane.lower.binary.COMPOSED`).  Each is ``rule(node, ctx) -> bool | str`` on the
 :class:`~.context.Context` (see :data:`fastane.model.placement.place.RULES`).
 

@@ -334,11 +334,26 @@ def test_conv_hard_swish_hard_sigmoid_and_the_mul_pattern_on_the_ane():
     assert all(r.placement == "ane" and r.error <= r.tolerance for r in rep.layers)
 
 
-def test_the_fused_hard_swish_is_the_activation_on_the_convolutions_output():
-    fused = _model([_CONV, helper.make_node("HardSwish", ["c"], ["y"])], {"w": _W})
+@pytest.mark.parametrize(
+    "after, op",
+    [
+        ([helper.make_node("HardSwish", ["c"], ["y"])], "Conv+HardSwish"),
+        (
+            [
+                helper.make_node("HardSigmoid", ["c"], ["g"], alpha=1 / 6),
+                helper.make_node("Mul", ["g", "c"], ["y"]),
+            ],
+            "Conv+HardSigmoid+Mul",
+        ),
+    ],
+    ids=["HardSwish", "Mul-HardSigmoid"],
+)
+def test_the_fused_hard_swish_is_the_activation_on_the_convolutions_output(after, op):
+    fused = _model([_CONV, *after], {"w": _W})
     plain = _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], {"w": _W})
     (layer,) = fused.placement({"x": X.shape})
-    assert (layer.placement, layer.call, layer.op) == ("ane", "conv2d", "Conv+HardSwish")
+    assert (layer.placement, layer.call, layer.op) == ("ane", "conv2d", op)
+    assert layer.detail["activation"] == "hard_swish"
     y = fused({"x": X})["y"]
     assert fastane.last_stats().tasks == 2 * 3  # two images, one tile each: conv, gate, multiply
     want = activations.hard_swish(plain({"x": X})["y"].astype(np.float16))
