@@ -52,6 +52,9 @@ class Activation:
     #: None for a single NE stage; else the tasks the lowering emits after the NE stage
     #: (corpus unary/sigmoid.bin, activation/silu.bin)
     chain: str | None = None
+    #: the offset a planar task adds to the table's output in the chain (sigmoid, silu: 0.5,
+    #: the table holding sigmoid - 0.5); 0: no such task
+    offset: float = 0.0
     #: the keyword parameters of the public function beyond ``x`` and ``out`` (the
     #: function is written out in :mod:`fastane.activations`); () for ``f(x, /, out=None)``
     params: tuple = ()
@@ -83,9 +86,13 @@ TABLES = {
         Table("leaky_relu", lut_tables.leaky_relu_block, True, aliases=("leakyrelu",)),
         Table("rrelu", lut_tables.rrelu_block, True),
         Table("selu", lut_tables.selu_block, True),
-        # no corpus block: selu's layout with scale 1 (alpha 1), tanh's layout (erf)
+        # no corpus block: selu's layout with scale 1 (alpha 1), tanh's layout (erf),
+        # hardtanh's layout with the lines alpha x + beta (ONNX's default 0.2, 0.5; hard_swish's
+        # gate: 1/6, 1/2)
         Table("elu", lut_tables.elu_block, None),
         Table("erf", lut_tables.erf_block, None),
+        Table("hard_sigmoid", lut_tables.hard_sigmoid_block, None),
+        Table("hard_swish", lut_tables.hard_swish_block, None),
         Table("sign", lut_tables.sign_block, True),
         Table("relu", lut_tables.relu_block, True),
         Table("step", lut_tables.step_block, True),
@@ -115,6 +122,7 @@ ACTIVATIONS = {
             "1/(1 + exp(-x)): the odd table of sigmoid - 0.5 (R = 2), then a planar +0.5.",
             "sigmoid",
             chain="the sigmoid - 0.5 table in the NE stage, then a planar task adding 0.5",
+            offset=0.5,
         ),
         Activation(
             "silu",
@@ -123,6 +131,7 @@ ACTIVATIONS = {
             nonlinear="identity",
             chain="the NE stage's output z kept in L2, the sigmoid - 0.5 table on z (an elementwise NE "
             "task), a planar task adding 0.5, and a planar multiply by z",
+            offset=0.5,
         ),
         Activation(
             "gelu",
@@ -166,6 +175,23 @@ ACTIVATIONS = {
             "erf",
             "erf(x) by tanh's layout: odd, knots round_fp16(erf(i/8)) over [0, 4], 1.0 beyond |x| = 4.",
             "erf",
+        ),
+        Activation(
+            "hard_sigmoid",
+            "clamp(alpha * x + beta, 0, 1) (alpha, beta rounded to fp16) by one range-clamp block:\n"
+            "hardtanh's layout with the lines alpha * x + beta, so each result is the exact value\n"
+            "rounded once to fp16.",
+            "hard_sigmoid",
+            params=("alpha", "beta"),
+        ),
+        Activation(
+            "hard_swish",
+            "x * clamp(x/6 + 1/2, 0, 1) as silu's chain with the hard-sigmoid block in place of\n"
+            "the sigmoid: round(x * H(x)), H = hard_sigmoid(x, 1/6, 1/2); two tasks.",
+            "hard_swish",
+            nonlinear="identity",
+            chain="the NE stage's output z kept in L2, the hard-sigmoid block (1/6, 1/2) on z (an "
+            "elementwise NE task), and a planar multiply by z",
         ),
         Activation("sign", "sign(x): -1, 0 (keeping the sign of zero), 1; NaN stays NaN.", "sign"),
         Activation(

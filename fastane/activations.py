@@ -153,3 +153,19 @@ def elu(x, /, alpha=1.0, out=None):
         raise ValueError(f"elu: alpha must be finite in fp16 (|alpha| < 65520), got {alpha}")
     blk = "elu" if a == 1.0 else _lut.elu_block(a)
     return _run("elu", x, out, blk)
+
+
+@_documented
+def hard_sigmoid(x, /, alpha=0.2, beta=0.5, out=None):
+    a = _real_param(alpha, "hard_sigmoid", "alpha")
+    b = _real_param(beta, "hard_sigmoid", "beta")
+    with np.errstate(over="ignore"):
+        a16, b16 = np.float16(a), np.float16(b)
+    if not (math.isfinite(a16) and math.isfinite(b16)):
+        raise ValueError(
+            f"hard_sigmoid: alpha and beta must be finite in fp16 (|v| < 65520), got {alpha}, {beta}"
+        )
+    # the block holds the fp16 parameters: ONNX's defaults in float32 find the registry's
+    default = (a16, b16) == (np.float16(0.2), np.float16(0.5))
+    blk = "hard_sigmoid" if default else _lut.hard_sigmoid_block(a, b)
+    return _run("hard_sigmoid", x, out, blk)

@@ -68,7 +68,7 @@ def _no_reduction(shape, bias16, channel_axis: int, stage) -> np.ndarray:
     ax = channel_axis % len(shape)
     y = np.zeros((math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1 :])))
     nl = {"identity": 0, "relu": 1, "lut": 2}[stage.nonlinear]
-    if stage.post:  # sigmoid/silu: the biased zeros through the activation's own program
+    if stage.post:  # sigmoid/silu/hard_swish: the biased zeros through the activation's own program
         nl = 0
     bits = _lut.ne_post(
         y, None if bias16 is None else bias16.astype(np.float64), stage.post_scale, nl, stage.block
@@ -339,11 +339,12 @@ def conv2d(
     bias is added in fp16 after readout.  ``activation``: ``None``, ``"relu"`` or an
     activation of :mod:`fastane.activations` that is one NE stage (``"tanh"``, ``"gelu"``,
     ``"exp"``, ``"exp2"``, ``"relu6"``, ``"hardtanh"``, ``"leaky_relu"``, ``"selu"``,
-    ``"sign"``, ``"reciprocal"``, ``"rsqrt"``, ``"sqrt"``, ``"log2"``; or a
-    :class:`fastane.lut.CoeffBlock`), applied to the biased fp16 value exactly as the
-    function of that name would.  Bias and activation run fused in the NE stage of the
-    tasks; ``"sigmoid"`` and ``"silu"`` (also as the function of that name would) add
-    planar-engine tasks after each convolution task, their intermediates kept in L2
+    ``"elu"``, ``"erf"``, ``"hard_sigmoid"``, ``"sign"``, ``"reciprocal"``, ``"rsqrt"``,
+    ``"sqrt"``, ``"log2"``; or a :class:`fastane.lut.CoeffBlock`), applied to the biased
+    fp16 value exactly as the function of that name would.  Bias and activation run fused
+    in the NE stage of the tasks; ``"sigmoid"``, ``"silu"`` and ``"hard_swish"`` (also as
+    the function of that name would) add tasks after each convolution task (an elementwise
+    NE task, planar tasks), their intermediates kept in L2
     (docs/lower.md).  Returns ``np.float16``.  A compressed ``weight`` (:func:`fastane.palettize`,
     :func:`fastane.quantize`) stays compressed in KMem.  ``scale``/``out_dtype``: the INT8
     path for int8/uint8 ``x`` and ``weight`` (:mod:`fastane.quantized`).

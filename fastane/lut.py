@@ -58,6 +58,8 @@ from .lut_tables import (
     fraction_block,
     gelu_block,
     gelu_fit_knots,
+    hard_sigmoid_block,
+    hard_swish_block,
     hardtanh_block,
     identity_block,
     integer_block,

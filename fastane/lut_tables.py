@@ -28,6 +28,8 @@ __all__ = [
     "selu_block",
     "elu_block",
     "erf_block",
+    "hard_sigmoid_block",
+    "hard_swish_block",
     "sign_block",
     "relu_block",
     "step_block",
@@ -227,6 +229,17 @@ def rrelu_block(lower: float = 1.0 / 8, upper: float = 1.0 / 3) -> CoeffBlock:
     return leaky_relu_block((lower + upper) / 2.0)
 
 
+def _coefficients16(**values) -> list:
+    """Each of ``values`` rounded to fp16, as a block holds it; a ValueError naming them all
+    if one is not finite there."""
+    with np.errstate(over="ignore", invalid="ignore"):  # refused below
+        out = [fp16_value(fp16_pattern(v)) for v in values.values()]
+    if not all(math.isfinite(v) for v in out):
+        names = " and ".join(f"{k} {v}" for k, v in values.items())
+        raise ValueError(f"{names} must be finite in fp16 (the block's coefficients)")
+    return out
+
+
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
@@ -238,11 +251,7 @@ def _scaled_elu_block(alpha: float, scale: float) -> CoeffBlock:
     Knots follow Apple's fp16 chain (selu): ``round(scale16 * round(alpha16 * expm1(x)))``
     with alpha and scale themselves rounded to fp16.
     """
-    with np.errstate(over="ignore", invalid="ignore"):  # refused below
-        a16 = fp16_value(fp16_pattern(alpha))
-        s16 = fp16_value(fp16_pattern(scale))
-    if not (math.isfinite(a16) and math.isfinite(s16)):
-        raise ValueError(f"alpha {alpha} and scale {scale} must be finite in fp16 (the block's coefficients)")
+    a16, s16 = _coefficients16(alpha=alpha, scale=scale)
     x = -8.0 + _I / 4.0
     elu16 = np.array([fp16_value(fp16_pattern(a16 * math.expm1(v))) for v in x])
     knots = np.array([fp16_value(fp16_pattern(s16 * e)) for e in elu16])
@@ -268,6 +277,53 @@ def erf_block() -> CoeffBlock:
     """erf: tanh's layout (no corpus block): knots ``round_fp16(erf(i/8))``, R = 3, odd,
     saturating to 1 beyond 4."""
     return _odd_saturating_block(_erf)
+
+
+#: every finite fp16 value (-0 as +0), ascending, float64: the patterns 0xfbff down to 0x8001,
+#: then 0x0000 up to 0x7bff
+_FINITE16 = (
+    np.concatenate([np.arange(0xFBFF, 0x8000, -1), np.arange(0, 0x7C00)])
+    .astype(np.uint16)
+    .view(np.float16)
+    .astype(np.float64)
+)
+
+
+def hard_sigmoid_block(alpha: float = 0.2, beta: float = 0.5) -> CoeffBlock:
+    """``clamp(alpha16 x + beta16, 0, 1)`` (no corpus block): hardtanh's layout (no table,
+    R = 64, centred mode) with both lines ``alpha16 x + beta16`` (one rounding of the exact
+    value), the range ``[lo, hi]`` the finite fp16 inputs whose line lies in [0, 1], and the
+    clamp's values outside it (0 and 1; 1 and 0 for a negative alpha); the knot at x = 0
+    ``clamp(beta16, 0, 1)``.  Every fp16 input then gives ``round_fp16(clamp(alpha16 x +
+    beta16, 0, 1))`` exactly (+-inf the limits; NaN stays NaN).
+
+    Where no fp16 input has its line in [0, 1] (the line steps over it between two
+    neighbouring inputs, or stays on one side), ``lo`` is the first input past the step and
+    the lines are the constant beyond it; with ``alpha16 = 0``, ``clamp(beta16, 0, 1)``
+    everywhere.  ``alpha`` and ``beta`` are rounded to fp16 (ValueError if one is not
+    finite there).  docs/lut.md section 6.
+    """
+    a16, b16 = _coefficients16(alpha=alpha, beta=beta)
+    c = min(max(b16, 0.0), 1.0) + 0.0  # the clamp at x = 0 (+0 for beta16 = -0)
+    if a16 == 0.0:
+        return CoeffBlock.from_values(-_INF, _INF, c, c, (c,) * 33, 0, c, 0, c, R=64, mode=1)
+    below, above = (0.0, 1.0) if a16 > 0 else (1.0, 0.0)  # the clamp's values at -inf, +inf
+    p = a16 * _FINITE16  # exact: two fp16 significands
+    inside = (p >= -b16) & (p <= 1.0 - b16)  # exact: 1 - b16 spans at most 41 bits
+    if inside.any():
+        xs = _FINITE16[inside]
+        return CoeffBlock.from_values(
+            xs[0], xs[-1], below, above, (c,) * 33, a16, b16, a16, b16, R=64, mode=1
+        )
+    past = (p > 1.0 - b16) if a16 > 0 else (p < -b16)  # the inputs on the +inf side of the step
+    lo = _FINITE16[past][0] if past.any() else _INF
+    return CoeffBlock.from_values(lo, _INF, below, above, (above,) * 33, 0, above, 0, above, R=64, mode=1)
+
+
+def hard_swish_block() -> CoeffBlock:
+    """The gate of hard_swish ``x * clamp(x/6 + 1/2, 0, 1)`` (and PyTorch's Hardsigmoid):
+    :func:`hard_sigmoid_block` (1/6, 1/2), alpha16 = 0x3155."""
+    return hard_sigmoid_block(1.0 / 6.0, 0.5)
 
 
 def sign_block() -> CoeffBlock:

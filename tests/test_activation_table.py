@@ -47,6 +47,17 @@ def test_the_lowering_takes_every_activation(name):
     assert (stage.name, stage.nonlinear, stage.post_scale) == (name, rec.nonlinear, rec.scale)
     assert stage.post == (None if rec.single_stage else name)
     assert (stage.block is None) == (rec.nonlinear != "lut")
+    gated = stage.post is not None and rec.nonlinear == "identity"
+    assert stage.gate is (lut.get_block(rec.table) if gated else None) and stage.offset == rec.offset
+
+
+def test_the_chains_tasks_and_l2_tiles():
+    """The TDs after the NE stage and the output-sized tiles a task's chain holds in L2, as
+    they were written out per name before the gate and offset fields (hard_swish added)."""
+    names = (None, "sigmoid", "silu", "hard_swish")
+    assert [ne_stage(n).post_tasks for n in names] == [0, 1, 3, 2]
+    assert [ne_stage(n).out_tiles for n in names] == [1, 2, 4, 3]
+    assert [ne_stage(n).offset for n in names] == [0.0, 0.5, 0.5, 0.0]
 
 
 def test_apple_identical_and_aliases_come_from_the_tables():
@@ -66,8 +77,9 @@ def test_docs_name_every_table_and_activation():
 
 def test_the_derived_tables_hold_what_they_held_before_the_records():
     """The lists the records replaced, as they were written out at 24283de, with the
-    activations added since (elu, erf: single-stage, no corpus block): the records must give
-    them again (not only agree with themselves)."""
+    activations added since (elu, erf, hard_sigmoid: single-stage, no corpus block;
+    hard_swish: silu's chain with its own gate): the records must give them again (not only
+    agree with themselves)."""
     assert lut.APPLE_IDENTICAL == {
         **dict.fromkeys(
             "tanh sigmoid exp2 reciprocal rsqrt sqrt log2 relu6 hardtanh leaky_relu rrelu selu "
@@ -87,6 +99,7 @@ def test_the_derived_tables_hold_what_they_held_before_the_records():
         "selu": "selu",
         "elu": "elu",
         "erf": "erf",
+        "hard_sigmoid": "hard_sigmoid",
         "sign": "sign",
         "reciprocal": "reciprocal",
         "rsqrt": "rsqrt",
@@ -94,4 +107,4 @@ def test_the_derived_tables_hold_what_they_held_before_the_records():
         "log2": "log2",
     }
     assert {k: v[1] for k, v in SINGLE_STAGE.items() if v[1] != 1.0} == {"exp": 1.4423828125}
-    assert list(MULTI_STAGE) == ["sigmoid", "silu"]
+    assert list(MULTI_STAGE) == ["sigmoid", "silu", "hard_swish"]

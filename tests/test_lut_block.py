@@ -1,6 +1,7 @@
 """Coefficient block codec, table generators, registry, and error bounds of every table."""
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -8,7 +9,9 @@ import pytest
 from fastane import TDError, lut
 from fastane import activations as act
 
+from tests.helpers.activations import ref_hard_sigmoid
 from tests.helpers.lut_bounds import BOUNDS, elu_bound
+from tests.helpers.lut_reference import ref_lut
 
 #: SELU's alpha (ONNX's default)
 _SELU_ALPHA = 1.6732632423543772
@@ -199,3 +202,110 @@ def test_elu_error_bound_for_other_alphas(alpha):
     assert np.array_equal(y[XF > 0], XF[XF > 0])
     err = np.abs(y - ref)
     assert err.max() <= elu_bound(alpha), (alpha, err.max(), XF[np.argmax(err)])
+
+
+def _f16(v) -> float:
+    return float(np.float16(v))
+
+
+#: (alpha, beta): the defaults (ONNX's, hard_swish's gate), the ONNX node test's, a negative
+#: slope, beta -0, a subnormal slope, one input inside; then lines that step over [0, 1]
+#: between two fp16 inputs, lines on one side of it over every finite input, a zero slope
+_HARD_SIGMOIDS = [
+    (0.2, 0.5),
+    (1 / 6, 0.5),
+    (0.5, 0.6),
+    (-0.3, 0.2),
+    (3.0, -0.0),
+    (2.0**-24, 0.0),
+    (65504.0, 2000.0),
+]
+_STEPS = [(65504.0, 60000.0), (-65504.0, -60000.0), (1e-7, 5.0), (1e-7, -5.0), (0.0, 3.0), (-1e-9, 0.25)]
+
+
+def _neighbour(x: float, toward: float):
+    """The fp16 value next to ``x`` toward ``toward``; None past the finite values."""
+    with np.errstate(over="ignore"):
+        v = float(np.nextafter(np.float16(x), np.float16(toward)))
+    return v if np.isfinite(v) else None
+
+
+@pytest.mark.parametrize("alpha, beta", _HARD_SIGMOIDS)
+def test_hard_sigmoid_is_built_in_hardtanhs_layout(alpha, beta):
+    """R = 64 and the centred mode (hardtanh's words 41 and 42), both lines ``alpha16 x +
+    beta16``, the range the first and last fp16 inputs whose line lies in [0, 1] (their
+    neighbours outside lie beyond it), the clamp's values outside the range."""
+    a16, b16 = _f16(alpha), _f16(beta)
+    w = lut.hard_sigmoid_block(alpha, beta).to_words()
+    assert w[41:43].tolist() == lut.get_block("hardtanh").to_words()[41:43].tolist() == [64, 1]
+    f = [float(v) for v in w[[0, 1, 2, 3, 37, 38, 39, 40]].view(np.float16)]
+    lo, hi, below, above, s0, c0, s1, c1 = f
+    assert (s0, c0, s1, c1) == (a16, b16, a16, b16) and (below, above) == (
+        (0.0, 1.0) if a16 > 0 else (1.0, 0.0)
+    )
+
+    def inside(x):
+        if x is None:  # past the finite values: nothing to check
+            return False
+        v = Fraction(a16) * Fraction(x) + Fraction(b16)
+        return 0 <= v <= 1
+
+    before, after = _neighbour(lo, -np.inf), _neighbour(hi, np.inf)
+    assert inside(lo) and inside(hi) and not inside(before) and not inside(after)
+    assert set(w[4:37].tolist()) == {int(np.float16(min(max(b16, 0.0), 1.0) + 0.0).view(np.uint16))}
+
+
+@pytest.mark.parametrize("alpha, beta", _STEPS)
+def test_hard_sigmoid_without_an_input_inside_the_clamp(alpha, beta):
+    """No finite fp16 input has its line in [0, 1]: the range starts at the first input
+    past the step (inf: none), constant lines and knots give the far side's value."""
+    a16, b16 = _f16(alpha), _f16(beta)
+    blk = lut.hard_sigmoid_block(alpha, beta)
+    w = blk.to_words()
+    lo, hi, below, above, s0, c0, s1, c1 = (
+        float(v) for v in w[[0, 1, 2, 3, 37, 38, 39, 40]].view(np.float16)
+    )
+    far = below if a16 == 0 else above
+    assert (hi, s0, s1, c0, c1) == (np.inf, 0.0, 0.0, far, far) and set(blk.knot_values.tolist()) == {far}
+    line = Fraction(a16) * Fraction(lo) + Fraction(b16) if np.isfinite(lo) else None
+    if a16 == 0:
+        assert (lo, below) == (-np.inf, min(max(b16, 0.0), 1.0))
+    elif line is not None:  # the first input past the step, its neighbour before it
+        assert (line > 1) if a16 > 0 else (line < 0)
+        before = _neighbour(lo, -np.inf)
+        if before is not None:
+            back = Fraction(a16) * Fraction(before) + Fraction(b16)
+            assert (back < 0) if a16 > 0 else (back > 1)
+
+
+def test_hard_sigmoid_registry_blocks():
+    assert lut.get_block("hard_sigmoid") == lut.hard_sigmoid_block(0.2, 0.5)
+    assert lut.get_block("hard_swish") == lut.hard_swish_block() == lut.hard_sigmoid_block(1 / 6, 0.5)
+    assert lut.get_block("hard_swish").slope_left == 0x3155  # round_fp16(1/6)
+
+
+@pytest.mark.parametrize("alpha, beta", [(65520.0, 0.5), (0.2, -np.inf), (np.nan, 0.5), (0.2, 1e6)])
+def test_hard_sigmoid_block_refuses_parameters_fp16_cannot_hold(alpha, beta):
+    with pytest.raises(ValueError, match="finite in fp16"):
+        lut.hard_sigmoid_block(alpha, beta)
+
+
+def _decisive(words) -> list:
+    """The fp16 patterns where a hard-sigmoid block decides: its range's ends and their
+    neighbours, +-0, +-inf, a NaN, and every 61st pattern."""
+    lo, hi = (float(v) for v in words[:2].view(np.float16))
+    near = [v for x in (lo, hi) if np.isfinite(x) for v in (x, _neighbour(x, -np.inf), _neighbour(x, np.inf))]
+    pats = {int(np.float16(v).view(np.uint16)) for v in near if v is not None}
+    return sorted(pats | {0, 0x8000, 0x7C00, 0xFC00, 0x7E00} | set(range(0, 0x10000, 61)))
+
+
+@pytest.mark.parametrize("alpha, beta", _HARD_SIGMOIDS + _STEPS)
+def test_hard_sigmoid_block_is_the_clamp(alpha, beta):
+    """The Fraction evaluation of the block (tests/helpers/lut_reference.py) is
+    ``round_fp16(clamp(alpha16 x + beta16, 0, 1))`` in exact rationals
+    (tests/helpers/activations.py): on all 65536 patterns for ONNX's default parameters,
+    where the block decides for the others."""
+    words = lut.hard_sigmoid_block(alpha, beta).to_words()
+    pats = range(0x10000) if (alpha, beta) == (0.2, 0.5) else _decisive(words)
+    bad = [hex(b) for b in pats if ref_lut(words, b)[0] != ref_hard_sigmoid(alpha, beta, b)]
+    assert not bad, bad[:5]

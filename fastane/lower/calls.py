@@ -145,7 +145,9 @@ def run_eltwise(x16, activation, *, device=None, stats_only=None, limits: Limits
       **planar task** (Word 0 = 0x0, scale 1, offset 0.5) writes ``round16(L + 0.5)``;
     * silu: as sigmoid, but the planar +0.5 writes the sigmoid to an intermediate slot (3),
       and a **planar multiply** (0x80004) of the input (slot 5) by it (slot 3) writes the
-      output, as Apple's silu program does.
+      output, as Apple's silu program does;
+    * hard_swish: silu's chain without the +0.5: the NE task with the hard-sigmoid block
+      writes the gate to the intermediate slot (3), the planar multiply writes the output.
     """
     x16 = np.asarray(x16)
     low = build(Eltwise(int(x16.size), activation), limits)

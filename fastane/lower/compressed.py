@@ -109,8 +109,6 @@ def td_fields(lay, bits: int) -> dict:
 def pack(low, raw: np.ndarray, weight: PalettizedWeight, bias=None) -> None:
     """:meth:`fastane.lower.Lowered.pack` for a palettized weight: every kernel group's
     cores get the palette, their channels' codes, the biases and the LUT block."""
-    from .. import lut as _lut
-
     c = low.conv
     per = c.cin_g * c.kh * c.kw
     codes = np.asarray(weight.codes).reshape(c.cout, c.cin_g, c.kh, c.kw)
@@ -129,6 +127,6 @@ def pack(low, raw: np.ndarray, weight: PalettizedWeight, bias=None) -> None:
             _palette.Palettized(weight.bits), per
         )
         raw[g.offset : g.offset + len(part)] = np.frombuffer(part, np.uint8)
-    if low.stage.post == "silu":  # the table of the elementwise LUT task
+    if low.stage.gate is not None:  # the table of the elementwise LUT task
         off = low.lut_offset
-        raw[off : off + LUT_BLOCK] = np.frombuffer(_lut.get_block("sigmoid").to_bytes(), np.uint8)
+        raw[off : off + LUT_BLOCK] = np.frombuffer(low.stage.gate.to_bytes(), np.uint8)

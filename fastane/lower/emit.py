@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import lut as _lut
 from ..m1 import ALIGN, CORES, L2_UNIT, LUT_BLOCK, Limits, kernel_layout, round_up
 from ..td import BarSlot, Program
 from ..td.asm import conv_td, eltwise_td
@@ -151,24 +150,27 @@ def emit_conv(conv: Conv, lim: Limits) -> Lowered:
         chain[-1][_DST_BASE] = (n * ob + g.co0 * op + oy0 * orow + ox0 * 2) // ALIGN
         tds += chain
 
-    kernel_bytes = max(offset + (LUT_BLOCK if stage.post == "silu" else 0), ALIGN)
+    kernel_bytes = max(offset + (LUT_BLOCK if stage.gate is not None else 0), ALIGN)
     bars = _bars(kernel_bytes, "weights", out_layout.nbytes, in_layout.nbytes)
     programs = task_chains(tds, 1 + stage.post_tasks, bars, f"conv{c.cin}x{c.h}x{c.w}-{c.cout}", lim)
     return Lowered(conv, c, t, stage, groups, tasks, programs, in_layout, out_layout, kernel_bytes)
 
 
 def _post_chain(td, stage: NEStage, shape, dst_strides, lut_off: int) -> list:
-    """The tasks after a convolution task ``td`` whose NE stage is ``stage`` (sigmoid or
-    silu; ``td`` is changed to keep its result in L2).  ``shape`` = the output tile (C, H,
-    W); intermediates stay in L2 after the convolution's source window, one whole tile
-    each; the last task writes the tile to the output slot (its base is written per task).
+    """The tasks after a convolution task ``td`` whose NE stage is ``stage`` (sigmoid, silu
+    or hard_swish; ``td`` is changed to keep its result in L2).  ``shape`` = the output
+    tile (C, H, W); intermediates stay in L2 after the convolution's source window, one
+    whole tile each; the last task writes the tile to the output slot (its base is written
+    per task).
 
     * sigmoid: the convolution (bias, then the sigmoid - 0.5 table) keeps ``L`` in L2; a
       planar task writes ``round16(L + 0.5)``;
     * silu: the convolution (bias only) keeps ``z``; an elementwise NE task keeps
       ``L(z)``; a planar task keeps ``s = round16(L + 0.5)``; a planar multiply writes
       ``round16(z * s)`` (Apple's silu program on ``z``: it multiplies its input by the
-      sigmoid)."""
+      sigmoid);
+    * hard_swish: the same without the +0.5: the elementwise NE task keeps ``s = H(z)``
+      (the hard-sigmoid block, ``stage.gate``), the planar multiply writes ``round16(z * s)``."""
     c, h, w = shape
     tile = c * h * round_up(2 * w, L2_UNIT)  # one output tile in L2 (16-byte rows)
     r0 = td["L2.ResultBase.Addr"] * L2_UNIT  # right after the convolution's source
@@ -176,10 +178,10 @@ def _post_chain(td, stage: NEStage, shape, dst_strides, lut_off: int) -> list:
         {"L2.ResultCfg.ResultType": 3, "Header.WBase": 0, "Header.WBE": 0, "TileDMADst.DMAConfig.En": 0}
     )
     common = dict(dst=SLOT_OUTPUT, dst_strides=dst_strides, src_in_l2=True, eon=False)
-    if stage.post == "sigmoid":
-        return [eltwise_td(shape, op="scale", offset=0.5, l2_src=r0, l2_dst=r0 + tile, **common)]
-    r1, r2, r3 = r0 + tile, r0 + 2 * tile, r0 + 3 * tile
-    return [
+    if stage.gate is None:  # sigmoid
+        return [eltwise_td(shape, op="scale", offset=stage.offset, l2_src=r0, l2_dst=r0 + tile, **common)]
+    r1 = r0 + tile
+    tds = [
         eltwise_td(
             shape,
             nonlinear="lut",
@@ -189,10 +191,19 @@ def _post_chain(td, stage: NEStage, shape, dst_strides, lut_off: int) -> list:
             l2_dst=r1,
             keep=True,
             **common,
-        ),
-        eltwise_td(shape, op="scale", offset=0.5, l2_src=r1, l2_dst=r2, keep=True, **common),
-        eltwise_td(shape, op="mul", src1_in_l2=True, l2_src=r0, l2_src1=r2, l2_dst=r3, **common),
+        )
     ]
+    if stage.offset:
+        tds.append(
+            eltwise_td(
+                shape, op="scale", offset=stage.offset, l2_src=r1, l2_dst=r1 + tile, keep=True, **common
+            )
+        )
+        r1 += tile
+    tds.append(
+        eltwise_td(shape, op="mul", src1_in_l2=True, l2_src=r0, l2_src1=r1, l2_dst=r1 + tile, **common)
+    )
+    return tds
 
 
 def emit_eltwise(op: Eltwise, lim: Limits) -> LoweredEltwise:
@@ -206,10 +217,11 @@ def emit_eltwise(op: Eltwise, lim: Limits) -> LoweredEltwise:
         )
     stage = ne_stage(op.activation)
     width, rows, rem, tiles = flat_tiles(op.n, stage, lim)
-    silu = stage.post == "silu"
-    block = stage.block if not silu else _lut.get_block("sigmoid")
-    nonlinear = stage.nonlinear if not silu else "lut"
-    per = 1 + {None: 0, "sigmoid": 1, "silu": 2}[stage.post]
+    # a gate (silu, hard_swish): its table is the first task's, on the input itself
+    gated = stage.gate is not None
+    block = stage.gate if gated else stage.block
+    nonlinear = "lut" if gated else stage.nonlinear
+    per = 1 + (stage.offset != 0.0) + gated
     templates, tds = {}, []
     for e0, h, w in tiles:
         tpl = templates.get((h, w))
@@ -226,47 +238,52 @@ def emit_eltwise(op: Eltwise, lim: Limits) -> LoweredEltwise:
             )
             if stage.post is None:
                 tpl = [eltwise_td(shape, dst=SLOT_OUTPUT, **ne)]
+            elif not stage.offset:  # hard_swish: the gate goes to the intermediate slot
+                tpl = [eltwise_td(shape, dst=SLOT_INTERMEDIATE, l2_dst=t, **ne)]
             else:  # unary/sigmoid.bin; activation/silu.bin multiplies the input by it
-                silu = stage.post != "sigmoid"
                 tpl = [
                     eltwise_td(shape, keep=True, l2_dst=t, **ne),
                     eltwise_td(
                         shape,
                         op="scale",
-                        offset=0.5,
+                        offset=stage.offset,
                         src_in_l2=True,
                         l2_src=t,
-                        dst=SLOT_INTERMEDIATE if silu else SLOT_OUTPUT,
+                        dst=SLOT_INTERMEDIATE if gated else SLOT_OUTPUT,
                         l2_dst=2 * t,
                         eon=False,
                     ),
                 ]
-                if silu:
-                    tpl.append(
-                        eltwise_td(
-                            shape,
-                            op="mul",
-                            src=SLOT_INPUT,
-                            src1=SLOT_INTERMEDIATE,
-                            dst=SLOT_OUTPUT,
-                            l2_src=0,
-                            l2_src1=t,
-                            l2_dst=2 * t,
-                            eon=False,
-                        )
+            if gated:
+                tpl.append(
+                    eltwise_td(
+                        shape,
+                        op="mul",
+                        src=SLOT_INPUT,
+                        src1=SLOT_INTERMEDIATE,
+                        dst=SLOT_OUTPUT,
+                        l2_src=0,
+                        l2_src1=t,
+                        l2_dst=2 * t,
+                        eon=False,
                     )
+                )
             templates[(h, w)] = tpl
         base = 2 * e0 // ALIGN
         chain = [td.copy() for td in tpl]
         chain[0][_SRC_BASE] = base
         chain[-1][_DST_BASE] = base
-        if silu:  # the sigmoid goes to the intermediate slot; the multiply reads x and it
-            chain[1][_DST_BASE] = base
-            chain[2][_SRC_BASE] = chain[2][_SRC1_BASE] = base
+        if gated:  # the gate goes to the intermediate slot; the multiply reads x and it
+            chain[-2][_DST_BASE] = base
+            chain[-1][_SRC_BASE] = chain[-1][_SRC1_BASE] = base
         tds += chain
     nbytes = max(round_up(2 * op.n), ALIGN)
     kernel_bytes = LUT_BLOCK if block is not None else ALIGN
-    extra = [BarSlot(SLOT_INTERMEDIATE, "intermediate", nbytes, "sigmoid")] if silu else []
+    extra = (
+        [BarSlot(SLOT_INTERMEDIATE, "intermediate", nbytes, "sigmoid" if stage.offset else "gate")]
+        if gated
+        else []
+    )
     bars = _bars(kernel_bytes, "lut", nbytes, nbytes, extra)
     programs = task_chains(tds, per, bars, f"{stage.name}{op.n}", lim)
     return LoweredEltwise(op, stage, block, width, rows, rem, tiles, per, programs, nbytes, kernel_bytes)

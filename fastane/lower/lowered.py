@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import lut as _lut
 from ..m1 import LUT_BLOCK, KernelLayout
 from ..operands import fp16_operand
 from ..td import Program
@@ -31,8 +30,8 @@ __all__ = [
 ]
 
 #: BAR slots of a lowered program (SPEC 6's convention: 0 TDs, 1 kernel, 4.. outputs, then
-#: inputs; 3 an elementwise program's intermediate tensor, silu's sigmoid, as in Apple's
-#: activation/silu.bin)
+#: inputs; 3 an elementwise program's intermediate tensor, silu's sigmoid (hard_swish's
+#: gate), as in Apple's activation/silu.bin)
 SLOT_TD, SLOT_KERNEL, SLOT_INTERMEDIATE, SLOT_OUTPUT, SLOT_INPUT = 0, 1, 3, 4, 5
 
 
@@ -98,8 +97,8 @@ class Lowered(Programs):
 
     @property
     def n_tasks(self) -> int:
-        """TDs of the program(s): one per row of ``tasks``, plus the planar chain after each
-        (sigmoid, silu)."""
+        """TDs of the program(s): one per row of ``tasks``, plus the chain after each
+        (sigmoid, silu, hard_swish)."""
         return len(self.tasks) * self.tds_per_task
 
     @property
@@ -109,8 +108,8 @@ class Lowered(Programs):
 
     @property
     def lut_offset(self) -> int:
-        """Where silu's separate LUT task finds its block in the kernel slot (after every
-        kernel group)."""
+        """Where the separate LUT task of silu or hard_swish finds its gate's block in the
+        kernel slot (after every kernel group)."""
         return self.groups[-1].offset + self.groups[-1].layout.nbytes if self.groups else 0
 
     def buffer_sizes(self) -> dict:
@@ -237,9 +236,9 @@ class Lowered(Programs):
             if block is not None:
                 off = base + (lay.wbytes + lay.bbytes) // 2
                 k16[off : off + LUT_BLOCK // 2] = block
-        if self.stage.post == "silu":  # the table of the elementwise LUT task
+        if self.stage.gate is not None:  # the table of the elementwise LUT task
             off = self.lut_offset // 2
-            k16[off : off + LUT_BLOCK // 2] = np.frombuffer(_lut.get_block("sigmoid").to_bytes(), np.float16)
+            k16[off : off + LUT_BLOCK // 2] = np.frombuffer(self.stage.gate.to_bytes(), np.float16)
 
     def pack_lut(self, raw: np.ndarray) -> None:
         """Write only the LUT blocks (where :meth:`pack` puts them): a stats-only run
@@ -250,9 +249,9 @@ class Lowered(Programs):
             for g in self.groups:
                 off = g.offset // 2 + (g.layout.wbytes + g.layout.bbytes) // 2
                 k16[off : off + LUT_BLOCK // 2] = block
-        if self.stage.post == "silu":
+        if self.stage.gate is not None:
             off = self.lut_offset // 2
-            k16[off : off + LUT_BLOCK // 2] = np.frombuffer(_lut.get_block("sigmoid").to_bytes(), np.float16)
+            k16[off : off + LUT_BLOCK // 2] = np.frombuffer(self.stage.gate.to_bytes(), np.float16)
 
 
 @dataclass(eq=False)
@@ -292,7 +291,7 @@ class LoweredEltwise(Programs):
 
     def buffer_sizes(self) -> dict:
         sizes = {SLOT_INPUT: self.nbytes, SLOT_OUTPUT: self.nbytes, SLOT_KERNEL: self.kernel_bytes}
-        if self.stage.post == "silu":
+        if self.stage.gate is not None:
             sizes[SLOT_INTERMEDIATE] = self.nbytes
         return sizes
 

@@ -52,10 +52,16 @@ class NEStage:
     nonlinear: str = "identity"
     block: object = None
     post_scale: float = 1.0
-    #: the tasks after the NE stage (:data:`MULTI_STAGE`): None, "sigmoid" (a planar task
-    #: adding 0.5 to the LUT's output) or "silu" (the NE stage only adds the bias; then an
-    #: elementwise LUT task, the planar +0.5 and a planar multiply by the NE stage's output)
+    #: the activation whose tasks follow the NE stage (:data:`MULTI_STAGE`), else None:
+    #: "sigmoid" (a planar task adding ``offset`` to the LUT's output), "silu" and
+    #: "hard_swish" (the NE stage only adds the bias; then an elementwise LUT task with the
+    #: ``gate`` block, silu's planar +0.5, and a planar multiply by the NE stage's output)
     post: str | None = None
+    #: the block of the elementwise LUT task on the NE stage's output ``z`` that a planar
+    #: multiply by ``z`` follows (silu: sigmoid's; hard_swish: its hard-sigmoid block)
+    gate: object = None
+    #: the offset a planar task adds to the table's output (sigmoid, silu: 0.5); 0: none
+    offset: float = 0.0
 
     @property
     def lut(self) -> bool:
@@ -64,13 +70,14 @@ class NEStage:
     @property
     def out_tiles(self) -> int:
         """Output-sized tensors a task's chain holds in L2 at once (the kept intermediates
-        and the result on its way out)."""
-        return {None: 1, "sigmoid": 2, "silu": 4}[self.post]
+        and the result on its way out): one a task of the chain, and the NE stage's."""
+        return 1 + self.post_tasks
 
     @property
     def post_tasks(self) -> int:
-        """TDs after each NE-stage task."""
-        return {None: 0, "sigmoid": 1, "silu": 3}[self.post]
+        """TDs after each NE-stage task: the planar +offset, and a gate's LUT task and
+        multiply (sigmoid 1, silu 3, hard_swish 2)."""
+        return (self.offset != 0.0) + 2 * (self.gate is not None)
 
 
 #: activations that are one NE stage with a table: name -> (LUT table, PostScale); "relu"
@@ -79,7 +86,8 @@ SINGLE_STAGE = {
     a.name: (a.table, a.scale) for a in ACTIVATIONS.values() if a.single_stage and a.nonlinear == "lut"
 }
 #: activations Apple's programs finish on the planar engine (corpus unary/sigmoid.bin,
-#: activation/silu.bin): name -> the chain the lowering emits after the NE stage
+#: activation/silu.bin; hard_swish as silu's chain): name -> the chain the lowering emits
+#: after the NE stage
 MULTI_STAGE = {a.name: a.chain for a in ACTIVATIONS.values() if not a.single_stage}
 
 
@@ -89,8 +97,8 @@ _IDENTITY = NEStage("identity")
 
 def ne_stage(activation) -> NEStage:
     """The :class:`NEStage` of ``activation``: None, ``"relu"``, a single-stage LUT
-    activation of :mod:`fastane.activations` (:data:`SINGLE_STAGE`), ``"sigmoid"`` or
-    ``"silu"`` (an NE stage followed by planar tasks, :data:`MULTI_STAGE`), or a
+    activation of :mod:`fastane.activations` (:data:`SINGLE_STAGE`), ``"sigmoid"``,
+    ``"silu"`` or ``"hard_swish"`` (an NE stage followed by tasks, :data:`MULTI_STAGE`), or a
     :class:`fastane.lut.CoeffBlock` (a table of your own)."""
     if activation is None:
         return _IDENTITY
@@ -103,7 +111,10 @@ def ne_stage(activation) -> NEStage:
     rec = ACTIVATIONS.get(activation)
     if rec is not None:
         block = _lut.get_block(rec.table) if rec.nonlinear == "lut" else None
-        return NEStage(rec.name, rec.nonlinear, block, rec.scale, post=None if rec.single_stage else rec.name)
+        if rec.single_stage:
+            return NEStage(rec.name, rec.nonlinear, block, rec.scale)
+        gate = _lut.get_block(rec.table) if rec.nonlinear == "identity" else None
+        return NEStage(rec.name, rec.nonlinear, block, rec.scale, rec.name, gate, rec.offset)
     known = ", ".join(["None", "'relu'"] + [repr(k) for k in (*SINGLE_STAGE, *MULTI_STAGE)])
     raise ValueError(
         f"unknown activation {activation!r}; fused activations: {known} (or a fastane.lut.CoeffBlock)"

@@ -162,9 +162,9 @@ def _cost(c: Conv, cout_t: int, groups_t: int, th: int, tw: int, stage: NEStage,
         lay = kernel_layout(ct, per, c.bias, stage.lut, pre)
         total += count * (ntiles * sum(lay.sizes) + cit * src_tile + ct * dst_tile)
         tasks += count * ntiles
-    # the planar tasks after each NE stage (intermediates stay in L2): their TDs, and
-    # silu's LUT block loaded once more per task
-    total += tasks * (stage.post_tasks * TD_SIZE + (LUT_BLOCK if stage.post == "silu" else 0))
+    # the tasks after each NE stage (intermediates stay in L2): their TDs, and the gate's
+    # LUT block (silu, hard_swish) loaded once more per task
+    total += tasks * (stage.post_tasks * TD_SIZE + (LUT_BLOCK if stage.gate is not None else 0))
     return total + tasks * TD_SIZE, tasks
 
 

@@ -13,7 +13,8 @@ import fastane
 from fastane import LUTRangeError, LUTRangeWarning, lut
 from fastane import activations as act
 from tests.helpers.device import ACTIVATIONS, bits as _bits
-from tests.helpers.lut_bounds import BOUNDS, elu_bound
+from tests.helpers.activations import ref_hard_sigmoid
+from tests.helpers.lut_bounds import BOUNDS, elu_bound, hard_sigmoid_bound
 from tests.helpers.lut_reference import bits_to_float, ref_lut, round_fraction
 
 UNARY = ACTIVATIONS
@@ -82,6 +83,13 @@ def test_bad_inputs():
     for alpha in (65520.0, 1e6, -float("inf")):
         with pytest.raises(ValueError, match="finite in fp16"):
             act.elu([0.0], alpha=alpha)
+    with pytest.raises(TypeError, match="beta"):
+        act.hard_sigmoid([0.0], beta=None)
+    with pytest.raises(ValueError, match="NaN"):
+        act.hard_sigmoid([0.0], alpha=float("nan"))
+    for alpha, beta in ((65520.0, 0.5), (0.2, -1e6), (float("inf"), 0.0)):
+        with pytest.raises(ValueError, match="finite in fp16"):
+            act.hard_sigmoid([0.0], alpha, beta)
 
 
 # ----------------------------------------------------------------------------- values
@@ -163,6 +171,7 @@ def test_composite_chains_match_reference():
         "leaky_relu",
         "elu",
         "erf",
+        "hard_sigmoid",
     ],
 )
 def test_single_table_functions_match_reference(name):
@@ -226,6 +235,53 @@ def test_erf_on_any_input_equals_the_reference(xbs):
     fin = np.isfinite(x)
     err = np.abs(y.astype(np.float64)[fin] - np.vectorize(math.erf, otypes=[float])(x[fin]))
     assert (err <= BOUNDS["erf"][3]).all()
+
+
+def test_hard_sigmoid_and_hard_swish_on_every_fp16_pattern_equal_the_reference():
+    """All 65536 inputs: hard_sigmoid (ONNX's defaults) is the Fraction evaluation of its
+    block; hard_swish is ``round_fp16(x * g)``, g that evaluation of its gate's block (the
+    hard-sigmoid block, 1/6, 1/2), with IEEE's zero sign and ``inf * 0 = NaN``; two tasks."""
+    x = ALL_PATTERNS.view(np.float16)
+    _equals_reference(act.hard_sigmoid(x), lut.get_block("hard_sigmoid").to_words(), ALL_PATTERNS)
+    y = act.hard_swish(x)
+    assert act.last_stats().tasks == 2
+    gate = lut.get_block("hard_swish").to_words()
+    for got, xb in zip(_bits(y).tolist(), ALL_PATTERNS.tolist()):
+        xv, g = bits_to_float(xb), bits_to_float(ref_lut(gate, xb)[0])
+        if math.isnan(xv) or (math.isinf(xv) and g == 0):
+            assert np.isnan(np.uint16(got).view(np.float16)), hex(xb)
+            continue
+        want = xb if math.isinf(xv) else round_fraction(Fraction(xv) * Fraction(g))
+        want = 0x8000 if want == 0 and xb & 0x8000 else want  # x * (+0 or more) keeps x's sign at 0
+        assert got == want, (hex(xb), hex(got), hex(want))
+
+
+#: alphas and betas fp16 holds, and the edge cases: zero slopes, a subnormal slope, steps
+#: over [0, 1] between two fp16 inputs
+_PARAMS = st.floats(-65504.0, 65504.0, allow_nan=False) | st.sampled_from(
+    [0.0, -0.0, 0.2, 0.5, 1 / 6, 2.0**-24, 1e-7, 65504.0, 60000.0, -65504.0]
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(alpha=_PARAMS, beta=_PARAMS, xbs=_F16_PATTERNS)
+def test_hard_sigmoid_with_any_parameters_is_the_clamp(alpha, beta, xbs):
+    """Hypothesis: hard_sigmoid with any alpha, beta fp16 holds, on any fp16 inputs and where
+    its block decides (its range's ends and their neighbours), is the reference evaluation
+    of ``hard_sigmoid_block(alpha, beta)`` and ``round_fp16(clamp(alpha16 x + beta16, 0, 1))``
+    in exact rationals, within :func:`~tests.helpers.lut_bounds.hard_sigmoid_bound` of the
+    clamp with the parameters themselves."""
+    words = lut.hard_sigmoid_block(alpha, beta).to_words()
+    ends = [b for v in words[:2].view(np.float16) if np.isfinite(v) for b in (int(v.view(np.uint16)),)]
+    near = [(b + d) & 0xFFFF for b in ends for d in (-1, 0, 1)]
+    pats = np.array(xbs + near + [0, 0x8000, 0x7C00, 0xFC00], np.uint16)
+    y = act.hard_sigmoid(pats.view(np.float16), alpha=alpha, beta=beta)
+    _equals_reference(y, words, pats.tolist())
+    assert _bits(y).tolist() == [ref_hard_sigmoid(alpha, beta, int(b)) for b in pats]
+    x = pats.view(np.float16).astype(np.float64)
+    fin = np.isfinite(x)
+    ref = np.clip(alpha * x[fin] + beta, 0, 1)
+    assert (np.abs(y.astype(np.float64)[fin] - ref) <= hard_sigmoid_bound(alpha, beta)).all()
 
 
 # ----------------------------------------------------------------- stats and errstate

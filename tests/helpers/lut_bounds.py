@@ -49,6 +49,8 @@ BOUNDS = {
     "selu_pos": (act.selu, lambda x: _SC * x, lambda x: x > 0, None, 5.6e-4),
     "elu": (act.elu, lambda x: np.where(x > 0, x, np.expm1(x)), None, 7e-3, None),
     "erf": (act.erf, _erf, None, 2.4e-3, 6.1e-3),
+    "hard_sigmoid": (act.hard_sigmoid, lambda x: np.clip(0.2 * x + 0.5, 0, 1), None, 3e-4, None),
+    "hard_swish": (act.hard_swish, lambda x: x * np.clip(x / 6 + 0.5, 0, 1), None, 1.9e-3, None),
     "sign": (act.sign, np.sign, None, 0.0, 0.0),
     "relu_lut": (_blk("relu"), lambda x: np.maximum(x, 0), None, 0.0, 0.0),
     "step": (_blk("step"), lambda x: (x > 0).astype(float), None, 0.0, 0.0),
@@ -85,6 +87,18 @@ def elu_bound(alpha) -> float:
     0 above): the alpha = 1 bound scaled by ``|alpha16|``, plus ``2**-9 |alpha16|`` for the
     knot and output roundings (relative to their binade, which alpha moves)."""
     return abs(float(np.float16(alpha))) * (BOUNDS["elu"][3] + 2.0**-9)
+
+
+def hard_sigmoid_bound(alpha, beta) -> float:
+    """A bound of ``|hard_sigmoid(x, alpha, beta) - clamp(alpha x + beta, 0, 1)|`` over every
+    finite fp16 ``x``: the block computes ``clamp(a16 x + b16, 0, 1)`` rounded once (half an
+    ulp, at most ``2**-12`` below 1), and since the clamp is 1-Lipschitz the parameters'
+    roundings add ``|alpha - a16| |x| + |beta - b16|`` wherever one of the two lines is
+    inside [0, 1], ``|x| <= max(|beta|, |1 - beta|) / |alpha|`` (either's; 65504 at most),
+    and nothing beyond (both clamped to the same value)."""
+    a16, b16 = float(np.float16(alpha)), float(np.float16(beta))
+    reach = [max(abs(b), abs(1 - b)) / abs(a) if a else math.inf for a, b in ((alpha, beta), (a16, b16))]
+    return abs(alpha - a16) * min(max(reach), 65504.0) + abs(beta - b16) + 2.0**-12
 
 
 #: every finite fp16 value, as float16 and as float64

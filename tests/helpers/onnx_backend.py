@@ -25,6 +25,8 @@ OPS = {
     "Selu": r"test_selu(_example|_default)?",
     "Elu": r"test_elu(_example|_default)?",
     "Erf": r"test_erf",
+    "HardSigmoid": r"test_hardsigmoid(_example|_default)?",
+    "HardSwish": r"test_hardswish",
     "Clip": r"test_clip(_[a-z0-9_]+)?(?<!expanded)",
     "Sign": r"test_sign",
     "Softmax": r"test_softmax_[a-z0-9_]+(?<!expanded)(?<!ver18)",

@@ -1,5 +1,6 @@
 """Activations as elementwise programs on the device (fastane.lower.run_eltwise), and
-sigmoid/silu fused after convolutions as NE + planar tasks (docs/lower.md, section 7)."""
+sigmoid/silu/hard_swish fused after convolutions as NE + planar tasks (docs/lower.md,
+section 7)."""
 
 import dataclasses
 
@@ -46,13 +47,15 @@ def test_every_activation_equals_the_exact_reference(device, name):
         else:
             assert g == want, (name, hex(b), hex(g), hex(want))
     st = fastane.last_stats()
-    assert st.tasks == {"sigmoid": 2, "silu": 3}.get(name, 1) and device.stats.tasks == st.tasks
+    assert (
+        st.tasks == {"sigmoid": 2, "silu": 3, "hard_swish": 2}.get(name, 1) and device.stats.tasks == st.tasks
+    )
 
 
 def kernel_oracle(name, x16):
     """What fastane.activations computed before it ran on the device: the NE kernel called
-    directly (fastane.lut.ne_post), then sigmoid's/silu's planar chain in numpy, with
-    every NaN canonical.  Also the LUT range counts."""
+    directly (fastane.lut.ne_post), then the planar chain of sigmoid/silu/hard_swish in
+    numpy, with every NaN canonical.  Also the LUT range counts."""
     nl, table, scale = NE_STAGE.get(name, (2, name, 1.0))
     counts = np.zeros(2, np.int64)
     r = lut.ne_post(
@@ -66,7 +69,7 @@ def kernel_oracle(name, x16):
     with np.errstate(all="ignore"):
         if name in ("sigmoid", "silu"):
             r = (r.astype(np.float64) + 0.5).astype(F16)
-        if name == "silu":
+        if name in ("silu", "hard_swish"):
             r = (x16.astype(np.float64) * r.astype(np.float64)).astype(F16)
     out = bits(r).copy()
     out[np.isnan(r)] = QNAN
@@ -87,7 +90,7 @@ def test_every_activation_on_every_fp16_pattern(device):
         assert (st.lut_underflow, st.lut_overflow) == counts, name
 
 
-@pytest.mark.parametrize("name", ["tanh", "sigmoid", "silu", "exp", "relu"])
+@pytest.mark.parametrize("name", ["tanh", "sigmoid", "silu", "exp", "relu", "hard_swish"])
 def test_tiles_rows_and_remainders_are_bit_identical(name):
     """Several tiles, balanced rows and a remainder row (small L2), and a large tensor
     through the public API (several 16384-wide tiles), equal the one-tile result."""
@@ -158,6 +161,34 @@ def test_programs_follow_apples_elementwise_programs(tmp_path, capsys):
     assert low.bars[lower.lowered.SLOT_INTERMEDIATE].role == "intermediate"
 
 
+def test_the_hard_swish_program_is_silus_without_the_half():
+    """hard_swish: the NE task with the hard-sigmoid block writes the gate to the
+    intermediate slot (3); the planar multiply (0x80004) reads x (5) and the gate (3)
+    through TileDMA and writes the output (4), as silu's last task does."""
+    low = lower.build(Eltwise(1000, "hard_swish"))
+    silu = lower.build(Eltwise(1000, "silu")).program.tds
+    assert low.n_tasks == len(low.program.tds) == 2
+    ne, mul = (planarmod.registers(t) for t in low.program.tds)
+    assert (
+        ne["NE.MACCfg.KernelMode"],
+        ne["NE.MACCfg.NonlinearMode"],
+        ne["KernelDMASrc.CoeffDMAConfig[0].En"],
+    ) == (
+        1,
+        2,
+        1,
+    )
+    assert (ne["Header.RBase0"], ne["Header.WBE"], ne["Header.WBase"]) == (5, 1, 3)
+    assert planarmod.config(mul, "TD 1").name == "mul"
+    same = lambda regs: {k: v for k, v in regs.items() if "Base" not in k and k != "Header.TID"}  # noqa: E731
+    assert same(mul) == same(planarmod.registers(silu[2]))
+    assert (mul["Header.RBase0"], mul["Header.RBase1"], mul["Header.WBase"]) == (5, 3, 4)
+    assert (
+        low.block == lut.get_block("hard_swish")
+        and low.bars[lower.lowered.SLOT_INTERMEDIATE].role == "intermediate"
+    )
+
+
 def test_the_silu_program_matches_apples(corpus):
     """fastane's silu program for Apple's kernel shape has the register values that define
     the computation of activation/silu.bin, TD for TD; and Apple's program, run on the
@@ -209,6 +240,7 @@ def test_stats_are_what_the_dma_registers_imply(device):
         "tanh": (1, 0x80, 2048, 2048, 0),
         "sigmoid": (2, 0x80, 2048, 2048, 1000),  # TD1 reads the L2
         "silu": (3, 0x80, 2048 + 2 * 2048, 2048 + 2048, 2000),  # TD2 reads x and the sigmoid
+        "hard_swish": (2, 0x80, 2048 + 2 * 2048, 2048 + 2048, 1000),  # TD1 reads x and the gate
     }
     for name, (tasks, kern, src, dst, pops) in want.items():
         getattr(fastane, name)(x)
@@ -273,7 +305,7 @@ def _fused_want(z, act):
         return getattr(activations, act)(z)
 
 
-@pytest.mark.parametrize("act", ["sigmoid", "silu"])
+@pytest.mark.parametrize("act", ["sigmoid", "silu", "hard_swish"])
 def test_conv_linear_matmul_with_sigmoid_and_silu(act):
     """readout -> + bias (fp16) -> the activation as fastane.activations computes it."""
     rng = np.random.default_rng(len(act))
@@ -285,7 +317,7 @@ def test_conv_linear_matmul_with_sigmoid_and_silu(act):
     st = fastane.last_stats()
     z = (ref_conv2d(x, w, padding=1).astype(np.float64) + b[None, :, None, None]).astype(F16)
     assert np.array_equal(bits(y), bits(_fused_want(z, act)))
-    per = {"sigmoid": 2, "silu": 4}[act]
+    per = {"sigmoid": 2, "silu": 4, "hard_swish": 3}[act]
     assert st.tasks == 2 * per and st.planar_ops == 2 * 40 * 7 * 5 * (per // 2)
     # tiled: kernel groups and row tiles, each followed by its planar chain
     y2, st2, low = lower.run_conv(x, w, b, pad=((1, 1), (1, 1)), activation=act, limits=SMALL)
@@ -356,3 +388,29 @@ def test_fused_chain_registers_and_stats(capsys, tmp_path):
     assert main(["disasm", str(path)]) == 0
     out = capsys.readouterr().out
     assert out.count("\nTD ") == 4 and "ResultType=3" in out and "Word[0]=0x80004" in out
+
+
+def test_fused_hard_swish_chain_registers():
+    """After the convolution (bias only, z kept in L2): the elementwise NE task with the gate's
+    block on z, then the planar multiply of z by the gate to the output; the gate's block
+    after the kernel groups."""
+    low = lower.build(Conv(1, 8, 6, 6, 20, 3, 3, pad=((1, 1), (1, 1)), bias=True, activation="hard_swish"))
+    tds = [planarmod.registers(t) for t in low.program.tds]
+    assert len(tds) == 3 and low.tds_per_task == 3
+    conv, ne, mul = tds
+    assert (conv["NE.MACCfg.NonlinearMode"], conv["L2.ResultCfg.ResultType"], conv["Header.WBE"]) == (0, 3, 0)
+    assert (ne["NE.MACCfg.KernelMode"], ne["NE.MACCfg.NonlinearMode"], ne["L2.SourceBase.Addr"]) == (
+        1,
+        2,
+        conv["L2.ResultBase.Addr"],
+    )
+    assert ne["KernelDMASrc.CoeffBaseAddr[0].Addr"] * 64 == low.lut_offset
+    assert planarmod.config(mul, "m").name == "mul"
+    assert (mul["L2.SourceBase.Addr"], mul["L2.Source1Base.Addr"]) == (
+        conv["L2.ResultBase.Addr"],
+        ne["L2.ResultBase.Addr"],
+    )
+    assert (mul["Header.RBE0"], mul["Header.RBE1"], mul["Header.WBase"]) == (0, 0, lower.lowered.SLOT_OUTPUT)
+    raw = np.zeros(low.kernel_bytes, np.uint8)
+    low.pack(raw, np.zeros((20, 8, 3, 3), F16), np.zeros(20, F16))
+    assert raw[low.lut_offset : low.lut_offset + 0x80].tobytes() == lut.get_block("hard_swish").to_bytes()

@@ -985,6 +985,67 @@ def test_elu_and_erf_on_the_ne_tables(tmp_path):
         assert p.unit == "ane" and "fastane runs it on the host" not in p.reason
 
 
+def test_sigmoid_hard_and_coremltools_hardswish_on_the_ane(tmp_path):
+    """MIL sigmoid_hard (its alpha, beta) on fastane's hard-sigmoid block, and the form
+    coremltools' torch frontend writes for hardswish -- ``w = thresholded_relu(x, -3)``,
+    ``mul(w, sigmoid_hard(w, 1/6, 1/2))`` (apple/coremltools@e0e2f42
+    coremltools/converters/mil/frontend/torch/ops.py ``hardswish``) -- whose sigmoid_hard and
+    mul run as hard_swish; the thresholded relu is its greater/where composition (host).
+    Bit for bit fastane.hard_sigmoid / hard_swish; Core ML's estimate keeps the ANE layers on
+    the ANE, now without the note that fastane runs them on the host."""
+    from fastane.model.placement.predict import predict
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(4, 8))], opset_version=ct.target.iOS17)
+    def prog(x):
+        h = mb.sigmoid_hard(x=x, alpha=0.3, beta=0.4)
+        w = mb.thresholded_relu(x=h, alpha=-3.0)
+        return mb.mul(x=w, y=mb.sigmoid_hard(x=w, alpha=1.0 / 6, beta=0.5))
+
+    m = fastane.load_model(_save(prog, tmp_path / "hs.mlpackage", ct.target.iOS17))
+    x = RNG.uniform(-10, 10, (4, 8)).astype(np.float16).astype(np.float32)
+    rep = m.report(x)
+    assert [(r.layer.op, r.placement, r.layer.call) for r in rep.layers if r.layer.op != "cast"] == [
+        ("sigmoid_hard", "ane", "hard_sigmoid"),
+        ("thresholded_relu", "host", ""),
+        ("thresholded_relu", "host", ""),
+        ("sigmoid_hard+mul", "ane", "hard_swish"),
+    ]
+    assert all("table (no Apple block in the corpus" in rep.layers[i].layer.reason for i in (0, 3))
+    h = fastane.hard_sigmoid(x, 0.3, 0.4)
+    want = fastane.hard_swish(np.where(h > -3, h, 0))
+    np.testing.assert_array_equal(
+        np.asarray(list(m(x).values())[0], np.float16).view(np.uint16), want.view(np.uint16)
+    )
+    bound, layers = m.bind({"x": (4, 8)})
+    for lay, p in zip(layers, predict(layers, bound, "CPU_AND_NE")):
+        if lay.placement == "ane":
+            assert p.unit == "ane" and "fastane runs it on the host" not in p.reason
+
+
+def test_neural_network_sigmoid_hard(tmp_path):
+    """A NeuralNetwork's SIGMOID_HARD activation (alpha, beta) imports as hard_sigmoid and
+    runs on its block."""
+    from coremltools.models import datatypes
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+
+    b = NeuralNetworkBuilder([("x", datatypes.Array(3, 4, 4))], [("y", None)])
+    b.add_activation("hs", "SIGMOID_HARD", "x", "y", params=[0.25, 0.375])
+    p = tmp_path / "hs.mlmodel"
+    ct.models.MLModel(b.spec, skip_model_load=True).save(str(p))
+    m = fastane.load_model(str(p))
+    x = RNG.uniform(-6, 6, (3, 4, 4)).astype(np.float16).astype(np.float32)
+    (layer,) = [r for r in m.report(x).layers if r.placement == "ane"]
+    assert (layer.layer.nodes[0].op, layer.placement, layer.layer.call) == (
+        "hard_sigmoid",
+        "ane",
+        "hard_sigmoid",
+    )
+    np.testing.assert_array_equal(
+        np.asarray(m(x)["y"], np.float16).view(np.uint16),
+        fastane.hard_sigmoid(x, 0.25, 0.375).view(np.uint16),
+    )
+
+
 @pytest.mark.parametrize("mode", ["linear", "linear_symmetric", "linear_lut"])
 def test_neural_network_quantized_weights(tmp_path, mode):
     """Weights quantized by coremltools (8-bit per-channel linear, 4-bit table) decode to

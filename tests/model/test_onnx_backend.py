@@ -40,7 +40,7 @@ import onnx.backend.test  # noqa: E402
 import fastane  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
 
-from tests.helpers.lut_bounds import BOUNDS, elu_bound  # noqa: E402  (the table bounds, measured once)
+from tests.helpers.lut_bounds import BOUNDS, elu_bound, hard_sigmoid_bound  # noqa: E402  (the table bounds, measured once)
 from tests.helpers import row_bounds  # noqa: E402  (the row operations' chain bounds)
 from tests.helpers.onnx_backend import OPS  # noqa: E402  (the node tests selected)
 from fastane.lower.binary import COMPOSED  # noqa: E402
@@ -132,13 +132,15 @@ def _table_bound(layer, ref):
         "erf": "erf",
     }.get(node.op)
     a = np.abs(ref)
-    if layer.call == "silu":
-        name = "silu"
+    if layer.call in ("silu", "hard_swish"):
+        name = layer.call
     if node.op == "div":  # round16(a * r), r = recip(b) (1 + e), |e| <= the table's bound
         r = BOUNDS["reciprocal"][4]
         return (r + 2.0**-11 + r * 2.0**-11) * a
     if node.op == "selu":
         return BOUNDS["selu_neg"][3] + BOUNDS["selu_pos"][4] * a
+    if node.op == "hard_sigmoid":  # the parameters' fp16 roundings and the one rounding
+        return hard_sigmoid_bound(float(node.attrs.get("alpha", 0.2)), float(node.attrs.get("beta", 0.5)))
     if node.op == "elu":  # the block's bound for alpha16, and alpha rounded to fp16 (|expm1| <= 1)
         alpha = float(node.attrs.get("alpha", 1.0))
         return elu_bound(alpha) + abs(alpha - float(np.float16(alpha)))

@@ -131,9 +131,15 @@ _unary(
     lambda n, x: np.clip(
         np.float32(n.attrs.get("alpha", 0.2)) * x + np.float32(n.attrs.get("beta", 0.5)), 0, 1
     ),
+    ane="activation",
     onnx=[OnnxName("HardSigmoid", take(alpha=0.2, beta=0.5))],
 )
-_unary("hard_swish", lambda n, x: x * np.clip(x / np.float32(6) + np.float32(0.5), 0, 1), onnx=["HardSwish"])
+_unary(
+    "hard_swish",
+    lambda n, x: x * np.clip(x / np.float32(6) + np.float32(0.5), 0, 1),
+    ane="activation",
+    onnx=["HardSwish"],
+)
 _unary("softplus", lambda n, x: np.logaddexp(np.float32(0), x), ane="composed", onnx=["Softplus"])
 _unary(
     "identity",

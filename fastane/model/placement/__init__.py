@@ -3,7 +3,7 @@
 - :mod:`.place`: :func:`place` walks the graph and groups nodes into :class:`Layer` s: each
   node's op record names its placement family (``OpDef.ane``), whose rule in
   :data:`~.place.RULES` places it (or the node runs on the host with the rule's reason);
-- :mod:`.eltwise`: the rules for activations (and silu), the planar binary and unary
+- :mod:`.eltwise`: the rules for activations (and silu, hard_swish), the planar binary and unary
   operations and division;
 - :mod:`.rules`: the rules for convolutions, transposed convolutions, Gemm and MatMul;
 - :mod:`.context`: :class:`~.context.Context`, what the placer hands each rule (the bound

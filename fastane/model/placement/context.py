@@ -107,32 +107,38 @@ class Context:
         return layer
 
     def fuse_activation(self, node: Node):
-        """The activation node after ``node`` that can run in its NE stage, or the silu
-        pattern; ``(nodes, fused)`` with ``fused`` the ``activation=`` argument of the MAC
-        entry points; ``([], None)`` if none."""
+        """The activation node after ``node`` that can run in its NE stage, or the silu or
+        hard_swish pattern; ``(nodes, fused)`` with ``fused`` the ``activation=`` argument
+        of the MAC entry points; ``([], None)`` if none."""
         out = node.outputs[0]
         nxt = self.only(out)
         if nxt is not None and OPS[nxt.op].kind != "layout":
             fused, _ = activation_rule(nxt, self.bound)
             if fused is not None:
                 return [nxt], fused
-        silu = self.silu(out)
-        if silu:
-            return silu, "silu"
-        return [], None
+        nodes, name = self.gated(out)
+        return (nodes, name) if nodes else ([], None)
 
-    def silu(self, x: str):
-        """``[sigmoid, mul]`` when ``x`` feeds exactly ``x * sigmoid(x)``, else None."""
+    def gated(self, x: str):
+        """``([gate, mul], name)`` when ``x`` feeds exactly ``x * gate(x)``: a sigmoid
+        (``"silu"``) or a hard sigmoid whose parameters round to hard_swish's (1/6, 1/2) in
+        fp16, the gate's block (``"hard_swish"``, as an exporter writes HardSwish before
+        opset 14 and coremltools' torch frontend writes hardswish); else ``([], None)``."""
         c = self._consumers.get(x, [])
         if len(c) != 2 or x in self._outputs:
-            return None
-        sig = next((n for n in c if n.op == "sigmoid"), None)
+            return [], None
+        gate = next((n for n in c if n.op in ("sigmoid", "hard_sigmoid")), None)
         mul = next((n for n in c if n.op == "mul"), None)
-        if sig is None or mul is None or self.only(sig.outputs[0]) is not mul:
-            return None
-        if sorted(mul.inputs) != sorted([x, sig.outputs[0]]):
-            return None
-        return [sig, mul]
+        if gate is None or mul is None or self.only(gate.outputs[0]) is not mul:
+            return [], None
+        if sorted(mul.inputs) != sorted([x, gate.outputs[0]]):
+            return [], None
+        if gate.op == "sigmoid":
+            return [gate, mul], "silu"
+        a = gate.attrs
+        with np.errstate(over="ignore"):
+            params = (np.float16(a.get("alpha", 0.2)), np.float16(a.get("beta", 0.5)))
+        return ([gate, mul], "hard_swish") if params == (np.float16(1 / 6), np.float16(0.5)) else ([], None)
 
 
 def _compressed(bound: Bound) -> tuple:

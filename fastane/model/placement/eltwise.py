@@ -1,6 +1,6 @@
-"""The elementwise placement rules: activations (and the silu pattern) on the NE's table
-blocks, the planar engine's binary and unary operations, division (the reciprocal
-table, then a planar multiply), and the compositions of tables and planar tasks (log,
+"""The elementwise placement rules: activations (and the silu and hard_swish patterns) on
+the NE's table blocks, the planar engine's binary and unary operations, division (the
+reciprocal table, then a planar multiply), and the compositions of tables and planar tasks (log,
 softplus: :data:`fastane.lower.binary.COMPOSED`).  Each is ``rule(node, ctx) -> bool | str`` on the
 :class:`~.context.Context` (see :data:`fastane.model.placement.place.RULES`).
 
@@ -67,6 +67,10 @@ def activation_rule(node: Node, bound: Bound):
         return _prelu(node, bound)
     if op == "elu":
         return _elu(float(a.get("alpha", 1.0)))
+    if op == "hard_sigmoid":
+        return _hard_sigmoid(float(a.get("alpha", 0.2)), float(a.get("beta", 0.5)))
+    if op == "hard_swish":  # silu's chain with the hard-sigmoid block (1/6, 1/2)
+        return "hard_swish", _activations.hard_swish
     if op == "selu":
         al, ga = float(a.get("alpha", _SELU[0])), float(a.get("gamma", _SELU[1]))
         if np.float32(al) != np.float32(_SELU[0]) or np.float32(ga) != np.float32(_SELU[1]):
@@ -85,13 +89,31 @@ def _leaky(s: float, what: str):
     return blk, lambda x: _activations.leaky_relu(x, s)
 
 
+def _fp16_holds(*values) -> bool:
+    """Whether every value is finite once rounded to fp16 (a block's coefficient)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return all(np.isfinite(np.float16(v)) for v in values)
+
+
 def _elu(alpha: float):
     """ELU's block with ``alpha`` (rounded to fp16, as the block holds it)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        if not np.isfinite(np.float16(alpha)):
-            return None, f"Elu alpha {alpha} is not finite in fp16: the ANE's elu block cannot hold it"
+    if not _fp16_holds(alpha):
+        return None, f"Elu alpha {alpha} is not finite in fp16: the ANE's elu block cannot hold it"
     blk = "elu" if np.float32(alpha) == np.float32(1.0) else _lut.elu_block(alpha)
     return blk, lambda x: _activations.elu(x, alpha)
+
+
+def _hard_sigmoid(alpha: float, beta: float):
+    """The hard-sigmoid block with ``alpha``, ``beta`` (rounded to fp16, as the block holds
+    them; the registry's block for ONNX's defaults)."""
+    if not _fp16_holds(alpha, beta):
+        return None, (
+            f"HardSigmoid alpha {alpha}, beta {beta}: not finite in fp16, the ANE's hard-sigmoid "
+            "block cannot hold them"
+        )
+    default = np.float32(alpha) == np.float32(0.2) and np.float32(beta) == np.float32(0.5)
+    blk = "hard_sigmoid" if default else _lut.hard_sigmoid_block(alpha, beta)
+    return blk, lambda x: _activations.hard_sigmoid(x, alpha, beta)
 
 
 def _prelu(node: Node, bound: Bound):
@@ -133,12 +155,16 @@ def const_scalar(consts, node, i):
 
 
 def activation(node: Node, ctx):
-    """An activation on its NE block, or ``x * sigmoid(x)`` as silu; else the reason."""
+    """An activation on its NE block, or ``x * sigmoid(x)`` as silu and ``x *
+    hard_sigmoid(x)`` (1/6, 1/2) as hard_swish; else the reason."""
     types = ctx.bound.types
     shape = types[node.inputs[0]].shape
-    if node.op == "sigmoid" and (nodes := ctx.silu(node.inputs[0])) and nodes[0] is node:
-        run = lambda xs: [_activations.silu(xs[0])]  # noqa: E731
-        ctx.add(nodes, "ane", "", "table", run, "silu", lambda: _plan.eltwise(shape, "silu"))
+    nodes, name = ctx.gated(node.inputs[0])
+    if nodes and nodes[0] is node:
+        fn = getattr(_activations, name)
+        run = lambda xs: [fn(xs[0])]  # noqa: E731
+        note = _own_table(name)
+        ctx.add(nodes, "ane", note, "table", run, name, lambda: _plan.eltwise(shape, name))
         return True
     fused, fn = activation_rule(node, ctx.bound)
     if fused is None:

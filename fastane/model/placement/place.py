@@ -9,7 +9,8 @@ As Core ML partitions a model, fastane groups the graph into *layers*:
   does them: a BatchNormalization after a convolution is folded into its weights and bias
   at compile time (SPEC 3, :func:`fastane.lut.fold_affine`: rounded once to fp16); an
   activation that is the only consumer of a conv/Gemm/MatMul runs in the NE stage of the
-  same tasks (``activation=``); ``x * sigmoid(x)`` is silu.
+  same tasks (``activation=``); ``x * sigmoid(x)`` is silu, ``x * hard_sigmoid(x)`` with
+  hard_swish's parameters (1/6, 1/2) is hard_swish.
 * **layout**: data movement with no arithmetic (Reshape, Transpose, Concat, Slice, ...);
   fastane does it on the host (numpy), which changes no value.  Apple's compiler often
   expresses these as DMA strides; fastane does not lower them yet.

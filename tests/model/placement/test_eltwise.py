@@ -4,7 +4,9 @@ stage of a convolution, as LeakyRelu is); other slopes stay on the host with the
 An elementwise op of every family on integer tensors stays on the host, exactly.  Log and
 Softplus run on the ANE as their compositions of tables and planar tasks, and the fp16
 hunt finds softplus's overflow in a model.  Elu (any alpha fp16 holds) and a bare Erf run
-on fastane's own elu and erf tables, alone or fused into a convolution's NE stage."""
+on fastane's own elu and erf tables, alone or fused into a convolution's NE stage.
+HardSigmoid (any alpha, beta fp16 holds) runs on its one range-clamp block, HardSwish and
+``Mul(x, HardSigmoid(x))`` (1/6, 1/2) as silu's chain with that block, alone or fused."""
 
 import numpy as np
 import pytest
@@ -289,3 +291,122 @@ def test_a_bare_erf_beside_a_gelu_pattern():
     ]
     y = model({"x": X})["y"]
     assert np.array_equal(_bits(y), _bits(activations.erf(activations.gelu(X))))
+
+
+#: the weights of the convolutions below
+_W = np.random.default_rng(3).standard_normal((4, 4, 3, 3)).astype(np.float32) * 0.5
+_CONV = helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1])
+
+
+def test_conv_hard_swish_hard_sigmoid_and_the_mul_pattern_on_the_ane():
+    """Conv -> HardSwish -> HardSigmoid(0.3, 0.4) -> ``Mul(h, HardSigmoid(h))`` with
+    PyTorch's exported hard sigmoid (alpha 1/6 as float32, beta the default 0.5): the
+    convolution with HardSwish fused (it keeps z, the hard-sigmoid block, the planar
+    multiply), the HardSigmoid on its own block (one NE task), the pattern as hard_swish --
+    three ANE layers, bit for bit the Fraction reference of each step
+    (tests/helpers/activations.py) on the convolution's fp16 output."""
+    from tests.helpers.activations import ref_hard_sigmoid, ref_hard_swish
+
+    nodes = [
+        _CONV,
+        helper.make_node("HardSwish", ["c"], ["s"]),
+        helper.make_node("HardSigmoid", ["s"], ["h"], alpha=0.3, beta=0.4),
+        helper.make_node("HardSigmoid", ["h"], ["g"], alpha=1 / 6),
+        helper.make_node("Mul", ["h", "g"], ["y"]),
+    ]
+    model = _model(nodes, {"w": _W})
+    layers = model.placement({"x": X.shape})
+    assert [(lay.op, lay.placement, lay.call) for lay in layers] == [
+        ("Conv+HardSwish", "ane", "conv2d"),
+        ("HardSigmoid", "ane", "hard_sigmoid"),
+        ("HardSigmoid+Mul", "ane", "hard_swish"),
+    ]
+    assert layers[0].detail["activation"] == "hard_swish"
+    assert layers[1].reason.startswith("fastane's hard_sigmoid table (no Apple block in the corpus")
+    assert layers[2].reason.startswith("fastane's hard_swish table (no Apple block in the corpus")
+    y = model({"x": X})["y"]
+    conv = _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], {"w": _W})
+    z = np.asarray(conv({"x": X})["y"], np.float16).view(np.uint16).reshape(-1)
+    h = [ref_hard_sigmoid(0.3, 0.4, ref_hard_swish(int(b))) for b in z]
+    want = np.array([ref_hard_swish(b) for b in h], np.uint16).reshape(y.shape)
+    assert np.array_equal(_bits(y), want)
+    rep = model.report({"x": X})
+    assert all(r.placement == "ane" and r.error <= r.tolerance for r in rep.layers)
+
+
+@pytest.mark.parametrize(
+    "after, op",
+    [
+        ([helper.make_node("HardSwish", ["c"], ["y"])], "Conv+HardSwish"),
+        (
+            [
+                helper.make_node("HardSigmoid", ["c"], ["g"], alpha=1 / 6),
+                helper.make_node("Mul", ["g", "c"], ["y"]),
+            ],
+            "Conv+HardSigmoid+Mul",
+        ),
+    ],
+    ids=["HardSwish", "Mul-HardSigmoid"],
+)
+def test_the_fused_hard_swish_is_the_activation_on_the_convolutions_output(after, op):
+    fused = _model([_CONV, *after], {"w": _W})
+    plain = _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], {"w": _W})
+    (layer,) = fused.placement({"x": X.shape})
+    assert (layer.placement, layer.call, layer.op) == ("ane", "conv2d", op)
+    assert layer.detail["activation"] == "hard_swish"
+    y = fused({"x": X})["y"]
+    assert fastane.last_stats().tasks == 2 * 3  # two images, one tile each: conv, gate, multiply
+    want = activations.hard_swish(plain({"x": X})["y"].astype(np.float16))
+    assert np.array_equal(_bits(y), _bits(want))
+
+
+@pytest.mark.parametrize(
+    "node, table",
+    [
+        (helper.make_node("HardSigmoid", ["x"], ["y"]), lut.get_block("hard_sigmoid")),
+        (
+            helper.make_node("HardSigmoid", ["x"], ["y"], alpha=-0.7, beta=2.5),
+            lut.hard_sigmoid_block(-0.7, 2.5),
+        ),
+        (helper.make_node("HardSwish", ["x"], ["y"]), None),
+    ],
+    ids=["hard-sigmoid", "hard-sigmoid-negative", "hard-swish"],
+)
+def test_hard_sigmoid_and_hard_swish_alone(node, table):
+    """One NE task a tile (HardSigmoid), two (HardSwish: the gate, the multiply): bit for bit
+    the reference evaluation of the block, and of the chain."""
+    from fastane.model.placement import plan
+    from tests.helpers.activations import ref_hard_swish
+
+    model = _model([node])
+    (layer,) = model.placement({"x": X.shape})
+    name = "hard_sigmoid" if table is not None else "hard_swish"
+    assert (layer.placement, layer.kind, layer.call) == ("ane", "table", name)
+    x = _XS.reshape(X.shape).astype(np.float32)
+    y = model({"x": x})["y"]
+    if table is not None:
+        assert np.array_equal(_bits(y), _ref_bits(table, x))
+    else:
+        xb = np.asarray(x, np.float16).view(np.uint16).reshape(-1)
+        assert _bits(y).reshape(-1).tolist() == [ref_hard_swish(int(b)) for b in xb]
+    assert fastane.last_stats().tasks == plan.eltwise(X.shape, name).tasks
+
+
+def test_a_hard_sigmoid_beyond_fp16_stays_on_the_host():
+    model = _model([helper.make_node("HardSigmoid", ["x"], ["y"], beta=1e6)])
+    (layer,) = model.placement({"x": X.shape})
+    assert layer.placement == "host" and layer.reason == (
+        "HardSigmoid alpha 0.2, beta 1000000.0: not finite in fp16, the ANE's "
+        "hard-sigmoid block cannot hold them"
+    )
+
+
+def test_mul_by_another_hard_sigmoid_is_two_layers():
+    """``x * HardSigmoid(x)`` with ONNX's default alpha 0.2 is not hard_swish: the hard
+    sigmoid's block, then the planar multiply."""
+    nodes = [helper.make_node("HardSigmoid", ["x"], ["g"]), helper.make_node("Mul", ["x", "g"], ["y"])]
+    layers = _model(nodes).placement({"x": X.shape})
+    assert [(lay.op, lay.placement, lay.call) for lay in layers] == [
+        ("HardSigmoid", "ane", "hard_sigmoid"),
+        ("Mul", "ane", "mul"),
+    ]

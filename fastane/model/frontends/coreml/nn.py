@@ -160,6 +160,8 @@ _ACTIVATIONS = {
     "softplus": ("softplus", lambda p: {}),
     "leakyReLU": ("leaky_relu", lambda p: {"alpha": p.alpha}),
     "ELU": ("elu", lambda p: {"alpha": p.alpha}),
+    # ActivationSigmoidHard {alpha, beta} (apple/coremltools@e0e2f42 mlmodel/format/NeuralNetwork.proto)
+    "sigmoidHard": ("hard_sigmoid", lambda p: {"alpha": p.alpha, "beta": p.beta}),
 }
 
 
