@@ -32,4 +32,4 @@ fi
 # A smoke run of the benchmarks (each once, untimed) first, so that a broken benchmark
 # fails here; then the unit tests.
 .venv/bin/python -m pytest -q bench --benchmark-disable
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q -n 2 "$@"

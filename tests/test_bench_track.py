@@ -70,6 +70,9 @@ def test_cli_save_compare_fail(tmp_path, monkeypatch, capsys):
     suite.mkdir()
     (suite / "test_tiny.py").write_text(textwrap.dedent(SUITE))
     monkeypatch.chdir(tmp_path)
+    # under pytest-xdist the child pytest would take itself for a worker (pytest-benchmark
+    # then disables the benchmarks and refuses --benchmark-only)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     monkeypatch.setenv("FAKE_RATIO", "0.30")
     assert main(["bench", "--suite", str(suite), "--save", "base"]) == 0
     stored = json.loads((tmp_path / ".benchmarks" / "fastane" / "base.json").read_text())

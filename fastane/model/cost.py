@@ -134,12 +134,13 @@ class RunBudget:
         self.peak = 0
         self.steps = 0
         self.held: dict = {}  # tensor -> bytes, alive now
+        self.held_bytes = 0  # the sum of held's values
         self.pinned: set = set(graph.outputs)  # alive to the end
         self.readers = Counter(t for n in graph.nodes for t in n.inputs if t)  # reads to come
 
     def input(self, name: str, t) -> None:
         """A model input: held by the caller for the whole run."""
-        self.held[name] = nbytes(t)
+        self._hold(name, nbytes(t))
         self.pinned.add(name)
 
     def node(self, node, in_types: list, out_types: list, folded: bool) -> Cost:
@@ -148,8 +149,9 @@ class RunBudget:
         cost = check_node(node, in_types, out_types)
         self.work += cost.work
         self.steps += cost.steps
-        ins = set(node.inputs)
-        live = cost.bytes + sum(b for t, b in self.held.items() if t not in ins)
+        # the held tensors but the node's inputs (counted in cost.bytes): a running total
+        # less the inputs', not a pass over every held tensor at each node
+        live = cost.bytes + self.held_bytes - sum(self.held.get(t, 0) for t in set(node.inputs))
         if self.runs and live > MAX_RUN_BYTES:
             raise beyond(
                 node.describe(),
@@ -159,7 +161,7 @@ class RunBudget:
             )
         self.peak = max(self.peak, live)
         for name, t in zip(node.outputs, out_types):
-            self.held[name] = nbytes(t)
+            self._hold(name, nbytes(t))
             if folded:
                 self.pinned.add(name)
         self._read(node.inputs)
@@ -176,7 +178,11 @@ class RunBudget:
             if t:
                 self.readers[t] -= 1
                 if self.readers[t] <= 0 and t not in self.pinned:
-                    self.held.pop(t, None)
+                    self.held_bytes -= self.held.pop(t, 0)
+
+    def _hold(self, name: str, b: int) -> None:
+        self.held_bytes += b - self.held.get(name, 0)
+        self.held[name] = b
 
     def done(self) -> None:
         """A ModelError when the model's total work is beyond :data:`MAX_RUN_WORK`

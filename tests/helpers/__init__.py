@@ -14,5 +14,6 @@ never another test module (tests/test_test_imports.py).
   sequence, fault checks;
 * ``planar`` -- small planar TDs and the planar engine's numpy reference;
 * ``coreml`` -- saving an ML Program as an .mlpackage;
-* ``crop`` -- the slow reference of the crop path of slices.
+* ``crop`` -- the slow reference of the crop path of slices;
+* ``plans`` -- the built-in workloads planned once per test process.
 """

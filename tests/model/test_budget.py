@@ -102,6 +102,39 @@ def test_bytes_held_at_once():
     bind(g, {"x": TensorType(f32, (1, 1, 1, 1))})
 
 
+def test_bytes_held_are_a_running_total(monkeypatch):
+    """RunBudget keeps the bytes of the tensors it holds as a running total: after every
+    node it is their sum, and the peak is as the tensors held across each node (all but
+    its inputs, summed anew) make it."""
+    from fastane.model.cost import RunBudget, check_node
+
+    node, checked = RunBudget.node, []
+
+    def node_summed_anew(self, n, in_types, out_types, folded):
+        across = sum(b for t, b in self.held.items() if t not in set(n.inputs))
+        peak = max(self.peak, check_node(n, in_types, out_types).bytes + across)
+        cost = node(self, n, in_types, out_types, folded)
+        assert self.peak == peak and self.held_bytes == sum(self.held.values()), n.describe()
+        checked.append(n)
+        return cost
+
+    monkeypatch.setattr(RunBudget, "node", node_summed_anew)
+    fastane.load_model(zoo.resnet50(), weights=False).bind({"x": (1, 3, 224, 224)})
+    fastane.load_model(zoo.transformer(d=64, heads=2, seq=16), weights=False).bind({"x": (1, 16, 64)})
+    # tensors freed by their last reader, as in test_bytes_held_at_once
+    f32 = np.dtype(np.float32)
+    nodes = []
+    for i in range(3):
+        nodes += [
+            Node("expand", f"e{i}", ["x", "s"], [f"y{i}"]),
+            Node("reduce_max", f"r{i}", [f"y{i}"], [f"m{i}"], {"keepdims": 0}),
+        ]
+    shape = np.array([1, 4, 64, 64], np.int64)
+    g = _graph(nodes, {"x": TensorType(f32, (1, 1, 1, 1))}, [f"m{i}" for i in range(3)], {"s": shape})
+    bind(g, {"x": TensorType(f32, (1, 1, 1, 1))})
+    assert len(checked) > 100
+
+
 def test_legitimate_models_fit():
     """ResNet-50 at 224 x 224 and a GPT-2-sized block (d 768, 12 heads) at 1024 tokens bind."""
     fastane.load_model(zoo.resnet50(), weights=False).bind({"x": (1, 3, 224, 224)})

@@ -18,6 +18,7 @@ from fastane.roofline import model
 from fastane.workloads import Conv2d, Eltwise, Matmul
 
 from tests.helpers import l2
+from tests.helpers.plans import planned
 
 KMEM = 16 * 64 * 1024  # 1 MiB
 KMEM_CORE = 64 * 1024
@@ -55,7 +56,7 @@ def tile_conv(conv):
 
 @pytest.fixture(scope="module")
 def plans():
-    return {n: analyze(n) for n in workloads.names()}
+    return {n: planned(n) for n in workloads.names()}
 
 
 def _chains(records) -> list:
