@@ -851,8 +851,13 @@ def _tn_linear_prog(batch, i, o):
 def _tn_convs(tmp, label, layers, expected, s=1, tail=None):
     """1x1 convs (with bias) chained on a float32 ``(1, C, 1, s)`` input, macOS13 target,
     FLOAT16: ``layers`` a list of ``(i, o)``; ``tail`` builds the program from the input and a
-    conv function instead of the plain chain."""
-    weights = [(np.zeros((o, i, 1, 1), np.float32), np.zeros(o, np.float32)) for i, o in layers]
+    conv function instead of the plain chain.  Each conv's weight is one value of its own:
+    with equal weights coremltools' common-subexpression pass merges two convs of one input
+    (a decode layer's gate and up projections), a program the source did not build."""
+    weights = [
+        (np.full((o, i, 1, 1), (j + 1) / 1024, np.float32), np.zeros(o, np.float32))
+        for j, (i, o) in enumerate(layers)
+    ]
     shape = (1, layers[0][0], 1, s)
 
     def conv(x, j):
