@@ -26,7 +26,7 @@ import fastane.model.placement as placement  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
 from fastane.model.placement.predict import RULES, predict  # noqa: E402
 from tests.helpers.coreml import flexible as _flexible  # noqa: E402
-from tests.helpers.coreml import convert, save  # noqa: E402
+from tests.helpers.coreml import convert, quick_builds, save  # noqa: E402
 
 REPORTS = {
     r["id"]: r for r in json.loads(Path(placement.__file__).with_name("reports.json").read_text())["reports"]
@@ -1086,7 +1086,8 @@ def test_every_rebuildable_report_has_a_program():
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
-    return rows(tmp_path_factory.mktemp("reports"))
+    with quick_builds():
+        return rows(tmp_path_factory.mktemp("reports"))
 
 
 def agreement(table, which="check"):
