@@ -54,7 +54,10 @@ compile limits the placement rules (:mod:`fastane.model.placement.predict`) read
 at most 16384 up to the M3's generation (H15), 65536 from the M4's (H16); N and C 65536;
 rank 5; KMem 64 KiB a core; and the size floor Core ML was seen to apply to small fp16
 matmuls and attention on an M4 (H16's :class:`SizeFloor`: the thresholds and their report
-ids).  ANEForge names its tiers A13..A16 after the architecture (its "A16" is H16, the
+ids); and the program floors and edges (each a :class:`Floor`): a one-row ``linear``'s
+reduction depth and a ``linear``'s output width on an M3 Max (H15), the weights of a program of
+1x1 convolutions and the CPU-or-GPU edge of an fp32 matmul on torchnative's Mac (not named,
+taken as an M1: H13, figures of kind "assumption"), the fp32 edge on an M4 (H16).  ANEForge names its tiers A13..A16 after the architecture (its "A16" is H16, the
 M4's), not after the A-series chips.  No public source found names the
 generation of the A16, A17 Pro, A18 and A18 Pro: their family is ``"unknown"``, with the
 M1's limits assumed.
@@ -88,6 +91,7 @@ from .figure import (
     Chip,
     Family,
     Figure,
+    Floor,
     SizeFloor,
     make_chip,
     core_count,
@@ -101,6 +105,7 @@ __all__ = [
     "Figure",
     "Family",
     "SizeFloor",
+    "Floor",
     "Chip",
     "FAMILIES",
     "CHIPS",
@@ -254,6 +259,58 @@ _M4_SIZE_FLOOR = SizeFloor(
     ),
     seen_on="an M4",
 )
+#: Core ML's floors for a one-row ``linear`` on an M3 Max (chrishayuk/larql PR #312, read from the
+#: fork cryptonomicsed-byte/larql @3c4f76b7, bench/ane/ADJUDICATION-ANE2.md and -ANE2C.md:
+#: "Core ML's device choice for a `linear` tracks **k**, the input/reduction dimension, and is
+#: independent of the output width **n**"): one-op programs, x [1, k] by a [n, k] weight
+_LARQL = "an M3 Max"
+_M3_LINEAR_DEPTH = Floor(
+    _elements(4864, "measured", "larql-linear-k-le4864-cpu", "k <= 4864: the CPU preferred, n 512 to 8192"),
+    _elements(5120, "measured", "larql-linear-k5120-ane", "k 5120: the ANE preferred, n 512 to 8192"),
+    _LARQL,
+)
+_M3_LINEAR_DEPTH_INT8 = Floor(
+    _elements(3072, "measured", "larql-int8-linear-k-le3072-cpu", "k 512 to 3072, int8 weights: the CPU"),
+    _elements(4096, "measured", "larql-int8-linear-k4096-ane", "k 4096, int8 weights: the ANE ('MOVED')"),
+    _LARQL,
+)
+#: torchnative's Mac (thisisthepy/torchnative docs/graph/ANEDECODE.md @5009ac2c, NPU2.md
+#: @1ab63b1e): a chip it does not name, taken as an M1 -- other rounds of the repository name an
+#: M1 host, and the report programs predict it so -- hence "assumption" (predictions "uncertain")
+_TN = "torchnative's Mac (not named; taken as an M1)"
+_TN_NOTE = "measured by torchnative on a Mac it does not name, taken as an M1"
+
+
+def _tn(v, unit, report, what):
+    return make_figure(v, unit, "assumption", report, f"{what}; {_TN_NOTE}")
+
+
+#: "The threshold is roughly **4.7M weights in the compiled program**" (ANEDECODE.md section 3):
+#: one 1x1 conv on (1, C, 1, 1) and chains of 576 -> 576 ones, fp16
+_TN_CONV1X1 = Floor(
+    _tn(
+        8 * 576 * 576,
+        "elements",
+        "tn-conv-chain-8-cpu",
+        "8 chained 576 -> 576 1x1 convs (2.65M weights): the CPU",
+    ),
+    _tn(576 * 8192, "elements", "tn-conv1x1-b1-large-ane", "a 576 -> 8192 1x1 conv (4.72M weights): the ANE"),
+    _TN,
+)
+#: fp32 ``linear`` under ALL (NPU2.md section 2.2): one row of 1024 and 4096 the CPU, 128 rows of
+#: 1024 the GPU
+_TN_FP32 = Floor(
+    _tn(4096 * 4096, "MACs", "tn-linear-f32-b1-cpu", "a 1 x 4096 -> 4096 fp32 linear: the CPU"),
+    _tn(128 * 1024 * 1024, "MACs", "tn-linear-f32-b128-gpu", "a 128 x 1024 -> 1024 fp32 linear: the GPU"),
+    _TN,
+)
+#: fp32 matmul under ALL on an M4: 512 x 512 and below the CPU (vx-lang/Vx#435), 1024 x 1024 the
+#: GPU (Vx scripts/ane_device_check.py @15ca48ae: "a large one goes to the GPU")
+_M4_FP32 = Floor(
+    make_figure(512**3, "MACs", "measured", "vx435-matmul-f32", "a 512 x 512 fp32 matmul: the CPU"),
+    make_figure(1024**3, "MACs", "measured", "vxdc-matmul-f32-1024", "a 1024 x 1024 fp32 matmul: the GPU"),
+    "an M4",
+)
 #: ANEForge's tiers are named A13..A16 after the ANE architecture, not after the A-series
 #: chips: its "A16" tier is H16 on (the M4), so "16384 through A15, 65536 at A16" splits the
 #: M3's generation from the M4's
@@ -319,6 +376,8 @@ FAMILIES: dict[str, Family] = {
                 "M1 Max (MacBookPro18,2, macOS 26.5.1, PR #154)",
                 f"'clamp @ 4094' on all three; {_CROP_RULE}",
             ),
+            conv1x1_weights=_TN_CONV1X1,
+            fp32_gpu=_TN_FP32,
         ),
         Family(
             "h14",
@@ -371,6 +430,14 @@ FAMILIES: dict[str, Family] = {
                 "the M1's crop path, assumed: no chip of this generation measured; ANEForge's docs put the "
                 "crop path on its tiers before its 'A16' (H16), which include H15",
             ),
+            linear_depth=_M3_LINEAR_DEPTH,
+            linear_depth_int8=_M3_LINEAR_DEPTH_INT8,
+            linear_width=_elements(
+                17408,
+                "measured",
+                "larql-linear-5120x17408",
+                "a 5120 -> 17408 linear ran on the ANE of an M3 Max (the compute plan: 'actual: ANE'); one report",
+            ),
         ),
         Family(
             "h16",
@@ -396,6 +463,7 @@ FAMILIES: dict[str, Family] = {
                 "26.7, PR #271)"
             ),
             size_floor=_M4_SIZE_FLOOR,
+            fp32_gpu=_M4_FP32,
         ),
         Family(
             "h17",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "Figure",
     "SizeFloor",
+    "Floor",
     "Family",
     "Chip",
     "M3_KERNEL_DMA",
@@ -80,6 +81,19 @@ class SizeFloor:
 
 
 @dataclass(frozen=True)
+class Floor:
+    """A size floor Core ML was seen to apply on an ANE generation, in one measure of work (the
+    figures' unit): at most ``cpu`` on the CPU, at least ``other`` on the ANE (the GPU for a
+    floor between the CPU and the GPU), in between not reported.  Each figure's ``source`` is
+    the report id (``fastane/model/placement/reports.json``) that observed it; ``seen_on``
+    the chip the reports name."""
+
+    cpu: Figure
+    other: Figure
+    seen_on: str
+
+
+@dataclass(frozen=True)
 class Family:
     """One ANE generation (H13, H14 ...: the name reverse-engineering work gives it) and the
     compile limits its chips share, as the placement rules
@@ -108,6 +122,18 @@ class Family:
     #: Core ML's size floor for fp16 matmul and attention seen on this generation, None where
     #: none was reported
     size_floor: SizeFloor | None = None
+    #: a one-row ``linear`` alone in its program (no other op of it on the ANE), by its
+    #: reduction depth: fp16 weights, and weights stored compressed (int8); None: not reported
+    linear_depth: Floor | None = None
+    linear_depth_int8: Floor | None = None
+    #: the widest ``linear`` output seen on the ANE where W's limit is lower (its output
+    #: features are not a W axis there); None: the W limit applies
+    linear_width: Figure | None = None
+    #: a program of 1x1 convolutions by the weights it holds (all its 1x1 convolutions')
+    conv1x1_weights: Floor | None = None
+    #: an fp32 matmul under ``ALL`` by its multiply-adds: the CPU or the GPU (the ANE takes no
+    #: fp32 matmul)
+    fp32_gpu: Floor | None = None
     note: str = ""
 
 

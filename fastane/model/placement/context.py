@@ -13,7 +13,7 @@ from ..graph import Bound, Node
 from ..ops import OPS
 from .eltwise import activation_rule
 
-__all__ = ["Context", "Layer"]
+__all__ = ["Context", "Layer", "compressed_weights"]
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Context:
     def __init__(self, bound: Bound):
         self.bound = bound
         #: weights the model stores compressed (kept compressed on the ANE where lossless)
-        self.compressed, self.typed_codes = _compressed(bound)
+        self.compressed, self.typed_codes = compressed_weights(bound)
         self.layers: list = []
         #: quantized chains left off the INT8 path: MAC node id -> the reason (qlinear.match)
         self.off_int8: dict = {}
@@ -141,7 +141,7 @@ class Context:
         return ([gate, mul], "hard_swish") if params == (np.float16(1 / 6), np.float16(0.5)) else ([], None)
 
 
-def _compressed(bound: Bound) -> tuple:
+def compressed_weights(bound: Bound) -> tuple:
     """``(compressed, typed_codes)``: the weights the model stores compressed -- its own, and
     the outputs of folded dequantize nodes (ONNX QDQ) -- and, of those, the code width by
     type alone (:func:`~.rules.typed_bits`): 8 for an int8/uint8 tensor with one scale, a

@@ -34,9 +34,19 @@ placement prediction", cites the sources):
     family reports it (``Family.size_floor``, a :class:`fastane.roofline.chips.SizeFloor`
     holding the thresholds and their report ids: the M4's); on another chip the M4's
     thresholds make it "uncertain";
-  - a matmul or attention the model declares fp32 stays off the ANE; another op declared
-    fp32 is "uncertain" (:attr:`fastane.model.graph.Graph.declared`, ML Programs; for another
-    model the precision a compute plan assumes, ``predict(..., declared=...)``);
+  - program floors, read over a segment (the layers on the ANE passing tensors to one
+    another): a one-row ``linear`` alone in its segment below a reduction depth
+    (``Family.linear_depth``, ``linear_depth_int8``: the M3 Max's), a segment whose matrix
+    products are all 1x1 convolutions holding few weights (``Family.conv1x1_weights``:
+    torchnative's Mac, taken as the M1's) go to the CPU on that generation, "uncertain"
+    elsewhere (a :class:`fastane.roofline.chips.Floor` each); a ``linear``'s output wider than
+    W's limit stays on the ANE where the generation was seen to take it
+    (``Family.linear_width``, "uncertain");
+  - a matmul or attention the model declares fp32 stays off the ANE (under ``ALL`` a matmul
+    to the CPU or the GPU by its multiply-adds where ``Family.fp32_gpu`` gives the edge);
+    another op declared fp32 is "uncertain" (:attr:`fastane.model.graph.Graph.declared`, ML
+    Programs; for another model the precision a compute plan assumes,
+    ``predict(..., declared=...)``);
   - a pooling window above 13 or a stride above 2 leaves the ANE (:data:`POOL_LIMITS`);
   - the W/H limit by ANE generation (``Family.max_extent``): beyond it off the ANE,
     "likely" where the limit was measured on that generation, else "uncertain"; an extent
@@ -64,7 +74,9 @@ import numpy as np
 
 from ... import m1
 from ...roofline import chips
+from ..cost import node_cost
 from ..ops import OPS
+from .context import compressed_weights
 from .place import CONTROL_FLOW
 
 __all__ = ["COMPUTE_UNITS", "RULES", "check_units", "predict", "Prediction"]
@@ -133,6 +145,14 @@ HOST_ON_CPU = {
 #: the size floor reported on the M4's generation (its family record holds the thresholds and
 #: their report ids): on a chip whose generation reports none, a product below it is "uncertain"
 _M4_FLOOR = chips.FAMILIES["h16"].size_floor
+#: the program floors (:class:`fastane.roofline.chips.Floor`, a field of ``Family``) by the
+#: generation that reported each: on a chip whose generation reports none, a program below
+#: it is "uncertain", left on the ANE
+_PROGRAM_FLOORS = ("linear_depth", "linear_depth_int8", "conv1x1_weights")
+_REPORTED = {
+    kind: next(getattr(f, kind) for f in chips.FAMILIES.values() if getattr(f, kind) is not None)
+    for kind in _PROGRAM_FLOORS
+}
 #: pooling the ANE's kernel validation rejects: a window above 13 (hn2-avgpool-k28) or a
 #: stride above 2 (hn2-avgpool-stride4); os_log messages, hollance/neural-engine#2, 2020
 POOL_LIMITS = {"kernel": 13, "stride": 2}
@@ -165,6 +185,8 @@ _POOL_RULES = {
     "stride": f"pooling stride > {POOL_LIMITS['stride']}",
 }
 _SIZE_FLOOR = "M4 size floor"
+_LINEAR_FLOOR = "linear depth floor"
+_CONV_FLOOR = "1x1 conv weight floor"
 _CONTROL = "control flow"
 _HOST_ONLY = "host-only op"
 _NOT_ANE = "not an ANE op"
@@ -181,6 +203,8 @@ RULES = {
     _FLEXIBLE: "config",
     **{rule: "config" for rule in _POOL_RULES.values()},
     _SIZE_FLOOR: "config",
+    _LINEAR_FLOOR: "config",
+    _CONV_FLOOR: "config",
     _RANK: "config",
     **{rule: "config" for rule in _LIMITS.values()},
     _CONTROL: "op",
@@ -264,33 +288,40 @@ def _attention_q(nodes) -> dict:
     return out
 
 
-def _sdpa_key(n) -> str:
-    if n.source != "sdpa":
-        return ""
+def _mil_op(n) -> str:
+    """The source model's op node ``n`` comes from: its name, or for a part of a
+    composition (``name/op``) the name before the ``/``."""
     return n.name if n.name in n.outputs else n.name.rsplit("/", 1)[0]
+
+
+def _sdpa_key(n) -> str:
+    return _mil_op(n) if n.source == "sdpa" else ""
 
 
 def _floor(measure: int, floor, op: str, what: str, on_floor_chip: bool):
     """``(unit or None, confidence, note)`` of ``floor`` (a
     :class:`fastane.roofline.chips.SizeFloor`) for an ``op`` ("matmul", "attention") of
     ``measure`` elements."""
-    pair = getattr(floor, op)
+    return _below(measure, getattr(floor, op), floor.seen_on, f"{what} of {measure} elements", on_floor_chip)
+
+
+def _below(measure: int, pair, seen_on: str, what: str, own: bool, other: str = "ANE"):
+    """``(unit or None, confidence, note)`` of a floor ``pair`` (the CPU's and ``other``'s
+    :class:`~fastane.roofline.chips.Figure`, reported on ``seen_on``) for ``what`` measuring
+    ``measure``: "cpu" at or below the CPU's figure on the floor's own generation (``own``;
+    the figure's kind gives the confidence), else None -- "uncertain" at or below it
+    elsewhere, or between the two figures; "likely" with no note from ``other``'s on."""
     cpu, ane = (int(f.value) for f in pair)
     ids = ", ".join(f.source for f in pair)
     if measure <= cpu:
-        if on_floor_chip:
-            return "cpu", "likely", f"{what} of {measure} elements <= {cpu}: Core ML prefers the CPU ({ids})"
-        return (
-            None,
-            "uncertain",
-            f"{what} of {measure} elements: on {floor.seen_on} Core ML prefers the CPU ({ids})",
-        )
+        if own:
+            return "cpu", _confidence(pair[0]), f"{what} <= {cpu}: Core ML prefers the CPU ({ids})"
+        return None, "uncertain", f"{what}: on {seen_on} Core ML prefers the CPU ({ids})"
     if measure < ane:
         return (
             None,
             "uncertain",
-            f"{what} of {measure} elements: between the CPU ({cpu}) and ANE ({ane}) sizes reported on "
-            f"{floor.seen_on} ({ids})",
+            f"{what}: between the CPU ({cpu}) and {other} ({ane}) sizes reported on {seen_on} ({ids})",
         )
     return None, "likely", ""
 
@@ -316,7 +347,6 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1", declared=None)
     cu = check_units(compute_units)
     family = chips.family_of(chip)
     chip = replace(chips.get(chip), family=family)  # a hand-built chip: the "unknown" one
-    on_floor_chip = family.size_floor is not None
     if declared is None:
         declared = getattr(bound.graph, "declared", {}) or {}
     flexible = set((getattr(bound.graph, "flexible", {}) or {}).values())
@@ -334,10 +364,10 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1", declared=None)
                 Prediction("gpu" if floats else "cpu", "likely", "CPU_AND_GPU: no Neural Engine", _UNITS)
             )
             continue
-        p = _predict_ne(layer, floats, other, declared, on_floor_chip)
+        p = _predict_ne(layer, bound, floats, other, declared, family)
         if p is None:
             ops = {n.op for n in layer.nodes}
-            broken = [b for t in types for b in [_limits(t.shape, family)] if b]
+            broken, widened = _broken(layer, bound, family)
             # W or H above 16384 that the generation takes (65536 from the M4's): not a refusal
             refused = [b for b in broken if b[0] not in ("W", "H") or b[1] > b[3].value]
             if refused:
@@ -350,12 +380,44 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1", declared=None)
                     p = Prediction(
                         "ane", "uncertain", f"{_taken(broken[0], family, chip)}; {p.reason}", p.rule
                     )
+                if widened and p.unit == "ane":
+                    p = Prediction("ane", "uncertain", f"{widened}; {p.reason}", p.rule)
         if p.unit == "ane" and "range" in flexible:
             p = Prediction("cpu", "likely", _RANGE, _FLEXIBLE)
         elif p.unit == "ane" and "enumerated" in flexible:
             p = Prediction("ane", "uncertain", f"{_ENUMERATED}; {p.reason}", p.rule)
         out.append(p)
+    if cu in ("ALL", "CPU_AND_NE"):
+        out = _program_floors(layers, bound, out, family)
     return out
+
+
+def _broken(layer, bound, family) -> tuple:
+    """``(broken, widened)``: the compile limits of ``family`` the layer's tensors break
+    (:func:`_limits`), and the note on a ``linear`` output wider than W's limit that the
+    generation was seen to take (``Family.linear_width``: its output features are not a W
+    axis there; one report, "uncertain"), else ""."""
+    width = family.linear_width
+    linear = width is not None and any(_linear_weight(n, bound) is not None for n in layer.nodes)
+    broken, widened = [], ""
+    for t in [*layer.inputs, *layer.outputs]:
+        b = _limits(bound.types[t].shape, family) if t in bound.types else ()
+        if b and linear and t in layer.outputs and b[0] == "W" and b[1] <= width.value:
+            widened = (
+                f"a linear's output {b[1]} wide: beyond W's {b[3].value:g}, a {width.value:g}-wide one ran on "
+                f"the ANE of the {family.name} generation ({width.source}; one report)"
+            )
+        elif b:
+            broken.append(b)
+    return broken, widened
+
+
+def _linear_weight(n, bound):
+    """The constant 2-D weight of a matmul by one (Core ML's ``linear``, x @ W^T), else None."""
+    if n.op != "matmul" or n.inputs[1] not in bound.consts:
+        return None
+    w = bound.consts[n.inputs[1]]
+    return w if w.ndim == 2 else None
 
 
 def _refusal(axis, extent, lim, limit, family, chip) -> str:
@@ -381,7 +443,7 @@ def _taken(broken, family, chip) -> str:
     )
 
 
-def _predict_ne(layer, floats, other, declared, on_floor_chip):
+def _predict_ne(layer, bound, floats, other, declared, family):
     """The rules that take a layer off the ANE before its tensors' extents are checked
     (``ALL`` / ``CPU_AND_NE``), or None."""
     ops = {n.op for n in layer.nodes}
@@ -417,16 +479,40 @@ def _predict_ne(layer, floats, other, declared, on_floor_chip):
     fp32 = np.dtype(np.float32) in _declared(layer, declared) and ops != {"cast"}
     mac = "matmul" in ops or any(_sdpa_key(n) for n in layer.nodes)
     if fp32 and mac:
-        unit = other if not on_floor_chip else "cpu"
-        conf = "likely" if unit == "cpu" else "uncertain"
-        return Prediction(
-            unit,
-            conf,
-            "declared fp32: no fp32 matmul or attention was placed on the ANE "
-            "(vx435-matmul-f32, vx437-sdpa-f32-1x1xS; Apple M4)",
-            _FP32,
-        )
+        return _fp32(layer, bound, other, family)
     return None
+
+
+def _fp32(layer, bound, other, family):
+    """A declared fp32 matmul or attention: off the ANE.  Under ``ALL`` (``other`` the GPU) a
+    matmul goes to the CPU or the GPU by its multiply-adds where the generation reports the
+    edge (``Family.fp32_gpu``); else, and for attention, to the CPU on the generation of the
+    M4's size floor (where the fp32 reports were measured) and to ``other`` elsewhere."""
+    why = (
+        "declared fp32: no fp32 matmul or attention was placed on the ANE "
+        "(vx435-matmul-f32, vx437-sdpa-f32-1x1xS; Apple M4)"
+    )
+    unit = "cpu" if family.size_floor is not None else other
+    conf = "likely" if unit == "cpu" else "uncertain"
+    floor = family.fp32_gpu
+    macs = [_node_macs(n, bound) for n in layer.nodes if OPS[n.op].ane == "mac" and not _sdpa_key(n)]
+    if other == "gpu" and floor is not None and macs:
+        m, pair = sum(macs), (floor.cpu, floor.other)
+        side, c, note = _below(m, pair, floor.seen_on, f"{m} multiply-adds", True, "GPU")
+        if side:
+            return Prediction(side, c, f"{why}; {note}", _FP32)
+        if not note:  # from the GPU's figure on
+            ids = ", ".join(f.source for f in pair)
+            gpu = f"{m} multiply-adds >= {floor.other.value:g}: Core ML prefers the GPU ({ids})"
+            return Prediction("gpu", _confidence(floor.other), f"{why}; {gpu}", _FP32)
+        conf, why = "uncertain", f"{why}; {note}"
+    return Prediction(unit, conf, why, _FP32)
+
+
+def _node_macs(n, bound) -> int:
+    return node_cost(
+        n, [bound.types[t] if t else None for t in n.inputs], [bound.types[t] for t in n.outputs]
+    ).macs
 
 
 def _on_ane(layer, bound, types, ops, declared, q_of, chip):
@@ -480,3 +566,89 @@ def _on_ane(layer, bound, types, ops, declared, q_of, chip):
     if layer.placement == "host" and layer.kind not in ("layout",) and ops != {"cast"}:
         notes.insert(0, "fastane runs it on the host (no lowering yet); Core ML's ANE compiler has the op")
     return Prediction("ane", conf, "; ".join(notes), rule)
+
+
+def _segments(layers, preds) -> list:
+    """The layers predicted on the ANE as Core ML would run them together, lists of indices:
+    connected through a tensor one produces and another reads.  A layer of casts only (where
+    a segment enters or leaves fp16) belongs to none."""
+    on = [
+        i
+        for i, (lay, p) in enumerate(zip(layers, preds))
+        if p.unit == "ane" and any(n.op != "cast" for n in lay.nodes)
+    ]
+    root = {i: i for i in on}
+
+    def find(i):
+        while root[i] != i:
+            root[i] = root[root[i]]
+            i = root[i]
+        return i
+
+    made = {t: i for i in on for t in layers[i].outputs}
+    for i in on:
+        for t in layers[i].inputs:
+            if t in made:
+                root[find(i)] = find(made[t])
+    groups: dict = {}
+    for i in on:
+        groups.setdefault(find(i), []).append(i)
+    return list(groups.values())
+
+
+def _program_floors(layers, bound, preds, family) -> list:
+    """``preds`` with the floors Core ML applies to a segment of the program as a whole
+    (:func:`_segments`): a one-row ``linear`` alone (``Family.linear_depth``) and a program of
+    1x1 convolutions (``Family.conv1x1_weights``).  Below the floor on its own generation the
+    segment goes to the CPU; below it elsewhere, or between its figures, it stays on the ANE,
+    "uncertain"."""
+    out = list(preds)
+    compressed = compressed_weights(bound)[0]
+    for seg in _segments(layers, preds):
+        nodes = [n for i in seg for n in layers[i].nodes]
+        found = _linear_alone(nodes, bound, compressed) or _conv1x1_program(nodes, bound)
+        if found is None:
+            continue
+        kind, measure, what, rule = found
+        own = getattr(family, kind)
+        floor = own or _REPORTED[kind]
+        unit, conf, note = _below(measure, (floor.cpu, floor.other), floor.seen_on, what, own is not None)
+        for i in seg:
+            if unit:
+                out[i] = Prediction(unit, conf, note, rule)
+            elif note:
+                out[i] = Prediction("ane", "uncertain", f"{note}; {out[i].reason}", out[i].rule)
+    return out
+
+
+def _linear_alone(nodes, bound, compressed):
+    """``(floor kind, depth, what, rule)`` of a segment that is one ``linear`` on one row (a
+    vector by a constant [k, n] weight, Core ML's ``linear`` with its bias): the
+    reduction-depth floor (larql's depth reports are one-op programs: a ``linear`` beside
+    other ops on the ANE is left alone), the int8 one for a weight stored compressed; else
+    None."""
+    if len({_mil_op(n) for n in nodes}) != 1:
+        return None
+    for n in nodes:
+        w = _linear_weight(n, bound)
+        x = bound.types.get(n.inputs[0])
+        if w is not None and x is not None and math.prod(x.shape[:-1]) == 1:
+            stored = {n.inputs[1], n.attrs.get("compressed_weight")} & compressed
+            kind = "linear_depth_int8" if stored else "linear_depth"
+            what = (
+                f"a one-row linear alone{' (int8 weights)' if stored else ''} of reduction depth {w.shape[0]}"
+            )
+            return kind, w.shape[0], what, _LINEAR_FLOOR
+    return None
+
+
+def _conv1x1_program(nodes, bound):
+    """``(floor kind, weights, what, rule)`` of a segment whose matrix products are all 1x1
+    convolutions by constant weights: the weights they hold (torchnative: "the threshold is
+    weights in the program, not arithmetic"); else None."""
+    macs = [n for n in nodes if OPS[n.op].ane in ("mac", "conv", "deconv")]
+    w = [bound.consts.get(n.inputs[1]) for n in macs if n.op == "conv"]
+    if not macs or len(w) != len(macs) or any(x is None or any(d != 1 for d in x.shape[2:]) for x in w):
+        return None
+    total = sum(x.size for x in w)
+    return "conv1x1_weights", total, f"1x1 convolutions holding {total} weights", _CONV_FLOOR

@@ -26,7 +26,7 @@ import fastane.model.placement as placement  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
 from fastane.model.placement.predict import RULES, predict  # noqa: E402
 from tests.helpers.coreml import flexible as _flexible  # noqa: E402
-from tests.helpers.coreml import convert, save  # noqa: E402
+from tests.helpers.coreml import convert, quick_builds, save  # noqa: E402
 
 REPORTS = {
     r["id"]: r for r in json.loads(Path(placement.__file__).with_name("reports.json").read_text())["reports"]
@@ -851,8 +851,13 @@ def _tn_linear_prog(batch, i, o):
 def _tn_convs(tmp, label, layers, expected, s=1, tail=None):
     """1x1 convs (with bias) chained on a float32 ``(1, C, 1, s)`` input, macOS13 target,
     FLOAT16: ``layers`` a list of ``(i, o)``; ``tail`` builds the program from the input and a
-    conv function instead of the plain chain."""
-    weights = [(np.zeros((o, i, 1, 1), np.float32), np.zeros(o, np.float32)) for i, o in layers]
+    conv function instead of the plain chain.  Each conv's weight is one value of its own:
+    with equal weights coremltools' common-subexpression pass merges two convs of one input
+    (a decode layer's gate and up projections), a program the source did not build."""
+    weights = [
+        (np.full((o, i, 1, 1), (j + 1) / 1024, np.float32), np.zeros(o, np.float32))
+        for j, (i, o) in enumerate(layers)
+    ]
     shape = (1, layers[0][0], 1, s)
 
     def conv(x, j):
@@ -1081,7 +1086,8 @@ def test_every_rebuildable_report_has_a_program():
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
-    return rows(tmp_path_factory.mktemp("reports"))
+    with quick_builds():
+        return rows(tmp_path_factory.mktemp("reports"))
 
 
 def agreement(table, which="check"):
@@ -1093,10 +1099,11 @@ def agreement(table, which="check"):
 
 def test_check_set_agreement(table):
     agree, n = agreement(table)
-    # docs/models.md states the figure (37 of 61 since the reports added on 2026-12-06; 16 of
-    # 21 before them, 14 of 17 before 2026-12-05's), below the 90% aimed at; the disagreements
-    # stay, each with its reason there. A floor against regressions, under today's figure
-    assert n and agree / n >= 0.6, [r for r in table if r[7] == "check" and r[6] == "no"]
+    # docs/models.md states the figure (34 of 49 since the size rules of 2026-12-06 took 12
+    # reports into the derivation set; 37 of 61 before them, 16 of 21 before the reports added
+    # on 2026-12-06, 14 of 17 before 2026-12-05's), below the 90% aimed at; the disagreements
+    # stay, each with its reason there. A floor against regressions: today's figure, rounded down
+    assert n and agree / n >= 0.69, [r for r in table if r[7] == "check" and r[6] == "no"]
     assert f"{agree} of {n} check-set reports" in DOCS.read_text(encoding="utf-8")
     # every derivation report agrees: the rules were written from them
     # (one, vx437-sdpa-f16-1x16x2048x64, is beyond fastane's per-layer budget: no prediction)

@@ -103,3 +103,21 @@ def test_every_report_the_ane_generations_cite_is_in_the_file():
     cited = _cited(text)
     assert cited >= {"a1111-13527-matmul-w23040", "rustane13-width-16384", "et7907-transpose-w32000"}
     assert sorted(cited - _ids()) == []
+
+
+def test_the_floors_cite_derivation_reports():
+    """Every figure of a size floor of the chip table (``Family.size_floor`` and the program
+    floors) and of the linear width cites reports of the file's derivation set: a rule's
+    figures are taken from those, never from a check report."""
+    from fastane.roofline import chips
+
+    figures = []
+    for f in chips.FAMILIES.values():
+        if f.size_floor:
+            figures += [*f.size_floor.matmul, *f.size_floor.attention]
+        for floor in (f.linear_depth, f.linear_depth_int8, f.conv1x1_weights, f.fp32_gpu):
+            figures += [floor.cpu, floor.other] if floor else []
+        figures += [f.linear_width] if f.linear_width else []
+    sets = {r["id"]: r["set"] for r in json.loads(REPORTS.read_text())["reports"]}
+    sources = {x.source for x in figures}
+    assert len(sources) == 15 and {sets[s] for s in sources} == {"derive"}, sources

@@ -343,10 +343,15 @@ def _linear(p, op, outs, what):  # x @ W^T + b: matmul by the constant W^T, then
         if is_placeholder(w)
         else np.ascontiguousarray(w.T)
     )
+    # W^T is a new constant: the matmul names the compressed one it comes from (the placement
+    # estimate reads it, predict.py)
+    (arg,) = op.inputs["weight"].arguments
+    stored = p.alias.get(arg.name, arg.name) if arg.WhichOneof("binding") == "name" else ""
+    attrs = {"compressed_weight": stored} if stored in p.compressed else None
     if b is None:
-        p.emit("matmul", [x, wt], outs, source="linear")
+        p.emit("matmul", [x, wt], outs, attrs, source="linear")
     else:
-        t = p.emit("matmul", [x, wt], [p.tmp()], source="linear")
+        t = p.emit("matmul", [x, wt], [p.tmp()], attrs, source="linear")
         p.emit("add", [t, p.const(np.asarray(b, np.float32).reshape(-1))], outs, source="(bias)")
 
 
