@@ -242,10 +242,10 @@ def roofline_svg(report, chip, width: float = 640, height: float = 380) -> Drawi
             {"x": ml - 6, "y": sy(10.0**k) + 4, "text": format_si(10.0**k, "OP/s"), "anchor": "end"}
         )
     ridge = chip.ridge_point
-    lo = 10.0**x0
+    lo = max(10.0**x0, 10.0**y0 / bw)  # where the DRAM roof enters the plot
     d.lines.append(
         {
-            "points": f"{sx(lo):.1f},{sy(max(lo * bw, 10.0**y0)):.1f} {sx(ridge):.1f},{sy(peak):.1f} "
+            "points": f"{sx(lo):.1f},{sy(lo * bw):.1f} {sx(ridge):.1f},{sy(peak):.1f} "
             f"{sx(10.0**x1):.1f},{sy(peak):.1f}",
             "class": "roof",
             "title": f"roof: {format_si(peak, 'OP/s')} FP16, DRAM {format_si(bw, 'B/s')}",
