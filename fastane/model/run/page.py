@@ -343,7 +343,7 @@ def page_data(report, plan, times=None, source: str = "") -> dict:
         "precision": None if plan is None else plan.precision_text,
         "ane_share": None if plan is None else sum(o.weight for o in plan.ops if o.preferred == "ane"),
         "device_counts": _counts(rows, "device"),
-        "placement_counts": _counts(rows, "placement"),
+        "placement_counts": sorted(report.placement.items(), key=lambda kv: -kv[1]),
         "total": None if report.total is None else format_time(report.total.time_s),
         "total_detail": None
         if report.total is None
@@ -438,6 +438,7 @@ def _bars(times, current: str) -> Drawing | None:
 
 
 def _counts(rows, key) -> list:
+    """``[(value, rows with it)]`` of ``rows``' ``key``, the commonest first."""
     out: dict = {}
     for r in rows:
         out[r[key]] = out.get(r[key], 0) + 1
