@@ -43,6 +43,7 @@ from .rowops import (
 from .td import Program, TaskDescriptor, load_program
 from .device import Device
 from .model import Model, load_model
+from .model.evaluate import evaluate
 
 __version__ = "0.1.0"
 
@@ -87,6 +88,7 @@ __all__ = [
     "LeavesANEWarning",
     # models
     "load_model",
+    "evaluate",
     "Model",
     # programs and the device
     "Program",

@@ -1,4 +1,4 @@
-"""The ``fastane`` command line: ``fastane demo | disasm | roofline | bench | run | sweep | plan | report | warm``.
+"""The ``fastane`` command line: ``fastane demo | disasm | roofline | bench | run | sweep | plan | report | eval | warm``.
 
 Each subcommand lives in the module that owns its subject and exposes
 ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when
@@ -33,6 +33,10 @@ COMMANDS = {
     "report": (
         "fastane.model.report_cli",
         "one self-contained HTML page of a model: placement, errors, graph, roofline, time per chip",
+    ),
+    "eval": (
+        "fastane.model.eval_cli",
+        "evaluate a model over a dataset: accuracy on the ANE against float32, the inputs that changed",
     ),
     "warm": ("fastane.warm", "compile the kernels a first run needs into Numba's cache, on every core"),
 }

@@ -22,7 +22,8 @@ at rank 1: the networks' layer shapes, which ``networks`` turns into graphs.
 
 Inside :mod:`fastane.model` the data path has its own order (:data:`MODEL_RANKS`):
 
-    tools (cli, sweep_cli, plan_cli, report_cli, zoo)  ->  fastane.model (load_model)  ->  run
+    tools (cli, sweep_cli, plan_cli, report_cli, eval_cli, zoo)  ->  evaluate  ->  fastane.model (load_model)
+      ->  run
       ->  frontends, placement  ->  graph (graph, cost, control)  ->  ops  ->  core (tensor, budget, files)
 
 and no module imports a private name (``_x``) of another module.
@@ -90,7 +91,8 @@ MODEL_RANKS = {
     "placement": 3,
     "run": 4,
     "package": 5,  # fastane/model/__init__.py: load_model and the public names
-    "tools": 6,
+    "evaluate": 6,  # dataset-scale evaluation: loads models (package) and runs them
+    "tools": 7,
 }
 #: module or sub-package of fastane.model -> group (a sub-package is its own group)
 MODEL_GROUPS = {
@@ -105,6 +107,7 @@ MODEL_GROUPS = {
     "sweep_cli": "tools",
     "plan_cli": "tools",
     "report_cli": "tools",
+    "eval_cli": "tools",
     "zoo": "tools",
 }
 

@@ -143,14 +143,14 @@ def test_legitimate_models_fit():
 
 
 def test_report_errors_in_chunks_match():
-    from fastane.model.run.model import _errors
+    from fastane.model.run.model import array_errors
 
     rng = np.random.default_rng(1)
     ref = rng.standard_normal((3, 1000)).astype(np.float32)
     ref[0, :5] = [np.inf, np.nan, 0, 1e-6, -np.inf]
     y = (ref + rng.standard_normal(ref.shape) * 1e-3).astype(np.float16)
     y[0, 1] = np.nan
-    assert _errors(y, ref, chunk=7) == _errors(y, ref)
+    assert array_errors(y, ref, chunk=7) == array_errors(y, ref)
 
 
 def test_random_inputs_drawn_in_chunks_are_the_same():

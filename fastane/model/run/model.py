@@ -43,7 +43,7 @@ from ..placement.place import Layer, place
 from .movement import crop, crop_limit, takes_crop_path
 from .report import LayerRecord, Report, ane_tasks, json_number
 
-__all__ = ["Model", "Report", "LayerRecord", "TOLERANCE"]
+__all__ = ["Model", "Report", "LayerRecord", "TOLERANCE", "array_errors"]
 
 #: default per-layer error tolerance (``error`` above) by op class: one fp16 rounding of the
 #: exact result for exact ops (2^-10 leaves room for 1 ulp), the fp16 operand rounding and
@@ -52,7 +52,7 @@ __all__ = ["Model", "Report", "LayerRecord", "TOLERANCE"]
 TOLERANCE = {"exact": 2.0**-10, "layout": 0.0, "mac": 1e-2, "table": 2e-2, "host": 0.0}
 
 
-def _errors(y, ref, chunk: int = 1 << 20):
+def array_errors(y, ref, chunk: int = 1 << 20):
     """(max abs, max rel over |ref| >= 2^-14, normalised error) of ``y`` against ``ref``,
     in float64 ``chunk`` elements at a time (the temporaries stay small beside the
     tensors: :data:`fastane.model.budget.MAX_LAYER_BYTES`)."""
@@ -360,7 +360,7 @@ class Model:
                 ref = exact or _on_host(
                     layer, bound, {**values, **{t: _wide(values[t]) for t in layer.inputs}}
                 )
-                errs = [_errors(y, r) for y, r in zip(outs, ref)]
+                errs = [array_errors(y, r) for y, r in zip(outs, ref)]
                 rec.max_abs_err = max(e[0] for e in errs)
                 rec.max_rel_err = max(e[1] for e in errs)
                 rec.error = max(e[2] for e in errs)
@@ -401,6 +401,7 @@ class Model:
         stats_only: bool = False,
         observe=None,
         residency: bool = False,
+        reference=None,
     ) -> Report:
         """Run the model as on ``chip`` (None: the model's, :attr:`chip`) and report per layer
         (see the module docs).  ``stats_only``:
@@ -411,7 +412,9 @@ class Model:
         where it fits (:func:`fastane.model.placement.plan.chains`, the roofline's plan);
         without it the counts are those of a computed run, which lowers layer by layer.
         ``observe(layer, inputs, outputs, record)`` is called after each layer (it may
-        raise to stop the run: :func:`fastane.model.run.hunt.first_divergence`)."""
+        raise to stop the run: :func:`fastane.model.run.hunt.first_divergence`).
+        ``reference``: the whole model's float32 outputs (name -> array) the outputs' errors
+        are measured against, computed elsewhere (onnxruntime's); None: :meth:`reference`."""
         from ...roofline.model import estimate
 
         chip = self.chip if chip is None else _chips.get(chip)
@@ -422,11 +425,11 @@ class Model:
             if r.placement == "ane":
                 r.estimate = estimate(r.stats, chip, program=False, name=r.layer.name)
         tasks = ane_tasks(records)
-        ref = self.reference(inputs)
+        ref = self.reference(inputs) if reference is None else reference
         out_err = {}
         for n, y in outs.items():
             if y.dtype.kind == "f":
-                mabs, _, err = _errors(y, ref[n])
+                mabs, _, err = array_errors(y, ref[n])
                 out_err[n] = {"max_abs_err": json_number(mabs), "error": json_number(err)}
         first = next((r.layer.name for r in records if not r.ok), None)
         total = estimate(tasks, chip, program=True, name=self.name) if tasks else None

@@ -1,0 +1,160 @@
+"""``fastane eval MODEL DATA [--labels L] [--chip CHIP] [--batch N] [--workers N]
+[--scheduler ADDRESS] [-o results.csv|.parquet|.jsonl] [--resume] [--report] [--json]``: does
+the model's accuracy survive the ANE, over a whole dataset (:func:`fastane.evaluate`).
+
+DATA is an ``.npz`` of one array per model input (the inputs along the first axis), a folder
+of ``.npy``/``.npz`` files (one input each) or a folder of images (``--resize``, ``--crop``,
+``--mean``, ``--std``, ``--scale``, ``--layout`` make them inputs, as torchvision's
+transforms would).  The output is the summary (agreement with the float32 reference,
+accuracy with ``--labels``, the inputs that changed their answer, events); ``--report`` adds
+the layers where inputs went beyond tolerance, ``--json`` prints everything as JSON.
+``--workers N`` (default: one per core when Dask is installed) runs N worker processes of an
+embedded Dask cluster, ``--scheduler tcp://host:8786`` an existing one.  A bad model, dataset
+or argument is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import ModelError
+
+__all__ = ["add_arguments", "run"]
+
+
+def _floats(text: str) -> tuple:
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+
+
+def _size(text: str) -> tuple:
+    try:
+        return tuple(int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or HxW, got {text!r}") from None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="the model file (.onnx, .mlpackage, .mlmodel)")
+    p.add_argument(
+        "data", metavar="DATA", help="an .npz (inputs along the first axis), or a folder of .npy/.npz/images"
+    )
+    p.add_argument(
+        "--labels",
+        metavar="FILE",
+        default=None,
+        help="class labels: .npy, FILE.npz:KEY, .txt (one a line), .csv (id,label)",
+    )
+    p.add_argument("--chip", default="m1", help="run as on this chip (default m1)")
+    p.add_argument(
+        "--task",
+        default="auto",
+        choices=("auto", "classify", "sequence", "regress"),
+        help="the metric: top-1, arg-max per position, or errors only (default: from the output's shape)",
+    )
+    p.add_argument(
+        "--target",
+        metavar="OUTPUT",
+        default=None,
+        help="the output the metric reads (default: the first float one)",
+    )
+    p.add_argument("--class-axis", type=int, default=-1, help="the axis of the classes (default -1)")
+    p.add_argument(
+        "--reference",
+        default="auto",
+        choices=("auto", "onnxruntime", "fastane"),
+        help="the float32 reference (default: onnxruntime for ONNX when installed, else fastane's host path)",
+    )
+    p.add_argument("--batch", type=int, default=16, help="inputs per task (default 16)")
+    p.add_argument(
+        "--workers", type=int, default=None, help="worker processes (default: one per core with Dask, else 1)"
+    )
+    p.add_argument(
+        "--scheduler", metavar="ADDRESS", default=None, help="run on this Dask scheduler (tcp://host:8786)"
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="RESULTS",
+        default=None,
+        help="the rows, one per input: .csv, .parquet or .jsonl",
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="continue the run whose partial results -o's file has"
+    )
+    p.add_argument("--report", action="store_true", help="also the layers where inputs went beyond tolerance")
+    p.add_argument("--json", action="store_true", help="the summary and the run as JSON on stdout")
+    p.add_argument("--worst", type=int, default=5, help="the worst inputs kept per layer (default 5)")
+    g = p.add_argument_group("images (a folder of images as DATA)")
+    g.add_argument("--resize", type=_size, default=None, metavar="N|HxW", help="shorter side to N, or to HxW")
+    g.add_argument("--crop", type=_size, default=None, metavar="N|HxW", help="centre crop")
+    g.add_argument("--scale", type=float, default=1 / 255, help="multiply the pixels by this (default 1/255)")
+    g.add_argument("--mean", type=_floats, default=None, metavar="R,G,B", help="subtract per channel")
+    g.add_argument("--std", type=_floats, default=None, metavar="R,G,B", help="divide per channel")
+    g.add_argument("--layout", default="NCHW", choices=("NCHW", "NHWC"), help="default NCHW")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+
+
+def _workers(args) -> int:
+    if args.workers is not None:
+        return args.workers
+    import importlib.util
+    import os
+
+    if args.scheduler is None and importlib.util.find_spec("distributed") is None:
+        return 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def run(args) -> int:
+    from . import load_model
+    from .cli import error_line
+    from .evaluate import Preprocess, evaluate
+
+    try:
+        model = load_model(args.model, chip=args.chip)
+        first = next(iter(model.inputs.values()), None)
+        channels = (
+            first.shape[1 if args.layout == "NCHW" else -1]
+            if first is not None and len(first.shape) == 4
+            else 3
+        )
+        pre = Preprocess(
+            resize=args.resize,
+            crop=args.crop,
+            scale=args.scale,
+            mean=args.mean,
+            std=args.std,
+            layout=args.layout,
+            channels=channels if channels in (1, 3) else 3,
+        )
+        ev = evaluate(
+            args.model,
+            args.data,
+            args.labels,
+            chip=args.chip,
+            task=args.task,
+            target=args.target,
+            class_axis=args.class_axis,
+            reference=args.reference,
+            batch=args.batch,
+            workers=_workers(args),
+            scheduler=args.scheduler,
+            output=args.output,
+            resume=args.resume,
+            preprocess=pre,
+            worst=args.worst,
+            progress=False if args.quiet or args.json else None,
+        )
+    except (ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
+        return error_line("eval", exc)
+    if args.json:
+        print(ev.to_json())
+    else:
+        print(ev.table(layers=15 if args.report else 0))
+    if args.output:
+        print(f"fastane eval: {len(ev.rows)} rows written to {args.output}", file=sys.stderr)
+    return 0

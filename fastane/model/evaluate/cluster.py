@@ -1,0 +1,95 @@
+"""An evaluation's tasks on Dask (``dask.distributed``, the ``eval`` extra).
+
+With no scheduler, an embedded ``LocalCluster`` of ``workers`` processes, one thread each,
+each with one thread for Numba and BLAS too (the cores are the workers'); with a scheduler's
+address, the cluster behind it (its workers should be started the same way: docs/eval.md).
+
+The dataset (and the model, when it is an object rather than a path) is scattered to every
+worker once; each task carries only its input indices and their labels.  A worker's tasks
+log their start on a topic of this run's own (:func:`.runner.run_batch`); a task that starts
+twice ran again because a worker died, and its inputs are counted as retried: the inputs the
+dead worker was running, and those of tasks it had finished whose results it still held
+(Dask computes a lost result again; the driver keeps the rows of a task once).  A task
+whose workers died ``distributed.scheduler.allowed-failures`` times (3 by default) stops the
+run with a :class:`~fastane.errors.ModelError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import numpy as np
+
+from ...errors import ModelError, quote
+from .runner import run_batch
+
+__all__ = ["run_on_dask", "WORKER_ENV"]
+
+#: the environment of an embedded cluster's workers: one thread each for Numba, OpenMP and
+#: BLAS (one worker process per core)
+WORKER_ENV = {
+    "NUMBA_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+
+
+def _client(workers: int, scheduler):
+    try:
+        import distributed
+    except ImportError:
+        raise ModelError(
+            "more than one worker, or a scheduler, needs Dask: pip install 'fastane[eval]'"
+        ) from None
+    if scheduler is not None:
+        try:
+            return distributed.Client(scheduler, timeout="20s"), None
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise ModelError(f"cannot reach the Dask scheduler {quote(str(scheduler))}: {exc}") from None
+    cluster = distributed.LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        silence_logs=logging.ERROR,
+        env=WORKER_ENV,
+    )
+    return distributed.Client(cluster), cluster
+
+
+def run_on_dask(job, dataset, batches: list, labels, model, workers: int, scheduler, sink) -> int:
+    """Run ``batches`` (lists of input indices) as tasks; ``sink(rows)`` receives each task's
+    rows as it finishes.  Returns the number of inputs run again after a worker died."""
+    from distributed import as_completed
+    from distributed.scheduler import KilledWorker
+
+    client, cluster = _client(workers, scheduler)
+    topic = f"fastane-eval-{uuid.uuid4().hex}"
+    futures = []
+    try:
+        data = client.scatter(dataset, broadcast=True, hash=False)
+        obj = client.scatter(model, broadcast=True, hash=False) if model is not None else None
+        for k, b in enumerate(batches):
+            lab = None if labels is None else labels[np.asarray(b, dtype=np.int64)]
+            futures.append(
+                client.submit(run_batch, job, data, b, lab, obj, topic, key=f"{topic}-{k}", pure=False)
+            )
+        sizes = {f.key: len(b) for f, b in zip(futures, batches)}
+        try:
+            for fut, rows in as_completed(futures, with_results=True):
+                sink(rows)
+                fut.release()
+        except KilledWorker as exc:
+            raise ModelError(f"the workers running a task died too often: {exc}") from None
+        starts: dict = {}
+        for _, msg in client.get_events(topic):
+            starts[msg["key"]] = starts.get(msg["key"], 0) + 1
+        return sum(sizes.get(k, 0) * (c - 1) for k, c in starts.items() if c > 1)
+    finally:
+        for f in futures:
+            f.cancel()
+        client.close()
+        if cluster is not None:
+            cluster.close()

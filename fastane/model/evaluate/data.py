@@ -1,0 +1,340 @@
+"""The datasets :func:`fastane.evaluate` reads: each input an id and its arrays, read by index.
+
+A dataset is picklable and reads an input only when asked (:meth:`Dataset.item`), so that
+a Dask worker reads the inputs of its own tasks where they are (a path on a shared disk, or
+the arrays a task carries) and the driver holds only ids:
+
+* :class:`ArrayFile` -- one ``.npz`` with one array per model input, the inputs along the
+  first axis (``x[i]`` is input ``i``); its ids are the indices.
+* :class:`FileFolder` -- a folder of ``.npy`` files (one-input models) or ``.npz`` files (one
+  array per input name), one input per file, sorted by relative path (the ids).
+* :class:`ImageFolder` -- a folder of images (Pillow), each made into one input by
+  :class:`Preprocess` (resize, centre crop, scale, mean/std, layout).
+* :class:`Items` -- a Python iterable of arrays or of name -> array dicts (the API).
+
+:func:`fit` gives an item the model's leading batch axis where the array lacks it.
+:func:`open_dataset` picks the reader from a path, :func:`read_labels` reads ``--labels``.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import ModelError, quote
+from ..budget import MAX_TENSOR_ELEMENTS
+from ..files import open_file
+
+__all__ = [
+    "Dataset",
+    "ArrayFile",
+    "FileFolder",
+    "ImageFolder",
+    "Items",
+    "Preprocess",
+    "open_dataset",
+    "read_labels",
+    "fit",
+    "IMAGE_SUFFIXES",
+]
+
+#: the image files an :class:`ImageFolder` reads (Pillow decodes them)
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+#: the largest array file a dataset reads (float64 of the largest tensor, and a header)
+_MAX_FILE = MAX_TENSOR_ELEMENTS * 8 + (1 << 20)
+#: the most files a folder dataset lists (beyond it: an error, before anything is read)
+MAX_FILES = 10_000_000
+
+
+class Dataset:
+    """Inputs by index: :attr:`ids` (one str each) and :meth:`item` (name -> array, or one
+    array for a one-input model).  ``source`` names the dataset in messages."""
+
+    ids: list
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def item(self, i: int):
+        raise NotImplementedError
+
+
+def _load_npz(path: str, what: str) -> dict:
+    """The arrays of the .npz ``path`` (no pickled objects), opened as a model's files are."""
+    with open_file(path, what, _MAX_FILE, "the largest input", missing=f"{what}: no such file") as f:
+        try:
+            with np.load(f, allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise ModelError(f"{what}: cannot read {quote(path)} as .npz ({exc})") from None
+
+
+def _load_npy(path: str, what: str) -> np.ndarray:
+    with open_file(path, what, _MAX_FILE, "the largest input", missing=f"{what}: no such file") as f:
+        try:
+            return np.load(f, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise ModelError(f"{what}: cannot read {quote(path)} as .npy ({exc})") from None
+
+
+class ArrayFile(Dataset):
+    """One ``.npz``: an array per model input, input ``i`` at index ``i`` of the first axis.
+    ``names``: the arrays that are inputs (None: every array but ``exclude``).  The file is
+    read once per process that reads an item (the arrays then stay in that process)."""
+
+    def __init__(self, path: str, names=None, exclude=()):
+        self.path = os.fspath(path)
+        self.source = self.path
+        arrays = self._arrays()
+        names = [k for k in arrays if k not in exclude] if names is None else list(names)
+        missing = [k for k in names if k not in arrays]
+        if missing or not names:
+            raise ModelError(
+                f"{quote(self.path)}: no array {quote(missing[0]) if missing else 'to evaluate'} "
+                f"(it holds {', '.join(map(quote, arrays)) or 'none'})"
+            )
+        lengths = {k: (arrays[k].shape[0] if arrays[k].ndim else None) for k in names}
+        if len(set(lengths.values())) != 1 or None in lengths.values():
+            raise ModelError(
+                f"{quote(self.path)}: the input arrays must share their first axis (the inputs); "
+                f"got {', '.join(f'{quote(k)}: {arrays[k].shape}' for k in names)}"
+            )
+        self.names = names
+        self.ids = [str(i) for i in range(lengths[names[0]])]
+
+    def _arrays(self) -> dict:
+        cached = getattr(self, "_cache", None)
+        if cached is None:
+            cached = self._cache = _load_npz(self.path, "the dataset")
+        return cached
+
+    def __getstate__(self):  # a worker reads the file itself
+        return {k: v for k, v in self.__dict__.items() if k != "_cache"}
+
+    def item(self, i: int):
+        arrays = self._arrays()
+        return {k: arrays[k][i] for k in self.names}
+
+
+class FileFolder(Dataset):
+    """A folder of ``.npy`` files (one input each, for a one-input model) or ``.npz`` files
+    (one array per input name), read recursively; ids are the paths relative to the folder."""
+
+    def __init__(self, root: str, files: list):
+        self.root = os.fspath(root)
+        self.source = self.root
+        self.ids = files
+
+    def item(self, i: int):
+        path = os.path.join(self.root, self.ids[i])
+        what = f"dataset file {quote(self.ids[i])}"
+        return _load_npz(path, what) if path.endswith(".npz") else _load_npy(path, what)
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How an image becomes an input (torchvision's convention): resize the shorter side to
+    ``resize`` (or to ``(height, width)``), centre-crop ``crop`` (or ``(height, width)``),
+    multiply by ``scale`` (default 1/255), subtract ``mean`` and divide by ``std`` per channel,
+    lay out as ``NCHW`` or ``NHWC``.  ``channels``: 1 (grey) or 3 (RGB)."""
+
+    resize: tuple | None = None
+    crop: tuple | None = None
+    scale: float = 1 / 255
+    mean: tuple | None = None
+    std: tuple | None = None
+    layout: str = "NCHW"
+    channels: int = 3
+
+    def __post_init__(self):
+        if self.layout.upper() not in ("NCHW", "NHWC"):
+            raise ModelError(f"layout {self.layout!r}: expected NCHW or NHWC")
+        if self.channels not in (1, 3):
+            raise ModelError(f"{self.channels} channels: an image gives 1 (grey) or 3 (RGB)")
+        for what, v in (("mean", self.mean), ("std", self.std)):
+            if v is not None and len(v) not in (1, self.channels):
+                raise ModelError(f"{what} has {len(v)} values for {self.channels} channels")
+        if self.std is not None and any(s == 0 for s in self.std):
+            raise ModelError("std holds a zero")
+
+    def __call__(self, img) -> np.ndarray:
+        from PIL import Image
+
+        img = img.convert("L" if self.channels == 1 else "RGB")
+        if self.resize is not None:
+            if len(self.resize) == 1:
+                s = self.resize[0]
+                w, h = img.size
+                size = (s, max(1, round(w * s / h))) if w >= h else (max(1, round(h * s / w)), s)
+            else:
+                size = self.resize
+            img = img.resize((size[1], size[0]), Image.BILINEAR)
+        if self.crop is not None:
+            ch, cw = (self.crop[0], self.crop[0]) if len(self.crop) == 1 else self.crop
+            w, h = img.size
+            if ch > h or cw > w:
+                raise ModelError(f"crop {ch}x{cw} is larger than the image ({h}x{w})")
+            top, left = (h - ch) // 2, (w - cw) // 2
+            img = img.crop((left, top, left + cw, top + ch))
+        x = np.asarray(img, dtype=np.float32).reshape(img.size[1], img.size[0], self.channels)
+        x = x * np.float32(self.scale)
+        if self.mean is not None:
+            x = x - np.asarray(self.mean, np.float32)
+        if self.std is not None:
+            x = x / np.asarray(self.std, np.float32)
+        x = x[None]
+        return np.ascontiguousarray(x.transpose(0, 3, 1, 2) if self.layout.upper() == "NCHW" else x)
+
+
+class ImageFolder(Dataset):
+    """A folder of images (:data:`IMAGE_SUFFIXES`, recursively), each made into the model's
+    one input by ``preprocess``; ids are the paths relative to the folder."""
+
+    def __init__(self, root: str, files: list, preprocess: Preprocess):
+        self.root = os.fspath(root)
+        self.source = self.root
+        self.ids = files
+        self.preprocess = preprocess
+
+    def item(self, i: int):
+        from PIL import Image, UnidentifiedImageError
+
+        what = f"image {quote(self.ids[i])}"
+        path = os.path.join(self.root, self.ids[i])
+        with open_file(path, what, _MAX_FILE, "the largest input", missing=f"{what}: no such file") as f:
+            try:
+                with Image.open(f) as img:
+                    if img.width * img.height > MAX_TENSOR_ELEMENTS:
+                        raise ModelError(f"{what}: {img.width}x{img.height} pixels, beyond the largest input")
+                    return self.preprocess(img)
+            except (OSError, UnidentifiedImageError, Image.DecompressionBombError) as exc:
+                raise ModelError(f"{what}: cannot read it as an image ({exc})") from None
+
+
+class Items(Dataset):
+    """The inputs of a Python iterable (arrays, or name -> array dicts), held in memory;
+    ids are the positions, or the keys when ``items`` is a dict id -> input."""
+
+    def __init__(self, items):
+        if isinstance(items, dict):
+            self.ids = [str(k) for k in items]
+            self.values = list(items.values())
+        else:
+            self.values = list(items)
+            self.ids = [str(i) for i in range(len(self.values))]
+        self.source = f"{len(self.values)} inputs given in Python"
+
+    def item(self, i: int):
+        return self.values[i]
+
+
+def _listing(root: str, suffixes: tuple) -> list:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for f in filenames:
+            if f.lower().endswith(suffixes):
+                out.append(os.path.relpath(os.path.join(dirpath, f), root))
+                if len(out) > MAX_FILES:
+                    raise ModelError(f"{quote(root)}: more than {MAX_FILES} files")
+    return sorted(out)
+
+
+def open_dataset(data, preprocess: Preprocess | None = None, exclude=()) -> Dataset:
+    """The dataset ``data`` names: a :class:`Dataset`, an ``.npz`` file (:class:`ArrayFile`;
+    ``exclude``: its arrays that are not inputs, e.g. the labels), a folder of ``.npy``/``.npz``
+    files or of images, or an iterable of inputs (:class:`Items`)."""
+    if isinstance(data, Dataset):
+        return data
+    if not isinstance(data, (str, os.PathLike)):
+        if isinstance(data, np.ndarray):
+            return Items(list(data))
+        try:
+            return Items(data)
+        except TypeError:
+            raise TypeError(
+                f"data: expected a path, a Dataset or an iterable, got {type(data).__name__}"
+            ) from None
+    path = os.fspath(data)
+    if "\0" in path:
+        raise ModelError(f"the dataset path {path!r} holds a NUL byte")
+    if os.path.isdir(path):
+        arrays = _listing(path, (".npy", ".npz"))
+        images = _listing(path, IMAGE_SUFFIXES)
+        if arrays and images:
+            raise ModelError(f"{quote(path)} holds both arrays (.npy/.npz) and images: give one kind")
+        if images:
+            return ImageFolder(path, images, preprocess or Preprocess())
+        if not arrays:
+            raise ModelError(f"{quote(path)} holds no .npy, .npz or image files")
+        return FileFolder(path, arrays)
+    if not os.path.exists(path):
+        raise ModelError(f"the dataset {quote(path)}: no such file or folder")
+    if path.lower().endswith(".npz"):
+        return ArrayFile(path, exclude=exclude)
+    raise ModelError(f"the dataset {quote(path)}: expected a folder or an .npz file")
+
+
+def read_labels(spec, n: int, ids: list) -> np.ndarray:
+    """The labels ``spec`` gives for ``n`` inputs (int64, one each): an array; a ``.npy``;
+    ``FILE.npz:KEY``; a ``.txt`` of one integer a line; a ``.csv`` of ``id,label`` rows (by id)."""
+    if not isinstance(spec, (str, os.PathLike)):
+        labels = np.asarray(spec)
+    else:
+        spec = os.fspath(spec)
+        path, _, key = spec.rpartition(":") if ".npz:" in spec else (spec, "", "")
+        what = f"--labels {quote(spec)}"
+        if path.endswith(".npz"):
+            arrays = _load_npz(path, what)
+            if key not in arrays:
+                raise ModelError(f"{what}: no array {quote(key)} (it holds {', '.join(map(quote, arrays))})")
+            labels = arrays[key]
+        elif path.endswith(".npy"):
+            labels = _load_npy(path, what)
+        elif path.endswith((".txt", ".csv")):
+            with open_file(
+                path, what, 1 << 30, "the largest labels file", missing=f"{what}: no such file"
+            ) as f:
+                text = f.read().decode("utf-8", "replace")
+            labels = _text_labels(text, path.endswith(".csv"), ids, what)
+        else:
+            raise ModelError(f"{what}: expected .npy, FILE.npz:KEY, .txt or .csv")
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise ModelError(f"labels: expected one per input ({n}), got shape {labels.shape}")
+    if labels.dtype.kind not in "iub":
+        raise ModelError(f"labels: expected integer class indices, got {labels.dtype}")
+    return labels.astype(np.int64)
+
+
+def _text_labels(text: str, csv: bool, ids: list, what: str) -> list:
+    rows = [r.strip() for r in text.splitlines() if r.strip() and not r.startswith("#")]
+    try:
+        if not csv:
+            return [int(r) for r in rows]
+        by_id = {}
+        for r in rows:
+            k, _, v = r.rpartition(",")
+            by_id[k.strip()] = int(v)
+    except ValueError as exc:
+        raise ModelError(f"{what}: {exc}") from None
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise ModelError(f"{what}: no label for {len(missing)} inputs (the first: {quote(missing[0])})")
+    return [by_id[i] for i in ids]
+
+
+def fit(x, t, name: str) -> np.ndarray:
+    """Input ``x`` for a model input of type ``t`` (a TensorType): with the leading batch axis
+    of size 1 added when ``x`` has one axis fewer than the input declares."""
+    x = np.asarray(x)
+    rank = len(t.shape)
+    if x.ndim == rank - 1 and rank and (isinstance(t.shape[0], str) or t.shape[0] == 1):
+        x = x[None]
+    if x.ndim != rank:
+        raise ModelError(f"input {quote(name)}: an item of shape {x.shape} for {t}")
+    return x
