@@ -1,5 +1,5 @@
 """Small real architectures built offline with ``onnx.helper`` (random weights, seeded):
-the default model of ``scripts/demo.sh`` and the whole-model tests.
+the default model of ``scripts/demo.sh`` and the whole-model tests; and one trained model.
 
 * :func:`resnet` -- a ResNet-style classifier: a 3x3 stem (Conv + BatchNormalization +
   Relu), basic residual blocks (the second strided, with a 1x1 projection), global
@@ -7,10 +7,14 @@ the default model of ``scripts/demo.sh`` and the whole-model tests.
 * :func:`resnet50` -- ResNet-50's layer shapes (the benchmark's model);
 * :func:`transformer` -- a pre-norm transformer block: LayerNormalization, multi-head
   self-attention (MatMul + bias, Reshape/Transpose into heads, Q K^T, scale, Softmax,
-  @ V), a residual Add, LayerNormalization, an MLP with Gelu, a residual Add.
+  @ V), a residual Add, LayerNormalization, an MLP with Gelu, a residual Add;
+* :func:`digits` -- a scikit-learn MLP trained on scikit-learn's digits, exported by skl2onnx
+  (and the same network as a Core ML ML program), with the data set it was trained on.
 
-``python -m fastane.model.zoo resnet|transformer|resnet50 OUT.onnx`` writes one.  Needs the
-``onnx`` extra.
+``python -m fastane.model.zoo resnet|transformer|resnet50 OUT.onnx`` writes one;
+``python -m fastane.model.zoo digits OUT_FOLDER`` writes ``digits.onnx``,
+``digits.mlpackage`` and ``digits.npz`` there.  Needs the ``onnx`` extra (and ``digits``, and
+``coreml`` for the ``.mlpackage``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["resnet", "transformer", "MODELS"]
+__all__ = ["resnet", "transformer", "resnet50", "digits", "MODELS"]
 
 
 def _h():
@@ -178,14 +182,166 @@ def resnet50(seed: int = 0, classes: int = 1000, size: int = 224):
     )
 
 
-MODELS = {"resnet": resnet, "transformer": transformer, "resnet50": resnet50}
+#: :func:`digits`' held-out share of ``load_digits()`` (a stratified split, seeded).
+DIGITS_TEST_SIZE = 0.3
+#: the largest batch :func:`digits`' Core ML model declares (its ``X`` is ``[1..this, 64]``)
+DIGITS_MAX_BATCH = 4096
+
+
+def _digits_fit(seed: int):
+    """scikit-learn's MLP on ``load_digits()``: ``(pipeline, x, labels, train)`` with ``x`` the
+    raw pixels (float32 [1797, 64], 0..16) and ``train`` the mask of the samples fitted on."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from threadpoolctl import threadpool_limits
+
+    data = load_digits()
+    labels = data.target.astype(np.int64)
+    fit_on, _ = train_test_split(
+        np.arange(len(labels)), test_size=DIGITS_TEST_SIZE, random_state=seed, stratify=labels
+    )
+    train = np.zeros(len(labels), bool)
+    train[fit_on] = True
+    pipe = make_pipeline(
+        StandardScaler(),
+        MLPClassifier(hidden_layer_sizes=(64,), activation="relu", max_iter=500, random_state=seed),
+    )
+    with threadpool_limits(1):  # one BLAS thread: the same weights whatever the machine's cores
+        pipe.fit(data.data[train], labels[train])
+    return pipe, data.data.astype(np.float32), labels, train
+
+
+def _digits_onnx(pipe):
+    """``pipe`` through skl2onnx, cut to ``X: float32[N, 64] -> probabilities: float32[N, 10]``
+    (the scaler as Sub and Div, not ai.onnx.ml's Scaler; no label, no ZipMap)."""
+    import onnx
+    from skl2onnx import convert_sklearn
+    from skl2onnx.common.data_types import FloatTensorType
+
+    scaler, mlp = (type(step) for _, step in pipe.steps)
+    full = convert_sklearn(
+        pipe,
+        "digits",
+        initial_types=[("X", FloatTensorType([None, 64]))],
+        options={scaler: {"div": "div"}, mlp: {"zipmap": False}},
+        target_opset=17,
+    )
+    m = onnx.utils.Extractor(full).extract_model(["X"], ["probabilities"])
+    m.graph.name, m.producer_name = "digits", "fastane.model.zoo"
+    for v in (*m.graph.input, *m.graph.output):
+        v.type.tensor_type.shape.dim[0].dim_param = "N"
+    used = {n.domain for n in m.graph.node}
+    kept = [o for o in m.opset_import if o.domain in used]
+    del m.opset_import[:]
+    m.opset_import.extend(kept)
+    onnx.checker.check_model(m)
+    return m
+
+
+def _digits_mlpackage(pipe):
+    """The same network as :func:`_digits_onnx`'s (Sub, Div, linear, relu, linear, softmax),
+    built with coremltools' MIL builder from ``pipe``'s weights: an fp16 ML program with
+    ``X: [1..4096, 64]`` (coremltools converts no scikit-learn MLP to an ML program)."""
+    import coremltools as ct
+    from coremltools.converters.mil.mil import Builder as mb, get_new_symbol
+
+    scaler, mlp = (step for _, step in pipe.steps)
+    f32 = lambda a: np.asarray(a, np.float32)
+    (w1, w2), (b1, b2) = mlp.coefs_, mlp.intercepts_
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(get_new_symbol(), 64))])
+    def prog(X):
+        x = mb.real_div(x=mb.sub(x=X, y=f32(scaler.mean_)), y=f32(scaler.scale_))
+        h = mb.relu(x=mb.linear(x=x, weight=f32(w1.T), bias=f32(b1)))
+        return mb.softmax(x=mb.linear(x=h, weight=f32(w2.T), bias=f32(b2)), axis=-1, name="probabilities")
+
+    return ct.convert(
+        prog,
+        convert_to="mlprogram",
+        inputs=[ct.TensorType(name="X", shape=(ct.RangeDim(1, DIGITS_MAX_BATCH), 64))],
+        minimum_deployment_target=ct.target.macOS13,
+        skip_model_load=True,
+    )
+
+
+def _save_npz(path, arrays: dict):
+    """``np.savez_compressed`` without its members' clock times: the same arrays, the same bytes."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, a in arrays.items():
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.asarray(a), allow_pickle=False)
+            z.writestr(
+                zipfile.ZipInfo(f"{name}.npy", (1980, 1, 1, 0, 0, 0)), buf.getvalue(), zipfile.ZIP_DEFLATED
+            )
+
+
+def digits(folder, seed: int = 0) -> dict:
+    """A trained classifier and the data set it was trained on, written into ``folder``:
+
+    * ``digits.onnx`` -- a StandardScaler and an MLP (64 -> 64 relu -> 10 softmax) fitted by
+      scikit-learn (Adam, ``random_state=seed``) on ``sklearn.datasets.load_digits()`` (1797
+      8x8 images, shipped with scikit-learn) and exported by skl2onnx:
+      ``X: float32[N, 64]`` raw pixels 0..16 (the scaling is in the graph) ->
+      ``probabilities: float32[N, 10]``;
+    * ``digits.mlpackage`` -- the same network and weights as a Core ML ML program (fp16),
+      only when coremltools imports (else a line on stderr, and no key);
+    * ``digits.npz`` -- ``X`` (float32 [1797, 64]), ``labels`` (int64 [1797]) and ``train``
+      (bool [1797]: the 70% fitted on, a stratified ``train_test_split`` with
+      ``random_state=seed``; the rest is held out).
+
+    Returns ``{"onnx": path, "npz": path}`` and ``"mlpackage"`` when written.  The ``.onnx``
+    and the ``.npz`` are byte-identical from run to run.  Needs the ``digits`` and ``onnx``
+    extras (and ``coreml`` for the ``.mlpackage``); raises :class:`~fastane.errors.ModelError`
+    when ``folder`` is a file.
+    """
+    import os
+
+    import onnx
+
+    from ..errors import ModelError
+
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ModelError(f"digits writes into a folder; {os.fspath(folder)!r} is a file")
+    os.makedirs(folder, exist_ok=True)
+    pipe, x, labels, train = _digits_fit(seed)
+    paths = {"onnx": os.path.join(folder, "digits.onnx"), "npz": os.path.join(folder, "digits.npz")}
+    onnx.save(_digits_onnx(pipe), paths["onnx"])
+    _save_npz(paths["npz"], {"X": x, "labels": labels, "train": train})
+    try:
+        import coremltools  # noqa: F401
+    except ImportError as e:
+        print(f"digits: no digits.mlpackage (coremltools does not import: {e})", file=sys.stderr)
+    else:
+        paths["mlpackage"] = os.path.join(folder, "digits.mlpackage")
+        _digits_mlpackage(pipe).save(paths["mlpackage"])
+    return paths
+
+
+MODELS = {"resnet": resnet, "transformer": transformer, "resnet50": resnet50, "digits": digits}
+#: the entries of :data:`MODELS` that write a folder (a model and its data) rather than return a model
+FOLDERS = {"digits"}
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or argv[0] not in MODELS:
-        print(f"usage: python -m fastane.model.zoo {'|'.join(MODELS)} OUT.onnx", file=sys.stderr)
+        names = "|".join(n for n in MODELS if n not in FOLDERS)
+        print(
+            f"usage: python -m fastane.model.zoo {names} OUT.onnx\n"
+            f"       python -m fastane.model.zoo {'|'.join(FOLDERS)} OUT_FOLDER",
+            file=sys.stderr,
+        )
         return 2
+    if argv[0] in FOLDERS:
+        for path in MODELS[argv[0]](argv[1]).values():
+            print(f"wrote {path}", file=sys.stderr)
+        return 0
     import onnx
 
     onnx.save(MODELS[argv[0]](), argv[1])
