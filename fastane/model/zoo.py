@@ -281,6 +281,10 @@ def _save_npz(path, arrays: dict):
             )
 
 
+#: the files :func:`digits` writes (but the .mlpackage)
+_DIGITS_FILES = {"onnx": "digits.onnx", "npz": "digits.npz", "heldout": "digits-heldout.npz"}
+
+
 def digits(folder, seed: int = 0) -> dict:
     """A trained classifier and the data set it was trained on, written into ``folder``:
 
@@ -293,10 +297,12 @@ def digits(folder, seed: int = 0) -> dict:
       only when coremltools imports (else a line on stderr, and no key);
     * ``digits.npz`` -- ``X`` (float32 [1797, 64]), ``labels`` (int64 [1797]) and ``train``
       (bool [1797]: the 70% fitted on, a stratified ``train_test_split`` with
-      ``random_state=seed``; the rest is held out).
+      ``random_state=seed``; the rest is held out);
+    * ``digits-heldout.npz`` -- ``X`` and ``labels`` of the held-out 30% alone (the inputs
+      ``fastane eval`` measures accuracy on).
 
-    Returns ``{"onnx": path, "npz": path}`` and ``"mlpackage"`` when written.  The ``.onnx``
-    and the ``.npz`` are byte-identical from run to run.  Needs the ``digits`` and ``onnx``
+    Returns ``{"onnx": path, "npz": path, "heldout": path}`` and ``"mlpackage"`` when written.
+    The ``.onnx`` and the ``.npz`` files are byte-identical from run to run.  Needs the ``digits`` and ``onnx``
     extras (and ``coreml`` for the ``.mlpackage``); raises :class:`~fastane.errors.ModelError`
     when ``folder`` is a file.
     """
@@ -310,9 +316,10 @@ def digits(folder, seed: int = 0) -> dict:
         raise ModelError(f"digits writes into a folder; {os.fspath(folder)!r} is a file")
     os.makedirs(folder, exist_ok=True)
     pipe, x, labels, train = _digits_fit(seed)
-    paths = {"onnx": os.path.join(folder, "digits.onnx"), "npz": os.path.join(folder, "digits.npz")}
+    paths = {name: os.path.join(folder, f) for name, f in _DIGITS_FILES.items()}
     onnx.save(_digits_onnx(pipe), paths["onnx"])
     _save_npz(paths["npz"], {"X": x, "labels": labels, "train": train})
+    _save_npz(paths["heldout"], {"X": x[~train], "labels": labels[~train]})
     try:
         import coremltools  # noqa: F401
     except ImportError as e:

@@ -68,8 +68,12 @@ def test_the_core_ml_twin_matches_the_onnx_model(built):
 def test_two_builds_are_byte_identical(built, tmp_path):
     folder, _, _ = built
     paths = zoo.digits(tmp_path)
-    for kind in ("onnx", "npz"):
-        assert (folder / f"digits.{kind}").read_bytes() == open(paths[kind], "rb").read(), kind
+    for kind, name in (("onnx", "digits.onnx"), ("npz", "digits.npz"), ("heldout", "digits-heldout.npz")):
+        assert (folder / name).read_bytes() == open(paths[kind], "rb").read(), kind
+    held = np.load(paths["heldout"])
+    data = np.load(paths["npz"])
+    assert np.array_equal(held["X"], data["X"][~data["train"]])
+    assert np.array_equal(held["labels"], data["labels"][~data["train"]])
 
 
 def test_the_cli_names_the_folder_form(capsys):

@@ -223,7 +223,7 @@ def evaluate(
         write_rows(output, ordered)
         os.unlink(journal.path)
     summary = {
-        "model": header["model"],
+        "model": os.fspath(model) if path else obj.name,
         "data": header["data"],
         "chip": job.chip,
         "task": task.kind,

@@ -24,7 +24,7 @@ import numpy as np
 from ...errors import ModelError, quote
 from .runner import run_batch
 
-__all__ = ["run_on_dask", "WORKER_ENV"]
+__all__ = ["run_on_dask", "WORKER_ENV", "NO_TRIM"]
 
 #: the environment of an embedded cluster's workers: one thread each for Numba, OpenMP and
 #: BLAS (one worker process per core)
@@ -34,6 +34,11 @@ WORKER_ENV = {
     "OPENBLAS_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }
+#: Dask's nannies start workers with glibc's ``MALLOC_TRIM_THRESHOLD_`` at 64 KiB, which turns
+#: off glibc's adaptive mmap threshold: every array above 128 KiB is then mapped and unmapped
+#: anew, and a ResNet-style evaluation ran at 19 inputs/s per worker instead of 50 (2026-12-06,
+#: bench/eval_scaling.py at 64x64).  The embedded cluster's workers start without it.
+NO_TRIM = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 
 
 def _client(workers: int, scheduler):
@@ -48,14 +53,17 @@ def _client(workers: int, scheduler):
             return distributed.Client(scheduler, timeout="20s"), None
         except (OSError, TimeoutError, ValueError) as exc:
             raise ModelError(f"cannot reach the Dask scheduler {quote(str(scheduler))}: {exc}") from None
-    cluster = distributed.LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=None,
-        silence_logs=logging.ERROR,
-        env=WORKER_ENV,
-    )
+    import dask
+
+    with dask.config.set(NO_TRIM):
+        cluster = distributed.LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+            env=WORKER_ENV,
+        )
     return distributed.Client(cluster), cluster
 
 
