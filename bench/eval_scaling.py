@@ -59,7 +59,7 @@ def one_worker_cluster(model, data, batch):
     with (
         dask.config.set(NO_TRIM),
         distributed.LocalCluster(
-            n_workers=1, threads_per_worker=1, dashboard_address=None, env=WORKER_ENV
+            n_workers=1, threads_per_worker=1, dashboard_address=":0", env=WORKER_ENV
         ) as lc,
     ):
         return one_run(model, data, batch, scheduler=lc.scheduler_address, t0=t0)

@@ -8,8 +8,10 @@ of ``.npy``/``.npz`` files (one input each) or a folder of images (``--resize``,
 transforms would).  The output is the summary (agreement with the float32 reference,
 accuracy with ``--labels``, the inputs that changed their answer, events); ``--report`` adds
 the layers where inputs went beyond tolerance, ``--json`` prints everything as JSON.
-``--workers N`` (default: one per core when Dask is installed) runs N worker processes of an
-embedded Dask cluster, ``--scheduler tcp://host:8786`` an existing one.  A bad model, dataset
+``--workers N`` runs N worker processes of an embedded Dask cluster (default: this process,
+or one worker per core when the first task shows that the rest would take more than
+:data:`fastane.model.evaluate.AUTO_CLUSTER_SECONDS`), ``--scheduler tcp://host:8786`` an
+existing one.  A bad model, dataset
 or argument is one line on stderr and exit status 2.
 """
 
@@ -70,7 +72,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--batch", type=int, default=16, help="inputs per task (default 16)")
     p.add_argument(
-        "--workers", type=int, default=None, help="worker processes (default: one per core with Dask, else 1)"
+        "--workers",
+        type=int,
+        default=None,
+        help="worker processes: 1 runs here, N on a local Dask cluster (default: here, or one per "
+        "core when the first task shows the rest would take more than 20 s and Dask is installed)",
     )
     p.add_argument(
         "--scheduler", metavar="ADDRESS", default=None, help="run on this Dask scheduler (tcp://host:8786)"
@@ -96,17 +102,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--std", type=_floats, default=None, metavar="R,G,B", help="divide per channel")
     g.add_argument("--layout", default="NCHW", choices=("NCHW", "NHWC"), help="default NCHW")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-
-
-def _workers(args) -> int:
-    if args.workers is not None:
-        return args.workers
-    import importlib.util
-    import os
-
-    if args.scheduler is None and importlib.util.find_spec("distributed") is None:
-        return 1
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def run(args) -> int:
@@ -141,7 +136,7 @@ def run(args) -> int:
             class_axis=args.class_axis,
             reference=args.reference,
             batch=args.batch,
-            workers=_workers(args),
+            workers=args.workers,
             scheduler=args.scheduler,
             output=args.output,
             resume=args.resume,

@@ -12,7 +12,8 @@ agreement, accuracy with labels, the inputs that changed their answer, per layer
 histogram, the inputs beyond tolerance, saturations, LUT range events and the worst inputs).
 
 The inputs go out in tasks of ``batch`` inputs.  ``workers=1`` runs them in this process;
-more workers, or ``scheduler`` (a Dask scheduler's address, ``tcp://host:8786``), run them
+``None`` (the default) too, unless the first task shows that the rest would take more than
+:data:`AUTO_CLUSTER_SECONDS` and Dask is installed; more workers, or ``scheduler`` (a Dask scheduler's address, ``tcp://host:8786``), run them
 on Dask (the ``eval`` extra): with no scheduler an embedded ``LocalCluster`` of ``workers``
 processes of one thread each.  Each worker loads the model once; a dataset named by path is
 read on the workers (the same path must reach the data there).  Rows stream back as tasks
@@ -124,7 +125,7 @@ def evaluate(
     class_axis: int = -1,
     reference: str = "auto",
     batch: int = 16,
-    workers: int | None = 1,
+    workers: int | None = None,
     scheduler: str | None = None,
     output=None,
     resume: bool = False,
@@ -137,17 +138,17 @@ def evaluate(
     ``labels``: class indices, one per input (an array, a ``.npy``, ``FILE.npz:KEY``, a
     ``.txt`` or an ``id,label`` ``.csv``).  ``task``/``target``/``class_axis``: the metric
     (:class:`.metrics.Task`).  ``reference``: ``auto``, ``onnxruntime`` or ``fastane``.
-    ``workers``: processes (1: this one; None: one per core); ``scheduler``: a Dask scheduler
-    to run on.  ``output``: the results file; ``resume``: continue from its partial file.
+    ``workers``: processes (1: this one; N: a local Dask cluster of N; None: this one, or one
+    per core when the first task shows the rest would take more than
+    :data:`AUTO_CLUSTER_SECONDS`); ``scheduler``: a Dask scheduler to run on.  ``output``: the results file; ``resume``: continue from its partial file.
     ``preprocess``: how images become inputs.  ``worst``: the worst inputs kept per layer.
     ``progress``: None (a bar on a terminal), False, True or a callable ``(done, total)``."""
     t0 = time.perf_counter()
     task = Task(task, target, class_axis)
     batch = _positive(batch, "batch")
     worst = _positive(worst, "worst")
-    if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    workers = _positive(workers, "workers")
+    auto = workers is None and scheduler is None
+    workers = _positive(cores() if workers is None else workers, "workers")
     obj, path, job = _model_and_job(model, chip, task, reference)
     if output is not None:
         output = os.fspath(output)
@@ -206,6 +207,11 @@ def evaluate(
         show(len(rows), n)
     retried = 0
     try:
+        if auto:
+            batches = (
+                _first_here(job, dataset, batches, labels, None if path else obj, sink) if batches else []
+            )
+            workers = workers if batches else 1
         if scheduler is None and workers == 1:
             for b in batches:
                 sink(run_batch(job, dataset, b, _labels_of(labels, b), None if path else obj))
@@ -241,6 +247,44 @@ def evaluate(
         "output": output,
     }
     return Evaluation(summary, ordered, run)
+
+
+#: ``workers=None``: the estimated time of the inputs left after the first task, in seconds,
+#: above which the rest goes to a cluster of one worker per core (its start, and each
+#: worker's first model load and kernel load, cost a few seconds: 3-4 s here)
+AUTO_CLUSTER_SECONDS = 20.0
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _first_here(job, dataset, batches, labels, model, sink) -> list:
+    """``workers=None``: run the first task in this process (its first input alone: the
+    kernels compile there) and time it; the batches left for a cluster of one worker per
+    core, or ``[]`` after running them all here when they would take less than
+    :data:`AUTO_CLUSTER_SECONDS`, or when there is one core or no Dask."""
+    import time as _time
+
+    first = batches[0]
+    sink(run_batch(job, dataset, first[:1], _labels_of(labels, first[:1]), model))
+    rest = [first[1:]] if len(first) > 1 else []
+    rest += batches[1:]
+    left = sum(len(b) for b in rest)
+    if rest and len(rest[0]):
+        t0 = _time.perf_counter()
+        sink(run_batch(job, dataset, rest[0], _labels_of(labels, rest[0]), model))
+        per_input = (_time.perf_counter() - t0) / len(rest[0])
+        left -= len(rest[0])
+        rest = rest[1:]
+    else:
+        per_input = 0.0
+    if rest and cores() > 1 and per_input * left > AUTO_CLUSTER_SECONDS and _has("distributed"):
+        return rest
+    for b in rest:
+        sink(run_batch(job, dataset, b, _labels_of(labels, b), model))
+    return []
 
 
 def _positive(v, what: str) -> int:

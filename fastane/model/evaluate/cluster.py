@@ -41,6 +41,10 @@ WORKER_ENV = {
 NO_TRIM = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 
 
+#: how long the driver tries to reach a scheduler it is given
+CONNECT_TIMEOUT = "20s"
+
+
 def _client(workers: int, scheduler):
     try:
         import distributed
@@ -50,7 +54,7 @@ def _client(workers: int, scheduler):
         ) from None
     if scheduler is not None:
         try:
-            return distributed.Client(scheduler, timeout="20s"), None
+            return distributed.Client(scheduler, timeout=CONNECT_TIMEOUT), None
         except (OSError, TimeoutError, ValueError) as exc:
             raise ModelError(f"cannot reach the Dask scheduler {quote(str(scheduler))}: {exc}") from None
     import dask
@@ -60,7 +64,7 @@ def _client(workers: int, scheduler):
             n_workers=workers,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            dashboard_address=":0",  # any free port: its HTTP server starts anyway
             silence_logs=logging.ERROR,
             env=WORKER_ENV,
         )

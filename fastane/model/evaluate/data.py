@@ -87,8 +87,8 @@ class ArrayFile(Dataset):
     read once per process that reads an item (the arrays then stay in that process)."""
 
     def __init__(self, path: str, names=None, exclude=()):
-        self.path = os.fspath(path)
-        self.source = self.path
+        self.source = os.fspath(path)
+        self.path = os.path.abspath(self.source)  # as a worker elsewhere must find it
         arrays = self._arrays()
         names = [k for k in arrays if k not in exclude] if names is None else list(names)
         missing = [k for k in names if k not in arrays]
@@ -125,8 +125,8 @@ class FileFolder(Dataset):
     (one array per input name), read recursively; ids are the paths relative to the folder."""
 
     def __init__(self, root: str, files: list):
-        self.root = os.fspath(root)
-        self.source = self.root
+        self.source = os.fspath(root)
+        self.root = os.path.abspath(self.source)
         self.ids = files
 
     def item(self, i: int):
@@ -195,8 +195,8 @@ class ImageFolder(Dataset):
     one input by ``preprocess``; ids are the paths relative to the folder."""
 
     def __init__(self, root: str, files: list, preprocess: Preprocess):
-        self.root = os.fspath(root)
-        self.source = self.root
+        self.source = os.fspath(root)
+        self.root = os.path.abspath(self.source)
         self.ids = files
         self.preprocess = preprocess
 

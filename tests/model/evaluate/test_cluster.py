@@ -53,3 +53,27 @@ def test_a_worker_that_dies_loses_nothing(job, tmp_path):
         {k: v for k, v in one.summary.items() if k not in ("model", "data")}
     )
     assert (tmp_path / "r.csv").read_bytes() == (d / "one.csv").read_bytes()
+
+
+def test_a_scheduler_out_of_reach_is_one_error(job, monkeypatch):
+    from fastane.errors import ModelError
+    from fastane.model.evaluate import cluster
+
+    d, model, _, _, _ = job
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", "1s")
+    with pytest.raises(ModelError, match="cannot reach the Dask scheduler 'tcp://127.0.0.1:1'"):
+        fastane.evaluate(model, d / "data.npz", scheduler="tcp://127.0.0.1:1", progress=False)
+
+
+def test_the_default_moves_to_a_cluster_when_the_first_task_says_so(job, monkeypatch):
+    from fastane.model import evaluate as ev_module
+
+    d, model, _, labels, one = job
+    here = fastane.evaluate(model, d / "data.npz", labels, batch=4, progress=False)
+    assert here.run["workers"] == 1  # 24 small inputs: far below AUTO_CLUSTER_SECONDS
+    if ev_module.cores() < 2:
+        pytest.skip("one core: the default never starts a cluster")
+    monkeypatch.setattr(ev_module, "AUTO_CLUSTER_SECONDS", 0.0)
+    there = fastane.evaluate(model, d / "data.npz", labels, batch=4, progress=False)
+    assert there.run["workers"] == ev_module.cores()
+    assert there.rows == one.rows and json.dumps(there.summary) == json.dumps(here.summary)
