@@ -145,7 +145,7 @@ def _positive(text: str) -> int:
     return n
 
 
-def _cores() -> int:
+def cores() -> int:
     """The cores this process may run on (its affinity, which a container's limit sets)."""
     try:
         return len(os.sched_getaffinity(0))
@@ -176,7 +176,7 @@ def run(args) -> int:
         parts = partition(entries, n)
         print(json.dumps(compile_entries(parts[i] if i < len(parts) else [])))
         return 0
-    jobs = args.jobs if args.jobs is not None else _cores()
+    jobs = args.jobs if args.jobs is not None else cores()
     if jobs < 1:
         print("fastane warm: --jobs must be at least 1", file=sys.stderr)
         return 2

@@ -21,14 +21,13 @@ fastane) one line too, ``fastane run: internal error: TYPE: MESSAGE``, and exit 
 from __future__ import annotations
 
 import argparse
-import struct
 import sys
 
 import numpy as np
 
 from ..errors import ModelError, quote, quote_names
 from .budget import MAX_TENSOR_ELEMENTS
-from .files import open_file
+from .files import npy_header, open_file
 from .tensor import check_size
 
 __all__ = [
@@ -258,7 +257,7 @@ def read_inputs(model, args) -> dict:
                 npy[name][0].close()
             npy[name] = (f, item, path)
             try:
-                shape = _npy_shape(f)
+                shape = npy_header(f)[0]
             except (OSError, ValueError, EOFError) as exc:
                 raise CommandError(
                     f"--input {quote(item)}: cannot read {quote(path)} as a .npy array ({exc})"
@@ -269,25 +268,6 @@ def read_inputs(model, args) -> dict:
     finally:
         for f, _, _ in npy.values():
             f.close()
-
-
-def _npy_shape(f) -> tuple:
-    """The shape in the .npy header at the start of ``f`` (a header of at most 10000
-    bytes, numpy's own default limit, and no Python objects: nothing else is read)."""
-    version = np.lib.format.read_magic(f)
-    if version not in ((1, 0), (2, 0)):
-        raise ValueError(f"format version {version} is not supported (1.0 and 2.0 are)")
-    n = struct.calcsize("<H" if version == (1, 0) else "<I")
-    pos = f.tell()
-    (size,) = struct.unpack("<H" if version == (1, 0) else "<I", f.read(n).ljust(n, b"\0"))
-    if size > 10000:
-        raise ValueError(f"a header of {size} bytes (at most 10000)")
-    f.seek(pos)
-    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    shape, _, dtype = read(f)
-    if dtype.hasobject:
-        raise ValueError("the array holds Python objects")
-    return tuple(shape)
 
 
 def _read_npy(f, item, path, shape) -> np.ndarray:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import ModelError
+from ..errors import ModelError, quote
 
 __all__ = ["add_arguments", "run"]
 
@@ -105,18 +105,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from . import load_model
     from .cli import error_line
-    from .evaluate import Preprocess, evaluate
+    from .evaluate import Preprocess, evaluate, partial_path
 
     try:
-        model = load_model(args.model, chip=args.chip)
-        first = next(iter(model.inputs.values()), None)
-        channels = (
-            first.shape[1 if args.layout == "NCHW" else -1]
-            if first is not None and len(first.shape) == 4
-            else 3
-        )
         pre = Preprocess(
             resize=args.resize,
             crop=args.crop,
@@ -124,7 +116,6 @@ def run(args) -> int:
             mean=args.mean,
             std=args.std,
             layout=args.layout,
-            channels=channels if channels in (1, 3) else 3,
         )
         ev = evaluate(
             args.model,
@@ -146,6 +137,14 @@ def run(args) -> int:
         )
     except (ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
         return error_line("eval", exc)
+    except KeyboardInterrupt:
+        kept = (
+            f"; the rows done are in {quote(partial_path(args.output))}: --resume continues"
+            if args.output
+            else ""
+        )
+        print(f"fastane eval: interrupted{kept}", file=sys.stderr)
+        return 130
     if args.json:
         print(ev.to_json())
     else:

@@ -30,7 +30,7 @@ import stat
 
 from ..errors import ModelError
 
-__all__ = ["inside", "read_file", "map_file", "open_file"]
+__all__ = ["inside", "read_file", "map_file", "open_file", "npy_header"]
 
 _FLAGS = (
     os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -187,3 +187,29 @@ def map_file(path, what: str, missing: str | None = None, root=None) -> memoryvi
         raise ModelError(f"{what}: cannot map {path!r}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
+
+
+def npy_header(f) -> tuple:
+    """``(shape, dtype)`` from the .npy header at the start of ``f`` (a header of at most 10000
+    bytes, numpy's own default limit, and no Python objects: nothing else is read); ``f``
+    is left where it was.  A ValueError (or OSError, EOFError) for anything else."""
+    import struct
+
+    import numpy as np
+
+    start = f.tell()
+    version = np.lib.format.read_magic(f)
+    if version not in ((1, 0), (2, 0)):
+        raise ValueError(f"format version {version} is not supported (1.0 and 2.0 are)")
+    n = struct.calcsize("<H" if version == (1, 0) else "<I")
+    pos = f.tell()
+    (size,) = struct.unpack("<H" if version == (1, 0) else "<I", f.read(n).ljust(n, b"\0"))
+    if size > 10000:
+        raise ValueError(f"a header of {size} bytes (at most 10000)")
+    f.seek(pos)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _, dtype = read(f)
+    if dtype.hasobject:
+        raise ValueError("the array holds Python objects")
+    f.seek(start)
+    return tuple(shape), dtype

@@ -39,6 +39,7 @@ import numpy as np
 
 from ...errors import ModelError, quote
 from ...roofline import chips as _chips
+from ...warm import cores
 from .data import Dataset, Preprocess, open_dataset, read_labels
 from .metrics import ROW_COLUMNS, Aggregate, Task
 from .runner import REFERENCES, Job, run_batch
@@ -162,21 +163,28 @@ def evaluate(
     if resume and output is None:
         raise ModelError("resume needs the output file whose partial results it continues")
     label_key = _npz_key(labels, data)
-    dataset = open_dataset(data, preprocess, exclude=(label_key,) if label_key else ())
-    _check_names(dataset, obj)
+    preprocess = _channels(preprocess or Preprocess(), obj)
+    dataset = open_dataset(
+        data, preprocess, exclude=(label_key,) if label_key else (), inputs=list(obj.inputs)
+    )
     n = len(dataset)
     if n == 0:
         raise ModelError(f"the dataset {quote(dataset.source)} holds no input")
+    labels_spec = labels
     labels = None if labels is None else read_labels(labels, n, dataset.ids)
+    if output is not None:
+        _check_output(output, data, labels_spec)
     header = {
         "format": _FORMAT,
         "model": path or obj.name,
+        "model_files": _model_identity(path),
         "data": dataset.source,
+        "data_files": dataset.fingerprint() if output is not None else None,
         "inputs": n,
         "chip": job.chip,
         "task": [task.kind, task.target, task.class_axis],
         "reference": job.reference,
-        "labels": labels is not None,
+        "labels": None if labels is None else _digest(labels),
     }
     agg = Aggregate(worst)
     rows: dict = {}
@@ -184,7 +192,12 @@ def evaluate(
     if output is not None:
         journal = _Journal(partial_path(output), header, resume)
         for row in journal.rows:
-            if 0 <= row["index"] < n and row["index"] not in rows:
+            if row["index"] >= n or row["id"] != dataset.ids[row["index"]]:
+                raise ModelError(
+                    f"{quote(journal.path)}: a row of input {row['index']} ({quote(str(row['id']))}) "
+                    "that this dataset does not have: remove the file to start again"
+                )
+            if row["index"] not in rows:
                 agg.add(row)
                 row.pop("layers")
                 rows[row["index"]] = row
@@ -224,10 +237,13 @@ def evaluate(
     finally:
         if journal is not None:
             journal.close()
+            if not journal.rows and not journal.written:  # nothing to resume: no file in the way
+                os.unlink(journal.path)
     ordered = [rows[i] for i in range(n)]
     if output is not None:
         write_rows(output, ordered)
-        os.unlink(journal.path)
+        if os.path.exists(journal.path):
+            os.unlink(journal.path)
     summary = {
         "model": os.fspath(model) if path else obj.name,
         "data": header["data"],
@@ -253,11 +269,6 @@ def evaluate(
 #: above which the rest goes to a cluster of one worker per core (its start, and each
 #: worker's first model load and kernel load, cost a few seconds: 3-4 s here)
 AUTO_CLUSTER_SECONDS = 20.0
-
-
-def cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _first_here(job, dataset, batches, labels, model, sink) -> list:
@@ -307,23 +318,6 @@ def _npz_key(labels, data):
     return None
 
 
-def _check_names(dataset, model) -> None:
-    """An :class:`.data.ArrayFile` reads the model's inputs by name (one unnamed array for a
-    one-input model)."""
-    names = getattr(dataset, "names", None)
-    if names is None:
-        return
-    wanted = list(model.inputs)
-    if all(k in names for k in wanted):
-        dataset.names = wanted
-    elif not (len(wanted) == 1 and len(names) == 1):  # one array for one input: by position
-        missing = [k for k in wanted if k not in names]
-        raise ModelError(
-            f"{quote(dataset.source)}: no array for the model's input {quote(missing[0])} "
-            f"(it holds {', '.join(map(quote, names))})"
-        )
-
-
 def _labels_of(labels, indices):
     return None if labels is None else labels[np.asarray(indices, dtype=np.int64)]
 
@@ -358,6 +352,7 @@ class _Journal:
     def __init__(self, path: str, header: dict, resume: bool):
         self.path = path
         self.rows: list = []
+        self.written = 0
         exists = os.path.exists(path)
         if exists and not resume:
             raise ModelError(
@@ -394,7 +389,7 @@ class _Journal:
                 row = json.loads(line)
             except ValueError:
                 row = None
-            if not isinstance(row, dict) or set(row) != set(ROW_COLUMNS) | {"layers"}:
+            if not _is_row(row):
                 raise ModelError(f"{quote(self.path)}: line {k} is not a row")
             rows.append(row)
         if torn:  # cut off, so that the rows appended next start on a line of their own
@@ -403,12 +398,89 @@ class _Journal:
         return rows
 
     def write(self, rows: list) -> None:
+        self.written += len(rows)
         self.f.write("".join(json.dumps(r) + "\n" for r in rows))
         self.f.flush()
         os.fsync(self.f.fileno())
 
     def close(self) -> None:
         self.f.close()
+
+
+def _is_row(row) -> bool:
+    """Whether ``row`` (read back from a partial results file) has a row's keys and types."""
+    if not isinstance(row, dict) or set(row) != set(ROW_COLUMNS) | {"layers"}:
+        return False
+    ints = ("index", "nonfinite", "saturated", "lut_underflow", "lut_overflow", "cropped")
+    if not all(type(row[k]) is int and row[k] >= 0 for k in ints):
+        return False
+    if not all(
+        isinstance(row[k], (int, float)) and not isinstance(row[k], bool) for k in ("max_abs_err", "error")
+    ):
+        return False
+    if not isinstance(row["id"], str) or not isinstance(row["first_beyond"], str):
+        return False
+    layers = row["layers"]
+    return isinstance(layers, list) and all(
+        isinstance(L, list)
+        and len(L) == 9
+        and type(L[0]) is int
+        and isinstance(L[1], str)
+        and (L[4] is None or isinstance(L[4], (int, float)))
+        and all(type(v) is int for v in L[6:])
+        for L in layers
+    )
+
+
+def _digest(a) -> str:
+    import hashlib
+
+    a = np.ascontiguousarray(a)
+    return hashlib.sha256(a.dtype.str.encode() + a.tobytes()).hexdigest()
+
+
+def _model_identity(path) -> list | None:
+    """The model's files (relative path, size, modification time): a partial results file
+    resumes only with the same."""
+    if path is None:
+        return None
+    if not os.path.isdir(path):
+        st = os.stat(path)
+        return [[os.path.basename(path), st.st_size, st.st_mtime_ns]]
+    out = []
+    for dirpath, dirnames, filenames in os.walk(path):
+        dirnames.sort()
+        for f in sorted(filenames):
+            st = os.stat(os.path.join(dirpath, f))
+            out.append([os.path.relpath(os.path.join(dirpath, f), path), st.st_size, st.st_mtime_ns])
+    return out
+
+
+def _channels(pre: Preprocess, model) -> Preprocess:
+    """``pre`` with the channels of the model's image input (1 or 3; else RGB)."""
+    import dataclasses
+
+    if pre.channels is not None or len(model.inputs) != 1:
+        return pre
+    shape = next(iter(model.inputs.values())).shape
+    if len(shape) != 4:
+        return pre
+    c = shape[1] if pre.layout.upper() == "NCHW" else shape[3]
+    return dataclasses.replace(pre, channels=c if c in (1, 3) else 3)
+
+
+def _check_output(output: str, data, labels) -> None:
+    """A results file that can be written, and is not the dataset or the labels."""
+    if os.path.isdir(output):
+        raise ModelError(f"output {quote(output)} is a folder")
+    folder = os.path.dirname(os.path.abspath(output)) or "."
+    if not os.access(folder, os.W_OK):
+        raise ModelError(f"output {quote(output)}: the folder {quote(folder)} is not writable")
+    for what, p in (("the dataset", data), ("the labels", labels)):
+        if isinstance(p, (str, os.PathLike)):
+            p = os.fspath(p).rpartition(":")[0] if ".npz:" in os.fspath(p) else os.fspath(p)
+            if os.path.exists(p) and os.path.exists(output) and os.path.samefile(p, output):
+                raise ModelError(f"output {quote(output)} is {what}")
 
 
 def write_rows(path: str, rows: list) -> None:

@@ -45,6 +45,38 @@ NO_TRIM = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 CONNECT_TIMEOUT = "20s"
 
 
+def _connect(distributed, scheduler: str):
+    """A client of the scheduler at ``scheduler``, or a ModelError within
+    :data:`CONNECT_TIMEOUT` and a few seconds: the connection is made in a thread of its
+    own, so that an address that accepts and never answers (not a Dask scheduler) cannot
+    hang the run, and whatever it fails with (an address that sends garbage can make Dask
+    try to allocate what it claims) is one error."""
+    import threading
+
+    got: dict = {}
+
+    def connect():
+        try:
+            got["client"] = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT)
+        except BaseException as exc:  # noqa: B036 (reported to the caller below)
+            got["error"] = exc
+
+    t = threading.Thread(target=connect, name="fastane-eval-connect", daemon=True)
+    t.start()
+    t.join(dask_seconds(CONNECT_TIMEOUT) + 5)
+    if "client" in got:
+        return got["client"]
+    why = got.get("error")
+    detail = f"{type(why).__name__}: {str(why).splitlines()[0] if str(why) else ''}" if why else "no answer"
+    raise ModelError(f"cannot reach the Dask scheduler {quote(str(scheduler))}: {detail}")
+
+
+def dask_seconds(text: str) -> float:
+    from dask.utils import parse_timedelta
+
+    return float(parse_timedelta(text))
+
+
 def _client(workers: int, scheduler):
     try:
         import distributed
@@ -53,10 +85,7 @@ def _client(workers: int, scheduler):
             "more than one worker, or a scheduler, needs Dask: pip install 'fastane[eval]'"
         ) from None
     if scheduler is not None:
-        try:
-            return distributed.Client(scheduler, timeout=CONNECT_TIMEOUT), None
-        except (OSError, TimeoutError, ValueError) as exc:
-            raise ModelError(f"cannot reach the Dask scheduler {quote(str(scheduler))}: {exc}") from None
+        return _connect(distributed, scheduler), None
     import dask
 
     with dask.config.set(NO_TRIM):

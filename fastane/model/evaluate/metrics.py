@@ -133,6 +133,9 @@ def score(index: int, ident: str, label, outs: dict, ref: dict, records: list, t
                     f"output {quote(name)} {y.shape} holds {ya.size} predictions: task 'sequence'"
                 )
             row.update(ane=int(ya.reshape(-1)[0]), ref=int(ra.reshape(-1)[0]))
+            classes = y.shape[task.class_axis]
+            if label is not None and not 0 <= int(label) < classes:
+                raise ModelError(f"label {int(label)}: output {quote(name)} has {classes} classes")
             row["agree"] = row["ane"] == row["ref"]
             if label is not None:
                 row.update(ane_correct=row["ane"] == int(label), ref_correct=row["ref"] == int(label))

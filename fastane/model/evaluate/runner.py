@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ...errors import ModelError, quote
 from ...errstate import errstate
-from .data import fit
+from .data import DTYPE_KINDS, fit
 from .metrics import Task, score
 
 __all__ = ["Job", "REFERENCES", "run_batch", "state", "onnx_reference"]
@@ -62,11 +62,27 @@ def onnx_reference(path: str):
     return run
 
 
+def _file_key(path: str) -> tuple:
+    """What changes when the model file (or any file of a package) changes."""
+    import os
+
+    if not os.path.isdir(path):
+        st = os.stat(path)
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+    return tuple(
+        (d, f, os.stat(os.path.join(d, f)).st_size, os.stat(os.path.join(d, f)).st_mtime_ns)
+        for d, _, files in sorted(os.walk(path))
+        for f in sorted(files)
+    )
+
+
 def state(job: Job, model=None):
-    """``(model, reference)`` of ``job`` in this process, loaded on first use."""
-    key = (job, id(model) if model is not None else None)
+    """``(model, reference)`` of ``job`` in this process, loaded on first use and again when
+    the model file changed; only the last job's are kept."""
+    key = (job, id(model) if model is not None else _file_key(job.model))
     got = _STATE.get(key)
     if got is None:
+        _STATE.clear()
         if model is None:
             from .. import load_model
 
@@ -119,7 +135,10 @@ def run_batch(job: Job, dataset, indices, labels, model=None, topic: str | None 
                 for name, t in model.inputs.items():
                     if name not in item:
                         raise ModelError(f"no array for the model's input {quote(name)}")
-                    arrays[name] = fit(item[name], t, name).astype(t.dtype, copy=False)
+                    x = fit(item[name], t, name)
+                    if x.dtype.kind not in DTYPE_KINDS:
+                        raise ModelError(f"input {quote(name)}: an array of {x.dtype} (expected numbers)")
+                    arrays[name] = x.astype(t.dtype, copy=False)
                 model.bind({k: v.shape for k, v in arrays.items()})  # fastane's checks first
                 reference = ref(arrays) if ref is not None else model.reference(arrays)
                 rep = model.report(arrays, chip=job.chip, reference=reference)

@@ -243,12 +243,50 @@ def test_dataset_errors(model, tmp_path):
     np.savez(tmp_path / "two.npz", a=np.zeros((3, 16)), b=np.zeros((3, 16)))
     with pytest.raises(ModelError, match="no array for the model's input 'x'"):
         fastane.evaluate(model, tmp_path / "two.npz", progress=False)
-    np.savez(tmp_path / "ragged.npz", x=np.zeros((3, 16)), y=np.zeros((4, 16)))
+    np.savez(tmp_path / "extra.npz", x=np.zeros((3, 16)), classes=np.arange(10))  # read: x alone
+    assert fastane.evaluate(model, tmp_path / "extra.npz", progress=False).summary["inputs"] == 3
+    np.savez(tmp_path / "scalar.npz", x=np.float32(1))
     with pytest.raises(ModelError, match="share their first axis"):
-        fastane.evaluate(model, tmp_path / "ragged.npz", progress=False)
+        fastane.evaluate(model, tmp_path / "scalar.npz", progress=False)
     np.savez(tmp_path / "shape.npz", x=np.zeros((3, 5), np.float32))
     with pytest.raises(ModelError, match="input '0' of the dataset"):
         fastane.evaluate(model, tmp_path / "shape.npz", progress=False)
     (tmp_path / "f.npz").write_bytes(b"PK\x03\x04 torn")
     with pytest.raises(ModelError, match="cannot read"):
         fastane.evaluate(model, tmp_path / "f.npz", progress=False)
+
+
+def test_a_sequence_output_and_two_inputs(tmp_path):
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((8, 5)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("MatMul", ["s", "w"], ["y"])],
+        "seq",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 6, 8]) for n in ("a", "b")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 5])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "seq.onnx"))
+    a, b = rng.standard_normal((2, 9, 6, 8)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", a=a, b=b)
+    ev = fastane.evaluate(tmp_path / "seq.onnx", tmp_path / "d.npz", progress=False)
+    s = ev.summary
+    assert s["metric"] == "sequence"
+    m = fastane.load_model(tmp_path / "seq.onnx")
+    same = [
+        int(
+            (
+                m({"a": a[i : i + 1], "b": b[i : i + 1]})["y"].argmax(-1) == ((a[i] + b[i]) @ w).argmax(-1)
+            ).sum()
+        )
+        for i in range(9)
+    ]
+    assert [r["positions_agree"] for r in ev.rows] == same
+    assert s["positions"] == {"agree": sum(same), "of": 54, "fraction": sum(same) / 54}
+    assert [c["index"] for c in s["changed"]] == [i for i in range(9) if same[i] < 6]
+    assert s["agreement"]["agree"] == sum(k == 6 for k in same)  # inputs whose every position agrees
+    np.savez(tmp_path / "one.npz", a=a)
+    with pytest.raises(ModelError, match="no array for the model's input 'b'"):
+        fastane.evaluate(tmp_path / "seq.onnx", tmp_path / "one.npz", progress=False)
