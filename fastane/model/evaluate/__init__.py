@@ -42,7 +42,7 @@ from ...roofline import chips as _chips
 from ...warm import cores
 from .data import Dataset, Preprocess, open_dataset, read_labels
 from .metrics import ROW_COLUMNS, Aggregate, Task
-from .runner import REFERENCES, Job, run_batch
+from .runner import REFERENCES, Job, labels_of, run_batch
 
 __all__ = ["evaluate", "Evaluation", "Preprocess", "Dataset", "Task", "OUTPUT_SUFFIXES", "partial_path"]
 
@@ -141,8 +141,8 @@ def evaluate(
     (:class:`.metrics.Task`).  ``reference``: ``auto``, ``onnxruntime`` or ``fastane``.
     ``workers``: processes (1: this one; N: a local Dask cluster of N; None: this one, or one
     per core when the first task shows the rest would take more than
-    :data:`AUTO_CLUSTER_SECONDS`); ``scheduler``: a Dask scheduler to run on.  ``output``: the results file; ``resume``: continue from its partial file.
-    ``preprocess``: how images become inputs.  ``worst``: the worst inputs kept per layer.
+    :data:`AUTO_CLUSTER_SECONDS`); ``scheduler``: a Dask scheduler to run on.  ``output``:
+    the results file; ``resume``: continue from its partial file.  ``preprocess``: how images become inputs.  ``worst``: the worst inputs kept per layer.
     ``progress``: None (a bar on a terminal), False, True or a callable ``(done, total)``."""
     t0 = time.perf_counter()
     task = Task(task, target, class_axis)
@@ -151,15 +151,10 @@ def evaluate(
     auto = workers is None and scheduler is None
     workers = _positive(cores() if workers is None else workers, "workers")
     obj, path, job = _model_and_job(model, chip, task, reference)
+    shipped = None if path else obj  # the model object the tasks carry (no file to load)
     if output is not None:
         output = os.fspath(output)
-        if not output.lower().endswith(OUTPUT_SUFFIXES):
-            raise ModelError(f"output {quote(output)}: expected {', '.join(OUTPUT_SUFFIXES)}")
-        folder = os.path.dirname(os.path.abspath(output))
-        if not os.path.isdir(folder):
-            raise ModelError(f"output {quote(output)}: no folder {quote(folder)}")
-        if output.lower().endswith(".parquet") and not _has("pyarrow"):
-            raise ModelError("a .parquet output needs pyarrow (pip install 'fastane[eval]')")
+        _check_output(output, data, labels)
     if resume and output is None:
         raise ModelError("resume needs the output file whose partial results it continues")
     label_key = _npz_key(labels, data)
@@ -170,10 +165,7 @@ def evaluate(
     n = len(dataset)
     if n == 0:
         raise ModelError(f"the dataset {quote(dataset.source)} holds no input")
-    labels_spec = labels
     labels = None if labels is None else read_labels(labels, n, dataset.ids)
-    if output is not None:
-        _check_output(output, data, labels_spec)
     header = {
         "format": _FORMAT,
         "model": path or obj.name,
@@ -221,19 +213,15 @@ def evaluate(
     retried = 0
     try:
         if auto:
-            batches = (
-                _first_here(job, dataset, batches, labels, None if path else obj, sink) if batches else []
-            )
+            batches = _first_here(job, dataset, batches, labels, shipped, sink) if batches else []
             workers = workers if batches else 1
         if scheduler is None and workers == 1:
             for b in batches:
-                sink(run_batch(job, dataset, b, _labels_of(labels, b), None if path else obj))
+                sink(run_batch(job, dataset, b, labels_of(labels, b), shipped))
         elif batches:
             from .cluster import run_on_dask
 
-            retried = run_on_dask(
-                job, dataset, batches, labels, None if path else obj, workers, scheduler, sink
-            )
+            retried = run_on_dask(job, dataset, batches, labels, shipped, workers, scheduler, sink)
     finally:
         if journal is not None:
             journal.close()
@@ -279,13 +267,13 @@ def _first_here(job, dataset, batches, labels, model, sink) -> list:
     import time as _time
 
     first = batches[0]
-    sink(run_batch(job, dataset, first[:1], _labels_of(labels, first[:1]), model))
+    sink(run_batch(job, dataset, first[:1], labels_of(labels, first[:1]), model))
     rest = [first[1:]] if len(first) > 1 else []
     rest += batches[1:]
     left = sum(len(b) for b in rest)
     if rest and len(rest[0]):
         t0 = _time.perf_counter()
-        sink(run_batch(job, dataset, rest[0], _labels_of(labels, rest[0]), model))
+        sink(run_batch(job, dataset, rest[0], labels_of(labels, rest[0]), model))
         per_input = (_time.perf_counter() - t0) / len(rest[0])
         left -= len(rest[0])
         rest = rest[1:]
@@ -294,7 +282,7 @@ def _first_here(job, dataset, batches, labels, model, sink) -> list:
     if rest and cores() > 1 and per_input * left > AUTO_CLUSTER_SECONDS and _has("distributed"):
         return rest
     for b in rest:
-        sink(run_batch(job, dataset, b, _labels_of(labels, b), model))
+        sink(run_batch(job, dataset, b, labels_of(labels, b), model))
     return []
 
 
@@ -316,10 +304,6 @@ def _npz_key(labels, data):
     if sep and os.path.abspath(path) == os.path.abspath(os.fspath(data)):
         return key
     return None
-
-
-def _labels_of(labels, indices):
-    return None if labels is None else labels[np.asarray(indices, dtype=np.int64)]
 
 
 def _progress(progress, n):
@@ -470,10 +454,17 @@ def _channels(pre: Preprocess, model) -> Preprocess:
 
 
 def _check_output(output: str, data, labels) -> None:
-    """A results file that can be written, and is not the dataset or the labels."""
+    """A results file of a known kind that can be written, and is not the dataset or the
+    labels (before any work)."""
+    if not output.lower().endswith(OUTPUT_SUFFIXES):
+        raise ModelError(f"output {quote(output)}: expected {', '.join(OUTPUT_SUFFIXES)}")
+    if output.lower().endswith(".parquet") and not _has("pyarrow"):
+        raise ModelError("a .parquet output needs pyarrow (pip install 'fastane[eval]')")
     if os.path.isdir(output):
         raise ModelError(f"output {quote(output)} is a folder")
-    folder = os.path.dirname(os.path.abspath(output)) or "."
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        raise ModelError(f"output {quote(output)}: no folder {quote(folder)}")
     if not os.access(folder, os.W_OK):
         raise ModelError(f"output {quote(output)}: the folder {quote(folder)} is not writable")
     for what, p in (("the dataset", data), ("the labels", labels)):

@@ -19,10 +19,8 @@ from __future__ import annotations
 import logging
 import uuid
 
-import numpy as np
-
 from ...errors import ModelError, quote
-from .runner import run_batch
+from .runner import labels_of, run_batch
 
 __all__ = ["run_on_dask", "WORKER_ENV", "NO_TRIM"]
 
@@ -63,7 +61,7 @@ def _connect(distributed, scheduler: str):
 
     t = threading.Thread(target=connect, name="fastane-eval-connect", daemon=True)
     t.start()
-    t.join(dask_seconds(CONNECT_TIMEOUT) + 5)
+    t.join(_seconds(CONNECT_TIMEOUT) + 5)
     if "client" in got:
         return got["client"]
     why = got.get("error")
@@ -71,7 +69,7 @@ def _connect(distributed, scheduler: str):
     raise ModelError(f"cannot reach the Dask scheduler {quote(str(scheduler))}: {detail}")
 
 
-def dask_seconds(text: str) -> float:
+def _seconds(text: str) -> float:
     from dask.utils import parse_timedelta
 
     return float(parse_timedelta(text))
@@ -113,9 +111,10 @@ def run_on_dask(job, dataset, batches: list, labels, model, workers: int, schedu
         data = client.scatter(dataset, broadcast=True, hash=False)
         obj = client.scatter(model, broadcast=True, hash=False) if model is not None else None
         for k, b in enumerate(batches):
-            lab = None if labels is None else labels[np.asarray(b, dtype=np.int64)]
             futures.append(
-                client.submit(run_batch, job, data, b, lab, obj, topic, key=f"{topic}-{k}", pure=False)
+                client.submit(
+                    run_batch, job, data, b, labels_of(labels, b), obj, topic, key=f"{topic}-{k}", pure=False
+                )
             )
         sizes = {f.key: len(b) for f, b in zip(futures, batches)}
         try:

@@ -19,7 +19,7 @@ from ...errstate import errstate
 from .data import DTYPE_KINDS, fit
 from .metrics import Task, score
 
-__all__ = ["Job", "REFERENCES", "run_batch", "state", "onnx_reference"]
+__all__ = ["Job", "REFERENCES", "run_batch", "state", "onnx_reference", "labels_of"]
 
 #: the float32 references an evaluation compares with
 REFERENCES = ("auto", "onnxruntime", "fastane")
@@ -105,6 +105,13 @@ def _announce(topic: str, n: int) -> None:
     except ValueError:  # not on a worker
         return
     get_client().log_event(topic, {"key": key, "inputs": n})
+
+
+def labels_of(labels, indices):
+    """The labels of the inputs ``indices`` (None without labels)."""
+    import numpy as np
+
+    return None if labels is None else labels[np.asarray(indices, dtype=np.int64)]
 
 
 def run_batch(job: Job, dataset, indices, labels, model=None, topic: str | None = None) -> list:
