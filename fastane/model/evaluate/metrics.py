@@ -125,7 +125,7 @@ def score(index: int, ident: str, label, outs: dict, ref: dict, records: list, t
         try:
             ya = np.argmax(np.nan_to_num(y, nan=-np.inf), axis=task.class_axis)
             ra = np.argmax(r, axis=task.class_axis)
-        except np.exceptions.AxisError:
+        except (ValueError, IndexError):  # numpy's AxisError: the class axis is not one of the output's
             raise ModelError(f"class axis {task.class_axis} of output {quote(name)} {y.shape}") from None
         if kind == "classify":
             if ya.size != 1:
