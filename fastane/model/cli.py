@@ -39,6 +39,7 @@ __all__ = [
     "warning_line",
     "check_html",
     "write_html",
+    "save_html",
     "run",
 ]
 
@@ -421,18 +422,17 @@ def check_html(path: str) -> str:
     if not os.path.isdir(os.path.dirname(full)):
         raise CommandError(f"--html {quote(path)}: no such folder {quote(os.path.dirname(full))}")
     if importlib.util.find_spec("jinja2") is None:
-        raise CommandError(
-            "the HTML report needs Jinja2: pip install 'fastane[report]' (or pip install jinja2)"
-        )
+        from .run.page import NEEDS_JINJA2
+
+        raise CommandError(NEEDS_JINJA2)
     return full
 
 
 def write_html(model, arrays, args, rep=None, plan=None) -> None:
     """Write the HTML page of ``model`` (:meth:`fastane.Model.html_report`) for ``arrays`` (or
     shapes) on ``--chip`` to ``args.html``, from ``rep`` and ``plan`` where the command has
-    them; the file is written whole or not at all (a temporary file beside it, renamed)."""
+    them; the file is written whole or not at all (:func:`save_html`)."""
     import os
-    import tempfile
 
     units = getattr(args, "compute_units", None) or "ALL"
     if plan is not None and plan.compute_units != units:
@@ -447,11 +447,20 @@ def write_html(model, arrays, args, rep=None, plan=None) -> None:
         plan=plan,
         source=os.path.basename(args.model),
     )
-    path = check_html(args.html)
+    save_html(args.html, page, getattr(args, "quiet", False))
+
+
+def save_html(html: str, page: str, quiet: bool = False) -> None:
+    """Write ``page`` to ``html`` (``--html``, checked again by :func:`check_html`) whole or not
+    at all (a temporary file beside it, renamed), and say so on stderr unless ``quiet``."""
+    import os
+    import tempfile
+
+    path = check_html(html)
     try:
         fd, tmp = tempfile.mkstemp(prefix=".fastane-", suffix=".html", dir=os.path.dirname(path))
     except OSError as exc:
-        raise CommandError(f"--html {quote(args.html)}: cannot write there ({exc.strerror})") from None
+        raise CommandError(f"--html {quote(html)}: cannot write there ({exc.strerror})") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(page)
@@ -462,8 +471,8 @@ def write_html(model, arrays, args, rep=None, plan=None) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
-    if not getattr(args, "quiet", False):
-        print(f"fastane: wrote {args.html} ({len(page.encode()) / 1024:.0f} KiB)", file=sys.stderr)
+    if not quiet:
+        print(f"fastane: wrote {html} ({len(page.encode()) / 1024:.0f} KiB)", file=sys.stderr)
 
 
 def _first_divergence(model, arrays, args) -> int:

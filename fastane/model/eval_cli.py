@@ -1,5 +1,6 @@
 """``fastane eval MODEL DATA [--labels L] [--chip CHIP] [--batch N] [--workers N]
-[--scheduler ADDRESS] [-o results.csv|.parquet|.jsonl] [--resume] [--report] [--json]``: does
+[--scheduler ADDRESS] [-o results.csv|.parquet|.jsonl] [--resume] [--report] [--json]
+[--html PAGE.html]``: does
 the model's accuracy survive the ANE, over a whole dataset (:func:`fastane.evaluate`).
 
 DATA is an ``.npz`` of one array per model input (the inputs along the first axis), a folder
@@ -7,7 +8,9 @@ of ``.npy``/``.npz`` files (one input each) or a folder of images (``--resize``,
 ``--mean``, ``--std``, ``--scale``, ``--layout`` make them inputs, as torchvision's
 transforms would).  The output is the summary (agreement with the float32 reference,
 accuracy with ``--labels``, the inputs that changed their answer, events); ``--report`` adds
-the layers where inputs went beyond tolerance, ``--json`` prints everything as JSON.
+the layers where inputs went beyond tolerance, ``--json`` prints everything as JSON,
+``--html`` writes the evaluation's page (:meth:`fastane.model.evaluate.Evaluation.html`), whole or
+not at all, its path checked before the run.
 ``--workers N`` runs N worker processes of an embedded Dask cluster (default: this process,
 or one worker per core when the first task shows that the rest would take more than
 :data:`fastane.model.evaluate.AUTO_CLUSTER_SECONDS`), ``--scheduler tcp://host:8786`` an
@@ -93,6 +96,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--report", action="store_true", help="also the layers where inputs went beyond tolerance")
     p.add_argument("--json", action="store_true", help="the summary and the run as JSON on stdout")
+    p.add_argument(
+        "--html",
+        metavar="PAGE.html",
+        default=None,
+        help="write the evaluation as one self-contained HTML page (needs jinja2: the report extra)",
+    )
     p.add_argument("--worst", type=int, default=5, help="the worst inputs kept per layer (default 5)")
     g = p.add_argument_group("images (a folder of images as DATA)")
     g.add_argument("--resize", type=_size, default=None, metavar="N|HxW", help="shorter side to N, or to HxW")
@@ -105,10 +114,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from .cli import error_line
+    from .cli import CommandError, check_html, error_line, save_html
     from .evaluate import Preprocess, evaluate, partial_path
 
     try:
+        if args.html:
+            check_html(args.html)
         pre = Preprocess(
             resize=args.resize,
             crop=args.crop,
@@ -135,7 +146,7 @@ def run(args) -> int:
             worst=args.worst,
             progress=False if args.quiet or args.json else None,
         )
-    except (ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
+    except (CommandError, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
         return error_line("eval", exc)
     except KeyboardInterrupt:
         kept = (
@@ -151,4 +162,9 @@ def run(args) -> int:
         print(ev.table(layers=15 if args.report else 0))
     if args.output:
         print(f"fastane eval: {len(ev.rows)} rows written to {args.output}", file=sys.stderr)
+    if args.html:
+        try:
+            save_html(args.html, ev.html(), args.quiet)
+        except (CommandError, ValueError, OSError, RuntimeError) as exc:
+            return error_line("eval", exc)  # the summary printed, the rows written
     return 0

@@ -84,6 +84,14 @@ class Evaluation:
 
         return summary_text(self, layers)
 
+    def html(self) -> str:
+        """The evaluation as one self-contained HTML page (:mod:`.page`): the summary, the inputs
+        that changed, the layer table and the heat map of the layers' error histograms.  Needs
+        Jinja2 (the ``report`` extra)."""
+        from .page import render
+
+        return render(self)
+
 
 def _model_and_job(model, chip, task, reference):
     """``(model object or None, model path or None, Job)``."""

@@ -22,8 +22,11 @@ The page shows
 The page is rendered by Jinja2 (the ``report`` extra: ``pip install 'fastane[report]'``) from
 ``templates/report.html.j2``, with its style sheet and script inlined; the plots are inline SVG
 drawn by the template from coordinates computed here.  Nothing is fetched: the page contains no
-URL.  A dataset evaluation's histograms are not on the page: fastane has no dataset evaluation
-yet.
+URL.  :func:`render_page` is the machinery every page of fastane shares (the layout
+``templates/page.html.j2`` that the templates extend, the style sheet and the devices' colours
+inlined): a dataset evaluation's page (its summary, changed inputs, layer table and heat map of
+the layers' error histograms) is :mod:`fastane.model.evaluate.page` (``fastane eval --html``,
+:meth:`fastane.model.evaluate.Evaluation.html`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,18 @@ from ...roofline.result import format_si, format_time
 from ..placement.compute_plan import DEVICES
 from .report import ane_tasks, format_error, json_number
 
-__all__ = ["render", "page_data", "layout", "roofline_svg", "chip_times", "Drawing", "HEADLESS_CHROMIUM"]
+__all__ = [
+    "render",
+    "render_page",
+    "NEEDS_JINJA2",
+    "clip",
+    "page_data",
+    "layout",
+    "roofline_svg",
+    "chip_times",
+    "Drawing",
+    "HEADLESS_CHROMIUM",
+]
 
 #: the devices' colours (shared by the graph, the table's badges and the legend)
 COLORS = {"ane": "#2e8b57", "gpu": "#7b4fc4", "cpu": "#d9822b", "host": "#d9822b", "layout": "#8a8f98"}
@@ -175,8 +189,8 @@ def layout(report, plan=None, bad: set = frozenset()) -> Drawing:
                 "x": x[i] - NODE_W / 2 - left,
                 "y": top(i),
                 "name": name,
-                "text": _clip(name, 22),
-                "op": _clip(label, 24),
+                "text": clip(name, 22),
+                "op": clip(label, 24),
                 "device": device,
                 "bad": name in bad,
                 "title": _node_title(r, device) if r is not None else f"model input {name}",
@@ -374,7 +388,6 @@ def page_data(report, plan, times=None, source: str = "") -> dict:
         "devices": [u for u in DEVICES if any(r["device"] == u for r in rows)]
         + sorted({r["device"] for r in rows} - set(DEVICES)),
         "placements": sorted({r["placement"] for r in rows}),
-        "colors": COLORS,
         "bars": bars,
         "graph": layout(report, plan, bad),
         "roofline": roofline_svg(report, chip)
@@ -386,24 +399,40 @@ def page_data(report, plan, times=None, source: str = "") -> dict:
 def render(report, plan=None, times=None, source: str = "") -> str:
     """The page (a str of HTML) of ``report`` with ``plan``, ``times`` and ``source``
     (:func:`page_data`).  Needs Jinja2 (the ``report`` extra)."""
+    return render_page("report.html.j2", script="report.js", **page_data(report, plan, times, source))
+
+
+#: what a page says when Jinja2 is missing (:func:`render_page`, ``--html``'s check)
+NEEDS_JINJA2 = "an HTML page needs Jinja2: pip install 'fastane[report]' (or pip install jinja2)"
+
+
+def render_page(template: str, package: str | None = None, script: str | None = None, **data) -> str:
+    """``template``, from the ``templates`` folder of ``package`` (default: this one), rendered
+    by Jinja2 with ``data``: it extends this folder's ``page.html.j2`` (the head, the style sheet
+    ``report.css`` and the devices' colours inlined, the header, main and footer blocks, the
+    script ``script`` of the same folders inlined when given), so that every page of fastane
+    looks alike and fetches nothing.  A RuntimeError (:data:`NEEDS_JINJA2`) without Jinja2."""
     try:
         import jinja2
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise RuntimeError(
-            "the HTML report needs Jinja2: pip install 'fastane[report]' (or pip install jinja2)"
-        ) from exc
-    here = resources.files(__package__) / "templates"
+        raise RuntimeError(NEEDS_JINJA2) from exc
+    folders = [resources.files(p) / "templates" for p in dict.fromkeys((package or __package__, __package__))]
+
+    def read(name: str) -> str:
+        for folder in folders:
+            if (folder / name).is_file():
+                return (folder / name).read_text(encoding="utf-8")
+        raise jinja2.TemplateNotFound(name)
+
     env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(lambda name: (here / name).read_text(encoding="utf-8")),
+        loader=jinja2.FunctionLoader(read),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    return env.get_template("report.html.j2").render(
-        css=(here / "report.css").read_text(encoding="utf-8"),
-        js=(here / "report.js").read_text(encoding="utf-8"),
-        **page_data(report, plan, times, source),
+    return env.get_template(template).render(
+        css=read("report.css"), js=read(script) if script else "", colors=COLORS, **data
     )
 
 
@@ -456,7 +485,8 @@ def _node_title(r, device) -> str:
     return text
 
 
-def _clip(text: str, n: int) -> str:
+def clip(text: str, n: int) -> str:
+    """``text``, cut to ``n`` characters with an ellipsis (a drawing's label)."""
     return text if len(text) <= n else text[: n - 1] + "\u2026"
 
 
