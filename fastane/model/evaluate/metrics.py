@@ -166,9 +166,12 @@ def score(index: int, ident: str, label, outs: dict, ref: dict, records: list, t
         totals = [
             a + b for a, b in zip(totals, (st.saturated, st.lut_underflow, st.lut_overflow, st.cropped))
         ]
-        if rec.error is None and not any(events):
+        # compared: the ANE's layers, and the data movement the chip changed (a slice's crop
+        # path); a host layer's record holds no comparison
+        compared = rec.placement == "ane" or st.cropped > 0
+        e = float(rec.error) if compared and rec.error is not None else None
+        if e is None and not any(events):
             continue
-        e = None if rec.error is None else float(rec.error)
         beyond = not rec.ok
         if beyond and not first:
             first = rec.layer.name

@@ -34,6 +34,10 @@ def test_the_onnx_export_over_the_held_out_digits(digits):
     assert s["accuracy"]["ane_correct"] == int((ane == labels).sum())
     assert s["accuracy"]["reference"] > 0.95
     assert [c["index"] for c in s["changed"]] == np.flatnonzero(ane != ref).tolist()
+    # the layers compared are the ANE's (skl2onnx's Cast runs on the host: no comparison)
+    compared = {L["name"]: L["placement"] for L in s["layers"] if L["inputs"]}
+    assert compared and set(compared.values()) == {"ane"}
+    assert all(L["inputs"] == 540 for L in s["layers"] if L["inputs"])
 
 
 def test_the_core_ml_model_agrees(digits):
