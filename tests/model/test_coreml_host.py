@@ -316,15 +316,108 @@ def test_control_flow_is_refused_with_the_reason(tmp_path):
         _load(loop, tmp_path)
 
 
-def test_stateful_model_is_refused_with_the_reason(tmp_path):
+def test_stateful_model_runs_from_zeros_and_outputs_the_state(tmp_path):
+    """A state is an input (zeros unless given, as Core ML's makeState), read_state reads its
+    latest write, and its last write, rounded to the fp16 storage, is the output ``s:next``."""
+
     @mb.program(
         input_specs=[mb.StateTensorSpec((1, 4), dtype=mtypes.fp16), mb.TensorSpec((1, 4), dtype=mtypes.fp16)],
         opset_version=ct.target.iOS18,
     )
     def prog(s, x):
         y = mb.add(x=mb.read_state(input=s), y=x)
-        mb.coreml_update_state(state=s, value=y)
-        return y
+        return mb.mul(x=mb.coreml_update_state(state=s, value=y), y=np.float16(3.0))
 
-    with pytest.raises(ModelError, match="input 's': a stateful model.*refuses"):
-        fastane.load_model(_save(prog, tmp_path / "st.mlpackage", ct.target.iOS18, fp16=True))
+    m = fastane.load_model(_save(prog, tmp_path / "st.mlpackage", ct.target.iOS18, fp16=True))
+    assert m.graph.states == {"s": "s:next"} and m.outputs[-1] == "s:next"
+    x = RNG.standard_normal((1, 4)).astype(np.float16)
+    for given in ({}, {"s": np.full((1, 4), 0.5, np.float16)}):
+        state = given.get("s", np.zeros((1, 4), np.float16)).astype(np.float64)
+        want = (state + x).astype(np.float16).astype(np.float64)
+        for out in (m.reference({"x": x, **given}), m({"x": x, **given})):
+            np.testing.assert_array_equal(out["s:next"], want)
+            np.testing.assert_allclose(out[m.outputs[0]], 3 * want, rtol=1e-3)
+
+
+def test_slice_update_writes_the_slice(tmp_path):
+    @mb.program(input_specs=[mb.TensorSpec((2, 6, 5)), mb.TensorSpec((2, 3))], opset_version=ct.target.iOS18)
+    def prog(x, u):
+        return mb.slice_update(
+            x=x,
+            update=u,
+            begin=[0, 1, -2],
+            end=[2, 6, 0],
+            stride=[1, 2, 1],
+            begin_mask=[True, False, False],
+            end_mask=[True, False, False],
+            squeeze_mask=[False, False, True],
+        )
+
+    m = _load(prog, tmp_path, ct.target.iOS18)
+    x, u = RNG.standard_normal((2, 6, 5)).astype(np.float32), RNG.standard_normal((2, 3)).astype(np.float32)
+    want = x.copy()
+    want[:, 1:6:2, -2] = u
+    (r,), (y,) = _run(m, x, u)
+    _close(r, want, y)
+    _host_placed(m, x, u, ops={"scatter_nd"})
+
+
+def _lstm_numpy(x, w, r, b, h, c):
+    """One direction of MIL's lstm (gate order input, forget, output, cell), float64."""
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    ys = []
+    for t in range(x.shape[0]):
+        i, f, o, z = np.split(x[t] @ w.T + h @ r.T + b, 4, axis=-1)
+        c = sig(f) * c + sig(i) * np.tanh(z)
+        h = sig(o) * np.tanh(c)
+        ys.append(h)
+    return np.stack(ys), h, c
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("sequence", [True, False])
+def test_lstm(tmp_path, direction, sequence):
+    s, b, i, h = 5, 2, 3, 4
+    nd = 2 if direction == "bidirectional" else 1
+    ws = [
+        RNG.standard_normal(shape).astype(np.float32) * 0.5
+        for shape in [(4 * h, i), (4 * h, h), (4 * h,)] * nd
+    ]
+    h0, c0 = (RNG.standard_normal((b, nd * h)).astype(np.float32) for _ in range(2))
+
+    @mb.program(input_specs=[mb.TensorSpec((s, b, i))])
+    def prog(x):
+        back = dict(zip(("weight_ih_back", "weight_hh_back", "bias_back"), ws[3:]))
+        return mb.lstm(
+            x=x,
+            initial_h=h0,
+            initial_c=c0,
+            weight_ih=ws[0],
+            weight_hh=ws[1],
+            bias=ws[2],
+            direction=direction,
+            output_sequence=sequence,
+            **back,
+        )
+
+    m = _load(prog, tmp_path)
+    x = RNG.standard_normal((s, b, i)).astype(np.float32)
+    runs = []
+    for d in range(nd):
+        rev = direction == "reverse" or d == 1
+        xd = x[::-1] if rev else x
+        y, hh, cc = _lstm_numpy(
+            xd.astype(np.float64),
+            *ws[3 * d : 3 * d + 3],
+            h0[:, d * h : (d + 1) * h],
+            c0[:, d * h : (d + 1) * h],
+        )
+        runs.append((y[::-1] if rev else y, hh, cc))
+    y = np.concatenate([run[0] for run in runs], -1)
+    hh, cc = (np.concatenate([run[k] for run in runs], -1) for k in (1, 2))
+    wants = [y if sequence else hh[None], hh, cc]
+    refs, outs = _run(m, x)
+    for r, o, want in zip(refs, outs, wants):
+        np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(o, want, atol=5e-3)  # fp16 weights and inputs: host float32 from there
+    _host_placed(m, x, ops={"lstm"})

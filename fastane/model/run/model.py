@@ -169,13 +169,19 @@ class Model:
                 else:
                     raise ModelError(f"input {quote(name)}: expected dtype {want.name}, got {arr.dtype.name}")
             out[name] = arr
+        for name in self.graph.states:  # a state not given starts at zeros, as Core ML's makeState
+            if name not in out:
+                t = self.graph.inputs[name]
+                out[name] = np.zeros(t.shape, t.dtype)
         for name in self.graph.inputs:
             if name not in out:
                 raise ModelError(f"missing input {quote(name)} (expected {self.graph.inputs[name]})")
         return out
 
     def bind(self, shapes: dict) -> tuple:
-        """``(Bound, layers)`` for ``shapes`` (name -> shape tuple), cached."""
+        """``(Bound, layers)`` for ``shapes`` (name -> shape tuple; a state input not named
+        has its declared shape), cached."""
+        shapes = {**{k: self.graph.inputs[k].shape for k in self.graph.states}, **shapes}
         key = tuple(sorted((k, tuple(v)) for k, v in shapes.items()))
         if key not in self._cache:
             types = {

@@ -1026,7 +1026,6 @@ def _tn_relu_gelu(tmp):
 
 # ------------------------------------------------------------------ checking
 REFUSALS = {
-    "stateful": "a stateful model",
     "data-dependent begin": "a run-time slice begin",
     "MAX_LAYER_BYTES": "a layer beyond MAX_LAYER_BYTES",
     "is not supported by fastane": "an op it does not import",
@@ -1048,7 +1047,7 @@ def evaluate(rid, tmp):
             m = fastane.load_model(path, weights=False)
             bound, layers = m.bind(shapes)
         except ModelError as e:
-            # fastane refuses the program (a stateful model, a data-dependent slice, its
+            # fastane refuses the program (a data-dependent slice, its
             # per-layer budget): no prediction
             why = next(w for w in REFUSALS if w in str(e))
             texts.append(f"{label}: no prediction (fastane refuses {REFUSALS[why]})")

@@ -180,7 +180,8 @@ class _Program:
         self.nodes: list = []
         self.types: dict = {}  # tensor name -> declared shape (dynamic ones)
         self.declared: dict = {}  # tensor name -> its declared float dtype (Graph.declared)
-        self.alias: dict = {}  # MIL name -> graph name (fp16 inputs)
+        self.alias: dict = {}  # MIL name -> graph name (fp16 inputs; a state's last write)
+        self.states: dict = {}  # state input -> the tensor last written to it (None: unwritten)
         self._n = 0
         self.decoded: dict = {}  # (file, offset, type, shape) -> a blob's value, decoded once
         self.widened: dict = {}  # id of a decoded blob value -> (it, its float32 copy)
@@ -309,14 +310,13 @@ class _Program:
         table = mil_dtypes()
         for nv in fn.inputs:
             what = f"input {quote(nv.name)}"
-            if nv.type.WhichOneof("type") == "stateType":
-                raise ModelError(
-                    f"{what}: a stateful model (state kept between predictions) is not a dataflow "
-                    f"graph fastane can place; fastane refuses it"
-                )
-            if not nv.type.HasField("tensorType"):
+            vt = nv.type
+            if vt.WhichOneof("type") == "stateType":  # an input, its last write an output
+                vt = vt.stateType.wrappedType
+                self.states[nv.name] = None
+            if not vt.HasField("tensorType"):
                 raise ModelError(f"{what}: only tensor inputs are supported")
-            tt = nv.type.tensorType
+            tt = vt.tensorType
             if tt.dataType not in table or table[tt.dataType][1] < 8:
                 raise ModelError(f"{what}: data type {dtype_name(tt.dataType)} is not supported")
             dt = np.dtype(table[tt.dataType][0])
@@ -342,6 +342,13 @@ class _Program:
             self.convert(op)
         # an output that is an fp16 input itself stays that input (already rounded to fp16)
         outputs = list(block.outputs)
+        states = {}
+        for s, last in self.states.items():  # a written state: its value after the run
+            if last is not None:
+                states[s] = self.emit(
+                    "identity", [last], [f"{s}:next"], source="write_state", name=f"{s}:next"
+                )
+                outputs.append(states[s])
         version = self.spec.specificationVersion
         return Graph(
             self.name,
@@ -355,6 +362,7 @@ class _Program:
             code_bits=self.code_bits,
             declared=self.declared,
             flexible=flexible_inputs(self.spec),
+            states=states,
         )
 
     # ---------------------------------------------------------- one op

@@ -1,7 +1,9 @@
 """The Core ML importer's MIL ops that fastane runs only on the host (no ANE lowering):
 einsum, topk, argsort, reduce_argmax/argmin, cumsum, tile, the gathers and scatters,
-one_hot, band_part and the resizes; and the MIL ops fastane refuses with the reason
-(control flow, state, lists).  Registered in :data:`fastane.model.frontends.coreml.mil.MIL_OPS`.
+one_hot, band_part, the resizes, ``slice_update``, the state ops (a state is an input, zeros
+unless given, and its last write an output ``NAME:next``) and ``lstm`` (as Core ML places
+recurrent layers: on the CPU); and the MIL ops fastane refuses with the reason
+(control flow, lists).  Registered in :data:`fastane.model.frontends.coreml.mil.MIL_OPS`.
 
 Core ML's resize sampling modes (coremltools' MIL op reference, ``resize_bilinear``) map
 onto the vocabulary's ``resize`` coordinate transforms: STRICT_ALIGN_CORNERS ->
@@ -296,13 +298,167 @@ def _resize(p, op, outs, what):  # iOS17: the trailing resized_dims axes from sh
         raise ModelError(f"{what}: unknown interpolation_mode {quote(mode)}")
 
 
+@mil_op("slice_update")
+def _slice_update(p, op, outs, what):
+    """iOS18 ``slice_update``: ``x`` with ``update`` written where ``slice_by_index`` with the
+    same (constant) begin, end, stride and masks would read: a ``scatter_nd`` at those
+    positions."""
+    x, upd = p.arg(op, "x", what), p.arg(op, "update", what)
+    shape = _static(p, x, what)
+    r = len(shape)
+
+    def vec(key, default):
+        return np.asarray(p.cval(op, key, what, default)).reshape(-1)
+
+    begin, end = vec("begin", None), vec("end", None)
+    stride = vec("stride", np.ones(r, np.int64))
+    bm, em, sm = (vec(k, np.zeros(r, bool)).astype(bool) for k in ("begin_mask", "end_mask", "squeeze_mask"))
+    if not len(begin) == len(end) == len(stride) == len(bm) == len(em) == len(sm) == r:
+        raise ModelError(f"{what}: begin/end/stride/masks must have one value per axis ({r})")
+    picks = []
+    for d in range(r):
+        if sm[d]:
+            if not -shape[d] <= int(begin[d]) < shape[d]:
+                raise ModelError(f"{what}: index {int(begin[d])} out of range for axis {d} of {shape}")
+            picks.append([int(begin[d]) % shape[d]])
+            continue
+        cut = slice(None if bm[d] else int(begin[d]), None if em[d] else int(end[d]), int(stride[d]) or None)
+        picks.append(list(range(*cut.indices(shape[d]))))
+    kept = tuple(len(k) for d, k in enumerate(picks) if not sm[d])
+    want = p.rank_hint(upd)
+    if want is not None and tuple(want) != kept:
+        raise ModelError(f"{what}: update of shape {tuple(want)} for a slice of shape {kept}")
+    idx = np.stack(np.meshgrid(*[np.array(k, np.int64) for k in picks], indexing="ij"), -1).reshape(
+        kept + (r,)
+    )
+    p.emit("scatter_nd", [x, p.const(idx), upd], outs, {"reduction": "none"}, source="slice_update")
+
+
+# ------------------------------------------------------------------ state (iOS18)
+def _state(p, op, key, what) -> str:
+    """The state input bound to parameter ``key`` (its MIL name)."""
+    args = op.inputs[key].arguments if key in op.inputs else []
+    if len(args) != 1 or args[0].WhichOneof("binding") != "name" or args[0].name not in p.states:
+        raise ModelError(f"{what}: parameter {quote(key)} must name a state input of the model")
+    return args[0].name
+
+
+@mil_op("read_state")
+def _read_state(p, op, outs, what):
+    s = _state(p, op, "input", what)
+    p.emit("identity", [p.alias.get(s, s)], outs, source="read_state")
+
+
+def _write(p, s, value, what):
+    """``value`` stored in state ``s`` (fp16: rounded as the state's storage rounds it); later
+    reads see it, the last write is the model's output ``s:next``."""
+    if p.declared.get(s) != np.float16:
+        raise ModelNotImplementedError(f"{what}: a state of dtype {p.declared.get(s)} (fp16 is implemented)")
+    t = p.emit("cast", [value], [p.tmp()], {"to": np.dtype(np.float16)}, source="write_state", name=p.tmp())
+    p.states[s] = p.alias[s] = p.emit(
+        "cast", [t], [p.tmp()], {"to": np.dtype(np.float32)}, source="write_state", name=p.tmp()
+    )
+
+
+@mil_op("write_state")
+def _write_state(p, op, outs, what):
+    _write(p, _state(p, op, "input", what), p.arg(op, "data", what), what)
+
+
+@mil_op("coreml_update_state")
+def _update_state(p, op, outs, what):
+    s = _state(p, op, "state", what)
+    _write(p, s, p.arg(op, "value", what), what)
+    p.emit("identity", [p.alias[s]], outs, source="coreml_update_state")
+
+
+# ------------------------------------------------------------------ recurrent
+#: MIL's gate order (input, forget, output, cell) -> the vocabulary's (ONNX: input, output,
+#: forget, cell); peepholes (input, forget, output) -> (input, output, forget)
+_GATES, _PEEPS = (0, 2, 1, 3), (0, 2, 1)
+
+
+def _blocks(v, order):
+    """``v`` (gates x ... along axis 0) with its gate blocks put in ``order``."""
+    parts = np.split(np.asarray(v, np.float32), len(order))
+    return np.concatenate([parts[i] for i in order])
+
+
+@mil_op("lstm")
+def _lstm(p, op, outs, what):
+    """MIL ``lstm`` as the vocabulary's ``lstm`` (ONNX semantics): constant weights with their
+    gate blocks reordered, the states ``(b, D*H)`` <-> ``(D, b, H)``; Core ML runs it on the CPU."""
+    x = p.arg(op, "x", what)
+    direction = _str(p, op, "direction", what, "forward")
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise ModelError(f"{what}: direction {quote(direction)} is not forward, reverse or bidirectional")
+    acts = [
+        _str(p, op, k, what, d)
+        for k, d in (("recurrent_activation", "sigmoid"), ("cell_activation", "tanh"), ("activation", "tanh"))
+    ]
+    if acts != ["sigmoid", "tanh", "tanh"]:
+        raise ModelNotImplementedError(
+            f"{what}: activations {acts} are not implemented (only sigmoid, tanh, tanh)"
+        )
+    if p.cval(op, "clip", what) is not None:
+        raise ModelNotImplementedError(f"{what}: clip (the cell gate clipped) is not implemented")
+    dirs = [""] + (["_back"] if direction == "bidirectional" else [])
+    w = [p.cval(op, "weight_ih" + d, what) for d in dirs]
+    r = [p.cval(op, "weight_hh" + d, what) for d in dirs]
+    if any(v is None for v in w + r):
+        raise ModelError(
+            f"{what}: missing weight_ih / weight_hh{' (and their _back)' if len(dirs) > 1 else ''}"
+        )
+    four_h, inp = np.shape(w[0])
+    h = four_h // 4
+    zero = lambda n: np.zeros(n, np.float32)  # noqa: E731
+    b = [
+        np.concatenate([_blocks(p.cval(op, "bias" + d, what, zero(4 * h)), _GATES), zero(4 * h)])
+        for d in dirs
+    ]
+    pp = [_blocks(p.cval(op, "peephole" + d, what, zero(3 * h)), _PEEPS) for d in dirs]
+    nd = len(dirs)
+    shapes = {"W": (4 * h, inp), "R": (4 * h, h), "B": (8 * h,), "P": (3 * h,)}
+    for key, vals in (("W", w), ("R", r), ("B", b), ("P", pp)):
+        if any(np.shape(v) != shapes[key] for v in vals):
+            raise ModelError(
+                f"{what}: {key} weights of shapes {[np.shape(v) for v in vals]}, expected {shapes[key]}"
+            )
+    consts = [p.const(np.stack([_blocks(v, _GATES) for v in vals])) for vals in (w, r)]
+    consts += [p.const(np.stack(b)), p.const(np.stack(pp))]
+
+    def state(key):  # (b, D*H) -> (D, b, H)
+        t = p.emit(
+            "reshape",
+            [p.arg(op, key, what), p.const(np.array([0, nd, h], np.int64))],
+            [p.tmp()],
+            source="lstm",
+        )
+        return p.emit("transpose", [t], [p.tmp()], {"perm": [1, 0, 2]}, source="lstm")
+
+    y, yh, yc = p.tmp(), p.tmp(), p.tmp()
+    attrs = {"direction": direction, "layout": 0, "hidden_size": h, "clip": None, "linear_before_reset": 0}
+    ins = [x, consts[0], consts[1], consts[2], "", state("initial_h"), state("initial_c"), consts[3]]
+    p.emit("lstm", ins, [y, yh, yc], attrs, source="lstm")
+
+    def flat(t, dst, shape, perm):  # -> the MIL layout (..., b, D*H)
+        t = p.emit("transpose", [t], [p.tmp()], {"perm": perm}, source="lstm")
+        p.emit("reshape", [t, p.const(np.array(shape, np.int64))], [dst], source="lstm")
+
+    seq = _flag(p, op, "output_sequence", what)
+    names = list(outs) + [p.tmp() for _ in range(3 - len(outs))]
+    if seq:  # Y: (s, D, b, H) -> (s, b, D*H)
+        flat(y, names[0], [0, 0, nd * h], [0, 2, 1, 3])
+    else:  # the final step's hidden states: (D, b, H) -> (1, b, D*H)
+        flat(yh, names[0], [1, -1, nd * h], [1, 0, 2])
+    flat(yh, names[1], [-1, nd * h], [1, 0, 2])
+    flat(yc, names[2], [-1, nd * h], [1, 0, 2])
+
+
 # ------------------------------------------------------------------ refused with the reason
 _REFUSED = {
     "cond": "control flow (a branch on a run-time value)",
     "while_loop": "control flow (a loop on a run-time condition)",
-    "read_state": "a stateful model (state read and written between predictions)",
-    "write_state": "a stateful model (state read and written between predictions)",
-    "coreml_update_state": "a stateful model (state read and written between predictions)",
     "make_list": "a tensor list (a run-time sized container)",
     "list_read": "a tensor list (a run-time sized container)",
     "list_write": "a tensor list (a run-time sized container)",
