@@ -42,7 +42,7 @@ from ...roofline import chips as _chips
 from ...warm import cores
 from .data import Dataset, Preprocess, open_dataset, read_labels
 from .metrics import ROW_COLUMNS, Aggregate, Task
-from .runner import REFERENCES, Job, labels_of, run_batch
+from .runner import REFERENCES, Job, data_inputs, labels_of, run_batch
 
 __all__ = ["evaluate", "Evaluation", "Preprocess", "Dataset", "Task", "OUTPUT_SUFFIXES", "partial_path"]
 
@@ -168,7 +168,7 @@ def evaluate(
     label_key = _npz_key(labels, data)
     preprocess = _channels(preprocess or Preprocess(), obj)
     dataset = open_dataset(
-        data, preprocess, exclude=(label_key,) if label_key else (), inputs=list(obj.inputs)
+        data, preprocess, exclude=(label_key,) if label_key else (), inputs=list(data_inputs(obj))
     )
     n = len(dataset)
     if n == 0:
@@ -452,9 +452,10 @@ def _channels(pre: Preprocess, model) -> Preprocess:
     """``pre`` with the channels of the model's image input (1 or 3; else RGB)."""
     import dataclasses
 
-    if pre.channels is not None or len(model.inputs) != 1:
+    inputs = data_inputs(model)
+    if pre.channels is not None or len(inputs) != 1:
         return pre
-    shape = next(iter(model.inputs.values())).shape
+    shape = next(iter(inputs.values())).shape
     if len(shape) != 4:
         return pre
     c = shape[1] if pre.layout.upper() == "NCHW" else shape[3]

@@ -19,7 +19,7 @@ from ...errstate import errstate
 from .data import DTYPE_KINDS, fit
 from .metrics import Task, score
 
-__all__ = ["Job", "REFERENCES", "run_batch", "state", "onnx_reference", "labels_of"]
+__all__ = ["Job", "REFERENCES", "run_batch", "state", "onnx_reference", "labels_of", "data_inputs"]
 
 #: the float32 references an evaluation compares with
 REFERENCES = ("auto", "onnxruntime", "fastane")
@@ -107,6 +107,12 @@ def _announce(topic: str, n: int) -> None:
     get_client().log_event(topic, {"key": key, "inputs": n})
 
 
+def data_inputs(model) -> dict:
+    """The inputs a dataset gives (name -> type): the model's, but its states (a Core ML
+    program's, which start at zeros as Core ML's ``makeState`` makes them)."""
+    return {k: t for k, t in model.inputs.items() if k not in model.graph.states}
+
+
 def labels_of(labels, indices):
     """The labels of the inputs ``indices`` (None without labels)."""
     import numpy as np
@@ -130,16 +136,17 @@ def run_batch(job: Job, dataset, indices, labels, model=None, topic: str | None 
             ident = dataset.ids[i]
             try:
                 item = dataset.item(i)
-                if isinstance(item, dict) and len(item) == 1 and len(model.inputs) == 1:
+                inputs = data_inputs(model)
+                if isinstance(item, dict) and len(item) == 1 and len(inputs) == 1:
                     item = next(iter(item.values()))  # one array for one input, whatever its name
                 if not isinstance(item, dict):
-                    if len(model.inputs) != 1:
+                    if len(inputs) != 1:
                         raise ModelError(
-                            f"the model has {len(model.inputs)} inputs: an item must be a dict name -> array"
+                            f"the model has {len(inputs)} inputs: an item must be a dict name -> array"
                         )
-                    item = {next(iter(model.inputs)): item}
+                    item = {next(iter(inputs)): item}
                 arrays = {}
-                for name, t in model.inputs.items():
+                for name, t in inputs.items():
                     if name not in item:
                         raise ModelError(f"no array for the model's input {quote(name)}")
                     x = fit(item[name], t, name)
