@@ -69,6 +69,9 @@ in magnitude read out as +-inf), measured by ANEForge on the M1, M1 Max, M2 Pro 
 (H13, H14) and measured absent on the M4, M4 Pro, M4 Max, M5 and M5 Pro (H16, H17).  No chip
 of H15 or of the "unknown" family was measured: the M1's crop path is assumed there.
 ANEForge's "pre-A16" names its tiers before H16, not the chips before the A16 Bionic.
+``trig_table``, whether the generation's compiler has the sin and cos tables: from H15 on by
+ANEForge's op floors (read from the compiler, kind "derived"), the M1's (none) assumed for the
+"unknown" family; the placement prediction (:mod:`fastane.model.placement.predict`) reads it.
 
 Per-task limits (KMem 16 x 64 KiB, L2 2 MiB, TD 0x274 bytes) are the M1's (SPEC 1, 5);
 the time model assumes every chip here has the same ones, which is unknown beyond the
@@ -350,6 +353,23 @@ def _no_crop(source: str) -> Figure:
     return make_figure(65504.0, "magnitude", "measured", source, _NO_CROP)
 
 
+#: the sin and cos tables: ANEForge's op floors, read from the compiler's per-family op traits
+#: (aneforge/_targets.py @020dcad, ``_OP_FLOOR``: "F4 trig (A15+) - the one genuinely
+#: family-gated trig pair"; docs/cross-chip.md @067717a: "sin/cos are A15+ on the silicon", below
+#: that floor ANEForge rewrites them as polynomials); every other table of fastane's (exp2, log2,
+#: rsqrt, sqrt, erf, atan ...) is "native on M1+" there.  A floor read from the compiler, not
+#: a run on the chip: kind "derived"
+_TRIG = (
+    "ANEForge aneforge/_targets.py @020dcad (_OP_FLOOR 'sin': Family.A15, 'cos': Family.A15), "
+    "docs/cross-chip.md @067717a ('sin/cos are A15+ on the silicon')"
+)
+
+
+def _trig(has: bool, note: str, kind: str = "derived") -> Figure:
+    """Whether a generation's ANE has the sin and cos tables (1) or not (0)."""
+    return make_figure(1.0 if has else 0.0, "table", kind, _TRIG, note)
+
+
 #: ANE generations by the names reverse-engineering work gives them (H13 = the M1's): what
 #: puts a chip in each, and the compile limits the placement rules read from it
 FAMILIES: dict[str, Family] = {
@@ -375,6 +395,9 @@ FAMILIES: dict[str, Family] = {
                 f"{_CROP}: M1 (MacBookPro17,1, macOS 26.5.2, PR #148; MacBookAir10,1, macOS 15.6.1, PR #267), "
                 "M1 Max (MacBookPro18,2, macOS 26.5.1, PR #154)",
                 f"'clamp @ 4094' on all three; {_CROP_RULE}",
+            ),
+            trig_table=_trig(
+                False, "below the A15 floor (ANEForge's A13 tier is H13): the compiler has no sin or cos"
             ),
             conv1x1_weights=_TN_CONV1X1,
             fp32_gpu=_TN_FP32,
@@ -405,6 +428,9 @@ FAMILIES: dict[str, Family] = {
                 f"'clamp @ 4094' on both (aneforge/_targets.py @020dcad: 'M2 silicon: 4094 finite -> 4100 inf, "
                 f"bit-exact, same as M1'); {_CROP_RULE}",
             ),
+            trig_table=_trig(
+                False, "below the A15 floor (ANEForge's A14 tier is H14): the compiler has no sin or cos"
+            ),
         ),
         Family(
             "h15",
@@ -430,6 +456,7 @@ FAMILIES: dict[str, Family] = {
                 "the M1's crop path, assumed: no chip of this generation measured; ANEForge's docs put the "
                 "crop path on its tiers before its 'A16' (H16), which include H15",
             ),
+            trig_table=_trig(True, "ANEForge's A15 tier (H15) is the floor of sin and cos"),
             linear_depth=_M3_LINEAR_DEPTH,
             linear_depth_int8=_M3_LINEAR_DEPTH_INT8,
             linear_width=_elements(
@@ -462,6 +489,7 @@ FAMILIES: dict[str, Family] = {
                 "roofline-apple-m4-pro-Mac16_7-7fdf43ae2309-9094e75f.json @752f744), M4 Max (Mac16,6, macOS "
                 "26.7, PR #271)"
             ),
+            trig_table=_trig(True, "ANEForge's A16 tier (H16): above the A15 floor of sin and cos"),
             size_floor=_M4_SIZE_FLOOR,
             fp32_gpu=_M4_FP32,
         ),
@@ -481,6 +509,9 @@ FAMILIES: dict[str, Family] = {
             kmem_core_bytes=_the_m1s(_H13_KMEM, "KMem"),
             slice_crop=_no_crop(
                 f"{_CROP}: M5 (Mac17,3, macOS 26.5.2), M5 Pro (Mac17,8, macOS 26.5.1, PR #136)"
+            ),
+            trig_table=_trig(
+                True, "ANEForge folds H17 into its A16 tier (no op capability beyond it), above the floor"
             ),
             note="maderix/ANE training/m5result.md reports 'ANE Family: H16 (same as M4)' on a base M5 (macOS "
             "26.3), and PR #50 h17 on an M5 Max, 'distinct from the h16 subtype reported by both M4 and the base "
@@ -506,6 +537,12 @@ FAMILIES: dict[str, Family] = {
                 _CROP_TIERS,
                 "the M1's crop path, assumed: no A-series chip measured. ANEForge's 'absent on A16' names "
                 "its A16 tier (H16, the M4's), not the A16 Bionic; " + _ANEFORGE_TIERS,
+            ),
+            trig_table=_trig(
+                False,
+                "the M1's, assumed: these chips' generation is not published; of H15 or later, they "
+                "would have the tables",
+                "assumption",
             ),
         ),
     ]

@@ -98,7 +98,7 @@ class Family:
     """One ANE generation (H13, H14 ...: the name reverse-engineering work gives it) and the
     compile limits its chips share, as the placement rules
     (:mod:`fastane.model.placement.predict`) read them, and the numerics that differ between ANE
-    generations (``slice_crop``), as a model run reads them.  A figure of kind
+    generations (``slice_crop``, ``trig_table``), as a model run reads them.  A figure of kind
     ``"measured"`` was seen on a chip of this generation; another kind is a guess the rules
     mark "uncertain"."""
 
@@ -119,6 +119,10 @@ class Family:
     #: as +-inf), fp16's largest finite value 65504 where it does not (nothing cut); what
     #: :mod:`fastane.model.run.movement` applies to a model run as on a chip of this generation
     slice_crop: Figure
+    #: whether the ANE of this generation has the sin and cos tables (1) or not (0): where it
+    #: has not, the compiler does not lower them and the placement prediction
+    #: (:mod:`fastane.model.placement.predict`) takes them off the ANE
+    trig_table: Figure
     #: Core ML's size floor for fp16 matmul and attention seen on this generation, None where
     #: none was reported
     size_floor: SizeFloor | None = None

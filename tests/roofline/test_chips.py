@@ -9,7 +9,7 @@ from fastane.roofline import chips
 from fastane.roofline.chips import CHIPS, FAMILIES
 
 KINDS = ("marketing", "measured", "derived", "assumption")
-FAMILY_FIGURES = ("max_extent", "max_channels", "max_rank", "kmem_core_bytes")
+FAMILY_FIGURES = ("max_extent", "max_channels", "max_rank", "kmem_core_bytes", "trig_table")
 
 
 def test_every_figure_of_every_chip_has_a_kind_and_a_source():
@@ -130,3 +130,14 @@ def test_the_a18s_35_tops_is_int8_and_its_dram_is_derived():
         # Apple's "17 percent more memory bandwidth" over LPDDR5-6400's 51.2 GB/s
         assert c.dram_bw.kind == "derived" and c.dram_bw.value == pytest.approx(51.2e9 * 1.17, rel=1e-3)
         assert c.ane_read_bw is None and "M4" in c.read_bw_model.note
+
+
+def test_the_sin_and_cos_tables_by_generation():
+    """ANEForge's op floors put sin and cos from its A15 tier (H15) on; the A-series chips of
+    no published generation keep the M1's (none), assumed."""
+    has = {k: bool(f.trig_table.value) for k, f in FAMILIES.items()}
+    assert has == {"h13": False, "h14": False, "h15": True, "h16": True, "h17": True, "unknown": False}
+    for k, f in FAMILIES.items():
+        fig = f.trig_table
+        assert fig.kind == ("assumption" if k == "unknown" else "derived"), k
+        assert "aneforge/_targets.py @020dcad" in fig.source and fig.note, k

@@ -48,6 +48,9 @@ placement prediction", cites the sources):
     Programs; for another model the precision a compute plan assumes,
     ``predict(..., declared=...)``);
   - a pooling window above 13 or a stride above 2 leaves the ANE (:data:`POOL_LIMITS`);
+  - a sin or cos leaves the ANE on a generation whose compiler has no such table
+    (``Family.trig_table``: before H15, the M3's, by ANEForge's op floors; "uncertain", a floor
+    read from the compiler and not a run);
   - the W/H limit by ANE generation (``Family.max_extent``): beyond it off the ANE,
     "likely" where the limit was measured on that generation, else "uncertain"; an extent
     above 16384 that the generation takes (65536 from the M4's) stays on the ANE, "uncertain";
@@ -157,6 +160,9 @@ _REPORTED = {
 #: stride above 2 (hn2-avgpool-stride4); os_log messages, hollance/neural-engine#2, 2020
 POOL_LIMITS = {"kernel": 13, "stride": 2}
 _POOLS = ("max_pool", "avg_pool", "lp_pool")
+#: the ops of the sin and cos tables, which an ANE generation has or not
+#: (:attr:`fastane.roofline.chips.Family.trig_table`)
+_TRIG_OPS = ("sin", "cos")
 #: a range-shaped input (coremltools RangeDim): the whole model off the ANE
 #: (ct2370-rangedim-conv, ct1764-flexible-default1, ct1029-range-e5: apple/coremltools
 #: #2370, #1764, #1029); enumerated shapes: the reports disagree (ct2370-enumerated-conv on
@@ -189,6 +195,7 @@ _LINEAR_FLOOR = "linear depth floor"
 _CONV_FLOOR = "1x1 conv weight floor"
 _CONTROL = "control flow"
 _HOST_ONLY = "host-only op"
+_NO_TRIG = "no sin/cos table"
 _NOT_ANE = "not an ANE op"
 _INTEGER = "integer tensors"
 _CAST_INT = "cast to integer"
@@ -205,6 +212,7 @@ RULES = {
     _SIZE_FLOOR: "config",
     _LINEAR_FLOOR: "config",
     _CONV_FLOOR: "config",
+    _NO_TRIG: "config",
     _RANK: "config",
     **{rule: "config" for rule in _LIMITS.values()},
     _CONTROL: "op",
@@ -473,6 +481,12 @@ def _predict_ne(layer, bound, floats, other, declared, family):
                 _NOT_ANE,
             )
         return Prediction(other, "likely", f"{fb}: not an ANE op", _NOT_ANE)
+    trig = next((op for op in _TRIG_OPS if op in ops), None)
+    if trig and not family.trig_table.value:
+        fig = family.trig_table
+        why = f"a {trig}: the ANE compiler has no {trig} before the H15 generation"
+        why += f" ({fig.kind}, {fig.source}: {fig.note})"
+        return Prediction(other, _confidence(fig), why, _NO_TRIG)
     pool, rule = next((x for n in layer.nodes if n.op in _POOLS for x in [_pool_limit(n)] if x[0]), ("", ""))
     if pool:
         return Prediction(other, "likely", f"{pool}: rejected by the ANE's kernel validation", rule)

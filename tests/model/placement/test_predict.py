@@ -212,3 +212,21 @@ def test_a_limit_not_measured_names_its_kind_and_source(tmp_path):
         "W = 70000 > 65536: the H16 generation's limit (derived, aneforge-caps-extents: "
     )
     assert "the M1's limit" not in p.reason
+
+
+@pytest.mark.parametrize("op", ["Sin", "Cos"])
+def test_sin_and_cos_follow_the_generations_tables(tmp_path, op):
+    """Before H15 (ANEForge's op floors) the compiler has no sin or cos: the layer leaves the
+    ANE, "uncertain" (a floor read from the compiler, not a run); from H15 on it stays."""
+    path = _save(tmp_path, op.lower(), [helper.make_node(op, ["x"], ["y"])], [("x", [1, 8, 4, 4])])
+    shapes, name = {"x": (1, 8, 4, 4)}, op.lower()
+    for chip in ("m1", "m2-pro", "a17-pro"):
+        p = _on(path, shapes, chip, name)
+        assert (p.unit, p.confidence, p.rule) == ("cpu", "uncertain", "no sin/cos table"), chip
+        assert p.reason.startswith(f"a {name}: the ANE compiler has no {name} before the H15 generation (")
+        assert "aneforge/_targets.py @020dcad" in p.reason
+    assert "(assumption, " in _on(path, shapes, "a17-pro", name).reason
+    for chip in ("m3", "m4", "m5"):
+        assert _decision(path, shapes, chip, name)[0] == "ane", chip
+    # the record decides, not the chip's name
+    assert _decision(path, shapes, _with("m1", trig_table=chips.FAMILIES["h15"].trig_table), name)[0] == "ane"
