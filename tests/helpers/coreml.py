@@ -96,3 +96,22 @@ def quick_builds():
         yield
     finally:
         fp16.fp16_overflow = original
+
+
+def stateful(path) -> str:
+    """A stateful ML Program (iOS18) saved at ``path``: ``y = read_state(s) + x`` written back to
+    the fp16 state ``s`` (1x4), the output ``3 y``."""
+    import coremltools as ct
+    import numpy as np
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import types as mtypes
+
+    @mb.program(
+        input_specs=[mb.StateTensorSpec((1, 4), dtype=mtypes.fp16), mb.TensorSpec((1, 4), dtype=mtypes.fp16)],
+        opset_version=ct.target.iOS18,
+    )
+    def prog(s, x):
+        y = mb.add(x=mb.read_state(input=s), y=x)
+        return mb.mul(x=mb.coreml_update_state(state=s, value=y), y=np.float16(3.0))
+
+    return save(prog, path, ct.target.iOS18, fp16=True)

@@ -13,6 +13,7 @@ import fastane  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
 from fastane.model.placement.predict import predict  # noqa: E402
 from tests.helpers.coreml import save as _save  # noqa: E402  (the one way a test saves an ML Program)
+from tests.helpers.coreml import stateful  # noqa: E402
 
 RNG = np.random.default_rng(11)
 
@@ -320,15 +321,7 @@ def test_stateful_model_runs_from_zeros_and_outputs_the_state(tmp_path):
     """A state is an input (zeros unless given, as Core ML's makeState), read_state reads its
     latest write, and its last write, rounded to the fp16 storage, is the output ``s:next``."""
 
-    @mb.program(
-        input_specs=[mb.StateTensorSpec((1, 4), dtype=mtypes.fp16), mb.TensorSpec((1, 4), dtype=mtypes.fp16)],
-        opset_version=ct.target.iOS18,
-    )
-    def prog(s, x):
-        y = mb.add(x=mb.read_state(input=s), y=x)
-        return mb.mul(x=mb.coreml_update_state(state=s, value=y), y=np.float16(3.0))
-
-    m = fastane.load_model(_save(prog, tmp_path / "st.mlpackage", ct.target.iOS18, fp16=True))
+    m = fastane.load_model(stateful(tmp_path / "st.mlpackage"))
     assert m.graph.states == {"s": "s:next"} and m.outputs[-1] == "s:next"
     x = RNG.standard_normal((1, 4)).astype(np.float16)
     for given in ({}, {"s": np.full((1, 4), 0.5, np.float16)}):

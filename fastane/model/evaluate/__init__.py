@@ -35,12 +35,11 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from ...errors import ModelError, quote
 from ...roofline import chips as _chips
 from ...warm import cores
-from .data import Dataset, Preprocess, open_dataset, read_labels
+from .data import Dataset, Preprocess, digest, file_stamps, open_dataset, read_labels
 from .metrics import ROW_COLUMNS, Aggregate, Task
 from .runner import REFERENCES, Job, data_inputs, labels_of, run_batch
 
@@ -177,14 +176,14 @@ def evaluate(
     header = {
         "format": _FORMAT,
         "model": path or obj.name,
-        "model_files": _model_identity(path),
+        "model_files": None if path is None else file_stamps(path),
         "data": dataset.source,
         "data_files": dataset.fingerprint() if output is not None else None,
         "inputs": n,
         "chip": job.chip,
         "task": [task.kind, task.target, task.class_axis],
         "reference": job.reference,
-        "labels": None if labels is None else _digest(labels),
+        "labels": None if labels is None else _labels_digest(labels),
     }
     agg = Aggregate(worst)
     rows: dict = {}
@@ -424,28 +423,12 @@ def _is_row(row) -> bool:
     )
 
 
-def _digest(a) -> str:
+def _labels_digest(labels) -> str:
     import hashlib
 
-    a = np.ascontiguousarray(a)
-    return hashlib.sha256(a.dtype.str.encode() + a.tobytes()).hexdigest()
-
-
-def _model_identity(path) -> list | None:
-    """The model's files (relative path, size, modification time): a partial results file
-    resumes only with the same."""
-    if path is None:
-        return None
-    if not os.path.isdir(path):
-        st = os.stat(path)
-        return [[os.path.basename(path), st.st_size, st.st_mtime_ns]]
-    out = []
-    for dirpath, dirnames, filenames in os.walk(path):
-        dirnames.sort()
-        for f in sorted(filenames):
-            st = os.stat(os.path.join(dirpath, f))
-            out.append([os.path.relpath(os.path.join(dirpath, f), path), st.st_size, st.st_mtime_ns])
-    return out
+    h = hashlib.sha256()
+    digest(h, labels)
+    return h.hexdigest()
 
 
 def _channels(pre: Preprocess, model) -> Preprocess:

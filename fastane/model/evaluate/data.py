@@ -139,6 +139,27 @@ def _stat_key(path: str) -> list:
     return [st.st_size, st.st_mtime_ns]
 
 
+def file_stamps(path: str) -> list:
+    """``[relative path, size, modification time]`` of the file ``path``, or of every file of
+    the folder ``path`` (an ``.mlpackage``), in order: what changes when its content does."""
+    if not os.path.isdir(path):
+        return [[os.path.basename(path), *_stat_key(path)]]
+    out = []
+    for dirpath, dirnames, filenames in os.walk(path):
+        dirnames.sort()
+        for f in sorted(filenames):
+            full = os.path.join(dirpath, f)
+            out.append([os.path.relpath(full, path), *_stat_key(full)])
+    return out
+
+
+def digest(h, a, name: str = "") -> None:
+    """Feed array ``a`` (its name, dtype, shape and bytes) to the hash ``h``."""
+    a = np.ascontiguousarray(a)
+    h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+    h.update(a.tobytes())
+
+
 class ArrayFile(Dataset):
     """One ``.npz``: an array per model input, input ``i`` at index ``i`` of the first axis.
     ``inputs``: the model's input names; the arrays read are those, or, for a one-input
@@ -339,9 +360,7 @@ class Items(Dataset):
         h = hashlib.sha256()
         for v in self.values:
             for name, a in sorted(v.items()) if isinstance(v, dict) else [("", v)]:
-                a = np.ascontiguousarray(a)
-                h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
-                h.update(a.tobytes())
+                digest(h, a, name)
         return ["items", h.hexdigest()]
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ...errors import ModelError, quote
 from ...errstate import errstate
-from .data import DTYPE_KINDS, fit
+from .data import DTYPE_KINDS, file_stamps, fit
 from .metrics import Task, score
 
 __all__ = ["Job", "REFERENCES", "run_batch", "state", "onnx_reference", "labels_of", "data_inputs"]
@@ -62,24 +62,10 @@ def onnx_reference(path: str):
     return run
 
 
-def _file_key(path: str) -> tuple:
-    """What changes when the model file (or any file of a package) changes."""
-    import os
-
-    if not os.path.isdir(path):
-        st = os.stat(path)
-        return (st.st_ino, st.st_size, st.st_mtime_ns)
-    return tuple(
-        (d, f, os.stat(os.path.join(d, f)).st_size, os.stat(os.path.join(d, f)).st_mtime_ns)
-        for d, _, files in sorted(os.walk(path))
-        for f in sorted(files)
-    )
-
-
 def state(job: Job, model=None):
     """``(model, reference)`` of ``job`` in this process, loaded on first use and again when
     the model file changed; only the last job's are kept."""
-    key = (job, id(model) if model is not None else _file_key(job.model))
+    key = (job, id(model) if model is not None else repr(file_stamps(job.model)))
     got = _STATE.get(key)
     if got is None:
         _STATE.clear()
