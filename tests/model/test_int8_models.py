@@ -13,6 +13,7 @@ from onnx import TensorProto as T, helper, numpy_helper  # noqa: E402
 
 import fastane  # noqa: E402
 from fastane.model.placement import qlinear as pq  # noqa: E402
+from tests.helpers import onnx_quantized  # noqa: E402
 from tests.helpers import reference_int8 as ref8  # noqa: E402
 
 XS, XZ = np.float32(0.02), np.uint8(118)  # the input's quantization
@@ -111,16 +112,17 @@ def _input(seed=5):
 
 
 def _steps(form, model, x):
-    """The model's logits and onnxruntime's, in quantization steps of the output."""
-    ort = pytest.importorskip("onnxruntime")
+    """The model's logits against the ONNX definition's (``onnx.reference``, exact integer
+    arithmetic: tests/helpers/onnx_quantized.py says why not onnxruntime), in quantization
+    steps of the output."""
     rep = fastane.load_model(model).report({"x": x})
-    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    (want,) = onnx_quantized.run(model, {"x": x})
     got = np.asarray(rep.values["y"], np.float64)
     return rep, np.rint(np.abs(got - want) / float(YS))  # (the fp16 model output: 1/64 step)
 
 
 @pytest.mark.parametrize("form", ["qlinear", "qdq"])
-def test_classifier_runs_on_the_int8_lanes_vs_onnxruntime(form):
+def test_classifier_runs_on_the_int8_lanes_vs_the_onnx_reference(form):
     model = classifier(form)
     rep, steps = _steps(form, model, _input())
     # conv (8 per-channel scales: 8 task groups) and matmul on the INT8 lanes
@@ -129,7 +131,7 @@ def test_classifier_runs_on_the_int8_lanes_vs_onnxruntime(form):
     assert all(r.placement == "ane" and r.stats.int8_macs == r.stats.macs > 0 for r in int8)
     assert int8[0].stats.macs == SHAPE[0] * CO * 64 * 27 and int8[1].stats.macs == SHAPE[0] * CO * 64 * NCLS
     assert "8 task groups" in int8[0].reason
-    # the NE's arithmetic (fp16 PostScale, the folded zero points) against onnxruntime's
+    # the NE's arithmetic (fp16 PostScale, the folded zero points) against the definition's
     assert steps.max() <= 1
 
 
