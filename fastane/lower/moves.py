@@ -27,7 +27,8 @@ C (``PlaneStride``) and H (``RowStride``), any before them are one task per inde
 task is cut so its source and its result fit the 2 MiB L2 together (``TileHeight`` = its
 rows).  Pad writes its constant first: a task whose source is 64-byte rows of the value
 (fp16) in slot 1 read with row and plane strides 0 (fastane's choice: the corpus has no pad
-program), then the input over it.
+program), then the input over it, its TileDMADst with ``Fmt.ZeroPadLast`` = 0 so that the
+rest of each row's last 64-byte burst keeps the fill.
 
 The NE's identity stage gives every fp16 value back unchanged -- infinities, signed zeros,
 subnormals -- except a NaN, which reads out as the NE's quiet NaN 0x7e00 whatever its
@@ -261,7 +262,7 @@ def _tasks(box: Box, lim: Limits):
     while len(tail) < 2:  # one row axis is the channels (concat.hwx: C = 16384, H = 1)
         tail.append((1, 0, 0))
     (c_all, s_pl, d_pl), (h_all, s_row, d_row) = tail
-    w_step = lim.max_hw
+    w_step = lim.max_hw // lim.col_align * lim.col_align  # rows cut on 64-byte bursts
     # source and result of one task in L2 together, 16-byte channel rows
     budget = lim.l2_bytes // 2
     for idx in itertools.product(*(range(n) for n, _, _ in lead)):
@@ -320,6 +321,9 @@ def _task_td(move: Move, box: Box, task, slot_in, slot_out) -> object:
             "TileDMADst.PlaneStride.PlaneStride": (dp or ALIGN) >> 6,
             "TileDMADst.DepthStride.DepthStride": storage_bytes(move.outs[box.dst]) >> 6,
             "TileDMADst.GroupStride.GroupStride": 0,
+            # over a fill: the rest of each row's last burst keeps the fill (docs/device.md,
+            # TileDMA: the destination zero-fills it only with ZeroPadLast)
+            "TileDMADst.Fmt.ZeroPadLast": int(move.fill is None or box.src == FILL),
             # all 16 NE cores, as concat.hwx's two TDs (ActiveNE 4, ENE = ActiveNE + 1)
             "Common.Cfg.ActiveNE": 4,
             "Header.ENE": 5,
@@ -409,9 +413,10 @@ def _execute(low: LoweredMove, xs=None, device=None, stats_only: bool = False):
             dev.unload(prog)
 
 
-def run(move: Move, xs, device=None) -> list:
+def run(move: Move, xs, device=None, limits: Limits | None = None) -> list:
     """``move`` on the arrays ``xs`` (rounded once to fp16, as every entry point does) on the
-    device: the outputs (fp16); the Stats are :func:`fastane.last_stats`."""
+    device (``limits``: what one task may hold, the machine's by default): the outputs (fp16);
+    the Stats are :func:`fastane.last_stats`."""
     if len(xs) != len(move.ins):
         raise ValueError(f"{move.describe()}: {len(move.ins)} inputs, got {len(xs)}")
     x16 = []
@@ -420,7 +425,7 @@ def run(move: Move, xs, device=None) -> list:
         if x.shape != tuple(shape):
             raise ValueError(f"{move.describe()}: input {k} has shape {x.shape}")
         x16.append(x)
-    outs, st = _execute(lower(move), x16, device)
+    outs, st = _execute(lower(move, limits or LIMITS), x16, device)
     record(st)
     return outs
 
