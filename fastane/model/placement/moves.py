@@ -89,6 +89,8 @@ def _pad(node: Node, bound):
     shape = _shape(bound, node.inputs[0])
     consts = _consts(node, bound) + [None] * 4
     value = consts[2]
+    if value is None and len(node.inputs) > 2 and node.inputs[2]:
+        raise NotImplementedError("the pad value is not a constant: the fill is a constant of the program")
     v = 0.0 if value is None or np.size(value) == 0 else float(np.asarray(value).reshape(-1)[0])
     return _moves.pad(shape, pad_widths(node, shape, consts[1], consts[3]), v)
 

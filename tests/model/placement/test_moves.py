@@ -141,3 +141,16 @@ def test_a_slice_the_ane_moves_takes_the_crop_path_of_the_chip(chip):
         assert r.error == np.inf
     else:
         assert r.stats.cropped == 0 and np.all(np.isfinite(y)) and r.error == 0.0
+
+
+def test_a_pad_whose_value_is_an_input_stays_on_the_host():
+    nodes = [
+        h.make_node("Relu", ["x"], ["r"], name="relu"),
+        h.make_node("Pad", ["r", "pads", "v"], ["p"], name="pad"),
+        h.make_node("Relu", ["p"], ["y"], name="relu2"),
+    ]
+    m = model_of(nodes, [x_in((1, 2, 3)), x_in((), "v")], [ints("pads", [0, 1, 0, 0, 0, 0])])
+    lays = {l.name: l for l in m.placement({"x": (1, 2, 3), "v": ()})}
+    assert lays["pad"].placement == "layout" and "not a constant" in lays["pad"].reason
+    y = m({"x": np.ones((1, 2, 3), np.float32), "v": np.float32(7.0)})["y"]
+    assert y.shape == (1, 3, 3) and np.array_equal(y[0, 0], np.full(3, 7.0, np.float16))
