@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from ...errors import ModelError, ModelNotImplementedError, quote
-from .opdef import OnnxName, check_axis, need_const, need_input, register_op, same_attrs
+from .opdef import MOVED_DOC, OnnxName, check_axis, need_const, need_input, register_op, same_attrs
 from ..tensor import TensorType, check_size, shape_text
 
 
@@ -245,7 +245,7 @@ def _split_onnx(c, a, ins):
     return c.mk(attrs, ins, max(len(c.outs), 1), keep=True)
 
 
-@register_op("split", _split_infer, "layout", onnx=[OnnxName("Split", _split_onnx)])
+@register_op("split", _split_infer, "layout", onnx=[OnnxName("Split", _split_onnx, doc=MOVED_DOC)])
 def _split(node, x, sizes=None):
     a, sizes = split_sizes(node, x.shape, sizes)
     return np.split(x, np.cumsum(sizes)[:-1], axis=a)

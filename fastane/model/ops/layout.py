@@ -11,6 +11,7 @@ import numpy as np
 from ...errors import ModelError, ModelNotImplementedError, quote
 from ..budget import MAX_RANK, beyond
 from .opdef import (
+    MOVED_DOC,
     OnnxName,
     attr_input,
     check_axis,
@@ -100,9 +101,9 @@ def _transpose_infer(node, types, consts):
     return [TensorType(x.dtype, tuple(x.shape[p] for p in transpose_perm(node, len(x.shape))))]
 
 
-register_op("transpose", _transpose_infer, "layout", onnx=[OnnxName("Transpose", take(perm=None))])(
-    lambda node, x: np.asarray(np.transpose(x, transpose_perm(node, x.ndim)), order="C")
-)
+register_op(
+    "transpose", _transpose_infer, "layout", onnx=[OnnxName("Transpose", take(perm=None), doc=MOVED_DOC)]
+)(lambda node, x: np.asarray(np.transpose(x, transpose_perm(node, x.ndim)), order="C"))
 
 
 def _squeeze_axes(node, shape, axes):
@@ -168,7 +169,7 @@ def _concat_infer(node, types, consts):
     return [TensorType(ts[0].dtype, tuple(shape))]
 
 
-@register_op("concat", _concat_infer, "layout", onnx=[OnnxName("Concat", take(axis=0))])
+@register_op("concat", _concat_infer, "layout", onnx=[OnnxName("Concat", take(axis=0), doc=MOVED_DOC)])
 def _concat(node, *xs):
     # ANE tensors arrive as fp16, host ones as float32: concatenate in the wider dtype
     return np.concatenate(xs, axis=check_axis(node.attrs.get("axis", 0), xs[0].ndim, node))
@@ -220,7 +221,7 @@ def _slice_onnx(c, a, ins):
     return c.mk(inputs=ins)
 
 
-register_op("slice", _slice_infer, "layout", onnx=[OnnxName("Slice", _slice_onnx)])(
+register_op("slice", _slice_infer, "layout", onnx=[OnnxName("Slice", _slice_onnx, doc=MOVED_DOC)])(
     lambda node, x, st, en, ax=None, sp=None: np.asarray(x[_slices(node, x.shape, st, en, ax, sp)], order="C")
 )
 
@@ -262,7 +263,7 @@ def _pad_onnx(c, a, ins):
     return c.mk({"mode": a.get("mode", "constant")}, ins)
 
 
-@register_op("pad", _pad_infer, "layout", onnx=[OnnxName("Pad", _pad_onnx)])
+@register_op("pad", _pad_infer, "layout", onnx=[OnnxName("Pad", _pad_onnx, doc=MOVED_DOC)])
 def _pad(node, x, pads, value=None, axes=None):
     w = pad_widths(node, x.shape, pads, axes)
     mode = node.attrs.get("mode", "constant")
