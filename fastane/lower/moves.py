@@ -59,6 +59,7 @@ __all__ = [
     "Box",
     "Move",
     "FILL",
+    "MAX_TASKS",
     "row_strides",
     "storage_bytes",
     "concat",
@@ -77,6 +78,9 @@ FILL = -1
 #: its 0x4000 bytes of ``__TEXT,__const``, which no TD reads)
 SLOT_FILL = SLOT_KERNEL
 _F16 = np.dtype(np.float16)
+#: fastane's bound on one move's tasks (its TDs are built one by one, about 0.1 ms each): a
+#: move of more tasks (4 GiB of 1 MiB tiles, or millions of tiny windows) stays on the host
+MAX_TASKS = 4096
 
 
 def _rows(shape) -> tuple:
@@ -355,7 +359,12 @@ def lower(move: Move, limits: Limits = LIMITS) -> LoweredMove:
             f"{move.describe()}: {len(move.outs)} outputs and {len(move.ins)} inputs need BAR slots up "
             f"to {slot_in[-1]}; a task has {NUM_BARS}"
         )
-    tds = [_task_td(move, b, t, slot_in, slot_out) for b in move.boxes for t in _tasks(b, limits)]
+    tasks = [(b, t) for b in move.boxes for t in itertools.islice(_tasks(b, limits), MAX_TASKS + 1)]
+    if len(tasks) > MAX_TASKS:
+        raise NotImplementedError(
+            f"{move.describe()}: more than {MAX_TASKS} tasks (fastane's bound on one move, moves.MAX_TASKS)"
+        )
+    tds = [_task_td(move, b, t, slot_in, slot_out) for b, t in tasks]
     bars = {SLOT_TD: None}
     if move.fill is not None:
         bars[SLOT_FILL] = BarSlot(SLOT_FILL, "kernel", _fill_bytes(move), "fill")

@@ -183,6 +183,9 @@ def test_what_the_registers_cannot_express():
         M.concat([(5,), (3,)], 0)
     with pytest.raises(NotImplementedError, match="BAR slots"):
         M.lower(M.concat([(2, 3)] * 30, 0))
+    # an L2 that holds one row of 64 elements: one task a row, past fastane's bound
+    with pytest.raises(NotImplementedError, match=f"more than {M.MAX_TASKS} tasks"):
+        M.lower(M.concat([(5000, 64)], 0), Limits(l2_bytes=256))
 
 
 # ------------------------------------------------------------------ hypothesis, tiled
