@@ -9,8 +9,8 @@ a NaN as 0x7e00):
 
 * **from the ANE**: every float input is the result of an ANE layer (fp16 already), or a
   constant fp16 holds exactly; or
-* **to the ANE**: every consumer of its outputs is an ANE layer (which rounds its operands
-  to fp16 anyway, the same rounding before the move as after it) or a model output (which
+* **to the ANE**: every consumer of its outputs is an ANE layer other than the INT8 lanes
+  (which rounds its operands to fp16 anyway, the same rounding before the move as after it) or a model output (which
   crosses to the caller as fp16).
 
 A layout layer between two host layers stays on the host (moving it to the ANE would round
@@ -163,12 +163,16 @@ def promote(ctx) -> None:
                 done.add(id(layer))
     for layer in reversed(ctx.layers):  # to the ANE
         if id(layer) in moves and id(layer) not in done:
-            if all(
-                t in outputs or all(r.placement == "ane" for r in readers.get(t, [])) for t in layer.outputs
-            ):
+            if all(t in outputs or all(_rounds(r) for r in readers.get(t, [])) for t in layer.outputs):
                 _to_ane(layer, moves[id(layer)], layer.nodes[0], bound)
             else:
                 layer.reason = HOST_SIDES
+
+
+def _rounds(layer) -> bool:
+    """Whether ``layer`` rounds its float operands to fp16 (an ANE layer through the public
+    entry points; not the INT8 lanes, whose chain starts at a dequantize on the host)."""
+    return layer.placement == "ane" and not layer.detail.get("int8")
 
 
 def _to_ane(layer, move, node: Node, bound, strict: bool = False) -> None:
