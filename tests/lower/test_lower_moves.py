@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastane.device import Device
+from fastane.device import Device, eltwise
 from fastane.lower import moves as M
 from fastane.lower.moves import Move
-from fastane.m1 import Limits
+from fastane.m1 import LIMITS, Limits
 from fastane.stats import last_stats
 from fastane.td import load_program
 
@@ -242,6 +242,54 @@ def test_moves_match_the_reference(m, tiled, seed):
             move, want = M.transpose(shape, arg), ref_transpose(xs[0], arg)
     (y,) = M.run(move, xs, limits=SMALL if tiled else None)
     assert np.array_equal(bits(y), want)
+
+
+# ------------------------------------------------------------------ the copy lane
+#: moves whose every task is a copy: concat (one cut by L2 below), a stepped slice, a pad
+#: (fill task with zero strides, then the input with ZeroPadLast 0), attention's transpose
+LANE_MOVES = [
+    M.concat([(1, 5, 9, 40), (1, 3, 9, 40)], 1),
+    M.slice_((3, 6, 40, 70), ((1, 3, 1), (0, 6, 2), (5, 30, 3), (32, 70, 1))),
+    M.pad((3, 6, 5, 7), [(0, 1), (2, 0), (1, 3), (0, 5)], -np.inf),
+    M.transpose((1, 19, 4, 64), (0, 2, 1, 3)),
+]
+
+
+@pytest.mark.parametrize("tiled", [False, True])
+@pytest.mark.parametrize("move", LANE_MOVES, ids=lambda m: m.name)
+def test_every_task_is_a_copy_on_the_lane_with_the_block_paths_bits_and_stats(
+    device, monkeypatch, move, tiled
+):
+    """Every pass-through task runs on the device's fp16 lane as a copy of the patterns
+    (fastane/device/eltwise.py, kernels/ne_table.py ``plain_window``; no float64 tensor),
+    and forcing the block-by-block path (TileDMASrc decode, MAC bypass, NE, TileDMADst
+    encode) gives the same bytes and the same Stats, task by task: on every special and
+    on random patterns, whole and cut by a 4 KiB L2 into many tasks."""
+    limits = SMALL if tiled else None
+    xs = [patterns(s, 7 + i) for i, s in enumerate(move.ins)]
+    taken = []
+    real = eltwise.run
+
+    def spy(*a):
+        out = real(*a)
+        taken.append(out is not None)
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(eltwise, "run", spy)
+        fast = M.run(move, xs, limits=limits)
+        st_fast = last_stats()
+    assert len(taken) == st_fast.tasks == M.lower(move, limits or LIMITS).n_tasks and all(taken)
+    if tiled:  # cut into more tasks than the machine's L2 needs
+        assert st_fast.tasks > M.lower(move).n_tasks
+    with monkeypatch.context() as m:
+        m.setattr(eltwise, "run", lambda *a, **k: None)  # the block-by-block path
+        slow = M.run(move, xs, limits=limits)
+        st_slow = last_stats()
+    for a, b in zip(fast, slow):
+        assert np.array_equal(bits(a), bits(b))
+    assert st_fast == st_slow and st_fast.tasks_detail == st_slow.tasks_detail
+    assert st_fast.nan_outputs > 0  # the NaN payloads of SPECIAL reach the output
 
 
 # ------------------------------------------------------------------ Stats
