@@ -18,6 +18,10 @@ the same MAC kernels called directly (pytest-benchmark).
 * ``test_activation``: ``fastane.tanh`` and ``fastane.silu`` on 1000 and 2**20 elements
   (elementwise programs on the device) against the NE kernel called directly, as
   ``fastane.activations`` computed before the one path; interleaved medians.
+* ``test_moves``: data movement as pass-through tasks on the device (``fastane.lower.moves``,
+  docs/lower.md section 13) -- a concat of two ``1 x 256 x 56 x 56`` fp16 tensors along
+  channels, attention's ``(1, 197, 12, 64) -> (1, 12, 197, 64)`` transpose and its
+  ``(1, 197, 3, 64)`` one at a smaller width -- against numpy; interleaved medians.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import pytest
 import fastane
 from fastane import lower, workloads
 from fastane.kernels import mac
+from fastane.lower import moves
 from fastane.networks.plan import analyze
 
 
@@ -219,6 +224,48 @@ def test_activation(benchmark, smoke, note, name, n):
     note(
         f"{name} on {n} elements: {tasks} task(s), device {med['device'] * 1e3:.3f} ms, direct kernel "
         f"{med['direct'] * 1e3:.3f} ms (x{med['device'] / med['direct']:.1f}), interleaved medians"
+    )
+
+
+_MOVES = {
+    "concat_256x56x56": (
+        lambda: moves.concat([(1, 256, 56, 56)] * 2, 1),
+        [(1, 256, 56, 56)] * 2,
+        lambda a, b: np.concatenate([a, b], 1),
+    ),
+    "transpose_197x12x64": (
+        lambda: moves.transpose((1, 197, 12, 64), (0, 2, 1, 3)),
+        [(1, 197, 12, 64)],
+        lambda a: np.ascontiguousarray(a.transpose(0, 2, 1, 3)),
+    ),
+    "transpose_197x3x64": (
+        lambda: moves.transpose((1, 197, 3, 64), (0, 2, 1, 3)),
+        [(1, 197, 3, 64)],
+        lambda a: np.ascontiguousarray(a.transpose(0, 2, 1, 3)),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(_MOVES))
+def test_moves(benchmark, smoke, note, name):
+    """Per-call cost of a move on the device (TDs fetched, decoded and checked, every task's
+    copy on the fp16 lane, inputs written into and outputs read out of their slots) against
+    numpy's copy; the bytes checked against numpy's first (no NaN among the inputs)."""
+    make, shapes, host = _MOVES[name]
+    move = make()
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal(s).astype(np.float16) for s in shapes]
+    (y,) = moves.run(move, xs)
+    tasks = fastane.last_stats().tasks
+    assert np.array_equal(y.view(np.uint16), host(*xs).view(np.uint16))
+    med = _interleaved(
+        {"device": lambda: moves.run(move, xs), "numpy": lambda: host(*xs)}, 1 if smoke else 31
+    )
+    benchmark.extra_info.update(tasks=tasks, **{f"{k}_ms": v * 1e3 for k, v in med.items()})
+    benchmark.pedantic(lambda: moves.run(move, xs), rounds=1 if smoke else 11, iterations=1)
+    note(
+        f"{name}: {tasks} task(s), device {med['device'] * 1e3:.3f} ms, numpy {med['numpy'] * 1e3:.3f} ms "
+        f"(x{med['device'] / med['numpy']:.1f}), interleaved medians"
     )
 
 

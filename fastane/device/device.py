@@ -41,8 +41,15 @@ class LoadedProgram:
     kernel_region: Region | None
     #: the slots the program's own bytes occupy (TD stream, kernel slots)
     bars: dict = field(default_factory=dict)
-    #: what the TDs read and write through TileDMA, by slot
-    tensors: dict = field(default_factory=dict)
+    _tensors: dict | None = field(default=None, repr=False)
+
+    @property
+    def tensors(self) -> dict:
+        """What the TDs read and write through TileDMA, by slot (:func:`tensor_slots`, worked
+        out on first use: a submit does not need it)."""
+        if self._tensors is None:
+            self._tensors = tensor_slots(self.program)
+        return self._tensors
 
     @property
     def td_count(self) -> int:
@@ -162,7 +169,7 @@ class Device:
                 kslots |= {b.slot for b in program.bars.values() if b.role == "kernel"}
                 for slot in kslots or {1}:
                     bars.setdefault(slot, kernel_region)
-            loaded = LoadedProgram(program, td_region, kernel_region, bars, tensor_slots(program))
+            loaded = LoadedProgram(program, td_region, kernel_region, bars)
             self._loaded[id(program)] = loaded
             return loaded
 
@@ -430,12 +437,16 @@ def _merge(slot: int, accesses: list) -> dict:
         ):
             continue
         lo = min(b for b, *_ in parts)
-        covered = set()
-        for b, s, *_ in parts:
-            first = (b - lo) // step
-            covered.update(range(first, first + s[axis]))
-        n = max(covered) + 1
-        if len(covered) == n:
+        # the parts' index ranges along the axis, in order: one tensor when, from 0, each
+        # begins where the ones before it reach or earlier (no gap; overlaps allowed)
+        spans = sorted(((b - lo) // step, (b - lo) // step + s[axis]) for b, s, *_ in parts if s[axis])
+        n, tiled = 0, bool(spans)
+        for first, end in spans:
+            if first > n:
+                tiled = False
+                break
+            n = max(n, end)
+        if tiled:
             shape = list(shape0)
             shape[axis] = n
             return {"shape": (1, *shape), "base": lo}

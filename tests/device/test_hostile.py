@@ -293,6 +293,31 @@ def test_parts_that_do_not_tile_one_tensor_are_refused_by_run():
         Device(memory_size=16 << 20).run(program, {5: np.ones((1, 1, 4, 64)), 6: np.ones((1, 1, 2, 32))})
 
 
+def test_parts_tile_one_tensor_by_their_channel_ranges():
+    """The parts TDs write of a slot are one tensor when their channel ranges, in any order
+    and overlapping or not, leave no gap from the first (device._merge: the ranges sorted,
+    no set of every channel)."""
+    from fastane.device import tensor_slots
+
+    def slot4(*parts):  # (channels, byte base) of each TD's (C, 4, 64) write to slot 4
+        tds = [
+            eltwise_td((c, 4, 64), src=5, dst=4, dst_base=b, eon=i == len(parts) - 1, nid=i % 255 + 1)
+            for i, (c, b) in enumerate(parts)
+        ]
+        return tensor_slots(Program.from_tds(tds))[4]
+
+    plane = 4 * 128
+    assert (slot4((1, plane), (1, 0)).shape, slot4((1, plane), (1, 0)).base) == ((1, 2, 4, 64), 0)
+    assert slot4((2, 0), (2, plane)).shape == (1, 3, 4, 64)  # overlapping
+    assert (slot4((1, 2 * plane), (1, plane)).shape, slot4((1, 2 * plane), (1, plane)).base) == (
+        (1, 2, 4, 64),
+        plane,
+    )
+    assert slot4((1, 0), (1, 2 * plane)).problem is not None  # channel 1 is never written
+    many = slot4(*((1, k * plane) for k in reversed(range(2000))))
+    assert many.shape == (1, 2000, 4, 64) and many.problem is None
+
+
 @pytest.mark.parametrize(
     "call",
     [

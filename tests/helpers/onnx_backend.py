@@ -49,6 +49,8 @@ OPS = {
     "Squeeze": r"test_squeeze(_negative_axes)?",
     "Unsqueeze": r"test_unsqueeze_\w+",
     "Concat": r"test_concat_\w+",
+    "Slice": r"test_slice(_\w+)?",
+    "Pad": r"test_(constant|edge|reflect|wrap)_pad(_\w+)?",
     "MaxPool": r"test_maxpool_\w+",
     "AveragePool": r"test_averagepool_\w+",
     "GlobalAveragePool": r"test_globalaveragepool(_precomputed)?",

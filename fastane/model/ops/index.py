@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from ...errors import ModelError, ModelNotImplementedError, quote
-from .opdef import OnnxName, check_axis, need_const, need_input, register_op, same_attrs
+from .opdef import MOVED_DOC, OnnxName, check_axis, need_const, need_input, register_op, same_attrs
 from ..tensor import TensorType, check_size, shape_text
 
 
@@ -205,7 +205,8 @@ register_op("tile", _tile_infer, "layout", onnx=[OnnxName("Tile", same_attrs)])(
 )
 
 
-def _split_sizes(node, shape, sizes):
+def split_sizes(node, shape, sizes) -> tuple:
+    """``(axis, sizes)`` of the split ``node`` of a tensor of ``shape`` (``sizes``: its constant input)."""
     a = check_axis(node.attrs.get("axis", 0), len(shape), node)
     n, k = shape[a], len(node.outputs)
     given = sizes if sizes is not None and np.size(sizes) else node.attrs.get("split")
@@ -231,7 +232,7 @@ def _split_sizes(node, shape, sizes):
 def _split_infer(node, types, consts):
     x = need_input(types, 0, node)
     sizes = need_const(consts, 1, node, "split") if len(node.inputs) > 1 and node.inputs[1] else None
-    a, sizes = _split_sizes(node, x.shape, sizes)
+    a, sizes = split_sizes(node, x.shape, sizes)
     return [TensorType(x.dtype, x.shape[:a] + (s,) + x.shape[a + 1 :]) for s in sizes]
 
 
@@ -244,9 +245,9 @@ def _split_onnx(c, a, ins):
     return c.mk(attrs, ins, max(len(c.outs), 1), keep=True)
 
 
-@register_op("split", _split_infer, "layout", onnx=[OnnxName("Split", _split_onnx)])
+@register_op("split", _split_infer, "layout", onnx=[OnnxName("Split", _split_onnx, doc=MOVED_DOC)])
 def _split(node, x, sizes=None):
-    a, sizes = _split_sizes(node, x.shape, sizes)
+    a, sizes = split_sizes(node, x.shape, sizes)
     return np.split(x, np.cumsum(sizes)[:-1], axis=a)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 from ...errors import ModelError, ModelNotImplementedError, quote
 from ..budget import MAX_RANK, beyond
 from .opdef import (
+    MOVED_DOC,
     OnnxName,
     attr_input,
     check_axis,
@@ -86,7 +87,8 @@ register_op("reshape", _reshape_infer, "layout", onnx=[OnnxName("Reshape", _resh
 )
 
 
-def _perm(node, rank):
+def transpose_perm(node, rank) -> tuple:
+    """The permutation of the transpose ``node`` of a ``rank``-D tensor (reversed axes by default)."""
     perm = node.attrs.get("perm")
     perm = tuple(range(rank))[::-1] if perm is None else tuple(int(p) for p in perm)
     if sorted(perm) != list(range(rank)):
@@ -96,12 +98,12 @@ def _perm(node, rank):
 
 def _transpose_infer(node, types, consts):
     x = need_input(types, 0, node)
-    return [TensorType(x.dtype, tuple(x.shape[p] for p in _perm(node, len(x.shape))))]
+    return [TensorType(x.dtype, tuple(x.shape[p] for p in transpose_perm(node, len(x.shape))))]
 
 
-register_op("transpose", _transpose_infer, "layout", onnx=[OnnxName("Transpose", take(perm=None))])(
-    lambda node, x: np.asarray(np.transpose(x, _perm(node, x.ndim)), order="C")
-)
+register_op(
+    "transpose", _transpose_infer, "layout", onnx=[OnnxName("Transpose", take(perm=None), doc=MOVED_DOC)]
+)(lambda node, x: np.asarray(np.transpose(x, transpose_perm(node, x.ndim)), order="C"))
 
 
 def _squeeze_axes(node, shape, axes):
@@ -167,7 +169,7 @@ def _concat_infer(node, types, consts):
     return [TensorType(ts[0].dtype, tuple(shape))]
 
 
-@register_op("concat", _concat_infer, "layout", onnx=[OnnxName("Concat", take(axis=0))])
+@register_op("concat", _concat_infer, "layout", onnx=[OnnxName("Concat", take(axis=0), doc=MOVED_DOC)])
 def _concat(node, *xs):
     # ANE tensors arrive as fp16, host ones as float32: concatenate in the wider dtype
     return np.concatenate(xs, axis=check_axis(node.attrs.get("axis", 0), xs[0].ndim, node))
@@ -190,10 +192,16 @@ def _slices(node, shape, starts, ends, axes, steps):
     return tuple(sl)
 
 
+def slice_windows(node, shape, starts, ends, axes=None, steps=None) -> tuple:
+    """``(start, stop, step)`` per axis of ``shape`` that the slice ``node`` (its constant
+    inputs given) takes, clamped as numpy clamps it; ``(0, n, 1)`` on an axis it leaves whole."""
+    return tuple(s.indices(d) for s, d in zip(_slices(node, shape, starts, ends, axes, steps), shape))
+
+
 def last_axis_window(node, shape, starts, ends, axes=None, steps=None) -> tuple:
     """``(start, stop, step)`` the slice ``node`` (its constant inputs given) takes on the last
-    axis of ``shape``, clamped as numpy clamps it; ``(0, n, 1)`` where it leaves that axis whole."""
-    return _slices(node, shape, starts, ends, axes, steps)[-1].indices(shape[-1])
+    axis of ``shape`` (:func:`slice_windows`)."""
+    return slice_windows(node, shape, starts, ends, axes, steps)[-1]
 
 
 def _slice_infer(node, types, consts):
@@ -213,12 +221,13 @@ def _slice_onnx(c, a, ins):
     return c.mk(inputs=ins)
 
 
-register_op("slice", _slice_infer, "layout", onnx=[OnnxName("Slice", _slice_onnx)])(
+register_op("slice", _slice_infer, "layout", onnx=[OnnxName("Slice", _slice_onnx, doc=MOVED_DOC)])(
     lambda node, x, st, en, ax=None, sp=None: np.asarray(x[_slices(node, x.shape, st, en, ax, sp)], order="C")
 )
 
 
-def _pad_widths(node, shape, pads, axes):
+def pad_widths(node, shape, pads, axes) -> list:
+    """``[(before, after), ...]`` per axis of the pad ``node`` of a tensor of ``shape``."""
     pads = np.asarray(pads).reshape(-1)
     n_axes = len(shape) if axes is None else np.size(axes)
     if n_axes > len(shape):
@@ -242,7 +251,7 @@ def _pad_widths(node, shape, pads, axes):
 def _pad_infer(node, types, consts):
     x = need_input(types, 0, node)
     axes = need_const(consts, 3, node, "axes") if len(node.inputs) > 3 and node.inputs[3] else None
-    w = _pad_widths(node, x.shape, need_const(consts, 1, node, "pads"), axes)
+    w = pad_widths(node, x.shape, need_const(consts, 1, node, "pads"), axes)
     if node.attrs.get("mode", "constant") not in ("constant", "reflect", "edge"):
         raise ModelError(f"{node.describe()}: unknown pad mode {quote(node.attrs.get('mode'))}")
     return [TensorType(x.dtype, tuple(d + a + b for d, (a, b) in zip(x.shape, w)))]
@@ -254,9 +263,9 @@ def _pad_onnx(c, a, ins):
     return c.mk({"mode": a.get("mode", "constant")}, ins)
 
 
-@register_op("pad", _pad_infer, "layout", onnx=[OnnxName("Pad", _pad_onnx)])
+@register_op("pad", _pad_infer, "layout", onnx=[OnnxName("Pad", _pad_onnx, doc=MOVED_DOC)])
 def _pad(node, x, pads, value=None, axes=None):
-    w = _pad_widths(node, x.shape, pads, axes)
+    w = pad_widths(node, x.shape, pads, axes)
     mode = node.attrs.get("mode", "constant")
     if mode == "constant":
         v = 0 if value is None or np.size(value) == 0 else np.asarray(value).reshape(-1)[0]

@@ -114,6 +114,10 @@ class MilName:
 
 OPS: dict = {}
 
+#: what the docs' table of ONNX ops says of a layout op the ANE may move
+#: (:mod:`fastane.model.placement.moves`)
+MOVED_DOC = "on the ANE as data movement where TileDMA expresses it, docs/lower.md section 13"
+
 #: the placement rule families an op may name in ``ane``, with where such an op runs (the
 #: docs' table of ONNX ops: :func:`fastane.model.frontends.onnx.importer.docs_table`)
 ANE_FAMILIES = {

@@ -11,9 +11,12 @@ As Core ML partitions a model, fastane groups the graph into *layers*:
   activation that is the only consumer of a conv/Gemm/MatMul runs in the NE stage of the
   same tasks (``activation=``); ``x * sigmoid(x)`` is silu, ``x * hard_sigmoid(x)`` with
   hard_swish's parameters (1/6, 1/2) is hard_swish.
-* **layout**: data movement with no arithmetic (Reshape, Transpose, Concat, Slice, ...);
-  fastane does it on the host (numpy), which changes no value.  Apple's compiler often
-  expresses these as DMA strides; fastane does not lower them yet.
+* **layout**: data movement with no arithmetic (Reshape, Transpose, Concat, Slice, ...).
+  Concat, Slice, Split, a constant Pad and a Transpose that keeps the last axis go to the
+  ANE as NE pass-through tasks whose TileDMA offsets and strides move the data (as Apple's
+  ``concat.hwx``), where their values are fp16 on one side of the move
+  (:func:`.moves.promote`); the rest stays on the host (numpy), which changes no value,
+  with its reason.
 * **host**: everything else, in float32 on the host, with the reason (no ANE lowering in
   fastane yet, beyond the lowering's limits, non-constant weights, ...).
 
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 from ..graph import Bound
 from ..ops import OPS
-from . import eltwise
+from . import eltwise, moves
 from .context import Context, Layer
 from .eltwise import NO_LOWERING
 from .qlinear import place_qlinear
@@ -95,6 +98,7 @@ def place(bound: Bound) -> list:
         why = rule(node, ctx) if rule is not None else None
         if not ctx.done(node):  # what was placed is what a layer holds, not what a rule said
             ctx.add([node], "host", (why if isinstance(why, str) else "") or NO_LOWERING, rec.kind)
+    moves.promote(ctx)  # layout layers whose data the ANE can move
     for layer in ctx.layers:  # a quantized chain left off the INT8 path says why (qlinear.match)
         why = [ctx.off_int8[id(n)] for n in layer.nodes if id(n) in ctx.off_int8]
         if why:

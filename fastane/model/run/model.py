@@ -356,8 +356,9 @@ class Model:
             exact = None  # a layout layer's result before the chip's data movement numerics
             if outs is None:
                 outs = _on_host(layer, bound, values)
-                if limit is not None and placement == "layout":
-                    exact, outs, stats = _moved(layer, bound, outs, limit)
+            if limit is not None and layer.kind == "layout" and layer.placement in ("layout", "ane"):
+                exact, outs, crop_stats = _moved(layer, bound, outs, limit)
+                stats = stats + crop_stats
             values.update(zip(layer.outputs, outs))
             # the record's output shapes are for a report (a plain call drops the records)
             shapes = " ".join(str(bound.types[o]) for o in layer.outputs) if compare or observe else ""

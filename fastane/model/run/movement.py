@@ -2,8 +2,9 @@
 a slice, applied to a model run as on a chip (:meth:`fastane.Model.report`,
 :meth:`fastane.Model.__call__`, ``fastane run --chip``).
 
-fastane moves a layout layer's data on the host, which changes no value (reshape, transpose,
-concat, slice ...).  One path of the ANE does change values, by generation: on the chips
+fastane moves a layout layer's data on the host, or as NE pass-through tasks on the ANE
+(:mod:`fastane.lower.moves`), which changes no value (reshape, transpose, concat, slice ...).
+One path of the ANE does change values, by generation: on the chips
 ANEForge measured up to the M2 generation, a slice with a non-zero begin on its *last* axis
 goes through a Q.4 fixed-point crop DMA with an implied x16 scale, and a sliced value beyond
 4094 (= 65504 / 16) in magnitude reads out as +-inf; a zero begin on the last axis, or an
@@ -28,8 +29,8 @@ What the probe shows and what is taken beyond it:
   to the ANE as fp16); a value already infinite, or NaN, passes as it is, and is not counted.
 
 Core ML may place a slice between two CPU layers on the CPU, where there is no crop path;
-fastane runs every layout layer as the ANE's data movement (the predicted compute plan says
-where Core ML would likely run it).
+fastane applies the rule to every slice layer, moved by the ANE or by the host, after the move
+(the predicted compute plan says where Core ML would likely run it).
 """
 
 from __future__ import annotations
