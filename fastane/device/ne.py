@@ -237,13 +237,19 @@ TABLE_MIN = 1 << 16
 TABLES = 16
 #: the stages counted (:func:`_tabled`); the counts start again beyond this many
 STAGES_COUNTED = 1024
+#: calls of fewer elements are not counted (nor looked up): a stage called only on small
+#: arrays, thousands of times, builds no table and holds no more state than a few calls
+COUNTED_MIN = TABLE_MIN // 16
 _computed: dict = {}
 
 
 def _tabled(key: tuple, elements: int) -> bool:
     """Whether the NE stage ``key`` (:func:`_key`) computes ``elements`` values through its
-    table: when they and the values it computed before, over all calls, reach
-    :data:`TABLE_MIN` (the table costs about as much as that many values computed)."""
+    table: when they and the values it computed before, over its calls of at least
+    :data:`COUNTED_MIN` values, reach :data:`TABLE_MIN` (the table costs about as much as
+    that many values computed)."""
+    if elements < COUNTED_MIN:
+        return False
     seen = _computed.get(key, 0)
     if seen >= TABLE_MIN:
         return True
