@@ -80,7 +80,8 @@ def widen_fp16(x: np.ndarray) -> np.ndarray:
     if x.size < HW_CONVERT_MIN:
         return x.astype(np.float32)
     out = np.empty(x.shape, np.float32)
-    _kf32.widen_f16(np.ascontiguousarray(x).view(np.uint16), out)
+    # flat: one compiled specialization whatever the rank
+    _kf32.widen_f16(np.ascontiguousarray(x).view(np.uint16).reshape(-1), out.reshape(-1))
     return out
 
 

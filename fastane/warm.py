@@ -8,8 +8,9 @@ then loads them from the cache.  It is the README's setup step (``scripts/demo.s
 it after installing); in a container image, run it once at build time.
 
 Which kernels, with which argument types: the manifest ``fastane/warm.json``, recorded
-from the demo's workloads by ``scripts/warm_manifest.py`` (a test checks that the demo
-compiles nothing after a warm).  Each entry is a kernel (module and global name, or a
+by ``scripts/warm_manifest.py`` from the demo's workloads and three networks of
+``fastane.model.zoo`` that hold the layer kinds of the exported models of docs/models.md
+(a test checks that the demo compiles nothing after a warm).  Each entry is a kernel (module and global name, or a
 dict global and its key), its argument types, and its compile time when recorded (what
 the parts are balanced by).
 An entry that no longer compiles (a kernel renamed since) is reported and skipped.

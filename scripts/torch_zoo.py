@@ -14,11 +14,14 @@ output on the same input.
     python scripts/torch_zoo.py export /tmp/zoo [--only resnet18,bert]
     python scripts/torch_zoo.py export /tmp/ctzoo --coreml [--only lstm,kv_cache]
     # with fastane (its onnx and coreml extras):
-    .venv/bin/python scripts/torch_zoo.py measure /tmp/zoo [--json out.json]
+    .venv/bin/python scripts/torch_zoo.py measure /tmp/zoo [--json out.json] [--warm]
     .venv/bin/python scripts/torch_zoo.py measure /tmp/ctzoo --shared-cache
 
 ``measure`` runs each file in a child process with a fresh Numba cache (``NUMBA_CACHE_DIR``), so
-its first run includes compiling the kernels the model needs; the table gives that first run,
+its first run includes compiling the kernels the model needs (with ``--warm``, the fresh cache
+is a copy of one ``fastane warm`` filled, as the README's set-up leaves it: the first run then
+compiles what the warm manifest misses); the table gives that first run (and in brackets the
+CPU seconds it spent compiling, the outermost Numba compilations),
 the median of the next runs, and onnxruntime's median on the same input (one thread each:
 ``NUMBA_NUM_THREADS=1``, ``intra_op_num_threads=1``).  Columns: model, exporter, loads, runs,
 agreement (top-1 for the classifiers; else the largest error relative to each output's
@@ -331,6 +334,25 @@ import json, statistics, sys, time, warnings
 import numpy as np
 sys.path.insert(0, sys.argv[4])
 import wheel_models as w
+from numba.core import event
+
+
+class Compiles(event.Listener):  # CPU seconds of the outermost Numba compilations
+    depth, t0, seconds = 0, 0.0, 0.0
+
+    def on_start(self, ev):
+        if self.depth == 0:
+            self.t0 = time.thread_time()
+        self.depth += 1
+
+    def on_end(self, ev):
+        self.depth -= 1
+        if self.depth == 0:
+            self.seconds += time.thread_time() - self.t0
+
+
+compiles = Compiles()
+event.register("numba:compile", compiles)
 import fastane
 path, inputs, classes = sys.argv[1], np.load(sys.argv[2]), sys.argv[3] == "1"
 row = {"loads": False, "runs": False}
@@ -344,6 +366,7 @@ try:
         t0 = time.perf_counter()
         rep = m.report(arrays)
         row["first_s"] = time.perf_counter() - t0
+        row["compile_s"] = compiles.seconds
         ts = []
         for _ in range(3):
             t0 = time.perf_counter()
@@ -375,15 +398,35 @@ print("ROW " + json.dumps(row))
 """
 
 
-def measure(folder: Path, json_out, timeout: int, shared_cache: bool = False) -> int:
+def _warmed() -> tuple:
+    """``(folder, seconds)``: a Numba cache ``fastane warm`` filled, as the README's set-up
+    leaves it, and the wall seconds that took."""
+    cache = tempfile.mkdtemp()
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "fastane.cli", "warm", "--quiet"],
+        env=dict(os.environ, NUMBA_CACHE_DIR=cache),
+        check=True,
+        cwd=str(Path(__file__).resolve().parent.parent),
+    )
+    return cache, time.perf_counter() - t0
+
+
+def measure(folder: Path, json_out, timeout: int, shared_cache: bool = False, warm: bool = False) -> int:
     manifest = json.loads((folder / "manifest.json").read_text())
     rows = []
     # one Numba cache for every file (``shared_cache``): the first runs then say little
     shared = tempfile.mkdtemp() if shared_cache else None
+    warmed = None
+    if warm:  # each file's fresh cache a copy of one that fastane warm filled
+        warmed, seconds = _warmed()
+        print(f"fastane warm: {seconds:.1f} s", flush=True)
     for fname, info in manifest.items():
         row = {"file": fname, **info}
         if info["status"] == "ok":
             with tempfile.TemporaryDirectory() as fresh:
+                if warmed:
+                    shutil.copytree(warmed, fresh, dirs_exist_ok=True)
                 env = dict(
                     os.environ, NUMBA_CACHE_DIR=shared or fresh, NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1"
                 )
@@ -411,8 +454,9 @@ def measure(folder: Path, json_out, timeout: int, shared_cache: bool = False) ->
                     row["error"] = f"over {timeout} s"
         rows.append(row)
         print(_line(row), flush=True)
-    if shared:
-        shutil.rmtree(shared, ignore_errors=True)
+    for folder_ in (shared, warmed):
+        if folder_:
+            shutil.rmtree(folder_, ignore_errors=True)
     if json_out:
         Path(json_out).write_text(json.dumps(rows, indent=1))
     return 0
@@ -428,6 +472,8 @@ def _line(r) -> str:
     layers = f"{r['ane']} / {r['host']} / {r['layout']}" if "ane" in r else ""
     why = r.get("error") or r.get("first_host") or ""
     first = f"{r['first_s']:.1f}" if "first_s" in r else ""
+    if "compile_s" in r:
+        first += f" ({r['compile_s']:.1f})"
     return (
         f"| {r['model']} | {r['exporter']} | {'yes' if r.get('loads') else 'no'} | "
         f"{'yes' if r.get('runs') else 'no'} | {agree} | {layers} | {ratio} | {first} | {why[:160]} |"
@@ -446,14 +492,19 @@ def main(argv=None) -> int:
     m.add_argument("--json")
     m.add_argument("--timeout", type=int, default=900)
     m.add_argument("--shared-cache", action="store_true", help="one Numba cache for every file")
+    m.add_argument(
+        "--warm",
+        action="store_true",
+        help="each file's fresh cache filled by fastane warm first (the set-up's)",
+    )
     args = ap.parse_args(argv)
     if args.step == "export":
         return (export_coreml if args.coreml else export)(args.folder, [n for n in args.only.split(",") if n])
     print(
-        "| model | exporter | loads | runs | agreement | ANE / host / layout | fastane / ort | first run (s) | first host layer, or what stopped it |"
+        "| model | exporter | loads | runs | agreement | ANE / host / layout | fastane / ort | first run (s) (compiling) | first host layer, or what stopped it |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    return measure(args.folder, args.json, args.timeout, args.shared_cache)
+    return measure(args.folder, args.json, args.timeout, args.shared_cache, args.warm)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 
 Runs, in this process and with an empty Numba cache of its own, what ``scripts/demo.sh``
 runs that compiles (``fastane demo`` and ``fastane run`` of the zoo's small ResNet, with
-``--report``) and keeps every compilation of a ``fastane.kernels`` function that no other
+``--report``) and the other models of :data:`MODELS` (the kernels of the exported networks
+of docs/models.md) and keeps every compilation of a ``fastane.kernels`` function that no other
 compilation started (the kernels it calls compile with it), with its argument types and
 CPU seconds (what ``fastane warm`` balances its processes by).  A kernel is named by its
 module global, or by a dict global and its key; any other cannot be recorded and is
@@ -29,6 +30,17 @@ from numba import types  # noqa: E402
 from numba.core import event  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+#: the models of fastane.model.zoo run (``fastane run --report``): name, arguments, input
+#: shape.  The demo's ResNet, and the layer kinds of the exported torchvision and
+#: transformers networks (docs/models.md, "Models exported by PyTorch"), whose first runs
+#: then compile little: the transformer block 128 wide over 320 positions (its attention's
+#: output, 40960 values, read out across the threads as from 32768; its LayerNormalization
+#: through the NE's LUT kernel, which 32 wide does not take)
+MODELS = (
+    ("resnet", {}, "x=1x3x32x32"),
+    ("mobile", {}, "x=1x3x128x128"),
+    ("transformer", {"d": 128, "heads": 4}, "x=1x320x128"),
+)
 
 
 class _Recorder(event.Listener):
@@ -88,11 +100,16 @@ def record() -> dict:
     rec = _Recorder()
     event.register("numba:compile", rec)
     with tempfile.TemporaryDirectory() as tmp:
-        model = os.path.join(tmp, "resnet.onnx")
         from fastane.model import zoo
 
-        zoo.main(["resnet", model])
-        for argv in (["demo"], ["run", model, "--random", "--shape", "x=1x3x32x32", "--report"]):
+        import onnx
+
+        runs = [["demo"]]
+        for name, kwargs, shape in MODELS:
+            model = os.path.join(tmp, f"{name}.onnx")
+            onnx.save(zoo.MODELS[name](**kwargs), model)
+            runs.append(["run", model, "--random", "--shape", shape, "--report", "--quiet"])
+        for argv in runs:
             cli(argv)
     for name in sorted(rec.unnamed):
         print(

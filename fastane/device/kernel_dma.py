@@ -303,12 +303,21 @@ def unpack_weights(kmem: KMem, cout: int, cin_g: int, kh: int, kw: int, fmt=2, o
     m = channels_per_core(cout)
     flat = w.reshape(-1)
     n = per // dtype.itemsize
+    if fmt == 2:  # fp16: the Numba decoder is about twice numpy's cast; one call for the
+        # full lanes (their channels gathered in lane order, a copy of the fp16 bytes), one
+        # for the last lane's rest
+        full = cout // m
+        if full:
+            bits = np.ascontiguousarray(kmem.data[:full, : m * per]).view(np.uint16).reshape(-1)
+            f16_bits_to_f64_array(bits, flat[: full * m * n])
+        if full * m < cout:
+            f16_bits_to_f64_array(
+                kmem.data[full, : (cout - full * m) * per].view(np.uint16), flat[full * m * n :]
+            )
+        return w.reshape(cout, cin_g, kh, kw)
     for lane in range(-(-cout // m)):
         lo, hi = lane * m, min((lane + 1) * m, cout)
-        if fmt == 2:  # fp16: the Numba decoder is about twice numpy's cast
-            f16_bits_to_f64_array(kmem.data[lane, : (hi - lo) * per].view(np.uint16), flat[lo * n : hi * n])
-        else:
-            w[lo:hi] = kmem.data[lane, : (hi - lo) * per].view(dtype).reshape(hi - lo, -1)
+        w[lo:hi] = kmem.data[lane, : (hi - lo) * per].view(dtype).reshape(hi - lo, -1)
     return w.reshape(cout, cin_g, kh, kw)
 
 

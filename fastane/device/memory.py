@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import bisect
 import threading
 from dataclasses import dataclass
 
@@ -76,6 +77,7 @@ class UnifiedMemory:
         self._lock = threading.Lock()
         self._free = [(0, size // TILE)]  # (first tile, tile count), sorted, coalesced
         self._allocs: dict[int, Region] = {}  # iova -> Region
+        self._starts: list[int] = []  # the allocations' iovas, sorted (they do not overlap)
 
     # -- allocation --------------------------------------------------------------------
     def alloc(self, nbytes: int, name: str = "", zero: bool = True) -> Region:
@@ -92,6 +94,7 @@ class UnifiedMemory:
                         self._free[i] = (start + tiles, count - tiles)
                     region = Region(self.base + start * TILE, tiles * TILE, name)
                     self._allocs[region.iova] = region
+                    bisect.insort(self._starts, region.iova)
                     break
             else:
                 free = sum(c for _, c in self._free)
@@ -109,6 +112,7 @@ class UnifiedMemory:
             if self._allocs.get(region.iova) != region:
                 raise ValueError(f"{region} is not a live allocation")
             del self._allocs[region.iova]
+            del self._starts[bisect.bisect_left(self._starts, region.iova)]
             start, count = (region.iova - self.base) // TILE, region.size // TILE
             self._free.append((start, count))
             self._free.sort()
@@ -132,19 +136,16 @@ class UnifiedMemory:
 
     def region_of(self, iova: int) -> Region | None:
         """The part of the allocation holding ``iova`` from ``iova`` to its end, or None."""
-        with self._lock:
-            for region in self._allocs.values():
-                if region.contains(iova):
-                    return Region(iova, region.end - iova, region.name)
-        return None
+        region = self.allocation_of(iova)
+        return None if region is None else Region(iova, region.end - iova, region.name)
 
     def allocation_of(self, iova: int) -> Region | None:
-        """The live allocation holding ``iova`` (the whole of it), or None."""
+        """The live allocation holding ``iova`` (the whole of it), or None: the one starting
+        last at or below ``iova`` (a bisection of the sorted starts)."""
         with self._lock:
-            for region in self._allocs.values():
-                if region.contains(iova):
-                    return region
-        return None
+            i = bisect.bisect_right(self._starts, iova) - 1
+            region = self._allocs[self._starts[i]] if i >= 0 else None
+        return region if region is not None and region.contains(iova) else None
 
     def is_live(self, region: Region) -> bool:
         """Whether ``region`` (an allocation :meth:`allocation_of` returned) is still allocated."""

@@ -211,8 +211,9 @@ def run(cfg: NEConfig, values: np.ndarray, kmem=None, as_fp16: bool = False):
     out = np.empty(y.shape, dtype=np.uint16)
     counts = np.zeros(2, dtype=np.int64)
     looked_up = False
-    if y.size >= TABLE_MIN and not cfg.bias_vector:
-        table, events = _table(bias[0] if bias.size else None, scale, cfg.nonlinear, lutf, luti)
+    key = None if cfg.bias_vector else _key(bias[0] if bias.size else None, scale, cfg.nonlinear, lutf, luti)
+    if key is not None and _tabled(key, y.size):
+        table, events = _table_cached(*key)
         # False at a NaN input (its payload is the kernel's business): then the kernel
         looked_up = _ktable.ne_lookup(y.reshape(-1), table, events, out.reshape(-1), counts)
     if looked_up:
@@ -228,9 +229,36 @@ def run(cfg: NEConfig, values: np.ndarray, kmem=None, as_fp16: bool = False):
 
 
 #: elements from which an NE stage with one bias for all channels (identity, ReLU or LUT)
-#: is computed through its table of the 63488 non-NaN fp16 patterns (:mod:`fastane.kernels.ne_table`); tables kept
+#: is computed through its table of the 63488 non-NaN fp16 patterns (:mod:`fastane.kernels.ne_table`); tables kept.
+#: The elements count over the calls of one stage (the same bias, scale and LUT): the
+#: layers of a model that share an activation (MobileNetV3's HardSwish after 47040-value
+#: convolutions, say) build its table once, then look it up, run after run
 TABLE_MIN = 1 << 16
 TABLES = 16
+#: the stages counted (:func:`_tabled`); the counts start again beyond this many
+STAGES_COUNTED = 1024
+#: calls of fewer elements are not counted (nor looked up): a stage called only on small
+#: arrays, thousands of times, builds no table and holds no more state than a few calls
+COUNTED_MIN = TABLE_MIN // 16
+_computed: dict = {}
+
+
+def _tabled(key: tuple, elements: int) -> bool:
+    """Whether the NE stage ``key`` (:func:`_key`) computes ``elements`` values through its
+    table: when they and the values it computed before, over its calls of at least
+    :data:`COUNTED_MIN` values, reach :data:`TABLE_MIN` (the table costs about as much as
+    that many values computed)."""
+    if elements < COUNTED_MIN:
+        return False
+    seen = _computed.get(key, 0)
+    if seen >= TABLE_MIN:
+        return True
+    if len(_computed) >= STAGES_COUNTED:
+        _computed.clear()
+    _computed[key] = seen + elements
+    return seen + elements >= TABLE_MIN
+
+
 #: outputs below this many are read out on the calling thread (:func:`finish`), above across
 #: the threads (the branch-free kernels either way, but for a LUT)
 READOUT_SERIAL = 1 << 15

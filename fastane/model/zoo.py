@@ -4,6 +4,9 @@ the default model of ``scripts/demo.sh`` and the whole-model tests; and one trai
 * :func:`resnet` -- a ResNet-style classifier: a 3x3 stem (Conv + BatchNormalization +
   Relu), basic residual blocks (the second strided, with a 1x1 projection), global
   average pooling, a Gemm classifier;
+* :func:`mobile` -- a MobileNetV3/EfficientNet-style classifier: depthwise convolutions,
+  squeeze-and-excitation gates, HardSwish, SiLU, a MaxPool (the kernels of the exported
+  mobile networks, for ``scripts/warm_manifest.py``);
 * :func:`resnet50` -- ResNet-50's layer shapes (the benchmark's model);
 * :func:`transformer` -- a pre-norm transformer block: LayerNormalization, multi-head
   self-attention (MatMul + bias, Reshape/Transpose into heads, Q K^T, scale, Softmax,
@@ -23,7 +26,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["resnet", "transformer", "resnet50", "digits", "MODELS"]
+__all__ = ["resnet", "mobile", "transformer", "resnet50", "digits", "MODELS"]
 
 
 def _h():
@@ -149,6 +152,85 @@ def transformer(seed: int = 0, d: int = 32, heads: int = 4, seq: int = 16):
     y = n.node("Add", [x1, m], "residual")
     out = helper.make_tensor_value_info(y, T.FLOAT, [1, "S", d])
     return n.model("transformer_block", [helper.make_tensor_value_info("x", T.FLOAT, [1, "S", d])], [out], 20)
+
+
+def mobile(seed: int = 0, classes: int = 1000, size: int = 128):
+    """A MobileNetV3/EfficientNet-style classifier ``x: float32[N, 3, size, size] ->
+    logits: float32[N, classes]``: a strided 3x3 stem with HardSwish, then inverted residual
+    blocks (1x1 expansion, a depthwise 3x3 or 5x5, strided or not, a squeeze-and-excitation
+    gate -- global average pool, 1x1 reduce, Relu, 1x1 expand, HardSigmoid or Sigmoid, a
+    broadcast Mul -- and a 1x1 projection, with a residual Add where the shapes agree), the
+    activations HardSwish, Relu and SiLU (Sigmoid then Mul, as exporters write it), a 3x3/2
+    MaxPool, global average pooling and MobileNetV3-Small's classifier (two Gemms); the
+    first layers without bias (a fresh BatchNormalization's, folded) and large enough for
+    the NE's table path.  The layer kinds the torchvision mobile
+    networks (and ResNet's pool) are made of, at a small size: what ``scripts/warm_manifest.py``
+    runs to record their kernels."""
+    helper, T, _ = _h()
+    n = _Net(seed)
+
+    def act(y, kind):
+        if kind == "hswish":
+            return n.node("HardSwish", [y], "hswish")
+        if kind == "silu":
+            return n.node("Mul", [y, n.node("Sigmoid", [y], "sigmoid")], "silu")
+        return n.node("Relu", [y], "relu")
+
+    def conv(x, cin, cout, k=1, stride=1, groups=1, kind=None, bias=True):
+        w = n.rng.standard_normal((cout, cin // groups, k, k)).astype(np.float32)
+        w *= np.float32(np.sqrt(2.0 / (cin // groups * k * k)))
+        # no bias: the zero bias of a freshly initialised BatchNormalization folded into the
+        # convolution (one bias for every channel: the NE computes through its table)
+        b = n.rng.standard_normal(cout) * 0.1 if bias else np.zeros(cout)
+        y = n.node(
+            "Conv",
+            [x, n.const(w), n.const(b.astype(np.float32), "b")],
+            "conv",
+            pads=[k // 2] * 4,
+            strides=[stride] * 2,
+            group=groups,
+        )
+        return act(y, kind) if kind else y
+
+    def gate(x, c, hard):
+        s = n.node("GlobalAveragePool", [x], "gap")
+        s = conv(conv(s, c, max(8, c // 4), kind="relu"), max(8, c // 4), c)
+        s = n.node("HardSigmoid", [s], "hsigmoid", alpha=1 / 6) if hard else n.node("Sigmoid", [s], "sigmoid")
+        return n.node("Mul", [x, s], "scale")
+
+    y = conv("x", 3, 16, k=3, stride=2, kind="silu", bias=False)
+    cin = 16
+    # (expansion, out, kernel, stride, activation, gate, bias)
+    for e, cout, k, stride, kind, se, bias in (
+        (64, 16, 3, 2, "silu", "sigmoid", False),
+        (16, 16, 3, 1, "relu", "hard", True),
+        (64, 24, 3, 2, "relu", None, True),
+        (96, 24, 5, 1, "hswish", "hard", True),
+        (96, 40, 5, 2, "silu", "sigmoid", True),
+        (160, 40, 3, 1, "silu", "sigmoid", True),
+    ):
+        z = conv(y, cin, e, kind=kind, bias=bias) if e != cin else y
+        z = conv(z, e, e, k=k, stride=stride, groups=e, kind=kind, bias=bias)
+        if se:
+            z = gate(z, e, se == "hard")
+        z = conv(z, e, cout)
+        y = n.node("Add", [z, y], "add") if stride == 1 and cin == cout else z
+        if cin == 16 and cout == 16 and stride == 2:
+            y = n.node("MaxPool", [y], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+        cin = cout
+    # MobileNetV3-Small's head: 576 channels, a 1024-wide hidden layer, then the classes
+    y = conv(y, cin, 576, kind="hswish")
+    y = n.node("Flatten", [n.node("GlobalAveragePool", [y], "gap")], "flatten")
+    for i, o in ((576, 1024), (1024, classes)):
+        w = n.rng.standard_normal((o, i)).astype(np.float32) / np.float32(np.sqrt(i))
+        y = n.node("Gemm", [y, n.const(w), n.const(np.zeros(o, np.float32) + 0.01, "b")], "fc", transB=1)
+        y = n.node("HardSwish", [y], "hswish") if o == 1024 else y
+    return n.model(
+        "mobile_block_net",
+        [helper.make_tensor_value_info("x", T.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info(y, T.FLOAT, ["N", classes])],
+        17,
+    )
 
 
 def resnet50(seed: int = 0, classes: int = 1000, size: int = 224):
@@ -330,7 +412,13 @@ def digits(folder, seed: int = 0) -> dict:
     return paths
 
 
-MODELS = {"resnet": resnet, "transformer": transformer, "resnet50": resnet50, "digits": digits}
+MODELS = {
+    "resnet": resnet,
+    "mobile": mobile,
+    "transformer": transformer,
+    "resnet50": resnet50,
+    "digits": digits,
+}
 #: the entries of :data:`MODELS` that write a folder (a model and its data) rather than return a model
 FOLDERS = {"digits"}
 

@@ -73,6 +73,28 @@ def test_table_path_is_the_reference_on_every_pattern(name, bias, scale_bits, nl
     assert np.array_equal(out.reshape(-1), g)
 
 
+def test_a_stage_called_often_takes_its_table(monkeypatch):
+    """Calls below TABLE_MIN elements each: once one stage (the same bias, scale and LUT)
+    has computed TABLE_MIN values over its calls, it builds its table and looks the next
+    ones up -- the same bits and LUT events as the kernel gives."""
+    monkeypatch.setattr(ne, "_computed", {})
+    x = np.random.default_rng(7).standard_normal((4, 20000)).astype(np.float16) * np.float16(3)
+    looked = []
+    real = ne._ktable.ne_lookup
+    monkeypatch.setattr(ne._ktable, "ne_lookup", lambda *a: looked.append(a[0].size) or real(*a))
+    got = []
+    with fastane.errstate(lut_range="ignore"):
+        for row in x:
+            got.append((fastane.tanh(row).view(np.uint16), fastane.last_stats()))
+    assert looked == [20000]  # the fourth call: 80000 values counted
+    monkeypatch.setattr(ne, "TABLE_MIN", 1 << 30)  # the kernel alone
+    with fastane.errstate(lut_range="ignore"):
+        for row, (bits, st) in zip(x, got):
+            assert np.array_equal(fastane.tanh(row).view(np.uint16), bits)
+            want = fastane.last_stats()
+            assert (st.lut_underflow, st.lut_overflow) == (want.lut_underflow, want.lut_overflow)
+
+
 def test_nan_input_takes_the_kernel():
     x = np.tile(FINITE, 2).view(np.float16).copy()
     x.view(np.uint16)[12345] = 0x7D01  # a signalling-NaN payload

@@ -63,6 +63,22 @@ def test_transformer_block_matches_onnxruntime():
     assert mlp.placement == "ane" and mlp.detail["activation"] == "gelu"
 
 
+def test_mobile_block_net_matches_onnxruntime():
+    proto = zoo.mobile(seed=0)
+    x = np.random.default_rng(3).standard_normal((1, 3, 128, 128)).astype(np.float32)
+    model, y, ref = _both(proto, x)
+    assert y.shape == ref.shape == (1, 1000)
+    assert _err(y, ref) < TOL
+    layers = model.placement({"x": x.shape})
+    ops = {lay.op: lay.placement for lay in layers}
+    # the layer kinds it is there to exercise: depthwise convolutions with SiLU and
+    # HardSwish, the gates' Sigmoid and HardSigmoid, their broadcast Mul; the MaxPool on the host
+    assert ops["Conv+Sigmoid+Mul"] == ops["Conv+HardSwish"] == ops["Conv+HardSigmoid"] == "ane"
+    assert ops["Conv+Sigmoid"] == ops["Mul"] == "ane" and ops["MaxPool"] == "host"
+    depthwise = [lay for lay in layers if lay.call == "conv2d" and lay.nodes[0].attrs["groups"] > 1]
+    assert len(depthwise) == 6
+
+
 def test_symbolic_sequence_length_binds_per_call():
     model = fastane.load_model(zoo.transformer(seed=0))
     for s in (4, 9):
