@@ -26,6 +26,13 @@ def test_refitting_reproduces_the_committed_values(arrays):
     assert set(FITTED["chip_overhead_s"]) == set(calibrate.OWN_OVERHEAD)
 
 
+def test_a_fit_can_start_where_another_ended(arrays):
+    # the leave-one-out fits of calibrate.select start from the fit on every point
+    assert calibrate.fit(arrays, sweeps=0, start=FITTED) == FITTED
+    assert calibrate.fit(arrays, sweeps=0) != FITTED  # the fixed start is elsewhere
+    assert len(calibrate.subsets()) == 2 ** len(calibrate.OPTIONAL) and calibrate.subsets()[0] == ()
+
+
 def test_every_free_parameter_is_pinned_by_a_point(arrays):
     # each fitted value moves the calibration error: none is left at a start value no point sees
     base = calibrate.errors(arrays)
