@@ -54,6 +54,7 @@ __all__ = [
     "transformer",
     "matmul",
     "conv_stack",
+    "relu_stream",
     "whisper_encoder",
     "mobileone",
     "palettized",
@@ -244,6 +245,18 @@ def conv_stack(n: int, c: int, hw: int, k: int = 3, name: str | None = None) -> 
         name or f"convs-{n}x{c}x{hw}x{k}",
         f"{n} chained {k}x{k} convolutions, {c} channels, {hw}x{hw}, same padding, fp16 weights",
         layers,
+        source="user spec",
+    )
+
+
+def relu_stream(rows: int, cols: int, name: str | None = None) -> Workload:
+    """One relu of a ``rows x cols`` fp16 array, laid out as the transformers' activations
+    (``cols`` channels, ``rows`` positions): a streaming micro-benchmark's program
+    (``relu:RxD``), all data movement and no MACs."""
+    return Workload(
+        name or f"relu-{rows}x{cols}",
+        f"one relu of a {rows} x {cols} fp16 array",
+        (Eltwise("relu", "relu", (cols, 1, rows)),),
         source="user spec",
     )
 

@@ -197,6 +197,9 @@ def _eltwise(b: _Builder, layer, rows: bool) -> None:
         y = b.node(base, base.capitalize(), name, [x, b.source(name, other, other=x)], shape)
         b.activation(act or None, y, name)
         return
+    if op in _ACT and tuple(layer.out_shape) == (c, h, w):  # an activation alone (relu:RxD)
+        b.activation(op, b.source(name, shape), name)
+        return
     if op == "avgpool" and tuple(layer.out_shape[1:]) == (1, 1):
         x = b.source(name, shape)
         b.node("global_avg_pool", "GlobalAveragePool", name, [x], (1, c, 1, 1))

@@ -14,6 +14,10 @@ fixes each:
     a fixed cost per program (one Core ML prediction);
 ``direct_overhead_s``
     a fixed cost per program dispatched directly (the direct-ANE points);
+``direct_copy_bw``
+    the rate at which ANEForge's Python harness copies a call's input and output
+    (:attr:`Point.io_bytes`; its streaming probes are little else): a property of the
+    measurement, never of a prediction;
 ``dispatch_s``
     a fixed cost per task descriptor;
 ``compute_efficiency``
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from math import prod
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +84,152 @@ class Point:
     activation_bits: int = 16
     #: runs of the workload in one program (batch 2 as two sequences)
     repeat: int = 1
+    #: bytes the harness copies per call between the caller's arrays and the program (its
+    #: input and output, :func:`io_bytes`), where the measurement includes that copy
+    #: (ANEForge's Python harness); 0: the measurement is of the program alone
+    io_bytes: int = 0
+
+
+def point_workload(spec: str, weight_bits: int = 0):
+    """The workload a point's ``spec`` names (``weight_bits``: palettized to that width)."""
+    kind, _, rest = spec.partition(":")
+    parse = {
+        "transformer": _spec.parse_transformer,
+        "matmul": _spec.parse_matmul,
+        "convs": _spec.parse_convs,
+        "relu": _spec.parse_relu,
+    }
+    wl = parse[kind](rest) if rest and kind in parse else workloads.get(spec)
+    return workloads.palettized(wl, weight_bits) if weight_bits else wl
+
+
+def io_bytes(spec: str, repeat: int = 1) -> int:
+    """fp16 bytes of a one-input, one-output program's input and output (its first layer's
+    input, its last layer's output), ``repeat`` runs of it: what a harness that converts
+    the caller's arrays each call copies (:attr:`Point.io_bytes`)."""
+    layers = point_workload(spec).layers
+    first, last = layers[0], layers[-1]
+
+    def elems(layer, side):
+        if layer.kind == "matmul":
+            return layer.B * layer.M * (layer.K if side == "in" else layer.N)
+        if layer.kind == "conv2d":
+            return layer.cin * layer.h * layer.w if side == "in" else layer.cout * layer.hout * layer.wout
+        return layer.n_inputs * prod(layer.in_shape) if side == "in" else prod(layer.out_shape)  # eltwise
+
+    return 2 * repeat * (elems(first, "in") + elems(last, "out"))
+
+
+_ANEFORGE = "sbryngelson/ANEForge@067717a bench/results/device_compare_wattcomplete_results_{}.json"
+_ANEFORGE_M1 = _ANEFORGE.format("M1")
+
+
+def _aneforge_points() -> tuple:
+    """The programs of ANEForge's watt-complete comparison (``bench/device_compare_wattcomplete.py``:
+    ``wl_gemm``, ``wl_conv``; the fastest of 30 Python calls after 8 warm-ups) that K12-K14
+    do not already give: the small GEMM and convolution on the M1 (the harness's floor)
+    and all five on the M2 (added on 2026-12-06)."""
+    rows = (
+        ("K18", "matmul:64x256x256", "m1", 0.1644e-3),
+        ("K19", "convs:1x64x32x3", "m1", 0.1914e-3),
+        ("K20", "matmul:64x256x256", "m2", 0.1099e-3),
+        ("K21", "matmul:128x1024x1024", "m2", 0.1351e-3),
+        ("K22", "matmul:256x4096x4096", "m2", 2.0434e-3),
+        ("K23", "convs:1x64x32x3", "m2", 0.1068e-3),
+        ("K24", "convs:16x256x32x3", "m2", 1.2649e-3),
+    )
+    what = {
+        "matmul:64x256x256": "GEMM 64x256x256 fp16",
+        "matmul:128x1024x1024": "GEMM 128x1024x1024 fp16",
+        "matmul:256x4096x4096": "GEMM 256x4096x4096 fp16",
+        "convs:1x64x32x3": "one conv 3x3, 64 channels, 32x32, fp16",
+        "convs:16x256x32x3": "16 x conv 3x3, 256 channels, 32x32, fp16",
+    }
+    return tuple(
+        Point(
+            pid,
+            f"{what[spec]}, one program on the ANE directly",
+            spec,
+            chip,
+            t,
+            _ANEFORGE.format(chip.upper()),
+            runtime="direct",
+            io_bytes=io_bytes(spec),
+        )
+        for pid, spec, chip, t in rows
+    )
+
+
+_ROOFLINES = "sbryngelson/ANEForge@{} bench/results/rooflines/roofline-apple-{}.json"
+
+
+#: the two roofline submissions of :func:`_sweep_points`: chip, commit, file, machine
+_SWEEP_RUNS = {
+    "m1-air": ("m1", "112bd8d", "m1-MacBookAir10_1-bb9e71be3ae6-22b6e4fa", "MacBook Air M1, macOS 15.6.1"),
+    "m4-air": ("m4", "14105bf", "m4-Mac16_12-d4109cd41a75-6779bad2", "MacBook Air M4, macOS 26.2"),
+}
+#: (id, run, spec, batch, seconds): ``linear`` N x N (matmul), ``relu`` R x 4096, one 3x3
+#: convolution of C channels on 64 x 64 (convs) of a batch
+_SWEEP = (
+    ("K25", "m1-air", "matmul:512x512x512", 1, 0.3317e-3),
+    ("K26", "m1-air", "matmul:1024x1024x1024", 1, 0.9933e-3),
+    ("K27", "m1-air", "matmul:2048x2048x2048", 1, 4.9607e-3),
+    ("K28", "m1-air", "matmul:4096x4096x4096", 1, 31.739e-3),
+    ("K29", "m1-air", "relu:256x4096", 1, 0.8503e-3),
+    ("K30", "m1-air", "relu:2048x4096", 1, 6.2168e-3),
+    ("K31", "m1-air", "relu:8192x4096", 1, 25.6588e-3),
+    ("K32", "m1-air", "convs:1x64x64x3", 8, 1.5805e-3),
+    ("K33", "m1-air", "convs:1x128x64x3", 8, 3.4893e-3),
+    ("K34", "m1-air", "convs:1x256x64x3", 4, 4.5644e-3),
+    ("K35", "m1-air", "convs:1x512x64x3", 2, 7.0936e-3),
+    ("K36", "m4-air", "matmul:512x512x512", 1, 0.2086e-3),
+    ("K37", "m4-air", "matmul:1024x1024x1024", 1, 0.7459e-3),
+    ("K38", "m4-air", "matmul:2048x2048x2048", 1, 3.5133e-3),
+    ("K39", "m4-air", "matmul:4096x4096x4096", 1, 25.286e-3),
+    ("K40", "m4-air", "relu:256x4096", 1, 0.5702e-3),
+    ("K41", "m4-air", "relu:2048x4096", 1, 4.4613e-3),
+    ("K42", "m4-air", "relu:8192x4096", 1, 17.8948e-3),
+    ("K43", "m4-air", "convs:1x128x64x3", 16, 4.7067e-3),
+    ("K44", "m4-air", "convs:1x256x64x3", 8, 5.9928e-3),
+    ("K45", "m4-air", "convs:1x512x64x3", 4, 8.1417e-3),
+)
+
+
+def _sweep_what(spec: str, batch: int, machine: str) -> str:
+    """The table's "model" cell of a :data:`_SWEEP` row."""
+    kind, _, shape = spec.partition(":")
+    if kind == "matmul":
+        return f"GEMM {shape} fp16, one program on the ANE directly (saturation sweep, {machine})"
+    if kind == "relu":
+        rows = shape.split("x")[0]
+        return f"relu of a {rows} x 4096 fp16 array, one program on the ANE directly (streaming probe, {machine})"
+    c = shape.split("x")[1]
+    return (
+        f"conv 3x3, {c} channels, 64x64, batch {batch}, fp16, one program on the ANE directly "
+        f"(saturation sweep, {machine})"
+    )
+
+
+def _sweep_points() -> tuple:
+    """ANEForge's roofline suite (``bench/roofline_suite.py --perf``) as two machines
+    submitted it to ``bench/results/rooflines/`` (added on 2026-12-06), the fastest of
+    several Python calls after warm-ups: its saturation sweep
+    (``bench/device_saturation_sweep.py``: one ``linear`` of an N x N input by N x N
+    weights, one-tap programs of 512 to 4096 positions; one 3 x 3 convolution of C channels
+    on a 64 x 64 map, a batch of B images, as B runs) and its streaming probe
+    (``bench/device_bandwidth_roofline.py``: one ``relu`` of an R x 4096 array, nothing
+    but the harness's copies and the ANE's DMA)."""
+    out = []
+    for pid, run, spec, batch, t in _SWEEP:
+        chip, commit, name, machine = _SWEEP_RUNS[run]
+        src = _ROOFLINES.format(commit, name)
+        what = _sweep_what(spec, batch, machine)
+        out.append(
+            Point(
+                pid, what, spec, chip, t, src, runtime="direct", repeat=batch, io_bytes=io_bytes(spec, batch)
+            )
+        )
+    return tuple(out)
 
 
 #: the calibration points (/work/shared/measured/ane-latency.md, as corrected in
@@ -175,8 +326,9 @@ POINTS = (
         "matmul:128x1024x1024",
         "m1",
         0.405e-3,
-        "sbryngelson/ANEForge bench/results/device_compare_wattcomplete_results_M1.json",
+        _ANEFORGE_M1,
         runtime="direct",
+        io_bytes=io_bytes("matmul:128x1024x1024"),
     ),
     Point(
         "K13",
@@ -186,6 +338,7 @@ POINTS = (
         2.394e-3,
         "same",
         runtime="direct",
+        io_bytes=io_bytes("matmul:256x4096x4096"),
     ),
     Point(
         "K14",
@@ -195,7 +348,10 @@ POINTS = (
         1.918e-3,
         "same",
         runtime="direct",
+        io_bytes=io_bytes("convs:16x256x32x3"),
     ),
+    *_aneforge_points(),
+    *_sweep_points(),
     Point(
         "K7",
         "GPT-2 large, 512-token forward, LM head on the last position",
@@ -230,6 +386,7 @@ _GRIDS = {
     "direct_overhead_s": _OVERHEAD_GRID,
     "kernel_overlap": ("lin", 0.0, 1.0, 21),
     "pointwise_efficiency": ("lin", 0.05, 1.0, 96),
+    "direct_copy_bw": ("geom", 0.5e9, 64e9, 43),
     **{f"chip_overhead_s.{c}": _OVERHEAD_GRID for c in OWN_OVERHEAD},
 }
 _START = {
@@ -238,6 +395,7 @@ _START = {
     "compute_efficiency": 0.5,
     "tile_scale": 1.0,
     "direct_overhead_s": 1e-4,
+    "direct_copy_bw": 1e10,
     **{f"chip_overhead_s.{c}": 1e-4 for c in OWN_OVERHEAD},
 }  # the optional parameters start at their no-effect values (OPTIONAL, below)
 
@@ -249,26 +407,21 @@ def _nest(flat: dict) -> dict:
     return out
 
 
-def point_workload(spec: str, weight_bits: int = 0):
-    """The workload a point's ``spec`` names (``weight_bits``: palettized to that width)."""
-    kind, _, rest = spec.partition(":")
-    parse = {"transformer": _spec.parse_transformer, "matmul": _spec.parse_matmul, "convs": _spec.parse_convs}
-    wl = parse[kind](rest) if rest and kind in parse else workloads.get(spec)
-    return workloads.palettized(wl, weight_bits) if weight_bits else wl
-
-
 def _grid(kind, lo, hi, n):
     if kind == "geom":
         return [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
     return [lo + (hi - lo) * i / (n - 1) for i in range(n)]
 
 
-def predict(arrays: dict, chip, values: dict, programs: int = 1, runtime: str = "coreml") -> float:
+def predict(
+    arrays: dict, chip, values: dict, programs: int = 1, runtime: str = "coreml", io_bytes: int = 0
+) -> float:
     """Predicted seconds of a run (its tasks' arrays) with the free parameters ``values``
-    (:data:`FITTED`'s form), its programs submitted by ``runtime``."""
+    (:data:`FITTED`'s form), its programs submitted by ``runtime``, its harness copying
+    ``io_bytes`` a call (:attr:`Point.io_bytes`) at ``direct_copy_bw``."""
     p = calibrated(values, runtime=runtime)
     t = array_times(arrays, chips.get(chip), p)
-    return float(t["total"].sum()) + programs * p.overhead_s(chip)
+    return float(t["total"].sum()) + programs * p.overhead_s(chip) + io_bytes / p.direct_copy_bw
 
 
 def point_arrays(arrays, p: Point) -> dict:
@@ -282,7 +435,10 @@ def point_arrays(arrays, p: Point) -> dict:
 
 def _objective(flat: dict, pts: list, bound) -> float:
     values = _nest(flat)
-    err = sum(math.log(predict(a, p.chip, values, p.programs, p.runtime) / p.measured_s) ** 2 for p, a in pts)
+    err = sum(
+        math.log(predict(a, p.chip, values, p.programs, p.runtime, p.io_bytes) / p.measured_s) ** 2
+        for p, a in pts
+    )
     tasks, limit = bound
     fixed = calibrated(values).overhead_s(FIXED_COST_BOUND[1]) + tasks * flat["dispatch_s"]
     return err + (1e3 * (fixed / limit - 1) ** 2 if fixed > limit else 0.0)
@@ -297,17 +453,27 @@ OPTIONAL = {
 }
 
 
-def fit(arrays, sweeps: int = 6, points=POINTS, free=None) -> dict:
+def _flat(values: dict) -> dict:
+    """:data:`FITTED`'s form as the fit's flat coordinates (``chip_overhead_s.a14``)."""
+    out = {k: v for k, v in values.items() if k != "chip_overhead_s"}
+    out.update({f"chip_overhead_s.{c}": v for c, v in values.get("chip_overhead_s", {}).items()})
+    return out
+
+
+def fit(arrays, sweeps: int = 6, points=POINTS, free=None, start: dict | None = None) -> dict:
     """Fit the free parameters on ``points`` (default :data:`POINTS`) planned by ``arrays``
     (see the module docstring); the values, rounded to three significant digits, in
     :data:`FITTED`'s form.  ``free``: the :data:`OPTIONAL` parameters fitted (default
-    all); the others keep their no-effect value."""
+    all); the others keep their no-effect value.  ``start``: where the descent begins
+    (:data:`FITTED`'s form; default the fixed starting values)."""
     free = set(OPTIONAL) if free is None else set(free)
     pts = [(p, point_arrays(arrays, p)) for p in points]
     bound_arrays = arrays(FIXED_COST_BOUND[0])
     bound = (len(bound_arrays["macs"]), FIXED_COST_BOUND[2])
     flat = {k: v for k, v in _START.items() if k not in OPTIONAL or k in free}
     flat.update({k: v for k, v in OPTIONAL.items() if v is not None and k not in flat})
+    if start is not None:
+        flat.update({k: v for k, v in _flat(start).items() if k in flat})
     grids = {k: _grid(*g) for k, g in _GRIDS.items() if k not in OPTIONAL or k in free}
     for _ in range(sweeps):
         for k, grid in grids.items():
@@ -321,7 +487,7 @@ def errors(arrays, values: dict | None = None, points=POINTS) -> list:
     values = FITTED if values is None else values
     out = []
     for p in points:
-        t = predict(point_arrays(arrays, p), p.chip, values, p.programs, p.runtime)
+        t = predict(point_arrays(arrays, p), p.chip, values, p.programs, p.runtime, p.io_bytes)
         out.append((p, t, t / p.measured_s))
     return out
 
@@ -353,20 +519,35 @@ def markdown(arrays, values: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def select(arrays, points=POINTS) -> list:
-    """Which :data:`OPTIONAL` parameters the model keeps: for every subset, the fit's rms
-    log-error on ``points`` and the leave-one-out one (each point predicted by a fit on
-    the others), ``[(free names, fit rms, leave-one-out rms, worst held-out ratio)]``.
-    The committed model is the subset with the lowest leave-one-out error
+def subsets() -> list:
+    """Every subset of :data:`OPTIONAL`, as tuples of names (the order :func:`select` takes)."""
+    return [
+        tuple(k for k, on in zip(OPTIONAL, keep) if on)
+        for keep in itertools.product((False, True), repeat=len(OPTIONAL))
+    ]
+
+
+#: sweeps of a leave-one-out fit, which starts from the fit on every point
+LOO_SWEEPS = 2
+
+
+def select(arrays, points=POINTS, among=None) -> list:
+    """Which :data:`OPTIONAL` parameters the model keeps: for every subset (``among``,
+    default :func:`subsets`), the fit's rms log-error on ``points`` and the leave-one-out
+    one (each point predicted by a fit on the others, :data:`LOO_SWEEPS` sweeps from the
+    fit on all of them), ``[(free names, fit rms, leave-one-out rms, worst held-out
+    ratio)]``.  The committed model is the subset with the lowest leave-one-out error
     (docs/roofline.md, "Calibration").  Minutes: 2**len(OPTIONAL) x len(points) fits."""
     out = []
-    for keep in itertools.product((False, True), repeat=len(OPTIONAL)):
-        free = tuple(k for k, on in zip(OPTIONAL, keep) if on)
+    for free in subsets() if among is None else among:
+        every = fit(arrays, points=points, free=free)
         held = []
         for i, p in enumerate(points):
-            values = fit(arrays, points=points[:i] + points[i + 1 :], free=free)
+            values = fit(
+                arrays, sweeps=LOO_SWEEPS, points=points[:i] + points[i + 1 :], free=free, start=every
+            )
             held.append(errors(arrays, values, points=(p,))[0][2])
-        whole = [r for _, _, r in errors(arrays, fit(arrays, points=points, free=free), points)]
+        whole = [r for _, _, r in errors(arrays, every, points)]
         worst = max(held, key=lambda r: abs(math.log(r)))
         out.append((free, rms_log_error(whole), rms_log_error(held), worst))
     return out

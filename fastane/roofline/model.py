@@ -82,6 +82,11 @@ class ModelParams:
     runtime: str = "coreml"
     #: once per program dispatched directly (``runtime="direct"``)
     direct_overhead_s: float = 0.0
+    #: the rate (B/s) at which a direct harness copies a call's input and output arrays to
+    #: and from the program's buffers, for the points whose measurement includes that copy
+    #: (ANEForge times the whole Python call: ``calibrate.Point.io_bytes``); a prediction
+    #: of the program alone never pays it (``math.inf``: no copy)
+    direct_copy_bw: float = math.inf
     #: ``((chip key, seconds), ...)``: a Core ML program's fixed cost on those chips,
     #: replacing ``program_overhead_s`` there (a device/OS generation with its own floor)
     chip_overhead_s: tuple = ()
@@ -127,6 +132,8 @@ class ModelParams:
             raise ValueError(f"pointwise_efficiency must be in (0, 1], got {self.pointwise_efficiency}")
         if not 0 <= self.kernel_overlap <= 1:
             raise ValueError(f"kernel_overlap must be in [0, 1], got {self.kernel_overlap}")
+        if not self.direct_copy_bw > 0:
+            raise ValueError(f"direct_copy_bw must be > 0 B/s, got {self.direct_copy_bw}")
 
     def overhead_s(self, chip) -> float:
         """The fixed cost of one program on ``chip`` by this runtime path."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import workloads as _wl
 
-__all__ = ["parse_transformer", "parse_matmul", "parse_convs", "TRANSFORMER_KEYS"]
+__all__ = ["parse_transformer", "parse_matmul", "parse_convs", "parse_relu", "TRANSFORMER_KEYS"]
 
 #: required and optional keys of a transformer spec
 _REQUIRED = ("layers", "d", "heads", "ffn", "vocab", "seq")
@@ -119,3 +119,15 @@ def parse_convs(spec: str) -> _wl.Workload:
     if k > hw:
         raise ValueError(f"convs {spec!r}: a {k}x{k} kernel is larger than the {hw}x{hw} map")
     return _wl.conv_stack(n, c, hw, k)
+
+
+def parse_relu(spec: str) -> _wl.Workload:
+    """The :func:`fastane.workloads.relu_stream` ``RxD`` names: one relu of an R x D array."""
+    parts = str(spec).strip().lower().split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ValueError(f"relu {spec!r}: expected RxD, two positive integers such as 8192x4096")
+    r, d = (int(p) for p in parts)
+    for name, v in (("R", r), ("D", d)):
+        if not 1 <= v <= 1 << 16:
+            raise ValueError(f"relu {spec!r}: {name}={v} is out of range (1..{1 << 16})")
+    return _wl.relu_stream(r, d)

@@ -139,6 +139,17 @@ def test_plot_of_a_spec_shows_the_measured_point(tmp_path):
     assert path.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_relu_spec_plans_one_streaming_program():
+    w = spec.parse_relu("256x4096")
+    assert [layer.op for layer in w.layers] == ["relu"] and w.macs == 0
+    r = analyze(w, "m1")
+    moved = r.total.tile_dma_src_bytes + r.total.tile_dma_dst_bytes
+    assert r.total.macs == 0 and moved >= 2 * 2 * 256 * 4096  # read and written once at least
+    for bad, msg in (("256", "expected RxD"), ("0x4096", "R=0"), ("8x70000", "D=70000")):
+        with pytest.raises(ValueError, match=msg):
+            spec.parse_relu(bad)
+
+
 def test_conv_stack_spec_and_its_errors():
     w = spec.parse_convs("16x256x32x3")
     assert len(w) == 16 and w.macs == 16 * 256 * 256 * 9 * 32 * 32
