@@ -168,10 +168,17 @@ class Workload:
     #: ``2**bits``-entry fp16 palette a weight, as coremltools' ``palettize_weights``
     #: writes them; the ANE keeps them compressed in KMem: ``fastane.lower.compressed``)
     weight_bits: int = 0
+    #: 0: attention reads its keys and values as they are; else the rows of a KV cache each
+    #: attention layer extends by concatenation, as smpanaro's gpt2 KV-cache program does
+    #: (:func:`fastane.networks.graph` writes the cache's moves: docs/roofline.md, "Your own
+    #: workloads", ``cache=concat``)
+    kv_concat: int = 0
 
     def __post_init__(self):
         if not 0 <= int(self.weight_bits) <= 8:
             raise ValueError(f"{self.name}: weight_bits must be 0 (fp16) or 1-8, got {self.weight_bits}")
+        if int(self.kv_concat) < 0:
+            raise ValueError(f"{self.name}: kv_concat must be >= 0 rows, got {self.kv_concat}")
 
     @property
     def macs(self) -> int:

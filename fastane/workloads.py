@@ -161,12 +161,20 @@ def transformer(
     act: str = "gelu",
     norm: str = "layer",
     name: str | None = None,
+    cache: str = "none",
 ) -> Workload:
     """A decoder or encoder stack described by its sizes (``fastane roofline --transformer``):
     ``seq`` tokens processed by the step, attending to ``kv`` positions (default ``seq``),
     the LM head (``vocab`` outputs; 0: none) on ``lm_tokens`` positions (default ``seq``).
-    ``seq == 1`` is a decode step; otherwise a prefill (``vocab > 0``) or an encoder."""
+    ``seq == 1`` is a decode step; otherwise a prefill (``vocab > 0``) or an encoder.
+    ``cache="concat"``: each layer's keys and values are its ``kv - seq`` cached rows
+    concatenated with the step's ``seq`` new ones, the updated cache returned
+    (:attr:`Workload.kv_concat`)."""
     kv = seq if kv is None else kv
+    if cache not in ("none", "concat"):
+        raise ValueError(f"cache={cache!r} is not one of none|concat")
+    if cache == "concat" and kv <= seq:
+        raise ValueError(f"cache=concat needs cached rows: kv={kv} is not more than seq={seq}")
     lm = seq if lm_tokens is None else lm_tokens
     phase = "decode" if seq == 1 and vocab else ("prefill" if vocab else "inference")
     spec = (
@@ -174,8 +182,9 @@ def transformer(
         + (f",kv_heads={kv_heads}" if kv_heads else "")
         + (f",head_dim={head_dim}" if head_dim else "")
         + f",gated={int(gated)},act={act},norm={norm}"
+        + (f",cache={cache}" if cache != "none" else "")
     )
-    return _transformer(
+    wl = _transformer(
         name or "transformer",
         f"transformer {spec}",
         n_layers=layers,
@@ -195,6 +204,7 @@ def transformer(
         tokens=seq if vocab or seq > 1 else 1,
         source="user spec",
     )
+    return replace(wl, kv_concat=kv - seq) if cache == "concat" else wl
 
 
 _WHISPER = {"tiny": (4, 384, 6), "base": (6, 512, 8), "small": (12, 768, 12), "medium": (24, 1024, 16)}

@@ -24,8 +24,11 @@ keeps an intermediate in L2 only when the next layer is its one reader
 transformer activations are ``[tokens, hidden]`` (the workloads' ``(C=hidden, H=1,
 W=tokens)``), attention ``[heads, queries, keys]``; a network of convolutions and attention
 (FastViT, the UNet) has its norms and its planar layers of height 1 in the tokens' layout,
-the others in NCHW.  A palettized workload (``Workload.weight_bits``) marks its
-convolutions' and matmuls' weights compressed, with codes of that width.
+the others in NCHW.  A workload whose attention extends a KV cache by concatenation
+(``Workload.kv_concat``) has each layer's split, concats and returned slices of the cache
+as ``split``/``concat``/``slice`` nodes, which the placer moves on the ANE.  A palettized
+workload (``Workload.weight_bits``) marks its convolutions' and matmuls' weights
+compressed, with codes of that width.
 """
 
 from __future__ import annotations
@@ -224,6 +227,46 @@ def _eltwise(b: _Builder, layer, rows: bool) -> None:
     raise ValueError(f"{name}: planar op {op!r} has no model op")
 
 
+def _kv_concat(b: _Builder, workload) -> list:
+    """The moves of a KV cache each attention layer extends by concatenation
+    (:attr:`~fastane.workloads.Workload.kv_concat` rows), as smpanaro's gpt2 KV-cache program
+    (more-ane-transformers ``models/gpt2.py`` @797cdd6) writes them, per layer: the cache
+    input ``[cached, keys | values]`` split into its keys and values, each concatenated with
+    the step's new rows (inputs of their own, as attention's are), keys and values
+    concatenated again, and two ``cached``-row slices of that returned (rows from ``seq``
+    and from 1: the program's prompt and generation caches).  The program returns them
+    stacked over the layers; the graph returns each layer's (the same rows: the stack's
+    own copy is not written).  The outputs' names."""
+    cached, outs = int(workload.kv_concat), []
+    for layer in workload.layers:
+        if not (isinstance(layer, _wl.Matmul) and layer.name.endswith(".attn.scores")):
+            continue
+        p, width, rows = layer.name[: -len(".scores")], layer.B * layer.K, layer.N
+        seq = rows - cached
+        if seq < 1:
+            raise ValueError(f"{layer.name}: {rows} keys leave no new row past {cached} cached ones")
+        cache = b.fresh(f"{p}.cache", (cached, 2 * width))
+        b.consts[f"{p}.cache.sizes"] = np.array([width, width], np.int64)
+        parts = [f"{p}.cache.keys", f"{p}.cache.values"]
+        b.nodes.append(
+            Node("split", f"{p}.cache.split", [cache, f"{p}.cache.sizes"], parts, {"axis": 1}, "Split")
+        )
+        for t in parts:
+            b.shapes[t] = (cached, width)
+        kv = []
+        for t, old in zip(("keys", "values"), parts):
+            new = b.fresh(f"{p}.new_{t}", (seq, width))
+            kv.append(b.node("concat", "Concat", f"{p}.kv_{t}", [old, new], (rows, width), {"axis": 0}))
+        both = b.node("concat", "Concat", f"{p}.kv", kv, (rows, 2 * width), {"axis": 1})
+        for part, start in (("prompt", seq), ("generation", 1)):
+            name = f"{p}.kv.{part}"
+            for arg, v in (("starts", start), ("ends", start + cached), ("axes", 0)):
+                b.consts[f"{name}.{arg}"] = np.array([v], np.int64)
+            ins = [both] + [f"{name}.{arg}" for arg in ("starts", "ends", "axes")]
+            outs.append(b.node("slice", "Slice", name, ins, (cached, 2 * width)))
+    return outs
+
+
 def graph(workload) -> Graph:
     """``workload`` (a :class:`~fastane.workloads.Workload` or a built-in name) as a model
     graph of shapes only: its layers as model ops, its weights as placeholders."""
@@ -242,6 +285,9 @@ def graph(workload) -> Graph:
         else:  # tokens (C, 1, W) in a network with row operations, and every norm; else NCHW
             norm = layer.op in ("layernorm", "rmsnorm")
             _eltwise(b, layer, rows and (layer.in_shape[1] == 1 or norm))
+    outputs = [b.prev]
+    if workload.kv_concat:
+        outputs += _kv_concat(b, workload)
     # a palettized workload's weights: every convolution's and matmul's, as a Core ML
     # palettized program stores them (its small tensors, norms' scales and biases, stay fp16)
     bits = int(workload.weight_bits)
@@ -253,7 +299,7 @@ def graph(workload) -> Graph:
     return Graph(
         workload.name,
         b.inputs,
-        [b.prev],
+        outputs,
         b.nodes,
         b.consts,
         origin="fastane.workloads (shapes only)",

@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         help="your own transformer: 'layers=24,d=1024,heads=16,ffn=4096,vocab=50257,"
         "seq=512,kv=512,lm_tokens=1' (optional kv_heads=, head_dim=, gated=0|1, "
-        "act=gelu|silu|relu, norm=layer|rms; vocab=0: no LM head); repeatable",
+        "act=gelu|silu|relu, norm=layer|rms, cache=none|concat; vocab=0: no LM head); repeatable",
     )
     parser.add_argument(
         "--matmul",

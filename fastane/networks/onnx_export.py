@@ -42,6 +42,9 @@ _OPS = {
     "rms_norm": ("RMSNormalization", 23),
     "max_pool": ("MaxPool", 12),
     "global_avg_pool": ("GlobalAveragePool", 1),
+    "concat": ("Concat", 13),
+    "split": ("Split", 13),
+    "slice": ("Slice", 13),
 }
 
 
@@ -58,6 +61,8 @@ def _attrs(node) -> dict:
             out["group"] = a["groups"]
         return out
     if node.op == "softmax":
+        return {"axis": a["axis"]}
+    if node.op in ("concat", "split"):
         return {"axis": a["axis"]}
     if node.op in ("layer_norm", "rms_norm"):
         return {"axis": a["axis"], "epsilon": a["epsilon"]}

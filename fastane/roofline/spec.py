@@ -12,7 +12,12 @@ __all__ = ["parse_transformer", "parse_matmul", "parse_convs", "parse_relu", "TR
 #: required and optional keys of a transformer spec
 _REQUIRED = ("layers", "d", "heads", "ffn", "vocab", "seq")
 _INTS = _REQUIRED + ("kv", "lm_tokens", "kv_heads", "head_dim")
-_CHOICES = {"gated": ("0", "1"), "act": ("gelu", "silu", "relu"), "norm": ("layer", "rms")}
+_CHOICES = {
+    "gated": ("0", "1"),
+    "act": ("gelu", "silu", "relu"),
+    "norm": ("layer", "rms"),
+    "cache": ("none", "concat"),
+}
 TRANSFORMER_KEYS = _INTS + tuple(_CHOICES)
 #: sizes past these are not a model anyone runs on an ANE (and would plan for ever)
 _MAX = {
@@ -77,6 +82,8 @@ def parse_transformer(spec: str) -> _wl.Workload:
         raise ValueError("--transformer: lm_tokens= needs an LM head (vocab > 0)")
     if vals["seq"] > vals.get("kv", vals["seq"]):
         raise ValueError(f"--transformer: seq={vals['seq']} exceeds the attention context kv={vals['kv']}")
+    if vals.get("cache") == "concat" and vals.get("kv", vals["seq"]) == vals["seq"]:
+        raise ValueError(f"--transformer: cache=concat needs kv= past seq={vals['seq']} (the cached rows)")
     return _wl.transformer(
         layers=vals["layers"],
         d=vals["d"],
@@ -91,6 +98,7 @@ def parse_transformer(spec: str) -> _wl.Workload:
         gated=vals.get("gated", "0") == "1",
         act=vals.get("act", "gelu"),
         norm=vals.get("norm", "layer"),
+        cache=vals.get("cache", "none"),
     )
 
 

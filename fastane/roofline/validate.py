@@ -25,12 +25,14 @@ _GPT2_LARGE = "layers=36,d=1280,heads=20,ffn=5120,vocab=50257,kv=512,lm_tokens=1
 _GPT2_XL = "layers=48,d=1600,heads=25,ffn=6400,vocab=50257,kv=512,lm_tokens=1,act=gelu,norm=layer"
 #: smpanaro's KV-cache model (models/gpt2.py @797cdd6, the code behind SPEED.md @14ef84f):
 #: every step recomputes a window of the last 64 tokens against 448 cached positions
-#: (64 queries, 512 keys), the LM head on the last position only
-_DECODE = ",seq=64"
+#: (64 queries, 512 keys), the LM head on the last position only; each layer splits its
+#: 448 cached rows into keys and values, concatenates each with the window's 64 new rows
+#: and keys with values, and returns two 448-row slices (``cache=concat``)
+_DECODE = ",seq=64,cache=concat"
 _SMP = "smpanaro/more-ane-transformers evals/SPEED.md"
 _KV_NOTE = (
-    "the KV cache's two 448-row outputs (2 x 82.6 MB for gpt2-large a step) and the "
-    "cache-plus-window concat are not counted (no lowered copy)"
+    "the cache's split, concats and two 448-row slices planned as ANE moves per layer; "
+    "the stack of the layers' caches into one output and the cache's unbind into layers not counted"
 )
 _ANEMLL = "Anemll/anemll-bench Results.MD @5c434f2"
 _PAL = "apple/coremltools docs-guides/source/opt-palettization-perf.md @af15dcd (iPhone 14 Pro, iOS 17, Xcode median)"

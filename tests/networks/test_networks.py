@@ -19,6 +19,8 @@ GPT = "layers=2,d=128,heads=4,ffn=512,vocab=1000,seq=1,kv=64,lm_tokens=1"
 LLAMA = (
     "layers=2,d=128,heads=4,kv_heads=2,ffn=384,vocab=1000,seq=8,kv=8,lm_tokens=1,gated=1,act=silu,norm=rms"
 )
+#: a small window-over-a-cache decoder (smpanaro's gpt2 KV-cache program's structure)
+WINDOW = "layers=2,d=128,heads=4,ffn=512,vocab=1000,seq=16,kv=64,lm_tokens=1,cache=concat"
 #: the per-layer figures the two forms must agree on
 FIGURES = ("layer", "op", "placement", "tasks", "macs", "dram_bytes", "kernel_dma_bytes", "time_s")
 
@@ -34,7 +36,7 @@ def _file(tmp_path, w) -> str:
     return path
 
 
-@pytest.mark.parametrize("spec", [GPT, LLAMA])
+@pytest.mark.parametrize("spec", [GPT, LLAMA, WINDOW])
 def test_a_builtin_and_its_file_plan_the_same_layers_the_same_way(spec, tmp_path, capsys):
     pytest.importorskip("onnx")
     from fastane.roofline.spec import parse_transformer
@@ -71,6 +73,27 @@ def test_every_layer_of_gpt2_is_counted():
     assert {"Add", "LayerNormalization", "Softmax", "MatMul+Gelu"} <= ops
     assert r.total.tasks == sum(e.tasks for e in r.layers)
     assert r.workload.weight_params == workloads.get("gpt2").weight_params
+
+
+def test_a_concatenated_kv_cache_is_planned_as_ane_moves():
+    from fastane.model.placement.moves import MOVED
+    from fastane.roofline.spec import parse_transformer
+
+    wl = parse_transformer(WINDOW)
+    assert wl.kv_concat == 48
+    g = networks.graph(wl)
+    ops = [
+        n.op for n in g.nodes if n.name.startswith("layers.0.attn.") and n.op in ("split", "concat", "slice")
+    ]
+    assert ops == ["split", "concat", "concat", "concat", "slice", "slice"]
+    # the LM head's logits, then each layer's two 48-row slices of its 64-row cache
+    assert len(g.outputs) == 1 + 2 * 2 and g.inputs["layers.1.attn.cache"].shape == (48, 256)
+    moved = [lp for lp in analyze(wl, "m1").plan.layers if lp.layer.op in ("Split", "Concat", "Slice")]
+    assert len(moved) == 2 * 6 and all(lp.lowered and lp.stats.dram_bytes for lp in moved)
+    r = analyze(wl, "m1")
+    assert all(rec.reason == MOVED for rec in r.report.layers if rec.layer.op in ("Split", "Concat", "Slice"))
+    plain = analyze(parse_transformer(WINDOW.replace(",cache=concat", "")), "m1")
+    assert r.total.dram_bytes > plain.total.dram_bytes and r.total.time_s > plain.total.time_s
 
 
 def test_a_graph_is_shapes_only():

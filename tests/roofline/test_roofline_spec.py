@@ -56,6 +56,11 @@ def test_matmul_spec():
         ),
         ("layers=1,d=1024,heads=16,ffn=4096,vocab=1,seq=8,lm_tokens=9", "lm_tokens=9 exceeds seq=8"),
         ("layers=1,d=1024,heads=16,ffn=4096,vocab=1,seq=8,kv=4", "exceeds the attention context"),
+        ("layers=1,d=1024,heads=16,ffn=4096,vocab=1,seq=8,cache=concat", "cache=concat needs kv= past seq=8"),
+        (
+            "layers=1,d=1024,heads=16,ffn=4096,vocab=1,seq=8,cache=ring",
+            "cache='ring' is not one of none|concat",
+        ),
         ("layers=1,layers=2", "layers given twice"),
         ("layers", "is not key=value"),
     ],
