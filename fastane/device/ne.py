@@ -276,6 +276,9 @@ def pattern_values() -> np.ndarray:
 
 @functools.lru_cache(maxsize=TABLES)
 def _table_cached(bias_bits, scale_bits, nonlinear, lutf_bytes, luti_bytes):
+    """``(fp16 result, LUT event)`` of the NE stage for every input pattern, cached by
+    :func:`_key` (the bit patterns of the bias and the scale -- -0.0 is not 0.0 --, the
+    nonlinearity and the table's parameters)."""
     lutf = np.frombuffer(lutf_bytes, np.float64)
     luti = np.frombuffer(luti_bytes, np.int64)
     b = _NO_BIAS if bias_bits is None else np.array([bias_bits], np.uint64).view(np.float64)
@@ -290,13 +293,6 @@ def _table_cached(bias_bits, scale_bits, nonlinear, lutf_bytes, luti_bytes):
 
 def _bits64(v: float) -> int:
     return int(np.array([v], np.float64).view(np.uint64)[0])
-
-
-def _table(bias, scale, nonlinear, lutf, luti):
-    """``(fp16 result, LUT event)`` of the NE stage for every input pattern (cached by the
-    bit patterns of the bias and the scale -- -0.0 is not 0.0 --, the nonlinearity and
-    the table's parameters)."""
-    return _table_cached(*_key(bias, scale, nonlinear, lutf, luti))
 
 
 def _key(bias, scale, nonlinear, lutf, luti) -> tuple:

@@ -134,20 +134,6 @@ class Move:
         return f"{self.name} {ins} -> {outs}"
 
 
-def _whole(
-    i: int, o: int, shape, dst_base: int = 0, src: tuple | None = None, dst: tuple | None = None
-) -> Box:
-    return Box(
-        i,
-        o,
-        _rows(shape),
-        0,
-        src or row_strides(shape),
-        dst_base,
-        dst if dst is not None else row_strides(shape),
-    )
-
-
 def _last_offset(k: int, what: str) -> int:
     """The byte offset of element ``k`` of a row; NotImplementedError unless it is a whole
     number of 64-byte units (``BaseAddr``)."""
@@ -171,7 +157,7 @@ def concat(shapes, axis: int) -> Move:
     for i, s in enumerate(shapes):
         base = _last_offset(off, f"concat operand {i}") if last else off * o_rows[axis] if o_rows else 0
         if math.prod(s):
-            boxes.append(_whole(i, 0, s, base, dst=o_rows))
+            boxes.append(Box(i, 0, _rows(s), 0, row_strides(s), base, o_rows))
         off += s[axis] if s else 1
     return Move("concat", shapes, (out,), tuple(boxes))
 

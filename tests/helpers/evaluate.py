@@ -36,6 +36,16 @@ def inputs(n: int, features: int = 16, seed: int = 1, big: int = 0) -> np.ndarra
     return x
 
 
+def labelled_job(d, n: int, big: int = 1, name: str = "linear.onnx"):
+    """A :func:`linear_classifier` in ``d / name`` and ``d / "data.npz"`` holding ``x``
+    (:func:`inputs` ``n``, ``big``) and ``labels`` (``arange(n) % 4``): ``(model path, data
+    path, x, labels)``."""
+    model = linear_classifier(d / name)
+    x, labels = inputs(n, big=big), np.arange(n) % 4
+    np.savez(d / "data.npz", x=x, labels=labels)
+    return model, d / "data.npz", x, labels
+
+
 class DyingItems(Items):
     """Items whose input ``die_at`` kills the process reading it, the first time only (a file
     ``marker`` records that it happened): a worker that dies in the middle of a task."""

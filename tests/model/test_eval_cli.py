@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 pytest.importorskip("onnx", reason="the evaluation tests build their model with onnx (the onnx extra)")
 pytest.importorskip("onnxruntime", reason="the ONNX reference is onnxruntime (the onnx extra)")
 
 from fastane.cli import main
-from tests.helpers.evaluate import inputs, linear_classifier
+from tests.helpers.evaluate import labelled_job
 
 N = 20
 
@@ -20,8 +19,7 @@ N = 20
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     d = tmp_path_factory.mktemp("evalcli")
-    linear_classifier(d / "m.onnx")
-    np.savez(d / "data.npz", x=inputs(N, big=1), labels=np.arange(N) % 4)
+    labelled_job(d, N, name="m.onnx")
     return d
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 pytest.importorskip("distributed", reason="scale-out needs dask.distributed (the eval extra)")
@@ -14,7 +13,7 @@ pytest.importorskip("onnx", reason="the evaluation tests build their model with 
 pytest.importorskip("onnxruntime", reason="the ONNX reference is onnxruntime (the onnx extra)")
 
 import fastane
-from tests.helpers.evaluate import DyingItems, inputs, linear_classifier
+from tests.helpers.evaluate import DyingItems, labelled_job
 
 N = 24
 
@@ -22,10 +21,7 @@ N = 24
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     d = tmp_path_factory.mktemp("cluster")
-    model = linear_classifier(d / "linear.onnx")
-    x = inputs(N, big=1)
-    labels = np.arange(N) % 4
-    np.savez(d / "data.npz", x=x, labels=labels)
+    model, _, x, labels = labelled_job(d, N)
     one = fastane.evaluate(model, d / "data.npz", labels, batch=4, output=d / "one.csv", progress=False)
     return d, model, x, labels, one
 

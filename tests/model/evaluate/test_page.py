@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
 
 pytest.importorskip("onnx", reason="the evaluation tests build their model with onnx (the onnx extra)")
@@ -19,7 +18,7 @@ html5lib = pytest.importorskip(
 import fastane  # noqa: E402
 from fastane.cli import main  # noqa: E402
 from fastane.model.evaluate.metrics import ERROR_BINS  # noqa: E402
-from tests.helpers.evaluate import inputs, linear_classifier  # noqa: E402
+from tests.helpers.evaluate import labelled_job  # noqa: E402
 
 NS = "{http://www.w3.org/1999/xhtml}"
 SVG = "{http://www.w3.org/2000/svg}"
@@ -29,9 +28,7 @@ N = 37
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("evalpage")
-    model = linear_classifier(d / "linear.onnx")
-    data = d / "data.npz"
-    np.savez(data, x=inputs(N, big=2), labels=np.arange(N) % 4)
+    model, data, _, _ = labelled_job(d, N, big=2)
     return model, str(data)
 
 
