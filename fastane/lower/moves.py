@@ -28,7 +28,10 @@ task is cut so its source and its result fit the 2 MiB L2 together (``TileHeight
 rows).  Pad writes its constant first: a task whose source is 64-byte rows of the value
 (fp16) in slot 1 read with row and plane strides 0 (fastane's choice: the corpus has no pad
 program), then the input over it, its TileDMADst with ``Fmt.ZeroPadLast`` = 0 so that the
-rest of each row's last 64-byte burst keeps the fill.
+rest of each row's last 64-byte burst keeps the fill.  A move of more tensors than a
+program's BAR slots (outputs from slot 4, inputs after them: :data:`SLOTS`) runs as several
+programs, each binding the tensors of a run of its boxes and writing its slab of the outputs
+at their offsets, each input read once (fastane's choice: the corpus has no such program).
 
 The NE's identity stage gives every fp16 value back unchanged -- infinities, signed zeros,
 subnormals -- except a NaN, which reads out as the NE's quiet NaN 0x7e00 whatever its
@@ -60,6 +63,7 @@ __all__ = [
     "Move",
     "FILL",
     "MAX_TASKS",
+    "SLOTS",
     "row_strides",
     "storage_bytes",
     "concat",
@@ -322,47 +326,84 @@ def _task_td(move: Move, box: Box, task, slot_in, slot_out) -> object:
     return td
 
 
+#: BAR slots one program of a move binds its tensors to: outputs from slot 4, inputs after
+#: them (the corpus's convention, SPEC 6), up to the last of the task's :data:`NUM_BARS`
+SLOTS = NUM_BARS - SLOT_OUTPUT
+#: the key of the fill constant's tensor in :attr:`LoweredMove.binds` (an output is
+#: ``("y", k)``, an input ``("x", k)``)
+_FILL_KEY = ("fill", 0)
+
+
 @dataclasses.dataclass(frozen=True)
 class LoweredMove:
-    """The programs of a :class:`Move` and its slots: outputs from slot 4, inputs after them
-    (the corpus's convention, SPEC 6), the fill constant in slot 1."""
+    """The programs of a :class:`Move` and, per program, its BAR slots: ``binds[i]`` is
+    ``((slot, tensor), ...)`` for ``programs[i]``, ``tensor`` ``("y", k)`` for output ``k``
+    (slots from 4), ``("x", k)`` for input ``k`` (after the outputs), ``("fill", 0)`` for the
+    fill constant (slot 1)."""
 
     move: Move
     programs: tuple
-    slot_in: tuple
-    slot_out: tuple
+    binds: tuple
     n_tasks: int
+
+
+def _groups(move: Move) -> list:
+    """The move's boxes in runs, in order, each with the outputs and inputs it binds: one
+    run binding every tensor when they fit :data:`SLOTS`; else runs as long as their boxes'
+    tensors fit (docs/lower.md section 13, "More tensors than BAR slots")."""
+    if len(move.outs) + len(move.ins) <= SLOTS:
+        return [(list(move.boxes), range(len(move.outs)), range(len(move.ins)))]
+    runs: list = []
+    for b in move.boxes:
+        src = set() if b.src == FILL else {b.src}
+        if runs:
+            boxes, outs, ins = runs[-1]
+            if len(outs | {b.dst}) + len(ins | src) <= SLOTS:
+                boxes.append(b)
+                outs.add(b.dst)
+                ins.update(src)
+                continue
+        runs.append(([b], {b.dst}, src))
+    return [(boxes, sorted(outs), sorted(ins)) for boxes, outs, ins in runs]
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
 def lower(move: Move, limits: Limits = LIMITS) -> LoweredMove:
-    """The program(s) of ``move`` (cached); NotImplementedError where its tensors need more
-    BAR slots than a task has."""
-    slot_out = tuple(range(SLOT_OUTPUT, SLOT_OUTPUT + len(move.outs)))
-    slot_in = tuple(range(slot_out[-1] + 1, slot_out[-1] + 1 + len(move.ins)))
-    if slot_in and slot_in[-1] >= NUM_BARS:
-        raise NotImplementedError(
-            f"{move.describe()}: {len(move.outs)} outputs and {len(move.ins)} inputs need BAR slots up "
-            f"to {slot_in[-1]}; a task has {NUM_BARS}"
-        )
-    tasks = [(b, t) for b in move.boxes for t in itertools.islice(_tasks(b, limits), MAX_TASKS + 1)]
-    if len(tasks) > MAX_TASKS:
+    """The program(s) of ``move`` (cached): one run of programs binding every tensor, or,
+    when its tensors need more BAR slots than a task has, one per run of boxes whose tensors
+    fit (each input read once, each output written once, at its offsets)."""
+    runs = []
+    for boxes, outs, ins in _groups(move):
+        tasks = [(b, t) for b in boxes for t in itertools.islice(_tasks(b, limits), MAX_TASKS + 1)]
+        runs.append((boxes, outs, ins, tasks))
+    n_tasks = sum(len(r[3]) for r in runs)
+    if n_tasks > MAX_TASKS:
         raise NotImplementedError(
             f"{move.describe()}: more than {MAX_TASKS} tasks (fastane's bound on one move, moves.MAX_TASKS)"
         )
-    tds = [_task_td(move, b, t, slot_in, slot_out) for b, t in tasks]
-    bars = {SLOT_TD: None}
-    if move.fill is not None:
-        bars[SLOT_FILL] = BarSlot(SLOT_FILL, "kernel", _fill_bytes(move), "fill")
-    for k, (slot, s) in enumerate(zip(slot_out, move.outs)):
-        bars[slot] = BarSlot(slot, "output", storage_bytes(s), f"y{k}")
-    for k, (slot, s) in enumerate(zip(slot_in, move.ins)):
-        bars[slot] = BarSlot(slot, "input", storage_bytes(s), f"x{k}")
-    programs = ()
-    if tds:
+    programs, binds = [], []
+    for boxes, outs, ins, tasks in runs:
+        slot_out = dict(zip(outs, range(SLOT_OUTPUT, SLOT_OUTPUT + len(outs))))
+        slot_in = dict(zip(ins, range(SLOT_OUTPUT + len(outs), SLOT_OUTPUT + len(outs) + len(ins))))
+        tds = [_task_td(move, b, t, slot_in, slot_out) for b, t in tasks]
+        if not tds:
+            continue
+        bars = {SLOT_TD: None}
+        bind = []
+        if move.fill is not None and any(b.src == FILL for b in boxes):
+            bars[SLOT_FILL] = BarSlot(SLOT_FILL, "kernel", _fill_bytes(move), "fill")
+            bind.append((SLOT_FILL, _FILL_KEY))
+        for k, slot in slot_out.items():
+            bars[slot] = BarSlot(slot, "output", storage_bytes(move.outs[k]), f"y{k}")
+            bind.append((slot, ("y", k)))
+        for k, slot in slot_in.items():
+            bars[slot] = BarSlot(slot, "input", storage_bytes(move.ins[k]), f"x{k}")
+            bind.append((slot, ("x", k)))
         tds[-1]["Header.EON"] = 1
-        programs = tuple(task_chains(tds, 1, dict(sorted(bars.items())), move.name, limits))
-    return LoweredMove(move, programs, slot_in, slot_out, len(tds))
+        chains = task_chains(tds, 1, dict(sorted(bars.items())), move.name, limits)
+        programs += chains
+        binds += [tuple(sorted(bind))] * len(chains)
+    return LoweredMove(move, tuple(programs), tuple(binds), n_tasks)
 
 
 def _fill_bytes(move: Move) -> int:
@@ -381,26 +422,27 @@ def _execute(low: LoweredMove, xs=None, device=None, stats_only: bool = False):
     (outputs None in stats-only mode)."""
     dev = device if device is not None else default_device()
     move = low.move
-    sizes = {s: storage_bytes(t) for s, t in zip(low.slot_out, move.outs)}
-    sizes.update({s: storage_bytes(t) for s, t in zip(low.slot_in, move.ins)})
+    sizes = {("y", k): storage_bytes(t) for k, t in enumerate(move.outs)}
+    sizes.update({("x", k): storage_bytes(t) for k, t in enumerate(move.ins)})
     if move.fill is not None:
-        sizes[SLOT_FILL] = _fill_bytes(move)
+        sizes[_FILL_KEY] = _fill_bytes(move)
     regions = {}
     try:
-        for slot, n in sizes.items():
-            regions[slot] = alloc_buffer(dev, n, f"{move.name}:{slot}", False, reclaim)
-        raw = {s: dev.memory.view(r.iova, r.size) for s, r in regions.items()}
+        for key, n in sizes.items():
+            regions[key] = alloc_buffer(dev, n, f"{move.name}:{key[0]}{key[1]}", False, reclaim)
+        raw = {key: dev.memory.view(r.iova, r.size) for key, r in regions.items()}
         if not stats_only:
-            for slot, shape, x in zip(low.slot_in, move.ins, xs):
-                _view(raw[slot], shape)[...] = x
+            for k, (shape, x) in enumerate(zip(move.ins, xs)):
+                _view(raw["x", k], shape)[...] = x
             if move.fill is not None:
-                raw[SLOT_FILL].view(np.uint16)[...] = move.fill
+                raw[_FILL_KEY].view(np.uint16)[...] = move.fill
         total = Stats()
-        for prog in low.programs:
-            total = concat_stats(total, dev.submit(prog, regions, stats_only=stats_only).wait())
+        for prog, bind in zip(low.programs, low.binds):
+            bars = {slot: regions[key] for slot, key in bind}
+            total = concat_stats(total, dev.submit(prog, bars, stats_only=stats_only).wait())
         if stats_only:
             return None, total
-        return [np.array(_view(raw[s], shape)) for s, shape in zip(low.slot_out, move.outs)], total
+        return [np.array(_view(raw["y", k], shape)) for k, shape in enumerate(move.outs)], total
     finally:
         for r in regions.values():
             dev.free(r)

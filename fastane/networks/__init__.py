@@ -25,8 +25,9 @@ transformer activations are ``[tokens, hidden]`` (the workloads' ``(C=hidden, H=
 W=tokens)``), attention ``[heads, queries, keys]``; a network of convolutions and attention
 (FastViT, the UNet) has its norms and its planar layers of height 1 in the tokens' layout,
 the others in NCHW.  A workload whose attention extends a KV cache by concatenation
-(``Workload.kv_concat``) has each layer's split, concats and returned slices of the cache
-as ``split``/``concat``/``slice`` nodes, which the placer moves on the ANE.  A palettized
+(``Workload.kv_concat``) has each layer's split and concats of the cache, the stack of
+the layers' caches and its two returned slices as ``split``/``concat``/``slice`` nodes,
+which the placer moves on the ANE.  A palettized
 workload (``Workload.weight_bits``) marks its convolutions' and matmuls' weights
 compressed, with codes of that width.
 """
@@ -230,14 +231,17 @@ def _eltwise(b: _Builder, layer, rows: bool) -> None:
 def _kv_concat(b: _Builder, workload) -> list:
     """The moves of a KV cache each attention layer extends by concatenation
     (:attr:`~fastane.workloads.Workload.kv_concat` rows), as smpanaro's gpt2 KV-cache program
-    (more-ane-transformers ``models/gpt2.py`` @797cdd6) writes them, per layer: the cache
-    input ``[cached, keys | values]`` split into its keys and values, each concatenated with
-    the step's new rows (inputs of their own, as attention's are), keys and values
-    concatenated again, and two ``cached``-row slices of that returned (rows from ``seq``
-    and from 1: the program's prompt and generation caches).  The program returns them
-    stacked over the layers; the graph returns each layer's (the same rows: the stack's
-    own copy is not written).  The outputs' names."""
-    cached, outs = int(workload.kv_concat), []
+    (more-ane-transformers ``models/gpt2.py`` @797cdd6) writes them.  Per layer, in its
+    ``(1, rows, 2 width)`` layout (batch 1): the layer's ``cached`` rows of the cache input
+    ``[keys | values]`` split into its keys and values, each concatenated with the step's new
+    rows (inputs of their own, as attention's are), keys and values concatenated again
+    (``current_cache``).  Then the program's ``torch.stack`` of the layers' caches, a concat
+    over the leading axis (the program's ``(layers, 1, rows, 2 width)`` without its axis of
+    one: the same elements in the same order), and the two ``cached``-row slices of the stack
+    it returns (rows from ``seq`` and from 1: the prompt and generation caches).  The cache
+    input's unbind into layers moves no element (each layer's cache is a contiguous block of
+    it): each layer reads its block as an input of its own, as a view.  The outputs' names."""
+    cached, caches = int(workload.kv_concat), []
     for layer in workload.layers:
         if not (isinstance(layer, _wl.Matmul) and layer.name.endswith(".attn.scores")):
             continue
@@ -245,25 +249,29 @@ def _kv_concat(b: _Builder, workload) -> list:
         seq = rows - cached
         if seq < 1:
             raise ValueError(f"{layer.name}: {rows} keys leave no new row past {cached} cached ones")
-        cache = b.fresh(f"{p}.cache", (cached, 2 * width))
+        cache = b.fresh(f"{p}.cache", (1, cached, 2 * width))
         b.consts[f"{p}.cache.sizes"] = np.array([width, width], np.int64)
         parts = [f"{p}.cache.keys", f"{p}.cache.values"]
         b.nodes.append(
-            Node("split", f"{p}.cache.split", [cache, f"{p}.cache.sizes"], parts, {"axis": 1}, "Split")
+            Node("split", f"{p}.cache.split", [cache, f"{p}.cache.sizes"], parts, {"axis": 2}, "Split")
         )
         for t in parts:
-            b.shapes[t] = (cached, width)
+            b.shapes[t] = (1, cached, width)
         kv = []
         for t, old in zip(("keys", "values"), parts):
-            new = b.fresh(f"{p}.new_{t}", (seq, width))
-            kv.append(b.node("concat", "Concat", f"{p}.kv_{t}", [old, new], (rows, width), {"axis": 0}))
-        both = b.node("concat", "Concat", f"{p}.kv", kv, (rows, 2 * width), {"axis": 1})
-        for part, start in (("prompt", seq), ("generation", 1)):
-            name = f"{p}.kv.{part}"
-            for arg, v in (("starts", start), ("ends", start + cached), ("axes", 0)):
-                b.consts[f"{name}.{arg}"] = np.array([v], np.int64)
-            ins = [both] + [f"{name}.{arg}" for arg in ("starts", "ends", "axes")]
-            outs.append(b.node("slice", "Slice", name, ins, (cached, 2 * width)))
+            new = b.fresh(f"{p}.new_{t}", (1, seq, width))
+            kv.append(b.node("concat", "Concat", f"{p}.kv_{t}", [old, new], (1, rows, width), {"axis": 1}))
+        caches.append(b.node("concat", "Concat", f"{p}.kv", kv, (1, rows, 2 * width), {"axis": 2}))
+    if not caches:
+        return []
+    stack = b.node("concat", "Concat", "kv_cache", caches, (len(caches), rows, 2 * width), {"axis": 0})
+    outs = []
+    for part, start in (("prompt", seq), ("generation", 1)):
+        name = f"kv_cache.{part}"
+        for arg, v in (("starts", start), ("ends", start + cached), ("axes", 1)):
+            b.consts[f"{name}.{arg}"] = np.array([v], np.int64)
+        ins = [stack] + [f"{name}.{arg}" for arg in ("starts", "ends", "axes")]
+        outs.append(b.node("slice", "Slice", name, ins, (len(caches), cached, 2 * width)))
     return outs
 
 

@@ -27,12 +27,13 @@ _GPT2_XL = "layers=48,d=1600,heads=25,ffn=6400,vocab=50257,kv=512,lm_tokens=1,ac
 #: every step recomputes a window of the last 64 tokens against 448 cached positions
 #: (64 queries, 512 keys), the LM head on the last position only; each layer splits its
 #: 448 cached rows into keys and values, concatenates each with the window's 64 new rows
-#: and keys with values, and returns two 448-row slices (``cache=concat``)
+#: and keys with values; the layers' caches are stacked and two 448-row slices of the
+#: stack returned (``cache=concat``)
 _DECODE = ",seq=64,cache=concat"
 _SMP = "smpanaro/more-ane-transformers evals/SPEED.md"
 _KV_NOTE = (
-    "the cache's split, concats and two 448-row slices planned as ANE moves per layer; "
-    "the stack of the layers' caches into one output and the cache's unbind into layers not counted"
+    "the cache's split and concats per layer, the stack of the layers' caches and its two "
+    "448-row slices planned as ANE moves; the cache input's unbind into layers a view (no move)"
 )
 _ANEMLL = "Anemll/anemll-bench Results.MD @5c434f2"
 _PAL = "apple/coremltools docs-guides/source/opt-palettization-perf.md @af15dcd (iPhone 14 Pro, iOS 17, Xcode median)"

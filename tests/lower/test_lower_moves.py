@@ -181,11 +181,75 @@ def test_what_the_registers_cannot_express():
         M.concat([(4, 7), (4, 9)], 1)
     with pytest.raises(NotImplementedError, match="BaseAddr"):
         M.concat([(5,), (3,)], 0)
-    with pytest.raises(NotImplementedError, match="BAR slots"):
-        M.lower(M.concat([(2, 3)] * 30, 0))
     # an L2 that holds one row of 64 elements: one task a row, past fastane's bound
     with pytest.raises(NotImplementedError, match=f"more than {M.MAX_TASKS} tasks"):
         M.lower(M.concat([(5000, 64)], 0), Limits(l2_bytes=256))
+
+
+# ------------------------------------------------------------------ more tensors than BAR slots
+def _bound(low) -> list:
+    """Per program: the tensors it binds (``("y", k)``, ``("x", k)``) and their slots."""
+    return [dict((key, slot) for slot, key in bind) for bind in low.binds]
+
+
+@pytest.mark.parametrize("tiled", [False, True])
+def test_a_concat_of_more_inputs_than_bar_slots_is_several_programs_each_input_read_once(tiled):
+    """40 inputs and the output need 41 BAR slots, past the task's 32 (outputs from slot 4):
+    runs of programs each bind the one output and the inputs their boxes read, and write
+    those inputs' slab of it at its offset (docs/lower.md section 13)."""
+    limits = SMALL if tiled else LIMITS
+    shapes = [(2, 1 + i % 3, 40) for i in range(40)]
+    move = M.concat(shapes, 1)
+    low = M.lower(move, limits)
+    bound = _bound(low)
+    assert len(low.programs) > 1 and all(len(b) <= M.SLOTS for b in bound)
+    assert all(b[("y", 0)] == 4 and max(b.values()) < 32 for b in bound)
+    read = [k for b in bound for key, k in b if key == "x"]
+    assert sorted(read) == list(range(40))  # every input bound once
+    if not tiled:
+        assert [len(b) - 1 for b in bound] == [M.SLOTS - 1, 40 - (M.SLOTS - 1)]
+    xs = [patterns(s, 20 + i) for i, s in enumerate(shapes)]
+    (y,) = M.run(move, xs, limits=limits)
+    assert np.array_equal(bits(y), ref_concat(xs, 1))
+    st = last_stats()
+    rows = sum(math.prod(s[:-1]) for s in shapes)  # rows of 40 elements: one burst each
+    assert st.tasks == low.n_tasks == len(st.tasks_detail)
+    assert st.tile_dma_src_bytes == st.tile_dma_dst_bytes == 128 * rows  # read once, written once
+    if not tiled:
+        plan = M.plan(move)
+        assert (plan.tasks, plan.tile_dma_src_bytes, plan.tile_dma_dst_bytes) == (
+            st.tasks,
+            st.tile_dma_src_bytes,
+            st.tile_dma_dst_bytes,
+        )
+
+
+def test_a_split_into_more_outputs_than_bar_slots_is_several_programs():
+    x = patterns((40, 3, 64), 9)
+    windows = [((i, i + 1, 1), (0, 3, 1), (0, 64, 1)) for i in range(40)]
+    low = M.lower(M.split(x.shape, windows))
+    bound = _bound(low)
+    assert len(low.programs) == 2 and all(b[("x", 0)] == 4 + len(b) - 1 for b in bound)
+    assert sorted(k for b in bound for key, k in b if key == "y") == list(range(40))
+    ys = M.run(M.split(x.shape, windows), [x])
+    st = last_stats()
+    for y, w in zip(ys, windows):
+        assert np.array_equal(bits(y), ref_slice(x, w))
+    assert st.tile_dma_src_bytes == st.tile_dma_dst_bytes == 40 * 3 * 128
+
+
+def test_a_move_within_the_slots_binds_every_tensor_in_order_in_one_run():
+    """As before multi-program moves: outputs from slot 4, inputs after them, every tensor
+    in every program (an empty operand too), up to the task's last slot, 31."""
+    for n in (2, M.SLOTS - 1):
+        shapes = [(2, 3)] * (n - 1) + [(0, 3)]
+        low = M.lower(M.concat(shapes, 0))
+        assert len(low.programs) == 1
+        assert low.binds[0] == ((4, ("y", 0)),) + tuple((5 + k, ("x", k)) for k in range(n))
+        assert [td["Header.RBase0"] for td in low.programs[0].tds] == list(range(5, 4 + n))
+        assert {td["Header.WBase"] for td in low.programs[0].tds} == {4}
+    assert max(low.binds[0])[0] == 31
+    assert len(M.lower(M.concat([(2, 3)] * M.SLOTS, 0)).programs) == 2
 
 
 # ------------------------------------------------------------------ hypothesis, tiled
