@@ -57,7 +57,9 @@ matmuls and attention on an M4 (H16's :class:`SizeFloor`: the thresholds and the
 ids); and the program floors and edges (each a :class:`Floor`): a one-row ``linear``'s
 reduction depth and a ``linear``'s output width on an M3 Max (H15), the weights of a program of
 1x1 convolutions and the CPU-or-GPU edge of an fp32 matmul on torchnative's Mac (not named,
-taken as an M1: H13, figures of kind "assumption"), the fp32 edge on an M4 (H16).  ANEForge names its tiers A13..A16 after the architecture (its "A16" is H16, the
+taken as an M1: H13, figures of kind "assumption"), the edges of a program with no matrix product
+on the same Mac (H13, kind "measured": written after the Mac was identified as an M1 by
+inference, 2026-12-06), the fp32 edge on an M4 (H16).  ANEForge names its tiers A13..A16 after the architecture (its "A16" is H16, the
 M4's), not after the A-series chips.  No public source found names the
 generation of the A16, A17 Pro, A18 and A18 Pro: their family is ``"unknown"``, with the
 M1's limits assumed.
@@ -307,6 +309,28 @@ _TN_FP32 = Floor(
     _tn(128 * 1024 * 1024, "MACs", "tn-linear-f32-b128-gpu", "a 128 x 1024 -> 1024 fp32 linear: the GPU"),
     _TN,
 )
+#: a program with no matrix product on torchnative's Mac, an M1 by inference (docs/DTYPE.md
+#: @84b4ba73: "호스트 Apple M1 (P 4 + E 4, macOS darwin 25.5.0)"; AGENTS.md @03b76e63: "8 cores ·
+#: 16 GB"), NPU2.md @1ab63b1e section 7.1: one-op fp16 programs planned under ALL, layer_norm up to
+#: 1024x4096, softmax up to 1x32x512x512 and batch_norm 1x64x32x32 "preferred" the CPU, batch_norm
+#: 32x256x64x64 the GPU; the ANE "supported" at every size, preferred at none
+_M1_NO_MATRIX = Floor(
+    _elements(
+        32 * 512 * 512,
+        "measured",
+        "tn-npu2-softmax-cpu",
+        "a 1x32x512x512 softmax alone, the largest size on the CPU (with tn-npu2-layernorm-cpu, "
+        "tn-npu2-batchnorm-small-cpu); torchnative's M1 (by inference)",
+    ),
+    _elements(
+        32 * 256 * 64 * 64,
+        "measured",
+        "tn-npu2-batchnorm-large-gpu",
+        "a 32x256x64x64 batch_norm alone under ALL: the GPU, the smallest size on it; torchnative's M1 "
+        "(by inference)",
+    ),
+    "torchnative's M1 (a Mac mini, by inference)",
+)
 #: fp32 matmul under ALL on an M4: 512 x 512 and below the CPU (vx-lang/Vx#435), 1024 x 1024 the
 #: GPU (Vx scripts/ane_device_check.py @15ca48ae: "a large one goes to the GPU")
 _M4_FP32 = Floor(
@@ -401,6 +425,7 @@ FAMILIES: dict[str, Family] = {
             ),
             conv1x1_weights=_TN_CONV1X1,
             fp32_gpu=_TN_FP32,
+            no_matrix=_M1_NO_MATRIX,
         ),
         Family(
             "h14",

@@ -138,6 +138,10 @@ class Family:
     #: an fp32 matmul under ``ALL`` by its multiply-adds: the CPU or the GPU (the ANE takes no
     #: fp32 matmul)
     fp32_gpu: Floor | None = None
+    #: a program segment with no matrix product (elementwise ops, normalisations, softmax) by
+    #: its largest tensor's elements: the CPU up to ``cpu``, under ``ALL`` the GPU from
+    #: ``other``; None: not reported (the segment stays on the ANE)
+    no_matrix: Floor | None = None
     note: str = ""
 
 

@@ -601,7 +601,12 @@ def test_placement_prediction_rules(tmp_path):
     bound, layers = m.bind({"x": (1, 4, 8)})
     units = {l.nodes[0].op: p for l, p in zip(layers, predict(layers, bound, "CPU_AND_NE"))}
     assert units["greater"].unit == "cpu" and units["where"].unit == "cpu"
-    assert units["relu"].unit == "ane"
+    # the relu alone (32 elements) is a program with no matrix product: on the M1 the CPU
+    # (the non-matrix program floor, torchnative's NPU2.md section 7.1); on an M4, which
+    # reports no such floor, the ANE
+    assert (units["relu"].unit, units["relu"].rule) == ("cpu", "non-matrix program floor")
+    m4 = {l.nodes[0].op: p for l, p in zip(layers, predict(layers, bound, "CPU_AND_NE", "m4"))}
+    assert m4["relu"].unit == "ane"
     assert {p.unit for p in predict(layers, bound, "CPU_ONLY")} == {"cpu"}
     assert [p.unit for _, p in m.predict_placement({"x": (1, 4, 8)}, "CPU_AND_NE")] == [
         p.unit for p in predict(layers, bound, "CPU_AND_NE")
@@ -960,8 +965,9 @@ def test_exp2_and_rsqrt_on_the_ne_tables(tmp_path):
 
 def test_elu_and_erf_on_the_ne_tables(tmp_path):
     """MIL elu (its alpha) and erf: fastane's elu and erf tables on the ANE, bit for bit
-    fastane.elu/erf; Core ML's estimate keeps them on the ANE, now without the note that
-    fastane runs them on the host."""
+    fastane.elu/erf; Core ML's estimate keeps them on the ANE of an M4, now without the note
+    that fastane runs them on the host (on the M1 such a small program with no matrix product
+    goes to the CPU: the non-matrix program floor)."""
     from fastane.model.placement.predict import predict
 
     @mb.program(input_specs=[mb.TensorSpec(shape=(4, 8))], opset_version=ct.target.iOS17)
@@ -981,8 +987,9 @@ def test_elu_and_erf_on_the_ne_tables(tmp_path):
         np.asarray(list(m(x).values())[0], np.float16).view(np.uint16), want.view(np.uint16)
     )
     bound, layers = m.bind({"x": (4, 8)})
-    for p in predict(layers, bound, "CPU_AND_NE"):
+    for p in predict(layers, bound, "CPU_AND_NE", "m4"):
         assert p.unit == "ane" and "fastane runs it on the host" not in p.reason
+    assert {p.rule for p in predict(layers, bound, "CPU_AND_NE")} == {"non-matrix program floor"}
 
 
 def test_sigmoid_hard_and_coremltools_hardswish_on_the_ane(tmp_path):
@@ -992,7 +999,8 @@ def test_sigmoid_hard_and_coremltools_hardswish_on_the_ane(tmp_path):
     coremltools/converters/mil/frontend/torch/ops.py ``hardswish``) -- whose sigmoid_hard and
     mul run as hard_swish; the thresholded relu is its greater/where composition (host).
     Bit for bit fastane.hard_sigmoid / hard_swish; Core ML's estimate keeps the ANE layers on
-    the ANE, now without the note that fastane runs them on the host."""
+    the ANE of an M4, now without the note that fastane runs them on the host (on the M1 the
+    non-matrix program floor takes such a small program to the CPU)."""
     from fastane.model.placement.predict import predict
 
     @mb.program(input_specs=[mb.TensorSpec(shape=(4, 8))], opset_version=ct.target.iOS17)
@@ -1017,9 +1025,12 @@ def test_sigmoid_hard_and_coremltools_hardswish_on_the_ane(tmp_path):
         np.asarray(list(m(x).values())[0], np.float16).view(np.uint16), want.view(np.uint16)
     )
     bound, layers = m.bind({"x": (4, 8)})
-    for lay, p in zip(layers, predict(layers, bound, "CPU_AND_NE")):
+    for lay, p in zip(layers, predict(layers, bound, "CPU_AND_NE", "m4")):
         if lay.placement == "ane":
             assert p.unit == "ane" and "fastane runs it on the host" not in p.reason
+    for lay, p in zip(layers, predict(layers, bound, "CPU_AND_NE")):
+        if lay.placement == "ane":
+            assert (p.unit, p.rule) == ("cpu", "non-matrix program floor")
 
 
 def test_neural_network_sigmoid_hard(tmp_path):

@@ -42,6 +42,10 @@ placement prediction", cites the sources):
     elsewhere (a :class:`fastane.roofline.chips.Floor` each); a ``linear``'s output wider than
     W's limit stays on the ANE where the generation was seen to take it
     (``Family.linear_width``, "uncertain");
+  - a segment with no matrix product (elementwise ops, normalisations, softmax, reductions)
+    goes to the CPU up to a size, under ``ALL`` to the GPU from a larger one, on the generation
+    that reports it (``Family.no_matrix``: torchnative's M1); on another generation nothing
+    changes (the M4's lone add, mul and softmax of 2M to 16M elements ran on the ANE);
   - a matmul or attention the model declares fp32 stays off the ANE (under ``ALL`` a matmul
     to the CPU or the GPU by its multiply-adds where ``Family.fp32_gpu`` gives the edge);
     another op declared fp32 is "uncertain" (:attr:`fastane.model.graph.Graph.declared`, ML
@@ -193,6 +197,7 @@ _POOL_RULES = {
 _SIZE_FLOOR = "M4 size floor"
 _LINEAR_FLOOR = "linear depth floor"
 _CONV_FLOOR = "1x1 conv weight floor"
+_NO_MATRIX = "non-matrix program floor"
 _CONTROL = "control flow"
 _HOST_ONLY = "host-only op"
 _NO_TRIG = "no sin/cos table"
@@ -212,6 +217,7 @@ RULES = {
     _SIZE_FLOOR: "config",
     _LINEAR_FLOOR: "config",
     _CONV_FLOOR: "config",
+    _NO_MATRIX: "config",
     _NO_TRIG: "config",
     _RANK: "config",
     **{rule: "config" for rule in _LIMITS.values()},
@@ -396,7 +402,7 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1", declared=None)
             p = Prediction("ane", "uncertain", f"{_ENUMERATED}; {p.reason}", p.rule)
         out.append(p)
     if cu in ("ALL", "CPU_AND_NE"):
-        out = _program_floors(layers, bound, out, family)
+        out = _program_floors(layers, bound, out, family, other)
     return out
 
 
@@ -610,16 +616,26 @@ def _segments(layers, preds) -> list:
     return list(groups.values())
 
 
-def _program_floors(layers, bound, preds, family) -> list:
+def _program_floors(layers, bound, preds, family, other) -> list:
     """``preds`` with the floors Core ML applies to a segment of the program as a whole
-    (:func:`_segments`): a one-row ``linear`` alone (``Family.linear_depth``) and a program of
-    1x1 convolutions (``Family.conv1x1_weights``).  Below the floor on its own generation the
+    (:func:`_segments`): a one-row ``linear`` alone (``Family.linear_depth``), a program of
+    1x1 convolutions (``Family.conv1x1_weights``) and a program with no matrix product
+    (``Family.no_matrix``, :func:`_no_matrix`).  Below the floor on its own generation the
     segment goes to the CPU; below it elsewhere, or between its figures, it stays on the ANE,
     "uncertain"."""
     out = list(preds)
     compressed = compressed_weights(bound)[0]
     for seg in _segments(layers, preds):
         nodes = [n for i in seg for n in layers[i].nodes]
+        if family.no_matrix is not None and _no_matrix_segment(nodes):
+            p = _no_matrix(seg, layers, bound, family.no_matrix, other)
+            for i in seg:
+                out[i] = (
+                    p
+                    if p.unit != "ane"
+                    else Prediction("ane", p.confidence, f"{p.reason}; {out[i].reason}", out[i].rule)
+                )
+            continue
         found = _linear_alone(nodes, bound, compressed) or _conv1x1_program(nodes, bound)
         if found is None:
             continue
@@ -633,6 +649,59 @@ def _program_floors(layers, bound, preds, family) -> list:
             elif note:
                 out[i] = Prediction("ane", "uncertain", f"{note}; {out[i].reason}", out[i].rule)
     return out
+
+
+def _no_matrix_segment(nodes) -> bool:
+    """Whether a segment has no matrix product (no matmul, linear, convolution) and computes
+    something (an op other than data movement and casts): elementwise ops, normalisations,
+    softmax, reductions."""
+    if any(OPS[n.op].ane in ("mac", "conv", "deconv") for n in nodes):
+        return False
+    return any(OPS[n.op].kind != "layout" and n.op != "cast" for n in nodes)
+
+
+def _no_matrix(seg, layers, bound, floor, other):
+    """The :class:`Prediction` of a segment with no matrix product on the generation that
+    reports ``floor`` (``Family.no_matrix``), by its largest tensor's elements: the CPU up to
+    the CPU's figure; under ``ALL`` (``other`` the GPU) the GPU from the GPU's figure, in
+    between the ANE, "uncertain"; under ``CPU_AND_NE`` above the CPU's figure the ANE,
+    "uncertain" (no larger size was tried).  torchnative's one-op sweep (NPU2.md section 7.1:
+    tn-npu2-layernorm-cpu, tn-npu2-softmax-cpu, tn-npu2-batchnorm-small-cpu,
+    tn-npu2-batchnorm-large-gpu) saw the ANE supported and preferred at no size."""
+    sizes = [
+        bound.types[t].size for i in seg for t in [*layers[i].inputs, *layers[i].outputs] if t in bound.types
+    ]
+    m = max(sizes, default=0)
+    cpu, gpu = int(floor.cpu.value), int(floor.other.value)
+    ids = f"{floor.cpu.source}, {floor.other.source}"
+    what = f"a program with no matrix product, its largest tensor {m} elements"
+    if m <= cpu:
+        return Prediction(
+            "cpu",
+            _confidence(floor.cpu),
+            f"{what} <= {cpu}: Core ML prefers the CPU on {floor.seen_on} ({ids})",
+            _NO_MATRIX,
+        )
+    if other == "gpu" and m >= gpu:
+        return Prediction(
+            "gpu",
+            _confidence(floor.other),
+            f"{what} >= {gpu}: Core ML prefers the GPU on {floor.seen_on} ({ids})",
+            _NO_MATRIX,
+        )
+    if other == "gpu":
+        return Prediction(
+            "ane",
+            "uncertain",
+            f"{what}: between the CPU ({cpu}) and GPU ({gpu}) sizes reported on {floor.seen_on} ({ids})",
+            _NO_MATRIX,
+        )
+    return Prediction(
+        "ane",
+        "uncertain",
+        f"{what}: above the largest size tried on {floor.seen_on} ({cpu}, the CPU; {ids})",
+        _NO_MATRIX,
+    )
 
 
 def _linear_alone(nodes, bound, compressed):

@@ -63,6 +63,12 @@ def _measured(v, unit="elements"):
     return chips.Figure(v, unit, "measured", "test")
 
 
+#: the lone relu, sin and cos of these tests are programs with no matrix product, which the M1's
+#: generation sends to the CPU at their sizes (``Family.no_matrix``, torchnative's M1): the
+#: tests of the other rules read an M1 without that floor, and say what the M1 itself does
+_NO_FLOOR = {"no_matrix": None}
+
+
 @pytest.mark.parametrize("width", [16385, 20000, 65536])
 def test_a_row_between_16384_and_65536_follows_the_generation(tmp_path, width):
     path = _relu(tmp_path, [1, 1, 1, width])
@@ -115,9 +121,13 @@ def test_channels_and_rank_are_read_from_the_family_record(tmp_path):
         _on(c, {"x": (1, 70000, 1, 1)}, _with("m2", max_channels=_measured(65536)), "relu").confidence
         == "likely"
     )
-    assert _on(c, {"x": (1, 70000, 1, 1)}, _with("m1", max_channels=_measured(1 << 17)), "relu").unit == "ane"
+    wide = _with("m1", max_channels=_measured(1 << 17), **_NO_FLOOR)
+    assert _on(c, {"x": (1, 70000, 1, 1)}, wide, "relu").unit == "ane"
     r = _relu(tmp_path, [1, 1, 2, 2, 2])  # rank 5: within the M1's five dimensions
-    assert _on(r, {"x": (1, 1, 2, 2, 2)}, "m1", "relu").unit == "ane"
+    assert _on(r, {"x": (1, 1, 2, 2, 2)}, _with("m1", **_NO_FLOOR), "relu").unit == "ane"
+    # the M1 itself: a lone relu of 8 elements is below its non-matrix program floor
+    p = _on(r, {"x": (1, 1, 2, 2, 2)}, "m1", "relu")
+    assert (p.unit, p.confidence, p.rule) == ("cpu", "likely", "non-matrix program floor")
     p = _on(r, {"x": (1, 1, 2, 2, 2)}, _with("m1", max_rank=_measured(4, "dims")), "relu")
     assert (p.unit, p.reason) == ("cpu", "rank 5 > 4")
 
@@ -229,4 +239,9 @@ def test_sin_and_cos_follow_the_generations_tables(tmp_path, op):
     for chip in ("m3", "m4", "m5"):
         assert _decision(path, shapes, chip, name)[0] == "ane", chip
     # the record decides, not the chip's name
-    assert _decision(path, shapes, _with("m1", trig_table=chips.FAMILIES["h15"].trig_table), name)[0] == "ane"
+    table = _with("m1", trig_table=chips.FAMILIES["h15"].trig_table, **_NO_FLOOR)
+    assert _decision(path, shapes, table, name)[0] == "ane"
+    # with the table, the M1's generation's non-matrix program floor takes a lone sin of 128
+    # elements to the CPU: the sin rule no longer decides
+    p = _on(path, shapes, _with("m1", trig_table=chips.FAMILIES["h15"].trig_table), name)
+    assert (p.unit, p.rule) == ("cpu", "non-matrix program floor")

@@ -1,8 +1,9 @@
 """The size floors the placement estimate reads from the chip's ANE generation
 (:class:`fastane.roofline.chips.Family`) beyond the M4's matmul/attention one: a one-row
 ``linear`` alone by its reduction depth (the M3 Max's), a ``linear``'s output width (the M3
-Max's), the weights of a program of 1x1 convolutions (torchnative's Mac, taken as the M1's) and
-the CPU or the GPU for an fp32 matmul under ``ALL`` (the M4's, torchnative's Mac's).  Each is
+Max's), the weights of a program of 1x1 convolutions (torchnative's Mac, taken as the M1's),
+the CPU or the GPU for an fp32 matmul under ``ALL`` (the M4's, torchnative's Mac's) and the CPU
+or the GPU for a program with no matrix product (torchnative's M1, by inference).  Each is
 tested at both sides of its figures, read from the family record, on hand-made Core ML programs."""
 
 from dataclasses import replace
@@ -202,3 +203,50 @@ def test_fp32_attention_stays_on_the_cpu_under_all(tmp_path):
     path = save(prog, tmp_path / "sdpa.mlpackage", ct.target.iOS18)
     ps = _predicted(path, dict.fromkeys("qkv", shape), "m4", "ALL", {"matmul"})
     assert ps and {p[:2] for p in ps} == {("cpu", "likely")}
+
+
+def _softmax_after(tmp_path, shape, conv=False):
+    """A fp16 softmax over the last axis of ``shape`` alone (after a 1x1 conv when ``conv``),
+    macOS15."""
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=shape, dtype=_FP16)], opset_version=ct.target.macOS15)
+    def prog(x):
+        if conv:
+            x = mb.conv(x=x, weight=np.ones((shape[1], shape[1], 1, 1), np.float16))
+        return mb.softmax(x=x, axis=-1)
+
+    path = tmp_path / f"softmax{'x'.join(map(str, shape))}{conv}.mlpackage"
+    return save(prog, path, ct.target.macOS15, True), {"x": shape}
+
+
+def test_a_program_without_a_matrix_product_follows_the_m1s_floor(tmp_path):
+    floor = H13.no_matrix
+    cpu, gpu = int(floor.cpu.value), int(floor.other.value)
+    assert (cpu, gpu) == (32 * 512 * 512, 32 * 256 * 64 * 64)
+    assert (floor.cpu.source, floor.other.source) == ("tn-npu2-softmax-cpu", "tn-npu2-batchnorm-large-gpu")
+    assert {floor.cpu.kind, floor.other.kind} == {"measured"}
+    # the figures are the family record's: a smaller one is read as such, on small programs
+    small = replace(floor, cpu=replace(floor.cpu, value=1024), other=replace(floor.other, value=4096))
+    m1 = replace(chips.get("m1"), family=replace(H13, no_matrix=small))
+    sm = frozenset({"softmax"})
+    at_cpu, between, at_gpu = (_softmax_after(tmp_path, (1, 4, n)) for n in (256, 512, 1024))
+    p = _one(*at_cpu, m1, "ALL", sm)
+    assert (p.unit, p.confidence, p.rule) == ("cpu", "likely", "non-matrix program floor")
+    assert "its largest tensor 1024 elements <= 1024: Core ML prefers the CPU on torchnative's M1" in p.reason
+    assert "(tn-npu2-softmax-cpu, tn-npu2-batchnorm-large-gpu)" in p.reason
+    assert _one(*at_gpu, m1, "ALL", sm)[:2] == ("gpu", "likely")
+    p = _one(*between, m1, "ALL", sm)
+    assert p[:2] == ("ane", "uncertain") and "between the CPU (1024) and GPU (4096) sizes" in p.reason
+    # without the GPU: the CPU up to the figure, above it the ANE, uncertain (no larger size tried)
+    assert _one(*at_cpu, m1, "CPU_AND_NE", sm).unit == "cpu"
+    p = _one(*at_gpu, m1, "CPU_AND_NE", sm)
+    assert p[:2] == ("ane", "uncertain") and "above the largest size tried" in p.reason
+    # the M1's own figures: the same small programs on the CPU
+    assert _one(*at_gpu, "m1", "ALL", sm)[:2] == ("cpu", "likely")
+    # another generation: nothing changes (Vx's M4 saw lone adds, muls and softmaxes on the ANE)
+    for chip in ("m2", "m3-max", "m4", "m5"):
+        p = _one(*at_cpu, chip, "ALL", sm)
+        assert p[:2] == ("ane", "likely") and "matrix" not in p.reason, chip
+    # a segment with a matrix product is not such a program
+    conv = _one(*_softmax_after(tmp_path, (1, 4, 1, 8), conv=True), "m1", "CPU_AND_NE", sm)
+    assert conv.rule != "non-matrix program floor" and "no matrix product" not in conv.reason

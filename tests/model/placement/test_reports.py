@@ -115,9 +115,9 @@ def test_the_floors_cite_derivation_reports():
     for f in chips.FAMILIES.values():
         if f.size_floor:
             figures += [*f.size_floor.matmul, *f.size_floor.attention]
-        for floor in (f.linear_depth, f.linear_depth_int8, f.conv1x1_weights, f.fp32_gpu):
+        for floor in (f.linear_depth, f.linear_depth_int8, f.conv1x1_weights, f.fp32_gpu, f.no_matrix):
             figures += [floor.cpu, floor.other] if floor else []
         figures += [f.linear_width] if f.linear_width else []
     sets = {r["id"]: r["set"] for r in json.loads(REPORTS.read_text())["reports"]}
     sources = {x.source for x in figures}
-    assert len(sources) == 15 and {sets[s] for s in sources} == {"derive"}, sources
+    assert len(sources) == 17 and {sets[s] for s in sources} == {"derive"}, sources
