@@ -65,6 +65,7 @@ __all__ = [
     "MAX_TASKS",
     "SLOTS",
     "row_strides",
+    "is_identity",
     "storage_bytes",
     "concat",
     "slice_",
@@ -230,6 +231,20 @@ def transpose(shape, perm) -> Move:
     if math.prod(out):
         boxes = (Box(0, 0, _rows(out), 0, tuple(s_rows[p] for p in perm[:-1]), 0, row_strides(out)),)
     return Move("transpose", (shape,), (out,), boxes)
+
+
+def is_identity(move: Move) -> bool:
+    """Whether ``move`` gives back its one input, element for element, as its one output of
+    the same shape (a pad of zero widths, a slice of the whole tensor or a split into one
+    part, a transpose by the identity, a concat of one input): it moves no element, and a
+    model compiler drops it (coremltools' ``noop_elimination`` removes a pad, slice, split or
+    transpose whose output has its input's shape)."""
+    if len(move.ins) != 1 or move.outs != move.ins:
+        return False
+    shape = move.outs[0]
+    rows = row_strides(shape)
+    # a fill box before it is overwritten: the input's box alone decides
+    return Box(0, 0, _rows(shape), 0, rows, 0, rows) in move.boxes
 
 
 # ------------------------------------------------------------------------ boxes -> tasks

@@ -39,6 +39,14 @@ _ANEMLL = "Anemll/anemll-bench Results.MD @5c434f2"
 _PAL = "apple/coremltools docs-guides/source/opt-palettization-perf.md @af15dcd (iPhone 14 Pro, iOS 17, Xcode median)"
 _QUANT = "apple/coremltools docs-guides/source/opt-quantization-perf.md @25562dd (Xcode median, iOS 17)"
 _FASTVIT = "apple/ml-fastvit README.md, latency column (iPhone 12 Pro, ModelBench)"
+_MOBILEONE_CHART = "apple/ml-mobileone docs/accuracy_v_latency.jpg @b7f4e6d (Time (ms) on iPhone 12)"
+_FASTVIT_CHART = "apple/ml-fastvit docs/intro/acc_vs_latency.png @8af5928 (iPhone 12 Pro, ModelBench)"
+_ZHANG = "erwinzhang7/coreml-compute-placement PAPER.md @69feb36"
+_PY = "Python predict calls (the paper: 'Python call overhead is included in every figure')"
+_TF_PAD = (
+    "not the built-in network: the Hugging Face port pads every 3x3 convolution's input "
+    "explicitly (TensorFlow SAME padding, transformers' apply_tf_padding), which the built-in has not"
+)
 _W8A8 = "W8A8 from the 8-bit-weight plan with int8 tiles and INT8 MACs (roofline.model.w8a8)"
 _W8 = (
     "weight-only linear int8 (per-channel scales) modelled as 8-bit codes kept in KMem; "
@@ -510,6 +518,113 @@ VALIDATION = (
         _QUANT,
         weight_bits=8,
         note=_W8,
+    ),
+    # 2026-12-06: other networks on the A14, read off Apple's accuracy-vs-latency charts
+    # (the same ModelBench measurements as the README tables of K10/K11/K15 and A4-A15)
+    *(
+        VPoint(
+            vid,
+            what,
+            spec,
+            "a14",
+            t,
+            source,
+            note="~ read off the chart (axis fitted to the README's figures of the same chart, "
+            f"within 0.02 ms); {note}",
+        )
+        for vid, what, spec, t, source, note in (
+            (
+                "V1",
+                "MobileNetV2 1.0, 224x224",
+                "mobilenetv2",
+                0.98e-3,
+                _MOBILEONE_CHART,
+                "precision of the model not stated",
+            ),
+            (
+                "V2",
+                "ResNet-50 (the RSB A2 weights), 224x224",
+                "resnet50",
+                2.61e-3,
+                _FASTVIT_CHART,
+                "which ResNet by its plotted top-1 (79.8%, ResNet-50's A2 recipe)",
+            ),
+            (
+                "V3",
+                "DeiT-B (ViT-B/16), 224x224",
+                "vit-b16",
+                11.6e-3,
+                _FASTVIT_CHART,
+                "which DeiT by its plotted top-1 (81.8%); attention as per-head matmuls and a softmax",
+            ),
+        )
+    ),
+    # 2026-12-06: ResNet-50 and MobileNetV2 (Hugging Face ports) through Core ML, compute
+    # units CPU_AND_NE, on an M4 Pro and an M5 Max; batch 16 as 16 runs in one program
+    *(
+        VPoint(
+            vid,
+            f"{what}, batch 16",
+            spec,
+            chip,
+            t,
+            f"{_ZHANG} (batch-16 {chip} CPU_AND_NE median, {rate} img/s)",
+            repeat=16,
+            note=note,
+            comparable=comparable,
+        )
+        for vid, what, spec, chip, t, rate, note, comparable in (
+            (
+                "V4",
+                "ResNet-50 (microsoft/resnet-50, no classifier)",
+                "resnet50",
+                "m4-pro",
+                16 / 929.6,
+                929.6,
+                _PY,
+                True,
+            ),
+            (
+                "V5",
+                "ResNet-50 (microsoft/resnet-50, no classifier)",
+                "resnet50",
+                "m5-max",
+                16 / 1094.6,
+                1094.6,
+                _PY,
+                True,
+            ),
+            (
+                "V6",
+                "MobileNetV2 (google/mobilenet_v2_1.0_224, no classifier)",
+                "mobilenetv2",
+                "m4-pro",
+                16 / 3044.7,
+                3044.7,
+                _TF_PAD,
+                False,
+            ),
+            (
+                "V7",
+                "MobileNetV2 (google/mobilenet_v2_1.0_224, no classifier)",
+                "mobilenetv2",
+                "m5-max",
+                16 / 3602.2,
+                3602.2,
+                _TF_PAD,
+                False,
+            ),
+        )
+    ),
+    VPoint(
+        "V8",
+        "MobileNetV2 (google/mobilenet_v2_1.0_224, no classifier), batch 1",
+        "mobilenetv2",
+        "m5-max",
+        1 / 3389.58,
+        f"{_ZHANG} (results/mobilenet-b1-deep.json @6fc64c3: CPU_AND_NE median, 3389.58 calls/s)",
+        note=_TF_PAD,
+        comparable=False,
     ),
 )
 

@@ -477,3 +477,20 @@ def test_run_checks_its_inputs():
     with pytest.raises(ValueError, match="shape"):
         M.run(move, [np.zeros((2, 3)), np.zeros((2, 3))])
     assert isinstance(move, Move) and move.describe() == "concat 2x3, 1x3 -> 3x3"
+
+
+def test_a_move_that_gives_back_its_input_is_an_identity():
+    s = (2, 3, 4, 64)
+    assert M.is_identity(M.pad(s, [(0, 0)] * 4, 1.5))
+    assert M.is_identity(M.slice_(s, [(0, d, 1) for d in s]))
+    assert M.is_identity(M.split(s, [[(0, d, 1) for d in s]]))
+    assert M.is_identity(M.transpose(s, (0, 1, 2, 3)))
+    assert M.is_identity(M.concat([s], 1))
+    # anything that moves an element is not
+    assert not M.is_identity(M.pad(s, [(0, 0), (1, 0), (0, 0), (0, 0)]))
+    assert not M.is_identity(M.slice_(s, [(0, 2, 1), (1, 3, 1), (0, 4, 1), (0, 64, 1)]))
+    assert not M.is_identity(M.slice_(s, [(0, 2, 1), (0, 3, 2), (0, 4, 1), (0, 64, 1)]))
+    assert not M.is_identity(M.transpose(s, (0, 2, 1, 3)))
+    assert not M.is_identity(M.transpose((3, 3, 64), (1, 0, 2)))  # same shape, moved rows
+    assert not M.is_identity(M.concat([s, s], 1))
+    assert not M.is_identity(M.split(s, [[(0, 1, 1), (0, 3, 1), (0, 4, 1), (0, 64, 1)]] * 2))

@@ -31,7 +31,7 @@ from ..ops.index import split_sizes
 from ..ops.layout import pad_widths, slice_windows, transpose_perm
 from ..ops.opdef import check_axis
 
-__all__ = ["MOVES", "KEPT", "MOVED", "HOST_SIDES", "move_of", "promote"]
+__all__ = ["MOVES", "KEPT", "MOVED", "HOST_SIDES", "IDENTITY", "move_of", "promote"]
 
 #: why a layout layer whose values are float32 on both sides stays on the host
 HOST_SIDES = (
@@ -47,6 +47,11 @@ _RESHAPE = (
     "which changes no value"
 )
 KEPT = {op: _RESHAPE for op in ("reshape", "flatten", "squeeze", "unsqueeze")}
+#: why a move that gives back its input stays a host view
+IDENTITY = (
+    "moves no element (its output is its input: zero pads, the whole tensor, the identity "
+    "order); coremltools' noop_elimination drops it from a Core ML program, so it is a view"
+)
 #: why an integer tensor's move stays on the host
 INTEGER = "integer tensor: the ANE moves fp16 values; moved on the host"
 
@@ -117,6 +122,8 @@ def move_of(node: Node, bound):
         return None, INTEGER
     try:
         move = fn(node, bound)
+        if _moves.is_identity(move):
+            return None, IDENTITY
         _moves.lower(move)
     except NotImplementedError as exc:
         return None, f"moved on the host: {exc}"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import fastane
-from fastane.model.placement.moves import HOST_SIDES, INTEGER, KEPT, MOVED
+from fastane.model.placement.moves import HOST_SIDES, IDENTITY, INTEGER, KEPT, MOVED
 from fastane.roofline import chips
 
 onnx = pytest.importorskip("onnx")
@@ -154,3 +154,31 @@ def test_a_pad_whose_value_is_an_input_stays_on_the_host():
     assert lays["pad"].placement == "layout" and "not a constant" in lays["pad"].reason
     y = m({"x": np.ones((1, 2, 3), np.float32), "v": np.float32(7.0)})["y"]
     assert y.shape == (1, 3, 3) and np.array_equal(y[0, 0], np.full(3, 7.0, np.float16))
+
+
+def test_a_move_that_gives_back_its_input_is_a_view():
+    # the zero pads and whole slices of exported models (transformers' apply_tf_padding
+    # before a 1x1 convolution): no element moves, no task is counted, the values are kept
+    w = np.ones((2, 4, 1, 1), np.float32)
+    nodes = [
+        h.make_node("Pad", ["x", "pads"], ["p"], name="pad"),
+        h.make_node("Conv", ["p", "w"], ["c"], name="conv"),
+        h.make_node("Slice", ["c", "st", "en"], ["y"], name="slice"),
+    ]
+    inits = [
+        h.make_tensor("w", T.FLOAT, w.shape, w.ravel()),
+        ints("pads", [0] * 8),
+        ints("st", [0, 0, 0, 0]),
+        ints("en", [1, 2, 8, 8]),
+    ]
+    m = model_of(nodes, [x_in((1, 4, 8, 8))], inits)
+    x = np.random.default_rng(2).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    rep = m.report({"x": x})
+    recs = by_name(rep)
+    for name in ("pad", "slice"):
+        assert (recs[name].placement, recs[name].reason) == ("layout", IDENTITY), name
+        assert recs[name].stats.tasks == 0
+    assert rep.total.tasks == recs["conv"].stats.tasks
+    # the same values as the convolution alone
+    alone = model_of([h.make_node("Conv", ["x", "w"], ["y"], name="conv")], [x_in((1, 4, 8, 8))], inits[:1])
+    np.testing.assert_array_equal(m(x)["y"], alone(x)["y"])
