@@ -56,10 +56,10 @@ rank 5; KMem 64 KiB a core; and the size floor Core ML was seen to apply to smal
 matmuls and attention on an M4 (H16's :class:`SizeFloor`: the thresholds and their report
 ids); and the program floors and edges (each a :class:`Floor`): a one-row ``linear``'s
 reduction depth and a ``linear``'s output width on an M3 Max (H15), the weights of a program of
-1x1 convolutions and the CPU-or-GPU edge of an fp32 matmul on torchnative's Mac (not named,
-taken as an M1: H13, figures of kind "assumption"), the edges of a program with no matrix product
-on the same Mac (H13, kind "measured": written after the Mac was identified as an M1 by
-inference, 2026-12-06), the fp32 edge on an M4 (H16).  ANEForge names its tiers A13..A16 after the architecture (its "A16" is H16, the
+1x1 convolutions, the CPU-or-GPU edge of an fp32 matmul and the edges of a program with no
+matrix product on torchnative's M1 (H13; its Core ML rounds do not name the Mac, the
+repository's other rounds name its only one an M1: kind "measured" since 2026-12-06, when it
+was found, "assumption" before), the fp32 edge on an M4 (H16).  ANEForge names its tiers A13..A16 after the architecture (its "A16" is H16, the
 M4's), not after the A-series chips.  No public source found names the
 generation of the A16, A17 Pro, A18 and A18 Pro: their family is ``"unknown"``, with the
 M1's limits assumed.
@@ -280,14 +280,16 @@ _M3_LINEAR_DEPTH_INT8 = Floor(
     _LARQL,
 )
 #: torchnative's Mac (thisisthepy/torchnative docs/graph/ANEDECODE.md @5009ac2c, NPU2.md
-#: @1ab63b1e): a chip it does not name, taken as an M1 -- other rounds of the repository name an
-#: M1 host, and the report programs predict it so -- hence "assumption" (predictions "uncertain")
-_TN = "torchnative's Mac (not named; taken as an M1)"
-_TN_NOTE = "measured by torchnative on a Mac it does not name, taken as an M1"
+#: @1ab63b1e): its Core ML rounds do not name it; the repository's only Mac is an M1 Mac mini
+#: (docs/DTYPE.md @84b4ba73: "호스트 Apple M1 (P 4 + E 4, macOS darwin 25.5.0)"; AGENTS.md
+#: @03b76e63: "8 cores · 16 GB"), so its figures are the M1's, measured (kind "assumption",
+#: predictions "uncertain", until 2026-12-06, when the M1 was found)
+_TN = "torchnative's M1 (a Mac mini, by inference)"
+_TN_NOTE = "measured by torchnative on its M1 (a Mac mini, by inference)"
 
 
 def _tn(v, unit, report, what):
-    return make_figure(v, unit, "assumption", report, f"{what}; {_TN_NOTE}")
+    return make_figure(v, unit, "measured", report, f"{what}; {_TN_NOTE}")
 
 
 #: "The threshold is roughly **4.7M weights in the compiled program**" (ANEDECODE.md section 3):
@@ -329,7 +331,7 @@ _M1_NO_MATRIX = Floor(
         "a 32x256x64x64 batch_norm alone under ALL: the GPU, the smallest size on it; torchnative's M1 "
         "(by inference)",
     ),
-    "torchnative's M1 (a Mac mini, by inference)",
+    _TN,
 )
 #: fp32 matmul under ALL on an M4: 512 x 512 and below the CPU (vx-lang/Vx#435), 1024 x 1024 the
 #: GPU (Vx scripts/ane_device_check.py @15ca48ae: "a large one goes to the GPU")

@@ -38,7 +38,7 @@ placement prediction", cites the sources):
     another): a one-row ``linear`` alone in its segment below a reduction depth
     (``Family.linear_depth``, ``linear_depth_int8``: the M3 Max's), a segment whose matrix
     products are all 1x1 convolutions holding few weights (``Family.conv1x1_weights``:
-    torchnative's Mac, taken as the M1's) go to the CPU on that generation, "uncertain"
+    torchnative's M1, by inference) go to the CPU on that generation, "uncertain"
     elsewhere (a :class:`fastane.roofline.chips.Floor` each); a ``linear``'s output wider than
     W's limit stays on the ANE where the generation was seen to take it
     (``Family.linear_width``, "uncertain");

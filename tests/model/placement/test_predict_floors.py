@@ -1,8 +1,8 @@
 """The size floors the placement estimate reads from the chip's ANE generation
 (:class:`fastane.roofline.chips.Family`) beyond the M4's matmul/attention one: a one-row
 ``linear`` alone by its reduction depth (the M3 Max's), a ``linear``'s output width (the M3
-Max's), the weights of a program of 1x1 convolutions (torchnative's Mac, taken as the M1's),
-the CPU or the GPU for an fp32 matmul under ``ALL`` (the M4's, torchnative's Mac's) and the CPU
+Max's), the weights of a program of 1x1 convolutions (torchnative's M1, by inference),
+the CPU or the GPU for an fp32 matmul under ``ALL`` (the M4's, torchnative's M1's) and the CPU
 or the GPU for a program with no matrix product (torchnative's M1, by inference).  Each is
 tested at both sides of its figures, read from the family record, on hand-made Core ML programs."""
 
@@ -137,19 +137,19 @@ def _conv_units(path, shapes, chip, units="ALL"):
 def test_a_program_of_1x1_convs_follows_its_weight_floor(tmp_path):
     floor = H13.conv1x1_weights
     cpu, ane = int(floor.cpu.value), int(floor.other.value)
-    assert (cpu, ane) == (8 * 576 * 576, 576 * 8192) and floor.cpu.kind == "assumption"
+    assert (cpu, ane) == (8 * 576 * 576, 576 * 8192) and floor.cpu.kind == "measured"
     # one conv of exactly the CPU's figure, of the ANE's, and between them
     assert _conv_units(*_convs(tmp_path, [(576, cpu // 576)]), "m1") == {
-        ("cpu", "uncertain", "1x1 conv weight floor")
+        ("cpu", "likely", "1x1 conv weight floor")
     }
     assert _conv_units(*_convs(tmp_path, [(576, ane // 576)]), "m1") == {("ane", "likely", "")}
     between = _predicted(*_convs(tmp_path, [(576, 6144)]), "m1", "ALL", {"conv"})
     assert {p[:2] for p in between} == {("ane", "uncertain")}
-    assert "sizes reported on torchnative's Mac" in between[0].reason
+    assert "sizes reported on torchnative's M1" in between[0].reason
     # the program's weights, not one conv's: two convs of half the ANE's figure each
     assert _conv_units(*_convs(tmp_path, [(576, 4096), (4096, 576)]), "m1") == {("ane", "likely", "")}
     assert _conv_units(*_convs(tmp_path, [(576, 2304), (2304, 576)]), "m1") == {
-        ("cpu", "uncertain", "1x1 conv weight floor")
+        ("cpu", "likely", "1x1 conv weight floor")
     }
     # another generation: left on the ANE, uncertain
     assert _conv_units(*_convs(tmp_path, [(576, cpu // 576)]), "m4") == {("ane", "uncertain", "")}
