@@ -241,12 +241,17 @@ def _kv_concat(b: _Builder, workload) -> list:
     it returns (rows from ``seq`` and from 1: the prompt and generation caches).  The cache
     input's unbind into layers moves no element (each layer's cache is a contiguous block of
     it): each layer reads its block as an input of its own, as a view.  The outputs' names."""
-    cached, caches = int(workload.kv_concat), []
+    cached, caches, size = int(workload.kv_concat), [], None
     for layer in workload.layers:
         if not (isinstance(layer, _wl.Matmul) and layer.name.endswith(".attn.scores")):
             continue
         p, width, rows = layer.name[: -len(".scores")], layer.B * layer.K, layer.N
-        seq = rows - cached
+        if size not in (None, (rows, width)):
+            raise ValueError(
+                f"{layer.name}: a cache of {rows} x {width}, where the layers before hold "
+                f"{size[0]} x {size[1]}: stacked caches must be alike"
+            )
+        size, seq = (rows, width), rows - cached
         if seq < 1:
             raise ValueError(f"{layer.name}: {rows} keys leave no new row past {cached} cached ones")
         cache = b.fresh(f"{p}.cache", (1, cached, 2 * width))

@@ -214,7 +214,7 @@ _M1_SPEC5 = "SPEC 5 (M1)"
 
 
 def _elements(v, kind, source, note=""):
-    """A figure of ``v`` tensor elements along one axis."""
+    """A figure of ``v`` tensor elements (along one axis, or a whole tensor's: its note says)."""
     return make_figure(v, "elements", kind, source, note)
 
 
@@ -311,25 +311,25 @@ _TN_FP32 = Floor(
     _tn(128 * 1024 * 1024, "MACs", "tn-linear-f32-b128-gpu", "a 128 x 1024 -> 1024 fp32 linear: the GPU"),
     _TN,
 )
-#: a program with no matrix product on torchnative's Mac, an M1 by inference (docs/DTYPE.md
-#: @84b4ba73: "호스트 Apple M1 (P 4 + E 4, macOS darwin 25.5.0)"; AGENTS.md @03b76e63: "8 cores ·
-#: 16 GB"), NPU2.md @1ab63b1e section 7.1: one-op fp16 programs planned under ALL, layer_norm up to
-#: 1024x4096, softmax up to 1x32x512x512 and batch_norm 1x64x32x32 "preferred" the CPU, batch_norm
-#: 32x256x64x64 the GPU; the ANE "supported" at every size, preferred at none
+#: a program with no matrix product (NPU2.md @1ab63b1e section 7.1: one-op fp16 programs planned
+#: under ALL; layer_norm up to 1024x4096, softmax up to 1x32x512x512 and batch_norm 1x64x32x32
+#: "preferred" the CPU, batch_norm 32x256x64x64 the GPU; the ANE "supported" at every size,
+#: preferred at none), by its largest tensor's elements.  Against it: sm-layernorm-axis1-size,
+#: a lone layer_norm of 28,800 elements on an M1 Pro's ANE (smpanaro, macOS 13/14, CPU_AND_NE;
+#: no prediction: fastane refuses that program)
 _M1_NO_MATRIX = Floor(
-    _elements(
+    _tn(
         32 * 512 * 512,
-        "measured",
+        "elements",
         "tn-npu2-softmax-cpu",
         "a 1x32x512x512 softmax alone, the largest size on the CPU (with tn-npu2-layernorm-cpu, "
-        "tn-npu2-batchnorm-small-cpu); torchnative's M1 (by inference)",
+        "tn-npu2-batchnorm-small-cpu)",
     ),
-    _elements(
+    _tn(
         32 * 256 * 64 * 64,
-        "measured",
+        "elements",
         "tn-npu2-batchnorm-large-gpu",
-        "a 32x256x64x64 batch_norm alone under ALL: the GPU, the smallest size on it; torchnative's M1 "
-        "(by inference)",
+        "a 32x256x64x64 batch_norm alone under ALL: the GPU, the smallest size on it",
     ),
     _TN,
 )

@@ -194,3 +194,16 @@ def test_a_model_with_no_ane_layer_has_no_program(tmp_path, capsys):
     (w,) = _json(capsys, str(tmp_path / "floor.onnx"))["workloads"]
     assert w["layers"] == [] and w["total"]["tasks"] == 0 and w["total"]["time_s"] == 0
     assert [(x["layer"], x["placement"]) for x in w["not_lowered"]] == [("f", "host")]
+
+
+def test_caches_of_different_sizes_are_not_stacked():
+    from dataclasses import replace
+
+    from fastane.roofline.spec import parse_transformer
+
+    wl = parse_transformer(WINDOW)
+    layers = list(wl.layers)
+    i = next(k for k, lay in enumerate(layers) if lay.name == "layers.1.attn.scores")
+    layers[i] = replace(layers[i], N=layers[i].N + 1)
+    with pytest.raises(ValueError, match="layers.1.attn.scores: a cache of 65 x 128, where the layers"):
+        networks.graph(replace(wl, layers=tuple(layers)))

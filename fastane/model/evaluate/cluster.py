@@ -9,7 +9,10 @@ worker once; each task carries only its input indices and their labels.  A worke
 log their start on a topic of this run's own (:func:`.runner.run_batch`); a task that starts
 twice ran again because a worker died, and its inputs are counted as retried: the inputs the
 dead worker was running, and those of tasks it had finished whose results it still held
-(Dask computes a lost result again; the driver keeps the rows of a task once).  A task
+(Dask computes a lost result again; the driver keeps the rows of a task once).  When a
+worker that dies held the only copy of the scattered dataset (or model), Dask cancels the
+tasks that read it: the driver scatters them again and submits those tasks again, under new
+keys, their inputs counted as retried (at most :data:`MAX_RESUBMITS` times a task).  A task
 whose workers died ``distributed.scheduler.allowed-failures`` times (3 by default) stops the
 run with a :class:`~fastane.errors.ModelError`.
 """
@@ -39,6 +42,9 @@ WORKER_ENV = {
 NO_TRIM = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 
 
+#: times a task is submitted again when the data scattered to the workers died with one (Dask
+#: cancels the tasks that read it: a worker that held the only copy of the dataset)
+MAX_RESUBMITS = 3
 #: how long the driver tries to reach a scheduler it is given
 CONNECT_TIMEOUT = "20s"
 
@@ -101,24 +107,49 @@ def _client(workers: int, scheduler):
 def run_on_dask(job, dataset, batches: list, labels, model, workers: int, scheduler, sink) -> int:
     """Run ``batches`` (lists of input indices) as tasks; ``sink(rows)`` receives each task's
     rows as it finishes.  Returns the number of inputs run again after a worker died."""
+    from concurrent.futures import CancelledError
+
     from distributed import as_completed
     from distributed.scheduler import KilledWorker
 
     client, cluster = _client(workers, scheduler)
     topic = f"fastane-eval-{uuid.uuid4().hex}"
-    futures = []
+    futures: list = []
+    scattered: list = []
+
+    def scatter():
+        scattered[:] = [client.scatter(dataset, broadcast=True, hash=False)]
+        scattered.append(client.scatter(model, broadcast=True, hash=False) if model is not None else None)
+
+    def submit(k: int, key: str):
+        b = batches[k]
+        fut = client.submit(
+            run_batch, job, scattered[0], b, labels_of(labels, b), scattered[1], topic, key=key, pure=False
+        )
+        futures.append(fut)
+        return fut
+
     try:
-        data = client.scatter(dataset, broadcast=True, hash=False)
-        obj = client.scatter(model, broadcast=True, hash=False) if model is not None else None
-        for k, b in enumerate(batches):
-            futures.append(
-                client.submit(
-                    run_batch, job, data, b, labels_of(labels, b), obj, topic, key=f"{topic}-{k}", pure=False
-                )
-            )
-        sizes = {f.key: len(b) for f, b in zip(futures, batches)}
+        scatter()
+        batch_of = {submit(k, f"{topic}-{k}").key: k for k in range(len(batches))}
+        again: dict = {}  # batch -> times it was submitted again
+        done = as_completed(list(futures), with_results=True)
         try:
-            for fut, rows in as_completed(futures, with_results=True):
+            for fut, rows in done:
+                if isinstance(rows, CancelledError):  # its scattered inputs died with a worker
+                    k = batch_of[fut.key]
+                    again[k] = again.get(k, 0) + 1
+                    if again[k] > MAX_RESUBMITS:
+                        raise ModelError(
+                            f"the data scattered to the workers was lost {MAX_RESUBMITS + 1} times "
+                            f"(the task of inputs {batches[k][0]}-{batches[k][-1]})"
+                        )
+                    if any(f is not None and f.status != "finished" for f in scattered):
+                        scatter()
+                    new = submit(k, f"{topic}-{k}-again{again[k]}")
+                    batch_of[new.key] = k
+                    done.add(new)
+                    continue
                 sink(rows)
                 fut.release()
         except KilledWorker as exc:
@@ -126,7 +157,9 @@ def run_on_dask(job, dataset, batches: list, labels, model, workers: int, schedu
         starts: dict = {}
         for _, msg in client.get_events(topic):
             starts[msg["key"]] = starts.get(msg["key"], 0) + 1
-        return sum(sizes.get(k, 0) * (c - 1) for k, c in starts.items() if c > 1)
+        sizes = {key: len(batches[k]) for key, k in batch_of.items()}
+        rerun = sum(sizes.get(key, 0) * (c - 1) for key, c in starts.items() if c > 1)
+        return rerun + sum(len(batches[k]) * n for k, n in again.items())
     finally:
         for f in futures:
             f.cancel()

@@ -50,7 +50,8 @@ KEPT = {op: _RESHAPE for op in ("reshape", "flatten", "squeeze", "unsqueeze")}
 #: why a move that gives back its input stays a host view
 IDENTITY = (
     "moves no element (its output is its input: zero pads, the whole tensor, the identity "
-    "order); coremltools' noop_elimination drops it from a Core ML program, so it is a view"
+    "order): a view; coremltools' noop_elimination drops such a pad, slice, split or transpose "
+    "from a Core ML program"
 )
 #: why an integer tensor's move stays on the host
 INTEGER = "integer tensor: the ANE moves fp16 values; moved on the host"
@@ -122,8 +123,8 @@ def move_of(node: Node, bound):
         return None, INTEGER
     try:
         move = fn(node, bound)
-        if _moves.is_identity(move):
-            return None, IDENTITY
+        if _moves.is_identity(move) and not set(node.outputs) & set(bound.graph.outputs):
+            return None, IDENTITY  # (a program's output is written, as noop_elimination keeps it)
         _moves.lower(move)
     except NotImplementedError as exc:
         return None, f"moved on the host: {exc}"
@@ -148,19 +149,24 @@ def promote(ctx) -> None:
     for layer in ctx.layers:
         for t in layer.inputs:
             readers.setdefault(t, []).append(layer)
-    moves = {}
+    moves, views = {}, set()
     for layer in ctx.layers:
         if layer.placement == "layout" and len(layer.nodes) == 1:
             move, why = move_of(layer.nodes[0], bound)
             if move is None:
                 layer.reason = why or layer.reason
+                if why == IDENTITY:
+                    views.add(id(layer))
             else:
                 moves[id(layer)] = move
     fp16 = set()
     done = set()
-    for layer in ctx.layers:  # from the ANE
+    for layer in ctx.layers:  # from the ANE (through views: their output is their input)
         if layer.placement == "ane":
             fp16.update(layer.outputs)
+        elif id(layer) in views:
+            if layer.nodes[0].inputs[0] in fp16:
+                fp16.update(layer.outputs)
         elif id(layer) in moves:
             node = layer.nodes[0]
             data = node.inputs if node.op == "concat" else node.inputs[:1]
@@ -168,9 +174,15 @@ def promote(ctx) -> None:
                 _to_ane(layer, moves[id(layer)], node, bound, strict=True)
                 fp16.update(layer.outputs)
                 done.add(id(layer))
+
+    def rounded(t) -> bool:  # every reader of ``t`` rounds it to fp16 (through views)
+        return t in outputs or all(
+            _rounds(r) or (id(r) in views and all(rounded(o) for o in r.outputs)) for r in readers.get(t, [])
+        )
+
     for layer in reversed(ctx.layers):  # to the ANE
         if id(layer) in moves and id(layer) not in done:
-            if all(t in outputs or all(_rounds(r) for r in readers.get(t, [])) for t in layer.outputs):
+            if all(rounded(t) for t in layer.outputs):
                 _to_ane(layer, moves[id(layer)], layer.nodes[0], bound)
             else:
                 layer.reason = HOST_SIDES

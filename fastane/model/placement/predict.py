@@ -651,11 +651,16 @@ def _program_floors(layers, bound, preds, family, other) -> list:
     return out
 
 
+def _matrix(node) -> bool:
+    """Whether ``node`` is a matrix product (a matmul, ``linear`` or convolution)."""
+    return OPS[node.op].ane in ("mac", "conv", "deconv")
+
+
 def _no_matrix_segment(nodes) -> bool:
     """Whether a segment has no matrix product (no matmul, linear, convolution) and computes
     something (an op other than data movement and casts): elementwise ops, normalisations,
     softmax, reductions."""
-    if any(OPS[n.op].ane in ("mac", "conv", "deconv") for n in nodes):
+    if any(_matrix(n) for n in nodes):
         return False
     return any(OPS[n.op].kind != "layout" and n.op != "cast" for n in nodes)
 
@@ -729,7 +734,7 @@ def _conv1x1_program(nodes, bound):
     """``(floor kind, weights, what, rule)`` of a segment whose matrix products are all 1x1
     convolutions by constant weights: the weights they hold (torchnative: "the threshold is
     weights in the program, not arithmetic"); else None."""
-    macs = [n for n in nodes if OPS[n.op].ane in ("mac", "conv", "deconv")]
+    macs = [n for n in nodes if _matrix(n)]
     w = [bound.consts.get(n.inputs[1]) for n in macs if n.op == "conv"]
     if not macs or len(w) != len(macs) or any(x is None or any(d != 1 for d in x.shape[2:]) for x in w):
         return None

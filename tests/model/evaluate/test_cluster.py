@@ -73,3 +73,90 @@ def test_the_default_moves_to_a_cluster_when_the_first_task_says_so(job, monkeyp
     there = fastane.evaluate(model, d / "data.npz", labels, batch=4, progress=False)
     assert there.run["workers"] == ev_module.cores()
     assert there.rows == one.rows and json.dumps(there.summary) == json.dumps(here.summary)
+
+
+class _Future:
+    def __init__(self, key, value=None):
+        self.key, self.value, self.status = key, value, "finished"
+
+    def release(self):
+        pass
+
+    def cancel(self):
+        pass
+
+
+class _Client:
+    """Dask's client as run_on_dask uses it: a task's result is its batch, except that the
+    first submission of batch 1 is cancelled, as Dask cancels the tasks whose scattered
+    inputs died with a worker (the dataset lost with it)."""
+
+    def __init__(self):
+        self.scattered, self.keys = [], []
+
+    def scatter(self, value, **_):
+        fut = _Future(f"scatter-{len(self.scattered)}", value)
+        self.scattered.append(fut)
+        return fut
+
+    def submit(self, fn, job, data, batch, labels, obj, topic, key, pure):
+        self.keys.append(key)
+        if batch == [4, 5, 6, 7] and not key.endswith("again1"):
+            data.status = "lost"  # the worker that held the dataset died
+            return _Future(key, "cancelled")
+        return _Future(key, [("row", i, data.key) for i in batch])
+
+    def get_events(self, topic):
+        return []
+
+    def close(self):
+        pass
+
+
+class _AsCompleted:
+    def __init__(self, futures, with_results):
+        self.queue = list(futures)
+
+    def add(self, fut):
+        self.queue.append(fut)
+
+    def __iter__(self):
+        from concurrent.futures import CancelledError
+
+        while self.queue:
+            fut = self.queue.pop(0)
+            yield fut, CancelledError(fut.key) if fut.value == "cancelled" else fut.value
+
+
+def test_a_task_whose_scattered_data_died_runs_again(monkeypatch):
+    import distributed
+
+    from fastane.model.evaluate import cluster
+
+    client = _Client()
+    monkeypatch.setattr(cluster, "_client", lambda workers, scheduler: (client, None))
+    monkeypatch.setattr(distributed, "as_completed", _AsCompleted)
+    monkeypatch.setattr(cluster, "labels_of", lambda labels, b: None)
+    rows = []
+    batches = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    retried = cluster.run_on_dask(None, "dataset", batches, None, None, 2, None, rows.extend)
+    # every input once; batch 1 submitted again under a key of its own, after the dataset was
+    # scattered again (its first copy lost), and counted as retried
+    assert sorted(i for _, i, _ in rows) == list(range(10))
+    assert {d for _, i, d in rows if i in (4, 5, 6, 7)} == {"scatter-1"}
+    assert retried == 4 and client.keys[-1].endswith("-1-again1")
+
+
+def test_a_task_whose_scattered_data_dies_every_time_is_one_error(monkeypatch):
+    import distributed
+
+    from fastane.errors import ModelError
+    from fastane.model.evaluate import cluster
+
+    client = _Client()
+    monkeypatch.setattr(client, "submit", lambda *a, key, **k: _Future(key, "cancelled"))
+    monkeypatch.setattr(cluster, "_client", lambda workers, scheduler: (client, None))
+    monkeypatch.setattr(distributed, "as_completed", _AsCompleted)
+    monkeypatch.setattr(cluster, "labels_of", lambda labels, b: None)
+    with pytest.raises(ModelError, match=r"lost 4 times \(the task of inputs 0-3\)"):
+        cluster.run_on_dask(None, "dataset", [[0, 1, 2, 3]], None, None, 2, None, list)

@@ -175,10 +175,42 @@ def test_a_move_that_gives_back_its_input_is_a_view():
     x = np.random.default_rng(2).standard_normal((1, 4, 8, 8)).astype(np.float32)
     rep = m.report({"x": x})
     recs = by_name(rep)
-    for name in ("pad", "slice"):
-        assert (recs[name].placement, recs[name].reason) == ("layout", IDENTITY), name
-        assert recs[name].stats.tasks == 0
-    assert rep.total.tasks == recs["conv"].stats.tasks
+    assert (recs["pad"].placement, recs["pad"].reason, recs["pad"].stats.tasks) == ("layout", IDENTITY, 0)
+    # the whole slice is the model's output: written, as noop_elimination keeps a block output
+    assert (recs["slice"].placement, recs["slice"].reason) == ("ane", MOVED)
+    assert rep.total.tasks == recs["conv"].stats.tasks + recs["slice"].stats.tasks
     # the same values as the convolution alone
     alone = model_of([h.make_node("Conv", ["x", "w"], ["y"], name="conv")], [x_in((1, 4, 8, 8))], inits[:1])
     np.testing.assert_array_equal(m(x)["y"], alone(x)["y"])
+
+
+def test_a_view_passes_on_the_side_its_input_is_on():
+    # conv -> zero pad (a view) -> pad (a move) -> a host op: the move's input is the ANE
+    # conv's result seen through the view, so it moves on the ANE; and host op -> pad -> zero
+    # pad -> conv: every reader of the move rounds it to fp16 through the view
+    w = np.ones((4, 4, 1, 1), np.float32)
+    zero = ints("zero", [0] * 8)
+    rows = ints("rows", [0, 0, 1, 0, 0, 0, 1, 0])
+    eq = "bchw->bchw"
+    after = [
+        h.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        h.make_node("Pad", ["c", "zero"], ["v"], name="view"),
+        h.make_node("Pad", ["v", "rows"], ["p"], name="pad"),
+        h.make_node("Einsum", ["p"], ["y"], equation=eq, name="host"),
+    ]
+    before = [
+        h.make_node("Einsum", ["x"], ["e"], equation=eq, name="host"),
+        h.make_node("Pad", ["e", "rows"], ["p"], name="pad"),
+        h.make_node("Pad", ["p", "zero"], ["v"], name="view"),
+        h.make_node("Conv", ["v", "w"], ["y"], name="conv"),
+    ]
+    x = np.random.default_rng(3).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    inits = [h.make_tensor("w", T.FLOAT, w.shape, w.ravel()), zero, rows]
+    for nodes in (after, before):
+        m = model_of(nodes, [x_in((1, 4, 8, 8))], inits, opset=13)
+        recs = by_name(m.report({"x": x}))
+        assert recs["host"].placement == "host"
+        assert (recs["view"].placement, recs["view"].reason) == ("layout", IDENTITY)
+        assert (recs["pad"].placement, recs["pad"].reason) == ("ane", MOVED)
+    # after the ANE the move changes no value (before it, it rounds what the conv would)
+    assert by_name(model_of(after, [x_in((1, 4, 8, 8))], inits).report({"x": x}))["pad"].error == 0.0
