@@ -316,7 +316,7 @@ _TN_FP32 = Floor(
 #: "preferred" the CPU, batch_norm 32x256x64x64 the GPU; the ANE "supported" at every size,
 #: preferred at none), by its largest tensor's elements.  Against it: sm-layernorm-axis1-size,
 #: a lone layer_norm of 28,800 elements on an M1 Pro's ANE (smpanaro, macOS 13/14, CPU_AND_NE;
-#: no prediction: fastane refuses that program)
+#: a check report the rule disagrees with)
 _M1_NO_MATRIX = Floor(
     _tn(
         32 * 512 * 512,

@@ -1234,6 +1234,34 @@ def test_torch_round_trip_opt_in(tmp_path, name):
     assert np.abs(got - want).max() < 1e-2 * max(np.abs(want).max(), 1.0)
 
 
+@pytest.mark.parametrize("axes", [[1], [1, 3], [0, 2]])
+def test_a_layer_norm_over_leading_axes_is_normalised_there(tmp_path, axes):
+    """MIL layer_norm over axes that are not the trailing ones (the channel layer_norm of a
+    (B, C, 1, S) tensor that Apple's ml-ane-transformers writes): the axes moved last, the
+    layer normalised there as a row operation, moved back; against numpy's normalisation
+    over those axes (float64), within the fp16 chain's error."""
+    shape = (2, 6, 3, 5)
+    inner = [shape[a] for a in axes]
+    g = (RNG.random(inner) + 0.5).astype(np.float32)
+    b = RNG.standard_normal(inner).astype(np.float32)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=shape)], opset_version=ct.target.iOS17)
+    def prog(x):
+        return mb.layer_norm(x=x, axes=axes, gamma=g, beta=b, epsilon=1e-5)
+
+    m = fastane.load_model(_save(prog, tmp_path / "ln.mlpackage", ct.target.iOS17))
+    x = RNG.standard_normal(shape).astype(np.float32)
+    x16 = x.astype(np.float16).astype(np.float64)
+    mean = x16.mean(axis=tuple(axes), keepdims=True)
+    var = ((x16 - mean) ** 2).mean(axis=tuple(axes), keepdims=True)
+    keep = [slice(None) if a in axes else None for a in range(len(shape))]
+    want = (x16 - mean) / np.sqrt(var + 1e-5) * g.astype(np.float64)[tuple(keep)] + b[tuple(keep)]
+    got = list(m(x).values())[0].astype(np.float64)
+    assert got.shape == shape and np.abs(got - want).max() < 2e-2
+    layers = m.placement({next(iter(m.inputs)): shape})
+    assert [lay.placement for lay in layers if lay.nodes[0].op == "layer_norm"] == ["ane"]
+
+
 def test_row_ops_run_on_the_ane(tmp_path):
     """MIL softmax, layer_norm, reduce_* and instance_norm over trailing axes run as planar
     row programs (fastane.lower.rows), within the fp16 chain's error of numpy; a valid

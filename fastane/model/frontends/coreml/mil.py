@@ -418,17 +418,26 @@ def _layer_norm(p, op, outs, what):
         return
     axes = p.cval(op, "axes", what)
     axes = sorted(axis_list(axes, r, what)) if axes is not None else list(range(r))
-    if axes != list(range(r - len(axes), r)):
-        raise ModelError(
-            f"{what}: layer_norm over axes {axes} of a {r}-D tensor: fastane normalises "
-            f"the trailing axes only"
-        )
     g, be = p.cval(op, "gamma", what), p.cval(op, "beta", what)
     eps = scalar_value(p.cval(op, "epsilon", what, 1e-5), what, "epsilon")
+    # axes that are not the trailing ones (a channel layer_norm of a (B, C, 1, S) tensor, as
+    # Apple's ml-ane-transformers writes it): moved last in their order, normalised there
+    # (gamma and beta have the normalised axes' shape either way), moved back
+    perm = [a for a in range(r) if a not in axes] + axes
+    moved = perm != list(range(r))
+    if moved:
+        x = p.emit("transpose", [x], [p.tmp()], {"perm": perm}, source="layer_norm(axes)")
     ins = [x, p.const(np.ones(1, np.float32) if g is None else np.asarray(g, np.float32))]
     if be is not None:
         ins.append(p.const(np.asarray(be, np.float32)))
-    p.emit("layer_norm", ins, outs, {"axis": axes[0] if axes else r, "epsilon": eps}, source="layer_norm")
+    first = r - len(axes) if axes else r
+    y = p.emit(
+        "layer_norm", ins, [p.tmp()] if moved else outs, {"axis": first, "epsilon": eps}, source="layer_norm"
+    )
+    if moved:
+        p.emit(
+            "transpose", [y], outs, {"perm": [int(a) for a in np.argsort(perm)]}, source="layer_norm(axes)"
+        )
 
 
 @mil_op("softmax")
