@@ -9,6 +9,8 @@ program's :class:`~fastane.Stats`).
 
 from __future__ import annotations
 
+import functools
+
 import threading
 from dataclasses import dataclass, field
 
@@ -41,15 +43,12 @@ class LoadedProgram:
     kernel_region: Region | None
     #: the slots the program's own bytes occupy (TD stream, kernel slots)
     bars: dict = field(default_factory=dict)
-    _tensors: dict | None = field(default=None, repr=False)
 
-    @property
+    @functools.cached_property
     def tensors(self) -> dict:
         """What the TDs read and write through TileDMA, by slot (:func:`tensor_slots`, worked
         out on first use: a submit does not need it)."""
-        if self._tensors is None:
-            self._tensors = tensor_slots(self.program)
-        return self._tensors
+        return tensor_slots(self.program)
 
     @property
     def td_count(self) -> int:

@@ -211,7 +211,10 @@ def run(cfg: NEConfig, values: np.ndarray, kmem=None, as_fp16: bool = False):
     out = np.empty(y.shape, dtype=np.uint16)
     counts = np.zeros(2, dtype=np.int64)
     looked_up = False
-    key = None if cfg.bias_vector else _key(bias[0] if bias.size else None, scale, cfg.nonlinear, lutf, luti)
+    # a stage called on fewer than COUNTED_MIN values is neither counted nor looked up: its
+    # key (two array round trips) is not worth building on every small task
+    small = cfg.bias_vector or y.size < COUNTED_MIN
+    key = None if small else _key(bias[0] if bias.size else None, scale, cfg.nonlinear, lutf, luti)
     if key is not None and _tabled(key, y.size):
         table, events = _table_cached(*key)
         # False at a NaN input (its payload is the kernel's business): then the kernel

@@ -156,7 +156,7 @@ def transformer(seed: int = 0, d: int = 32, heads: int = 4, seq: int = 16):
 
 def mobile(seed: int = 0, classes: int = 1000, size: int = 128):
     """A MobileNetV3/EfficientNet-style classifier ``x: float32[N, 3, size, size] ->
-    logits: float32[N, classes]``: a strided 3x3 stem with HardSwish, then inverted residual
+    logits: float32[N, classes]``: a strided 3x3 stem with SiLU, then inverted residual
     blocks (1x1 expansion, a depthwise 3x3 or 5x5, strided or not, a squeeze-and-excitation
     gate -- global average pool, 1x1 reduce, Relu, 1x1 expand, HardSigmoid or Sigmoid, a
     broadcast Mul -- and a 1x1 projection, with a residual Add where the shapes agree), the

@@ -60,9 +60,7 @@ def _attrs(node) -> dict:
         if node.op == "conv":
             out["group"] = a["groups"]
         return out
-    if node.op == "softmax":
-        return {"axis": a["axis"]}
-    if node.op in ("concat", "split"):
+    if node.op in ("softmax", "concat", "split"):
         return {"axis": a["axis"]}
     if node.op in ("layer_norm", "rms_norm"):
         return {"axis": a["axis"], "epsilon": a["epsilon"]}
