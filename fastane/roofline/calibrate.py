@@ -39,6 +39,7 @@ significant digits.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from math import prod
@@ -86,10 +87,16 @@ class Point:
     activation_bits: int = 16
     #: runs of the workload in one program (batch 2 as two sequences)
     repeat: int = 1
-    #: bytes the harness copies per call between the caller's arrays and the program (its
-    #: input and output, :func:`io_bytes`), where the measurement includes that copy
-    #: (ANEForge's Python harness); 0: the measurement is of the program alone
-    io_bytes: int = 0
+    #: the measurement includes the harness's copy of a call's input and output between the
+    #: caller's arrays and the program (ANEForge's Python harness: :attr:`io_bytes`); False:
+    #: the measurement is of the program alone
+    harness_copy: bool = False
+
+    @functools.cached_property
+    def io_bytes(self) -> int:
+        """Bytes the harness copies per call (:func:`io_bytes` of the point's ``spec`` and
+        ``repeat``) where :attr:`harness_copy`, else 0."""
+        return io_bytes(self.spec, self.repeat) if self.harness_copy else 0
 
 
 def point_workload(spec: str, weight_bits: int = 0):
@@ -174,7 +181,7 @@ def _aneforge_points() -> tuple:
             chip,
             t,
             "same" if pid in _ANEFORGE_SAME else "",
-            io_bytes=io_bytes(program[0]),
+            harness_copy=True,
         )
         for chip, run in _ANEFORGE_RUNS.items()
         for program, (pid, t) in zip(ANEFORGE_PROGRAMS, run, strict=True)
@@ -246,11 +253,7 @@ def _sweep_points() -> tuple:
         chip, commit, name, machine = _SWEEP_RUNS[run]
         src = _ROOFLINES.format(commit, name)
         what = _sweep_what(spec, batch, machine)
-        out.append(
-            Point(
-                pid, what, spec, chip, t, src, runtime="direct", repeat=batch, io_bytes=io_bytes(spec, batch)
-            )
-        )
+        out.append(Point(pid, what, spec, chip, t, src, runtime="direct", repeat=batch, harness_copy=True))
     return tuple(out)
 
 

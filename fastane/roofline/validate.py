@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from .calibrate import ANEFORGE_PROGRAMS, Point, aneforge_point, errors, io_bytes, rms_log_error
+from .calibrate import ANEFORGE_PROGRAMS, Point, aneforge_point, errors, rms_log_error
 
 __all__ = ["VPoint", "VALIDATION", "rows", "markdown"]
 
@@ -431,7 +431,7 @@ VALIDATION = (
             program,
             "m5",
             t,
-            io_bytes=io_bytes(program[0]),
+            harness_copy=True,
             note="the harness's copy of the input and output at the fitted direct_copy_bw; the M5's FP16 "
             "rate is borrowed from the M5 Max (19.27 TFLOP/s), below the 24.3 TFLOP/s this conv stack "
             "runs at",
