@@ -17,44 +17,17 @@ With ``--json FILE`` the rows are also written there (a list of dicts).
 import json
 import sys
 import time
-from collections import defaultdict
 
 from numba.core import event
 
-
-class _Compiles(event.Listener):
-    def __init__(self):
-        self.stack = []  # [name, signature, start, seconds of nested compiles]
-        self.rows = defaultdict(lambda: {"signatures": [], "seconds": 0.0})
-
-    def on_start(self, ev):
-        d = ev.data
-        name = f"{d['dispatcher'].py_func.__module__}.{d['dispatcher'].py_func.__qualname__}"
-        sig = "(" + ", ".join(str(a) for a in d["args"]) + ")"
-        self.stack.append([name, sig, time.thread_time(), 0.0, d])
-
-    def on_end(self, ev):
-        name, sig, t0, nested, d = self.stack.pop()
-        total = time.thread_time() - t0
-        row = self.rows[name]
-        row["signatures"].append(sig)
-        row["seconds"] += total - nested
-        cres = d["dispatcher"].overloads.get(tuple(d["args"]))
-        times = cres.metadata.get("pipeline_times", {}) if cres is not None else {}
-        for passes in times.values():  # the front end's passes (LLVM is "native_lowering")
-            for k, v in passes.items():
-                key = k.split("_", 1)[1]
-                row.setdefault("passes", {}).setdefault(key, 0.0)
-                row["passes"][key] += v.init + v.run + v.finalize
-        if self.stack:
-            self.stack[-1][3] += total
+from numba_compiles import Compiles
 
 
 def main(argv):
     out = None
     if argv[:1] == ["--json"]:
         out, argv = argv[1], argv[2:]
-    listener = _Compiles()
+    listener = Compiles()
     event.register("numba:compile", listener)
     from fastane.cli import main as cli_main
 

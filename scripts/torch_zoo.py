@@ -335,20 +335,7 @@ import numpy as np
 sys.path.insert(0, sys.argv[4])
 import wheel_models as w
 from numba.core import event
-
-
-class Compiles(event.Listener):  # CPU seconds of the outermost Numba compilations
-    depth, t0, seconds = 0, 0.0, 0.0
-
-    def on_start(self, ev):
-        if self.depth == 0:
-            self.t0 = time.thread_time()
-        self.depth += 1
-
-    def on_end(self, ev):
-        self.depth -= 1
-        if self.depth == 0:
-            self.seconds += time.thread_time() - self.t0
+from numba_compiles import Compiles  # the outermost compilations' CPU seconds: .seconds
 
 
 compiles = Compiles()

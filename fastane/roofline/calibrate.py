@@ -39,6 +39,7 @@ significant digits.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from math import prod
@@ -54,6 +55,8 @@ from .model import ModelParams, array_times, calibrated, w8a8
 
 __all__ = [
     "Point",
+    "ANEFORGE_PROGRAMS",
+    "aneforge_point",
     "POINTS",
     "FIXED_COST_BOUND",
     "FITTED",
@@ -84,10 +87,16 @@ class Point:
     activation_bits: int = 16
     #: runs of the workload in one program (batch 2 as two sequences)
     repeat: int = 1
-    #: bytes the harness copies per call between the caller's arrays and the program (its
-    #: input and output, :func:`io_bytes`), where the measurement includes that copy
-    #: (ANEForge's Python harness); 0: the measurement is of the program alone
-    io_bytes: int = 0
+    #: the measurement includes the harness's copy of a call's input and output between the
+    #: caller's arrays and the program (ANEForge's Python harness: :attr:`io_bytes`); False:
+    #: the measurement is of the program alone
+    harness_copy: bool = False
+
+    @functools.cached_property
+    def io_bytes(self) -> int:
+        """Bytes the harness copies per call (:func:`io_bytes` of the point's ``spec`` and
+        ``repeat``) where :attr:`harness_copy`, else 0."""
+        return io_bytes(self.spec, self.repeat) if self.harness_copy else 0
 
 
 def point_workload(spec: str, weight_bits: int = 0):
@@ -121,43 +130,63 @@ def io_bytes(spec: str, repeat: int = 1) -> int:
 
 
 _ANEFORGE = "sbryngelson/ANEForge@067717a bench/results/device_compare_wattcomplete_results_{}.json"
-_ANEFORGE_M1 = _ANEFORGE.format("M1")
+
+
+#: the programs of ANEForge's watt-complete comparison (``bench/device_compare_wattcomplete.py``:
+#: ``wl_gemm``, ``wl_conv``), spec and description: the calibration points K12-K14 and K18-K24
+#: and the validation points S25-1..5 (:mod:`~fastane.roofline.validate`) time them
+ANEFORGE_PROGRAMS = (
+    ("matmul:64x256x256", "GEMM 64x256x256 fp16"),
+    ("matmul:128x1024x1024", "GEMM 128x1024x1024 fp16"),
+    ("matmul:256x4096x4096", "GEMM 256x4096x4096 fp16"),
+    ("convs:1x64x32x3", "one conv 3x3, 64 channels, 32x32, fp16"),
+    ("convs:16x256x32x3", "16 x conv 3x3, 256 channels, 32x32, fp16"),
+)
+#: chip -> each of :data:`ANEFORGE_PROGRAMS`' (point id, seconds), in its order: the fastest
+#: of 30 Python calls after 8 warm-ups.  K12-K14 came first (docs/roofline.md); the M1's
+#: small GEMM and convolution (the harness's floor) and the M2's five were added on 2026-12-06
+_ANEFORGE_RUNS = {
+    "m1": (("K18", 0.1644e-3), ("K12", 0.405e-3), ("K13", 2.394e-3), ("K19", 0.1914e-3), ("K14", 1.918e-3)),
+    "m2": (
+        ("K20", 0.1099e-3),
+        ("K21", 0.1351e-3),
+        ("K22", 2.0434e-3),
+        ("K23", 0.1068e-3),
+        ("K24", 1.2649e-3),
+    ),
+}
+#: the points whose source the table gives as "same" (that of K12, the row above them)
+_ANEFORGE_SAME = ("K13", "K14")
+
+
+def aneforge_point(cls, pid: str, program: tuple, chip: str, seconds: float, source: str = "", **fields):
+    """A point (``cls``: :class:`Point` or a subclass, ``fields`` its other fields) of
+    ANEForge's comparison: ``program`` (a row of :data:`ANEFORGE_PROGRAMS`) run on ``chip``,
+    one program dispatched directly, its source ``source`` (default: the chip's results
+    file)."""
+    spec, what = program
+    src = source or _ANEFORGE.format(chip.upper())
+    return cls(
+        pid, f"{what}, one program on the ANE directly", spec, chip, seconds, src, runtime="direct", **fields
+    )
 
 
 def _aneforge_points() -> tuple:
-    """The programs of ANEForge's watt-complete comparison (``bench/device_compare_wattcomplete.py``:
-    ``wl_gemm``, ``wl_conv``; the fastest of 30 Python calls after 8 warm-ups) that K12-K14
-    do not already give: the small GEMM and convolution on the M1 (the harness's floor)
-    and all five on the M2 (added on 2026-12-06)."""
-    rows = (
-        ("K18", "matmul:64x256x256", "m1", 0.1644e-3),
-        ("K19", "convs:1x64x32x3", "m1", 0.1914e-3),
-        ("K20", "matmul:64x256x256", "m2", 0.1099e-3),
-        ("K21", "matmul:128x1024x1024", "m2", 0.1351e-3),
-        ("K22", "matmul:256x4096x4096", "m2", 2.0434e-3),
-        ("K23", "convs:1x64x32x3", "m2", 0.1068e-3),
-        ("K24", "convs:16x256x32x3", "m2", 1.2649e-3),
-    )
-    what = {
-        "matmul:64x256x256": "GEMM 64x256x256 fp16",
-        "matmul:128x1024x1024": "GEMM 128x1024x1024 fp16",
-        "matmul:256x4096x4096": "GEMM 256x4096x4096 fp16",
-        "convs:1x64x32x3": "one conv 3x3, 64 channels, 32x32, fp16",
-        "convs:16x256x32x3": "16 x conv 3x3, 256 channels, 32x32, fp16",
-    }
-    return tuple(
-        Point(
+    """The points of :data:`_ANEFORGE_RUNS`, in the order of their ids."""
+    out = [
+        aneforge_point(
+            Point,
             pid,
-            f"{what[spec]}, one program on the ANE directly",
-            spec,
+            program,
             chip,
             t,
-            _ANEFORGE.format(chip.upper()),
-            runtime="direct",
-            io_bytes=io_bytes(spec),
+            "same" if pid in _ANEFORGE_SAME else "",
+            harness_copy=True,
         )
-        for pid, spec, chip, t in rows
-    )
+        for chip, run in _ANEFORGE_RUNS.items()
+        for program, (pid, t) in zip(ANEFORGE_PROGRAMS, run, strict=True)
+    ]
+    return tuple(sorted(out, key=lambda p: int(p.id[1:])))
 
 
 _ROOFLINES = "sbryngelson/ANEForge@{} bench/results/rooflines/roofline-apple-{}.json"
@@ -224,11 +253,7 @@ def _sweep_points() -> tuple:
         chip, commit, name, machine = _SWEEP_RUNS[run]
         src = _ROOFLINES.format(commit, name)
         what = _sweep_what(spec, batch, machine)
-        out.append(
-            Point(
-                pid, what, spec, chip, t, src, runtime="direct", repeat=batch, io_bytes=io_bytes(spec, batch)
-            )
-        )
+        out.append(Point(pid, what, spec, chip, t, src, runtime="direct", repeat=batch, harness_copy=True))
     return tuple(out)
 
 
@@ -319,36 +344,6 @@ POINTS = (
         "same table (iPad Pro M1)",
         programs=2,
         weight_bits=6,
-    ),
-    Point(
-        "K12",
-        "GEMM 128x1024x1024 fp16, one program on the ANE directly",
-        "matmul:128x1024x1024",
-        "m1",
-        0.405e-3,
-        _ANEFORGE_M1,
-        runtime="direct",
-        io_bytes=io_bytes("matmul:128x1024x1024"),
-    ),
-    Point(
-        "K13",
-        "GEMM 256x4096x4096 fp16, one program on the ANE directly",
-        "matmul:256x4096x4096",
-        "m1",
-        2.394e-3,
-        "same",
-        runtime="direct",
-        io_bytes=io_bytes("matmul:256x4096x4096"),
-    ),
-    Point(
-        "K14",
-        "16 x conv 3x3, 256 channels, 32x32, fp16, one program on the ANE directly",
-        "convs:16x256x32x3",
-        "m1",
-        1.918e-3,
-        "same",
-        runtime="direct",
-        io_bytes=io_bytes("convs:16x256x32x3"),
     ),
     *_aneforge_points(),
     *_sweep_points(),

@@ -102,28 +102,37 @@ def parse_transformer(spec: str) -> _wl.Workload:
     )
 
 
+#: how many numbers a shape spec has, in words (its "expected ..." message)
+_COUNT = {2: "two", 3: "three", 4: "four"}
+
+
+def _dims(label: str, spec, highs: dict, example: str) -> tuple:
+    """The positive integers of a shape spec such as ``1x4096x128256``, one per key of
+    ``highs`` (the name of each, in order -> its largest value); :class:`ValueError` naming
+    ``label`` and ``spec`` if the count, a digit or a range is wrong."""
+    parts = str(spec).strip().lower().split("x")
+    if len(parts) != len(highs) or not all(p.strip().isdigit() for p in parts):
+        raise ValueError(
+            f"{label} {spec!r}: expected {'x'.join(highs)}, {_COUNT[len(highs)]} positive integers "
+            f"such as {example}"
+        )
+    vals = tuple(int(p) for p in parts)
+    for (name, hi), v in zip(highs.items(), vals):
+        if not 1 <= v <= hi:
+            raise ValueError(f"{label} {spec!r}: {name}={v} is out of range (1..{hi})")
+    return vals
+
+
 def parse_matmul(spec: str) -> _wl.Workload:
     """The one-matmul workload ``MxKxN`` names (weights K x N)."""
-    parts = str(spec).strip().lower().split("x")
-    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
-        raise ValueError(f"--matmul {spec!r}: expected MxKxN, three positive integers such as 1x4096x128256")
-    m, k, n = (int(p) for p in parts)
-    for name, v, hi in (("M", m, 1 << 16), ("K", k, 1 << 20), ("N", n, 1 << 20)):
-        if not 1 <= v <= hi:
-            raise ValueError(f"--matmul {spec!r}: {name}={v} is out of range (1..{hi})")
+    m, k, n = _dims("--matmul", spec, {"M": 1 << 16, "K": 1 << 20, "N": 1 << 20}, "1x4096x128256")
     return _wl.matmul(m, k, n)
 
 
 def parse_convs(spec: str) -> _wl.Workload:
     """The :func:`fastane.workloads.conv_stack` ``NxCxHWxK`` names: N chained K x K
     convolutions of C channels on an HW x HW map (``16x256x32x3``)."""
-    parts = str(spec).strip().lower().split("x")
-    if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
-        raise ValueError(f"convs {spec!r}: expected NxCxHWxK, four positive integers such as 16x256x32x3")
-    n, c, hw, k = (int(p) for p in parts)
-    for name, v, hi in (("N", n, 256), ("C", c, 1 << 14), ("HW", hw, 1 << 12), ("K", k, 15)):
-        if not 1 <= v <= hi:
-            raise ValueError(f"convs {spec!r}: {name}={v} is out of range (1..{hi})")
+    n, c, hw, k = _dims("convs", spec, {"N": 256, "C": 1 << 14, "HW": 1 << 12, "K": 15}, "16x256x32x3")
     if k > hw:
         raise ValueError(f"convs {spec!r}: a {k}x{k} kernel is larger than the {hw}x{hw} map")
     return _wl.conv_stack(n, c, hw, k)
@@ -131,11 +140,5 @@ def parse_convs(spec: str) -> _wl.Workload:
 
 def parse_relu(spec: str) -> _wl.Workload:
     """The :func:`fastane.workloads.relu_stream` ``RxD`` names: one relu of an R x D array."""
-    parts = str(spec).strip().lower().split("x")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise ValueError(f"relu {spec!r}: expected RxD, two positive integers such as 8192x4096")
-    r, d = (int(p) for p in parts)
-    for name, v in (("R", r), ("D", d)):
-        if not 1 <= v <= 1 << 16:
-            raise ValueError(f"relu {spec!r}: {name}={v} is out of range (1..{1 << 16})")
+    r, d = _dims("relu", spec, {"R": 1 << 16, "D": 1 << 16}, "8192x4096")
     return _wl.relu_stream(r, d)

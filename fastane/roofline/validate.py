@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from .calibrate import Point, errors, io_bytes, rms_log_error
+from .calibrate import ANEFORGE_PROGRAMS, Point, aneforge_point, errors, rms_log_error
 
 __all__ = ["VPoint", "VALIDATION", "rows", "markdown"]
 
@@ -425,27 +425,19 @@ VALIDATION = (
     # ANEForge's watt-complete comparison on the M5: the programs of K12-K14 and K18-K24 on a
     # chip the fit never saw (its FP16 rate in the chip table is the M5 Max's, borrowed)
     *(
-        VPoint(
+        aneforge_point(
+            VPoint,
             f"S25-{i}",
-            f"{what}, one program on the ANE directly",
-            spec,
+            program,
             "m5",
             t,
-            "sbryngelson/ANEForge@067717a bench/results/device_compare_wattcomplete_results_M5.json",
-            runtime="direct",
-            io_bytes=io_bytes(spec),
+            harness_copy=True,
             note="the harness's copy of the input and output at the fitted direct_copy_bw; the M5's FP16 "
             "rate is borrowed from the M5 Max (19.27 TFLOP/s), below the 24.3 TFLOP/s this conv stack "
             "runs at",
         )
-        for i, (what, spec, t) in enumerate(
-            (
-                ("GEMM 64x256x256 fp16", "matmul:64x256x256", 0.0917e-3),
-                ("GEMM 128x1024x1024 fp16", "matmul:128x1024x1024", 0.0858e-3),
-                ("GEMM 256x4096x4096 fp16", "matmul:256x4096x4096", 1.2927e-3),
-                ("one conv 3x3, 64 channels, 32x32, fp16", "convs:1x64x32x3", 0.1028e-3),
-                ("16 x conv 3x3, 256 channels, 32x32, fp16", "convs:16x256x32x3", 0.7571e-3),
-            ),
+        for i, (program, t) in enumerate(
+            zip(ANEFORGE_PROGRAMS, (0.0917e-3, 0.0858e-3, 1.2927e-3, 0.1028e-3, 0.7571e-3), strict=True),
             start=1,
         )
     ),

@@ -101,6 +101,7 @@ def test_a_harness_copy_is_paid_at_the_copy_rate_by_its_points_alone(arrays):
     assert report.estimate(r.plan.tasks, p.chip, direct).time_s == pytest.approx(alone)
     # every ANEForge point says what its harness copies; no Core ML point copies
     assert all((q.io_bytes > 0) == ("ANEForge" in q.source or q.source == "same") for q in calibrate.POINTS)
+    assert all(q.harness_copy == (q.io_bytes > 0) for q in calibrate.POINTS + validate.VALIDATION)
     with pytest.raises(ValueError, match="direct_copy_bw must be > 0"):
         model.ModelParams(direct_copy_bw=0.0)
 
