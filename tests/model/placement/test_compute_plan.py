@@ -384,7 +384,7 @@ def test_fp32_precision_takes_every_op_off_the_ane(conv_relu, capsys):
     assert {(o.preferred, o.confidence, o.rule) for o in plan.ops} == {
         ("cpu", "uncertain", "fp32 compute precision")
     }
-    assert all("Only the ANE is barred" in o.reason for o in plan.ops)
+    assert all("Typed Execution guide" in o.reason for o in plan.ops)
     rc, out, err = _plan(capsys, conv_relu, "--precision", "fp32")
     (line,) = err.splitlines()
     assert rc == 0 and "fp32 assumed" in out.splitlines()[0]
