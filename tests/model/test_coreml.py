@@ -580,7 +580,8 @@ def test_cli_run_report_first_divergence_and_sweep(cnn, capsys):
     _json.dump({conv.nodes[0].name: "gpu"}, open(obs, "w"))
     rc, out, err = cli("run", cnn, "--random", "--report", "--compare-placement", obs)
     assert rc == 0, err
-    assert "0 layers agree, 1 disagree" in out and f"{conv.name}: predicted ane, observed gpu" in out
+    # an fp32 program: its conv is predicted off the ANE (the fp32 rule), on the CPU
+    assert "0 layers agree, 1 disagree" in out and f"{conv.name}: predicted cpu, observed gpu" in out
     open(obs, "w").write("[1, 2]")
     rc, _, err = cli("run", cnn, "--random", "--report", "--compare-placement", obs)
     assert rc == 2 and "expected" in err
@@ -597,7 +598,13 @@ def test_placement_prediction_rules(tmp_path):
         s = mb.select(cond=c, a=x, b=np.float32(0.0))
         return mb.relu(x=s)
 
-    m = fastane.load_model(_save(prog, tmp_path / "g.mlpackage", ct.target.iOS17))
+    # fp16: in an fp32 program the fp32 rule takes every op off the ANE before these rules
+    # (fp32 first: the converter's passes change the program they are given)
+    fp32 = fastane.load_model(_save(prog, tmp_path / "g32.mlpackage", ct.target.iOS17))
+    m = fastane.load_model(_save(prog, tmp_path / "g.mlpackage", ct.target.iOS17, fp16=True))
+    b32, l32 = fp32.bind({"x": (1, 4, 8)})
+    by_op = {lay.nodes[0].op: p for lay, p in zip(l32, predict(l32, b32, "CPU_AND_NE", "m4"))}
+    assert (by_op["relu"].unit, by_op["relu"].rule) == ("cpu", "fp32 compute precision")
     bound, layers = m.bind({"x": (1, 4, 8)})
     units = {l.nodes[0].op: p for l, p in zip(layers, predict(layers, bound, "CPU_AND_NE"))}
     assert units["greater"].unit == "cpu" and units["where"].unit == "cpu"
@@ -611,16 +618,17 @@ def test_placement_prediction_rules(tmp_path):
     assert [p.unit for _, p in m.predict_placement({"x": (1, 4, 8)}, "CPU_AND_NE")] == [
         p.unit for p in predict(layers, bound, "CPU_AND_NE")
     ]
-    assert predict(layers, bound, "ALL")[0].unit in ("gpu", "cpu")
+    every = {l.nodes[0].op: p for l, p in zip(layers, predict(layers, bound, "ALL"))}
+    assert every["greater"].unit in ("gpu", "cpu")
 
     # the SPEC 5 limit: W > 16384 leaves the ANE
     @mb.program(input_specs=[mb.TensorSpec(shape=(1, 1, 1, 20000))], opset_version=ct.target.iOS17)
     def wide(x):
         return mb.relu(x=x)
 
-    mw = fastane.load_model(_save(wide, tmp_path / "w.mlpackage", ct.target.iOS17))
+    mw = fastane.load_model(_save(wide, tmp_path / "w.mlpackage", ct.target.iOS17, fp16=True))
     b2, l2 = mw.bind({"x": (1, 1, 1, 20000)})
-    p = predict(l2, b2, "CPU_AND_NE")[0]
+    p = next(p for lay, p in zip(l2, predict(l2, b2, "CPU_AND_NE")) if lay.op == "relu")
     assert p.unit == "cpu" and "16384" in p.reason
 
 
@@ -965,8 +973,8 @@ def test_exp2_and_rsqrt_on_the_ne_tables(tmp_path):
 
 def test_elu_and_erf_on_the_ne_tables(tmp_path):
     """MIL elu (its alpha) and erf: fastane's elu and erf tables on the ANE, bit for bit
-    fastane.elu/erf; Core ML's estimate keeps them on the ANE of an M4, now without the note
-    that fastane runs them on the host (on the M1 such a small program with no matrix product
+    fastane.elu/erf; Core ML's estimate, for the ops in fp16 (the program is fp32, which bars
+    the ANE), keeps them on the ANE of an M4, now without the note that fastane runs them on the host (on the M1 such a small program with no matrix product
     goes to the CPU: the non-matrix program floor)."""
     from fastane.model.placement.predict import predict
 
@@ -987,9 +995,11 @@ def test_elu_and_erf_on_the_ne_tables(tmp_path):
         np.asarray(list(m(x).values())[0], np.float16).view(np.uint16), want.view(np.uint16)
     )
     bound, layers = m.bind({"x": (4, 8)})
-    for p in predict(layers, bound, "CPU_AND_NE", "m4"):
+    # the program is fp32: off the ANE (the fp32 rule); the rules after it read as if fp16
+    assert {p.rule for p in predict(layers, bound, "CPU_AND_NE", "m4")} == {"fp32 compute precision"}
+    for p in predict(layers, bound, "CPU_AND_NE", "m4", declared={}):
         assert p.unit == "ane" and "fastane runs it on the host" not in p.reason
-    assert {p.rule for p in predict(layers, bound, "CPU_AND_NE")} == {"non-matrix program floor"}
+    assert {p.rule for p in predict(layers, bound, "CPU_AND_NE", declared={})} == {"non-matrix program floor"}
 
 
 def test_sigmoid_hard_and_coremltools_hardswish_on_the_ane(tmp_path):
@@ -998,8 +1008,8 @@ def test_sigmoid_hard_and_coremltools_hardswish_on_the_ane(tmp_path):
     ``mul(w, sigmoid_hard(w, 1/6, 1/2))`` (apple/coremltools@e0e2f42
     coremltools/converters/mil/frontend/torch/ops.py ``hardswish``) -- whose sigmoid_hard and
     mul run as hard_swish; the thresholded relu is its greater/where composition (host).
-    Bit for bit fastane.hard_sigmoid / hard_swish; Core ML's estimate keeps the ANE layers on
-    the ANE of an M4, now without the note that fastane runs them on the host (on the M1 the
+    Bit for bit fastane.hard_sigmoid / hard_swish; Core ML's estimate, for the ops in fp16 (the
+    program is fp32, which bars the ANE), keeps the ANE layers on the ANE of an M4, now without the note that fastane runs them on the host (on the M1 the
     non-matrix program floor takes such a small program to the CPU)."""
     from fastane.model.placement.predict import predict
 
@@ -1025,10 +1035,12 @@ def test_sigmoid_hard_and_coremltools_hardswish_on_the_ane(tmp_path):
         np.asarray(list(m(x).values())[0], np.float16).view(np.uint16), want.view(np.uint16)
     )
     bound, layers = m.bind({"x": (4, 8)})
-    for lay, p in zip(layers, predict(layers, bound, "CPU_AND_NE", "m4")):
+    # the program is fp32: off the ANE (the fp32 rule); the rules after it read as if fp16
+    assert {p.unit for p in predict(layers, bound, "CPU_AND_NE", "m4")} == {"cpu"}
+    for lay, p in zip(layers, predict(layers, bound, "CPU_AND_NE", "m4", declared={})):
         if lay.placement == "ane":
             assert p.unit == "ane" and "fastane runs it on the host" not in p.reason
-    for lay, p in zip(layers, predict(layers, bound, "CPU_AND_NE")):
+    for lay, p in zip(layers, predict(layers, bound, "CPU_AND_NE", declared={})):
         if lay.placement == "ane":
             assert (p.unit, p.rule) == ("cpu", "non-matrix program floor")
 

@@ -18,8 +18,8 @@ time on the CPU or the GPU.
 
 :meth:`ComputePlan.leaves_ane` finds a plan that would take the model off the ANE without a
 word from Core ML (under ``ALL`` or ``CPU_AND_NE``), counting apart the ops predicted off the
-ANE and those predicted on it with a rule that puts them at risk (a declared fp32 tensor):
-it is given when an op is at risk, or an op off the ANE is off by a "config" rule
+ANE and those predicted on it with a rule that puts them at risk (left there, "uncertain",
+between the sizes a floor reports for the CPU and the GPU): it is given when an op is at risk, or an op off the ANE is off by a "config" rule
 (:data:`fastane.model.placement.predict.RULES`: the op runs on the ANE in another precision,
 size, input shape or on another chip) or fastane runs it on the ANE, or the ops off the ANE
 carry more than :data:`LEAVE_SHARE` of the modelled work.  The commands print it as one line
@@ -205,7 +205,7 @@ class LeavesANE:
     """The ops of a plan of ``total`` ops for ``compute_units`` on ``chip`` that leave the ANE
     (:meth:`ComputePlan.leaves_ane`): ``off``, those predicted on the CPU or the GPU, and
     ``at_risk``, those predicted on the ANE with a rule that puts them at risk of leaving it
-    (a declared fp32 tensor); each an :class:`OpShare`."""
+    (between the sizes a floor reports for the CPU and the GPU); each an :class:`OpShare`."""
 
     compute_units: str
     chip: str

@@ -46,11 +46,10 @@ placement prediction", cites the sources):
     goes to the CPU up to a size, under ``ALL`` to the GPU from a larger one, on the generation
     that reports it (``Family.no_matrix``: torchnative's M1); on another generation nothing
     changes (the M4's lone add, mul and softmax of 2M to 16M elements ran on the ANE);
-  - a matmul or attention the model declares fp32 stays off the ANE (under ``ALL`` a matmul
-    to the CPU or the GPU by its multiply-adds where ``Family.fp32_gpu`` gives the edge);
-    another op declared fp32 is "uncertain" (:attr:`fastane.model.graph.Graph.declared`, ML
-    Programs; for another model the precision a compute plan assumes,
-    ``predict(..., declared=...)``);
+  - an op the model declares fp32 is off the ANE, as coremltools' documentation says (its
+    Typed Execution guide); under ``ALL`` the CPU or the GPU by the generation's reported
+    edges (:func:`_fp32`; :attr:`fastane.model.graph.Graph.declared`, ML Programs; for
+    another model the precision a compute plan assumes, ``predict(..., declared=...)``);
   - a pooling window above 13 or a stride above 2 leaves the ANE (:data:`POOL_LIMITS`);
   - a sin or cos leaves the ANE on a generation whose compiler has no such table
     (``Family.trig_table``: before H15, the M3's, by ANEForge's op floors; "uncertain", a floor
@@ -68,8 +67,8 @@ placement prediction", cites the sources):
 
 The result for each layer is ``(unit, confidence, reason, rule)``; ``confidence`` is
 "likely" or "uncertain"; ``rule`` the short name (a key of :data:`RULES`) of the rule that
-takes the layer off the ANE, or of the one that puts a layer left on it at risk (a declared
-fp32 tensor), else "".  Compare with Xcode's performance report on a Mac (docs/models.md).
+takes the layer off the ANE, or of the one that puts a layer left on it at risk, else "".
+Compare with Xcode's performance report on a Mac (docs/models.md).
 """
 
 from __future__ import annotations
@@ -208,8 +207,7 @@ _UNITS = "compute units"
 #: the short name of each rule that takes a layer off the ANE (:attr:`Prediction.rule`) ->
 #: its kind: "config" -- Core ML runs the op on the ANE in another precision, size or input
 #: shape, or on another chip; "op" -- the ANE does not run the op as written; "units" --
-#: the compute-unit setting leaves the ANE out.  ``fp32 compute precision`` also marks a
-#: layer left on the ANE, "uncertain", at risk of leaving it
+#: the compute-unit setting leaves the ANE out
 RULES = {
     _FP32: "config",
     _FLEXIBLE: "config",
@@ -389,7 +387,7 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1", declared=None)
                 why = _refusal(axis, extent, lim, limit, family, chip)
                 p = Prediction(other, _confidence(limit), why, rule)
             else:
-                p = _on_ane(layer, bound, types, ops, declared, q_of, chip)
+                p = _on_ane(layer, bound, types, ops, q_of, chip)
                 if broken and p.unit == "ane":
                     p = Prediction(
                         "ane", "uncertain", f"{_taken(broken[0], family, chip)}; {p.reason}", p.rule
@@ -496,37 +494,66 @@ def _predict_ne(layer, bound, floats, other, declared, family):
     pool, rule = next((x for n in layer.nodes if n.op in _POOLS for x in [_pool_limit(n)] if x[0]), ("", ""))
     if pool:
         return Prediction(other, "likely", f"{pool}: rejected by the ANE's kernel validation", rule)
-    fp32 = np.dtype(np.float32) in _declared(layer, declared) and ops != {"cast"}
-    mac = "matmul" in ops or any(_sdpa_key(n) for n in layer.nodes)
-    if fp32 and mac:
+    if np.dtype(np.float32) in _declared(layer, declared) and ops != {"cast"}:
         return _fp32(layer, bound, other, family)
     return None
 
 
+#: why a layer with a declared fp32 tensor is off the ANE: Apple's documentation, not a report
+_FP32_WHY = "declared fp32: Core ML bars the ANE for an op typed fp32 (coremltools' Typed Execution guide)"
+
+
 def _fp32(layer, bound, other, family):
-    """A declared fp32 matmul or attention: off the ANE.  Under ``ALL`` (``other`` the GPU) a
-    matmul goes to the CPU or the GPU by its multiply-adds where the generation reports the
-    edge (``Family.fp32_gpu``); else, and for attention, to the CPU on the generation of the
-    M4's size floor (where the fp32 reports were measured) and to ``other`` elsewhere."""
-    why = (
-        "declared fp32: no fp32 matmul or attention was placed on the ANE "
-        "(vx435-matmul-f32, vx437-sdpa-f32-1x1xS; Apple M4)"
-    )
-    unit = "cpu" if family.size_floor is not None else other
-    conf = "likely" if unit == "cpu" else "uncertain"
-    floor = family.fp32_gpu
-    macs = [_node_macs(n, bound) for n in layer.nodes if OPS[n.op].ane == "mac" and not _sdpa_key(n)]
-    if other == "gpu" and floor is not None and macs:
-        m, pair = sum(macs), (floor.cpu, floor.other)
+    """A layer with a declared fp32 tensor: off the ANE (:data:`_FP32_WHY`), "likely".  Under
+    ``CPU_AND_NE`` the CPU.  Under ``ALL`` (``other`` the GPU) the CPU or the GPU: a layer with
+    multiply-adds (not attention) by them where the generation reports the fp32 edge
+    (``Family.fp32_gpu``, measured on matmuls and linears: "uncertain" for a convolution); a
+    layer without, by its largest tensor's elements where the generation reports the CPU and
+    GPU sizes of a program with no matrix product (``Family.no_matrix``, fp16 programs:
+    "uncertain"); else, and for attention, the CPU on the generation of the M4's size floor
+    (where the fp32 matmul reports were measured) and the GPU elsewhere, "uncertain"."""
+    why = _FP32_WHY
+    if other != "gpu":
+        return Prediction("cpu", "likely", why, _FP32)
+    attention = any(_sdpa_key(n) for n in layer.nodes)
+    mac = [n for n in layer.nodes if _matrix(n) and not _sdpa_key(n)]
+    if mac and not attention and family.fp32_gpu is not None:
+        floor = family.fp32_gpu
+        m, pair = sum(_node_macs(n, bound) for n in mac), (floor.cpu, floor.other)
+        conv = any(n.op != "matmul" for n in mac)
         side, c, note = _below(m, pair, floor.seen_on, f"{m} multiply-adds", True, "GPU")
-        if side:
-            return Prediction(side, c, f"{why}; {note}", _FP32)
-        if not note:  # from the GPU's figure on
+        if not side and not note:  # from the GPU's figure on
             ids = ", ".join(f.source for f in pair)
-            gpu = f"{m} multiply-adds >= {floor.other.value:g}: Core ML prefers the GPU ({ids})"
-            return Prediction("gpu", _confidence(floor.other), f"{why}; {gpu}", _FP32)
-        conf, why = "uncertain", f"{why}; {note}"
-    return Prediction(unit, conf, why, _FP32)
+            side, c = "gpu", _confidence(floor.other)
+            note = f"{m} multiply-adds >= {floor.other.value:g}: Core ML prefers the GPU ({ids})"
+        if side:
+            if conv:
+                c, note = "uncertain", f"{note}; edges measured on fp32 matmuls, not convolutions"
+            return Prediction(side, c, f"{why}; {note}", _FP32)
+        return Prediction(_fp32_default(family), "uncertain", f"{why}; {note}", _FP32)
+    if not mac and not attention and family.no_matrix is not None:
+        floor = family.no_matrix
+        sizes = [bound.types[t].size for t in [*layer.inputs, *layer.outputs] if t in bound.types]
+        m = max(sizes, default=0)
+        cpu, gpu = int(floor.cpu.value), int(floor.other.value)
+        ids = f"{floor.cpu.source}, {floor.other.source}"
+        side = "cpu" if m <= cpu else ("gpu" if m >= gpu else "")
+        if side:
+            edge = f"<= {cpu}" if side == "cpu" else f">= {gpu}"
+            note = (
+                f"its largest tensor {m} elements {edge}: the {side.upper()}'s size for an fp16 program "
+                f"with no matrix product on {floor.seen_on} ({ids})"
+            )
+            return Prediction(side, "uncertain", f"{why}; {note}", _FP32)
+    unit = _fp32_default(family)
+    seen = attention or (mac and all(n.op == "matmul" for n in mac))  # what the M4's reports saw
+    return Prediction(unit, "likely" if unit == "cpu" and seen else "uncertain", why, _FP32)
+
+
+def _fp32_default(family) -> str:
+    """The unit of an fp32 layer under ``ALL`` that no edge decides: the CPU on the generation
+    of the M4's size floor (vx435-matmul-f32, vx437-sdpa-f32-1x1xS: the CPU there), else the GPU."""
+    return "cpu" if family.size_floor is not None else "gpu"
 
 
 def _node_macs(n, bound) -> int:
@@ -535,12 +562,11 @@ def _node_macs(n, bound) -> int:
     ).macs
 
 
-def _on_ane(layer, bound, types, ops, declared, q_of, chip):
-    """A layer the rules leave on the ANE: the size floor, fp32 (the layer at risk: its rule),
-    KMem and L2 notes."""
+def _on_ane(layer, bound, types, ops, q_of, chip):
+    """A layer the rules leave on the ANE: the size floor, KMem and L2 notes."""
     kmem = chip.family.kmem_core_bytes
     floor = chip.family.size_floor or _M4_FLOOR
-    conf, notes, rule = "likely", [], ""
+    conf, notes = "likely", []
     for n in layer.nodes:
         key = _sdpa_key(n)
         if key and key in q_of and q_of[key] in bound.types:
@@ -557,12 +583,6 @@ def _on_ane(layer, bound, types, ops, declared, q_of, chip):
             conf = "uncertain"
             notes.append(note)
         break
-    if np.dtype(np.float32) in _declared(layer, declared) and ops != {"cast"}:
-        conf, rule = "uncertain", _FP32
-        notes.append(
-            "declared fp32: fp32 constants pulled ops to the CPU (sm-mask-fp32, "
-            "granite36-fp32-literal), not measured for this op"
-        )
     if ops == {"cast"}:
         conf = "uncertain"
         notes.append(
@@ -585,7 +605,7 @@ def _on_ane(layer, bound, types, ops, declared, q_of, chip):
     )
     if layer.placement == "host" and layer.kind not in ("layout",) and ops != {"cast"}:
         notes.insert(0, "fastane runs it on the host (no lowering yet); Core ML's ANE compiler has the op")
-    return Prediction("ane", conf, "; ".join(notes), rule)
+    return Prediction("ane", conf, "; ".join(notes))
 
 
 def _segments(layers, preds) -> list:

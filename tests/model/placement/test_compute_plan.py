@@ -374,27 +374,31 @@ def test_default_precision_is_fp16_assumed_and_stays_on_the_ane(conv_relu, capsy
     assert rc == 0 and err == "" and f"for ALL on m1, {DEFAULT_PRECISION} assumed" in out.splitlines()[0]
 
 
-def test_fp32_precision_puts_every_op_at_risk(conv_relu, capsys):
+def test_fp32_precision_takes_every_op_off_the_ane(conv_relu, capsys):
     m = fastane.load_model(str(conv_relu), weights=False)
     with pytest.warns(LeavesANEWarning, match="rule: fp32 compute precision"):
         plan = m.compute_plan({"x": CONV_SHAPE}, precision="fp32")
     assert (plan.precision, plan.precision_declared) == ("fp32", False)
-    # on the ANE, "uncertain", the fp32 rule: at risk, as predict says for a declared fp32 op
+    # Core ML bars the ANE for an op typed fp32 (coremltools' Typed Execution guide): every op
+    # off it, on the CPU of the M1 by its small size, the CPU or GPU choice "uncertain"
     assert {(o.preferred, o.confidence, o.rule) for o in plan.ops} == {
-        ("ane", "uncertain", "fp32 compute precision")
+        ("cpu", "uncertain", "fp32 compute precision")
     }
+    assert all("Typed Execution guide" in o.reason for o in plan.ops)
     rc, out, err = _plan(capsys, conv_relu, "--precision", "fp32")
     (line,) = err.splitlines()
     assert rc == 0 and "fp32 assumed" in out.splitlines()[0]
+    n = len(plan.ops)
     assert line == (
-        f"fastane plan: warning: Core ML may run 0 of {len(plan.ops)} ops off the ANE (ALL on m1); "
-        f"{len(plan.ops)} ops on it (100.0% of the modelled work) are at risk: "
-        f"{plan.leaves_ane().at_risk.named} (an estimate; the compute plan gives each op's reason)"
+        f"fastane plan: warning: Core ML may run {n} of {n} ops (100.0% of the modelled work) off the "
+        f"ANE (ALL on m1): {plan.leaves_ane().off.named} "
+        "(an estimate; the compute plan gives each op's reason)"
     )
     rc, out, err = _plan(capsys, conv_relu, "--precision", "fp32", "--json", "-q")
     d = json.loads(out)
     assert rc == 0 and err == "" and (d["precision"], d["precisionDeclared"]) == ("fp32", False)
-    assert d["leavesANE"]["at_risk"]["rules"] == ["fp32 compute precision"]
+    assert d["leavesANE"]["off"]["rules"] == ["fp32 compute precision"]
+    assert d["leavesANE"]["at_risk"] == {"ops": [], "share": 0, "rules": []}
     # the matmul rule: a MatMul assumed fp32 leaves the ANE, as a declared fp32 one does
     p = conv_relu.parent / "matmul.onnx"
     g = helper.make_graph(

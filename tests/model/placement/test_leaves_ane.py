@@ -1,7 +1,7 @@
 """A predicted compute plan that leaves the ANE (:meth:`ComputePlan.leaves_ane`): the triggers
-(fp32 compute precision with every op on the ANE in fp16: at risk, counted apart from the ops
-off the ANE; a range-shaped input, a "config" rule at any share, more than ``LEAVE_SHARE`` of
-the work off the ANE), the silence of a model on the ANE and of the settings without it,
+(fp32 compute precision, which bars the ANE, with every op on the ANE in fp16; ops at risk,
+counted apart from the ops off the ANE; a range-shaped input, a "config" rule at any share, more
+than ``LEAVE_SHARE`` of the work off the ANE), the silence of a model on the ANE and of the settings without it,
 :class:`fastane.LeavesANEWarning` from :meth:`Model.compute_plan`, and the one warning line of
 ``fastane plan`` and ``fastane run``."""
 
@@ -117,33 +117,31 @@ def _silent(path, shape=SHAPE, units="ALL"):
 
 
 def _rules_named(plan):
-    """Every op off the ANE names a rule of predict.RULES; one on it, none or fp32's."""
+    """Every op off the ANE names a rule of predict.RULES; one on it, none or the one that puts
+    it at risk (the non-matrix program floor, between its CPU and GPU sizes)."""
     for o in plan.ops:
-        assert (o.rule in RULES) if o.preferred != "ane" else o.rule in ("", "fp32 compute precision"), o
+        assert (o.rule in RULES) if o.preferred != "ane" else o.rule in ("", "non-matrix program floor"), o
 
 
-def test_fp32_precision_leaves_though_every_op_runs_on_the_ane_in_fp16(models):
+def test_fp32_precision_takes_every_op_off_the_ane(models):
     fp16 = _silent(models["fp16"])
     assert {o.preferred for o in fp16.ops} == {"ane"} and fp16.leaves_ane() is None
     m = fastane.load_model(models["fp32"], weights=False)
     with pytest.warns(LeavesANEWarning, match=r"rule: fp32 compute precision") as rec:
         plan = m.compute_plan({"x": SHAPE})
     assert len(rec) == 1 and rec[0].filename == __file__  # it points at the caller
-    # the placement is unchanged (the ops stay predicted on the ANE, "uncertain"): at risk
-    assert {(o.preferred, o.confidence, o.rule) for o in plan.ops} == {
-        ("ane", "uncertain", "fp32 compute precision")
-    }
+    # Core ML bars the ANE for ops typed fp32 (coremltools' Typed Execution guide): every op off
+    # it, where fastane's run puts the conv and the pooling on the ANE in fp16
+    assert {(o.preferred, o.rule) for o in plan.ops} == {("cpu", "fp32 compute precision")}
+    assert {o.placement for o in plan.ops if o.label in ("conv_0", "avg_pool_0")} == {"ane"}
     leave = plan.leaves_ane()
-    # none of them off the ANE, as the plan's work by device says: every op at risk
-    assert (leave.off.ops, leave.off.share, leave.off.rules) == ([], 0, [])
-    assert plan.table().splitlines()[-1].endswith("work by device: ane 100.0%")
+    assert plan.table().splitlines()[-1].endswith("work by device: cpu 100.0%")
     n = len(plan.ops)
-    assert len(leave.at_risk.ops) == n == leave.total and leave.at_risk.share == pytest.approx(1.0)
-    assert leave.at_risk.rules == ["fp32 compute precision"]
-    assert {"conv_0", "relu_0", "avg_pool_0"} <= {o.label for o in leave.at_risk.ops}
+    assert len(leave.off.ops) == n == leave.total and leave.off.share == pytest.approx(1.0)
+    assert leave.off.rules == ["fp32 compute precision"] and leave.at_risk.ops == []
+    assert {"conv_0", "relu_0", "avg_pool_0"} <= {o.label for o in leave.off.ops}
     assert leave.message.startswith(
-        f"Core ML may run 0 of {n} ops off the ANE (ALL on m1); {n} ops on it (100.0% of the modelled "
-        "work) are at risk: "
+        f"Core ML may run {n} of {n} ops (100.0% of the modelled work) off the ANE"
     )
     _rules_named(plan)
 
@@ -204,10 +202,10 @@ def test_ops_at_risk_are_counted_apart_from_those_off_the_ane():
     """An op off the ANE by a rule and ops left on it at risk: the line and the JSON give each
     count and share apart; ops at risk warn at any share, an op on the ANE without a rule is
     neither."""
-    fp32 = "fp32 compute precision"
+    floor = "non-matrix program floor"
     ops = [
-        _op("conv", "ane", 0.6, fp32, confidence="uncertain"),
-        _op("relu", "ane", 0.05, fp32, confidence="uncertain"),
+        _op("conv", "ane", 0.6, floor, confidence="uncertain"),
+        _op("relu", "ane", 0.05, floor, confidence="uncertain"),
         _op("pool", "gpu", 0.25, "pooling window > 13", "host"),
         _op("add", "ane", 0.1),
     ]
@@ -219,19 +217,19 @@ def test_ops_at_risk_are_counted_apart_from_those_off_the_ane():
     assert leave.message == (
         "Core ML may run 1 of 4 ops (25.0% of the modelled work) off the ANE (ALL on m1): 'pool'; rule: "
         "pooling window > 13; 2 ops on it (65.0% of the modelled work) are at risk: 'conv', 'relu'; rule: "
-        "fp32 compute precision (an estimate; the compute plan gives each op's reason)"
+        "non-matrix program floor (an estimate; the compute plan gives each op's reason)"
     )
     d = leave.as_dict()
     assert d["total"] == 4 and d["message"] == leave.message
     assert d["off"] == {"ops": ["pool"], "share": pytest.approx(0.25), "rules": ["pooling window > 13"]}
-    assert d["at_risk"] == {"ops": ["conv", "relu"], "share": pytest.approx(0.65), "rules": [fp32]}
+    assert d["at_risk"] == {"ops": ["conv", "relu"], "share": pytest.approx(0.65), "rules": [floor]}
     # one op at risk with little of the work, nothing off the ANE: it warns
-    few = [_op("conv", "ane", 0.95), _op("relu", "ane", 0.05, fp32, confidence="uncertain")]
+    few = [_op("conv", "ane", 0.95), _op("relu", "ane", 0.05, floor, confidence="uncertain")]
     leave = compute_plan.ComputePlan("m", "CPU_AND_NE", "m1", few).leaves_ane()
     assert leave.off.ops == [] and [o.label for o in leave.at_risk.ops] == ["relu"]
     assert leave.message.startswith(
         "Core ML may run 0 of 2 ops off the ANE (CPU_AND_NE on m1); 1 op on it (5.0% of the modelled work) "
-        "is at risk: 'relu'; rule: fp32 compute precision"
+        "is at risk: 'relu'; rule: non-matrix program floor"
     )
 
 
@@ -296,8 +294,7 @@ def test_plan_prints_one_warning_line(models, capsys):
     out, err = _cli(capsys, "plan", models["fp32"])
     (line,) = err.splitlines()
     assert line.startswith(
-        "fastane plan: warning: Core ML may run 0 of 3 ops off the ANE (ALL on m1); 3 ops on it (100.0% of "
-        "the modelled work) are at risk: "
+        "fastane plan: warning: Core ML may run 3 of 3 ops (100.0% of the modelled work) off the ANE (ALL on m1): "
     )
     assert "'conv_0'" in line
     assert line.endswith(
@@ -307,8 +304,8 @@ def test_plan_prints_one_warning_line(models, capsys):
     assert _cli(capsys, "plan", models["fp32"], "--quiet")[1] == ""
     out, err = _cli(capsys, "plan", models["fp32"], "--json", "-q")
     d = json.loads(out)
-    assert err == "" and d["leavesANE"]["at_risk"]["rules"] == ["fp32 compute precision"]
-    assert d["leavesANE"]["off"] == {"ops": [], "share": 0, "rules": []}
+    assert err == "" and d["leavesANE"]["off"]["rules"] == ["fp32 compute precision"]
+    assert d["leavesANE"]["at_risk"] == {"ops": [], "share": 0, "rules": []}
     assert d["leavesANE"]["message"] == line.removeprefix("fastane plan: warning: ")
     ops = d["modelStructure"]["program"]["functions"]["main"]["block"]["operations"]
     assert {o["fastane"]["rule"] for o in ops} == {"fp32 compute precision"}
@@ -323,12 +320,12 @@ def test_run_prints_one_warning_line(models, capsys):
     assert _cli(capsys, "run", models["range"], "--random", "--shape", "x=1x3x16x16", "-q")[1] == ""
     # --report: the Core ML column (device, "?" when uncertain, the rule) and the warning
     out, err = _cli(capsys, "run", models["fp32"], "--random", "--report", "-q")
-    assert err == "" and "ane? fp32 compute precision" in out
+    assert err == "" and "cpu? fp32 compute precision" in out
     row = next(ln for ln in out.splitlines() if ln.startswith("conv_0 "))
-    assert row.split()[:5] == ["conv_0", "conv+relu", "ane", "ane?", "fp32"]
+    assert row.split()[:5] == ["conv_0", "conv+relu", "ane", "cpu?", "fp32"]
     out, err = _cli(capsys, "run", models["fp32"], "--random", "--json")
     pred = json.loads(out)["predicted_placement"]
-    assert pred["leaves_ane"]["at_risk"]["rules"] == ["fp32 compute precision"]
+    assert pred["leaves_ane"]["off"]["rules"] == ["fp32 compute precision"]
     assert {x["rule"] for x in pred["layers"]} == {"fp32 compute precision"}
     assert err.splitlines()[-1] == "fastane run: warning: " + pred["leaves_ane"]["message"]
     # the plan a run reports is the one fastane plan prints: the same ops, devices and rules

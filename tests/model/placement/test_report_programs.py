@@ -1329,7 +1329,8 @@ def agreement(table, which="check"):
 
 def test_check_set_agreement(table):
     agree, n = agreement(table)
-    # docs/models.md states the figure (40 of 59 since a layer_norm over a leading axis loads
+    # docs/models.md states the figure (41 of 59 since every op declared fp32 is off the ANE,
+    # as coremltools' documentation says; 40 of 59 since a layer_norm over a leading axis loads
     # and sm-layernorm-axis1-size disagrees; 40 of 58 since tn-npu2-relu-gelu-large-not-ane, of the
     # sweep the rule was taken from, moved to the derivation set; 41 of 59 with the rule for
     # programs without a matrix product; 38 of 59 with the 51 reports of 2026-12-06 under the rules before it; 34 of 49
@@ -1337,7 +1338,7 @@ def test_check_set_agreement(table):
     # derivation set; 37 of 61 before those, 16 of 21 before the reports added on 2026-12-06,
     # 14 of 17 before 2026-12-05's), below the 90% aimed at; the disagreements stay, each with
     # its reason there. A floor against regressions: today's figure, rounded down
-    assert n and agree / n >= 0.67, [r for r in table if r[7] == "check" and r[6] == "no"]
+    assert n and agree / n >= 0.69, [r for r in table if r[7] == "check" and r[6] == "no"]
     assert f"{agree} of {n} check-set reports" in DOCS.read_text(encoding="utf-8")
     # every derivation report agrees: the rules were written from them
     # (one, vx437-sdpa-f16-1x16x2048x64, is beyond fastane's per-layer budget: no prediction)
