@@ -84,6 +84,10 @@ class Graph:
     declared: dict = field(default_factory=dict)
     #: input name -> "range" or "enumerated": a flexible input shape the source declares
     flexible: dict = field(default_factory=dict)
+    #: input name -> the default shape (a tuple) the source declares for a flexible input
+    #: (a Core ML model description's ``shape``): Core ML runs a range-shaped input on the
+    #: ANE only at it (the placement estimate reads it)
+    default_shapes: dict = field(default_factory=dict)
     #: state input name -> the output holding its value after the run (a Core ML state, read
     #: and written by the model: :meth:`fastane.model.Model.reference` and the other runs
     #: take it as an input, zeros when the caller gives none, as Core ML's ``makeState``)

@@ -38,19 +38,33 @@ def save(prog, path, target, fp16=False, edit=None):
 
 def flexible(kind, default):
     """A spec edit: input 0 declared range-shaped (``kind`` "range": each axis 1..2x its
-    default) or enumerated (its default and a second shape)."""
+    default) or enumerated (its default and a second shape), ``default`` its default shape
+    (the description's ``shape``; for a program whose input has symbolic axes, made by
+    :func:`symbolic`, the converter's own range, 1..2 with default 1, is replaced)."""
 
     def edit(spec):
         t = spec.description.input[0].type.multiArrayType
+        del t.shape[:]
+        t.shape.extend(default)
         if kind == "range":
+            t.shapeRange.ClearField("sizeRanges")
             for d in default:
                 r = t.shapeRange.sizeRanges.add()
                 r.lowerBound, r.upperBound = 1, 2 * d
         else:
+            t.ClearField("shapeRange")
             for shape in (default, tuple(2 * d if i >= 2 else d for i, d in enumerate(default))):
                 t.enumeratedShapes.shapes.add().shape.extend(shape)
 
     return edit
+
+
+def symbolic(shape, axes=(2, 3)):
+    """``shape`` with a new MIL symbol on each of ``axes``: a program input that binds at any
+    size there, as a converted RangeDim input does (declare its range with :func:`flexible`)."""
+    from coremltools.converters.mil.mil import get_new_symbol
+
+    return tuple(get_new_symbol() if i in axes else d for i, d in enumerate(shape))
 
 
 def conv_relu_pool(path, weight, shape, fp16, edit=None):

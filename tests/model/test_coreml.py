@@ -1303,3 +1303,33 @@ def test_row_ops_run_on_the_ane(tmp_path):
     ref, out = m.reference(x), m(x)
     for name in m.outputs:
         assert np.abs(out[name].astype(np.float64) - ref[name]).max() < 2e-2, name
+
+
+def test_flexible_inputs_record_their_kind_and_default_shape(tmp_path):
+    """A model description's range-shaped or enumerated input: ``Graph.flexible`` its kind and
+    ``Graph.default_shapes`` its default (the description's ``shape``), in a NeuralNetwork
+    and an ML Program alike; a fixed input is in neither."""
+    from coremltools.models import datatypes
+    from coremltools.models.neural_network import NeuralNetworkBuilder
+
+    from tests.helpers.coreml import flexible
+
+    b = NeuralNetworkBuilder([("x", datatypes.Array(3, 8, 8))], [("y", None)])
+    b.add_activation("relu", "RELU", "x", "y")
+    spec = b.spec
+    flexible("range", (3, 8, 8))(spec)
+    p = tmp_path / "nn.mlmodel"
+    ct.models.MLModel(spec, skip_model_load=True).save(str(p))
+    g = fastane.load_model(str(p)).graph
+    assert (g.flexible, g.default_shapes) == ({"x": "range"}, {"x": (3, 8, 8)})
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 4, 8))], opset_version=ct.target.iOS17)
+    def prog(x):
+        return mb.relu(x=x)
+
+    g = fastane.load_model(
+        _save(prog, tmp_path / "e.mlpackage", ct.target.iOS17, edit=flexible("enumerated", (1, 4, 8)))
+    ).graph
+    assert (g.flexible, g.default_shapes) == ({"x": "enumerated"}, {"x": (1, 4, 8)})
+    fixed = fastane.load_model(_save(prog, tmp_path / "f.mlpackage", ct.target.iOS17)).graph
+    assert (fixed.flexible, fixed.default_shapes) == ({}, {})

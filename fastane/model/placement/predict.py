@@ -57,7 +57,9 @@ placement prediction", cites the sources):
   - the W/H limit by ANE generation (``Family.max_extent``): beyond it off the ANE,
     "likely" where the limit was measured on that generation, else "uncertain"; an extent
     above 16384 that the generation takes (65536 from the M4's) stays on the ANE, "uncertain";
-  - a range-shaped (flexible) input keeps the whole model off the ANE.
+  - a range-shaped (flexible) input bound away from its default shape keeps the whole model
+    off the ANE (Core ML runs the ANE at the default only); at the default the layers left on
+    the ANE are at risk ("uncertain").
 
   Whether the layer's tensors fit the 2 MiB L2 is reported too (a layer that does not
   streams its tiles from DRAM: slower, still on the ANE).  The compile limits (N, C, rank,
@@ -79,6 +81,7 @@ from dataclasses import replace
 import numpy as np
 
 from ... import m1
+from ...errors import quote
 from ...roofline import chips
 from ..cost import node_cost
 from ..ops import OPS
@@ -166,13 +169,22 @@ _POOLS = ("max_pool", "avg_pool", "lp_pool")
 #: the ops of the sin and cos tables, which an ANE generation has or not
 #: (:attr:`fastane.roofline.chips.Family.trig_table`)
 _TRIG_OPS = ("sin", "cos")
-#: a range-shaped input (coremltools RangeDim): the whole model off the ANE
-#: (ct2370-rangedim-conv, ct1764-flexible-default1, ct1029-range-e5: apple/coremltools
-#: #2370, #1764, #1029); enumerated shapes: the reports disagree (ct2370-enumerated-conv on
-#: the ANE, ct1909-layernorm-enumerated off it), "uncertain"
+#: a range-shaped input (coremltools RangeDim): Core ML runs the ANE at the input's default
+#: shape only (an answer by an Apple engineer, developer.apple.com/forums/thread/724930: "For
+#: models with range flexibility, we currently only support running on the Neural Engine for
+#: the input's default shape. Other shapes will be run on either GPU or CPU";
+#: ct2370-rangedim-conv says the same): at another shape the whole model is off the ANE, at
+#: the default it is at risk (ct1764-flexible-default1 and ct1029-range-e5 saw such models off
+#: the ANE); enumerated shapes: the reports disagree (ct2370-enumerated-conv on the ANE,
+#: ct1909-layernorm-enumerated off it), "uncertain"
 _RANGE = (
-    "a range-shaped input keeps the model off the ANE "
-    "(ct2370-rangedim-conv, ct1764-flexible-default1, ct1029-range-e5)"
+    "a range-shaped input away from its default shape {shapes}: Core ML runs the ANE only at the "
+    "default (an Apple engineer, developer forums thread 724930; ct2370-rangedim-conv)"
+)
+_RANGE_DEFAULT = (
+    "a range-shaped input at its default shape: the only shape Core ML runs on the ANE (developer "
+    "forums thread 724930; ct2370-rangedim-conv), yet models with one stayed off it "
+    "(ct1764-flexible-default1, ct1029-range-e5)"
 )
 _ENUMERATED = (
     "enumerated input shapes: reports disagree (ct2370-enumerated-conv, ct1909-layernorm-enumerated)"
@@ -362,6 +374,7 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1", declared=None)
     if declared is None:
         declared = getattr(bound.graph, "declared", {}) or {}
     flexible = set((getattr(bound.graph, "flexible", {}) or {}).values())
+    away = _away_from_default(bound)
     q_of = _attention_q(bound.nodes)
     out = []
     other = "gpu" if cu == "ALL" else "cpu"
@@ -394,14 +407,32 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1", declared=None)
                     )
                 if widened and p.unit == "ane":
                     p = Prediction("ane", "uncertain", f"{widened}; {p.reason}", p.rule)
-        if p.unit == "ane" and "range" in flexible:
-            p = Prediction("cpu", "likely", _RANGE, _FLEXIBLE)
+        if p.unit == "ane" and away:
+            p = Prediction("cpu", "likely", _RANGE.format(shapes=away), _FLEXIBLE)
+        elif p.unit == "ane" and "range" in flexible:
+            p = Prediction("ane", "uncertain", f"{_RANGE_DEFAULT}; {p.reason}", _FLEXIBLE)
         elif p.unit == "ane" and "enumerated" in flexible:
             p = Prediction("ane", "uncertain", f"{_ENUMERATED}; {p.reason}", p.rule)
         out.append(p)
     if cu in ("ALL", "CPU_AND_NE"):
         out = _program_floors(layers, bound, out, family, other)
     return out
+
+
+def _away_from_default(bound) -> str:
+    """The range-shaped inputs bound to a shape other than their default (the model
+    description's, :attr:`~fastane.model.graph.Graph.default_shapes`), as text, else ""."""
+    g = bound.graph
+    flexible, defaults = getattr(g, "flexible", {}) or {}, getattr(g, "default_shapes", {}) or {}
+    away = [
+        f"{quote(name)} {tuple(bound.types[name].shape)} (default {tuple(defaults[name])})"
+        for name, kind in flexible.items()
+        if kind == "range"
+        and name in defaults
+        and name in bound.types
+        and tuple(bound.types[name].shape) != tuple(defaults[name])
+    ]
+    return "; ".join(away)
 
 
 def _broken(layer, bound, family) -> tuple:

@@ -27,24 +27,26 @@ SHAPE = (1, 3, 16, 16)
 W = (RNG.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
 
 
-def _mlpackage(path, fp16, edit=None):
-    """conv -> relu -> avg_pool 2x2 as an ML Program (:func:`tests.helpers.coreml.conv_relu_pool`)."""
+def _mlpackage(path, fp16, edit=None, shape=SHAPE):
+    """conv -> relu -> avg_pool 2x2 as an ML Program (:func:`tests.helpers.coreml.conv_relu_pool`)
+    on an input of ``shape`` (symbolic axes: any size binds)."""
     pytest.importorskip("coremltools")
     from tests.helpers.coreml import conv_relu_pool
 
-    return conv_relu_pool(path, W, SHAPE, fp16, edit)
+    return conv_relu_pool(path, W, shape, fp16, edit)
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    """name -> model path: the Core ML program in fp16, in fp32, range-shaped (fp16)."""
-    from tests.helpers.coreml import flexible
+    """name -> model path: the Core ML program in fp16, in fp32, range-shaped (fp16; H and W
+    symbolic, SHAPE the default)."""
+    from tests.helpers.coreml import flexible, symbolic
 
     d = tmp_path_factory.mktemp("leave")
     return {
         "fp16": _mlpackage(d / "fp16.mlpackage", True),
         "fp32": _mlpackage(d / "fp32.mlpackage", False),
-        "range": _mlpackage(d / "range.mlpackage", True, flexible("range", SHAPE)),
+        "range": _mlpackage(d / "range.mlpackage", True, flexible("range", SHAPE), symbolic(SHAPE)),
     }
 
 
@@ -117,10 +119,12 @@ def _silent(path, shape=SHAPE, units="ALL"):
 
 
 def _rules_named(plan):
-    """Every op off the ANE names a rule of predict.RULES; one on it, none or the one that puts
-    it at risk (the non-matrix program floor, between its CPU and GPU sizes)."""
+    """Every op off the ANE names a rule of predict.RULES; one on it, none or one that puts it
+    at risk (the non-matrix program floor between its CPU and GPU sizes, a range-shaped input at
+    its default shape)."""
+    at_risk = ("", "non-matrix program floor", "flexible input shapes")
     for o in plan.ops:
-        assert (o.rule in RULES) if o.preferred != "ane" else o.rule in ("", "non-matrix program floor"), o
+        assert (o.rule in RULES) if o.preferred != "ane" else o.rule in at_risk, o
 
 
 def test_fp32_precision_takes_every_op_off_the_ane(models):
@@ -147,8 +151,11 @@ def test_fp32_precision_takes_every_op_off_the_ane(models):
 
 
 def test_range_shaped_input_leaves(models):
-    plan = _plan(models["range"])
+    # away from the default shape: every op off the ANE (Core ML runs the ANE only at the
+    # default, developer forums thread 724930)
+    plan = _plan(models["range"], (1, 3, 32, 32))
     assert {(o.preferred, o.rule) for o in plan.ops} == {("cpu", "flexible input shapes")}
+    assert all("(default (1, 3, 16, 16))" in o.reason for o in plan.ops)
     leave = plan.leaves_ane()
     assert leave.off.rules == ["flexible input shapes"] and leave.off.share == pytest.approx(1.0)
     assert leave.at_risk.ops == [] and "at risk" not in leave.message
@@ -161,6 +168,15 @@ def test_range_shaped_input_leaves(models):
         f"Core ML may run {len(plan.ops)} of {len(plan.ops)} ops (100.0% of the modelled work)"
     )
     _rules_named(plan)
+    # at the default shape: on the ANE, at risk (models with a range input stayed off it)
+    at = _plan(models["range"])
+    assert {(o.preferred, o.confidence, o.rule) for o in at.ops} == {
+        ("ane", "uncertain", "flexible input shapes")
+    }
+    leave = at.leaves_ane()
+    assert leave.off.ops == [] and leave.at_risk.rules == ["flexible input shapes"]
+    assert leave.message.startswith(f"Core ML may run 0 of {len(at.ops)} ops off the ANE (ALL on m1); ")
+    _rules_named(at)
 
 
 def test_settings_without_the_ane_never_warn(models):

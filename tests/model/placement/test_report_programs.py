@@ -26,7 +26,7 @@ import fastane.model.placement as placement  # noqa: E402
 from fastane.errors import ModelError  # noqa: E402
 from fastane.model.placement.predict import RULES, predict  # noqa: E402
 from tests.helpers.coreml import flexible as _flexible  # noqa: E402
-from tests.helpers.coreml import convert, quick_builds, save  # noqa: E402
+from tests.helpers.coreml import convert, quick_builds, save, symbolic  # noqa: E402
 
 REPORTS = {
     r["id"]: r for r in json.loads(Path(placement.__file__).with_name("reports.json").read_text())["reports"]
@@ -203,29 +203,41 @@ def _hn2_up(tmp):
 
 
 # ------------------------------------------------------------------ apple/coremltools issues
-def _conv_stack(tmp, kind):
+def _conv_stack(tmp, kind, spec_shape=None):
+    """The report's four 3x3 convs on a 64 x 64 default (the size is not given), the input
+    declared ``kind`` ("range", "enumerated"); ``spec_shape`` the program's input shape
+    (symbolic axes bind at any size)."""
     rng = np.random.default_rng(0)
     shape = (1, 3, 64, 64)
 
-    @mb.program(input_specs=[mb.TensorSpec(shape=shape)], opset_version=ct.target.iOS17)
+    @mb.program(input_specs=[mb.TensorSpec(shape=spec_shape or shape)], opset_version=ct.target.iOS17)
     def prog(x):
         for cin, cout in ((3, 10), (10, 50), (50, 100), (100, 100)):
             w = rng.standard_normal((cout, cin, 3, 3)).astype(np.float32)
             x = mb.conv(x=x, weight=w, pad_type="same")
         return x
 
-    path = _mil(tmp, f"convs_{kind}", prog, edit=_flexible(kind, shape))
-    return [(kind, path, {"x": shape}, _op("conv"), None)]
+    return _mil(tmp, f"convs_{kind}", prog, edit=_flexible(kind, shape)), shape
 
 
-@case("ct2370-rangedim-conv", expected="not_ane", note="64 x 64 (not given); observed at a non-default shape")
+@case(
+    "ct2370-rangedim-conv",
+    expected="not_ane",
+    note="64 x 64 default (not given), and 96 x 96 within its range",
+)
 def _ct2370_range(tmp):
-    return [(*r[:4], "not_ane") for r in _conv_stack(tmp, "range")]
+    path, shape = _conv_stack(tmp, "range", symbolic((1, 3, 64, 64)))
+    # "runs on the Neural Engine only with the default shape"
+    return [
+        ("default 64x64", path, {"x": shape}, _op("conv"), "ane"),
+        ("96x96", path, {"x": (1, 3, 96, 96)}, _op("conv"), "not_ane"),
+    ]
 
 
 @case("ct2370-enumerated-conv", expected="ane")
 def _ct2370_enum(tmp):
-    return [(*r[:4], "ane") for r in _conv_stack(tmp, "enumerated")]
+    path, shape = _conv_stack(tmp, "enumerated")
+    return [("enumerated", path, {"x": shape}, _op("conv"), "ane")]
 
 
 def _layernorm_matmul(tmp, kind, expected):
@@ -1329,7 +1341,9 @@ def agreement(table, which="check"):
 
 def test_check_set_agreement(table):
     agree, n = agreement(table)
-    # docs/models.md states the figure (41 of 59 since every op declared fp32 is off the ANE,
+    # docs/models.md states the figure (42 of 59 since a range-shaped input leaves the ANE
+    # only away from its default shape, as an Apple engineer answered on the developer forums;
+    # 41 of 59 since every op declared fp32 is off the ANE,
     # as coremltools' documentation says; 40 of 59 since a layer_norm over a leading axis loads
     # and sm-layernorm-axis1-size disagrees; 40 of 58 since tn-npu2-relu-gelu-large-not-ane, of the
     # sweep the rule was taken from, moved to the derivation set; 41 of 59 with the rule for
@@ -1338,7 +1352,7 @@ def test_check_set_agreement(table):
     # derivation set; 37 of 61 before those, 16 of 21 before the reports added on 2026-12-06,
     # 14 of 17 before 2026-12-05's), below the 90% aimed at; the disagreements stay, each with
     # its reason there. A floor against regressions: today's figure, rounded down
-    assert n and agree / n >= 0.69, [r for r in table if r[7] == "check" and r[6] == "no"]
+    assert n and agree / n >= 0.71, [r for r in table if r[7] == "check" and r[6] == "no"]
     assert f"{agree} of {n} check-set reports" in DOCS.read_text(encoding="utf-8")
     # every derivation report agrees: the rules were written from them
     # (one, vx437-sdpa-f16-1x16x2048x64, is beyond fastane's per-layer budget: no prediction)

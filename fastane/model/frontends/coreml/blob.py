@@ -99,16 +99,20 @@ class Blobs:
 _DT = None
 
 
-def flexible_inputs(spec) -> dict:
-    """Input name -> "range" / "enumerated" for the inputs a model description declares
-    flexible (``shapeRange`` / ``enumeratedShapes``): :attr:`fastane.model.graph.Graph.flexible`."""
-    out = {}
+def flexible_inputs(spec) -> tuple:
+    """``(kinds, defaults)`` of the inputs a model description declares flexible
+    (``shapeRange`` / ``enumeratedShapes``): input name -> "range" / "enumerated"
+    (:attr:`fastane.model.graph.Graph.flexible`) and -> the default shape the description
+    gives it, its ``shape`` (:attr:`fastane.model.graph.Graph.default_shapes`)."""
+    kinds, defaults = {}, {}
     for fd in spec.description.input:
         if fd.type.WhichOneof("Type") == "multiArrayType":
-            kind = fd.type.multiArrayType.WhichOneof("ShapeFlexibility")
+            t = fd.type.multiArrayType
+            kind = t.WhichOneof("ShapeFlexibility")
             if kind in ("shapeRange", "enumeratedShapes"):
-                out[fd.name] = "range" if kind == "shapeRange" else "enumerated"
-    return out
+                kinds[fd.name] = "range" if kind == "shapeRange" else "enumerated"
+                defaults[fd.name] = tuple(int(d) for d in t.shape)
+    return kinds, defaults
 
 
 def mil_dtypes():

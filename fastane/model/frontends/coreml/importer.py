@@ -350,6 +350,7 @@ class _Program:
                 )
                 outputs.append(states[s])
         version = self.spec.specificationVersion
+        flexible, defaults = flexible_inputs(self.spec)
         return Graph(
             self.name,
             inputs,
@@ -361,7 +362,8 @@ class _Program:
             compressed=self.compressed,
             code_bits=self.code_bits,
             declared=self.declared,
-            flexible=flexible_inputs(self.spec),
+            flexible=flexible,
+            default_shapes=defaults,
             states=states,
         )
 

@@ -312,6 +312,7 @@ def neural_network(spec, nn, name, weights) -> Graph:
                 Node("squeeze", f"{o}:batch", [inner, const(np.array([0], np.int64))], [o], {}, "batch")
             )
         final.append(o)
+    flexible, defaults = flexible_inputs(spec)
     return Graph(
         name,
         inputs,
@@ -320,5 +321,6 @@ def neural_network(spec, nn, name, weights) -> Graph:
         consts,
         origin=f"coreml neuralNetwork (spec {spec.specificationVersion})",
         weights=weights,
-        flexible=flexible_inputs(spec),
+        flexible=flexible,
+        default_shapes=defaults,
     )
