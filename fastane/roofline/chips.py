@@ -942,6 +942,11 @@ for _c in CHIPS.values():
         _INDEX[_norm(_n).replace("-", "")] = _c
 
 
+#: the chips Apple ships only in iPhones and iPads (the A series): a model on them runs under
+#: iOS or iPadOS, whose Core ML limits a Neural Engine model's size (the placement estimate)
+IOS_CHIPS = frozenset(k for k in CHIPS if k.startswith("a"))
+
+
 def names() -> list[str]:
     """Keys of the known chips, in table order."""
     return list(CHIPS)

@@ -59,7 +59,9 @@ placement prediction", cites the sources):
     above 16384 that the generation takes (65536 from the M4's) stays on the ANE, "uncertain";
   - a range-shaped (flexible) input bound away from its default shape keeps the whole model
     off the ANE (Core ML runs the ANE at the default only); at the default the layers left on
-    the ANE are at risk ("uncertain").
+    the ANE are at risk ("uncertain"); enumerated shapes take nothing off it;
+  - on an A-series chip (iOS, iPadOS) a model storing more than :data:`IOS_MODEL_BYTES` is
+    off the ANE (:func:`stored_bytes`).
 
   Whether the layer's tensors fit the 2 MiB L2 is reported too (a layer that does not
   streams its tiles from DRAM: slower, still on the ANE).  The compile limits (N, C, rank,
@@ -187,8 +189,16 @@ _RANGE_DEFAULT = (
     "(ct1764-flexible-default1, ct1029-range-e5)"
 )
 _ENUMERATED = (
-    "enumerated input shapes: reports disagree (ct2370-enumerated-conv, ct1909-layernorm-enumerated)"
+    "enumerated input shapes: Core ML runs such a model on the ANE unless its conversion adds "
+    "dynamic layers (coremltools' FAQ, 'Neural Engine With Flexible Input Shapes'; "
+    "ct2370-enumerated-conv), though ct1909-layernorm-enumerated saw one off it"
 )
+#: the largest model Core ML runs on the Neural Engine under iOS and iPadOS, in stored bytes
+#: (coremltools' model utilities guide, "Bisect Model": "if you are deploying a model to run on
+#: neural engine on an iPhone, it cannot be larger than 1 GB"; apple/ml-stable-diffusion's README
+#: on --chunk-unet: "each with less than 1GB of weights ... required for Neural Engine
+#: deployment on iOS and iPadOS ... not required for macOS"); read as 10^9 bytes
+IOS_MODEL_BYTES = 10**9
 #: the short names of the compile-limit rules, by axis: SPEC 5's limits (the M1's
 #: generation's, :data:`fastane.roofline.chips.FAMILIES`)
 _H13 = chips.FAMILIES["h13"]
@@ -201,6 +211,7 @@ _LIMITS = {
 _RANK = f"rank > {_H13.max_rank.value:g}"
 _FP32 = "fp32 compute precision"
 _FLEXIBLE = "flexible input shapes"
+_MODEL_SIZE = "model > 1 GB on iOS"
 _POOL_RULES = {
     "kernel": f"pooling window > {POOL_LIMITS['kernel']}",
     "stride": f"pooling stride > {POOL_LIMITS['stride']}",
@@ -223,6 +234,7 @@ _UNITS = "compute units"
 RULES = {
     _FP32: "config",
     _FLEXIBLE: "config",
+    _MODEL_SIZE: "config",
     **{rule: "config" for rule in _POOL_RULES.values()},
     _SIZE_FLOOR: "config",
     _LINEAR_FLOOR: "config",
@@ -375,6 +387,7 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1", declared=None)
         declared = getattr(bound.graph, "declared", {}) or {}
     flexible = set((getattr(bound.graph, "flexible", {}) or {}).values())
     away = _away_from_default(bound)
+    stored = stored_bytes(bound.graph) if chip.key in chips.IOS_CHIPS else 0
     q_of = _attention_q(bound.nodes)
     out = []
     other = "gpu" if cu == "ALL" else "cpu"
@@ -412,11 +425,30 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1", declared=None)
         elif p.unit == "ane" and "range" in flexible:
             p = Prediction("ane", "uncertain", f"{_RANGE_DEFAULT}; {p.reason}", _FLEXIBLE)
         elif p.unit == "ane" and "enumerated" in flexible:
-            p = Prediction("ane", "uncertain", f"{_ENUMERATED}; {p.reason}", p.rule)
+            p = Prediction("ane", p.confidence, f"{_ENUMERATED}; {p.reason}", p.rule)
+        if p.unit == "ane" and stored > IOS_MODEL_BYTES:
+            why = (
+                f"the model stores {stored} bytes of constants, more than the {IOS_MODEL_BYTES} Core ML "
+                f"runs on the Neural Engine under iOS and iPadOS (coremltools' Bisect Model guide)"
+            )
+            p = Prediction(other, "likely", why, _MODEL_SIZE)
         out.append(p)
     if cu in ("ALL", "CPU_AND_NE"):
         out = _program_floors(layers, bound, out, family, other)
     return out
+
+
+def stored_bytes(graph) -> int:
+    """The bytes a model file stores for its constants, as Core ML's fp16 program holds them:
+    a float at 16 bits (fastane's graph widens them to float32), a palettized or otherwise
+    compressed weight at its code width (:attr:`~fastane.model.graph.Graph.code_bits`),
+    an integer at its own width (placeholders of ``weights=False`` count as their shapes)."""
+    bits = getattr(graph, "code_bits", {}) or {}
+    total = 0
+    for name, v in graph.consts.items():
+        dt = np.dtype(v.dtype)
+        total += v.size * (bits.get(name) or (16 if dt.kind == "f" else 8 * dt.itemsize))
+    return total // 8
 
 
 def _away_from_default(bound) -> str:

@@ -245,3 +245,48 @@ def test_sin_and_cos_follow_the_generations_tables(tmp_path, op):
     # elements to the CPU: the sin rule no longer decides
     p = _on(path, shapes, _with("m1", trig_table=chips.FAMILIES["h15"].trig_table), name)
     assert (p.unit, p.rule) == ("cpu", "non-matrix program floor")
+
+
+def _matmul(tmp_path, n=64):
+    w = numpy_helper.from_array(np.ones((n, n), np.float32), "w")
+    return _save(tmp_path, f"mm{n}", [helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", (n, n))], [w])
+
+
+def test_a_model_over_1_gb_leaves_the_ane_under_ios_only(tmp_path, monkeypatch):
+    """coremltools' Bisect Model guide: a Neural Engine model on an iPhone "cannot be larger than
+    1 GB" (apple/ml-stable-diffusion: on iOS and iPadOS, "not required for macOS"). The rule
+    reads the model's stored bytes against ``IOS_MODEL_BYTES`` on the A-series chips alone; here
+    the limit is lowered under a small model's 524288 bytes (512 x 512 weights at 16 bits)."""
+    import importlib
+
+    pr = importlib.import_module("fastane.model.placement.predict")  # the module, not its function
+    path, n = _matmul(tmp_path, 512), 512 * 512 * 2
+    assert pr.stored_bytes(fastane.load_model(str(path), weights=False).graph) == n
+    shapes = {"x": (512, 512)}
+    assert {_on(path, shapes, c, "matmul").unit for c in ("a16", "m4")} == {"ane"}
+    monkeypatch.setattr(pr, "IOS_MODEL_BYTES", n)  # not above it: stays
+    assert _on(path, shapes, "a16", "matmul").unit == "ane"
+    monkeypatch.setattr(pr, "IOS_MODEL_BYTES", n - 1)
+    for chip in sorted(chips.IOS_CHIPS):
+        p = _on(path, shapes, chip, "matmul")
+        assert (p.unit, p.confidence, p.rule) == ("cpu", "likely", "model > 1 GB on iOS"), chip
+        assert f"{n} bytes" in p.reason
+    for chip in ("m1", "m4", "m5-max"):  # macOS: no such limit
+        assert _on(path, shapes, chip, "matmul").rule != "model > 1 GB on iOS"
+    assert chips.IOS_CHIPS == {"a14", "a15", "a16", "a17-pro", "a18", "a18-pro"}
+
+
+def test_stored_bytes_count_code_widths():
+    """A float constant at 16 bits, a palettized one at its code width, an integer at its own."""
+    from types import SimpleNamespace
+
+    from fastane.model.placement.predict import stored_bytes
+
+    consts = {
+        "w": np.zeros((10, 10), np.float32),
+        "lut": np.zeros((100, 8), np.float32),
+        "idx": np.zeros(6, np.int64),
+        "q": np.zeros(40, np.int8),
+    }
+    g = SimpleNamespace(consts=consts, code_bits={"lut": 4})
+    assert stored_bytes(g) == 100 * 2 + 800 * 4 // 8 + 6 * 8 + 40
