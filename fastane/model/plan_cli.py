@@ -1,10 +1,14 @@
 """``fastane plan MODEL [--chip CHIP] [--compute-units ALL|CPU_AND_NE|CPU_AND_GPU|CPU_ONLY]
-[--precision fp16|fp32] [--shape NAME=1x3x224x224] [--json] [--compare MAC_PLAN.json] [--quiet]``:
+[--precision fp16|fp32] [--reshape-frequency frequent|infrequent] [--shape NAME=1x3x224x224] [--json]
+[--compare MAC_PLAN.json] [--quiet]``:
 where Core ML would run each op, predicted from the shapes alone
 (:meth:`fastane.Model.compute_plan`; nothing computed, no weights read): per op the preferred
 device, the devices that support it, its share of the model's work, the confidence and the
 reason.  ``--precision``: the compute precision assumed for a model that declares none (ONNX,
-NeuralNetwork; default fp16), refused (one line, exit status 2) for an ML Program.  ``--json`` writes the plan in the
+NeuralNetwork; default fp16), refused (one line, exit status 2) for an ML Program.
+``--reshape-frequency``: the hint the model is loaded with (Core ML's default ``frequent``;
+``infrequent``, iOS 17.4 / macOS 14.4, may keep a range-shaped input on the ANE away from its
+default shape).  ``--json`` writes the plan in the
 shape of Core ML's MLComputePlan (:mod:`fastane.model.placement.compute_plan`);
 ``--compare`` matches each op by output name against a plan dumped on a Mac
 (``docs/compute_plan_dump.py``) and prints the agreement per op and in total.  A plan that
@@ -32,6 +36,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--compute-units", default="ALL", metavar="UNITS", help="ALL, CPU_AND_NE, CPU_AND_GPU or CPU_ONLY"
     )
     add_precision_argument(p)
+    p.add_argument(
+        "--reshape-frequency",
+        default="frequent",
+        metavar="frequent|infrequent",
+        help="the MLOptimizationHints.reshapeFrequency the model is loaded with (default frequent, Core "
+        "ML's): infrequent may keep a range-shaped input on the ANE away from its default shape",
+    )
     add_shape_argument(p)
     p.add_argument("--json", action="store_true", help="the plan (or the comparison) as JSON")
     p.add_argument(
@@ -48,11 +59,20 @@ def run(args) -> int:
     from . import load_model
     from .cli import CommandError, error_line, read_inputs, warning_line
     from .placement.compute_plan import load_observed
+    from .placement.predict import check_reshape_frequency
 
     try:
+        check_reshape_frequency(args.reshape_frequency)  # before the model is read
         model = load_model(args.model, weights=False)
         shapes = read_inputs(model, args)
-        plan = model.compute_plan(shapes, args.chip, args.compute_units, warn=False, precision=args.precision)
+        plan = model.compute_plan(
+            shapes,
+            args.chip,
+            args.compute_units,
+            warn=False,
+            precision=args.precision,
+            reshape_frequency=args.reshape_frequency,
+        )
         observed = None if args.compare is None else load_observed(args.compare)
     except (CommandError, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:
         return error_line("plan", exc)

@@ -62,7 +62,7 @@ from ...errors import quote
 from ...stats import Stats
 from ..cost import node_cost
 from ..files import read_file
-from .predict import RULES, predict
+from .predict import RULES, check_reshape_frequency, predict
 
 __all__ = [
     "FORMAT",
@@ -255,6 +255,9 @@ class ComputePlan:
     ops: list
     precision: str = DEFAULT_PRECISION
     precision_declared: bool = False
+    #: the reshape-frequency hint the plan assumes the model is loaded with
+    #: (:data:`~fastane.model.placement.predict.RESHAPE_FREQUENCIES`)
+    reshape_frequency: str = "frequent"
 
     @property
     def precision_text(self) -> str:
@@ -294,6 +297,7 @@ class ComputePlan:
             "chip": self.chip,
             "precision": self.precision,
             "precisionDeclared": self.precision_declared,
+            "reshapeFrequency": self.reshape_frequency,
             "modelStructure": {"program": {"functions": {"main": {"block": {"operations": ops}}}}},
             "leavesANE": None if leave is None else leave.as_dict(),
         }
@@ -304,8 +308,9 @@ class ComputePlan:
     def table(self) -> str:
         lines = [
             f"compute plan of {quote(self.model, marks=False)} for {self.compute_units} on "
-            f"{self.chip}, {self.precision_text} (an ESTIMATE from public rules and SPEC limits, not Core ML's "
-            f"decision)",
+            f"{self.chip}, {self.precision_text}"
+            + (", reshape frequency infrequent" if self.reshape_frequency == "infrequent" else "")
+            + " (an ESTIMATE from public rules and SPEC limits, not Core ML's decision)",
             f"  {'op output':32s} {'operator':20s} {'device':6s} {'supported':13s} {'weight':>7s} "
             f"{'confidence':10s} reason",
         ]
@@ -371,21 +376,30 @@ def _own_precision(graph) -> str:
 
 
 def build(
-    name: str, bound, layers, compute_units: str = "ALL", chip="m1", layer_seconds=None, precision=None
+    name: str,
+    bound,
+    layers,
+    compute_units: str = "ALL",
+    chip="m1",
+    layer_seconds=None,
+    precision=None,
+    reshape_frequency: str = "frequent",
 ) -> ComputePlan:
     """The :class:`ComputePlan` of ``layers`` (placed from ``bound``) for ``compute_units`` on
     ``chip``; ``layer_seconds``: per layer, the time of its stats-only plan on the ANE, or
     None where fastane does not plan it there (its ops are then counted one by one);
-    ``precision``: the one assumed for a model that declares none (:func:`precision_of`)."""
+    ``precision``: the one assumed for a model that declares none (:func:`precision_of`);
+    ``reshape_frequency``: the hint the model is loaded with (:func:`predict`)."""
     from ...roofline import chips
     from ...roofline.model import estimate
 
     chip = chips.get(chip)
     cu = str(compute_units).upper()
     prec, prec_declared, declared = precision_of(bound, precision)
-    preds = predict(layers, bound, cu, chip, declared)
-    on_ne = [p.unit == "ane" for p in predict(layers, bound, "CPU_AND_NE", chip, declared)]
-    on_gpu = [p.unit == "gpu" for p in predict(layers, bound, "CPU_AND_GPU", chip, declared)]
+    rf = check_reshape_frequency(reshape_frequency)
+    preds = predict(layers, bound, cu, chip, declared, rf)
+    on_ne = [p.unit == "ane" for p in predict(layers, bound, "CPU_AND_NE", chip, declared, rf)]
+    on_gpu = [p.unit == "gpu" for p in predict(layers, bound, "CPU_AND_GPU", chip, declared, rf)]
     layer_seconds = layer_seconds or [None] * len(layers)
     allowed = _ALLOWED[cu]
     rows, times = [], []
@@ -422,7 +436,7 @@ def build(
         )
         for (n, layer, p, supported), t in zip(rows, times)
     ]
-    return ComputePlan(name, cu, chip.key, ops, prec, prec_declared)
+    return ComputePlan(name, cu, chip.key, ops, prec, prec_declared, rf)
 
 
 def _node_cost(node, bound):

@@ -183,6 +183,15 @@ _RANGE = (
     "a range-shaped input away from its default shape {shapes}: Core ML runs the ANE only at the "
     "default (an Apple engineer, developer forums thread 724930; ct2370-rangedim-conv)"
 )
+#: Core ML's reshape-frequency hint (``MLOptimizationHints.reshapeFrequency``, iOS 17.4 / macOS
+#: 14.4): "frequent", the default, or "infrequent", which "can allow flexible shaped models to
+#: run on the Neural Engine, with iOS 17.4 or later" (coremltools' Flexible Input Shapes guide)
+RESHAPE_FREQUENCIES = ("frequent", "infrequent")
+_RANGE_INFREQUENT = (
+    "a range-shaped input away from its default shape {shapes}, loaded with the reshape-frequency "
+    "hint 'infrequent': Core ML may re-optimize the ANE for the new shape (coremltools' Flexible Input "
+    "Shapes guide; iOS 17.4 / macOS 14.4 and later); no report shows it"
+)
 _RANGE_DEFAULT = (
     "a range-shaped input at its default shape: the only shape Core ML runs on the ANE (developer "
     "forums thread 724930; ct2370-rangedim-conv), yet models with one stayed off it "
@@ -372,15 +381,20 @@ def _pool_limit(n) -> tuple:
     return "", ""
 
 
-def predict(layers, bound, compute_units: str = "ALL", chip="m1", declared=None) -> list:
+def predict(
+    layers, bound, compute_units: str = "ALL", chip="m1", declared=None, reshape_frequency: str = "frequent"
+) -> list:
     """One :class:`Prediction` per layer of ``layers`` (:func:`fastane.model.placement.place.place`
     on ``bound``) on ``chip`` (a name of :mod:`fastane.roofline.chips`).  The compile limits
     and the size floor are those of the chip's ANE generation (``Chip.family``): a decision
     one of them makes is "uncertain" where that generation's figure is not measured.
     ``declared``: tensor name -> float dtype, read by the fp32 rule in place of the graph's
     :attr:`~fastane.model.graph.Graph.declared` (a precision assumed for a model that declares
-    none: :func:`fastane.model.placement.compute_plan.precision_of`)."""
+    none: :func:`fastane.model.placement.compute_plan.precision_of`).  ``reshape_frequency``:
+    the hint the model is loaded with (:data:`RESHAPE_FREQUENCIES`), read for a range-shaped
+    input away from its default shape."""
     cu = check_units(compute_units)
+    infrequent = check_reshape_frequency(reshape_frequency) == "infrequent"
     family = chips.family_of(chip)
     chip = replace(chips.get(chip), family=family)  # a hand-built chip: the "unknown" one
     if declared is None:
@@ -420,7 +434,11 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1", declared=None)
                     )
                 if widened and p.unit == "ane":
                     p = Prediction("ane", "uncertain", f"{widened}; {p.reason}", p.rule)
-        if p.unit == "ane" and away:
+        if p.unit == "ane" and away and infrequent:
+            p = Prediction(
+                "ane", "uncertain", f"{_RANGE_INFREQUENT.format(shapes=away)}; {p.reason}", _FLEXIBLE
+            )
+        elif p.unit == "ane" and away:
             p = Prediction("cpu", "likely", _RANGE.format(shapes=away), _FLEXIBLE)
         elif p.unit == "ane" and "range" in flexible:
             p = Prediction("ane", "uncertain", f"{_RANGE_DEFAULT}; {p.reason}", _FLEXIBLE)
@@ -436,6 +454,17 @@ def predict(layers, bound, compute_units: str = "ALL", chip="m1", declared=None)
     if cu in ("ALL", "CPU_AND_NE"):
         out = _program_floors(layers, bound, out, family, other)
     return out
+
+
+def check_reshape_frequency(value) -> str:
+    """``value`` (any case) as a key of :data:`RESHAPE_FREQUENCIES`; a ValueError for another."""
+    v = str(value).lower()
+    if v not in RESHAPE_FREQUENCIES:
+        raise ValueError(
+            f"reshape frequency {value!r}: expected one of {', '.join(RESHAPE_FREQUENCIES)} "
+            "(Core ML's MLOptimizationHints.reshapeFrequency)"
+        )
+    return v
 
 
 def stored_bytes(graph) -> int:

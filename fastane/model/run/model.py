@@ -211,6 +211,7 @@ class Model:
         warn: bool = True,
         report=None,
         precision=None,
+        reshape_frequency: str = "frequent",
     ):
         """Where Core ML would run each op for ``inputs`` (arrays or shapes) under
         ``compute_units`` on ``chip``: a
@@ -221,15 +222,19 @@ class Model:
         ``precision`` ("fp16", "fp32"): the compute precision assumed for a model that declares
         none (ONNX, NeuralNetwork; default "fp16", coremltools' default); a ValueError for an ML
         Program, whose precision is its own
-        (:func:`~fastane.model.placement.compute_plan.precision_of`).  A plan
+        (:func:`~fastane.model.placement.compute_plan.precision_of`).
+        ``reshape_frequency`` ("frequent", Core ML's default, or "infrequent"): the
+        ``MLOptimizationHints.reshapeFrequency`` the model is loaded with, which decides a
+        range-shaped input away from its default shape.  A plan
         that leaves the ANE (:meth:`~fastane.model.placement.compute_plan.ComputePlan.leaves_ane`)
         warns with :class:`~fastane.LeavesANEWarning` unless ``warn`` is false."""
         from ...errstate import warn_user
         from ..placement.compute_plan import build, check_precision
-        from ..placement.predict import check_units
+        from ..placement.predict import check_reshape_frequency, check_units
 
         check_units(compute_units)
         check_precision(precision, self.graph)
+        check_reshape_frequency(reshape_frequency)
         chip = self.chip if chip is None else _chips.get(chip)
         shapes = _shapes_of(self, inputs)
         bound, layers = self.bind(shapes)
@@ -237,7 +242,7 @@ class Model:
         if rep.chip != chip.key or [r.layer for r in rep.layers] != layers:
             raise ValueError("report: not a report of the same inputs on the same chip")
         secs = [None if r.estimate is None else r.estimate.time_s for r in rep.layers]
-        plan = build(self.name, bound, layers, compute_units, chip, secs, precision)
+        plan = build(self.name, bound, layers, compute_units, chip, secs, precision, reshape_frequency)
         leave = plan.leaves_ane() if warn else None
         if leave is not None:
             warn_user(LeavesANEWarning, leave.message)

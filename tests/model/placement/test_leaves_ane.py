@@ -348,3 +348,40 @@ def test_run_prints_one_warning_line(models, capsys):
     m = fastane.load_model(models["fp32"], weights=False)
     same = m.compute_plan({"x": SHAPE}, warn=False)
     assert pred["leaves_ane"] == same.leaves_ane().as_dict()
+
+
+def test_the_infrequent_reshape_hint_keeps_other_shapes_at_risk(models, capsys):
+    """Loaded with MLOptimizationHints.reshapeFrequency = .infrequent (iOS 17.4 / macOS 14.4),
+    a range-shaped input away from its default may stay on the ANE (coremltools' Flexible
+    Input Shapes guide): at risk, where the default hint takes it off."""
+    m = fastane.load_model(models["range"], weights=False)
+    shape = {"x": (1, 3, 32, 32)}
+    plan = m.compute_plan(shape, warn=False, reshape_frequency="infrequent")
+    assert {(o.preferred, o.confidence, o.rule) for o in plan.ops} == {
+        ("ane", "uncertain", "flexible input shapes")
+    }
+    assert all("'infrequent'" in o.reason for o in plan.ops) and plan.reshape_frequency == "infrequent"
+    assert {o.preferred for o in m.compute_plan(shape, warn=False).ops} == {"cpu"}
+    out, err = _cli(
+        capsys, "plan", models["range"], "--shape", "x=1x3x32x32", "--reshape-frequency", "infrequent"
+    )
+    assert "reshape frequency infrequent" in out.splitlines()[0] and "at risk" in err
+    out, _ = _cli(
+        capsys,
+        "plan",
+        models["range"],
+        "--json",
+        "-q",
+        "--shape",
+        "x=1x3x32x32",
+        "--reshape-frequency",
+        "INFREQUENT",
+    )
+    assert json.loads(out)["reshapeFrequency"] == "infrequent"
+    with pytest.raises(
+        ValueError, match="reshape frequency 'sometimes': expected one of frequent, infrequent"
+    ):
+        m.compute_plan(shape, reshape_frequency="sometimes")
+    assert main(["plan", models["range"], "--reshape-frequency", "sometimes"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("fastane plan: ") and "expected one of frequent, infrequent" in line
