@@ -69,3 +69,42 @@ def test_palettized_coreml_conv_stays_compressed(tmp_path):
     shapes = fastane.load_model(str(tmp_path / "pal.mlpackage"), weights=False)
     (cw,) = [r for r in shapes.report({name: x.shape}, stats_only=True).layers if r.placement == "ane"]
     assert cw.stats.kernel_dma_bytes == cp.stats.kernel_dma_bytes
+
+
+def test_the_model_size_is_the_files_and_compressed_weights_stay_so_without_values(tmp_path):
+    """``Graph.file_bytes`` is what the package holds on disk (the placement's model-size rule
+    reads it: ``predict.stored_bytes``), the palettized model's a quarter of the dense one's
+    weights and more; loaded with ``weights=False`` (as ``fastane plan`` loads), the palettized
+    weight is still known as stored compressed (``Graph.compressed``, ``code_bits``)."""
+    import os
+
+    from fastane.model.placement.predict import stored_bytes
+
+    nbits, n = 4, int(np.prod(SHAPE))
+    idx = RNG.integers(0, 1 << nbits, n)
+    packed = np.packbits(
+        ((idx[:, None] >> np.arange(nbits)) & 1).astype(np.uint8).reshape(-1), bitorder="little"
+    )
+    lut = (RNG.standard_normal(1 << nbits) * 0.1).astype(np.float32)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 64, 8, 8))], opset_version=ct.target.iOS16)
+    def pal(x):
+        w = mb.constexpr_lut_to_dense(indices=packed, lut=lut, shape=np.uint32(SHAPE))
+        return mb.relu(x=mb.conv(x=x, weight=w, pad_type="same"))
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 64, 8, 8))], opset_version=ct.target.iOS16)
+    def plain(x):
+        return mb.relu(x=mb.conv(x=x, weight=lut[idx].reshape(SHAPE), pad_type="same"))
+
+    sizes = {}
+    for name, prog in (("pal", pal), ("plain", plain)):
+        path = _save(prog, tmp_path / f"{name}.mlpackage")
+        on_disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+        g = fastane.load_model(path, weights=False).graph
+        assert g.file_bytes == on_disk == stored_bytes(g)
+        sizes[name] = g
+    # fp32 weights in the dense package (its compute precision): 4 bytes each, the palette's 4 bits
+    assert n * 4 < sizes["plain"].file_bytes < n * 4 + 65536
+    assert n // 2 < sizes["pal"].file_bytes < n // 2 + 65536
+    (w,) = sizes["pal"].compressed
+    assert sizes["pal"].code_bits == {w: nbits} and sizes["plain"].compressed == set()
