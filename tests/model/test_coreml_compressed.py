@@ -30,8 +30,9 @@ def _save(prog, path):
     return str(path)
 
 
-def test_palettized_coreml_conv_stays_compressed(tmp_path):
-    nbits = 4
+def _pal_and_plain(nbits):
+    """A conv by a random ``nbits`` palettized weight of SHAPE, as a palettized program and as
+    a dense one of the same values: ``(pal, plain)``."""
     n = int(np.prod(SHAPE))
     idx = RNG.integers(0, 1 << nbits, n)
     bits = ((idx[:, None] >> np.arange(nbits)) & 1).astype(np.uint8).reshape(-1)
@@ -47,6 +48,12 @@ def test_palettized_coreml_conv_stays_compressed(tmp_path):
     @mb.program(input_specs=[mb.TensorSpec(shape=(1, 64, 8, 8))], opset_version=ct.target.iOS16)
     def plain(x):
         return mb.relu(x=mb.conv(x=x, weight=dense, pad_type="same"))
+
+    return pal, plain
+
+
+def test_palettized_coreml_conv_stays_compressed(tmp_path):
+    pal, plain = _pal_and_plain(4)
 
     mp = fastane.load_model(_save(pal, tmp_path / "pal.mlpackage"))
     md = fastane.load_model(_save(plain, tmp_path / "plain.mlpackage"))
@@ -81,20 +88,7 @@ def test_the_model_size_is_the_files_and_compressed_weights_stay_so_without_valu
     from fastane.model.placement.predict import stored_bytes
 
     nbits, n = 4, int(np.prod(SHAPE))
-    idx = RNG.integers(0, 1 << nbits, n)
-    packed = np.packbits(
-        ((idx[:, None] >> np.arange(nbits)) & 1).astype(np.uint8).reshape(-1), bitorder="little"
-    )
-    lut = (RNG.standard_normal(1 << nbits) * 0.1).astype(np.float32)
-
-    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 64, 8, 8))], opset_version=ct.target.iOS16)
-    def pal(x):
-        w = mb.constexpr_lut_to_dense(indices=packed, lut=lut, shape=np.uint32(SHAPE))
-        return mb.relu(x=mb.conv(x=x, weight=w, pad_type="same"))
-
-    @mb.program(input_specs=[mb.TensorSpec(shape=(1, 64, 8, 8))], opset_version=ct.target.iOS16)
-    def plain(x):
-        return mb.relu(x=mb.conv(x=x, weight=lut[idx].reshape(SHAPE), pad_type="same"))
+    pal, plain = _pal_and_plain(nbits)
 
     sizes = {}
     for name, prog in (("pal", pal), ("plain", plain)):
