@@ -29,7 +29,7 @@ class LUTRangeWarning(RuntimeWarning):
 class LeavesANEWarning(UserWarning):
     """The predicted Core ML compute plan of a model leaves the ANE: ops the ANE runs in
     another precision, size or input shape (or that fastane runs there) predicted on the
-    CPU or the GPU, ops predicted on the ANE at risk of leaving it (between a floor's CPU and GPU sizes),
+    CPU or the GPU, ops predicted on the ANE at risk of leaving it (a range-shaped input),
     or most of the modelled work on the CPU or the GPU
     (:meth:`fastane.model.placement.compute_plan.ComputePlan.leaves_ane`; an estimate)."""
 

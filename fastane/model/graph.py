@@ -88,6 +88,14 @@ class Graph:
     #: (a Core ML model description's ``shape``): Core ML runs a range-shaped input on the
     #: ANE only at it (the placement estimate reads it)
     default_shapes: dict = field(default_factory=dict)
+    #: the bytes the model's file holds (an .mlmodel, or every file of an .mlpackage), set by
+    #: the Core ML frontend; 0 where not known (the placement's model-size rule counts the
+    #: constants then: :func:`fastane.model.placement.predict.stored_bytes`)
+    file_bytes: int = 0
+    #: input name -> the shapes the source allows a flexible input: ``("range", ((lo, hi),
+    #: ...))`` per axis (``hi`` -1: unbounded) or ``("enumerated", (shape, ...))``; binding
+    #: refuses another shape, as Core ML does at prediction time
+    allowed_shapes: dict = field(default_factory=dict)
     #: state input name -> the output holding its value after the run (a Core ML state, read
     #: and written by the model: :meth:`fastane.model.Model.reference` and the other runs
     #: take it as an input, zeros when the caller gives none, as Core ML's ``makeState``)
@@ -214,6 +222,31 @@ def _fold(node, in_types, consts, types, shaped: bool) -> list:
     return host_eval(node, ins, [types[n].dtype for n in node.outputs])
 
 
+def _check_allowed(name: str, shape: tuple, allowed) -> None:
+    """A ModelError where ``shape`` is not one the flexible input ``name`` allows
+    (:attr:`Graph.allowed_shapes`)."""
+    if allowed is None:
+        return
+    kind, spec = allowed
+    if kind == "enumerated":
+        if spec and shape not in {tuple(s) for s in spec}:
+            listed = ", ".join(_fmt(s) for s in spec[:4]) + (
+                f" and {len(spec) - 4} more" if len(spec) > 4 else ""
+            )
+            raise ModelError(
+                f"input {quote(name)}: shape {_fmt(shape)} is not one of its enumerated shapes {listed}"
+            )
+        return
+    if len(spec) != len(shape):
+        return  # a range of another rank than the input: the frontend checked nothing to compare
+    for i, (d, (lo, hi)) in enumerate(zip(shape, spec)):
+        if d < lo or (hi >= 0 and d > hi):
+            top = "unbounded" if hi < 0 else str(hi)
+            raise ModelError(
+                f"input {quote(name)}: dimension {i} is {d}, outside its declared range {lo}..{top}"
+            )
+
+
 def _input_types(graph: Graph, input_types: dict) -> tuple:
     """``(types, symbols)``: the caller's input types checked against the graph's declared
     inputs, and the values they give the symbolic dimensions."""
@@ -243,6 +276,7 @@ def _input_types(graph: Graph, input_types: dict) -> tuple:
                 raise ModelError(
                     f"input {quote(name)}: expected shape {_fmt(declared.shape)}, got {_fmt(given.shape)}"
                 )
+        _check_allowed(name, tuple(given.shape), graph.allowed_shapes.get(name))
         check_size(given.shape, f"input {quote(name)}")
         types[name] = TensorType(np.dtype(given.dtype), tuple(int(g) for g in given.shape))
     extra = sorted(set(input_types) - set(graph.inputs))

@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_precision_argument(p)
     p.add_argument(
         "--reshape-frequency",
-        default="frequent",
+        default=None,
         metavar="frequent|infrequent",
         help="the MLOptimizationHints.reshapeFrequency the model is loaded with (default frequent, Core "
         "ML's): infrequent may keep a range-shaped input on the ANE away from its default shape",
@@ -59,10 +59,11 @@ def run(args) -> int:
     from . import load_model
     from .cli import CommandError, error_line, read_inputs, warning_line
     from .placement.compute_plan import load_observed
-    from .placement.predict import check_reshape_frequency
+    from .placement.predict import DEFAULT_RESHAPE_FREQUENCY, check_reshape_frequency
 
     try:
-        check_reshape_frequency(args.reshape_frequency)  # before the model is read
+        reshape = DEFAULT_RESHAPE_FREQUENCY if args.reshape_frequency is None else args.reshape_frequency
+        check_reshape_frequency(reshape)  # before the model is read
         model = load_model(args.model, weights=False)
         shapes = read_inputs(model, args)
         plan = model.compute_plan(
@@ -71,7 +72,7 @@ def run(args) -> int:
             args.compute_units,
             warn=False,
             precision=args.precision,
-            reshape_frequency=args.reshape_frequency,
+            reshape_frequency=reshape,
         )
         observed = None if args.compare is None else load_observed(args.compare)
     except (CommandError, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:

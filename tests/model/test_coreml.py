@@ -974,8 +974,9 @@ def test_exp2_and_rsqrt_on_the_ne_tables(tmp_path):
 def test_elu_and_erf_on_the_ne_tables(tmp_path):
     """MIL elu (its alpha) and erf: fastane's elu and erf tables on the ANE, bit for bit
     fastane.elu/erf; Core ML's estimate, for the ops in fp16 (the program is fp32, which bars
-    the ANE), keeps them on the ANE of an M4, now without the note that fastane runs them on the host (on the M1 such a small program with no matrix product
-    goes to the CPU: the non-matrix program floor)."""
+    the ANE), keeps them on the ANE of an M4, now without the note that fastane runs them on
+    the host (on the M1 such a small program with no matrix product goes to the CPU: the
+    non-matrix program floor)."""
     from fastane.model.placement.predict import predict
 
     @mb.program(input_specs=[mb.TensorSpec(shape=(4, 8))], opset_version=ct.target.iOS17)
@@ -1009,8 +1010,9 @@ def test_sigmoid_hard_and_coremltools_hardswish_on_the_ane(tmp_path):
     coremltools/converters/mil/frontend/torch/ops.py ``hardswish``) -- whose sigmoid_hard and
     mul run as hard_swish; the thresholded relu is its greater/where composition (host).
     Bit for bit fastane.hard_sigmoid / hard_swish; Core ML's estimate, for the ops in fp16 (the
-    program is fp32, which bars the ANE), keeps the ANE layers on the ANE of an M4, now without the note that fastane runs them on the host (on the M1 the
-    non-matrix program floor takes such a small program to the CPU)."""
+    program is fp32, which bars the ANE), keeps the ANE layers on the ANE of an M4, now without
+    the note that fastane runs them on the host (on the M1 the non-matrix program floor takes
+    such a small program to the CPU)."""
     from fastane.model.placement.predict import predict
 
     @mb.program(input_specs=[mb.TensorSpec(shape=(4, 8))], opset_version=ct.target.iOS17)
@@ -1333,3 +1335,51 @@ def test_flexible_inputs_record_their_kind_and_default_shape(tmp_path):
     assert (g.flexible, g.default_shapes) == ({"x": "enumerated"}, {"x": (1, 4, 8)})
     fixed = fastane.load_model(_save(prog, tmp_path / "f.mlpackage", ct.target.iOS17)).graph
     assert (fixed.flexible, fixed.default_shapes) == ({}, {})
+
+
+def test_a_shape_outside_the_declared_range_or_set_is_refused(tmp_path):
+    """Core ML refuses a prediction at a shape the model does not allow; so does binding
+    (``Graph.allowed_shapes``), one line: beyond a range's bounds, not among enumerated
+    shapes."""
+    from tests.helpers.coreml import flexible, symbolic
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=symbolic((1, 4, 8, 8)))], opset_version=ct.target.iOS17)
+    def prog(x):
+        return mb.relu(x=x)
+
+    m = fastane.load_model(
+        _save(prog, tmp_path / "r.mlpackage", ct.target.iOS17, edit=flexible("range", (1, 4, 8, 8)))
+    )
+    assert m.graph.allowed_shapes == {"x": ("range", ((1, 2), (1, 8), (1, 16), (1, 16)))}
+    m.bind({"x": (1, 4, 16, 3)})
+    with pytest.raises(
+        ModelError, match=r"^input 'x': dimension 2 is 17, outside its declared range 1\.\.16$"
+    ):
+        m.bind({"x": (1, 4, 17, 8)})
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=symbolic((1, 4, 8, 8)))], opset_version=ct.target.iOS17)
+    def prog2(x):
+        return mb.relu(x=x)
+
+    e = fastane.load_model(
+        _save(prog2, tmp_path / "e.mlpackage", ct.target.iOS17, edit=flexible("enumerated", (1, 4, 8, 8)))
+    )
+    e.bind({"x": (1, 4, 16, 16)})
+    with pytest.raises(ModelError, match=r"shape \(1, 4, 9, 9\) is not one of its enumerated shapes"):
+        e.bind({"x": (1, 4, 9, 9)})
+
+
+def test_freeze_keeps_what_the_placement_reads(tmp_path):
+    """A frozen model keeps the declared precision and the flexible inputs it still has."""
+
+    @mb.program(
+        input_specs=[mb.TensorSpec(shape=(1, 4, 8)), mb.TensorSpec(shape=(1, 4, 8))],
+        opset_version=ct.target.iOS17,
+    )
+    def prog(x, y):
+        return mb.add(x=mb.relu(x=x), y=y)
+
+    m = fastane.load_model(_save(prog, tmp_path / "f.mlpackage", ct.target.iOS17))
+    frozen = m.freeze({"y": np.ones((1, 4, 8), np.float32)})
+    assert list(frozen.graph.inputs) == ["x"] and frozen.graph.declared == m.graph.declared
+    assert frozen.graph.file_bytes == m.graph.file_bytes > 0

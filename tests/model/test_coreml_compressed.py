@@ -30,8 +30,9 @@ def _save(prog, path):
     return str(path)
 
 
-def test_palettized_coreml_conv_stays_compressed(tmp_path):
-    nbits = 4
+def _pal_and_plain(nbits):
+    """A conv by a random ``nbits`` palettized weight of SHAPE, as a palettized program and as
+    a dense one of the same values: ``(pal, plain)``."""
     n = int(np.prod(SHAPE))
     idx = RNG.integers(0, 1 << nbits, n)
     bits = ((idx[:, None] >> np.arange(nbits)) & 1).astype(np.uint8).reshape(-1)
@@ -47,6 +48,12 @@ def test_palettized_coreml_conv_stays_compressed(tmp_path):
     @mb.program(input_specs=[mb.TensorSpec(shape=(1, 64, 8, 8))], opset_version=ct.target.iOS16)
     def plain(x):
         return mb.relu(x=mb.conv(x=x, weight=dense, pad_type="same"))
+
+    return pal, plain
+
+
+def test_palettized_coreml_conv_stays_compressed(tmp_path):
+    pal, plain = _pal_and_plain(4)
 
     mp = fastane.load_model(_save(pal, tmp_path / "pal.mlpackage"))
     md = fastane.load_model(_save(plain, tmp_path / "plain.mlpackage"))
@@ -69,3 +76,29 @@ def test_palettized_coreml_conv_stays_compressed(tmp_path):
     shapes = fastane.load_model(str(tmp_path / "pal.mlpackage"), weights=False)
     (cw,) = [r for r in shapes.report({name: x.shape}, stats_only=True).layers if r.placement == "ane"]
     assert cw.stats.kernel_dma_bytes == cp.stats.kernel_dma_bytes
+
+
+def test_the_model_size_is_the_files_and_compressed_weights_stay_so_without_values(tmp_path):
+    """``Graph.file_bytes`` is what the package holds on disk (the placement's model-size rule
+    reads it: ``predict.stored_bytes``), the palettized model's a quarter of the dense one's
+    weights and more; loaded with ``weights=False`` (as ``fastane plan`` loads), the palettized
+    weight is still known as stored compressed (``Graph.compressed``, ``code_bits``)."""
+    import os
+
+    from fastane.model.placement.predict import stored_bytes
+
+    nbits, n = 4, int(np.prod(SHAPE))
+    pal, plain = _pal_and_plain(nbits)
+
+    sizes = {}
+    for name, prog in (("pal", pal), ("plain", plain)):
+        path = _save(prog, tmp_path / f"{name}.mlpackage")
+        on_disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+        g = fastane.load_model(path, weights=False).graph
+        assert g.file_bytes == on_disk == stored_bytes(g)
+        sizes[name] = g
+    # fp32 weights in the dense package (its compute precision): 4 bytes each, the palette's 4 bits
+    assert n * 4 < sizes["plain"].file_bytes < n * 4 + 65536
+    assert n // 2 < sizes["pal"].file_bytes < n // 2 + 65536
+    (w,) = sizes["pal"].compressed
+    assert sizes["pal"].code_bits == {w: nbits} and sizes["plain"].compressed == set()

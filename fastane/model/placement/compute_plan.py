@@ -19,7 +19,9 @@ time on the CPU or the GPU.
 :meth:`ComputePlan.leaves_ane` finds a plan that would take the model off the ANE without a
 word from Core ML (under ``ALL`` or ``CPU_AND_NE``), counting apart the ops predicted off the
 ANE and those predicted on it with a rule that puts them at risk (left there, "uncertain",
-between the sizes a floor reports for the CPU and the GPU): it is given when an op is at risk, or an op off the ANE is off by a "config" rule
+with a range-shaped input at its default shape, or away from it under the reshape-frequency
+hint "infrequent"): it is given when an op is at risk, or an op off the ANE is off by a
+"config" rule
 (:data:`fastane.model.placement.predict.RULES`: the op runs on the ANE in another precision,
 size, input shape or on another chip) or fastane runs it on the ANE, or the ops off the ANE
 carry more than :data:`LEAVE_SHARE` of the modelled work.  The commands print it as one line
@@ -37,6 +39,7 @@ The JSON (:meth:`ComputePlan.as_dict`, :data:`FORMAT`)::
 
     {"format": "fastane-compute-plan-1", "source": "fastane estimate", "model": NAME,
      "computeUnits": "ALL", "chip": "m1", "precision": "fp16", "precisionDeclared": false,
+     "reshapeFrequency": "frequent",
      "modelStructure": {"program": {"functions": {"main": {"block": {"operations": [
        {"operatorName": "conv", "outputs": [{"name": "conv_0"}],
         "deviceUsage": {"preferred": "neuralEngine", "supported": ["cpu", "gpu", "neuralEngine"]},
@@ -62,7 +65,7 @@ from ...errors import quote
 from ...stats import Stats
 from ..cost import node_cost
 from ..files import read_file
-from .predict import RULES, check_reshape_frequency, predict
+from .predict import DEFAULT_RESHAPE_FREQUENCY, RULES, check_reshape_frequency, predict
 
 __all__ = [
     "FORMAT",
@@ -205,7 +208,8 @@ class LeavesANE:
     """The ops of a plan of ``total`` ops for ``compute_units`` on ``chip`` that leave the ANE
     (:meth:`ComputePlan.leaves_ane`): ``off``, those predicted on the CPU or the GPU, and
     ``at_risk``, those predicted on the ANE with a rule that puts them at risk of leaving it
-    (between the sizes a floor reports for the CPU and the GPU); each an :class:`OpShare`."""
+    (a range-shaped input: :func:`~fastane.model.placement.predict.predict`); each an
+    :class:`OpShare`."""
 
     compute_units: str
     chip: str
@@ -257,7 +261,7 @@ class ComputePlan:
     precision_declared: bool = False
     #: the reshape-frequency hint the plan assumes the model is loaded with
     #: (:data:`~fastane.model.placement.predict.RESHAPE_FREQUENCIES`)
-    reshape_frequency: str = "frequent"
+    reshape_frequency: str = DEFAULT_RESHAPE_FREQUENCY
 
     @property
     def precision_text(self) -> str:
@@ -383,7 +387,7 @@ def build(
     chip="m1",
     layer_seconds=None,
     precision=None,
-    reshape_frequency: str = "frequent",
+    reshape_frequency: str = DEFAULT_RESHAPE_FREQUENCY,
 ) -> ComputePlan:
     """The :class:`ComputePlan` of ``layers`` (placed from ``bound``) for ``compute_units`` on
     ``chip``; ``layer_seconds``: per layer, the time of its stats-only plan on the ANE, or

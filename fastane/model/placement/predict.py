@@ -27,8 +27,9 @@ placement prediction", cites the sources):
   else the CPU (``CPU_AND_NE``) or the GPU (``ALL``: Core ML prefers the GPU for a float op
   the ANE cannot take).
 
-  Rules from public reports (``reports.json`` in this package, each rule citing its report
-  ids; docs/models.md, "Public placement reports", checks them on held-out reports):
+  Rules from public reports and Apple's documentation (``reports.json`` in this package, each
+  rule citing its report ids or its document; docs/models.md, "Public placement reports",
+  checks them on held-out reports):
 
   - an fp16 ``matmul`` or attention below a size floor goes to the CPU on a chip whose
     family reports it (``Family.size_floor``, a :class:`fastane.roofline.chips.SizeFloor`
@@ -90,7 +91,18 @@ from ..ops import OPS
 from .context import compressed_weights
 from .place import CONTROL_FLOW
 
-__all__ = ["COMPUTE_UNITS", "RULES", "check_units", "predict", "Prediction"]
+__all__ = [
+    "COMPUTE_UNITS",
+    "DEFAULT_RESHAPE_FREQUENCY",
+    "IOS_MODEL_BYTES",
+    "RESHAPE_FREQUENCIES",
+    "RULES",
+    "check_reshape_frequency",
+    "check_units",
+    "predict",
+    "Prediction",
+    "stored_bytes",
+]
 
 COMPUTE_UNITS = ("ALL", "CPU_AND_NE", "CPU_AND_GPU", "CPU_ONLY")
 
@@ -177,8 +189,7 @@ _TRIG_OPS = ("sin", "cos")
 #: the input's default shape. Other shapes will be run on either GPU or CPU";
 #: ct2370-rangedim-conv says the same): at another shape the whole model is off the ANE, at
 #: the default it is at risk (ct1764-flexible-default1 and ct1029-range-e5 saw such models off
-#: the ANE); enumerated shapes: the reports disagree (ct2370-enumerated-conv on the ANE,
-#: ct1909-layernorm-enumerated off it), "uncertain"
+#: the ANE); enumerated shapes take nothing off it (coremltools' FAQ: :data:`_ENUMERATED`)
 _RANGE = (
     "a range-shaped input away from its default shape {shapes}: Core ML runs the ANE only at the "
     "default (an Apple engineer, developer forums thread 724930; ct2370-rangedim-conv)"
@@ -187,6 +198,8 @@ _RANGE = (
 #: 14.4): "frequent", the default, or "infrequent", which "can allow flexible shaped models to
 #: run on the Neural Engine, with iOS 17.4 or later" (coremltools' Flexible Input Shapes guide)
 RESHAPE_FREQUENCIES = ("frequent", "infrequent")
+#: Core ML's default hint ("This is the default": MLOptimizationHints.ReshapeFrequency.frequent)
+DEFAULT_RESHAPE_FREQUENCY = "frequent"
 _RANGE_INFREQUENT = (
     "a range-shaped input away from its default shape {shapes}, loaded with the reshape-frequency "
     "hint 'infrequent': Core ML may re-optimize the ANE for the new shape (coremltools' Flexible Input "
@@ -382,7 +395,12 @@ def _pool_limit(n) -> tuple:
 
 
 def predict(
-    layers, bound, compute_units: str = "ALL", chip="m1", declared=None, reshape_frequency: str = "frequent"
+    layers,
+    bound,
+    compute_units: str = "ALL",
+    chip="m1",
+    declared=None,
+    reshape_frequency: str = DEFAULT_RESHAPE_FREQUENCY,
 ) -> list:
     """One :class:`Prediction` per layer of ``layers`` (:func:`fastane.model.placement.place.place`
     on ``bound``) on ``chip`` (a name of :mod:`fastane.roofline.chips`).  The compile limits
@@ -429,11 +447,9 @@ def predict(
             else:
                 p = _on_ane(layer, bound, types, ops, q_of, chip)
                 if broken and p.unit == "ane":
-                    p = Prediction(
-                        "ane", "uncertain", f"{_taken(broken[0], family, chip)}; {p.reason}", p.rule
-                    )
+                    p = Prediction("ane", "uncertain", f"{_taken(broken[0], family, chip)}; {p.reason}")
                 if widened and p.unit == "ane":
-                    p = Prediction("ane", "uncertain", f"{widened}; {p.reason}", p.rule)
+                    p = Prediction("ane", "uncertain", f"{widened}; {p.reason}")
         if p.unit == "ane" and away and infrequent:
             p = Prediction(
                 "ane", "uncertain", f"{_RANGE_INFREQUENT.format(shapes=away)}; {p.reason}", _FLEXIBLE
@@ -468,13 +484,19 @@ def check_reshape_frequency(value) -> str:
 
 
 def stored_bytes(graph) -> int:
-    """The bytes a model file stores for its constants, as Core ML's fp16 program holds them:
-    a float at 16 bits (fastane's graph widens them to float32), a palettized or otherwise
-    compressed weight at its code width (:attr:`~fastane.model.graph.Graph.code_bits`),
-    an integer at its own width (placeholders of ``weights=False`` count as their shapes)."""
+    """The bytes of the model: its file's (:attr:`~fastane.model.graph.Graph.file_bytes`, a
+    Core ML model), else (an ONNX model, converted) its constants as an fp16 Core ML program
+    would store them -- a float at 16 bits, a palettized one at its code width
+    (:attr:`~fastane.model.graph.Graph.code_bits`), an integer at its own width; the
+    constants the importers make (``fastane::`` names: a transposed copy) not counted.
+    Shapes only: a ``weights=False`` placeholder counts as its shape, nothing is read."""
+    if getattr(graph, "file_bytes", 0):
+        return int(graph.file_bytes)
     bits = getattr(graph, "code_bits", {}) or {}
     total = 0
     for name, v in graph.consts.items():
+        if name.startswith("fastane::"):
+            continue
         dt = np.dtype(v.dtype)
         total += v.size * (bits.get(name) or (16 if dt.kind == "f" else 8 * dt.itemsize))
     return total // 8
@@ -486,14 +508,14 @@ def _away_from_default(bound) -> str:
     g = bound.graph
     flexible, defaults = getattr(g, "flexible", {}) or {}, getattr(g, "default_shapes", {}) or {}
     away = [
-        f"{quote(name)} {tuple(bound.types[name].shape)} (default {tuple(defaults[name])})"
+        f"{quote(name)} {tuple(bound.types[name].shape)} (its default {tuple(defaults[name])})"
         for name, kind in flexible.items()
         if kind == "range"
         and name in defaults
         and name in bound.types
         and tuple(bound.types[name].shape) != tuple(defaults[name])
     ]
-    return "; ".join(away)
+    return " and ".join(away)
 
 
 def _broken(layer, bound, family) -> tuple:
@@ -625,10 +647,8 @@ def _fp32(layer, bound, other, family):
         return Prediction(_fp32_default(family), "uncertain", f"{why}; {note}", _FP32)
     if not mac and not attention and family.no_matrix is not None:
         floor = family.no_matrix
-        sizes = [bound.types[t].size for t in [*layer.inputs, *layer.outputs] if t in bound.types]
-        m = max(sizes, default=0)
-        cpu, gpu = int(floor.cpu.value), int(floor.other.value)
-        ids = f"{floor.cpu.source}, {floor.other.source}"
+        m = _largest_tensor([layer], bound)
+        cpu, gpu, ids = _edges(floor)
         side = "cpu" if m <= cpu else ("gpu" if m >= gpu else "")
         if side:
             edge = f"<= {cpu}" if side == "cpu" else f">= {gpu}"
@@ -777,6 +797,20 @@ def _no_matrix_segment(nodes) -> bool:
     return any(OPS[n.op].kind != "layout" and n.op != "cast" for n in nodes)
 
 
+def _largest_tensor(layers, bound) -> int:
+    """The elements of the largest input or output of ``layers``."""
+    return max(
+        (bound.types[t].size for lay in layers for t in [*lay.inputs, *lay.outputs] if t in bound.types),
+        default=0,
+    )
+
+
+def _edges(floor) -> tuple:
+    """``(cpu, gpu, ids)``: the CPU's and the GPU's sizes of a ``Family.no_matrix`` floor, and
+    their report ids."""
+    return int(floor.cpu.value), int(floor.other.value), f"{floor.cpu.source}, {floor.other.source}"
+
+
 def _no_matrix(seg, layers, bound, floor, other):
     """The :class:`Prediction` of a segment with no matrix product on the generation that
     reports ``floor`` (``Family.no_matrix``), by its largest tensor's elements: the CPU up to
@@ -785,12 +819,8 @@ def _no_matrix(seg, layers, bound, floor, other):
     "uncertain" (no larger size was tried).  torchnative's one-op sweep (NPU2.md section 7.1:
     tn-npu2-layernorm-cpu, tn-npu2-softmax-cpu, tn-npu2-batchnorm-small-cpu,
     tn-npu2-batchnorm-large-gpu) saw the ANE supported and preferred at no size."""
-    sizes = [
-        bound.types[t].size for i in seg for t in [*layers[i].inputs, *layers[i].outputs] if t in bound.types
-    ]
-    m = max(sizes, default=0)
-    cpu, gpu = int(floor.cpu.value), int(floor.other.value)
-    ids = f"{floor.cpu.source}, {floor.other.source}"
+    m = _largest_tensor([layers[i] for i in seg], bound)
+    cpu, gpu, ids = _edges(floor)
     what = f"a program with no matrix product, its largest tensor {m} elements"
     if m <= cpu:
         return Prediction(

@@ -27,6 +27,7 @@ the first layer whose error exceeds the tolerance of its class (:data:`TOLERANCE
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import sys
 
@@ -115,9 +116,18 @@ class Model:
         inputs = {k: t for k, t in g.inputs.items() if k not in arrays}
         consts = dict(g.consts)
         consts.update(arrays)
-        return Model(
-            Graph(g.name, inputs, list(g.outputs), list(g.nodes), consts, g.origin, g.weights), self.chip
+        kept = {k: v for k, v in g.flexible.items() if k in inputs}
+        frozen = dataclasses.replace(
+            g,
+            inputs=inputs,
+            outputs=list(g.outputs),
+            nodes=list(g.nodes),
+            consts=consts,
+            flexible=kept,
+            default_shapes={k: v for k, v in g.default_shapes.items() if k in kept},
+            allowed_shapes={k: v for k, v in g.allowed_shapes.items() if k in kept},
         )
+        return Model(frozen, self.chip)
 
     def _arrays_partial(self, values: dict) -> dict:
         out = {}
@@ -211,7 +221,7 @@ class Model:
         warn: bool = True,
         report=None,
         precision=None,
-        reshape_frequency: str = "frequent",
+        reshape_frequency: str | None = None,
     ):
         """Where Core ML would run each op for ``inputs`` (arrays or shapes) under
         ``compute_units`` on ``chip``: a
@@ -223,18 +233,18 @@ class Model:
         none (ONNX, NeuralNetwork; default "fp16", coremltools' default); a ValueError for an ML
         Program, whose precision is its own
         (:func:`~fastane.model.placement.compute_plan.precision_of`).
-        ``reshape_frequency`` ("frequent", Core ML's default, or "infrequent"): the
+        ``reshape_frequency`` ("frequent", Core ML's default, for None, or "infrequent"): the
         ``MLOptimizationHints.reshapeFrequency`` the model is loaded with, which decides a
         range-shaped input away from its default shape.  A plan
         that leaves the ANE (:meth:`~fastane.model.placement.compute_plan.ComputePlan.leaves_ane`)
         warns with :class:`~fastane.LeavesANEWarning` unless ``warn`` is false."""
         from ...errstate import warn_user
         from ..placement.compute_plan import build, check_precision
-        from ..placement.predict import check_reshape_frequency, check_units
+        from ..placement.predict import DEFAULT_RESHAPE_FREQUENCY, check_reshape_frequency, check_units
 
         check_units(compute_units)
         check_precision(precision, self.graph)
-        check_reshape_frequency(reshape_frequency)
+        reshape_frequency = check_reshape_frequency(reshape_frequency or DEFAULT_RESHAPE_FREQUENCY)
         chip = self.chip if chip is None else _chips.get(chip)
         shapes = _shapes_of(self, inputs)
         bound, layers = self.bind(shapes)

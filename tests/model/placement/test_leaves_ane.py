@@ -120,11 +120,9 @@ def _silent(path, shape=SHAPE, units="ALL"):
 
 def _rules_named(plan):
     """Every op off the ANE names a rule of predict.RULES; one on it, none or one that puts it
-    at risk (the non-matrix program floor between its CPU and GPU sizes, a range-shaped input at
-    its default shape)."""
-    at_risk = ("", "non-matrix program floor", "flexible input shapes")
+    at risk (a range-shaped input at its default shape)."""
     for o in plan.ops:
-        assert (o.rule in RULES) if o.preferred != "ane" else o.rule in at_risk, o
+        assert (o.rule in RULES) if o.preferred != "ane" else o.rule in ("", "flexible input shapes"), o
 
 
 def test_fp32_precision_takes_every_op_off_the_ane(models):
@@ -155,7 +153,7 @@ def test_range_shaped_input_leaves(models):
     # default, developer forums thread 724930)
     plan = _plan(models["range"], (1, 3, 32, 32))
     assert {(o.preferred, o.rule) for o in plan.ops} == {("cpu", "flexible input shapes")}
-    assert all("(default (1, 3, 16, 16))" in o.reason for o in plan.ops)
+    assert all("(its default (1, 3, 16, 16))" in o.reason for o in plan.ops)
     leave = plan.leaves_ane()
     assert leave.off.rules == ["flexible input shapes"] and leave.off.share == pytest.approx(1.0)
     assert leave.at_risk.ops == [] and "at risk" not in leave.message
@@ -218,7 +216,7 @@ def test_ops_at_risk_are_counted_apart_from_those_off_the_ane():
     """An op off the ANE by a rule and ops left on it at risk: the line and the JSON give each
     count and share apart; ops at risk warn at any share, an op on the ANE without a rule is
     neither."""
-    floor = "non-matrix program floor"
+    floor = "flexible input shapes"
     ops = [
         _op("conv", "ane", 0.6, floor, confidence="uncertain"),
         _op("relu", "ane", 0.05, floor, confidence="uncertain"),
@@ -233,7 +231,7 @@ def test_ops_at_risk_are_counted_apart_from_those_off_the_ane():
     assert leave.message == (
         "Core ML may run 1 of 4 ops (25.0% of the modelled work) off the ANE (ALL on m1): 'pool'; rule: "
         "pooling window > 13; 2 ops on it (65.0% of the modelled work) are at risk: 'conv', 'relu'; rule: "
-        "non-matrix program floor (an estimate; the compute plan gives each op's reason)"
+        "flexible input shapes (an estimate; the compute plan gives each op's reason)"
     )
     d = leave.as_dict()
     assert d["total"] == 4 and d["message"] == leave.message
@@ -245,7 +243,7 @@ def test_ops_at_risk_are_counted_apart_from_those_off_the_ane():
     assert leave.off.ops == [] and [o.label for o in leave.at_risk.ops] == ["relu"]
     assert leave.message.startswith(
         "Core ML may run 0 of 2 ops off the ANE (CPU_AND_NE on m1); 1 op on it (5.0% of the modelled work) "
-        "is at risk: 'relu'; rule: non-matrix program floor"
+        "is at risk: 'relu'; rule: flexible input shapes"
     )
 
 

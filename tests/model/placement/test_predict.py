@@ -274,19 +274,3 @@ def test_a_model_over_1_gb_leaves_the_ane_under_ios_only(tmp_path, monkeypatch):
     for chip in ("m1", "m4", "m5-max"):  # macOS: no such limit
         assert _on(path, shapes, chip, "matmul").rule != "model > 1 GB on iOS"
     assert chips.IOS_CHIPS == {"a14", "a15", "a16", "a17-pro", "a18", "a18-pro"}
-
-
-def test_stored_bytes_count_code_widths():
-    """A float constant at 16 bits, a palettized one at its code width, an integer at its own."""
-    from types import SimpleNamespace
-
-    from fastane.model.placement.predict import stored_bytes
-
-    consts = {
-        "w": np.zeros((10, 10), np.float32),
-        "lut": np.zeros((100, 8), np.float32),
-        "idx": np.zeros(6, np.int64),
-        "q": np.zeros(40, np.int8),
-    }
-    g = SimpleNamespace(consts=consts, code_bits={"lut": 4})
-    assert stored_bytes(g) == 100 * 2 + 800 * 4 // 8 + 6 * 8 + 40

@@ -100,19 +100,32 @@ _DT = None
 
 
 def flexible_inputs(spec) -> tuple:
-    """``(kinds, defaults)`` of the inputs a model description declares flexible
+    """``(kinds, defaults, allowed)`` of the inputs a model description declares flexible
     (``shapeRange`` / ``enumeratedShapes``): input name -> "range" / "enumerated"
-    (:attr:`fastane.model.graph.Graph.flexible`) and -> the default shape the description
-    gives it, its ``shape`` (:attr:`fastane.model.graph.Graph.default_shapes`)."""
-    kinds, defaults = {}, {}
+    (:attr:`fastane.model.graph.Graph.flexible`), -> the default shape the description gives
+    it, its ``shape`` (:attr:`~fastane.model.graph.Graph.default_shapes`; none where that is
+    empty), and -> the shapes it allows (:attr:`~fastane.model.graph.Graph.allowed_shapes`)."""
+    kinds, defaults, allowed = {}, {}, {}
     for fd in spec.description.input:
         if fd.type.WhichOneof("Type") == "multiArrayType":
             t = fd.type.multiArrayType
             kind = t.WhichOneof("ShapeFlexibility")
-            if kind in ("shapeRange", "enumeratedShapes"):
-                kinds[fd.name] = "range" if kind == "shapeRange" else "enumerated"
+            if kind not in ("shapeRange", "enumeratedShapes"):
+                continue
+            kinds[fd.name] = "range" if kind == "shapeRange" else "enumerated"
+            if len(t.shape):
                 defaults[fd.name] = tuple(int(d) for d in t.shape)
-    return kinds, defaults
+            if kind == "shapeRange":
+                allowed[fd.name] = (
+                    "range",
+                    tuple((int(r.lowerBound), int(r.upperBound)) for r in t.shapeRange.sizeRanges),
+                )
+            else:
+                allowed[fd.name] = (
+                    "enumerated",
+                    tuple(tuple(int(d) for d in s.shape) for s in t.enumeratedShapes.shapes),
+                )
+    return kinds, defaults, allowed
 
 
 def mil_dtypes():
@@ -399,6 +412,8 @@ def constexpr(p: "_Program", op, outs, what):  # noqa: F821 (importer._Program)
     bits = _lut_bits(t, kw)
     if bits:
         p.code_bits[outs[0]] = bits
+    if t in _COMPRESSED:
+        p.compressed.add(outs[0])  # stored compressed: the placement keeps it so where lossless
     if not p.weights and any(is_placeholder(v) for v in kw.values()):
         # weights=False: a placeholder of the output's declared type
         o = op.outputs[0].type.tensorType
@@ -439,8 +454,10 @@ def constexpr(p: "_Program", op, outs, what):  # noqa: F821 (importer._Program)
     for name, v in zip(outs, outs_v):
         p.spend(np.shape(v), np.asarray(v).dtype, what)
         p.consts[name] = np.asarray(_float_out(v), order="C")
-    if t in ("constexpr_lut_to_dense", "constexpr_affine_dequantize", "constexpr_blockwise_shift_scale"):
-        p.compressed.add(outs[0])  # stored compressed: the placement keeps it so where lossless
+
+
+#: the constexpr ops whose output the model stores compressed (Graph.compressed)
+_COMPRESSED = ("constexpr_lut_to_dense", "constexpr_affine_dequantize", "constexpr_blockwise_shift_scale")
 
 
 def const_op(p: "_Program", op, outs, what):  # noqa: F821 (importer._Program)

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+from dataclasses import replace
 
 import numpy as np
 
@@ -139,6 +141,20 @@ def parse_spec(data: bytes, path: str):
     return spec
 
 
+def _file_bytes(path: str) -> int:
+    """The bytes of the model at ``path``: the file, or the regular files of the package
+    directory (symbolic links not followed: nothing outside the package is read)."""
+    if not os.path.isdir(path):
+        return os.path.getsize(path)
+    total = 0
+    for top, dirs, files in os.walk(path):  # followlinks False: a linked directory is skipped
+        for f in files:
+            st = os.lstat(os.path.join(top, f))
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    return total
+
+
 def load(path, weights: bool = True) -> Graph:
     """Read and import the Core ML model at ``path`` (an .mlpackage directory or an .mlmodel
     file).  ``weights=False``: large constants keep their shape only (a read-only zero
@@ -151,11 +167,12 @@ def load(path, weights: bool = True) -> Graph:
     spec = _read_spec(spec_path, root)
     kind = spec.WhichOneof("Type")
     name = os.path.basename(p.rstrip("/"))
+    size = _file_bytes(p)
     if kind == "mlProgram":
-        return _Program(spec, Blobs(wdir, root), name, weights).graph()
+        return replace(_Program(spec, Blobs(wdir, root), name, weights).graph(), file_bytes=size)
     if kind in ("neuralNetwork", "neuralNetworkClassifier", "neuralNetworkRegressor"):
         try:
-            return neural_network(spec, getattr(spec, kind), name, weights)
+            return replace(neural_network(spec, getattr(spec, kind), name, weights), file_bytes=size)
         except ModelError:
             raise
         except (TypeError, ValueError, IndexError, KeyError, ArithmeticError) as exc:
@@ -350,7 +367,7 @@ class _Program:
                 )
                 outputs.append(states[s])
         version = self.spec.specificationVersion
-        flexible, defaults = flexible_inputs(self.spec)
+        flexible, defaults, allowed = flexible_inputs(self.spec)
         return Graph(
             self.name,
             inputs,
@@ -364,6 +381,7 @@ class _Program:
             declared=self.declared,
             flexible=flexible,
             default_shapes=defaults,
+            allowed_shapes=allowed,
             states=states,
         )
 

@@ -312,7 +312,7 @@ def neural_network(spec, nn, name, weights) -> Graph:
                 Node("squeeze", f"{o}:batch", [inner, const(np.array([0], np.int64))], [o], {}, "batch")
             )
         final.append(o)
-    flexible, defaults = flexible_inputs(spec)
+    flexible, defaults, allowed = flexible_inputs(spec)
     return Graph(
         name,
         inputs,
@@ -323,4 +323,5 @@ def neural_network(spec, nn, name, weights) -> Graph:
         weights=weights,
         flexible=flexible,
         default_shapes=defaults,
+        allowed_shapes=allowed,
     )
