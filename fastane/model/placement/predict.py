@@ -462,7 +462,7 @@ def predict(
             p = Prediction("ane", p.confidence, f"{_ENUMERATED}; {p.reason}", p.rule)
         if p.unit == "ane" and stored > IOS_MODEL_BYTES:
             why = (
-                f"the model stores {stored} bytes of constants, more than the {IOS_MODEL_BYTES} Core ML "
+                f"the model holds {stored} bytes (predict.stored_bytes), more than the {IOS_MODEL_BYTES} Core ML "
                 f"runs on the Neural Engine under iOS and iPadOS (coremltools' Bisect Model guide)"
             )
             p = Prediction(other, "likely", why, _MODEL_SIZE)
