@@ -82,8 +82,6 @@ class Graph:
     #: where the graph computes in float32 (ML Program inputs and op outputs); empty where
     #: the source declares none (NeuralNetwork, ONNX): the placement estimate reads it
     declared: dict = field(default_factory=dict)
-    #: input name -> "range" or "enumerated": a flexible input shape the source declares
-    flexible: dict = field(default_factory=dict)
     #: input name -> the default shape (a tuple) the source declares for a flexible input
     #: (a Core ML model description's ``shape``): Core ML runs a range-shaped input on the
     #: ANE only at it (the placement estimate reads it)
@@ -100,6 +98,12 @@ class Graph:
     #: and written by the model: :meth:`fastane.model.Model.reference` and the other runs
     #: take it as an input, zeros when the caller gives none, as Core ML's ``makeState``)
     states: dict = field(default_factory=dict)
+
+    @property
+    def flexible(self) -> dict:
+        """Input name -> "range" or "enumerated": the flexible inputs the source declares (the
+        kind of each :attr:`allowed_shapes` entry)."""
+        return {name: kind for name, (kind, _) in self.allowed_shapes.items()}
 
     def __post_init__(self):
         self.check()

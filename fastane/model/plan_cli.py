@@ -59,11 +59,11 @@ def run(args) -> int:
     from . import load_model
     from .cli import CommandError, error_line, read_inputs, warning_line
     from .placement.compute_plan import load_observed
-    from .placement.predict import DEFAULT_RESHAPE_FREQUENCY, check_reshape_frequency
+    from .placement.predict import check_reshape_frequency
 
     try:
-        reshape = DEFAULT_RESHAPE_FREQUENCY if args.reshape_frequency is None else args.reshape_frequency
-        check_reshape_frequency(reshape)  # before the model is read
+        if args.reshape_frequency is not None:
+            check_reshape_frequency(args.reshape_frequency)  # before the model is read
         model = load_model(args.model, weights=False)
         shapes = read_inputs(model, args)
         plan = model.compute_plan(
@@ -72,7 +72,7 @@ def run(args) -> int:
             args.compute_units,
             warn=False,
             precision=args.precision,
-            reshape_frequency=reshape,
+            reshape_frequency=args.reshape_frequency,
         )
         observed = None if args.compare is None else load_observed(args.compare)
     except (CommandError, ModelError, ValueError, TypeError, NotImplementedError, OSError) as exc:

@@ -626,9 +626,8 @@ def _fp32(layer, bound, other, family):
     GPU sizes of a program with no matrix product (``Family.no_matrix``, fp16 programs:
     "uncertain"); else, and for attention, the CPU on the generation of the M4's size floor
     (where the fp32 matmul reports were measured) and the GPU elsewhere, "uncertain"."""
-    why = _FP32_WHY
     if other != "gpu":
-        return Prediction("cpu", "likely", why, _FP32)
+        return Prediction("cpu", "likely", _FP32_WHY, _FP32)
     attention = any(_sdpa_key(n) for n in layer.nodes)
     mac = [n for n in layer.nodes if _matrix(n) and not _sdpa_key(n)]
     if mac and not attention and family.fp32_gpu is not None:
@@ -643,8 +642,8 @@ def _fp32(layer, bound, other, family):
         if side:
             if conv:
                 c, note = "uncertain", f"{note}; edges measured on fp32 matmuls, not convolutions"
-            return Prediction(side, c, f"{why}; {note}", _FP32)
-        return Prediction(_fp32_default(family), "uncertain", f"{why}; {note}", _FP32)
+            return Prediction(side, c, f"{_FP32_WHY}; {note}", _FP32)
+        return Prediction(_fp32_default(family), "uncertain", f"{_FP32_WHY}; {note}", _FP32)
     if not mac and not attention and family.no_matrix is not None:
         floor = family.no_matrix
         m = _largest_tensor([layer], bound)
@@ -656,10 +655,10 @@ def _fp32(layer, bound, other, family):
                 f"its largest tensor {m} elements {edge}: the {side.upper()}'s size for an fp16 program "
                 f"with no matrix product on {floor.seen_on} ({ids})"
             )
-            return Prediction(side, "uncertain", f"{why}; {note}", _FP32)
+            return Prediction(side, "uncertain", f"{_FP32_WHY}; {note}", _FP32)
     unit = _fp32_default(family)
     seen = attention or (mac and all(n.op == "matmul" for n in mac))  # what the M4's reports saw
-    return Prediction(unit, "likely" if unit == "cpu" and seen else "uncertain", why, _FP32)
+    return Prediction(unit, "likely" if unit == "cpu" and seen else "uncertain", _FP32_WHY, _FP32)
 
 
 def _fp32_default(family) -> str:

@@ -116,16 +116,14 @@ class Model:
         inputs = {k: t for k, t in g.inputs.items() if k not in arrays}
         consts = dict(g.consts)
         consts.update(arrays)
-        kept = {k: v for k, v in g.flexible.items() if k in inputs}
         frozen = dataclasses.replace(
             g,
             inputs=inputs,
             outputs=list(g.outputs),
             nodes=list(g.nodes),
             consts=consts,
-            flexible=kept,
-            default_shapes={k: v for k, v in g.default_shapes.items() if k in kept},
-            allowed_shapes={k: v for k, v in g.allowed_shapes.items() if k in kept},
+            default_shapes={k: v for k, v in g.default_shapes.items() if k in inputs},
+            allowed_shapes={k: v for k, v in g.allowed_shapes.items() if k in inputs},
         )
         return Model(frozen, self.chip)
 

@@ -100,19 +100,18 @@ _DT = None
 
 
 def flexible_inputs(spec) -> tuple:
-    """``(kinds, defaults, allowed)`` of the inputs a model description declares flexible
-    (``shapeRange`` / ``enumeratedShapes``): input name -> "range" / "enumerated"
-    (:attr:`fastane.model.graph.Graph.flexible`), -> the default shape the description gives
-    it, its ``shape`` (:attr:`~fastane.model.graph.Graph.default_shapes`; none where that is
-    empty), and -> the shapes it allows (:attr:`~fastane.model.graph.Graph.allowed_shapes`)."""
-    kinds, defaults, allowed = {}, {}, {}
+    """``(defaults, allowed)`` of the inputs a model description declares flexible
+    (``shapeRange`` / ``enumeratedShapes``): input name -> the default shape the description
+    gives it, its ``shape`` (:attr:`~fastane.model.graph.Graph.default_shapes`; none where that
+    is empty), and -> the shapes it allows (:attr:`~fastane.model.graph.Graph.allowed_shapes`,
+    whose kinds are :attr:`~fastane.model.graph.Graph.flexible`)."""
+    defaults, allowed = {}, {}
     for fd in spec.description.input:
         if fd.type.WhichOneof("Type") == "multiArrayType":
             t = fd.type.multiArrayType
             kind = t.WhichOneof("ShapeFlexibility")
             if kind not in ("shapeRange", "enumeratedShapes"):
                 continue
-            kinds[fd.name] = "range" if kind == "shapeRange" else "enumerated"
             if len(t.shape):
                 defaults[fd.name] = tuple(int(d) for d in t.shape)
             if kind == "shapeRange":
@@ -125,7 +124,7 @@ def flexible_inputs(spec) -> tuple:
                     "enumerated",
                     tuple(tuple(int(d) for d in s.shape) for s in t.enumeratedShapes.shapes),
                 )
-    return kinds, defaults, allowed
+    return defaults, allowed
 
 
 def mil_dtypes():

@@ -367,7 +367,7 @@ class _Program:
                 )
                 outputs.append(states[s])
         version = self.spec.specificationVersion
-        flexible, defaults, allowed = flexible_inputs(self.spec)
+        defaults, allowed = flexible_inputs(self.spec)
         return Graph(
             self.name,
             inputs,
@@ -379,7 +379,6 @@ class _Program:
             compressed=self.compressed,
             code_bits=self.code_bits,
             declared=self.declared,
-            flexible=flexible,
             default_shapes=defaults,
             allowed_shapes=allowed,
             states=states,

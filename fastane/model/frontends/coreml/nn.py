@@ -312,7 +312,7 @@ def neural_network(spec, nn, name, weights) -> Graph:
                 Node("squeeze", f"{o}:batch", [inner, const(np.array([0], np.int64))], [o], {}, "batch")
             )
         final.append(o)
-    flexible, defaults, allowed = flexible_inputs(spec)
+    defaults, allowed = flexible_inputs(spec)
     return Graph(
         name,
         inputs,
@@ -321,7 +321,6 @@ def neural_network(spec, nn, name, weights) -> Graph:
         consts,
         origin=f"coreml neuralNetwork (spec {spec.specificationVersion})",
         weights=weights,
-        flexible=flexible,
         default_shapes=defaults,
         allowed_shapes=allowed,
     )
