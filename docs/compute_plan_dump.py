@@ -20,17 +20,31 @@ each with ``operatorName``, ``outputs`` (names), ``deviceUsage`` (``preferred``,
 ``outputNames``, ``deviceUsage``; Core ML estimates no cost for them).  Only the main
 function's top-level block is written (fastane refuses nested blocks: ``cond``,
 ``while_loop``).
+
+With ``--probes DIR`` (a directory ``fastane probes build DIR`` wrote; docs/probes.md) it
+dumps the plan of every probe of ``DIR/probes.json`` under the probe's compute units and
+times its predictions (``MLModel.predict`` from Python, seeded float32 inputs, ``--warmup``
+calls dropped, the median and minimum of ``--runs`` more), all in ``DIR/results.json``
+(``"format": "fastane-probes-results-1"``, with the Mac's chip, macOS and coremltools
+versions) for ``fastane probes compare DIR DIR/results.json``:
+
+    python compute_plan_dump.py --probes probes/
 """
 
 import argparse
 import json
+import os
 import platform
+import statistics
 import subprocess
+import time
 
 import coremltools as ct
+import numpy as np
 from coremltools.models.compute_plan import MLComputePlan
 
 FORMAT = "fastane-compute-plan-1"  # fastane.model.placement.compute_plan.FORMAT
+PROBES_FORMAT = "fastane-probes-results-1"  # fastane.model.probes.RESULTS_FORMAT
 DEVICE = {
     "MLNeuralEngineComputeDevice": "neuralEngine",
     "MLGPUComputeDevice": "gpu",
@@ -60,16 +74,12 @@ def chip() -> str:
         return platform.machine()
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("model", help="a .mlpackage, .mlmodel or compiled .mlmodelc")
-    p.add_argument("--compute-units", default="ALL", choices=["ALL", "CPU_AND_NE", "CPU_AND_GPU", "CPU_ONLY"])
-    p.add_argument("-o", "--output", default="mac_plan.json")
-    args = p.parse_args()
-    units = ct.ComputeUnit[args.compute_units]
-    path = args.model
+def dump(model: str, compute_units: str) -> dict:
+    """The compute plan of ``model`` under ``compute_units`` as fastane reads it."""
+    units = ct.ComputeUnit[compute_units]
+    path = model
     if not path.rstrip("/").endswith(".mlmodelc"):
-        path = ct.models.MLModel(args.model, compute_units=units).get_compiled_model_path()
+        path = ct.models.MLModel(model, compute_units=units).get_compiled_model_path()
     plan = MLComputePlan.load_from_path(path, compute_units=units)
     s = plan.model_structure
     if s.program is not None:
@@ -97,17 +107,75 @@ def main() -> None:
         ]
         structure = {"neuralNetwork": {"layers": layers}}
     else:
-        raise SystemExit(f"{args.model}: neither an ML Program nor a NeuralNetwork (a pipeline?)")
-    out = {
+        raise SystemExit(f"{model}: neither an ML Program nor a NeuralNetwork (a pipeline?)")
+    return {
         "format": FORMAT,
         "source": "MLComputePlan",
-        "model": args.model,
-        "computeUnits": args.compute_units,
+        "model": model,
+        "computeUnits": compute_units,
         "chip": chip(),
         "modelStructure": structure,
     }
-    with open(args.output, "w") as f:
+
+
+def timed(model: str, compute_units: str, inputs: dict, warmup: int, runs: int) -> dict:
+    """Milliseconds of ``runs`` predictions of ``model`` after ``warmup`` more: median, min."""
+    m = ct.models.MLModel(model, compute_units=ct.ComputeUnit[compute_units])
+    rng = np.random.default_rng(0)
+    feed = {k: rng.standard_normal(v).astype(np.float32) for k, v in inputs.items()}
+    for _ in range(warmup):
+        m.predict(feed)
+    ms = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        m.predict(feed)
+        ms.append((time.perf_counter() - t) * 1e3)
+    return {"median": statistics.median(ms), "min": min(ms), "runs": runs, "warmup": warmup}
+
+
+def probes(directory: str, warmup: int, runs: int) -> str:
+    """Every probe of ``directory/probes.json`` dumped and timed into ``directory/results.json``."""
+    with open(os.path.join(directory, "probes.json")) as f:
+        manifest = json.load(f)
+    out = {
+        "format": PROBES_FORMAT,
+        "chip": chip(),
+        "os": "macOS " + platform.mac_ver()[0],
+        "coremltools": ct.__version__,
+        "timer": "MLModel.predict from Python (time.perf_counter)",
+        "probes": {},
+    }
+    for i, p in enumerate(manifest["probes"], 1):
+        path = os.path.join(directory, p["id"] + ".mlpackage")
+        print(f"[{i}/{len(manifest['probes'])}] {p['id']}", flush=True)
+        out["probes"][p["id"]] = {
+            "plan": dump(path, p["computeUnits"]),
+            "time_ms": timed(path, p["computeUnits"], p["inputs"], warmup, runs),
+        }
+    result = os.path.join(directory, "results.json")
+    with open(result, "w") as f:
         json.dump(out, f, indent=1)
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("model", nargs="?", help="a .mlpackage, .mlmodel or compiled .mlmodelc")
+    p.add_argument("--compute-units", default="ALL", choices=["ALL", "CPU_AND_NE", "CPU_AND_GPU", "CPU_ONLY"])
+    p.add_argument("-o", "--output", default="mac_plan.json")
+    p.add_argument(
+        "--probes", metavar="DIR", help="dump and time every probe `fastane probes build DIR` wrote"
+    )
+    p.add_argument("--warmup", type=int, default=5, help="predictions dropped before timing a probe")
+    p.add_argument("--runs", type=int, default=50, help="predictions timed per probe")
+    args = p.parse_args()
+    if args.probes:
+        print(f"wrote {probes(args.probes, args.warmup, args.runs)}")
+        return
+    if args.model is None:
+        p.error("give a model, or --probes DIR")
+    with open(args.output, "w") as f:
+        json.dump(dump(args.model, args.compute_units), f, indent=1)
     print(f"wrote {args.output}")
 
 

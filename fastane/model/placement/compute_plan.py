@@ -81,6 +81,7 @@ __all__ = [
     "precision_of",
     "build",
     "load_observed",
+    "plan_devices",
     "compare",
 ]
 
@@ -482,7 +483,7 @@ def load_observed(path) -> dict:
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"{path}: not a readable JSON placement file ({exc})") from None
     if isinstance(data, dict) and "modelStructure" in data:
-        return _plan_devices(path, data)
+        return plan_devices(path, data)
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and str(v).lower() in ("ane", "cpu", "gpu") for k, v in data.items()
     ):
@@ -493,12 +494,15 @@ def load_observed(path) -> dict:
     return {k: str(v).lower() for k, v in data.items()}
 
 
-def _plan_devices(path, data: dict) -> dict:
-    """``{output name: unit}`` of the operations (or NeuralNetwork layers) of a plan file."""
+def plan_devices(path, data) -> dict:
+    """``{output name: unit}`` of the operations (or NeuralNetwork layers) of a compute plan
+    ``data`` (as the dumper writes it; ``path`` names it in a ValueError)."""
 
     def bad(what):
         return ValueError(f"{path}: not a compute plan: {what}")
 
+    if not isinstance(data, dict) or "modelStructure" not in data:
+        raise bad("expected an object with a modelStructure")
     if data.get("format") != FORMAT:
         raise bad(f"format {quote(repr(data.get('format')), 40, marks=False)}, expected {FORMAT!r}")
     s = data["modelStructure"]
