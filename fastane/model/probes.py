@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -443,6 +444,10 @@ def chip_of(brand) -> str:
         ) from None
 
 
+#: a probe's id: the name of its file in the probes' directory, never a path out of it
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
 def _manifest(directory) -> dict:
     path = Path(directory) / MANIFEST
     raw = read_file(path, "probe manifest", 1 << 20, "1 MiB")
@@ -450,9 +455,13 @@ def _manifest(directory) -> dict:
         data = json.loads(raw)
         if data.get("format") != MANIFEST_FORMAT:
             raise ValueError
-        return {p["id"]: p for p in data["probes"]}
+        probes = {p["id"]: p for p in data["probes"]}
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise ValueError(f"{path}: not a probe manifest (written by `fastane probes build`)") from None
+    bad = [pid for pid in probes if not (isinstance(pid, str) and _ID.fullmatch(pid))]
+    if bad:
+        raise ValueError(f"{path}: the probe id {quote(str(bad[0]), 40)} is not a file name of the directory")
+    return probes
 
 
 def compare(directory, results: dict, chip=None, progress=None) -> list:

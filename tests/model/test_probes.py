@@ -208,5 +208,10 @@ def test_the_command_line_lists_and_refuses_in_one_line(tmp_path, capsys):
     assert main(["probes", "compare", str(tmp_path), str(res)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == "fastane probes: error: probe 'x' is in the results but not in probes.json"
+    (tmp_path / probes.MANIFEST).write_text(
+        json.dumps({"format": "fastane-probes-1", "probes": [{"id": "../x"}]})
+    )
+    assert main(["probes", "compare", str(tmp_path), str(res)]) == 2
+    assert "the probe id '../x' is not a file name of the directory" in capsys.readouterr().err
     assert main(["probes", "build", str(tmp_path), "--only", "nope"]) == 2
     assert "no probe id starts with 'nope'" in capsys.readouterr().err
