@@ -74,13 +74,23 @@ def chip() -> str:
         return platform.machine()
 
 
-def dump(model: str, compute_units: str) -> dict:
-    """The compute plan of ``model`` under ``compute_units`` as fastane reads it."""
-    units = ct.ComputeUnit[compute_units]
-    path = model
-    if not path.rstrip("/").endswith(".mlmodelc"):
-        path = ct.models.MLModel(model, compute_units=units).get_compiled_model_path()
-    plan = MLComputePlan.load_from_path(path, compute_units=units)
+def loaded(model: str, compute_units: str):
+    """``(MLModel or None, compiled path)`` of ``model``.  Keep the MLModel while the path is
+    used: coremltools deletes the compiled model with it ("This path is available only for
+    the lifetime of this Python object", ``MLModel.get_compiled_model_path``)."""
+    if model.rstrip("/").endswith(".mlmodelc"):
+        return None, model
+    m = ct.models.MLModel(model, compute_units=ct.ComputeUnit[compute_units])
+    return m, m.get_compiled_model_path()
+
+
+def dump(model: str, compute_units: str, compiled: str | None = None) -> dict:
+    """The compute plan of ``model`` under ``compute_units`` as fastane reads it;
+    ``compiled``: its compiled path from :func:`loaded`, whose MLModel the caller keeps."""
+    owner = None  # the MLModel that owns the compiled path, alive until the plan is read
+    if compiled is None:
+        owner, compiled = loaded(model, compute_units)
+    plan = MLComputePlan.load_from_path(compiled, compute_units=ct.ComputeUnit[compute_units])
     s = plan.model_structure
     if s.program is not None:
         ops = []
@@ -107,7 +117,7 @@ def dump(model: str, compute_units: str) -> dict:
         ]
         structure = {"neuralNetwork": {"layers": layers}}
     else:
-        raise SystemExit(f"{model}: neither an ML Program nor a NeuralNetwork (a pipeline?)")
+        raise ValueError(f"{model}: neither an ML Program nor a NeuralNetwork (a pipeline?)")
     return {
         "format": FORMAT,
         "source": "MLComputePlan",
@@ -118,9 +128,9 @@ def dump(model: str, compute_units: str) -> dict:
     }
 
 
-def timed(model: str, compute_units: str, inputs: dict, warmup: int, runs: int) -> dict:
-    """Milliseconds of ``runs`` predictions of ``model`` after ``warmup`` more: median, min."""
-    m = ct.models.MLModel(model, compute_units=ct.ComputeUnit[compute_units])
+def timed(m, inputs: dict, warmup: int, runs: int) -> dict:
+    """Milliseconds of ``runs`` predictions of the MLModel ``m`` on seeded float32 ``inputs``
+    (name -> shape) after ``warmup`` more: median and minimum."""
     rng = np.random.default_rng(0)
     feed = {k: rng.standard_normal(v).astype(np.float32) for k, v in inputs.items()}
     for _ in range(warmup):
@@ -134,9 +144,11 @@ def timed(model: str, compute_units: str, inputs: dict, warmup: int, runs: int) 
 
 
 def probes(directory: str, warmup: int, runs: int) -> str:
-    """Every probe of ``directory/probes.json`` dumped and timed into ``directory/results.json``."""
+    """Every probe of ``directory/probes.json`` dumped and timed into
+    ``directory/results.json``, rewritten after each probe; a probe that fails (its compile,
+    say) is recorded with its error and the others go on."""
     with open(os.path.join(directory, "probes.json")) as f:
-        manifest = json.load(f)
+        manifest = json.load(f)["probes"]
     out = {
         "format": PROBES_FORMAT,
         "chip": chip(),
@@ -145,16 +157,23 @@ def probes(directory: str, warmup: int, runs: int) -> str:
         "timer": "MLModel.predict from Python (time.perf_counter)",
         "probes": {},
     }
-    for i, p in enumerate(manifest["probes"], 1):
-        path = os.path.join(directory, p["id"] + ".mlpackage")
-        print(f"[{i}/{len(manifest['probes'])}] {p['id']}", flush=True)
-        out["probes"][p["id"]] = {
-            "plan": dump(path, p["computeUnits"]),
-            "time_ms": timed(path, p["computeUnits"], p["inputs"], warmup, runs),
-        }
     result = os.path.join(directory, "results.json")
-    with open(result, "w") as f:
-        json.dump(out, f, indent=1)
+    for i, p in enumerate(manifest, 1):
+        pid = os.path.basename(p["id"])  # a file of the directory, whatever the manifest says
+        path = os.path.join(directory, pid + ".mlpackage")
+        print(f"[{i}/{len(manifest)}] {pid}", flush=True)
+        try:
+            m, compiled = loaded(path, p["computeUnits"])
+            entry = {
+                "plan": dump(path, p["computeUnits"], compiled),
+                "time_ms": timed(m, p["inputs"], warmup, runs),
+            }
+        except Exception as exc:  # recorded: a probe Core ML refuses stops no other
+            entry = {"plan": None, "time_ms": None, "error": f"{type(exc).__name__}: {exc}"}
+            print(f"  {entry['error']}", flush=True)
+        out["probes"][pid] = entry
+        with open(result, "w") as f:
+            json.dump(out, f, indent=1)
     return result
 
 
@@ -174,8 +193,12 @@ def main() -> None:
         return
     if args.model is None:
         p.error("give a model, or --probes DIR")
+    try:
+        plan = dump(args.model, args.compute_units)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     with open(args.output, "w") as f:
-        json.dump(dump(args.model, args.compute_units), f, indent=1)
+        json.dump(plan, f, indent=1)
     print(f"wrote {args.output}")
 
 

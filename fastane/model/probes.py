@@ -26,7 +26,6 @@ import json
 import math
 import platform
 import re
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,14 +33,13 @@ import numpy as np
 
 from ..errors import ModelError, quote
 from .files import read_file
+from .frontends.coreml.write import save_program
 
 __all__ = [
     "MANIFEST",
     "RESULTS_FORMAT",
     "Probe",
     "PROBES",
-    "convert",
-    "save_program",
     "select",
     "build",
     "load_results",
@@ -160,9 +158,9 @@ def _depthwise(n: int, c: int, hw: int, explicit_pad: bool):
     return prog
 
 
-def _alone(op: str, shape):
+def _alone(op: str, shape, axis: int = -1):
     """One op with no matrix product: ``softmax`` over the last axis, ``add`` of the input to
-    itself, or ``layer_norm`` over the last axis."""
+    itself, or ``layer_norm`` over ``axis``."""
     from coremltools.converters.mil import Builder as mb
 
     @mb.program(input_specs=[_spec(shape)])
@@ -171,8 +169,8 @@ def _alone(op: str, shape):
             return mb.softmax(x=x, axis=-1)
         if op == "add":
             return mb.add(x=x, y=x)
-        n = shape[-1]
-        return mb.layer_norm(x=x, axes=[-1], gamma=np.ones(n, np.float32), beta=np.zeros(n, np.float32))
+        n = shape[axis]
+        return mb.layer_norm(x=x, axes=[axis], gamma=np.ones(n, np.float32), beta=np.zeros(n, np.float32))
 
     return prog
 
@@ -180,10 +178,10 @@ def _alone(op: str, shape):
 def _probes() -> tuple:
     out = []
 
-    def add(pid, kind, question, op, program, inputs, fp16=True):
+    def add(pid, kind, question, op, program, inputs, fp16=True, units=None):
         # a latency probe is timed where fastane's time is the ANE's: not under ALL, which
-        # lets Core ML take the GPU
-        units = "CPU_AND_NE" if kind == "latency" else "ALL"
+        # lets Core ML take the GPU; a placement probe is planned under Core ML's default
+        units = units or ("CPU_AND_NE" if kind == "latency" else "ALL")
         out.append(Probe(pid, kind, question, op, program, inputs, units, fp16))
 
     depth_q = (
@@ -229,21 +227,28 @@ def _probes() -> tuple:
         )
     alone_q = (
         "the floor for programs without a matrix product on this chip and OS: torchnative's M1 "
-        "(macOS 26) the CPU up to 8.4M elements; Vx's M4 the CPU at 262144 and the ANE at 2M "
-        "(vxdc-softmax-f16-512-alone); an M1 Pro (macOS 13/14) the ANE at 28,800 (sm-layernorm-axis1-size)"
+        "(macOS 26) the CPU up to 8.4M elements and the GPU from 33.5M; Vx's M4 the CPU at 262144 and "
+        "the ANE at 2M (vxdc-softmax-f16-512-alone)"
     )
     for op in ("softmax", "add"):
-        for e in (14, 16, 18, 20, 22):
+        for e in (14, 16, 18, 20, 22, 24, 26):
             shape = (1, 1 << (e - 9), 512)
             add(f"{op}-2e{e}", "placement", alone_q, op, lambda o=op, s=shape: _alone(o, s), {"x": shape})
-    for shape in ((1, 1800, 16), (1, 64, 4096)):
+    norm_q = (
+        "smpanaro's layer_norm over axis 1 (sm-layernorm-axis1-size): an M1 Pro on macOS 13/14 ran "
+        "(1, 1800, 1, 16) on the ANE and (1, 4, 1, 2) on the CPU under CPU_AND_NE, where the floor for "
+        "programs without a matrix product (torchnative's M1, macOS 26) says the CPU for both: the "
+        "same programs on a later macOS tell whether the OS is what differs"
+    )
+    for c, w in ((4, 2), (1800, 16)):
         add(
-            f"layer_norm-{shape[1]}x{shape[2]}",
+            f"layer_norm-axis1-{c}x{w}",
             "placement",
-            alone_q,
+            norm_q,
             "layer_norm",
-            lambda s=shape: _alone("layer_norm", s),
-            {"x": shape},
+            lambda s=(1, c, 1, w): _alone("layer_norm", s, axis=1),
+            {"x": (1, c, 1, w)},
+            units="CPU_AND_NE",
         )
     width_q = (
         "is a linear's output width a W axis (at most 16384 before the M4's generation): larql's M3 Max "
@@ -271,9 +276,9 @@ def _probes() -> tuple:
         fp16=False,
     )
     chain_t = (
-        "the rate of 1x1 convolutions over many positions per task: maderix's 128 chained convs of 512 "
-        "channels over 64x64 ran at 1.9x fastane's prediction on an M4 (S21); the hypothesis of a "
-        "short-task rate needs such a point with a known copy"
+        "the rate of 1x1 convolutions over many positions per task: fastane predicts maderix's 128 "
+        "chained convs of 512 channels over 64x64 at 1.9x their measured time on an M4 (S21); the "
+        "hypothesis of a short-task rate needs such a point with a known copy"
     )
     for n in (16, 32):  # 4.2M and 8.4M weights: fewer may leave the ANE by the 1x1-conv weight floor
         add(
@@ -284,24 +289,18 @@ def _probes() -> tuple:
             lambda n=n: _conv_chain(n, 512, 64, 64),
             {"x": (1, 512, 64, 64)},
         )
-    add(
-        "time-gemm1024",
-        "latency",
-        "the chip's FP16 rate through Core ML: no source gives the base M5's (the chip table borrows the "
-        "M5 Max's 19.27 TFLOP/s, below the 24.3 its ANEForge conv stack ran at, S25)",
-        "linear",
-        lambda: _linear(1024, 1024, 1024),
-        {"x": (1024, 1024)},
-    )
-    add(
-        "time-conv3x3-256-32x32-x16",
-        "latency",
-        "ANEForge's 16-conv stack (K14, K24, S25-5) through Core ML instead of the private API: the "
-        "runtime path's cost on this Mac",
-        "conv",
-        lambda: _conv_chain(16, 256, 32, 32, k=3),
-        {"x": (1, 256, 32, 32)},
-    )
+    for n in (16, 64):
+        add(
+            f"time-conv3x3-256-32x32-x{n}",
+            "latency",
+            "the chip's FP16 rate through Core ML, from the difference of 16 and 64 chained 3x3 "
+            "convolutions (ANEForge's K14, K24 and S25-5 program, 1 MB in and out): no source gives the "
+            "base M5's (the chip table borrows the M5 Max's 19.27 TFLOP/s, below the 24.3 its ANEForge "
+            "stack ran at, S25); the 16-conv one also gives the runtime path's cost against the private API",
+            "conv",
+            lambda n=n: _conv_chain(n, 256, 32, 32, k=3),
+            {"x": (1, 256, 32, 32)},
+        )
     add(
         "time-conv3x3-64-32x32",
         "latency",
@@ -347,35 +346,6 @@ def select(only=None) -> list:
 
 
 # --------------------------------------------------------------------- building
-def convert(prog, target=None, fp16: bool = False):
-    """``ct.convert`` of the MIL program ``prog`` to an ML Program for deployment ``target``
-    (default iOS 17), float32 compute precision unless ``fp16``, its warnings silenced."""
-    import coremltools as ct
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ct.convert(
-            prog,
-            convert_to="mlprogram",
-            minimum_deployment_target=target or ct.target.iOS17,
-            compute_precision=ct.precision.FLOAT16 if fp16 else ct.precision.FLOAT32,
-        )
-
-
-def save_program(prog, path, target=None, fp16: bool = False, edit=None) -> str:
-    """:func:`convert`, saved as the ``.mlpackage`` ``path``; ``edit`` changes its spec (a
-    flexible input, say) before it is saved; the path as a string."""
-    import coremltools as ct
-
-    m = convert(prog, target, fp16)
-    if edit:
-        spec = m.get_spec()
-        edit(spec)
-        m = ct.models.MLModel(spec, weights_dir=m.weights_dir, skip_model_load=True)
-    m.save(str(path))
-    return str(path)
-
-
 def build(directory, only=None, progress=None) -> list:
     """Write the probes (:func:`select` ``only``) as ``directory/<id>.mlpackage`` and the
     manifest ``directory/probes.json``; the paths written.  ``progress(i, n, probe)`` is
@@ -404,8 +374,8 @@ def build(directory, only=None, progress=None) -> list:
 # --------------------------------------------------------------------- comparing
 def load_results(path) -> dict:
     """The results a Mac wrote (``docs/compute_plan_dump.py --probes``): ``{"chip": brand,
-    "os": ..., "probes": {id: {"plan": compute plan or None, "time_ms": {...} or None}}}``;
-    ValueError naming what is malformed."""
+    "os": ..., "probes": {id: {"plan": compute plan or None, "time_ms": {"median": ms, ...}
+    or None, "error": message or None}}}``; ValueError naming what is malformed."""
     raw = read_file(path, "probe results", _MAX_RESULTS, "64 MiB, for a compute plan per probe")
     try:
         data = json.loads(raw)
@@ -421,11 +391,21 @@ def load_results(path) -> dict:
         raise ValueError(f"{path}: not probe results: 'probes' is not an object of objects")
     for pid, r in probes.items():
         t = r.get("time_ms")
-        if t is not None and not (
-            isinstance(t, dict) and isinstance(t.get("median"), (int, float)) and t["median"] > 0
-        ):
-            raise ValueError(f"{path}: probe {quote(pid, 40)}: time_ms needs a positive median")
+        if t is not None and not (isinstance(t, dict) and _milliseconds(t.get("median"))):
+            raise ValueError(
+                f"{path}: probe {quote(pid, 40)}: time_ms needs a median of milliseconds, finite and at least 1e-6"
+            )
     return data
+
+
+def _milliseconds(x) -> bool:
+    """A time a Mac measured, in milliseconds: a number (not a bool), finite, at least 1 ns."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(x)) and float(x) >= 1e-6
+    except OverflowError:  # an integer of hundreds of digits
+        return False
 
 
 def chip_of(brand) -> str:
@@ -446,6 +426,30 @@ def chip_of(brand) -> str:
 
 #: a probe's id: the name of its file in the probes' directory, never a path out of it
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+#: the most axes and elements of a probe's input the manifest may declare
+_MAX_RANK, _MAX_ELEMENTS = 8, 1 << 28
+
+
+def _entry(p) -> bool:
+    """A manifest entry as :meth:`Probe.as_dict` writes it: an id that is a file name, a
+    known kind, an op, and inputs of at most :data:`_MAX_RANK` positive axes and
+    :data:`_MAX_ELEMENTS` elements."""
+    if not (isinstance(p, dict) and isinstance(p.get("id"), str) and _ID.fullmatch(p["id"])):
+        return False
+    inputs = p.get("inputs")
+    return (
+        p.get("kind") in ("placement", "latency")
+        and isinstance(p.get("op"), str)
+        and isinstance(p.get("computeUnits"), str)
+        and isinstance(inputs, dict)
+        and all(
+            isinstance(v, list)
+            and 0 < len(v) <= _MAX_RANK
+            and all(isinstance(d, int) and not isinstance(d, bool) and 0 < d <= _MAX_ELEMENTS for d in v)
+            and math.prod(v) <= _MAX_ELEMENTS
+            for v in inputs.values()
+        )
+    )
 
 
 def _manifest(directory) -> dict:
@@ -453,31 +457,36 @@ def _manifest(directory) -> dict:
     raw = read_file(path, "probe manifest", 1 << 20, "1 MiB")
     try:
         data = json.loads(raw)
-        if data.get("format") != MANIFEST_FORMAT:
+        if data.get("format") != MANIFEST_FORMAT or not isinstance(data["probes"], list):
             raise ValueError
-        probes = {p["id"]: p for p in data["probes"]}
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise ValueError(f"{path}: not a probe manifest (written by `fastane probes build`)") from None
-    bad = [pid for pid in probes if not (isinstance(pid, str) and _ID.fullmatch(pid))]
+    bad = [p for p in data["probes"] if not _entry(p)]
     if bad:
-        raise ValueError(f"{path}: the probe id {quote(str(bad[0]), 40)} is not a file name of the directory")
-    return probes
+        what = bad[0].get("id") if isinstance(bad[0], dict) else bad[0]
+        raise ValueError(
+            f"{path}: the probe {quote(str(what), 40)} is malformed (an id that is a file name of the "
+            f"directory, its kind, op, compute units and inputs of at most {_MAX_ELEMENTS} elements)"
+        )
+    return {p["id"]: p for p in data["probes"]}
 
 
 def compare(directory, results: dict, chip=None, progress=None) -> list:
     """Each probe of ``results`` (:func:`load_results`) against fastane's prediction for the
     program in ``directory`` on ``chip`` (default: the results' own, :func:`chip_of`): a row
-    per probe, ``{"id", "kind", "question", "ops": [(output, fastane, mac)], "agree": (ops
-    that agree, ops compared) or None}``, and for a timed latency probe ``"predicted_ms"``
-    (the roofline's, Core ML's runtime path), ``"measured_ms"`` (the median), ``"ratio"``
-    (predicted over measured) and ``"comparable"`` (every op of the probe's kind ran on the
-    ANE; None without a plan).  ``progress(i, n, id)`` is called before each."""
+    per probe, ``{"id", "kind", "question", "error", "ops": [(output, fastane, mac)],
+    "agree": (ops that agree, ops compared) or None}``: each op of the probe's kind in the
+    Mac's plan, by its output name, beside fastane's op of that output (None where fastane
+    has none).  A timed latency probe adds ``"predicted_ms"`` (the roofline's, Core ML's
+    runtime path), ``"measured_ms"`` (the median), ``"ratio"`` (predicted over measured) and
+    ``"comparable"``: whether the Mac ran every op of the program on the ANE but the casts of
+    its float32 input and output (fastane's time is the ANE's; None without a plan).
+    ``progress(i, n, id)`` is called before each probe."""
     from ..networks.plan import analyze
     from ..roofline import chips as _chips
     from ..roofline.model import calibrated
     from . import load_model
-    from .placement.compute_plan import compare as compare_ops
-    from .placement.compute_plan import plan_devices
+    from .placement.compute_plan import plan_operations
 
     chip = _chips.get(chip).key if chip else chip_of(results.get("chip"))
     manifest = _manifest(directory)
@@ -490,22 +499,32 @@ def compare(directory, results: dict, chip=None, progress=None) -> list:
         probe = manifest.get(pid)
         if probe is None:
             raise ValueError(f"probe {quote(pid, 40)} is in the results but not in {MANIFEST}")
+        row = {
+            "id": pid,
+            "kind": probe["kind"],
+            "question": probe.get("question", ""),
+            "ops": [],
+            "agree": None,
+        }
+        row["error"] = None if seen.get("error") is None else str(seen["error"])
         model = load_model(str(Path(directory) / f"{pid}.mlpackage"), weights=False)
         shapes = {k: tuple(v) for k, v in probe["inputs"].items()}
-        plan = model.compute_plan(shapes, chip, probe["computeUnits"], warn=False, precision=None)
-        row = {"id": pid, "kind": probe["kind"], "question": probe["question"], "ops": [], "agree": None}
+        plan = model.compute_plan(shapes, chip, probe["computeUnits"], warn=False)
+        ops = None
         if seen.get("plan") is not None:
-            observed = plan_devices(f"{pid} in the results", seen["plan"])
-            ops = [o for o in plan.ops if o.operator == probe["op"]]
-            cmp = compare_ops([(o.label, o.outputs, o.preferred) for o in ops], observed)
-            row["ops"] = cmp["rows"]
-            matched = [r for r in cmp["rows"] if r[2] is not None]
-            row["agree"] = (cmp["agree"], len(matched))
+            ops = plan_operations(f"{pid} in the results", seen["plan"])
+            fastane = {name: o.preferred for o in plan.ops for name in o.outputs}
+            row["ops"] = [
+                (names[0], next((fastane[n] for n in names if n in fastane), None), unit)
+                for kind, names, unit in ops
+                if kind == probe["op"]
+            ]
+            compared = [r for r in row["ops"] if r[1] is not None]
+            row["agree"] = (sum(f == m for _, f, m in compared), len(compared))
         t = seen.get("time_ms")
         if t is not None and probe["kind"] == "latency":
             pred = analyze(model, chip, params, shapes=shapes).total.time_s * 1e3
             row.update(predicted_ms=pred, measured_ms=float(t["median"]), ratio=pred / float(t["median"]))
-            # fastane's time is the ANE's: a probe the Mac ran elsewhere measures another unit
-            row["comparable"] = all(m == "ane" for _, _, m in row["ops"]) if row["ops"] else None
+            row["comparable"] = None if ops is None else all(u == "ane" for k, _, u in ops if k != "cast")
         rows.append(row)
     return rows

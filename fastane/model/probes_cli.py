@@ -87,11 +87,15 @@ def _list(probes) -> int:
 
 
 def _table(rows, results) -> None:
+    system = results.get("os") or "macOS not stated"
     print(
         f"probes observed on {quote(str(results.get('chip')), 60, marks=False)} "
-        f"({quote(str(results.get('os')), 60, marks=False)}) against fastane:"
+        f"({quote(str(system), 60, marks=False)}) against fastane:"
     )
     for r in rows:
+        if r["error"]:
+            print(f"  {r['id']:34s} the Mac: {quote(r['error'], 200, marks=False)}")
+            continue
         cells = []
         if r["agree"] is not None:
             seen = "/".join(sorted({m for _, _, m in r["ops"] if m})) or "-"

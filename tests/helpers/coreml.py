@@ -1,13 +1,13 @@
 """Converting and saving a coremltools MIL program as an ML Program: the one way the Core ML
 tests (tests/model/test_coreml*.py, test_budget.py, test_hostile_files.py, placement/) make
 one, a flexible input declared by a spec edit.  Needs coremltools (the tests that import this
-skip without it).  ``convert`` and ``save`` are fastane's own (:mod:`fastane.model.probes`,
-which builds the programs a Mac is asked to run)."""
+skip without it).  ``convert`` and ``save`` are fastane's own
+(:mod:`fastane.model.frontends.coreml.write`, which ``fastane probes`` builds its programs with)."""
 
 import contextlib
 
-from fastane.model.probes import convert
-from fastane.model.probes import save_program as save
+from fastane.model.frontends.coreml.write import convert
+from fastane.model.frontends.coreml.write import save_program as save
 
 __all__ = ["convert", "save", "flexible", "symbolic", "conv_relu_pool", "quick_builds", "stateful"]
 
