@@ -1,4 +1,4 @@
-"""The ``fastane`` command line: ``fastane demo | disasm | roofline | bench | run | sweep | plan | report | eval | warm``.
+"""The ``fastane`` command line: ``fastane demo | disasm | roofline | bench | run | sweep | plan | probes | report | eval | warm``.
 
 Each subcommand lives in the module that owns its subject and exposes
 ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when
@@ -29,6 +29,10 @@ COMMANDS = {
     "plan": (
         "fastane.model.plan_cli",
         "where Core ML would run each op (a compute plan predicted per chip and compute units)",
+    ),
+    "probes": (
+        "fastane.model.probes_cli",
+        "the programs a Mac is asked to run to decide open placement and timing questions: build, compare",
     ),
     "report": (
         "fastane.model.report_cli",

@@ -22,7 +22,7 @@ at rank 1: the networks' layer shapes, which ``networks`` turns into graphs.
 
 Inside :mod:`fastane.model` the data path has its own order (:data:`MODEL_RANKS`):
 
-    tools (cli, sweep_cli, plan_cli, report_cli, eval_cli, zoo)  ->  evaluate  ->  fastane.model (load_model)
+    tools (cli, sweep_cli, plan_cli, report_cli, eval_cli, zoo, probes, probes_cli)  ->  evaluate  ->  fastane.model (load_model)
       ->  run
       ->  frontends, placement  ->  graph (graph, cost, control)  ->  ops  ->  core (tensor, budget, files)
 
@@ -109,6 +109,8 @@ MODEL_GROUPS = {
     "report_cli": "tools",
     "eval_cli": "tools",
     "zoo": "tools",
+    "probes": "tools",
+    "probes_cli": "tools",
 }
 
 

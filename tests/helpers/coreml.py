@@ -1,39 +1,15 @@
 """Converting and saving a coremltools MIL program as an ML Program: the one way the Core ML
 tests (tests/model/test_coreml*.py, test_budget.py, test_hostile_files.py, placement/) make
 one, a flexible input declared by a spec edit.  Needs coremltools (the tests that import this
-skip without it)."""
+skip without it).  ``convert`` and ``save`` are fastane's own
+(:mod:`fastane.model.frontends.coreml.write`, which ``fastane probes`` builds its programs with)."""
 
 import contextlib
-import warnings
 
+from fastane.model.frontends.coreml.write import convert
+from fastane.model.frontends.coreml.write import save_program as save
 
-def convert(prog, target, fp16=False):
-    """``ct.convert`` of the MIL program ``prog`` for deployment ``target`` (float32 compute
-    precision unless ``fp16``), its warnings silenced."""
-    import coremltools as ct
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ct.convert(
-            prog,
-            convert_to="mlprogram",
-            minimum_deployment_target=target,
-            compute_precision=ct.precision.FLOAT16 if fp16 else ct.precision.FLOAT32,
-        )
-
-
-def save(prog, path, target, fp16=False, edit=None):
-    """:func:`convert`, saved as the ``.mlpackage`` ``path``; ``edit`` changes its spec (a
-    flexible input: :func:`flexible`) before it is saved; the path as a string."""
-    import coremltools as ct
-
-    m = convert(prog, target, fp16)
-    if edit:
-        spec = m.get_spec()
-        edit(spec)
-        m = ct.models.MLModel(spec, weights_dir=m.weights_dir, skip_model_load=True)
-    m.save(str(path))
-    return str(path)
+__all__ = ["convert", "save", "flexible", "symbolic", "conv_relu_pool", "quick_builds", "stateful"]
 
 
 def flexible(kind, default):

@@ -81,6 +81,8 @@ __all__ = [
     "precision_of",
     "build",
     "load_observed",
+    "plan_devices",
+    "plan_operations",
     "compare",
 ]
 
@@ -482,7 +484,7 @@ def load_observed(path) -> dict:
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"{path}: not a readable JSON placement file ({exc})") from None
     if isinstance(data, dict) and "modelStructure" in data:
-        return _plan_devices(path, data)
+        return plan_devices(path, data)
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and str(v).lower() in ("ane", "cpu", "gpu") for k, v in data.items()
     ):
@@ -493,27 +495,42 @@ def load_observed(path) -> dict:
     return {k: str(v).lower() for k, v in data.items()}
 
 
-def _plan_devices(path, data: dict) -> dict:
-    """``{output name: unit}`` of the operations (or NeuralNetwork layers) of a plan file."""
+def plan_devices(path, data) -> dict:
+    """``{output name: unit}`` of the operations (or NeuralNetwork layers) of a compute plan
+    ``data`` (as the dumper writes it; ``path`` names it in a ValueError)."""
+    return {name: unit for _, names, unit in plan_operations(path, data) for name in names}
+
+
+def plan_operations(path, data) -> list:
+    """``[(operator, output names, unit)]``: each operation (or NeuralNetwork layer) of a
+    compute plan ``data`` that Core ML gave a device (a ``const`` has none), its operator
+    without the opset (``ios17.conv`` -> ``conv``; a layer's type); ``path`` names the plan
+    in a ValueError."""
 
     def bad(what):
         return ValueError(f"{path}: not a compute plan: {what}")
 
+    if not isinstance(data, dict) or "modelStructure" not in data:
+        raise bad("expected an object with a modelStructure")
     if data.get("format") != FORMAT:
         raise bad(f"format {quote(repr(data.get('format')), 40, marks=False)}, expected {FORMAT!r}")
     s = data["modelStructure"]
     try:
         if isinstance(s, dict) and "neuralNetwork" in s:
-            ops, key = s["neuralNetwork"]["layers"], "outputNames"
+            ops, key, kind = s["neuralNetwork"]["layers"], "outputNames", "type"
         else:
-            ops, key = s["program"]["functions"]["main"]["block"]["operations"], "outputs"
+            ops, key, kind = (
+                s["program"]["functions"]["main"]["block"]["operations"],
+                "outputs",
+                "operatorName",
+            )
     except (KeyError, TypeError):
         raise bad("expected modelStructure.program.functions.main.block.operations") from None
     if not isinstance(ops, list) or not all(isinstance(op, dict) for op in ops):
         raise bad("the operations are not a list of objects")
-    items = [(_output_names(op.get(key)), op.get("deviceUsage")) for op in ops]
-    out = {}
-    for names, use in items:
+    out = []
+    for op in ops:
+        names, use = _output_names(op.get(key)), op.get("deviceUsage")
         if use is None:  # a const: Core ML gives it no device
             continue
         if not isinstance(use, dict) or names is None:
@@ -521,7 +538,7 @@ def _plan_devices(path, data: dict) -> dict:
         unit = _UNITS.get(str(use.get("preferred")).lower())
         if unit is None:
             raise bad(f"unknown device {quote(repr(use.get('preferred')), 40, marks=False)}")
-        out.update(dict.fromkeys(names, unit))
+        out.append((str(op.get(kind, "")).rsplit(".", 1)[-1], names, unit))
     return out
 
 
