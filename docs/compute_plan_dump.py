@@ -31,6 +31,8 @@ versions) for ``fastane probes compare DIR DIR/results.json``:
     python compute_plan_dump.py --probes probes/
 """
 
+from __future__ import annotations  # the annotations below on the Python 3.9 of macOS
+
 import argparse
 import json
 import os

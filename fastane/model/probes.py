@@ -305,7 +305,7 @@ def _probes() -> tuple:
         "time-conv3x3-64-32x32",
         "latency",
         "a prediction's fixed cost on this Mac through Core ML (ANEForge's K19 program): an M3 Max's "
-        "FastViT-T8 (A7) ran at 1.9x fastane's prediction, whose fixed cost is fitted on the A16",
+        "FastViT-T8 (A7) took 1.9x the time fastane predicts, whose fixed cost is fitted on the A16",
         "conv",
         lambda: _conv_chain(1, 64, 32, 32, k=3),
         {"x": (1, 64, 32, 32)},
@@ -332,8 +332,8 @@ PROBES: tuple = _probes()
 
 
 def select(only=None) -> list:
-    """The probes whose id starts with one of ``only`` (all without it); ValueError naming the
-    known ids when a prefix matches none."""
+    """The probes whose id starts with one of ``only`` (all without it); ValueError naming
+    the first prefix that matches none."""
     if not only:
         return list(PROBES)
     picked = [p for p in PROBES if any(p.id.startswith(o) for o in only)]
