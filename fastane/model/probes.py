@@ -231,7 +231,7 @@ def _probes() -> tuple:
         "the ANE at 2M (vxdc-softmax-f16-512-alone)"
     )
     for op in ("softmax", "add"):
-        for e in (14, 16, 18, 20, 22, 24, 26):
+        for e in (14, 16, 18, 20, 22, 24, 25):  # 2^25: the M1's GPU edge, and fastane's largest
             shape = (1, 1 << (e - 9), 512)
             add(f"{op}-2e{e}", "placement", alone_q, op, lambda o=op, s=shape: _alone(o, s), {"x": shape})
     norm_q = (
@@ -474,7 +474,8 @@ def _manifest(directory) -> dict:
 def compare(directory, results: dict, chip=None, progress=None) -> list:
     """Each probe of ``results`` (:func:`load_results`) against fastane's prediction for the
     program in ``directory`` on ``chip`` (default: the results' own, :func:`chip_of`): a row
-    per probe, ``{"id", "kind", "question", "error", "ops": [(output, fastane, mac)],
+    per probe, ``{"id", "kind", "question", "error" (the Mac's), "refused" (fastane's
+    one-line refusal of the program), "ops": [(output, fastane, mac)],
     "agree": (ops that agree, ops compared) or None}``: each op of the probe's kind in the
     Mac's plan, by its output name, beside fastane's op of that output (None where fastane
     has none).  A timed latency probe adds ``"predicted_ms"`` (the roofline's, Core ML's
@@ -503,13 +504,19 @@ def compare(directory, results: dict, chip=None, progress=None) -> list:
             "id": pid,
             "kind": probe["kind"],
             "question": probe.get("question", ""),
+            "error": None if seen.get("error") is None else str(seen["error"]),
+            "refused": None,
             "ops": [],
             "agree": None,
         }
-        row["error"] = None if seen.get("error") is None else str(seen["error"])
-        model = load_model(str(Path(directory) / f"{pid}.mlpackage"), weights=False)
         shapes = {k: tuple(v) for k, v in probe["inputs"].items()}
-        plan = model.compute_plan(shapes, chip, probe["computeUnits"], warn=False)
+        try:
+            model = load_model(str(Path(directory) / f"{pid}.mlpackage"), weights=False)
+            plan = model.compute_plan(shapes, chip, probe["computeUnits"], warn=False)
+        except ModelError as exc:  # a program fastane refuses: the others are still compared
+            row["refused"] = str(exc)
+            rows.append(row)
+            continue
         ops = None
         if seen.get("plan") is not None:
             ops = plan_operations(f"{pid} in the results", seen["plan"])

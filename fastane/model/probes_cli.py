@@ -93,8 +93,9 @@ def _table(rows, results) -> None:
         f"({quote(str(system), 60, marks=False)}) against fastane:"
     )
     for r in rows:
-        if r["error"]:
-            print(f"  {r['id']:34s} the Mac: {quote(r['error'], 200, marks=False)}")
+        if r["error"] or r["refused"]:
+            who, why = ("the Mac", r["error"]) if r["error"] else ("fastane refuses it", r["refused"])
+            print(f"  {r['id']:34s} {who}: {quote(why, 200, marks=False)}")
             continue
         cells = []
         if r["agree"] is not None:

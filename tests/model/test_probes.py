@@ -28,7 +28,9 @@ def test_the_probes_are_distinct_and_selected_by_prefix():
     assert len(ids) == len(set(ids))
     assert {p.kind for p in probes.PROBES} == {"placement", "latency"}
     assert {p.op for p in probes.PROBES} == {"linear", "conv", "softmax", "add", "layer_norm"}
-    assert [p.id for p in probes.select(["softmax-"])] == [f"softmax-2e{e}" for e in range(14, 27, 2)]
+    assert [p.id for p in probes.select(["softmax-"])] == [
+        f"softmax-2e{e}" for e in (14, 16, 18, 20, 22, 24, 25)
+    ]
     with pytest.raises(ValueError, match="no probe id starts with 'conv5x5'"):
         probes.select(["conv3x3", "conv5x5"])
 
@@ -212,6 +214,25 @@ def test_a_probe_the_mac_ran_off_the_ane_or_refused_is_not_timed_against_it(buil
     out = capsys.readouterr().out
     assert "not comparable: the Mac ran it off the ANE" in out
     assert "softmax-2e14                       the Mac: RuntimeError: Error compiling model" in out
+
+
+def test_a_program_fastane_refuses_is_one_row_not_the_end(built, tmp_path, capsys):
+    d, _ = built
+    manifest = json.loads((d / probes.MANIFEST).read_text())
+    for p in manifest["probes"]:
+        (tmp_path / f"{p['id']}.mlpackage").symlink_to(d / f"{p['id']}.mlpackage")
+        if p["id"] == "softmax-2e14":
+            p["inputs"] = {"x": [1, 1 << 19, 512]}  # not the program's shape: fastane refuses to bind it
+    (tmp_path / probes.MANIFEST).write_text(json.dumps(manifest))
+    res = tmp_path / "results.json"
+    res.write_text(
+        json.dumps({"format": probes.RESULTS_FORMAT, "chip": "Apple M1", "probes": {i: {} for i in SOME}})
+    )
+    rows = {r["id"]: r for r in probes.compare(tmp_path, probes.load_results(res))}
+    assert rows["softmax-2e14"]["refused"] == "input 'x': expected shape (1, 32, 512), got (1, 524288, 512)"
+    assert all(rows[i]["refused"] is None for i in SOME if i != "softmax-2e14")
+    assert main(["probes", "compare", str(tmp_path), str(res)]) == 0
+    assert "softmax-2e14                       fastane refuses it: " in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
