@@ -164,14 +164,13 @@ def probes(directory: str, warmup: int, runs: int) -> str:
         pid = os.path.basename(p["id"])  # a file of the directory, whatever the manifest says
         path = os.path.join(directory, pid + ".mlpackage")
         print(f"[{i}/{len(manifest)}] {pid}", flush=True)
-        try:
+        entry = {"plan": None, "time_ms": None}
+        try:  # a probe Core ML refuses is recorded with its error and stops no other
             m, compiled = loaded(path, p["computeUnits"])
-            entry = {
-                "plan": dump(path, p["computeUnits"], compiled),
-                "time_ms": timed(m, p["inputs"], warmup, runs),
-            }
-        except Exception as exc:  # recorded: a probe Core ML refuses stops no other
-            entry = {"plan": None, "time_ms": None, "error": f"{type(exc).__name__}: {exc}"}
+            entry["plan"] = dump(path, p["computeUnits"], compiled)
+            entry["time_ms"] = timed(m, p["inputs"], warmup, runs)
+        except Exception as exc:  # the plan, if read, is kept
+            entry["error"] = f"{type(exc).__name__}: {exc}"
             print(f"  {entry['error']}", flush=True)
         out["probes"][pid] = entry
         with open(result, "w") as f:

@@ -34,6 +34,7 @@ import numpy as np
 from ..errors import ModelError, quote
 from .files import read_file
 from .frontends.coreml.write import save_program
+from .placement.predict import COMPUTE_UNITS
 
 __all__ = [
     "MANIFEST",
@@ -432,7 +433,7 @@ _MAX_RANK, _MAX_ELEMENTS = 8, 1 << 28
 
 def _entry(p) -> bool:
     """A manifest entry as :meth:`Probe.as_dict` writes it: an id that is a file name, a
-    known kind, an op, and inputs of at most :data:`_MAX_RANK` positive axes and
+    known kind, an op, Core ML's compute units, and inputs of at most :data:`_MAX_RANK` positive axes and
     :data:`_MAX_ELEMENTS` elements."""
     if not (isinstance(p, dict) and isinstance(p.get("id"), str) and _ID.fullmatch(p["id"])):
         return False
@@ -440,7 +441,7 @@ def _entry(p) -> bool:
     return (
         p.get("kind") in ("placement", "latency")
         and isinstance(p.get("op"), str)
-        and isinstance(p.get("computeUnits"), str)
+        and p.get("computeUnits") in COMPUTE_UNITS
         and isinstance(inputs, dict)
         and all(
             isinstance(v, list)
@@ -510,9 +511,11 @@ def compare(directory, results: dict, chip=None, progress=None) -> list:
             "agree": None,
         }
         shapes = {k: tuple(v) for k, v in probe["inputs"].items()}
+        timed = seen.get("time_ms") is not None and probe["kind"] == "latency"
         try:
             model = load_model(str(Path(directory) / f"{pid}.mlpackage"), weights=False)
             plan = model.compute_plan(shapes, chip, probe["computeUnits"], warn=False)
+            pred = analyze(model, chip, params, shapes=shapes).total.time_s * 1e3 if timed else None
         except ModelError as exc:  # a program fastane refuses: the others are still compared
             row["refused"] = str(exc)
             rows.append(row)
@@ -528,9 +531,8 @@ def compare(directory, results: dict, chip=None, progress=None) -> list:
             ]
             compared = [r for r in row["ops"] if r[1] is not None]
             row["agree"] = (sum(f == m for _, f, m in compared), len(compared))
-        t = seen.get("time_ms")
-        if t is not None and probe["kind"] == "latency":
-            pred = analyze(model, chip, params, shapes=shapes).total.time_s * 1e3
+        if timed:
+            t = seen["time_ms"]
             row.update(predicted_ms=pred, measured_ms=float(t["median"]), ratio=pred / float(t["median"]))
             row["comparable"] = None if ops is None else all(u == "ane" for k, _, u in ops if k != "cast")
         rows.append(row)

@@ -100,7 +100,7 @@ def _table(rows, results) -> None:
         cells = []
         if r["agree"] is not None:
             seen = "/".join(sorted({m for _, _, m in r["ops"] if m})) or "-"
-            pred = "/".join(sorted({f for _, f, _ in r["ops"]})) or "-"
+            pred = "/".join(sorted({f or "-" for _, f, _ in r["ops"]})) or "-"
             a, n = r["agree"]
             cells.append(f"fastane {pred:9s} mac {seen:9s} {a} of {n} ops agree")
         if "ratio" in r:

@@ -90,12 +90,12 @@ def _dumper():
     return dump
 
 
-def _mac(monkeypatch, dump, devices, ms, refuse=()):
+def _mac(monkeypatch, dump, devices, ms, refuse=(), unpredictable=()):
     """Stand-ins for Core ML on a Mac: each program's own operations (read from its spec,
     named ``ios17.<op>`` as Core ML names them) placed by op type (``devices``, else the
     ANE); each prediction ``ms`` milliseconds by the timer; a compiled model usable only
     while its MLModel lives (coremltools deletes it with the object); the probes whose
-    id is in ``refuse`` fail to compile."""
+    id is in ``refuse`` fail to compile, those in ``unpredictable`` to predict."""
     import coremltools as ct
     from coremltools.models import compute_device as cd
     from coremltools.models import compute_plan as cp
@@ -154,6 +154,8 @@ def _mac(monkeypatch, dump, devices, ms, refuse=()):
 
         def predict(self, feed):
             assert all(v.dtype.name == "float32" for v in feed.values())
+            if any(self.path.endswith(f"/{r}.mlpackage") for r in unpredictable):
+                raise RuntimeError("prediction failed")
             clock[0] += ms / 1e3
 
     clock = [0.0]
@@ -199,7 +201,14 @@ def test_a_macs_results_compare_op_by_op_and_in_time(built, monkeypatch, capsys)
 def test_a_probe_the_mac_ran_off_the_ane_or_refused_is_not_timed_against_it(built, monkeypatch, capsys):
     d, _ = built
     dump = _dumper()
-    _mac(monkeypatch, dump, {"conv": "cpu"}, ms=1.0, refuse=["softmax-2e14"])
+    _mac(
+        monkeypatch,
+        dump,
+        {"conv": "cpu"},
+        ms=1.0,
+        refuse=["softmax-2e14"],
+        unpredictable=["linear1-depth512"],
+    )
     path = dump.probes(str(d), 0, 3)
     results = probes.load_results(path)
     assert results["probes"]["softmax-2e14"] == {
@@ -207,6 +216,13 @@ def test_a_probe_the_mac_ran_off_the_ane_or_refused_is_not_timed_against_it(buil
         "time_ms": None,
         "error": "RuntimeError: Error compiling model",
     }
+    # a plan read before the timing failed is kept
+    kept = results["probes"]["linear1-depth512"]
+    assert (
+        kept["plan"] is not None
+        and kept["time_ms"] is None
+        and kept["error"] == "RuntimeError: prediction failed"
+    )
     rows = {r["id"]: r for r in probes.compare(d, results)}
     assert rows["time-conv3x3-64-32x32"]["comparable"] is False
     assert rows["softmax-2e14"]["error"] == "RuntimeError: Error compiling model"
@@ -258,7 +274,7 @@ def test_a_program_fastane_refuses_is_one_row_not_the_end(built, tmp_path, capsy
             '{"format": "fastane-probes-results-1", "probes": {"a": {"time_ms": {"median": 1'
             + "0" * 400
             + "}}}}",
-            "a",
+            "finite",
         ),
         ("{", "not a readable JSON results file"),
     ],
@@ -268,6 +284,34 @@ def test_malformed_results_are_one_precise_error(tmp_path, text, message):
     p.write_text(text)
     with pytest.raises(ValueError, match=re.escape(message)):
         probes.load_results(p)
+
+
+def test_a_mac_op_fastane_does_not_name_is_shown_not_fatal(built, tmp_path, capsys):
+    d, _ = built
+    op = {"operatorName": "ios17.softmax", "outputs": [{"name": "zzz"}], "estimatedCost": None}
+    op["deviceUsage"] = {"preferred": "neuralEngine", "supported": ["neuralEngine"]}
+    plan = {
+        "format": "fastane-compute-plan-1",
+        "modelStructure": {"program": {"functions": {"main": {"block": {"operations": [op]}}}}},
+    }
+    res = tmp_path / "renamed.json"
+    res.write_text(
+        json.dumps(
+            {"format": probes.RESULTS_FORMAT, "chip": "Apple M1", "probes": {"softmax-2e14": {"plan": plan}}}
+        )
+    )
+    (row,) = probes.compare(d, probes.load_results(res))
+    assert row["ops"] == [("zzz", None, "ane")] and row["agree"] == (0, 0)
+    assert main(["probes", "compare", str(d), str(res)]) == 0
+    assert "fastane -         mac ane       0 of 0 ops agree" in capsys.readouterr().out
+    op["outputs"] = []  # an operation known by no output: one line, not a traceback
+    res.write_text(
+        json.dumps(
+            {"format": probes.RESULTS_FORMAT, "chip": "Apple M1", "probes": {"softmax-2e14": {"plan": plan}}}
+        )
+    )
+    assert main(["probes", "compare", str(d), str(res)]) == 2
+    assert "not a compute plan: an operation's outputs or deviceUsage is malformed" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -284,6 +328,7 @@ def test_malformed_results_are_one_precise_error(tmp_path, text, message):
             "inputs": {"x": [1 << 20, 1 << 20]},
         },
         {"id": "x", "kind": "other", "op": "conv", "computeUnits": "ALL", "inputs": {"x": [1]}},
+        {"id": "x", "kind": "latency", "op": "conv", "computeUnits": "BOGUS", "inputs": {"x": [1]}},
         "x",
     ],
 )

@@ -544,8 +544,8 @@ def plan_operations(path, data) -> list:
 
 def _output_names(outputs):
     """The names of an operation's ``outputs`` (``[{"name": ...}]``) or a layer's
-    ``outputNames`` (``[...]``); None if malformed."""
-    if not isinstance(outputs, list):
+    ``outputNames`` (``[...]``); None if malformed or empty (an op is known by its outputs)."""
+    if not isinstance(outputs, list) or not outputs:
         return None
     names = [o.get("name") if isinstance(o, dict) else o for o in outputs]
     return names if all(isinstance(n, str) for n in names) else None
