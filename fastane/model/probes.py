@@ -62,15 +62,16 @@ class Probe:
     """One program and the question it answers: ``id`` (its file's name), ``kind``
     (``"placement"``: read its compute plan, ``"latency"``: read its time), ``question``
     (the rule, figure or reports it decides), ``op`` (the MIL op type whose preferred device
-    is compared), ``inputs`` (name -> shape, float32), ``units`` (the compute units it is
-    planned and timed with) and ``fp16`` (the compute precision)."""
+    is compared), ``shape`` (of its one float32 input, ``x``), ``program`` (``shape`` -> the
+    coremltools MIL program), ``units`` (the compute units it is planned and timed with) and
+    ``fp16`` (the compute precision)."""
 
     id: str
     kind: str
     question: str
     op: str
-    program: object = field(repr=False)  # () -> a coremltools MIL program
-    inputs: dict = field(default_factory=dict)
+    shape: tuple
+    program: object = field(repr=False)
     units: str = "ALL"
     fp16: bool = True
 
@@ -80,73 +81,66 @@ class Probe:
             "kind": self.kind,
             "question": self.question,
             "op": self.op,
-            "inputs": {k: list(v) for k, v in self.inputs.items()},
+            "inputs": {"x": list(self.shape)},
             "computeUnits": self.units,
             "computePrecision": "fp16" if self.fp16 else "fp32",
         }
 
 
 # --------------------------------------------------------------------- the programs
+# each takes the shape of the program's one input ``x`` first
+
+
 def _weights(seed: int, *shape) -> np.ndarray:
     """Seeded random weights, scaled by 1/sqrt(fan-in) so a chain keeps its values bounded."""
     fan_in = int(np.prod(shape[1:])) or 1
     return (np.random.default_rng(seed).standard_normal(shape) / math.sqrt(fan_in)).astype(np.float32)
 
 
-def _spec(shape):
+def _program(shape, body):
+    """The MIL program ``x -> body(x)`` of one float32 input of ``shape``."""
     from coremltools.converters.mil import Builder as mb
 
-    return mb.TensorSpec(shape=shape)
-
-
-def _linear(rows: int, depth: int, width: int):
-    from coremltools.converters.mil import Builder as mb
-
-    w, b = _weights(1, width, depth), np.zeros(width, np.float32)
-
-    @mb.program(input_specs=[_spec((rows, depth))])
+    @mb.program(input_specs=[mb.TensorSpec(shape=shape)])
     def prog(x):
-        return mb.linear(x=x, weight=w, bias=b)
+        return body(x)
 
     return prog
 
 
-def _conv_chain(n: int, c: int, h: int, w: int, k: int = 1):
-    """``n`` convolutions ``c -> c`` of ``k x k`` ("same") chained on a ``(1, c, h, w)`` input."""
+def _linear(shape, width: int):
+    """A ``linear`` of a ``(rows, depth)`` input to ``width`` outputs."""
     from coremltools.converters.mil import Builder as mb
 
-    ws = [_weights(j, c, c, k, k) for j in range(n)]
+    w, b = _weights(1, width, shape[-1]), np.zeros(width, np.float32)
+    return _program(shape, lambda x: mb.linear(x=x, weight=w, bias=b))
 
-    @mb.program(input_specs=[_spec((1, c, h, w))])
-    def prog(x):
+
+def _conv_chain(shape, n: int, k: int = 1, cout: int | None = None):
+    """``n`` convolutions of ``k x k`` ("same") chained on a ``(1, c, h, w)`` input, each to
+    ``c`` channels (one to ``cout``, given ``n`` 1)."""
+    from coremltools.converters.mil import Builder as mb
+
+    c = shape[1]
+    ws = [_weights(j, cout or c, c, k, k) for j in range(n)]
+
+    def body(x):
         for wj in ws:
             x = mb.conv(x=x, weight=wj, pad_type="same")
         return x
 
-    return prog
+    return _program(shape, body)
 
 
-def _conv3x3(cin: int, cout: int, hw: int):
-    from coremltools.converters.mil import Builder as mb
-
-    wt = _weights(2, cout, cin, 3, 3)
-
-    @mb.program(input_specs=[_spec((1, cin, hw, hw))])
-    def prog(x):
-        return mb.conv(x=x, weight=wt, pad_type="same")
-
-    return prog
-
-
-def _depthwise(n: int, c: int, hw: int, explicit_pad: bool):
+def _depthwise(shape, n: int, explicit_pad: bool):
     """``n`` depthwise 3x3 convolutions with a relu each (MobileNetV2's middle), padded by the
     conv ("same") or by a ``pad`` op before a "valid" conv (a port that pads explicitly)."""
     from coremltools.converters.mil import Builder as mb
 
+    c = shape[1]
     ws = [_weights(10 + j, c, 1, 3, 3) for j in range(n)]
 
-    @mb.program(input_specs=[_spec((1, c, hw, hw))])
-    def prog(x):
+    def body(x):
         for wj in ws:
             if explicit_pad:
                 x = mb.pad(x=x, pad=[0, 0, 0, 0, 1, 1, 1, 1], mode="constant", constant_val=0.0)
@@ -156,34 +150,33 @@ def _depthwise(n: int, c: int, hw: int, explicit_pad: bool):
             x = mb.relu(x=x)
         return x
 
-    return prog
+    return _program(shape, body)
 
 
-def _alone(op: str, shape, axis: int = -1):
+def _alone(shape, op: str, axis: int = -1):
     """One op with no matrix product: ``softmax`` over the last axis, ``add`` of the input to
     itself, or ``layer_norm`` over ``axis``."""
     from coremltools.converters.mil import Builder as mb
 
-    @mb.program(input_specs=[_spec(shape)])
-    def prog(x):
-        if op == "softmax":
-            return mb.softmax(x=x, axis=-1)
-        if op == "add":
-            return mb.add(x=x, y=x)
-        n = shape[axis]
-        return mb.layer_norm(x=x, axes=[axis], gamma=np.ones(n, np.float32), beta=np.zeros(n, np.float32))
-
-    return prog
+    n = shape[axis]
+    ops = {
+        "softmax": lambda x: mb.softmax(x=x, axis=-1),
+        "add": lambda x: mb.add(x=x, y=x),
+        "layer_norm": lambda x: mb.layer_norm(
+            x=x, axes=[axis], gamma=np.ones(n, np.float32), beta=np.zeros(n, np.float32)
+        ),
+    }
+    return _program(shape, ops[op])
 
 
 def _probes() -> tuple:
     out = []
 
-    def add(pid, kind, question, op, program, inputs, fp16=True, units=None):
+    def add(pid, kind, question, op, shape, program, fp16=True, units=None):
         # a latency probe is timed where fastane's time is the ANE's: not under ALL, which
         # lets Core ML take the GPU; a placement probe is planned under Core ML's default
         units = units or ("CPU_AND_NE" if kind == "latency" else "ALL")
-        out.append(Probe(pid, kind, question, op, program, inputs, units, fp16))
+        out.append(Probe(pid, kind, question, op, shape, program, units, fp16))
 
     depth_q = (
         "the one-row linear depth floor on this chip: larql saw the CPU below depth 4864 on an M3 Max "
@@ -191,14 +184,7 @@ def _probes() -> tuple:
         "tn-linear-b1-square-cpu)"
     )
     for k in (512, 1024, 2048, 4096, 8192):
-        add(
-            f"linear1-depth{k}",
-            "placement",
-            depth_q,
-            "linear",
-            lambda k=k: _linear(1, k, 1024),
-            {"x": (1, k)},
-        )
+        add(f"linear1-depth{k}", "placement", depth_q, "linear", (1, k), lambda s: _linear(s, 1024))
     chain_q = (
         "the 1x1-conv weight floor's gap on this chip: torchnative's M1 ran 8 convs of 576 x 576 "
         "(2.65M weights) on the CPU and 16 (5.3M) on the ANE; tn-decode-layer-1-cpu (3.32M) lies between"
@@ -209,8 +195,8 @@ def _probes() -> tuple:
             "placement",
             chain_q,
             "conv",
-            lambda n=n: _conv_chain(n, 576, 1, 1),
-            {"x": (1, 576, 1, 1)},
+            (1, 576, 1, 1),
+            lambda s, n=n: _conv_chain(s, n),
         )
     conv_q = (
         "what orders 3x3 convolutions between the CPU and the ANE: torchnative's M1 ran 64 -> 128 at "
@@ -223,8 +209,8 @@ def _probes() -> tuple:
             "placement",
             conv_q,
             "conv",
-            lambda a=(cin, cout, hw): _conv3x3(*a),
-            {"x": (1, cin, hw, hw)},
+            (1, cin, hw, hw),
+            lambda s, o=cout: _conv_chain(s, 1, 3, o),
         )
     alone_q = (
         "the floor for programs without a matrix product on this chip and OS: torchnative's M1 "
@@ -233,8 +219,7 @@ def _probes() -> tuple:
     )
     for op in ("softmax", "add"):
         for e in (14, 16, 18, 20, 22, 24, 25):  # 2^25: the M1's GPU edge, and fastane's largest
-            shape = (1, 1 << (e - 9), 512)
-            add(f"{op}-2e{e}", "placement", alone_q, op, lambda o=op, s=shape: _alone(o, s), {"x": shape})
+            add(f"{op}-2e{e}", "placement", alone_q, op, (1, 1 << (e - 9), 512), lambda s, o=op: _alone(s, o))
     norm_q = (
         "smpanaro's layer_norm over axis 1 (sm-layernorm-axis1-size): an M1 Pro on macOS 13/14 ran "
         "(1, 1800, 1, 16) on the ANE and (1, 4, 1, 2) on the CPU under CPU_AND_NE, where the floor for "
@@ -247,8 +232,8 @@ def _probes() -> tuple:
             "placement",
             norm_q,
             "layer_norm",
-            lambda s=(1, c, 1, w): _alone("layer_norm", s, axis=1),
-            {"x": (1, c, 1, w)},
+            (1, c, 1, w),
+            lambda s: _alone(s, "layer_norm", axis=1),
             units="CPU_AND_NE",
         )
     width_q = (
@@ -262,8 +247,8 @@ def _probes() -> tuple:
             "placement",
             width_q,
             "linear",
-            lambda wd=wd: _linear(256, 576, wd),
-            {"x": (256, 576)},
+            (256, 576),
+            lambda s, wd=wd: _linear(s, wd),
         )
     add(
         "conv3x3-f32-128to256-32",
@@ -272,8 +257,8 @@ def _probes() -> tuple:
         "measured on linears; torchnative's M1 ran this conv (302M) on the CPU "
         "(tn-npu2-conv3x3-128to256-f32-cpu)",
         "conv",
-        lambda: _conv3x3(128, 256, 32),
-        {"x": (1, 128, 32, 32)},
+        (1, 128, 32, 32),
+        lambda s: _conv_chain(s, 1, 3, 256),
         fp16=False,
     )
     chain_t = (
@@ -287,20 +272,23 @@ def _probes() -> tuple:
             "latency",
             chain_t,
             "conv",
-            lambda n=n: _conv_chain(n, 512, 64, 64),
-            {"x": (1, 512, 64, 64)},
+            (1, 512, 64, 64),
+            lambda s, n=n: _conv_chain(s, n),
         )
+    rate_t = (
+        "the chip's FP16 rate through Core ML, from the difference of 16 and 64 chained 3x3 "
+        "convolutions (ANEForge's K14, K24 and S25-5 program, 1 MB in and out): no source gives the "
+        "base M5's (the chip table borrows the M5 Max's 19.27 TFLOP/s, below the 24.3 its ANEForge "
+        "stack ran at, S25); the 16-conv one also gives the runtime path's cost against the private API"
+    )
     for n in (16, 64):
         add(
             f"time-conv3x3-256-32x32-x{n}",
             "latency",
-            "the chip's FP16 rate through Core ML, from the difference of 16 and 64 chained 3x3 "
-            "convolutions (ANEForge's K14, K24 and S25-5 program, 1 MB in and out): no source gives the "
-            "base M5's (the chip table borrows the M5 Max's 19.27 TFLOP/s, below the 24.3 its ANEForge "
-            "stack ran at, S25); the 16-conv one also gives the runtime path's cost against the private API",
+            rate_t,
             "conv",
-            lambda n=n: _conv_chain(n, 256, 32, 32, k=3),
-            {"x": (1, 256, 32, 32)},
+            (1, 256, 32, 32),
+            lambda s, n=n: _conv_chain(s, n, 3),
         )
     add(
         "time-conv3x3-64-32x32",
@@ -308,8 +296,8 @@ def _probes() -> tuple:
         "a prediction's fixed cost on this Mac through Core ML (ANEForge's K19 program): an M3 Max's "
         "FastViT-T8 (A7) took 1.9x the time fastane predicts, whose fixed cost is fitted on the A16",
         "conv",
-        lambda: _conv_chain(1, 64, 32, 32, k=3),
-        {"x": (1, 64, 32, 32)},
+        (1, 64, 32, 32),
+        lambda s: _conv_chain(s, 1, 3),
     )
     dw_q = (
         "depthwise convolutions' rate against explicit pads' copies: MobileNetV2 is predicted 0.7-0.8 of "
@@ -322,8 +310,8 @@ def _probes() -> tuple:
             "latency",
             dw_q,
             "conv",
-            lambda pad=pad: _depthwise(8, 144, 56, pad),
-            {"x": (1, 144, 56, 56)},
+            (1, 144, 56, 56),
+            lambda s, pad=pad: _depthwise(s, 8, pad),
         )
     return tuple(out)
 
@@ -362,7 +350,7 @@ def build(directory, only=None, progress=None) -> list:
     for i, p in enumerate(probes):
         if progress:
             progress(i, len(probes), p)
-        paths.append(save_program(p.program(), d / f"{p.id}.mlpackage", fp16=p.fp16))
+        paths.append(save_program(p.program(p.shape), d / f"{p.id}.mlpackage", fp16=p.fp16))
     manifest = {
         "format": MANIFEST_FORMAT,
         "builtOn": platform.platform(),

@@ -81,8 +81,8 @@ def _list(probes) -> int:
         if p.question != question:
             question = p.question
             print(f"\n{p.kind}: {question}")
-        shapes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in p.inputs.items())
-        print(f"  {p.id:34s} {p.op:10s} {shapes}  ({p.units}, {'fp16' if p.fp16 else 'fp32'})")
+        shape = "x".join(map(str, p.shape))
+        print(f"  {p.id:34s} {p.op:10s} x {shape}  ({p.units}, {'fp16' if p.fp16 else 'fp32'})")
     return 0
 
 
